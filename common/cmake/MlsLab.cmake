@@ -1,0 +1,33 @@
+# Helpers every lab uses, so that every lab is laid out and registered the same way.
+include_guard(GLOBAL)
+
+# mls_add_tests(<target> LABEL <labN> SOURCES <files...> LIBS <libs...>)
+# One Catch2 executable per lab; each TEST_CASE becomes its own CTest test, labelled <labN>.
+function(mls_add_tests target)
+  cmake_parse_arguments(ARG "" "LABEL" "SOURCES;LIBS;EXTRA_LABELS" ${ARGN})
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE mls_catch_main ${ARG_LIBS} mls_warnings)
+  catch_discover_tests(${target}
+    TEST_PREFIX "${ARG_LABEL}:"
+    EXTRA_ARGS --rng-seed 1234
+    PROPERTIES LABELS "${ARG_LABEL};${ARG_EXTRA_LABELS}" TIMEOUT 120
+               SKIP_REGULAR_EXPRESSION "SKIPPED:")
+endfunction()
+
+# mls_add_bench(<target> SOURCES <files...> LIBS <libs...>): a Google Benchmark program.
+function(mls_add_bench target)
+  if(NOT MLS_BENCH)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE benchmark::benchmark ${ARG_LIBS} mls_warnings)
+endfunction()
+
+# mls_add_tool(<target> SOURCES <files...> LIBS <libs...>): a command-line program of a lab.
+function(mls_add_tool target)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE ${ARG_LIBS} mls_warnings)
+  set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+endfunction()
