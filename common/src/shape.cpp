@@ -29,7 +29,8 @@ std::int64_t checked_numel(std::span<const std::int64_t> shape, const char* op) 
 }
 
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t ndim, const char* op) {
-  const std::int64_t n = std::max<std::int64_t>(ndim, 1);
+  const std::int64_t n = ndim;
+  MLS_CHECK(n > 0, op, ": axis ", axis, " is out of range for a 0-d tensor (it has no dimensions)");
   MLS_CHECK(axis >= -n && axis < n, op, ": axis ", axis, " is out of range for a tensor with ", ndim,
             " dimension", ndim == 1 ? "" : "s", " (expected ", -n, " <= axis < ", n, ")");
   return axis < 0 ? axis + n : axis;

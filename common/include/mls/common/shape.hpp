@@ -17,8 +17,8 @@ std::string shape_str(std::span<const std::int64_t> shape);
 /// Number of elements; throws `mls::Error` naming `op` on a negative size or on overflow.
 std::int64_t checked_numel(std::span<const std::int64_t> shape, const char* op = "shape");
 
-/// Maps a possibly negative axis into [0, ndim); throws naming `op` when out of range.
-/// `ndim` may be 0 only for ops that allow it (then axis must be 0 or -1 and 0 is returned).
+/// Maps a possibly negative axis into [0, ndim); throws naming `op` when out of range
+/// (a 0-d tensor has no axis at all, so every axis is out of range for ndim == 0).
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t ndim, const char* op);
 
 /// Normalises a list of axes, checks they are distinct; an empty list means "all axes".

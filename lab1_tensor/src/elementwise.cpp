@@ -1,0 +1,289 @@
+// Elementwise operations with NumPy broadcasting and dtype promotion.
+// Student file: the bodies between the SOLUTION markers (the math of each op and the loops).
+#include <cmath>
+#include <numbers>
+
+#include "copy.hpp"
+#include "loop.hpp"
+#include "mls/tensor/tensor.hpp"
+
+namespace mls {
+
+const char* op_name(UnaryOp op) {
+  static constexpr const char* names[] = {"neg",  "abs",  "exp",     "log",  "sqrt", "rsqrt",
+                                          "sin",  "cos",  "tanh",    "sigmoid", "relu", "gelu"};
+  return names[static_cast<int>(op)];
+}
+
+const char* op_name(BinaryOp op) {
+  static constexpr const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
+                                          "eq",  "ne",  "lt",  "le",  "gt",  "ge"};
+  return names[static_cast<int>(op)];
+}
+
+namespace {
+
+constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+constexpr bool is_float_only(UnaryOp op) { return op >= UnaryOp::Exp && op != UnaryOp::Relu; }
+
+/// Applies one unary op to one value. T is float or double for the transcendental ops.
+template <UnaryOp OP, class T>
+inline T unary_fn(T x) {
+  // BEGIN SOLUTION
+  if constexpr (OP == UnaryOp::Neg) return -x;
+  else if constexpr (OP == UnaryOp::Abs) return x < T(0) ? -x : x;
+  else if constexpr (OP == UnaryOp::Exp) return std::exp(x);
+  else if constexpr (OP == UnaryOp::Log) return std::log(x);
+  else if constexpr (OP == UnaryOp::Sqrt) return std::sqrt(x);
+  else if constexpr (OP == UnaryOp::Rsqrt) return T(1) / std::sqrt(x);
+  else if constexpr (OP == UnaryOp::Sin) return std::sin(x);
+  else if constexpr (OP == UnaryOp::Cos) return std::cos(x);
+  else if constexpr (OP == UnaryOp::Tanh) return std::tanh(x);
+  else if constexpr (OP == UnaryOp::Sigmoid) {
+    // Stable for large |x|: never exponentiates a large positive number.
+    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+    const T e = std::exp(x);
+    return e / (T(1) + e);
+  } else if constexpr (OP == UnaryOp::Relu) return x > T(0) ? x : T(0);
+  else {  // Gelu (tanh approximation)
+    constexpr T k = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+  }
+  // END SOLUTION
+}
+
+/// Applies one binary op to two values of the compute type T; comparisons return bool.
+template <BinaryOp OP, class T>
+inline auto binary_fn(T a, T b) {
+  // BEGIN SOLUTION
+  if constexpr (OP == BinaryOp::Add) return static_cast<T>(a + b);
+  else if constexpr (OP == BinaryOp::Sub) return static_cast<T>(a - b);
+  else if constexpr (OP == BinaryOp::Mul) return static_cast<T>(a * b);
+  else if constexpr (OP == BinaryOp::Div) return static_cast<T>(a / b);
+  else if constexpr (OP == BinaryOp::Pow) {
+    if constexpr (std::is_integral_v<T>) {
+      // Integer power by squaring; a negative exponent gives 0 except for bases 1 and -1.
+      if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0));
+      T r = 1, base = a;
+      for (T e = b; e > 0; e >>= 1) {
+        if (e & 1) r = static_cast<T>(r * base);
+        base = static_cast<T>(base * base);
+      }
+      return r;
+    } else {
+      return static_cast<T>(std::pow(a, b));
+    }
+  } else if constexpr (OP == BinaryOp::Maximum) return (a != a || a > b) ? a : b;  // NaN propagates
+  else if constexpr (OP == BinaryOp::Minimum) return (a != a || a < b) ? a : b;
+  else if constexpr (OP == BinaryOp::Eq) return a == b;
+  else if constexpr (OP == BinaryOp::Ne) return a != b;
+  else if constexpr (OP == BinaryOp::Lt) return a < b;
+  else if constexpr (OP == BinaryOp::Le) return a <= b;
+  else if constexpr (OP == BinaryOp::Gt) return a > b;
+  else return a >= b;
+  // END SOLUTION
+}
+
+/// out = f(a) over equal shapes (a already broadcast and of dtype In).
+template <class In, class Out, class F>
+void map_unary(Tensor& out, const Tensor& a, F f) {
+  // BEGIN SOLUTION
+  const std::array<const std::int64_t*, 2> st{out.strides().data(), a.strides().data()};
+  detail::for_each_row<2>(out.shape(), st, {sizeof(Out), sizeof(In)},
+                          {static_cast<char*>(out.data_ptr()), const_cast<char*>(static_cast<const char*>(a.data_ptr()))},
+                          [f](std::array<char*, 2> p, std::array<std::int64_t, 2> s, std::int64_t n) {
+                            if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {  // dense: vectorizable
+                              Out* o = reinterpret_cast<Out*>(p[0]);
+                              const In* x = reinterpret_cast<const In*>(p[1]);
+                              for (std::int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+                              return;
+                            }
+                            for (std::int64_t i = 0; i < n; ++i) {
+                              *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[1] + i * s[1]));
+                            }
+                          });
+  // END SOLUTION
+}
+
+/// out = f(a, b) over equal shapes (a, b already broadcast, both of dtype In).
+template <class In, class Out, class F>
+void map_binary(Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  // BEGIN SOLUTION
+  const std::array<const std::int64_t*, 3> st{out.strides().data(), a.strides().data(), b.strides().data()};
+  detail::for_each_row<3>(
+      out.shape(), st, {sizeof(Out), sizeof(In), sizeof(In)},
+      {static_cast<char*>(out.data_ptr()), const_cast<char*>(static_cast<const char*>(a.data_ptr())),
+       const_cast<char*>(static_cast<const char*>(b.data_ptr()))},
+      [f](std::array<char*, 3> p, std::array<std::int64_t, 3> s, std::int64_t n) {
+        Out* o = reinterpret_cast<Out*>(p[0]);
+        const In* x = reinterpret_cast<const In*>(p[1]);
+        const In* y = reinterpret_cast<const In*>(p[2]);
+        if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {  // dense
+          for (std::int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+        } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {  // tensor op scalar
+          const In c = *y;
+          for (std::int64_t i = 0; i < n; ++i) o[i] = f(x[i], c);
+        } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(In)) {  // scalar op tensor
+          const In c = *x;
+          for (std::int64_t i = 0; i < n; ++i) o[i] = f(c, y[i]);
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) {
+            *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+                f(*reinterpret_cast<const In*>(p[1] + i * s[1]), *reinterpret_cast<const In*>(p[2] + i * s[2]));
+          }
+        }
+      });
+  // END SOLUTION
+}
+
+template <UnaryOp OP>
+void run_unary(Tensor& out, const Tensor& a) {
+  dispatch(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      map_unary<T, T>(out, a, [](T x) { return unary_fn<OP, T>(x); });
+    }
+  });
+}
+
+template <BinaryOp OP>
+void run_binary(Tensor& out, const Tensor& a, const Tensor& b) {
+  dispatch(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (is_comparison(OP)) {
+      map_binary<T, bool>(out, a, b, [](T x, T y) { return binary_fn<OP, T>(x, y); });
+    } else if constexpr (!std::is_same_v<T, bool>) {
+      map_binary<T, T>(out, a, b, [](T x, T y) { return binary_fn<OP, T>(x, y); });
+    }
+  });
+}
+
+template <class F>
+void with_unary(UnaryOp op, F&& f) {
+  switch (op) {
+#define MLS_CASE(name) \
+  case UnaryOp::name: f(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
+    MLS_CASE(Neg) MLS_CASE(Abs) MLS_CASE(Exp) MLS_CASE(Log) MLS_CASE(Sqrt) MLS_CASE(Rsqrt)
+    MLS_CASE(Sin) MLS_CASE(Cos) MLS_CASE(Tanh) MLS_CASE(Sigmoid) MLS_CASE(Relu) MLS_CASE(Gelu)
+#undef MLS_CASE
+  }
+}
+
+template <class F>
+void with_binary(BinaryOp op, F&& f) {
+  switch (op) {
+#define MLS_CASE(name) \
+  case BinaryOp::name: f(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
+    MLS_CASE(Add) MLS_CASE(Sub) MLS_CASE(Mul) MLS_CASE(Div) MLS_CASE(Pow) MLS_CASE(Maximum)
+    MLS_CASE(Minimum) MLS_CASE(Eq) MLS_CASE(Ne) MLS_CASE(Lt) MLS_CASE(Le) MLS_CASE(Gt) MLS_CASE(Ge)
+#undef MLS_CASE
+  }
+}
+
+/// The dtype a binary op computes in, and checks that it may run at all.
+DType compute_dtype(BinaryOp op, DType a, DType b) {
+  DType t = promote(a, b);
+  if (is_comparison(op)) return t;
+  MLS_CHECK(t != DType::Bool, op_name(op), ": arithmetic is not defined for bool tensors (dtypes ", a, " and ", b,
+            "); convert with .to(DType::Int64) first");
+  if (op == BinaryOp::Div && !is_floating(t)) t = DType::Float32;  // true division
+  return t;
+}
+
+void check_operand(const Tensor& t, const char* op) {
+  MLS_CHECK(t.defined(), op, ": tensor is undefined (default-constructed)");
+}
+
+}  // namespace
+
+Tensor unary(UnaryOp op, const Tensor& a) {
+  check_operand(a, op_name(op));
+  MLS_CHECK(a.dtype() != DType::Bool, op_name(op), ": not defined for bool tensors; convert with .to(...) first");
+  const DType t = is_float_only(op) && !is_floating(a.dtype()) ? DType::Float32 : a.dtype();
+  const Tensor in = a.to(t);
+  Tensor out = Tensor::empty(a.shape(), t);
+  with_unary(op, [&](auto c) { run_unary<decltype(c)::value>(out, in); });
+  return out;
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  check_operand(a, op_name(op));
+  check_operand(b, op_name(op));
+  const DType t = compute_dtype(op, a.dtype(), b.dtype());
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
+  const Tensor x = a.to(t).expand(shape), y = b.to(t).expand(shape);
+  Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::Bool : t);
+  with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });
+  return out;
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, double s) {
+  check_operand(a, op_name(op));
+  // A float scalar with an integer tensor promotes to float32; otherwise the tensor's dtype.
+  DType t = a.dtype();
+  if (!is_floating(t) && s != std::floor(s)) t = DType::Float32;
+  if (t == DType::Bool) t = DType::Int64;
+  return binary(op, a, Tensor::scalar(s, t));
+}
+
+Tensor operator/(double s, const Tensor& a) {
+  DType t = is_floating(a.dtype()) ? a.dtype() : DType::Float32;
+  return binary(BinaryOp::Div, Tensor::scalar(s, t), a);
+}
+
+void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
+  check_operand(a, op_name(op));
+  check_operand(b, op_name(op));
+  MLS_CHECK(!is_comparison(op), op_name(op), ": comparisons have no in-place form");
+  const DType t = compute_dtype(op, a.dtype(), b.dtype());
+  MLS_CHECK(!(is_floating(t) && !is_floating(a.dtype())), op_name(op), "_: result dtype ", t,
+            " cannot be stored in place in a tensor of dtype ", a.dtype());
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
+  MLS_CHECK(shape == a.shape(), op_name(op), "_: in-place result of shape ", shape_str(shape),
+            " does not fit the destination of shape ", shape_str(a.shape()));
+  Tensor y = b.to(a.dtype());
+  if (y.shares_storage(a) && !(y.offset() == a.offset() && y.strides() == a.strides())) y = y.clone();
+  y = y.expand(shape);
+  with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(a, a, y); });
+}
+
+Tensor& Tensor::operator+=(const Tensor& o) { binary_(BinaryOp::Add, *this, o); return *this; }
+Tensor& Tensor::operator-=(const Tensor& o) { binary_(BinaryOp::Sub, *this, o); return *this; }
+Tensor& Tensor::operator*=(const Tensor& o) { binary_(BinaryOp::Mul, *this, o); return *this; }
+Tensor& Tensor::operator/=(const Tensor& o) { binary_(BinaryOp::Div, *this, o); return *this; }
+Tensor& Tensor::operator+=(double s) { binary_(BinaryOp::Add, *this, scalar(s, dtype_)); return *this; }
+Tensor& Tensor::operator-=(double s) { binary_(BinaryOp::Sub, *this, scalar(s, dtype_)); return *this; }
+Tensor& Tensor::operator*=(double s) { binary_(BinaryOp::Mul, *this, scalar(s, dtype_)); return *this; }
+Tensor& Tensor::operator/=(double s) { binary_(BinaryOp::Div, *this, scalar(s, dtype_)); return *this; }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_operand(cond, "where");
+  check_operand(a, "where");
+  check_operand(b, "where");
+  MLS_CHECK(cond.dtype() == DType::Bool, "where: condition must be bool, got ", cond.dtype());
+  const DType t = promote(a.dtype(), b.dtype());
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  const Tensor c = cond.expand(shape), x = a.to(t).expand(shape), y = b.to(t).expand(shape);
+  Tensor out = Tensor::empty(shape, t);
+  // BEGIN SOLUTION
+  dispatch(t, [&](auto tag) {
+    using T = decltype(tag);
+    const std::array<const std::int64_t*, 4> st{out.strides().data(), c.strides().data(), x.strides().data(),
+                                                y.strides().data()};
+    detail::for_each_row<4>(shape, st, {sizeof(T), 1, sizeof(T), sizeof(T)},
+                            {static_cast<char*>(out.data_ptr()), const_cast<char*>(static_cast<const char*>(c.data_ptr())),
+                             const_cast<char*>(static_cast<const char*>(x.data_ptr())),
+                             const_cast<char*>(static_cast<const char*>(y.data_ptr()))},
+                            [](std::array<char*, 4> p, std::array<std::int64_t, 4> s, std::int64_t n) {
+                              for (std::int64_t i = 0; i < n; ++i) {
+                                const bool k = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+                                *reinterpret_cast<T*>(p[0] + i * s[0]) =
+                                    *reinterpret_cast<const T*>((k ? p[2] + i * s[2] : p[3] + i * s[3]));
+                              }
+                            });
+  });
+  // END SOLUTION
+  return out;
+}
+
+}  // namespace mls
