@@ -4,7 +4,9 @@
 #include <numbers>
 
 #include "copy.hpp"
+#include "fast_kernels.hpp"
 #include "loop.hpp"
+#include "mls/common/fastmath.hpp"
 #include "mls/tensor/tensor.hpp"
 
 namespace mls {
@@ -32,7 +34,10 @@ inline T unary_fn(T x) {
   // BEGIN SOLUTION
   if constexpr (OP == UnaryOp::Neg) return -x;
   else if constexpr (OP == UnaryOp::Abs) return x < T(0) ? -x : x;
-  else if constexpr (OP == UnaryOp::Exp) return std::exp(x);
+  else if constexpr (OP == UnaryOp::Exp) {
+    if constexpr (std::is_same_v<T, float>) return fast_expf(x);  // vectorizable, < 1 ulp error
+    else return std::exp(x);
+  }
   else if constexpr (OP == UnaryOp::Log) return std::log(x);
   else if constexpr (OP == UnaryOp::Sqrt) return std::sqrt(x);
   else if constexpr (OP == UnaryOp::Rsqrt) return T(1) / std::sqrt(x);
@@ -41,9 +46,13 @@ inline T unary_fn(T x) {
   else if constexpr (OP == UnaryOp::Tanh) return std::tanh(x);
   else if constexpr (OP == UnaryOp::Sigmoid) {
     // Stable for large |x|: never exponentiates a large positive number.
-    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-    const T e = std::exp(x);
-    return e / (T(1) + e);
+    if constexpr (std::is_same_v<T, float>) {
+      return 1.0f / (1.0f + fast_expf(-x));  // exp overflows to inf for x << 0: gives 0, as it should
+    } else {
+      if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+      const T e = std::exp(x);
+      return e / (T(1) + e);
+    }
   } else if constexpr (OP == UnaryOp::Relu) return x > T(0) ? x : T(0);
   else {  // Gelu (tanh approximation)
     constexpr T k = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
@@ -85,16 +94,21 @@ inline auto binary_fn(T a, T b) {
 }
 
 /// out = f(a) over equal shapes (a already broadcast and of dtype In).
+/// `dense`, when given, is a SIMD kernel for the case where both sides are dense.
 template <class In, class Out, class F>
-void map_unary(Tensor& out, const Tensor& a, F f) {
+void map_unary(Tensor& out, const Tensor& a, F f, void (*dense)(const In*, Out*, std::int64_t) = nullptr) {
   // BEGIN SOLUTION
   const std::array<const std::int64_t*, 2> st{out.strides().data(), a.strides().data()};
   detail::for_each_row<2>(out.shape(), st, {sizeof(Out), sizeof(In)},
                           {static_cast<char*>(out.data_ptr()), const_cast<char*>(static_cast<const char*>(a.data_ptr()))},
-                          [f](std::array<char*, 2> p, std::array<std::int64_t, 2> s, std::int64_t n) {
+                          [f, dense](std::array<char*, 2> p, std::array<std::int64_t, 2> s, std::int64_t n) {
                             if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {  // dense: vectorizable
                               Out* o = reinterpret_cast<Out*>(p[0]);
                               const In* x = reinterpret_cast<const In*>(p[1]);
+                              if (dense != nullptr) {
+                                dense(x, o, n);
+                                return;
+                              }
                               for (std::int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
                               return;
                             }
@@ -141,7 +155,10 @@ void run_unary(Tensor& out, const Tensor& a) {
   dispatch(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {
-      map_unary<T, T>(out, a, [](T x) { return unary_fn<OP, T>(x); });
+      void (*dense)(const T*, T*, std::int64_t) = nullptr;
+      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Exp) dense = &detail::exp_f32;
+      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Sigmoid) dense = &detail::sigmoid_f32;
+      map_unary<T, T>(out, a, [](T x) { return unary_fn<OP, T>(x); }, dense);
     }
   });
 }

@@ -8,6 +8,7 @@
 #include <new>
 
 #include "copy.hpp"
+#include "mls/common/alloc.hpp"
 
 namespace mls {
 
@@ -16,14 +17,10 @@ namespace mls {
 Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   MLS_CHECK(device.type == DeviceType::CPU, "Storage: cannot allocate on ", device,
             " (lab 1 tensors live on the CPU; GPU buffers are managed by the kernels of lab 4)");
-  const std::size_t rounded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(64, rounded));
-  if (data_ == nullptr) {
-    fail("Storage: out of memory allocating ", nbytes, " bytes");
-  }
+  data_ = static_cast<std::byte*>(cpu_alloc(nbytes));
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() { cpu_free(data_, nbytes_); }
 
 // ---- creation -----------------------------------------------------------------------------------
 

@@ -1,0 +1,21 @@
+#pragma once
+/// The CPU allocator behind every tensor's storage: 64-byte aligned blocks, with a bounded cache
+/// of large freed blocks so that a loop that allocates the same big tensor over and over (a
+/// training step, `c = a + b` in a benchmark) reuses memory the kernel has already mapped
+/// instead of paying a page fault per 4 KiB on every iteration.
+///
+/// `MLS_ALLOC_CACHE_MB` sets the cache limit (default 1024; 0 turns caching off).
+#include <cstddef>
+
+namespace mls {
+
+/// Allocates at least `nbytes` bytes (64-byte aligned). Throws `mls::Error` when out of memory.
+void* cpu_alloc(std::size_t nbytes);
+/// Returns a block from `cpu_alloc` of the same `nbytes`.
+void cpu_free(void* p, std::size_t nbytes);
+/// Bytes currently held in the cache (not in use by any tensor).
+std::size_t cpu_cache_bytes();
+/// Releases every cached block to the system.
+void cpu_cache_clear();
+
+}  // namespace mls

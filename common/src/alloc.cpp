@@ -1,0 +1,94 @@
+#include "mls/common/alloc.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "mls/common/error.hpp"
+
+namespace mls {
+namespace {
+
+constexpr std::size_t kCacheFrom = 1 << 20;  // blocks of 1 MiB and more are cached
+
+/// Large sizes are rounded up to a multiple of 64 KiB so that similar sizes share blocks.
+std::size_t rounded(std::size_t nbytes) {
+  if (nbytes < kCacheFrom) return (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
+  constexpr std::size_t kStep = 64 << 10;
+  return (nbytes + kStep - 1) / kStep * kStep;
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::multimap<std::size_t, void*> blocks;  // size -> block
+  std::size_t bytes = 0;
+  std::size_t limit;
+  Cache() {
+    const char* env = std::getenv("MLS_ALLOC_CACHE_MB");
+    limit = (env ? std::strtoull(env, nullptr, 10) : 1024ull) << 20;
+  }
+  ~Cache() {
+    for (auto& [size, p] : blocks) std::free(p);
+  }
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+}  // namespace
+
+void* cpu_alloc(std::size_t nbytes) {
+  const std::size_t size = rounded(nbytes);
+  if (size >= kCacheFrom) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.blocks.find(size);
+    if (it != c.blocks.end()) {
+      void* p = it->second;
+      c.blocks.erase(it);
+      c.bytes -= size;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(64, size);
+  if (p == nullptr) {
+    cpu_cache_clear();  // give cached memory back and try once more
+    p = std::aligned_alloc(64, size);
+  }
+  MLS_CHECK(p != nullptr, "alloc: out of memory allocating ", nbytes, " bytes");
+  return p;
+}
+
+void cpu_free(void* p, std::size_t nbytes) {
+  if (p == nullptr) return;
+  const std::size_t size = rounded(nbytes);
+  if (size >= kCacheFrom) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.bytes + size <= c.limit) {
+      c.blocks.emplace(size, p);
+      c.bytes += size;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+std::size_t cpu_cache_bytes() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.bytes;
+}
+
+void cpu_cache_clear() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto& [size, p] : c.blocks) std::free(p);
+  c.blocks.clear();
+  c.bytes = 0;
+}
+
+}  // namespace mls
