@@ -1,0 +1,381 @@
+// Lab 4, steps 4-5 of the CPU SGEMM ladder: Goto/BLIS packing with a SIMD register-blocked
+// micro-kernel, then the same on several threads.
+//
+// Loop nest (BLIS names; the slides' "tiling", 001, and "vectorization", 002):
+//
+//   for jc in N step NC                     op(B) block  KC x NC  lives in L3
+//     for pc in K step KC
+//       pack op(B)(pc:pc+KC, jc:jc+NC) into NR-wide panels           (Bp)
+//       for ic in M step MC                 op(A) block  MC x KC  lives in L2
+//         pack op(A)(ic:ic+MC, pc:pc+KC) into MR-tall panels          (Ap)
+//         for jr in NC step NR              B micro-panel KC x NR lives in L1
+//           for ir in MC step MR
+//             C(MR x NR) = alpha * Ap-panel * Bp-panel + beta' * C    (micro-kernel)
+//
+// beta' is the caller's beta for the first KC block and 1 afterwards.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "mls/common/error.hpp"
+#include "mls/common/parallel.hpp"
+#include "mls/kernels/sgemm.hpp"
+
+namespace mls::lab4 {
+
+// ---- run-time choice of the micro-kernel (given) ---------------------------------------------
+
+namespace {
+
+enum Isa { kAvx512 = 0, kAvx2 = 1, kScalar = 2 };
+constexpr const char* kIsaNames[] = {"avx512", "avx2", "scalar"};
+
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case kAvx512: return __builtin_cpu_supports("avx512f");
+    case kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: return true;
+  }
+}
+
+Isa best_isa() {
+  if (const char* env = std::getenv("MLS_LAB4_ISA"); env && *env) {
+    for (int i = 0; i < 3; ++i) {
+      if (std::string(env) == kIsaNames[i] && cpu_has(static_cast<Isa>(i))) return static_cast<Isa>(i);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (cpu_has(static_cast<Isa>(i))) return static_cast<Isa>(i);
+  }
+  return kScalar;
+}
+
+std::atomic<int>& chosen_isa() {
+  static std::atomic<int> isa{best_isa()};
+  return isa;
+}
+
+/// 64-byte aligned float buffer that grows on demand (one per thread and per use).
+struct Buffer {
+  std::unique_ptr<float, decltype(&std::free)> ptr{nullptr, &std::free};
+  size_t size = 0;
+  float* get(size_t n) {
+    if (n > size) {
+      const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+      ptr.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      MLS_CHECK(ptr != nullptr, "sgemm_packed: cannot allocate ", bytes, " bytes for packing");
+      size = n;
+    }
+    return ptr.get();
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> packed_isas() {
+  std::vector<std::string> out;
+  for (int i = 0; i < 3; ++i) {
+    if (cpu_has(static_cast<Isa>(i))) out.emplace_back(kIsaNames[i]);
+  }
+  return out;
+}
+
+std::string packed_isa() { return kIsaNames[chosen_isa().load()]; }
+
+void set_packed_isa(std::string_view isa) {
+  if (isa.empty()) {
+    chosen_isa().store(best_isa());
+    return;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (isa == kIsaNames[i]) {
+      MLS_CHECK(cpu_has(static_cast<Isa>(i)), "set_packed_isa: this CPU does not support '", isa,
+                "'");
+      chosen_isa().store(i);
+      return;
+    }
+  }
+  fail("set_packed_isa: unknown instruction set '", isa, "', expected avx512, avx2 or scalar");
+}
+
+// ---- what students write ----------------------------------------------------------------------
+
+/// A micro-kernel: C(MR x NR) = alpha * sum_k Ap[k*MR + i] * Bp[k*NR + j] + beta * C, where Ap is
+/// a packed MR x kc panel of op(A) (column by column) and Bp a packed kc x NR panel of op(B)
+/// (row by row). beta == 0: C is not read.
+using MicroKernel = void (*)(long kc, const float* Ap, const float* Bp, float* C, long ldc,
+                             float alpha, float beta);
+
+/// Block sizes and micro-kernel of one instruction set.
+struct PackedConfig {
+  long mr, nr;      // register tile
+  long mc, kc, nc;  // cache blocks (mc a multiple of mr, nc of nr)
+  MicroKernel kernel;
+};
+
+/// AVX-512 micro-kernel, 12 x 32: 24 zmm accumulators, 2 zmm for the row of Bp, 1 broadcast.
+/// Hint: per k, load two 16-float vectors of Bp, then for each of the 12 rows broadcast
+/// Ap[i] and do two FMAs; at the end scale by alpha, add beta * C (unless beta == 0), store.
+[[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512(
+    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  __m512 acc[12][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (long k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(Bp);
+    const __m512 b1 = _mm512_load_ps(Bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) {
+      const __m512 a = _mm512_set1_ps(Ap[i]);
+      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+    }
+    Ap += 12;
+    Bp += 32;
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) {
+    float* c = C + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
+    }
+    _mm512_storeu_ps(c, r0);
+    _mm512_storeu_ps(c + 16, r1);
+  }
+  // END SOLUTION
+}
+
+/// AVX2/FMA micro-kernel, 6 x 16: 12 ymm accumulators, 2 for the row of Bp, 1 broadcast
+/// (15 of the 16 ymm registers). Same structure as the AVX-512 one.
+[[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2(
+    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  __m256 acc[6][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+  for (long k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(Bp);
+    const __m256 b1 = _mm256_load_ps(Bp + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; ++i) {
+      const __m256 a = _mm256_broadcast_ss(Ap + i);
+      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+    }
+    Ap += 6;
+    Bp += 16;
+  }
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 6
+  for (int i = 0; i < 6; ++i) {
+    float* c = C + i * ldc;
+    __m256 r0 = _mm256_mul_ps(va, acc[i][0]), r1 = _mm256_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c), r0);
+      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + 8), r1);
+    }
+    _mm256_storeu_ps(c, r0);
+    _mm256_storeu_ps(c + 8, r1);
+  }
+  // END SOLUTION
+}
+
+/// Portable micro-kernel, 4 x 8, plain C++ (the compiler vectorises what it can).
+[[maybe_unused]] static void ukernel_scalar(long kc, const float* Ap, const float* Bp, float* C,
+                                            long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  float acc[4][8] = {};
+  for (long k = 0; k < kc; ++k) {
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 8; ++j) acc[i][j] += Ap[i] * Bp[j];
+    }
+    Ap += 4;
+    Bp += 8;
+  }
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      float& c = C[i * ldc + j];
+      c = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * c;
+    }
+  }
+  // END SOLUTION
+}
+
+/// Block sizes and micro-kernel for the instruction set in use. `MLS_LAB4_BLOCKS=mc,kc,nc`
+/// overrides the cache blocks (for tuning; mc and nc are rounded up to mr and nr).
+[[maybe_unused]] static PackedConfig packed_config() {
+  // BEGIN SOLUTION
+  PackedConfig cfg{};
+  switch (chosen_isa().load()) {
+    case kAvx512: cfg = {12, 32, 240, 256, 2048, &ukernel_avx512}; break;
+    case kAvx2: cfg = {6, 16, 120, 256, 4096, &ukernel_avx2}; break;
+    default: cfg = {4, 8, 128, 256, 2048, &ukernel_scalar}; break;
+  }
+  if (const char* env = std::getenv("MLS_LAB4_BLOCKS"); env && *env) {
+    long mc = 0, kc = 0, nc = 0;
+    if (std::sscanf(env, "%ld,%ld,%ld", &mc, &kc, &nc) == 3 && mc > 0 && kc > 0 && nc > 0) {
+      cfg.mc = (mc + cfg.mr - 1) / cfg.mr * cfg.mr;
+      cfg.kc = kc;
+      cfg.nc = (nc + cfg.nr - 1) / cfg.nr * cfg.nr;
+    }
+  }
+  return cfg;
+  // END SOLUTION
+}
+
+/// Packs op(A)(i0:i0+mc, k0:k0+kc) into ceil(mc/mr) panels; panel p holds rows i0+p*mr.. as
+/// Ap[p*mr*kc + k*mr + r] = op(A)(i0 + p*mr + r, k0 + k), zero for rows past the block.
+[[maybe_unused]] static void pack_a(bool trans_a, const float* A, long lda, long i0, long k0,
+                                    long mc, long kc, long mr, float* Ap) {
+  // BEGIN SOLUTION
+  for (long p = 0; p < mc; p += mr) {
+    const long rows = std::min(mr, mc - p);
+    float* dst = Ap + p * kc;  // (p / mr) * mr * kc
+    if (trans_a) {  // op(A)(i, k) = A[k*lda + i]: a row of the panel is contiguous in A
+      for (long k = 0; k < kc; ++k) {
+        const float* src = A + (k0 + k) * lda + i0 + p;
+        for (long r = 0; r < rows; ++r) dst[k * mr + r] = src[r];
+        for (long r = rows; r < mr; ++r) dst[k * mr + r] = 0.0f;
+      }
+    } else {  // op(A)(i, k) = A[i*lda + k]: read along k, write with stride mr
+      for (long r = 0; r < rows; ++r) {
+        const float* src = A + (i0 + p + r) * lda + k0;
+        for (long k = 0; k < kc; ++k) dst[k * mr + r] = src[k];
+      }
+      for (long r = rows; r < mr; ++r) {
+        for (long k = 0; k < kc; ++k) dst[k * mr + r] = 0.0f;
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+/// Packs op(B)(k0:k0+kc, j0:j0+nc) into ceil(nc/nr) panels; panel q holds columns j0+q*nr.. as
+/// Bp[q*nr*kc + k*nr + c] = op(B)(k0 + k, j0 + q*nr + c), zero for columns past the block.
+[[maybe_unused]] static void pack_b(bool trans_b, const float* B, long ldb, long k0, long j0,
+                                    long kc, long nc, long nr, float* Bp) {
+  // BEGIN SOLUTION
+  for (long q = 0; q < nc; q += nr) {
+    const long cols = std::min(nr, nc - q);
+    float* dst = Bp + q * kc;
+    if (!trans_b) {  // op(B)(k, j) = B[k*ldb + j]: a row of the panel is contiguous in B
+      for (long k = 0; k < kc; ++k) {
+        const float* src = B + (k0 + k) * ldb + j0 + q;
+        for (long c = 0; c < cols; ++c) dst[k * nr + c] = src[c];
+        for (long c = cols; c < nr; ++c) dst[k * nr + c] = 0.0f;
+      }
+    } else {  // op(B)(k, j) = B[j*ldb + k]
+      for (long c = 0; c < cols; ++c) {
+        const float* src = B + (j0 + q + c) * ldb + k0;
+        for (long k = 0; k < kc; ++k) dst[k * nr + c] = src[k];
+      }
+      for (long c = cols; c < nr; ++c) {
+        for (long k = 0; k < kc; ++k) dst[k * nr + c] = 0.0f;
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alpha,
+                  const float* A, long lda, const float* B, long ldb, float beta, float* C,
+                  long ldc) {
+  // BEGIN SOLUTION
+  if (M <= 0 || N <= 0) return;
+  if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C
+    for (long i = 0; i < M; ++i) {
+      float* c = C + i * ldc;
+      for (long j = 0; j < N; ++j) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+    }
+    return;
+  }
+  const PackedConfig cfg = packed_config();
+  const long mr = cfg.mr, nr = cfg.nr;
+  thread_local Buffer a_buf, b_buf;
+  const long mc_max = std::min(cfg.mc, (M + mr - 1) / mr * mr);
+  const long nc_max = std::min(cfg.nc, (N + nr - 1) / nr * nr);
+  const long kc_max = std::min(cfg.kc, K);
+  float* Ap = a_buf.get(static_cast<size_t>(mc_max * kc_max));
+  float* Bp = b_buf.get(static_cast<size_t>(nc_max * kc_max));
+  alignas(64) float tile[32 * 32];  // partial C tiles (mr x nr <= 32 x 32)
+
+  for (long jc = 0; jc < N; jc += cfg.nc) {
+    const long nc = std::min(cfg.nc, N - jc);
+    for (long pc = 0; pc < K; pc += cfg.kc) {
+      const long kc = std::min(cfg.kc, K - pc);
+      const float beta_k = pc == 0 ? beta : 1.0f;
+      pack_b(trans_b, B, ldb, pc, jc, kc, nc, nr, Bp);
+      for (long ic = 0; ic < M; ic += cfg.mc) {
+        const long mc = std::min(cfg.mc, M - ic);
+        pack_a(trans_a, A, lda, ic, pc, mc, kc, mr, Ap);
+        for (long jr = 0; jr < nc; jr += nr) {
+          const long n = std::min(nr, nc - jr);
+          for (long ir = 0; ir < mc; ir += mr) {
+            const long m = std::min(mr, mc - ir);
+            float* c = C + (ic + ir) * ldc + jc + jr;
+            const float* ap = Ap + ir * kc;
+            const float* bp = Bp + jr * kc;
+            if (m == mr && n == nr) {
+              cfg.kernel(kc, ap, bp, c, ldc, alpha, beta_k);
+            } else {  // edge tile: full tile into `tile`, then the valid part into C
+              cfg.kernel(kc, ap, bp, tile, nr, 1.0f, 0.0f);
+              for (long i = 0; i < m; ++i) {
+                for (long j = 0; j < n; ++j) {
+                  float& cij = c[i * ldc + j];
+                  const float v = alpha * tile[i * nr + j];
+                  cij = beta_k == 0.0f ? v : v + beta_k * cij;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+void sgemm_packed_mt(bool trans_a, bool trans_b, long M, long N, long K, float alpha,
+                     const float* A, long lda, const float* B, long ldb, float beta, float* C,
+                     long ldc) {
+  // BEGIN SOLUTION
+  const long threads = mls::num_threads();
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (threads <= 1 || flops < 4e6 || M <= 0 || N <= 0) {  // too small to pay for the threads
+    sgemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const PackedConfig cfg = packed_config();
+  // Split the longer side of C into one range per thread, aligned to the register tile.
+  const bool split_rows = M >= N;
+  const long len = split_rows ? M : N, align = split_rows ? cfg.mr : cfg.nr;
+  const long step = ((len + threads - 1) / threads + align - 1) / align * align;
+  const long parts = (len + step - 1) / step;
+  mls::parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const long b = p * step, e = std::min(len, b + step);
+      if (split_rows) {
+        sgemm_packed(trans_a, trans_b, e - b, N, K, alpha, A + (trans_a ? b : b * lda), lda, B,
+                     ldb, beta, C + b * ldc, ldc);
+      } else {
+        sgemm_packed(trans_a, trans_b, M, e - b, K, alpha, A, lda, B + (trans_b ? b * ldb : b),
+                     ldb, beta, C + b, ldc);
+      }
+    }
+  });
+  // END SOLUTION
+}
+
+}  // namespace mls::lab4
