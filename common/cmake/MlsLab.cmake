@@ -10,8 +10,15 @@ function(mls_add_tests target)
   catch_discover_tests(${target}
     TEST_PREFIX "${ARG_LABEL}:"
     EXTRA_ARGS --rng-seed 1234
-    PROPERTIES LABELS "${ARG_LABEL};${ARG_EXTRA_LABELS}" TIMEOUT 120
-               SKIP_REGULAR_EXPRESSION "SKIPPED:")
+    PROPERTIES LABELS ${ARG_LABEL} TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:")
+  if(ARG_EXTRA_LABELS)
+    # catch_discover_tests cannot pass a list-valued property through, so the extra labels are
+    # appended by a CTest include file that runs after the discovered tests are defined.
+    set(extra_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_extra_labels.cmake)
+    file(WRITE ${extra_file}
+      "foreach(t IN LISTS ${target}_TESTS)\n  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${ARG_LABEL};${ARG_EXTRA_LABELS}\")\nendforeach()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${extra_file})
+  endif()
 endfunction()
 
 # mls_add_bench(<target> SOURCES <files...> LIBS <libs...>): a Google Benchmark program.

@@ -68,7 +68,7 @@ if(NOT MLS_CUDA STREQUAL "OFF")
       if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
         set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures" FORCE)
       endif()
-      set(CMAKE_CUDA_STANDARD 20)
+      set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 has no C++20 flag for nvcc 13
     endif()
   endif()
   _mls_optional(MLS_CUDA MLS_HAVE_CUDA "a CUDA compiler and toolkit")

@@ -1,0 +1,31 @@
+// Lab 4's kernels reach lab 1's Tensor::matmul through the kernel registry (the seam lab 1
+// left): after register_kernels(), MLS_MATMUL / set_sgemm_kernel can pick any of them.
+#include <catch2/catch.hpp>
+
+#include "mls/common/kernels.hpp"
+#include "mls/kernels/sgemm.hpp"
+#include "mls/tensor/tensor.hpp"
+
+TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[sgemm][registry]") {
+  mls::register_matmul_kernels();
+  mls::lab4::register_kernels();
+  mls::Rng rng(44);
+  // A strided, batched problem: the transpose reaches the kernel as a trans flag.
+  const mls::Tensor a = mls::Tensor::randn({3, 33, 17}, rng);
+  const mls::Tensor b = mls::Tensor::randn({3, 31, 17}, rng).transpose(-2, -1);
+  mls::set_sgemm_kernel("naive");
+  const mls::Tensor expected = mls::matmul(a.to(mls::DType::Float64), b.to(mls::DType::Float64));
+  int lab4_kernels = 0;
+  for (const auto& k : mls::sgemm_kernels()) {
+    if (k.name.rfind("lab4_", 0) != 0) continue;
+    ++lab4_kernels;
+    INFO("kernel " << k.name);
+    mls::set_sgemm_kernel(k.name);
+    const mls::Tensor got = mls::matmul(a, b);
+    CHECK(mls::allclose(got.to(mls::DType::Float64), expected, 1e-4, 1e-4));
+  }
+  mls::set_sgemm_kernel("");
+  CHECK(lab4_kernels >= 4);
+  // With no choice made, the highest priority kernel is a lab 4 one (packed beats OpenBLAS's 10).
+  CHECK(mls::sgemm_kernel().name.rfind("lab4_", 0) == 0);
+}
