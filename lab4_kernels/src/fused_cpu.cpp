@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "mls/common/error.hpp"
+#include "mls/common/fastmath.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MLS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -19,26 +20,8 @@
 
 namespace mls::lab4 {
 
-/// Cephes-style expf: exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2 / 2, a degree-6
-/// polynomial for exp(r). Inlined into the loops below so they vectorise.
-/// Below -87.34 the result (< FLT_MIN) is flushed to 0; above 88.37 it saturates at ~FLT_MAX.
-[[gnu::always_inline]] static inline float expf_inline(float x_in) {
-  const float x = std::min(88.3762626647949f, std::max(-87.3365447504019f, x_in));
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  // Cody-Waite reduction r = x - n ln2 in two steps; fma keeps the compiler (this file is built
-  // with -fassociative-math) from folding the two steps into one inexact one.
-  float r = std::fma(n, -0.693359375f, x);
-  r = std::fma(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const auto e = static_cast<std::int32_t>(n) + 127;  // n in [-126, 128)
-  return x_in < -87.3365447504019f ? 0.0f : y * std::bit_cast<float>(e << 23);
-}
+/// exp for the loops below: common's vectorizable Cephes expf (mls/common/fastmath.hpp).
+[[gnu::always_inline]] static inline float expf_inline(float x) { return mls::fast_expf(x); }
 
 float fast_expf(float x) { return expf_inline(x); }
 
