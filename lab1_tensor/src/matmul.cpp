@@ -85,7 +85,7 @@ struct GemmLayout {
   long ld = 0;
 };
 
-GemmLayout gemm_layout(std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs) {
+[[maybe_unused]] GemmLayout gemm_layout(std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs) {
   if (cs == 1 || cols == 1) {
     const std::int64_t ld = rows == 1 ? std::max<std::int64_t>(cols, 1) : rs;
     if (ld >= std::max<std::int64_t>(cols, 1)) return {true, false, static_cast<long>(ld)};

@@ -10,7 +10,7 @@ namespace mls {
 namespace {
 
 /// Resolves one -1 entry of `shape` so that the product equals `numel`.
-Shape infer_shape(const Shape& shape, std::int64_t numel, const char* op, const Shape& from) {
+[[maybe_unused]] Shape infer_shape(const Shape& shape, std::int64_t numel, const char* op, const Shape& from) {
   Shape out = shape;
   std::int64_t known = 1;
   std::int64_t infer_at = -1;

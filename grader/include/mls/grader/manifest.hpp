@@ -1,0 +1,68 @@
+#pragma once
+/// The lab manifest `labN_*/lab.json`: the one source of truth the grader, CMake and CI share.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mls::grader {
+
+enum class Visibility { Visible, Hidden, AfterDueDate };
+const char* to_string(Visibility v);
+
+/// A scored group of test cases, chosen by a Catch2 test spec (`[tag]` or names).
+struct Group {
+  std::string name;
+  std::string match;
+  double points = 0;
+  Visibility visibility = Visibility::Visible;
+};
+
+/// A benchmark that feeds the leaderboard.
+struct Benchmark {
+  std::string name;
+  std::string binary;   ///< CMake target of the Google Benchmark program
+  std::string filter;   ///< --benchmark_filter regex of the student's benchmark
+  std::string metric;   ///< "ratio" (peer time / own time) or the name of a counter, e.g. "GFLOP/s"
+  std::string peer;     ///< regex of the peer benchmark in the same program (for "ratio")
+  std::string order = "desc";  ///< leaderboard order: "desc" (bigger is better) or "asc"
+};
+
+/// Optional direct build (no CMake), used by the grader's own fixture lab: sources are compiled
+/// with the harness's Catch2 main and mls_common. Paths are relative to the lab folder.
+struct DirectBuild {
+  std::vector<std::string> sources;
+  std::vector<std::string> include_dirs;
+  std::vector<std::string> flags;
+};
+
+struct Manifest {
+  int lab = 0;
+  std::string dir;                          ///< lab folder, relative to the repo root
+  std::string title;
+  std::string test_binary;                  ///< CMake target of the lab's Catch2 program
+  std::vector<std::string> student_files;   ///< relative to the repo root
+  std::vector<std::string> hidden_files;    ///< test files left out of the handout
+  double time_limit_s = 20;
+  double memory_limit_mb = 4096;
+  std::vector<Group> groups;
+  std::vector<Benchmark> benchmarks;
+  std::optional<DirectBuild> build;
+  std::filesystem::path path;               ///< where the manifest was read from
+
+  double total_points() const;
+  const Group* group(const std::string& name) const;
+};
+
+/// Parses and validates a manifest; throws mls::Error naming `source` and the bad field.
+Manifest parse_manifest(const nlohmann::json& j, const std::string& source = "lab.json");
+/// Reads and parses a manifest file.
+Manifest load_manifest(const std::filesystem::path& file);
+/// Every `lab*/lab.json` under `root`, sorted by lab number (duplicate numbers are an error).
+std::vector<Manifest> discover_labs(const std::filesystem::path& root);
+/// The manifest of lab `n`; throws naming the labs that exist when there is none.
+Manifest find_lab(const std::filesystem::path& root, int n);
+
+}  // namespace mls::grader

@@ -1,0 +1,79 @@
+#pragma once
+/// The result model: what one test case did, and what a lab scored.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mls/grader/manifest.hpp"
+#include "mls/grader/sandbox.hpp"
+
+namespace mls::grader {
+
+enum class Outcome { Pass, Fail, Crash, Timeout, Memory, OutputLimit, NoResult, NotImplemented };
+const char* to_string(Outcome o);
+Outcome outcome_from_string(std::string_view s);  ///< inverse of to_string; throws on unknown
+
+struct TestResult {
+  std::string name;
+  std::string group;
+  Visibility visibility = Visibility::Visible;
+  Outcome outcome = Outcome::NoResult;
+  double score = 0, max_score = 0;
+  double wall_s = 0;
+  std::string message;   ///< why (assertion text, signal, ...), sanitized and capped
+};
+
+struct LeaderboardEntry {
+  std::string name;
+  double value = 0;
+  std::string order = "desc";
+};
+
+struct LabResult {
+  int lab = 0;
+  std::string title;
+  std::string submission;        ///< name of the submission (folder name) or "reference"
+  bool built = false;
+  std::string output;            ///< top-level message: build errors, intake notes
+  std::vector<TestResult> tests;
+  std::vector<LeaderboardEntry> leaderboard;
+  double execution_time_s = 0;
+  double score() const;
+  double max_score() const;
+  int count(Outcome o) const;
+};
+
+// ---- Catch2 XML (what the child printed: parsed, never trusted alone) -------------------------
+
+struct CatchXmlCase {
+  std::string name;
+  bool has_result = false;       ///< an <OverallResult> was seen
+  bool success = false;
+  std::vector<std::string> failures;  ///< assertion/exception texts
+};
+struct CatchXml {
+  bool complete = false;         ///< the closing </Catch> was seen
+  std::vector<CatchXmlCase> cases;
+};
+/// Tolerant parse of Catch2's `-r xml` output (entities decoded; unknown text skipped).
+CatchXml parse_catch_xml(std::string_view text);
+
+/// What the harness listener reported over the channel, keeping only lines with our nonce.
+struct ChannelReport {
+  std::vector<std::string> passed, failed, listed, exited;
+  bool ended = false;
+};
+ChannelReport parse_channel(std::string_view text, std::string_view nonce);
+
+/// Decides the outcome of one test case from everything the run produced. A PASS needs all of:
+/// normal exit 0, a complete XML saying success for exactly `test_name`, and the nonce-stamped
+/// PASS line for `test_name` followed by the end-of-run line on the channel.
+TestResult classify(const SandboxResult& run, std::string_view test_name, std::string_view nonce);
+
+/// Catch2 test-spec escaping of a literal test name (backslash before , [ ] " ~ \).
+std::string escape_test_name(std::string_view name);
+
+/// Human name of a signal, e.g. "SIGSEGV".
+std::string signal_name(int sig);
+
+}  // namespace mls::grader

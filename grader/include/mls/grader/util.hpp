@@ -1,0 +1,53 @@
+#pragma once
+/// Small helpers of the grader: files, text clean-up, hashing. Each is a pure function or a thin
+/// wrapper over one system call, so each can be tested on its own.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mls::grader {
+
+namespace fs = std::filesystem;
+
+/// Reads a whole file; throws mls::Error naming the path when it cannot.
+std::string read_file(const fs::path& path);
+/// Writes `text` to `path` atomically: a temporary file in the same folder, fsync, rename.
+void write_file_atomic(const fs::path& path, std::string_view text);
+/// Replaces control characters (except \n and \t) by '?', and invalid UTF-8 bytes by '?';
+/// cuts to `max_bytes`, noting how much was cut.
+std::string sanitize_text(std::string_view text, std::size_t max_bytes = 8192);
+/// Keeps the first `head` and last `tail` bytes of `text` with a note of what was left out.
+std::string head_tail(std::string_view text, std::size_t head, std::size_t tail);
+/// 64-bit FNV-1a of `data`, as 16 hex digits (cache keys, not security).
+std::string fnv1a_hex(std::string_view data);
+/// `n` random bytes from /dev/urandom as hex (the per-run nonce).
+std::string random_hex(std::size_t n);
+/// Splits on a single character, keeping empty fields.
+std::vector<std::string> split(std::string_view text, char sep);
+/// Trims ASCII whitespace on both sides.
+std::string_view trim(std::string_view s);
+/// True when `s` starts with / ends with `prefix`.
+bool starts_with(std::string_view s, std::string_view prefix);
+/// Escapes a string for XML/HTML text and attribute values.
+std::string xml_escape(std::string_view s);
+/// A fresh private folder under $TMPDIR (or /tmp), mode 0755 so a sandboxed uid can enter it.
+fs::path make_temp_dir(std::string_view prefix);
+/// Removes a folder tree, ignoring errors (best effort clean-up).
+void remove_tree(const fs::path& p) noexcept;
+/// Copies a folder tree (regular files and folders only; symlinks are skipped), skipping any
+/// entry whose name is in `skip_names`.
+void copy_tree(const fs::path& from, const fs::path& to, const std::vector<std::string>& skip_names = {});
+/// The repository root: `hint` if given, else walks up from the current folder looking for
+/// CMakePresets.json beside common/; falls back to the folder compiled in.
+fs::path find_repo_root(const std::optional<fs::path>& hint);
+
+/// Configure-time paths: the harness Catch2 main archive, the mls_common archive, and the
+/// build folder the grader was built in (used by direct builds and in-tree `test`).
+fs::path default_harness_lib();
+fs::path default_common_lib();
+fs::path default_binary_dir();
+
+}  // namespace mls::grader

@@ -1,0 +1,224 @@
+#include "mls/grader/manifest.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "mls/common/error.hpp"
+#include "mls/grader/util.hpp"
+
+namespace mls::grader {
+
+using nlohmann::json;
+
+const char* to_string(Visibility v) {
+  switch (v) {
+    case Visibility::Visible: return "visible";
+    case Visibility::Hidden: return "hidden";
+    case Visibility::AfterDueDate: return "after_due_date";
+  }
+  return "visible";
+}
+
+double Manifest::total_points() const {
+  double t = 0;
+  for (const auto& g : groups) t += g.points;
+  return t;
+}
+
+const Group* Manifest::group(const std::string& name) const {
+  for (const auto& g : groups)
+    if (g.name == name) return &g;
+  return nullptr;
+}
+
+namespace {
+
+struct Ctx {
+  std::string source;
+  [[noreturn]] void bad(const std::string& field, const std::string& what) const {
+    mls::fail(source, ": field '", field, "': ", what);
+  }
+};
+
+const json& need(const Ctx& c, const json& j, const std::string& key, const std::string& path) {
+  if (!j.is_object() || !j.contains(key)) c.bad(path + key, "is missing");
+  return j.at(key);
+}
+
+std::string get_string(const Ctx& c, const json& j, const std::string& key, const std::string& path,
+                       bool required = true, const std::string& def = "") {
+  if (!j.contains(key)) {
+    if (required) c.bad(path + key, "is missing");
+    return def;
+  }
+  const json& v = j.at(key);
+  if (!v.is_string()) c.bad(path + key, "must be a string");
+  return v.get<std::string>();
+}
+
+double get_number(const Ctx& c, const json& j, const std::string& key, const std::string& path,
+                  std::optional<double> def) {
+  if (!j.contains(key)) {
+    if (!def) c.bad(path + key, "is missing");
+    return *def;
+  }
+  const json& v = j.at(key);
+  if (!v.is_number()) c.bad(path + key, "must be a number");
+  return v.get<double>();
+}
+
+std::vector<std::string> get_strings(const Ctx& c, const json& j, const std::string& key,
+                                     const std::string& path, bool required) {
+  std::vector<std::string> out;
+  if (!j.contains(key)) {
+    if (required) c.bad(path + key, "is missing");
+    return out;
+  }
+  const json& v = j.at(key);
+  if (!v.is_array()) c.bad(path + key, "must be an array of strings");
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) c.bad(path + key + "[" + std::to_string(i) + "]", "must be a string");
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+void check_relative(const Ctx& c, const std::string& field, const std::string& p) {
+  if (p.empty() || p.front() == '/' || p.find("..") != std::string::npos || p.find('\\') != std::string::npos)
+    c.bad(field, "'" + p + "' must be a relative path inside the repository, without '..'");
+}
+
+Visibility parse_visibility(const Ctx& c, const std::string& field, const std::string& s) {
+  if (s == "visible") return Visibility::Visible;
+  if (s == "hidden") return Visibility::Hidden;
+  if (s == "after_due_date") return Visibility::AfterDueDate;
+  c.bad(field, "'" + s + "' is not one of visible, hidden, after_due_date");
+}
+
+}  // namespace
+
+Manifest parse_manifest(const json& j, const std::string& source) {
+  Ctx c{source};
+  if (!j.is_object()) mls::fail(source, ": the manifest must be a JSON object");
+  static const std::set<std::string> known = {"lab", "dir", "title", "test_binary", "student_files",
+                                              "hidden_files", "time_limit_s", "memory_limit_mb",
+                                              "groups", "benchmarks", "build", "$comment"};
+  for (const auto& [k, v] : j.items())
+    if (!known.count(k)) c.bad(k, "is not a manifest field (known: lab, dir, title, test_binary, student_files, "
+                                  "hidden_files, time_limit_s, memory_limit_mb, groups, benchmarks, build)");
+  Manifest m;
+  const json& lab = need(c, j, "lab", "");
+  if (!lab.is_number_integer() || lab.get<int>() < 0) c.bad("lab", "must be a non-negative integer");
+  m.lab = lab.get<int>();
+  m.dir = get_string(c, j, "dir", "");
+  check_relative(c, "dir", m.dir);
+  m.title = get_string(c, j, "title", "");
+  m.test_binary = get_string(c, j, "test_binary", "");
+  if (m.test_binary.empty()) c.bad("test_binary", "must not be empty");
+  m.student_files = get_strings(c, j, "student_files", "", true);
+  if (m.student_files.empty()) c.bad("student_files", "must list at least one file");
+  std::set<std::string> seen_files, seen_base;
+  for (const auto& f : m.student_files) {
+    check_relative(c, "student_files", f);
+    if (!seen_files.insert(f).second) c.bad("student_files", "'" + f + "' is listed twice");
+  }
+  m.hidden_files = get_strings(c, j, "hidden_files", "", false);
+  for (const auto& f : m.hidden_files) check_relative(c, "hidden_files", f);
+  m.time_limit_s = get_number(c, j, "time_limit_s", "", 20.0);
+  if (!(m.time_limit_s > 0 && m.time_limit_s <= 3600)) c.bad("time_limit_s", "must be in (0, 3600]");
+  m.memory_limit_mb = get_number(c, j, "memory_limit_mb", "", 4096.0);
+  if (!(m.memory_limit_mb >= 64)) c.bad("memory_limit_mb", "must be at least 64");
+
+  const json& groups = need(c, j, "groups", "");
+  if (!groups.is_array() || groups.empty()) c.bad("groups", "must be a non-empty array");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    std::string p = "groups[" + std::to_string(i) + "].";
+    const json& g = groups[i];
+    if (!g.is_object()) c.bad(p.substr(0, p.size() - 1), "must be an object");
+    Group gr;
+    gr.name = get_string(c, g, "name", p);
+    if (!names.insert(gr.name).second) c.bad(p + "name", "'" + gr.name + "' is used twice");
+    gr.match = get_string(c, g, "match", p);
+    if (trim(gr.match).empty()) c.bad(p + "match", "must not be empty");
+    gr.points = get_number(c, g, "points", p, std::nullopt);
+    if (!(gr.points >= 0)) c.bad(p + "points", "must be >= 0");
+    gr.visibility = parse_visibility(c, p + "visibility", get_string(c, g, "visibility", p, false, "visible"));
+    m.groups.push_back(gr);
+  }
+  if (j.contains("benchmarks")) {
+    const json& bs = j.at("benchmarks");
+    if (!bs.is_array()) c.bad("benchmarks", "must be an array");
+    for (std::size_t i = 0; i < bs.size(); ++i) {
+      std::string p = "benchmarks[" + std::to_string(i) + "].";
+      const json& b = bs[i];
+      Benchmark bm;
+      bm.name = get_string(c, b, "name", p);
+      bm.binary = get_string(c, b, "binary", p);
+      bm.filter = get_string(c, b, "filter", p, false, "");
+      bm.metric = get_string(c, b, "metric", p, false, "ratio");
+      bm.peer = get_string(c, b, "peer", p, false, "");
+      bm.order = get_string(c, b, "order", p, false, "desc");
+      if (bm.order != "asc" && bm.order != "desc") c.bad(p + "order", "must be 'asc' or 'desc'");
+      if (bm.metric == "ratio" && bm.peer.empty()) c.bad(p + "peer", "is needed when metric is 'ratio'");
+      m.benchmarks.push_back(bm);
+    }
+  }
+  if (j.contains("build")) {
+    const json& b = j.at("build");
+    if (!b.is_object()) c.bad("build", "must be an object");
+    DirectBuild d;
+    d.sources = get_strings(c, b, "sources", "build.", true);
+    d.include_dirs = get_strings(c, b, "include_dirs", "build.", false);
+    d.flags = get_strings(c, b, "flags", "build.", false);
+    for (const auto& s : d.sources) check_relative(c, "build.sources", s);
+    for (const auto& s : d.include_dirs) check_relative(c, "build.include_dirs", s);
+    for (const auto& f : d.flags)
+      if (f.empty() || f[0] != '-' || f.find(' ') != std::string::npos)
+        c.bad("build.flags", "'" + f + "' must be one compiler option");
+    m.build = d;
+  }
+  return m;
+}
+
+Manifest load_manifest(const fs::path& file) {
+  std::string text = read_file(file);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    mls::fail(file.string(), ": not valid JSON: ", e.what());
+  }
+  Manifest m = parse_manifest(j, file.string());
+  m.path = fs::absolute(file).lexically_normal();
+  return m;
+}
+
+std::vector<Manifest> discover_labs(const fs::path& root) {
+  std::vector<Manifest> labs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::string name = e.path().filename().string();
+    if (!e.is_directory() || !starts_with(name, "lab")) continue;
+    fs::path f = e.path() / "lab.json";
+    if (fs::is_regular_file(f)) labs.push_back(load_manifest(f));
+  }
+  std::sort(labs.begin(), labs.end(), [](const Manifest& a, const Manifest& b) { return a.lab < b.lab; });
+  for (std::size_t i = 1; i < labs.size(); ++i)
+    MLS_CHECK(labs[i].lab != labs[i - 1].lab, "discover_labs: lab ", labs[i].lab, " is declared by both ",
+              labs[i - 1].path.string(), " and ", labs[i].path.string());
+  return labs;
+}
+
+Manifest find_lab(const fs::path& root, int n) {
+  auto labs = discover_labs(root);
+  std::string have;
+  for (const auto& m : labs) {
+    if (m.lab == n) return m;
+    have += (have.empty() ? "" : ", ") + std::to_string(m.lab);
+  }
+  mls::fail("no lab ", n, " in ", root.string(), " (labs with a lab.json: ", have.empty() ? "none" : have, ")");
+}
+
+}  // namespace mls::grader

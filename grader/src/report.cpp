@@ -1,0 +1,335 @@
+#include "mls/grader/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "mls/grader/util.hpp"
+
+namespace mls::grader {
+
+using nlohmann::json;
+
+namespace {
+std::string fmt(double v, int prec = 2) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+double round2(double v) { return std::round(v * 10000.0) / 10000.0; }
+const Outcome kOutcomes[] = {Outcome::Pass, Outcome::Fail, Outcome::Crash, Outcome::Timeout,
+                             Outcome::Memory, Outcome::OutputLimit, Outcome::NoResult, Outcome::NotImplemented};
+}  // namespace
+
+json to_gradescope(const LabResult& r, const Manifest& m) {
+  json j;
+  j["score"] = round2(r.score());
+  j["execution_time"] = round2(r.execution_time_s);
+  std::string out = "Lab " + std::to_string(r.lab) + ": " + r.title + "\nScore " + fmt(r.score()) + " / " +
+                    fmt(r.max_score()) + "\n" + r.output;
+  j["output"] = sanitize_text(out, 16000);
+  j["tests"] = json::array();
+  int number = 0;
+  std::map<std::string, int> group_index;
+  for (const auto& g : m.groups) group_index[g.name] = static_cast<int>(group_index.size()) + 1;
+  std::map<std::string, int> within;
+  for (const auto& t : r.tests) {
+    json tj;
+    ++number;
+    int gi = group_index.count(t.group) ? group_index[t.group] : 0;
+    tj["name"] = sanitize_text(t.group + ": " + t.name, 500);
+    tj["number"] = std::to_string(gi) + "." + std::to_string(++within[t.group]);
+    tj["score"] = round2(t.score);
+    tj["max_score"] = round2(t.max_score);
+    tj["status"] = t.outcome == Outcome::Pass ? "passed" : "failed";
+    std::string o = std::string(to_string(t.outcome)) + " (" + fmt(t.wall_s, 2) + " s)";
+    if (!t.message.empty()) o += "\n" + t.message;
+    tj["output"] = sanitize_text(o, 4000);
+    tj["visibility"] = to_string(t.visibility);
+    tj["tags"] = json::array({t.group, to_string(t.outcome)});
+    j["tests"].push_back(tj);
+  }
+  j["leaderboard"] = json::array();
+  for (const auto& e : r.leaderboard) j["leaderboard"].push_back({{"name", e.name}, {"value", e.value}, {"order", e.order}});
+  j["extra_data"] = {{"lab", r.lab}, {"submission", r.submission}, {"max_score", round2(r.max_score())}};
+  return j;
+}
+
+std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
+  const char* green = colour ? "\033[32m" : "";
+  const char* red = colour ? "\033[31m" : "";
+  const char* bold = colour ? "\033[1m" : "";
+  const char* reset = colour ? "\033[0m" : "";
+  std::ostringstream os;
+  char line[512];
+  os << bold << "Lab " << r.lab << ": " << r.title << (r.submission.empty() ? "" : "  [" + r.submission + "]") << reset << "\n";
+  std::snprintf(line, sizeof line, "%-22s %7s %15s %8s  %s\n", "group", "passed", "points", "time s", "outcomes");
+  os << line;
+  std::vector<std::string> order;
+  for (const auto& g : m.groups) order.push_back(g.name);
+  for (const auto& t : r.tests)
+    if (std::find(order.begin(), order.end(), t.group) == order.end()) order.push_back(t.group);
+  for (const auto& g : order) {
+    int n = 0, passed = 0;
+    double s = 0, mx = 0, time = 0;
+    std::map<Outcome, int> counts;
+    for (const auto& t : r.tests) {
+      if (t.group != g) continue;
+      ++n;
+      passed += t.outcome == Outcome::Pass;
+      s += t.score;
+      mx += t.max_score;
+      time += t.wall_s;
+      counts[t.outcome]++;
+    }
+    if (n == 0) continue;
+    std::string oc;
+    for (Outcome o : kOutcomes)
+      if (counts[o]) oc += std::string(oc.empty() ? "" : " ") + to_string(o) + "=" + std::to_string(counts[o]);
+    const char* c = passed == n ? green : red;
+    std::snprintf(line, sizeof line, "%-22.22s %s%3d/%-3d%s %7s/%-7s %8.2f  %s\n", g.c_str(), c, passed, n, reset,
+                  fmt(s).c_str(), fmt(mx).c_str(), time, oc.c_str());
+    os << line;
+  }
+  int n = static_cast<int>(r.tests.size()), passed = r.count(Outcome::Pass);
+  std::snprintf(line, sizeof line, "%s%-22s %3d/%-3d %7s/%-7s %8.2f%s\n", bold, "total", passed, n, fmt(r.score()).c_str(),
+                fmt(r.max_score()).c_str(), r.execution_time_s, reset);
+  os << line;
+  return os.str();
+}
+
+std::string format_failures(const LabResult& r, std::size_t max_per_test) {
+  std::string out;
+  for (const auto& t : r.tests) {
+    if (t.outcome == Outcome::Pass) continue;
+    std::string msg = t.message.size() > max_per_test ? t.message.substr(0, max_per_test) + " ..." : t.message;
+    out += std::string(to_string(t.outcome)) + "  " + t.group + ": " + t.name + "\n";
+    if (!msg.empty()) {
+      for (const auto& l : split(msg, '\n')) out += "    " + l + "\n";
+    }
+  }
+  return out;
+}
+
+std::string to_junit(const LabResult& r, const Manifest& m) {
+  std::ostringstream os;
+  os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  os << "<testsuites name=\"" << xml_escape("lab" + std::to_string(r.lab) + " " + r.title) << "\" tests=\""
+     << r.tests.size() << "\" failures=\"" << (r.tests.size() - r.count(Outcome::Pass)) << "\" time=\""
+     << fmt(r.execution_time_s, 3) << "\">\n";
+  std::vector<std::string> groups;
+  for (const auto& g : m.groups) groups.push_back(g.name);
+  for (const auto& t : r.tests)
+    if (std::find(groups.begin(), groups.end(), t.group) == groups.end()) groups.push_back(t.group);
+  for (const auto& g : groups) {
+    std::vector<const TestResult*> ts;
+    for (const auto& t : r.tests)
+      if (t.group == g) ts.push_back(&t);
+    if (ts.empty()) continue;
+    int fails = 0;
+    for (auto* t : ts) fails += t->outcome != Outcome::Pass;
+    os << "  <testsuite name=\"" << xml_escape(g) << "\" tests=\"" << ts.size() << "\" failures=\"" << fails << "\">\n";
+    for (auto* t : ts) {
+      os << "    <testcase classname=\"lab" << r.lab << "." << xml_escape(g) << "\" name=\"" << xml_escape(sanitize_text(t->name, 500))
+         << "\" time=\"" << fmt(t->wall_s, 3) << "\"";
+      if (t->outcome == Outcome::Pass) {
+        os << "/>\n";
+      } else {
+        os << ">\n      <failure type=\"" << to_string(t->outcome) << "\" message=\"" << to_string(t->outcome) << "\">"
+           << xml_escape(sanitize_text(t->message, 4000)) << "</failure>\n    </testcase>\n";
+      }
+    }
+    os << "  </testsuite>\n";
+  }
+  os << "</testsuites>\n";
+  return os.str();
+}
+
+namespace {
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+}  // namespace
+
+std::string to_csv(const std::vector<LabResult>& results) {
+  std::string out = "submission,lab,score,max_score,built";
+  for (Outcome o : kOutcomes) out += std::string(",") + to_string(o);
+  out += "\n";
+  for (const auto& r : results) {
+    out += csv_field(r.submission) + "," + std::to_string(r.lab) + "," + fmt(r.score()) + "," + fmt(r.max_score()) + "," +
+           (r.built ? "yes" : "no");
+    for (Outcome o : kOutcomes) out += "," + std::to_string(r.count(o));
+    out += "\n";
+  }
+  return out;
+}
+
+LeaderboardRow leaderboard_row_from_results(const json& j, const std::string& fallback_name) {
+  LeaderboardRow row;
+  row.submission = fallback_name;
+  if (j.contains("extra_data") && j["extra_data"].is_object()) {
+    const json& x = j["extra_data"];
+    if (x.contains("submission") && x["submission"].is_string() && !x["submission"].get<std::string>().empty())
+      row.submission = x["submission"].get<std::string>();
+    if (x.contains("lab") && x["lab"].is_number_integer()) row.lab = x["lab"].get<int>();
+    if (x.contains("max_score") && x["max_score"].is_number()) row.max_score = x["max_score"].get<double>();
+  }
+  if (j.contains("score") && j["score"].is_number()) row.score = j["score"].get<double>();
+  if (j.contains("leaderboard") && j["leaderboard"].is_array()) {
+    for (const auto& e : j["leaderboard"]) {
+      if (!e.is_object() || !e.contains("name") || !e.contains("value") || !e["value"].is_number()) continue;
+      LeaderboardEntry le;
+      le.name = e["name"].is_string() ? e["name"].get<std::string>() : "?";
+      le.value = e["value"].get<double>();
+      le.order = e.contains("order") && e["order"].is_string() ? e["order"].get<std::string>() : "desc";
+      row.entries.push_back(le);
+    }
+  }
+  return row;
+}
+
+namespace {
+struct LabTable {
+  int lab;
+  std::vector<std::string> columns;
+  std::map<std::string, std::string> order;
+  std::vector<const LeaderboardRow*> rows;
+};
+
+std::vector<LabTable> tables(const std::vector<LeaderboardRow>& rows) {
+  std::map<int, LabTable> by_lab;
+  for (const auto& r : rows) {
+    LabTable& t = by_lab[r.lab];
+    t.lab = r.lab;
+    t.rows.push_back(&r);
+    for (const auto& e : r.entries) {
+      if (std::find(t.columns.begin(), t.columns.end(), e.name) == t.columns.end()) t.columns.push_back(e.name);
+      t.order[e.name] = e.order;
+    }
+  }
+  std::vector<LabTable> out;
+  for (auto& [k, t] : by_lab) {
+    // Default ranking: the first metric in its order, then the score.
+    std::string first = t.columns.empty() ? "" : t.columns[0];
+    bool desc = first.empty() || t.order[first] != "asc";
+    std::stable_sort(t.rows.begin(), t.rows.end(), [&](const LeaderboardRow* a, const LeaderboardRow* b) {
+      auto val = [&](const LeaderboardRow* r, double& v) {
+        for (const auto& e : r->entries)
+          if (e.name == first) {
+            v = e.value;
+            return true;
+          }
+        return false;
+      };
+      double va = 0, vb = 0;
+      bool ha = !first.empty() && val(a, va), hb = !first.empty() && val(b, vb);
+      if (ha != hb) return ha;
+      if (ha && va != vb) return desc ? va > vb : va < vb;
+      return a->score > b->score;
+    });
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::string value_of(const LeaderboardRow* r, const std::string& col, bool& has) {
+  for (const auto& e : r->entries)
+    if (e.name == col) {
+      has = true;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.4g", e.value);
+      return buf;
+    }
+  has = false;
+  return "";
+}
+}  // namespace
+
+std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std::string& title) {
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << xml_escape(title) << "</title>\n<style>\n"
+     << "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\n"
+     << "table{border-collapse:collapse;margin-bottom:2em;min-width:30em}\n"
+     << "th,td{border:1px solid #bbb;padding:.35em .8em;text-align:right}\n"
+     << "th{background:#e8eef7;cursor:pointer;user-select:none}\nth:hover{background:#d0dcf0}\n"
+     << "td:nth-child(2),th:nth-child(2){text-align:left}\ntr:nth-child(even) td{background:#f7f7f7}\n"
+     << "th.asc::after{content:' \\25B2'}th.desc::after{content:' \\25BC'}\n</style></head><body>\n";
+  os << "<h1>" << xml_escape(title) << "</h1>\n";
+  if (rows.empty()) os << "<p>No results.</p>\n";
+  for (const auto& t : tables(rows)) {
+    os << "<h2>Lab " << t.lab << "</h2>\n<table class=\"board\" id=\"lab" << t.lab << "\"><thead><tr>"
+       << "<th data-type=\"num\">rank</th><th data-type=\"text\">submission</th><th data-type=\"num\">score</th>";
+    for (const auto& c : t.columns)
+      os << "<th data-type=\"num\" title=\"" << (t.order.at(c) == "asc" ? "lower is better" : "higher is better") << "\">"
+         << xml_escape(c) << "</th>";
+    os << "</tr></thead><tbody>\n";
+    int rank = 0;
+    for (const auto* r : t.rows) {
+      os << "<tr><td>" << ++rank << "</td><td>" << xml_escape(r->submission) << "</td><td>" << fmt(r->score)
+         << (r->max_score > 0 ? " / " + fmt(r->max_score) : "") << "</td>";
+      for (const auto& c : t.columns) {
+        bool has;
+        std::string v = value_of(r, c, has);
+        os << "<td>" << (has ? v : "&ndash;") << "</td>";
+      }
+      os << "</tr>\n";
+    }
+    os << "</tbody></table>\n";
+  }
+  os << "<script>\n"
+     << "document.querySelectorAll('table.board').forEach(function(table){\n"
+     << "  table.querySelectorAll('th').forEach(function(th, col){\n"
+     << "    th.addEventListener('click', function(){\n"
+     << "      var asc = !th.classList.contains('asc');\n"
+     << "      table.querySelectorAll('th').forEach(function(h){h.classList.remove('asc','desc');});\n"
+     << "      th.classList.add(asc ? 'asc' : 'desc');\n"
+     << "      var num = th.dataset.type === 'num';\n"
+     << "      var body = table.tBodies[0];\n"
+     << "      var rows = Array.prototype.slice.call(body.rows);\n"
+     << "      rows.sort(function(a, b){\n"
+     << "        var x = a.cells[col].textContent, y = b.cells[col].textContent;\n"
+     << "        if (num) { x = parseFloat(x); y = parseFloat(y); if (isNaN(x)) x = -Infinity; if (isNaN(y)) y = -Infinity;\n"
+     << "          return asc ? x - y : y - x; }\n"
+     << "        return asc ? x.localeCompare(y) : y.localeCompare(x);\n"
+     << "      });\n"
+     << "      rows.forEach(function(r){ body.appendChild(r); });\n"
+     << "    });\n  });\n});\n</script>\n</body></html>\n";
+  return os.str();
+}
+
+std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows, const std::string& title) {
+  std::ostringstream os;
+  os << "# " << title << "\n\n";
+  if (rows.empty()) os << "No results.\n";
+  auto md = [](std::string s) {
+    std::string out;
+    for (char c : s) out += (c == '|') ? std::string("\\|") : std::string(1, c == '\n' ? ' ' : c);
+    return out;
+  };
+  for (const auto& t : tables(rows)) {
+    os << "## Lab " << t.lab << "\n\n| rank | submission | score |";
+    for (const auto& c : t.columns) os << " " << md(c) << (t.order.at(c) == "asc" ? " (lower is better)" : "") << " |";
+    os << "\n|---:|:---|---:|";
+    for (std::size_t i = 0; i < t.columns.size(); ++i) os << "---:|";
+    os << "\n";
+    int rank = 0;
+    for (const auto* r : t.rows) {
+      os << "| " << ++rank << " | " << md(r->submission) << " | " << fmt(r->score) << " |";
+      for (const auto& c : t.columns) {
+        bool has;
+        std::string v = value_of(r, c, has);
+        os << " " << (has ? v : "-") << " |";
+      }
+      os << "\n";
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace mls::grader

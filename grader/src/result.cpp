@@ -1,0 +1,333 @@
+#include "mls/grader/result.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+
+#include "mls/common/error.hpp"
+#include "mls/grader/util.hpp"
+
+namespace mls::grader {
+
+const char* to_string(Outcome o) {
+  switch (o) {
+    case Outcome::Pass: return "PASS";
+    case Outcome::Fail: return "FAIL";
+    case Outcome::Crash: return "CRASH";
+    case Outcome::Timeout: return "TIMEOUT";
+    case Outcome::Memory: return "MEMORY";
+    case Outcome::OutputLimit: return "OUTPUT_LIMIT";
+    case Outcome::NoResult: return "NO_RESULT";
+    case Outcome::NotImplemented: return "NOT_IMPLEMENTED";
+  }
+  return "NO_RESULT";
+}
+
+Outcome outcome_from_string(std::string_view s) {
+  for (Outcome o : {Outcome::Pass, Outcome::Fail, Outcome::Crash, Outcome::Timeout, Outcome::Memory,
+                    Outcome::OutputLimit, Outcome::NoResult, Outcome::NotImplemented})
+    if (s == to_string(o)) return o;
+  mls::fail("unknown outcome '", s, "'");
+}
+
+double LabResult::score() const {
+  double s = 0;
+  for (const auto& t : tests) s += t.score;
+  return s;
+}
+double LabResult::max_score() const {
+  double s = 0;
+  for (const auto& t : tests) s += t.max_score;
+  return s;
+}
+int LabResult::count(Outcome o) const {
+  return static_cast<int>(std::count_if(tests.begin(), tests.end(), [o](const TestResult& t) { return t.outcome == o; }));
+}
+
+// ---- XML ---------------------------------------------------------------------------------------
+
+namespace {
+
+std::string decode_entities(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '&') {
+      out += s[i];
+      continue;
+    }
+    std::size_t semi = s.find(';', i);
+    if (semi == std::string_view::npos || semi - i > 10) {
+      out += '&';
+      continue;
+    }
+    std::string_view ent = s.substr(i + 1, semi - i - 1);
+    if (ent == "lt") out += '<';
+    else if (ent == "gt") out += '>';
+    else if (ent == "amp") out += '&';
+    else if (ent == "quot") out += '"';
+    else if (ent == "apos") out += '\'';
+    else if (!ent.empty() && ent[0] == '#') {
+      unsigned long v = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X')
+                            ? std::strtoul(std::string(ent.substr(2)).c_str(), nullptr, 16)
+                            : std::strtoul(std::string(ent.substr(1)).c_str(), nullptr, 10);
+      out += (v > 0 && v < 128) ? static_cast<char>(v) : '?';
+    } else {
+      out += '&';
+      continue;
+    }
+    i = semi;
+  }
+  return out;
+}
+
+struct Tag {
+  std::string name;
+  bool closing = false, self_closing = false;
+  std::vector<std::pair<std::string, std::string>> attrs;
+  std::string attr(const std::string& k) const {
+    for (const auto& [a, v] : attrs)
+      if (a == k) return v;
+    return "";
+  }
+};
+
+Tag parse_tag(std::string_view body) {
+  Tag t;
+  std::size_t i = 0;
+  if (!body.empty() && body[0] == '/') {
+    t.closing = true;
+    i = 1;
+  }
+  if (!body.empty() && body.back() == '/') {
+    t.self_closing = true;
+    body.remove_suffix(1);
+  }
+  std::size_t e = i;
+  while (e < body.size() && !std::isspace(static_cast<unsigned char>(body[e]))) ++e;
+  t.name = std::string(body.substr(i, e - i));
+  i = e;
+  while (i < body.size()) {
+    while (i < body.size() && std::isspace(static_cast<unsigned char>(body[i]))) ++i;
+    std::size_t eq = body.find('=', i);
+    if (eq == std::string_view::npos) break;
+    std::string key(trim(body.substr(i, eq - i)));
+    std::size_t q = eq + 1;
+    if (q >= body.size() || (body[q] != '"' && body[q] != '\'')) break;
+    char quote = body[q];
+    std::size_t end = body.find(quote, q + 1);
+    if (end == std::string_view::npos) break;
+    t.attrs.emplace_back(key, decode_entities(body.substr(q + 1, end - q - 1)));
+    i = end + 1;
+  }
+  return t;
+}
+
+}  // namespace
+
+CatchXml parse_catch_xml(std::string_view text) {
+  CatchXml x;
+  std::vector<std::string> stack;
+  CatchXmlCase* current = nullptr;
+  bool expr_failed = false;
+  std::string capture;           // text of the element whose content we keep
+  std::string capture_what;
+  std::string pending_original;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t lt = text.find('<', i);
+    std::string_view chunk = text.substr(i, (lt == std::string_view::npos ? text.size() : lt) - i);
+    if (!capture_what.empty()) capture += decode_entities(chunk);
+    if (lt == std::string_view::npos) break;
+    if (text.substr(lt, 4) == "<!--") {
+      std::size_t end = text.find("-->", lt);
+      i = end == std::string_view::npos ? text.size() : end + 3;
+      continue;
+    }
+    if (text.substr(lt, 2) == "<?" || text.substr(lt, 2) == "<!") {
+      std::size_t end = text.find('>', lt);
+      i = end == std::string_view::npos ? text.size() : end + 1;
+      continue;
+    }
+    std::size_t gt = text.find('>', lt);
+    if (gt == std::string_view::npos) break;
+    Tag t = parse_tag(text.substr(lt + 1, gt - lt - 1));
+    i = gt + 1;
+    if (t.name.empty()) continue;
+    if (!t.closing) {
+      if (t.name == "TestCase") {
+        x.cases.push_back({});
+        current = &x.cases.back();
+        current->name = t.attr("name");
+      } else if (t.name == "OverallResult" && current) {
+        current->has_result = true;
+        current->success = t.attr("success") == "true";
+      } else if (t.name == "Expression" && current) {
+        expr_failed = t.attr("success") == "false";
+        pending_original.clear();
+      } else if (current && ((expr_failed && (t.name == "Original" || t.name == "Expanded")) ||
+                             t.name == "Exception" || t.name == "FatalErrorCondition" || t.name == "Failure")) {
+        capture_what = t.name;
+        capture.clear();
+      }
+      if (t.self_closing) {
+        if (!capture_what.empty() && capture_what == t.name) capture_what.clear();
+        continue;
+      }
+      stack.push_back(t.name);
+    } else {
+      if (!capture_what.empty() && t.name == capture_what) {
+        std::string s(trim(capture));
+        if (capture_what == "Original") {
+          pending_original = s;
+        } else if (capture_what == "Expanded" && current) {
+          current->failures.push_back(pending_original + (s != pending_original ? "  with expansion: " + s : ""));
+        } else if (current) {
+          current->failures.push_back(capture_what + ": " + s);
+        }
+        capture_what.clear();
+      }
+      if (t.name == "Expression") expr_failed = false;
+      if (t.name == "TestCase") current = nullptr;
+      if (t.name == "Catch") x.complete = true;
+      while (!stack.empty()) {
+        bool match = stack.back() == t.name;
+        stack.pop_back();
+        if (match) break;
+      }
+    }
+  }
+  return x;
+}
+
+ChannelReport parse_channel(std::string_view text, std::string_view nonce) {
+  ChannelReport r;
+  if (nonce.empty()) return r;
+  for (const auto& line : split(text, '\n')) {
+    std::string_view l = line;
+    if (!starts_with(l, nonce) || l.size() < nonce.size() + 1 || l[nonce.size()] != ' ') continue;
+    l.remove_prefix(nonce.size() + 1);
+    std::size_t sp = l.find(' ');
+    std::string_view verb = l.substr(0, sp);
+    std::string name = sp == std::string_view::npos ? "" : std::string(l.substr(sp + 1));
+    if (verb == "PASS") r.passed.push_back(name);
+    else if (verb == "FAIL") r.failed.push_back(name);
+    else if (verb == "NAME") r.listed.push_back(name);
+    else if (verb == "EXIT") r.exited.push_back(name);
+    else if (verb == "END") r.ended = true;
+  }
+  return r;
+}
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV (segmentation fault)";
+    case SIGABRT: return "SIGABRT (abort)";
+    case SIGFPE: return "SIGFPE (arithmetic error)";
+    case SIGBUS: return "SIGBUS (bus error)";
+    case SIGILL: return "SIGILL (illegal instruction)";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU (CPU time limit)";
+    case SIGXFSZ: return "SIGXFSZ (file size limit)";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGTRAP: return "SIGTRAP";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+std::string escape_test_name(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == ',' || c == '[' || c == ']' || c == '"' || c == '~' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+namespace {
+bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
+bool has_memory_marker(std::string_view s) {
+  return contains(s, "std::bad_alloc") || contains(s, "bad_alloc") || contains(s, "out of memory") ||
+         contains(s, "allocation-size-too-big") || contains(s, "requested allocation size") ||
+         contains(s, "Cannot allocate memory") || contains(s, "allocator is out of memory");
+}
+std::string join(const std::vector<std::string>& v, std::string_view sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : std::string(sep)) + s;
+  return out;
+}
+}  // namespace
+
+TestResult classify(const SandboxResult& run, std::string_view test_name, std::string_view nonce) {
+  TestResult t;
+  t.name = std::string(test_name);
+  t.wall_s = run.wall_s;
+  CatchXml xml = parse_catch_xml(run.out);
+  ChannelReport ch = parse_channel(run.channel, nonce);
+  const CatchXmlCase* xc = nullptr;
+  for (const auto& c : xml.cases)
+    if (c.name == test_name) xc = &c;
+  std::string failures = xc ? join(xc->failures, "\n") : "";
+  std::string tail = sanitize_text(head_tail(run.err, 1500, 1500), 4000);
+  auto with_stderr = [&](std::string msg) {
+    if (!trim(run.err).empty()) msg += "\nstderr:\n" + tail;
+    return msg;
+  };
+  bool listed_pass = std::count(ch.passed.begin(), ch.passed.end(), std::string(test_name)) == 1 &&
+                     ch.passed.size() == 1 && ch.failed.empty();
+  bool listed_fail = std::find(ch.failed.begin(), ch.failed.end(), std::string(test_name)) != ch.failed.end();
+
+  if (!run.started) {
+    t.outcome = Outcome::NoResult;
+    t.message = "the test could not be started: " + run.error;
+  } else if (run.output_limit || run.signal == SIGXFSZ) {
+    t.outcome = Outcome::OutputLimit;
+    t.message = run.output_limit ? "printed more than the output limit (" + std::to_string(run.stdout_bytes + run.stderr_bytes) +
+                                       " bytes seen); the process group was killed"
+                                 : "wrote a file over the file size limit (SIGXFSZ)";
+  } else if (run.timed_out || run.signal == SIGXCPU) {
+    t.outcome = Outcome::Timeout;
+    t.message = run.timed_out ? "did not finish within the time limit; the process group was killed"
+                              : "used more CPU time than allowed (SIGXCPU)";
+  } else if (listed_pass && ch.ended && run.exited && run.exit_code == 0 && xml.complete && xc && xc->has_result &&
+             xc->success) {
+    t.outcome = Outcome::Pass;
+  } else if (has_memory_marker(failures) || has_memory_marker(run.err) ||
+             (!listed_fail && has_memory_marker(run.out))) {
+    t.outcome = Outcome::Memory;
+    t.message = with_stderr("ran out of memory (the address-space limit was reached)" +
+                            (failures.empty() ? std::string() : "\n" + failures));
+  } else if (contains(failures, "not implemented:") || (!xc && contains(run.err, "not implemented:"))) {
+    t.outcome = Outcome::NotImplemented;
+    t.message = failures.empty() ? "not implemented" : failures;
+  } else if (!ch.exited.empty()) {
+    t.outcome = Outcome::NoResult;
+    t.message = "exit() was called while the test was running (exit status " + std::to_string(run.exit_code) +
+                "); a test passes only when its body returns";
+  } else if (run.signal != 0) {
+    t.outcome = Outcome::Crash;
+    t.message = with_stderr("crashed: killed by " + signal_name(run.signal) +
+                            (failures.empty() ? std::string() : "\n" + failures));
+  } else if (listed_fail) {
+    t.outcome = Outcome::Fail;
+    t.message = failures.empty() ? "the test failed (no assertion text)" : failures;
+  } else if (listed_pass) {
+    t.outcome = Outcome::NoResult;
+    t.message = "the test reported success, but the process " +
+                std::string(run.exit_code != 0 ? "exited with code " + std::to_string(run.exit_code)
+                                               : "did not finish the run (no complete report)") +
+                " after it; a pass needs a clean exit";
+  } else {
+    t.outcome = Outcome::NoResult;
+    t.message = with_stderr("the test did not report back: the process ended (exit code " + std::to_string(run.exit_code) +
+                            ") before the test case finished, e.g. exit() or _exit() in student code. "
+                            "Output claiming success is not trusted.");
+  }
+  t.message = sanitize_text(t.message, 4000);
+  return t;
+}
+
+}  // namespace mls::grader

@@ -1,0 +1,223 @@
+#include "mls/grader/util.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "mls/common/error.hpp"
+
+#ifndef MLS_GRADER_SOURCE_DIR
+#define MLS_GRADER_SOURCE_DIR ""
+#endif
+
+namespace mls::grader {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MLS_CHECK(in.good(), "read_file: cannot open '", path.string(), "'");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+void write_file_atomic(const fs::path& path, std::string_view text) {
+  fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  std::string leaf = ".";
+  leaf += path.filename().string();
+  leaf += ".XXXXXX";
+  std::string tmpl = (dir / leaf).string();
+  int fd = ::mkstemp(tmpl.data());
+  MLS_CHECK(fd >= 0, "write_file_atomic: cannot create a temporary file beside '", path.string(), "'");
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(tmpl.c_str());
+      mls::fail("write_file_atomic: write failed for '", path.string(), "'");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::fchmod(fd, 0644);
+  ::fsync(fd);
+  ::close(fd);
+  // rename() replaces a symlink at `path` by our file instead of writing through it.
+  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    ::unlink(tmpl.c_str());
+    mls::fail("write_file_atomic: cannot rename onto '", path.string(), "'");
+  }
+}
+
+static std::size_t utf8_len(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c >> 5) == 0x6) return 2;
+  if ((c >> 4) == 0xE) return 3;
+  if ((c >> 3) == 0x1E) return 4;
+  return 0;
+}
+
+std::string sanitize_text(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 64);
+  std::size_t i = 0;
+  while (i < text.size() && out.size() < max_bytes) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n' || c == '\t') {
+      out += static_cast<char>(c);
+      ++i;
+    } else if (c == '\r') {
+      ++i;
+    } else if (c < 0x20 || c == 0x7F) {
+      out += '?';
+      ++i;
+    } else {
+      std::size_t len = utf8_len(c);
+      bool valid = len > 0 && i + len <= text.size();
+      for (std::size_t k = 1; valid && k < len; ++k)
+        valid = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+      if (valid) {
+        out.append(text.substr(i, len));
+        i += len;
+      } else {
+        out += '?';
+        ++i;
+      }
+    }
+  }
+  if (i < text.size()) out += "\n[... " + std::to_string(text.size() - i) + " more bytes cut]\n";
+  return out;
+}
+
+std::string head_tail(std::string_view text, std::size_t head, std::size_t tail) {
+  if (text.size() <= head + tail) return std::string(text);
+  std::string out(text.substr(0, head));
+  out += "\n[... " + std::to_string(text.size() - head - tail) + " bytes left out ...]\n";
+  out += text.substr(text.size() - tail);
+  return out;
+}
+
+std::string fnv1a_hex(std::string_view data) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string random_hex(std::size_t n) {
+  std::string bytes(n, '\0');
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  MLS_CHECK(fd >= 0, "random_hex: cannot open /dev/urandom");
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, bytes.data() + got, n - got);
+    if (r <= 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+  MLS_CHECK(got == n, "random_hex: short read from /dev/urandom");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t p = text.find(sep, start);
+    if (p == std::string_view::npos) {
+      out.emplace_back(text.substr(start));
+      return out;
+    }
+    out.emplace_back(text.substr(start, p - start));
+    start = p + 1;
+  }
+}
+
+std::string_view trim(std::string_view s) {
+  std::size_t a = 0, b = s.size();
+  while (a < b && (s[a] == ' ' || s[a] == '\t' || s[a] == '\r' || s[a] == '\n')) ++a;
+  while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t' || s[b - 1] == '\r' || s[b - 1] == '\n')) --b;
+  return s.substr(a, b - a);
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+std::string xml_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+fs::path make_temp_dir(std::string_view prefix) {
+  const char* t = std::getenv("TMPDIR");
+  fs::path base = (t && *t) ? fs::path(t) : fs::path("/tmp");
+  std::string tmpl = (base / (std::string(prefix) + "-XXXXXX")).string();
+  char* p = ::mkdtemp(tmpl.data());
+  MLS_CHECK(p != nullptr, "make_temp_dir: cannot create a folder in '", base.string(), "'");
+  ::chmod(p, 0755);
+  return fs::path(p);
+}
+
+void remove_tree(const fs::path& p) noexcept {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+}
+
+void copy_tree(const fs::path& from, const fs::path& to, const std::vector<std::string>& skip_names) {
+  fs::create_directories(to);
+  for (const auto& e : fs::directory_iterator(from)) {
+    std::string name = e.path().filename().string();
+    bool skip = false;
+    for (const auto& s : skip_names) skip = skip || s == name;
+    if (skip) continue;
+    auto st = e.symlink_status();
+    if (fs::is_symlink(st)) continue;
+    if (fs::is_directory(st)) {
+      copy_tree(e.path(), to / name, skip_names);
+    } else if (fs::is_regular_file(st)) {
+      fs::copy_file(e.path(), to / name, fs::copy_options::overwrite_existing);
+    }
+  }
+}
+
+fs::path find_repo_root(const std::optional<fs::path>& hint) {
+  if (hint) {
+    MLS_CHECK(fs::exists(*hint / "common"), "find_repo_root: '", hint->string(),
+              "' is not the mlsys-labs repository (no common/ folder)");
+    return fs::absolute(*hint).lexically_normal();
+  }
+  std::error_code ec;
+  for (fs::path p = fs::current_path(ec); !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p / "CMakePresets.json") && fs::exists(p / "common")) return p;
+    if (p == p.root_path()) break;
+  }
+  fs::path compiled = MLS_GRADER_SOURCE_DIR;
+  MLS_CHECK(!compiled.empty() && fs::exists(compiled / "common"),
+            "find_repo_root: not inside the mlsys-labs repository; pass --root");
+  return compiled;
+}
+
+}  // namespace mls::grader

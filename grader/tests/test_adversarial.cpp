@@ -1,0 +1,149 @@
+// The adversarial suite: sample submissions of the fixture lab, each graded end to end (intake,
+// build, isolated runs), with the expected outcome of every test case. The grader must stay up,
+// stay within its time bound, and leave no process behind.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+
+#include "helpers.hpp"
+#include "mls/grader/report.hpp"
+#include "mls/grader/sandbox.hpp"
+
+using namespace mls::grader;
+
+namespace {
+
+const std::vector<std::string> kTests = {"add small", "add negative", "mul small", "mul zero", "sum to ten",
+                                         "sum, with [brackets] and \"quotes\""};
+
+/// Grades `sub` and checks each test's outcome: those named in `expect`, PASS for the rest
+/// (or `rest`).
+LabResult grade_and_check(const fs::path& sub, const std::map<std::string, Outcome>& expect,
+                          Outcome rest = Outcome::Pass, double max_seconds = 60) {
+  Manifest m = testing::fixture_manifest();
+  testing::ScopedTmpdir tmp;  // every path of this grading run is under it
+  auto t0 = std::chrono::steady_clock::now();
+  LabResult r = grade_submission(m, sub, testing::fixture_grade_options());
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(format_table(r, m, false) << format_failures(r) << r.output);
+  CHECK(s < max_seconds);
+  REQUIRE(r.tests.size() == kTests.size());
+  for (const auto& t : r.tests) {
+    auto it = expect.find(t.name);
+    Outcome want = it == expect.end() ? rest : it->second;
+    INFO("test '" << t.name << "': " << t.message);
+    CHECK(to_string(t.outcome) == std::string(to_string(want)));
+    CHECK(t.score == (t.outcome == Outcome::Pass ? t.max_score : 0.0));
+  }
+  // No process of the run survives it (its programs all live under this run's TMPDIR).
+  CHECK(testing::processes_mentioning(tmp.dir.string()) == 0);
+  return r;
+}
+
+LabResult grade_zero(const fs::path& sub, const std::string& why) {
+  Manifest m = testing::fixture_manifest();
+  LabResult r = grade_submission(m, sub, testing::fixture_grade_options());
+  INFO(r.output);
+  CHECK(r.score() == 0);
+  CHECK(r.max_score() == m.total_points());
+  CHECK_THAT(r.output, Catch::Contains(why));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("adversarial: the correct submission scores full marks", "[grader][adversarial]") {
+  LabResult r = grade_and_check(testing::submission("correct"), {});
+  CHECK(r.score() == 10);
+  CHECK(r.max_score() == 10);
+}
+
+TEST_CASE("adversarial: the reference solution scores full marks, the empty submission is NOT_IMPLEMENTED",
+          "[grader][adversarial]") {
+  fs::path sub = make_temp_dir("mls-grader-test");
+  grade_and_check(sub, {}, Outcome::NotImplemented);
+  Manifest m = testing::fixture_manifest();
+  fs::copy_file(testing::repo_root() / m.student_files[0], sub / "student.cpp");
+  grade_and_check(sub, {});
+  remove_tree(sub);
+}
+
+TEST_CASE("adversarial: a submission that does not compile scores 0 with the compiler errors", "[grader][adversarial]") {
+  LabResult r = grade_zero(testing::submission("no_compile"), "did not build");
+  CHECK_THAT(r.output, Catch::Contains("error: expected ';'"));
+  CHECK_FALSE(r.built);
+}
+
+TEST_CASE("adversarial: a segfault loses only that test", "[grader][adversarial]") {
+  grade_and_check(testing::submission("segfault"), {{"mul zero", Outcome::Crash}});
+}
+
+TEST_CASE("adversarial: an infinite loop times out", "[grader][adversarial]") {
+  grade_and_check(testing::submission("infinite_loop"),
+                  {{"sum to ten", Outcome::Timeout}, {"sum, with [brackets] and \"quotes\"", Outcome::Timeout}}, Outcome::Pass,
+                  30);
+}
+
+TEST_CASE("adversarial: a fork bomb times out and leaves no process", "[grader][adversarial]") {
+  grade_and_check(testing::submission("fork_bomb"), {{"add small", Outcome::Timeout}, {"add negative", Outcome::Timeout}},
+                  Outcome::Pass, 30);
+}
+
+TEST_CASE("adversarial: a 64 GiB allocation is MEMORY", "[grader][adversarial]") {
+  grade_and_check(testing::submission("big_alloc"), {{"mul small", Outcome::Memory}, {"mul zero", Outcome::Memory}});
+}
+
+TEST_CASE("adversarial: 1 GB to stdout is OUTPUT_LIMIT", "[grader][adversarial]") {
+  grade_and_check(testing::submission("big_output"),
+                  {{"add small", Outcome::OutputLimit}, {"add negative", Outcome::OutputLimit}}, Outcome::Pass, 30);
+}
+
+TEST_CASE("adversarial: exit(0) mid-test is NO_RESULT", "[grader][adversarial]") {
+  grade_and_check(testing::submission("exit0"),
+                  {{"sum to ten", Outcome::NoResult}, {"sum, with [brackets] and \"quotes\"", Outcome::NoResult}});
+}
+
+TEST_CASE("adversarial: _exit(0) mid-test is NO_RESULT", "[grader][adversarial]") {
+  grade_and_check(testing::submission("underscore_exit0"), {{"mul small", Outcome::NoResult}, {"mul zero", Outcome::NoResult}});
+}
+
+TEST_CASE("adversarial: printed forged Catch2 XML success is NO_RESULT", "[grader][adversarial]") {
+  grade_and_check(testing::submission("forged_xml"), {{"add small", Outcome::NoResult}, {"add negative", Outcome::NoResult}});
+}
+
+TEST_CASE("adversarial: a wrong answer is FAIL with the assertion, a stub is NOT_IMPLEMENTED", "[grader][adversarial]") {
+  LabResult r = grade_and_check(testing::submission("partial"),
+                                {{"mul small", Outcome::Fail},
+                                 {"mul zero", Outcome::Fail},
+                                 {"sum to ten", Outcome::NotImplemented},
+                                 {"sum, with [brackets] and \"quotes\"", Outcome::NotImplemented}});
+  CHECK_THAT(r.tests[2].message, Catch::Contains("7 == 12"));
+}
+
+TEST_CASE("adversarial: a submission that defines main is rejected", "[grader][adversarial]") {
+  grade_zero(testing::submission("defines_main"), "defines or names `main`");
+}
+
+TEST_CASE("adversarial: a symlink to the results file is refused and results.json is written safely",
+          "[grader][adversarial]") {
+  fs::path dir = make_temp_dir("mls-grader-test");
+  fs::path results = dir / "results.json";
+  testing::put(dir, "results.json", "{\"score\": 0}");
+  testing::put(dir, "precious.txt", "keep me");
+  fs::path sub = dir / "sub";
+  fs::create_directories(sub);
+  REQUIRE(::symlink(results.c_str(), (sub / "student.cpp").c_str()) == 0);
+  LabResult r = grade_and_check(sub, {}, Outcome::NotImplemented);
+  CHECK_THAT(r.output, Catch::Contains("symbolic link"));
+  // The results path itself is a symlink to another file: the write replaces the link, never
+  // writes through it.
+  fs::remove(results);
+  REQUIRE(::symlink((dir / "precious.txt").c_str(), results.c_str()) == 0);
+  write_file_atomic(results, to_gradescope(r, testing::fixture_manifest()).dump());
+  CHECK(fs::is_regular_file(fs::symlink_status(results)));
+  CHECK(read_file(dir / "precious.txt") == "keep me");
+  CHECK(nlohmann::json::parse(read_file(results))["score"] == 0.0);
+  remove_tree(dir);
+}

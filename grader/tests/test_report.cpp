@@ -1,0 +1,99 @@
+#include <catch2/catch.hpp>
+
+#include "helpers.hpp"
+#include "mls/grader/bench.hpp"
+#include "mls/grader/report.hpp"
+
+using namespace mls::grader;
+using nlohmann::json;
+
+namespace {
+LabResult sample() {
+  LabResult r;
+  r.lab = 99;
+  r.title = "Grader fixture";
+  r.submission = "alice";
+  r.execution_time_s = 1.5;
+  r.tests.push_back({"add small", "add", Visibility::Visible, Outcome::Pass, 2, 2, 0.01, ""});
+  r.tests.push_back({"add <neg>", "add", Visibility::Visible, Outcome::Crash, 0, 2, 0.02, "crashed\x01 & burned"});
+  r.tests.push_back({"sum", "sum", Visibility::AfterDueDate, Outcome::Timeout, 0, 2, 3, "slow"});
+  r.leaderboard.push_back({"speed", 1.5, "desc"});
+  return r;
+}
+}  // namespace
+
+TEST_CASE("report: Gradescope results.json has the fields Gradescope reads", "[grader][report]") {
+  Manifest m = testing::fixture_manifest();
+  json j = to_gradescope(sample(), m);
+  CHECK(j["score"] == 2.0);
+  CHECK(j["execution_time"] == 1.5);
+  REQUIRE(j["tests"].size() == 3);
+  CHECK(j["tests"][0]["name"] == "add: add small");
+  CHECK(j["tests"][0]["number"] == "1.1");
+  CHECK(j["tests"][1]["number"] == "1.2");
+  CHECK(j["tests"][2]["number"] == "3.1");
+  CHECK(j["tests"][1]["status"] == "failed");
+  CHECK(j["tests"][1]["max_score"] == 2.0);
+  CHECK(j["tests"][2]["visibility"] == "after_due_date");
+  CHECK_THAT(j["tests"][1]["output"].get<std::string>(), Catch::Contains("CRASH") && Catch::Contains("crashed? & burned"));
+  CHECK(j["leaderboard"][0]["name"] == "speed");
+  CHECK(j["extra_data"]["submission"] == "alice");
+}
+
+TEST_CASE("report: table, failures, JUnit XML and CSV", "[grader][report]") {
+  Manifest m = testing::fixture_manifest();
+  LabResult r = sample();
+  std::string t = format_table(r, m, false);
+  CHECK_THAT(t, Catch::Contains("add") && Catch::Contains("1/2") && Catch::Contains("CRASH=1") && Catch::Contains("total"));
+  CHECK_THAT(format_failures(r), Catch::Contains("TIMEOUT  sum: sum") && !Catch::Contains("add small"));
+  std::string x = to_junit(r, m);
+  CHECK_THAT(x, Catch::Contains("<testcase classname=\"lab99.add\" name=\"add &lt;neg&gt;\"") &&
+                    Catch::Contains("<failure type=\"CRASH\"") && Catch::Contains("tests=\"3\" failures=\"2\""));
+  std::string csv = to_csv({r});
+  CHECK_THAT(csv, Catch::StartsWith("submission,lab,score,max_score,built,PASS,FAIL,CRASH") &&
+                      Catch::Contains("alice,99,2.00,6.00,no,1,0,1,1,"));
+}
+
+TEST_CASE("leaderboard: HTML (sortable, no external assets) and Markdown, ranked by the metric's order",
+          "[grader][report][leaderboard]") {
+  Manifest m = testing::fixture_manifest();
+  std::vector<LeaderboardRow> rows;
+  for (auto [name, v] : std::vector<std::pair<std::string, double>>{{"alice", 1.5}, {"bob", 2.5}, {"<carol>", 0.5}}) {
+    LabResult r = sample();
+    r.submission = name;
+    r.leaderboard[0].value = v;
+    rows.push_back(leaderboard_row_from_results(to_gradescope(r, m), "fallback"));
+  }
+  rows.push_back(leaderboard_row_from_results(json::parse(R"({"score": 1})"), "dave"));
+  CHECK(rows[3].submission == "dave");
+  std::string html = leaderboard_html(rows, "Board");
+  CHECK_THAT(html, Catch::Contains("<table class=\"board\"") && Catch::Contains("&lt;carol&gt;") &&
+                       Catch::Contains("addEventListener('click'") && !Catch::Contains("http") &&
+                       !Catch::Contains("<link") && !Catch::Contains("src="));
+  CHECK(html.find("bob") < html.find("alice"));
+  CHECK(html.find("alice") < html.find("&lt;carol&gt;"));
+  std::string md = leaderboard_markdown(rows, "Board");
+  CHECK_THAT(md, Catch::Contains("| rank | submission | score | speed |") && Catch::Contains("| 1 | bob | 2.00 | 2.5 |"));
+}
+
+TEST_CASE("bench: median of a Google Benchmark report, ratio against the peer", "[grader][bench]") {
+  json rep = json::parse(R"({"benchmarks": [
+    {"name": "BM_Add/1024_median", "run_name": "BM_Add/1024", "aggregate_name": "median", "real_time": 50.0, "GB/s": 12.0},
+    {"name": "BM_Add/1024_mean", "run_name": "BM_Add/1024", "aggregate_name": "mean", "real_time": 70.0},
+    {"name": "BM_Memcpy/1024", "run_name": "BM_Memcpy/1024", "real_time": 20.0, "GB/s": 30.0},
+    {"name": "BM_Memcpy/1024", "run_name": "BM_Memcpy/1024", "real_time": 30.0, "GB/s": 20.0},
+    {"name": "BM_Memcpy/1024", "run_name": "BM_Memcpy/1024", "real_time": 25.0, "GB/s": 24.0}]})");
+  CHECK(gbench_median(rep, "BM_Add", "real_time") == 50.0);
+  CHECK(gbench_median(rep, "BM_Memcpy", "real_time") == 25.0);
+  Benchmark b{"add_vs_memcpy", "bin", "BM_Add", "ratio", "BM_Memcpy", "desc"};
+  BenchResult r = evaluate_benchmark(rep, b);
+  REQUIRE(r.ok);
+  CHECK(r.value == Approx(0.5));
+  Benchmark c{"add_gbs", "bin", "BM_Add", "GB/s", "BM_Memcpy", "desc"};
+  r = evaluate_benchmark(rep, c);
+  REQUIRE(r.ok);
+  CHECK(r.value == 12.0);
+  CHECK_THAT(r.message, Catch::Contains("50.0% of the peer"));
+  Benchmark d{"none", "bin", "BM_Nothing", "ratio", "BM_Memcpy", "desc"};
+  CHECK_FALSE(evaluate_benchmark(rep, d).ok);
+}

@@ -1,0 +1,450 @@
+// mls-grader: the instructor's grader and the student's local test runner.
+//
+// Exit codes (every command):
+//   0  success (test/bench: every test passed; grade: results written; check-handouts: all good)
+//   1  tests failed, or check-handouts found a problem
+//   2  usage error: bad arguments, unknown lab, invalid manifest, bad marker in a source
+//   3  the lab did not build (test, bench, check-handouts on the reference)
+//   4  internal error of the grader
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include "mls/common/error.hpp"
+#include "mls/grader/bench.hpp"
+#include "mls/grader/grade.hpp"
+#include "mls/grader/intake.hpp"
+#include "mls/grader/manifest.hpp"
+#include "mls/grader/report.hpp"
+#include "mls/grader/strip.hpp"
+#include "mls/grader/util.hpp"
+
+using namespace mls::grader;
+
+namespace {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct BuildFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Common {
+  std::string root;
+  int lab = -1;
+  std::string manifest;
+  std::string preset = "release";
+  int jobs = 2;
+};
+
+fs::path root_of(const Common& c) {
+  return find_repo_root(c.root.empty() ? std::nullopt : std::optional<fs::path>(c.root));
+}
+
+Manifest manifest_of(const Common& c) {
+  if (!c.manifest.empty()) return load_manifest(c.manifest);
+  if (c.lab < 0) throw UsageError("give --lab N or --manifest FILE");
+  return find_lab(root_of(c), c.lab);
+}
+
+BuildOptions build_options(const Common& c) {
+  BuildOptions b;
+  b.root = root_of(c);
+  b.preset = c.preset;
+  b.jobs = c.jobs;
+  b.harness_lib = default_harness_lib();
+  b.common_lib = default_common_lib();
+  b.cache_dir = default_binary_dir() / "grader-cache";
+  return b;
+}
+
+bool colour() { return ::isatty(1) != 0; }
+
+void progress(const TestResult& t) {
+  if (!::isatty(2)) return;
+  std::fprintf(stderr, "  %-16s %s: %s (%.2f s)\n", to_string(t.outcome), t.group.c_str(), t.name.c_str(), t.wall_s);
+}
+
+/// Builds lab `m` from the working tree: the preset's build folder (real labs), or a folder of
+/// the grader's build (labs with a direct build).
+BuildResult build_in_tree(const Manifest& m, const BuildOptions& bo) {
+  fs::path build_dir = m.build ? default_binary_dir() / "grader-direct" / ("lab" + std::to_string(m.lab))
+                               : bo.root / "build" / bo.preset;
+  fs::path tree = bo.root;
+  std::fprintf(stderr, "mls-grader: building %s ...\n", m.test_binary.c_str());
+  BuildResult b = build_lab(m, tree, build_dir, bo);
+  if (!b.ok) throw BuildFailed("lab " + std::to_string(m.lab) + " does not build:\n" + summarize_build_log(b.log));
+  return b;
+}
+
+void write_outputs(const LabResult& r, const Manifest& m, const std::string& results, const std::string& junit) {
+  if (!results.empty()) write_file_atomic(results, to_gradescope(r, m).dump(2) + "\n");
+  if (!junit.empty()) write_file_atomic(junit, to_junit(r, m));
+}
+
+// ---- commands -----------------------------------------------------------------------------------
+
+int cmd_list(const Common& c) {
+  std::vector<Manifest> labs;
+  if (!c.manifest.empty()) labs.push_back(load_manifest(c.manifest));
+  else if (c.lab >= 0) labs.push_back(find_lab(root_of(c), c.lab));
+  else labs = discover_labs(root_of(c));
+  if (labs.empty()) std::printf("no lab has a lab.json yet under %s\n", root_of(c).c_str());
+  for (const auto& m : labs) {
+    std::printf("lab %d: %s  (%s, test program %s, %.0f s per test, %.0f points)\n", m.lab, m.title.c_str(), m.dir.c_str(),
+                m.test_binary.c_str(), m.time_limit_s, m.total_points());
+    std::printf("  groups:\n");
+    for (const auto& g : m.groups)
+      std::printf("    %-20s %-28s %6.1f points  %s\n", g.name.c_str(), g.match.c_str(), g.points, to_string(g.visibility));
+    std::printf("  student files:\n");
+    for (const auto& f : m.student_files) std::printf("    %s\n", f.c_str());
+    if (!m.hidden_files.empty()) {
+      std::printf("  hidden test files (not in the handout):\n");
+      for (const auto& f : m.hidden_files) std::printf("    %s\n", f.c_str());
+    }
+    if (!m.benchmarks.empty()) {
+      std::printf("  benchmarks:\n");
+      for (const auto& b : m.benchmarks)
+        std::printf("    %-20s %s %s metric=%s peer=%s order=%s\n", b.name.c_str(), b.binary.c_str(), b.filter.c_str(),
+                    b.metric.c_str(), b.peer.c_str(), b.order.c_str());
+    }
+  }
+  return 0;
+}
+
+int cmd_test(const Common& c, const std::string& filter, const std::string& results, const std::string& junit) {
+  Manifest m = manifest_of(c);
+  BuildOptions bo = build_options(c);
+  BuildResult b = build_in_tree(m, bo);
+  RunOptions ro;
+  ro.jobs = c.jobs;
+  ro.filter = filter;
+  ro.on_result = progress;
+  LabResult r = run_lab_tests(b.binary, m, ro);
+  r.submission = "working tree";
+  std::cout << format_table(r, m, colour());
+  std::string f = format_failures(r);
+  if (!f.empty()) std::cout << "\n" << f;
+  if (!r.output.empty()) std::cout << "\n" << r.output;
+  write_outputs(r, m, results, junit);
+  return r.count(Outcome::Pass) == static_cast<int>(r.tests.size()) && !r.tests.empty() ? 0 : 1;
+}
+
+int cmd_grade(const Common& c, const std::string& submission, const std::string& batch, const std::string& results,
+              const std::string& junit, const std::string& csv, bool keep_temp) {
+  Manifest m = manifest_of(c);
+  GradeOptions go;
+  go.build = build_options(c);
+  go.run.jobs = c.jobs;
+  go.run.on_result = progress;
+  go.keep_temp = keep_temp;
+  if (submission.empty() == batch.empty()) throw UsageError("give exactly one of --submission DIR or --batch DIR");
+  if (!submission.empty()) {
+    LabResult r = grade_submission(m, submission, go);
+    std::cout << format_table(r, m, colour());
+    std::string f = format_failures(r, 300);
+    if (!f.empty()) std::cout << "\n" << f;
+    if (!r.output.empty()) std::cout << "\n" << r.output;
+    write_outputs(r, m, results, junit);
+    return 0;
+  }
+  std::vector<fs::path> subs;
+  for (const auto& e : fs::directory_iterator(batch))
+    if (e.is_directory() && !e.is_symlink()) subs.push_back(e.path());
+  std::sort(subs.begin(), subs.end());
+  std::vector<LabResult> all;
+  for (const auto& s : subs) {
+    std::fprintf(stderr, "mls-grader: grading %s ...\n", s.filename().c_str());
+    LabResult r = grade_submission(m, s, go);
+    std::printf("%-32s %7.2f / %.2f\n", r.submission.c_str(), r.score(), r.max_score());
+    if (!results.empty()) {
+      fs::path dir = fs::path(results) / s.filename();
+      fs::create_directories(dir);
+      write_file_atomic(dir / "results.json", to_gradescope(r, m).dump(2) + "\n");
+    }
+    all.push_back(std::move(r));
+  }
+  std::string out = csv.empty() ? "scores.csv" : csv;
+  write_file_atomic(out, to_csv(all));
+  std::printf("wrote %s (%zu submissions)\n", out.c_str(), all.size());
+  return 0;
+}
+
+int cmd_handout(const Common& c, const std::string& out, bool strip_previous) {
+  fs::path root = root_of(c);
+  if (c.lab < 0) throw UsageError("give --lab N");
+  auto labs = discover_labs(root);
+  HandoutOptions ho;
+  ho.strip_previous = strip_previous;
+  HandoutReport rep = make_handout(root, labs, c.lab, out, ho);
+  std::printf("handout of lab %d written to %s: %d solution regions stripped\n", c.lab, out.c_str(), rep.regions);
+  for (const auto& s : rep.stripped_files) std::printf("  stripped %s\n", s.c_str());
+  for (const auto& n : rep.notes) std::printf("  %s\n", n.c_str());
+  return 0;
+}
+
+/// One lab of check-handouts; returns the problems found.
+std::vector<std::string> check_one(const Manifest& m, const BuildOptions& bo, int jobs, bool keep) {
+  std::vector<std::string> problems;
+  auto say = [&](const std::string& s) { std::printf("  %s\n", s.c_str()); std::fflush(stdout); };
+  // 1. The reference passes 100%.
+  BuildResult ref = build_in_tree(m, bo);
+  RunOptions ro;
+  ro.jobs = jobs;
+  std::vector<std::string> notes;
+  LabResult r = run_lab_tests(ref.binary, m, ro, &notes);
+  for (const auto& n : notes) problems.push_back("manifest: " + n);
+  if (r.count(Outcome::Pass) != static_cast<int>(r.tests.size()) || r.tests.empty()) {
+    problems.push_back("the reference does not pass every test:\n" + format_failures(r, 300));
+  }
+  say("reference: " + std::to_string(r.count(Outcome::Pass)) + "/" + std::to_string(r.tests.size()) + " tests pass");
+  // 2. The handout builds with -Werror, 3. every lab test fails with "not implemented".
+  fs::path temp = make_temp_dir("mls-grader-check");
+  fs::path tree = temp / "handout";
+  std::vector<std::string> lab_dirs;
+  if (m.build) {
+    copy_reference_tree(bo.root, m, tree);
+    for (const auto& rel : m.student_files) {
+      StripResult s = strip_solutions(read_file(tree / rel), rel, "lab" + std::to_string(m.lab));
+      write_file_atomic(tree / rel, s.text);
+    }
+    lab_dirs.push_back(m.dir);
+  } else {
+    make_handout(bo.root, discover_labs(bo.root), m.lab, tree, {});
+    for (const auto& e : fs::directory_iterator(tree))
+      if (lab_number_of_dir(e.path().filename().string()) >= 0) lab_dirs.push_back(e.path().filename().string());
+  }
+  // 4. Nothing leaks: no marker text in any lab file, no hidden test file.
+  for (const auto& d : lab_dirs)
+    for (const auto& e : fs::recursive_directory_iterator(tree / d)) {
+      if (!e.is_regular_file()) continue;
+      if (contains_marker_text(read_file(e.path())))
+        problems.push_back("marker text leaks into the handout: " + fs::relative(e.path(), tree).string());
+    }
+  for (const auto& h : m.hidden_files)
+    if (fs::exists(tree / h)) problems.push_back("hidden test file in the handout: " + h);
+  BuildOptions hb = bo;
+  hb.werror = true;
+  BuildResult hbuild = build_lab(m, tree, temp / "build", hb);
+  if (!hbuild.ok) {
+    problems.push_back("the handout does not build with -Werror:\n" + summarize_build_log(hbuild.log, 3000));
+  } else {
+    say("handout builds with -Werror");
+    LabResult h = run_lab_tests(hbuild.binary, m, ro);
+    int ni = 0;
+    for (const auto& t : h.tests) {
+      if (t.outcome == Outcome::NotImplemented) {
+        ++ni;
+        continue;
+      }
+      // A hidden group has no tests in the handout: its placeholder entry is expected.
+      const Group* g = m.group(t.group);
+      if (g && g->visibility != Visibility::Visible && t.name.find("(no test case)") != std::string::npos) continue;
+      problems.push_back("handout test '" + t.group + ": " + t.name + "' is " + to_string(t.outcome) +
+                         " (expected NOT_IMPLEMENTED): " + t.message.substr(0, 300));
+    }
+    say("handout: " + std::to_string(ni) + "/" + std::to_string(h.tests.size()) + " tests fail with 'not implemented'");
+    for (const auto& g : m.groups) {
+      if (g.visibility != Visibility::Hidden) continue;
+      try {
+        auto names = list_tests(hbuild.binary, g.match, m);
+        if (!names.empty())
+          problems.push_back("hidden group '" + g.name + "' has " + std::to_string(names.size()) + " test(s) in the handout");
+      } catch (const std::exception& e) {
+        problems.push_back(e.what());
+      }
+    }
+  }
+  if (!keep) remove_tree(temp);
+  return problems;
+}
+
+int cmd_check_handouts(const Common& c, bool keep) {
+  std::vector<Manifest> labs;
+  if (!c.manifest.empty()) labs.push_back(load_manifest(c.manifest));
+  else if (c.lab >= 0) labs.push_back(find_lab(root_of(c), c.lab));
+  else labs = discover_labs(root_of(c));
+  if (labs.empty()) {
+    std::printf("check-handouts: no lab has a lab.json yet\n");
+    return 0;
+  }
+  BuildOptions bo = build_options(c);
+  int bad = 0;
+  for (const auto& m : labs) {
+    std::printf("lab %d (%s):\n", m.lab, m.title.c_str());
+    std::vector<std::string> problems;
+    try {
+      problems = check_one(m, bo, c.jobs, keep);
+    } catch (const BuildFailed& e) {
+      problems.push_back(e.what());
+    } catch (const mls::Error& e) {
+      problems.push_back(e.what());
+    }
+    for (const auto& p : problems) std::printf("  PROBLEM: %s\n", p.c_str());
+    std::printf("  %s\n", problems.empty() ? "OK" : "FAILED");
+    bad += !problems.empty();
+  }
+  std::printf("check-handouts: %zu lab(s), %d with problems\n", labs.size(), bad);
+  return bad ? 1 : 0;
+}
+
+int cmd_bench(const Common& c, int repetitions, const std::string& results) {
+  Manifest m = manifest_of(c);
+  if (m.benchmarks.empty()) {
+    std::printf("lab %d has no benchmarks\n", m.lab);
+    return 0;
+  }
+  BuildOptions bo = build_options(c);
+  BuildResult b = build_in_tree(m, bo);
+  RunOptions ro;
+  ro.jobs = c.jobs;
+  LabResult r = run_lab_tests(b.binary, m, ro);
+  r.submission = "working tree";
+  bool all_pass = !r.tests.empty() && r.count(Outcome::Pass) == static_cast<int>(r.tests.size());
+  std::printf("correctness: %d/%zu tests pass\n", r.count(Outcome::Pass), r.tests.size());
+  if (!all_pass) {
+    std::printf("benchmarks are not run: they enter the leaderboard only when every test passes\n");
+    write_outputs(r, m, results, "");
+    return 1;
+  }
+  fs::path build_dir = bo.root / "build" / bo.preset;
+  int failed = 0;
+  for (const auto& bm : m.benchmarks) {
+    SandboxSpec dummy;
+    (void)dummy;
+    std::string cmake = "/usr/bin/cmake";
+    std::string cmd = cmake + " --build " + build_dir.string() + " --target " + bm.binary + " -j " + std::to_string(c.jobs) + " >/dev/null";
+    if (std::system(cmd.c_str()) != 0) {
+      std::printf("%s: cannot build %s\n", bm.name.c_str(), bm.binary.c_str());
+      ++failed;
+      continue;
+    }
+    fs::path bin = build_dir / m.dir / bm.binary;
+    BenchResult br = run_benchmark(bin, bm, 300, repetitions);
+    std::printf("%s\n", br.message.c_str());
+    if (br.ok) r.leaderboard.push_back({bm.name, br.value, bm.order});
+    else ++failed;
+  }
+  write_outputs(r, m, results, "");
+  return failed ? 1 : 0;
+}
+
+int cmd_leaderboard(const std::vector<std::string>& in, const std::string& html, const std::string& md, const std::string& title) {
+  std::vector<LeaderboardRow> rows;
+  for (const auto& f : in) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(f));
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(f + ": not valid JSON: " + e.what());
+    }
+    fs::path p(f);
+    rows.push_back(leaderboard_row_from_results(j, p.parent_path().filename().string().empty() ? p.stem().string()
+                                                                                               : p.parent_path().filename().string()));
+  }
+  if (html.empty() && md.empty()) std::cout << leaderboard_markdown(rows, title);
+  if (!html.empty()) write_file_atomic(html, leaderboard_html(rows, title));
+  if (!md.empty()) write_file_atomic(md, leaderboard_markdown(rows, title));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mls-grader: isolated grading, handouts, Gradescope results and a leaderboard for mlsys-labs.\n"
+               "Exit codes: 0 success; 1 tests failed / problems found; 2 usage or manifest error;\n"
+               "3 the lab did not build; 4 internal error."};
+  app.require_subcommand(1);
+  Common c;
+  auto add_common = [&](CLI::App* s, bool lab) {
+    s->add_option("--root", c.root, "repository root (default: found from the current folder)");
+    s->add_option("--jobs,-j", c.jobs, "tests (and build steps) run in parallel")->check(CLI::Range(1, 64));
+    if (lab) {
+      s->add_option("--lab", c.lab, "lab number");
+      s->add_option("--manifest", c.manifest, "a lab.json to use instead of --lab (e.g. the grader's fixture lab)");
+      s->add_option("--preset", c.preset, "CMake preset of in-tree builds (release, ci, asan)");
+    }
+  };
+
+  auto* list = app.add_subcommand("list", "labs, test groups, points, student files, benchmarks");
+  add_common(list, true);
+
+  std::string filter, results, junit;
+  auto* test = app.add_subcommand("test", "build and run a lab's tests from the working tree, isolated, with the score table");
+  add_common(test, true);
+  test->add_option("--filter", filter, "only tests matching this Catch2 spec");
+  test->add_option("--results", results, "also write Gradescope results.json here");
+  test->add_option("--junit", junit, "also write JUnit XML here");
+
+  std::string submission, batch, csv;
+  bool keep_temp = false;
+  auto* grade = app.add_subcommand("grade", "grade a submission (or --batch a folder of them) against a clean reference copy");
+  add_common(grade, true);
+  grade->add_option("--submission", submission, "folder with the student's files");
+  grade->add_option("--batch", batch, "folder with one subfolder per submission");
+  grade->add_option("--results", results, "results.json to write (with --batch: a folder, one <name>/results.json each)");
+  grade->add_option("--junit", junit, "JUnit XML to write (single submission)");
+  grade->add_option("--csv", csv, "CSV of scores (with --batch; default scores.csv)");
+  grade->add_flag("--keep-temp", keep_temp, "keep the build folder (debugging)");
+
+  std::string out;
+  bool strip_previous = false;
+  auto* handout = app.add_subcommand("handout", "write the student starter tree of a lab");
+  add_common(handout, true);
+  handout->add_option("--out", out, "folder to create (must not exist or be empty)")->required();
+  handout->add_flag("--strip-previous", strip_previous, "strip the solution regions of earlier labs too");
+
+  bool keep = false;
+  auto* check = app.add_subcommand("check-handouts",
+                                   "for every lab: reference passes 100%, handout builds with -Werror, its tests all fail "
+                                   "with 'not implemented', nothing leaks");
+  add_common(check, true);
+  check->add_flag("--keep-temp", keep, "keep the handout trees");
+
+  int reps = 5;
+  auto* bench = app.add_subcommand("bench", "run a lab's benchmarks (only when its tests pass) for the leaderboard");
+  add_common(bench, true);
+  bench->add_option("--repetitions", reps, "repetitions; the median is reported")->check(CLI::Range(1, 100));
+  bench->add_option("--results", results, "write results.json with the leaderboard entries");
+
+  std::vector<std::string> inputs;
+  std::string html, md, title = "mlsys-labs leaderboard";
+  auto* lb = app.add_subcommand("leaderboard", "render results.json files as a sortable HTML page and Markdown");
+  lb->add_option("--in", inputs, "results.json files")->required();
+  lb->add_option("--html", html, "HTML file to write");
+  lb->add_option("--md", md, "Markdown file to write (stdout when neither is given)");
+  lb->add_option("--title", title, "page title");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (*list) return cmd_list(c);
+    if (*test) return cmd_test(c, filter, results, junit);
+    if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp);
+    if (*handout) return cmd_handout(c, out, strip_previous);
+    if (*check) return cmd_check_handouts(c, keep);
+    if (*bench) return cmd_bench(c, reps, results);
+    if (*lb) return cmd_leaderboard(inputs, html, md, title);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "mls-grader: %s\n", e.what());
+    return 2;
+  } catch (const BuildFailed& e) {
+    std::fprintf(stderr, "mls-grader: %s\n", e.what());
+    return 3;
+  } catch (const mls::Error& e) {
+    std::fprintf(stderr, "mls-grader: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mls-grader: internal error: %s\n", e.what());
+    return 4;
+  }
+  return 2;
+}
