@@ -255,7 +255,7 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
   os << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << xml_escape(title) << "</title>\n<style>\n"
      << "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\n"
      << "table{border-collapse:collapse;margin-bottom:2em;min-width:30em}\n"
-     << "th,td{border:1px solid #bbb;padding:.35em .8em;text-align:right}\n"
+     << "th,td{border:1px solid #bbb;padding:.35em .8em;text-align:right;white-space:nowrap}\n"
      << "th{background:#e8eef7;cursor:pointer;user-select:none}\nth:hover{background:#d0dcf0}\n"
      << "td:nth-child(2),th:nth-child(2){text-align:left}\ntr:nth-child(even) td{background:#f7f7f7}\n"
      << "th.asc::after{content:' \\25B2'}th.desc::after{content:' \\25BC'}\n</style></head><body>\n";
