@@ -224,6 +224,10 @@ HandoutReport make_handout(const fs::path& root, const std::vector<Manifest>& la
         write_file_atomic(dst, s.text);
         continue;
       }
+      if (student_of_any.count(rel)) {  // an earlier lab kept as reference: code stays, markers go
+        write_file_atomic(dst, unmark_solutions(text, rel));
+        continue;
+      }
       bool has_marker_lines = false;
       for (const auto& l : split(text, '\n')) has_marker_lines = has_marker_lines || is_begin_marker(l) || is_end_marker(l);
       if (has_marker_lines && !student_of_any.count(rel))
@@ -235,6 +239,18 @@ HandoutReport make_handout(const fs::path& root, const std::vector<Manifest>& la
   for (const auto& s : to_strip)
     MLS_CHECK(fs::exists(out / s), "handout: student file ", s, " of lab ", lab_of_student[s], " does not exist");
   return rep;
+}
+
+std::string unmark_solutions(std::string_view text, std::string_view file) {
+  strip_solutions(text, file, "check");  // validates the markers (balanced, not nested)
+  std::vector<std::string> lines = split_lines(text);
+  std::string out;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (is_begin_marker(lines[i]) || is_end_marker(lines[i])) continue;
+    out += lines[i];
+    if (i + 1 < lines.size()) out += '\n';
+  }
+  return out;
 }
 
 }  // namespace mls::grader

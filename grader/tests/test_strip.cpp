@@ -61,6 +61,13 @@ TEST_CASE("strip: nested, unclosed and unopened markers are refused with file an
   CHECK(strip_solutions("no regions\n", "d.cpp", "lab1").text == "no regions\n");
 }
 
+TEST_CASE("unmark: an earlier lab's reference keeps its code and loses its marker lines", "[grader][strip]") {
+  CHECK(unmark_solutions("int f() {\n  // BEGIN SOLUTION\n  return 1;\n  // END SOLUTION\n}\n", "a.cpp") ==
+        "int f() {\n  return 1;\n}\n");
+  CHECK(unmark_solutions("no regions", "b.cpp") == "no regions");
+  CHECK_THROWS_WITH(unmark_solutions("f() {\n  // BEGIN SOLUTION\n}\n", "c.cpp"), Catch::Contains("c.cpp:2"));
+}
+
 TEST_CASE("strip: the fixture lab's student file strips to stubs", "[grader][strip]") {
   Manifest m = testing::fixture_manifest();
   std::string text = read_file(testing::repo_root() / m.student_files[0]);
@@ -98,7 +105,8 @@ TEST_CASE("handout: earlier labs kept, the lab stripped, later labs and hidden t
 
   HandoutReport rep = make_handout(root, labs, 2, out);
   CHECK(rep.regions == 1);
-  CHECK(read_file(out / "lab1_a/src/a.cpp") == body);  // reference kept
+  // Reference kept, its markers removed (no solution marker text leaks into a handout).
+  CHECK(read_file(out / "lab1_a/src/a.cpp") == "int f() {\n  return 1;\n}\n");
   CHECK_THAT(read_file(out / "lab2_b/src/b.cpp"), Catch::Contains("MLS_TODO(\"lab2: f\");"));
   CHECK_FALSE(fs::exists(out / "lab2_b/tests/test_hidden.cpp"));
   CHECK_FALSE(fs::exists(out / "lab3_c"));

@@ -35,6 +35,11 @@ std::string enclosing_function(const std::vector<std::string>& lines, std::size_
 /// without END.
 StripResult strip_solutions(std::string_view text, std::string_view file, std::string_view lab_prefix);
 
+/// The reference solution of an earlier lab as it goes into a later lab's handout: the code is
+/// kept, only the `// BEGIN SOLUTION` / `// END SOLUTION` lines are removed (so no marker text
+/// leaks). Checks the markers like `strip_solutions` and throws the same errors.
+std::string unmark_solutions(std::string_view text, std::string_view file);
+
 struct HandoutOptions {
   bool strip_previous = false;  ///< strip the student regions of earlier labs too
 };

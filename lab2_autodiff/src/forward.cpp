@@ -1,0 +1,247 @@
+// Forward mode: dual numbers and the tensor JVP over a graph.
+#include "mls/autodiff/forward.hpp"
+
+#include <cmath>
+#include <unordered_map>
+
+namespace mls::ad {
+
+Dual operator+(Dual a, Dual b) {
+  // BEGIN SOLUTION
+  return {a.v + b.v, a.d + b.d};
+  // END SOLUTION
+}
+Dual operator-(Dual a, Dual b) {
+  // BEGIN SOLUTION
+  return {a.v - b.v, a.d - b.d};
+  // END SOLUTION
+}
+Dual operator*(Dual a, Dual b) {
+  // BEGIN SOLUTION
+  return {a.v * b.v, a.d * b.v + a.v * b.d};
+  // END SOLUTION
+}
+Dual operator/(Dual a, Dual b) {
+  // BEGIN SOLUTION
+  const double q = a.v / b.v;
+  return {q, (a.d - q * b.d) / b.v};
+  // END SOLUTION
+}
+Dual operator-(Dual a) {
+  // BEGIN SOLUTION
+  return {-a.v, -a.d};
+  // END SOLUTION
+}
+Dual sin(Dual a) {
+  // BEGIN SOLUTION
+  return {std::sin(a.v), a.d * std::cos(a.v)};
+  // END SOLUTION
+}
+Dual cos(Dual a) {
+  // BEGIN SOLUTION
+  return {std::cos(a.v), -a.d * std::sin(a.v)};
+  // END SOLUTION
+}
+Dual exp(Dual a) {
+  // BEGIN SOLUTION
+  const double e = std::exp(a.v);
+  return {e, a.d * e};
+  // END SOLUTION
+}
+Dual log(Dual a) {
+  MLS_CHECK(a.v > 0, "log(Dual): the value must be > 0, got ", a.v);
+  // BEGIN SOLUTION
+  return {std::log(a.v), a.d / a.v};
+  // END SOLUTION
+}
+Dual tanh(Dual a) {
+  // BEGIN SOLUTION
+  const double t = std::tanh(a.v);
+  return {t, a.d * (1.0 - t * t)};
+  // END SOLUTION
+}
+Dual sqrt(Dual a) {
+  MLS_CHECK(a.v > 0, "sqrt(Dual): the value must be > 0, got ", a.v);
+  // BEGIN SOLUTION
+  const double s = std::sqrt(a.v);
+  return {s, a.d * 0.5 / s};
+  // END SOLUTION
+}
+Dual pow(Dual a, double p) {
+  // BEGIN SOLUTION
+  return {std::pow(a.v, p), a.d * p * std::pow(a.v, p - 1.0)};
+  // END SOLUTION
+}
+
+// ---- tensor JVP -------------------------------------------------------------------------------------
+namespace {
+/// `t` broadcast (materialised) to `shape`, or `t` itself when it already has it.
+[[maybe_unused]] Tensor fit(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  return t.expand(shape).clone();
+}
+/// The op's forward applied with input `k` replaced by `t` (for ops linear in that input).
+[[maybe_unused]] Tensor linear_in(const Node& node, const std::vector<Tensor>& vals, std::size_t k, const Tensor& t) {
+  std::vector<Tensor> v = vals;
+  v[k] = t;
+  return op_def(node.op).forward(v, node.attrs);
+}
+}  // namespace
+
+Tensor jvp_rule(const Node& node, const std::vector<Tensor>& x, const std::vector<Tensor>& t, const Tensor& y) {
+  bool any = false;
+  for (const Tensor& ti : t) any = any || ti.defined();
+  if (!any || !op_def(node.op).differentiable) return {};
+  // BEGIN SOLUTION
+  const Shape& ys = y.shape();
+  switch (node.op) {
+    // linear in input 0 (the other inputs are shapes, indices or constants): apply the op to t
+    case Op::Neg: case Op::Sum: case Op::Mean: case Op::SumLike: case Op::BroadcastLike: case Op::ExpandMean:
+    case Op::Reshape: case Op::ReshapeLike: case Op::Permute: case Op::Slice: case Op::SliceBackward:
+    case Op::Expand: case Op::Unsqueeze: case Op::Squeeze: case Op::Im2Col: case Op::Col2Im: case Op::Cast:
+    case Op::Embedding:
+      return t[0].defined() ? linear_in(node, x, 0, t[0]) : Tensor();
+    case Op::Concat: case Op::Stack: {
+      std::vector<Tensor> v(t.size());
+      for (std::size_t i = 0; i < t.size(); ++i) v[i] = t[i].defined() ? t[i] : Tensor::zeros(x[i].shape(), x[i].dtype());
+      return op_def(node.op).forward(v, node.attrs);
+    }
+    case Op::Abs: return mls::mul(t[0], mls::sub(mls::gt(x[0], 0.0).to(y.dtype()), mls::lt(x[0], 0.0).to(y.dtype())));
+    case Op::Exp: return mls::mul(t[0], y);
+    case Op::Log: return mls::div(t[0], x[0]);
+    case Op::Sqrt: return mls::div(mls::mul(t[0], 0.5), y);
+    case Op::Rsqrt: return mls::mul(mls::mul(t[0], -0.5), mls::mul(y, mls::mul(y, y)));
+    case Op::Sin: return mls::mul(t[0], mls::cos(x[0]));
+    case Op::Cos: return mls::neg(mls::mul(t[0], mls::sin(x[0])));
+    case Op::Tanh: return mls::mul(t[0], 1.0 - mls::mul(y, y));
+    case Op::Sigmoid: return mls::mul(t[0], mls::mul(y, 1.0 - y));
+    case Op::Relu: return mls::mul(t[0], mls::gt(x[0], 0.0).to(y.dtype()));
+    case Op::Add: case Op::Sub: {
+      Tensor r = Tensor::zeros(ys, y.dtype());
+      if (t[0].defined()) r = mls::add(r, t[0]);
+      if (t[1].defined()) r = node.op == Op::Add ? mls::add(r, t[1]) : mls::sub(r, t[1]);
+      return r;
+    }
+    case Op::Mul: case Op::Matmul: case Op::Conv2d: {  // bilinear: f(ta, b) + f(a, tb)
+      Tensor r;
+      if (t[0].defined()) r = linear_in(node, x, 0, t[0]);
+      if (t[1].defined()) {
+        const Tensor s = linear_in(node, x, 1, t[1]);
+        r = r.defined() ? mls::add(r, s) : s;
+      }
+      return fit(r, ys);
+    }
+    case Op::Div: {  // (ta - y tb) / b
+      Tensor num = Tensor::zeros(ys, y.dtype());
+      if (t[0].defined()) num = mls::add(num, t[0]);
+      if (t[1].defined()) num = mls::sub(num, mls::mul(y, t[1]));
+      return mls::div(num, x[1]);
+    }
+    case Op::Pow: {  // ta b a^(b-1) + tb y log a
+      Tensor r = Tensor::zeros(ys, y.dtype());
+      if (t[0].defined()) r = mls::add(r, mls::mul(mls::mul(t[0], x[1]), mls::pow(x[0], mls::sub(x[1], 1.0))));
+      if (t[1].defined()) r = mls::add(r, mls::mul(mls::mul(t[1], y), mls::log(x[0])));
+      return r;
+    }
+    case Op::Where: {
+      const Tensor ta = t[1].defined() ? t[1] : Tensor::zeros({}, y.dtype());
+      const Tensor tb = t[2].defined() ? t[2] : Tensor::zeros({}, y.dtype());
+      return fit(mls::where(x[0], ta, tb), ys);
+    }
+    case Op::Softmax: {  // y (t - sum(t y))
+      const std::int64_t ax = node.attrs.i("axis");
+      return mls::mul(y, mls::sub(t[0], mls::sum(mls::mul(t[0], y), {ax}, true)));
+    }
+    case Op::LogSoftmax: {  // t - sum(softmax(x) t)
+      const std::int64_t ax = node.attrs.i("axis");
+      return mls::sub(t[0], mls::sum(mls::mul(mls::exp(y), t[0]), {ax}, true));
+    }
+    case Op::LogSumExp: {
+      const std::int64_t ax = node.attrs.i("axis");
+      return mls::sum(mls::mul(mls::softmax(x[0], ax), t[0]), {ax}, node.attrs.i("keepdim") != 0);
+    }
+    case Op::Mse: {  // mean(2 (a - b)(ta - tb))
+      Tensor dt = Tensor::zeros(x[0].shape(), y.dtype());
+      if (t[0].defined()) dt = mls::add(dt, t[0]);
+      if (t[1].defined()) dt = mls::sub(dt, t[1]);
+      return mls::mean(mls::mul(mls::mul(mls::sub(x[0], x[1]), dt), 2.0));
+    }
+    default:
+      fail("jvp: no forward-mode rule for op ", op_name(node.op), " (use reverse mode for it)");
+  }
+  // END SOLUTION
+}
+
+JvpResult jvp(const std::vector<Var>& outputs, const Feeds& feeds, const Feeds& tangents) {
+  MLS_CHECK(!outputs.empty(), "jvp: no outputs");
+  const Graph* g = outputs[0].get() ? outputs[0].get()->graph : nullptr;
+  MLS_CHECK(g != nullptr, "jvp: outputs must be graph nodes");
+  for (const Var& o : outputs) MLS_CHECK(o.defined() && o.get()->graph == g, "jvp: outputs must be in one graph");
+  std::unordered_map<const Node*, Tensor> tan;
+  for (const auto& [v, t] : tangents) {
+    MLS_CHECK(v.defined() && v.get()->graph == g, "jvp: a tangent is given for a node of another graph");
+    MLS_CHECK(v.get()->op == Op::Placeholder || v.get()->op == Op::Variable,
+              "jvp: tangents are given for placeholders or variables, not ", op_name(v.get()->op));
+    MLS_CHECK(t.defined() && t.dtype() == v.dtype(), "jvp: the tangent of '", v.name(), "' must be ", v.dtype());
+    tan[v.get()] = t;
+  }
+  // Values: run the whole graph once (the executor checks the feeds).
+  const std::vector<Node*> order = topo_sort(outputs);
+  for (Node* n : order) {
+    if (n->op == Op::Assign) fail("jvp: the graph contains assign, which has no tangent");
+  }
+  std::unordered_map<const Node*, Tensor> val;
+  {
+    std::vector<Var> fetch;
+    std::unordered_map<const Node*, NodePtr> owner;
+    for (const Var& o : outputs) owner.emplace(o.get(), o.node());
+    for (Node* n : order)
+      for (const NodePtr& in : n->inputs) owner.emplace(in.get(), in);
+    for (Node* n : order) fetch.emplace_back(owner.at(n));
+    const std::vector<Tensor> vs = Executor(*g).run(fetch, feeds);
+    for (std::size_t i = 0; i < order.size(); ++i) val[order[i]] = vs[i];
+  }
+  for (const auto& [n, t] : tan)
+    if (val.count(n))
+      MLS_CHECK(t.shape() == val.at(n).shape(), "jvp: tangent of '", n->name, "' has shape ", shape_str(t.shape()),
+                ", the value has ", shape_str(val.at(n).shape()));
+  std::vector<Tensor> xs, ts;
+  for (Node* n : order) {
+    if (n->is_leaf()) continue;
+    xs.clear();
+    ts.clear();
+    for (const NodePtr& in : n->inputs) {
+      xs.push_back(val.at(in.get()));
+      auto it = tan.find(in.get());
+      ts.push_back(it == tan.end() ? Tensor() : it->second);
+    }
+    const Tensor t = jvp_rule(*n, xs, ts, val.at(n));
+    if (t.defined()) tan[n] = t;
+  }
+  JvpResult r;
+  for (const Var& o : outputs) {
+    const Tensor& v = val.at(o.get());
+    r.values.push_back(v);
+    auto it = tan.find(o.get());
+    r.tangents.push_back(it == tan.end() ? Tensor::zeros(v.shape(), v.dtype()) : it->second);
+  }
+  return r;
+}
+
+JvpResult jvp(const std::function<std::vector<Var>(const std::vector<Var>&)>& f, const std::vector<Tensor>& primals,
+              const std::vector<Tensor>& tangents) {
+  MLS_CHECK(primals.size() == tangents.size(), "jvp: ", primals.size(), " primals but ", tangents.size(), " tangents");
+  Graph g;
+  std::vector<Var> ph;
+  Feeds feeds, tans;
+  for (std::size_t i = 0; i < primals.size(); ++i) {
+    ph.push_back(g.placeholder("x" + std::to_string(i), primals[i].shape(), primals[i].dtype()));
+    feeds.emplace_back(ph.back(), primals[i]);
+    MLS_CHECK(tangents[i].shape() == primals[i].shape(), "jvp: tangent ", i, " has shape ",
+              shape_str(tangents[i].shape()), ", primal has ", shape_str(primals[i].shape()));
+    tans.emplace_back(ph.back(), tangents[i].to(primals[i].dtype()));
+  }
+  return jvp(f(ph), feeds, tans);
+}
+
+}  // namespace mls::ad

@@ -1,0 +1,202 @@
+// Every op's gradient against central differences (gradcheck, float64), eager and graph mode,
+// with broadcasting shapes.
+#include "helpers.hpp"
+
+using namespace mls;
+using namespace mls::ad;
+using lab2test::check_grad;
+using lab2test::randn;
+using lab2test::randu;
+using lab2test::require_error;
+using V = std::vector<Var>;
+
+TEST_CASE("gradcheck: unary elementwise ops", "[lab2][opgrad]") {
+  const Tensor x = randn({3, 4}, 1), pos = randu({3, 4}, 2, 0.3, 2.0);
+  check_grad([](const V& v) { return -v[0]; }, {x});
+  check_grad([](const V& v) { return abs(v[0]); }, {x});
+  check_grad([](const V& v) { return exp(v[0]); }, {x});
+  check_grad([](const V& v) { return log(v[0]); }, {pos});
+  check_grad([](const V& v) { return sqrt(v[0]); }, {pos});
+  check_grad([](const V& v) { return rsqrt(v[0]); }, {pos});
+  check_grad([](const V& v) { return sin(v[0]); }, {x});
+  check_grad([](const V& v) { return cos(v[0]); }, {x});
+  check_grad([](const V& v) { return tanh(v[0]); }, {x});
+  check_grad([](const V& v) { return sigmoid(v[0]); }, {x});
+  check_grad([](const V& v) { return relu(v[0]); }, {x});
+  check_grad([](const V& v) { return gelu(v[0]); }, {x});
+}
+
+TEST_CASE("gradcheck: binary ops with broadcasting", "[lab2][opgrad]") {
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{}, {2, 3}}};
+  std::uint64_t seed = 10;
+  for (const auto& [sa, sb] : shapes) {
+    INFO(shape_str(sa) << " with " << shape_str(sb));
+    const Tensor a = randn(sa, seed++), b = randn(sb, seed++);
+    const Tensor pa = randu(sa, seed++, 0.5, 2.0), bb = randu(sb, seed++, 0.5, 2.0);
+    check_grad([](const V& v) { return v[0] + v[1]; }, {a, b});
+    check_grad([](const V& v) { return v[0] - v[1]; }, {a, b});
+    check_grad([](const V& v) { return v[0] * v[1]; }, {a, b});
+    check_grad([](const V& v) { return v[0] / v[1]; }, {a, bb});
+    check_grad([](const V& v) { return pow(v[0], v[1]); }, {pa, b});
+    check_grad([](const V& v) { return maximum(v[0], v[1]); }, {a, b});
+    check_grad([](const V& v) { return minimum(v[0], v[1]); }, {a, b});
+  }
+  check_grad([](const V& v) { return pow(v[0], 3.0) + v[0] * 2.0 - 1.0 / v[0]; }, {randu({5}, 3, 0.5, 2.0)});
+}
+
+TEST_CASE("gradcheck: where, cast and comparisons (no gradient through the condition)", "[lab2][opgrad]") {
+  const Tensor a = randn({3, 4}, 21), b = randn({4}, 22);
+  check_grad([](const V& v) { return where(gt(v[0], v[1]), v[0] * v[0], v[1]); }, {a, b});
+  check_grad([](const V& v) { return cast(v[0], DType::Float64) * cast(gt(v[0], v[1]), DType::Float64); }, {a, b});
+}
+
+TEST_CASE("gradcheck: reductions with axes and keepdim", "[lab2][opgrad]") {
+  const Tensor x = randn({2, 3, 4}, 31);
+  for (bool keep : {false, true}) {
+    for (const std::vector<std::int64_t>& axes : std::vector<std::vector<std::int64_t>>{{}, {0}, {1}, {2}, {0, 2}, {-1}}) {
+      INFO("axes " << shape_str(axes) << " keepdim " << keep);
+      check_grad([&](const V& v) { return sum(v[0], axes, keep); }, {x});
+      check_grad([&](const V& v) { return mean(v[0], axes, keep); }, {x});
+      check_grad([&](const V& v) { return max(v[0], axes, keep); }, {x});
+      check_grad([&](const V& v) { return min(v[0], axes, keep); }, {x});
+    }
+  }
+}
+
+TEST_CASE("max/min ties split the gradient equally", "[lab2][opgrad]") {
+  Var x(Tensor::from({1.0, 3.0, 3.0, 2.0}), true);
+  max(x).backward();
+  CHECK(x.grad().value().to_vector<double>() == std::vector<double>{0.0, 0.5, 0.5, 0.0});
+  Var a(Tensor::from({1.0, 2.0}), true), b(Tensor::from({1.0, 5.0}), true);
+  sum(maximum(a, b)).backward();
+  CHECK(a.grad().value().to_vector<double>() == std::vector<double>{0.5, 0.0});
+  CHECK(b.grad().value().to_vector<double>() == std::vector<double>{0.5, 1.0});
+}
+
+TEST_CASE("gradcheck: shape ops", "[lab2][opgrad]") {
+  const Tensor x = randn({2, 3, 4}, 41), y = randn({2, 2, 4}, 42), r = randn({3, 1}, 43);
+  check_grad([](const V& v) { return reshape(v[0], {6, -1}); }, {x});
+  check_grad([](const V& v) { return permute(v[0], {2, 0, 1}) * 1.5; }, {x});
+  check_grad([](const V& v) { return transpose(v[0], 0, 2); }, {x});
+  check_grad([](const V& v) { return slice(v[0], 2, 1, 4, 2); }, {x});
+  check_grad([](const V& v) { return slice(v[0], 1, -2, 3); }, {x});
+  check_grad([](const V& v) { return expand(v[0], {2, 3, 5}); }, {r});
+  check_grad([](const V& v) { return unsqueeze(v[0], {0, 3}); }, {x});
+  check_grad([](const V& v) { return squeeze(v[0], {1}); }, {r});
+  check_grad([](const V& v) { return concat({v[0], v[1], v[0]}, 1); }, {x, y});
+  check_grad([](const V& v) { return stack({v[0], v[0] * v[0]}, 1); }, {x});
+  check_grad([](const V& v) { return sum_like(v[0], v[1]); }, {x, r.reshape({3, 1})});
+  check_grad([](const V& v) { return broadcast_like(v[1], v[0]) * v[0]; }, {x, r});
+}
+
+TEST_CASE("gradcheck: matmul, 2-D, batched with broadcast batch dims, and vectors", "[lab2][opgrad]") {
+  check_grad([](const V& v) { return matmul(v[0], v[1]); }, {randn({3, 4}, 51), randn({4, 5}, 52)});
+  check_grad([](const V& v) { return matmul(v[0], v[1]); }, {randn({2, 3, 4}, 53), randn({2, 4, 5}, 54)});
+  check_grad([](const V& v) { return matmul(v[0], v[1]); }, {randn({2, 3, 4}, 55), randn({4, 2}, 56)});
+  check_grad([](const V& v) { return matmul(v[0], v[1]); }, {randn({3, 4}, 57), randn({2, 1, 4, 2}, 58)});
+  check_grad([](const V& v) { return matmul(v[0], v[1]); }, {randn({4}, 59), randn({4, 3}, 60)});
+  check_grad([](const V& v) { return matmul(v[0], v[1]); }, {randn({3, 4}, 61), randn({4}, 62)});
+  check_grad([](const V& v) { return matmul(v[0], v[1]); }, {randn({4}, 63), randn({4}, 64)});
+}
+
+TEST_CASE("gradcheck: softmax, log_softmax, logsumexp on every axis", "[lab2][opgrad]") {
+  const Tensor x = mls::mul(randn({2, 3, 4}, 71), 3.0);
+  for (std::int64_t axis : {0, 1, 2, -1}) {
+    INFO("axis " << axis);
+    check_grad([&](const V& v) { return softmax(v[0], axis); }, {x});
+    check_grad([&](const V& v) { return log_softmax(v[0], axis); }, {x});
+    check_grad([&](const V& v) { return logsumexp(v[0], axis, false); }, {x});
+    check_grad([&](const V& v) { return logsumexp(v[0], axis, true); }, {x});
+  }
+}
+
+TEST_CASE("gradcheck: fused softmax cross-entropy (class and probability targets) and MSE", "[lab2][opgrad]") {
+  const Tensor logits = mls::mul(randn({5, 4}, 81), 2.0);
+  const Tensor cls = Tensor::from_vector(std::vector<std::int64_t>{0, 3, 1, 1, 2});
+  const Tensor probs = mls::softmax(randn({5, 4}, 82), 1);
+  check_grad([](const V& v) { return softmax_cross_entropy(v[0], v[1]); }, {logits, cls});
+  check_grad([](const V& v) { return softmax_cross_entropy(v[0], v[1]); }, {logits, probs});
+  check_grad([](const V& v) { return mse_loss(v[0], v[1]); }, {randn({3, 4}, 83), randn({3, 4}, 84)});
+  // Stable: huge logits give a finite loss and gradient.
+  Var big(Tensor::from({1000.0, -1000.0, 0.0}, {1, 3}), true);
+  const Var l = softmax_cross_entropy(big, Var(Tensor::from_vector(std::vector<std::int64_t>{1})));
+  l.backward();
+  CHECK(l.value().item() == Approx(2000.0));
+  CHECK(allclose(big.grad().value(), Tensor::from({1.0, -1.0, 0.0}, {1, 3})));
+}
+
+TEST_CASE("gradcheck: layer_norm", "[lab2][opgrad]") {
+  check_grad([](const V& v) { return layer_norm(v[0], v[1], v[2]); },
+             {randn({3, 5}, 91), randu({5}, 92, 0.5, 1.5), randn({5}, 93)});
+  check_grad([](const V& v) { return layer_norm(v[0], v[1], v[2], 1e-3); },
+             {randn({2, 3, 4}, 94), randn({4}, 95), randn({4}, 96)});
+}
+
+TEST_CASE("gradcheck: batch_norm in training and inference", "[lab2][opgrad]") {
+  const Tensor x2 = randn({6, 3}, 101), x4 = randn({2, 3, 2, 2}, 102);
+  const Tensor gamma = randu({3}, 103, 0.5, 1.5), beta = randn({3}, 104);
+  const Tensor rm = randn({3}, 105), rv = randu({3}, 106, 0.5, 2.0);
+  for (bool training : {true, false}) {
+    INFO("training " << training);
+    check_grad([&](const V& v) { return batch_norm(v[0], v[1], v[2], constant_like(v[0], rm.clone()), constant_like(v[0], rv.clone()), training); },
+               {x2, gamma, beta});
+    check_grad([&](const V& v) { return batch_norm(v[0], v[1], v[2], constant_like(v[0], rm.clone()), constant_like(v[0], rv.clone()), training); },
+               {x4, gamma, beta});
+  }
+  // The running statistics move towards the batch statistics.
+  Var m(Tensor::zeros({3}, DType::Float64)), v(Tensor::ones({3}, DType::Float64));
+  Var xv(x2, true);
+  sum(batch_norm(xv, Var(gamma), Var(beta), m, v, true, 0.5) * Var(randn({6, 3}, 107))).backward();
+  CHECK(allclose(m.value(), mls::mul(mls::mean(x2, {0}), 0.5)));
+  CHECK(allclose(v.value(), mls::add(mls::mul(mls::var(x2, {0}, false, 1), 0.5), 0.5)));
+}
+
+TEST_CASE("gradcheck: embedding (repeated indices accumulate)", "[lab2][opgrad]") {
+  const Tensor idx = Tensor::from_vector(std::vector<std::int64_t>{1, 4, 1, 0, 4, 4}, {2, 3});
+  check_grad([](const V& v) { return embedding(v[0], v[1]); }, {randn({5, 3}, 111), idx});
+  Var w(Tensor::zeros({5, 2}, DType::Float64), true);
+  sum(embedding(w, Var(idx))).backward();
+  CHECK(w.grad().value().to_vector<double>() == std::vector<double>{1, 1, 2, 2, 0, 0, 0, 0, 3, 3});
+}
+
+TEST_CASE("gradcheck: conv2d via im2col, stride and padding", "[lab2][opgrad]") {
+  const Tensor x = randn({2, 2, 5, 5}, 121), w = randn({3, 2, 3, 3}, 122);
+  check_grad([](const V& v) { return conv2d(v[0], v[1], 1, 0); }, {x, w});
+  check_grad([](const V& v) { return conv2d(v[0], v[1], 2, 1); }, {x, w});
+  check_grad([](const V& v) { return im2col(v[0], 2, 3, 1, 1); }, {x});
+  // conv2d equals a direct loop on one output element.
+  Var out = conv2d(Var(x), Var(w), 1, 1);
+  double ref = 0;
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        const int y = 1 - 1 + i, xx = 2 - 1 + j;
+        ref += x.at({1, c, y, xx}) * w.at({2, c, i, j});
+      }
+  CHECK(out.value().at({1, 2, 1, 2}) == Approx(ref));
+}
+
+TEST_CASE("gradcheck: a composite (two-layer network with every kind of op)", "[lab2][opgrad]") {
+  check_grad(
+      [](const V& v) {
+        const Var h = gelu(layer_norm(matmul(v[0], v[1]), v[2], v[3]));
+        return softmax_cross_entropy(matmul(h, transpose(v[1])), v[4]) + mse_loss(h, tanh(h)) * 0.1;
+      },
+      {randn({4, 3}, 131), randn({3, 3}, 132), randu({3}, 133, 0.5, 1.5), randn({3}, 134),
+       Tensor::from_vector(std::vector<std::int64_t>{0, 2, 1, 2})});
+}
+
+TEST_CASE("op errors: bad shapes, indices and gradcheck inputs", "[lab2][errors]") {
+  check_grad([](const V& v) { return exp(v[0]); }, {randn({2}, 1)});
+  require_error([] { (void)gradcheck([](const V& v) { return v[0]; }, {Tensor::ones({2})}); }, "use float64");
+  require_error([] { (void)softmax_cross_entropy(Var(Tensor::zeros({2, 3})), Var(Tensor::from_vector(std::vector<std::int64_t>{0, 3}))); },
+                "target 3 at row 1 is out of range for 3 classes");
+  require_error([] { (void)embedding(Var(Tensor::zeros({4, 2})), Var(Tensor::from_vector(std::vector<std::int64_t>{5}))); },
+                "index 5 is out of range for 4 rows");
+  require_error([] { (void)conv2d(Var(Tensor::zeros({1, 2, 4, 4})), Var(Tensor::zeros({3, 1, 3, 3}))); },
+                "x has 2 channels, w expects 1");
+  require_error([] { (void)layer_norm(Var(Tensor::zeros({2, 4})), Var(Tensor::ones({3})), Var(Tensor::zeros({3}))); },
+                "gamma and beta must be [4]");
+  require_error([] { (void)mse_loss(Var(Tensor::zeros({2, 4})), Var(Tensor::zeros({2, 3}))); }, "mse_loss: shapes differ");
+}
