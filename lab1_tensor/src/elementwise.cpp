@@ -72,13 +72,16 @@ inline auto binary_fn(T a, T b) {
   else if constexpr (OP == BinaryOp::Pow) {
     if constexpr (std::is_integral_v<T>) {
       // Integer power by squaring; a negative exponent gives 0 except for bases 1 and -1.
+      // Unsigned arithmetic: a result too big for T wraps (as in NumPy) instead of being UB.
       if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0));
-      T r = 1, base = a;
-      for (T e = b; e > 0; e >>= 1) {
-        if (e & 1) r = static_cast<T>(r * base);
-        base = static_cast<T>(base * base);
+      using U = std::make_unsigned_t<T>;
+      U r = 1, base = static_cast<U>(a);
+      for (T e = b; e > 0;) {
+        if (e & 1) r = static_cast<U>(r * base);
+        e >>= 1;
+        if (e > 0) base = static_cast<U>(base * base);  // only when another bit follows
       }
-      return r;
+      return static_cast<T>(r);
     } else {
       return static_cast<T>(std::pow(a, b));
     }
@@ -234,13 +237,23 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+namespace {
+/// The dtype a Python-style scalar takes next to a tensor of dtype `t`: the tensor's own, except
+/// that a fractional (or non-finite) scalar next to integers is float32, and an integral scalar
+/// outside the integer type's range widens to int64 (or float64) instead of wrapping.
+DType scalar_dtype(DType t, double s) {
+  if (is_floating(t)) return t;
+  if (!std::isfinite(s) || s != std::floor(s)) return DType::Float32;
+  if (t == DType::Bool) t = DType::Int64;
+  if (t == DType::Int32 && s >= -2147483648.0 && s <= 2147483647.0) return t;
+  if (s >= -9223372036854775808.0 && s < 9223372036854775808.0) return DType::Int64;
+  return DType::Float64;
+}
+}  // namespace
+
 Tensor binary(BinaryOp op, const Tensor& a, double s) {
   check_operand(a, op_name(op));
-  // A float scalar with an integer tensor promotes to float32; otherwise the tensor's dtype.
-  DType t = a.dtype();
-  if (!is_floating(t) && s != std::floor(s)) t = DType::Float32;
-  if (t == DType::Bool) t = DType::Int64;
-  return binary(op, a, Tensor::scalar(s, t));
+  return binary(op, a, Tensor::scalar(s, scalar_dtype(a.dtype(), s)));
 }
 
 Tensor operator/(double s, const Tensor& a) {
@@ -258,6 +271,11 @@ void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
   MLS_CHECK(shape == a.shape(), op_name(op), "_: in-place result of shape ", shape_str(shape),
             " does not fit the destination of shape ", shape_str(a.shape()));
+  for (std::size_t d = 0; d < a.shape().size(); ++d) {
+    MLS_CHECK(a.strides()[d] != 0 || a.shape()[d] <= 1, op_name(op), "_: the destination of shape ",
+              shape_str(a.shape()), " and strides ", shape_str(a.strides()),
+              " has overlapping elements (an expanded view); clone() it first");
+  }
   Tensor y = b.to(a.dtype());
   if (y.shares_storage(a) && !(y.offset() == a.offset() && y.strides() == a.strides())) y = y.clone();
   y = y.expand(shape);
@@ -268,10 +286,22 @@ Tensor& Tensor::operator+=(const Tensor& o) { binary_(BinaryOp::Add, *this, o); 
 Tensor& Tensor::operator-=(const Tensor& o) { binary_(BinaryOp::Sub, *this, o); return *this; }
 Tensor& Tensor::operator*=(const Tensor& o) { binary_(BinaryOp::Mul, *this, o); return *this; }
 Tensor& Tensor::operator/=(const Tensor& o) { binary_(BinaryOp::Div, *this, o); return *this; }
-Tensor& Tensor::operator+=(double s) { binary_(BinaryOp::Add, *this, scalar(s, dtype_)); return *this; }
-Tensor& Tensor::operator-=(double s) { binary_(BinaryOp::Sub, *this, scalar(s, dtype_)); return *this; }
-Tensor& Tensor::operator*=(double s) { binary_(BinaryOp::Mul, *this, scalar(s, dtype_)); return *this; }
-Tensor& Tensor::operator/=(double s) { binary_(BinaryOp::Div, *this, scalar(s, dtype_)); return *this; }
+namespace {
+/// In place with a scalar: the scalar must be representable in the tensor's dtype.
+void scalar_inplace(BinaryOp op, Tensor& a, double s) {
+  check_operand(a, op_name(op));
+  const DType t = scalar_dtype(a.dtype(), s);
+  MLS_CHECK(t == a.dtype() || is_floating(a.dtype()),
+            op_name(op), "_: the scalar ", s, " cannot be applied in place to a tensor of dtype ", a.dtype(),
+            " (the result would need ", t, "); compute a new tensor instead");
+  binary_(op, a, Tensor::scalar(s, a.dtype()));
+}
+}  // namespace
+
+Tensor& Tensor::operator+=(double s) { scalar_inplace(BinaryOp::Add, *this, s); return *this; }
+Tensor& Tensor::operator-=(double s) { scalar_inplace(BinaryOp::Sub, *this, s); return *this; }
+Tensor& Tensor::operator*=(double s) { scalar_inplace(BinaryOp::Mul, *this, s); return *this; }
+Tensor& Tensor::operator/=(double s) { scalar_inplace(BinaryOp::Div, *this, s); return *this; }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_operand(cond, "where");

@@ -71,7 +71,7 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<std::int64_t>& size
 std::vector<Tensor> split(const Tensor& a, std::int64_t size, std::int64_t axis) {
   MLS_CHECK(a.defined(), "split: tensor is undefined");
   MLS_CHECK(size >= 1, "split: piece size must be >= 1, got ", size);
-  const std::int64_t n = a.size(axis);
+  const std::int64_t n = a.shape()[static_cast<std::size_t>(normalize_axis(axis, a.ndim(), "split"))];
   std::vector<std::int64_t> sizes;
   for (std::int64_t at = 0; at < n; at += size) sizes.push_back(std::min(size, n - at));
   return split(a, sizes, axis);
@@ -80,7 +80,7 @@ std::vector<Tensor> split(const Tensor& a, std::int64_t size, std::int64_t axis)
 std::vector<Tensor> chunk(const Tensor& a, std::int64_t chunks, std::int64_t axis) {
   MLS_CHECK(a.defined(), "chunk: tensor is undefined");
   MLS_CHECK(chunks >= 1, "chunk: number of chunks must be >= 1, got ", chunks);
-  const std::int64_t n = a.size(axis);
+  const std::int64_t n = a.shape()[static_cast<std::size_t>(normalize_axis(axis, a.ndim(), "chunk"))];
   const std::int64_t size = std::max<std::int64_t>(1, (n + chunks - 1) / chunks);
   if (n == 0) return {a};
   return split(a, size, axis);

@@ -106,7 +106,8 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   if (a.shape() != b.shape()) return false;
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
   for (std::size_t i = 0; i < x.size(); ++i) {
-    if (x[i] == y[i]) continue;  // also equal infinities
+    if (x[i] == y[i]) continue;                              // also equal infinities
+    if (std::isinf(x[i]) || std::isinf(y[i])) return false;  // inf is close only to itself
     if (!(std::fabs(x[i] - y[i]) <= atol + rtol * std::fabs(y[i]))) return false;
   }
   return true;

@@ -302,8 +302,9 @@ Tensor logsumexp(const Tensor& a, std::int64_t axis, bool keepdim) {
   const std::int64_t ax = normalize_axis(axis, a.ndim(), "logsumexp");
   const std::vector<std::int64_t> axes{ax};
   Tensor m = max(a, axes, true);
-  // Rows that are all -inf would give -inf - -inf = NaN: shift them by 0 instead.
-  m = where(eq(m, -std::numeric_limits<double>::infinity()), Tensor::scalar(0.0, a.dtype()), m);
+  // An infinite max (a row of -inf, or a +inf entry) would give inf - inf = NaN: shift by 0
+  // instead, which gives the right -inf or +inf.
+  m = where(eq(abs(m), std::numeric_limits<double>::infinity()), Tensor::scalar(0.0, a.dtype()), m);
   Tensor out = log(sum(exp(a - m), axes, true)) + m;
   return keepdim ? out : out.squeeze(ax);
   // END SOLUTION

@@ -100,12 +100,21 @@ Tensor Tensor::rand(const Shape& shape, Rng& rng, double lo, double hi, DType dt
   Tensor t = empty(shape, dtype);
   const std::int64_t n = t.numel();
   if (dtype == DType::Float32) {
+    // Rounding can carry lo + w * u up to hi itself: such draws are pulled back below hi.
     float* p = t.data<float>();
-    const float a = static_cast<float>(lo), w = static_cast<float>(hi - lo);
-    for (std::int64_t i = 0; i < n; ++i) p[i] = a + w * rng.uniform_float();
+    const float a = static_cast<float>(lo), w = static_cast<float>(hi - lo), top = static_cast<float>(hi);
+    const float below = std::nextafter(top, -std::numeric_limits<float>::infinity());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float v = a + w * rng.uniform_float();
+      p[i] = v < top || lo == hi ? v : below;
+    }
   } else {
     double* p = t.data<double>();
-    for (std::int64_t i = 0; i < n; ++i) p[i] = rng.uniform(lo, hi);
+    const double below = std::nextafter(hi, -std::numeric_limits<double>::infinity());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = rng.uniform(lo, hi);
+      p[i] = v < hi || lo == hi ? v : below;
+    }
   }
   return t;
 }
