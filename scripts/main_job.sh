@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The toolkit's main job, run by `scripts/mls run` after the build:
 #   1. the lab 1 tour (strides, views, broadcasting, a .npy round trip);
-#   2. the grader over every lab that has a manifest, on the reference solution (score tables).
+#   2. lab 2: an MLP trained with eager autodiff on two spirals, and the autodiff graphs as DOT/SVG;
+#   3. the grader over every lab that has a manifest, on the reference solution (score tables).
 set -euo pipefail
 build="${1:?usage: main_job.sh BUILD_DIR}"
 preset="$(basename "$build")"
@@ -11,6 +12,13 @@ mkdir -p "$out"
 
 echo "== lab 1: strided tensors =="
 "$build/bin/mls-tensor-demo" --out "$out"
+
+if [ -x "$build/bin/mls-train-mlp" ]; then
+  echo
+  echo "== lab 2: automatic differentiation =="
+  "$build/bin/mls-train-mlp" --dataset spirals
+  "$build/bin/mls-autodiff-graph" -o "$out/graphs"
+fi
 
 if [ ! -x "$build/bin/mls-grader" ]; then
   echo "== grader not built (needs CLI11 and nlohmann-json: scripts/setup.sh) =="
