@@ -10,7 +10,7 @@
 namespace mls {
 namespace {
 
-constexpr std::size_t kCacheFrom = 1 << 20;  // blocks of 1 MiB and more are cached
+constexpr std::size_t kCacheFrom = 64 << 10;  // blocks of 64 KiB and more are cached
 
 /// Large sizes are rounded up to a multiple of 64 KiB so that similar sizes share blocks.
 std::size_t rounded(std::size_t nbytes) {

@@ -7,6 +7,10 @@ lab 2's eager mode (the mls-mlp-step tool), with 1 and 2 threads, and prints
 
 (lower is better; <= 1.0 means as fast as PyTorch). Run with Debian's python3-torch:
     /usr/bin/python3 lab2_autodiff/bench/compare_torch.py [--bin build/release/bin/mls-mlp-step]
+
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for both sides (some machines set them to work
+around old OpenBLAS bugs; they pin OpenBLAS to older, slower kernels), as in
+lab1_tensor/bench/compare_numpy.py.
 """
 import argparse
 import os
@@ -14,6 +18,9 @@ import re
 import subprocess
 import sys
 import time
+
+os.environ.pop("OPENBLAS_CORETYPE", None)
+os.environ.pop("OPENBLAS_L2_SIZE", None)
 
 
 def torch_step_ms(threads, steps, batch):

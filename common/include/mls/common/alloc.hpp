@@ -4,7 +4,7 @@
 /// training step, `c = a + b` in a benchmark) reuses memory the kernel has already mapped
 /// instead of paying a page fault per 4 KiB on every iteration.
 ///
-/// `MLS_ALLOC_CACHE_MB` sets the cache limit (default 1024; 0 turns caching off).
+/// Blocks of 64 KiB and more are cached. `MLS_ALLOC_CACHE_MB` sets the cache limit (default 1024; 0 turns caching off).
 #include <cstddef>
 
 namespace mls {
