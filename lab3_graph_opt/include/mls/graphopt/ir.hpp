@@ -1,0 +1,169 @@
+#pragma once
+/// Lab 3's IR is lab 2's define-then-run graph (one `ad::Node` type, one op table), plus:
+///   - a `Program`: a graph with its designated inputs (placeholders) and outputs, because a
+///     pass must know which values are observable before it may delete or rewrite anything;
+///   - two extension ops that lab 2's table does not have (fused elementwise loops and a GEMM
+///     with transpose flags, bias and activation epilogue). They are `ad::Op` values >= 200, so
+///     they live in the same `Node::op` field; `xop_name`/`forward`/`infer` below dispatch to
+///     lab 2's `op_def` for every other op;
+///   - a verifier, a text printer, a Graphviz drawing and a JSON file format.
+///
+///   Program p;
+///   Var x = p.input("x", {4, 8});
+///   p.output(relu(x * 2.0 + 1.0));
+///   verify(p);                          // throws mls::Error naming the first problem
+///   std::cout << print(p);              // "%3 = mul(%1, %2)  float32 [4, 8]" ...
+///   save_json(p, "g.json"); Program q = load_json_file("g.json");
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "mls/autodiff/graph.hpp"
+
+namespace mls::opt {
+
+using ad::Graph;
+using ad::Node;
+using ad::NodePtr;
+using ad::Op;
+using ad::Var;
+
+/// Fused elementwise loop (slides 002): inputs are the external values of a fused chain or
+/// tree, attribute "code" a flat list of triples [opcode, a, b] (opcode: a lab 2 elementwise
+/// `Op`; a, b: slot indices, 0..n_inputs-1 the inputs, n_inputs+k the result of triple k; b=-1
+/// for unary ops). The last triple is the node's value. Evaluated in one pass over the output.
+inline constexpr Op kFusedElementwise = static_cast<Op>(200);
+/// matmul(op_a(A), op_b(B)) [+ bias] [then act]: attributes trans_a, trans_b (0/1: op = swap the
+/// last two dims), act (0 none, 1 relu, 2 gelu); inputs A, B and optionally a bias that
+/// broadcasts to the output's last dim. The transposes are views and the epilogue runs in one
+/// pass over the product, so no intermediate tensor is materialised.
+inline constexpr Op kGemm = static_cast<Op>(201);
+
+/// True for lab 3's extension ops.
+bool is_extension(Op op);
+/// True for any op lab 2's table or lab 3 knows.
+bool is_known_op(Op op);
+/// The op's name ("add", "fused_elementwise", "gemm"); throws `mls::Error` for an unknown op.
+const char* xop_name(Op op);
+/// Looks an op up by name, extensions included; throws `mls::Error` for an unknown name.
+Op xop_from_name(std::string_view name);
+/// Number of inputs the op takes (-1: any).
+int xop_arity(Op op);
+/// True for lab 2's elementwise float ops that fusion may put into one loop (neg..gelu,
+/// add..minimum).
+bool is_elementwise(Op op);
+/// Computes a node's value from its input values (lab 2's forward, or an extension's).
+Tensor forward(const Node& node, std::span<const Tensor> inputs);
+/// Infers a node's shape and dtype from its inputs (lab 2's infer, or an extension's); throws
+/// `mls::Error` when the inputs do not fit the op.
+void infer(const Node& node, Shape& shape, DType& dtype);
+
+/// A graph with its inputs and outputs. Owns the graph (which is neither copyable nor movable,
+/// so it sits behind a unique_ptr and the Program itself moves).
+struct Program {
+  Program();
+  std::unique_ptr<Graph> graph;
+  std::vector<Var> inputs;   // placeholders, in feed order
+  std::vector<Var> outputs;  // observable values, in fetch order
+
+  /// Adds a placeholder and records it as an input.
+  Var input(std::string name, Shape shape, DType dtype = DType::Float32);
+  /// A constant of the graph.
+  Var constant(Tensor value, std::string name = "");
+  /// Records `v` as an output; returns it.
+  Var output(const Var& v);
+  /// Rewriting: every use of `from` (as an input edge or a program output) now uses `to`.
+  /// Returns the number of edges and outputs moved.
+  std::size_t replace(const Var& from, const Var& to);
+  /// Adds a node of `op` over `inputs` with `attrs`, inferring its shape and dtype (works for
+  /// extension ops too, which lab 2's `ad::apply` rejects).
+  Var make(Op op, std::vector<Var> inputs, ad::Attrs attrs = {});
+  /// Nodes reachable from the outputs, inputs before users (throws on a cycle).
+  std::vector<Node*> schedule() const;
+  /// Number of nodes in the graph.
+  std::size_t size() const { return graph->size(); }
+};
+
+/// How many nodes of the graph use each node as an input (an edge counts once per use), plus
+/// one per appearance among the program's outputs.
+std::unordered_map<const Node*, int> use_counts(const Program& p);
+/// Drops every node that no output depends on, keeping the program's inputs (lab 2's
+/// `Graph::prune` with outputs and inputs kept). Returns how many nodes went.
+std::size_t prune(Program& p);
+/// Number of graph nodes whose op is `op`.
+std::size_t count_op(const Program& p, Op op);
+
+/// Checks the program: every node's op is known, its input count matches the op, every input
+/// is a node of the same graph, the graph has no cycle, each non-leaf node's stored shape and
+/// dtype equal what `infer` gives from its inputs, constants and variables hold a value of their
+/// shape and dtype, and the inputs and outputs are nodes of the graph (inputs: placeholders).
+/// Throws `mls::Error` starting "verify: " and naming the node.
+void verify(const Program& p);
+
+/// One line per node, in creation order: "%7 = add(%3, %6) {attrs}  float32 [2, 3]  name",
+/// then "outputs: %7". Constants show their shape (and the value when it has one element).
+std::string print(const Program& p);
+/// The name of a node in printouts: "%<index>" where index is its position in the graph.
+std::string node_ref(const Program& p, const Node* n);
+
+/// Graphviz drawing in the style of lab 2's `to_dot` (same colours and labels), with extension
+/// nodes labelled by what they compute (a fused node shows its expression) and the outputs
+/// drawn with a double border.
+DotGraph to_dot(const Program& p, const std::string& title = "graph");
+
+/// The expression a fused elementwise node computes, e.g. "add(in2, mul(add(in0, in1), in3))".
+std::string fused_expression(const Node& n);
+
+/// Serialises the program to JSON text (format "mls-graph", version 1): nodes in graph order
+/// with op, name, inputs (indices), attributes, shape, dtype, and the values of constants and
+/// variables; then the input and output indices.
+std::string to_json(const Program& p);
+/// Parses JSON text written by `to_json` and verifies the result. Throws `mls::Error` starting
+/// "load: " for malformed text, a missing field, an unknown op or dtype, an input index out of
+/// range; the verifier's errors (cycle, shape mismatch) pass through.
+Program from_json(const std::string& text);
+/// Writes `to_json(p)` to `path`.
+void save_json(const Program& p, const std::string& path);
+/// Reads a file written by `save_json`.
+Program load_json_file(const std::string& path);
+
+/// Cost of one node: floating-point operations, bytes read from and written to memory (inputs
+/// and output once each; views and leaves move nothing).
+struct NodeCost {
+  double flops = 0;
+  double bytes_read = 0;
+  double bytes_written = 0;
+  /// flops / elements moved: the slides' arithmetic intensity (E = D + (A+B)*C: 3/5 fused).
+  double intensity(double itemsize) const {
+    const double moved = (bytes_read + bytes_written) / itemsize;
+    return moved > 0 ? flops / moved : 0.0;
+  }
+};
+/// Cost of `n` (shapes must be known).
+NodeCost node_cost(const Node& n);
+/// Totals over the scheduled nodes of a program.
+struct ProgramCost {
+  std::size_t nodes = 0;    // scheduled non-leaf nodes
+  double flops = 0;
+  double bytes = 0;         // read + written
+};
+ProgramCost program_cost(const Program& p);
+
+/// Runs the program on `feeds` (one tensor per input, in order) and returns the outputs. Every
+/// needed node is evaluated once; values are dropped after their last use.
+std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds);
+/// Random feeds for the program's inputs (normal, seeded), shapes from the placeholders
+/// (unknown sizes become `unknown_size`).
+std::vector<Tensor> random_feeds(const Program& p, std::uint64_t seed, std::int64_t unknown_size = 2);
+/// Largest |a - b| / (atol + rtol |b|) over two lists of tensors, tolerances from the dtype;
+/// <= 1 means close. Throws `mls::Error` when the lists differ in length, shape or dtype.
+double max_rel_error(const std::vector<Tensor>& a, const std::vector<Tensor>& b);
+/// True when `p` and `q` give close outputs on `trials` random feeds.
+bool equivalent(const Program& p, const Program& q, int trials = 2, std::uint64_t seed = 7);
+/// A deep copy (new graph, new nodes; constant values shared, they are never written).
+Program clone(const Program& p);
+
+}  // namespace mls::opt

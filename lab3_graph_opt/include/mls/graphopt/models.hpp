@@ -1,0 +1,27 @@
+#pragma once
+/// The three example models of lab 3, built as inference programs with constant weights.
+#include <cstdint>
+#include <string>
+
+#include "mls/graphopt/ir.hpp"
+
+namespace mls::opt {
+
+/// ResNet-style block: y = relu(bn2(conv2(relu(bn1(conv1(x))))) + x), plus a parallel 1x1->3x3
+/// branch pair summed (for merge-convs): x [n, c, h, w], 3x3 convs with padding 1.
+Program resnet_block(std::int64_t n = 2, std::int64_t c = 8, std::int64_t h = 16, std::int64_t w = 16,
+                     std::uint64_t seed = 1);
+/// Self-attention block: q, k, v = x Wq, x Wk, x Wv; softmax(q k^T / sqrt(d)) v Wo + x, then an
+/// MLP with GELU; x [t, d].
+Program attention_block(std::int64_t t = 64, std::int64_t d = 64, std::uint64_t seed = 2);
+/// MLP: three layers relu(x W + b), with a redundant x*1 and a duplicated subexpression for
+/// simplify/CSE; x [n, d].
+Program mlp(std::int64_t n = 64, std::int64_t d = 128, std::uint64_t seed = 3);
+/// A chain of `ops` elementwise ops over x [n]: ((x*a + b) relu ...) for the fusion benchmark.
+Program elementwise_chain(std::int64_t n, int ops = 6);
+/// The slides' E = D + (A + B) * C over four inputs of shape [n].
+Program slides_expression(std::int64_t n);
+/// The model called "resnet", "attention", "mlp"; throws `mls::Error` for another name.
+Program build_model(const std::string& name);
+
+}  // namespace mls::opt

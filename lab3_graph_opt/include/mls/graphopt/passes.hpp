@@ -1,0 +1,103 @@
+#pragma once
+/// The classic graph passes (slides 001-003) and the pass manager that runs them.
+///
+/// Every pass rewrites a Program in place and returns how many rewrites it made. Each one keeps
+/// the program's outputs equal (up to floating-point rounding) on every input.
+///
+///   PassManager pm;
+///   pm.add_pipeline("simplify,cse,fold,conv-bn,fuse-elementwise,dce");
+///   PassReport r = pm.run(prog);   // verifies after each pass; r.stats has nodes/time per pass
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mls/graphopt/pattern.hpp"
+
+namespace mls::opt {
+
+/// Dead-code elimination: drops every node no output depends on. Returns how many went.
+int dead_code_elimination(Program& p);
+/// Common-subexpression elimination: two nodes with the same op, attributes and inputs (and
+/// constants with equal values) become one. Returns how many nodes were replaced.
+int common_subexpression_elimination(Program& p);
+/// Constant folding: a non-leaf node whose inputs are all constants is computed once and
+/// replaced by a constant. Variables are not folded (their value may change). Returns how many.
+int constant_folding(Program& p);
+/// The rules of algebraic simplification: x*1, 1*x, x/1, x+0, 0+x, x-0 -> x (when the constant
+/// does not broadcast x to a bigger shape or change its dtype); permute(permute(x)) -> one
+/// permute, or x when the composition is the identity; reshape(reshape(x)) -> reshape(x);
+/// reshape to x's own shape -> x.
+std::vector<Rule> algebraic_rules();
+/// Runs `algebraic_rules()` to a fixpoint. Returns how many rewrites.
+int algebraic_simplification(Program& p);
+/// Inference conv+BN folding (slides 001): batch_norm(conv2d(x, W) [+ B], gamma, beta, mean, var)
+/// with training=0 and constant W, B, gamma, beta, mean, var becomes conv2d(x, W2) + B2 with
+/// R = gamma / sqrt(var + eps), P = beta - mean * R, W2 = W * R (per output channel),
+/// B2 = B * R + P. Returns how many batch norms were folded.
+int fold_conv_batchnorm(Program& p);
+/// conv2d(x, W1) + conv2d(x, W2) with the same x, stride, padding and weight shape, and
+/// constant weights, becomes conv2d(x, W1 + W2) (slides 001). Returns how many merges.
+int merge_parallel_convs(Program& p);
+/// Matmuls x @ W1, x @ W2, ... of the same x with constant 2-D weights (the Q, K, V
+/// projections) become one x @ concat(W1, W2, ...) and a slice per original (slides 002).
+/// Returns how many matmuls were merged away (groups of k save k-1).
+int merge_shared_matmuls(Program& p);
+/// matmul(permute(a) [swap of the last two dims], b) and matmul(a, permute(b)) become a gemm
+/// node with trans_a / trans_b set (no transposed copy). Returns how many permutes were folded.
+int fold_transpose_into_matmul(Program& p);
+/// Epilogue fusion: relu/gelu(matmul(a, b) + bias) (also without the activation or the bias,
+/// and over gemm nodes) becomes one gemm node with bias and act, when bias broadcasts along the
+/// last dim only. Returns how many nodes were absorbed.
+int fuse_matmul_epilogue(Program& p);
+/// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
+/// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
+/// how many ops were absorbed (ops in fused groups minus the fused nodes made).
+int fuse_elementwise(Program& p);
+
+/// One named pass.
+struct PassInfo {
+  std::string name;
+  std::string help;
+  std::function<int(Program&)> run;
+};
+/// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
+/// fold-transpose, epilogue, fuse-elementwise.
+const std::vector<PassInfo>& all_passes();
+/// The pass called `name`; throws `mls::Error` listing the known names otherwise.
+const PassInfo& find_pass(const std::string& name);
+/// The default inference pipeline, in order.
+std::string default_pipeline();
+
+/// What one pass did.
+struct PassStat {
+  std::string name;
+  std::size_t nodes_before = 0, nodes_after = 0;
+  int rewrites = 0;
+  double millis = 0;
+};
+struct PassReport {
+  std::vector<PassStat> stats;
+  /// A table: pass, nodes before, nodes after, rewrites, time.
+  std::string table() const;
+};
+
+/// Runs passes in order, verifying the program after each; when the verifier fails, throws
+/// `mls::Error` "pass '<name>' broke the graph: <verifier message>".
+class PassManager {
+ public:
+  /// Appends a pass.
+  PassManager& add(PassInfo pass);
+  /// Appends registered passes from a comma-separated list ("dce,cse"); throws for unknown names.
+  PassManager& add_pipeline(const std::string& names);
+  /// After the pass `name` runs, writes its DOT drawing to `path`.
+  PassManager& dump_after(std::string name, std::string path);
+  /// Verifies the input, then runs every pass.
+  PassReport run(Program& p) const;
+  std::size_t size() const { return passes_.size(); }
+
+ private:
+  std::vector<PassInfo> passes_;
+  std::vector<std::pair<std::string, std::string>> dumps_;
+};
+
+}  // namespace mls::opt

@@ -1,0 +1,381 @@
+// Lab 3's extension ops: fused elementwise loops and GEMM with transpose flags and an epilogue.
+// Op names, arity, forward and shape inference for every op (lab 2's table plus these).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "mls/common/fastmath.hpp"
+#include "mls/common/parallel.hpp"
+#include "mls/graphopt/ir.hpp"
+
+namespace mls::opt {
+
+bool is_extension(Op op) { return op == kFusedElementwise || op == kGemm; }
+bool is_known_op(Op op) { return is_extension(op) || static_cast<std::size_t>(op) < static_cast<std::size_t>(Op::Count_); }
+
+const char* xop_name(Op op) {
+  if (op == kFusedElementwise) return "fused_elementwise";
+  if (op == kGemm) return "gemm";
+  MLS_CHECK(is_known_op(op), "unknown op ", static_cast<int>(op));
+  return ad::op_name(op);
+}
+Op xop_from_name(std::string_view name) {
+  if (name == "fused_elementwise") return kFusedElementwise;
+  if (name == "gemm") return kGemm;
+  return ad::op_from_name(name);
+}
+int xop_arity(Op op) {
+  if (op == kFusedElementwise) return -1;
+  if (op == kGemm) return -1;  // 2 or 3
+  return ad::op_def(op).arity;
+}
+bool is_elementwise(Op op) {
+  return (op >= Op::Neg && op <= Op::Gelu) || (op >= Op::Add && op <= Op::Minimum);
+}
+
+namespace {
+
+bool is_unary(Op op) { return op >= Op::Neg && op <= Op::Gelu; }
+
+template <class T>
+inline T un(Op op, T x) {
+  switch (op) {
+    case Op::Neg: return -x;
+    case Op::Abs: return x < T(0) ? -x : x;
+    case Op::Exp:
+      if constexpr (std::is_same_v<T, float>) return fast_expf(x);
+      else return std::exp(x);
+    case Op::Log: return std::log(x);
+    case Op::Sqrt: return std::sqrt(x);
+    case Op::Rsqrt: return T(1) / std::sqrt(x);
+    case Op::Sin: return std::sin(x);
+    case Op::Cos: return std::cos(x);
+    case Op::Tanh: return std::tanh(x);
+    case Op::Sigmoid:
+      if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+      else {
+        const T e = std::exp(x);
+        return e / (T(1) + e);
+      }
+    case Op::Relu: return x > T(0) ? x : T(0);
+    default: {  // Gelu
+      constexpr T k = static_cast<T>(0.7978845608028654);
+      return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+    }
+  }
+}
+
+/// o[j] = f(a[j], b[j]) where either side may be one value (`sa`, `sb`: broadcast scalars).
+/// Four loops so that each one vectorises.
+template <class T, class F>
+inline void loop2(F f, const T* a, bool sa, const T* b, bool sb, T* o, std::int64_t n) {
+  if (!sa && !sb) {
+    for (std::int64_t j = 0; j < n; ++j) o[j] = f(a[j], b[j]);
+  } else if (!sa) {
+    const T bv = *b;
+    for (std::int64_t j = 0; j < n; ++j) o[j] = f(a[j], bv);
+  } else if (!sb) {
+    const T av = *a;
+    for (std::int64_t j = 0; j < n; ++j) o[j] = f(av, b[j]);
+  } else {
+    o[0] = f(*a, *b);
+  }
+}
+
+/// One instruction over a block: o = op(a, b). Returns true when the result is one value (both
+/// operands were), stored in o[0]. The switch is outside the loops so the simple ops vectorise.
+template <class T>
+bool run_instr(Op op, const T* a, bool sa, const T* b, bool sb, T* o, std::int64_t n) {
+  switch (op) {
+    case Op::Add: loop2<T>([](T x, T y) { return x + y; }, a, sa, b, sb, o, n); return sa && sb;
+    case Op::Sub: loop2<T>([](T x, T y) { return x - y; }, a, sa, b, sb, o, n); return sa && sb;
+    case Op::Mul: loop2<T>([](T x, T y) { return x * y; }, a, sa, b, sb, o, n); return sa && sb;
+    case Op::Div: loop2<T>([](T x, T y) { return x / y; }, a, sa, b, sb, o, n); return sa && sb;
+    case Op::Pow: loop2<T>([](T x, T y) { return std::pow(x, y); }, a, sa, b, sb, o, n); return sa && sb;
+    case Op::Maximum: loop2<T>([](T x, T y) { return (x != x || x > y) ? x : y; }, a, sa, b, sb, o, n); return sa && sb;
+    case Op::Minimum: loop2<T>([](T x, T y) { return (x != x || x < y) ? x : y; }, a, sa, b, sb, o, n); return sa && sb;
+    default: break;
+  }
+  const std::int64_t m = sa ? 1 : n;
+  switch (op) {
+    case Op::Neg: for (std::int64_t j = 0; j < m; ++j) o[j] = -a[j]; break;
+    case Op::Relu: for (std::int64_t j = 0; j < m; ++j) o[j] = a[j] > T(0) ? a[j] : T(0); break;
+    case Op::Exp:
+      if constexpr (std::is_same_v<T, float>) {
+        for (std::int64_t j = 0; j < m; ++j) o[j] = fast_expf(a[j]);
+        break;
+      }
+      [[fallthrough]];
+    default:
+      for (std::int64_t j = 0; j < m; ++j) o[j] = un(op, a[j]);
+      break;
+  }
+  return sa;
+}
+
+struct Instr {
+  Op op;
+  int a, b;
+};
+std::vector<Instr> decode(const ad::Attrs& attrs, std::size_t n_inputs) {
+  const auto& code = attrs.ints("code");
+  MLS_CHECK(!code.empty() && code.size() % 3 == 0, "fused_elementwise: 'code' must be a non-empty list of triples, has ",
+            code.size(), " entries");
+  std::vector<Instr> prog;
+  const auto n_in = static_cast<std::int64_t>(n_inputs);
+  for (std::size_t i = 0; i < code.size(); i += 3) {
+    const auto op = static_cast<Op>(code[i]);
+    MLS_CHECK(code[i] >= 0 && code[i] < static_cast<std::int64_t>(Op::Count_) && is_elementwise(op),
+              "fused_elementwise: instruction ", i / 3, " has opcode ", code[i], ", not an elementwise op");
+    const std::int64_t limit = n_in + static_cast<std::int64_t>(i / 3);
+    MLS_CHECK(code[i + 1] >= 0 && code[i + 1] < limit, "fused_elementwise: instruction ", i / 3, " reads slot ",
+              code[i + 1], ", only ", limit, " defined");
+    if (is_unary(op)) {
+      MLS_CHECK(code[i + 2] == -1, "fused_elementwise: unary instruction ", i / 3, " must have b = -1");
+    } else {
+      MLS_CHECK(code[i + 2] >= 0 && code[i + 2] < limit, "fused_elementwise: instruction ", i / 3, " reads slot ",
+                code[i + 2], ", only ", limit, " defined");
+    }
+    prog.push_back({op, static_cast<int>(code[i + 1]), static_cast<int>(code[i + 2])});
+  }
+  return prog;
+}
+
+Shape broadcast(const Shape& a, const Shape& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape r(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const std::int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x == y) r[i] = x;
+    else if (x == 1) r[i] = y;
+    else if (y == 1) r[i] = x;
+    else if (x < 0) r[i] = y;
+    else if (y < 0) r[i] = x;
+    else fail("fused_elementwise: cannot broadcast shapes ", shape_str(a), " and ", shape_str(b));
+  }
+  return r;
+}
+
+constexpr std::int64_t kBlock = 512;
+
+/// Evaluates the program over one block of `n` elements. `ptr[i]`/`stride[i]`: input i's first
+/// element and its step (0: one value for the whole block, 1: dense, else gathered). `out`
+/// receives the result.
+template <class T>
+void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vector<const T*>& ptr,
+                const std::vector<std::int64_t>& stride, T* out, std::int64_t n, std::vector<T>& scratch) {
+  const std::size_t slots = n_in + prog.size();
+  scratch.resize(slots * kBlock);
+  thread_local std::vector<const T*> src;
+  thread_local std::vector<char> scalar;
+  src.assign(slots, nullptr);
+  scalar.assign(slots, 0);
+  for (std::size_t i = 0; i < n_in; ++i) {
+    if (stride[i] == 1 || stride[i] == 0) {
+      src[i] = ptr[i];
+      scalar[i] = stride[i] == 0;
+    } else {
+      T* buf = scratch.data() + i * kBlock;
+      for (std::int64_t j = 0; j < n; ++j) buf[j] = ptr[i][j * stride[i]];
+      src[i] = buf;
+    }
+  }
+  for (std::size_t k = 0; k < prog.size(); ++k) {
+    const bool last = k + 1 == prog.size();
+    T* dst = last ? out : scratch.data() + (n_in + k) * kBlock;
+    const Instr& in = prog[k];
+    const bool b_ok = in.b >= 0;
+    const bool one = run_instr<T>(in.op, src[static_cast<std::size_t>(in.a)], scalar[static_cast<std::size_t>(in.a)],
+                                  b_ok ? src[static_cast<std::size_t>(in.b)] : nullptr,
+                                  b_ok ? scalar[static_cast<std::size_t>(in.b)] != 0 : true, dst, n);
+    if (one && last) std::fill(out + 1, out + n, out[0]);
+    src[n_in + k] = dst;
+    scalar[n_in + k] = one && !last;
+  }
+}
+
+template <class T>
+Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DType dtype) {
+  Shape shape;
+  for (const Tensor& t : in) shape = broadcast(shape, t.shape());
+  Tensor out = Tensor::empty(shape, dtype);
+  const std::int64_t numel = out.numel();
+  if (numel == 0) return out;
+  std::vector<Tensor> x(in.size());
+  bool flat = true;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    x[i] = in[i].dtype() == dtype ? in[i] : in[i].to(dtype);
+    if (x[i].numel() != 1 && !(x[i].shape() == shape && x[i].is_contiguous())) flat = false;
+  }
+  T* o = out.data<T>();
+  if (flat) {
+    // Every input is dense of the output's shape or a single value: one flat loop.
+    parallel_for(0, (numel + kBlock - 1) / kBlock, 64, [&](std::int64_t b0, std::int64_t b1) {
+      std::vector<T> scratch;
+      std::vector<const T*> ptr(x.size());
+      std::vector<std::int64_t> stride(x.size());
+      for (std::int64_t b = b0; b < b1; ++b) {
+        const std::int64_t s = b * kBlock, n = std::min(kBlock, numel - s);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          stride[i] = x[i].numel() == 1 ? 0 : 1;
+          ptr[i] = x[i].data<T>() + (stride[i] ? s : 0);
+        }
+        eval_block<T>(prog, x.size(), ptr, stride, o + s, n, scratch);
+      }
+    });
+    return out;
+  }
+  // General broadcasting: row by row over the last dim, inputs as broadcast views.
+  std::vector<Tensor> v(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) v[i] = x[i].expand(shape);
+  const std::int64_t last = shape.empty() ? 1 : shape.back();
+  const std::int64_t rows = numel / last;
+  const std::size_t nd = shape.size();
+  parallel_for(0, rows, std::max<std::int64_t>(1, 4096 / last), [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<T> scratch;
+    std::vector<const T*> ptr(v.size());
+    std::vector<std::int64_t> stride(v.size());
+    for (std::int64_t r = r0; r < r1; ++r) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        std::int64_t off = v[i].offset(), rem = r;
+        for (std::size_t d = nd - 1; d-- > 0;) {
+          off += (rem % shape[d]) * v[i].strides()[d];
+          rem /= shape[d];
+        }
+        ptr[i] = static_cast<const T*>(static_cast<const void*>(v[i].storage()->data())) + off;
+        stride[i] = nd == 0 ? 0 : v[i].strides()[nd - 1];
+      }
+      for (std::int64_t s = 0; s < last; s += kBlock) {
+        const std::int64_t n = std::min(kBlock, last - s);
+        std::vector<const T*> p(ptr);
+        for (std::size_t i = 0; i < p.size(); ++i) p[i] += s * stride[i];
+        eval_block<T>(prog, v.size(), p, stride, o + r * last + s, n, scratch);
+      }
+    }
+  });
+  return out;
+}
+
+Tensor fused_forward(const Node& n, std::span<const Tensor> in) {
+  const std::vector<Instr> prog = decode(n.attrs, in.size());
+  MLS_CHECK(is_floating(n.dtype), "fused_elementwise: dtype must be floating, got ", n.dtype);
+  if (n.dtype == DType::Float32) return fused_eval<float>(prog, in, n.dtype);
+  return fused_eval<double>(prog, in, n.dtype);
+}
+
+void fused_infer(const Node& n, Shape& shape, DType& dtype) {
+  MLS_CHECK(!n.inputs.empty(), "fused_elementwise: needs at least one input");
+  decode(n.attrs, n.inputs.size());
+  shape.clear();
+  DType d = DType::Bool;
+  for (const NodePtr& in : n.inputs) {
+    shape = broadcast(shape, in->shape);
+    d = promote(d, in->dtype);
+  }
+  MLS_CHECK(is_floating(d), "fused_elementwise: inputs must be floating, got ", d);
+  dtype = d;
+}
+
+// ---- gemm ---------------------------------------------------------------------------------------
+Shape gemm_shape(const Shape& a0, const Shape& b0, bool ta, bool tb) {
+  MLS_CHECK(a0.size() >= 2 && b0.size() >= 2, "gemm: operands must be >= 2-D, got ", shape_str(a0), " and ",
+            shape_str(b0));
+  Shape a = a0, b = b0;
+  if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
+  const std::int64_t ka = a[a.size() - 1], kb = b[b.size() - 2];
+  MLS_CHECK(ka == kb || ka < 0 || kb < 0, "gemm: inner dimensions differ: ", shape_str(a), " x ", shape_str(b));
+  Shape s = broadcast(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  s.push_back(a[a.size() - 2]);
+  s.push_back(b[b.size() - 1]);
+  return s;
+}
+
+void gemm_infer(const Node& n, Shape& shape, DType& dtype) {
+  MLS_CHECK(n.inputs.size() == 2 || n.inputs.size() == 3, "gemm: expected 2 or 3 inputs, got ", n.inputs.size());
+  shape = gemm_shape(n.inputs[0]->shape, n.inputs[1]->shape, n.attrs.i("trans_a") != 0, n.attrs.i("trans_b") != 0);
+  dtype = promote(n.inputs[0]->dtype, n.inputs[1]->dtype);
+  const std::int64_t act = n.attrs.i("act");
+  MLS_CHECK(act >= 0 && act <= 2, "gemm: act must be 0 (none), 1 (relu) or 2 (gelu), got ", act);
+  if (n.inputs.size() == 3) {
+    const Shape& bs = n.inputs[2]->shape;
+    std::int64_t numel = 1;
+    for (std::int64_t d : bs) numel *= d;
+    MLS_CHECK(numel == shape.back() && (bs.empty() || bs.back() == shape.back()), "gemm: bias ", shape_str(bs),
+              " must broadcast along the last dim of ", shape_str(shape));
+    MLS_CHECK(bs.size() <= shape.size(), "gemm: bias ", shape_str(bs), " has more dims than the output ", shape_str(shape));
+  }
+}
+
+template <class T>
+void epilogue(T* c, const T* bias, std::int64_t rows, std::int64_t n, std::int64_t act) {
+  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, n)), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      T* row = c + r * n;
+      if (bias)
+        for (std::int64_t j = 0; j < n; ++j) row[j] += bias[j];
+      if (act == 1)
+        for (std::int64_t j = 0; j < n; ++j) row[j] = row[j] > T(0) ? row[j] : T(0);
+      else if (act == 2)
+        for (std::int64_t j = 0; j < n; ++j) row[j] = un(Op::Gelu, row[j]);
+    }
+  });
+}
+
+Tensor gemm_forward(const Node& n, std::span<const Tensor> in) {
+  Tensor a = in[0], b = in[1];
+  if (n.attrs.i("trans_a")) a = a.transpose(-2, -1);
+  if (n.attrs.i("trans_b")) b = b.transpose(-2, -1);
+  Tensor c = mls::matmul(a, b);
+  if (!c.is_contiguous()) c = c.compact();
+  const std::int64_t act = n.attrs.i("act");
+  if (in.size() < 3 && act == 0) return c;
+  const std::int64_t cols = c.shape().back(), rows = c.numel() / std::max<std::int64_t>(1, cols);
+  Tensor bias;
+  if (in.size() == 3) bias = in[2].to(c.dtype()).reshape({cols}).compact();
+  dispatch(c.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T>)
+      epilogue<T>(c.data<T>(), bias.defined() ? bias.data<T>() : nullptr, rows, cols, act);
+    else
+      fail("gemm: the epilogue needs a floating dtype, got ", c.dtype());
+  });
+  return c;
+}
+
+}  // namespace
+
+Tensor forward(const Node& node, std::span<const Tensor> inputs) {
+  if (node.op == kFusedElementwise) return fused_forward(node, inputs);
+  if (node.op == kGemm) return gemm_forward(node, inputs);
+  MLS_CHECK(is_known_op(node.op), "forward: unknown op ", static_cast<int>(node.op));
+  return ad::op_def(node.op).forward(inputs, node.attrs);
+}
+
+void infer(const Node& node, Shape& shape, DType& dtype) {
+  if (node.op == kFusedElementwise) return fused_infer(node, shape, dtype);
+  if (node.op == kGemm) return gemm_infer(node, shape, dtype);
+  MLS_CHECK(is_known_op(node.op), "infer: unknown op ", static_cast<int>(node.op));
+  std::vector<const Node*> ins;
+  for (const NodePtr& in : node.inputs) ins.push_back(in.get());
+  ad::op_def(node.op).infer(ins, node.attrs, shape, dtype);
+}
+
+std::string fused_expression(const Node& n) {
+  MLS_CHECK(n.op == kFusedElementwise, "fused_expression: node is ", xop_name(n.op), ", not fused_elementwise");
+  const std::vector<Instr> prog = decode(n.attrs, n.inputs.size());
+  std::vector<std::string> slot;
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) slot.push_back("in" + std::to_string(i));
+  for (const Instr& k : prog) {
+    std::string s = ad::op_name(k.op);
+    s += "(" + slot[static_cast<std::size_t>(k.a)];
+    if (k.b >= 0) s += ", " + slot[static_cast<std::size_t>(k.b)];
+    s += ")";
+    slot.push_back(std::move(s));
+  }
+  return slot.back();
+}
+
+}  // namespace mls::opt

@@ -1,0 +1,192 @@
+// Memory planning (slides 003): liveness, buffer assignment with reuse and in-place updates, and
+// an executor that runs a program inside the planned buffers.
+#include "mls/graphopt/memory.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace mls::opt {
+
+bool is_view_op(Op op) {
+  return op == Op::Reshape || op == Op::Permute || op == Op::Slice || op == Op::Expand || op == Op::Squeeze ||
+         op == Op::Unsqueeze;
+}
+
+namespace {
+/// True when `n` yields a view of its input (a reshape of a non-contiguous view copies).
+[[maybe_unused]] bool yields_view(const Node& n) {
+  if (!is_view_op(n.op)) return false;
+  if (n.op == Op::Reshape) {
+    for (const Node* in = n.inputs[0].get(); is_view_op(in->op); in = in->inputs[0].get())
+      if (in->op == Op::Permute || in->op == Op::Slice || in->op == Op::Expand) return false;
+  }
+  return true;
+}
+[[maybe_unused]] std::size_t bytes_of(const Node& n) {
+  std::size_t b = itemsize(n.dtype);
+  for (std::int64_t d : n.shape) b *= static_cast<std::size_t>(d);
+  return b;
+}
+/// Step of the value that owns the memory `step` reads (itself, or what a view views; -1: a leaf).
+[[maybe_unused]] std::vector<std::int64_t> roots(const std::vector<Node*>& schedule,
+                                const std::unordered_map<const Node*, std::int64_t>& step_of) {
+  std::vector<std::int64_t> root(schedule.size());
+  for (std::size_t i = 0; i < schedule.size(); ++i) {
+    const Node& n = *schedule[i];
+    if (n.is_leaf()) root[i] = -1;
+    else if (yields_view(n)) root[i] = root[static_cast<std::size_t>(step_of.at(n.inputs[0].get()))];
+    else root[i] = static_cast<std::int64_t>(i);
+  }
+  return root;
+}
+}  // namespace
+
+std::vector<Interval> liveness(const Program& p, const std::vector<Node*>& schedule) {
+  std::vector<Interval> live(schedule.size());
+  // BEGIN SOLUTION
+  std::unordered_map<const Node*, std::int64_t> step_of;
+  for (std::size_t i = 0; i < schedule.size(); ++i) step_of[schedule[i]] = static_cast<std::int64_t>(i);
+  const std::vector<std::int64_t> root = roots(schedule, step_of);
+  for (std::size_t i = 0; i < schedule.size(); ++i) live[i] = {static_cast<std::int64_t>(i), static_cast<std::int64_t>(i)};
+  // A read of a value is a read of the memory it lives in: extend the root's interval.
+  auto touch = [&](std::int64_t s, std::int64_t when) {
+    if (s < 0) return;
+    auto& l = live[static_cast<std::size_t>(s)].last_use;
+    l = std::max(l, when);
+    const std::int64_t r = root[static_cast<std::size_t>(s)];
+    if (r >= 0) live[static_cast<std::size_t>(r)].last_use = std::max(live[static_cast<std::size_t>(r)].last_use, when);
+  };
+  for (std::size_t i = 0; i < schedule.size(); ++i)
+    for (const NodePtr& in : schedule[i]->inputs) touch(step_of.at(in.get()), static_cast<std::int64_t>(i));
+  const auto end = static_cast<std::int64_t>(schedule.size());
+  for (const Var& o : p.outputs) touch(step_of.at(o.get()), end);
+  // END SOLUTION
+  return live;
+}
+
+MemoryPlan plan_memory(const Program& p) {
+  MemoryPlan plan;
+  plan.schedule = p.schedule();
+  const auto& s = plan.schedule;
+  plan.buffer.assign(s.size(), -1);
+  plan.in_place.assign(s.size(), false);
+  // BEGIN SOLUTION
+  for (const Node* n : s)
+    for (std::int64_t d : n->shape)
+      MLS_CHECK(d >= 0, "plan_memory: node ", node_ref(p, n), " (", xop_name(n->op), ") has shape ", shape_str(n->shape),
+                "; give the program concrete input shapes");
+  std::unordered_map<const Node*, std::int64_t> step_of;
+  for (std::size_t i = 0; i < s.size(); ++i) step_of[s[i]] = static_cast<std::int64_t>(i);
+  const std::vector<std::int64_t> root = roots(s, step_of);
+  const std::vector<Interval> live = liveness(p, s);
+  std::vector<int> free_list;  // buffers no live value occupies
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const Node& n = *s[i];
+    if (root[i] != static_cast<std::int64_t>(i)) continue;  // leaves and views own no memory
+    const std::size_t need = bytes_of(n);
+    plan.naive_bytes += need;
+    int b = -1;
+    // In place: an elementwise op may overwrite an input that dies here and has its size.
+    if (is_elementwise(n.op) || n.op == kFusedElementwise)
+      for (const NodePtr& in : n.inputs) {
+        const std::int64_t k = step_of.at(in.get());
+        if (root[static_cast<std::size_t>(k)] == k && live[static_cast<std::size_t>(k)].last_use == static_cast<std::int64_t>(i) &&
+            bytes_of(*in) == need && in->dtype == n.dtype) {
+          b = plan.buffer[static_cast<std::size_t>(k)];
+          plan.in_place[i] = true;
+          break;
+        }
+      }
+    if (b < 0) {  // best fit among the free buffers
+      for (int f : free_list)
+        if (plan.buffer_bytes[static_cast<std::size_t>(f)] >= need &&
+            (b < 0 || plan.buffer_bytes[static_cast<std::size_t>(f)] < plan.buffer_bytes[static_cast<std::size_t>(b)]))
+          b = f;
+      if (b >= 0) std::erase(free_list, b);
+    }
+    if (b < 0) {
+      b = static_cast<int>(plan.buffer_bytes.size());
+      plan.buffer_bytes.push_back(need);
+    }
+    plan.buffer[i] = b;
+    // Values whose last read is this step give their buffers back (unless taken in place).
+    for (std::size_t k = 0; k < i; ++k)
+      if (root[k] == static_cast<std::int64_t>(k) && live[k].last_use == static_cast<std::int64_t>(i) && plan.buffer[k] != b)
+        free_list.push_back(plan.buffer[k]);
+  }
+  for (std::size_t b : plan.buffer_bytes) plan.peak_bytes += b;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    std::size_t at = 0;
+    for (std::size_t k = 0; k <= i; ++k)
+      if (root[k] == static_cast<std::int64_t>(k) && live[k].last_use > static_cast<std::int64_t>(i)) at += bytes_of(*s[k]);
+    plan.live_bytes_max = std::max(plan.live_bytes_max, at);
+  }
+  // END SOLUTION
+  return plan;
+}
+
+std::string MemoryPlan::summary() const {
+  std::ostringstream os;
+  const auto in_place_count = std::count(in_place.begin(), in_place.end(), true);
+  os << "plan: " << buffer_bytes.size() << " buffers, " << peak_bytes << " bytes (naive " << naive_bytes << ", "
+     << (naive_bytes ? 100 * peak_bytes / naive_bytes : 0) << "%; live max " << live_bytes_max << "), " << in_place_count
+     << " in place";
+  return os.str();
+}
+
+PlannedExecutor::PlannedExecutor(const Program& p, MemoryPlan plan) : p_(&p), plan_(std::move(plan)) {
+  buffers_.resize(plan_.buffer_bytes.size());
+}
+
+std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
+  const Program& p = *p_;
+  MLS_CHECK(feeds.size() == p.inputs.size(), "run: the program has ", p.inputs.size(), " inputs, ", feeds.size(), " fed");
+  const auto& s = plan_.schedule;
+  std::unordered_map<const Node*, Tensor> vals;
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    const Node& n = *p.inputs[i].get();
+    MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && feeds[i].shape() == n.shape, "run: input ", i, " '",
+              n.name, "' expects ", n.dtype, " ", shape_str(n.shape));
+    vals[&n] = feeds[i];
+  }
+  std::vector<Tensor> in;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const Node& n = *s[i];
+    if (n.op == Op::Placeholder) {
+      MLS_CHECK(vals.count(&n), "run: placeholder '", n.name, "' is needed but is not an input of the program");
+      continue;
+    }
+    if (n.op == Op::Constant || n.op == Op::Variable) {
+      vals[&n] = n.value;
+      continue;
+    }
+    in.assign(n.inputs.size(), Tensor());
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals.at(n.inputs[k].get());
+    Tensor t = forward(n, in);
+    const int b = plan_.buffer[i];
+    if (b < 0) {  // a view: it lives in the memory of what it views
+      vals[&n] = t;
+      continue;
+    }
+    Tensor& buf = buffers_[static_cast<std::size_t>(b)];
+    if (!buf.defined()) {
+      const std::size_t bytes = plan_.buffer_bytes[static_cast<std::size_t>(b)];
+      buf = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool);  // 1-byte items: raw bytes
+      allocated_ += bytes;
+    }
+    Strides st(n.shape.size());
+    std::int64_t acc = 1;
+    for (std::size_t d = n.shape.size(); d-- > 0;) {
+      st[d] = acc;
+      acc *= n.shape[d];
+    }
+    Tensor dst(buf.storage(), 0, n.shape, st, n.dtype);
+    dst.copy_(t);
+    vals[&n] = dst;
+  }
+  std::vector<Tensor> out;
+  for (const Var& o : p.outputs) out.push_back(vals.at(o.get()).clone());
+  return out;
+}
+
+}  // namespace mls::opt

@@ -1,0 +1,98 @@
+// The pass registry and the pass manager (per-pass statistics, verifier after each pass, DOT dumps).
+#include <iomanip>
+#include <sstream>
+
+#include "mls/common/timer.hpp"
+#include "mls/graphopt/passes.hpp"
+
+namespace mls::opt {
+
+const std::vector<PassInfo>& all_passes() {
+  static const std::vector<PassInfo> passes{
+      {"dce", "dead-code elimination", dead_code_elimination},
+      {"cse", "common-subexpression elimination", common_subexpression_elimination},
+      {"fold", "constant folding", constant_folding},
+      {"simplify", "algebraic simplification (x*1, x+0, double transpose, reshape of reshape)", algebraic_simplification},
+      {"conv-bn", "fold inference batch norm into the preceding conv (W2 = W*R, B2 = B*R + P)", fold_conv_batchnorm},
+      {"merge-convs", "conv(x, W1) + conv(x, W2) -> conv(x, W1 + W2)", merge_parallel_convs},
+      {"merge-matmuls", "x@Wq, x@Wk, x@Wv -> one x@[Wq|Wk|Wv] and slices", merge_shared_matmuls},
+      {"fold-transpose", "matmul of a transposed operand -> gemm with a trans flag", fold_transpose_into_matmul},
+      {"epilogue", "relu/gelu(matmul + bias) -> one gemm with an epilogue", fuse_matmul_epilogue},
+      {"fuse-elementwise", "trees of elementwise ops -> one fused loop", fuse_elementwise},
+  };
+  return passes;
+}
+
+const PassInfo& find_pass(const std::string& name) {
+  std::string known;
+  for (const PassInfo& p : all_passes()) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  fail("pass manager: unknown pass '", name, "' (known: ", known, ")");
+}
+
+std::string default_pipeline() {
+  return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,epilogue,fuse-elementwise,dce";
+}
+
+PassManager& PassManager::add(PassInfo pass) {
+  MLS_CHECK(pass.run != nullptr, "pass manager: pass '", pass.name, "' has no function");
+  passes_.push_back(std::move(pass));
+  return *this;
+}
+PassManager& PassManager::add_pipeline(const std::string& names) {
+  std::stringstream ss(names);
+  std::string name;
+  while (std::getline(ss, name, ','))
+    if (!name.empty()) add(find_pass(name));
+  return *this;
+}
+PassManager& PassManager::dump_after(std::string name, std::string path) {
+  dumps_.emplace_back(std::move(name), std::move(path));
+  return *this;
+}
+
+PassReport PassManager::run(Program& p) const {
+  try {
+    verify(p);
+  } catch (const NotImplemented&) {
+    throw;
+  } catch (const Error& e) {
+    fail("pass manager: the input program is invalid: ", e.what());
+  }
+  PassReport report;
+  for (const PassInfo& pass : passes_) {
+    PassStat s;
+    s.name = pass.name;
+    s.nodes_before = p.size();
+    Timer t;
+    s.rewrites = pass.run(p);
+    s.millis = t.millis();
+    s.nodes_after = p.size();
+    try {
+      verify(p);
+    } catch (const NotImplemented&) {
+      throw;
+    } catch (const Error& e) {
+      fail("pass '", pass.name, "' broke the graph: ", e.what());
+    }
+    for (const auto& [name, path] : dumps_)
+      if (name == pass.name) to_dot(p, "after " + pass.name).write(path);
+    report.stats.push_back(s);
+  }
+  return report;
+}
+
+std::string PassReport::table() const {
+  std::ostringstream os;
+  os << std::left << std::setw(18) << "pass" << std::right << std::setw(8) << "before" << std::setw(8) << "after"
+     << std::setw(10) << "rewrites" << std::setw(10) << "ms" << "\n";
+  for (const PassStat& s : stats)
+    os << std::left << std::setw(18) << s.name << std::right << std::setw(8) << s.nodes_before << std::setw(8)
+       << s.nodes_after << std::setw(10) << s.rewrites << std::setw(10) << std::fixed << std::setprecision(3) << s.millis
+       << "\n";
+  return os.str();
+}
+
+}  // namespace mls::opt

@@ -1,0 +1,117 @@
+// The IR: verifier, printer, DOT, JSON files, cost model.
+#include "helpers.hpp"
+
+using namespace lab3test;
+
+TEST_CASE("verifier accepts the example models", "[lab3][ir]") {
+  for (const char* name : {"resnet", "attention", "mlp"}) {
+    INFO(name);
+    Program p = build_model(name);
+    verify(p);
+    CHECK(p.schedule().size() == p.size());
+  }
+}
+
+TEST_CASE("verifier names a shape mismatch, a cycle, an unknown op, a wrong arity and a foreign input", "[lab3][ir]") {
+  {
+    Program p = slides_expression(4);
+    verify(p);
+    p.outputs[0].get()->shape = {5};
+    require_error([&] { verify(p); }, "is declared float32 [5] but its inputs give float32 [4]");
+  }
+  {
+    Program p = slides_expression(4);
+    Node* e = p.outputs[0].get();  // E = D + (A+B)*C: point (A+B) at E
+    Node* mul = e->inputs[1].get();
+    NodePtr add = mul->inputs[0];
+    add->inputs[0] = p.outputs[0].node();
+    require_error([&] { verify(p); }, "cycle");
+    add->inputs[0] = p.inputs[0].node();  // break the cycle again so the nodes are freed
+  }
+  {
+    Program p = slides_expression(4);
+    p.outputs[0].get()->op = static_cast<Op>(150);
+    require_error([&] { verify(p); }, "unknown op (150)");
+  }
+  {
+    Program p = slides_expression(4);
+    p.outputs[0].get()->inputs.pop_back();
+    require_error([&] { verify(p); }, "has 1 inputs, add takes 2");
+  }
+  {
+    Program p = slides_expression(4);
+    Program other = slides_expression(4);
+    p.outputs[0].get()->inputs[0] = other.inputs[0].node();
+    require_error([&] { verify(p); }, "is not a node of this graph");
+  }
+}
+
+TEST_CASE("printer shows every node, its op, shape and the outputs", "[lab3][ir]") {
+  Program p = slides_expression(8);
+  verify(p);
+  const std::string text = print(p);
+  INFO(text);
+  CHECK(text.find("= add(%0, %1)  float32 [8]") != std::string::npos);
+  CHECK(text.find("= mul(") != std::string::npos);
+  CHECK(text.find("outputs: %6") != std::string::npos);
+  const DotGraph dot = to_dot(p);
+  CHECK(dot.num_nodes() == p.size());
+  CHECK(dot.num_edges() == 6);
+  CHECK(dot.str().find("peripheries") != std::string::npos);  // the output is marked
+}
+
+TEST_CASE("JSON round trip keeps the graph and its values", "[lab3][ir]") {
+  for (const char* name : {"resnet", "attention", "mlp"}) {
+    INFO(name);
+    Program p = build_model(name);
+    const std::string text = to_json(p);
+    Program q = from_json(text);
+    CHECK(print(q) == print(p));
+    CHECK(to_json(q) == text);
+    const auto feeds = random_feeds(p, 3);
+    CHECK(max_rel_error(run(q, feeds), run(p, feeds)) == 0.0);
+  }
+  // Extension ops survive too.
+  Program p = slides_expression(16);
+  REQUIRE(fuse_elementwise(p) == 2);
+  Program q = from_json(to_json(p));
+  CHECK(count_op(q, kFusedElementwise) == 1);
+  CHECK(equivalent(p, q));
+}
+
+TEST_CASE("loading a malformed file is a clear error", "[lab3][ir]") {
+  const std::string good = to_json(slides_expression(4));
+  Program ok = from_json(good);  // a valid file loads
+  CHECK(ok.size() == 7);
+  require_error([] { from_json("{ not json"); }, "load: malformed JSON");
+  require_error([] { from_json("{\"format\": \"other\"}"); }, "not an mls-graph file");
+  require_error([] { from_json("{\"format\": \"mls-graph\", \"version\": 9, \"nodes\": []}"); }, "unsupported version 9");
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const auto at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, from.size(), to);
+  };
+  require_error([&] { from_json(edit("\"op\": \"mul\"", "\"op\": \"frobnicate\"")); }, "unknown op 'frobnicate'");
+  require_error([&] { from_json(edit("\"op\": \"mul\"", "\"opx\": \"mul\"")); }, "has no field 'op'");
+  require_error([&] { from_json(edit("\"dtype\": \"float32\"", "\"dtype\": \"float17\"")); }, "float17");
+  require_error([&] { from_json(edit("\"outputs\": [\n  6\n ]", "\"outputs\": [\n  60\n ]")); }, "refers to node 60");
+  // E = D + (A+B)*C with the product's first input pointing at E: a cycle.
+  require_error([&] { from_json(edit("\"inputs\": [\n    4,\n    2\n   ]", "\"inputs\": [\n    6,\n    2\n   ]")); }, "cycle");
+  // A declared shape that disagrees with the op.
+  require_error([&] { from_json(edit("\"shape\": [\n    4\n   ],\n   \"dtype\": \"float32\"\n  }\n ],",
+                                     "\"shape\": [\n    5\n   ],\n   \"dtype\": \"float32\"\n  }\n ],")); },
+                "but its inputs give");
+}
+
+TEST_CASE("arithmetic intensity of E = D + (A+B)*C goes from 1/3 to 3/5 when fused (slides 002)", "[lab3][ir]") {
+  Program p = slides_expression(1024);
+  for (Node* n : p.schedule())
+    if (!n->is_leaf()) CHECK(node_cost(*n).intensity(4) == Approx(1.0 / 3.0));
+  REQUIRE(fuse_elementwise(p) == 2);
+  REQUIRE(p.outputs[0].get()->op == kFusedElementwise);
+  const NodeCost c = node_cost(*p.outputs[0].get());
+  CHECK(c.flops == 3 * 1024);
+  CHECK(c.intensity(4) == Approx(3.0 / 5.0));
+  CHECK(fused_expression(*p.outputs[0].get()) == "add(in3, mul(add(in0, in1), in2))");
+}

@@ -1,0 +1,212 @@
+// Every pass: the rewritten program computes the same values (random inputs, tolerance from the
+// dtype) and the rewrite it must make happened.
+#include "helpers.hpp"
+
+using namespace lab3test;
+
+TEST_CASE("dead-code elimination drops what no output needs", "[lab3][passes]") {
+  Program p;
+  const Var x = p.input("x", {5});
+  const Var unused = p.input("unused", {2});
+  p.output(ad::exp(x));
+  (void)((x * 3.0) + 2.0);  // dead: two constants, mul, add
+  (void)ad::relu(unused);   // dead, but the input stays an input
+  auto [q, n] = apply_checked(p, dead_code_elimination);
+  CHECK(n == 5);
+  CHECK(q.size() == 3);
+  CHECK(q.inputs.size() == 2);
+  CHECK(count_op(q, Op::Mul) == 0);
+}
+
+TEST_CASE("common-subexpression elimination merges equal nodes and equal constants", "[lab3][passes]") {
+  Program p;
+  const Var x = p.input("x", {4}), z = p.input("z", {4});
+  const Var y1 = ad::exp(x) + p.constant(Tensor::full({4}, 2.0));
+  const Var y2 = ad::exp(x) + p.constant(Tensor::full({4}, 2.0));
+  const Var s1 = x + z, s2 = z + x;  // commutative
+  const Var d1 = x - z, d2 = z - x;  // not commutative: both stay
+  p.output(y1 * y2 + s1 * s2 + d1 * d2);
+  auto [q, n] = apply_checked(p, common_subexpression_elimination);
+  CHECK(n == 4);  // exp, the constant, exp + c, z + x
+  CHECK(count_op(q, Op::Exp) == 1);
+  CHECK(count_op(q, Op::Sub) == 2);
+  CHECK(count_op(q, Op::Constant) == 1);
+}
+
+TEST_CASE("constant folding computes constant subgraphs once, but not variables", "[lab3][passes]") {
+  Program p;
+  const Var x = p.input("x", {3});
+  const Var c1 = p.constant(Tensor::from({1.0f, 2.0f, 3.0f}));
+  const Var c2 = p.constant(Tensor::scalar(0.5));
+  p.output(x + (c1 * c2 + ad::exp(c1)));
+  auto [q, n] = apply_checked(p, constant_folding);
+  CHECK(n == 3);
+  CHECK(count_op(q, Op::Exp) == 0);
+  CHECK(count_op(q, Op::Mul) == 0);
+  CHECK(q.size() == 3);  // x, one constant, add
+  Program v;
+  const Var vx = v.input("x", {3});
+  v.output(vx + v.graph->variable("w", Tensor::ones({3})) * 2.0);
+  auto [w, m] = apply_checked(v, constant_folding);
+  CHECK(m == 0);
+  CHECK(count_op(w, Op::Mul) == 1);
+}
+
+TEST_CASE("algebraic simplification: x*1, x+0, double transpose, reshape of reshape", "[lab3][passes]") {
+  Program p;
+  const Var x = p.input("x", {2, 3, 4});
+  const Var one = p.constant(Tensor::ones({}));
+  const Var zero = p.constant(Tensor::zeros({4}));
+  const Var a = ((one * x) * 1.0 + zero - 0.0) / 1.0;                               // five no-ops
+  const Var b = ad::permute(ad::permute(x, {2, 0, 1}), {1, 2, 0});                    // identity
+  const Var c = ad::permute(ad::permute(x, {1, 0, 2}), {0, 2, 1});                    // one permute
+  const Var d = ad::reshape(ad::reshape(ad::reshape(x, {6, 4}), {4, 6}), {24});      // one reshape
+  const Var e = ad::reshape(x, {2, 3, 4});                                            // identity
+  const Var big = x * p.constant(Tensor::ones({5, 1, 1, 1}));                         // broadcasts: stays
+  p.output(a + b + e);
+  p.output(c);
+  p.output(d);
+  p.output(big);
+  auto [q, n] = apply_checked(p, algebraic_simplification);
+  CHECK(n == 5 + 1 + 1 + 2 + 1);
+  CHECK(count_op(q, Op::Div) == 0);
+  CHECK(count_op(q, Op::Sub) == 0);
+  CHECK(count_op(q, Op::Mul) == 1);  // only the broadcasting one
+  CHECK(count_op(q, Op::Permute) == 1);
+  CHECK(count_op(q, Op::Reshape) == 1);
+  CHECK(q.outputs[1].get()->attrs.ints("dims") == std::vector<std::int64_t>{1, 2, 0});
+  CHECK(q.outputs[2].get()->inputs[0].get() == q.inputs[0].get());
+}
+
+TEST_CASE("conv + batch norm folding for inference (W2 = W*R, B2 = B*R + P)", "[lab3][passes]") {
+  Program p = resnet_block(2, 4, 8, 8);
+  REQUIRE(count_op(p, Op::BatchNorm) == 2);
+  auto [q, n] = apply_checked(p, fold_conv_batchnorm);
+  CHECK(n == 2);
+  CHECK(count_op(q, Op::BatchNorm) == 0);
+  CHECK(count_op(q, Op::Conv2d) == 4);
+  // The slides' formulas on one channel: W2 = W*R, B2 = B*R + P with R = gamma/sqrt(var+eps).
+  Program s;
+  const Var x = s.input("x", {1, 1, 3, 3});
+  const Var w = s.constant(Tensor::full({1, 1, 1, 1}, 2.0));
+  const Var bias = s.constant(Tensor::full({1, 1, 1, 1}, 1.0));
+  s.output(ad::batch_norm(ad::conv2d(x, w) + bias, s.constant(Tensor::full({1}, 3.0)), s.constant(Tensor::full({1}, 0.5)),
+                          s.constant(Tensor::full({1}, 0.25)), s.constant(Tensor::full({1}, 4.0)), false, 0.1, 0.0));
+  auto [t, k] = apply_checked(s, fold_conv_batchnorm);
+  REQUIRE(k == 1);
+  const Node& add = *t.outputs[0].get();
+  REQUIRE(add.op == Op::Add);
+  const double r = 3.0 / 2.0, pc = 0.5 - 0.25 * r;
+  CHECK(add.inputs[0]->inputs[1]->value.item() == Approx(2.0 * r));      // W2
+  CHECK(add.inputs[1]->value.item() == Approx(1.0 * r + pc));            // B2
+}
+
+TEST_CASE("training-mode batch norm and non-constant weights are not folded", "[lab3][passes]") {
+  Program p;
+  const Var x = p.input("x", {1, 2, 4, 4});
+  const Var w = p.input("w", {2, 2, 3, 3});
+  auto stat = [&](double v) { return p.constant(Tensor::full({2}, v)); };
+  p.output(ad::batch_norm(ad::conv2d(x, w, 1, 1), stat(1), stat(0), stat(0), stat(1), false));
+  auto [q, n] = apply_checked(p, fold_conv_batchnorm);
+  CHECK(n == 0);
+  Program t;
+  const Var tx = t.input("x", {1, 2, 4, 4});
+  auto tstat = [&](double v) { return t.constant(Tensor::full({2}, v)); };
+  t.output(ad::batch_norm(ad::conv2d(tx, t.constant(Tensor::ones({2, 2, 3, 3})), 1, 1), tstat(1), tstat(0), tstat(0),
+                          tstat(1), true));
+  CHECK(fold_conv_batchnorm(t) == 0);  // (not run: training mode updates its running statistics)
+  CHECK(count_op(t, Op::BatchNorm) == 1);
+}
+
+TEST_CASE("two convs over the same input, summed, become one conv with W1 + W2", "[lab3][passes]") {
+  Program p = resnet_block(1, 3, 6, 6);
+  auto [q, n] = apply_checked(p, merge_parallel_convs);
+  CHECK(n == 1);
+  CHECK(count_op(q, Op::Conv2d) == 3);
+  Program s;  // different strides: no merge
+  const Var x = s.input("x", {1, 2, 6, 6});
+  const Var w = s.constant(Tensor::ones({2, 2, 3, 3}));
+  s.output(ad::conv2d(x, w, 1, 1) + ad::conv2d(x, s.constant(Tensor::ones({2, 2, 1, 1})), 1, 0));
+  auto [t, k] = apply_checked(s, merge_parallel_convs);
+  CHECK(k == 0);
+}
+
+TEST_CASE("Q, K, V projections of one input become one matmul and slices", "[lab3][passes]") {
+  Program p = attention_block(8, 16);
+  REQUIRE(count_op(p, Op::Matmul) == 8);
+  auto [q, n] = apply_checked(p, merge_shared_matmuls);
+  CHECK(n == 2);
+  CHECK(count_op(q, Op::Matmul) == 6);
+  CHECK(count_op(q, Op::Slice) == 3);
+  bool found = false;
+  for (const NodePtr& nd : q.graph->nodes())
+    if (nd->op == Op::Matmul && nd->inputs[1]->op == Op::Constant && nd->inputs[1]->shape == Shape{16, 48}) found = true;
+  CHECK(found);
+}
+
+TEST_CASE("a transposed matmul operand becomes a gemm flag", "[lab3][passes]") {
+  Program p = attention_block(8, 16);
+  auto [q, n] = apply_checked(p, fold_transpose_into_matmul);
+  CHECK(n == 1);
+  CHECK(count_op(q, Op::Permute) == 0);
+  REQUIRE(count_op(q, kGemm) == 1);
+  Program s;
+  const Var a = s.input("a", {3, 5, 4}), b = s.input("b", {3, 6, 5});
+  s.output(ad::matmul(ad::transpose(a), ad::transpose(b)));
+  s.output(ad::matmul(ad::permute(a, {1, 0, 2}), s.constant(Tensor::ones({4, 2}))));  // not a last-two swap
+  auto [t, k] = apply_checked(s, fold_transpose_into_matmul);
+  CHECK(k == 2);
+  const Node& g = *t.outputs[0].get();
+  REQUIRE(g.op == kGemm);
+  CHECK(g.attrs.i("trans_a") == 1);
+  CHECK(g.attrs.i("trans_b") == 1);
+  CHECK(t.outputs[1].get()->op == Op::Matmul);
+}
+
+TEST_CASE("matmul + bias + relu/gelu becomes one gemm with an epilogue", "[lab3][passes]") {
+  Program p = mlp(8, 16);
+  auto [q, n] = apply_checked(p, fuse_matmul_epilogue);
+  CHECK(n == 7);
+  CHECK(count_op(q, Op::Matmul) == 0);
+  CHECK(count_op(q, kGemm) == 4);
+  CHECK(count_op(q, Op::Relu) == 0);
+  Program a = attention_block(8, 16);
+  auto [r, m] = apply_checked(a, fuse_matmul_epilogue);
+  CHECK(count_op(r, Op::Gelu) == 0);
+  bool gelu = false;
+  for (const NodePtr& nd : r.graph->nodes())
+    if (nd->op == kGemm && nd->attrs.i("act") == 2 && nd->inputs.size() == 3) gelu = true;
+  CHECK(gelu);
+  Program s;  // a bias that is not along the last dim stays an add
+  const Var x = s.input("x", {4, 3});
+  s.output(ad::matmul(x, s.constant(Tensor::ones({3, 2}))) + s.constant(Tensor::ones({4, 1})));
+  auto [t, k] = apply_checked(s, fuse_matmul_epilogue);
+  CHECK(k == 0);
+}
+
+TEST_CASE("elementwise fusion turns chains and trees into one loop", "[lab3][passes]") {
+  Program chain = elementwise_chain(1000, 6);
+  auto [q, n] = apply_checked(chain, fuse_elementwise);
+  CHECK(n == 5);
+  CHECK(count_op(q, kFusedElementwise) == 1);
+  CHECK(q.schedule().size() == 7);  // x, five scalar constants, the fused node
+  Program tree = slides_expression(777);
+  auto [t, k] = apply_checked(tree, fuse_elementwise);
+  CHECK(k == 2);
+  CHECK(t.size() == 5);
+}
+
+TEST_CASE("elementwise fusion with broadcasting, shared values and float64", "[lab3][passes]") {
+  Program p;
+  const Var x = p.input("x", {5, 3}, DType::Float64);
+  const Var b = p.input("b", {3}, DType::Float64);
+  const Var e = ad::exp(x);                  // two uses: stays a node of its own
+  p.output(ad::gelu((e + b) * 2.0) + e * ad::sigmoid(b));
+  auto [q, n] = apply_checked(p, fuse_elementwise);
+  CHECK(count_op(q, Op::Exp) == 1);
+  CHECK(count_op(q, kFusedElementwise) == 1);
+  CHECK(n == 5);  // add, mul, gelu, mul, sigmoid into the final add
+  const Node& f = *q.outputs[0].get();
+  REQUIRE(f.op == kFusedElementwise);
+  CHECK(f.dtype == DType::Float64);
+}
