@@ -186,6 +186,7 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
     }
     b.ok = true;
     b.binary = bin;
+    b.programs.built[m.test_binary] = bin;
     b.wall_s = since(t0);
     return b;
   }
@@ -215,7 +216,33 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
   }
   b.binary = build_dir / m.dir / m.test_binary;
   b.ok = fs::exists(b.binary);
-  if (!b.ok) b.log += "\n[the build succeeded but " + b.binary.string() + " does not exist]\n";
+  if (!b.ok) {
+    b.log += "\n[the build succeeded but " + b.binary.string() + " does not exist]\n";
+    b.wall_s = since(t0);
+    return b;
+  }
+  b.programs.built[m.test_binary] = b.binary;
+  // The other test programs of the groups (e.g. the CUDA tests): each on its own, so one the
+  // configuration does not define (no CUDA) or one that fails leaves the lab's main program.
+  auto bins = m.test_binaries();
+  for (std::size_t i = 1; i < bins.size(); ++i) {
+    const std::string& target = bins[i];
+    BuildResult extra;
+    std::vector<std::string> a = {cmake, "--build", build_dir.string(), "--target", target, "-j",
+                                  std::to_string(std::max(1, opt.jobs))};
+    bool ok = step(extra, run_tool(a, build_dir, left(), sandbox, chown), "cmake --build --target " + target);
+    fs::path bin = build_dir / m.dir / target;
+    if (ok && fs::exists(bin)) {
+      b.programs.built[target] = bin;
+    } else if (extra.log.find("unknown target") != std::string::npos ||
+               extra.log.find("No rule to make target") != std::string::npos) {
+      b.programs.not_configured[target] = "the build configuration defines no target " + target +
+                                          " (e.g. CUDA was not found at configure time)";
+    } else {
+      b.programs.failed[target] = "the test program " + target + " did not build:\n" + summarize_build_log(extra.log, 3000);
+      b.log += extra.log;
+    }
+  }
   b.wall_s = since(t0);
   return b;
 }
@@ -259,56 +286,116 @@ std::vector<std::string> list_tests(const fs::path& binary, const std::string& s
 }
 
 LabResult run_lab_tests(const fs::path& binary, const Manifest& m, const RunOptions& opt, std::vector<std::string>* notes) {
+  TestPrograms p;
+  p.built[m.test_binary] = binary;
+  return run_lab_tests(p, m, opt, notes);
+}
+
+namespace {
+std::string empty_group_note(const Group& g) {
+  return "group '" + g.name + "' (" + g.match + ") matches no test case";
+}
+}  // namespace
+
+bool note_expected_in_handout(const Manifest& m, const std::string& note) {
+  for (const auto& g : m.groups)
+    if (g.visibility != Visibility::Visible && note == empty_group_note(g)) return true;
+  return false;
+}
+
+LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt,
+                        std::vector<std::string>* notes) {
   auto t0 = Clock::now();
   LabResult res;
   res.lab = m.lab;
   res.title = m.title;
   res.built = true;
+  const bool gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
   struct Job {
     std::string name;
     const Group* group;
     double points;
+    fs::path binary;
   };
   std::vector<Job> jobs;
-  std::map<std::string, std::vector<std::string>> owner;
-  std::set<std::string> filtered;
-  if (!opt.filter.empty())
-    for (auto& n : list_tests(binary, opt.filter, m)) filtered.insert(n);
   std::vector<std::string> messages;
-  for (const auto& g : m.groups) {
-    std::vector<std::string> names = list_tests(binary, g.match, m);
-    for (const auto& n : names) owner[n].push_back(g.name);
-    if (names.empty()) messages.push_back("group '" + g.name + "' (" + g.match + ") matches no test case");
-    for (const auto& n : names)
-      if (opt.filter.empty() || filtered.count(n)) jobs.push_back({n, &g, g.points / static_cast<double>(names.size())});
-  }
-  for (const auto& n : list_tests(binary, "", m)) {
-    auto it = owner.find(n);
-    if (it == owner.end()) messages.push_back("test case '" + n + "' is in no group (it is not scored)");
-  }
-  for (const auto& [n, gs] : owner)
-    if (gs.size() > 1) {
-      std::string s = "test case '" + n + "' is in more than one group:";
-      for (const auto& g : gs) s += " " + g;
-      messages.push_back(s);
+  for (const auto& bin_name : m.test_binaries()) {
+    std::vector<const Group*> groups;
+    for (const auto& g : m.groups)
+      if (g.binary == bin_name) groups.push_back(&g);
+    auto built = programs.built.find(bin_name);
+    if (built == programs.built.end()) {
+      // The program is not there: GPU groups of a program the configuration lacks are SKIPPED;
+      // anything else is NO_RESULT (and, when the configuration lacks it, a manifest problem).
+      auto nc = programs.not_configured.find(bin_name);
+      auto fl = programs.failed.find(bin_name);
+      std::string why = nc != programs.not_configured.end() ? nc->second
+                        : fl != programs.failed.end()       ? fl->second
+                                                            : "the test program " + bin_name + " was not built";
+      for (const Group* g : groups) {
+        TestResult tr;
+        tr.name = g->name + " (" + bin_name + " not built)";
+        tr.group = g->name;
+        tr.visibility = g->visibility;
+        tr.max_score = g->points;
+        if (g->gpu && nc != programs.not_configured.end()) {
+          tr.outcome = Outcome::Skipped;
+          tr.message = "skipped: no GPU test program on this machine: " + why + "; the group's points are left out "
+                       "of this run's maximum";
+        } else {
+          tr.outcome = Outcome::NoResult;
+          tr.message = why;
+          if (nc != programs.not_configured.end())
+            messages.push_back("group '" + g->name + "' needs the test program " + bin_name + ", but " + why);
+        }
+        if (opt.filter.empty()) res.tests.push_back(tr);
+      }
+      if (fl != programs.failed.end()) res.output += fl->second + "\n";
+      continue;
     }
-  // A group that matches nothing still counts in the maximum.
-  for (const auto& g : m.groups) {
-    bool any = false;
-    for (const auto& [n, gs] : owner) any = any || std::find(gs.begin(), gs.end(), g.name) != gs.end();
-    if (!any && opt.filter.empty()) {
-      TestResult tr;
-      tr.name = g.name + " (no test case)";
-      tr.group = g.name;
-      tr.visibility = g.visibility;
-      tr.max_score = g.points;
-      tr.message = "the group's pattern " + g.match + " matches no test case";
-      res.tests.push_back(tr);
+    const fs::path& binary = built->second;
+    std::map<std::string, std::vector<std::string>> owner;
+    std::set<std::string> filtered;
+    if (!opt.filter.empty())
+      for (auto& n : list_tests(binary, opt.filter, m)) filtered.insert(n);
+    for (const Group* g : groups) {
+      std::vector<std::string> names = list_tests(binary, g->match, m);
+      for (const auto& n : names) owner[n].push_back(g->name);
+      if (names.empty()) messages.push_back(empty_group_note(*g));
+      for (const auto& n : names)
+        if (opt.filter.empty() || filtered.count(n))
+          jobs.push_back({n, g, g->points / static_cast<double>(names.size()), binary});
+    }
+    for (const auto& n : list_tests(binary, "", m)) {
+      auto it = owner.find(n);
+      if (it == owner.end())
+        messages.push_back("test case '" + n + "' of " + bin_name + " is in no group (it is not scored)");
+    }
+    for (const auto& [n, gs] : owner)
+      if (gs.size() > 1) {
+        std::string s = "test case '" + n + "' of " + bin_name + " is in more than one group:";
+        for (const auto& g : gs) s += " " + g;
+        messages.push_back(s);
+      }
+    // A group that matches nothing still counts in the maximum.
+    for (const Group* g : groups) {
+      bool any = false;
+      for (const auto& [n, gs] : owner) any = any || std::find(gs.begin(), gs.end(), g->name) != gs.end();
+      if (!any && opt.filter.empty()) {
+        TestResult tr;
+        tr.name = g->name + " (no test case)";
+        tr.group = g->name;
+        tr.visibility = g->visibility;
+        tr.max_score = g->points;
+        tr.message = "the group's pattern " + g->match + " matches no test case of " + bin_name;
+        res.tests.push_back(tr);
+      }
     }
   }
 
-  bool sanitized = binary_uses_sanitizer(binary);
-  fs::path abs = fs::absolute(binary);
+  std::map<fs::path, bool> sanitized;
+  for (const auto& j : jobs)
+    if (!sanitized.count(j.binary)) sanitized[j.binary] = binary_uses_sanitizer(j.binary);
   std::vector<TestResult> results(jobs.size());
   std::atomic<std::size_t> next{0};
   std::mutex cb_mu;
@@ -318,13 +405,14 @@ LabResult run_lab_tests(const fs::path& binary, const Manifest& m, const RunOpti
       if (i >= jobs.size()) return;
       const Job& j = jobs[i];
       fs::path scratch = make_temp_dir("mls-grader-run");
-      SandboxSpec s = test_spec(abs, m, scratch, sanitized);
+      SandboxSpec s = test_spec(fs::absolute(j.binary), m, scratch, sanitized.at(j.binary));
       s.argv.insert(s.argv.end(), {escape_test_name(j.name), "-r", "xml", "--rng-seed", "1234", "-w", "NoTests"});
       std::string nonce = random_hex(16);
       s.channel_input = nonce;
       SandboxResult r = run_sandboxed(s);
       remove_tree(scratch);
-      TestResult t = classify(r, j.name, nonce);
+      SkipPolicy skip = !j.group->gpu ? SkipPolicy::Ignore : gpu_here ? SkipPolicy::Refuse : SkipPolicy::Allow;
+      TestResult t = classify(r, j.name, nonce, skip);
       t.group = j.group->name;
       t.visibility = j.group->visibility;
       t.max_score = j.points;
@@ -388,7 +476,7 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
     }
     LabResult r;
     try {
-      r = run_lab_tests(b.binary, m, opt.run);
+      r = run_lab_tests(b.programs, m, opt.run);
     } catch (const std::exception& e) {
       r = zero_result(m, notes + e.what(), since(t0));
     }
@@ -400,6 +488,63 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
     if (!temp.empty() && !opt.keep_temp) remove_tree(temp);
     return finish(zero_result(m, notes + "grader error: " + e.what(), since(t0)));
   }
+}
+
+namespace {
+std::string cut(const std::string& s, std::size_t n) { return s.size() > n ? s.substr(0, n) + " ..." : s; }
+std::string gpu_note(int n, const char* where) {
+  return std::to_string(n) + " GPU test(s) SKIPPED in the " + where +
+         " (no GPU on this machine): check-handouts cannot prove them here; run it on a machine with a GPU";
+}
+}  // namespace
+
+HandoutJudgement judge_reference(const Manifest& m, const LabResult& ref, const std::vector<std::string>& notes) {
+  HandoutJudgement j;
+  for (const auto& n : notes) j.problems.push_back("manifest: " + n);
+  if (ref.tests.empty()) j.problems.push_back("the reference has no test");
+  std::string bad;
+  int skipped = 0;
+  for (const auto& t : ref.tests) {
+    const Group* g = m.group(t.group);
+    if (t.outcome == Outcome::Pass) continue;
+    if (t.outcome == Outcome::Skipped && g && g->gpu) {
+      ++skipped;
+      continue;
+    }
+    bad += std::string(to_string(t.outcome)) + "  " + t.group + ": " + t.name + "\n";
+    if (!t.message.empty())
+      for (const auto& l : split(cut(t.message, 300), '\n')) bad += "    " + l + "\n";
+  }
+  if (!bad.empty()) j.problems.push_back("the reference does not pass every test:\n" + bad);
+  if (skipped) j.notes.push_back(gpu_note(skipped, "reference"));
+  return j;
+}
+
+HandoutJudgement judge_handout(const Manifest& m, const LabResult& h) {
+  HandoutJudgement j;
+  int skipped = 0, given_pass = 0;
+  for (const auto& t : h.tests) {
+    if (t.outcome == Outcome::NotImplemented) continue;
+    const Group* g = m.group(t.group);
+    if (g && g->given && t.outcome == Outcome::Pass) {
+      ++given_pass;
+      continue;
+    }
+    if (g && g->gpu && t.outcome == Outcome::Skipped) {
+      ++skipped;
+      continue;
+    }
+    // A hidden group has no tests in the handout: its placeholder entry is expected.
+    if (g && g->visibility != Visibility::Visible && t.outcome == Outcome::NoResult &&
+        t.name == g->name + " (no test case)")
+      continue;
+    j.problems.push_back("handout test '" + t.group + ": " + t.name + "' is " + to_string(t.outcome) + " (expected " +
+                         (g && g->given ? "PASS or NOT_IMPLEMENTED: a given group" : "NOT_IMPLEMENTED") +
+                         "): " + cut(t.message, 300));
+  }
+  if (given_pass) j.notes.push_back(std::to_string(given_pass) + " test(s) of given code pass (groups marked \"given\")");
+  if (skipped) j.notes.push_back(gpu_note(skipped, "handout"));
+  return j;
 }
 
 }  // namespace mls::grader

@@ -32,6 +32,13 @@ const Group* Manifest::group(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<std::string> Manifest::test_binaries() const {
+  std::vector<std::string> out = {test_binary};
+  for (const auto& g : groups)
+    if (!g.binary.empty() && std::find(out.begin(), out.end(), g.binary) == out.end()) out.push_back(g.binary);
+  return out;
+}
+
 namespace {
 
 struct Ctx {
@@ -89,6 +96,13 @@ void check_relative(const Ctx& c, const std::string& field, const std::string& p
     c.bad(field, "'" + p + "' must be a relative path inside the repository, without '..'");
 }
 
+bool get_bool(const Ctx& c, const json& j, const std::string& key, const std::string& path, bool def) {
+  if (!j.contains(key)) return def;
+  const json& v = j.at(key);
+  if (!v.is_boolean()) c.bad(path + key, "must be true or false");
+  return v.get<bool>();
+}
+
 Visibility parse_visibility(const Ctx& c, const std::string& field, const std::string& s) {
   if (s == "visible") return Visibility::Visible;
   if (s == "hidden") return Visibility::Hidden;
@@ -137,6 +151,11 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     std::string p = "groups[" + std::to_string(i) + "].";
     const json& g = groups[i];
     if (!g.is_object()) c.bad(p.substr(0, p.size() - 1), "must be an object");
+    static const std::set<std::string> known_group = {"name", "match", "points", "visibility", "binary",
+                                                      "gpu", "given", "$comment"};
+    for (const auto& [k, v] : g.items())
+      if (!known_group.count(k))
+        c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, given)");
     Group gr;
     gr.name = get_string(c, g, "name", p);
     if (!names.insert(gr.name).second) c.bad(p + "name", "'" + gr.name + "' is used twice");
@@ -145,6 +164,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     gr.points = get_number(c, g, "points", p, std::nullopt);
     if (!(gr.points >= 0)) c.bad(p + "points", "must be >= 0");
     gr.visibility = parse_visibility(c, p + "visibility", get_string(c, g, "visibility", p, false, "visible"));
+    gr.binary = get_string(c, g, "binary", p, false, m.test_binary);
+    if (trim(gr.binary).empty()) c.bad(p + "binary", "must not be empty");
+    gr.gpu = get_bool(c, g, "gpu", p, false);
+    gr.given = get_bool(c, g, "given", p, false);
     m.groups.push_back(gr);
   }
   if (j.contains("benchmarks")) {
@@ -178,6 +201,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
       if (f.empty() || f[0] != '-' || f.find(' ') != std::string::npos)
         c.bad("build.flags", "'" + f + "' must be one compiler option");
     m.build = d;
+    for (std::size_t i = 0; i < m.groups.size(); ++i)
+      if (m.groups[i].binary != m.test_binary)
+        c.bad("groups[" + std::to_string(i) + "].binary",
+              "a lab with a direct 'build' section has one test program, '" + m.test_binary + "'");
   }
   return m;
 }

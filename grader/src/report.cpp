@@ -20,15 +20,24 @@ std::string fmt(double v, int prec = 2) {
 }
 double round2(double v) { return std::round(v * 10000.0) / 10000.0; }
 const Outcome kOutcomes[] = {Outcome::Pass, Outcome::Fail, Outcome::Crash, Outcome::Timeout,
-                             Outcome::Memory, Outcome::OutputLimit, Outcome::NoResult, Outcome::NotImplemented};
+                             Outcome::Memory, Outcome::OutputLimit, Outcome::NoResult, Outcome::NotImplemented,
+                             Outcome::Skipped};
+/// "(21 points of GPU tests skipped: no GPU)" or "".
+std::string skipped_note(const LabResult& r) {
+  int n = r.count(Outcome::Skipped);
+  if (n == 0) return "";
+  return "(" + fmt(r.skipped_points()) + " points of GPU tests skipped: no GPU; " + std::to_string(n) +
+         " test(s) or group(s) SKIPPED, left out of the maximum)";
+}
 }  // namespace
 
 json to_gradescope(const LabResult& r, const Manifest& m) {
   json j;
   j["score"] = round2(r.score());
   j["execution_time"] = round2(r.execution_time_s);
+  std::string skip = skipped_note(r);
   std::string out = "Lab " + std::to_string(r.lab) + ": " + r.title + "\nScore " + fmt(r.score()) + " / " +
-                    fmt(r.max_score()) + "\n" + r.output;
+                    fmt(r.max_score()) + (skip.empty() ? "" : "  " + skip) + "\n" + r.output;
   j["output"] = sanitize_text(out, 16000);
   j["tests"] = json::array();
   int number = 0;
@@ -42,7 +51,8 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
     tj["name"] = sanitize_text(t.group + ": " + t.name, 500);
     tj["number"] = std::to_string(gi) + "." + std::to_string(++within[t.group]);
     tj["score"] = round2(t.score);
-    tj["max_score"] = round2(t.max_score);
+    // A SKIPPED test's points are left out of the maximum (Gradescope sums these).
+    tj["max_score"] = t.outcome == Outcome::Skipped ? 0.0 : round2(t.max_score);
     tj["status"] = t.outcome == Outcome::Pass ? "passed" : "failed";
     std::string o = std::string(to_string(t.outcome)) + " (" + fmt(t.wall_s, 2) + " s)";
     if (!t.message.empty()) o += "\n" + t.message;
@@ -60,6 +70,7 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
 std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
   const char* green = colour ? "\033[32m" : "";
   const char* red = colour ? "\033[31m" : "";
+  const char* yellow = colour ? "\033[33m" : "";
   const char* bold = colour ? "\033[1m" : "";
   const char* reset = colour ? "\033[0m" : "";
   std::ostringstream os;
@@ -75,12 +86,14 @@ std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
     int n = 0, passed = 0;
     double s = 0, mx = 0, time = 0;
     std::map<Outcome, int> counts;
+    int skipped = 0;
     for (const auto& t : r.tests) {
       if (t.group != g) continue;
       ++n;
       passed += t.outcome == Outcome::Pass;
+      skipped += t.outcome == Outcome::Skipped;
       s += t.score;
-      mx += t.max_score;
+      if (t.outcome != Outcome::Skipped) mx += t.max_score;
       time += t.wall_s;
       counts[t.outcome]++;
     }
@@ -88,15 +101,18 @@ std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
     std::string oc;
     for (Outcome o : kOutcomes)
       if (counts[o]) oc += std::string(oc.empty() ? "" : " ") + to_string(o) + "=" + std::to_string(counts[o]);
-    const char* c = passed == n ? green : red;
+    const char* c = passed == n ? green : skipped > 0 && passed + skipped == n ? yellow : red;
+    if (skipped) oc += " (skipped: no GPU on this machine)";
     std::snprintf(line, sizeof line, "%-22.22s %s%3d/%-3d%s %7s/%-7s %8.2f  %s\n", g.c_str(), c, passed, n, reset,
                   fmt(s).c_str(), fmt(mx).c_str(), time, oc.c_str());
     os << line;
   }
   int n = static_cast<int>(r.tests.size()), passed = r.count(Outcome::Pass);
-  std::snprintf(line, sizeof line, "%s%-22s %3d/%-3d %7s/%-7s %8.2f%s\n", bold, "total", passed, n, fmt(r.score()).c_str(),
-                fmt(r.max_score()).c_str(), r.execution_time_s, reset);
+  std::string skip = skipped_note(r);
+  std::snprintf(line, sizeof line, "%s%-22s %3d/%-3d %7s/%-7s %8.2f%s%s%s%s\n", bold, "total", passed, n, fmt(r.score()).c_str(),
+                fmt(r.max_score()).c_str(), r.execution_time_s, reset, skip.empty() ? "" : "  ", yellow, skip.c_str());
   os << line;
+  if (!skip.empty()) os << reset;
   return os.str();
 }
 
@@ -117,7 +133,8 @@ std::string to_junit(const LabResult& r, const Manifest& m) {
   std::ostringstream os;
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   os << "<testsuites name=\"" << xml_escape("lab" + std::to_string(r.lab) + " " + r.title) << "\" tests=\""
-     << r.tests.size() << "\" failures=\"" << (r.tests.size() - r.count(Outcome::Pass)) << "\" time=\""
+     << r.tests.size() << "\" failures=\"" << (r.tests.size() - r.count(Outcome::Pass) - r.count(Outcome::Skipped))
+     << "\" skipped=\"" << r.count(Outcome::Skipped) << "\" time=\""
      << fmt(r.execution_time_s, 3) << "\">\n";
   std::vector<std::string> groups;
   for (const auto& g : m.groups) groups.push_back(g.name);
@@ -128,14 +145,20 @@ std::string to_junit(const LabResult& r, const Manifest& m) {
     for (const auto& t : r.tests)
       if (t.group == g) ts.push_back(&t);
     if (ts.empty()) continue;
-    int fails = 0;
-    for (auto* t : ts) fails += t->outcome != Outcome::Pass;
-    os << "  <testsuite name=\"" << xml_escape(g) << "\" tests=\"" << ts.size() << "\" failures=\"" << fails << "\">\n";
+    int fails = 0, skips = 0;
+    for (auto* t : ts) {
+      fails += t->outcome != Outcome::Pass && t->outcome != Outcome::Skipped;
+      skips += t->outcome == Outcome::Skipped;
+    }
+    os << "  <testsuite name=\"" << xml_escape(g) << "\" tests=\"" << ts.size() << "\" failures=\"" << fails
+       << "\" skipped=\"" << skips << "\">\n";
     for (auto* t : ts) {
       os << "    <testcase classname=\"lab" << r.lab << "." << xml_escape(g) << "\" name=\"" << xml_escape(sanitize_text(t->name, 500))
          << "\" time=\"" << fmt(t->wall_s, 3) << "\"";
       if (t->outcome == Outcome::Pass) {
         os << "/>\n";
+      } else if (t->outcome == Outcome::Skipped) {
+        os << ">\n      <skipped message=\"" << xml_escape(sanitize_text(t->message, 500)) << "\"/>\n    </testcase>\n";
       } else {
         os << ">\n      <failure type=\"" << to_string(t->outcome) << "\" message=\"" << to_string(t->outcome) << "\">"
            << xml_escape(sanitize_text(t->message, 4000)) << "</failure>\n    </testcase>\n";

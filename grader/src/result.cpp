@@ -1,6 +1,7 @@
 #include "mls/grader/result.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -22,13 +23,14 @@ const char* to_string(Outcome o) {
     case Outcome::OutputLimit: return "OUTPUT_LIMIT";
     case Outcome::NoResult: return "NO_RESULT";
     case Outcome::NotImplemented: return "NOT_IMPLEMENTED";
+    case Outcome::Skipped: return "SKIPPED";
   }
   return "NO_RESULT";
 }
 
 Outcome outcome_from_string(std::string_view s) {
   for (Outcome o : {Outcome::Pass, Outcome::Fail, Outcome::Crash, Outcome::Timeout, Outcome::Memory,
-                    Outcome::OutputLimit, Outcome::NoResult, Outcome::NotImplemented})
+                    Outcome::OutputLimit, Outcome::NoResult, Outcome::NotImplemented, Outcome::Skipped})
     if (s == to_string(o)) return o;
   mls::fail("unknown outcome '", s, "'");
 }
@@ -40,7 +42,14 @@ double LabResult::score() const {
 }
 double LabResult::max_score() const {
   double s = 0;
-  for (const auto& t : tests) s += t.max_score;
+  for (const auto& t : tests)
+    if (t.outcome != Outcome::Skipped) s += t.max_score;
+  return s;
+}
+double LabResult::skipped_points() const {
+  double s = 0;
+  for (const auto& t : tests)
+    if (t.outcome == Outcome::Skipped) s += t.max_score;
   return s;
 }
 int LabResult::count(Outcome o) const {
@@ -168,7 +177,8 @@ CatchXml parse_catch_xml(std::string_view text) {
         expr_failed = t.attr("success") == "false";
         pending_original.clear();
       } else if (current && ((expr_failed && (t.name == "Original" || t.name == "Expanded")) ||
-                             t.name == "Exception" || t.name == "FatalErrorCondition" || t.name == "Failure")) {
+                             t.name == "Exception" || t.name == "FatalErrorCondition" || t.name == "Failure" ||
+                             t.name == "Warning")) {
         capture_what = t.name;
         capture.clear();
       }
@@ -182,6 +192,8 @@ CatchXml parse_catch_xml(std::string_view text) {
         std::string s(trim(capture));
         if (capture_what == "Original") {
           pending_original = s;
+        } else if (capture_what == "Warning" && current) {
+          current->warnings.push_back(s);
         } else if (capture_what == "Expanded" && current) {
           current->failures.push_back(pending_original + (s != pending_original ? "  with expansion: " + s : ""));
         } else if (current) {
@@ -261,7 +273,14 @@ std::string join(const std::vector<std::string>& v, std::string_view sep) {
 }
 }  // namespace
 
-TestResult classify(const SandboxResult& run, std::string_view test_name, std::string_view nonce) {
+bool machine_has_gpu() {
+  if (const char* e = std::getenv("MLS_GRADER_GPU"); e && *e) return std::string_view(e) != "0";
+  for (int i = 0; i < 16; ++i)
+    if (::access(("/dev/nvidia" + std::to_string(i)).c_str(), F_OK) == 0) return true;
+  return false;
+}
+
+TestResult classify(const SandboxResult& run, std::string_view test_name, std::string_view nonce, SkipPolicy skip) {
   TestResult t;
   t.name = std::string(test_name);
   t.wall_s = run.wall_s;
@@ -295,6 +314,21 @@ TestResult classify(const SandboxResult& run, std::string_view test_name, std::s
   } else if (listed_pass && ch.ended && run.exited && run.exit_code == 0 && xml.complete && xc && xc->has_result &&
              xc->success) {
     t.outcome = Outcome::Pass;
+    std::string said;
+    for (const auto& w : xc->warnings)
+      if (contains(w, kGpuSkipMarker)) said = w;
+    // What the test said after the marker, e.g. "(cudaGetDeviceCount: no CUDA-capable device)".
+    // The marker itself is not repeated: CTest reads "SKIPPED:" in any output as a skip.
+    std::string detail(said.empty() ? "" : trim(said.substr(said.find(kGpuSkipMarker) + kGpuSkipMarker.size())));
+    if (!detail.empty()) detail = " " + detail;
+    if (!said.empty() && skip == SkipPolicy::Allow) {
+      t.outcome = Outcome::Skipped;
+      t.message = "skipped: no GPU on this machine" + detail + "; it scores 0 and its points are left out of this "
+                  "run's maximum";
+    } else if (!said.empty() && skip == SkipPolicy::Refuse) {
+      t.outcome = Outcome::Fail;
+      t.message = "the test reported no GPU" + detail + ", but this machine has a GPU: a GPU test must run where a GPU is";
+    }
   } else if (has_memory_marker(failures) || has_memory_marker(run.err) ||
              (!listed_fail && has_memory_marker(run.out))) {
     t.outcome = Outcome::Memory;

@@ -16,10 +16,10 @@ using namespace mls::grader;
 namespace {
 
 const std::vector<std::string> kTests = {"add small", "add negative", "mul small", "mul zero", "sum to ten",
-                                         "sum, with [brackets] and \"quotes\""};
+                                         "sum, with [brackets] and \"quotes\"", "gpu kernel"};
 
 /// Grades `sub` and checks each test's outcome: those named in `expect`, PASS for the rest
-/// (or `rest`).
+/// (or `rest`); the GPU-style test is always SKIPPED (no GPU, before any student code runs).
 LabResult grade_and_check(const fs::path& sub, const std::map<std::string, Outcome>& expect,
                           Outcome rest = Outcome::Pass, double max_seconds = 60) {
   Manifest m = testing::fixture_manifest();
@@ -32,7 +32,7 @@ LabResult grade_and_check(const fs::path& sub, const std::map<std::string, Outco
   REQUIRE(r.tests.size() == kTests.size());
   for (const auto& t : r.tests) {
     auto it = expect.find(t.name);
-    Outcome want = it == expect.end() ? rest : it->second;
+    Outcome want = it == expect.end() ? (t.group == "gpu" ? Outcome::Skipped : rest) : it->second;
     INFO("test '" << t.name << "': " << t.message);
     CHECK(to_string(t.outcome) == std::string(to_string(want)));
     CHECK(t.score == (t.outcome == Outcome::Pass ? t.max_score : 0.0));
@@ -57,7 +57,10 @@ LabResult grade_zero(const fs::path& sub, const std::string& why) {
 TEST_CASE("adversarial: the correct submission scores full marks", "[grader][adversarial]") {
   LabResult r = grade_and_check(testing::submission("correct"), {});
   CHECK(r.score() == 10);
-  CHECK(r.max_score() == 10);
+  CHECK(r.max_score() == 10);  // the 3 points of the SKIPPED GPU group are left out
+  CHECK(r.skipped_points() == 3);
+  CHECK_THAT(format_table(r, testing::fixture_manifest(), false),
+             Catch::Contains("SKIPPED=1") && Catch::Contains("(3.00 points of GPU tests skipped: no GPU"));
 }
 
 TEST_CASE("adversarial: the reference solution scores full marks, the empty submission is NOT_IMPLEMENTED",

@@ -45,23 +45,6 @@ Tensor reduce_to(const Tensor& x, const Shape& target) {
   return mls::sum(x, axes, true).reshape(target);
 }
 
-/// NumPy broadcasting of inferred shapes (-1 = unknown).
-Shape bcast(const Shape& a, const Shape& b, const char* op) {
-  const std::size_t n = std::max(a.size(), b.size());
-  Shape r(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const std::int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (x == y) r[i] = x;
-    else if (x == 1) r[i] = y;
-    else if (y == 1) r[i] = x;
-    else if (x < 0) r[i] = y;
-    else if (y < 0) r[i] = x;
-    else fail(op, ": cannot broadcast shapes ", shape_str(a), " and ", shape_str(b));
-  }
-  return r;
-}
-
 DType float_of(DType t) { return is_floating(t) ? t : DType::Float32; }
 
 std::int64_t conv_out(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t pad) {
@@ -87,7 +70,7 @@ void same_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
 template <BinaryOp B>
 Tensor binary_fwd(Ins in, const Attrs&) { return mls::binary(B, in[0], in[1]); }
 void binary_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
-  s = bcast(in[0]->shape, in[1]->shape, "binary op");
+  s = broadcast_inferred(in[0]->shape, in[1]->shape, "binary op");
   d = promote(in[0]->dtype, in[1]->dtype);
 }
 void div_infer(InNodes in, const Attrs& a, Shape& s, DType& d) {
@@ -235,7 +218,7 @@ Grads cast_bwd(const Var& out, const Var& g, const Needs& needs) {
 Tensor where_fwd(Ins in, const Attrs&) { return mls::where(in[0], in[1], in[2]); }
 void where_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
   MLS_CHECK(in[0]->dtype == DType::Bool, "where: the condition must be bool, got ", in[0]->dtype);
-  s = bcast(bcast(in[0]->shape, in[1]->shape, "where"), in[2]->shape, "where");
+  s = broadcast_inferred(broadcast_inferred(in[0]->shape, in[1]->shape, "where"), in[2]->shape, "where");
   d = promote(in[1]->dtype, in[2]->dtype);
 }
 Grads where_bwd(const Var& out, const Var& g, const Needs& needs) {
@@ -551,7 +534,7 @@ void matmul_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
             shape_str(b));
   const std::int64_t ka = a[a.size() - 1], kb = b[b.size() - 2];
   MLS_CHECK(ka == kb || ka < 0 || kb < 0, "matmul: inner dimensions differ: ", shape_str(a), " x ", shape_str(b));
-  s = bcast(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), "matmul");
+  s = broadcast_inferred(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), "matmul");
   s.push_back(a[a.size() - 2]);
   s.push_back(b[b.size() - 1]);
   d = promote(in[0]->dtype, in[1]->dtype);
@@ -627,7 +610,7 @@ void softmax_ce_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
   const Shape& x = in[0]->shape;
   MLS_CHECK(x.size() == 2, "softmax_cross_entropy: logits must be [N, C], got ", shape_str(x));
   if (is_floating(in[1]->dtype)) {
-    (void)bcast(x, in[1]->shape, "softmax_cross_entropy");
+    (void)broadcast_inferred(x, in[1]->shape, "softmax_cross_entropy");
     MLS_CHECK(in[1]->shape.size() == 2, "softmax_cross_entropy: probability targets must be [N, C], got ",
               shape_str(in[1]->shape));
   } else {
@@ -678,7 +661,7 @@ Tensor mse_fwd(Ins in, const Attrs&) {
 void mse_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
   MLS_CHECK(in[0]->shape.size() == in[1]->shape.size(), "mse_loss: shapes differ: ", shape_str(in[0]->shape),
             " and ", shape_str(in[1]->shape));
-  (void)bcast(in[0]->shape, in[1]->shape, "mse_loss");
+  (void)broadcast_inferred(in[0]->shape, in[1]->shape, "mse_loss");
   s = {};
   d = float_of(promote(in[0]->dtype, in[1]->dtype));
 }
@@ -1064,6 +1047,23 @@ const std::array<OpDef, kNumOps>& table() {
 }
 
 }  // namespace
+
+Shape broadcast_inferred(const Shape& a, const Shape& b, const char* op) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape r(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const std::int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x == y) r[i] = x;
+    else if (x == 1) r[i] = y;
+    else if (y == 1) r[i] = x;
+    else if (x < 0) r[i] = y;
+    else if (y < 0) r[i] = x;
+    else fail(op, ": cannot broadcast shapes ", shape_str(a), " and ", shape_str(b));
+  }
+  return r;
+}
+
 
 const OpDef& op_def(Op op) {
   const auto i = static_cast<std::size_t>(op);

@@ -142,21 +142,7 @@ std::vector<Instr> decode(const ad::Attrs& attrs, std::size_t n_inputs) {
   return prog;
 }
 
-Shape broadcast(const Shape& a, const Shape& b) {
-  const std::size_t n = std::max(a.size(), b.size());
-  Shape r(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const std::int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (x == y) r[i] = x;
-    else if (x == 1) r[i] = y;
-    else if (y == 1) r[i] = x;
-    else if (x < 0) r[i] = y;
-    else if (y < 0) r[i] = x;
-    else fail("fused_elementwise: cannot broadcast shapes ", shape_str(a), " and ", shape_str(b));
-  }
-  return r;
-}
+Shape broadcast(const Shape& a, const Shape& b) { return ad::broadcast_inferred(a, b, "fused_elementwise"); }
 
 constexpr std::int64_t kBlock = 512;
 

@@ -74,14 +74,6 @@ TEST_CASE("softmax rows sum to 1 and match the reference", "[lab4][fused][softma
   }
 }
 
-TEST_CASE("softmax in place", "[lab4][fused][softmax_inplace]") {
-  std::vector<float> x = {1, 2, 3, 1000, 1000, -1000};
-  mls::lab4::softmax_forward(x.data(), x.data(), 2, 3);
-  CHECK(x[2] == Approx(std::exp(1.0) / (std::exp(-1.0) + 1 + std::exp(1.0))).epsilon(1e-6));
-  CHECK(x[3] == Approx(0.5).epsilon(1e-6));
-  CHECK(x[5] == 0.0f);
-}
-
 TEST_CASE("layernorm forward and backward match the double reference", "[lab4][fused][layernorm]") {
   for (auto [rows, cols] : {std::pair{1L, 1L}, {3L, 7L}, {4L, 64L}, {9L, 769L}}) {
     const auto x = random_vec(rows * cols, 3, "x"), w = random_vec(cols, 3, "w"),

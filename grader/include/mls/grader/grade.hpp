@@ -2,6 +2,7 @@
 /// Building a lab and running its tests isolated: what `test`, `grade` and `check-handouts` do.
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,9 +23,20 @@ struct BuildOptions {
   std::filesystem::path cache_dir;     ///< object cache of non-student sources (direct builds)
 };
 
+/// The test programs of a build (CMake target -> binary), and why the others are missing.
+struct TestPrograms {
+  std::map<std::string, std::filesystem::path> built;
+  /// Targets the build configuration does not define (e.g. the CUDA test program where CUDA was
+  /// not found), with why.
+  std::map<std::string, std::string> not_configured;
+  /// Targets that exist but did not build, with the summary of the build log.
+  std::map<std::string, std::string> failed;
+};
+
 struct BuildResult {
-  bool ok = false;
-  std::filesystem::path binary;
+  bool ok = false;                  ///< the lab's main test program (`test_binary`) was built
+  std::filesystem::path binary;     ///< that program
+  TestPrograms programs;            ///< every test program the manifest's groups need
   std::string log;          ///< capped; the first compiler errors first
   double wall_s = 0;
 };
@@ -32,9 +44,12 @@ struct BuildResult {
 /// The first error lines of a compiler log, then its tail (what a student needs to see).
 std::string summarize_build_log(std::string_view log, std::size_t max_bytes = 6000);
 
-/// Builds the lab's test program from `tree` (a repository copy or the repository itself), into
-/// `build_dir`. Real labs: CMake configure + build of the test target only; labs with a `build`
-/// section: a direct compiler invocation. The build runs sandboxed (time limit, capped log).
+/// Builds the lab's test programs from `tree` (a repository copy or the repository itself), into
+/// `build_dir`. Real labs: CMake configure + build of the test targets only (`test_binary`, then
+/// each other group `binary`: one the configuration does not define, e.g. the CUDA tests without
+/// CUDA, is recorded in `programs.not_configured`, one that fails in `programs.failed`); labs
+/// with a `build` section: a direct compiler invocation. The build runs sandboxed (time limit,
+/// capped log). `ok` is about `test_binary` only.
 BuildResult build_lab(const Manifest& m, const std::filesystem::path& tree,
                       const std::filesystem::path& build_dir, const BuildOptions& opt);
 
@@ -42,6 +57,7 @@ struct RunOptions {
   int jobs = 1;
   std::string filter;       ///< extra Catch2 spec; only tests matching it are run
   std::function<void(const TestResult&)> on_result;  ///< progress callback (any thread)
+  std::optional<bool> gpu_present;  ///< does this machine have a GPU? (default: machine_has_gpu())
 };
 
 /// Lists the test cases matching `spec` through the harness channel (the listing is done by the
@@ -50,10 +66,33 @@ struct RunOptions {
 std::vector<std::string> list_tests(const std::filesystem::path& binary, const std::string& spec,
                                     const Manifest& m);
 
-/// Runs every test case of the lab, each isolated; scores them by group. Tests not in exactly
-/// one group are reported in `notes`.
+/// Runs every test case of the lab, each isolated, each from its group's test program; scores
+/// them by group. Disagreements of manifest and programs are reported in `notes` (and in the
+/// result's output): a test case in no group or in two groups, a group that matches no test case,
+/// a group whose program the build does not define (except GPU groups: those are SKIPPED).
+/// GPU groups: see `SkipPolicy` (Allow without a GPU, Refuse with one).
+LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt,
+                        std::vector<std::string>* notes = nullptr);
+/// The same with one program: `binary` is the lab's `test_binary` (other programs: not built).
 LabResult run_lab_tests(const std::filesystem::path& binary, const Manifest& m, const RunOptions& opt,
                         std::vector<std::string>* notes = nullptr);
+
+/// Whether a note of `run_lab_tests` is expected in a handout: a group that is not visible
+/// matches no test case (its tests are in `hidden_files`). Every other note is a manifest problem.
+bool note_expected_in_handout(const Manifest& m, const std::string& note);
+
+/// What check-handouts concludes from one run.
+struct HandoutJudgement {
+  std::vector<std::string> problems;  ///< each one fails the check
+  std::vector<std::string> notes;     ///< said, not failing (e.g. GPU tests it cannot prove here)
+};
+/// The reference: every test PASSes, except GPU tests SKIPPED on a machine without a GPU (noted:
+/// they are not proven); every note of the run is a manifest problem.
+HandoutJudgement judge_reference(const Manifest& m, const LabResult& ref, const std::vector<std::string>& notes);
+/// The handout: every test is NOT_IMPLEMENTED, except tests of `given` groups (PASS accepted),
+/// GPU tests SKIPPED without a GPU (noted, not proven), and the placeholder entry of a group that
+/// is not visible (its tests are not in the handout).
+HandoutJudgement judge_handout(const Manifest& m, const LabResult& handout);
 
 struct GradeOptions {
   BuildOptions build;

@@ -18,6 +18,16 @@ struct Group {
   std::string match;
   double points = 0;
   Visibility visibility = Visibility::Visible;
+  /// CMake target of the Catch2 program that holds the group's tests (manifest `binary`;
+  /// default: the lab's `test_binary`). A lab may have several test programs, e.g. one that is
+  /// built only where CUDA is found.
+  std::string binary;
+  /// Tests that need a GPU (manifest `gpu`). Where the machine has no GPU, a test that reports
+  /// "SKIPPED: no GPU" is SKIPPED (0 points, left out of the run's maximum), and where the
+  /// group's program is not configured at all (no CUDA) the group is SKIPPED.
+  bool gpu = false;
+  /// Tests of code the handout gives complete (manifest `given`): they may pass in the handout.
+  bool given = false;
 };
 
 /// A benchmark that feeds the leaderboard.
@@ -54,6 +64,8 @@ struct Manifest {
 
   double total_points() const;
   const Group* group(const std::string& name) const;
+  /// Every test program the groups need: `test_binary` first, then the other groups' binaries.
+  std::vector<std::string> test_binaries() const;
 };
 
 /// Parses and validates a manifest; throws mls::Error naming `source` and the bad field.

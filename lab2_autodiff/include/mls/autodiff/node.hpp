@@ -122,4 +122,8 @@ struct OpDef {
 /// The table entry of `op`.
 const OpDef& op_def(Op op);
 
+/// NumPy broadcasting of two inferred shapes, where -1 is a size known only at run time (it
+/// broadcasts against anything). Throws `mls::Error` naming `op` when the shapes cannot broadcast.
+Shape broadcast_inferred(const Shape& a, const Shape& b, const char* op);
+
 }  // namespace mls::ad
