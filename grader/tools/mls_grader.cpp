@@ -38,6 +38,7 @@ struct Common {
   int lab = -1;
   std::string manifest;
   std::string preset = "release";
+  std::string build_dir;
   int jobs = 2;
 };
 
@@ -55,6 +56,11 @@ BuildOptions build_options(const Common& c) {
   BuildOptions b;
   b.root = root_of(c);
   b.preset = c.preset;
+  if (!c.build_dir.empty()) {
+    b.build_dir = fs::absolute(c.build_dir);
+    if (!fs::exists(b.build_dir / "CMakeCache.txt"))
+      throw UsageError("--build-dir " + c.build_dir + " is not a configured CMake build folder (no CMakeCache.txt)");
+  }
   b.jobs = c.jobs;
   b.harness_lib = default_harness_lib();
   b.common_lib = default_common_lib();
@@ -69,11 +75,16 @@ void progress(const TestResult& t) {
   std::fprintf(stderr, "  %-16s %s: %s (%.2f s)\n", to_string(t.outcome), t.group.c_str(), t.name.c_str(), t.wall_s);
 }
 
-/// Builds lab `m` from the working tree: the preset's build folder (real labs), or a folder of
+/// The build folder of in-tree builds: --build-dir, else `<root>/build/<preset>`.
+fs::path in_tree_dir(const BuildOptions& bo) {
+  return bo.build_dir.empty() ? bo.root / "build" / bo.preset : bo.build_dir;
+}
+
+/// Builds lab `m` from the working tree: the in-tree build folder (real labs), or a folder of
 /// the grader's build (labs with a direct build).
 BuildResult build_in_tree(const Manifest& m, const BuildOptions& bo) {
   fs::path build_dir = m.build ? default_binary_dir() / "grader-direct" / ("lab" + std::to_string(m.lab))
-                               : bo.root / "build" / bo.preset;
+                               : in_tree_dir(bo);
   fs::path tree = bo.root;
   std::fprintf(stderr, "mls-grader: building %s ...\n", m.test_binary.c_str());
   BuildResult b = build_lab(m, tree, build_dir, bo);
@@ -328,7 +339,7 @@ int cmd_bench(const Common& c, int repetitions, const std::string& results) {
     write_outputs(r, m, results, "");
     return 1;
   }
-  fs::path build_dir = bo.root / "build" / bo.preset;
+  fs::path build_dir = in_tree_dir(bo);
   int failed = 0;
   for (const auto& bm : m.benchmarks) {
     SandboxSpec dummy;
@@ -384,6 +395,8 @@ int main(int argc, char** argv) {
       s->add_option("--lab", c.lab, "lab number");
       s->add_option("--manifest", c.manifest, "a lab.json to use instead of --lab (e.g. the grader's fixture lab)");
       s->add_option("--preset", c.preset, "CMake preset of in-tree builds (release, ci, asan)");
+      s->add_option("--build-dir", c.build_dir,
+                    "an existing, configured build folder for in-tree builds instead of build/<preset>");
     }
   };
 

@@ -15,6 +15,8 @@ namespace mls::grader {
 struct BuildOptions {
   std::filesystem::path root;          ///< reference repository root (common/, labs)
   std::string preset = "release";      ///< for in-tree builds
+  /// An existing, configured build folder for in-tree builds (empty: `<root>/build/<preset>`).
+  std::filesystem::path build_dir;
   bool werror = false;
   int jobs = 2;
   double time_limit_s = 900;
