@@ -4,6 +4,7 @@
 //   mls-opt                                   # the three example models, default pipeline
 //   mls-opt --model attention --passes merge-matmuls,fold-transpose,epilogue --dump-after epilogue
 //   mls-opt --load g.json --save g_opt.json
+//   mls-opt --discover [--max-ops 3] [--show-rules 20]   # TASO-style rule discovery and search
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <iostream>
 
 #include "mls/common/timer.hpp"
+#include "mls/graphopt/discover.hpp"
 #include "mls/graphopt/memory.hpp"
 #include "mls/graphopt/models.hpp"
 #include "mls/graphopt/passes.hpp"
@@ -78,6 +80,56 @@ int optimise(Program p, const std::string& name, const std::string& passes, cons
   if (!save.empty()) save_json(p, save);
   return err <= 1 ? 0 : 1;
 }
+
+/// One search example: prints the program before and after, the costs and the rules applied.
+void search_example(const char* title, const Program& p, const std::vector<DiscoveredRule>& rules) {
+  const SearchResult s = search_rewrites(p, rules);
+  const ProgramCost b = program_cost(p), a = program_cost(s.best);
+  std::printf("\n-- search: %s --\nbefore:\n%s", title, print(p).c_str());
+  std::printf("after (%d programs expanded):\n%s", s.expanded, print(s.best).c_str());
+  std::printf("  cost (FLOPs + bytes + 64/node): %.0f -> %.0f (%.3f)   nodes %zu -> %zu, FLOPs %.0f -> %.0f, bytes %.0f -> %.0f\n",
+              s.cost_before, s.cost_after, s.cost_after / s.cost_before, b.nodes, a.nodes, b.flops, a.flops, b.bytes,
+              a.bytes);
+  for (const std::string& step : s.steps) std::printf("  applied: %s\n", step.c_str());
+  std::printf("  outputs agree: %s\n", equivalent(p, s.best) ? "yes" : "NO");
+}
+
+int discover(int max_ops, int show_rules) {
+  Discovery d;
+  const double secs = time_min([&] { d = discover_rules({.max_ops = max_ops}); }, 1);
+  const DiscoveryStats& s = d.stats;
+  std::printf("== rule discovery (TASO-style): ops neg, transpose, relu, add, sub, mul, matmul; A, B, C (square); 0, 1 ==\n");
+  std::printf("  expressions enumerated (<= %d ops)  %zu\n", max_ops, s.enumerated);
+  std::printf("  fingerprint classes                %zu\n", s.classes);
+  std::printf("  candidate pairs                    %zu\n", s.candidates);
+  std::printf("  verified rules                     %zu\n", s.verified);
+  std::printf("  rules after pruning                %zu\n", s.kept);
+  std::printf("  time                               %.2f s\n", secs);
+  for (int i = 0; i < show_rules && i < static_cast<int>(d.rules.size()); ++i)
+    std::printf("    %s\n", d.rules[static_cast<std::size_t>(i)].str().c_str());
+  std::printf("\nhand-written rewrites rediscovered:\n");
+  int found = 0;
+  const auto known = rediscovered(d.rules);
+  for (const KnownRewrite& k : known) {
+    found += k.found;
+    std::printf("  [%s] %-52s %s\n", k.found ? "x" : " ", k.pass.c_str(), k.rule.c_str());
+  }
+  std::printf("  %d of %zu\n", found, known.size());
+  {
+    Program p;
+    const Var a = p.input("A", {64, 64}, DType::Float64), b = p.input("B", {64, 64}, DType::Float64);
+    p.output(ad::permute(ad::matmul(ad::permute(a, {1, 0}), ad::permute(b, {1, 0})), {1, 0}));
+    search_example("transpose(transpose(A) @ transpose(B))", p, d.rules);
+  }
+  {
+    Program p;
+    const Var a = p.input("A", {64, 64}, DType::Float64), b = p.input("B", {64, 64}, DType::Float64);
+    const Var c = p.input("C", {64, 64}, DType::Float64);
+    p.output(a * b + a * c);
+    search_example("A*B + A*C", p, d.rules);
+  }
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,7 +137,8 @@ int main(int argc, char** argv) {
   std::string model = "all", load, save, out = "mls-opt-out", passes = default_pipeline();
   std::vector<std::string> dump_after;
   int repeats = 5;
-  bool show = false, list = false;
+  bool show = false, list = false, disc = false;
+  int max_ops = 3, show_rules = 0;
   app.add_option("-m,--model", model, "resnet, attention, mlp or all")->capture_default_str();
   app.add_option("-l,--load", load, "load a graph file (JSON, from --save) instead of building a model");
   app.add_option("-p,--passes", passes, "comma-separated pass pipeline")->capture_default_str();
@@ -95,12 +148,16 @@ int main(int argc, char** argv) {
   app.add_option("-r,--repeats", repeats, "timing repeats")->capture_default_str();
   app.add_flag("--print", show, "print the optimised graph");
   app.add_flag("--list-passes", list, "list the passes and exit");
+  app.add_flag("--discover", disc, "discover rewrite rules (TASO-style), report them and run the search examples");
+  app.add_option("--max-ops", max_ops, "with --discover: expressions of up to this many ops")->capture_default_str();
+  app.add_option("--show-rules", show_rules, "with --discover: print this many of the rules")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (list) {
       for (const PassInfo& p : all_passes()) std::printf("%-18s %s\n", p.name.c_str(), p.help.c_str());
       return 0;
     }
+    if (disc) return discover(max_ops, show_rules);
     if (!load.empty()) return optimise(load_json_file(load), std::filesystem::path(load).stem().string(), passes,
                                        dump_after, out, save, repeats, show);
     int rc = 0;
