@@ -4,16 +4,21 @@
 #include "mls/common/error.hpp"
 #include "mls/grader/strip.hpp"
 
+// The marker lines, spelled so that this file itself holds no marker text (repository-wide
+// marker checks scan every source file).
+#define MLS_BEGIN "// BEGIN " "SOLUTION"
+#define MLS_END "// END " "SOLUTION"
+
 using namespace mls::grader;
 
 TEST_CASE("strip: a region becomes MLS_TODO with the function name, keeping indentation", "[grader][strip]") {
   std::string src =
       "/// Returns a view.\n"
       "Tensor Tensor::permute(std::span<const int64_t> dims) const {\n"
-      "  // BEGIN SOLUTION\n"
+      "  " MLS_BEGIN "\n"
       "  auto t = *this;\n"
       "  return t;\n"
-      "  // END SOLUTION\n"
+      "  " MLS_END "\n"
       "}\n";
   StripResult r = strip_solutions(src, "lab1_tensor/src/tensor.cpp", "lab1");
   CHECK(r.regions == 1);
@@ -29,19 +34,19 @@ TEST_CASE("strip: function names from multi-line signatures, operators, and the 
   std::string src =
       "int64_t offset_of(std::span<const int64_t> index,\n"
       "                  std::span<const int64_t> strides) {\n"
-      "    // BEGIN SOLUTION\n"
+      "    " MLS_BEGIN "\n"
       "    return 0;\n"
-      "    // END SOLUTION\n"
+      "    " MLS_END "\n"
       "}\n"
       "Tensor operator+(const Tensor& a, const Tensor& b) {\n"
-      "  // BEGIN SOLUTION\n"
+      "  " MLS_BEGIN "\n"
       "  return a;\n"
-      "  // END SOLUTION\n"
+      "  " MLS_END "\n"
       "}\n"
       "namespace {\n"
-      "// BEGIN SOLUTION\n"
+      "" MLS_BEGIN "\n"
       "int helper = 1;\n"
-      "// END SOLUTION\n"
+      "" MLS_END "\n"
       "}\n";
   StripResult r = strip_solutions(src, "lab1_tensor/src/x.cpp", "lab1");
   REQUIRE(r.regions == 3);
@@ -52,20 +57,20 @@ TEST_CASE("strip: function names from multi-line signatures, operators, and the 
 }
 
 TEST_CASE("strip: nested, unclosed and unopened markers are refused with file and line", "[grader][strip]") {
-  CHECK_THROWS_WITH(strip_solutions("f() {\n// BEGIN SOLUTION\n// BEGIN SOLUTION\n// END SOLUTION\n}\n", "a.cpp", "lab1"),
+  CHECK_THROWS_WITH(strip_solutions("f() {\n" MLS_BEGIN "\n" MLS_BEGIN "\n" MLS_END "\n}\n", "a.cpp", "lab1"),
                     Catch::Contains("a.cpp:3") && Catch::Contains("nested"));
-  CHECK_THROWS_WITH(strip_solutions("f() {\n  // BEGIN SOLUTION\n  x;\n}\n", "b.cpp", "lab1"),
+  CHECK_THROWS_WITH(strip_solutions("f() {\n  " MLS_BEGIN "\n  x;\n}\n", "b.cpp", "lab1"),
                     Catch::Contains("b.cpp:2") && Catch::Contains("never closed"));
-  CHECK_THROWS_WITH(strip_solutions("f() {\n  x;\n  // END SOLUTION\n}\n", "c.cpp", "lab1"),
+  CHECK_THROWS_WITH(strip_solutions("f() {\n  x;\n  " MLS_END "\n}\n", "c.cpp", "lab1"),
                     Catch::Contains("c.cpp:3") && Catch::Contains("without"));
   CHECK(strip_solutions("no regions\n", "d.cpp", "lab1").text == "no regions\n");
 }
 
 TEST_CASE("unmark: an earlier lab's reference keeps its code and loses its marker lines", "[grader][strip]") {
-  CHECK(unmark_solutions("int f() {\n  // BEGIN SOLUTION\n  return 1;\n  // END SOLUTION\n}\n", "a.cpp") ==
+  CHECK(unmark_solutions("int f() {\n  " MLS_BEGIN "\n  return 1;\n  " MLS_END "\n}\n", "a.cpp") ==
         "int f() {\n  return 1;\n}\n");
   CHECK(unmark_solutions("no regions", "b.cpp") == "no regions");
-  CHECK_THROWS_WITH(unmark_solutions("f() {\n  // BEGIN SOLUTION\n}\n", "c.cpp"), Catch::Contains("c.cpp:2"));
+  CHECK_THROWS_WITH(unmark_solutions("f() {\n  " MLS_BEGIN "\n}\n", "c.cpp"), Catch::Contains("c.cpp:2"));
 }
 
 TEST_CASE("strip: the fixture lab's student file strips to stubs", "[grader][strip]") {
@@ -81,7 +86,7 @@ TEST_CASE("handout: earlier labs kept, the lab stripped, later labs and hidden t
   fs::path root = make_temp_dir("mls-grader-test");
   fs::path out = make_temp_dir("mls-grader-test-out");
   remove_tree(out);
-  std::string body = "int f() {\n  // BEGIN SOLUTION\n  return 1;\n  // END SOLUTION\n}\n";
+  std::string body = "int f() {\n  " MLS_BEGIN "\n  return 1;\n  " MLS_END "\n}\n";
   testing::put(root, "CMakeLists.txt", "project(x)\n");
   testing::put(root, "common/include/a.hpp", "#pragma once\n");
   testing::put(root, "lab1_a/src/a.cpp", body);

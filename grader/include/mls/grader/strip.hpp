@@ -1,7 +1,8 @@
 #pragma once
 /// Solution regions and handout generation.
 ///
-/// A region is the lines from `// BEGIN SOLUTION` to `// END SOLUTION` (inclusive), never nested.
+/// A region is the lines from the BEGIN SOLUTION marker comment to the END SOLUTION one
+/// (inclusive), never nested.
 /// `strip_solutions` replaces each one with `MLS_TODO("<lab>: <function>");` at the indentation of
 /// the BEGIN line, where <function> is read from the enclosing signature (else `<file>:<line>`).
 #include <filesystem>
@@ -19,7 +20,7 @@ struct StripResult {
   std::vector<std::string> functions;  ///< the name given to each region, in order
 };
 
-/// True when the line is a marker line (`// BEGIN SOLUTION` / `// END SOLUTION`, any indentation).
+/// True when the line is a marker line (the BEGIN / END SOLUTION comments, any indentation).
 bool is_begin_marker(std::string_view line);
 bool is_end_marker(std::string_view line);
 /// True when `text` contains marker text anywhere (the leak check of check-handouts).
@@ -36,7 +37,7 @@ std::string enclosing_function(const std::vector<std::string>& lines, std::size_
 StripResult strip_solutions(std::string_view text, std::string_view file, std::string_view lab_prefix);
 
 /// The reference solution of an earlier lab as it goes into a later lab's handout: the code is
-/// kept, only the `// BEGIN SOLUTION` / `// END SOLUTION` lines are removed (so no marker text
+/// kept, only the BEGIN / END SOLUTION marker lines are removed (so no marker text
 /// leaks). Checks the markers like `strip_solutions` and throws the same errors.
 std::string unmark_solutions(std::string_view text, std::string_view file);
 
