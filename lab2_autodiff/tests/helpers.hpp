@@ -2,6 +2,8 @@
 // Shared helpers of the lab 2 tests.
 #include <catch2/catch.hpp>
 
+#include "mls/testing.hpp"
+
 #include <string>
 
 #include "mls/autodiff/examples.hpp"
@@ -12,21 +14,7 @@
 
 namespace lab2test {
 
-/// Runs `f` and requires an mls::Error whose message contains `needle`. A NotImplemented error
-/// (a student function not written yet) is passed on, so the test fails with "not implemented".
-template <class F>
-void require_error(F&& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const mls::NotImplemented&) {
-    throw;
-  } catch (const mls::Error& e) {
-    INFO("message: " << e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
-    return;
-  }
-  FAIL("expected an mls::Error containing '" << needle << "'");
-}
+using mls::testing::require_error;
 
 /// Random float64 tensor, N(0, 1) or U(lo, hi).
 inline mls::Tensor randn(const mls::Shape& s, std::uint64_t seed) {

@@ -2,6 +2,8 @@
 // Shared helpers of the lab 3 tests.
 #include <catch2/catch.hpp>
 
+#include "mls/testing.hpp"
+
 #include <string>
 
 #include "mls/graphopt/memory.hpp"
@@ -13,21 +15,7 @@ namespace lab3test {
 using namespace mls;
 using namespace mls::opt;
 
-/// Runs `f` and requires an mls::Error whose message contains `needle`. NotImplemented (a student
-/// function not written yet) passes through, so the test fails with "not implemented".
-template <class F>
-void require_error(F&& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const mls::NotImplemented&) {
-    throw;
-  } catch (const mls::Error& e) {
-    INFO("message: " << e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
-    return;
-  }
-  FAIL("expected an mls::Error containing '" << needle << "'");
-}
+using mls::testing::require_error;
 
 /// Applies `pass` to a copy of `p`, requires the copy to verify and to compute the same outputs
 /// as `p` on random inputs (tolerance from the dtype); returns the copy and the pass's count.
