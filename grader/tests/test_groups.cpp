@@ -121,7 +121,7 @@ TEST_CASE("manifest: group binary, gpu and given", "[grader][manifest][gpu]") {
   CHECK_THAT(error_of(k), Catch::Contains("groups[1].binary") && Catch::Contains("one test program"));
 }
 
-TEST_CASE("run: a GPU group's test program that is not configured is SKIPPED; any other is NO_RESULT and a problem",
+TEST_CASE("run: a GPU group's test program that is not configured is SKIPPED, any other is NO_RESULT and a problem",
           "[grader][gpu]") {
   Manifest fixture = testing::fixture_manifest();
   testing::ScopedTmpdir tmp;

@@ -7,7 +7,7 @@
 
 using namespace mls::grader;
 
-TEST_CASE("intake: definitions of main, Catch2 and harness symbols are found; comments and strings are not",
+TEST_CASE("intake: definitions of main, Catch2 and harness symbols are found, comments and strings are not",
           "[grader][intake]") {
   CHECK(forbidden_symbols("int add(int a, int b) { return a + b; }\n").empty());
   CHECK(forbidden_symbols("// int main() {}\nconst char* s = \"main(\";\n/* main */\n").empty());
@@ -21,7 +21,7 @@ TEST_CASE("intake: definitions of main, Catch2 and harness symbols are found; co
   CHECK(strip_comments_and_strings("a // b\nc /* d\ne */ f \"g\\\"h\" 'i'\n") == "a     \nc     \n     f \"    \" ' '\n");
 }
 
-TEST_CASE("intake: only allowlisted files are taken; symlinks, binaries and big files are refused", "[grader][intake]") {
+TEST_CASE("intake: only allowlisted files are taken, symlinks, binaries and big files are refused", "[grader][intake]") {
   Manifest m = testing::fixture_manifest();
   fs::path sub = make_temp_dir("mls-grader-test");
   SECTION("by base name, with other files ignored") {

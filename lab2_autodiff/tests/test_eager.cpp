@@ -32,7 +32,7 @@ TEST_CASE("eager: a value used twice sums its adjoints", "[lab2][eager]") {
   CHECK(v1.grad().value().item() == Approx(2 * std::exp(1.4) + std::exp(0.7)));
 }
 
-TEST_CASE("eager: no_grad records nothing; leaves without requires_grad get no gradient", "[lab2][eager]") {
+TEST_CASE("eager: no_grad records nothing, leaves without requires_grad get no gradient", "[lab2][eager]") {
   Var x(Tensor::scalar(2.0), true), c(Tensor::scalar(5.0));
   Var y;
   {

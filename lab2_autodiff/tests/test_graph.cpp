@@ -27,7 +27,7 @@ TEST_CASE("graph: shapes are inferred, -1 for the batch", "[lab2][graph]") {
   CHECK(allclose(out[1], Tensor::zeros({784, 10}), 1e-5, 1e-6));
 }
 
-TEST_CASE("graph: gradients are nodes of the same graph; the forward nodes are unchanged", "[lab2][graph]") {
+TEST_CASE("graph: gradients are nodes of the same graph, the forward nodes are unchanged", "[lab2][graph]") {
   Graph g;
   const Var x = g.placeholder("x", {3}, DType::Float64);
   const Var y = sum(tanh(x) * x);
@@ -97,7 +97,7 @@ TEST_CASE("graph: variables, assign and a training loop", "[lab2][graph]") {
   CHECK(w.get()->value.item() == Approx(3.0).margin(1e-6));
 }
 
-TEST_CASE("graph: gradient of an unrelated variable is zeros; topo_sort orders inputs first", "[lab2][graph]") {
+TEST_CASE("graph: gradient of an unrelated variable is zeros, topo_sort orders inputs first", "[lab2][graph]") {
   Graph g;
   const Var a = g.placeholder("a", {2}), b = g.placeholder("b", {2});
   const Var y = sum(exp(a));
