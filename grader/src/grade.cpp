@@ -367,6 +367,7 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
           jobs.push_back({n, g, g->points / static_cast<double>(names.size()), binary});
     }
     for (const auto& n : list_tests(binary, "", m)) {
+      if (std::string problem = test_name_problem(n, bin_name); !problem.empty()) messages.push_back(problem);
       auto it = owner.find(n);
       if (it == owner.end())
         messages.push_back("test case '" + n + "' of " + bin_name + " is in no group (it is not scored)");
@@ -545,6 +546,12 @@ HandoutJudgement judge_handout(const Manifest& m, const LabResult& h) {
   if (given_pass) j.notes.push_back(std::to_string(given_pass) + " test(s) of given code pass (groups marked \"given\")");
   if (skipped) j.notes.push_back(gpu_note(skipped, "handout"));
   return j;
+}
+
+std::string test_name_problem(const std::string& name, const std::string& binary) {
+  if (name.find(';') == std::string::npos) return "";
+  return "test case '" + name + "' of " + binary +
+         " has a ';' in its name: CTest splits discovered names there, so it cannot run it (use ',')";
 }
 
 }  // namespace mls::grader

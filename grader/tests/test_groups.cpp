@@ -248,3 +248,9 @@ TEST_CASE("check-handouts: given groups may pass in the handout, GPU groups may 
   CHECK_THAT(j.problems[1], Catch::Contains("'add: add other' is FAIL (expected PASS or NOT_IMPLEMENTED: a given group)"));
   CHECK_THAT(j.problems[2], Catch::Contains("'sum: sum to ten' is SKIPPED"));
 }
+
+TEST_CASE("names: a ';' in a test case's name is a problem (CTest would split it)", "[grader][groups]") {
+  CHECK(test_name_problem("add, then mul", "t").empty());
+  CHECK_THAT(test_name_problem("add; then mul", "lab_tests"),
+             Catch::Contains("'add; then mul' of lab_tests") && Catch::Contains("';'"));
+}

@@ -112,4 +112,8 @@ LabResult grade_submission(const Manifest& m, const std::filesystem::path& submi
 void copy_reference_tree(const std::filesystem::path& root, const Manifest& m,
                          const std::filesystem::path& dest);
 
+/// A problem with a test case's name, or "" when there is none: CTest splits a discovered name
+/// at ';', so such a test runs under a name Catch2 cannot match (and passes vacuously there).
+std::string test_name_problem(const std::string& name, const std::string& binary);
+
 }  // namespace mls::grader
