@@ -1,0 +1,45 @@
+#pragma once
+/// Lab 6: the GPT configuration and its parameter layout — the one owner of "which parameters
+/// exist, in which order, with which shapes". The order is llm.c's (so `gpt2_*.bin` files map
+/// onto it one to one); every layer's tensors are stacked over the L layers:
+///
+///   wte [V, C]  wpe [T, C]  ln1w [L, C]  ln1b [L, C]  qkvw [L, 3C, C]  qkvb [L, 3C]
+///   attprojw [L, C, C]  attprojb [L, C]  ln2w [L, C]  ln2b [L, C]  fcw [L, 4C, C]  fcb [L, 4C]
+///   fcprojw [L, C, 4C]  fcprojb [L, C]  lnfw [C]  lnfb [C]
+///
+/// (weights are [out, in], as llm.c and PyTorch's nn.Linear store them; the LM head is tied to wte.)
+/// Parameter count = L(12C² + 13C) + V·C + T·C + 2C.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mls/common/shape.hpp"
+
+namespace mls::llm {
+
+struct GPTConfig {
+  std::int64_t n_layer = 3;     // L
+  std::int64_t n_head = 3;      // H
+  std::int64_t n_embd = 48;     // C (divisible by n_head)
+  std::int64_t block_size = 32; // T: the longest context
+  std::int64_t vocab_size = 0;  // V: from the tokenizer
+
+  /// Throws mls::Error naming the field when a value is out of range (C % H != 0, <= 0, ...).
+  void validate() const;
+  bool operator==(const GPTConfig&) const = default;
+};
+
+/// Named configs: "nano" (3 layers, 3 heads, 48 dims, block 32), "small" (4, 4, 128, block 64).
+/// vocab_size is left 0 (set from the tokenizer). Unknown names are an mls::Error listing the known ones.
+GPTConfig config_by_name(const std::string& name);
+
+constexpr int kNumParamTensors = 16;
+/// Names in llm.c order: "wte", "wpe", "ln1w", ... "lnfb".
+const std::array<const char*, kNumParamTensors>& param_names();
+/// Shapes of the 16 tensors for `cfg`, in the order above.
+std::array<Shape, kNumParamTensors> param_shapes(const GPTConfig& cfg);
+/// Total parameter count (the closed form above; equal to the sum of the shapes' sizes).
+std::int64_t num_params(const GPTConfig& cfg);
+
+}  // namespace mls::llm
