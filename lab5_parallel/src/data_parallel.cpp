@@ -56,7 +56,7 @@ DataParallel::DataParallel(Communicator& comm, std::vector<ad::nn::Parameter> pa
 
 void DataParallel::broadcast_parameters(int root) {
   for (auto& p : params_) {
-    Tensor t = p.value().compact();
+    Tensor t = p.value().clone();  // a copy: the in-place update below must not alias it
     comm_->broadcast(t, root);
     ad::NoGradGuard ng;
     Tensor v = p.value();
