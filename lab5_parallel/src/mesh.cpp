@@ -1,6 +1,7 @@
 // 3-D parallelism: the mesh of sub-communicators and the toy stack trained on it.
 #include "mls/parallel/mesh.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -40,6 +41,16 @@ std::array<Tensor, 2> stack_batch(const StackConfig& c, int step) {
   const Tensor a = Tensor::randn({c.d_model, c.d_model}, target, 0.0, 1.0 / std::sqrt(static_cast<double>(c.d_model)), c.dtype);
   const Tensor y = mls::tanh(ad::matmul(ad::Var(x), ad::Var(a)).value());
   return {x, y};
+}
+
+void add_traffic(Traffic& into, const Traffic& from) {
+  auto add = [](Traffic::Counts& a, const Traffic::Counts& b) {
+    a.messages_sent += b.messages_sent, a.bytes_sent += b.bytes_sent;
+    a.messages_recv += b.messages_recv, a.bytes_recv += b.bytes_recv;
+    a.steps += b.steps;
+  };
+  add(into.total, from.total);
+  for (const auto& [op, c] : from.by_op) add(into.by_op[op], c);
 }
 
 StackResult train_stack_single(const StackConfig& c) {
@@ -92,7 +103,9 @@ StackResult train_stack_3d(Communicator& world, const StackConfig& c, int dp, in
   const MeshCoord me = mesh.coord();
   const auto w = stack_block_weights(c, me.s);
   ResidualStage stage(std::make_unique<ParallelMLP>(mesh.tp(), w[0], w[1], w[2], w[3]));
-  DataParallel ddp(mesh.dp(), stage.parameters());
+  DataParallelOptions dopt;
+  dopt.bucket_bytes = c.bucket_bytes;
+  DataParallel ddp(mesh.dp(), stage.parameters(), dopt);
   ad::nn::SGD opt(stage.parameters(), c.lr);
   PipelineOptions po;
   po.kind = c.schedule;
@@ -112,6 +125,8 @@ StackResult train_stack_3d(Communicator& world, const StackConfig& c, int dp, in
   }
   const auto ps = stage.parameters();
   r.params.push_back({ps[0].value(), ps[1].value(), ps[2].value(), ps[3].value()});
+  for (Communicator* cm : {&mesh.dp(), &mesh.tp(), &mesh.pp()}) add_traffic(r.traffic, cm->traffic());
+  r.modelled_seconds = std::max({mesh.dp().modelled_seconds(), mesh.tp().modelled_seconds(), mesh.pp().modelled_seconds()});
   return r;
 }
 

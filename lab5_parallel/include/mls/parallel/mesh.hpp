@@ -56,6 +56,7 @@ struct StackConfig {
   int micro_batches = 2;  // per data-parallel replica
   int steps = 5;
   double lr = 0.05;
+  std::int64_t bucket_bytes = 1 << 20;  // data-parallel gradient buckets
   std::uint64_t seed = 1;
   DType dtype = DType::Float64;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
@@ -69,7 +70,12 @@ std::array<Tensor, 2> stack_batch(const StackConfig& c, int step);
 struct StackResult {
   std::vector<double> losses;                 // per step (full-batch mean loss)
   std::vector<std::array<Tensor, 4>> params;  // this rank's parameters per local block (shards in 3-D)
+  Traffic traffic;                            // 3-D: this rank's traffic on the dp, tp and pp communicators
+  double modelled_seconds = 0.0;              // 3-D: this rank's modelled clock at the end (sim), else 0
 };
+
+/// Adds every count of `from` into `into` (totals and per collective).
+void add_traffic(Traffic& into, const Traffic& from);
 
 /// The reference: the whole stack on one rank, the whole batch, `steps` SGD steps.
 StackResult train_stack_single(const StackConfig& c);
