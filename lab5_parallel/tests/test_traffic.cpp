@@ -122,7 +122,7 @@ TEST_CASE("allgather, reduce_scatter, all_to_all, gather, scatter traffic", "[la
   }
 }
 
-TEST_CASE("user send/recv traffic is counted under send and recv", "[lab5][traffic]") {
+TEST_CASE("user send/recv traffic is counted under send and recv", "[lab5][p2p]") {
   auto rep = run_simulated(2, [&](Communicator& c) {
     Tensor t = Tensor::ones({5}, DType::Int64);
     if (c.rank() == 0) c.send(t, 1, 3);
@@ -168,7 +168,7 @@ TEST_CASE("simulated clock equals the closed-form α-β-γ model", "[lab5][model
   }
 }
 
-TEST_CASE("cost model: closed forms, the crossover and bad names", "[lab5][model]") {
+TEST_CASE("cost model: closed forms, the crossover and bad names", "[lab5][cost]") {
   CostModel m{1e-5, 1e-10, 0};
   // Latency-bound small messages: recursive doubling; bandwidth-bound large ones: ring/Rabenseifner.
   CHECK(cheapest(m, "allreduce", 8, 64) == "recursive_doubling");
@@ -186,7 +186,7 @@ TEST_CASE("cost model: closed forms, the crossover and bad names", "[lab5][model
   });
 }
 
-TEST_CASE("cost model JSON round trip and bad files", "[lab5][model]") {
+TEST_CASE("cost model JSON round trip and bad files", "[lab5][cost]") {
   CostModel m{3e-6, 2e-10, 1e-9};
   const std::string path = "lab5_cost_model_test.json";
   {
