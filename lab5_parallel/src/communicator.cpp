@@ -160,6 +160,8 @@ void Communicator::begin(const char* name, int op_id, const Tensor& t, int root,
   c->root = root;
   c->reduce = reduce;
   coll_ = std::move(c);
+  traffic_.by_op[name].calls += 1;
+  traffic_.total.calls += 1;
 }
 
 void Communicator::end() { coll_.reset(); }

@@ -296,6 +296,16 @@ SimReport run_simulated(int n, const std::function<void(Communicator&)>& body, S
       throw Error(mls::detail::cat("run_simulated: rank ", first, " of ", n, " threw a non-standard exception"));
     }
   }
+  // Every message must have been received: a leftover one means the ranks' programs disagreed
+  // (e.g. different roots), which would hang or corrupt a real run.
+  for (int g = 0; g < n; ++g)
+    for (auto& [key, q] : world->boxes[g]->queues)
+      if (!q.empty()) {
+        const Header& h = q.front().h;
+        fail("run_simulated: rank ", g, " never received ", q.size(), " message(s) that rank ", std::get<1>(key),
+             " sent it (", detail::coll_name(h.op), h.seq >= 0 ? mls::detail::cat(" call #", h.seq) : std::string(),
+             ", ", h.bytes, " bytes): every send needs a matching receive (do the ranks agree on roots and sizes?)");
+      }
   for (auto& c : comms) {
     rep.traffic.push_back(c.traffic());
     rep.modelled_seconds.push_back(c.modelled_seconds());

@@ -50,6 +50,7 @@ struct Traffic {
   struct Counts {
     std::int64_t messages_sent = 0, bytes_sent = 0, messages_recv = 0, bytes_recv = 0;
     std::int64_t steps = 0;  // communication rounds this rank took part in (send, recv or sendrecv)
+    std::int64_t calls = 0;  // collective calls (by_op only; total counts every call)
   };
   Counts total;
   std::map<std::string, Counts> by_op;
