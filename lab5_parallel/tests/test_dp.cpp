@@ -109,7 +109,7 @@ TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD s
   }
 }
 
-TEST_CASE("dp: hooks need overlap, and a parameter hooked twice is an error", "[lab5][errors]") {
+TEST_CASE("dp: hooks need overlap, and a parameter hooked twice is an error", "[lab5][train_errors]") {
   mls::testing::require_error(
       [] {
         run_simulated(1, [](Communicator& comm) {

@@ -114,7 +114,7 @@ TEST_CASE("pipeline: the worked example p = 4, m = 8 measures a bubble of 3/11 o
     }
 }
 
-TEST_CASE("pipeline: bad batches are errors on every rank", "[lab5][errors]") {
+TEST_CASE("pipeline: bad batches are errors on every rank", "[lab5][train_errors]") {
   PipelineOptions o;
   o.micro_batches = 3;
   mls::testing::require_error(

@@ -140,7 +140,7 @@ TEST_CASE("tp: attention split by heads equals the unsplit attention; one allred
   }
 }
 
-TEST_CASE("tp: bad shapes are errors", "[lab5][errors]") {
+TEST_CASE("tp: bad shapes are errors", "[lab5][train_errors]") {
   const Tensor w1 = rnd({4, 6}, "e1"), b1 = rnd({6}, "e2"), w2 = rnd({6, 4}, "e3"), b2 = rnd({4}, "e4");
   mls::testing::require_error(
       [&] { run_simulated(4, [&](Communicator& comm) { ParallelMLP mlp(comm, w1, b1, w2, b2); }); },
