@@ -175,6 +175,7 @@ Header Communicator::coll_header(std::int64_t bytes) const {
   h.numel = coll_->numel;
   h.root = coll_->root;
   h.reduce = coll_->reduce;
+  h.step = coll_->step;
   return h;
 }
 
@@ -267,7 +268,7 @@ void Communicator::coll_recv(Tensor& part, int src) {
   Header h = t_->recv(b ? part.data_ptr() : nullptr, coll_header(b), src, kCollTag, coll_->name);
   count_recv(b, true);
   if (tracing_)
-    trace_.push_back({coll_->name, coll_->step, src, rank(), b, h.t_depart, t_->modelled_seconds()});
+    trace_.push_back({coll_->name, h.step, src, rank(), b, h.t_depart, t_->modelled_seconds()});
 }
 
 void Communicator::coll_sendrecv(const Tensor& out, int dst, Tensor& in, int src) {
@@ -284,7 +285,7 @@ void Communicator::coll_sendrecv(const Tensor& out, int dst, Tensor& in, int src
   count_send(bo, true);
   count_recv(bi, false);
   if (tracing_)
-    trace_.push_back({coll_->name, coll_->step, src, rank(), bi, h.t_depart, t_->modelled_seconds()});
+    trace_.push_back({coll_->name, h.step, src, rank(), bi, h.t_depart, t_->modelled_seconds()});
 }
 
 void Communicator::reduce_into(Tensor& acc, const Tensor& in, ReduceOp op) {

@@ -67,6 +67,8 @@ struct Header {
   std::int64_t numel = -1;    // elements of the whole collective's tensor on the sender
   std::int32_t root = -1;     // root of a rooted collective
   std::int32_t reduce = -1;   // ReduceOp of a reducing collective
+  std::int32_t step = 0;      // the sender's step within the collective (1-based; for the trace)
+  std::int32_t reserved = 0;
   double t_depart = 0.0;      // sender's simulated clock when the message left (sim; filled by the transport)
 };
 
@@ -87,7 +89,7 @@ class Request {
 /// One message as the trace sees it (mls-collectives trace): times are modelled seconds.
 struct TraceEvent {
   std::string op;   // collective name
-  int step = 0;     // the receiver's step number within the collective (1-based)
+  int step = 0;     // the sender's step number within the collective (1-based): the round
   int src = 0, dst = 0;
   std::int64_t bytes = 0;
   double t_send = 0, t_recv = 0;
