@@ -175,14 +175,19 @@ int main(int argc, char** argv) {
       results.resize(static_cast<std::size_t>(ranks));
       pstats.resize(static_cast<std::size_t>(ranks));
       body(world);
-      // Rank 0 prints its own view; the traffic of the others is gathered as totals.
-      Tensor tot = Tensor::from({static_cast<double>(results[static_cast<std::size_t>(me)].traffic.total.messages_sent),
-                                 static_cast<double>(results[static_cast<std::size_t>(me)].traffic.total.bytes_sent)});
-      Tensor all = world.allgather(tot.to(DType::Float64));
+      // Rank 0 prints; the other ranks' traffic comes as totals (messages and bytes, both ways).
+      const auto& mine = results[static_cast<std::size_t>(me)].traffic.total;
+      const Tensor tot = Tensor::from({static_cast<double>(mine.messages_sent), static_cast<double>(mine.bytes_sent),
+                                       static_cast<double>(mine.messages_recv), static_cast<double>(mine.bytes_recv)})
+                             .to(DType::Float64);
+      const Tensor all = world.allgather(tot);
       for (int r = 0; r < ranks; ++r) {
         if (r == me) continue;
-        results[static_cast<std::size_t>(r)].traffic.total.messages_sent = static_cast<std::int64_t>(all.at({r, 0}));
-        results[static_cast<std::size_t>(r)].traffic.total.bytes_sent = static_cast<std::int64_t>(all.at({r, 1}));
+        auto& t = results[static_cast<std::size_t>(r)].traffic.total;
+        t.messages_sent = static_cast<std::int64_t>(all.at({r, 0}));
+        t.bytes_sent = static_cast<std::int64_t>(all.at({r, 1}));
+        t.messages_recv = static_cast<std::int64_t>(all.at({r, 2}));
+        t.bytes_recv = static_cast<std::int64_t>(all.at({r, 3}));
         results[static_cast<std::size_t>(r)].losses = results[static_cast<std::size_t>(me)].losses;
       }
 #endif
