@@ -115,6 +115,7 @@ TEST_CASE("pipeline: the worked example p = 4, m = 8 measures a bubble of 3/11 o
 }
 
 TEST_CASE("pipeline: bad batches are errors on every rank", "[lab5][train_errors]") {
+  CHECK(make_schedule(2, 3, ScheduleKind::OneFOneB).size() == 2);  // your code first
   PipelineOptions o;
   o.micro_batches = 3;
   mls::testing::require_error(

@@ -103,6 +103,7 @@ TEST_CASE("schedule: text and SVG drawings", "[lab5][schedule]") {
 }
 
 TEST_CASE("schedule: bad inputs are errors", "[lab5][train_errors]") {
+  CHECK(make_schedule(2, 2, ScheduleKind::GPipe).size() == 2);  // your code first
   require_error([] { make_schedule(0, 4, ScheduleKind::GPipe); }, "make_schedule: the number of stages p = 0");
   require_error([] { make_schedule(2, 0, ScheduleKind::OneFOneB); }, "make_schedule: the number of micro-batches m = 0");
   require_error([] { bubble_fraction(0, 1); }, "bubble_fraction: p = 0");

@@ -23,6 +23,12 @@ TEST_CASE("tp math: shard and unshard are inverse along any dim", "[lab5][tp]") 
     }
   }
   CHECK(shard(w, 1, 2, 3).at({1, 0}) == w.at({1, 4}));
+  // a column shard of W gives the matching columns of x W
+  const Tensor x = Tensor::randn({3, 4}, rng, 0.0, 1.0, DType::Float64);
+  const Tensor cols = column_parallel_linear(Var(x), Var(shard(w, 1, 1, 2)), Var()).value();
+  const Tensor full = ad::matmul(Var(x), Var(w)).value();
+  for (std::int64_t i = 0; i < 3; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) CHECK(cols.at({i, j}) == Approx(full.at({i, 3 + j})).epsilon(1e-14));
   require_error([&] { shard(w, 0, 0, 3); }, "shard: dim 0 of shape [4, 6] (size 4) does not split into 3 equal parts");
   require_error([&] { shard(w, 1, 3, 3); }, "shard: rank 3 of 3 parts");
   require_error([] { unshard({}, 0); }, "unshard: no shards");
@@ -72,6 +78,8 @@ TEST_CASE("tp math: attention heads computed separately and concatenated match p
   Tensor w[4];
   for (auto& wi : w) wi = Tensor::randn({D, D}, rng, 0.0, 0.5, DType::Float64);
   const Tensor bo = Tensor::randn({D}, rng, 0.0, 0.5, DType::Float64);
+  // your column-parallel linear is the projection of one head
+  CHECK(column_parallel_linear(Var(x), Var(w[0]), Var(bo)).shape() == Shape{B, T, D});
   // one head = plain single-head attention, written with loops (causal)
   const Var y1 = attention_block(Var(x), Var(w[0]), Var(w[1]), Var(w[2]), Var(w[3]), Var(bo), 1, true);
   for (std::int64_t b = 0; b < B; ++b) {
