@@ -30,7 +30,7 @@ struct RankOut {
 };
 }  // namespace
 
-TEST_CASE("pipeline: gradients equal the unsplit model's; bubble and live activations measured",
+TEST_CASE("pipeline: gradients equal the unsplit model's, bubble and live activations measured",
           "[lab5][pipeline]") {
   const std::vector<std::int64_t> sizes = {6, 8, 8, 8, 4};
   const int p = 4;
@@ -83,7 +83,7 @@ TEST_CASE("pipeline: gradients equal the unsplit model's; bubble and live activa
   }
 }
 
-TEST_CASE("pipeline: the worked example p = 4, m = 8 measures a bubble of 3/11 on every stage; 1F1B <= p live",
+TEST_CASE("pipeline: the worked example p = 4, m = 8 measures a bubble of 3/11 on every stage, 1F1B <= p live",
           "[lab5][pipeline]") {
   const int p = 4, m = 8;
   std::vector<PipelineStats> st(p);

@@ -47,7 +47,7 @@ TEST_CASE("schedule: every (p, m) gives a valid schedule of both kinds", "[lab5]
       }
 }
 
-TEST_CASE("schedule: simulated bubble equals (p-1)/(m+p-1); 1F1B keeps at most p micro-batches alive",
+TEST_CASE("schedule: simulated bubble equals (p-1)/(m+p-1), 1F1B keeps at most p micro-batches alive",
           "[lab5][schedule]") {
   CHECK(bubble_fraction(4, 8) == Approx(3.0 / 11.0));
   for (int p = 1; p <= 6; ++p)

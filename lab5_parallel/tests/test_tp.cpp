@@ -60,7 +60,7 @@ TEST_CASE("tp: f is identity forward and allreduce backward, g the reverse", "[l
   }
 }
 
-TEST_CASE("tp: the Megatron MLP block equals the unsplit block; one allreduce forward, one backward",
+TEST_CASE("tp: the Megatron MLP block equals the unsplit block, one allreduce forward, one backward",
           "[lab5][tp]") {
   const std::int64_t N = 5, D = 6, H = 12;
   const Tensor x = rnd({N, D}, "x", 1.0), w1 = rnd({D, H}, "w1"), b1 = rnd({H}, "b1"), w2 = rnd({H, D}, "w2"),
@@ -101,7 +101,7 @@ TEST_CASE("tp: the Megatron MLP block equals the unsplit block; one allreduce fo
   }
 }
 
-TEST_CASE("tp: attention split by heads equals the unsplit attention; one allreduce forward, one backward",
+TEST_CASE("tp: attention split by heads equals the unsplit attention, one allreduce forward, one backward",
           "[lab5][tp]") {
   const std::int64_t B = 2, T = 4, D = 8;
   const int heads = 4;
