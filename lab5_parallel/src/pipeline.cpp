@@ -242,7 +242,7 @@ std::string schedule_svg(const Timeline& t, const std::string& title) {
   for (int k = 0; k <= ticks; k += every) {
     const double x = left + k * unit_px;
     os << "<line x1=\"" << x << "\" y1=\"" << ay << "\" x2=\"" << x << "\" y2=\"" << ay + 5 << "\" stroke=\"#555555\"/>"
-       << "<text x=\"" << x << "\" y=\"" << ay + 18 << "\" font-size=\"11\" text-anchor=\"middle\">" << k * u
+       << "<text x=\"" << x << "\" y=\"" << ay + 18 << "\" font-size=\"11\" text-anchor=\"middle\">" << std::defaultfloat << k * u << std::fixed
        << "</text>\n";
   }
   os << "<text x=\"" << left + t.total / u * unit_px / 2 << "\" y=\"" << ay + 36
