@@ -22,7 +22,7 @@
 namespace mls::parallel {
 
 namespace {
-int mod(int a, int n) { return ((a % n) + n) % n; }
+[[maybe_unused]] int mod(int a, int n) { return ((a % n) + n) % n; }
 }  // namespace
 
 /// Broadcast by the root sending the whole buffer to every other rank in turn (N−1 messages
@@ -134,7 +134,7 @@ void Communicator::allreduce_ring(Tensor& buf, ReduceOp op) {
 
 namespace {
 /// Largest power of two <= n (n >= 1).
-int floor_pow2(int n) { return static_cast<int>(std::bit_floor(static_cast<unsigned>(n))); }
+[[maybe_unused]] int floor_pow2(int n) { return static_cast<int>(std::bit_floor(static_cast<unsigned>(n))); }
 }  // namespace
 
 /// Recursive-doubling allreduce: log2 p steps of whole-buffer exchanges (latency-optimal).

@@ -16,7 +16,7 @@ namespace {
 Communicator world(int ms = 60000) { return mpi_world(std::chrono::milliseconds(ms)); }
 }  // namespace
 
-TEST_CASE("mpi: allreduce ring, recursive doubling, Rabenseifner, native: every op and dtype", "[lab5][mpi][mpi_allreduce]") {
+TEST_CASE("mpi: allreduce ring, recursive doubling, Rabenseifner, native: every op and dtype", "[lab5][mpi][mpi_comm][mpi_allreduce]") {
   MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size();
@@ -33,7 +33,7 @@ TEST_CASE("mpi: allreduce ring, recursive doubling, Rabenseifner, native: every 
         }
 }
 
-TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather, scatter, barrier", "[lab5][mpi][mpi_collectives]") {
+TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather, scatter, barrier", "[lab5][mpi][mpi_comm][mpi_collectives]") {
   MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size(), me = c.rank();
@@ -71,7 +71,7 @@ TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather
   }
 }
 
-TEST_CASE("mpi: traffic equals the theory, identical to the simulated backend", "[lab5][mpi][mpi_traffic]") {
+TEST_CASE("mpi: traffic equals the theory, identical to the simulated backend", "[lab5][mpi][mpi_comm][mpi_traffic]") {
   MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size();
@@ -92,7 +92,7 @@ TEST_CASE("mpi: traffic equals the theory, identical to the simulated backend", 
   CHECK(rep.traffic[r].by_op.at("allreduce").bytes_sent == m.bytes_sent);
 }
 
-TEST_CASE("mpi: send/recv with tags, isend/irecv of large messages, split", "[lab5][mpi][mpi_p2p]") {
+TEST_CASE("mpi: send/recv with tags, isend/irecv of large messages, split", "[lab5][mpi][mpi_comm][mpi_p2p]") {
   MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size(), me = c.rank();
@@ -111,7 +111,7 @@ TEST_CASE("mpi: send/recv with tags, isend/irecv of large messages, split", "[la
   CHECK(half.backend() == "mpi");
 }
 
-TEST_CASE("mpi: mismatched sizes and a receive that never matches end in mls::Error, not a hang", "[lab5][mpi][mpi_errors]") {
+TEST_CASE("mpi: mismatched sizes and a receive that never matches end in mls::Error, not a hang", "[lab5][mpi][mpi_comm][mpi_errors]") {
   MLS_MPI_TEST(2);
   Communicator c = world(1500);
   if (c.size() < 2) {
