@@ -34,6 +34,7 @@ inline std::pair<int, std::string> run_capture(const std::vector<std::string>& a
   pid_t pid = ::fork();
   MLS_CHECK(pid >= 0, "mpi test launcher: fork failed");
   if (pid == 0) {
+    ::setpgid(0, 0);  // mpirun in its own process group: its signals never reach this program
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
     ::close(fds[0]);
