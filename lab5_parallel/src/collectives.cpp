@@ -22,7 +22,7 @@
 namespace mls::parallel {
 
 namespace {
-int mod(int a, int n) { return ((a % n) + n) % n; }
+[[maybe_unused]] int mod(int a, int n) { return ((a % n) + n) % n; }
 }  // namespace
 
 /// Broadcast by the root sending the whole buffer to every other rank in turn (N−1 messages
@@ -134,7 +134,37 @@ void Communicator::allreduce_ring(Tensor& buf, ReduceOp op) {
 
 namespace {
 /// Largest power of two <= n (n >= 1).
-int floor_pow2(int n) { return static_cast<int>(std::bit_floor(static_cast<unsigned>(n))); }
+[[maybe_unused]] int floor_pow2(int n) { return static_cast<int>(std::bit_floor(static_cast<unsigned>(n))); }
+
+/// The fold before recursive doubling / Rabenseifner when N is not a power of two. With
+/// p = floor_pow2(N) and rem = N − p: each even rank r < 2·rem sends its whole `buf` to r+1 and
+/// sits out (returns −1); each odd rank r < 2·rem receives it into `scratch`, reduces it into
+/// `buf` and becomes virtual rank r/2; a rank r >= 2·rem becomes virtual rank r − rem.
+/// Returns the virtual rank in [0, p), or −1. Hint: one coll_send or coll_recv at most.
+[[maybe_unused]] int fold_in(Communicator& c, Tensor& buf, Tensor& scratch, ReduceOp op) {
+  // BEGIN SOLUTION
+  const int r = c.rank(), rem = c.size() - floor_pow2(c.size());
+  if (r >= 2 * rem) return r - rem;
+  if (r % 2 == 0) {
+    c.coll_send(buf, r + 1);
+    return -1;
+  }
+  c.coll_recv(scratch, r - 1);
+  c.reduce_into(buf, scratch, op);
+  return r / 2;
+  // END SOLUTION
+}
+
+/// The unfold after it: each odd rank r < 2·rem sends the result in `buf` back to r−1, which
+/// receives it into `buf`. Other ranks do nothing.
+[[maybe_unused]] void fold_out(Communicator& c, Tensor& buf) {
+  // BEGIN SOLUTION
+  const int r = c.rank(), rem = c.size() - floor_pow2(c.size());
+  if (r >= 2 * rem) return;
+  if (r % 2 == 1) c.coll_send(buf, r - 1);
+  else c.coll_recv(buf, r + 1);
+  // END SOLUTION
+}
 }  // namespace
 
 /// Recursive-doubling allreduce: log2 p steps of whole-buffer exchanges (latency-optimal).
@@ -142,25 +172,15 @@ int floor_pow2(int n) { return static_cast<int>(std::bit_floor(static_cast<unsig
 /// each even rank r < 2·rem sends its buffer to r+1 (which reduces it in) and sits out. The p
 /// remaining ranks get virtual ranks (odd r < 2·rem: r/2; r >= 2·rem: r − rem); for
 /// mask = 1, 2, ... < p each exchanges its whole buffer with virtual partner v ^ mask and
-/// reduces the partner's into its own. Finally each odd r < 2·rem sends the result to r−1.
+/// reduces the partner's into its own. Finally each odd r < 2·rem sends the result to r−1
+/// (fold_in before, fold_out after: write those two first).
 /// Hint: reduce in a fixed order, op(mine, theirs): the results agree bit for bit because
 /// sum/max/min/prod of two values commute exactly.
 void Communicator::allreduce_recursive_doubling(Tensor& buf, ReduceOp op) {
   // BEGIN SOLUTION
-  const int n = size(), r = rank(), p = floor_pow2(n), rem = n - p;
+  const int p = floor_pow2(size()), rem = size() - p;
   Tensor scratch = Tensor::empty(buf.shape(), buf.dtype());
-  int v = -1;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      coll_send(buf, r + 1);
-    } else {
-      coll_recv(scratch, r - 1);
-      reduce_into(buf, scratch, op);
-      v = r / 2;
-    }
-  } else {
-    v = r - rem;
-  }
+  const int v = fold_in(*this, buf, scratch, op);
   if (v >= 0) {
     for (int mask = 1; mask < p; mask <<= 1) {
       const int pv = v ^ mask, partner = pv < rem ? 2 * pv + 1 : pv + rem;
@@ -168,10 +188,7 @@ void Communicator::allreduce_recursive_doubling(Tensor& buf, ReduceOp op) {
       reduce_into(buf, scratch, op);
     }
   }
-  if (r < 2 * rem) {
-    if (r % 2 == 1) coll_send(buf, r - 1);
-    else coll_recv(buf, r + 1);
-  }
+  fold_out(*this, buf);
   // END SOLUTION
 }
 
@@ -185,20 +202,9 @@ void Communicator::allreduce_recursive_doubling(Tensor& buf, ReduceOp op) {
 /// Cost: 2·log2 p messages, 2(p−1)/p·n elements sent. Hint: track [lo, hi) in chunk units.
 void Communicator::allreduce_rabenseifner(Tensor& buf, ReduceOp op) {
   // BEGIN SOLUTION
-  const int n = size(), r = rank(), p = floor_pow2(n), rem = n - p;
+  const int p = floor_pow2(size()), rem = size() - p;
   Tensor scratch = Tensor::empty(buf.shape(), buf.dtype());
-  int v = -1;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      coll_send(buf, r + 1);
-    } else {
-      coll_recv(scratch, r - 1);
-      reduce_into(buf, scratch, op);
-      v = r / 2;
-    }
-  } else {
-    v = r - rem;
-  }
+  const int v = fold_in(*this, buf, scratch, op);
   if (v >= 0 && p > 1) {
     const auto b = chunk_bounds(buf.numel(), p);
     auto real = [&](int pv) { return pv < rem ? 2 * pv + 1 : pv + rem; };
@@ -227,10 +233,7 @@ void Communicator::allreduce_rabenseifner(Tensor& buf, ReduceOp op) {
       count *= 2;
     }
   }
-  if (r < 2 * rem) {
-    if (r % 2 == 1) coll_send(buf, r - 1);
-    else coll_recv(buf, r + 1);
-  }
+  fold_out(*this, buf);
   // END SOLUTION
 }
 

@@ -323,51 +323,41 @@ void Communicator::reduce_into(Tensor& acc, const Tensor& in, ReduceOp op) {
 
 // ---- point to point ---------------------------------------------------------------------------
 
-void Communicator::send(const Tensor& t, int dst, int tag) {
-  check_part(t, "send");
-  check_peer(dst, size(), "send", "destination");
-  check_tag(tag, "send");
+namespace {
+/// The checks and the header of a user message (`role`: "destination" or "source").
+Header user_header(const Tensor& t, int peer, int tag, int size, const char* what, const char* role) {
+  check_part(t, what);
+  check_peer(peer, size, what, role);
+  check_tag(tag, what);
   Header h;
   h.bytes = nbytes(t);
   h.dtype = static_cast<std::int32_t>(t.dtype());
   h.numel = t.numel();
+  return h;
+}
+}  // namespace
+
+void Communicator::send(const Tensor& t, int dst, int tag) {
+  const Header h = user_header(t, dst, tag, size(), "send", "destination");
   t_->send(h.bytes ? t.data_ptr() : nullptr, h, dst, tag);
   count_send(h.bytes, true);
 }
 
 void Communicator::recv(Tensor& t, int src, int tag) {
-  check_part(t, "recv");
-  check_peer(src, size(), "recv", "source");
-  check_tag(tag, "recv");
-  Header e;
-  e.bytes = nbytes(t);
-  e.dtype = static_cast<std::int32_t>(t.dtype());
-  e.numel = t.numel();
+  const Header e = user_header(t, src, tag, size(), "recv", "source");
   t_->recv(e.bytes ? t.data_ptr() : nullptr, e, src, tag, "recv");
   count_recv(e.bytes, true);
 }
 
 Request Communicator::isend(const Tensor& t, int dst, int tag) {
-  check_part(t, "isend");
-  check_peer(dst, size(), "isend", "destination");
-  check_tag(tag, "isend");
-  Header h;
-  h.bytes = nbytes(t);
-  h.dtype = static_cast<std::int32_t>(t.dtype());
-  h.numel = t.numel();
+  const Header h = user_header(t, dst, tag, size(), "isend", "destination");
   Request r = t_->isend(h.bytes ? t.data_ptr() : nullptr, h, dst, tag);
   count_send(h.bytes, true);
   return r;
 }
 
 Request Communicator::irecv(Tensor& t, int src, int tag) {
-  check_part(t, "irecv");
-  check_peer(src, size(), "irecv", "source");
-  check_tag(tag, "irecv");
-  Header e;
-  e.bytes = nbytes(t);
-  e.dtype = static_cast<std::int32_t>(t.dtype());
-  e.numel = t.numel();
+  const Header e = user_header(t, src, tag, size(), "irecv", "source");
   Request r = t_->irecv(e.bytes ? t.data_ptr() : nullptr, e, src, tag, "irecv");
   count_recv(e.bytes, true);
   return r;

@@ -32,9 +32,15 @@ namespace mls::parallel {
 
 namespace {
 
+/// A payload buffer (uninitialised bytes), recycled through the world's pool.
+struct Buffer {
+  std::unique_ptr<std::byte[]> p;
+  std::size_t capacity = 0;
+};
+
 struct Message {
   Header h;
-  std::vector<std::byte> data;
+  Buffer data;
 };
 
 using Key = std::tuple<std::uint64_t, int, int>;  // (context, source global rank, tag)
@@ -53,6 +59,30 @@ struct SimWorld {
   std::vector<std::unique_ptr<Mailbox>> boxes;
   std::vector<double> clock, inbound;  // per global rank, touched only by that rank's thread
   std::deque<std::atomic<bool>> done;  // per global rank: its body returned
+  std::mutex pool_mu;
+  std::multimap<std::size_t, Buffer> pool;  // free payload buffers by capacity
+
+  /// A buffer of at least `n` bytes: a free one no more than twice as large, else a new one
+  /// (fresh allocations of large buffers page-fault on every first touch: reuse saves that).
+  Buffer take(std::size_t n) {
+    if (n == 0) return {};
+    {
+      std::lock_guard<std::mutex> lk(pool_mu);
+      auto it = pool.lower_bound(n);
+      if (it != pool.end() && it->first <= 2 * n) {
+        Buffer b = std::move(it->second);
+        pool.erase(it);
+        return b;
+      }
+    }
+    return Buffer{std::make_unique_for_overwrite<std::byte[]>(n), n};
+  }
+  void give(Buffer b) {
+    if (!b.p) return;
+    std::lock_guard<std::mutex> lk(pool_mu);
+    if (pool.size() >= 64) pool.erase(pool.begin());  // bound the pool: drop the smallest
+    pool.emplace(b.capacity, std::move(b));
+  }
   std::atomic<bool> aborted{false};
   std::mutex abort_mu;
   std::string abort_msg;
@@ -119,8 +149,8 @@ class SimTransport final : public Transport {
     m.h = h0;
     m.h.t_depart = w_->clock[g];
     w_->clock[g] += t;
-    m.data.resize(static_cast<std::size_t>(h0.bytes));
-    if (h0.bytes) std::memcpy(m.data.data(), data, static_cast<std::size_t>(h0.bytes));
+    m.data = w_->take(static_cast<std::size_t>(h0.bytes));
+    if (h0.bytes) std::memcpy(m.data.p.get(), data, static_cast<std::size_t>(h0.bytes));
     Mailbox& box = *w_->boxes[members_[dst]];
     {
       std::lock_guard<std::mutex> lk(box.mu);
@@ -171,7 +201,8 @@ class SimTransport final : public Transport {
       w_->abort(g, bad);
       throw Error(bad);
     }
-    if (m.h.bytes) std::memcpy(data, m.data.data(), static_cast<std::size_t>(m.h.bytes));
+    if (m.h.bytes) std::memcpy(data, m.data.p.get(), static_cast<std::size_t>(m.h.bytes));
+    w_->give(std::move(m.data));
     const double arrive = std::max(m.h.t_depart, w_->inbound[g]) + cost_(m.h.bytes);
     w_->inbound[g] = arrive;
     w_->clock[g] = std::max(w_->clock[g], arrive);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "lab5_testing.hpp"
+#include "mpi_launch.hpp"
 #include "mls/parallel/comm.hpp"
 #include "mls/parallel/mpi.hpp"
 
@@ -12,18 +13,11 @@ using namespace mls::parallel;
 using namespace mls::parallel::testing;
 
 namespace {
-/// Without mpirun there is one process: the tests still run (world size 1), and say so once.
-Communicator world(int ms = 60000) {
-  static bool said = false;
-  if (!under_mpirun() && !said) {
-    said = true;
-    WARN("not started by mpirun: MPI world of size 1 (run lab5_parallel/tests/run_mpi.sh 2 <program>)");
-  }
-  return mpi_world(std::chrono::milliseconds(ms));
-}
+Communicator world(int ms = 60000) { return mpi_world(std::chrono::milliseconds(ms)); }
 }  // namespace
 
-TEST_CASE("mpi: allreduce ring, recursive doubling, Rabenseifner, native: every op and dtype", "[lab5][mpi][mpi_allreduce]") {
+TEST_CASE("mpi: allreduce ring, recursive doubling, Rabenseifner, native: every op and dtype", "[lab5][mpi][mpi_comm][mpi_allreduce]") {
+  MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size();
   for (Algo algo : {Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Native, Algo::Auto})
@@ -39,7 +33,8 @@ TEST_CASE("mpi: allreduce ring, recursive doubling, Rabenseifner, native: every 
         }
 }
 
-TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather, scatter, barrier", "[lab5][mpi][mpi_collectives]") {
+TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather, scatter, barrier", "[lab5][mpi][mpi_comm][mpi_collectives]") {
+  MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size(), me = c.rank();
   for (std::int64_t size : {std::int64_t{0}, std::int64_t{3}, std::int64_t{3000}}) {
@@ -76,7 +71,8 @@ TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather
   }
 }
 
-TEST_CASE("mpi: traffic equals the theory, identical to the simulated backend", "[lab5][mpi][mpi_traffic]") {
+TEST_CASE("mpi: traffic equals the theory, identical to the simulated backend", "[lab5][mpi][mpi_comm][mpi_traffic]") {
+  MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size();
   const std::int64_t size = 1000 * n + 3;
@@ -96,7 +92,8 @@ TEST_CASE("mpi: traffic equals the theory, identical to the simulated backend", 
   CHECK(rep.traffic[r].by_op.at("allreduce").bytes_sent == m.bytes_sent);
 }
 
-TEST_CASE("mpi: send/recv with tags, isend/irecv of large messages, split", "[lab5][mpi][mpi_p2p]") {
+TEST_CASE("mpi: send/recv with tags, isend/irecv of large messages, split", "[lab5][mpi][mpi_comm][mpi_p2p]") {
+  MLS_MPI_TEST(2);
   Communicator c = world();
   const int n = c.size(), me = c.rank();
   Tensor out = Tensor::full({100000}, me, DType::Float32), in = Tensor::zeros({100000});
@@ -114,7 +111,8 @@ TEST_CASE("mpi: send/recv with tags, isend/irecv of large messages, split", "[la
   CHECK(half.backend() == "mpi");
 }
 
-TEST_CASE("mpi: mismatched sizes and a receive that never matches end in mls::Error, not a hang", "[lab5][mpi][mpi_errors]") {
+TEST_CASE("mpi: mismatched sizes and a receive that never matches end in mls::Error, not a hang", "[lab5][mpi][mpi_comm][mpi_errors]") {
+  MLS_MPI_TEST(2);
   Communicator c = world(1500);
   if (c.size() < 2) {
     WARN("SKIPPED: needs 2 ranks or more (world size 1)");

@@ -43,7 +43,7 @@ TEST_CASE("send and recv: tags match FIFO per (source, tag), any order of tags",
   CHECK(got[1] == std::vector<double>{1, 2, 3, 4, 5, 6});
 }
 
-TEST_CASE("isend and irecv with wait handles; a ring exchange does not deadlock", "[lab5][p2p]") {
+TEST_CASE("isend and irecv with wait handles, a ring exchange does not deadlock", "[lab5][p2p]") {
   for (int n = 1; n <= 8; ++n) {
     std::vector<double> got(n);
     run_simulated(n, [&](Communicator& c) {
@@ -243,7 +243,7 @@ TEST_CASE("a receive that never matches times out with a clear error", "[lab5][p
   require_error([] {
     run_simulated(3, [](Communicator& c) {
       Tensor t = Tensor::ones({2});
-      if (c.rank() != 1) c.barrier();  // rank 1 skips the collective
+      if (c.rank() != 1) (void)c.split(0, 0);  // rank 1 skips the collective
     }, quick(60000));
   }, "returned without sending");
 }
