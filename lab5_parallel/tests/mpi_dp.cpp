@@ -1,7 +1,9 @@
 // Data parallelism, the 3-D mesh and the pipeline on the MPI backend (processes; run under
-// mpirun -np 2 and -np 4 through tests/run_mpi.sh): the same equalities as on simulated ranks.
+// mpirun -np 2 and -np 4 through tests/run_mpi.sh; started directly, a test case re-runs itself
+// under mpirun -np 2, see mpi_launch.hpp): the same equalities as on simulated ranks.
 #include <catch2/catch.hpp>
 
+#include "mpi_launch.hpp"
 #include "mls/parallel/data_parallel.hpp"
 #include "mls/parallel/mesh.hpp"
 #include "mls/parallel/mpi.hpp"
@@ -13,7 +15,8 @@ using mls::ad::Var;
 namespace nn = mls::ad::nn;
 
 TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B after 10 SGD steps",
-          "[lab5][mpi][mpi_dp]") {
+          "[lab5][mpi][mpi_train][mpi_dp]") {
+  MLS_MPI_TEST(2);
   Communicator comm = mpi_world();
   const int n = comm.size();
   for (DType dt : {DType::Float64, DType::Float32}) {
@@ -56,7 +59,8 @@ TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B aft
   }
 }
 
-TEST_CASE("mpi mesh: the residual MLP stack on dp x tp x pp processes equals one process", "[lab5][mpi][mpi_mesh]") {
+TEST_CASE("mpi mesh: the residual MLP stack on dp x tp x pp processes equals one process", "[lab5][mpi][mpi_train][mpi_mesh]") {
+  MLS_MPI_TEST(2);
   Communicator world = mpi_world();
   const int n = world.size();
   // 2 processes: 1 x 1 x 2 (a pipeline); 4 processes: 1 x 2 x 2; else data parallel.
