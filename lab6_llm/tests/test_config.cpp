@@ -1,6 +1,6 @@
 // Lab 6 GPT configuration: named configs, validation, the llm.c parameter order and shapes, and
 // the parameter count's closed form against the sum of the shapes.
-#include "helpers.hpp"
+#include "lab6_helpers.hpp"
 #include "mls/llm/config.hpp"
 
 using namespace mls::llm;

@@ -2,7 +2,7 @@
 // generated tasks (sorting, addition) with masks, held-out splits and exact-match scoring.
 #include <set>
 
-#include "helpers.hpp"
+#include "lab6_helpers.hpp"
 #include "mls/llm/data.hpp"
 
 using namespace mls::llm;

@@ -3,7 +3,7 @@
 #include <map>
 #include <set>
 
-#include "helpers.hpp"
+#include "lab6_helpers.hpp"
 #include "mls/llm/tokenizer.hpp"
 
 using namespace mls::llm;
