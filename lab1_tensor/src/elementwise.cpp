@@ -266,6 +266,8 @@ void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
   check_operand(b, op_name(op));
   MLS_CHECK(!is_comparison(op), op_name(op), ": comparisons have no in-place form");
   const DType t = compute_dtype(op, a.dtype(), b.dtype());
+  MLS_CHECK(a.dtype() != DType::Bool, op_name(op), "_: arithmetic is not defined for bool tensors (destination ",
+            a.dtype(), ", operand ", b.dtype(), "); convert with .to(DType::Int64) first");
   MLS_CHECK(!(is_floating(t) && !is_floating(a.dtype())), op_name(op), "_: result dtype ", t,
             " cannot be stored in place in a tensor of dtype ", a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
@@ -276,9 +278,11 @@ void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
               shape_str(a.shape()), " and strides ", shape_str(a.strides()),
               " has overlapping elements (an expanded view); clone() it first");
   }
-  Tensor y = b.to(a.dtype());
-  if (y.shares_storage(a) && !(y.offset() == a.offset() && y.strides() == a.strides())) y = y.clone();
-  y = y.expand(shape);
+  // An operand that overlaps the destination is read while the destination is written: unless
+  // it addresses exactly the destination's elements (a += a, each element reads only itself), it
+  // is copied first, as NumPy does (`a += a[0:1]` must add the original row 0 to every row).
+  Tensor y = b.to(a.dtype()).expand(shape);
+  if (!y.same_elements(a) && b.may_overlap(a)) y = b.to(a.dtype()).clone().expand(shape);
   with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(a, a, y); });
 }
 
