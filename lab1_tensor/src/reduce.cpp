@@ -311,6 +311,12 @@ Tensor logsumexp(const Tensor& a, std::int64_t axis, bool keepdim) {
   // BEGIN SOLUTION
   const std::int64_t ax = normalize_axis(axis, a.ndim(), "logsumexp");
   const std::vector<std::int64_t> axes{ax};
+  if (a.shape()[static_cast<std::size_t>(ax)] == 0) {  // log of an empty sum: -inf (as PyTorch, SciPy)
+    Shape s = a.shape();
+    s[static_cast<std::size_t>(ax)] = 1;
+    Tensor out = Tensor::full(s, -std::numeric_limits<double>::infinity(), a.dtype());
+    return keepdim ? out : out.squeeze(ax);
+  }
   Tensor m = max(a, axes, true);
   // An infinite max (a row of -inf, or a +inf entry) would give inf - inf = NaN: shift by 0
   // instead, which gives the right -inf or +inf.
@@ -345,6 +351,7 @@ Tensor softmax(const Tensor& a, std::int64_t axis) {
     return out;
   }
   const std::vector<std::int64_t> axes{ax};
+  if (a.numel() == 0) return Tensor::empty(a.shape(), a.dtype());  // nothing to normalise
   Tensor e = exp(a - max(a, axes, true));
   Tensor s = sum(e, axes, true);
   e /= s;

@@ -143,3 +143,20 @@ TEST_CASE("max over all -inf is -inf and min over all +inf is +inf, every float 
     CHECK(mls::max(mixed.slice(0, 0, 2)).item() == -3.0);
   }
 }
+
+TEST_CASE("softmax family over an empty axis: empty results and a logsumexp of -inf", "[lab1][reduce]") {
+  // Found by the oracle (campaign seed 2): these threw "max: cannot reduce over an empty set".
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType t : {DType::Float32, DType::Float64}) {
+    const Tensor x = Tensor::zeros({2, 0}, t);
+    CHECK(mls::softmax(x, 1).shape() == mls::Shape{2, 0});
+    CHECK(mls::log_softmax(x, 1).shape() == mls::Shape{2, 0});
+    CHECK(mls::softmax(x, 0).shape() == mls::Shape{2, 0});
+    const Tensor l = mls::logsumexp(x, 1);
+    CHECK(l.shape() == mls::Shape{2});
+    CHECK(l.dtype() == t);
+    CHECK(values(l) == std::vector<double>{-inf, -inf});
+    CHECK(mls::logsumexp(x, 1, true).shape() == mls::Shape{2, 1});
+    CHECK(mls::logsumexp(x, 0).shape() == mls::Shape{0});
+  }
+}

@@ -101,8 +101,10 @@ def addr(a):
 
 def writable(v):
     """A writable view of v's elements (NumPy marks broadcast and diagonal views read-only)."""
-    if v.flags.writeable or v.size == 0:
+    if v.flags.writeable:
         return v
+    if v.size == 0:
+        return v.copy()  # no elements to share (sharing is not compared for empty registers)
     r = root(v)
     return np.ndarray(v.shape, v.dtype, buffer=r, offset=addr(v) - addr(r), strides=v.strides)
 
@@ -425,7 +427,7 @@ class NumpyRun:
             raise TypeError("same_kind: float result into an integer tensor")
         if np.broadcast_shapes(a.shape, b.shape) != a.shape:
             raise ValueError("result does not fit")
-        if any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):
+        if a.size and any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape)):
             raise ValueError("overlapping destination")
         r = self.binary(fn, a, b)  # computed in full first: NumPy's buffering of overlap
         a[...] = self.cast(np.broadcast_to(r, a.shape), ta)
