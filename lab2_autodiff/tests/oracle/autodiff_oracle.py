@@ -140,8 +140,11 @@ def torch_run(prog):
         jv = torch.zeros_like(last) if jv is None else jv
     else:
         jv = torch.zeros_like(last)
-    det = lambda ts: [t.detach().numpy() for t in ts]
-    return {"value": det(nodes), "grad": det(grads), "hvp": det(hv), "jvp": jv.detach().numpy()}
+    # PyTorch 1.13 returns "efficient zero tensors" from some double-backward rules (abs, sgn):
+    # their .numpy() reads uninitialised memory, so they are materialised first.
+    dense = lambda t: torch.zeros(t.shape, dtype=t.dtype) if getattr(t, "_is_zerotensor", lambda: False)() else t
+    det = lambda ts: [dense(t).detach().clone().numpy() for t in ts]
+    return {"value": det(nodes), "grad": det(grads), "hvp": det(hv), "jvp": det([jv])[0]}
 
 
 # ---- generator ----------------------------------------------------------------------------------
@@ -478,9 +481,15 @@ def valid(prog):
         return False
 
 
+def kinds(msgs):
+    """What failed (value/grad/hvp/jvp, or a phase that threw): a shrink step must keep one."""
+    return {m.split(":")[0].rstrip("_0123456789") + (" throws" if "throws" in m else "") for m in msgs}
+
+
 def shrink(driver, prog, tmp, budget_s=60):
     t0 = time.time()
-    fails = lambda p: valid(p) and bool(compare(driver, p, tmp))
+    want = kinds(compare(driver, prog, tmp))
+    fails = lambda p: valid(p) and bool(kinds(compare(driver, p, tmp)) & want)
     changed = True
     while changed and time.time() - t0 < budget_s:
         changed = False
