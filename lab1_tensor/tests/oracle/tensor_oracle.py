@@ -20,14 +20,12 @@ and printed as a minimal reproduction.
   tensor_oracle.py --driver build/dev/bin/mls-tensor-oracle [--seed S] [--count N] [--keep DIR]
 Exit status: 0 when every program agrees, 1 otherwise. Prints "SKIPPED: ..." without NumPy.
 """
-import argparse
 import json
 import math
 import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 
 try:
@@ -37,6 +35,9 @@ except ImportError as e:  # pragma: no cover
     sys.exit(0)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import oracle_common  # noqa: E402
+from oracle_common import factor  # noqa: E402
 TABLE = json.load(open(os.path.join(HERE, "differences.json")))
 ORDER = TABLE["dtype_order"]
 PROMO = {(c["a"], c["b"]): c["ours"] for c in TABLE["promotion"]["cases"]}
@@ -779,30 +780,6 @@ def broadcastable(a, b):
         return False
 
 
-def factor(n, r):
-    """A random shape with n elements (a few dims, with some 1s)."""
-    if n == 0:
-        return r.choice([[0], [0, 2], [2, 0, 1]])
-    dims = []
-    m = n
-    for p in (2, 3, 5, 7):
-        while m % p == 0:
-            dims.append(p)
-            m //= p
-    if m > 1:
-        dims.append(m)
-    r.shuffle(dims)
-    out = []
-    for d in dims:
-        if out and r.random() < 0.5:
-            out[-1] *= d
-        else:
-            out.append(d)
-    if r.random() < 0.3:
-        out.insert(r.randint(0, len(out)), 1)
-    return out
-
-
 def generate(seed, n_ops):
     r = random.Random(seed)
     g = Gen(r)
@@ -1035,42 +1012,8 @@ def as_code(ops):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--driver", required=True, help="path of mls-tensor-oracle")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--count", type=int, default=200, help="number of programs")
-    ap.add_argument("--ops", type=int, default=12, help="ops per program")
-    ap.add_argument("--keep", help="write each failing (shrunk) program here as JSON")
-    ap.add_argument("--no-shrink", action="store_true")
-    args = ap.parse_args()
-    if not os.path.exists(args.driver):
-        print(f"SKIPPED: driver {args.driver} is not built")
-        return 0
-    failures = 0
-    n_ops = 0
-    t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="mls-oracle-") as tmp:
-        for i in range(args.count):
-            seed = args.seed * 1_000_003 + i
-            ops = generate(seed, args.ops)
-            n_ops += len(ops)
-            bad = compare(args.driver, ops, tmp)
-            if not bad:
-                continue
-            failures += 1
-            small = ops if args.no_shrink else shrink(args.driver, ops, tmp)
-            why = compare(args.driver, small, tmp) or bad
-            print(f"MISMATCH program {i} (seed {seed}), {len(ops)} ops shrunk to {len(small)}:")
-            print(as_code(small))
-            for w in why[:5]:
-                print(f"  -> {w}")
-            if args.keep:
-                os.makedirs(args.keep, exist_ok=True)
-                with open(os.path.join(args.keep, f"lab1_seed{seed}.json"), "w") as f:
-                    json.dump({"ops": finite_json(small), "mismatch": why}, f, indent=1)
-    print(f"lab 1 oracle: {args.count} programs, {n_ops} ops, seed {args.seed}: {failures} mismatching "
-          f"({time.time() - t0:.1f} s)")
-    return 1 if failures else 0
+    args = oracle_common.arguments(__doc__, "mls-tensor-oracle", "programs", 200, 12)
+    return oracle_common.campaign(args, "lab 1", "programs", generate, compare, shrink, as_code, finite_json, len)
 
 
 if __name__ == "__main__":

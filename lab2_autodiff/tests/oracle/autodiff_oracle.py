@@ -15,14 +15,11 @@ and printed as a minimal reproduction.
   autodiff_oracle.py --driver build/dev/bin/mls-autodiff-oracle [--seed S] [--count N]
 Exit status: 0 when every DAG agrees, 1 otherwise. Prints "SKIPPED: ..." without PyTorch.
 """
-import argparse
 import json
-import math
 import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 
 try:
@@ -34,6 +31,10 @@ except ImportError as e:  # pragma: no cover
     sys.exit(0)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The campaign loop and helpers are lab 1's (lab 2 builds on lab 1).
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "lab1_tensor", "tests", "oracle"))
+import oracle_common  # noqa: E402
+from oracle_common import factor  # noqa: E402
 TABLE = json.load(open(os.path.join(HERE, "differences.json")))
 EPS = float(np.finfo(np.float64).eps)
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "gelu"]
@@ -351,26 +352,6 @@ def red(s, axes, kd):
     return [1 if i in axes else d for i, d in enumerate(s)] if kd else [d for i, d in enumerate(s) if i not in axes]
 
 
-def factor(n, r):
-    dims, m = [], n
-    for p in (2, 3, 5, 7):
-        while m % p == 0:
-            dims.append(p)
-            m //= p
-    if m > 1:
-        dims.append(m)
-    r.shuffle(dims)
-    out = []
-    for d in dims:
-        if out and r.random() < 0.5:
-            out[-1] *= d
-        else:
-            out.append(d)
-    if r.random() < 0.3:
-        out.insert(r.randint(0, len(out)), 1)
-    return out
-
-
 def generate(seed, n_ops):
     r = random.Random(seed)
     g = Gen(r)
@@ -527,43 +508,11 @@ def describe(prog):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--driver", required=True, help="path of mls-autodiff-oracle")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--count", type=int, default=150, help="number of DAGs")
-    ap.add_argument("--ops", type=int, default=6, help="ops per DAG")
-    ap.add_argument("--keep", help="write each failing (shrunk) DAG here as JSON")
-    ap.add_argument("--no-shrink", action="store_true")
-    args = ap.parse_args()
-    if not os.path.exists(args.driver):
-        print(f"SKIPPED: driver {args.driver} is not built")
-        return 0
+    args = oracle_common.arguments(__doc__, "mls-autodiff-oracle", "DAGs", 150, 6)
     torch.set_num_threads(1)
-    failures, n_ops, t0 = 0, 0, time.time()
-    with tempfile.TemporaryDirectory(prefix="mls-oracle2-") as tmp:
-        for i in range(args.count):
-            seed = args.seed * 1_000_003 + i
-            prog = generate(seed, args.ops)
-            if not valid(prog):
-                continue
-            n_ops += len(prog["ops"])
-            bad = compare(args.driver, prog, tmp)
-            if not bad:
-                continue
-            failures += 1
-            small = prog if args.no_shrink else shrink(args.driver, prog, tmp)
-            why = compare(args.driver, small, tmp) or bad
-            print(f"MISMATCH DAG {i} (seed {seed}), {len(prog['ops'])} ops shrunk to {len(small['ops'])}:")
-            print(describe(small))
-            for w in why[:6]:
-                print(f"  -> {w}")
-            if args.keep:
-                os.makedirs(args.keep, exist_ok=True)
-                with open(os.path.join(args.keep, f"lab2_seed{seed}.json"), "w") as f:
-                    json.dump({"program": small, "mismatch": why}, f)
-    print(f"lab 2 oracle: {args.count} DAGs, {n_ops} ops, seed {args.seed}: {failures} mismatching "
-          f"({time.time() - t0:.1f} s)")
-    return 1 if failures else 0
+    gen = lambda seed, ops: (lambda p: p if valid(p) else None)(generate(seed, ops))
+    return oracle_common.campaign(args, "lab 2", "DAGs", gen, compare, shrink, describe, lambda p: p,
+                                  lambda p: len(p["ops"]))
 
 
 if __name__ == "__main__":
