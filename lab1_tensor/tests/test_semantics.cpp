@@ -160,3 +160,17 @@ TEST_CASE("softmax family over an empty axis: empty results and a logsumexp of -
     CHECK(mls::logsumexp(x, 0).shape() == mls::Shape{0});
   }
 }
+
+TEST_CASE("gelu in float32 keeps its relative accuracy for large negative inputs", "[lab1][elementwise]") {
+  // Found by the oracle (campaign seed 9): 0.5 x (1 + tanh u) cancels for x << 0 and lost three
+  // digits of a float32 result at x = -4; x sigmoid(2u) is the same function without the loss.
+  for (double x : {-3.0, -4.0, -5.0, -6.0, 0.5, 2.0}) {
+    const long double xl = x, u = 0.7978845608028654L * (xl + 0.044715L * xl * xl * xl);
+    const auto want = static_cast<double>(0.5L * xl * (1.0L + std::tanh(u)));  // 64-bit mantissa: ample here
+    const double got = mls::gelu(Tensor::scalar(x, DType::Float32)).item();
+    INFO("x = " << x);
+    // A few ulps, plus exp's condition number 2|u| for the rounding of its argument.
+    const double tol = (4.0 + 2.0 * std::abs(static_cast<double>(u))) * 1.2e-7 * std::abs(want);
+    CHECK(std::abs(got - want) <= tol);
+  }
+}
