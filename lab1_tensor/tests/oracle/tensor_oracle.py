@@ -513,12 +513,18 @@ class Gen:
         self.rng = rng
         self.ops = []
         self.meta = {}  # register -> (shape, dtype, writable)
+        self.root = {}  # register -> the register that owns its storage (views inherit it)
         self.n = 0
+
+    VIEWS = {"permute", "transpose", "slice", "select", "expand", "squeeze", "unsqueeze", "flatten", "view",
+             "reshape", "diagonal", "flip", "chunk", "split", "compact", "to"}
 
     def new(self, op, shape, dtype, writable=True):
         op["out"] = self.n
         self.ops.append(op)
         self.meta[self.n] = (tuple(shape), dtype, writable)
+        # the register whose storage this one (probably) views: in-place ops aim at aliases
+        self.root[self.n] = self.root[op["in"][0]] if op["op"] in self.VIEWS else self.n
         self.n += 1
         return self.n - 1
 
@@ -680,6 +686,15 @@ class Gen:
             return self.new({"op": "unary", "in": [k], "fn": fn}, shape, t)
         if kind in ("binary", "inplace"):
             other = self.pick(lambda m: broadcastable(m[0], shape)) if r.random() < 0.9 else self.pick()
+            if kind == "inplace" and r.random() < 0.5:  # an operand viewing the destination's storage
+                alias = [j for j, m in self.meta.items() if self.root[j] == self.root[k] and broadcastable(m[0], shape)]
+                other = r.choice(alias) if alias else other
+                if nd and r.random() < 0.3:  # a leading slice broadcast back over the destination
+                    d = r.randrange(nd)
+                    sl = list(shape)
+                    sl[d] = min(1, shape[d])
+                    other = self.new({"op": "slice", "in": [k], "dim": d, "start": 0, "stop": 1, "step": 1}, sl,
+                                     dtype, wr)
             fn = r.choice(BINARY if kind == "binary" else ["add", "sub", "mul", "div", "add", "mul"])
             if kind == "inplace":
                 if not wr:
