@@ -33,7 +33,10 @@ template <UnaryOp OP, class T>
 inline T unary_fn(T x) {
   // BEGIN SOLUTION
   if constexpr (OP == UnaryOp::Neg) return -x;
-  else if constexpr (OP == UnaryOp::Abs) return x < T(0) ? -x : x;
+  else if constexpr (OP == UnaryOp::Abs) {
+    if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // clears the sign: abs(-0.0) = +0.0
+    else return x < T(0) ? -x : x;
+  }
   else if constexpr (OP == UnaryOp::Exp) {
     if constexpr (std::is_same_v<T, float>) return fast_expf(x);  // vectorizable, < 1 ulp error
     else return std::exp(x);

@@ -174,3 +174,14 @@ TEST_CASE("gelu in float32 keeps its relative accuracy for large negative inputs
     CHECK(std::abs(got - want) <= tol);
   }
 }
+
+TEST_CASE("abs of -0.0 is +0.0", "[lab1][elementwise]") {
+  // Found by the oracle (campaign seed 12): x * 0 with x < 0 gives -0.0, abs kept the sign, and
+  // rsqrt(abs(.)) then gave -inf where NumPy gives +inf.
+  for (DType t : {DType::Float32, DType::Float64}) {
+    const Tensor z = mls::abs(Tensor::from({-0.0, 0.0, -2.0}).to(t));
+    CHECK_FALSE(std::signbit(z.at({0})));
+    CHECK(mls::rsqrt(z).at({0}) == std::numeric_limits<double>::infinity());
+    CHECK(z.at({2}) == 2.0);
+  }
+}
