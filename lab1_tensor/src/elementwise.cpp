@@ -33,7 +33,10 @@ template <UnaryOp OP, class T>
 inline T unary_fn(T x) {
   // BEGIN SOLUTION
   if constexpr (OP == UnaryOp::Neg) return -x;
-  else if constexpr (OP == UnaryOp::Abs) return x < T(0) ? -x : x;
+  else if constexpr (OP == UnaryOp::Abs) {
+    if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // clears the sign: abs(-0.0) = +0.0
+    else return x < T(0) ? -x : x;
+  }
   else if constexpr (OP == UnaryOp::Exp) {
     if constexpr (std::is_same_v<T, float>) return fast_expf(x);  // vectorizable, < 1 ulp error
     else return std::exp(x);
@@ -54,9 +57,12 @@ inline T unary_fn(T x) {
       return e / (T(1) + e);
     }
   } else if constexpr (OP == UnaryOp::Relu) return x > T(0) ? x : T(0);
-  else {  // Gelu (tanh approximation)
+  else {  // Gelu (tanh approximation) 0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
+    // the sigmoid form has no cancellation in 1 + tanh u for x << 0 (the tanh form loses all
+    // but a few bits of a float32 result there: found by the NumPy oracle).
     constexpr T k = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
-    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+    const T u = k * (x + T(0.044715) * x * x * x);
+    return x / (T(1) + std::exp(T(-2) * u));
   }
   // END SOLUTION
 }
@@ -266,6 +272,8 @@ void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
   check_operand(b, op_name(op));
   MLS_CHECK(!is_comparison(op), op_name(op), ": comparisons have no in-place form");
   const DType t = compute_dtype(op, a.dtype(), b.dtype());
+  MLS_CHECK(a.dtype() != DType::Bool, op_name(op), "_: arithmetic is not defined for bool tensors (destination ",
+            a.dtype(), ", operand ", b.dtype(), "); convert with .to(DType::Int64) first");
   MLS_CHECK(!(is_floating(t) && !is_floating(a.dtype())), op_name(op), "_: result dtype ", t,
             " cannot be stored in place in a tensor of dtype ", a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
@@ -276,9 +284,12 @@ void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
               shape_str(a.shape()), " and strides ", shape_str(a.strides()),
               " has overlapping elements (an expanded view); clone() it first");
   }
-  Tensor y = b.to(a.dtype());
-  if (y.shares_storage(a) && !(y.offset() == a.offset() && y.strides() == a.strides())) y = y.clone();
-  y = y.expand(shape);
+  // An operand that overlaps the destination is read while the destination is written: unless
+  // it addresses exactly the destination's elements (a += a, each element reads only itself), it
+  // is copied first, as NumPy does (`a += a[0:1]` must add the original row 0 to every row).
+  const Tensor src = b.to(a.dtype());  // a new tensor when the dtype differs: no overlap then
+  Tensor y = src.expand(shape);
+  if (!y.same_elements(a) && src.may_overlap(a)) y = src.clone().expand(shape);
   with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(a, a, y); });
 }
 

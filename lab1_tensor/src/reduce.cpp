@@ -17,8 +17,14 @@ template <ReduceOp OP, class T>
 constexpr T identity() {
   if constexpr (OP == ReduceOp::Sum) return T(0);
   else if constexpr (OP == ReduceOp::Prod) return T(1);
-  else if constexpr (OP == ReduceOp::Max) return std::numeric_limits<T>::lowest();
-  else return std::numeric_limits<T>::max();
+  // Floats start from -inf / +inf (not lowest()/max()), so a max over all -inf is -inf.
+  else if constexpr (OP == ReduceOp::Max) {
+    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  } else {
+    if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::max();
+  }
 }
 
 /// Combines an accumulator with one value. max/min propagate NaN, as NumPy does.
@@ -164,6 +170,10 @@ Tensor reduce(const Tensor& a, std::span<const std::int64_t> axes_in, bool keepd
   // Integer sums and products accumulate in int64, like NumPy.
   DType t = a.dtype();
   if ((OP == ReduceOp::Sum || OP == ReduceOp::Prod) && !is_floating(t)) t = DType::Int64;
+  if constexpr (OP == ReduceOp::Max || OP == ReduceOp::Min) {
+    // max/min of bools stay bool (as in NumPy and PyTorch): reduce 0/1 as int32, convert back.
+    if (t == DType::Bool) return reduce<OP>(a.to(DType::Int32), axes_in, keepdim).to(DType::Bool);
+  }
   if (t == DType::Bool) t = DType::Int64;
   const Tensor x0 = a.to(t);
 
@@ -301,6 +311,12 @@ Tensor logsumexp(const Tensor& a, std::int64_t axis, bool keepdim) {
   // BEGIN SOLUTION
   const std::int64_t ax = normalize_axis(axis, a.ndim(), "logsumexp");
   const std::vector<std::int64_t> axes{ax};
+  if (a.shape()[static_cast<std::size_t>(ax)] == 0) {  // log of an empty sum: -inf (as PyTorch, SciPy)
+    Shape s = a.shape();
+    s[static_cast<std::size_t>(ax)] = 1;
+    Tensor out = Tensor::full(s, -std::numeric_limits<double>::infinity(), a.dtype());
+    return keepdim ? out : out.squeeze(ax);
+  }
   Tensor m = max(a, axes, true);
   // An infinite max (a row of -inf, or a +inf entry) would give inf - inf = NaN: shift by 0
   // instead, which gives the right -inf or +inf.
@@ -335,6 +351,7 @@ Tensor softmax(const Tensor& a, std::int64_t axis) {
     return out;
   }
   const std::vector<std::int64_t> axes{ax};
+  if (a.numel() == 0) return Tensor::empty(a.shape(), a.dtype());  // nothing to normalise
   Tensor e = exp(a - max(a, axes, true));
   Tensor s = sum(e, axes, true);
   e /= s;

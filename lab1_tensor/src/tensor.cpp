@@ -198,13 +198,48 @@ Tensor Tensor::clone() const {
   return out;
 }
 
+namespace {
+/// [lo, hi) byte range of storage a tensor touches (empty when it has no elements).
+std::pair<std::int64_t, std::int64_t> byte_range(const Tensor& t) {
+  const auto item = static_cast<std::int64_t>(t.itemsize());
+  std::int64_t lo = t.offset(), hi = t.offset();
+  for (std::size_t d = 0; d < t.shape().size(); ++d) {
+    const std::int64_t n = t.shape()[d], s = t.strides()[d];
+    if (n == 0) return {0, 0};
+    if (s < 0) lo += (n - 1) * s;
+    else hi += (n - 1) * s;
+  }
+  return {lo * item, (hi + 1) * item};
+}
+}  // namespace
+
+bool Tensor::may_overlap(const Tensor& other) const {
+  if (!shares_storage(other)) return false;
+  const auto [a0, a1] = byte_range(*this);
+  const auto [b0, b1] = byte_range(other);
+  if (a0 == a1 || b0 == b1) return false;
+  return a0 < b1 && b0 < a1;
+}
+
+bool Tensor::same_elements(const Tensor& other) const {
+  if (!shares_storage(other) || dtype_ != other.dtype_ || shape_ != other.shape_) return false;
+  if (numel() == 0) return true;
+  if (offset_ != other.offset_) return false;
+  for (std::size_t d = 0; d < shape_.size(); ++d) {
+    if (shape_[d] > 1 && strides_[d] != other.strides_[d]) return false;
+  }
+  return true;
+}
+
 Tensor& Tensor::copy_(const Tensor& src) {
   check_defined("copy_");
   src.check_defined("copy_");
   const Tensor b = src.expand(shape_);  // throws "copy_: cannot broadcast ..." style errors
-  if (shares_storage(src)) {
-    // Overlapping source and destination: copy through a temporary.
-    detail::copy_elements(*this, b.clone());
+  if (b.same_elements(*this)) return *this;  // x.copy_(x): nothing to do
+  if (may_overlap(src)) {
+    // Overlapping source and destination: copy through a temporary (only then: the fast path
+    // stays a single pass).
+    detail::copy_elements(*this, src.clone().expand(shape_));
   } else {
     detail::copy_elements(*this, b);
   }

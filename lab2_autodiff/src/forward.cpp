@@ -99,7 +99,7 @@ Tensor jvp_rule(const Node& node, const std::vector<Tensor>& x, const std::vecto
     case Op::Neg: case Op::Sum: case Op::Mean: case Op::SumLike: case Op::BroadcastLike: case Op::ExpandMean:
     case Op::Reshape: case Op::ReshapeLike: case Op::Permute: case Op::Slice: case Op::SliceBackward:
     case Op::Expand: case Op::Unsqueeze: case Op::Squeeze: case Op::Im2Col: case Op::Col2Im: case Op::Cast:
-    case Op::Embedding:
+    case Op::Embedding: case Op::EmbeddingBackward:
       return t[0].defined() ? linear_in(node, x, 0, t[0]) : Tensor();
     case Op::Concat: case Op::Stack: {
       std::vector<Tensor> v(t.size());
@@ -165,6 +165,81 @@ Tensor jvp_rule(const Node& node, const std::vector<Tensor>& x, const std::vecto
       if (t[0].defined()) dt = mls::add(dt, t[0]);
       if (t[1].defined()) dt = mls::sub(dt, t[1]);
       return mls::mean(mls::mul(mls::mul(mls::sub(x[0], x[1]), dt), 2.0));
+    }
+    case Op::Gelu: {  // y' = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2), u = k (x + c x^3)
+      const double k = 0.7978845608028654, c = 0.044715;
+      const Tensor& a = x[0];
+      const Tensor th = mls::tanh(mls::mul(mls::add(a, mls::mul(mls::mul(mls::mul(a, a), a), c)), k));
+      const Tensor du = mls::mul(mls::add(mls::mul(mls::mul(a, a), 3.0 * c), 1.0), k);
+      const Tensor d = mls::add(mls::mul(mls::add(th, 1.0), 0.5),
+                                mls::mul(mls::mul(mls::mul(a, 0.5), (1.0 - mls::mul(th, th))), du));
+      return mls::mul(t[0], d);
+    }
+    case Op::Maximum: case Op::Minimum: {  // the tangent of the winner; ties take the mean (as reverse mode)
+      const Tensor win = node.op == Op::Maximum ? mls::gt(x[0], x[1]) : mls::lt(x[0], x[1]);
+      const Tensor wa = mls::add(win.to(y.dtype()), mls::mul(mls::eq(x[0], x[1]).to(y.dtype()), 0.5));
+      Tensor r = Tensor::zeros(ys, y.dtype());
+      if (t[0].defined()) r = mls::add(r, mls::mul(t[0], wa));
+      if (t[1].defined()) r = mls::add(r, mls::mul(t[1], 1.0 - wa));
+      return r;
+    }
+    case Op::Max: case Op::Min: {  // the mean tangent of the elements equal to the extremum
+      std::vector<std::int64_t> axes = node.attrs.ints("axes");
+      if (axes.empty())
+        for (std::int64_t d = 0; d < x[0].ndim(); ++d) axes.push_back(d);
+      Shape kshape = x[0].shape();
+      for (std::int64_t& d : axes) {
+        if (d < 0) d += x[0].ndim();
+        kshape[static_cast<std::size_t>(d)] = 1;
+      }
+      const Tensor hit = mls::eq(x[0], y.reshape(kshape)).to(y.dtype());
+      const Tensor num = mls::sum(mls::mul(hit, t[0]), axes, true);
+      return mls::div(num, mls::sum(hit, axes, true)).reshape(ys);
+    }
+    case Op::SoftmaxCrossEntropy: {  // loss_n = -sum_c t log p:  -sum_c (t (tx - <p, tx>) + tt log p)
+      const Tensor ls = mls::log_softmax(x[0], 1);
+      Tensor target = x[1];
+      if (!is_floating(target.dtype())) {
+        const auto idx = target.to_vector<std::int64_t>();
+        target = Tensor::zeros(x[0].shape(), y.dtype());
+        for (std::size_t i = 0; i < idx.size(); ++i) target.set({static_cast<std::int64_t>(i), idx[i]}, 1.0);
+      }
+      Tensor r = Tensor::zeros(ys, y.dtype());
+      if (t[0].defined()) {
+        const Tensor dls = mls::sub(t[0], mls::sum(mls::mul(mls::exp(ls), t[0]), {1}, true));
+        r = mls::sub(r, mls::sum(mls::mul(target, dls), {1}));
+      }
+      if (t[1].defined() && is_floating(x[1].dtype())) r = mls::sub(r, mls::sum(mls::mul(t[1], ls), {1}));
+      return r;
+    }
+    case Op::LayerNorm: case Op::BatchNorm: {  // y = xhat gamma + beta
+      const bool ln = node.op == Op::LayerNorm;
+      const double eps = node.attrs.f("eps");
+      const std::int64_t nd = x[0].ndim();
+      const std::vector<std::int64_t> axes =
+          ln ? std::vector<std::int64_t>{nd - 1} : (nd == 2 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, 2, 3});
+      const std::int64_t c = x[1].shape()[0];
+      const Shape cs = ln ? Shape{c} : (nd == 2 ? Shape{1, c} : Shape{1, c, 1, 1});
+      const bool batch_stats = ln || node.attrs.i("training") != 0;
+      Tensor xhat, rstd;
+      if (batch_stats) {
+        const Tensor xc = mls::sub(x[0], mls::mean(x[0], axes, true));
+        rstd = mls::rsqrt(mls::add(mls::mean(mls::mul(xc, xc), axes, true), eps));
+        xhat = mls::mul(xc, rstd);
+      } else {
+        rstd = mls::rsqrt(mls::add(x[4].reshape(cs), eps));
+        xhat = mls::mul(mls::sub(x[0], x[3].reshape(cs)), rstd);
+      }
+      Tensor r = Tensor::zeros(ys, y.dtype());
+      if (t[0].defined()) {  // xhat' = rstd (tx - mean(tx) - xhat mean(tx xhat)) with batch statistics
+        Tensor dxhat = batch_stats ? mls::mul(rstd, mls::sub(mls::sub(t[0], mls::mean(t[0], axes, true)),
+                                                             mls::mul(xhat, mls::mean(mls::mul(t[0], xhat), axes, true))))
+                                   : mls::mul(t[0], rstd);
+        r = mls::add(r, mls::mul(dxhat, x[1].reshape(cs)));
+      }
+      if (t[1].defined()) r = mls::add(r, mls::mul(xhat, t[1].reshape(cs)));
+      if (t[2].defined()) r = mls::add(r, t[2].reshape(cs));
+      return r;
     }
     default:
       fail("jvp: no forward-mode rule for op ", op_name(node.op), " (use reverse mode for it)");

@@ -623,12 +623,17 @@ void softmax_ce_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
 }
 Grads softmax_ce_bwd(const Var& out, const Var& g, const Needs& needs) {
   // BEGIN SOLUTION
-  // loss_n = -sum_c t[n,c] log softmax(x)[n,c]  =>  dx = (softmax(x) - t) * g[n]
+  // loss_n = -sum_c t[n,c] log softmax(x)[n,c]  =>  dx = (softmax(x) sum_c t[n,c] - t) * g[n].
+  // Targets need not sum to 1 (soft targets of a mixture, or any t a second derivative moves),
+  // so the sum stays in the rule: then dx is right, and differentiable, in t as well as in x.
   const Var x = in(out, 0), t = in(out, 1);
   const Var gk = unsqueeze(g, {1});
   const bool probs = is_floating(t.dtype());
-  const Var target = probs ? t : one_hot(t, x.shape()[1], x.dtype());
-  return {needs[0] ? (softmax(x, 1) - target) * gk : Var(), (probs && needs[1]) ? -(log_softmax(x, 1) * gk) : Var()};
+  if (!probs) {  // class indices: one-hot rows sum to 1
+    return {needs[0] ? (softmax(x, 1) - one_hot(t, x.shape()[1], x.dtype())) * gk : Var(), Var()};
+  }
+  return {needs[0] ? (softmax(x, 1) * sum(t, {1}, true) - t) * gk : Var(),
+          needs[1] ? -(log_softmax(x, 1) * gk) : Var()};
   // END SOLUTION
 }
 Tensor one_hot_fwd(Ins in, const Attrs& a) {

@@ -107,6 +107,13 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   /// True when both tensors view the same storage block.
   bool shares_storage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
+  /// True when the two tensors may have an element in common (same storage and overlapping
+  /// byte ranges; like numpy.may_share_memory: conservative, never a false "no"). In-place
+  /// ops use it to copy an overlapping operand first.
+  bool may_overlap(const Tensor& other) const;
+  /// True when both tensors address exactly the same elements in the same order (same storage,
+  /// offset, dtype, shape and strides on every dimension of size > 1).
+  bool same_elements(const Tensor& other) const;
   /// Dense and row-major (see `mls::is_contiguous`).
   bool is_contiguous() const;
 
@@ -284,7 +291,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor sum(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
 Tensor mean(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
 Tensor prod(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
-/// max/min over a non-empty set of elements (an empty reduction throws).
+/// max/min over a non-empty set of elements (an empty reduction throws); they keep the dtype
+/// (bool stays bool), and a max over all -inf is -inf.
 Tensor max(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
 Tensor min(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
 /// Variance with `correction` (0: population, 1: sample), two-pass for accuracy.
