@@ -1,0 +1,49 @@
+#pragma once
+/// Lab 6: the training step. The Trainer owns the four kinds of state (GPTParams, GPTGrads,
+/// AdamWState, GPTActivations) and nothing else, so a checkpoint is exactly {params, optimizer
+/// state, data position} and a resumed run repeats the same steps bit for bit.
+#include <cstdint>
+
+#include "mls/llm/data.hpp"
+#include "mls/llm/model.hpp"
+
+namespace mls::llm {
+
+struct TrainOptions {
+  std::int64_t batch = 12;      // B
+  std::int64_t context = 64;    // T (<= block_size)
+  std::int64_t steps = 1000;    // total steps (the cosine schedule ends here)
+  std::int64_t warmup = 50;     // linear warmup steps
+  double lr = 1e-3, min_lr = 1e-4;
+  double grad_clip = 1.0;       // global norm; <= 0: off
+  AdamWOptions adamw{};
+  /// Throws mls::Error naming the option for values out of range.
+  void validate(const GPTConfig& cfg) const;
+};
+
+struct StepStats {
+  double loss = 0;
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(GPTParams params, const TrainOptions& opt);
+  /// One step: forward, backward, clip, AdamW at lr_schedule(opt.step). The batch must be
+  /// (batch, context).
+  StepStats step(const Batch& batch);
+  /// Masked mean loss of a batch (any B, T <= block_size), no gradients.
+  double eval_loss(const Batch& batch);
+  const TrainOptions& options() const { return opt_; }
+
+  GPTParams params;   // the parameters (one flat buffer)
+  GPTGrads grads;     // their gradients (same layout)
+  AdamWState adam;    // AdamW's moments and step (same layout)
+  GPTActivations acts, dacts;  // forward buffers and their gradients for (batch, context)
+
+ private:
+  TrainOptions opt_;
+};
+
+}  // namespace mls::llm

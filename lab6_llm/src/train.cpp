@@ -1,0 +1,51 @@
+// Lab 6: the training step.
+#include "mls/llm/train.hpp"
+
+#include "mls/common/error.hpp"
+
+namespace mls::llm {
+
+void TrainOptions::validate(const GPTConfig& cfg) const {
+  MLS_CHECK(batch > 0, "train: batch = ", batch, ", expected > 0");
+  MLS_CHECK(context > 0 && context <= cfg.block_size, "train: context = ", context,
+            ", expected 0 < context <= block_size = ", cfg.block_size);
+  MLS_CHECK(steps >= 0, "train: steps = ", steps, ", expected >= 0");
+  MLS_CHECK(warmup >= 0, "train: warmup = ", warmup, ", expected >= 0");
+  MLS_CHECK(lr > 0 && min_lr >= 0 && min_lr <= lr, "train: lr = ", lr, ", min_lr = ", min_lr,
+            ", expected 0 <= min_lr <= lr and lr > 0");
+  MLS_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
+            "train: beta1 = ", adamw.beta1, ", beta2 = ", adamw.beta2, ", expected in [0, 1)");
+  MLS_CHECK(adamw.weight_decay >= 0, "train: weight_decay = ", adamw.weight_decay, ", expected >= 0");
+}
+
+Trainer::Trainer(GPTParams p, const TrainOptions& opt)
+    : params(std::move(p)),
+      grads(params.config()),
+      adam(params.size()),
+      acts(params.config(), opt.batch, opt.context),
+      dacts(params.config(), opt.batch, opt.context),
+      opt_(opt) {
+  opt.validate(params.config());
+}
+
+StepStats Trainer::step(const Batch& b) {
+  // BEGIN SOLUTION
+  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step: batch (", b.B, ", ", b.T,
+            "), expected (", opt_.batch, ", ", opt_.context, ")");
+  StepStats s;
+  s.lr = lr_schedule(adam.step, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
+  s.loss = gpt_forward(params, acts, b.inputs.data(), b.targets.data(), b.mask.data(), b.B, b.T);
+  grads.zero();
+  gpt_backward(params, grads, acts, dacts, b.inputs.data(), b.targets.data(), b.mask.data());
+  s.grad_norm = clip_grad_norm(grads, opt_.grad_clip);
+  adamw_update(params, grads, adam, opt_.adamw, s.lr);
+  return s;
+  // END SOLUTION
+}
+
+double Trainer::eval_loss(const Batch& b) {
+  GPTActivations a(params.config(), b.B, b.T);
+  return gpt_forward(params, a, b.inputs.data(), b.targets.data(), b.mask.data(), b.B, b.T);
+}
+
+}  // namespace mls::llm
