@@ -22,10 +22,10 @@ Trainer::Trainer(GPTParams p, const TrainOptions& opt)
     : params(std::move(p)),
       grads(params.config()),
       adam(params.size()),
-      acts(params.config(), opt.batch, opt.context),
-      dacts(params.config(), opt.batch, opt.context),
       opt_(opt) {
   opt.validate(params.config());
+  acts = GPTActivations(params.config(), opt.batch, opt.context);
+  dacts = GPTActivations(params.config(), opt.batch, opt.context);
 }
 
 StepStats Trainer::step(const Batch& b) {

@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by lab 6's tests: random configs, parameters and batches.
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <cstdint>
 #include <vector>
 
