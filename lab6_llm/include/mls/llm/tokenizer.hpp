@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mls::llm {
@@ -32,5 +33,26 @@ std::unique_ptr<Tokenizer> train_char_tokenizer(std::string_view corpus);
 std::unique_ptr<Tokenizer> train_bpe_tokenizer(std::string_view corpus, std::int64_t vocab_size);
 /// Reads what `serialize` wrote; a corrupt or unknown payload is an mls::Error.
 std::unique_ptr<Tokenizer> load_tokenizer(std::string_view bytes);
+/// "char" -> train_char_tokenizer(corpus); "bpe" -> train_bpe_tokenizer(corpus, vocab_size).
+/// Any other kind is an mls::Error naming the known ones.
+std::unique_ptr<Tokenizer> train_tokenizer(const std::string& kind, std::string_view corpus,
+                                           std::int64_t vocab_size);
+
+// ---- UTF-8 (shared by the char tokenizer, the data loader and prompt checks) -------------------
+
+/// Decodes the code point starting at byte `pos` of `s`, stores its byte length in `len`.
+/// Throws mls::Error naming `op`, the byte value and the byte offset on invalid UTF-8 (bad lead
+/// byte, truncated sequence, bad continuation, overlong form, surrogate, > U+10FFFF).
+char32_t utf8_decode_at(std::string_view s, std::size_t pos, int& len, const char* op);
+/// Throws mls::Error (as above) unless `s` is valid UTF-8.
+void utf8_validate(std::string_view s, const char* op);
+/// Appends the UTF-8 encoding of code point `cp` (<= U+10FFFF, not a surrogate) to `out`.
+void utf8_append(std::string& out, char32_t cp);
+/// "'a' (U+0061)" for messages; control characters are shown by their code point only.
+std::string describe_code_point(char32_t cp);
+
+/// The byte-level BPE merges (rank i makes token 256 + i from the pair merges[i]), for tests and
+/// the handout's worked example. Throws mls::Error when `tok` is not a BPE tokenizer.
+std::vector<std::pair<std::int32_t, std::int32_t>> bpe_merges(const Tokenizer& tok);
 
 }  // namespace mls::llm

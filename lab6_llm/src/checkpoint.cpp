@@ -1,0 +1,352 @@
+#include "mls/llm/checkpoint.hpp"
+#include "mls/llm/llmc.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "mls/common/error.hpp"
+#include "mls/common/rng.hpp"
+
+namespace mls::llm {
+
+static_assert(std::endian::native == std::endian::little, "checkpoint files are little endian");
+
+namespace {
+
+constexpr std::size_t kHeaderSize = 32;
+
+
+// ---- little-endian payload writer and reader ---------------------------------------------------
+
+struct Writer {
+  std::string out;
+  template <class T>
+  void pod(T v) {
+    char buf[sizeof(T)];
+    std::memcpy(buf, &v, sizeof(T));
+    out.append(buf, sizeof(T));
+  }
+  void str(std::string_view s) {
+    pod<std::uint64_t>(s.size());
+    out.append(s);
+  }
+};
+
+struct Reader {
+  std::string_view in;
+  const std::string& source;
+  std::size_t pos = 0;
+  void need(std::size_t n, const char* what) {
+    if (n > in.size() - pos)
+      fail("load_checkpoint: '", source, "' is corrupt: ", what, " needs ", n, " bytes at payload offset ", pos,
+           ", only ", in.size() - pos, " left");
+  }
+  template <class T>
+  T pod(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, in.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  std::string str(const char* what) {
+    const auto n = pod<std::uint64_t>(what);
+    need(n, what);
+    std::string s(in.substr(pos, n));
+    pos += n;
+    return s;
+  }
+};
+
+std::string errno_text(int err) {
+  std::string s = std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) s += " (the disk is full)";
+  return s;
+}
+
+std::string hex64(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+// ---- Checkpoint ----------------------------------------------------------------------------------
+
+void Checkpoint::add(std::string name, Shape shape, std::vector<float> data) {
+  MLS_CHECK(find(name) == nullptr, "Checkpoint::add: an array named '", name, "' is already present");
+  const std::int64_t n = checked_numel(shape, "Checkpoint::add");
+  MLS_CHECK(static_cast<std::int64_t>(data.size()) == n, "Checkpoint::add: array '", name, "' of shape ",
+            shape_str(shape), " needs ", n, " values, got ", data.size());
+  arrays.push_back({std::move(name), std::move(shape), std::move(data)});
+}
+
+const NamedArray* Checkpoint::find(std::string_view name) const {
+  for (const auto& a : arrays)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+const NamedArray& Checkpoint::get(std::string_view name) const {
+  if (const NamedArray* a = find(name)) return *a;
+  std::string names;
+  for (const auto& a : arrays) names += (names.empty() ? "" : ", ") + a.name;
+  fail("checkpoint: no array named '", name, "' (present: ", names.empty() ? "none" : names, ")");
+}
+
+std::uint64_t Checkpoint::counter(std::string_view name) const {
+  const auto it = counters.find(std::string(name));
+  MLS_CHECK(it != counters.end(), "checkpoint: no counter named '", name, "'");
+  return it->second;
+}
+
+void add_params(Checkpoint& ckpt, const std::string& prefix, const std::vector<float>& flat) {
+  const std::int64_t n = num_params(ckpt.config);
+  MLS_CHECK(static_cast<std::int64_t>(flat.size()) == n, "add_params: '", prefix, "' has ", flat.size(),
+            " values, the config has ", n, " parameters");
+  const auto shapes = param_shapes(ckpt.config);
+  std::size_t off = 0;
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    const auto k = static_cast<std::size_t>(checked_numel(shapes[static_cast<std::size_t>(i)]));
+    ckpt.add(prefix + param_names()[static_cast<std::size_t>(i)], shapes[static_cast<std::size_t>(i)],
+             std::vector<float>(flat.begin() + static_cast<std::ptrdiff_t>(off),
+                                flat.begin() + static_cast<std::ptrdiff_t>(off + k)));
+    off += k;
+  }
+}
+
+std::vector<float> get_params(const Checkpoint& ckpt, const std::string& prefix) {
+  const auto shapes = param_shapes(ckpt.config);
+  std::vector<float> flat;
+  flat.reserve(static_cast<std::size_t>(num_params(ckpt.config)));
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    const std::string name = prefix + param_names()[static_cast<std::size_t>(i)];
+    const NamedArray& a = ckpt.get(name);
+    MLS_CHECK(a.shape == shapes[static_cast<std::size_t>(i)], "checkpoint: array '", name, "' has shape ",
+              shape_str(a.shape), ", the config needs ", shape_str(shapes[static_cast<std::size_t>(i)]));
+    flat.insert(flat.end(), a.data.begin(), a.data.end());
+  }
+  return flat;
+}
+
+// ---- bytes ---------------------------------------------------------------------------------------
+
+std::string serialize_checkpoint(const Checkpoint& ckpt) {
+  Writer w;
+  const GPTConfig& c = ckpt.config;
+  for (std::int64_t v : {c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size}) w.pod(v);
+  w.pod(ckpt.step);
+  w.str(ckpt.tokenizer);
+  w.pod(static_cast<std::uint32_t>(ckpt.counters.size()));
+  for (const auto& [k, v] : ckpt.counters) {
+    w.str(k);
+    w.pod(v);
+  }
+  w.pod(static_cast<std::uint32_t>(ckpt.settings.size()));
+  for (const auto& [k, v] : ckpt.settings) {
+    w.str(k);
+    w.str(v);
+  }
+  w.pod(static_cast<std::uint32_t>(ckpt.arrays.size()));
+  for (const auto& a : ckpt.arrays) {
+    MLS_CHECK(static_cast<std::int64_t>(a.data.size()) == checked_numel(a.shape, "save_checkpoint"),
+              "save_checkpoint: array '", a.name, "' of shape ", shape_str(a.shape), " has ", a.data.size(), " values");
+    w.str(a.name);
+    w.pod(static_cast<std::uint32_t>(a.shape.size()));
+    for (std::int64_t d : a.shape) w.pod(d);
+    w.out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size() * sizeof(float));
+  }
+  std::string file(kCheckpointMagic);
+  Writer h;
+  h.pod(kCheckpointVersion);
+  h.pod(static_cast<std::uint32_t>(kHeaderSize));
+  h.pod(static_cast<std::uint64_t>(w.out.size()));
+  h.pod(stream_hash(w.out));
+  file += h.out;
+  file += w.out;
+  return file;
+}
+
+Checkpoint parse_checkpoint(std::string_view bytes, const std::string& source) {
+  const std::string where = "load_checkpoint: '" + source + "'";
+  if (bytes.size() >= 4) {
+    std::int32_t first = 0;
+    std::memcpy(&first, bytes.data(), 4);
+    MLS_CHECK(first != kLlmcMagic, where,
+              " is an llm.c model file (magic 20240326), not an mls-gpt checkpoint: start from it with --init-from");
+  }
+  MLS_CHECK(bytes.size() >= kHeaderSize || !kCheckpointMagic.starts_with(bytes.substr(0, kCheckpointMagic.size())) ||
+                bytes.empty(),
+            where, " is truncated: ", bytes.size(), " bytes, the header alone is ", kHeaderSize);
+  MLS_CHECK(bytes.size() >= kCheckpointMagic.size() && bytes.substr(0, kCheckpointMagic.size()) == kCheckpointMagic,
+            where, " is not an mls-gpt checkpoint (expected the magic 'MLSGPTCK' at its start; the file has ",
+            bytes.size(), " bytes)");
+  MLS_CHECK(bytes.size() >= kHeaderSize, where, " is truncated: ", bytes.size(), " bytes, the header alone is ",
+            kHeaderSize);
+  std::uint32_t version = 0, header = 0;
+  std::uint64_t size = 0, checksum = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&header, bytes.data() + 12, 4);
+  std::memcpy(&size, bytes.data() + 16, 8);
+  std::memcpy(&checksum, bytes.data() + 24, 8);
+  MLS_CHECK(version == kCheckpointVersion, where, " has format version ", version, ", this build reads version ",
+            kCheckpointVersion);
+  MLS_CHECK(header == kHeaderSize, where, " has a header of ", header, " bytes, expected ", kHeaderSize);
+  const std::size_t have = bytes.size() - kHeaderSize;
+  MLS_CHECK(size <= have, where, " is truncated: the header promises ", size, " payload bytes, the file holds ", have);
+  MLS_CHECK(size == have, where, " has ", have - size, " bytes after the payload (expected ", size,
+            " payload bytes): not a file save_checkpoint wrote");
+  const std::string_view payload = bytes.substr(kHeaderSize);
+  const std::uint64_t actual = stream_hash(payload);
+  MLS_CHECK(actual == checksum, where, " is corrupt: checksum mismatch (stored ", hex64(checksum), ", computed ",
+            hex64(actual), ")");
+
+  Reader r{payload, source};
+  Checkpoint ck;
+  ck.config.n_layer = r.pod<std::int64_t>("config");
+  ck.config.n_head = r.pod<std::int64_t>("config");
+  ck.config.n_embd = r.pod<std::int64_t>("config");
+  ck.config.block_size = r.pod<std::int64_t>("config");
+  ck.config.vocab_size = r.pod<std::int64_t>("config");
+  try {
+    ck.config.validate();
+  } catch (const Error& e) {
+    fail(where, " holds an invalid config: ", e.what());
+  }
+  ck.step = r.pod<std::int64_t>("step");
+  ck.tokenizer = r.str("tokenizer");
+  const auto n_counters = r.pod<std::uint32_t>("counters");
+  for (std::uint32_t i = 0; i < n_counters; ++i) {
+    std::string k = r.str("counter name");
+    ck.counters[k] = r.pod<std::uint64_t>("counter value");
+  }
+  const auto n_settings = r.pod<std::uint32_t>("settings");
+  for (std::uint32_t i = 0; i < n_settings; ++i) {
+    std::string k = r.str("setting name");
+    ck.settings[k] = r.str("setting value");
+  }
+  const auto n_arrays = r.pod<std::uint32_t>("arrays");
+  for (std::uint32_t i = 0; i < n_arrays; ++i) {
+    std::string name = r.str("array name");
+    const auto ndim = r.pod<std::uint32_t>("array rank");
+    MLS_CHECK(ndim <= 8, where, " is corrupt: array '", name, "' has rank ", ndim, ", expected at most 8");
+    Shape shape(ndim);
+    for (auto& d : shape) d = r.pod<std::int64_t>("array shape");
+    std::int64_t n = 0;
+    try {
+      n = checked_numel(shape, "load_checkpoint");
+    } catch (const Error& e) {
+      fail(where, " is corrupt: array '", name, "': ", e.what());
+    }
+    MLS_CHECK(static_cast<std::uint64_t>(n) <= (payload.size() - r.pos) / sizeof(float), where,
+              " is corrupt: array '", name, "' of shape ", shape_str(shape), " needs ", n, " floats at payload offset ",
+              r.pos, ", only ", payload.size() - r.pos, " bytes left");
+    std::vector<float> data(static_cast<std::size_t>(n));
+    std::memcpy(data.data(), payload.data() + r.pos, data.size() * sizeof(float));
+    r.pos += data.size() * sizeof(float);
+    MLS_CHECK(ck.find(name) == nullptr, where, " is corrupt: array '", name, "' appears twice");
+    ck.arrays.push_back({std::move(name), std::move(shape), std::move(data)});
+  }
+  MLS_CHECK(r.pos == payload.size(), where, " is corrupt: ", payload.size() - r.pos, " unread payload bytes");
+  return ck;
+}
+
+// ---- files ---------------------------------------------------------------------------------------
+
+void write_file_atomic(const std::string& path, std::string_view bytes, const char* op, const WriteFn& write_fn) {
+  namespace fs = std::filesystem;
+  MLS_CHECK(!path.empty(), op, ": empty path");
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MLS_CHECK(fd >= 0, op, ": cannot write '", path, "': cannot create the temporary file '", tmp, "': ",
+            errno_text(errno));
+  auto give_up = [&](const std::string& what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(op, ": cannot write '", path, "': ", what, ": ", errno_text(err), "; '", path, "' is left as it was");
+  };
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const std::size_t chunk = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 24);
+    errno = 0;
+    const long n = write_fn ? write_fn(fd, bytes.data() + done, chunk) : ::write(fd, bytes.data() + done, chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n == 0 && errno == 0 ? ENOSPC : errno;
+      give_up("writing the temporary file failed after " + std::to_string(done) + " of " +
+                  std::to_string(bytes.size()) + " bytes",
+              err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) give_up("fsync of the temporary file failed", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(op, ": cannot write '", path, "': closing the temporary file failed: ", errno_text(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(op, ": cannot write '", path, "': renaming '", tmp, "' over it failed: ", errno_text(err), "; '", path,
+         "' is left as it was");
+  }
+  // Make the rename itself durable.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::string read_binary_file(const std::string& path, const char* op) {
+  std::error_code ec;
+  MLS_CHECK(!std::filesystem::is_directory(path, ec), op, ": '", path, "' is a directory, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  MLS_CHECK(in.good(), op, ": cannot open '", path, "': ", std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  MLS_CHECK(!in.bad(), op, ": cannot read '", path, "'");
+  return ss.str();
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
+  ckpt.config.validate();
+  write_file_atomic(path, serialize_checkpoint(ckpt), "save_checkpoint");
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  return parse_checkpoint(read_binary_file(path, "load_checkpoint"), path);
+}
+
+void check_resume_compatible(const GPTConfig& saved, const GPTConfig& requested) {
+  const std::pair<const char*, std::int64_t GPTConfig::*> fields[] = {
+      {"n_layer", &GPTConfig::n_layer},       {"n_head", &GPTConfig::n_head},
+      {"n_embd", &GPTConfig::n_embd},         {"block_size", &GPTConfig::block_size},
+      {"vocab_size", &GPTConfig::vocab_size}};
+  for (const auto& [name, member] : fields)
+    MLS_CHECK(saved.*member == requested.*member, "resume: the checkpoint has ", name, " = ", saved.*member,
+              ", the run asks for ", name, " = ", requested.*member,
+              " (resume with the checkpoint's config, or start from it with --init-from)");
+}
+
+void check_resume_compatible(const Checkpoint& saved, const Checkpoint& requested) {
+  check_resume_compatible(saved.config, requested.config);
+  MLS_CHECK(saved.tokenizer == requested.tokenizer,
+            "resume: the checkpoint's tokenizer differs from the run's (", saved.tokenizer.size(), " and ",
+            requested.tokenizer.size(), " serialized bytes)");
+}
+
+}  // namespace mls::llm

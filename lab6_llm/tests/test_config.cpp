@@ -1,0 +1,70 @@
+// Lab 6 GPT configuration: named configs, validation, the llm.c parameter order and shapes, and
+// the parameter count's closed form against the sum of the shapes.
+#include "lab6_helpers.hpp"
+#include "mls/llm/config.hpp"
+
+using namespace mls::llm;
+using lab6test::require_error;
+
+TEST_CASE("config: named configs", "[lab6][config]") {
+  const GPTConfig nano = config_by_name("nano");
+  CHECK(nano.n_layer == 3);
+  CHECK(nano.n_head == 3);
+  CHECK(nano.n_embd == 48);
+  CHECK(nano.block_size == 32);
+  CHECK(nano.vocab_size == 0);
+  const GPTConfig small = config_by_name("small");
+  CHECK(small.n_layer == 4);
+  CHECK(small.n_head == 4);
+  CHECK(small.n_embd == 128);
+  CHECK(small.block_size == 64);
+  require_error([] { config_by_name("gpt5"); }, "unknown config 'gpt5', expected one of: nano, small");
+}
+
+TEST_CASE("config: validate names the field", "[lab6][config]") {
+  GPTConfig c = config_by_name("nano");
+  require_error([&] { c.validate(); }, "vocab_size = 0");
+  c.vocab_size = 65;
+  CHECK_NOTHROW(c.validate());
+  GPTConfig d = c;
+  d.n_embd = 50;
+  require_error([&] { d.validate(); }, "n_embd = 50 is not divisible by n_head = 3");
+  d = c, d.n_layer = 0;
+  require_error([&] { d.validate(); }, "n_layer = 0");
+  d = c, d.n_head = -1;
+  require_error([&] { d.validate(); }, "n_head = -1");
+  d = c, d.block_size = 0;
+  require_error([&] { d.validate(); }, "block_size = 0");
+  d = c, d.n_embd = 0;
+  require_error([&] { d.validate(); }, "n_embd = 0");
+  CHECK_FALSE(c == config_by_name("nano"));  // vocab_size differs
+}
+
+TEST_CASE("config: llm.c parameter order, shapes and count", "[lab6][config]") {
+  const auto& names = param_names();
+  CHECK(std::string(names[0]) == "wte");
+  CHECK(std::string(names[4]) == "qkvw");
+  CHECK(std::string(names[12]) == "fcprojw");
+  CHECK(std::string(names[15]) == "lnfb");
+  GPTConfig c{2, 2, 8, 16, 11};
+  const auto shapes = param_shapes(c);
+  CHECK(shapes[0] == mls::Shape{11, 8});
+  CHECK(shapes[1] == mls::Shape{16, 8});
+  CHECK(shapes[4] == mls::Shape{2, 24, 8});
+  CHECK(shapes[5] == mls::Shape{2, 24});
+  CHECK(shapes[6] == mls::Shape{2, 8, 8});
+  CHECK(shapes[10] == mls::Shape{2, 32, 8});
+  CHECK(shapes[12] == mls::Shape{2, 8, 32});
+  CHECK(shapes[14] == mls::Shape{8});
+  for (const char* name : {"nano", "small"}) {
+    for (std::int64_t V : {1, 65, 512, 50257}) {
+      GPTConfig g = config_by_name(name);
+      g.vocab_size = V;
+      std::int64_t sum = 0;
+      for (const auto& s : param_shapes(g)) sum += mls::checked_numel(s);
+      CHECK(num_params(g) == sum);
+    }
+  }
+  // GPT-2 small (124M): 124,439,808 parameters with the 50257-token vocabulary and 1024 positions.
+  CHECK(num_params(GPTConfig{12, 12, 768, 1024, 50257}) == 124439808);
+}
