@@ -37,7 +37,7 @@ std::pair<double, GPTGrads> autodiff_loss_grads(const GPTParams& p, const Batch&
 
 }  // namespace
 
-TEST_CASE("counts: the parameter count and the training FLOPs are the closed forms", "[lab6][counts]") {
+TEST_CASE("counts: the parameter count and the training FLOPs are the closed forms", "[lab6][model][counts]") {
   for (const char* name : {"nano", "small"}) {
     GPTConfig c = config_by_name(name);
     c.vocab_size = 65;
@@ -59,7 +59,7 @@ TEST_CASE("counts: the parameter count and the training FLOPs are the closed for
   }
 }
 
-TEST_CASE("fused path: the same loss and gradients as the autodiff path on random configs", "[lab6][fused]") {
+TEST_CASE("fused path: the same loss and gradients as the autodiff path on random configs", "[lab6][model][fused]") {
   Rng rng(7, "fused-vs-autodiff");
   for (int trial = 0; trial < 6; ++trial) {
     const GPTConfig cfg = random_config(rng);
@@ -85,7 +85,7 @@ TEST_CASE("fused path: the same loss and gradients as the autodiff path on rando
   }
 }
 
-TEST_CASE("fused path: gradients match float64 finite differences of the autodiff path", "[lab6][fused]") {
+TEST_CASE("fused path: gradients match float64 finite differences of the autodiff path", "[lab6][model][fused]") {
   GPTConfig cfg{1, 2, 4, 3, 5};
   Rng rng(11, "fd");
   const GPTParams p = random_params(cfg, rng);
@@ -106,7 +106,7 @@ TEST_CASE("fused path: gradients match float64 finite differences of the autodif
   }
 }
 
-TEST_CASE("autodiff path: gradcheck of every layer in float64", "[lab6][gradcheck]") {
+TEST_CASE("autodiff path: gradcheck of every layer in float64", "[lab6][model][gradcheck]") {
   Rng rng(3, "gradcheck");
   const std::int64_t B = 2, T = 3, C = 4, H = 2;
   auto rnd = [&](Shape s) { return Tensor::randn(s, rng, 0.0, 0.5, DType::Float64); };
@@ -148,7 +148,7 @@ TEST_CASE("autodiff path: gradcheck of every layer in float64", "[lab6][gradchec
   }
 }
 
-TEST_CASE("attention_forward and attention_backward against the autodiff layer", "[lab6][attention]") {
+TEST_CASE("attention_forward and attention_backward against the autodiff layer", "[lab6][model][attention]") {
   Rng rng(5, "attention");
   for (int trial = 0; trial < 4; ++trial) {
     const std::int64_t B = rng.randint(1, 3), T = rng.randint(1, 9), H = rng.randint(1, 4), C = H * rng.randint(1, 6);
@@ -177,7 +177,7 @@ TEST_CASE("attention_forward and attention_backward against the autodiff layer",
   }
 }
 
-TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6][layers]") {
+TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6][model][layers]") {
   Rng rng(9, "matmul");
   const std::int64_t N = 7, C = 5, OC = 9;
   std::vector<float> x(N * C), w(OC * C), b(OC), dout(N * OC);
@@ -210,7 +210,7 @@ TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6
     }
 }
 
-TEST_CASE("fused path: results do not depend on the thread count", "[lab6][fused]") {
+TEST_CASE("fused path: results do not depend on the thread count", "[lab6][model][fused]") {
   GPTConfig cfg = config_by_name("nano");
   cfg.vocab_size = 11;
   Rng rng(1, "threads");
@@ -229,7 +229,7 @@ TEST_CASE("fused path: results do not depend on the thread count", "[lab6][fused
   CHECK(r1.second.vec() == r2.second.vec());
 }
 
-TEST_CASE("adamw_update matches lab 2's AdamW; the schedule warms up and decays", "[lab6][adamw]") {
+TEST_CASE("adamw_update matches lab 2's AdamW; the schedule warms up and decays", "[lab6][model][adamw]") {
   GPTConfig cfg{1, 1, 2, 2, 3};
   Rng rng(2, "adamw");
   GPTParams p = random_params(cfg, rng);
@@ -270,7 +270,7 @@ TEST_CASE("adamw_update matches lab 2's AdamW; the schedule warms up and decays"
   CHECK(lr_schedule(500, 10, 100, 1.0, 0.1) == Approx(0.1));
 }
 
-TEST_CASE("gradient clipping scales to the maximum norm", "[lab6][adamw]") {
+TEST_CASE("gradient clipping scales to the maximum norm", "[lab6][model][adamw]") {
   GPTConfig cfg{1, 1, 2, 2, 3};
   GPTGrads g(cfg);
   for (std::size_t i = 0; i < g.vec().size(); ++i) g.vec()[i] = static_cast<float>(i % 3);
@@ -281,7 +281,7 @@ TEST_CASE("gradient clipping scales to the maximum norm", "[lab6][adamw]") {
   CHECK(grad_norm(g) == Approx(1.0).epsilon(1e-5));
 }
 
-TEST_CASE("errors: bad shapes and ids name the operation and the values", "[lab6][errors]") {
+TEST_CASE("errors: bad shapes and ids name the operation and the values", "[lab6][model][errors]") {
   GPTConfig cfg{1, 1, 4, 4, 5};
   const GPTParams p = init_params(cfg, 0);
   GPTActivations acts(cfg, 1, 4);

@@ -11,7 +11,7 @@ using namespace mls;
 using namespace mls::llm;
 using namespace lab6test;
 
-TEST_CASE("KV cache: the same logits as recomputing the context, position by position", "[lab6][kvcache]") {
+TEST_CASE("KV cache: the same logits as recomputing the context, position by position", "[lab6][sample][kvcache]") {
   Rng rng(4, "kv-logits");
   for (int trial = 0; trial < 4; ++trial) {
     const GPTConfig cfg = random_config(rng);
@@ -30,7 +30,7 @@ TEST_CASE("KV cache: the same logits as recomputing the context, position by pos
   }
 }
 
-TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation", "[lab6][kvcache]") {
+TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation", "[lab6][sample][kvcache]") {
   GPTConfig cfg = config_by_name("nano");
   cfg.vocab_size = 13;
   Rng rng(6, "kv-generate");
@@ -53,7 +53,7 @@ TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation"
   }
 }
 
-TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their definitions", "[lab6][sample]") {
+TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their definitions", "[lab6][sample][sample]") {
   const std::vector<float> logits = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
   Rng rng(8, "sample-token");
   SampleOptions g;
@@ -89,7 +89,7 @@ TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their defin
   CHECK(f[3] == Approx(1.0));
 }
 
-TEST_CASE("errors: bad sampling options and a prompt longer than the block size", "[lab6][errors]") {
+TEST_CASE("errors: bad sampling options and a prompt longer than the block size", "[lab6][sample][errors]") {
   GPTConfig cfg{1, 1, 4, 8, 5};
   const GPTParams p = init_params(cfg, 0);
   Rng rng(0);

@@ -47,7 +47,7 @@ double exact_match(const GPTParams& p, std::int64_t n) {
 
 }  // namespace
 
-TEST_CASE("training: the nano model learns to sort 6 digits (>= 99% exact match held out)", "[lab6][train_sort]") {
+TEST_CASE("training: the nano model learns to sort 6 digits (>= 99% exact match held out)", "[lab6][train][train_sort]") {
   ThreadCountGuard one(1);
   TrainOptions o;
   o.batch = 32;
@@ -71,7 +71,7 @@ TEST_CASE("training: the nano model learns to sort 6 digits (>= 99% exact match 
   CHECK(em >= 0.99);
 }
 
-TEST_CASE("training: 20 steps straight = 10 steps, save, resume 10 steps (the same losses, bit for bit)", "[lab6][resume]") {
+TEST_CASE("training: 20 steps straight = 10 steps, save, resume 10 steps (the same losses, bit for bit)", "[lab6][train][resume]") {
   TrainOptions o;
   o.batch = 4;
   o.context = kSortT;
@@ -96,7 +96,7 @@ TEST_CASE("training: 20 steps straight = 10 steps, save, resume 10 steps (the sa
   CHECK(straight.params.vec() == resumed.params.vec());
 }
 
-TEST_CASE("errors: training options out of range", "[lab6][errors]") {
+TEST_CASE("errors: training options out of range", "[lab6][train][errors]") {
   TrainOptions o;
   o.context = 33;
   mls::testing::require_error([&] { Trainer t(init_params(sort_config(), 0), o); }, "context = 33");
