@@ -48,4 +48,25 @@ double Trainer::eval_loss(const Batch& b) {
   return gpt_forward(params, a, b.inputs.data(), b.targets.data(), b.mask.data(), b.B, b.T);
 }
 
+Checkpoint trainer_checkpoint(const Trainer& tr, const std::string& tokenizer, std::uint64_t data_position) {
+  Checkpoint ck;
+  ck.config = tr.params.config();
+  ck.tokenizer = tokenizer;
+  ck.step = tr.adam.step;
+  ck.counters["data_position"] = data_position;
+  add_params(ck, "", tr.params.vec());
+  add_params(ck, "m/", tr.adam.m);
+  add_params(ck, "v/", tr.adam.v);
+  return ck;
+}
+
+std::uint64_t restore_trainer(Trainer& tr, const Checkpoint& ck) {
+  check_resume_compatible(ck.config, tr.params.config());
+  tr.params.vec() = get_params(ck, "");
+  tr.adam.m = get_params(ck, "m/");
+  tr.adam.v = get_params(ck, "v/");
+  tr.adam.step = ck.step;
+  return ck.counter("data_position");
+}
+
 }  // namespace mls::llm

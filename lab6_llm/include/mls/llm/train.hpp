@@ -4,6 +4,9 @@
 /// state, data position} and a resumed run repeats the same steps bit for bit.
 #include <cstdint>
 
+#include <string>
+
+#include "mls/llm/checkpoint.hpp"
 #include "mls/llm/data.hpp"
 #include "mls/llm/model.hpp"
 
@@ -45,5 +48,13 @@ class Trainer {
  private:
   TrainOptions opt_;
 };
+
+/// A checkpoint of the trainer's state: its config, `tokenizer` (serialised), the step, the
+/// parameters (arrays "wte".."lnfb"), AdamW's moments ("m/...", "v/...") and the counter
+/// "data_position".
+Checkpoint trainer_checkpoint(const Trainer& tr, const std::string& tokenizer, std::uint64_t data_position);
+/// Restores parameters, moments and step from `ck` (its config must equal the trainer's: an
+/// mls::Error names the first field that differs). Returns ck's "data_position".
+std::uint64_t restore_trainer(Trainer& tr, const Checkpoint& ck);
 
 }  // namespace mls::llm
