@@ -2,6 +2,7 @@
 #include "mls/llm/train.hpp"
 
 #include "mls/common/error.hpp"
+#include "mls/llm/autodiff_model.hpp"
 
 namespace mls::llm {
 
@@ -41,6 +42,23 @@ StepStats Trainer::step(const Batch& b) {
   adamw_update(params, grads, adam, opt_.adamw, s.lr);
   return s;
   // END SOLUTION
+}
+
+StepStats Trainer::step_autodiff(const Batch& b) {
+  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step_autodiff: batch (", b.B, ", ", b.T,
+            "), expected (", opt_.batch, ", ", opt_.context, ")");
+  StepStats s;
+  s.lr = lr_schedule(adam.step, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
+  auto leaves = tape::to_leaves(params, DType::Float32);
+  mls::ad::Var loss = tape::gpt_loss(params.config(), leaves, tape::ids_tensor(b.inputs, b.B, b.T),
+                                     tape::ids_tensor(b.targets, b.B, b.T),
+                                     tape::mask_tensor(b.mask, b.B, b.T, DType::Float32));
+  loss.backward();
+  s.loss = loss.value().item();
+  grads = tape::grads_of(params.config(), leaves);
+  s.grad_norm = clip_grad_norm(grads, opt_.grad_clip);
+  adamw_update(params, grads, adam, opt_.adamw, s.lr);
+  return s;
 }
 
 double Trainer::eval_loss(const Batch& b) {

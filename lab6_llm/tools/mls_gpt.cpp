@@ -122,6 +122,8 @@ struct TrainFlags {
   std::int64_t digits = 6, vocab = 512, steps = 300, batch = 0, context = 0, warmup = -1;
   std::int64_t eval_every = 50, eval_batches = 4, ckpt_every = 0, sample_tokens = 200;
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, beta2 = 0.95;
+  std::int64_t stop_after = 0;
+  bool autodiff = false;
   std::uint64_t seed = 0;
 };
 
@@ -215,14 +217,16 @@ int cmd_train(TrainFlags& f) {
     ck.settings["steps"] = std::to_string(o.steps);
     save_checkpoint(ckpt_path, ck);
   };
-  ProgressBar bar(o.steps - start, "train");
+  ProgressBar bar(std::max<std::int64_t>(1, (f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps) - start),
+                  "train");
   const double flops_tok = train_flops_per_token(cfg, o.context);
   double tok_s_sum = 0, last_loss = 0;
   std::int64_t timed = 0;
-  for (std::int64_t s = start; s < o.steps; ++s) {
+  const std::int64_t end = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
+  for (std::int64_t s = start; s < end; ++s) {
     const Batch b = rd.source().next_train(o.batch, o.context);
     Timer t;
-    const StepStats st = tr.step(b);
+    const StepStats st = f.autodiff ? tr.step_autodiff(b) : tr.step(b);
     const double sec = t.seconds();
     LossRow r;
     r.step = s;
@@ -232,7 +236,7 @@ int cmd_train(TrainFlags& f) {
     r.tokens_per_s = static_cast<double>(o.batch * o.context) / sec;
     if (s > start) tok_s_sum += r.tokens_per_s, ++timed;
     last_loss = st.loss;
-    const bool last = s + 1 == o.steps;
+    const bool last = s + 1 == end;
     if (f.eval_every > 0 && ((s + 1) % f.eval_every == 0 || last))
       r.val_loss = val_loss(tr, rd.source(), f.eval_batches, o.batch, o.context);
     rows.push_back(r);
@@ -477,6 +481,9 @@ int main(int argc, char** argv) {
   train->add_option("--eval-batches", tf.eval_batches, "validation batches")->capture_default_str();
   train->add_option("--ckpt-every", tf.ckpt_every, "checkpoint every N steps (and always at the end)");
   train->add_option("--out", tf.out, "folder for ckpt.bin, loss.csv, loss.svg")->capture_default_str();
+  train->add_option("--stop-after", tf.stop_after, "stop (and checkpoint) after this step; the schedule still "
+                                                  "runs to --steps (for --resume)");
+  train->add_flag("--autodiff", tf.autodiff, "gradients from lab 2's tape (path (a)) instead of the fused path");
   train->add_option("--resume", tf.resume, "continue a run from its checkpoint (bit-identical)");
   train->add_option("--init-from", tf.init_from, "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
   train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")->capture_default_str();

@@ -36,6 +36,9 @@ class Trainer {
   /// One step: forward, backward, clip, AdamW at lr_schedule(opt.step). The batch must be
   /// (batch, context).
   StepStats step(const Batch& batch);
+  /// The same step with the gradients from the autodiff path (lab 2's tape, path (a)): slower,
+  /// the same update up to float32 rounding.
+  StepStats step_autodiff(const Batch& batch);
   /// Masked mean loss of a batch (any B, T <= block_size), no gradients.
   double eval_loss(const Batch& batch);
   const TrainOptions& options() const { return opt_; }
