@@ -201,7 +201,7 @@ int cmd_train(TrainFlags& f) {
   const std::string tok_bytes = rd.tokenizer().serialize();
   print_counts(cfg, o.context);
   const int threads = num_threads();
-  const double peak = lab4::peak_gflops_best(threads, 2'000'000);
+  const double peak = lab4::peak_gflops_best(threads);
   std::printf("data: %s; batch %lld x context %lld; %lld steps; %d thread(s), peak %.1f GFLOP/s (lab 4 roofline); "
               "matmul %s\n",
               rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str() : f.data.c_str(),
@@ -444,7 +444,7 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
     if (s >= 3) best = std::min(best, t.seconds());
   }
   const double tok_s = static_cast<double>(B * T) / best, flops = train_flops_per_token(cfg, T);
-  const double peak = lab4::peak_gflops_best(num_threads(), 2'000'000);
+  const double peak = lab4::peak_gflops_best(num_threads());
   std::printf("loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d thread(s))\n", loss0,
               best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak, num_threads());
   return 0;
