@@ -212,22 +212,13 @@ void attention_forward(float* out, float* att, const float* inp, std::int64_t B,
       for (std::int64_t t = 0; t < T; ++t) {
         const float* q = base + t * C3;
         float* row = att + (i * T + t) * T;
-        float maxv = -INFINITY;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {  // scores of the past and present only
           const float* k = base + t2 * C3 + C;
           float dot = 0.f;
           for (std::int64_t j = 0; j < hs; ++j) dot += q[j] * k[j];
-          dot *= scale;
-          row[t2] = dot;
-          maxv = std::max(maxv, dot);
+          row[t2] = dot * scale;
         }
-        float sum = 0.f;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          row[t2] = lab4::fast_expf(row[t2] - maxv);
-          sum += row[t2];
-        }
-        const float inv = 1.f / sum;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
+        lab4::softmax_forward(row, row, 1, t + 1);  // lab 4's row softmax over the t + 1 entries
         for (std::int64_t t2 = t + 1; t2 < T; ++t2) row[t2] = 0.f;
         float* o = out + (b * T + t) * C + h * hs;
         for (std::int64_t j = 0; j < hs; ++j) o[j] = 0.f;

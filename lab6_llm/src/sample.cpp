@@ -87,25 +87,17 @@ void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token,
     std::copy(qkv.begin() + 2 * C, qkv.end(), vc + pos * C);
     for (std::int64_t h = 0; h < H; ++h) {  // one attention row per head over the cached keys
       const float* q = qkv.data() + h * hs;
-      float maxv = -INFINITY;
       for (std::int64_t t2 = 0; t2 <= pos; ++t2) {
         const float* kk = kc + t2 * C + h * hs;
         float dot = 0.f;
         for (std::int64_t j = 0; j < hs; ++j) dot += q[j] * kk[j];
-        dot *= scale;
-        att[t2] = dot;
-        maxv = std::max(maxv, dot);
+        att[t2] = dot * scale;
       }
-      float sum = 0.f;
-      for (std::int64_t t2 = 0; t2 <= pos; ++t2) {
-        att[t2] = lab4::fast_expf(att[t2] - maxv);
-        sum += att[t2];
-      }
-      const float inv = 1.f / sum;
+      lab4::softmax_forward(att.data(), att.data(), 1, pos + 1);
       float* o = y.data() + h * hs;
       for (std::int64_t j = 0; j < hs; ++j) o[j] = 0.f;
       for (std::int64_t t2 = 0; t2 <= pos; ++t2) {
-        const float a = att[t2] * inv;
+        const float a = att[t2];
         const float* vv = vc + t2 * C + h * hs;
         for (std::int64_t j = 0; j < hs; ++j) o[j] += a * vv[j];
       }
