@@ -3,10 +3,12 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "mls/common/error.hpp"
 #include "mls/llm/checkpoint.hpp"
+#include "mls/llm/tokenizer.hpp"
 
 namespace mls::llm {
 
@@ -97,6 +99,44 @@ void write_llmc(const std::string& path, const GPTConfig& cfg, const std::vector
 }
 
 LlmcModel read_llmc(const std::string& path) { return parse_llmc(read_binary_file(path, "read llm.c model"), path); }
+
+std::string llmc_tokenizer_path(const std::string& model_path) { return model_path + ".tokenizer"; }
+
+void export_llmc(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params,
+                 const std::string& tokenizer) {
+  if (!tokenizer.empty()) {
+    const auto tok = load_tokenizer(tokenizer);
+    MLS_CHECK(tok->vocab_size() == cfg.vocab_size, "export llm.c: the tokenizer has ", tok->vocab_size(),
+              " tokens, the model ", cfg.vocab_size);
+  }
+  write_llmc(path, cfg, params);
+  if (!tokenizer.empty()) write_file_atomic(llmc_tokenizer_path(path), tokenizer, "export llm.c tokenizer");
+}
+
+InitFrom load_init_from(const std::string& path) {
+  InitFrom init;
+  if (is_llmc_file(path)) {
+    LlmcModel m = read_llmc(path);
+    init.format = "llmc";
+    init.config = m.config;
+    init.params = std::move(m.params);
+    const std::string tok_path = llmc_tokenizer_path(path);
+    std::error_code ec;
+    if (std::filesystem::exists(tok_path, ec)) {
+      init.tokenizer = read_binary_file(tok_path, "init-from");
+      const auto tok = load_tokenizer(init.tokenizer);
+      MLS_CHECK(tok->vocab_size() == init.config.vocab_size, "init-from: the tokenizer '", tok_path, "' has ",
+                tok->vocab_size(), " tokens, the model '", path, "' has a vocabulary of ", init.config.vocab_size);
+    }
+    return init;
+  }
+  Checkpoint ck = load_checkpoint(path);
+  init.format = "mls";
+  init.config = ck.config;
+  init.params = get_params(ck, "");
+  init.tokenizer = std::move(ck.tokenizer);
+  return init;
+}
 
 bool is_llmc_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

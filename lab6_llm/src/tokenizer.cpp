@@ -408,6 +408,15 @@ std::unique_ptr<Tokenizer> train_tokenizer(const std::string& kind, std::string_
   fail("train_tokenizer: unknown tokenizer kind '", kind, "', expected 'char' or 'bpe'");
 }
 
+std::vector<std::int32_t> encode_prompt(const Tokenizer& tok, std::string_view prompt, std::int64_t block_size) {
+  MLS_CHECK(!prompt.empty(), "prompt: the prompt is empty, expected at least one character");
+  utf8_validate(prompt, "prompt");
+  std::vector<std::int32_t> ids = tok.encode(prompt);
+  MLS_CHECK(static_cast<std::int64_t>(ids.size()) <= block_size, "prompt: ", ids.size(),
+            " tokens, longer than the block size ", block_size, " (shorten the prompt)");
+  return ids;
+}
+
 std::vector<std::pair<std::int32_t, std::int32_t>> bpe_merges(const Tokenizer& tok) {
   const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
   MLS_CHECK(bpe != nullptr, "bpe_merges: the tokenizer is of kind '", tok.kind(), "', expected 'bpe'");

@@ -117,3 +117,34 @@ TEST_CASE("llm.c: bad files and bad exports", "[lab6][interop]") {
   CHECK_FALSE(is_llmc_file(dir.file("ck.bin")));
   require_error([&] { read_llmc(dir.file("ck.bin")); }, "bad magic");
 }
+
+TEST_CASE("llm.c: init-from either format, with the tokenizer beside the model", "[lab6][interop]") {
+  lab6test::TempDir dir("llmc");
+  const GPTConfig cfg{2, 2, 8, 16, 3};
+  const std::vector<float> params = random_params(cfg, 5);
+  const std::string tok = "mls-tokenizer 1 char\nabc";
+  export_llmc(dir.file("m.bin"), cfg, params, tok);
+  CHECK(lab6test::slurp(dir.file("m.bin.tokenizer")) == tok);
+  InitFrom a = load_init_from(dir.file("m.bin"));
+  CHECK(a.format == "llmc");
+  CHECK(a.config == cfg);
+  CHECK(a.params == params);
+  CHECK(a.tokenizer == tok);
+  // An mls-gpt checkpoint.
+  Checkpoint ck;
+  ck.config = cfg;
+  ck.tokenizer = tok;
+  add_params(ck, "", params);
+  save_checkpoint(dir.file("run.ckpt"), ck);
+  InitFrom b = load_init_from(dir.file("run.ckpt"));
+  CHECK(b.format == "mls");
+  CHECK(b.params == params);
+  CHECK(b.tokenizer == tok);
+  // Without a tokenizer file: no tokenizer; with a mismatched one: an error.
+  write_llmc(dir.file("bare.bin"), cfg, params);
+  CHECK(load_init_from(dir.file("bare.bin")).tokenizer.empty());
+  lab6test::write_file(dir.file("bare.bin.tokenizer"), "mls-tokenizer 1 char\nabcd");
+  require_error([&] { load_init_from(dir.file("bare.bin")); }, "has 4 tokens, the model");
+  require_error([&] { export_llmc(dir.file("x.bin"), cfg, params, "mls-tokenizer 1 char\nab"); }, "the tokenizer has 2 tokens, the model 3");
+  require_error([&] { load_init_from(dir.file("missing.ckpt")); }, "cannot open");
+}

@@ -275,3 +275,15 @@ TEST_CASE("tokenizer: training and loading errors", "[lab6][utf8]") {
   CHECK(empty->vocab_size() == 256);
   require_error([] { bpe_merges(*train_char_tokenizer("ab")); }, "of kind 'char', expected 'bpe'");
 }
+
+TEST_CASE("prompts: encoded, checked against the vocabulary and the block size", "[lab6][tokenizer]") {
+  auto tok = train_char_tokenizer("hello world");
+  CHECK(encode_prompt(*tok, "hello", 8) == tok->encode("hello"));
+  require_error([&] { encode_prompt(*tok, "hello!", 8); }, "character '!' (U+0021) at byte offset 5");
+  require_error([&] { encode_prompt(*tok, "hello world", 8); }, "prompt: 11 tokens, longer than the block size 8");
+  require_error([&] { encode_prompt(*tok, "", 8); }, "the prompt is empty");
+  require_error([&] { encode_prompt(*tok, "he\xc3", 8); }, "prompt: invalid UTF-8");
+  auto bpe = train_bpe_tokenizer("hello hello hello", 260);
+  CHECK(encode_prompt(*bpe, "hello hello", 4).size() <= 4);
+  require_error([&] { encode_prompt(*bpe, "hello hello hello hello", 3); }, "longer than the block size 3");
+}

@@ -44,6 +44,25 @@ void write_llmc(const std::string& path, const GPTConfig& cfg, const std::vector
                 std::int64_t padded_vocab_size = 0);
 LlmcModel read_llmc(const std::string& path);
 
+/// An llm.c model file carries no tokenizer: export_llmc writes ours next to it, in
+/// `<path>.tokenizer` (Tokenizer::serialize bytes), and load_init_from reads it back from there.
+std::string llmc_tokenizer_path(const std::string& model_path);
+/// write_llmc(path, ...) and, when `tokenizer` is not empty, the tokenizer beside it.
+void export_llmc(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params,
+                 const std::string& tokenizer);
+
+/// What --init-from needs from either kind of file.
+struct InitFrom {
+  std::string format;         // "mls" (an mls-gpt checkpoint) or "llmc" (a gpt2_*.bin model file)
+  GPTConfig config;
+  std::vector<float> params;  // num_params(config) values, config.hpp order
+  std::string tokenizer;      // serialized tokenizer; empty for an llm.c file without one beside it
+};
+/// Reads an mls-gpt checkpoint (its weights "wte".."lnfb" and tokenizer) or an llm.c model file
+/// (and `<path>.tokenizer` where it exists; its vocabulary must match the model's, else an
+/// mls::Error naming both sizes).
+InitFrom load_init_from(const std::string& path);
+
 /// Whether the file starts with llm.c's magic (false for a missing or short file): lets
 /// --init-from accept either an mls-gpt checkpoint or an llm.c model file.
 bool is_llmc_file(const std::string& path);

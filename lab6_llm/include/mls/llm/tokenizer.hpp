@@ -38,6 +38,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(std::string_view bytes);
 std::unique_ptr<Tokenizer> train_tokenizer(const std::string& kind, std::string_view corpus,
                                            std::int64_t vocab_size);
 
+/// A prompt for sampling: encoded with `tok` (invalid UTF-8 or a character outside a char
+/// vocabulary is an mls::Error naming it and its byte offset); an empty prompt or one longer than
+/// `block_size` tokens is an mls::Error naming both lengths.
+std::vector<std::int32_t> encode_prompt(const Tokenizer& tok, std::string_view prompt, std::int64_t block_size);
+
 // ---- UTF-8 (shared by the char tokenizer, the data loader and prompt checks) -------------------
 
 /// Decodes the code point starting at byte `pos` of `s`, stores its byte length in `len`.
