@@ -81,8 +81,10 @@ Var attention_sublayer(const Var& x, const Var& ln1w, const Var& ln1b, const Var
 
 Var mlp_sublayer(const Var& x, const Var& ln2w, const Var& ln2b, const Var& fcw, const Var& fcb,
                  const Var& projw, const Var& projb) {
+  // BEGIN SOLUTION
   Var h = A::layer_norm(x, ln2w, ln2b, 1e-5);
   return x + linear(A::gelu(linear(h, fcw, fcb)), projw, projb);
+  // END SOLUTION
 }
 
 Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& inputs) {

@@ -348,6 +348,7 @@ void crossentropy_backward(float* dlogits, const float* probs, const std::int32_
 
 void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a,
                              std::int64_t l, const float* x_in) {
+  // BEGIN SOLUTION
   const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
   layernorm_forward(a.ln1 + l * N * C, a.ln1_mean + l * N, a.ln1_rstd + l * N, x_in,
                     p.ln1w + l * C, p.ln1b + l * C, N, C);
@@ -357,9 +358,11 @@ void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActiva
   matmul_forward(a.attproj + l * N * C, a.atty + l * N * C, p.attprojw + l * C * C,
                  p.attprojb + l * C, N, C, C);
   residual_forward(a.residual2 + l * N * C, x_in, a.attproj + l * N * C, N * C);
+  // END SOLUTION
 }
 
 void mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l) {
+  // BEGIN SOLUTION
   const std::int64_t C = cfg.n_embd, N = a.B * a.T;
   layernorm_forward(a.ln2 + l * N * C, a.ln2_mean + l * N, a.ln2_rstd + l * N,
                     a.residual2 + l * N * C, p.ln2w + l * C, p.ln2b + l * C, N, C);
@@ -369,6 +372,7 @@ void mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, st
   matmul_forward(a.fcproj + l * N * C, a.fch_gelu + l * N * 4 * C, p.fcprojw + l * C * 4 * C,
                  p.fcprojb + l * C, N, 4 * C, C);
   residual_forward(a.residual3 + l * N * C, a.residual2 + l * N * C, a.fcproj + l * N * C, N * C);
+  // END SOLUTION
 }
 
 void block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l,
@@ -379,6 +383,7 @@ void block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, 
 
 void mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
                   GPTActivations& da, std::int64_t l, float* dresidual) {
+  // BEGIN SOLUTION
   const std::int64_t C = cfg.n_embd, N = a.B * a.T;
   float* dfch_gelu = da.fch_gelu + l * N * 4 * C;
   float* dfch = da.fch + l * N * 4 * C;
@@ -394,11 +399,13 @@ void mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const 
                   p.fcw + l * 4 * C * C, N, C, 4 * C);
   layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, dln2, a.residual2 + l * N * C,
                      p.ln2w + l * C, a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C);
+  // END SOLUTION
 }
 
 void attention_block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
                               const GPTActivations& a, GPTActivations& da, std::int64_t l,
                               const float* x_in, float* dresidual) {
+  // BEGIN SOLUTION
   const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
   float* datty = da.atty + l * N * C;
   float* dqkv = da.qkv + l * N * 3 * C;
@@ -415,6 +422,7 @@ void attention_block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtr
                   p.qkvw + l * 3 * C * C, N, C, 3 * C);
   layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, dln1, x_in, p.ln1w + l * C,
                      a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C);
+  // END SOLUTION
 }
 
 void block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,

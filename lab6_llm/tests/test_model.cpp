@@ -37,7 +37,7 @@ std::pair<double, GPTGrads> autodiff_loss_grads(const GPTParams& p, const Batch&
 
 }  // namespace
 
-TEST_CASE("counts: the parameter count and the training FLOPs are the closed forms", "[lab6][model][counts]") {
+TEST_CASE("counts: the parameter count and the training FLOPs are the closed forms", "[lab6][plumbing]") {
   for (const char* name : {"nano", "small"}) {
     GPTConfig c = config_by_name(name);
     c.vocab_size = 65;
@@ -177,7 +177,7 @@ TEST_CASE("attention_forward and attention_backward against the autodiff layer",
   }
 }
 
-TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6][model][layers]") {
+TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6][plumbing]") {
   Rng rng(9, "matmul");
   const std::int64_t N = 7, C = 5, OC = 9;
   std::vector<float> x(N * C), w(OC * C), b(OC), dout(N * OC);
@@ -270,7 +270,7 @@ TEST_CASE("adamw_update matches lab 2's AdamW; the schedule warms up and decays"
   CHECK(lr_schedule(500, 10, 100, 1.0, 0.1) == Approx(0.1));
 }
 
-TEST_CASE("gradient clipping scales to the maximum norm", "[lab6][model][adamw]") {
+TEST_CASE("gradient clipping scales to the maximum norm", "[lab6][plumbing]") {
   GPTConfig cfg{1, 1, 2, 2, 3};
   GPTGrads g(cfg);
   for (std::size_t i = 0; i < g.vec().size(); ++i) g.vec()[i] = static_cast<float>(i % 3);
@@ -281,7 +281,7 @@ TEST_CASE("gradient clipping scales to the maximum norm", "[lab6][model][adamw]"
   CHECK(grad_norm(g) == Approx(1.0).epsilon(1e-5));
 }
 
-TEST_CASE("errors: bad shapes and ids name the operation and the values", "[lab6][model][errors]") {
+TEST_CASE("errors: bad shapes and ids name the operation and the values", "[lab6][plumbing]") {
   GPTConfig cfg{1, 1, 4, 4, 5};
   const GPTParams p = init_params(cfg, 0);
   GPTActivations acts(cfg, 1, 4);

@@ -89,7 +89,7 @@ TEST_CASE("training: 20 steps straight = 10 steps, checkpoint, resume 10 steps (
   CHECK(a == b);
 }
 
-TEST_CASE("errors: resuming from a checkpoint of another config", "[lab6][train][errors]") {
+TEST_CASE("errors: resuming from a checkpoint of another config", "[lab6][plumbing]") {
   SortTask task(6, 5);
   GPTConfig cfg = config_by_name("nano");
   cfg.vocab_size = task.vocab_size();

@@ -103,17 +103,6 @@ GreedyFn greedy_of(const GPTParams& p) {
   };
 }
 
-std::vector<float> load_init(const std::string& path, GPTConfig& cfg_out) {
-  if (is_llmc_file(path)) {
-    LlmcModel m = read_llmc(path);
-    cfg_out = m.config;
-    return std::move(m.params);
-  }
-  Checkpoint ck = load_checkpoint(path);
-  cfg_out = ck.config;
-  return get_params(ck, "");
-}
-
 // ---- train ----------------------------------------------------------------------------------
 
 struct TrainFlags {
@@ -146,8 +135,10 @@ int cmd_train(TrainFlags& f) {
   GPTConfig init_cfg{};
   std::vector<float> init_params_flat;
   if (!f.init_from.empty()) {
-    init_params_flat = load_init(f.init_from, init_cfg);
-    if (!is_llmc_file(f.init_from)) init_tokenizer = load_checkpoint(f.init_from).tokenizer;
+    InitFrom init = load_init_from(f.init_from);  // an mls-gpt checkpoint or an llm.c .bin
+    init_cfg = init.config;
+    init_params_flat = std::move(init.params);
+    init_tokenizer = std::move(init.tokenizer);
   }
   if (!f.data.empty()) {
     const std::string text = read_text_file(f.data);
@@ -326,13 +317,14 @@ int cmd_sample(SampleFlags& f) {
   so.top_p = f.top_p;
   so.greedy = f.greedy;
   if (!so.greedy) validate_sample_options(so, ck.config.vocab_size);
-  std::vector<std::int32_t> prompt = tok->encode(f.prompt.empty() ? tok->decode({0}) : f.prompt);
   const bool cache = !f.no_cache;
+  // With the KV cache the prompt must fit in the block (encode_prompt checks); without it the
+  // context slides, so any prompt goes.
+  const std::string text = f.prompt.empty() ? tok->decode({0}) : f.prompt;
+  std::vector<std::int32_t> prompt =
+      cache ? encode_prompt(*tok, text, ck.config.block_size) : tok->encode(text);
   std::int64_t n = f.max_new;
   if (cache) {
-    MLS_CHECK(static_cast<std::int64_t>(prompt.size()) <= ck.config.block_size, "sample: a prompt of ",
-              prompt.size(), " tokens is longer than the block size ", ck.config.block_size,
-              " with the KV cache (use --no-kv-cache to slide the context)");
     const std::int64_t room = ck.config.block_size - static_cast<std::int64_t>(prompt.size());
     if (n > room) {
       std::fprintf(stderr, "sample: the KV cache holds %lld positions: generating %lld tokens (use --no-kv-cache "
@@ -384,9 +376,9 @@ int cmd_info(const std::string& path) {
 int cmd_export(const std::string& ckpt_path, const std::string& format, const std::string& out) {
   MLS_CHECK(format == "llmc", "export: format '", format, "', expected llmc");
   const Checkpoint ck = load_checkpoint(ckpt_path);
-  write_llmc(out, ck.config, get_params(ck, ""));
-  std::printf("wrote %s (llm.c float32 model, padded vocab %lld)\n", out.c_str(),
-              (long long)llmc_padded_vocab(ck.config.vocab_size));
+  export_llmc(out, ck.config, get_params(ck, ""), ck.tokenizer);
+  std::printf("wrote %s (llm.c float32 model, padded vocab %lld) and %s\n", out.c_str(),
+              (long long)llmc_padded_vocab(ck.config.vocab_size), llmc_tokenizer_path(out).c_str());
   return 0;
 }
 
@@ -398,9 +390,10 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   GPTConfig cfg;
   GPTParams p;
   if (!init.empty()) {
-    std::vector<float> flat = load_init(init, cfg);
+    InitFrom in = load_init_from(init);
+    cfg = in.config;
     p = GPTParams(cfg);
-    p.vec() = std::move(flat);
+    p.vec() = std::move(in.params);
   } else {
     cfg = m.make(65);
     p = init_params(cfg, seed);

@@ -159,9 +159,14 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 ///   att (B, H, T, T): softmax(q·k^T / sqrt(hs)) with the future masked (row t has t+1 entries)
 ///   out (B, T, C): att · v, heads side by side
 /// Parallel over B×H; each (b, h) owns its rows of att and its slice of out.
+/// Hint: for (b, h) and query t, q = inp[b, t, h*hs : (h+1)*hs], key t2 at offset C, value at 2C;
+/// scores for t2 <= t only, then lab4::softmax_forward on the row, then out = sum_t2 att * v.
 void attention_forward(float* out, float* att, const float* inp, std::int64_t B, std::int64_t T,
                        std::int64_t C, std::int64_t H);
 /// Backward of attention_forward: dinp (B,T,3C) += ...; datt (B,H,T,T) is scratch.
+/// Hint: per (b, h, t): datt[t2] = dout_t · v_t2 and dv_t2 += att[t2] dout_t; then the softmax
+/// backward dpre[t2] = att[t2] (datt[t2] - sum_j att[j] datt[j]); then with s = 1/sqrt(hs)
+/// dq_t += s dpre[t2] k_t2 and dk_t2 += s dpre[t2] q_t. Each (b, h) writes only its own slices.
 void attention_backward(float* dinp, float* datt, const float* dout, const float* inp,
                         const float* att, std::int64_t B, std::int64_t T, std::int64_t C,
                         std::int64_t H);
@@ -183,11 +188,17 @@ void crossentropy_backward(float* dlogits, const float* probs, const std::int32_
                            const float* mask, std::int64_t N, std::int64_t V);
 
 /// The attention half of block l: residual2 = x_in + attproj(attention(qkv(ln1(x_in)))).
+/// Hint: layer l's buffers start at l * (their per-layer size), e.g. a.qkv + l*N*3C with N = B*T,
+/// and its weights at p.qkvw + l*3C*C; chain layernorm_forward, matmul_forward,
+/// attention_forward, matmul_forward, residual_forward.
 void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a,
                              std::int64_t l, const float* x_in);
 /// The MLP half of block l: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
 void mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l);
 /// Backward of mlp_forward: dresidual (B,T,C) holds d(residual3) and becomes d(residual2).
+/// Hint: the backward kernels accumulate, so zero da's slices (fch_gelu, fch, ln2 of layer l)
+/// first; go through the forward in reverse; layernorm_backward adds into dresidual itself (the
+/// residual's identity path is already there).
 void mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
                   GPTActivations& da, std::int64_t l, float* dresidual);
 /// Backward of attention_block_forward: dresidual holds d(residual2) and becomes d(x_in).
@@ -226,7 +237,9 @@ struct AdamWOptions {
 };
 /// Which tensors are decayed (2-D weights and embeddings; not biases or layernorm).
 bool param_decays(int tensor_index);
-/// One AdamW update of params from grads at learning rate `lr` (opt.lr ignored):
+/// One AdamW update of params from grads at learning rate `lr` (opt.lr ignored). Increments
+/// state.step first (t = the new step). Hint: one parallel_for per tensor (param_offsets), so the
+/// weight decay can depend on param_decays(tensor).
 ///   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  m̂ = m/(1-b1^t);  v̂ = v/(1-b2^t)
 ///   p -= lr (m̂ / (sqrt(v̂) + eps) + wd p)    (wd only where param_decays)
 void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,

@@ -28,6 +28,8 @@ void validate_sample_options(const SampleOptions& opt, std::int64_t V);
 /// Picks the next token from logits (V): greedy argmax (lowest id on ties), or a draw from
 /// softmax(logits / temperature) restricted to the top-k and then the top-p nucleus (ties in
 /// probability ordered by id), with one uniform draw from `rng`.
+/// Hint: validate_sample_options first; softmax in double; sort ids by probability (stable);
+/// keep k, then the shortest prefix whose sum >= top_p; u = rng.uniform_double() * kept mass.
 std::int32_t sample_token(const float* logits, std::int64_t V, const SampleOptions& opt, Rng& rng);
 
 /// Keys and values of the positions seen so far, per layer.
@@ -51,6 +53,10 @@ class KVCache {
 /// Runs one token at position cache.size() through the model, appends its keys and values to the
 /// cache and writes the next-token logits (V). Throws mls::Error when the cache is full
 /// (size == block_size) or the token is out of range.
+/// Hint: the same layers as block_forward with N = 1 row (layernorm_forward, matmul_forward,
+/// gelu_forward, residual_forward); after the qkv matmul copy k and v into the cache at row
+/// `size()`, then each head attends over cache rows 0..size() (scores, lab4::softmax_forward,
+/// weighted sum of values). Position embedding: wpe row size().
 void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token, float* logits);
 
 /// Next-token logits (V) after `context`, recomputing the whole context (its last block_size

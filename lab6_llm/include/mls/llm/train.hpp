@@ -35,6 +35,8 @@ class Trainer {
   Trainer(GPTParams params, const TrainOptions& opt);
   /// One step: forward, backward, clip, AdamW at lr_schedule(opt.step). The batch must be
   /// (batch, context).
+  /// Hint: lr from lr_schedule(adam.step, ...); grads.zero() before gpt_backward (it
+  /// accumulates); clip_grad_norm; adamw_update.
   StepStats step(const Batch& batch);
   /// The same step with the gradients from the autodiff path (lab 2's tape, path (a)): slower,
   /// the same update up to float32 rounding.
