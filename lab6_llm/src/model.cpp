@@ -453,6 +453,7 @@ double gpt_forward(const GPTParams& params, GPTActivations& acts, const std::int
             acts.T, "), called with (", B, ", ", T, ")");
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, N = B * T;
   check_ids("gpt_forward", "input", inputs, N, V);
+  if (targets) check_ids("gpt_forward", "target", targets, N, V);
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   encoder_forward(acts.encoded, inputs, p.wte, p.wpe, B, T, C);
   for (std::int64_t l = 0; l < L; ++l)

@@ -229,7 +229,7 @@ TEST_CASE("fused path: results do not depend on the thread count", "[lab6][model
   CHECK(r1.second.vec() == r2.second.vec());
 }
 
-TEST_CASE("adamw_update matches lab 2's AdamW; the schedule warms up and decays", "[lab6][model][adamw]") {
+TEST_CASE("adamw_update matches lab 2's AdamW, the schedule warms up and decays", "[lab6][model][adamw]") {
   GPTConfig cfg{1, 1, 2, 2, 3};
   Rng rng(2, "adamw");
   GPTParams p = random_params(cfg, rng);
@@ -291,7 +291,7 @@ TEST_CASE("errors: bad shapes and ids name the operation and the values", "[lab6
   mls::testing::require_error([&] { gpt_forward(p, acts, ok.data(), nullptr, nullptr, 2, 2); }, "activations");
   mls::testing::require_error([&] { GPTActivations(cfg, 1, 9); }, "block_size = 4");
   std::vector<std::int32_t> bad_t = {0, 1, 2, 5};
-  mls::testing::require_error([&] { gpt_forward(p, acts, ok.data(), bad_t.data(), nullptr, 1, 4); }, "target 5");
+  mls::testing::require_error([&] { gpt_forward(p, acts, ok.data(), bad_t.data(), nullptr, 1, 4); }, "target id 5");
   GPTConfig bad = cfg;
   bad.n_embd = 5;
   bad.n_head = 2;
