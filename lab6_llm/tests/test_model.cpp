@@ -179,7 +179,9 @@ TEST_CASE("attention_forward and attention_backward against the autodiff layer",
 
 TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6][plumbing]") {
   Rng rng(9, "matmul");
-  const std::int64_t N = 7, C = 5, OC = 9;
+  for (const std::int64_t N : {1, 3, 7, 40}) {  // a few rows take the matrix-vector path
+  const std::int64_t C = 5, OC = 9;
+  INFO("N = " << N);
   std::vector<float> x(N * C), w(OC * C), b(OC), dout(N * OC);
   for (auto* v : {&x, &w, &b, &dout})
     for (auto& e : *v) e = static_cast<float>(rng.normal());
@@ -208,6 +210,7 @@ TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6
       for (std::int64_t o = 0; o < OC; ++o) g += static_cast<double>(dout[n * OC + o]) * w[o * C + c];
       CHECK(dx[n * C + c] == Approx(g).margin(1e-5));
     }
+  }
 }
 
 TEST_CASE("fused path: results do not depend on the thread count", "[lab6][model][fused]") {
