@@ -164,7 +164,7 @@ std::string serialize_checkpoint(const Checkpoint& ckpt) {
     w.str(a.name);
     w.pod(static_cast<std::uint32_t>(a.shape.size()));
     for (std::int64_t d : a.shape) w.pod(d);
-    w.out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size() * sizeof(float));
+    if (!a.data.empty()) w.out.append(reinterpret_cast<const char*>(a.data.data()), a.data.size() * sizeof(float));
   }
   std::string file(kCheckpointMagic);
   Writer h;
@@ -252,7 +252,7 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& source) {
               " is corrupt: array '", name, "' of shape ", shape_str(shape), " needs ", n, " floats at payload offset ",
               r.pos, ", only ", payload.size() - r.pos, " bytes left");
     std::vector<float> data(static_cast<std::size_t>(n));
-    std::memcpy(data.data(), payload.data() + r.pos, data.size() * sizeof(float));
+    if (!data.empty()) std::memcpy(data.data(), payload.data() + r.pos, data.size() * sizeof(float));
     r.pos += data.size() * sizeof(float);
     MLS_CHECK(ck.find(name) == nullptr, where, " is corrupt: array '", name, "' appears twice");
     ck.arrays.push_back({std::move(name), std::move(shape), std::move(data)});

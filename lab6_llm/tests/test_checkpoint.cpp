@@ -26,7 +26,7 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 Checkpoint sample_checkpoint(std::uint64_t seed = 1) {
