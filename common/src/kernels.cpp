@@ -14,6 +14,7 @@ struct Registry {
   std::vector<SgemmKernel> kernels;
   std::string chosen;       // "" means: MLS_MATMUL if set, else highest priority
   bool env_read = false;
+  std::vector<void (*)()> providers;  // not yet called
 };
 
 Registry& registry() {
@@ -27,7 +28,29 @@ std::string names(const std::vector<SgemmKernel>& ks) {
   return s.empty() ? "(none)" : s;
 }
 
+/// Calls the providers added so far (outside the lock: they call register_sgemm).
+void run_providers() {
+  auto& r = registry();
+  for (;;) {
+    void (*p)() = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(r.mutex);
+      if (r.providers.empty()) return;
+      p = r.providers.front();
+      r.providers.erase(r.providers.begin());
+    }
+    p();
+  }
+}
+
 }  // namespace
+
+void add_sgemm_provider(void (*provider)()) {
+  MLS_CHECK(provider != nullptr, "add_sgemm_provider: the provider is null");
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.providers.push_back(provider);
+}
 
 void register_sgemm(SgemmKernel kernel) {
   MLS_CHECK(kernel.fn != nullptr && !kernel.name.empty(),
@@ -46,12 +69,14 @@ void register_sgemm(SgemmKernel kernel) {
 }
 
 std::vector<SgemmKernel> sgemm_kernels() {
+  run_providers();
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   return r.kernels;
 }
 
 SgemmKernel sgemm_kernel() {
+  run_providers();
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   if (!r.env_read) {

@@ -967,6 +967,20 @@ void assign_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
   d = in[0]->dtype;
 }
 
+// ---- custom ops (eager only; see mls::ad::custom) ----------------------------------------------
+Tensor custom_fwd(Ins, const Attrs&) { fail("custom: the forward of a custom op runs only through mls::ad::custom"); }
+void custom_infer(InNodes, const Attrs&, Shape&, DType&) {
+  fail("custom: custom ops are eager only, they cannot be added to a graph");
+}
+Grads custom_bwd(const Var& out, const Var& g, const Needs& needs) {
+  const Node& n = *out.get();
+  MLS_CHECK(n.custom && n.custom->backward, "custom: node ", n.id, " has no backward callback");
+  Grads gs = n.custom->backward(g, needs);
+  MLS_CHECK(gs.size() == needs.size(), "custom: the backward of '", n.custom->name, "' returned ", gs.size(),
+            " gradients for ", needs.size(), " inputs");
+  return gs;
+}
+
 // ---- the table -------------------------------------------------------------------------------------
 constexpr std::size_t kNumOps = static_cast<std::size_t>(Op::Count_);
 
@@ -1038,6 +1052,7 @@ std::array<OpDef, kNumOps> make_table() {
   def(Op::Im2Col, "im2col", 1, true, im2col_fwd, im2col_infer, im2col_bwd);
   def(Op::Col2Im, "col2im", 2, true, col2im_fwd, like_infer, col2im_bwd);
   def(Op::Conv2d, "conv2d", 2, true, conv2d_fwd, conv2d_infer, conv2d_bwd);
+  def(Op::Custom, "custom", -1, true, custom_fwd, custom_infer, custom_bwd);
   return t;
 }
 

@@ -178,6 +178,30 @@ Var apply(Op op, std::vector<Var> inputs, Attrs attrs) {
   return Var(std::move(n));
 }
 
+Var custom(std::string name, std::vector<Var> inputs, Tensor value,
+           std::function<std::vector<Var>(const Var& g, const std::vector<bool>& needs)> backward) {
+  MLS_CHECK(value.defined(), "custom '", name, "': the output value is undefined");
+  MLS_CHECK(static_cast<bool>(backward), "custom '", name, "': no backward callback");
+  bool any_grad = false;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    MLS_CHECK(inputs[i].defined(), "custom '", name, "': input ", i, " is undefined");
+    MLS_CHECK(inputs[i].get()->graph == nullptr, "custom '", name, "': input ", i,
+              " is a graph node; custom ops are eager only");
+    any_grad = any_grad || inputs[i].requires_grad();
+  }
+  NodePtr n = new_node(Op::Custom);
+  n->shape = value.shape();
+  n->dtype = value.dtype();
+  n->value = std::move(value);
+  n->name = name;
+  n->custom = std::make_shared<const CustomGrad>(CustomGrad{std::move(name), std::move(backward)});
+  if (any_grad && grad_enabled()) {
+    n->requires_grad = true;
+    for (auto& v : inputs) n->inputs.push_back(v.node());
+  }
+  return Var(std::move(n));
+}
+
 Var constant_like(const Var& like, Tensor value) {
   MLS_CHECK(like.defined(), "constant_like: the Var is undefined");
   if (like.get()->graph) return like.get()->graph->constant(std::move(value));

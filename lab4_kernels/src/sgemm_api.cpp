@@ -72,8 +72,15 @@ void sgemm(std::string_view name, bool trans_a, bool trans_b, long M, long N, lo
   k->fn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void register_kernels() {
+namespace detail {
+
+void register_implemented(int priority_offset, bool keep_existing) {
+  std::vector<SgemmKernel> existing;
+  if (keep_existing) existing = sgemm_kernels();
   for (const auto& k : cpu_kernels()) {
+    if (std::any_of(existing.begin(), existing.end(), [&](const SgemmKernel& e) { return e.name == k.name; })) {
+      continue;
+    }
     // A kernel of the handout that is not written yet throws NotImplemented: leave it out.
     const float a = 1.0f, b = 1.0f;
     float c = 0.0f;
@@ -82,8 +89,12 @@ void register_kernels() {
     } catch (const mls::NotImplemented&) {
       continue;
     }
-    register_sgemm({k.name, k.fn, k.priority, k.description});
+    register_sgemm({k.name, k.fn, k.priority + priority_offset, k.description});
   }
 }
+
+}  // namespace detail
+
+void register_kernels() { detail::register_implemented(0, false); }
 
 }  // namespace mls::lab4

@@ -23,7 +23,7 @@ TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4
   // A strided, batched problem: the transpose reaches the kernel as a trans flag.
   const mls::Tensor a = mls::Tensor::randn({3, 33, 17}, rng);
   const mls::Tensor b = mls::Tensor::randn({3, 31, 17}, rng).transpose(-2, -1);
-  mls::set_sgemm_kernel("naive");
+  mls::set_sgemm_kernel("lab1_reference");
   const mls::Tensor expected = mls::matmul(a.to(mls::DType::Float64), b.to(mls::DType::Float64));
   int lab4_kernels = 0;
   for (const auto& k : mls::sgemm_kernels()) {

@@ -2,9 +2,11 @@
 /// The kernel registry: the seam through which faster kernels plug into the tensor library.
 ///
 /// Lab 1's `matmul` asks `sgemm_kernel()` for a function and calls it on each 2-D problem. Lab 1
-/// registers its reference kernel ("naive") and OpenBLAS ("openblas") when built with it; lab 4
-/// registers its ladder ("blocked", "packed", ...). `MLS_MATMUL=<name>` or `set_sgemm_kernel`
-/// picks one by name; by default the registered kernel with the highest priority is used.
+/// registers its reference kernel ("lab1_reference") and OpenBLAS ("openblas") when built with
+/// it; lab 4 registers its ladder ("lab4_naive", "lab4_blocked", "lab4_packed", ...) in every
+/// program linked with it, through a provider (see `add_sgemm_provider`). `MLS_MATMUL=<name>` or
+/// `set_sgemm_kernel` picks one by name; by default the registered kernel with the highest
+/// priority is used.
 #include <string>
 #include <vector>
 
@@ -26,6 +28,10 @@ struct SgemmKernel {
 
 /// Adds (or replaces, by name) a kernel.
 void register_sgemm(SgemmKernel kernel);
+/// Adds a provider: a function that registers kernels, called once, the first time the registry
+/// is read (`sgemm_kernels`, `sgemm_kernel`). Safe to call from a static initialiser, so a library
+/// linked into a program can offer its kernels without every `main` calling it.
+void add_sgemm_provider(void (*provider)());
 /// All registered kernels, highest priority first.
 std::vector<SgemmKernel> sgemm_kernels();
 /// The kernel in use: the one named by `set_sgemm_kernel` or `MLS_MATMUL`, else the highest

@@ -325,7 +325,7 @@ inline Tensor var(const Tensor& a, std::initializer_list<std::int64_t> axes, boo
 /// that dimension is removed from the result. float32 goes through the registered SGEMM kernel
 /// (see mls/common/kernels.hpp: MLS_MATMUL selects it); other dtypes use a plain loop.
 Tensor matmul(const Tensor& a, const Tensor& b);
-/// Registers lab 1's SGEMM kernels ("naive", and "openblas" when built with OpenBLAS) in the
+/// Registers lab 1's SGEMM kernels ("lab1_reference", and "openblas" when built with OpenBLAS) in the
 /// kernel registry; `matmul` calls it, tests call it to list the kernels. Idempotent.
 void register_matmul_kernels();
 

@@ -44,6 +44,8 @@ enum class Op : std::uint8_t {
   // neural-network ops
   SoftmaxCrossEntropy, OneHot, Mse, LayerNorm, BatchNorm, Embedding, EmbeddingBackward, Im2Col,
   Col2Im, Conv2d,
+  // eager only: a forward computed by the caller and a backward callback (see mls::ad::custom)
+  Custom,
   Count_  // number of ops (not an op)
 };
 
@@ -79,6 +81,7 @@ class Attrs {
 
 class Graph;
 struct Node;
+struct CustomGrad;
 using NodePtr = std::shared_ptr<Node>;
 
 /// A node of a computation graph (eager tape entry or graph node).
@@ -96,6 +99,7 @@ struct Node {
   bool requires_grad = false;   // a gradient can flow into this node
   bool is_backward = false;     // created by gradients() / backward(create_graph)
   bool freed = false;           // eager: its saved inputs were released by backward()
+  std::shared_ptr<const CustomGrad> custom;  // Op::Custom only: its backward callback
 
   /// True for Placeholder, Variable and Constant nodes.
   bool is_leaf() const { return op == Op::Placeholder || op == Op::Variable || op == Op::Constant; }

@@ -9,6 +9,8 @@
 /// Symbolic (define-then-run, TF1 style; lecture 000 "symbolic"): the same functions applied
 /// to nodes of a `Graph` (see graph.hpp) add nodes to that graph instead of computing.
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <initializer_list>
 #include <span>
 #include <vector>
@@ -92,6 +94,20 @@ class GradModeGuard {
 /// Applies `op` to `inputs`: eagerly (all inputs eager) or as a new node of their graph.
 /// Every op function below goes through here.
 Var apply(Op op, std::vector<Var> inputs, Attrs attrs = {});
+
+/// The backward of a custom op: given the adjoint `g` of its output and which inputs need a
+/// gradient, returns one adjoint per input (undefined where not needed).
+struct CustomGrad {
+  std::string name;
+  std::function<std::vector<Var>(const Var& g, const std::vector<bool>& needs)> backward;
+};
+/// A custom eager op (Op::Custom): `value` is its output, computed by the caller from the
+/// inputs' values; on the tape its gradient rule is `backward`. It lets later labs put ops
+/// with side effects on the tape, e.g. lab 5's allreduce-in-backward of tensor parallelism:
+///   Var y = custom("copy_to_tp", {x}, x.value(), [&](const Var& g, auto&) { ... });
+/// Eager only: an input that is a graph node is an mls::Error.
+Var custom(std::string name, std::vector<Var> inputs, Tensor value,
+           std::function<std::vector<Var>(const Var& g, const std::vector<bool>& needs)> backward);
 
 /// Nodes reachable from `outputs` through input edges, each after all of its inputs (a
 /// topological order). Throws `mls::Error` naming a node on a cycle.

@@ -80,10 +80,20 @@ const std::vector<CpuKernel>& cpu_kernels();
 
 /// Registers every kernel of the ladder that is implemented (a kernel that throws
 /// `mls::NotImplemented` on a 1x1x1 probe is left out, so a half-finished handout never becomes
-/// the default matmul). Names are prefixed "lab4_" so lab 1's "naive" and "openblas" stay;
+/// the default matmul). Names are prefixed "lab4_" so lab 1's "lab1_reference" and "openblas" stay;
 /// priorities: lab4_naive -10, lab4_reordered 1, lab4_blocked 2, lab4_packed 30,
-/// lab4_packed_mt 40 (lab 1: naive 0, openblas 10). Safe to call more than once.
+/// lab4_packed_mt 40 (lab 1: lab1_reference 0, openblas 10). Safe to call more than once.
+///
+/// Every program linked with lab 4 also gets the ladder without calling this: a provider added at
+/// start-up (src/autoregister.cpp) registers each implemented kernel by name at priority - 100,
+/// so `MLS_MATMUL=lab4_packed` works in every tool while the default kernel stays what it was.
 void register_kernels();
+
+namespace detail {
+/// Registers every implemented kernel at its priority + `priority_offset`; with `keep_existing`,
+/// kernels already registered under the same name are left as they are.
+void register_implemented(int priority_offset, bool keep_existing);
+}  // namespace detail
 
 /// The checked entry point: validates the arguments, then runs the kernel called `name`
 /// (a name from `cpu_kernels()`, with or without the "lab4_" prefix). Throws `mls::Error`

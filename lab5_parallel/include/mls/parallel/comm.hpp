@@ -5,15 +5,16 @@
 ///   Transport (backend plumbing, not student code): moves raw bytes between ranks.
 ///     - SimTransport: N ranks as threads of one process, in-memory channels, a simulated
 ///       α-β-γ clock per rank, a timeout that turns a missing message into mls::Error.
-///     - MpiTransport: one rank per OpenMPI process (MPI_Send/MPI_Recv underneath).
-///     - NcclTransport: one rank per GPU (ncclSend/ncclRecv), where CUDA + NCCL are found.
+///     - MpiTransport: one rank per OpenMPI process (MPI_Isend/MPI_Irecv underneath), mpi.hpp.
+///     - NcclTransport: one rank per GPU (ncclSend/ncclRecv), where CUDA + NCCL are found, nccl.hpp.
 ///   Communicator (this header): rank(), size(), send/recv on lab 1 tensors, and every
 ///     collective, each implemented by the student over send/recv only (ring, tree,
 ///     recursive doubling, ...), with per-rank traffic counted by collective.
 ///   Training wrappers (data.hpp, tensor_parallel.hpp, pipeline.hpp) use only Communicator.
 ///
 /// Every collective is called by every rank of the communicator with matching arguments;
-/// a mismatch (sizes, dtypes, roots) is an mls::Error on every rank, never a hang.
+/// a mismatch (sizes, dtypes, roots, ops, a different collective) is an mls::Error on every
+/// rank, never a hang: each message carries a small Header that the receiver checks.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -22,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "mls/common/rng.hpp"
+#include "mls/parallel/cost.hpp"
 #include "mls/tensor/tensor.hpp"
 
 namespace mls::parallel {
@@ -31,29 +34,42 @@ namespace mls::parallel {
 enum class ReduceOp { Sum, Avg, Max, Min, Prod };
 /// "sum", "avg", "max", "min", "prod".
 const char* to_string(ReduceOp op);
+/// Parses "sum", "avg", ...; throws mls::Error on an unknown name.
+ReduceOp parse_reduce_op(const std::string& name);
 
-/// Algorithms a collective may use. Auto lets the cost model pick (see cost.hpp).
+/// Algorithms a collective may use. Auto lets the cost model pick (see cost.hpp); Native asks
+/// the backend's own collective (MPI_Allreduce, ncclAllReduce): the peer our algorithms race.
 enum class Algo { Auto, Ring, Tree, RecursiveDoubling, Rabenseifner, Pairwise, Linear, Native };
+/// "auto", "ring", "tree", "recursive_doubling", "rabenseifner", "pairwise", "linear", "native".
 const char* to_string(Algo a);
+Algo parse_algo(const std::string& name);
 
 /// Traffic of one rank: what it sent and received, in total and per collective name
 /// ("allreduce", "broadcast", "send", ...). Counted by the Communicator, identical on every backend.
 struct Traffic {
   struct Counts {
     std::int64_t messages_sent = 0, bytes_sent = 0, messages_recv = 0, bytes_recv = 0;
-    std::int64_t steps = 0;  // communication rounds this rank took part in
+    std::int64_t steps = 0;  // communication rounds this rank took part in (send, recv or sendrecv)
+    std::int64_t calls = 0;  // collective calls (by_op only; total counts every call)
   };
   Counts total;
   std::map<std::string, Counts> by_op;
   void reset() { *this = Traffic{}; }
 };
 
-/// The α-β-γ cost model: a message of n bytes costs alpha + n * beta seconds; reducing k
-/// elements costs k * gamma seconds. Defaults come from `mls-collectives calibrate`.
-struct CostModel {
-  double alpha = 2e-6;    // seconds per message
-  double beta = 1e-10;    // seconds per byte
-  double gamma = 2.5e-10; // seconds per reduced element
+/// What travels with every message, checked by the receiver against what it expects. A field
+/// set to its "unset" value (-1) in the expectation is not checked.
+struct Header {
+  std::int64_t bytes = 0;     // payload bytes
+  std::int32_t dtype = -1;    // mls::DType of the payload
+  std::int32_t op = -1;       // collective id (internal), -1 for user send/recv
+  std::int64_t seq = -1;      // collective sequence number on this communicator
+  std::int64_t numel = -1;    // elements of the whole collective's tensor on the sender
+  std::int32_t root = -1;     // root of a rooted collective
+  std::int32_t reduce = -1;   // ReduceOp of a reducing collective
+  std::int32_t step = 0;      // the sender's step within the collective (1-based; for the trace)
+  std::int32_t reserved = 0;
+  double t_depart = 0.0;      // sender's simulated clock when the message left (sim; filled by the transport)
 };
 
 /// A handle on a non-blocking send or receive.
@@ -62,11 +78,21 @@ class Request {
   Request() = default;
   explicit Request(std::function<void()> wait_fn) : wait_(std::move(wait_fn)) {}
   /// Blocks until the operation completed (throws mls::Error on timeout or peer failure).
+  /// Waiting twice is a no-op.
   void wait();
   bool valid() const { return static_cast<bool>(wait_); }
 
  private:
   std::function<void()> wait_;
+};
+
+/// One message as the trace sees it (mls-collectives trace): times are modelled seconds.
+struct TraceEvent {
+  std::string op;   // collective name
+  int step = 0;     // the sender's step number within the collective (1-based): the round
+  int src = 0, dst = 0;
+  std::int64_t bytes = 0;
+  double t_send = 0, t_recv = 0;
 };
 
 /// Raw byte transport between ranks: the backend. Not student code.
@@ -77,29 +103,52 @@ class Transport {
   virtual int size() const = 0;
   /// "sim", "mpi" or "nccl".
   virtual std::string backend() const = 0;
-  virtual void send(const void* data, std::size_t bytes, int dst, int tag) = 0;
-  virtual void recv(void* data, std::size_t bytes, int src, int tag) = 0;
-  virtual Request isend(const void* data, std::size_t bytes, int dst, int tag) = 0;
-  virtual Request irecv(void* data, std::size_t bytes, int src, int tag) = 0;
-  /// A sub-transport of the ranks with the same color, ordered by (key, rank).
-  virtual std::unique_ptr<Transport> split(int color, int key) = 0;
+  /// Sends `h.bytes` bytes from `data` with header `h` (h.bytes is the payload size).
+  virtual void send(const void* data, const Header& h, int dst, int tag) = 0;
+  /// Receives into `data` (room for `expect.bytes` bytes) the next message from (src, tag);
+  /// throws mls::Error (naming `what`) when its header disagrees with `expect`, on timeout or
+  /// when the world was aborted. Returns the received header.
+  virtual Header recv(void* data, const Header& expect, int src, int tag, const char* what) = 0;
+  virtual Request isend(const void* data, const Header& h, int dst, int tag) = 0;
+  virtual Request irecv(void* data, const Header& expect, int src, int tag, const char* what) = 0;
+  /// A sub-transport of the ranks with the same color, ordered by (key, rank). `colors` and
+  /// `keys` hold every rank's arguments (already exchanged and checked by Communicator::split).
+  virtual std::unique_ptr<Transport> split(int color, int key, const std::vector<int>& colors,
+                                           const std::vector<int>& keys) = 0;
   /// Charges `elements` reduced elements to this rank's simulated clock (sim only; else no-op).
   virtual void charge_compute(std::int64_t elements) { (void)elements; }
   /// Simulated seconds on this rank's clock (sim), or 0 where there is no model.
   virtual double modelled_seconds() const { return 0.0; }
+  /// The backend's own allreduce / broadcast (Algo::Native); false where there is none.
+  virtual bool native_allreduce(void* data, std::int64_t count, DType dtype, ReduceOp op) {
+    (void)data, (void)count, (void)dtype, (void)op;
+    return false;
+  }
+  virtual bool native_broadcast(void* data, std::int64_t bytes, int root) {
+    (void)data, (void)bytes, (void)root;
+    return false;
+  }
+  /// Marks the world as failed (sim: wakes every blocked rank with `why`); no-op elsewhere.
+  virtual void abort(const std::string& why) { (void)why; }
 };
 
 /// The student-facing communicator on lab 1 tensors.
 class Communicator {
  public:
   explicit Communicator(std::unique_ptr<Transport> t);
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
   int rank() const;
   int size() const;
   std::string backend() const;
 
   // ---- point to point (tensors must be contiguous; recv fills a preallocated tensor) --------
+  // User tags are in [0, kMaxUserTag]; the collectives use tags above it.
+  static constexpr int kMaxUserTag = 16383;
   void send(const Tensor& t, int dst, int tag = 0);
   void recv(Tensor& t, int src, int tag = 0);
+  /// `t` must stay alive and unchanged until the request was waited on.
   Request isend(const Tensor& t, int dst, int tag = 0);
   Request irecv(Tensor& t, int src, int tag = 0);
   void barrier();
@@ -113,7 +162,8 @@ class Communicator {
   Tensor gather(const Tensor& t, int root);
   /// Every rank gets [size, *t.shape].
   Tensor allgather(const Tensor& t, Algo algo = Algo::Auto);
-  /// Root's `t` has shape [size, ...]; rank r gets t[r].
+  /// Root's `t` has shape [size, ...]; rank r gets t[r]. Other ranks' `t` only gives the dtype
+  /// and the row shape (t.shape[1:]) and must agree with root's.
   Tensor scatter(const Tensor& t, int root);
   /// `t` is split along dim 0 into size() chunks (sizes may differ by one: chunk r has
   /// n/size + (r < n%size) rows); rank r gets the reduction of everyone's chunk r.
@@ -121,26 +171,98 @@ class Communicator {
   /// `t` has shape [size, ...]; rank r gets [size, ...] whose row s is rank s's row r.
   Tensor all_to_all(const Tensor& t);
 
-  /// Sub-communicator of the ranks that passed the same color, ordered by (key, rank).
+  /// Sub-communicator of the ranks that passed the same color, ordered by (key, rank). Every
+  /// rank must call it; color >= 0. The child inherits the cost model and the trace switch.
   Communicator split(int color, int key);
 
   const Traffic& traffic() const { return traffic_; }
   Traffic& traffic() { return traffic_; }
+  /// Simulated seconds on this rank's clock (sim backend), else 0.
   double modelled_seconds() const;
   Transport& transport() { return *t_; }
 
+  /// The α-β-γ model Algo::Auto uses to choose (the same on every rank).
+  const CostModel& cost_model() const { return cost_; }
+  void set_cost_model(const CostModel& c) { cost_ = c; }
+  /// The algorithm Auto picks for `collective` ("allreduce", "broadcast", ...) on `bytes` bytes.
+  Algo choose(const std::string& collective, std::int64_t bytes) const;
+
+  /// Records every message this rank receives inside a collective (for mls-collectives trace).
+  void set_tracing(bool on) { tracing_ = on; }
+  const std::vector<TraceEvent>& trace() const { return trace_; }
+
+  // ---- the collectives' algorithms (student code, src/collectives.cpp) -----------------------
+  // Each works in place on a contiguous 1-D buffer `buf` (n elements), over the primitives below.
+  void broadcast_linear(Tensor& buf, int root);
+  void broadcast_tree(Tensor& buf, int root);
+  void reduce_tree(Tensor& buf, ReduceOp op, int root);
+  void allreduce_ring(Tensor& buf, ReduceOp op);
+  void allreduce_recursive_doubling(Tensor& buf, ReduceOp op);
+  void allreduce_rabenseifner(Tensor& buf, ReduceOp op);
+  /// Ring reduce-scatter over chunks [bounds[c], bounds[c+1]) of `buf` (bounds has size()+1
+  /// entries): afterwards rank r's chunk r holds the reduction of every rank's chunk r.
+  void reduce_scatter_ring(Tensor& buf, const std::vector<std::int64_t>& bounds, ReduceOp op);
+  /// Ring allgather: rank r's chunk r is given; afterwards every rank has every chunk.
+  void allgather_ring(Tensor& buf, const std::vector<std::int64_t>& bounds);
+  /// Linear gather into `out` (root only; chunk r of `out` comes from rank r) of `mine`.
+  void gather_linear(const Tensor& mine, Tensor& out, const std::vector<std::int64_t>& bounds, int root);
+  /// Linear scatter: chunk r of root's `all` lands in rank r's `mine`.
+  void scatter_linear(const Tensor& all, Tensor& mine, const std::vector<std::int64_t>& bounds, int root);
+  /// Pairwise exchange: chunk s of `in` goes to rank s; chunk s of `out` comes from rank s.
+  void all_to_all_pairwise(const Tensor& in, Tensor& out, const std::vector<std::int64_t>& bounds);
+  void barrier_dissemination();
+
+  // ---- primitives the algorithms use (given): counted, traced, header-checked ---------------
+  /// Sends / receives a contiguous 1-D slice on the current collective's reserved tag (one step).
+  void coll_send(const Tensor& part, int dst);
+  void coll_recv(Tensor& part, int src);
+  /// Sends `out` to `dst` and receives `in` from `src` at the same time (one step).
+  void coll_sendrecv(const Tensor& out, int dst, Tensor& in, int src);
+  /// acc = op(acc, in) elementwise (same dtype and numel; Avg reduces as Sum). Charges γ.
+  void reduce_into(Tensor& acc, const Tensor& in, ReduceOp op);
+
+  struct Coll;  // the collective in progress (name, header fields); internal
+
  private:
+  void begin(const char* name, int op_id, const Tensor& t, int root, int reduce);
+  void end();
+  Header coll_header(std::int64_t bytes) const;
+  void count_send(std::int64_t bytes, bool step);
+  void count_recv(std::int64_t bytes, bool step);
+
   std::unique_ptr<Transport> t_;
   Traffic traffic_;
+  CostModel cost_{};
+  std::int64_t seq_ = 0;
+  std::unique_ptr<Coll> coll_;
+  bool tracing_ = false;
+  std::vector<TraceEvent> trace_;
 };
+
+/// Chunk boundaries of n items over `parts` parts: parts+1 offsets, part r holding
+/// n/parts + (r < n%parts) items (the layout of reduce_scatter and the ring algorithms).
+std::vector<std::int64_t> chunk_bounds(std::int64_t n, int parts);
 
 /// Runs `body(comm)` on `n` simulated ranks (threads), each with its own Communicator over
 /// in-memory channels; rethrows (as mls::Error naming the rank) the first exception any rank
-/// threw, after every rank has stopped. `timeout` bounds every wait.
+/// threw, after every rank has stopped. `timeout` bounds every wait. A rank that fails aborts
+/// the world: every other rank's pending or next wait throws at once.
 struct SimOptions {
   CostModel cost{};
   std::chrono::milliseconds timeout{10000};
+  bool trace = false;
 };
-void run_simulated(int n, const std::function<void(Communicator&)>& body, SimOptions opts = {});
+/// What a simulated run reports: per-rank traffic and modelled time, and the wall time.
+struct SimReport {
+  std::vector<Traffic> traffic;
+  std::vector<double> modelled_seconds;
+  std::vector<std::vector<TraceEvent>> trace;
+  double wall_seconds = 0;
+  double max_modelled_seconds() const;
+};
+SimReport run_simulated(int n, const std::function<void(Communicator&)>& body, SimOptions opts = {});
+
+/// The random stream of one rank: Rng(seed, "rank<r>") — independent and reproducible per rank.
+Rng rank_rng(std::uint64_t seed, const Communicator& comm);
 
 }  // namespace mls::parallel

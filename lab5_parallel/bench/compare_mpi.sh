@@ -1,0 +1,22 @@
+#!/bin/sh
+# Our ring allreduce against MPI_Allreduce on 2 MPI processes of this machine, 1 KiB to 64 MiB,
+# after calibrating the α-β-γ model on the same processes:
+#   lab5_parallel/bench/compare_mpi.sh BUILD_DIR [NP]
+# Prints the calibration, a table (time, algbw, busbw, model) and one line per size:
+#   ratio allreduce_<bytes> <ours/mpi time>
+# Goal: ratio <= 1.25 at >= 1 MiB (1.5 is the floor); the model within ±25% of ours at >= 1 MiB.
+set -eu
+build=${1:?usage: compare_mpi.sh BUILD_DIR [NP]}
+np=${2:-2}
+here=$(cd "$(dirname "$0")" && pwd)
+run="$here/../tests/run_mpi.sh"
+for p in mls-collectives mls-lab5-bench-mpi; do
+  if [ ! -x "$build/bin/$p" ]; then
+    echo "compare_mpi.sh: $build/bin/$p not found (build with MPI: libopenmpi-dev)" >&2
+    exit 1
+  fi
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$run" "$np" "$build/bin/mls-collectives" calibrate --out "$tmp/cost.json"
+"$run" "$np" "$build/bin/mls-lab5-bench-mpi" --model "$tmp/cost.json"

@@ -1,0 +1,73 @@
+#pragma once
+/// Lab 5: data parallelism. Every rank holds the whole model and a shard of the batch (B/N rows);
+/// after backward the gradients are averaged over the ranks with allreduce, so every rank takes
+/// the same optimizer step as one rank on the whole batch would (for a loss that is a mean over
+/// the batch).
+///
+/// Bucketing: one allreduce per parameter costs N_params * alpha in latency; packing the gradients
+/// into buckets of about `bucket_bytes` (in backward order: the last layer's gradients are ready
+/// first) pays alpha once per bucket. Overlap: with `overlap`, a bucket's allreduce is started from
+/// inside backward as soon as its last gradient was produced (through a hook on the tape), rather
+/// than after backward returned; on a backend with asynchronous collectives this hides the
+/// communication behind the rest of backward.
+#include <cstdint>
+#include <vector>
+
+#include "mls/autodiff/nn.hpp"
+#include "mls/parallel/comm.hpp"
+
+namespace mls::parallel {
+
+struct DataParallelOptions {
+  /// Target size of a gradient bucket (a parameter larger than this gets a bucket of its own).
+  std::int64_t bucket_bytes = 1 << 20;
+  /// Start each bucket's allreduce from inside backward (see DataParallel::hook).
+  bool overlap = false;
+};
+
+/// Groups parameters of sizes `bytes` (in forward order) into buckets in backward order: walking
+/// from the last parameter to the first, a bucket is closed when adding the next parameter would
+/// make it exceed `bucket_bytes` (a bucket always holds at least one parameter). Returns the
+/// parameter indices of each bucket, in the order their allreduces are issued.
+/// Example: bytes {4, 4, 4, 4}, bucket 8 -> {{3, 2}, {1, 0}}.
+std::vector<std::vector<std::size_t>> make_buckets(const std::vector<std::int64_t>& bytes,
+                                                   std::int64_t bucket_bytes);
+
+/// Rows rank*B/N .. (rank+1)*B/N of `batch` (B must divide by `ranks`).
+Tensor shard_batch(const Tensor& batch, int rank, int ranks);
+
+/// Gradient averaging over the ranks of `comm` for a list of parameters.
+class DataParallel {
+ public:
+  DataParallel(Communicator& comm, std::vector<ad::nn::Parameter> params, DataParallelOptions opts = {});
+  /// Copies root's parameter values to every rank (so every replica starts equal).
+  void broadcast_parameters(int root = 0);
+  /// Averages every parameter's gradient over the ranks, one allreduce per bucket (buckets whose
+  /// allreduce already ran from a hook during backward are skipped). A parameter without a
+  /// gradient contributes zeros and gets the average. Call after backward, before the step.
+  void allreduce_gradients();
+  /// With overlap: wraps parameter i for use in forward (identity; on the tape, its backward
+  /// records that the gradient of i is complete and, when its bucket is complete, allreduces the
+  /// bucket at once). Use the returned Var instead of the parameter, once per forward.
+  ad::Var hook(std::size_t i);
+  const std::vector<std::vector<std::size_t>>& buckets() const { return buckets_; }
+  /// Allreduces issued so far (one per bucket per step).
+  std::int64_t allreduce_calls() const { return calls_; }
+  /// Buckets reduced from inside backward so far.
+  std::int64_t overlapped_buckets() const { return overlapped_; }
+  std::vector<ad::nn::Parameter>& parameters() { return params_; }
+
+ private:
+  void reduce_bucket(std::size_t b, const std::vector<Tensor>& grads);
+  Communicator* comm_;
+  std::vector<ad::nn::Parameter> params_;
+  DataParallelOptions opts_;
+  std::vector<std::vector<std::size_t>> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  std::vector<Tensor> pending_;          // hooked gradients waiting for their bucket
+  std::vector<int> ready_in_bucket_;
+  std::vector<bool> bucket_done_;
+  std::int64_t calls_ = 0, overlapped_ = 0;
+};
+
+}  // namespace mls::parallel

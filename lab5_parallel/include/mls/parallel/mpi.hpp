@@ -1,0 +1,38 @@
+#pragma once
+/// The MPI backend (OpenMPI): one rank per process, launched with
+///   mpirun -np 2 ./program                     (one machine)
+///   mpirun -np 8 --hostfile hosts ./program    (several machines: one line "host slots=N" each)
+/// Built into mls_lab5_mpi where MPI is found (MLS_HAVE_MPI). Under root, OpenMPI needs
+/// OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (lab5_parallel/tests/run_mpi.sh sets them).
+///
+/// Messages: a Header travels with every payload (packed in one message up to kInlineBytes,
+/// else a header message then the payload), every wait polls with a deadline, so a receive
+/// that never matches throws mls::Error after the timeout instead of hanging.
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "mls/parallel/comm.hpp"
+
+namespace mls::parallel {
+
+/// Initialises MPI once per process (MPI_Init_thread, MPI_THREAD_SERIALIZED) and finalises it
+/// at exit. Safe to call many times.
+void mpi_init();
+/// True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE is set).
+bool under_mpirun();
+
+/// A Communicator over a duplicate of MPI_COMM_WORLD: every call gets a fresh context, so
+/// messages left over by a failed collective never match later ones. Initialises MPI.
+Communicator mpi_world(std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+
+/// Runs `body` on this process's rank of mpi_world(); an exception prints
+/// "mls: rank R of N failed: <message>" on stderr and ends the whole job (MPI_Abort), so one
+/// failing rank never leaves the others hanging. Returns 0.
+int mpi_run(const std::function<void(Communicator&)>& body,
+            std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+
+/// MPI_Wtime (seconds).
+double mpi_wtime();
+
+}  // namespace mls::parallel

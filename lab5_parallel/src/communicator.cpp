@@ -1,0 +1,561 @@
+// The Communicator's plumbing (not student code): argument checks, the collective in progress,
+// traffic counting, tracing, the header every message carries, and the public collectives that
+// pick an algorithm and hand a flat contiguous buffer to it (the algorithms: collectives.cpp).
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "detail.hpp"
+#include "mls/common/error.hpp"
+#include "mls/common/shape.hpp"
+#include "mls/parallel/comm.hpp"
+
+namespace mls::parallel {
+
+// ---- names ----------------------------------------------------------------------------------
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Prod: return "prod";
+  }
+  return "?";
+}
+
+ReduceOp parse_reduce_op(const std::string& name) {
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod})
+    if (name == to_string(op)) return op;
+  fail("parse_reduce_op: unknown reduce op '", name, "', expected sum, avg, max, min or prod");
+}
+
+const char* to_string(Algo a) {
+  switch (a) {
+    case Algo::Auto: return "auto";
+    case Algo::Ring: return "ring";
+    case Algo::Tree: return "tree";
+    case Algo::RecursiveDoubling: return "recursive_doubling";
+    case Algo::Rabenseifner: return "rabenseifner";
+    case Algo::Pairwise: return "pairwise";
+    case Algo::Linear: return "linear";
+    case Algo::Native: return "native";
+  }
+  return "?";
+}
+
+Algo parse_algo(const std::string& name) {
+  for (Algo a : {Algo::Auto, Algo::Ring, Algo::Tree, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Pairwise,
+                 Algo::Linear, Algo::Native})
+    if (name == to_string(a)) return a;
+  fail("parse_algo: unknown algorithm '", name,
+       "', expected auto, ring, tree, recursive_doubling, rabenseifner, pairwise, linear or native");
+}
+
+void Request::wait() {
+  if (!wait_) return;
+  auto f = std::move(wait_);
+  wait_ = nullptr;
+  f();
+}
+
+std::vector<std::int64_t> chunk_bounds(std::int64_t n, int parts) {
+  MLS_CHECK(parts >= 1, "chunk_bounds: parts must be >= 1, got ", parts);
+  MLS_CHECK(n >= 0, "chunk_bounds: n must be >= 0, got ", n);
+  std::vector<std::int64_t> b(static_cast<std::size_t>(parts) + 1, 0);
+  for (int r = 0; r < parts; ++r) b[r + 1] = b[r] + n / parts + (r < n % parts ? 1 : 0);
+  return b;
+}
+
+double SimReport::max_modelled_seconds() const {
+  double m = 0;
+  for (double s : modelled_seconds) m = std::max(m, s);
+  return m;
+}
+
+Rng rank_rng(std::uint64_t seed, const Communicator& comm) {
+  return Rng(seed, "rank" + std::to_string(comm.rank()));
+}
+
+namespace detail {
+
+const char* coll_name(int op) {
+  switch (op) {
+    case kUser: return "send/recv";
+    case kBarrier: return "barrier";
+    case kBroadcast: return "broadcast";
+    case kReduce: return "reduce";
+    case kAllreduce: return "allreduce";
+    case kGather: return "gather";
+    case kAllgather: return "allgather";
+    case kScatter: return "scatter";
+    case kReduceScatter: return "reduce_scatter";
+    case kAllToAll: return "all_to_all";
+    case kSplit: return "split";
+    default: return "?";
+  }
+}
+
+std::string header_mismatch(const Header& e, const Header& g, const char* what, int me, int src) {
+  auto dt = [](std::int32_t d) { return d < 0 ? std::string("?") : std::string(dtype_name(static_cast<DType>(d))); };
+  auto red = [](std::int32_t r) { return r < 0 ? "none" : to_string(static_cast<ReduceOp>(r)); };
+  const std::string who = "rank " + std::to_string(me), from = "rank " + std::to_string(src);
+  if (e.op != g.op || (e.seq >= 0 && e.seq != g.seq))
+    return mls::detail::cat(what, ": ", who, " is in ", coll_name(e.op), " (call #", e.seq, ") but received a message of ",
+               coll_name(g.op), " (call #", g.seq, ") from ", from,
+               ": every rank must call the same collectives in the same order");
+  if (e.dtype >= 0 && e.dtype != g.dtype)
+    return mls::detail::cat(what, ": dtype mismatch: ", who, " has ", dt(e.dtype), " but ", from, " sent ", dt(g.dtype),
+               " (every rank must pass the same dtype)");
+  if (e.numel >= 0 && e.numel != g.numel)
+    return mls::detail::cat(what, ": size mismatch: ", who, " has ", e.numel, " elements but ", from, " has ", g.numel,
+               " (every rank must pass tensors of the same size)");
+  if (e.root >= 0 && e.root != g.root)
+    return mls::detail::cat(what, ": root mismatch: ", who, " has root ", e.root, " but ", from, " has root ", g.root,
+               " (every rank must pass the same root)");
+  if (e.reduce >= 0 && e.reduce != g.reduce)
+    return mls::detail::cat(what, ": reduce op mismatch: ", who, " reduces with ", red(e.reduce), " but ", from, " with ",
+               red(g.reduce), " (every rank must pass the same op)");
+  if (e.bytes != g.bytes)
+    return mls::detail::cat(what, ": message size mismatch: ", who, " expected ", e.bytes, " bytes from ", from, " but got ",
+               g.bytes, " bytes");
+  return "";
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+// ---- the collective in progress -------------------------------------------------------------
+
+struct Communicator::Coll {
+  const char* name = "";
+  int op = kUser;
+  std::int64_t seq = 0, numel = 0;
+  std::int32_t dtype = -1, root = -1, reduce = -1;
+  int step = 0;
+};
+
+Communicator::Communicator(std::unique_ptr<Transport> t) : t_(std::move(t)) {
+  MLS_CHECK(t_ != nullptr, "Communicator: the transport is null");
+}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return t_->rank(); }
+int Communicator::size() const { return t_->size(); }
+std::string Communicator::backend() const { return t_->backend(); }
+double Communicator::modelled_seconds() const { return t_->modelled_seconds(); }
+
+void Communicator::begin(const char* name, int op_id, const Tensor& t, int root, int reduce) {
+  MLS_CHECK(coll_ == nullptr, name, ": called while ", coll_ ? coll_->name : "", " is in progress on rank ", rank());
+  auto c = std::make_unique<Coll>();
+  c->name = name;
+  c->op = op_id;
+  c->seq = seq_++;
+  c->numel = t.numel();
+  c->dtype = static_cast<std::int32_t>(t.dtype());
+  c->root = root;
+  c->reduce = reduce;
+  coll_ = std::move(c);
+  traffic_.by_op[name].calls += 1;
+  traffic_.total.calls += 1;
+}
+
+void Communicator::end() { coll_.reset(); }
+
+Header Communicator::coll_header(std::int64_t bytes) const {
+  Header h;
+  h.bytes = bytes;
+  h.dtype = coll_->dtype;
+  h.op = coll_->op;
+  h.seq = coll_->seq;
+  h.numel = coll_->numel;
+  h.root = coll_->root;
+  h.reduce = coll_->reduce;
+  h.step = coll_->step;
+  return h;
+}
+
+void Communicator::count_send(std::int64_t bytes, bool step) {
+  const std::string op = coll_ ? coll_->name : "send";
+  for (Traffic::Counts* c : {&traffic_.total, &traffic_.by_op[op]}) {
+    c->messages_sent += 1;
+    c->bytes_sent += bytes;
+    c->steps += step ? 1 : 0;
+  }
+}
+
+void Communicator::count_recv(std::int64_t bytes, bool step) {
+  const std::string op = coll_ ? coll_->name : "recv";
+  for (Traffic::Counts* c : {&traffic_.total, &traffic_.by_op[op]}) {
+    c->messages_recv += 1;
+    c->bytes_recv += bytes;
+    c->steps += step ? 1 : 0;
+  }
+}
+
+namespace {
+
+std::int64_t nbytes(const Tensor& t) { return t.numel() * static_cast<std::int64_t>(t.itemsize()); }
+
+void check_part(const Tensor& t, const char* what) {
+  MLS_CHECK(t.defined(), what, ": the tensor is undefined");
+  MLS_CHECK(t.is_contiguous(), what, ": the tensor must be contiguous (shape ", shape_str(t.shape()), ")");
+}
+
+void check_peer(int peer, int size, const char* what, const char* role) {
+  MLS_CHECK(peer >= 0 && peer < size, what, ": ", role, " rank ", peer, " is out of range [0, ", size, ")");
+}
+
+void check_tag(int tag, const char* what) {
+  MLS_CHECK(tag >= 0 && tag <= Communicator::kMaxUserTag, what, ": tag ", tag, " is out of range [0, ",
+            Communicator::kMaxUserTag, "]");
+}
+
+void check_reducible(const Tensor& t, const char* what) {
+  MLS_CHECK(t.dtype() == DType::Float32 || t.dtype() == DType::Float64 || t.dtype() == DType::Int64 ||
+                t.dtype() == DType::Int32,
+            what, ": cannot reduce dtype ", t.dtype(), ", expected float32, float64, int32 or int64");
+}
+
+/// A flat contiguous working buffer of `t`: `t` itself (viewed 1-D) when contiguous, else a copy.
+Tensor flat_of(const Tensor& t) {
+  Tensor c = t.is_contiguous() ? t : t.compact();
+  return c.view({c.numel()});
+}
+
+/// Divides every element by `n` (Avg); integer dtypes truncate.
+void divide_by(Tensor& flat, int n) {
+  dispatch(flat.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      T* p = flat.data<T>();
+      const std::int64_t k = flat.numel();
+      for (std::int64_t i = 0; i < k; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+    }
+  });
+}
+
+/// RAII: ends the collective in progress when the scope is left (also by an exception).
+struct CollScope {
+  std::unique_ptr<Communicator::Coll>* c;
+  ~CollScope() { c->reset(); }
+};
+
+}  // namespace
+
+// ---- primitives the algorithms use ------------------------------------------------------------
+
+void Communicator::coll_send(const Tensor& part, int dst) {
+  MLS_CHECK(coll_ != nullptr, "coll_send: called outside a collective");
+  check_part(part, coll_->name);
+  check_peer(dst, size(), coll_->name, "destination");
+  ++coll_->step;
+  const std::int64_t b = nbytes(part);
+  t_->send(b ? part.data_ptr() : nullptr, coll_header(b), dst, kCollTag);
+  count_send(b, true);
+}
+
+void Communicator::coll_recv(Tensor& part, int src) {
+  MLS_CHECK(coll_ != nullptr, "coll_recv: called outside a collective");
+  check_part(part, coll_->name);
+  check_peer(src, size(), coll_->name, "source");
+  ++coll_->step;
+  const std::int64_t b = nbytes(part);
+  Header h = t_->recv(b ? part.data_ptr() : nullptr, coll_header(b), src, kCollTag, coll_->name);
+  count_recv(b, true);
+  if (tracing_)
+    trace_.push_back({coll_->name, h.step, src, rank(), b, h.t_depart, t_->modelled_seconds()});
+}
+
+void Communicator::coll_sendrecv(const Tensor& out, int dst, Tensor& in, int src) {
+  MLS_CHECK(coll_ != nullptr, "coll_sendrecv: called outside a collective");
+  check_part(out, coll_->name);
+  check_part(in, coll_->name);
+  check_peer(dst, size(), coll_->name, "destination");
+  check_peer(src, size(), coll_->name, "source");
+  ++coll_->step;
+  const std::int64_t bo = nbytes(out), bi = nbytes(in);
+  Request r = t_->isend(bo ? out.data_ptr() : nullptr, coll_header(bo), dst, kCollTag);
+  Header h = t_->recv(bi ? in.data_ptr() : nullptr, coll_header(bi), src, kCollTag, coll_->name);
+  r.wait();
+  count_send(bo, true);
+  count_recv(bi, false);
+  if (tracing_)
+    trace_.push_back({coll_->name, h.step, src, rank(), bi, h.t_depart, t_->modelled_seconds()});
+}
+
+void Communicator::reduce_into(Tensor& acc, const Tensor& in, ReduceOp op) {
+  MLS_CHECK(acc.dtype() == in.dtype() && acc.numel() == in.numel(), "reduce_into: acc is ", acc.dtype(), "[",
+            acc.numel(), "] but in is ", in.dtype(), "[", in.numel(), "]");
+  check_part(acc, "reduce_into");
+  check_part(in, "reduce_into");
+  const std::int64_t n = acc.numel();
+  dispatch(acc.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      fail("reduce_into: cannot reduce dtype bool");
+    } else {
+      T* a = acc.data<T>();
+      const T* b = in.data<T>();
+      switch (op) {
+        case ReduceOp::Sum:
+        case ReduceOp::Avg:
+          for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] + b[i]);
+          break;
+        case ReduceOp::Prod:
+          for (std::int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] * b[i]);
+          break;
+        case ReduceOp::Max:
+          for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
+          break;
+        case ReduceOp::Min:
+          for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
+          break;
+      }
+    }
+  });
+  t_->charge_compute(n);
+}
+
+// ---- point to point ---------------------------------------------------------------------------
+
+namespace {
+/// The checks and the header of a user message (`role`: "destination" or "source").
+Header user_header(const Tensor& t, int peer, int tag, int size, const char* what, const char* role) {
+  check_part(t, what);
+  check_peer(peer, size, what, role);
+  check_tag(tag, what);
+  Header h;
+  h.bytes = nbytes(t);
+  h.dtype = static_cast<std::int32_t>(t.dtype());
+  h.numel = t.numel();
+  return h;
+}
+}  // namespace
+
+void Communicator::send(const Tensor& t, int dst, int tag) {
+  const Header h = user_header(t, dst, tag, size(), "send", "destination");
+  t_->send(h.bytes ? t.data_ptr() : nullptr, h, dst, tag);
+  count_send(h.bytes, true);
+}
+
+void Communicator::recv(Tensor& t, int src, int tag) {
+  const Header e = user_header(t, src, tag, size(), "recv", "source");
+  t_->recv(e.bytes ? t.data_ptr() : nullptr, e, src, tag, "recv");
+  count_recv(e.bytes, true);
+}
+
+Request Communicator::isend(const Tensor& t, int dst, int tag) {
+  const Header h = user_header(t, dst, tag, size(), "isend", "destination");
+  Request r = t_->isend(h.bytes ? t.data_ptr() : nullptr, h, dst, tag);
+  count_send(h.bytes, true);
+  return r;
+}
+
+Request Communicator::irecv(Tensor& t, int src, int tag) {
+  const Header e = user_header(t, src, tag, size(), "irecv", "source");
+  Request r = t_->irecv(e.bytes ? t.data_ptr() : nullptr, e, src, tag, "irecv");
+  count_recv(e.bytes, true);
+  return r;
+}
+
+// ---- collectives: checks, algorithm choice, flat buffers --------------------------------------
+
+Algo Communicator::choose(const std::string& collective, std::int64_t bytes) const {
+  const std::string best = cheapest(cost_, collective, size(), bytes);
+  return parse_algo(best);
+}
+
+void Communicator::barrier() {
+  Tensor none = Tensor::empty({0}, DType::Int32);
+  begin("barrier", kBarrier, none, -1, -1);
+  CollScope s{&coll_};
+  if (size() > 1) barrier_dissemination();
+}
+
+void Communicator::broadcast(Tensor& t, int root, Algo algo) {
+  MLS_CHECK(t.defined(), "broadcast: the tensor is undefined");
+  check_peer(root, size(), "broadcast", "root");
+  begin("broadcast", kBroadcast, t, root, -1);
+  CollScope s{&coll_};
+  Tensor buf = flat_of(t);
+  if (algo == Algo::Auto) algo = choose("broadcast", nbytes(buf));
+  switch (algo) {
+    case Algo::Tree: broadcast_tree(buf, root); break;
+    case Algo::Linear: broadcast_linear(buf, root); break;
+    case Algo::Native:
+      MLS_CHECK(t_->native_broadcast(buf.numel() ? buf.data_ptr() : nullptr, nbytes(buf), root),
+                "broadcast: the ", backend(), " backend has no native broadcast");
+      break;
+    default: fail("broadcast: algorithm ", to_string(algo), " is not one of tree, linear, native, auto");
+  }
+  if (!t.is_contiguous()) t.copy_(buf.view(t.shape()));
+}
+
+void Communicator::reduce(Tensor& t, ReduceOp op, int root, Algo algo) {
+  MLS_CHECK(t.defined(), "reduce: the tensor is undefined");
+  check_reducible(t, "reduce");
+  check_peer(root, size(), "reduce", "root");
+  begin("reduce", kReduce, t, root, static_cast<int>(op));
+  CollScope s{&coll_};
+  Tensor buf = flat_of(t);
+  if (algo == Algo::Auto) algo = Algo::Tree;
+  MLS_CHECK(algo == Algo::Tree, "reduce: algorithm ", to_string(algo), " is not one of tree, auto");
+  reduce_tree(buf, op, root);
+  if (op == ReduceOp::Avg && rank() == root) divide_by(buf, size());
+  if (!t.is_contiguous()) t.copy_(buf.view(t.shape()));
+}
+
+void Communicator::allreduce(Tensor& t, ReduceOp op, Algo algo) {
+  MLS_CHECK(t.defined(), "allreduce: the tensor is undefined");
+  check_reducible(t, "allreduce");
+  begin("allreduce", kAllreduce, t, -1, static_cast<int>(op));
+  CollScope s{&coll_};
+  Tensor buf = flat_of(t);
+  if (algo == Algo::Auto) algo = choose("allreduce", nbytes(buf));
+  switch (algo) {
+    case Algo::Ring: allreduce_ring(buf, op); break;
+    case Algo::RecursiveDoubling: allreduce_recursive_doubling(buf, op); break;
+    case Algo::Rabenseifner: allreduce_rabenseifner(buf, op); break;
+    case Algo::Native:
+      MLS_CHECK(t_->native_allreduce(buf.numel() ? buf.data_ptr() : nullptr, buf.numel(), buf.dtype(),
+                                     op == ReduceOp::Avg ? ReduceOp::Sum : op),
+                "allreduce: the ", backend(), " backend has no native allreduce");
+      break;
+    default:
+      fail("allreduce: algorithm ", to_string(algo), " is not one of ring, recursive_doubling, rabenseifner, native, auto");
+  }
+  if (op == ReduceOp::Avg) divide_by(buf, size());
+  if (!t.is_contiguous()) t.copy_(buf.view(t.shape()));
+}
+
+namespace {
+Shape stacked(int n, const Shape& s) {
+  Shape out{n};
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+}  // namespace
+
+Tensor Communicator::gather(const Tensor& t, int root) {
+  MLS_CHECK(t.defined(), "gather: the tensor is undefined");
+  check_peer(root, size(), "gather", "root");
+  begin("gather", kGather, t, root, -1);
+  CollScope s{&coll_};
+  Tensor mine = flat_of(t);
+  const auto bounds = chunk_bounds(t.numel() * size(), size());
+  Tensor out = rank() == root ? Tensor::empty(stacked(size(), t.shape()), t.dtype()) : Tensor::empty({0}, t.dtype());
+  Tensor flat = out.view({out.numel()});
+  gather_linear(mine, flat, bounds, root);
+  return out;
+}
+
+Tensor Communicator::allgather(const Tensor& t, Algo algo) {
+  MLS_CHECK(t.defined(), "allgather: the tensor is undefined");
+  begin("allgather", kAllgather, t, -1, -1);
+  CollScope s{&coll_};
+  Tensor out = Tensor::empty(stacked(size(), t.shape()), t.dtype());
+  Tensor flat = out.view({out.numel()});
+  const auto bounds = chunk_bounds(out.numel(), size());
+  flat.slice(0, bounds[rank()], bounds[rank() + 1]).copy_(flat_of(t));
+  if (algo == Algo::Auto) algo = Algo::Ring;
+  MLS_CHECK(algo == Algo::Ring, "allgather: algorithm ", to_string(algo), " is not one of ring, auto");
+  allgather_ring(flat, bounds);
+  return out;
+}
+
+Tensor Communicator::scatter(const Tensor& t, int root) {
+  MLS_CHECK(t.defined(), "scatter: the tensor is undefined");
+  MLS_CHECK(t.ndim() >= 1 && t.size(0) == size(), "scatter: the tensor must have shape [", size(),
+            ", ...] (one row per rank), got ", shape_str(t.shape()));
+  check_peer(root, size(), "scatter", "root");
+  begin("scatter", kScatter, t, root, -1);
+  CollScope s{&coll_};
+  Shape row(t.shape().begin() + 1, t.shape().end());
+  Tensor out = Tensor::empty(row, t.dtype());
+  Tensor mine = out.view({out.numel()});
+  const auto bounds = chunk_bounds(t.numel(), size());
+  Tensor all = rank() == root ? flat_of(t) : Tensor::empty({0}, t.dtype());
+  scatter_linear(all, mine, bounds, root);
+  return out;
+}
+
+Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op, Algo algo) {
+  MLS_CHECK(t.defined(), "reduce_scatter: the tensor is undefined");
+  check_reducible(t, "reduce_scatter");
+  MLS_CHECK(t.ndim() >= 1, "reduce_scatter: the tensor must have at least one dimension (split along dim 0), got a scalar");
+  begin("reduce_scatter", kReduceScatter, t, -1, static_cast<int>(op));
+  CollScope s{&coll_};
+  const std::int64_t rows = t.size(0), row = rows ? t.numel() / rows : 0;
+  const auto row_bounds = chunk_bounds(rows, size());
+  std::vector<std::int64_t> bounds(row_bounds.size());
+  for (std::size_t i = 0; i < bounds.size(); ++i) bounds[i] = row_bounds[i] * row;
+  Tensor buf = t.clone().compact();
+  buf = buf.view({buf.numel()});
+  if (algo == Algo::Auto) algo = Algo::Ring;
+  MLS_CHECK(algo == Algo::Ring, "reduce_scatter: algorithm ", to_string(algo), " is not one of ring, auto");
+  reduce_scatter_ring(buf, bounds, op);
+  Shape shape = t.shape();
+  shape[0] = row_bounds[rank() + 1] - row_bounds[rank()];
+  Tensor out = buf.slice(0, bounds[rank()], bounds[rank() + 1]).clone();
+  if (op == ReduceOp::Avg) divide_by(out, size());
+  return out.view(shape);
+}
+
+Tensor Communicator::all_to_all(const Tensor& t) {
+  MLS_CHECK(t.defined(), "all_to_all: the tensor is undefined");
+  MLS_CHECK(t.ndim() >= 1 && t.size(0) == size(), "all_to_all: the tensor must have shape [", size(),
+            ", ...] (one row per rank), got ", shape_str(t.shape()));
+  begin("all_to_all", kAllToAll, t, -1, -1);
+  CollScope s{&coll_};
+  Tensor in = flat_of(t);
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  Tensor flat = out.view({out.numel()});
+  all_to_all_pairwise(in, flat, chunk_bounds(t.numel(), size()));
+  return out;
+}
+
+Communicator Communicator::split(int color, int key) {
+  // Every rank learns every rank's (color, key) by a direct exchange (plumbing, not an algorithm
+  // a student writes), checks them, and asks the transport for the sub-transport.
+  Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{color, key});
+  begin("split", kSplit, mine, -1, -1);
+  std::vector<int> colors(size()), keys(size());
+  {
+    CollScope s{&coll_};
+    Tensor all = Tensor::empty({size(), 2}, DType::Int64);
+    std::vector<Request> sends;
+    for (int r = 0; r < size(); ++r)
+      if (r != rank()) {
+        sends.push_back(t_->isend(mine.data_ptr(), coll_header(16), r, kCollTag));
+        count_send(16, false);
+      }
+    for (int r = 0; r < size(); ++r) {
+      Tensor row = all.select(0, r);
+      if (r == rank()) {
+        row.copy_(mine);
+      } else {
+        t_->recv(row.data_ptr(), coll_header(16), r, kCollTag, "split");
+        count_recv(16, false);
+      }
+    }
+    for (auto& q : sends) q.wait();
+    const std::int64_t* p = all.data<std::int64_t>();
+    for (int r = 0; r < size(); ++r) {
+      colors[r] = static_cast<int>(p[2 * r]);
+      keys[r] = static_cast<int>(p[2 * r + 1]);
+    }
+  }
+  for (int r = 0; r < size(); ++r)
+    MLS_CHECK(colors[r] >= 0, "split: rank ", r, " passed color ", colors[r], ", expected a color >= 0");
+  Communicator child(t_->split(color, key, colors, keys));
+  child.cost_ = cost_;
+  child.tracing_ = tracing_;
+  return child;
+}
+
+}  // namespace mls::parallel

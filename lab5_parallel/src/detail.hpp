@@ -1,0 +1,26 @@
+#pragma once
+/// Internals shared by the Communicator and the transports (not a public header).
+#include <string>
+
+#include "mls/parallel/comm.hpp"
+
+namespace mls::parallel::detail {
+
+/// Collective ids carried in Header::op.
+enum CollOp : int {
+  kUser = -1, kBarrier = 1, kBroadcast, kReduce, kAllreduce, kGather, kAllgather, kScatter,
+  kReduceScatter, kAllToAll, kSplit
+};
+const char* coll_name(int op);
+
+/// The tag of every collective message (above every user tag).
+constexpr int kCollTag = Communicator::kMaxUserTag + 1;
+/// The tag the sim transport's split exchange uses.
+constexpr int kSplitTag = Communicator::kMaxUserTag + 2;
+
+/// Compares a received header with the expected one; returns "" when they agree, else the
+/// error text ("allreduce: rank 1 has 12 elements but rank 0 sent 10 ...").
+std::string header_mismatch(const Header& expect, const Header& got, const char* what, int me, int src);
+
+
+}  // namespace mls::parallel::detail

@@ -1,0 +1,235 @@
+// The MPI backend (plumbing, not student code): MpiTransport over an MPI communicator.
+//
+// A message on user/collective tag t is sent as
+//   payload <= kInlineBytes: one message [Header | payload] on MPI tag 2t
+//   larger:                  [Header] on 2t, then the payload on 2t+1
+// Both sides choose the protocol from their own byte count; when the counts differ, the header
+// check reports it (and the posted payload receive is cancelled). Every wait polls MPI_Testall
+// with a deadline: a receive that never matches becomes an mls::Error, never a hang.
+#include <mpi.h>
+#include <sched.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "../detail.hpp"
+#include "mls/common/error.hpp"
+#include "mls/parallel/mpi.hpp"
+
+namespace mls::parallel {
+
+namespace {
+
+constexpr std::size_t kInlineBytes = 8192;
+constexpr std::size_t kHeader = sizeof(Header);
+
+void check_mpi(int rc, const char* what, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  fail(what, ": ", call, " failed: ", std::string(msg, static_cast<std::size_t>(len)));
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Bool: return MPI_C_BOOL;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Prod: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+/// One posted operation: the MPI requests and the buffers they use.
+struct Pending {
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::vector<std::byte> head;  // header (+ inline payload)
+};
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(MPI_Comm comm, std::chrono::milliseconds timeout) : comm_(comm), timeout_(timeout) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    int* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    MLS_CHECK(!flag || *ub >= 2 * (detail::kSplitTag + 1) + 1, "mpi: MPI_TAG_UB is ", flag ? *ub : 0,
+              ", expected at least ", 2 * (detail::kSplitTag + 1) + 1);
+  }
+  ~MpiTransport() override {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  void send(const void* data, const Header& h, int dst, int tag) override { isend(data, h, dst, tag).wait(); }
+
+  Header recv(void* data, const Header& expect, int src, int tag, const char* what) override {
+    auto p = post_recv(data, expect, src, tag, what);
+    return finish_recv(*p, data, expect, src, tag, what);
+  }
+
+  Request isend(const void* data, const Header& h, int dst, int tag) override {
+    auto p = std::make_shared<Pending>();
+    const auto bytes = static_cast<std::size_t>(h.bytes);
+    const bool inline_payload = bytes <= kInlineBytes;
+    p->head.resize(kHeader + (inline_payload ? bytes : 0));
+    std::memcpy(p->head.data(), &h, kHeader);
+    if (inline_payload && bytes) std::memcpy(p->head.data() + kHeader, data, bytes);
+    check_mpi(MPI_Isend(p->head.data(), static_cast<int>(p->head.size()), MPI_BYTE, dst, 2 * tag, comm_, &p->req[0]),
+              "send", "MPI_Isend");
+    if (!inline_payload)
+      check_mpi(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, 2 * tag + 1, comm_, &p->req[1]), "send",
+                "MPI_Isend");
+    return Request([this, p, dst, tag] { wait(p->req, 2, "send", "to", dst, tag); });
+  }
+
+  Request irecv(void* data, const Header& expect, int src, int tag, const char* what) override {
+    auto p = post_recv(data, expect, src, tag, what);
+    return Request([this, p, data, expect, src, tag, what] { finish_recv(*p, data, expect, src, tag, what); });
+  }
+
+  std::unique_ptr<Transport> split(int color, int key, const std::vector<int>&, const std::vector<int>&) override {
+    MPI_Comm child = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(comm_, color, key, &child), "split", "MPI_Comm_split");
+    return std::make_unique<MpiTransport>(child, timeout_);
+  }
+
+  bool native_allreduce(void* data, std::int64_t count, DType dtype, ReduceOp op) override {
+    MLS_CHECK(count <= INT32_MAX, "allreduce: native MPI_Allreduce takes at most 2^31-1 elements, got ", count);
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, count ? data : nullptr, static_cast<int>(count), mpi_type(dtype), mpi_op(op),
+                            comm_),
+              "allreduce", "MPI_Allreduce");
+    return true;
+  }
+  bool native_broadcast(void* data, std::int64_t bytes, int root) override {
+    MLS_CHECK(bytes <= INT32_MAX, "broadcast: native MPI_Bcast takes at most 2^31-1 bytes, got ", bytes);
+    check_mpi(MPI_Bcast(bytes ? data : nullptr, static_cast<int>(bytes), MPI_BYTE, root, comm_), "broadcast",
+              "MPI_Bcast");
+    return true;
+  }
+  void abort(const std::string& why) override {
+    std::fprintf(stderr, "mls: rank %d of %d failed: %s\n", rank_, size_, why.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+
+ private:
+  std::shared_ptr<Pending> post_recv(void* data, const Header& expect, int src, int tag, const char* what) {
+    auto p = std::make_shared<Pending>();
+    const auto bytes = static_cast<std::size_t>(expect.bytes);
+    p->head.resize(kHeader + kInlineBytes);  // room for any inline message
+    check_mpi(MPI_Irecv(p->head.data(), static_cast<int>(p->head.size()), MPI_BYTE, src, 2 * tag, comm_, &p->req[0]),
+              what, "MPI_Irecv");
+    if (bytes > kInlineBytes)
+      check_mpi(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, src, 2 * tag + 1, comm_, &p->req[1]), what,
+                "MPI_Irecv");
+    return p;
+  }
+
+  Header finish_recv(Pending& p, void* data, const Header& expect, int src, int tag, const char* what) {
+    wait(&p.req[0], 1, what, "from", src, tag);
+    Header h;
+    std::memcpy(&h, p.head.data(), kHeader);
+    std::string bad = detail::header_mismatch(expect, h, what, rank_, src);
+    if (!bad.empty()) {
+      if (p.req[1] != MPI_REQUEST_NULL) {
+        MPI_Cancel(&p.req[1]);
+        MPI_Request_free(&p.req[1]);
+      }
+      throw Error(bad);
+    }
+    if (p.req[1] != MPI_REQUEST_NULL) wait(&p.req[1], 1, what, "from", src, tag);
+    else if (h.bytes) std::memcpy(data, p.head.data() + kHeader, static_cast<std::size_t>(h.bytes));
+    return h;
+  }
+
+  /// Polls until every request completed or the deadline passed.
+  void wait(MPI_Request* reqs, int n, const char* what, const char* dir, int peer, int tag) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    int done = 0;
+    for (long spin = 0;; ++spin) {
+      check_mpi(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what, "MPI_Testall");
+      if (done) return;
+      if ((spin & 255) == 255) {
+        if (std::chrono::steady_clock::now() > deadline)
+          fail(what, ": rank ", rank_, " timed out after ", timeout_.count(), " ms waiting for a message ", dir,
+               " rank ", peer, " (tag ", tag > Communicator::kMaxUserTag ? std::string("collective") : std::to_string(tag),
+               "): the peer never matched it (a missing call, mismatched collectives, or a dead rank)");
+        sched_yield();
+      }
+    }
+  }
+
+  MPI_Comm comm_;
+  std::chrono::milliseconds timeout_;
+  int rank_ = 0, size_ = 1;
+};
+
+std::once_flag g_init;
+
+}  // namespace
+
+void mpi_init() {
+  std::call_once(g_init, [] {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      std::atexit([] {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+      });
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  });
+}
+
+bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_RANK") != nullptr; }
+
+Communicator mpi_world(std::chrono::milliseconds timeout) {
+  mpi_init();
+  MLS_CHECK(timeout.count() > 0, "mpi_world: the timeout must be > 0 ms, got ", timeout.count());
+  MPI_Comm dup = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "mpi_world", "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  return Communicator(std::make_unique<MpiTransport>(dup, timeout));
+}
+
+int mpi_run(const std::function<void(Communicator&)>& body, std::chrono::milliseconds timeout) {
+  Communicator comm = mpi_world(timeout);
+  try {
+    body(comm);
+  } catch (const std::exception& e) {
+    comm.transport().abort(e.what());
+  } catch (...) {
+    comm.transport().abort("a non-standard exception");
+  }
+  return 0;
+}
+
+double mpi_wtime() { return MPI_Wtime(); }
+
+}  // namespace mls::parallel

@@ -1,0 +1,262 @@
+// Pipeline parallelism: the schedule generators (student code), their ideal-machine simulation
+// and drawings, and the executor that runs a schedule over send/recv.
+#include "mls/parallel/pipeline.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "mls/common/error.hpp"
+
+namespace mls::parallel {
+
+const char* to_string(ScheduleKind k) { return k == ScheduleKind::GPipe ? "gpipe" : "1f1b"; }
+ScheduleKind schedule_kind_from_string(const std::string& s) {
+  if (s == "gpipe") return ScheduleKind::GPipe;
+  if (s == "1f1b") return ScheduleKind::OneFOneB;
+  fail("pipeline: unknown schedule '", s, "', expected gpipe or 1f1b");
+}
+
+PipelineSchedule make_schedule(int p, int m, ScheduleKind kind) {
+  MLS_CHECK(p >= 1, "make_schedule: the number of stages p = ", p, " must be >= 1");
+  MLS_CHECK(m >= 1, "make_schedule: the number of micro-batches m = ", m, " must be >= 1");
+  // BEGIN SOLUTION
+  PipelineSchedule sched(static_cast<std::size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    auto& steps = sched[static_cast<std::size_t>(s)];
+    if (kind == ScheduleKind::GPipe) {
+      for (int i = 0; i < m; ++i) steps.push_back({PipeStep::Forward, i});
+      for (int i = m - 1; i >= 0; --i) steps.push_back({PipeStep::Backward, i});
+      continue;
+    }
+    const int warm = std::min(p - 1 - s, m);
+    int f = 0, b = 0;
+    for (; f < warm; ++f) steps.push_back({PipeStep::Forward, f});      // warm-up
+    for (; f < m; ++f, ++b) {                                           // steady state: 1F then 1B
+      steps.push_back({PipeStep::Forward, f});
+      steps.push_back({PipeStep::Backward, b});
+    }
+    for (; b < m; ++b) steps.push_back({PipeStep::Backward, b});        // cool-down
+  }
+  return sched;
+  // END SOLUTION
+}
+
+double bubble_fraction(int p, int m) {
+  MLS_CHECK(p >= 1 && m >= 1, "bubble_fraction: p = ", p, " and m = ", m, " must be >= 1");
+  return static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
+}
+
+static std::string step_str(const PipeStep& st) {
+  std::string s(1, st.kind == PipeStep::Forward ? 'F' : 'B');
+  s += std::to_string(st.micro);
+  return s;
+}
+
+void validate_schedule(const PipelineSchedule& s, int m) {
+  MLS_CHECK(!s.empty(), "validate_schedule: the schedule has no stages");
+  for (std::size_t st = 0; st < s.size(); ++st) {
+    std::vector<int> fwd(static_cast<std::size_t>(m), 0), bwd(static_cast<std::size_t>(m), 0);
+    for (const PipeStep& step : s[st]) {
+      MLS_CHECK(step.micro >= 0 && step.micro < m, "validate_schedule: stage ", st, " has step ", step_str(step),
+                " outside micro-batches 0..", m - 1);
+      auto& count = step.kind == PipeStep::Forward ? fwd : bwd;
+      MLS_CHECK(++count[static_cast<std::size_t>(step.micro)] == 1, "validate_schedule: stage ", st, " runs ",
+                step_str(step), " twice");
+      MLS_CHECK(step.kind == PipeStep::Forward || fwd[static_cast<std::size_t>(step.micro)] == 1,
+                "validate_schedule: stage ", st, " runs ", step_str(step), " before F", step.micro);
+    }
+    for (int i = 0; i < m; ++i)
+      MLS_CHECK(fwd[static_cast<std::size_t>(i)] == 1 && bwd[static_cast<std::size_t>(i)] == 1,
+                "validate_schedule: stage ", st, " misses F", i, " or B", i);
+  }
+}
+
+double Timeline::bubble_fraction() const {
+  if (bubble.empty()) return 0.0;
+  double s = 0.0;
+  for (double b : bubble) s += b;
+  return s / static_cast<double>(bubble.size());
+}
+
+Timeline simulate_schedule(const PipelineSchedule& s, double t_fwd, double t_bwd) {
+  MLS_CHECK(t_fwd > 0 && t_bwd > 0, "simulate_schedule: step times must be > 0, got t_fwd = ", t_fwd,
+            ", t_bwd = ", t_bwd);
+  const int p = static_cast<int>(s.size());
+  MLS_CHECK(p >= 1, "simulate_schedule: the schedule has no stages");
+  int m = 0;
+  for (const auto& st : s)
+    for (const PipeStep& step : st) m = std::max(m, step.micro + 1);
+  validate_schedule(s, m);
+  constexpr double kNotDone = -1.0;
+  // end[stage][kind][micro]
+  std::vector<std::vector<double>> fend(static_cast<std::size_t>(p), std::vector<double>(static_cast<std::size_t>(m), kNotDone));
+  auto bend = fend;
+  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
+  std::vector<double> free_at(static_cast<std::size_t>(p), 0.0);
+  Timeline t;
+  t.stages = p;
+  t.micro = m;
+  std::size_t remaining = 0;
+  for (const auto& st : s) remaining += st.size();
+  while (remaining > 0) {
+    bool progress = false;
+    for (int st = 0; st < p; ++st) {
+      const auto su = static_cast<std::size_t>(st);
+      while (next[su] < s[su].size()) {
+        const PipeStep step = s[su][next[su]];
+        const auto mu = static_cast<std::size_t>(step.micro);
+        double dep = 0.0;
+        if (step.kind == PipeStep::Forward) {
+          if (st > 0) dep = fend[su - 1][mu];
+        } else {
+          dep = st < p - 1 ? bend[su + 1][mu] : fend[su][mu];
+        }
+        if (dep == kNotDone) break;
+        const double start = std::max(free_at[su], dep);
+        const double end = start + (step.kind == PipeStep::Forward ? t_fwd : t_bwd);
+        (step.kind == PipeStep::Forward ? fend : bend)[su][mu] = end;
+        free_at[su] = end;
+        t.slots.push_back({st, step, start, end});
+        ++next[su];
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress) {
+      std::ostringstream os;
+      for (int st = 0; st < p; ++st)
+        if (next[static_cast<std::size_t>(st)] < s[static_cast<std::size_t>(st)].size())
+          os << " stage " << st << " at " << step_str(s[static_cast<std::size_t>(st)][next[static_cast<std::size_t>(st)]]) << ";";
+      fail("simulate_schedule: the schedule deadlocks:", os.str());
+    }
+  }
+  for (double f : free_at) t.total = std::max(t.total, f);
+  t.busy.assign(static_cast<std::size_t>(p), 0.0);
+  t.bubble.assign(static_cast<std::size_t>(p), 0.0);
+  t.peak_live.assign(static_cast<std::size_t>(p), 0);
+  for (const auto& sl : t.slots) t.busy[static_cast<std::size_t>(sl.stage)] += sl.end - sl.start;
+  for (int st = 0; st < p; ++st) {
+    const auto su = static_cast<std::size_t>(st);
+    t.bubble[su] = (t.total - t.busy[su]) / t.total;
+    int live = 0;
+    for (const PipeStep& step : s[su]) {
+      live += step.kind == PipeStep::Forward ? 1 : -1;
+      t.peak_live[su] = std::max(t.peak_live[su], live);
+    }
+  }
+  std::sort(t.slots.begin(), t.slots.end(), [](const TimelineSlot& a, const TimelineSlot& b) {
+    return a.stage != b.stage ? a.stage < b.stage : a.start < b.start;
+  });
+  return t;
+}
+
+namespace {
+/// The time unit of the drawings: the shortest step.
+double time_unit(const Timeline& t) {
+  double u = std::numeric_limits<double>::infinity();
+  for (const auto& sl : t.slots) u = std::min(u, sl.end - sl.start);
+  return std::isfinite(u) && u > 0 ? u : 1.0;
+}
+}  // namespace
+
+std::string schedule_text(const Timeline& t) {
+  const double u = time_unit(t);
+  const int digits = static_cast<int>(std::to_string(std::max(0, t.micro - 1)).size());
+  const int w = digits + 2;  // "F" + number + a space
+  const auto cells = static_cast<std::size_t>(std::llround(t.total / u));
+  std::vector<std::string> lanes(static_cast<std::size_t>(t.stages), std::string(cells * static_cast<std::size_t>(w), '.'));
+  for (auto& lane : lanes)
+    for (std::size_t c = 0; c < cells; ++c) lane[c * static_cast<std::size_t>(w) + static_cast<std::size_t>(w) - 1] = ' ';
+  for (const auto& sl : t.slots) {
+    const auto c0 = static_cast<std::size_t>(std::llround(sl.start / u));
+    const auto c1 = static_cast<std::size_t>(std::llround(sl.end / u));
+    std::string& lane = lanes[static_cast<std::size_t>(sl.stage)];
+    for (std::size_t c = c0; c < c1; ++c) {
+      std::string cell = step_str(sl.step);
+      if (c > c0) cell = std::string(cell.size(), sl.step.kind == PipeStep::Forward ? 'f' : 'b');
+      cell.resize(static_cast<std::size_t>(w) - 1, ' ');
+      lane.replace(c * static_cast<std::size_t>(w), cell.size(), cell);
+    }
+  }
+  std::ostringstream os;
+  for (int s = 0; s < t.stages; ++s) {
+    std::string lane = lanes[static_cast<std::size_t>(s)];
+    while (!lane.empty() && lane.back() == ' ') lane.pop_back();
+    os << "stage " << std::setw(2) << s << " | " << lane << '\n';
+  }
+  os << std::fixed << std::setprecision(4) << "F = forward, B = backward, . = idle; total " << t.total
+     << ", bubble " << t.bubble_fraction() << " (closed form (p-1)/(m+p-1) = "
+     << bubble_fraction(std::max(1, t.stages), std::max(1, t.micro)) << ")\n";
+  return os.str();
+}
+
+std::string schedule_svg(const Timeline& t, const std::string& title) {
+  const double u = time_unit(t);
+  const double unit_px = 34, lane_h = 30, gap = 8, left = 78, top = 54, right = 20;
+  const double width = left + t.total / u * unit_px + right;
+  const double lanes_h = t.stages * (lane_h + gap);
+  const double height = top + lanes_h + 64;
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1);
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+     << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
+  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::ostringstream head;
+  head << std::fixed << std::setprecision(3) << (title.empty() ? "pipeline schedule" : title) << ": p = " << t.stages
+       << ", m = " << t.micro << ", bubble " << t.bubble_fraction();
+  os << "<text x=\"" << left << "\" y=\"24\" font-size=\"16\" font-weight=\"bold\">" << head.str() << "</text>\n";
+  // legend
+  const double ly = 36;
+  os << "<rect x=\"" << left << "\" y=\"" << ly << "\" width=\"14\" height=\"10\" fill=\"#3b78c4\"/>"
+     << "<text x=\"" << left + 18 << "\" y=\"" << ly + 9 << "\" font-size=\"11\">forward</text>\n";
+  os << "<rect x=\"" << left + 80 << "\" y=\"" << ly << "\" width=\"14\" height=\"10\" fill=\"#3f9e5a\"/>"
+     << "<text x=\"" << left + 98 << "\" y=\"" << ly + 9 << "\" font-size=\"11\">backward</text>\n";
+  os << "<rect x=\"" << left + 170 << "\" y=\"" << ly << "\" width=\"14\" height=\"10\" fill=\"#eeeeee\" stroke=\"#cccccc\"/>"
+     << "<text x=\"" << left + 188 << "\" y=\"" << ly + 9 << "\" font-size=\"11\">idle (bubble)</text>\n";
+  for (int s = 0; s < t.stages; ++s) {
+    const double y = top + s * (lane_h + gap);
+    os << "<text x=\"" << left - 10 << "\" y=\"" << y + lane_h / 2 + 5 << "\" font-size=\"13\" text-anchor=\"end\">stage "
+       << s << "</text>\n";
+    os << "<rect x=\"" << left << "\" y=\"" << y << "\" width=\"" << t.total / u * unit_px << "\" height=\"" << lane_h
+       << "\" fill=\"#eeeeee\" stroke=\"#cccccc\"/>\n";
+  }
+  for (const auto& sl : t.slots) {
+    const double x = left + sl.start / u * unit_px, w = (sl.end - sl.start) / u * unit_px;
+    const double y = top + sl.stage * (lane_h + gap);
+    const bool f = sl.step.kind == PipeStep::Forward;
+    os << "<rect x=\"" << x + 1 << "\" y=\"" << y + 1 << "\" width=\"" << w - 2 << "\" height=\"" << lane_h - 2
+       << "\" rx=\"3\" fill=\"" << (f ? "#3b78c4" : "#3f9e5a") << "\"><title>stage " << sl.stage << " "
+       << step_str(sl.step) << " [" << sl.start << ", " << sl.end << ")</title></rect>\n";
+    os << "<text x=\"" << x + w / 2 << "\" y=\"" << y + lane_h / 2 + 5 << "\" font-size=\"13\" fill=\"white\" "
+       << "text-anchor=\"middle\">" << step_str(sl.step) << "</text>\n";
+  }
+  // time axis
+  const double ay = top + lanes_h + 4;
+  os << "<line x1=\"" << left << "\" y1=\"" << ay << "\" x2=\"" << left + t.total / u * unit_px << "\" y2=\"" << ay
+     << "\" stroke=\"#555555\"/>\n";
+  const auto ticks = static_cast<int>(std::llround(t.total / u));
+  const int every = std::max(1, ticks / 20);
+  for (int k = 0; k <= ticks; k += every) {
+    const double x = left + k * unit_px;
+    os << "<line x1=\"" << x << "\" y1=\"" << ay << "\" x2=\"" << x << "\" y2=\"" << ay + 5 << "\" stroke=\"#555555\"/>"
+       << "<text x=\"" << x << "\" y=\"" << ay + 18 << "\" font-size=\"11\" text-anchor=\"middle\">" << std::defaultfloat << k * u << std::fixed
+       << "</text>\n";
+  }
+  os << "<text x=\"" << left + t.total / u * unit_px / 2 << "\" y=\"" << ay + 36
+     << "\" font-size=\"12\" text-anchor=\"middle\">time (units of one forward)</text>\n";
+  os << "</svg>\n";
+  return os.str();
+}
+
+std::vector<int> partition_layers(int n, int p) {
+  MLS_CHECK(p >= 1 && n >= p, "partition_layers: cannot split ", n, " layers into ", p,
+            " stages (need 1 <= p <= n)");
+  std::vector<int> first(static_cast<std::size_t>(p) + 1, 0);
+  for (int s = 0; s < p; ++s) first[static_cast<std::size_t>(s) + 1] = first[static_cast<std::size_t>(s)] + n / p + (s < n % p ? 1 : 0);
+  return first;
+}
+
+}  // namespace mls::parallel

@@ -1,0 +1,84 @@
+// Data parallelism, the 3-D mesh and the pipeline on the MPI backend (processes; run under
+// mpirun -np 2 and -np 4 through tests/run_mpi.sh; started directly, a test case re-runs itself
+// under mpirun -np 2, see mpi_launch.hpp): the same equalities as on simulated ranks.
+#include <catch2/catch.hpp>
+
+#include "mpi_launch.hpp"
+#include "mls/parallel/data_parallel.hpp"
+#include "mls/parallel/mesh.hpp"
+#include "mls/parallel/mpi.hpp"
+#include "mls/parallel/tensor_parallel.hpp"
+
+using namespace mls;
+using namespace mls::parallel;
+using mls::ad::Var;
+namespace nn = mls::ad::nn;
+
+TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B after 10 SGD steps",
+          "[lab5][mpi][mpi_train][mpi_dp]") {
+  MLS_MPI_TEST(2);
+  Communicator comm = mpi_world();
+  const int n = comm.size();
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    for (bool overlap : {false, true}) {
+      auto make = [&](const char* name, std::int64_t i, std::int64_t o) {
+        Rng rng(5, name);
+        nn::Linear l(i, o, rng, nn::Init::Xavier, true, dt);
+        l.bias = nn::parameter(Tensor::randn({o}, rng, 0.0, 0.2, dt));
+        return l;
+      };
+      nn::Linear a1 = make("l1", 6, 8), a2 = make("l2", 8, 3);  // this process's replica
+      nn::Linear r1 = make("l1", 6, 8), r2 = make("l2", 8, 3);  // the single-process reference
+      std::vector<nn::Parameter> ps = {a1.weight, a1.bias, a2.weight, a2.bias};
+      std::vector<nn::Parameter> rs = {r1.weight, r1.bias, r2.weight, r2.bias};
+      DataParallel dp(comm, ps, DataParallelOptions{128, overlap});
+      dp.broadcast_parameters(0);
+      nn::SGD opt(ps, 0.1, 0.9), ropt(rs, 0.1, 0.9);
+      for (int s = 0; s < 10; ++s) {
+        Rng rng(17, "mpi-dp-batch-" + std::to_string(s));
+        const Tensor x = Tensor::randn({12, 6}, rng, 0.0, 1.0, dt), y = Tensor::randn({12, 3}, rng, 0.0, 1.0, dt);
+        ropt.zero_grad();
+        ad::mse_loss(r2.forward(ad::tanh(r1.forward(Var(x)))), Var(y)).backward();
+        ropt.step();
+        opt.zero_grad();
+        const Var xs(shard_batch(x, comm.rank(), n)), ys(shard_batch(y, comm.rank(), n));
+        const Var out = overlap ? ad::matmul(ad::tanh(ad::matmul(xs, dp.hook(0)) + dp.hook(1)), dp.hook(2)) + dp.hook(3)
+                                : a2.forward(ad::tanh(a1.forward(xs)));
+        ad::mse_loss(out, ys).backward();
+        dp.allreduce_gradients();
+        opt.step();
+      }
+      const double tol = dt == DType::Float64 ? 1e-12 : 1e-6;
+      INFO(dtype_name(dt) << " overlap " << overlap << " rank " << comm.rank() << " of " << n);
+      CHECK(dp.allreduce_calls() == static_cast<std::int64_t>(dp.buckets().size()) * 10);
+      for (std::size_t k = 0; k < ps.size(); ++k) {
+        const auto g = ps[k].value().to_vector<double>(), w = rs[k].value().to_vector<double>();
+        for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).epsilon(tol).margin(tol));
+      }
+    }
+  }
+}
+
+TEST_CASE("mpi mesh: the residual MLP stack on dp x tp x pp processes equals one process", "[lab5][mpi][mpi_train][mpi_mesh]") {
+  MLS_MPI_TEST(2);
+  Communicator world = mpi_world();
+  const int n = world.size();
+  // 2 processes: 1 x 1 x 2 (a pipeline); 4 processes: 1 x 2 x 2; else data parallel.
+  const int pp = n % 2 == 0 ? 2 : 1, tp = n % 4 == 0 ? 2 : 1, dp = n / (pp * tp);
+  StackConfig c;
+  c.blocks = pp;
+  c.steps = 3;
+  const StackResult ref = train_stack_single(c);
+  const StackResult got = train_stack_3d(world, c, dp, tp, pp);
+  const MeshCoord m = Mesh3D::coord_of(world.rank(), tp, pp);
+  INFO("rank " << world.rank() << " of " << n << ": " << dp << " x " << tp << " x " << pp);
+  for (std::size_t s = 0; s < ref.losses.size(); ++s) CHECK(got.losses[s] == Approx(ref.losses[s]).epsilon(1e-12));
+  for (std::size_t k = 0; k < 4; ++k) {
+    const std::int64_t dim = ParallelMLP::kShardDims[k];
+    const Tensor& full = ref.params[static_cast<std::size_t>(m.s)][k];
+    const auto w = (dim < 0 ? full : shard(full, dim, m.t, tp)).to_vector<double>();
+    const auto g = got.params[0][k].to_vector<double>();
+    REQUIRE(g.size() == w.size());
+    for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).epsilon(1e-12).margin(1e-14));
+  }
+}

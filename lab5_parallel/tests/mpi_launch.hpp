@@ -1,0 +1,89 @@
+#pragma once
+/// Lets a test case of the MPI test program run under mpirun on its own: started directly (by
+/// mls-grader, which runs one test case per process, or by hand), a test case re-runs just
+/// itself as `run_mpi.sh 2 <this program> <its name>` and passes when every rank passed. Started
+/// by mpirun (CTest's lab5:mpi:np2 and np4), it runs in place.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mls/common/error.hpp"
+#include "mls/parallel/mpi.hpp"
+
+namespace mls::parallel::testing {
+
+/// Catch's escaping of a test name on the command line (',', '[', ']', '"', '~', '\').
+inline std::string escape_catch_name(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    if (c == ',' || c == '[' || c == ']' || c == '"' || c == '~' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+/// Runs argv, returns (exit status, stdout+stderr).
+inline std::pair<int, std::string> run_capture(const std::vector<std::string>& args) {
+  int fds[2];
+  MLS_CHECK(::pipe(fds) == 0, "mpi test launcher: pipe failed");
+  pid_t pid = ::fork();
+  MLS_CHECK(pid >= 0, "mpi test launcher: fork failed");
+  if (pid == 0) {
+    ::setpgid(0, 0);  // mpirun in its own process group: its signals never reach this program
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::perror("execv");
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+/// True when the caller should return: the test case ran under mpirun in a child job.
+inline bool relaunched_under_mpirun(int np = 2) {
+  if (under_mpirun()) return false;
+  char self[4096];
+  const ssize_t k = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  MLS_CHECK(k > 0, "mpi test launcher: cannot read /proc/self/exe");
+  self[k] = 0;
+  const std::string name = Catch::getResultCapture().getCurrentTestName();
+  auto [rc, out] = run_capture({MLS_LAB5_RUN_MPI, std::to_string(np), self, escape_catch_name(name)});
+  const std::string tail = out.size() > 6000 ? out.substr(out.size() - 6000) : out;
+  if (out.find("SKIPPED: mpirun not found") != std::string::npos) {
+    WARN("SKIPPED: mpirun not found: the MPI test '" << name << "' did not run");
+    return true;
+  }
+  if (rc != 0 && out.find("not implemented:") != std::string::npos) {
+    const auto at = out.find("not implemented:");
+    throw NotImplemented(out.substr(at, out.find('\n', at) - at));
+  }
+  INFO("mpirun -np " << np << " exited with " << rc << "; output:\n" << tail);
+  CHECK(rc == 0);
+  CHECK(out.find("All tests passed") != std::string::npos);
+  return true;
+}
+
+}  // namespace mls::parallel::testing
+
+/// First line of every MPI test case.
+#define MLS_MPI_TEST(np)                                                      \
+  do {                                                                        \
+    if (::mls::parallel::testing::relaunched_under_mpirun(np)) return;        \
+  } while (0)
