@@ -48,15 +48,17 @@ double peak_gflops(bool avx512, int threads, long iters) {
   mls::ThreadCountGuard guard(threads);
   const double lanes = avx512 ? 16 : 8;
   volatile float sink = 0;
-  const double s = mls::time_min([&] {
-    mls::parallel_for(0, threads, 1, [&](std::int64_t b, std::int64_t e) {
-      for (auto t = b; t < e; ++t) sink = avx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters);
-    });
-  }, 3);
+  const double s = mls::time_min(
+      [&] {
+        mls::parallel_for(0, threads, 1, [&](std::int64_t b, std::int64_t e) {
+          for (auto t = b; t < e; ++t)
+            sink = avx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters);
+        });
+      },
+      3);
   (void)sink;
   return threads * 2.0 * lanes * 12 * iters / s * 1e-9;
 }
-
 
 double peak_gflops_best(int threads, long iters) {
   return peak_gflops(__builtin_cpu_supports("avx512f"), threads, iters);

@@ -36,8 +36,8 @@ std::vector<Var> to_leaves(const GPTParams& p, DType dtype) {
 }
 
 GPTGrads grads_of(const GPTConfig& cfg, const std::vector<Var>& leaves) {
-  MLS_CHECK(leaves.size() == static_cast<std::size_t>(kNumParamTensors), "grads_of: ", leaves.size(),
-            " leaves, expected ", kNumParamTensors);
+  MLS_CHECK(leaves.size() == static_cast<std::size_t>(kNumParamTensors),
+            "grads_of: ", leaves.size(), " leaves, expected ", kNumParamTensors);
   GPTGrads g(cfg);
   for (int i = 0; i < kNumParamTensors; ++i) {
     Var gi = leaves[i].grad();
@@ -55,7 +55,8 @@ Var linear(const Var& x, const Var& w, const Var& b) {
 
 Var causal_self_attention(const Var& qkv, std::int64_t n_head) {
   // BEGIN SOLUTION
-  const std::int64_t B = qkv.shape()[0], T = qkv.shape()[1], C = qkv.shape()[2] / 3, hs = C / n_head;
+  const std::int64_t B = qkv.shape()[0], T = qkv.shape()[1], C = qkv.shape()[2] / 3,
+                     hs = C / n_head;
   auto heads = [&](std::int64_t which) {  // [B, H, T, hs]
     Var s = A::slice(qkv, 2, which * C, (which + 1) * C);
     return A::permute(A::reshape(s, {B, T, n_head, hs}), {0, 2, 1, 3});
@@ -65,7 +66,8 @@ Var causal_self_attention(const Var& qkv, std::int64_t n_head) {
   // The causal mask: 0 where t2 <= t, -inf where t2 > t (the future), broadcast over B and H.
   std::vector<double> m(static_cast<std::size_t>(T * T), 0.0);
   for (std::int64_t t = 0; t < T; ++t)
-    for (std::int64_t t2 = t + 1; t2 < T; ++t2) m[t * T + t2] = -std::numeric_limits<double>::infinity();
+    for (std::int64_t t2 = t + 1; t2 < T; ++t2)
+      m[t * T + t2] = -std::numeric_limits<double>::infinity();
   Var mask = A::constant_like(qkv, Tensor::from_vector(m, {T, T}).to(qkv.dtype()));
   Var att = A::softmax(scores + mask, -1);
   Var y = A::matmul(att, v);  // [B, H, T, hs]
@@ -93,8 +95,8 @@ Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& in
   MLS_CHECK(inputs.ndim() == 2, "gpt_logits: inputs of shape ", shape_str(inputs.shape()),
             ", expected [B, T]");
   const std::int64_t T = inputs.shape()[1];
-  MLS_CHECK(T > 0 && T <= cfg.block_size, "gpt_logits: T = ", T, ", expected 0 < T <= block_size = ",
-            cfg.block_size);
+  MLS_CHECK(T > 0 && T <= cfg.block_size, "gpt_logits: T = ", T,
+            ", expected 0 < T <= block_size = ", cfg.block_size);
   Var idx = A::constant_like(P[0], inputs);
   Var pos = A::constant_like(P[0], Tensor::arange(T, DType::Int64));
   Var x = A::embedding(P[0], idx) + A::embedding(P[1], pos);

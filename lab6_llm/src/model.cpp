@@ -18,8 +18,8 @@ namespace mls::llm {
 namespace {
 
 constexpr float kLnEps = 1e-5f;
-constexpr std::int64_t kRowChunk = 64;       // rows per chunk of a reduction over rows
-constexpr std::int64_t kElemChunk = 16384;   // elements per chunk of an elementwise loop
+constexpr std::int64_t kRowChunk = 64;      // rows per chunk of a reduction over rows
+constexpr std::int64_t kElemChunk = 16384;  // elements per chunk of an elementwise loop
 
 void ensure_kernels() {
   static std::once_flag once;
@@ -50,8 +50,9 @@ std::array<std::int64_t, kNumParamTensors> param_offsets(const GPTConfig& cfg) {
 
 ParamPtrs param_views(float* flat, const GPTConfig& cfg) {
   const auto o = param_offsets(cfg);
-  return ParamPtrs{flat + o[0],  flat + o[1],  flat + o[2],  flat + o[3],  flat + o[4],  flat + o[5],
-                   flat + o[6],  flat + o[7],  flat + o[8],  flat + o[9],  flat + o[10], flat + o[11],
+  return ParamPtrs{flat + o[0],  flat + o[1],  flat + o[2],  flat + o[3],
+                   flat + o[4],  flat + o[5],  flat + o[6],  flat + o[7],
+                   flat + o[8],  flat + o[9],  flat + o[10], flat + o[11],
                    flat + o[12], flat + o[13], flat + o[14], flat + o[15]};
 }
 
@@ -90,19 +91,36 @@ GPTParams init_params(const GPTConfig& cfg, std::uint64_t seed) {
 
 // ---- activations --------------------------------------------------------------------------------
 
-GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64_t T_) : B(B_), T(T_) {
+GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64_t T_)
+    : B(B_), T(T_) {
   cfg.validate();
   MLS_CHECK(B > 0 && T > 0 && T <= cfg.block_size, "GPTActivations: B = ", B, ", T = ", T,
             ", expected B > 0 and 0 < T <= block_size = ", cfg.block_size);
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size, N = B * T;
-  const std::int64_t sizes[] = {N * C,     L * N * C,     L * N,     L * N,     L * N * 3 * C,
-                                L * N * C, L * B * H * T * T, L * N * C, L * N * C, L * N * C,
-                                L * N,     L * N,         L * N * 4 * C, L * N * 4 * C, L * N * C,
-                                L * N * C, N * C,         N,         N,         N * V,
+  const std::int64_t sizes[] = {N * C,
+                                L * N * C,
+                                L * N,
+                                L * N,
+                                L * N * 3 * C,
+                                L * N * C,
+                                L * B * H * T * T,
+                                L * N * C,
+                                L * N * C,
+                                L * N * C,
+                                L * N,
+                                L * N,
+                                L * N * 4 * C,
+                                L * N * 4 * C,
+                                L * N * C,
+                                L * N * C,
+                                N * C,
+                                N,
+                                N,
+                                N * V,
                                 N};
-  float** ptrs[] = {&encoded, &ln1,      &ln1_mean, &ln1_rstd, &qkv,     &atty,     &att,
-                    &attproj, &residual2, &ln2,     &ln2_mean, &ln2_rstd, &fch,     &fch_gelu,
-                    &fcproj,  &residual3, &lnf,     &lnf_mean, &lnf_rstd, &logits,  &losses};
+  float** ptrs[] = {&encoded, &ln1,       &ln1_mean, &ln1_rstd, &qkv,      &atty,   &att,
+                    &attproj, &residual2, &ln2,      &ln2_mean, &ln2_rstd, &fch,    &fch_gelu,
+                    &fcproj,  &residual3, &lnf,      &lnf_mean, &lnf_rstd, &logits, &losses};
   std::int64_t total = 0;
   for (auto s : sizes) total += s;
   storage_.assign(static_cast<std::size_t>(total), 0.f);
@@ -149,7 +167,8 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, std::int64_t N, std::int64_t C) {
   parallel_for(0, N, kRowChunk, [&](std::int64_t r0, std::int64_t r1) {
-    lab4::layernorm_forward(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, w, b, r1 - r0, C, kLnEps);
+    lab4::layernorm_forward(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, w, b, r1 - r0, C,
+                            kLnEps);
   });
 }
 
@@ -366,11 +385,12 @@ void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActiva
                              std::int64_t l, const float* x_in) {
   // BEGIN SOLUTION
   const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
-  layernorm_forward(a.ln1 + l * N * C, a.ln1_mean + l * N, a.ln1_rstd + l * N, x_in,
-                    p.ln1w + l * C, p.ln1b + l * C, N, C);
+  layernorm_forward(a.ln1 + l * N * C, a.ln1_mean + l * N, a.ln1_rstd + l * N, x_in, p.ln1w + l * C,
+                    p.ln1b + l * C, N, C);
   matmul_forward(a.qkv + l * N * 3 * C, a.ln1 + l * N * C, p.qkvw + l * 3 * C * C,
                  p.qkvb + l * 3 * C, N, C, 3 * C);
-  attention_forward(a.atty + l * N * C, a.att + l * B * H * T * T, a.qkv + l * N * 3 * C, B, T, C, H);
+  attention_forward(a.atty + l * N * C, a.att + l * B * H * T * T, a.qkv + l * N * 3 * C, B, T, C,
+                    H);
   matmul_forward(a.attproj + l * N * C, a.atty + l * N * C, p.attprojw + l * C * C,
                  p.attprojb + l * C, N, C, C);
   residual_forward(a.residual2 + l * N * C, x_in, a.attproj + l * N * C, N * C);
@@ -451,7 +471,8 @@ void block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, cons
 
 namespace {
 
-void check_ids(const char* op, const char* what, const std::int32_t* ids, std::int64_t n, std::int64_t V) {
+void check_ids(const char* op, const char* what, const std::int32_t* ids, std::int64_t n,
+               std::int64_t V) {
   MLS_CHECK(ids != nullptr, op, ": ", what, " is null");
   for (std::int64_t i = 0; i < n; ++i)
     MLS_CHECK(ids[i] >= 0 && ids[i] < V, op, ": ", what, " id ", ids[i], " at position ", i,
@@ -501,8 +522,8 @@ void gpt_backward(const GPTParams& params, GPTGrads& grads, const GPTActivations
   layernorm_backward(dresidual, g.lnfw, g.lnfb, dacts.lnf, acts.residual3 + (L - 1) * N * C, p.lnfw,
                      acts.lnf_mean, acts.lnf_rstd, N, C);
   for (std::int64_t l = L - 1; l >= 0; --l)
-    block_backward(cfg, p, g, acts, dacts, l, l == 0 ? acts.encoded : acts.residual3 + (l - 1) * N * C,
-                   dresidual);
+    block_backward(cfg, p, g, acts, dacts, l,
+                   l == 0 ? acts.encoded : acts.residual3 + (l - 1) * N * C, dresidual);
   encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
 }
 
@@ -587,7 +608,9 @@ double lr_schedule(std::int64_t step, std::int64_t warmup, std::int64_t total, d
 
 // ---- counts -------------------------------------------------------------------------------------
 
-std::int64_t flops_params(const GPTConfig& cfg) { return num_params(cfg) - cfg.block_size * cfg.n_embd; }
+std::int64_t flops_params(const GPTConfig& cfg) {
+  return num_params(cfg) - cfg.block_size * cfg.n_embd;
+}
 
 double train_flops_per_token(const GPTConfig& cfg, std::int64_t T) {
   return 6.0 * static_cast<double>(flops_params(cfg)) +

@@ -45,7 +45,8 @@ std::vector<LossRow> read_loss_csv(const std::string& path) {
     std::stringstream ls(line);
     std::string x;
     while (std::getline(ls, x, ',')) f.push_back(x);
-    MLS_CHECK(f.size() >= 5, "read_loss_csv: ", path, " line ", n, " has ", f.size(), " fields, expected 6");
+    MLS_CHECK(f.size() >= 5, "read_loss_csv: ", path, " line ", n, " has ", f.size(),
+              " fields, expected 6");
     try {
       LossRow r;
       r.step = std::stoll(f[0]);
@@ -71,8 +72,10 @@ std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title)
     y0 = 1e300;
     y1 = -1e300;
     for (const auto& r : rows) {
-      if (std::isfinite(r.train_loss)) y0 = std::min(y0, r.train_loss), y1 = std::max(y1, r.train_loss);
-      if (r.val_loss >= 0 && std::isfinite(r.val_loss)) y0 = std::min(y0, r.val_loss), y1 = std::max(y1, r.val_loss);
+      if (std::isfinite(r.train_loss))
+        y0 = std::min(y0, r.train_loss), y1 = std::max(y1, r.train_loss);
+      if (r.val_loss >= 0 && std::isfinite(r.val_loss))
+        y0 = std::min(y0, r.val_loss), y1 = std::max(y1, r.val_loss);
     }
     if (!(y1 > y0)) y0 -= 0.5, y1 += 0.5;
     y0 = std::max(0.0, y0 - 0.05 * (y1 - y0));
@@ -82,39 +85,52 @@ std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title)
   std::ostringstream s;
   s.precision(5);
   s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
-  s << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='14'>" << title << "</text>\n";
-  s << "<line x1='" << ml << "' y1='" << H - mb << "' x2='" << W - mr << "' y2='" << H - mb << "' stroke='black'/>\n";
-  s << "<line x1='" << ml << "' y1='" << mt << "' x2='" << ml << "' y2='" << H - mb << "' stroke='black'/>\n";
+    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
+       "fill='white'/>\n";
+  s << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='14'>" << title
+    << "</text>\n";
+  s << "<line x1='" << ml << "' y1='" << H - mb << "' x2='" << W - mr << "' y2='" << H - mb
+    << "' stroke='black'/>\n";
+  s << "<line x1='" << ml << "' y1='" << mt << "' x2='" << ml << "' y2='" << H - mb
+    << "' stroke='black'/>\n";
   for (int i = 0; i <= 5; ++i) {
     const double xv = x0 + (x1 - x0) * i / 5, yv = y0 + (y1 - y0) * i / 5;
-    s << "<line x1='" << X(xv) << "' y1='" << H - mb << "' x2='" << X(xv) << "' y2='" << H - mb + 5 << "' stroke='black'/>"
-      << "<text x='" << X(xv) << "' y='" << H - mb + 18 << "' text-anchor='middle'>" << std::llround(xv) << "</text>\n";
+    s << "<line x1='" << X(xv) << "' y1='" << H - mb << "' x2='" << X(xv) << "' y2='" << H - mb + 5
+      << "' stroke='black'/>"
+      << "<text x='" << X(xv) << "' y='" << H - mb + 18 << "' text-anchor='middle'>"
+      << std::llround(xv) << "</text>\n";
     s << "<line x1='" << ml - 5 << "' y1='" << Y(yv) << "' x2='" << W - mr << "' y2='" << Y(yv)
-      << "' stroke='#ddd'/><text x='" << ml - 8 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>" << yv << "</text>\n";
+      << "' stroke='#ddd'/><text x='" << ml - 8 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>"
+      << yv << "</text>\n";
   }
-  s << "<text x='" << (ml + W - mr) / 2 << "' y='" << H - 10 << "' text-anchor='middle'>step</text>\n";
-  s << "<text x='15' y='" << (mt + H - mb) / 2 << "' text-anchor='middle' transform='rotate(-90 15 " << (mt + H - mb) / 2
-    << ")'>loss (nats/token)</text>\n";
+  s << "<text x='" << (ml + W - mr) / 2 << "' y='" << H - 10
+    << "' text-anchor='middle'>step</text>\n";
+  s << "<text x='15' y='" << (mt + H - mb) / 2 << "' text-anchor='middle' transform='rotate(-90 15 "
+    << (mt + H - mb) / 2 << ")'>loss (nats/token)</text>\n";
   s << "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
   for (const auto& r : rows)
-    if (std::isfinite(r.train_loss)) s << X(static_cast<double>(r.step)) << "," << Y(r.train_loss) << " ";
+    if (std::isfinite(r.train_loss))
+      s << X(static_cast<double>(r.step)) << "," << Y(r.train_loss) << " ";
   s << "'/>\n";
   for (const auto& r : rows)
     if (r.val_loss >= 0 && std::isfinite(r.val_loss))
-      s << "<circle cx='" << X(static_cast<double>(r.step)) << "' cy='" << Y(r.val_loss) << "' r='3' fill='#d62728'/>\n";
-  s << "<line x1='" << W - mr - 130 << "' y1='" << mt + 10 << "' x2='" << W - mr - 110 << "' y2='" << mt + 10
-    << "' stroke='#1f77b4' stroke-width='2'/><text x='" << W - mr - 105 << "' y='" << mt + 14 << "'>train</text>\n";
-  s << "<circle cx='" << W - mr - 120 << "' cy='" << mt + 28 << "' r='3' fill='#d62728'/><text x='" << W - mr - 105
-    << "' y='" << mt + 32 << "'>validation</text>\n</svg>\n";
+      s << "<circle cx='" << X(static_cast<double>(r.step)) << "' cy='" << Y(r.val_loss)
+        << "' r='3' fill='#d62728'/>\n";
+  s << "<line x1='" << W - mr - 130 << "' y1='" << mt + 10 << "' x2='" << W - mr - 110 << "' y2='"
+    << mt + 10 << "' stroke='#1f77b4' stroke-width='2'/><text x='" << W - mr - 105 << "' y='"
+    << mt + 14 << "'>train</text>\n";
+  s << "<circle cx='" << W - mr - 120 << "' cy='" << mt + 28 << "' r='3' fill='#d62728'/><text x='"
+    << W - mr - 105 << "' y='" << mt + 32 << "'>validation</text>\n</svg>\n";
   return s.str();
 }
 
-void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows, const std::string& title) {
+void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows,
+                    const std::string& title) {
   write_file_atomic(path, loss_svg(rows, title), "write_loss_svg");
 }
 
-double eval_stream_loss(const GPTParams& params, const std::vector<std::int32_t>& tokens, std::int64_t B) {
+double eval_stream_loss(const GPTParams& params, const std::vector<std::int32_t>& tokens,
+                        std::int64_t B) {
   const GPTConfig& cfg = params.config();
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
   MLS_CHECK(n >= 2, "eval: a stream of ", n, " tokens, expected at least 2");
@@ -128,7 +144,8 @@ double eval_stream_loss(const GPTParams& params, const std::vector<std::int32_t>
     Batch b;
     b.B = B;
     b.T = T;
-    const std::int64_t used = std::min<std::int64_t>(B, static_cast<std::int64_t>(starts.size() - i));
+    const std::int64_t used =
+        std::min<std::int64_t>(B, static_cast<std::int64_t>(starts.size() - i));
     for (std::int64_t r = 0; r < B; ++r) {
       const std::int64_t s = starts[i + static_cast<std::size_t>(std::min(r, used - 1))];
       for (std::int64_t t = 0; t < T; ++t) {
@@ -137,7 +154,8 @@ double eval_stream_loss(const GPTParams& params, const std::vector<std::int32_t>
         b.mask.push_back(r < used ? 1.f : 0.f);
       }
     }
-    const double l = gpt_forward(params, acts, b.inputs.data(), b.targets.data(), b.mask.data(), B, T);
+    const double l =
+        gpt_forward(params, acts, b.inputs.data(), b.targets.data(), b.mask.data(), B, T);
     sum += l * static_cast<double>(used * T);
     count += static_cast<double>(used * T);
   }

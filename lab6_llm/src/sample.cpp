@@ -11,11 +11,13 @@
 namespace mls::llm {
 
 void validate_sample_options(const SampleOptions& opt, std::int64_t V) {
-  MLS_CHECK(std::isfinite(opt.temperature) && opt.temperature > 0, "sample: temperature = ",
-            opt.temperature, ", expected > 0 (use greedy decoding for argmax)");
+  MLS_CHECK(std::isfinite(opt.temperature) && opt.temperature > 0,
+            "sample: temperature = ", opt.temperature,
+            ", expected > 0 (use greedy decoding for argmax)");
   MLS_CHECK(opt.top_k >= 0 && opt.top_k <= V, "sample: top_k = ", opt.top_k,
             ", expected 0 (off) or 1 <= top_k <= vocab_size = ", V);
-  MLS_CHECK(opt.top_p > 0 && opt.top_p <= 1, "sample: top_p = ", opt.top_p, ", expected 0 < top_p <= 1");
+  MLS_CHECK(opt.top_p > 0 && opt.top_p <= 1, "sample: top_p = ", opt.top_p,
+            ", expected 0 < top_p <= 1");
 }
 
 std::int32_t sample_token(const float* logits, std::int64_t V, const SampleOptions& opt, Rng& rng) {
@@ -35,7 +37,8 @@ std::int32_t sample_token(const float* logits, std::int64_t V, const SampleOptio
   // most likely first; ties by id
   std::vector<std::int32_t> order(static_cast<std::size_t>(V));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
   std::size_t keep = opt.top_k > 0 ? static_cast<std::size_t>(opt.top_k) : order.size();
   if (opt.top_p < 1.0) {
     double cum = 0;
@@ -71,8 +74,10 @@ void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token,
   MLS_CHECK(cache.config() == cfg, "forward_cached: a cache of another config");
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size,
                      T = cfg.block_size, hs = C / H, pos = cache.len_;
-  MLS_CHECK(pos < T, "forward_cached: the KV cache is full (", pos, " positions = block_size ", T, ")");
-  MLS_CHECK(token >= 0 && token < V, "forward_cached: token ", token, ", expected 0 <= token < vocab_size = ", V);
+  MLS_CHECK(pos < T, "forward_cached: the KV cache is full (", pos, " positions = block_size ", T,
+            ")");
+  MLS_CHECK(token >= 0 && token < V, "forward_cached: token ", token,
+            ", expected 0 <= token < vocab_size = ", V);
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   std::vector<float> x(C), ln(C), qkv(3 * C), y(C), proj(C), fch(4 * C), fchg(4 * C), att(pos + 1);
   float mean = 0, rstd = 0;
@@ -107,7 +112,8 @@ void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token,
     layernorm_forward(ln.data(), &mean, &rstd, x.data(), p.ln2w + l * C, p.ln2b + l * C, 1, C);
     matmul_forward(fch.data(), ln.data(), p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, 1, C, 4 * C);
     gelu_forward(fchg.data(), fch.data(), 4 * C);
-    matmul_forward(proj.data(), fchg.data(), p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, 1, 4 * C, C);
+    matmul_forward(proj.data(), fchg.data(), p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, 1, 4 * C,
+                   C);
     residual_forward(x.data(), x.data(), proj.data(), C);
   }
   layernorm_forward(ln.data(), &mean, &rstd, x.data(), p.lnfw, p.lnfb, 1, C);
@@ -136,8 +142,9 @@ std::vector<std::int32_t> generate(const GPTParams& params, const std::vector<st
   MLS_CHECK(n > 0, "generate: empty prompt, expected at least one token");
   MLS_CHECK(max_new >= 0, "generate: max_new = ", max_new, ", expected >= 0");
   if (use_cache) {
-    MLS_CHECK(n <= cfg.block_size, "generate: a prompt of ", n, " tokens is longer than the block size ",
-              cfg.block_size, " (the KV cache holds block_size positions)");
+    MLS_CHECK(n <= cfg.block_size, "generate: a prompt of ", n,
+              " tokens is longer than the block size ", cfg.block_size,
+              " (the KV cache holds block_size positions)");
     MLS_CHECK(n + max_new <= cfg.block_size, "generate: prompt ", n, " + ", max_new,
               " new tokens exceed the block size ", cfg.block_size,
               " with the KV cache (generate fewer tokens or without the cache)");

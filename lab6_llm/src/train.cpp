@@ -16,14 +16,12 @@ void TrainOptions::validate(const GPTConfig& cfg) const {
             ", expected 0 <= min_lr <= lr and lr > 0");
   MLS_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
             "train: beta1 = ", adamw.beta1, ", beta2 = ", adamw.beta2, ", expected in [0, 1)");
-  MLS_CHECK(adamw.weight_decay >= 0, "train: weight_decay = ", adamw.weight_decay, ", expected >= 0");
+  MLS_CHECK(adamw.weight_decay >= 0, "train: weight_decay = ", adamw.weight_decay,
+            ", expected >= 0");
 }
 
 Trainer::Trainer(GPTParams p, const TrainOptions& opt)
-    : params(std::move(p)),
-      grads(params.config()),
-      adam(params.size()),
-      opt_(opt) {
+    : params(std::move(p)), grads(params.config()), adam(params.size()), opt_(opt) {
   opt.validate(params.config());
   acts = GPTActivations(params.config(), opt.batch, opt.context);
   dacts = GPTActivations(params.config(), opt.batch, opt.context);
@@ -45,8 +43,8 @@ StepStats Trainer::step(const Batch& b) {
 }
 
 StepStats Trainer::step_autodiff(const Batch& b) {
-  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step_autodiff: batch (", b.B, ", ", b.T,
-            "), expected (", opt_.batch, ", ", opt_.context, ")");
+  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step_autodiff: batch (", b.B, ", ",
+            b.T, "), expected (", opt_.batch, ", ", opt_.context, ")");
   StepStats s;
   s.lr = lr_schedule(adam.step, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
   auto leaves = tape::to_leaves(params, DType::Float32);
@@ -66,7 +64,8 @@ double Trainer::eval_loss(const Batch& b) {
   return gpt_forward(params, a, b.inputs.data(), b.targets.data(), b.mask.data(), b.B, b.T);
 }
 
-Checkpoint trainer_checkpoint(const Trainer& tr, const std::string& tokenizer, std::uint64_t data_position) {
+Checkpoint trainer_checkpoint(const Trainer& tr, const std::string& tokenizer,
+                              std::uint64_t data_position) {
   Checkpoint ck;
   ck.config = tr.params.config();
   ck.tokenizer = tokenizer;

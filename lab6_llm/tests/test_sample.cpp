@@ -1,6 +1,5 @@
 // Lab 6: sampling and the KV cache.
 #include <catch2/catch.hpp>
-
 #include <map>
 
 #include "mls/llm/sample.hpp"
@@ -11,7 +10,8 @@ using namespace mls;
 using namespace mls::llm;
 using namespace lab6test;
 
-TEST_CASE("KV cache: the same logits as recomputing the context, position by position", "[lab6][sample][kvcache]") {
+TEST_CASE("KV cache: the same logits as recomputing the context, position by position",
+          "[lab6][sample][kvcache]") {
   Rng rng(4, "kv-logits");
   for (int trial = 0; trial < 4; ++trial) {
     const GPTConfig cfg = random_config(rng);
@@ -26,11 +26,13 @@ TEST_CASE("KV cache: the same logits as recomputing the context, position by pos
       CHECK(rel_err(logits.data(), ref.data(), cfg.vocab_size) < 1e-5);
     }
     CHECK(cache.size() == cfg.block_size);
-    mls::testing::require_error([&] { forward_cached(p, cache, 0, logits.data()); }, "KV cache is full");
+    mls::testing::require_error([&] { forward_cached(p, cache, 0, logits.data()); },
+                                "KV cache is full");
   }
 }
 
-TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation", "[lab6][sample][kvcache]") {
+TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation",
+          "[lab6][sample][kvcache]") {
   GPTConfig cfg = config_by_name("nano");
   cfg.vocab_size = 13;
   Rng rng(6, "kv-generate");
@@ -45,7 +47,8 @@ TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation"
   for (const auto& o : opts) {
     Rng r1(42, "sample"), r2(42, "sample");
     std::vector<std::int32_t> streamed;
-    const auto a = generate(p, prompt, 25, o, true, r1, [&](std::int32_t t) { streamed.push_back(t); });
+    const auto a =
+        generate(p, prompt, 25, o, true, r1, [&](std::int32_t t) { streamed.push_back(t); });
     const auto b = generate(p, prompt, 25, o, false, r2);
     CHECK(a.size() == 25);
     CHECK(a == b);
@@ -53,8 +56,10 @@ TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation"
   }
 }
 
-TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their definitions", "[lab6][sample][sample]") {
-  const std::vector<float> logits = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
+TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their definitions",
+          "[lab6][sample][sample]") {
+  const std::vector<float> logits = {std::log(0.1f), std::log(0.2f), std::log(0.3f),
+                                     std::log(0.4f)};
   Rng rng(8, "sample-token");
   SampleOptions g;
   g.greedy = true;
@@ -89,7 +94,8 @@ TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their defin
   CHECK(f[3] == Approx(1.0));
 }
 
-TEST_CASE("errors: bad sampling options and a prompt longer than the block size", "[lab6][sample][errors]") {
+TEST_CASE("errors: bad sampling options and a prompt longer than the block size",
+          "[lab6][sample][errors]") {
   GPTConfig cfg{1, 1, 4, 8, 5};
   const GPTParams p = init_params(cfg, 0);
   Rng rng(0);
@@ -110,8 +116,14 @@ TEST_CASE("errors: bad sampling options and a prompt longer than the block size"
   o.top_p = 1.5;
   mls::testing::require_error([&] { generate(p, {1}, 3, o, true, rng); }, "top_p = 1.5");
   const std::vector<std::int32_t> long_prompt(9, 1);
-  mls::testing::require_error([&] { generate(p, long_prompt, 1, {}, true, rng); }, "longer than the block size 8");
-  mls::testing::require_error([&] { generate(p, {1, 2}, 7, {}, true, rng); }, "exceed the block size 8");
+  mls::testing::require_error([&] { generate(p, long_prompt, 1, {}, true, rng); },
+                              "longer than the block size 8");
+  mls::testing::require_error(
+      [&] {
+        generate(p, {1, 2}, 7, {}, true, rng);
+      },
+      "exceed the block size 8");
   mls::testing::require_error([&] { generate(p, {}, 1, {}, false, rng); }, "empty prompt");
-  CHECK(generate(p, long_prompt, 3, {}, false, rng).size() == 3);  // the context slides without a cache
+  CHECK(generate(p, long_prompt, 3, {}, false, rng).size() ==
+        3);  // the context slides without a cache
 }

@@ -1,11 +1,10 @@
 // Lab 6: training — the nano model learns to sort; resuming repeats the same losses.
 #include <catch2/catch.hpp>
+#include <cstdio>
 
 #include "mls/common/parallel.hpp"
 #include "mls/llm/sample.hpp"
 #include "mls/llm/train.hpp"
-
-#include <cstdio>
 #include "mls/testing.hpp"
 #include "util.hpp"
 
@@ -23,7 +22,10 @@ GPTConfig sort_config() {
 
 }  // namespace
 
-TEST_CASE("training: the nano model learns to sort 6 digits, at least 99 percent exact match on held-out problems", "[lab6][train][train_sort]") {
+TEST_CASE(
+    "training: the nano model learns to sort 6 digits, at least 99 percent exact match on held-out "
+    "problems",
+    "[lab6][train][train_sort]") {
   SortTask task(6, 0);
   GPTConfig cfg = config_by_name("nano");
   cfg.vocab_size = task.vocab_size();
@@ -54,7 +56,10 @@ TEST_CASE("training: the nano model learns to sort 6 digits, at least 99 percent
   CHECK(em >= 0.99);
 }
 
-TEST_CASE("training: 20 steps straight = 10 steps, checkpoint, resume 10 steps (the same losses, bit for bit)", "[lab6][train][resume]") {
+TEST_CASE(
+    "training: 20 steps straight = 10 steps, checkpoint, resume 10 steps (the same losses, bit for "
+    "bit)",
+    "[lab6][train][resume]") {
   const std::string path = "lab6_resume_test.ckpt";
   SortTask task(6, 5);
   GPTConfig cfg = config_by_name("nano");
@@ -68,7 +73,8 @@ TEST_CASE("training: 20 steps straight = 10 steps, checkpoint, resume 10 steps (
   {
     SortTask data(6, 5);
     Trainer straight(init_params(cfg, 1), o);
-    for (int s = 0; s < 20; ++s) a.push_back(straight.step(data.next_train(o.batch, o.context)).loss);
+    for (int s = 0; s < 20; ++s)
+      a.push_back(straight.step(data.next_train(o.batch, o.context)).loss);
   }
   {
     SortTask data(6, 5);
@@ -81,7 +87,8 @@ TEST_CASE("training: 20 steps straight = 10 steps, checkpoint, resume 10 steps (
     Trainer resumed(init_params(cfg, 99), o);  // another init: everything must come from the file
     data.seek(restore_trainer(resumed, load_checkpoint(path)));
     CHECK(resumed.adam.step == 10);
-    for (int s = 10; s < 20; ++s) b.push_back(resumed.step(data.next_train(o.batch, o.context)).loss);
+    for (int s = 10; s < 20; ++s)
+      b.push_back(resumed.step(data.next_train(o.batch, o.context)).loss);
   }
   std::remove(path.c_str());
   REQUIRE(a.size() == 20);

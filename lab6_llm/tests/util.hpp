@@ -2,8 +2,8 @@
 // Helpers shared by lab 6's tests: random configs, parameters and batches.
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mls/common/rng.hpp"
@@ -31,7 +31,8 @@ inline GPTParams random_params(const GPTConfig& cfg, mls::Rng& rng) {
   return p;
 }
 
-inline Batch random_batch(const GPTConfig& cfg, std::int64_t B, std::int64_t T, mls::Rng& rng, bool with_mask = true) {
+inline Batch random_batch(const GPTConfig& cfg, std::int64_t B, std::int64_t T, mls::Rng& rng,
+                          bool with_mask = true) {
   Batch b;
   b.B = B;
   b.T = T;

@@ -7,7 +7,6 @@
 //   mls-gpt export --ckpt runs/sort/ckpt.bin --format llmc --out model.bin
 //   mls-gpt bench  --config small                                     (one training step, timed)
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,8 +39,10 @@ struct ModelFlags {
   std::string config = "nano";
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   void add(CLI::App* app) {
-    app->add_option("--config", config, "named config: nano (3 layers, 3 heads, 48 dims, block 32) or small "
-                                        "(4, 4, 128, block 64)")->capture_default_str();
+    app->add_option("--config", config,
+                    "named config: nano (3 layers, 3 heads, 48 dims, block 32) or small "
+                    "(4, 4, 128, block 64)")
+        ->capture_default_str();
     app->add_option("--n-layer", n_layer, "override the config's layers");
     app->add_option("--n-head", n_head, "override the config's heads");
     app->add_option("--n-embd", n_embd, "override the config's width");
@@ -67,14 +68,18 @@ std::string fmt(const char* f, double x) {
 
 void print_counts(const GPTConfig& c, std::int64_t T) {
   const auto L = c.n_layer, C = c.n_embd, V = c.vocab_size, Tb = c.block_size;
-  std::printf("config: L=%lld H=%lld C=%lld T=%lld V=%lld\n", (long long)L, (long long)c.n_head, (long long)C,
-              (long long)Tb, (long long)V);
-  std::printf("parameters: L(12C^2 + 13C) + V*C + T*C + 2C = %lld*%lld + %lld + %lld + %lld = %lld\n", (long long)L,
-              (long long)(12 * C * C + 13 * C), (long long)(V * C), (long long)(Tb * C), (long long)(2 * C),
-              (long long)num_params(c));
-  std::printf("training FLOPs/token: 6N + 12*L*T*C = 6*%lld + 12*%lld*%lld*%lld = %.4g  (N = params - T*C: every "
-              "matmul weight, the tied LM head counted once, the position table not)\n",
-              (long long)flops_params(c), (long long)L, (long long)T, (long long)C, train_flops_per_token(c, T));
+  std::printf("config: L=%lld H=%lld C=%lld T=%lld V=%lld\n", (long long)L, (long long)c.n_head,
+              (long long)C, (long long)Tb, (long long)V);
+  std::printf(
+      "parameters: L(12C^2 + 13C) + V*C + T*C + 2C = %lld*%lld + %lld + %lld + %lld = %lld\n",
+      (long long)L, (long long)(12 * C * C + 13 * C), (long long)(V * C), (long long)(Tb * C),
+      (long long)(2 * C), (long long)num_params(c));
+  std::printf(
+      "training FLOPs/token: 6N + 12*L*T*C = 6*%lld + 12*%lld*%lld*%lld = %.4g  (N = params - T*C: "
+      "every "
+      "matmul weight, the tied LM head counted once, the position table not)\n",
+      (long long)flops_params(c), (long long)L, (long long)T, (long long)C,
+      train_flops_per_token(c, T));
 }
 
 /// The run's data: a generated task or a text file.
@@ -82,11 +87,14 @@ struct RunData {
   std::unique_ptr<GeneratedTask> task;
   std::unique_ptr<TextData> text;
   std::unique_ptr<Tokenizer> tok;  // for text
-  DataSource& source() { return task ? static_cast<DataSource&>(*task) : static_cast<DataSource&>(*text); }
+  DataSource& source() {
+    return task ? static_cast<DataSource&>(*task) : static_cast<DataSource&>(*text);
+  }
   const Tokenizer& tokenizer() const { return task ? task->tokenizer() : *tok; }
 };
 
-double val_loss(Trainer& tr, DataSource& src, std::int64_t batches, std::int64_t B, std::int64_t T) {
+double val_loss(Trainer& tr, DataSource& src, std::int64_t batches, std::int64_t B,
+                std::int64_t T) {
   double s = 0;
   for (std::int64_t i = 0; i < batches; ++i) s += tr.eval_loss(src.next_val(B, T));
   return s / static_cast<double>(batches);
@@ -97,8 +105,9 @@ GreedyFn greedy_of(const GPTParams& p) {
     SampleOptions g;
     g.greedy = true;
     Rng unused(0);
-    return generate(p, prompt, n_new, g, /*use_cache=*/prompt.size() + static_cast<std::size_t>(n_new) <=
-                                                           static_cast<std::size_t>(p.config().block_size),
+    return generate(p, prompt, n_new, g,
+                    /*use_cache=*/prompt.size() + static_cast<std::size_t>(n_new) <=
+                        static_cast<std::size_t>(p.config().block_size),
                     unused);
   };
 }
@@ -142,9 +151,12 @@ int cmd_train(TrainFlags& f) {
   }
   if (!f.data.empty()) {
     const std::string text = read_text_file(f.data);
-    if (resuming) rd.tok = load_tokenizer(resumed.tokenizer);
-    else if (!init_tokenizer.empty()) rd.tok = load_tokenizer(init_tokenizer);
-    else rd.tok = train_tokenizer(f.tokenizer, text, f.vocab);
+    if (resuming)
+      rd.tok = load_tokenizer(resumed.tokenizer);
+    else if (!init_tokenizer.empty())
+      rd.tok = load_tokenizer(init_tokenizer);
+    else
+      rd.tok = train_tokenizer(f.tokenizer, text, f.vocab);
   }
   // -- config
   const std::int64_t vocab = f.data.empty() ? 12 : rd.tok->vocab_size();
@@ -156,8 +168,8 @@ int cmd_train(TrainFlags& f) {
   if (resuming) check_resume_compatible(resumed.config, cfg);
   if (f.data.empty()) {
     rd.task = make_task(f.task, f.digits, f.seed);
-    MLS_CHECK(rd.task->vocab_size() == cfg.vocab_size, "train: task vocabulary ", rd.task->vocab_size(),
-              " != config vocab ", cfg.vocab_size);
+    MLS_CHECK(rd.task->vocab_size() == cfg.vocab_size, "train: task vocabulary ",
+              rd.task->vocab_size(), " != config vocab ", cfg.vocab_size);
   } else {
     rd.text = std::make_unique<TextData>(read_text_file(f.data), *rd.tok, cfg.block_size, f.seed);
   }
@@ -193,11 +205,14 @@ int cmd_train(TrainFlags& f) {
   print_counts(cfg, o.context);
   const int threads = num_threads();
   const double peak = lab4::peak_gflops_best(threads);
-  std::printf("data: %s; batch %lld x context %lld; %lld steps; %d thread(s), peak %.1f GFLOP/s (lab 4 roofline); "
-              "matmul %s\n",
-              rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str() : f.data.c_str(),
-              (long long)o.batch, (long long)o.context, (long long)o.steps, threads, peak,
-              sgemm_kernel().name.c_str());
+  std::printf(
+      "data: %s; batch %lld x context %lld; %lld steps; %d thread(s), peak %.1f GFLOP/s (lab 4 "
+      "roofline); "
+      "matmul %s\n",
+      rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str()
+              : f.data.c_str(),
+      (long long)o.batch, (long long)o.context, (long long)o.steps, threads, peak,
+      sgemm_kernel().name.c_str());
   auto save = [&] {
     Checkpoint ck = trainer_checkpoint(tr, tok_bytes, rd.source().position());
     ck.counters["seed"] = f.seed;
@@ -208,7 +223,8 @@ int cmd_train(TrainFlags& f) {
     ck.settings["steps"] = std::to_string(o.steps);
     save_checkpoint(ckpt_path, ck);
   };
-  ProgressBar bar(std::max<std::int64_t>(1, (f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps) - start),
+  ProgressBar bar(std::max<std::int64_t>(
+                      1, (f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps) - start),
                   "train");
   const double flops_tok = train_flops_per_token(cfg, o.context);
   double tok_s_sum = 0, last_loss = 0;
@@ -241,10 +257,12 @@ int cmd_train(TrainFlags& f) {
   bar.finish();
   save();
   write_loss_csv(csv_path, rows);
-  write_loss_svg(svg_path, rows, "mls-gpt: " + (rd.task ? f.task + " task" : f.data) + ", " + f.model.config);
+  write_loss_svg(svg_path, rows,
+                 "mls-gpt: " + (rd.task ? f.task + " task" : f.data) + ", " + f.model.config);
   const double tok_s = timed ? tok_s_sum / static_cast<double>(timed) : 0;
-  std::printf("final loss %.9g; mean %.0f tokens/s, %.3g GFLOP/s, MFU %.1f%% of %.1f GFLOP/s\n", last_loss, tok_s,
-              tok_s * flops_tok * 1e-9, 100.0 * tok_s * flops_tok / (peak * 1e9), peak);
+  std::printf("final loss %.9g; mean %.0f tokens/s, %.3g GFLOP/s, MFU %.1f%% of %.1f GFLOP/s\n",
+              last_loss, tok_s, tok_s * flops_tok * 1e-9, 100.0 * tok_s * flops_tok / (peak * 1e9),
+              peak);
   std::printf("wrote %s, %s, %s\n", ckpt_path.c_str(), csv_path.c_str(), svg_path.c_str());
   if (rd.task) {
     const double em = exact_match(*rd.task, greedy_of(tr.params), 200, true, 1);
@@ -254,7 +272,8 @@ int cmd_train(TrainFlags& f) {
       const Problem p = rd.task->sample(r, true);
       const auto out = greedy_of(tr.params)(p.prompt, static_cast<int>(p.answer.size()));
       std::printf("  %s%s  (true %s)\n", rd.task->tokenizer().decode(p.prompt).c_str(),
-                  rd.task->tokenizer().decode(out).c_str(), rd.task->tokenizer().decode(p.answer).c_str());
+                  rd.task->tokenizer().decode(out).c_str(),
+                  rd.task->tokenizer().decode(p.answer).c_str());
     }
   } else if (f.sample_tokens > 0) {
     SampleOptions so;
@@ -297,10 +316,12 @@ int cmd_sample_bench(SampleFlags& f) {
     generate(p, prompt, n, so, cache == 1, r);
     rates[cache] = static_cast<double>(n) / t.seconds();
   }
-  std::printf("generate %lld tokens (context up to %lld), %s, %d thread(s): KV cache %.0f tok/s, recompute %.0f "
-              "tok/s, speedup %.1fx\n",
-              (long long)n, (long long)f.bench_context, f.model.config.c_str(), num_threads(), rates[1], rates[0],
-              rates[1] / rates[0]);
+  std::printf(
+      "generate %lld tokens (context up to %lld), %s, %d thread(s): KV cache %.0f tok/s, recompute "
+      "%.0f "
+      "tok/s, speedup %.1fx\n",
+      (long long)n, (long long)f.bench_context, f.model.config.c_str(), num_threads(), rates[1],
+      rates[0], rates[1] / rates[0]);
   return 0;
 }
 
@@ -327,22 +348,27 @@ int cmd_sample(SampleFlags& f) {
   if (cache) {
     const std::int64_t room = ck.config.block_size - static_cast<std::int64_t>(prompt.size());
     if (n > room) {
-      std::fprintf(stderr, "sample: the KV cache holds %lld positions: generating %lld tokens (use --no-kv-cache "
-                   "for more)\n", (long long)ck.config.block_size, (long long)room);
+      std::fprintf(
+          stderr,
+          "sample: the KV cache holds %lld positions: generating %lld tokens (use --no-kv-cache "
+          "for more)\n",
+          (long long)ck.config.block_size, (long long)room);
       n = room;
     }
   }
   Rng r(f.seed, "sample");
   std::cout << tok->decode(prompt) << std::flush;
   Timer t;
-  const auto out = generate(p, prompt, n, so, cache, r, [&](std::int32_t id) { std::cout << tok->decode({id}) << std::flush; });
+  const auto out = generate(p, prompt, n, so, cache, r,
+                            [&](std::int32_t id) { std::cout << tok->decode({id}) << std::flush; });
   std::cout << "\n";
-  std::fprintf(stderr, "%zu tokens, %.0f tok/s (%s)\n", out.size(), static_cast<double>(out.size()) / t.seconds(),
-               cache ? "KV cache" : "recompute");
+  std::fprintf(stderr, "%zu tokens, %.0f tok/s (%s)\n", out.size(),
+               static_cast<double>(out.size()) / t.seconds(), cache ? "KV cache" : "recompute");
   return 0;
 }
 
-// ---- eval, info, export, bench --------------------------------------------------------------------
+// ---- eval, info, export, bench
+// --------------------------------------------------------------------
 
 int cmd_eval(const std::string& ckpt_path, const std::string& data, std::int64_t batch) {
   const Checkpoint ck = load_checkpoint(ckpt_path);
@@ -351,14 +377,16 @@ int cmd_eval(const std::string& ckpt_path, const std::string& data, std::int64_t
   const auto tok = load_tokenizer(ck.tokenizer);
   const auto ids = tok->encode(read_text_file(data));
   const double loss = eval_stream_loss(p, ids, batch);
-  std::printf("%s: %zu tokens, loss %.4f nats/token, perplexity %.3f\n", data.c_str(), ids.size(), loss, std::exp(loss));
+  std::printf("%s: %zu tokens, loss %.4f nats/token, perplexity %.3f\n", data.c_str(), ids.size(),
+              loss, std::exp(loss));
   return 0;
 }
 
 int cmd_info(const std::string& path) {
   if (is_llmc_file(path)) {
     const LlmcModel m = read_llmc(path);
-    std::printf("llm.c model file %s (padded vocab %lld)\n", path.c_str(), (long long)m.padded_vocab_size);
+    std::printf("llm.c model file %s (padded vocab %lld)\n", path.c_str(),
+                (long long)m.padded_vocab_size);
     print_counts(m.config, m.config.block_size);
     return 0;
   }
@@ -367,9 +395,11 @@ int cmd_info(const std::string& path) {
   print_counts(ck.config, ck.config.block_size);
   const auto tok = load_tokenizer(ck.tokenizer);
   std::printf("tokenizer: %s, %lld tokens\n", tok->kind().c_str(), (long long)tok->vocab_size());
-  for (const auto& [k, v] : ck.counters) std::printf("counter %s = %llu\n", k.c_str(), (unsigned long long)v);
+  for (const auto& [k, v] : ck.counters)
+    std::printf("counter %s = %llu\n", k.c_str(), (unsigned long long)v);
   for (const auto& [k, v] : ck.settings) std::printf("setting %s = %s\n", k.c_str(), v.c_str());
-  std::printf("arrays: %zu (parameters%s)\n", ck.arrays.size(), ck.find("m/wte") ? " + AdamW moments" : "");
+  std::printf("arrays: %zu (parameters%s)\n", ck.arrays.size(),
+              ck.find("m/wte") ? " + AdamW moments" : "");
   return 0;
 }
 
@@ -385,8 +415,8 @@ int cmd_export(const std::string& ckpt_path, const std::string& format, const st
 /// Times one training step of `config` (B x T from the flags) on a random batch, or on the model
 /// and batch of an llm.c file and a token file (for compare_torch.py: the same init and batch as
 /// PyTorch). Prints "loss0 ...", "best_ms ...", tokens/s and MFU.
-int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::string& init, const std::string& tokens_file,
-              std::uint64_t seed) {
+int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::string& init,
+              const std::string& tokens_file, std::uint64_t seed) {
   GPTConfig cfg;
   GPTParams p;
   if (!init.empty()) {
@@ -404,8 +434,8 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   b.T = T;
   if (!tokens_file.empty()) {
     const std::string bytes = read_binary_file(tokens_file, "bench");
-    MLS_CHECK(static_cast<std::int64_t>(bytes.size()) == B * (T + 1) * 4, "bench: ", tokens_file, " has ",
-              bytes.size(), " bytes, expected B*(T+1) int32 = ", B * (T + 1) * 4);
+    MLS_CHECK(static_cast<std::int64_t>(bytes.size()) == B * (T + 1) * 4, "bench: ", tokens_file,
+              " has ", bytes.size(), " bytes, expected B*(T+1) int32 = ", B * (T + 1) * 4);
     const auto* ids = reinterpret_cast<const std::int32_t*>(bytes.data());
     for (std::int64_t i = 0; i < B; ++i)
       for (std::int64_t t = 0; t < T; ++t) {
@@ -438,8 +468,11 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   }
   const double tok_s = static_cast<double>(B * T) / best, flops = train_flops_per_token(cfg, T);
   const double peak = lab4::peak_gflops_best(num_threads());
-  std::printf("loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d thread(s))\n", loss0,
-              best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak, num_threads());
+  std::printf(
+      "loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d "
+      "thread(s))\n",
+      loss0, best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak,
+      num_threads());
   return 0;
 }
 
@@ -462,38 +495,51 @@ int main(int argc, char** argv) {
   train->add_option("--vocab", tf.vocab, "BPE vocabulary size")->capture_default_str();
   train->add_option("--steps", tf.steps, "total optimizer steps")->capture_default_str();
   train->add_option("--batch", tf.batch, "batch size B (default 12 small, 32 otherwise)");
-  train->add_option("--context", tf.context, "sequence length T (default: block size, or the task's length)");
+  train->add_option("--context", tf.context,
+                    "sequence length T (default: block size, or the task's length)");
   train->add_option("--lr", tf.lr, "peak learning rate")->capture_default_str();
   train->add_option("--min-lr", tf.min_lr, "final learning rate of the cosine (default lr/10)");
   train->add_option("--warmup", tf.warmup, "linear warmup steps (default steps/20)");
-  train->add_option("--weight-decay", tf.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  train->add_option("--weight-decay", tf.weight_decay, "AdamW's decoupled weight decay")
+      ->capture_default_str();
   train->add_option("--beta2", tf.beta2, "AdamW's beta2")->capture_default_str();
-  train->add_option("--grad-clip", tf.grad_clip, "clip the global gradient norm (0: off)")->capture_default_str();
+  train->add_option("--grad-clip", tf.grad_clip, "clip the global gradient norm (0: off)")
+      ->capture_default_str();
   train->add_option("--seed", tf.seed, "seed of the init and the data")->capture_default_str();
-  train->add_option("--eval-every", tf.eval_every, "validation every N steps (0: off)")->capture_default_str();
+  train->add_option("--eval-every", tf.eval_every, "validation every N steps (0: off)")
+      ->capture_default_str();
   train->add_option("--eval-batches", tf.eval_batches, "validation batches")->capture_default_str();
-  train->add_option("--ckpt-every", tf.ckpt_every, "checkpoint every N steps (and always at the end)");
-  train->add_option("--out", tf.out, "folder for ckpt.bin, loss.csv, loss.svg")->capture_default_str();
-  train->add_option("--stop-after", tf.stop_after, "stop (and checkpoint) after this step; the schedule still "
-                                                  "runs to --steps (for --resume)");
-  train->add_flag("--autodiff", tf.autodiff, "gradients from lab 2's tape (path (a)) instead of the fused path");
+  train->add_option("--ckpt-every", tf.ckpt_every,
+                    "checkpoint every N steps (and always at the end)");
+  train->add_option("--out", tf.out, "folder for ckpt.bin, loss.csv, loss.svg")
+      ->capture_default_str();
+  train->add_option("--stop-after", tf.stop_after,
+                    "stop (and checkpoint) after this step; the schedule still "
+                    "runs to --steps (for --resume)");
+  train->add_flag("--autodiff", tf.autodiff,
+                  "gradients from lab 2's tape (path (a)) instead of the fused path");
   train->add_option("--resume", tf.resume, "continue a run from its checkpoint (bit-identical)");
-  train->add_option("--init-from", tf.init_from, "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
-  train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")->capture_default_str();
+  train->add_option("--init-from", tf.init_from,
+                    "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
+  train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")
+      ->capture_default_str();
 
   SampleFlags sf;
   auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming tokens");
   sample->add_option("--ckpt", sf.ckpt, "checkpoint");
   sample->add_option("--prompt", sf.prompt, "prompt text");
-  sample->add_option("--max-new-tokens,-n", sf.max_new, "tokens to generate")->capture_default_str();
+  sample->add_option("--max-new-tokens,-n", sf.max_new, "tokens to generate")
+      ->capture_default_str();
   sample->add_option("--temperature", sf.temperature, "> 0")->capture_default_str();
   sample->add_option("--top-k", sf.top_k, "0: off")->capture_default_str();
   sample->add_option("--top-p", sf.top_p, "(0, 1]")->capture_default_str();
   sample->add_option("--seed", sf.seed, "sampling seed")->capture_default_str();
   sample->add_flag("--greedy", sf.greedy, "argmax decoding");
   sample->add_flag("--no-kv-cache", sf.no_cache, "recompute the whole context for every token");
-  sample->add_flag("--bench", sf.bench, "generation tokens/s with and without the KV cache (random model)");
-  sample->add_option("--bench-context", sf.bench_context, "context of --bench")->capture_default_str();
+  sample->add_flag("--bench", sf.bench,
+                   "generation tokens/s with and without the KV cache (random model)");
+  sample->add_option("--bench-context", sf.bench_context, "context of --bench")
+      ->capture_default_str();
   sf.model.add(sample);
 
   std::string ev_ckpt, ev_data;
@@ -504,7 +550,8 @@ int main(int argc, char** argv) {
   eval->add_option("--batch", ev_batch, "windows per forward pass")->capture_default_str();
 
   std::string info_ckpt;
-  auto* info = app.add_subcommand("info", "a checkpoint's (or llm.c file's) config, parameter count and tokenizer");
+  auto* info = app.add_subcommand(
+      "info", "a checkpoint's (or llm.c file's) config, parameter count and tokenizer");
   info->add_option("--ckpt,ckpt", info_ckpt, "checkpoint")->required();
 
   std::string ex_ckpt, ex_format = "llmc", ex_out;
@@ -518,7 +565,8 @@ int main(int argc, char** argv) {
   std::int64_t bench_batch = 12, bench_steps = 20;
   std::uint64_t bench_seed = 0;
   std::string bench_init, bench_tokens;
-  auto* bench = app.add_subcommand("bench", "time one training step (prints best_ms, tokens/s, MFU)");
+  auto* bench =
+      app.add_subcommand("bench", "time one training step (prints best_ms, tokens/s, MFU)");
   bm.add(bench);
   bench->add_option("--batch", bench_batch, "B")->capture_default_str();
   bench->add_option("--steps", bench_steps, "timed steps")->capture_default_str();
@@ -534,7 +582,8 @@ int main(int argc, char** argv) {
     if (*eval) return cmd_eval(ev_ckpt, ev_data, ev_batch);
     if (*info) return cmd_info(info_ckpt);
     if (*exp) return cmd_export(ex_ckpt, ex_format, ex_out);
-    if (*bench) return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed);
+    if (*bench)
+      return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-gpt: %s\n", e.what());
     return 1;

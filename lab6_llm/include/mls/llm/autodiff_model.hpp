@@ -28,7 +28,8 @@ Var causal_self_attention(const Var& qkv, std::int64_t n_head);
 /// x [B, T, C] -> x + attproj(attention(qkv(layernorm(x)))): the attention half of a block.
 Var attention_sublayer(const Var& x, const Var& ln1w, const Var& ln1b, const Var& qkvw,
                        const Var& qkvb, const Var& projw, const Var& projb, std::int64_t n_head);
-/// x [B, T, C] -> x + fcproj(gelu(fc(layernorm(x)))): the MLP half. Hint: linear() and lab 2's layer_norm and gelu.
+/// x [B, T, C] -> x + fcproj(gelu(fc(layernorm(x)))): the MLP half. Hint: linear() and lab 2's
+/// layer_norm and gelu.
 Var mlp_sublayer(const Var& x, const Var& ln2w, const Var& ln2b, const Var& fcw, const Var& fcb,
                  const Var& projw, const Var& projb);
 /// y = x W^T + b for x [..., in], W [out, in], b [out].

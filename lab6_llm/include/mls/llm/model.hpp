@@ -88,11 +88,12 @@ GPTParams init_params(const GPTConfig& cfg, std::uint64_t seed);
 
 /// AdamW's state, in the parameters' layout.
 struct AdamWState {
-  std::vector<float> m;  // first moment  (num_params)
-  std::vector<float> v;  // second moment (num_params)
-  std::int64_t step = 0; // updates taken
+  std::vector<float> m;   // first moment  (num_params)
+  std::vector<float> v;   // second moment (num_params)
+  std::int64_t step = 0;  // updates taken
   AdamWState() = default;
-  explicit AdamWState(std::int64_t n) : m(static_cast<std::size_t>(n), 0.f), v(static_cast<std::size_t>(n), 0.f) {}
+  explicit AdamWState(std::int64_t n)
+      : m(static_cast<std::size_t>(n), 0.f), v(static_cast<std::size_t>(n), 0.f) {}
 };
 
 /// Every buffer of one forward pass for batch B and context T (T <= block_size), one allocation.
@@ -102,27 +103,27 @@ class GPTActivations {
   GPTActivations() = default;
   GPTActivations(const GPTConfig& cfg, std::int64_t B, std::int64_t T);
   std::int64_t B = 0, T = 0;
-  float* encoded = nullptr;   // (B, T, C)      token + position embeddings
-  float* ln1 = nullptr;       // (L, B, T, C)
-  float* ln1_mean = nullptr;  // (L, B, T)
-  float* ln1_rstd = nullptr;  // (L, B, T)
-  float* qkv = nullptr;       // (L, B, T, 3C)
-  float* atty = nullptr;      // (L, B, T, C)   attention output before the projection
-  float* att = nullptr;       // (L, B, H, T, T) softmaxed causal scores
-  float* attproj = nullptr;   // (L, B, T, C)
-  float* residual2 = nullptr; // (L, B, T, C)   after attention + residual
-  float* ln2 = nullptr;       // (L, B, T, C)
-  float* ln2_mean = nullptr;  // (L, B, T)
-  float* ln2_rstd = nullptr;  // (L, B, T)
-  float* fch = nullptr;       // (L, B, T, 4C)
-  float* fch_gelu = nullptr;  // (L, B, T, 4C)
-  float* fcproj = nullptr;    // (L, B, T, C)
-  float* residual3 = nullptr; // (L, B, T, C)   the block's output
-  float* lnf = nullptr;       // (B, T, C)
-  float* lnf_mean = nullptr;  // (B, T)
-  float* lnf_rstd = nullptr;  // (B, T)
-  float* logits = nullptr;    // (B, T, V)      probabilities after a forward with targets
-  float* losses = nullptr;    // (B, T)         per-position loss (unmasked)
+  float* encoded = nullptr;    // (B, T, C)      token + position embeddings
+  float* ln1 = nullptr;        // (L, B, T, C)
+  float* ln1_mean = nullptr;   // (L, B, T)
+  float* ln1_rstd = nullptr;   // (L, B, T)
+  float* qkv = nullptr;        // (L, B, T, 3C)
+  float* atty = nullptr;       // (L, B, T, C)   attention output before the projection
+  float* att = nullptr;        // (L, B, H, T, T) softmaxed causal scores
+  float* attproj = nullptr;    // (L, B, T, C)
+  float* residual2 = nullptr;  // (L, B, T, C)   after attention + residual
+  float* ln2 = nullptr;        // (L, B, T, C)
+  float* ln2_mean = nullptr;   // (L, B, T)
+  float* ln2_rstd = nullptr;   // (L, B, T)
+  float* fch = nullptr;        // (L, B, T, 4C)
+  float* fch_gelu = nullptr;   // (L, B, T, 4C)
+  float* fcproj = nullptr;     // (L, B, T, C)
+  float* residual3 = nullptr;  // (L, B, T, C)   the block's output
+  float* lnf = nullptr;        // (B, T, C)
+  float* lnf_mean = nullptr;   // (B, T)
+  float* lnf_rstd = nullptr;   // (B, T)
+  float* logits = nullptr;     // (B, T, V)      probabilities after a forward with targets
+  float* losses = nullptr;     // (B, T)         per-position loss (unmasked)
   std::int64_t num_floats() const { return static_cast<std::int64_t>(storage_.size()); }
   void zero();
 

@@ -26,11 +26,13 @@ std::vector<LossRow> read_loss_csv(const std::string& path);
 /// The curve as an SVG line plot: train loss (a line), val loss (dots) against the step, with
 /// axes, ticks and a legend. Written atomically. `title` goes above the plot.
 std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title);
-void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows, const std::string& title);
+void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows,
+                    const std::string& title);
 
 /// Mean next-token loss over a token stream, in non-overlapping windows of T + 1 tokens
 /// (T = block_size, or shorter for the last window), B windows per forward pass.
 /// The stream needs at least 2 tokens (an mls::Error otherwise).
-double eval_stream_loss(const GPTParams& params, const std::vector<std::int32_t>& tokens, std::int64_t B);
+double eval_stream_loss(const GPTParams& params, const std::vector<std::int32_t>& tokens,
+                        std::int64_t B);
 
 }  // namespace mls::llm

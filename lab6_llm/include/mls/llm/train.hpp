@@ -3,7 +3,6 @@
 /// AdamWState, GPTActivations) and nothing else, so a checkpoint is exactly {params, optimizer
 /// state, data position} and a resumed run repeats the same steps bit for bit.
 #include <cstdint>
-
 #include <string>
 
 #include "mls/llm/checkpoint.hpp"
@@ -13,12 +12,12 @@
 namespace mls::llm {
 
 struct TrainOptions {
-  std::int64_t batch = 12;      // B
-  std::int64_t context = 64;    // T (<= block_size)
-  std::int64_t steps = 1000;    // total steps (the cosine schedule ends here)
-  std::int64_t warmup = 50;     // linear warmup steps
+  std::int64_t batch = 12;    // B
+  std::int64_t context = 64;  // T (<= block_size)
+  std::int64_t steps = 1000;  // total steps (the cosine schedule ends here)
+  std::int64_t warmup = 50;   // linear warmup steps
   double lr = 1e-3, min_lr = 1e-4;
-  double grad_clip = 1.0;       // global norm; <= 0: off
+  double grad_clip = 1.0;  // global norm; <= 0: off
   AdamWOptions adamw{};
   /// Throws mls::Error naming the option for values out of range.
   void validate(const GPTConfig& cfg) const;
@@ -45,9 +44,9 @@ class Trainer {
   double eval_loss(const Batch& batch);
   const TrainOptions& options() const { return opt_; }
 
-  GPTParams params;   // the parameters (one flat buffer)
-  GPTGrads grads;     // their gradients (same layout)
-  AdamWState adam;    // AdamW's moments and step (same layout)
+  GPTParams params;            // the parameters (one flat buffer)
+  GPTGrads grads;              // their gradients (same layout)
+  AdamWState adam;             // AdamW's moments and step (same layout)
   GPTActivations acts, dacts;  // forward buffers and their gradients for (batch, context)
 
  private:
@@ -57,7 +56,8 @@ class Trainer {
 /// A checkpoint of the trainer's state: its config, `tokenizer` (serialised), the step, the
 /// parameters (arrays "wte".."lnfb"), AdamW's moments ("m/...", "v/...") and the counter
 /// "data_position".
-Checkpoint trainer_checkpoint(const Trainer& tr, const std::string& tokenizer, std::uint64_t data_position);
+Checkpoint trainer_checkpoint(const Trainer& tr, const std::string& tokenizer,
+                              std::uint64_t data_position);
 /// Restores parameters, moments and step from `ck` (its config must equal the trainer's: an
 /// mls::Error names the first field that differs). Returns ck's "data_position".
 std::uint64_t restore_trainer(Trainer& tr, const Checkpoint& ck);
