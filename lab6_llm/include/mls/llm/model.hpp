@@ -1,0 +1,266 @@
+#pragma once
+/// Lab 6: the GPT model, fused fast path (llm.c style, learn from `train_gpt2.c`).
+///
+/// Four owners, one per kind of state, so that a later lab can partition (ZeRO 1-3), lower the
+/// precision of, or recompute each of them on its own:
+///
+///   GPTParams       the parameters: ONE flat float buffer in config.hpp's order (llm.c's), with a
+///                   view (pointer) per tensor. Checkpoints and llm.c `.bin` files map onto it.
+///   GPTGrads        the gradients: the same layout as GPTParams.
+///   AdamWState      the optimizer state: first and second moments (same layout) and the step.
+///   GPTActivations  every buffer the forward pass saves for the backward pass, for one (B, T),
+///                   in one allocation; a second instance holds the gradients of the activations.
+///
+/// The forward and backward passes are free functions per layer with raw pointers and explicit
+/// shapes (`attention_forward`, `mlp_forward`, `block_forward`, ...), so one block can be
+/// recomputed on its own. GEMMs go through the SGEMM registry (lab 4's packed kernels); the
+/// memory-bound kernels (layernorm, GELU, softmax) are lab 4's, threaded here over rows.
+/// Every parallel reduction uses a fixed chunking (never the thread count), so the results are
+/// bit-identical whatever the thread scheduling: a resumed run repeats the same losses.
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "mls/common/rng.hpp"
+#include "mls/llm/config.hpp"
+
+namespace mls::llm {
+
+/// The 16 parameter tensors of a flat buffer, as pointers (config.hpp order).
+struct ParamPtrs {
+  float* wte;       // (V, C)
+  float* wpe;       // (T, C)
+  float* ln1w;      // (L, C)
+  float* ln1b;      // (L, C)
+  float* qkvw;      // (L, 3C, C)
+  float* qkvb;      // (L, 3C)
+  float* attprojw;  // (L, C, C)
+  float* attprojb;  // (L, C)
+  float* ln2w;      // (L, C)
+  float* ln2b;      // (L, C)
+  float* fcw;       // (L, 4C, C)
+  float* fcb;       // (L, 4C)
+  float* fcprojw;   // (L, C, 4C)
+  float* fcprojb;   // (L, C)
+  float* lnfw;      // (C)
+  float* lnfb;      // (C)
+};
+
+/// Offsets of the 16 tensors inside the flat buffer (their sizes follow from param_shapes).
+std::array<std::int64_t, kNumParamTensors> param_offsets(const GPTConfig& cfg);
+/// Views of a flat buffer of num_params(cfg) floats.
+ParamPtrs param_views(float* flat, const GPTConfig& cfg);
+
+/// A flat float buffer in config.hpp's order, with views. GPTParams and GPTGrads are two owners
+/// of this same layout.
+class FlatParams {
+ public:
+  FlatParams() = default;
+  /// Zeros for `cfg` (validated).
+  explicit FlatParams(const GPTConfig& cfg);
+  const GPTConfig& config() const { return cfg_; }
+  std::int64_t size() const { return static_cast<std::int64_t>(data_.size()); }
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+  std::vector<float>& vec() { return data_; }
+  const std::vector<float>& vec() const { return data_; }
+  ParamPtrs views() { return param_views(data_.data(), cfg_); }
+  /// Tensor `i` (0..15) of the layout.
+  float* tensor(int i);
+  const float* tensor(int i) const;
+  void zero();
+
+ private:
+  GPTConfig cfg_{};
+  std::vector<float> data_;
+};
+
+struct GPTParams : FlatParams {
+  using FlatParams::FlatParams;
+};
+struct GPTGrads : FlatParams {
+  using FlatParams::FlatParams;
+};
+
+/// GPT-2 initialisation from `seed` (stream "gpt-init"): weights N(0, 0.02), the two residual
+/// projections (attprojw, fcprojw) N(0, 0.02 / sqrt(2L)), biases 0, layernorm weights 1.
+GPTParams init_params(const GPTConfig& cfg, std::uint64_t seed);
+
+/// AdamW's state, in the parameters' layout.
+struct AdamWState {
+  std::vector<float> m;   // first moment  (num_params)
+  std::vector<float> v;   // second moment (num_params)
+  std::int64_t step = 0;  // updates taken
+  AdamWState() = default;
+  explicit AdamWState(std::int64_t n)
+      : m(static_cast<std::size_t>(n), 0.f), v(static_cast<std::size_t>(n), 0.f) {}
+};
+
+/// Every buffer of one forward pass for batch B and context T (T <= block_size), one allocation.
+/// Per-layer buffers are stacked over L (layer l starts at l * its per-layer size).
+class GPTActivations {
+ public:
+  GPTActivations() = default;
+  GPTActivations(const GPTConfig& cfg, std::int64_t B, std::int64_t T);
+  std::int64_t B = 0, T = 0;
+  float* encoded = nullptr;    // (B, T, C)      token + position embeddings
+  float* ln1 = nullptr;        // (L, B, T, C)
+  float* ln1_mean = nullptr;   // (L, B, T)
+  float* ln1_rstd = nullptr;   // (L, B, T)
+  float* qkv = nullptr;        // (L, B, T, 3C)
+  float* atty = nullptr;       // (L, B, T, C)   attention output before the projection
+  float* att = nullptr;        // (L, B, H, T, T) softmaxed causal scores
+  float* attproj = nullptr;    // (L, B, T, C)
+  float* residual2 = nullptr;  // (L, B, T, C)   after attention + residual
+  float* ln2 = nullptr;        // (L, B, T, C)
+  float* ln2_mean = nullptr;   // (L, B, T)
+  float* ln2_rstd = nullptr;   // (L, B, T)
+  float* fch = nullptr;        // (L, B, T, 4C)
+  float* fch_gelu = nullptr;   // (L, B, T, 4C)
+  float* fcproj = nullptr;     // (L, B, T, C)
+  float* residual3 = nullptr;  // (L, B, T, C)   the block's output
+  float* lnf = nullptr;        // (B, T, C)
+  float* lnf_mean = nullptr;   // (B, T)
+  float* lnf_rstd = nullptr;   // (B, T)
+  float* logits = nullptr;     // (B, T, V)      probabilities after a forward with targets
+  float* losses = nullptr;     // (B, T)         per-position loss (unmasked)
+  std::int64_t num_floats() const { return static_cast<std::int64_t>(storage_.size()); }
+  void zero();
+
+ private:
+  std::vector<float> storage_;
+};
+
+// ---- layers (llm.c-style free functions; backward functions ACCUMULATE into gradients) --------
+
+/// out (B,T,C) = wte[inp[b,t]] + wpe[t]. inp: (B,T) ids in [0, V) (checked by the caller).
+void encoder_forward(float* out, const std::int32_t* inp, const float* wte, const float* wpe,
+                     std::int64_t B, std::int64_t T, std::int64_t C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* inp,
+                      std::int64_t B, std::int64_t T, std::int64_t C);
+
+/// Lab 4's layernorm over rows, threaded over row chunks. inp, out (N, C); mean, rstd (N).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, std::int64_t N, std::int64_t C);
+/// Accumulates dinp (N, C), dw (C), db (C); dw/db reduce over fixed 64-row chunks, in order.
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, std::int64_t N,
+                        std::int64_t C);
+
+/// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC) (bias may be null).
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    std::int64_t N, std::int64_t C, std::int64_t OC);
+/// dinp (N,C) += dout·weight; dweight (OC,C) += dout^T·inp; dbias (OC) += column sums of dout
+/// (dbias may be null).
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, std::int64_t N, std::int64_t C, std::int64_t OC);
+
+/// Causal multi-head self-attention on packed q|k|v.
+///   inp (B, T, 3C): q, k, v for every position, each (H, hs) with hs = C / H
+///   att (B, H, T, T): softmax(q·k^T / sqrt(hs)) with the future masked (row t has t+1 entries)
+///   out (B, T, C): att · v, heads side by side
+/// Parallel over B×H; each (b, h) owns its rows of att and its slice of out.
+/// Hint: for (b, h) and query t, q = inp[b, t, h*hs : (h+1)*hs], key t2 at offset C, value at 2C;
+/// scores for t2 <= t only, then lab4::softmax_forward on the row, then out = sum_t2 att * v.
+void attention_forward(float* out, float* att, const float* inp, std::int64_t B, std::int64_t T,
+                       std::int64_t C, std::int64_t H);
+/// Backward of attention_forward: dinp (B,T,3C) += ...; datt (B,H,T,T) is scratch.
+/// Hint: per (b, h, t): datt[t2] = dout_t · v_t2 and dv_t2 += att[t2] dout_t; then the softmax
+/// backward dpre[t2] = att[t2] (datt[t2] - sum_j att[j] datt[j]); then with s = 1/sqrt(hs)
+/// dq_t += s dpre[t2] k_t2 and dk_t2 += s dpre[t2] q_t. Each (b, h) writes only its own slices.
+void attention_backward(float* dinp, float* datt, const float* dout, const float* inp,
+                        const float* att, std::int64_t B, std::int64_t T, std::int64_t C,
+                        std::int64_t H);
+
+/// Lab 4's GELU, threaded over fixed chunks. (n,)
+void gelu_forward(float* out, const float* inp, std::int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n);
+
+/// out = a + b, (n,).
+void residual_forward(float* out, const float* a, const float* b, std::int64_t n);
+
+/// Softmax cross-entropy of logits (N, V) against targets (N): logits becomes the probabilities,
+/// losses[i] = -log p[i, targets[i]]. Returns sum_i mask[i] * losses[i] / sum_i mask[i]
+/// (summed in double, in order; mask null = all ones). Targets outside [0, V) throw.
+double crossentropy_forward(float* logits, float* losses, const std::int32_t* targets,
+                            const float* mask, std::int64_t N, std::int64_t V);
+/// dlogits (N, V) = (probs - onehot(target)) * mask / sum(mask), written (not accumulated).
+void crossentropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
+                           const float* mask, std::int64_t N, std::int64_t V);
+
+/// The attention half of block l: residual2 = x_in + attproj(attention(qkv(ln1(x_in)))).
+/// Hint: layer l's buffers start at l * (their per-layer size), e.g. a.qkv + l*N*3C with N = B*T,
+/// and its weights at p.qkvw + l*3C*C; chain layernorm_forward, matmul_forward,
+/// attention_forward, matmul_forward, residual_forward.
+void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a,
+                             std::int64_t l, const float* x_in);
+/// The MLP half of block l: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
+void mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l);
+/// Backward of mlp_forward: dresidual (B,T,C) holds d(residual3) and becomes d(residual2).
+/// Hint: the backward kernels accumulate, so zero da's slices (fch_gelu, fch, ln2 of layer l)
+/// first; go through the forward in reverse; layernorm_backward adds into dresidual itself (the
+/// residual's identity path is already there).
+void mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
+                  GPTActivations& da, std::int64_t l, float* dresidual);
+/// Backward of attention_block_forward: dresidual holds d(residual2) and becomes d(x_in).
+void attention_block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
+                              const GPTActivations& a, GPTActivations& da, std::int64_t l,
+                              const float* x_in, float* dresidual);
+
+/// One transformer block, layer l, on acts (positions 0..B*T): x_in is the residual stream
+/// entering it (encoded or the previous block's residual3).
+void block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l,
+                   const float* x_in);
+/// Backward of block l: dresidual (B,T,C) holds d(block output) and becomes d(block input);
+/// accumulates into the parameter gradients g; da is the activations' gradient scratch.
+void block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
+                    GPTActivations& da, std::int64_t l, const float* x_in, float* dresidual);
+
+// ---- the whole model -----------------------------------------------------------------------
+
+/// Forward pass over inputs (B, T). With targets, returns the masked mean loss and leaves the
+/// probabilities in acts.logits; without (nullptr), returns 0 and leaves the logits.
+/// Throws mls::Error for T > block_size, ids out of range or acts of another (B, T).
+double gpt_forward(const GPTParams& params, GPTActivations& acts, const std::int32_t* inputs,
+                   const std::int32_t* targets, const float* mask, std::int64_t B, std::int64_t T);
+/// Backward of the last gpt_forward with targets: ACCUMULATES into grads (zero them first).
+/// dacts is scratch of the same (B, T).
+void gpt_backward(const GPTParams& params, GPTGrads& grads, const GPTActivations& acts,
+                  GPTActivations& dacts, const std::int32_t* inputs, const std::int32_t* targets,
+                  const float* mask);
+
+// ---- optimisation ----------------------------------------------------------------------------
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; applied to the matrices (wte, wpe, the 4 weights)
+};
+/// Which tensors are decayed (2-D weights and embeddings; not biases or layernorm).
+bool param_decays(int tensor_index);
+/// One AdamW update of params from grads at learning rate `lr` (opt.lr ignored). Increments
+/// state.step first (t = the new step). Hint: one parallel_for per tensor (param_offsets), so the
+/// weight decay can depend on param_decays(tensor).
+///   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  m̂ = m/(1-b1^t);  v̂ = v/(1-b2^t)
+///   p -= lr (m̂ / (sqrt(v̂) + eps) + wd p)    (wd only where param_decays)
+void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,
+                  const AdamWOptions& opt, double lr);
+/// The global L2 norm of the gradients (double, fixed chunks, in order).
+double grad_norm(const GPTGrads& grads);
+/// Scales grads so their global norm is at most max_norm (<= 0: off). Returns the norm before.
+double clip_grad_norm(GPTGrads& grads, double max_norm);
+/// Linear warmup over `warmup` steps to lr_max, then cosine decay to lr_min at `total` steps
+/// (constant lr_min after). step counts from 0.
+double lr_schedule(std::int64_t step, std::int64_t warmup, std::int64_t total, double lr_max,
+                   double lr_min);
+
+// ---- counts (closed forms) ---------------------------------------------------------------------
+
+/// N of the PaLM formula: every parameter except the position embedding (a lookup, no matmul);
+/// wte counts once, for the tied LM head's matmul. N = L(12C² + 13C) + V·C + 2C.
+std::int64_t flops_params(const GPTConfig& cfg);
+/// Training FLOPs per token = 6N + 12·L·T·C (forward 2N + 4LTC for q·k and att·v (causal masking
+/// not discounted), backward twice the forward).
+double train_flops_per_token(const GPTConfig& cfg, std::int64_t T);
+
+}  // namespace mls::llm

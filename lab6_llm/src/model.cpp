@@ -1,0 +1,620 @@
+// Lab 6: the fused GPT path — parameters, activations, layers, forward, backward, AdamW.
+// Learnt from llm.c's train_gpt2.c (flat functions, explicit shapes); written for this project.
+#include "mls/llm/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "mls/common/error.hpp"
+#include "mls/common/kernels.hpp"
+#include "mls/common/parallel.hpp"
+#include "mls/kernels/fused.hpp"
+#include "mls/kernels/sgemm.hpp"
+
+namespace mls::llm {
+
+namespace {
+
+constexpr float kLnEps = 1e-5f;
+constexpr std::int64_t kRowChunk = 64;      // rows per chunk of a reduction over rows
+constexpr std::int64_t kElemChunk = 16384;  // elements per chunk of an elementwise loop
+
+void ensure_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] { mls::lab4::register_kernels(); });
+}
+
+SgemmFn gemm() {
+  ensure_kernels();
+  return sgemm_kernel().fn;
+}
+
+}  // namespace
+
+// ---- layout -------------------------------------------------------------------------------------
+
+std::array<std::int64_t, kNumParamTensors> param_offsets(const GPTConfig& cfg) {
+  const auto shapes = param_shapes(cfg);
+  std::array<std::int64_t, kNumParamTensors> off{};
+  std::int64_t o = 0;
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    off[i] = o;
+    std::int64_t n = 1;
+    for (auto d : shapes[i]) n *= d;
+    o += n;
+  }
+  return off;
+}
+
+ParamPtrs param_views(float* flat, const GPTConfig& cfg) {
+  const auto o = param_offsets(cfg);
+  return ParamPtrs{flat + o[0],  flat + o[1],  flat + o[2],  flat + o[3],
+                   flat + o[4],  flat + o[5],  flat + o[6],  flat + o[7],
+                   flat + o[8],  flat + o[9],  flat + o[10], flat + o[11],
+                   flat + o[12], flat + o[13], flat + o[14], flat + o[15]};
+}
+
+FlatParams::FlatParams(const GPTConfig& cfg) : cfg_(cfg) {
+  cfg.validate();
+  data_.assign(static_cast<std::size_t>(num_params(cfg)), 0.f);
+}
+
+float* FlatParams::tensor(int i) {
+  MLS_CHECK(i >= 0 && i < kNumParamTensors, "FlatParams::tensor: index ", i, ", expected 0..",
+            kNumParamTensors - 1);
+  return data_.data() + param_offsets(cfg_)[i];
+}
+const float* FlatParams::tensor(int i) const { return const_cast<FlatParams*>(this)->tensor(i); }
+void FlatParams::zero() { std::fill(data_.begin(), data_.end(), 0.f); }
+
+GPTParams init_params(const GPTConfig& cfg, std::uint64_t seed) {
+  GPTParams p(cfg);
+  Rng rng(seed, "gpt-init");
+  const auto shapes = param_shapes(cfg);
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    std::int64_t n = 1;
+    for (auto d : shapes[i]) n *= d;
+    float* t = p.tensor(i);
+    const std::string name = param_names()[i];
+    if (name == "ln1w" || name == "ln2w" || name == "lnfw") {
+      std::fill(t, t + n, 1.f);
+    } else if (param_decays(i)) {
+      const double sd = (name == "attprojw" || name == "fcprojw") ? resid_std : 0.02;
+      for (std::int64_t j = 0; j < n; ++j) t[j] = static_cast<float>(rng.normal(0.0, sd));
+    }  // biases stay 0
+  }
+  return p;
+}
+
+// ---- activations --------------------------------------------------------------------------------
+
+GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64_t T_)
+    : B(B_), T(T_) {
+  cfg.validate();
+  MLS_CHECK(B > 0 && T > 0 && T <= cfg.block_size, "GPTActivations: B = ", B, ", T = ", T,
+            ", expected B > 0 and 0 < T <= block_size = ", cfg.block_size);
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size, N = B * T;
+  const std::int64_t sizes[] = {N * C,
+                                L * N * C,
+                                L * N,
+                                L * N,
+                                L * N * 3 * C,
+                                L * N * C,
+                                L * B * H * T * T,
+                                L * N * C,
+                                L * N * C,
+                                L * N * C,
+                                L * N,
+                                L * N,
+                                L * N * 4 * C,
+                                L * N * 4 * C,
+                                L * N * C,
+                                L * N * C,
+                                N * C,
+                                N,
+                                N,
+                                N * V,
+                                N};
+  float** ptrs[] = {&encoded, &ln1,       &ln1_mean, &ln1_rstd, &qkv,      &atty,   &att,
+                    &attproj, &residual2, &ln2,      &ln2_mean, &ln2_rstd, &fch,    &fch_gelu,
+                    &fcproj,  &residual3, &lnf,      &lnf_mean, &lnf_rstd, &logits, &losses};
+  std::int64_t total = 0;
+  for (auto s : sizes) total += s;
+  storage_.assign(static_cast<std::size_t>(total), 0.f);
+  std::int64_t o = 0;
+  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+    *ptrs[i] = storage_.data() + o;
+    o += sizes[i];
+  }
+}
+
+void GPTActivations::zero() { std::fill(storage_.begin(), storage_.end(), 0.f); }
+
+// ---- layers -------------------------------------------------------------------------------------
+
+void encoder_forward(float* out, const std::int32_t* inp, const float* wte, const float* wpe,
+                     std::int64_t B, std::int64_t T, std::int64_t C) {
+  parallel_for(0, B * T, 32, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* te = wte + static_cast<std::int64_t>(inp[r]) * C;
+      const float* pe = wpe + (r % T) * C;
+      float* o = out + r * C;
+      for (std::int64_t c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+    }
+  });
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* inp,
+                      std::int64_t B, std::int64_t T, std::int64_t C) {
+  // Each chunk owns a range of columns and walks every row in order: no two threads touch the
+  // same gradient element, and the order of the sums is fixed.
+  parallel_for(0, C, 16, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t r = 0; r < B * T; ++r) {
+      const float* d = dout + r * C;
+      float* te = dwte + static_cast<std::int64_t>(inp[r]) * C;
+      float* pe = dwpe + (r % T) * C;
+      for (std::int64_t c = c0; c < c1; ++c) {
+        te[c] += d[c];
+        pe[c] += d[c];
+      }
+    }
+  });
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, std::int64_t N, std::int64_t C) {
+  parallel_for(0, N, kRowChunk, [&](std::int64_t r0, std::int64_t r1) {
+    lab4::layernorm_forward(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, w, b, r1 - r0, C,
+                            kLnEps);
+  });
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, std::int64_t N,
+                        std::int64_t C) {
+  const std::int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  std::vector<float> part(static_cast<std::size_t>(chunks * 2 * C), 0.f);  // (chunks, 2, C)
+  parallel_for(0, chunks, 1, [&](std::int64_t k0, std::int64_t k1) {
+    for (std::int64_t k = k0; k < k1; ++k) {
+      const std::int64_t r0 = k * kRowChunk, r1 = std::min(N, r0 + kRowChunk);
+      float* pw = part.data() + k * 2 * C;
+      lab4::layernorm_backward(dinp + r0 * C, pw, pw + C, dout + r0 * C, inp + r0 * C, w, mean + r0,
+                               rstd + r0, r1 - r0, C);
+    }
+  });
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    const float* pw = part.data() + k * 2 * C;
+    for (std::int64_t c = 0; c < C; ++c) {
+      dw[c] += pw[c];
+      db[c] += pw[C + c];
+    }
+  }
+}
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    std::int64_t N, std::int64_t C, std::int64_t OC) {
+  if (N <= 4) {
+    // A few rows (generation with the KV cache: one token): a matrix-vector product per row,
+    // streaming each weight row once; packing the weights for a GEMM would cost more than this.
+    parallel_for(0, OC, 64, [&](std::int64_t o0, std::int64_t o1) {
+      for (std::int64_t n = 0; n < N; ++n) {
+        const float* x = inp + n * C;
+        for (std::int64_t o = o0; o < o1; ++o) {
+          const float* w = weight + o * C;
+          float s = 0.f;
+          for (std::int64_t c = 0; c < C; ++c) s += x[c] * w[c];
+          out[n * OC + o] = s + (bias ? bias[o] : 0.f);
+        }
+      }
+    });
+    return;
+  }
+  float beta = 0.f;
+  if (bias) {
+    for (std::int64_t r = 0; r < N; ++r) std::memcpy(out + r * OC, bias, sizeof(float) * OC);
+    beta = 1.f;
+  }
+  gemm()(false, true, N, OC, C, 1.f, inp, C, weight, C, beta, out, OC);
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, std::int64_t N, std::int64_t C, std::int64_t OC) {
+  const SgemmFn g = gemm();
+  if (dinp) g(false, false, N, C, OC, 1.f, dout, OC, weight, C, 1.f, dinp, C);
+  if (dweight) g(true, false, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dweight, C);
+  if (dbias) {
+    parallel_for(0, OC, 64, [&](std::int64_t o0, std::int64_t o1) {
+      for (std::int64_t r = 0; r < N; ++r) {
+        const float* d = dout + r * OC;
+        for (std::int64_t o = o0; o < o1; ++o) dbias[o] += d[o];
+      }
+    });
+  }
+}
+
+void attention_forward(float* out, float* att, const float* inp, std::int64_t B, std::int64_t T,
+                       std::int64_t C, std::int64_t H) {
+  // BEGIN SOLUTION
+  const std::int64_t hs = C / H, C3 = 3 * C;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  parallel_for(0, B * H, 1, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const std::int64_t b = i / H, h = i % H;
+      const float* base = inp + b * T * C3 + h * hs;
+      for (std::int64_t t = 0; t < T; ++t) {
+        const float* q = base + t * C3;
+        float* row = att + (i * T + t) * T;
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {  // scores of the past and present only
+          const float* k = base + t2 * C3 + C;
+          float dot = 0.f;
+          for (std::int64_t j = 0; j < hs; ++j) dot += q[j] * k[j];
+          row[t2] = dot * scale;
+        }
+        lab4::softmax_forward(row, row, 1, t + 1);  // lab 4's row softmax over the t + 1 entries
+        for (std::int64_t t2 = t + 1; t2 < T; ++t2) row[t2] = 0.f;
+        float* o = out + (b * T + t) * C + h * hs;
+        for (std::int64_t j = 0; j < hs; ++j) o[j] = 0.f;
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          const float* v = base + t2 * C3 + 2 * C;
+          const float a = row[t2];
+          for (std::int64_t j = 0; j < hs; ++j) o[j] += a * v[j];
+        }
+      }
+    }
+  });
+  // END SOLUTION
+}
+
+void attention_backward(float* dinp, float* datt, const float* dout, const float* inp,
+                        const float* att, std::int64_t B, std::int64_t T, std::int64_t C,
+                        std::int64_t H) {
+  // BEGIN SOLUTION
+  const std::int64_t hs = C / H, C3 = 3 * C;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  parallel_for(0, B * H, 1, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const std::int64_t b = i / H, h = i % H;
+      const float* base = inp + b * T * C3 + h * hs;
+      float* dbase = dinp + b * T * C3 + h * hs;
+      for (std::int64_t t = 0; t < T; ++t) {
+        const float* row = att + (i * T + t) * T;
+        float* drow = datt + (i * T + t) * T;
+        const float* d = dout + (b * T + t) * C + h * hs;
+        // out_t = sum_t2 att[t, t2] v_t2: datt[t, t2] = d · v_t2, dv_t2 += att[t, t2] d
+        float s = 0.f;
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          const float* v = base + t2 * C3 + 2 * C;
+          float* dv = dbase + t2 * C3 + 2 * C;
+          const float a = row[t2];
+          float dot = 0.f;
+          for (std::int64_t j = 0; j < hs; ++j) {
+            dot += d[j] * v[j];
+            dv[j] += a * d[j];
+          }
+          drow[t2] = dot;
+          s += a * dot;
+        }
+        // softmax backward: dpre = att * (datt - sum(att * datt)); pre = scale * q · k
+        const float* q = base + t * C3;
+        float* dq = dbase + t * C3;
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+          const float dpre = row[t2] * (drow[t2] - s) * scale;
+          const float* k = base + t2 * C3 + C;
+          float* dk = dbase + t2 * C3 + C;
+          for (std::int64_t j = 0; j < hs; ++j) {
+            dq[j] += dpre * k[j];
+            dk[j] += dpre * q[j];
+          }
+        }
+      }
+    }
+  });
+  // END SOLUTION
+}
+
+void gelu_forward(float* out, const float* inp, std::int64_t n) {
+  parallel_for(0, n, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
+    lab4::gelu_forward(out + i0, inp + i0, i1 - i0);
+  });
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+  parallel_for(0, n, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
+    lab4::gelu_backward(dinp + i0, inp + i0, dout + i0, i1 - i0);
+  });
+}
+
+void residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
+  parallel_for(0, n, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+double crossentropy_forward(float* logits, float* losses, const std::int32_t* targets,
+                            const float* mask, std::int64_t N, std::int64_t V) {
+  for (std::int64_t i = 0; i < N; ++i)
+    MLS_CHECK(targets[i] >= 0 && targets[i] < V, "crossentropy_forward: target ", targets[i],
+              " at position ", i, ", expected 0 <= target < vocab_size = ", V);
+  parallel_for(0, N, 16, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float* x = logits + r * V;
+      float maxv = -INFINITY;
+      for (std::int64_t v = 0; v < V; ++v) maxv = std::max(maxv, x[v]);
+      const float xt = x[targets[r]];
+      float sum = 0.f;
+      for (std::int64_t v = 0; v < V; ++v) {
+        x[v] = lab4::fast_expf(x[v] - maxv);
+        sum += x[v];
+      }
+      const float inv = 1.f / sum;
+      for (std::int64_t v = 0; v < V; ++v) x[v] *= inv;
+      losses[r] = std::log(sum) - (xt - maxv);
+    }
+  });
+  double num = 0.0, den = 0.0;
+  for (std::int64_t i = 0; i < N; ++i) {
+    const double m = mask ? mask[i] : 1.0;
+    num += m * losses[i];
+    den += m;
+  }
+  return den > 0 ? num / den : 0.0;
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
+                           const float* mask, std::int64_t N, std::int64_t V) {
+  double den = 0.0;
+  for (std::int64_t i = 0; i < N; ++i) den += mask ? mask[i] : 1.0;
+  const float inv = den > 0 ? static_cast<float>(1.0 / den) : 0.f;
+  parallel_for(0, N, 16, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float s = (mask ? mask[r] : 1.f) * inv;
+      const float* p = probs + r * V;
+      float* d = dlogits + r * V;
+      for (std::int64_t v = 0; v < V; ++v) d[v] = p[v] * s;
+      d[targets[r]] -= s;
+    }
+  });
+}
+
+// ---- blocks -------------------------------------------------------------------------------------
+
+void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a,
+                             std::int64_t l, const float* x_in) {
+  // BEGIN SOLUTION
+  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
+  layernorm_forward(a.ln1 + l * N * C, a.ln1_mean + l * N, a.ln1_rstd + l * N, x_in, p.ln1w + l * C,
+                    p.ln1b + l * C, N, C);
+  matmul_forward(a.qkv + l * N * 3 * C, a.ln1 + l * N * C, p.qkvw + l * 3 * C * C,
+                 p.qkvb + l * 3 * C, N, C, 3 * C);
+  attention_forward(a.atty + l * N * C, a.att + l * B * H * T * T, a.qkv + l * N * 3 * C, B, T, C,
+                    H);
+  matmul_forward(a.attproj + l * N * C, a.atty + l * N * C, p.attprojw + l * C * C,
+                 p.attprojb + l * C, N, C, C);
+  residual_forward(a.residual2 + l * N * C, x_in, a.attproj + l * N * C, N * C);
+  // END SOLUTION
+}
+
+void mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l) {
+  // BEGIN SOLUTION
+  const std::int64_t C = cfg.n_embd, N = a.B * a.T;
+  layernorm_forward(a.ln2 + l * N * C, a.ln2_mean + l * N, a.ln2_rstd + l * N,
+                    a.residual2 + l * N * C, p.ln2w + l * C, p.ln2b + l * C, N, C);
+  matmul_forward(a.fch + l * N * 4 * C, a.ln2 + l * N * C, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C,
+                 N, C, 4 * C);
+  gelu_forward(a.fch_gelu + l * N * 4 * C, a.fch + l * N * 4 * C, N * 4 * C);
+  matmul_forward(a.fcproj + l * N * C, a.fch_gelu + l * N * 4 * C, p.fcprojw + l * C * 4 * C,
+                 p.fcprojb + l * C, N, 4 * C, C);
+  residual_forward(a.residual3 + l * N * C, a.residual2 + l * N * C, a.fcproj + l * N * C, N * C);
+  // END SOLUTION
+}
+
+void block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l,
+                   const float* x_in) {
+  attention_block_forward(cfg, p, a, l, x_in);
+  mlp_forward(cfg, p, a, l);
+}
+
+void mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
+                  GPTActivations& da, std::int64_t l, float* dresidual) {
+  // BEGIN SOLUTION
+  const std::int64_t C = cfg.n_embd, N = a.B * a.T;
+  float* dfch_gelu = da.fch_gelu + l * N * 4 * C;
+  float* dfch = da.fch + l * N * 4 * C;
+  float* dln2 = da.ln2 + l * N * C;
+  std::fill(dfch_gelu, dfch_gelu + N * 4 * C, 0.f);
+  std::fill(dfch, dfch + N * 4 * C, 0.f);
+  std::fill(dln2, dln2 + N * C, 0.f);
+  // residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+  matmul_backward(dfch_gelu, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, dresidual,
+                  a.fch_gelu + l * N * 4 * C, p.fcprojw + l * C * 4 * C, N, 4 * C, C);
+  gelu_backward(dfch, a.fch + l * N * 4 * C, dfch_gelu, N * 4 * C);
+  matmul_backward(dln2, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, a.ln2 + l * N * C,
+                  p.fcw + l * 4 * C * C, N, C, 4 * C);
+  layernorm_backward(dresidual, g.ln2w + l * C, g.ln2b + l * C, dln2, a.residual2 + l * N * C,
+                     p.ln2w + l * C, a.ln2_mean + l * N, a.ln2_rstd + l * N, N, C);
+  // END SOLUTION
+}
+
+void attention_block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
+                              const GPTActivations& a, GPTActivations& da, std::int64_t l,
+                              const float* x_in, float* dresidual) {
+  // BEGIN SOLUTION
+  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
+  float* datty = da.atty + l * N * C;
+  float* dqkv = da.qkv + l * N * 3 * C;
+  float* dln1 = da.ln1 + l * N * C;
+  std::fill(datty, datty + N * C, 0.f);
+  std::fill(dqkv, dqkv + N * 3 * C, 0.f);
+  std::fill(dln1, dln1 + N * C, 0.f);
+  // residual2 = x_in + attproj(attention(qkv(ln1(x_in))))
+  matmul_backward(datty, g.attprojw + l * C * C, g.attprojb + l * C, dresidual, a.atty + l * N * C,
+                  p.attprojw + l * C * C, N, C, C);
+  attention_backward(dqkv, da.att + l * B * H * T * T, datty, a.qkv + l * N * 3 * C,
+                     a.att + l * B * H * T * T, B, T, C, H);
+  matmul_backward(dln1, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, a.ln1 + l * N * C,
+                  p.qkvw + l * 3 * C * C, N, C, 3 * C);
+  layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, dln1, x_in, p.ln1w + l * C,
+                     a.ln1_mean + l * N, a.ln1_rstd + l * N, N, C);
+  // END SOLUTION
+}
+
+void block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
+                    GPTActivations& da, std::int64_t l, const float* x_in, float* dresidual) {
+  mlp_backward(cfg, p, g, a, da, l, dresidual);
+  attention_block_backward(cfg, p, g, a, da, l, x_in, dresidual);
+}
+
+// ---- the model ----------------------------------------------------------------------------------
+
+namespace {
+
+void check_ids(const char* op, const char* what, const std::int32_t* ids, std::int64_t n,
+               std::int64_t V) {
+  MLS_CHECK(ids != nullptr, op, ": ", what, " is null");
+  for (std::int64_t i = 0; i < n; ++i)
+    MLS_CHECK(ids[i] >= 0 && ids[i] < V, op, ": ", what, " id ", ids[i], " at position ", i,
+              ", expected 0 <= id < vocab_size = ", V);
+}
+
+}  // namespace
+
+double gpt_forward(const GPTParams& params, GPTActivations& acts, const std::int32_t* inputs,
+                   const std::int32_t* targets, const float* mask, std::int64_t B, std::int64_t T) {
+  const GPTConfig& cfg = params.config();
+  MLS_CHECK(T > 0 && T <= cfg.block_size, "gpt_forward: T = ", T,
+            ", expected 0 < T <= block_size = ", cfg.block_size);
+  MLS_CHECK(acts.B == B && acts.T == T, "gpt_forward: activations for (B, T) = (", acts.B, ", ",
+            acts.T, "), called with (", B, ", ", T, ")");
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, N = B * T;
+  check_ids("gpt_forward", "input", inputs, N, V);
+  if (targets) check_ids("gpt_forward", "target", targets, N, V);
+  const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
+  encoder_forward(acts.encoded, inputs, p.wte, p.wpe, B, T, C);
+  for (std::int64_t l = 0; l < L; ++l)
+    block_forward(cfg, p, acts, l, l == 0 ? acts.encoded : acts.residual3 + (l - 1) * N * C);
+  layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, acts.residual3 + (L - 1) * N * C,
+                    p.lnfw, p.lnfb, N, C);
+  matmul_forward(acts.logits, acts.lnf, p.wte, nullptr, N, C, V);  // the tied LM head
+  if (!targets) return 0.0;
+  return crossentropy_forward(acts.logits, acts.losses, targets, mask, N, V);
+}
+
+void gpt_backward(const GPTParams& params, GPTGrads& grads, const GPTActivations& acts,
+                  GPTActivations& dacts, const std::int32_t* inputs, const std::int32_t* targets,
+                  const float* mask) {
+  const GPTConfig& cfg = params.config();
+  MLS_CHECK(grads.config() == cfg, "gpt_backward: gradients of another config");
+  MLS_CHECK(dacts.B == acts.B && dacts.T == acts.T, "gpt_backward: scratch for (B, T) = (", dacts.B,
+            ", ", dacts.T, "), activations (", acts.B, ", ", acts.T, ")");
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, B = acts.B, T = acts.T,
+                     N = B * T;
+  check_ids("gpt_backward", "target", targets, N, V);
+  const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
+  ParamPtrs g = grads.views();
+  crossentropy_backward(dacts.logits, acts.logits, targets, mask, N, V);
+  std::fill(dacts.lnf, dacts.lnf + N * C, 0.f);
+  matmul_backward(dacts.lnf, g.wte, nullptr, dacts.logits, acts.lnf, p.wte, N, C, V);
+  float* dresidual = dacts.residual3 + (L - 1) * N * C;  // d(residual stream), (B, T, C)
+  std::fill(dresidual, dresidual + N * C, 0.f);
+  layernorm_backward(dresidual, g.lnfw, g.lnfb, dacts.lnf, acts.residual3 + (L - 1) * N * C, p.lnfw,
+                     acts.lnf_mean, acts.lnf_rstd, N, C);
+  for (std::int64_t l = L - 1; l >= 0; --l)
+    block_backward(cfg, p, g, acts, dacts, l,
+                   l == 0 ? acts.encoded : acts.residual3 + (l - 1) * N * C, dresidual);
+  encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
+}
+
+// ---- optimisation -------------------------------------------------------------------------------
+
+bool param_decays(int i) {
+  // wte, wpe, qkvw, attprojw, fcw, fcprojw
+  return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
+}
+
+void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,
+                  const AdamWOptions& opt, double lr) {
+  // BEGIN SOLUTION
+  const std::int64_t n = params.size();
+  MLS_CHECK(grads.size() == n && static_cast<std::int64_t>(state.m.size()) == n &&
+                static_cast<std::int64_t>(state.v.size()) == n,
+            "adamw_update: params ", n, ", grads ", grads.size(), ", m ", state.m.size(), ", v ",
+            state.v.size(), ": expected the same size");
+  state.step += 1;
+  const double t = static_cast<double>(state.step);
+  const float b1 = static_cast<float>(opt.beta1), b2 = static_cast<float>(opt.beta2);
+  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(opt.beta1, t)));
+  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(opt.beta2, t)));
+  const float flr = static_cast<float>(lr), eps = static_cast<float>(opt.eps);
+  const auto off = param_offsets(params.config());
+  float* p = params.data();
+  const float* g = grads.data();
+  float* m = state.m.data();
+  float* v = state.v.data();
+  for (int k = 0; k < kNumParamTensors; ++k) {
+    const std::int64_t begin = off[k], end = k + 1 < kNumParamTensors ? off[k + 1] : n;
+    const float wd = param_decays(k) ? static_cast<float>(opt.weight_decay) : 0.f;
+    parallel_for(begin, end, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const float gi = g[i];
+        m[i] = b1 * m[i] + (1.f - b1) * gi;
+        v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
+        const float mh = m[i] * c1, vh = v[i] * c2;
+        p[i] -= flr * (mh / (std::sqrt(vh) + eps) + wd * p[i]);
+      }
+    });
+  }
+  // END SOLUTION
+}
+
+double grad_norm(const GPTGrads& grads) {
+  const std::int64_t n = grads.size(), chunks = (n + kElemChunk - 1) / kElemChunk;
+  std::vector<double> part(static_cast<std::size_t>(chunks), 0.0);
+  const float* g = grads.data();
+  parallel_for(0, chunks, 1, [&](std::int64_t k0, std::int64_t k1) {
+    for (std::int64_t k = k0; k < k1; ++k) {
+      double s = 0.0;
+      for (std::int64_t i = k * kElemChunk, e = std::min(n, i + kElemChunk); i < e; ++i)
+        s += static_cast<double>(g[i]) * g[i];
+      part[k] = s;
+    }
+  });
+  double s = 0.0;
+  for (double x : part) s += x;
+  return std::sqrt(s);
+}
+
+double clip_grad_norm(GPTGrads& grads, double max_norm) {
+  const double norm = grad_norm(grads);
+  if (max_norm > 0 && norm > max_norm) {
+    const float s = static_cast<float>(max_norm / (norm + 1e-6));
+    float* g = grads.data();
+    parallel_for(0, grads.size(), kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) g[i] *= s;
+    });
+  }
+  return norm;
+}
+
+double lr_schedule(std::int64_t step, std::int64_t warmup, std::int64_t total, double lr_max,
+                   double lr_min) {
+  if (step < warmup) return lr_max * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (step >= total || total <= warmup) return lr_min;
+  const double r = static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
+  return lr_min + 0.5 * (1.0 + std::cos(M_PI * r)) * (lr_max - lr_min);
+}
+
+// ---- counts -------------------------------------------------------------------------------------
+
+std::int64_t flops_params(const GPTConfig& cfg) {
+  return num_params(cfg) - cfg.block_size * cfg.n_embd;
+}
+
+double train_flops_per_token(const GPTConfig& cfg, std::int64_t T) {
+  return 6.0 * static_cast<double>(flops_params(cfg)) +
+         12.0 * static_cast<double>(cfg.n_layer * T * cfg.n_embd);
+}
+
+}  // namespace mls::llm

@@ -1,0 +1,129 @@
+// Lab 6: sampling and the KV cache.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "mls/llm/sample.hpp"
+#include "mls/testing.hpp"
+#include "util.hpp"
+
+using namespace mls;
+using namespace mls::llm;
+using namespace lab6test;
+
+TEST_CASE("KV cache: the same logits as recomputing the context, position by position",
+          "[lab6][sample][kvcache]") {
+  Rng rng(4, "kv-logits");
+  for (int trial = 0; trial < 4; ++trial) {
+    const GPTConfig cfg = random_config(rng);
+    const GPTParams p = random_params(cfg, rng);
+    KVCache cache(cfg);
+    std::vector<std::int32_t> ctx;
+    std::vector<float> logits(cfg.vocab_size);
+    for (std::int64_t t = 0; t < cfg.block_size; ++t) {
+      ctx.push_back(static_cast<std::int32_t>(rng.randint(0, cfg.vocab_size)));
+      forward_cached(p, cache, ctx.back(), logits.data());
+      const auto ref = forward_last(p, ctx);
+      CHECK(rel_err(logits.data(), ref.data(), cfg.vocab_size) < 1e-5);
+    }
+    CHECK(cache.size() == cfg.block_size);
+    mls::testing::require_error([&] { forward_cached(p, cache, 0, logits.data()); },
+                                "KV cache is full");
+  }
+}
+
+TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation",
+          "[lab6][sample][kvcache]") {
+  GPTConfig cfg = config_by_name("nano");
+  cfg.vocab_size = 13;
+  Rng rng(6, "kv-generate");
+  const GPTParams p = random_params(cfg, rng);
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  std::vector<SampleOptions> opts(4);
+  opts[0].greedy = true;
+  opts[1].temperature = 0.8;
+  opts[2].top_k = 5;
+  opts[3].top_p = 0.9;
+  opts[3].temperature = 1.3;
+  for (const auto& o : opts) {
+    Rng r1(42, "sample"), r2(42, "sample");
+    std::vector<std::int32_t> streamed;
+    const auto a =
+        generate(p, prompt, 25, o, true, r1, [&](std::int32_t t) { streamed.push_back(t); });
+    const auto b = generate(p, prompt, 25, o, false, r2);
+    CHECK(a.size() == 25);
+    CHECK(a == b);
+    CHECK(streamed == a);
+  }
+}
+
+TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their definitions",
+          "[lab6][sample][sample]") {
+  const std::vector<float> logits = {std::log(0.1f), std::log(0.2f), std::log(0.3f),
+                                     std::log(0.4f)};
+  Rng rng(8, "sample-token");
+  SampleOptions g;
+  g.greedy = true;
+  CHECK(sample_token(logits.data(), 4, g, rng) == 3);
+  auto freq = [&](SampleOptions o, int n) {
+    std::map<int, double> f;
+    for (int i = 0; i < n; ++i) f[sample_token(logits.data(), 4, o, rng)] += 1.0 / n;
+    return f;
+  };
+  SampleOptions plain;
+  auto f = freq(plain, 20000);
+  CHECK(f[0] == Approx(0.1).margin(0.015));
+  CHECK(f[3] == Approx(0.4).margin(0.015));
+  SampleOptions k2;
+  k2.top_k = 2;  // {3: 0.4, 2: 0.3} renormalised
+  f = freq(k2, 20000);
+  CHECK(f[0] == 0.0);
+  CHECK(f[1] == 0.0);
+  CHECK(f[3] == Approx(4.0 / 7).margin(0.015));
+  SampleOptions p5;
+  p5.top_p = 0.65;  // 0.4 + 0.3 >= 0.65: {3, 2}
+  f = freq(p5, 20000);
+  CHECK(f[1] == 0.0);
+  CHECK(f[2] == Approx(3.0 / 7).margin(0.015));
+  SampleOptions cold;
+  cold.temperature = 0.05;  // nearly argmax
+  f = freq(cold, 2000);
+  CHECK(f[3] > 0.99);
+  SampleOptions k1;
+  k1.top_k = 1;
+  f = freq(k1, 100);
+  CHECK(f[3] == Approx(1.0));
+}
+
+TEST_CASE("errors: bad sampling options and a prompt longer than the block size",
+          "[lab6][sample][errors]") {
+  GPTConfig cfg{1, 1, 4, 8, 5};
+  const GPTParams p = init_params(cfg, 0);
+  Rng rng(0);
+  const std::vector<float> logits(5, 0.f);
+  SampleOptions o;
+  o.temperature = 0;
+  mls::testing::require_error([&] { sample_token(logits.data(), 5, o, rng); }, "temperature = 0");
+  o.temperature = -1;
+  mls::testing::require_error([&] { sample_token(logits.data(), 5, o, rng); }, "temperature = -1");
+  o = {};
+  o.top_k = 6;
+  mls::testing::require_error([&] { sample_token(logits.data(), 5, o, rng); }, "top_k = 6");
+  o.top_k = -1;
+  mls::testing::require_error([&] { sample_token(logits.data(), 5, o, rng); }, "top_k = -1");
+  o = {};
+  o.top_p = 0;
+  mls::testing::require_error([&] { sample_token(logits.data(), 5, o, rng); }, "top_p = 0");
+  o.top_p = 1.5;
+  mls::testing::require_error([&] { generate(p, {1}, 3, o, true, rng); }, "top_p = 1.5");
+  const std::vector<std::int32_t> long_prompt(9, 1);
+  mls::testing::require_error([&] { generate(p, long_prompt, 1, {}, true, rng); },
+                              "longer than the block size 8");
+  mls::testing::require_error(
+      [&] {
+        generate(p, {1, 2}, 7, {}, true, rng);
+      },
+      "exceed the block size 8");
+  mls::testing::require_error([&] { generate(p, {}, 1, {}, false, rng); }, "empty prompt");
+  CHECK(generate(p, long_prompt, 3, {}, false, rng).size() ==
+        3);  // the context slides without a cache
+}

@@ -1,0 +1,592 @@
+// mls-gpt: train, sample, evaluate, inspect and export a mini GPT (lab 6).
+//
+//   mls-gpt train  --task sort --steps 300 --out runs/sort           (or --data input.txt)
+//   mls-gpt sample --ckpt runs/sort/ckpt.bin --prompt "315042=" --greedy
+//   mls-gpt eval   --ckpt runs/tiny/ckpt.bin --data input.txt
+//   mls-gpt info   --ckpt runs/sort/ckpt.bin
+//   mls-gpt export --ckpt runs/sort/ckpt.bin --format llmc --out model.bin
+//   mls-gpt bench  --config small                                     (one training step, timed)
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "mls/common/error.hpp"
+#include "mls/common/parallel.hpp"
+#include "mls/common/progress.hpp"
+#include "mls/common/timer.hpp"
+#include "mls/kernels/roofline.hpp"
+#include "mls/kernels/sgemm.hpp"
+#include "mls/llm/checkpoint.hpp"
+#include "mls/llm/data.hpp"
+#include "mls/llm/llmc.hpp"
+#include "mls/llm/report.hpp"
+#include "mls/llm/sample.hpp"
+#include "mls/llm/tokenizer.hpp"
+#include "mls/llm/train.hpp"
+
+using namespace mls;
+using namespace mls::llm;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ModelFlags {
+  std::string config = "nano";
+  std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
+  void add(CLI::App* app) {
+    app->add_option("--config", config,
+                    "named config: nano (3 layers, 3 heads, 48 dims, block 32) or small "
+                    "(4, 4, 128, block 64)")
+        ->capture_default_str();
+    app->add_option("--n-layer", n_layer, "override the config's layers");
+    app->add_option("--n-head", n_head, "override the config's heads");
+    app->add_option("--n-embd", n_embd, "override the config's width");
+    app->add_option("--block-size", block_size, "override the config's context length");
+  }
+  GPTConfig make(std::int64_t vocab) const {
+    GPTConfig c = config_by_name(config);
+    if (n_layer) c.n_layer = n_layer;
+    if (n_head) c.n_head = n_head;
+    if (n_embd) c.n_embd = n_embd;
+    if (block_size) c.block_size = block_size;
+    c.vocab_size = vocab;
+    c.validate();
+    return c;
+  }
+};
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+void print_counts(const GPTConfig& c, std::int64_t T) {
+  const auto L = c.n_layer, C = c.n_embd, V = c.vocab_size, Tb = c.block_size;
+  std::printf("config: L=%lld H=%lld C=%lld T=%lld V=%lld\n", (long long)L, (long long)c.n_head,
+              (long long)C, (long long)Tb, (long long)V);
+  std::printf(
+      "parameters: L(12C^2 + 13C) + V*C + T*C + 2C = %lld*%lld + %lld + %lld + %lld = %lld\n",
+      (long long)L, (long long)(12 * C * C + 13 * C), (long long)(V * C), (long long)(Tb * C),
+      (long long)(2 * C), (long long)num_params(c));
+  std::printf(
+      "training FLOPs/token: 6N + 12*L*T*C = 6*%lld + 12*%lld*%lld*%lld = %.4g  (N = params - T*C: "
+      "every "
+      "matmul weight, the tied LM head counted once, the position table not)\n",
+      (long long)flops_params(c), (long long)L, (long long)T, (long long)C,
+      train_flops_per_token(c, T));
+}
+
+/// The run's data: a generated task or a text file.
+struct RunData {
+  std::unique_ptr<GeneratedTask> task;
+  std::unique_ptr<TextData> text;
+  std::unique_ptr<Tokenizer> tok;  // for text
+  DataSource& source() {
+    return task ? static_cast<DataSource&>(*task) : static_cast<DataSource&>(*text);
+  }
+  const Tokenizer& tokenizer() const { return task ? task->tokenizer() : *tok; }
+};
+
+double val_loss(Trainer& tr, DataSource& src, std::int64_t batches, std::int64_t B,
+                std::int64_t T) {
+  double s = 0;
+  for (std::int64_t i = 0; i < batches; ++i) s += tr.eval_loss(src.next_val(B, T));
+  return s / static_cast<double>(batches);
+}
+
+GreedyFn greedy_of(const GPTParams& p) {
+  return [&p](const std::vector<std::int32_t>& prompt, int n_new) {
+    SampleOptions g;
+    g.greedy = true;
+    Rng unused(0);
+    return generate(p, prompt, n_new, g,
+                    /*use_cache=*/prompt.size() + static_cast<std::size_t>(n_new) <=
+                        static_cast<std::size_t>(p.config().block_size),
+                    unused);
+  };
+}
+
+// ---- train ----------------------------------------------------------------------------------
+
+struct TrainFlags {
+  ModelFlags model;
+  std::string data, task = "sort", tokenizer = "char", out = "gpt-run", resume, init_from;
+  std::int64_t digits = 6, vocab = 512, steps = 300, batch = 0, context = 0, warmup = -1;
+  std::int64_t eval_every = 50, eval_batches = 4, ckpt_every = 0, sample_tokens = 200;
+  double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, beta2 = 0.95;
+  std::int64_t stop_after = 0;
+  bool autodiff = false;
+  std::uint64_t seed = 0;
+};
+
+int cmd_train(TrainFlags& f) {
+  // -- data and tokenizer
+  RunData rd;
+  Checkpoint resumed;
+  const bool resuming = !f.resume.empty();
+  if (resuming) {
+    resumed = load_checkpoint(f.resume);
+    const auto it = resumed.settings.find("task");
+    if (f.data.empty() && it != resumed.settings.end() && !it->second.empty()) f.task = it->second;
+    const auto dg = resumed.settings.find("digits");
+    if (dg != resumed.settings.end()) f.digits = std::stoll(dg->second);
+    const auto dt = resumed.settings.find("data");
+    if (f.data.empty() && dt != resumed.settings.end()) f.data = dt->second;
+    f.seed = resumed.counter("seed");
+  }
+  std::string init_tokenizer;
+  GPTConfig init_cfg{};
+  std::vector<float> init_params_flat;
+  if (!f.init_from.empty()) {
+    InitFrom init = load_init_from(f.init_from);  // an mls-gpt checkpoint or an llm.c .bin
+    init_cfg = init.config;
+    init_params_flat = std::move(init.params);
+    init_tokenizer = std::move(init.tokenizer);
+  }
+  if (!f.data.empty()) {
+    const std::string text = read_text_file(f.data);
+    if (resuming)
+      rd.tok = load_tokenizer(resumed.tokenizer);
+    else if (!init_tokenizer.empty())
+      rd.tok = load_tokenizer(init_tokenizer);
+    else
+      rd.tok = train_tokenizer(f.tokenizer, text, f.vocab);
+  }
+  // -- config
+  const std::int64_t vocab = f.data.empty() ? 12 : rd.tok->vocab_size();
+  GPTConfig cfg = f.init_from.empty() ? f.model.make(vocab) : init_cfg;
+  if (!f.init_from.empty()) {
+    MLS_CHECK(init_cfg.vocab_size == vocab, "train --init-from: ", f.init_from, " has vocab_size ",
+              init_cfg.vocab_size, ", the data's tokenizer has ", vocab, " tokens");
+  }
+  if (resuming) check_resume_compatible(resumed.config, cfg);
+  if (f.data.empty()) {
+    rd.task = make_task(f.task, f.digits, f.seed);
+    MLS_CHECK(rd.task->vocab_size() == cfg.vocab_size, "train: task vocabulary ",
+              rd.task->vocab_size(), " != config vocab ", cfg.vocab_size);
+  } else {
+    rd.text = std::make_unique<TextData>(read_text_file(f.data), *rd.tok, cfg.block_size, f.seed);
+  }
+  // -- options
+  TrainOptions o;
+  o.batch = f.batch ? f.batch : (f.model.config == "small" ? 12 : 32);
+  o.context = f.context ? f.context : (rd.task ? rd.task->seq_len() : cfg.block_size);
+  o.steps = f.steps;
+  o.warmup = f.warmup >= 0 ? f.warmup : std::max<std::int64_t>(1, f.steps / 20);
+  o.lr = f.lr;
+  o.min_lr = f.min_lr >= 0 ? f.min_lr : f.lr / 10;
+  o.grad_clip = f.grad_clip;
+  o.adamw.weight_decay = f.weight_decay;
+  o.adamw.beta2 = f.beta2;
+  GPTParams params = f.init_from.empty() ? init_params(cfg, f.seed) : GPTParams(cfg);
+  if (!f.init_from.empty()) params.vec() = init_params_flat;
+  Trainer tr(std::move(params), o);
+  std::int64_t start = 0;
+  std::vector<LossRow> rows;
+  fs::create_directories(f.out);
+  const std::string ckpt_path = (fs::path(f.out) / "ckpt.bin").string();
+  const std::string csv_path = (fs::path(f.out) / "loss.csv").string();
+  const std::string svg_path = (fs::path(f.out) / "loss.svg").string();
+  if (resuming) {
+    rd.source().seek(restore_trainer(tr, resumed));
+    start = tr.adam.step;
+    if (fs::exists(csv_path))
+      for (const auto& r : read_loss_csv(csv_path))
+        if (r.step < start) rows.push_back(r);
+    std::printf("resumed from %s at step %lld\n", f.resume.c_str(), (long long)start);
+  }
+  const std::string tok_bytes = rd.tokenizer().serialize();
+  print_counts(cfg, o.context);
+  const int threads = num_threads();
+  const double peak = lab4::peak_gflops_best(threads);
+  std::printf(
+      "data: %s; batch %lld x context %lld; %lld steps; %d thread(s), peak %.1f GFLOP/s (lab 4 "
+      "roofline); "
+      "matmul %s\n",
+      rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str()
+              : f.data.c_str(),
+      (long long)o.batch, (long long)o.context, (long long)o.steps, threads, peak,
+      sgemm_kernel().name.c_str());
+  auto save = [&] {
+    Checkpoint ck = trainer_checkpoint(tr, tok_bytes, rd.source().position());
+    ck.counters["seed"] = f.seed;
+    ck.settings["task"] = rd.task ? f.task : "";
+    ck.settings["digits"] = std::to_string(f.digits);
+    if (!f.data.empty()) ck.settings["data"] = f.data;
+    ck.settings["lr"] = fmt("%g", o.lr);
+    ck.settings["steps"] = std::to_string(o.steps);
+    save_checkpoint(ckpt_path, ck);
+  };
+  ProgressBar bar(std::max<std::int64_t>(
+                      1, (f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps) - start),
+                  "train");
+  const double flops_tok = train_flops_per_token(cfg, o.context);
+  double tok_s_sum = 0, last_loss = 0;
+  std::int64_t timed = 0;
+  const std::int64_t end = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
+  for (std::int64_t s = start; s < end; ++s) {
+    const Batch b = rd.source().next_train(o.batch, o.context);
+    Timer t;
+    const StepStats st = f.autodiff ? tr.step_autodiff(b) : tr.step(b);
+    const double sec = t.seconds();
+    LossRow r;
+    r.step = s;
+    r.train_loss = st.loss;
+    r.lr = st.lr;
+    r.grad_norm = st.grad_norm;
+    r.tokens_per_s = static_cast<double>(o.batch * o.context) / sec;
+    if (s > start) tok_s_sum += r.tokens_per_s, ++timed;
+    last_loss = st.loss;
+    const bool last = s + 1 == end;
+    if (f.eval_every > 0 && ((s + 1) % f.eval_every == 0 || last))
+      r.val_loss = val_loss(tr, rd.source(), f.eval_batches, o.batch, o.context);
+    rows.push_back(r);
+    std::string status = "step " + std::to_string(s + 1) + " loss " + fmt("%.4f", st.loss) +
+                         (r.val_loss >= 0 ? " val " + fmt("%.4f", r.val_loss) : "") + " | " +
+                         fmt("%.0f", r.tokens_per_s) + " tok/s | MFU " +
+                         fmt("%.1f%%", 100.0 * r.tokens_per_s * flops_tok / (peak * 1e9));
+    bar.update(s + 1 - start, status);
+    if (f.ckpt_every > 0 && (s + 1) % f.ckpt_every == 0 && !last) save();
+  }
+  bar.finish();
+  save();
+  write_loss_csv(csv_path, rows);
+  write_loss_svg(svg_path, rows,
+                 "mls-gpt: " + (rd.task ? f.task + " task" : f.data) + ", " + f.model.config);
+  const double tok_s = timed ? tok_s_sum / static_cast<double>(timed) : 0;
+  std::printf("final loss %.9g; mean %.0f tokens/s, %.3g GFLOP/s, MFU %.1f%% of %.1f GFLOP/s\n",
+              last_loss, tok_s, tok_s * flops_tok * 1e-9, 100.0 * tok_s * flops_tok / (peak * 1e9),
+              peak);
+  std::printf("wrote %s, %s, %s\n", ckpt_path.c_str(), csv_path.c_str(), svg_path.c_str());
+  if (rd.task) {
+    const double em = exact_match(*rd.task, greedy_of(tr.params), 200, true, 1);
+    std::printf("held-out exact match (greedy, 200 problems): %.1f%%\n", 100 * em);
+    Rng r(f.seed, "show");
+    for (int i = 0; i < 3; ++i) {
+      const Problem p = rd.task->sample(r, true);
+      const auto out = greedy_of(tr.params)(p.prompt, static_cast<int>(p.answer.size()));
+      std::printf("  %s%s  (true %s)\n", rd.task->tokenizer().decode(p.prompt).c_str(),
+                  rd.task->tokenizer().decode(out).c_str(),
+                  rd.task->tokenizer().decode(p.answer).c_str());
+    }
+  } else if (f.sample_tokens > 0) {
+    SampleOptions so;
+    so.temperature = 0.8;
+    Rng r(f.seed, "sample");
+    const auto prompt = rd.tok->encode(rd.tok->decode({rd.text->val_tokens().front()}));
+    std::printf("sample: %s", rd.tok->decode(prompt).c_str());
+    generate(tr.params, prompt, f.sample_tokens, so, false, r,
+             [&](std::int32_t t) { std::cout << rd.tok->decode({t}) << std::flush; });
+    std::printf("\n");
+  }
+  return 0;
+}
+
+// ---- sample -------------------------------------------------------------------------------------
+
+struct SampleFlags {
+  std::string ckpt, prompt;
+  std::int64_t max_new = 200, top_k = 0, bench_context = 256;
+  double temperature = 1.0, top_p = 1.0;
+  std::uint64_t seed = 0;
+  bool greedy = false, no_cache = false, bench = false;
+  ModelFlags model;
+};
+
+int cmd_sample_bench(SampleFlags& f) {
+  // Generation speed at a long context, with and without the KV cache, on a random model.
+  f.model.block_size = std::max<std::int64_t>(f.model.block_size, f.bench_context);
+  if (f.model.config == "nano") f.model.config = "small";
+  const GPTConfig cfg = f.model.make(65);
+  const GPTParams p = init_params(cfg, f.seed);
+  SampleOptions so;
+  so.temperature = f.temperature;
+  const std::vector<std::int32_t> prompt = {0};
+  const std::int64_t n = f.bench_context - 1;
+  double rates[2];
+  for (int cache = 1; cache >= 0; --cache) {
+    Rng r(f.seed, "bench");
+    Timer t;
+    generate(p, prompt, n, so, cache == 1, r);
+    rates[cache] = static_cast<double>(n) / t.seconds();
+  }
+  std::printf(
+      "generate %lld tokens (context up to %lld), %s, %d thread(s): KV cache %.0f tok/s, recompute "
+      "%.0f "
+      "tok/s, speedup %.1fx\n",
+      (long long)n, (long long)f.bench_context, f.model.config.c_str(), num_threads(), rates[1],
+      rates[0], rates[1] / rates[0]);
+  return 0;
+}
+
+int cmd_sample(SampleFlags& f) {
+  if (f.bench) return cmd_sample_bench(f);
+  MLS_CHECK(!f.ckpt.empty(), "sample: --ckpt is required (or --bench)");
+  const Checkpoint ck = load_checkpoint(f.ckpt);
+  GPTParams p(ck.config);
+  p.vec() = get_params(ck, "");
+  const auto tok = load_tokenizer(ck.tokenizer);
+  SampleOptions so;
+  so.temperature = f.temperature;
+  so.top_k = f.top_k;
+  so.top_p = f.top_p;
+  so.greedy = f.greedy;
+  if (!so.greedy) validate_sample_options(so, ck.config.vocab_size);
+  const bool cache = !f.no_cache;
+  // With the KV cache the prompt must fit in the block (encode_prompt checks); without it the
+  // context slides, so any prompt goes.
+  const std::string text = f.prompt.empty() ? tok->decode({0}) : f.prompt;
+  std::vector<std::int32_t> prompt =
+      cache ? encode_prompt(*tok, text, ck.config.block_size) : tok->encode(text);
+  std::int64_t n = f.max_new;
+  if (cache) {
+    const std::int64_t room = ck.config.block_size - static_cast<std::int64_t>(prompt.size());
+    if (n > room) {
+      std::fprintf(
+          stderr,
+          "sample: the KV cache holds %lld positions: generating %lld tokens (use --no-kv-cache "
+          "for more)\n",
+          (long long)ck.config.block_size, (long long)room);
+      n = room;
+    }
+  }
+  Rng r(f.seed, "sample");
+  std::cout << tok->decode(prompt) << std::flush;
+  Timer t;
+  const auto out = generate(p, prompt, n, so, cache, r,
+                            [&](std::int32_t id) { std::cout << tok->decode({id}) << std::flush; });
+  std::cout << "\n";
+  std::fprintf(stderr, "%zu tokens, %.0f tok/s (%s)\n", out.size(),
+               static_cast<double>(out.size()) / t.seconds(), cache ? "KV cache" : "recompute");
+  return 0;
+}
+
+// ---- eval, info, export, bench
+// --------------------------------------------------------------------
+
+int cmd_eval(const std::string& ckpt_path, const std::string& data, std::int64_t batch) {
+  const Checkpoint ck = load_checkpoint(ckpt_path);
+  GPTParams p(ck.config);
+  p.vec() = get_params(ck, "");
+  const auto tok = load_tokenizer(ck.tokenizer);
+  const auto ids = tok->encode(read_text_file(data));
+  const double loss = eval_stream_loss(p, ids, batch);
+  std::printf("%s: %zu tokens, loss %.4f nats/token, perplexity %.3f\n", data.c_str(), ids.size(),
+              loss, std::exp(loss));
+  return 0;
+}
+
+int cmd_info(const std::string& path) {
+  if (is_llmc_file(path)) {
+    const LlmcModel m = read_llmc(path);
+    std::printf("llm.c model file %s (padded vocab %lld)\n", path.c_str(),
+                (long long)m.padded_vocab_size);
+    print_counts(m.config, m.config.block_size);
+    return 0;
+  }
+  const Checkpoint ck = load_checkpoint(path);
+  std::printf("checkpoint %s: step %lld\n", path.c_str(), (long long)ck.step);
+  print_counts(ck.config, ck.config.block_size);
+  const auto tok = load_tokenizer(ck.tokenizer);
+  std::printf("tokenizer: %s, %lld tokens\n", tok->kind().c_str(), (long long)tok->vocab_size());
+  for (const auto& [k, v] : ck.counters)
+    std::printf("counter %s = %llu\n", k.c_str(), (unsigned long long)v);
+  for (const auto& [k, v] : ck.settings) std::printf("setting %s = %s\n", k.c_str(), v.c_str());
+  std::printf("arrays: %zu (parameters%s)\n", ck.arrays.size(),
+              ck.find("m/wte") ? " + AdamW moments" : "");
+  return 0;
+}
+
+int cmd_export(const std::string& ckpt_path, const std::string& format, const std::string& out) {
+  MLS_CHECK(format == "llmc", "export: format '", format, "', expected llmc");
+  const Checkpoint ck = load_checkpoint(ckpt_path);
+  export_llmc(out, ck.config, get_params(ck, ""), ck.tokenizer);
+  std::printf("wrote %s (llm.c float32 model, padded vocab %lld) and %s\n", out.c_str(),
+              (long long)llmc_padded_vocab(ck.config.vocab_size), llmc_tokenizer_path(out).c_str());
+  return 0;
+}
+
+/// Times one training step of `config` (B x T from the flags) on a random batch, or on the model
+/// and batch of an llm.c file and a token file (for compare_torch.py: the same init and batch as
+/// PyTorch). Prints "loss0 ...", "best_ms ...", tokens/s and MFU.
+int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::string& init,
+              const std::string& tokens_file, std::uint64_t seed) {
+  GPTConfig cfg;
+  GPTParams p;
+  if (!init.empty()) {
+    InitFrom in = load_init_from(init);
+    cfg = in.config;
+    p = GPTParams(cfg);
+    p.vec() = std::move(in.params);
+  } else {
+    cfg = m.make(65);
+    p = init_params(cfg, seed);
+  }
+  const std::int64_t T = cfg.block_size;
+  Batch b;
+  b.B = B;
+  b.T = T;
+  if (!tokens_file.empty()) {
+    const std::string bytes = read_binary_file(tokens_file, "bench");
+    MLS_CHECK(static_cast<std::int64_t>(bytes.size()) == B * (T + 1) * 4, "bench: ", tokens_file,
+              " has ", bytes.size(), " bytes, expected B*(T+1) int32 = ", B * (T + 1) * 4);
+    const auto* ids = reinterpret_cast<const std::int32_t*>(bytes.data());
+    for (std::int64_t i = 0; i < B; ++i)
+      for (std::int64_t t = 0; t < T; ++t) {
+        b.inputs.push_back(ids[i * (T + 1) + t]);
+        b.targets.push_back(ids[i * (T + 1) + t + 1]);
+      }
+  } else {
+    Rng r(seed, "bench-batch");
+    for (std::int64_t i = 0; i < B * T; ++i) {
+      b.inputs.push_back(static_cast<std::int32_t>(r.randint(0, cfg.vocab_size)));
+      b.targets.push_back(static_cast<std::int32_t>(r.randint(0, cfg.vocab_size)));
+    }
+  }
+  b.mask.assign(static_cast<std::size_t>(B * T), 1.f);
+  TrainOptions o;
+  o.batch = B;
+  o.context = T;
+  o.steps = steps;
+  o.warmup = 0;
+  o.grad_clip = 0;  // as the torch side: plain AdamW
+  o.adamw.weight_decay = 0.0;
+  o.lr = o.min_lr = 1e-4;
+  Trainer tr(std::move(p), o);
+  double best = 1e30, loss0 = 0;
+  for (std::int64_t s = 0; s < steps + 3; ++s) {
+    Timer t;
+    const double l = tr.step(b).loss;
+    if (s == 0) loss0 = l;
+    if (s >= 3) best = std::min(best, t.seconds());
+  }
+  const double tok_s = static_cast<double>(B * T) / best, flops = train_flops_per_token(cfg, T);
+  const double peak = lab4::peak_gflops_best(num_threads());
+  std::printf(
+      "loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d "
+      "thread(s))\n",
+      loss0, best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak,
+      num_threads());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  lab4::register_kernels();
+  CLI::App app{"mls-gpt: a mini GPT trained from scratch (lab 6)."};
+  app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads, "threads (default: MLS_NUM_THREADS or all cores)");
+
+  TrainFlags tf;
+  auto* train = app.add_subcommand("train", "train a model on a generated task or a text file");
+  tf.model.add(train);
+  train->add_option("--data", tf.data, "a UTF-8 text file (default: a generated task)");
+  train->add_option("--task", tf.task, "sort | add (without --data)")->capture_default_str();
+  train->add_option("--digits", tf.digits, "digits of the task")->capture_default_str();
+  train->add_option("--tokenizer", tf.tokenizer, "char | bpe (text)")->capture_default_str();
+  train->add_option("--vocab", tf.vocab, "BPE vocabulary size")->capture_default_str();
+  train->add_option("--steps", tf.steps, "total optimizer steps")->capture_default_str();
+  train->add_option("--batch", tf.batch, "batch size B (default 12 small, 32 otherwise)");
+  train->add_option("--context", tf.context,
+                    "sequence length T (default: block size, or the task's length)");
+  train->add_option("--lr", tf.lr, "peak learning rate")->capture_default_str();
+  train->add_option("--min-lr", tf.min_lr, "final learning rate of the cosine (default lr/10)");
+  train->add_option("--warmup", tf.warmup, "linear warmup steps (default steps/20)");
+  train->add_option("--weight-decay", tf.weight_decay, "AdamW's decoupled weight decay")
+      ->capture_default_str();
+  train->add_option("--beta2", tf.beta2, "AdamW's beta2")->capture_default_str();
+  train->add_option("--grad-clip", tf.grad_clip, "clip the global gradient norm (0: off)")
+      ->capture_default_str();
+  train->add_option("--seed", tf.seed, "seed of the init and the data")->capture_default_str();
+  train->add_option("--eval-every", tf.eval_every, "validation every N steps (0: off)")
+      ->capture_default_str();
+  train->add_option("--eval-batches", tf.eval_batches, "validation batches")->capture_default_str();
+  train->add_option("--ckpt-every", tf.ckpt_every,
+                    "checkpoint every N steps (and always at the end)");
+  train->add_option("--out", tf.out, "folder for ckpt.bin, loss.csv, loss.svg")
+      ->capture_default_str();
+  train->add_option("--stop-after", tf.stop_after,
+                    "stop (and checkpoint) after this step; the schedule still "
+                    "runs to --steps (for --resume)");
+  train->add_flag("--autodiff", tf.autodiff,
+                  "gradients from lab 2's tape (path (a)) instead of the fused path");
+  train->add_option("--resume", tf.resume, "continue a run from its checkpoint (bit-identical)");
+  train->add_option("--init-from", tf.init_from,
+                    "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
+  train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")
+      ->capture_default_str();
+
+  SampleFlags sf;
+  auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming tokens");
+  sample->add_option("--ckpt", sf.ckpt, "checkpoint");
+  sample->add_option("--prompt", sf.prompt, "prompt text");
+  sample->add_option("--max-new-tokens,-n", sf.max_new, "tokens to generate")
+      ->capture_default_str();
+  sample->add_option("--temperature", sf.temperature, "> 0")->capture_default_str();
+  sample->add_option("--top-k", sf.top_k, "0: off")->capture_default_str();
+  sample->add_option("--top-p", sf.top_p, "(0, 1]")->capture_default_str();
+  sample->add_option("--seed", sf.seed, "sampling seed")->capture_default_str();
+  sample->add_flag("--greedy", sf.greedy, "argmax decoding");
+  sample->add_flag("--no-kv-cache", sf.no_cache, "recompute the whole context for every token");
+  sample->add_flag("--bench", sf.bench,
+                   "generation tokens/s with and without the KV cache (random model)");
+  sample->add_option("--bench-context", sf.bench_context, "context of --bench")
+      ->capture_default_str();
+  sf.model.add(sample);
+
+  std::string ev_ckpt, ev_data;
+  std::int64_t ev_batch = 8;
+  auto* eval = app.add_subcommand("eval", "loss and perplexity of a checkpoint on a text file");
+  eval->add_option("--ckpt", ev_ckpt, "checkpoint")->required();
+  eval->add_option("--data", ev_data, "text file")->required();
+  eval->add_option("--batch", ev_batch, "windows per forward pass")->capture_default_str();
+
+  std::string info_ckpt;
+  auto* info = app.add_subcommand(
+      "info", "a checkpoint's (or llm.c file's) config, parameter count and tokenizer");
+  info->add_option("--ckpt,ckpt", info_ckpt, "checkpoint")->required();
+
+  std::string ex_ckpt, ex_format = "llmc", ex_out;
+  auto* exp = app.add_subcommand("export", "write a checkpoint's weights in another format");
+  exp->add_option("--ckpt", ex_ckpt, "checkpoint")->required();
+  exp->add_option("--format", ex_format, "llmc")->capture_default_str();
+  exp->add_option("--out", ex_out, "output file")->required();
+
+  ModelFlags bm;
+  bm.config = "small";
+  std::int64_t bench_batch = 12, bench_steps = 20;
+  std::uint64_t bench_seed = 0;
+  std::string bench_init, bench_tokens;
+  auto* bench =
+      app.add_subcommand("bench", "time one training step (prints best_ms, tokens/s, MFU)");
+  bm.add(bench);
+  bench->add_option("--batch", bench_batch, "B")->capture_default_str();
+  bench->add_option("--steps", bench_steps, "timed steps")->capture_default_str();
+  bench->add_option("--seed", bench_seed, "seed")->capture_default_str();
+  bench->add_option("--init-from", bench_init, "an llm.c .bin or checkpoint with the weights");
+  bench->add_option("--tokens", bench_tokens, "int32 file of B x (T+1) tokens (the batch)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (threads > 0) set_num_threads(threads);
+    if (*train) return cmd_train(tf);
+    if (*sample) return cmd_sample(sf);
+    if (*eval) return cmd_eval(ev_ckpt, ev_data, ev_batch);
+    if (*info) return cmd_info(info_ckpt);
+    if (*exp) return cmd_export(ex_ckpt, ex_format, ex_out);
+    if (*bench)
+      return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mls-gpt: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
