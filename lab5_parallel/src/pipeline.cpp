@@ -2,6 +2,7 @@
 // and drawings, and the executor that runs a schedule over send/recv.
 #include "mls/parallel/pipeline.hpp"
 
+#include <cstdio>
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -154,6 +155,21 @@ Timeline simulate_schedule(const PipelineSchedule& s, double t_fwd, double t_bwd
 }
 
 namespace {
+
+/// An axis label: integers as integers ("12", not "1e+01"), else up to 3 significant digits.
+std::string tick_label(double v) {
+  char buf[32];
+  if (std::abs(v - std::round(v)) < 1e-9) {
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(std::llround(v)));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  }
+  return buf;
+}
+
+}  // namespace
+
+namespace {
 /// The time unit of the drawings: the shortest step.
 double time_unit(const Timeline& t) {
   double u = std::numeric_limits<double>::infinity();
@@ -242,7 +258,7 @@ std::string schedule_svg(const Timeline& t, const std::string& title) {
   for (int k = 0; k <= ticks; k += every) {
     const double x = left + k * unit_px;
     os << "<line x1=\"" << x << "\" y1=\"" << ay << "\" x2=\"" << x << "\" y2=\"" << ay + 5 << "\" stroke=\"#555555\"/>"
-       << "<text x=\"" << x << "\" y=\"" << ay + 18 << "\" font-size=\"11\" text-anchor=\"middle\">" << std::defaultfloat << k * u << std::fixed
+       << "<text x=\"" << x << "\" y=\"" << ay + 18 << "\" font-size=\"11\" text-anchor=\"middle\">" << tick_label(k * u)
        << "</text>\n";
   }
   os << "<text x=\"" << left + t.total / u * unit_px / 2 << "\" y=\"" << ay + 36
