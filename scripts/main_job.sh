@@ -45,7 +45,7 @@ if [ -x "$build/bin/mls-gpt" ]; then
   echo "== lab 6: a mini GPT learns to sort digits =="
   "$build/bin/mls-gpt" train --task sort --steps 600 --batch 32 --lr 3e-3 --min-lr 3e-4 \
     --weight-decay 0 --out "$out/lab6-sort"
-  "$build/bin/mls-gpt" sample --ckpt "$out/lab6-sort/ckpt.bin" --prompt "503182=" --greedy
+  "$build/bin/mls-gpt" sample --ckpt "$out/lab6-sort/ckpt.bin" --prompt "503182=" --greedy -n 6
   "$build/bin/mls-gpt" info --ckpt "$out/lab6-sort/ckpt.bin"
 fi
 

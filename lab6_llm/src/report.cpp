@@ -63,8 +63,24 @@ std::vector<LossRow> read_loss_csv(const std::string& path) {
   return rows;
 }
 
+namespace {
+
+/// Axis ticks at 1, 2 or 5 times a power of ten, about five of them, inside [lo, hi].
+std::vector<double> nice_ticks(double lo, double hi) {
+  const double raw = (hi - lo) / 5;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = raw / p < 1.5 ? p : raw / p < 3.5 ? 2 * p : raw / p < 7.5 ? 5 * p : 10 * p;
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + 1e-9 * step; t += step) {
+    ticks.push_back(std::abs(t) < 1e-12 * step ? 0.0 : t);
+  }
+  return ticks;
+}
+
+}  // namespace
+
 std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title) {
-  const double W = 640, H = 400, ml = 60, mr = 20, mt = 40, mb = 50;
+  const double W = 640, H = 400, ml = 70, mr = 20, mt = 40, mb = 50;
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   if (!rows.empty()) {
     x0 = static_cast<double>(rows.front().step);
@@ -93,12 +109,13 @@ std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title)
     << "' stroke='black'/>\n";
   s << "<line x1='" << ml << "' y1='" << mt << "' x2='" << ml << "' y2='" << H - mb
     << "' stroke='black'/>\n";
-  for (int i = 0; i <= 5; ++i) {
-    const double xv = x0 + (x1 - x0) * i / 5, yv = y0 + (y1 - y0) * i / 5;
+  for (const double xv : nice_ticks(x0, x1)) {
     s << "<line x1='" << X(xv) << "' y1='" << H - mb << "' x2='" << X(xv) << "' y2='" << H - mb + 5
       << "' stroke='black'/>"
       << "<text x='" << X(xv) << "' y='" << H - mb + 18 << "' text-anchor='middle'>"
       << std::llround(xv) << "</text>\n";
+  }
+  for (const double yv : nice_ticks(y0, y1)) {
     s << "<line x1='" << ml - 5 << "' y1='" << Y(yv) << "' x2='" << W - mr << "' y2='" << Y(yv)
       << "' stroke='#ddd'/><text x='" << ml - 8 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>"
       << yv << "</text>\n";
