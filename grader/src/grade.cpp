@@ -216,6 +216,13 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
     for (const auto& h : m.hidden_files)
       if (fs::exists(tree / h)) env.hidden.push_back(env.tree / h);
   }
+  // At the uid level, nothing the build's uid left in the shared temporary folders survives it.
+  struct Sweep {
+    const StepEnv& env;
+    ~Sweep() {
+      if (env.uid && isolation().level == Isolation::Uid) sweep_uid(env.uid->uid);
+    }
+  } sweep{env};
   auto fail = [&] {
     b.wall_s = since(t0);
     return b;

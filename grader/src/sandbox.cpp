@@ -307,8 +307,16 @@ RootPlan make_plan(const SandboxSpec& spec, const fs::path& root, unsigned uid, 
   if (!spec.argv.empty() && fs::path(spec.argv[0]).is_absolute() && !under_system_dir(spec.argv[0]))
     add_expose(plan, made, spec.argv[0], false);
   // Hidden folders (where a system folder holds them), masked files.
-  for (const auto& h : spec.hide)
-    if (fs::is_directory(h, ec)) plan.ops.push_back({FsOp::TmpfsRo, "", plan.root + fs::absolute(h).lexically_normal().string(), 0, true});
+  // (Everything else is absent from the private root anyway; a hidden folder holding an exposed
+  // path is left alone.)
+  for (const auto& h : spec.hide) {
+    fs::path hp = fs::absolute(h, ec).lexically_normal();
+    if (ec || !under_system_dir(hp) || !fs::is_directory(hp, ec)) continue;
+    bool holds_exposed = false;
+    for (const auto* list : {&spec.expose_ro, &spec.expose_rw})
+      for (const auto& p : *list) holds_exposed = holds_exposed || under(fs::absolute(p).lexically_normal(), hp);
+    if (!holds_exposed) plan.ops.push_back({FsOp::TmpfsRo, "", plan.root + hp.string(), 0, true});
+  }
   if (!spec.mask.empty()) plan.ops.push_back({FsOp::Touch, "", plan.mask_file, 0444, false});
   for (const auto& m : spec.mask)
     if (fs::exists(m, ec)) plan.ops.push_back({FsOp::Mask, plan.mask_file, plan.root + fs::absolute(m).lexically_normal().string(), 0, false});
@@ -765,8 +773,8 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   rlim_t nproc = static_cast<rlim_t>(L.processes);
   if (!drop && !root) nproc += static_cast<rlim_t>(count_processes_of_uid(::getuid()));
 
-  int out_p[2], err_p[2], cin_p[2] = {-1, -1}, cout_p[2] = {-1, -1}, stat_p[2];
-  if (::pipe2(out_p, O_CLOEXEC) || ::pipe2(err_p, O_CLOEXEC) || ::pipe2(stat_p, O_CLOEXEC) ||
+  int out_p[2], err_p[2], cin_p[2] = {-1, -1}, cout_p[2] = {-1, -1}, stat_p[2], rel_p[2];
+  if (::pipe2(out_p, O_CLOEXEC) || ::pipe2(err_p, O_CLOEXEC) || ::pipe2(stat_p, O_CLOEXEC) || ::pipe2(rel_p, O_CLOEXEC) ||
       (spec.channel_input && (::pipe2(cin_p, O_CLOEXEC) || ::pipe2(cout_p, O_CLOEXEC)))) {
     r.error = std::string("pipe: ") + std::strerror(errno);
     return r;
@@ -788,6 +796,7 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   cs.argv = argv.data();
   cs.envp = envp.data();
   int stat_w = stat_p[1];
+  int release_r = rel_p[0];
 
   pid_t sup = ::fork();
   if (sup < 0) {
@@ -800,8 +809,8 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     {
       // Close what other grader threads had open at fork time (their pipes must see EOF).
-      int keep[6] = {stat_w, cs.out, cs.err, cs.cin, cs.cout, cs.devnull};
-      for (int i = 1; i < 6; ++i)
+      int keep[7] = {stat_w, cs.out, cs.err, cs.cin, cs.cout, cs.devnull, release_r};
+      for (int i = 1; i < 7; ++i)
         for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
       unsigned next = 3;
       for (int k : keep) {
@@ -834,6 +843,7 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
           write_record(stat_w, 2, 126 << 8);
           ::_exit(126);
         }
+        ::close(release_r);
         pid_t t = ::fork();
         if (t == 0) exec_child(cs);
         for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull})
@@ -861,21 +871,38 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
       if (fd >= 0) ::close(fd);
     write_record(stat_w, 1, c < 0 ? -1 : c);
     if (c < 0) ::_exit(1);
+    // Reaps every other descendant while the child runs; the child itself stays a zombie once
+    // it has ended, so its pid (and process group id) cannot be reused by an unrelated process
+    // while the grader still kills by them. The grader closes `release` when it is done.
     while (true) {
-      int st = 0;
-      pid_t w = ::waitpid(-1, &st, 0);
-      if (w < 0) {
+      siginfo_t si{};
+      if (::waitid(P_ALL, 0, &si, WEXITED | WNOWAIT) != 0) {
         if (errno == EINTR) continue;
-        break;  // ECHILD: every descendant is reaped
+        break;
       }
-      if (w == c && !ns) write_record(stat_w, 2, st);
+      if (si.si_pid == c) {
+        if (!ns) {
+          int st = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f);
+          write_record(stat_w, 2, st);
+        }
+        break;
+      }
+      ::waitpid(si.si_pid, nullptr, 0);
+    }
+    char b;
+    while (::read(release_r, &b, 1) < 0 && errno == EINTR) {
+    }
+    while (true) {
+      pid_t w = ::waitpid(-1, nullptr, 0);
+      if (w < 0 && errno != EINTR) break;  // ECHILD: every descendant is reaped
     }
     ::_exit(0);
   }
 
   // ---- grader side ----
-  for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull, stat_w})
+  for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull, stat_w, release_r})
     if (fd >= 0) ::close(fd);
+  int release_w = rel_p[1];
   if (spec.channel_input) {
     std::string msg = *spec.channel_input + "\n";
     ssize_t n = ::write(cin_p[1], msg.data(), msg.size());
@@ -960,8 +987,10 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   }
   for (int fd : fds)
     if (fd >= 0) ::close(fd);
-  if (!killed) kill_everything(sup, child, uid);
-  // The supervisor exits once every descendant is reaped; it is killed if it does not.
+  kill_everything(sup, child, uid);
+  // Everything is dead: the supervisor may reap the child now, then every descendant, and exit;
+  // it is killed if it does not (no pid of the run is used after this point).
+  ::close(release_w);
   int st = 0;
   for (int i = 0; i < 500; ++i) {
     pid_t w = ::waitpid(sup, &st, WNOHANG);
@@ -969,7 +998,6 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
       sup = -1;
       break;
     }
-    if (i % 50 == 49) kill_everything(sup, child, uid);
     ::usleep(2000);
   }
   if (sup > 0) {
