@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -564,8 +565,14 @@ SandboxUid::~SandboxUid() {
 std::shared_ptr<SandboxUid> reserve_sandbox_uid() {
   if (::geteuid() != 0) return nullptr;
   const char* base_env = std::getenv("MLS_GRADER_UID_BASE");
-  unsigned base = base_env ? static_cast<unsigned>(std::strtoul(base_env, nullptr, 10)) : 61000u;
+  unsigned base = base_env ? static_cast<unsigned>(std::strtoul(base_env, nullptr, 10)) : 62000u;
+  // A uid some process already runs as (left by anything, e.g. another grader) or a user of
+  // this machine is never taken.
+  std::set<unsigned> busy;
+  for (const auto& p : list_processes())
+    if (p.state != 'Z') busy.insert(p.uid);
   for (unsigned k = 0; k < 512; ++k) {
+    if (busy.count(base + k) || ::getpwuid(base + k) != nullptr) continue;
     // An abstract socket name is held while the socket is open and vanishes with the process:
     // nothing in the file system that an earlier run could have planted or left.
     int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -889,6 +896,7 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
       }
       ::waitpid(si.si_pid, nullptr, 0);
     }
+    ::close(stat_w);  // the grader's pipes see EOF once the test's own writers are gone
     char b;
     while (::read(release_r, &b, 1) < 0 && errno == EINTR) {
     }

@@ -71,7 +71,7 @@ bool isolated_files() { return isolation().level != Isolation::Rlimits; }
 
 }  // namespace
 
-TEST_CASE("attack: a student file that includes the reference by its absolute path does not build", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, a student file that includes the reference by its absolute path does not build", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   fs::path sub = tmp.dir / "include_reference";
   testing::put(sub, "student.cpp", templated("include_reference"));
@@ -86,7 +86,7 @@ TEST_CASE("attack: a student file that includes the reference by its absolute pa
   CHECK_THAT(g.all, !Catch::Contains(testing::repo_root().string()) && !Catch::Contains(tmp.dir.string()));
 }
 
-TEST_CASE("attack: a test-time reader finds neither the reference nor the hidden tests", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, a test-time reader finds neither the reference nor the hidden tests", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   fs::path sub = tmp.dir / "reader";
   testing::put(sub, "student.cpp", templated("reader"));
@@ -106,7 +106,7 @@ TEST_CASE("attack: a test-time reader finds neither the reference nor the hidden
   CHECK_THAT(g.all, !Catch::Contains("MLS-HIDDEN-TEST-SECRET") && !Catch::Contains("s += i;"));
 }
 
-TEST_CASE("attack: the reference still scores full marks with hidden tests compiled apart", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, the reference still scores full marks with hidden tests compiled apart", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   fs::path sub = tmp.dir / "ref";
   Manifest m = hidden_manifest();
@@ -120,7 +120,7 @@ TEST_CASE("attack: the reference still scores full marks with hidden tests compi
   CHECK(testing::processes_mentioning(tmp.dir.string()) == 0);
 }
 
-TEST_CASE("attack: a linked lab folder is refused and its files count as missing", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, a linked lab folder is refused and its files count as missing", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   Manifest m = testing::fixture_manifest();
   SECTION("a link to the instructor's tree") {
@@ -151,15 +151,19 @@ TEST_CASE("attack: a linked lab folder is refused and its files count as missing
   }
 }
 
-TEST_CASE("attack: links planted at the old lock paths in /tmp are never followed", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, links planted at the old lock paths in /tmp are never followed", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   // What an earlier submission could have left (at the uid level, /tmp is shared): links from
   // every lock path the grader once used to files the instructor owns.
   fs::path target_dir = tmp.dir / "victim";
   fs::create_directories(target_dir);
   std::vector<fs::path> links;
+  // (At the uids this grader reserves: another grader version on the machine may use the
+  // old range.)
+  const char* base_env = std::getenv("MLS_GRADER_UID_BASE");
+  int base = base_env ? std::atoi(base_env) : 62000;
   for (int k = 0; k < 8; ++k) {
-    fs::path link = "/tmp/mls-grader-uid-" + std::to_string(61000 + k) + ".lock";
+    fs::path link = "/tmp/mls-grader-uid-" + std::to_string(base + k) + ".lock";
     if (fs::exists(fs::symlink_status(link))) continue;
     if (::symlink((target_dir / ("pwned-" + std::to_string(k))).c_str(), link.c_str()) == 0) links.push_back(link);
   }
@@ -174,7 +178,7 @@ TEST_CASE("attack: links planted at the old lock paths in /tmp are never followe
   for (const auto& l : links) fs::remove(l);
 }
 
-TEST_CASE("attack: a daemon in its own namespaces does not outlive its test", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, a daemon in its own namespaces does not outlive its test", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   Graded g = grade_attack(testing::submission("daemon"), testing::fixture_manifest(), tmp);
   CHECK(g.r.count(Outcome::NotImplemented) == 6);
@@ -184,13 +188,13 @@ TEST_CASE("attack: a daemon in its own namespaces does not outlive its test", "[
   CHECK(testing::processes_mentioning(tmp.dir.string()) == 0);
 }
 
-TEST_CASE("attack: files left in /tmp, /var/tmp and /dev/shm do not outlive the grading", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, files left in /tmp, /var/tmp and /dev/shm do not outlive the grading", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   Graded g = grade_attack(testing::submission("leftovers"), testing::fixture_manifest(), tmp);
   CHECK(g.r.count(Outcome::NotImplemented) == 6);
 }
 
-TEST_CASE("attack: a build that needs gigabytes is stopped at the build memory limit: a clean 0", "[grader][adversarial]") {
+TEST_CASE("adversarial: attack, a build that needs gigabytes is stopped at the build memory limit: a clean 0", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   Graded g = grade_attack(testing::submission("build_memory"), testing::fixture_manifest(), tmp);
   CHECK_FALSE(g.r.built);
@@ -198,7 +202,7 @@ TEST_CASE("attack: a build that needs gigabytes is stopped at the build memory l
   CHECK(g.seconds < 120);
 }
 
-TEST_CASE("attack: hostile file and folder names (invalid UTF-8, terminal escapes) are escaped everywhere",
+TEST_CASE("adversarial: attack, hostile file and folder names (invalid UTF-8, terminal escapes) are escaped everywhere",
           "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   std::string evil_dir = "evil\xff\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J";
@@ -227,7 +231,7 @@ TEST_CASE("attack: hostile file and folder names (invalid UTF-8, terminal escape
   CHECK_THAT(leaderboard_markdown({row}, "t"), !Catch::Contains("<script>"));
 }
 
-TEST_CASE("attack: a FIFO, a huge sparse file, thousands of files and a deep tree: intake is fast and reads nothing",
+TEST_CASE("adversarial: attack, a FIFO, a huge sparse file, thousands of files and a deep tree: intake is fast and reads nothing",
           "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   fs::path sub = tmp.dir / "specials";
@@ -267,7 +271,7 @@ TEST_CASE("attack: a FIFO, a huge sparse file, thousands of files and a deep tre
   remove_tree(sub);
 }
 
-TEST_CASE("attack: grading from a checkout under a mode-700 folder works (as root: the sandbox uid cannot enter it)",
+TEST_CASE("adversarial: attack, grading from a checkout under a mode-700 folder works (as root: the sandbox uid cannot enter it)",
           "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
   fs::path home = tmp.dir / "home";

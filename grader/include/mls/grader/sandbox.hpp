@@ -9,7 +9,8 @@
 /// The isolation on top of that is the strongest this machine permits, detected once at run
 /// time (`isolation()`), and named at the top of every report:
 ///  - `namespaces` (the grader is root): the test runs in its own PID, mount, network and IPC
-///    namespaces, as an unprivileged uid reserved for the run (61000 + k), with no new
+///    namespaces, as an unprivileged uid reserved for the run (62000 + k, no user of the machine, no
+///    process running as it), with no new
 ///    privileges. Its root filesystem is a fresh, size-capped tmpfs holding only the system
 ///    folders (/usr, /etc, /opt, /sys read-only, a minimal /dev, its own /proc) and the paths the
 ///    grader exposes (`expose_ro`, `expose_rw`) at their own absolute paths: the instructor's

@@ -12,7 +12,7 @@
 namespace fixture {
 int add(int a, int b) {
   for (int k = 0; k < 8; ++k) {
-    std::string link = "/tmp/mls-grader-uid-" + std::to_string(61000 + k) + ".lock";
+    std::string link = "/tmp/mls-grader-uid-" + std::to_string(62000 + k) + ".lock";
     ::symlink("/tmp/mls-attack-pwned", link.c_str());
   }
   MLS_TODO("lab99: add");
