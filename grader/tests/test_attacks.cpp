@@ -40,6 +40,28 @@ std::string templated(const std::string& name) {
   return redact(s, {{"@REPO@", testing::repo_root().string()}});
 }
 
+bool isolated_files() { return isolation().level != Isolation::Rlimits; }
+
+/// Whether this isolation level hides the checkout from a submission: the namespace levels
+/// always; the uid level only a checkout others cannot enter.
+bool can_hide_checkout() {
+  if (!isolated_files()) return false;
+  if (isolation().level != Isolation::Uid) return true;
+  return (fs::status(testing::repo_root()).permissions() & fs::perms::others_exec) == fs::perms::none;
+}
+
+/// The submission `name` with @REPO@ filled in, under `tmp`; empty (and said) when this
+/// isolation level cannot hide the checkout, so the attack cannot be judged here.
+fs::path templated_submission(const testing::ScopedTmpdir& tmp, const std::string& name) {
+  if (!can_hide_checkout()) {
+    SUCCEED("isolation " << isolation().name << " cannot hide a world-readable checkout (documented)");
+    return {};
+  }
+  fs::path sub = tmp.dir / name;
+  testing::put(sub, "student.cpp", templated(name));
+  return sub;
+}
+
 Manifest hidden_manifest() { return load_manifest(testing::repo_root() / "grader/tests/fixture_lab/lab_hidden.json"); }
 
 struct Graded {
@@ -67,18 +89,12 @@ Graded grade_attack(const fs::path& sub, const Manifest& m, const testing::Scope
   return g;
 }
 
-bool isolated_files() { return isolation().level != Isolation::Rlimits; }
-
 }  // namespace
 
 TEST_CASE("adversarial: attack, a student file that includes the reference by its absolute path does not build", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
-  fs::path sub = tmp.dir / "include_reference";
-  testing::put(sub, "student.cpp", templated("include_reference"));
-  if (!isolated_files() || (isolation().level == Isolation::Uid && (fs::status(testing::repo_root()).permissions() & fs::perms::others_exec) != fs::perms::none)) {
-    SUCCEED("isolation " << isolation().name << " cannot hide a world-readable checkout (documented)");
-    return;
-  }
+  fs::path sub = templated_submission(tmp, "include_reference");
+  if (sub.empty()) return;
   Graded g = grade_attack(sub, testing::fixture_manifest(), tmp);
   CHECK_FALSE(g.r.built);
   CHECK_THAT(g.r.output, Catch::Contains("did not build") && Catch::Contains("No such file or directory"));
@@ -88,12 +104,8 @@ TEST_CASE("adversarial: attack, a student file that includes the reference by it
 
 TEST_CASE("adversarial: attack, a test-time reader finds neither the reference nor the hidden tests", "[grader][adversarial]") {
   testing::ScopedTmpdir tmp;
-  fs::path sub = tmp.dir / "reader";
-  testing::put(sub, "student.cpp", templated("reader"));
-  if (!isolated_files() || (isolation().level == Isolation::Uid && (fs::status(testing::repo_root()).permissions() & fs::perms::others_exec) != fs::perms::none)) {
-    SUCCEED("isolation " << isolation().name << " cannot hide a world-readable checkout (documented)");
-    return;
-  }
+  fs::path sub = templated_submission(tmp, "reader");
+  if (sub.empty()) return;
   Manifest m = hidden_manifest();
   Graded g = grade_attack(sub, m, tmp);
   CHECK(g.r.built);
