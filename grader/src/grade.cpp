@@ -8,6 +8,12 @@
 #include <set>
 #include <thread>
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include "mls/common/error.hpp"
 #include "mls/grader/intake.hpp"
 #include "mls/grader/sandbox.hpp"
@@ -20,25 +26,51 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, bool sandbox,
-                       const std::vector<fs::path>& chown) {
+/// How a build step runs: the grading copy's steps sandboxed (the tree read-only, the build
+/// folder writable, hidden test sources masked unless `show_hidden`), the user's own in-tree
+/// build trusted.
+struct StepEnv {
+  bool sandbox = false;
+  std::shared_ptr<SandboxUid> uid;
+  fs::path tree, build_dir;
+  std::vector<fs::path> hidden;  ///< hidden test sources in `tree`
+  std::vector<fs::path> hide;    ///< never visible (the instructor's checkout, the submission)
+  double memory_mb = 4096, cpu_s = 900;
+  int jobs = 1;
+};
+
+SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env,
+                       bool show_hidden = false) {
   SandboxSpec s;
   s.argv = argv;
   s.cwd = cwd;
-  s.env = minimal_env(cwd);
-  for (auto& e : s.env)
-    if (starts_with(e, "HOME=") || starts_with(e, "TMPDIR=")) e = e.substr(0, e.find('=') + 1) + cwd.string();
+  fs::path scratch = env.sandbox ? env.build_dir : cwd;
+  s.env = minimal_env(scratch);
   s.limits.wall_s = wall_s;
-  s.limits.cpu_s = wall_s * 4 + 10;
-  s.limits.address_space_mb = 0;
+  s.limits.cpu_s = env.sandbox ? env.cpu_s : wall_s * 4 + 10;
+  // The build is held to the same kind of limits as the tests: memory per process, CPU time,
+  // processes, output and wall clock (a trusted in-tree build only to time and output).
+  s.limits.address_space_mb = env.sandbox ? static_cast<std::size_t>(env.memory_mb) : 0;
   s.limits.file_size_mb = 2048;
   s.limits.open_files = 4096;
-  s.limits.processes = 1024;
-  s.limits.output_cap = 64u << 20;
+  s.limits.processes = env.sandbox ? 64 + 8 * static_cast<std::size_t>(std::max(1, env.jobs)) : 1024;
+  s.limits.output_cap = 16u << 20;
   s.limits.keep_head = 48u << 10;
   s.limits.keep_tail = 16u << 10;
-  s.drop_privileges = sandbox;
-  s.chown_paths = chown;
+  s.drop_privileges = env.sandbox;
+  s.uid = env.uid;
+  s.tmpfs_mb = 2048;
+  if (env.sandbox) {
+    s.expose_ro = {env.tree};
+    s.expose_rw = {env.build_dir};
+    s.hide = env.hide;
+    if (!show_hidden) s.mask = env.hidden;
+    // The uid level cannot mask: the hidden sources are readable by the grader only.
+    for (const auto& h : env.hidden) {
+      std::error_code ec;
+      fs::permissions(h, show_hidden ? fs::perms(0644) : fs::perms(0600), ec);
+    }
+  }
   return run_sandboxed(s);
 }
 
@@ -53,6 +85,9 @@ std::string which(const std::string& prog) {
 bool step(BuildResult& b, const SandboxResult& r, const std::string& what) {
   b.log += "$ " + what + "\n" + r.out + r.err;
   if (r.timed_out) b.log += "\n[the build step ran past its time limit and was stopped]\n";
+  if (r.output_limit) b.log += "\n[the build step printed more than the output limit and was stopped]\n";
+  if (r.signal == SIGXCPU) b.log += "\n[the build step ran past its CPU time limit and was stopped]\n";
+  if (r.signal) b.log += "\n[the build step was killed by " + signal_name(r.signal) + "]\n";
   if (!r.started) b.log += "\n[" + r.error + "]\n";
   return r.started && r.exited && r.exit_code == 0 && !r.timed_out;
 }
@@ -83,6 +118,8 @@ std::string summarize_build_log(std::string_view log, std::size_t max_bytes) {
   int n = 0;
   for (const auto& line : split(log, '\n')) {
     bool is_err = line.find("error:") != std::string::npos || line.find("error :") != std::string::npos ||
+                  line.find("out of memory") != std::string::npos || line.find("memory exhausted") != std::string::npos ||
+                  line.find("Killed signal") != std::string::npos || starts_with(line, "[the build step") ||
                   line.find("undefined reference") != std::string::npos || line.find("CMake Error") != std::string::npos ||
                   line.find("multiple definition") != std::string::npos || starts_with(line, "FAILED:");
     if (is_err && n < 25) {
@@ -101,6 +138,7 @@ void copy_reference_tree(const fs::path& root, const Manifest& m, const fs::path
   fs::create_directories(dest);
   if (m.build) {
     copy_tree(root / m.dir, dest / m.dir, {"build", ".git"});
+    copy_tree(root / "common" / "include", dest / "common" / "include");
     return;
   }
   for (const auto& e : fs::directory_iterator(root)) {
@@ -116,38 +154,111 @@ void copy_reference_tree(const fs::path& root, const Manifest& m, const fs::path
   }
 }
 
+namespace {
+
+/// The object files CMake compiles the hidden test sources into (compile_commands.json of a
+/// configured build folder), as Ninja targets relative to the build folder.
+std::vector<std::string> hidden_objects(const fs::path& build_dir, const std::vector<fs::path>& hidden) {
+  std::vector<std::string> out;
+  nlohmann::json cc;
+  try {
+    cc = nlohmann::json::parse(read_file(build_dir / "compile_commands.json"));
+  } catch (const std::exception&) {
+    return out;
+  }
+  if (!cc.is_array()) return out;
+  for (const auto& e : cc) {
+    if (!e.is_object() || !e.contains("file") || !e.contains("output") || !e["file"].is_string() || !e["output"].is_string())
+      continue;
+    fs::path f = fs::path(e["file"].get<std::string>()).lexically_normal();
+    for (const auto& h : hidden)
+      if (f == h.lexically_normal()) out.push_back(e["output"].get<std::string>());
+  }
+  return out;
+}
+
+std::string cmake_list(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ";") + x;
+  return s;
+}
+
+}  // namespace
+
 BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt) {
   BuildResult b;
   auto t0 = Clock::now();
   fs::create_directories(build_dir);
   bool in_tree = fs::equivalent(tree, opt.root);
-  bool sandbox = !in_tree;
-  double budget = opt.time_limit_s;
+  double budget = std::min(opt.time_limit_s, m.build_time_limit_s);
   auto left = [&] { return std::max(5.0, budget - since(t0)); };
-  std::vector<fs::path> chown = sandbox ? std::vector<fs::path>{tree, build_dir} : std::vector<fs::path>{};
+  StepEnv env;
+  env.sandbox = !in_tree;
+  env.tree = fs::absolute(tree).lexically_normal();
+  env.build_dir = fs::absolute(build_dir).lexically_normal();
+  env.memory_mb = m.build_memory_limit_mb;
+  env.cpu_s = budget;
+  env.jobs = opt.jobs;
+  env.hide = opt.hide;
+  env.hide.push_back(opt.root);
+  if (env.sandbox) {
+    // One reserved uid for every step, so the files of one step belong to the next.
+    try {
+      env.uid = reserve_sandbox_uid();
+    } catch (const std::exception& e) {
+      b.log += std::string("[") + e.what() + "]\n";
+      return b;
+    }
+    if (env.uid && ::chown(build_dir.c_str(), env.uid->uid, env.uid->uid) != 0) {
+      b.log += "[cannot hand the build folder to the sandbox uid]\n";
+      return b;
+    }
+    for (const auto& h : m.hidden_files)
+      if (fs::exists(tree / h)) env.hidden.push_back(env.tree / h);
+  }
+  // At the uid level, nothing the build's uid left in the shared temporary folders survives it.
+  struct Sweep {
+    const StepEnv& env;
+    ~Sweep() {
+      if (env.uid && isolation().level == Isolation::Uid) sweep_uid(env.uid->uid);
+    }
+  } sweep{env};
+  auto fail = [&] {
+    b.wall_s = since(t0);
+    return b;
+  };
   std::string cxx = which("c++");
   if (m.build) {
-    fs::path lab = tree / m.dir;
+    // Direct build, run in the tree with relative paths (compiler messages name files as the
+    // student knows them, and the object cache is shared between gradings).
+    fs::path cwd = in_tree ? opt.root : tree;
     std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-Wall", "-Wextra", "-Wno-unused-parameter"};
     if (opt.werror) flags.push_back("-Werror");
     for (const auto& f : m.build->flags) flags.push_back(f);
-    for (const auto& inc : m.build->include_dirs) flags.push_back("-I" + (lab / inc).string());
-    flags.push_back("-I" + (opt.root / "common" / "include").string());
+    for (const auto& inc : m.build->include_dirs) flags.push_back("-I" + (fs::path(m.dir) / inc).generic_string());
+    flags.push_back("-Icommon/include");
     std::set<std::string> student(m.student_files.begin(), m.student_files.end());
     std::vector<std::string> objects;
-    for (const auto& src : m.build->sources) {
-      fs::path sp = lab / src;
+    // Tests first (hidden ones visible to this step only: no student code is compiled in it),
+    // then the student's sources, with the hidden sources masked.
+    std::vector<std::string> order;
+    for (const auto& src : m.build->sources)
+      if (!student.count((fs::path(m.dir) / src).generic_string())) order.push_back(src);
+    for (const auto& src : m.build->sources)
+      if (student.count((fs::path(m.dir) / src).generic_string())) order.push_back(src);
+    for (const auto& src : order) {
       std::string rel = (fs::path(m.dir) / src).generic_string();
-      fs::path obj = build_dir / (fs::path(src).filename().string() + ".o");
+      fs::path obj = env.build_dir / (fs::path(src).filename().string() + ".o");
       std::string key;
-      bool cacheable = !student.count(rel) && !opt.cache_dir.empty();
+      bool is_student = student.count(rel) > 0;
+      bool cacheable = !is_student && !opt.cache_dir.empty();
       if (cacheable) {
         std::string text;
         try {
-          text = read_file(sp);
+          text = read_file(cwd / rel);
         } catch (const std::exception&) {
         }
-        std::string all = text;
+        std::string all = rel + "\n" + text;
         for (const auto& f : flags) all += "\n" + f;
         key = fnv1a_hex(all);
         fs::path cached = opt.cache_dir / (key + ".o");
@@ -162,11 +273,8 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
       }
       std::vector<std::string> argv = {cxx};
       argv.insert(argv.end(), flags.begin(), flags.end());
-      argv.insert(argv.end(), {"-c", sp.string(), "-o", obj.string()});
-      if (!step(b, run_tool(argv, build_dir, left(), sandbox, chown), "c++ -c " + rel)) {
-        b.wall_s = since(t0);
-        return b;
-      }
+      argv.insert(argv.end(), {"-c", rel, "-o", obj.string()});
+      if (!step(b, run_tool(argv, cwd, left(), env, !is_student), "c++ -c " + rel)) return fail();
       if (cacheable) {
         std::error_code ec;
         fs::create_directories(opt.cache_dir, ec);
@@ -176,50 +284,67 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
       }
       objects.push_back(obj.string());
     }
-    fs::path bin = build_dir / m.test_binary;
+    // The harness and common archives come from the grader's build; the sandbox links copies.
+    std::vector<std::string> libs = {opt.harness_lib.string(), opt.common_lib.string()};
+    if (env.sandbox) {
+      fs::path libdir = env.build_dir / "grader-libs";
+      fs::create_directories(libdir);
+      for (auto& l : libs) {
+        fs::path dst = libdir / fs::path(l).filename();
+        fs::copy_file(l, dst, fs::copy_options::overwrite_existing);
+        l = dst.string();
+      }
+    }
+    fs::path bin = env.build_dir / m.test_binary;
     std::vector<std::string> argv = {cxx};
     argv.insert(argv.end(), objects.begin(), objects.end());
-    argv.insert(argv.end(), {opt.harness_lib.string(), opt.common_lib.string(), "-pthread", "-o", bin.string()});
-    if (!step(b, run_tool(argv, build_dir, left(), sandbox, chown), "c++ -o " + m.test_binary)) {
-      b.wall_s = since(t0);
-      return b;
-    }
+    argv.insert(argv.end(), libs.begin(), libs.end());
+    argv.insert(argv.end(), {"-pthread", "-o", bin.string()});
+    if (!step(b, run_tool(argv, cwd, left(), env), "c++ -o " + m.test_binary)) return fail();
     b.ok = true;
     b.binary = bin;
     b.programs.built[m.test_binary] = bin;
     b.wall_s = since(t0);
     return b;
   }
-  // Real labs: the project's own CMake, only the lab's test target.
+  // Real labs: the project's own CMake, only the lab's test targets.
   std::string cmake = which("cmake");
+  int jobs = std::max(1, opt.jobs);
   if (in_tree) {
     if (!fs::exists(build_dir / "CMakeCache.txt")) {
-      if (!step(b, run_tool({cmake, "--preset", opt.preset}, tree, left(), false, {}), "cmake --preset " + opt.preset)) {
-        b.wall_s = since(t0);
-        return b;
-      }
+      if (!step(b, run_tool({cmake, "--preset", opt.preset}, tree, left(), env), "cmake --preset " + opt.preset))
+        return fail();
     }
   } else {
-    std::vector<std::string> argv = {cmake, "-S", tree.string(), "-B", build_dir.string(), "-G", "Ninja",
+    std::vector<std::string> parts;
+    for (const auto& e : fs::directory_iterator(tree)) {
+      int n = lab_number_of_dir(e.path().filename().string());
+      if (n >= 0 && n <= m.lab && fs::exists(e.path() / "CMakeLists.txt")) parts.push_back(e.path().filename().string());
+    }
+    std::sort(parts.begin(), parts.end());
+    std::vector<std::string> argv = {cmake, "-S", env.tree.string(), "-B", env.build_dir.string(), "-G", "Ninja",
                                      "-DCMAKE_BUILD_TYPE=Release", std::string("-DMLS_WERROR=") + (opt.werror ? "ON" : "OFF"),
-                                     "-DMLS_BENCH=OFF", "-DMLS_HANDOUT_TESTS=OFF"};
-    if (!step(b, run_tool(argv, build_dir, left(), sandbox, chown), "cmake (configure)")) {
-      b.wall_s = since(t0);
-      return b;
+                                     "-DMLS_BENCH=OFF", "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
+                                     "-DMLS_LABS=" + cmake_list(parts)};
+    if (!step(b, run_tool(argv, build_dir, left(), env), "cmake (configure)")) return fail();
+    // Hidden tests are compiled in a step of their own, where no student source is compiled;
+    // every later step sees them masked (or unreadable) and links the objects.
+    if (!env.hidden.empty()) {
+      auto objs = hidden_objects(env.build_dir, env.hidden);
+      if (!objs.empty()) {
+        std::vector<std::string> a = {cmake, "--build", env.build_dir.string(), "-j", std::to_string(jobs), "--target"};
+        a.insert(a.end(), objs.begin(), objs.end());
+        if (!step(b, run_tool(a, build_dir, left(), env, true), "cmake --build (hidden tests)")) return fail();
+      }
     }
   }
-  std::vector<std::string> argv = {cmake, "--build", build_dir.string(), "--target", m.test_binary, "-j",
-                                   std::to_string(std::max(1, opt.jobs))};
-  if (!step(b, run_tool(argv, build_dir, left(), sandbox, chown), "cmake --build --target " + m.test_binary)) {
-    b.wall_s = since(t0);
-    return b;
-  }
+  std::vector<std::string> argv = {cmake, "--build", build_dir.string(), "--target", m.test_binary, "-j", std::to_string(jobs)};
+  if (!step(b, run_tool(argv, build_dir, left(), env), "cmake --build --target " + m.test_binary)) return fail();
   b.binary = build_dir / m.dir / m.test_binary;
   b.ok = fs::exists(b.binary);
   if (!b.ok) {
     b.log += "\n[the build succeeded but " + b.binary.string() + " does not exist]\n";
-    b.wall_s = since(t0);
-    return b;
+    return fail();
   }
   b.programs.built[m.test_binary] = b.binary;
   // The other test programs of the groups (e.g. the CUDA tests): each on its own, so one the
@@ -228,9 +353,8 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
   for (std::size_t i = 1; i < bins.size(); ++i) {
     const std::string& target = bins[i];
     BuildResult extra;
-    std::vector<std::string> a = {cmake, "--build", build_dir.string(), "--target", target, "-j",
-                                  std::to_string(std::max(1, opt.jobs))};
-    bool ok = step(extra, run_tool(a, build_dir, left(), sandbox, chown), "cmake --build --target " + target);
+    std::vector<std::string> a = {cmake, "--build", build_dir.string(), "--target", target, "-j", std::to_string(jobs)};
+    bool ok = step(extra, run_tool(a, build_dir, left(), env), "cmake --build --target " + target);
     fs::path bin = build_dir / m.dir / target;
     if (ok && fs::exists(bin)) {
       b.programs.built[target] = bin;
@@ -310,6 +434,27 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
   res.lab = m.lab;
   res.title = m.title;
   res.built = true;
+  res.isolation = isolation_line();
+  // At the uid level the test programs must be reachable by the sandbox uid wherever the
+  // checkout lives (e.g. under a mode-700 home): they run from a copy in a temporary folder.
+  // The namespace levels expose each program, read-only, at its own path.
+  TestPrograms local = programs;
+  fs::path copies;
+  if (isolation().level == Isolation::Uid && ::geteuid() == 0) {
+    copies = make_temp_dir("mls-grader-bin");
+    for (auto& [name, path] : local.built) {
+      fs::path dst = copies / name;
+      fs::copy_file(path, dst, fs::copy_options::overwrite_existing);
+      fs::permissions(dst, fs::perms(0755));
+      path = dst;
+    }
+  }
+  struct RemoveCopies {
+    fs::path p;
+    ~RemoveCopies() {
+      if (!p.empty()) remove_tree(p);
+    }
+  } remove_copies{copies};
   const bool gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
   struct Job {
     std::string name;
@@ -323,8 +468,8 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
     std::vector<const Group*> groups;
     for (const auto& g : m.groups)
       if (g.binary == bin_name) groups.push_back(&g);
-    auto built = programs.built.find(bin_name);
-    if (built == programs.built.end()) {
+    auto built = local.built.find(bin_name);
+    if (built == local.built.end()) {
       // The program is not there: GPU groups of a program the configuration lacks are SKIPPED;
       // anything else is NO_RESULT (and, when the configuration lacks it, a manifest problem).
       auto nc = programs.not_configured.find(bin_name);
@@ -436,16 +581,71 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
   return res;
 }
 
+namespace {
+
+/// The grading copy of the sources: the student's handout of lab `m` (earlier labs as
+/// reference, lab `m`'s student files as stubs, later labs and hidden tests left out), then the
+/// hidden test files (readable by the grader only; masked in the sandbox), then the student's
+/// files. A lab with a direct build: its folder and common/include.
+void make_grading_tree(const Manifest& m, const fs::path& root, const fs::path& tree, const IntakeReport& in) {
+  if (m.build) {
+    copy_reference_tree(root, m, tree);
+    for (const auto& rel : m.student_files) {
+      fs::path p = tree / rel;
+      if (!fs::exists(p)) continue;
+      StripResult s = strip_solutions(read_file(p), rel, "lab" + std::to_string(m.lab));
+      write_file_atomic(p, s.text);
+    }
+  } else {
+    make_handout(root, discover_labs(root), m.lab, tree, {});
+  }
+  for (const auto& h : m.hidden_files) {
+    if (!fs::exists(root / h)) continue;
+    fs::create_directories((tree / h).parent_path());
+    fs::copy_file(root / h, tree / h, fs::copy_options::overwrite_existing);
+    fs::permissions(tree / h, fs::perms(0600));
+  }
+  for (const auto& f : in.accepted) {
+    fs::create_directories((tree / f.rel).parent_path());
+    write_file_atomic(tree / f.rel, f.text);
+  }
+}
+
+}  // namespace
+
 LabResult grade_submission(const Manifest& m, const fs::path& submission, const GradeOptions& opt) {
   auto t0 = Clock::now();
-  std::string name = fs::absolute(submission).lexically_normal().filename().string();
-  if (name.empty()) name = fs::absolute(submission).lexically_normal().parent_path().filename().string();
+  fs::path abs_sub = fs::absolute(submission).lexically_normal();
+  std::string raw_name = abs_sub.filename().string();
+  if (raw_name.empty()) raw_name = abs_sub.parent_path().filename().string();
+  std::string name = display_name(raw_name, 120);
+  fs::path temp;
+  // Nothing the student sees names the instructor's folders: the grading copy's paths become
+  // relative, the checkout's and the submission's are replaced by placeholders.
   auto finish = [&](LabResult r) {
     r.submission = name;
     r.execution_time_s = since(t0);
+    r.isolation = isolation_line();
+    std::vector<std::pair<std::string, std::string>> pairs = {
+        {opt.build.root.string() + "/", ""}, {opt.build.root.string(), "<course>"}, {abs_sub.string(), "<submission>"}};
+    if (!temp.empty()) {
+      pairs.push_back({(temp / "src").string() + "/", ""});
+      pairs.push_back({(temp / "build").string(), "<build>"});
+      pairs.push_back({temp.string(), "<grading>"});
+    }
+    r.output = redact(std::move(r.output), pairs);
+    for (auto& t : r.tests) {
+      t.message = redact(std::move(t.message), pairs);
+      t.name = redact(std::move(t.name), pairs);
+    }
     return r;
   };
-  IntakeReport in = intake_submission(submission, m);
+  IntakeReport in;
+  try {
+    in = intake_submission(submission, m);
+  } catch (const std::exception& e) {
+    in.errors.push_back(std::string("intake failed: ") + e.what());
+  }
   std::string notes;
   for (const auto& n : in.notes) notes += "intake: " + n + "\n";
   if (!in.ok()) {
@@ -453,23 +653,16 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
     for (const auto& e : in.errors) why += "  " + e + "\n";
     return finish(zero_result(m, notes + why, since(t0)));
   }
-  fs::path temp;
   try {
     temp = make_temp_dir("mls-grader");
-    fs::path tree = temp / "tree";
-    copy_reference_tree(opt.build.root, m, tree);
-    // Student files start as the handout stubs, so a missing file scores 0, never the reference.
-    for (const auto& rel : m.student_files) {
-      fs::path p = tree / rel;
-      if (!fs::exists(p)) continue;
-      StripResult s = strip_solutions(read_file(p), rel, "lab" + std::to_string(m.lab));
-      write_file_atomic(p, s.text);
-    }
-    for (const auto& f : in.accepted) {
-      fs::create_directories((tree / f.rel).parent_path());
-      fs::copy_file(f.source, tree / f.rel, fs::copy_options::overwrite_existing);
-    }
-    BuildResult b = build_lab(m, tree, temp / "build", opt.build);
+    fs::path tree = temp / "src";
+    make_grading_tree(m, opt.build.root, tree, in);
+    BuildOptions bo = opt.build;
+    bo.hide.push_back(abs_sub);
+    // The batch folder (the other submissions), unless it is a top-level folder of the system.
+    if (abs_sub.parent_path().has_relative_path() && abs_sub.parent_path().parent_path() != "/")
+      bo.hide.push_back(abs_sub.parent_path());
+    BuildResult b = build_lab(m, tree, temp / "build", bo);
     if (!b.ok) {
       LabResult r = zero_result(m, notes + "the submission did not build:\n" + summarize_build_log(b.log), since(t0));
       if (!opt.keep_temp) remove_tree(temp);

@@ -117,10 +117,11 @@ Manifest parse_manifest(const json& j, const std::string& source) {
   if (!j.is_object()) mls::fail(source, ": the manifest must be a JSON object");
   static const std::set<std::string> known = {"lab", "dir", "title", "test_binary", "student_files",
                                               "hidden_files", "time_limit_s", "memory_limit_mb",
-                                              "groups", "benchmarks", "build", "$comment"};
+                                              "build_time_limit_s", "build_memory_limit_mb", "groups", "benchmarks", "build", "$comment"};
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) c.bad(k, "is not a manifest field (known: lab, dir, title, test_binary, student_files, "
-                                  "hidden_files, time_limit_s, memory_limit_mb, groups, benchmarks, build)");
+                                  "hidden_files, time_limit_s, memory_limit_mb, build_time_limit_s, build_memory_limit_mb, "
+                                  "groups, benchmarks, build)");
   Manifest m;
   const json& lab = need(c, j, "lab", "");
   if (!lab.is_number_integer() || lab.get<int>() < 0) c.bad("lab", "must be a non-negative integer");
@@ -143,6 +144,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
   if (!(m.time_limit_s > 0 && m.time_limit_s <= 3600)) c.bad("time_limit_s", "must be in (0, 3600]");
   m.memory_limit_mb = get_number(c, j, "memory_limit_mb", "", 4096.0);
   if (!(m.memory_limit_mb >= 64)) c.bad("memory_limit_mb", "must be at least 64");
+  m.build_time_limit_s = get_number(c, j, "build_time_limit_s", "", 900.0);
+  if (!(m.build_time_limit_s > 0 && m.build_time_limit_s <= 7200)) c.bad("build_time_limit_s", "must be in (0, 7200]");
+  m.build_memory_limit_mb = get_number(c, j, "build_memory_limit_mb", "", 4096.0);
+  if (!(m.build_memory_limit_mb >= 256)) c.bad("build_memory_limit_mb", "must be at least 256");
 
   const json& groups = need(c, j, "groups", "");
   if (!groups.is_array() || groups.empty()) c.bad("groups", "must be a non-empty array");

@@ -36,8 +36,9 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
   j["score"] = round2(r.score());
   j["execution_time"] = round2(r.execution_time_s);
   std::string skip = skipped_note(r);
-  std::string out = "Lab " + std::to_string(r.lab) + ": " + r.title + "\nScore " + fmt(r.score()) + " / " +
-                    fmt(r.max_score()) + (skip.empty() ? "" : "  " + skip) + "\n" + r.output;
+  std::string out = (r.isolation.empty() ? "" : r.isolation + "\n") + "Lab " + std::to_string(r.lab) + ": " + r.title +
+                    "\nScore " + fmt(r.score()) + " / " + fmt(r.max_score()) + (skip.empty() ? "" : "  " + skip) + "\n" +
+                    r.output;
   j["output"] = sanitize_text(out, 16000);
   j["tests"] = json::array();
   int number = 0;
@@ -63,7 +64,10 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
   }
   j["leaderboard"] = json::array();
   for (const auto& e : r.leaderboard) j["leaderboard"].push_back({{"name", e.name}, {"value", e.value}, {"order", e.order}});
-  j["extra_data"] = {{"lab", r.lab}, {"submission", r.submission}, {"max_score", round2(r.max_score())}};
+  j["extra_data"] = {{"lab", r.lab},
+                     {"submission", sanitize_text(r.submission, 300)},
+                     {"max_score", round2(r.max_score())},
+                     {"isolation", sanitize_text(r.isolation, 1000)}};
   return j;
 }
 
@@ -75,7 +79,9 @@ std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
   const char* reset = colour ? "\033[0m" : "";
   std::ostringstream os;
   char line[512];
-  os << bold << "Lab " << r.lab << ": " << r.title << (r.submission.empty() ? "" : "  [" + r.submission + "]") << reset << "\n";
+  if (!r.isolation.empty()) os << sanitize_text(r.isolation, 1000) << "\n";
+  os << bold << "Lab " << r.lab << ": " << r.title
+     << (r.submission.empty() ? "" : "  [" + sanitize_text(display_name(r.submission, 120), 200) + "]") << reset << "\n";
   std::snprintf(line, sizeof line, "%-22s %7s %15s %8s  %s\n", "group", "passed", "points", "time s", "outcomes");
   os << line;
   std::vector<std::string> order;
@@ -121,7 +127,8 @@ std::string format_failures(const LabResult& r, std::size_t max_per_test) {
   for (const auto& t : r.tests) {
     if (t.outcome == Outcome::Pass) continue;
     std::string msg = t.message.size() > max_per_test ? t.message.substr(0, max_per_test) + " ..." : t.message;
-    out += std::string(to_string(t.outcome)) + "  " + t.group + ": " + t.name + "\n";
+    out += std::string(to_string(t.outcome)) + "  " + t.group + ": " + sanitize_text(t.name, 500) + "\n";
+    msg = sanitize_text(msg, max_per_test + 200);
     if (!msg.empty()) {
       for (const auto& l : split(msg, '\n')) out += "    " + l + "\n";
     }
@@ -184,7 +191,7 @@ std::string to_csv(const std::vector<LabResult>& results) {
   for (Outcome o : kOutcomes) out += std::string(",") + to_string(o);
   out += "\n";
   for (const auto& r : results) {
-    out += csv_field(r.submission) + "," + std::to_string(r.lab) + "," + fmt(r.score()) + "," + fmt(r.max_score()) + "," +
+    out += csv_field(sanitize_text(r.submission, 300)) + "," + std::to_string(r.lab) + "," + fmt(r.score()) + "," + fmt(r.max_score()) + "," +
            (r.built ? "yes" : "no");
     for (Outcome o : kOutcomes) out += "," + std::to_string(r.count(o));
     out += "\n";
@@ -199,6 +206,10 @@ LeaderboardRow leaderboard_row_from_results(const json& j, const std::string& fa
     const json& x = j["extra_data"];
     if (x.contains("submission") && x["submission"].is_string() && !x["submission"].get<std::string>().empty())
       row.submission = x["submission"].get<std::string>();
+  }
+  row.submission = sanitize_text(display_name(row.submission, 120), 300);
+  if (j.contains("extra_data") && j["extra_data"].is_object()) {
+    const json& x = j["extra_data"];
     if (x.contains("lab") && x["lab"].is_number_integer()) row.lab = x["lab"].get<int>();
     if (x.contains("max_score") && x["max_score"].is_number()) row.max_score = x["max_score"].get<double>();
   }
@@ -207,9 +218,9 @@ LeaderboardRow leaderboard_row_from_results(const json& j, const std::string& fa
     for (const auto& e : j["leaderboard"]) {
       if (!e.is_object() || !e.contains("name") || !e.contains("value") || !e["value"].is_number()) continue;
       LeaderboardEntry le;
-      le.name = e["name"].is_string() ? e["name"].get<std::string>() : "?";
+      le.name = e["name"].is_string() ? sanitize_text(display_name(e["name"].get<std::string>(), 80), 200) : "?";
       le.value = e["value"].get<double>();
-      le.order = e.contains("order") && e["order"].is_string() ? e["order"].get<std::string>() : "desc";
+      le.order = e.contains("order") && e["order"].is_string() && e["order"].get<std::string>() == "asc" ? "asc" : "desc";
       row.entries.push_back(le);
     }
   }
@@ -331,7 +342,13 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows, const 
   if (rows.empty()) os << "No results.\n";
   auto md = [](std::string s) {
     std::string out;
-    for (char c : s) out += (c == '|') ? std::string("\\|") : std::string(1, c == '\n' ? ' ' : c);
+    for (char c : s) {
+      if (c == '|') out += "\\|";
+      else if (c == '<') out += "&lt;";
+      else if (c == '>') out += "&gt;";
+      else if (c == '&') out += "&amp;";
+      else out += (c == '\n' ? ' ' : c);
+    }
     return out;
   };
   for (const auto& t : tables(rows)) {

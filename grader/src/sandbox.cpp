@@ -3,12 +3,20 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <net/if.h>
 #include <poll.h>
+#include <pwd.h>
+#include <sched.h>
 #include <signal.h>
-#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +28,7 @@
 #include <mutex>
 #include <set>
 
+#include "mls/common/error.hpp"
 #include "mls/grader/util.hpp"
 
 namespace mls::grader {
@@ -51,34 +60,6 @@ struct Capture {
     if (skipped > 0) out += "\n[... " + std::to_string(skipped) + " bytes left out ...]\n";
     out.append(tail, tail.size() - t, t);
     return out;
-  }
-};
-
-/// A uid reserved for one run, held by an flock so concurrent graders never share one.
-struct UidLease {
-  int fd = -1;
-  unsigned uid = 0;
-  UidLease() = default;
-  UidLease(const UidLease&) = delete;
-  UidLease& operator=(const UidLease&) = delete;
-  ~UidLease() {
-    if (fd >= 0) ::close(fd);
-  }
-  bool acquire() {
-    const char* base_env = std::getenv("MLS_GRADER_UID_BASE");
-    unsigned base = base_env ? static_cast<unsigned>(std::strtoul(base_env, nullptr, 10)) : 61000u;
-    for (unsigned k = 0; k < 512; ++k) {
-      std::string path = "/tmp/mls-grader-uid-" + std::to_string(base + k) + ".lock";
-      int f = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-      if (f < 0) continue;
-      if (::flock(f, LOCK_EX | LOCK_NB) == 0) {
-        fd = f;
-        uid = base + k;
-        return true;
-      }
-      ::close(f);
-    }
-    return false;
   }
 };
 
@@ -137,6 +118,7 @@ std::vector<int> descendants(int root) {
   return out;
 }
 
+
 /// Kills every process of `uid` (as that uid, kill(-1) reaches exactly them).
 void kill_uid(unsigned uid) {
   pid_t k = ::fork();
@@ -152,15 +134,20 @@ void kill_uid(unsigned uid) {
   }
 }
 
-/// Kills the supervised tree: the child's group, every descendant of the supervisor, and (when a
-/// uid was reserved) every process of that uid. Repeats until nothing is left or gives up.
-void kill_everything(pid_t supervisor, pid_t child, const UidLease* lease) {
+/// Kills the supervised tree: the child (in the namespace levels, the init of the test's PID
+/// namespace, whose death kills everything in it) and its group, every descendant of the
+/// supervisor, and (when a uid was reserved) every process of that uid. Repeats until nothing
+/// is left or gives up.
+void kill_everything(pid_t supervisor, pid_t child, unsigned uid) {
   for (int round = 0; round < 100; ++round) {
-    if (child > 0) ::kill(-child, SIGKILL);
-    if (lease && lease->fd >= 0) kill_uid(lease->uid);
+    if (child > 0) {
+      ::kill(-child, SIGKILL);
+      ::kill(child, SIGKILL);
+    }
+    if (uid) kill_uid(uid);
     auto ds = descendants(supervisor);
     for (int p : ds) ::kill(p, SIGKILL);
-    bool uid_clear = !(lease && lease->fd >= 0) || count_processes_of_uid(lease->uid) == 0;
+    bool uid_clear = !uid || count_processes_of_uid(uid) == 0;
     if (ds.empty() && uid_clear) return;
     ::usleep(2000);
   }
@@ -177,12 +164,484 @@ void set_limit(int res, rlim_t v) {
   ::setrlimit(res, &rl);
 }
 
-void write_int(int fd, int v) {
-  ssize_t n = ::write(fd, &v, sizeof v);
+/// Records on the status pipe: {1, host pid of the child (or of the namespace's init)},
+/// {2, wait status of the test program}.
+void write_record(int fd, int tag, int v) {
+  int rec[2] = {tag, v};
+  ssize_t n = ::write(fd, rec, sizeof rec);
   (void)n;
 }
 
+// ---- messages from a forked child: no allocation, no stdio ---------------------------------
+
+void put_str(int fd, const char* s) {
+  ssize_t n = ::write(fd, s, std::strlen(s));
+  (void)n;
+}
+
+void put_errno(int fd, const char* what, const char* path) {
+  char num[16];
+  int e = errno, k = 0;
+  char tmp[16];
+  do {
+    tmp[k++] = static_cast<char>('0' + e % 10);
+    e /= 10;
+  } while (e && k < 15);
+  for (int i = 0; i < k; ++i) num[i] = tmp[k - 1 - i];
+  num[k] = 0;
+  put_str(fd, "sandbox: cannot set up the isolation: ");
+  put_str(fd, what);
+  if (path && *path) {
+    put_str(fd, " ");
+    put_str(fd, path);
+  }
+  put_str(fd, " (errno ");
+  put_str(fd, num);
+  put_str(fd, ")\n");
+}
+
+// ---- the private root of the namespace levels -----------------------------------------------
+
+/// One step of building the private root, prepared before fork (the child only reads it).
+struct FsOp {
+  enum Kind { Mkdir, Touch, Bind, BindRo, Device, Symlink, Proc, TmpfsRo, Mask, Chown } kind;
+  std::string src, dst;
+  unsigned mode = 0755;
+  bool optional = false;
+};
+
+struct RootPlan {
+  std::string root;                       ///< host folder the private root's tmpfs is mounted on
+  std::string old_root;                   ///< root + "/.old" (pivot_root's put_old)
+  std::string tmpfs_options;
+  std::string mask_file;                  ///< root + "/.mls-mask"
+  std::vector<FsOp> ops;
+  std::string uid_map, gid_map;           ///< user-namespace level: "U U 1"
+};
+
+const char* const kSystemDirs[] = {"usr", "etc", "opt", "sys", "bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+
+bool under(const fs::path& p, const fs::path& dir) {
+  auto pi = p.begin();
+  for (auto di = dir.begin(); di != dir.end(); ++di, ++pi) {
+    if (di->empty()) continue;
+    if (pi == p.end() || *pi != *di) return false;
+  }
+  return true;
+}
+
+bool under_system_dir(const fs::path& p) {
+  for (const char* d : kSystemDirs)
+    if (under(p, fs::path("/") / d)) return true;
+  return false;
+}
+
+void add_dirs(RootPlan& plan, std::set<std::string>& made, const fs::path& abs) {
+  fs::path cur = "/";
+  for (const auto& comp : abs.relative_path()) {
+    cur /= comp;
+    if (made.insert(cur.string()).second) plan.ops.push_back({FsOp::Mkdir, "", plan.root + cur.string(), 0755, true});
+  }
+}
+
+void add_expose(RootPlan& plan, std::set<std::string>& made, const fs::path& p, bool rw) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(p, ec).lexically_normal();
+  if (ec || abs.empty() || abs == "/") return;
+  auto st = fs::status(abs, ec);
+  if (ec || !fs::exists(st)) return;
+  if (fs::is_directory(st)) {
+    add_dirs(plan, made, abs);
+  } else {
+    add_dirs(plan, made, abs.parent_path());
+    if (made.insert(abs.string()).second) plan.ops.push_back({FsOp::Touch, "", plan.root + abs.string(), 0644, true});
+  }
+  plan.ops.push_back({rw ? FsOp::Bind : FsOp::BindRo, abs.string(), plan.root + abs.string(), 0, false});
+}
+
+RootPlan make_plan(const SandboxSpec& spec, const fs::path& root, unsigned uid, bool user_ns) {
+  RootPlan plan;
+  plan.root = root.string();
+  plan.old_root = plan.root + "/.old";
+  plan.mask_file = plan.root + "/.mls-mask";
+  plan.tmpfs_options = "size=" + std::to_string(std::max<std::size_t>(16, spec.tmpfs_mb)) + "m,mode=0755";
+  std::set<std::string> made;
+  std::error_code ec;
+  for (const char* d : kSystemDirs) {
+    fs::path p = fs::path("/") / d;
+    auto st = fs::symlink_status(p, ec);
+    if (ec || !fs::exists(st)) continue;
+    made.insert(p.string());
+    if (fs::is_symlink(st)) {
+      plan.ops.push_back({FsOp::Symlink, fs::read_symlink(p, ec).string(), plan.root + p.string(), 0, true});
+    } else if (fs::is_directory(st)) {
+      plan.ops.push_back({FsOp::Mkdir, "", plan.root + p.string(), 0755, true});
+      plan.ops.push_back({FsOp::BindRo, p.string(), plan.root + p.string(), 0, std::string(d) == "sys"});
+    }
+  }
+  // A minimal /dev: the harmless nodes, the GPU's where there is one, private /dev/shm.
+  plan.ops.push_back({FsOp::Mkdir, "", plan.root + "/dev", 0755, true});
+  std::vector<std::string> devs = {"null", "zero", "full", "random", "urandom"};
+  for (const auto& e : fs::directory_iterator("/dev", ec)) {
+    std::string n = e.path().filename().string();
+    if (starts_with(n, "nvidia") && fs::is_character_file(e.symlink_status(ec))) devs.push_back(n);
+  }
+  for (const auto& d : devs) {
+    if (!fs::exists("/dev/" + d, ec)) continue;
+    plan.ops.push_back({FsOp::Touch, "", plan.root + "/dev/" + d, 0644, true});
+    plan.ops.push_back({FsOp::Device, "/dev/" + d, plan.root + "/dev/" + d, 0, d.rfind("nvidia", 0) == 0});
+  }
+  plan.ops.push_back({FsOp::Symlink, "/proc/self/fd", plan.root + "/dev/fd", 0, true});
+  plan.ops.push_back({FsOp::Symlink, "/proc/self/fd/0", plan.root + "/dev/stdin", 0, true});
+  plan.ops.push_back({FsOp::Symlink, "/proc/self/fd/1", plan.root + "/dev/stdout", 0, true});
+  plan.ops.push_back({FsOp::Symlink, "/proc/self/fd/2", plan.root + "/dev/stderr", 0, true});
+  plan.ops.push_back({FsOp::Mkdir, "", plan.root + "/dev/shm", 01777, false});
+  plan.ops.push_back({FsOp::Mkdir, "", plan.root + "/proc", 0555, false});
+  plan.ops.push_back({FsOp::Proc, "/proc", plan.root + "/proc", 0, false});
+  plan.ops.push_back({FsOp::Mkdir, "", plan.root + "/tmp", 01777, false});
+  plan.ops.push_back({FsOp::Mkdir, "", plan.root + "/var", 0755, true});
+  plan.ops.push_back({FsOp::Mkdir, "", plan.root + "/var/tmp", 01777, false});
+  for (const char* d : {"/dev", "/dev/shm", "/proc", "/tmp", "/var", "/var/tmp"}) made.insert(d);
+  // What the grader exposes, at its own path; then argv[0].
+  for (const auto& p : spec.expose_ro) add_expose(plan, made, p, false);
+  for (const auto& p : spec.expose_rw) add_expose(plan, made, p, true);
+  if (!spec.argv.empty() && fs::path(spec.argv[0]).is_absolute() && !under_system_dir(spec.argv[0]))
+    add_expose(plan, made, spec.argv[0], false);
+  // Hidden folders (where a system folder holds them), masked files.
+  // (Everything else is absent from the private root anyway; a hidden folder holding an exposed
+  // path is left alone.)
+  for (const auto& h : spec.hide) {
+    fs::path hp = fs::absolute(h, ec).lexically_normal();
+    if (ec || !under_system_dir(hp) || !fs::is_directory(hp, ec)) continue;
+    bool holds_exposed = false;
+    for (const auto* list : {&spec.expose_ro, &spec.expose_rw})
+      for (const auto& p : *list) holds_exposed = holds_exposed || under(fs::absolute(p).lexically_normal(), hp);
+    if (!holds_exposed) plan.ops.push_back({FsOp::TmpfsRo, "", plan.root + hp.string(), 0, true});
+  }
+  if (!spec.mask.empty()) plan.ops.push_back({FsOp::Touch, "", plan.mask_file, 0444, false});
+  for (const auto& m : spec.mask)
+    if (fs::exists(m, ec)) plan.ops.push_back({FsOp::Mask, plan.mask_file, plan.root + fs::absolute(m).lexically_normal().string(), 0, false});
+  // The working folder: exposed, or an empty folder of the private root owned by the test.
+  fs::path cwd = fs::absolute(spec.cwd).lexically_normal();
+  bool exposed = false;
+  for (const auto& p : spec.expose_rw) exposed = exposed || under(cwd, fs::absolute(p).lexically_normal());
+  for (const auto& p : spec.expose_ro) exposed = exposed || under(cwd, fs::absolute(p).lexically_normal());
+  if (!exposed) {
+    add_dirs(plan, made, cwd);
+    if (uid) plan.ops.push_back({FsOp::Chown, "", plan.root + cwd.string(), uid, false});
+  }
+  if (user_ns) {
+    plan.uid_map = std::to_string(::geteuid()) + " " + std::to_string(::geteuid()) + " 1\n";
+    plan.gid_map = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1\n";
+  }
+  return plan;
+}
+
+/// Makes a bind mount read-only and nosuid (recursively), keeping its other (locked) flags.
+int make_readonly(const char* dst, bool nosuid) {
+  struct mount_attr a {};
+  a.attr_set = MOUNT_ATTR_RDONLY | (nosuid ? MOUNT_ATTR_NOSUID : 0);
+  if (::mount_setattr(AT_FDCWD, dst, AT_RECURSIVE, &a, sizeof a) == 0) return 0;
+  struct statvfs sv {};
+  if (::statvfs(dst, &sv) != 0) return -1;
+  unsigned long fl = MS_REMOUNT | MS_BIND | MS_RDONLY | (nosuid ? MS_NOSUID : 0);
+  if (sv.f_flag & ST_NODEV) fl |= MS_NODEV;
+  if (sv.f_flag & ST_NOEXEC) fl |= MS_NOEXEC;
+  if (sv.f_flag & ST_NOSUID) fl |= MS_NOSUID;
+  if (sv.f_flag & ST_NOATIME) fl |= MS_NOATIME;
+  if (sv.f_flag & ST_NODIRATIME) fl |= MS_NODIRATIME;
+  if (sv.f_flag & ST_RELATIME) fl |= MS_RELATIME;
+  return ::mount(nullptr, dst, nullptr, fl, nullptr);
+}
+
+int write_proc_file(const char* path, const std::string& text) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  return n == static_cast<ssize_t>(text.size()) ? 0 : -1;
+}
+
+/// In the new mount namespace (as its root): builds the private root and pivots into it.
+/// Returns false after writing why to `err_fd`.
+bool enter_private_root(const RootPlan& plan, int err_fd) {
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return put_errno(err_fd, "make mounts private", ""), false;
+  if (::mount("tmpfs", plan.root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, plan.tmpfs_options.c_str()) != 0)
+    return put_errno(err_fd, "mount the private root tmpfs on", plan.root.c_str()), false;
+  ::umask(0);
+  for (const FsOp& op : plan.ops) {
+    const char* src = op.src.c_str();
+    const char* dst = op.dst.c_str();
+    int rc = 0;
+    const char* what = "";
+    switch (op.kind) {
+      case FsOp::Mkdir:
+        rc = ::mkdir(dst, op.mode);
+        if (rc != 0 && errno == EEXIST) rc = 0;
+        else if (rc == 0) ::chmod(dst, op.mode);
+        what = "create";
+        break;
+      case FsOp::Touch: {
+        int fd = ::open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, op.mode);
+        if (fd >= 0) ::close(fd);
+        rc = fd >= 0 || errno == EEXIST || errno == EROFS ? 0 : -1;
+        if (rc == 0 && op.mode == 0444) {
+          struct timespec ts[2] = {{0, 0}, {0, 0}};  // a mask is older than anything built from it
+          ::utimensat(AT_FDCWD, dst, ts, 0);
+        }
+        what = "create";
+        break;
+      }
+      case FsOp::Bind:
+        what = "bind";
+        rc = ::mount(src, dst, nullptr, MS_BIND | MS_REC, nullptr);
+        if (rc == 0) {
+          struct mount_attr a {};
+          a.attr_set = MOUNT_ATTR_NOSUID;
+          ::mount_setattr(AT_FDCWD, dst, AT_RECURSIVE, &a, sizeof a);
+        }
+        break;
+      case FsOp::BindRo:
+        what = "bind read-only";
+        rc = ::mount(src, dst, nullptr, MS_BIND | MS_REC, nullptr);
+        if (rc == 0) rc = make_readonly(dst, true);
+        break;
+      case FsOp::Device:
+        what = "bind device";
+        rc = ::mount(src, dst, nullptr, MS_BIND, nullptr);
+        break;
+      case FsOp::Symlink:
+        what = "symlink";
+        rc = ::symlink(src, dst);
+        if (rc != 0 && errno == EEXIST) rc = 0;
+        break;
+      case FsOp::Proc:
+        what = "mount proc on";
+        rc = ::mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+        if (rc != 0) {  // e.g. a container with masked /proc paths: the host's, read-only
+          rc = ::mount(src, dst, nullptr, MS_BIND | MS_REC, nullptr);
+          if (rc == 0) make_readonly(dst, true);
+        }
+        break;
+      case FsOp::TmpfsRo:
+        what = "hide";
+        rc = ::mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=16k,mode=0755");
+        break;
+      case FsOp::Mask:
+        what = "mask";
+        rc = ::mount(src, dst, nullptr, MS_BIND, nullptr);
+        if (rc == 0) rc = make_readonly(dst, true);
+        break;
+      case FsOp::Chown:
+        what = "chown";
+        rc = ::chown(dst, op.mode, op.mode);
+        break;
+    }
+    if (rc != 0 && !op.optional) return put_errno(err_fd, what, dst), false;
+  }
+  ::umask(022);
+  if (::mkdir(plan.old_root.c_str(), 0700) != 0) return put_errno(err_fd, "create", plan.old_root.c_str()), false;
+  if (::syscall(SYS_pivot_root, plan.root.c_str(), plan.old_root.c_str()) != 0)
+    return put_errno(err_fd, "pivot_root into", plan.root.c_str()), false;
+  if (::chdir("/") != 0) return put_errno(err_fd, "chdir", "/"), false;
+  if (::umount2("/.old", MNT_DETACH) != 0) return put_errno(err_fd, "detach the old root", ""), false;
+  ::rmdir("/.old");
+  // The network namespace has only a loopback device: bring it up (MPI over TCP needs it).
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s >= 0) {
+    struct ifreq ifr {};
+    std::memcpy(ifr.ifr_name, "lo", 3);
+    if (::ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+      ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+      ::ioctl(s, SIOCSIFFLAGS, &ifr);
+    }
+    ::close(s);
+  }
+  return true;
+}
+
+int namespace_flags(Isolation level) {
+  int f = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+  if (level == Isolation::UserNamespaces) f |= CLONE_NEWUSER;
+  return f;
+}
+
+/// In the supervisor, after unshare: maps the user's own uid and gid into the new user namespace.
+bool write_id_maps(const RootPlan& plan, int err_fd) {
+  if (plan.uid_map.empty()) return true;
+  if (write_proc_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT)
+    return put_errno(err_fd, "write", "/proc/self/setgroups"), false;
+  if (write_proc_file("/proc/self/uid_map", plan.uid_map) != 0) return put_errno(err_fd, "write", "/proc/self/uid_map"), false;
+  if (write_proc_file("/proc/self/gid_map", plan.gid_map) != 0) return put_errno(err_fd, "write", "/proc/self/gid_map"), false;
+  return true;
+}
+
+/// Tries the whole namespace setup once in a throw-away process tree.
+bool probe_namespaces(Isolation level) {
+  fs::path dir;
+  try {
+    dir = make_temp_dir("mls-grader-probe");
+  } catch (...) {
+    return false;
+  }
+  SandboxSpec spec;
+  spec.cwd = dir / "work";
+  RootPlan plan = make_plan(spec, dir, 0, level == Isolation::UserNamespaces);
+  int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  pid_t p = ::fork();
+  if (p == 0) {
+    int err = devnull >= 0 ? devnull : 2;
+    if (::unshare(namespace_flags(level)) != 0) ::_exit(10);
+    if (!write_id_maps(plan, err)) ::_exit(11);
+    pid_t init = ::fork();
+    if (init == 0) ::_exit(enter_private_root(plan, err) ? 0 : 12);
+    int st = 0;
+    if (init < 0 || ::waitpid(init, &st, 0) != init) ::_exit(13);
+    ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 14);
+  }
+  int st = 0;
+  bool ok = p > 0 && ::waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  if (devnull >= 0) ::close(devnull);
+  remove_tree(dir);
+  return ok;
+}
+
+IsolationInfo make_info(Isolation level) {
+  IsolationInfo i;
+  i.level = level;
+  switch (level) {
+    case Isolation::Namespaces:
+      i.name = "namespaces";
+      i.summary = "each test and build step in its own PID, mount, network and IPC namespaces, as a reserved "
+                  "unprivileged uid, on a private root holding only the system folders and its own files; "
+                  "private /tmp, /var/tmp, /dev/shm; no cgroups: memory by RLIMIT_AS, processes by RLIMIT_NPROC";
+      break;
+    case Isolation::UserNamespaces:
+      i.name = "user-namespaces";
+      i.summary = "each test and build step in its own user, PID, mount, network and IPC namespaces (the grader "
+                  "is not root: the test keeps the user's uid), on a private root holding only the system "
+                  "folders and its own files; private /tmp, /var/tmp, /dev/shm; no cgroups";
+      break;
+    case Isolation::Uid:
+      i.name = "uid";
+      i.summary = "no namespaces on this machine: a reserved unprivileged uid, rlimits, every process of the uid "
+                  "killed and every file it owns in /tmp, /var/tmp, /dev/shm removed after each run; files are "
+                  "hidden only by their permissions (keep the course checkout private)";
+      break;
+    case Isolation::Rlimits:
+      i.name = "rlimits";
+      i.summary = "WEAK: not root and no user namespaces: rlimits and the process tree only; a test can read "
+                  "whatever this user can (the reference solution included). Grade as root or where user "
+                  "namespaces are allowed";
+      break;
+  }
+  return i;
+}
+
+Isolation detect() {
+  bool root = ::geteuid() == 0;
+  Isolation best = root ? Isolation::Namespaces : Isolation::UserNamespaces;
+  Isolation fallback = root ? Isolation::Uid : Isolation::Rlimits;
+  if (const char* f = std::getenv("MLS_GRADER_ISOLATION"); f && *f) {
+    std::string_view v(f);
+    if (v == "uid" || v == "rlimits") return fallback;
+  }
+  return probe_namespaces(best) ? best : fallback;
+}
+
 }  // namespace
+
+const IsolationInfo& isolation() {
+  static const IsolationInfo info = make_info(detect());
+  return info;
+}
+
+std::string isolation_line() { return "isolation: " + isolation().name + " (" + isolation().summary + ")"; }
+
+SandboxUid::~SandboxUid() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::shared_ptr<SandboxUid> reserve_sandbox_uid() {
+  if (::geteuid() != 0) return nullptr;
+  const char* base_env = std::getenv("MLS_GRADER_UID_BASE");
+  unsigned base = base_env ? static_cast<unsigned>(std::strtoul(base_env, nullptr, 10)) : 62000u;
+  // A uid some process already runs as (left by anything, e.g. another grader) or a user of
+  // this machine is never taken.
+  std::set<unsigned> busy;
+  for (const auto& p : list_processes())
+    if (p.state != 'Z') busy.insert(p.uid);
+  for (unsigned k = 0; k < 512; ++k) {
+    if (busy.count(base + k) || ::getpwuid(base + k) != nullptr) continue;
+    // An abstract socket name is held while the socket is open and vanishes with the process:
+    // nothing in the file system that an earlier run could have planted or left.
+    int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) break;
+    std::string name = "mls-grader-uid-" + std::to_string(base + k);
+    struct sockaddr_un addr {};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    socklen_t len = static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + 1 + name.size());
+    if (::bind(s, reinterpret_cast<struct sockaddr*>(&addr), len) == 0) {
+      auto u = std::make_shared<SandboxUid>();
+      u->fd = s;
+      u->uid = base + k;
+      return u;
+    }
+    ::close(s);
+  }
+  mls::fail("sandbox: no free sandbox uid (", base, " to ", base + 511, " are all reserved by running graders)");
+}
+
+namespace {
+int remove_at(int dirfd, const char* name, bool is_dir, int depth) {
+  if (!is_dir) return ::unlinkat(dirfd, name, 0) == 0 ? 1 : 0;
+  int n = 0;
+  if (depth < 64) {
+    int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      DIR* d = ::fdopendir(fd);
+      if (d) {
+        while (dirent* e = ::readdir(d)) {
+          if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+          struct stat st {};
+          if (::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+          n += remove_at(fd, e->d_name, S_ISDIR(st.st_mode), depth + 1);
+        }
+        ::closedir(d);
+      } else {
+        ::close(fd);
+      }
+    }
+  }
+  return n + (::unlinkat(dirfd, name, AT_REMOVEDIR) == 0 ? 1 : 0);
+}
+}  // namespace
+
+int sweep_uid(unsigned uid) {
+  if (uid == 0) return 0;
+  kill_uid(uid);
+  int removed = 0;
+  for (const char* dir : {"/tmp", "/var/tmp", "/dev/shm"}) {
+    int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+      ::close(fd);
+      continue;
+    }
+    std::vector<std::pair<std::string, bool>> victims;
+    while (dirent* e = ::readdir(d)) {
+      if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+      struct stat st {};
+      if (::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (st.st_uid == uid) victims.emplace_back(e->d_name, S_ISDIR(st.st_mode));
+    }
+    for (const auto& [name, is_dir] : victims) removed += remove_at(fd, name.c_str(), is_dir, 0);
+    ::closedir(d);
+  }
+  return removed;
+}
 
 int count_processes_of_uid(unsigned uid) {
   int n = 0;
@@ -211,6 +670,53 @@ bool binary_uses_sanitizer(const fs::path& binary) {
          data.find("__msan_init") != std::string::npos;
 }
 
+namespace {
+
+/// What the forked test program needs, prepared before fork.
+struct ChildSetup {
+  int devnull = -1, out = -1, err = -1, cin = -1, cout = -1;
+  rlim_t cpu = 0, fsize = 0, nofile = 0, nproc = 0, as = 0;
+  const char* cwd = nullptr;
+  unsigned uid = 0;  ///< 0: keep the current uid
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+};
+
+[[noreturn]] void exec_child(const ChildSetup& c) {
+  ::setsid();
+  ::dup2(c.devnull, 0);
+  ::dup2(c.out, 1);
+  ::dup2(c.err, 2);
+  if (c.cin >= 0) {
+    ::dup2(c.cin, 3);
+    ::dup2(c.cout, 4);
+  }
+  ::close_range(c.cin >= 0 ? 5 : 3, ~0u, 0);
+  set_limit(RLIMIT_CORE, 0);
+  set_limit(RLIMIT_CPU, c.cpu);
+  set_limit(RLIMIT_FSIZE, c.fsize);
+  set_limit(RLIMIT_NOFILE, c.nofile);
+  set_limit(RLIMIT_NPROC, c.nproc);
+  if (c.as > 0) set_limit(RLIMIT_AS, c.as);
+  if (::chdir(c.cwd) != 0) {
+    put_str(2, "sandbox: cannot enter the working folder\n");
+    ::_exit(126);
+  }
+  if (c.uid) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(c.uid) != 0 || ::setuid(c.uid) != 0) {
+      put_str(2, "sandbox: cannot drop privileges\n");
+      ::_exit(126);
+    }
+  }
+  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::execve(c.argv[0], c.argv, c.envp);
+  put_str(2, "sandbox: cannot execute the program\n");
+  ::_exit(127);
+}
+
+}  // namespace
+
 SandboxResult run_sandboxed(const SandboxSpec& spec) {
   SandboxResult r;
   if (spec.argv.empty()) {
@@ -219,29 +725,49 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   }
   auto t0 = Clock::now();
   const SandboxLimits& L = spec.limits;
+  const bool root = ::geteuid() == 0;
+  Isolation level = spec.drop_privileges ? isolation().level : (root ? Isolation::Uid : Isolation::Rlimits);
+  const bool ns = spec.drop_privileges && (level == Isolation::Namespaces || level == Isolation::UserNamespaces);
+  const bool drop = spec.drop_privileges && root;
+  r.isolation = spec.drop_privileges ? isolation().name : "none (trusted run)";
 
-  UidLease lease;
-  bool drop = spec.drop_privileges && ::geteuid() == 0;
-  if (drop && !lease.acquire()) {
-    r.error = "no free sandbox uid (all lock files /tmp/mls-grader-uid-*.lock are held)";
-    return r;
-  }
-  std::error_code ec;
-  fs::create_directories(spec.cwd, ec);
-  if (drop) {
-    for (const auto& root : spec.chown_paths) {
-      ::lchown(root.c_str(), lease.uid, lease.uid);
-      for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-           it.increment(ec))
-        ::lchown(it->path().c_str(), lease.uid, lease.uid);
-    }
-    if (::chown(spec.cwd.c_str(), lease.uid, lease.uid) != 0) {
-      r.error = "cannot hand the scratch folder to the sandbox uid";
+  std::shared_ptr<SandboxUid> lease = spec.uid;
+  if (drop && !lease) {
+    try {
+      lease = reserve_sandbox_uid();
+    } catch (const std::exception& e) {
+      r.error = e.what();
       return r;
     }
   }
+  const unsigned uid = drop && lease ? lease->uid : 0;
+  std::error_code ec;
+  fs::create_directories(spec.cwd, ec);
+  if (uid && !ns && ::chown(spec.cwd.c_str(), uid, uid) != 0) {
+    r.error = "cannot hand the working folder to the sandbox uid";
+    return r;
+  }
 
   // Everything the children need is prepared before fork(): they call no allocator.
+  // The private root's tmpfs is mounted (in the test's mount namespace only) on an empty folder
+  // of ours; the folder itself stays empty and is removed after the run.
+  RootPlan plan;
+  fs::path mount_point;
+  if (ns) {
+    try {
+      mount_point = make_temp_dir("mls-grader-root");
+    } catch (const std::exception& e) {
+      r.error = e.what();
+      return r;
+    }
+    plan = make_plan(spec, mount_point, uid, level == Isolation::UserNamespaces);
+  }
+  struct RemoveDir {
+    fs::path p;
+    ~RemoveDir() {
+      if (!p.empty()) ::rmdir(p.c_str());
+    }
+  } remove_mount_point{mount_point};
   std::vector<std::string> env = spec.env;
   if (spec.channel_input) env.push_back("MLS_GRADER_FD=3,4");
   std::vector<char*> argv, envp;
@@ -249,24 +775,35 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   argv.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  std::string cwd = spec.cwd.string();
+  std::string cwd = fs::absolute(spec.cwd).lexically_normal().string();
 
   rlim_t nproc = static_cast<rlim_t>(L.processes);
-  if (!drop && ::geteuid() != 0) nproc += static_cast<rlim_t>(count_processes_of_uid(::getuid()));
-  rlim_t cpu = static_cast<rlim_t>(L.cpu_s > 0 ? L.cpu_s : L.wall_s + 1);
+  if (!drop && !root) nproc += static_cast<rlim_t>(count_processes_of_uid(::getuid()));
 
-  int out_p[2], err_p[2], cin_p[2] = {-1, -1}, cout_p[2] = {-1, -1}, stat_p[2];
-  if (::pipe2(out_p, O_CLOEXEC) || ::pipe2(err_p, O_CLOEXEC) || ::pipe2(stat_p, O_CLOEXEC) ||
+  int out_p[2], err_p[2], cin_p[2] = {-1, -1}, cout_p[2] = {-1, -1}, stat_p[2], rel_p[2];
+  if (::pipe2(out_p, O_CLOEXEC) || ::pipe2(err_p, O_CLOEXEC) || ::pipe2(stat_p, O_CLOEXEC) || ::pipe2(rel_p, O_CLOEXEC) ||
       (spec.channel_input && (::pipe2(cin_p, O_CLOEXEC) || ::pipe2(cout_p, O_CLOEXEC)))) {
     r.error = std::string("pipe: ") + std::strerror(errno);
     return r;
   }
+  ChildSetup cs;
   // Child-side ends go to high fd numbers so dup2 onto 0..4 never collides.
-  int c_out = dup_high(out_p[1]), c_err = dup_high(err_p[1]);
-  int c_cin = spec.channel_input ? dup_high(cin_p[0]) : -1;
-  int c_cout = spec.channel_input ? dup_high(cout_p[1]) : -1;
-  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  int devnull_h = dup_high(devnull);
+  cs.out = dup_high(out_p[1]);
+  cs.err = dup_high(err_p[1]);
+  cs.cin = spec.channel_input ? dup_high(cin_p[0]) : -1;
+  cs.cout = spec.channel_input ? dup_high(cout_p[1]) : -1;
+  cs.devnull = dup_high(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  cs.cpu = static_cast<rlim_t>(L.cpu_s > 0 ? L.cpu_s : L.wall_s + 1);
+  cs.fsize = static_cast<rlim_t>(L.file_size_mb) << 20;
+  cs.nofile = static_cast<rlim_t>(L.open_files);
+  cs.nproc = nproc;
+  cs.as = L.address_space_mb > 0 ? static_cast<rlim_t>(L.address_space_mb) << 20 : 0;
+  cs.cwd = cwd.c_str();
+  cs.uid = uid;
+  cs.argv = argv.data();
+  cs.envp = envp.data();
+  int stat_w = stat_p[1];
+  int release_r = rel_p[0];
 
   pid_t sup = ::fork();
   if (sup < 0) {
@@ -274,13 +811,13 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
     return r;
   }
   if (sup == 0) {
-    // ---- supervisor: reaps every descendant (subreaper), reports the child's status ----
+    // ---- supervisor: reaps every descendant (subreaper), reports the child ----
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     {
       // Close what other grader threads had open at fork time (their pipes must see EOF).
-      int keep[6] = {stat_p[1], c_out, c_err, c_cin, c_cout, devnull_h};
-      for (int i = 1; i < 6; ++i)
+      int keep[7] = {stat_w, cs.out, cs.err, cs.cin, cs.cout, cs.devnull, release_r};
+      for (int i = 1; i < 7; ++i)
         for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
       unsigned next = 3;
       for (int k : keep) {
@@ -290,64 +827,90 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
       }
       ::close_range(next, ~0u, 0);
     }
-    pid_t c = ::fork();
-    if (c == 0) {
-      // ---- the sandboxed child ----
-      ::setsid();
-      ::dup2(devnull_h, 0);
-      ::dup2(c_out, 1);
-      ::dup2(c_err, 2);
-      if (c_cin >= 0) {
-        ::dup2(c_cin, 3);
-        ::dup2(c_cout, 4);
+    pid_t c;
+    if (ns) {
+      if (::unshare(namespace_flags(level)) != 0) {
+        put_errno(cs.err, "unshare", "");
+        write_record(stat_w, 1, 0);
+        write_record(stat_w, 2, 126 << 8);
+        ::_exit(1);
       }
-      ::close_range(c_cin >= 0 ? 5 : 3, ~0u, 0);
-      set_limit(RLIMIT_CORE, 0);
-      set_limit(RLIMIT_CPU, cpu);
-      set_limit(RLIMIT_FSIZE, static_cast<rlim_t>(L.file_size_mb) << 20);
-      set_limit(RLIMIT_NOFILE, static_cast<rlim_t>(L.open_files));
-      set_limit(RLIMIT_NPROC, nproc);
-      if (L.address_space_mb > 0) set_limit(RLIMIT_AS, static_cast<rlim_t>(L.address_space_mb) << 20);
-      if (::chdir(cwd.c_str()) != 0) {
-        static const char msg[] = "sandbox: cannot enter the scratch folder\n";
-        ssize_t n = ::write(2, msg, sizeof msg - 1);
-        (void)n;
-        ::_exit(126);
+      if (!write_id_maps(plan, cs.err)) {
+        write_record(stat_w, 1, 0);
+        write_record(stat_w, 2, 126 << 8);
+        ::_exit(1);
       }
-      if (drop) {
-        if (::setgroups(0, nullptr) != 0 || ::setgid(lease.uid) != 0 || ::setuid(lease.uid) != 0) {
-          static const char msg[] = "sandbox: cannot drop privileges\n";
-          ssize_t n = ::write(2, msg, sizeof msg - 1);
-          (void)n;
+      c = ::fork();
+      if (c == 0) {
+        // ---- pid 1 of the test's PID namespace: builds the private root, runs the test,
+        // reports its status, exits (and the kernel kills whatever is left in the namespace) ----
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        ::setsid();
+        if (!enter_private_root(plan, cs.err)) {
+          write_record(stat_w, 2, 126 << 8);
           ::_exit(126);
         }
+        ::close(release_r);
+        pid_t t = ::fork();
+        if (t == 0) exec_child(cs);
+        for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull})
+          if (fd >= 0) ::close(fd);
+        if (t < 0) {
+          write_record(stat_w, 2, 126 << 8);
+          ::_exit(1);
+        }
+        while (true) {
+          int st = 0;
+          pid_t w = ::waitpid(-1, &st, 0);
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0) ::_exit(0);
+          if (w == t) {
+            write_record(stat_w, 2, st);
+            ::_exit(0);
+          }
+        }
       }
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::execve(argv[0], argv.data(), envp.data());
-      static const char msg[] = "sandbox: cannot execute the program\n";
-      ssize_t n = ::write(2, msg, sizeof msg - 1);
-      (void)n;
-      ::_exit(127);
+    } else {
+      c = ::fork();
+      if (c == 0) exec_child(cs);
     }
-    for (int fd : {c_out, c_err, c_cin, c_cout, devnull_h})
+    for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull})
       if (fd >= 0) ::close(fd);
-    write_int(stat_p[1], c < 0 ? -1 : c);
+    write_record(stat_w, 1, c < 0 ? -1 : c);
     if (c < 0) ::_exit(1);
+    // Reaps every other descendant while the child runs; the child itself stays a zombie once
+    // it has ended, so its pid (and process group id) cannot be reused by an unrelated process
+    // while the grader still kills by them. The grader closes `release` when it is done.
     while (true) {
-      int st = 0;
-      pid_t w = ::waitpid(-1, &st, 0);
-      if (w < 0) {
+      siginfo_t si{};
+      if (::waitid(P_ALL, 0, &si, WEXITED | WNOWAIT) != 0) {
         if (errno == EINTR) continue;
-        break;  // ECHILD: every descendant is reaped
+        break;
       }
-      if (w == c) write_int(stat_p[1], st);
+      if (si.si_pid == c) {
+        if (!ns) {
+          int st = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f);
+          write_record(stat_w, 2, st);
+        }
+        break;
+      }
+      ::waitpid(si.si_pid, nullptr, 0);
+    }
+    ::close(stat_w);  // the grader's pipes see EOF once the test's own writers are gone
+    char b;
+    while (::read(release_r, &b, 1) < 0 && errno == EINTR) {
+    }
+    while (true) {
+      pid_t w = ::waitpid(-1, nullptr, 0);
+      if (w < 0 && errno != EINTR) break;  // ECHILD: every descendant is reaped
     }
     ::_exit(0);
   }
 
   // ---- grader side ----
-  for (int fd : {c_out, c_err, c_cin, c_cout, devnull_h, stat_p[1]})
+  for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull, stat_w, release_r})
     if (fd >= 0) ::close(fd);
+  int release_w = rel_p[1];
   if (spec.channel_input) {
     std::string msg = *spec.channel_input + "\n";
     ssize_t n = ::write(cin_p[1], msg.data(), msg.size());
@@ -359,11 +922,17 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   std::string channel;
   int fds[4] = {out_p[0], err_p[0], spec.channel_input ? cout_p[0] : -1, stat_p[0]};
   std::string stat_buf;
+  std::size_t stat_used = 0;
   pid_t child = 0;
   bool child_done = false, killed = false;
   auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(L.wall_s));
   Clock::time_point drain_deadline{};
   char buf[65536];
+  auto kill_all = [&] {
+    kill_everything(sup, child, uid);
+    killed = true;
+    drain_deadline = Clock::now() + std::chrono::seconds(5);
+  };
 
   while (true) {
     bool any_open = false;
@@ -372,9 +941,7 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
     auto now = Clock::now();
     if (!killed && now >= deadline) {
       r.timed_out = true;
-      kill_everything(sup, child, drop ? &lease : nullptr);
-      killed = true;
-      drain_deadline = Clock::now() + std::chrono::seconds(5);
+      kill_all();
     }
     if (killed && now >= drain_deadline) break;
     pollfd pfd[4];
@@ -384,8 +951,7 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
         pfd[np] = {fds[i], POLLIN, 0};
         idx[np++] = i;
       }
-    int timeout_ms = 50;
-    int rc = ::poll(pfd, np, timeout_ms);
+    int rc = ::poll(pfd, np, 50);
     if (rc < 0 && errno != EINTR) break;
     for (int k = 0; k < np && rc > 0; ++k) {
       if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -401,38 +967,38 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
       if (i == 2 && channel.size() < (1u << 20)) channel.append(buf, std::min<std::size_t>(n, (1u << 20) - channel.size()));
       if (i == 3) {
         stat_buf.append(buf, n);
-        if (child == 0 && stat_buf.size() >= sizeof(int)) std::memcpy(&child, stat_buf.data(), sizeof(int));
-        if (!child_done && stat_buf.size() >= 2 * sizeof(int)) {
-          int st;
-          std::memcpy(&st, stat_buf.data() + sizeof(int), sizeof(int));
-          child_done = true;
-          if (WIFEXITED(st)) {
-            r.exited = true;
-            r.exit_code = WEXITSTATUS(st);
-          } else if (WIFSIGNALED(st)) {
-            r.signal = WTERMSIG(st);
-          }
-          r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-          // The child is gone: whatever it left behind is killed now, then the pipes drain.
-          if (!killed) {
-            kill_everything(sup, child, drop ? &lease : nullptr);
-            killed = true;
-            drain_deadline = Clock::now() + std::chrono::seconds(5);
+        while (stat_buf.size() - stat_used >= 2 * sizeof(int)) {
+          int rec[2];
+          std::memcpy(rec, stat_buf.data() + stat_used, sizeof rec);
+          stat_used += sizeof rec;
+          if (rec[0] == 1 && child == 0) child = rec[1];
+          if (rec[0] == 2 && !child_done) {
+            int st = rec[1];
+            child_done = true;
+            if (WIFEXITED(st)) {
+              r.exited = true;
+              r.exit_code = WEXITSTATUS(st);
+            } else if (WIFSIGNALED(st)) {
+              r.signal = WTERMSIG(st);
+            }
+            r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+            // The child is gone: whatever it left behind is killed now, then the pipes drain.
+            if (!killed) kill_all();
           }
         }
       }
     }
     if (!killed && out.total + err.total > L.output_cap) {
       r.output_limit = true;
-      kill_everything(sup, child, drop ? &lease : nullptr);
-      killed = true;
-      drain_deadline = Clock::now() + std::chrono::seconds(5);
+      kill_all();
     }
   }
   for (int fd : fds)
     if (fd >= 0) ::close(fd);
-  if (!killed) kill_everything(sup, child, drop ? &lease : nullptr);
-  // The supervisor exits once every descendant is reaped; it is killed if it does not.
+  kill_everything(sup, child, uid);
+  // Everything is dead: the supervisor may reap the child now, then every descendant, and exit;
+  // it is killed if it does not (no pid of the run is used after this point).
+  ::close(release_w);
   int st = 0;
   for (int i = 0; i < 500; ++i) {
     pid_t w = ::waitpid(sup, &st, WNOHANG);
@@ -440,13 +1006,14 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
       sup = -1;
       break;
     }
-    if (i % 50 == 49) kill_everything(sup, child, drop ? &lease : nullptr);
     ::usleep(2000);
   }
   if (sup > 0) {
     ::kill(sup, SIGKILL);
     ::waitpid(sup, &st, 0);
   }
+  // The uid level: nothing of the run may outlive it, in the shared temporary folders either.
+  if (uid && !ns && !spec.uid) sweep_uid(uid);
   if (!child_done) r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.stdout_bytes = out.total;
   r.stderr_bytes = err.total;

@@ -1,11 +1,14 @@
 #include "mls/grader/util.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -53,13 +56,44 @@ void write_file_atomic(const fs::path& path, std::string_view text) {
   }
 }
 
-static std::size_t utf8_len(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c >> 5) == 0x6) return 2;
-  if ((c >> 4) == 0xE) return 3;
-  if ((c >> 3) == 0x1E) return 4;
-  return 0;
+namespace {
+
+/// Decodes one strictly valid UTF-8 sequence at `i` (no overlong forms, no surrogates, at most
+/// U+10FFFF); returns its length, 0 if invalid.
+std::size_t utf8_decode(std::string_view t, std::size_t i, char32_t& cp) {
+  unsigned char c = static_cast<unsigned char>(t[i]);
+  std::size_t len;
+  char32_t min;
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  } else if ((c >> 5) == 0x6) {
+    len = 2, cp = c & 0x1F, min = 0x80;
+  } else if ((c >> 4) == 0xE) {
+    len = 3, cp = c & 0x0F, min = 0x800;
+  } else if ((c >> 3) == 0x1E) {
+    len = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + len > t.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    unsigned char cc = static_cast<unsigned char>(t[i + k]);
+    if ((cc >> 6) != 0x2) return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
 }
+
+/// Code points a terminal may act on: C0/C1 controls, DEL, bidirectional embeddings and
+/// overrides, line/paragraph separators.
+bool is_control(char32_t cp) {
+  return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) ||
+         cp == 0x2028 || cp == 0x2029 || cp == 0x200E || cp == 0x200F || cp == 0x061C;
+}
+
+}  // namespace
 
 std::string sanitize_text(std::string_view text, std::size_t max_bytes) {
   std::string out;
@@ -70,27 +104,75 @@ std::string sanitize_text(std::string_view text, std::size_t max_bytes) {
     if (c == '\n' || c == '\t') {
       out += static_cast<char>(c);
       ++i;
-    } else if (c == '\r') {
-      ++i;
-    } else if (c < 0x20 || c == 0x7F) {
-      out += '?';
-      ++i;
-    } else {
-      std::size_t len = utf8_len(c);
-      bool valid = len > 0 && i + len <= text.size();
-      for (std::size_t k = 1; valid && k < len; ++k)
-        valid = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
-      if (valid) {
-        out.append(text.substr(i, len));
-        i += len;
-      } else {
-        out += '?';
-        ++i;
-      }
+      continue;
     }
+    if (c == '\r') {
+      ++i;
+      continue;
+    }
+    char32_t cp = 0;
+    std::size_t len = utf8_decode(text, i, cp);
+    if (len == 0 || is_control(cp)) {
+      out += '?';
+      i += len ? len : 1;
+      continue;
+    }
+    if (out.size() + len > max_bytes) break;
+    out.append(text.substr(i, len));
+    i += len;
   }
   if (i < text.size()) out += "\n[... " + std::to_string(text.size() - i) + " more bytes cut]\n";
   return out;
+}
+
+std::string display_name(std::string_view name, std::size_t max_bytes) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  std::size_t i = 0;
+  while (i < name.size()) {
+    char32_t cp = 0;
+    std::size_t len = utf8_decode(name, i, cp);
+    std::string piece;
+    if (len == 0 || is_control(cp) || cp == '\\') {
+      std::size_t n = len ? len : 1;
+      for (std::size_t k = 0; k < n; ++k) {
+        unsigned char b = static_cast<unsigned char>(name[i + k]);
+        piece += "\\x";
+        piece += hex[b >> 4];
+        piece += hex[b & 15];
+      }
+      i += n;
+    } else {
+      piece.assign(name.substr(i, len));
+      i += len;
+    }
+    if (out.size() + piece.size() > max_bytes) {
+      out += "...";
+      break;
+    }
+    out += piece;
+  }
+  return out;
+}
+
+std::string redact(std::string text, const std::vector<std::pair<std::string, std::string>>& pairs) {
+  auto sorted = pairs;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto& [from, to] : sorted) {
+    if (from.empty()) continue;
+    std::string out;
+    std::size_t pos = 0;
+    while (true) {
+      std::size_t k = text.find(from, pos);
+      if (k == std::string::npos) break;
+      out.append(text, pos, k - pos);
+      out += to;
+      pos = k + from.size();
+    }
+    out.append(text, pos, std::string::npos);
+    text = std::move(out);
+  }
+  return text;
 }
 
 std::string head_tail(std::string_view text, std::size_t head, std::size_t tail) {
@@ -181,9 +263,39 @@ fs::path make_temp_dir(std::string_view prefix) {
   return fs::path(p);
 }
 
+namespace {
+/// Removes `name` in `dirfd` and, for a folder, everything in it, descending by file
+/// descriptor (paths longer than PATH_MAX are fine) and never following a symlink.
+void remove_at(int dirfd, const char* name, int depth) {
+  struct stat st {};
+  if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  if (!S_ISDIR(st.st_mode)) {
+    ::unlinkat(dirfd, name, 0);
+    return;
+  }
+  if (depth < 4096) {
+    int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      if (DIR* d = ::fdopendir(fd)) {
+        std::vector<std::string> names;
+        while (dirent* e = ::readdir(d))
+          if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+        for (const auto& n : names) remove_at(fd, n.c_str(), depth + 1);
+        ::closedir(d);
+      } else {
+        ::close(fd);
+      }
+    }
+  }
+  ::unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+}  // namespace
+
 void remove_tree(const fs::path& p) noexcept {
-  std::error_code ec;
-  fs::remove_all(p, ec);
+  try {
+    remove_at(AT_FDCWD, p.c_str(), 0);
+  } catch (...) {
+  }
 }
 
 void copy_tree(const fs::path& from, const fs::path& to, const std::vector<std::string>& skip_names) {

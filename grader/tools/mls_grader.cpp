@@ -72,7 +72,8 @@ bool colour() { return ::isatty(1) != 0; }
 
 void progress(const TestResult& t) {
   if (!::isatty(2)) return;
-  std::fprintf(stderr, "  %-16s %s: %s (%.2f s)\n", to_string(t.outcome), t.group.c_str(), t.name.c_str(), t.wall_s);
+  std::fprintf(stderr, "  %-16s %s: %s (%.2f s)\n", to_string(t.outcome), t.group.c_str(),
+               sanitize_text(display_name(t.name, 200), 300).c_str(), t.wall_s);
 }
 
 /// The build folder of in-tree builds: --build-dir, else `<root>/build/<preset>`.
@@ -92,8 +93,14 @@ BuildResult build_in_tree(const Manifest& m, const BuildOptions& bo) {
   return b;
 }
 
+/// results.json text: every string in it is valid UTF-8 (sanitized; invalid bytes replaced as
+/// a last resort), so nothing a submission names can make the dump fail.
+std::string results_json(const LabResult& r, const Manifest& m) {
+  return to_gradescope(r, m).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 void write_outputs(const LabResult& r, const Manifest& m, const std::string& results, const std::string& junit) {
-  if (!results.empty()) write_file_atomic(results, to_gradescope(r, m).dump(2) + "\n");
+  if (!results.empty()) write_file_atomic(results, results_json(r, m));
   if (!junit.empty()) write_file_atomic(junit, to_junit(r, m));
 }
 
@@ -169,23 +176,30 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
     std::cout << format_table(r, m, colour());
     std::string f = format_failures(r, 300);
     if (!f.empty()) std::cout << "\n" << f;
-    if (!r.output.empty()) std::cout << "\n" << r.output;
+    if (!r.output.empty()) std::cout << "\n" << sanitize_text(r.output, 64000);
     write_outputs(r, m, results, junit);
     return 0;
   }
   std::vector<fs::path> subs;
-  for (const auto& e : fs::directory_iterator(batch))
-    if (e.is_directory() && !e.is_symlink()) subs.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(batch)) {
+    std::error_code ec;
+    auto st = e.symlink_status(ec);
+    if (fs::is_directory(st)) subs.push_back(e.path());
+    else if (fs::is_symlink(st))
+      std::fprintf(stderr, "mls-grader: skipped %s: a symbolic link, not a submission folder\n",
+                   display_name(e.path().filename().string()).c_str());
+  }
   std::sort(subs.begin(), subs.end());
   std::vector<LabResult> all;
+  std::fprintf(stderr, "mls-grader: %s\n", isolation_line().c_str());
   for (const auto& s : subs) {
-    std::fprintf(stderr, "mls-grader: grading %s ...\n", s.filename().c_str());
+    std::fprintf(stderr, "mls-grader: grading %s ...\n", display_name(s.filename().string()).c_str());
     LabResult r = grade_submission(m, s, go);
-    std::printf("%-32s %7.2f / %.2f\n", r.submission.c_str(), r.score(), r.max_score());
+    std::printf("%-32s %7.2f / %.2f\n", sanitize_text(r.submission, 300).c_str(), r.score(), r.max_score());
     if (!results.empty()) {
       fs::path dir = fs::path(results) / s.filename();
       fs::create_directories(dir);
-      write_file_atomic(dir / "results.json", to_gradescope(r, m).dump(2) + "\n");
+      write_file_atomic(dir / "results.json", results_json(r, m));
     }
     all.push_back(std::move(r));
   }

@@ -23,6 +23,9 @@ struct BuildOptions {
   std::filesystem::path harness_lib;   ///< Catch2 main + listener archive (direct builds)
   std::filesystem::path common_lib;    ///< mls_common archive (direct builds)
   std::filesystem::path cache_dir;     ///< object cache of non-student sources (direct builds)
+  /// Folders no sandboxed step may see, beyond what the isolation hides anyway (the checkout
+  /// `root` is always added; the submission's own folder is added by `grade_submission`).
+  std::vector<std::filesystem::path> hide;
 };
 
 /// The test programs of a build (CMake target -> binary), and why the others are missing.

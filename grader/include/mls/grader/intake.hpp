@@ -11,6 +11,7 @@ namespace mls::grader {
 struct IntakeFile {
   std::string rel;                    ///< repo-relative path of the student file
   std::filesystem::path source;       ///< where it was found in the submission
+  std::string text;                   ///< its content, read once at intake (never re-opened)
 };
 
 struct IntakeReport {
@@ -24,8 +25,12 @@ struct IntakeReport {
 inline constexpr std::size_t kMaxStudentFileBytes = 1u << 20;
 
 /// Finds each student file in `submission` (at its repo-relative path, or by its base name when
-/// that is unique): refuses symlinks, non-regular files, files over 1 MiB, binary files (object
-/// files) and, in the sources, definitions of `main`, Catch2 or harness symbols.
+/// that is unique), never following a symlink on any component of the path: a linked file or
+/// a linked folder on the way is refused (its files count as missing); refuses non-regular files
+/// (FIFOs, devices: never opened), files over 1 MiB (never read), binary files (object files)
+/// and, in the sources, definitions of `main`, Catch2 or harness symbols. Every other entry is
+/// named in one line of notes (a bounded listing: fast on thousands of files or deep trees).
+/// Names are escaped for display (`display_name`).
 IntakeReport intake_submission(const std::filesystem::path& submission, const Manifest& m);
 
 /// Checks one student source text; returns the reasons it is rejected (empty: accepted).

@@ -57,6 +57,10 @@ struct Manifest {
   std::vector<std::string> hidden_files;    ///< test files left out of the handout
   double time_limit_s = 20;
   double memory_limit_mb = 4096;
+  /// Limits of a submission's build (the whole build's wall clock and CPU time; the address
+  /// space of each compiler process): a build past them is a clean 0 with its first errors.
+  double build_time_limit_s = 900;
+  double build_memory_limit_mb = 4096;
   std::vector<Group> groups;
   std::vector<Benchmark> benchmarks;
   std::optional<DirectBuild> build;

@@ -38,6 +38,7 @@ struct LabResult {
   std::string submission;        ///< name of the submission (folder name) or "reference"
   bool built = false;
   std::string output;            ///< top-level message: build errors, intake notes
+  std::string isolation;         ///< the sandbox's isolation level (`isolation_line()`), first in every report
   std::vector<TestResult> tests;
   std::vector<LeaderboardEntry> leaderboard;
   double execution_time_s = 0;

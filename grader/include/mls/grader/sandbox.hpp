@@ -1,22 +1,41 @@
 #pragma once
 /// Runs one untrusted program in a sandbox and collects what it did.
 ///
-/// The child: its own session and process group; stdin from /dev/null; a scratch working folder;
-/// a cleared environment; rlimits (CPU, file size, open files, processes, core dumps off, address
+/// Every level: the child has its own session and process group; stdin from /dev/null; a
+/// cleared environment; rlimits (CPU, file size, open files, processes, core dumps off, address
 /// space unless sanitized); stdout and stderr read through pipes with a byte cap (head and tail
-/// kept); a wall-clock timeout after which the whole group is killed. When the grader runs as
-/// root, the child also runs as an unprivileged uid reserved for this run (61000 + k, held with a
-/// lock file), so RLIMIT_NPROC bounds fork bombs and, when the run is over, every process of
-/// that uid is killed, including those that left the session. When not root, only the process
-/// group and session are killed (a process that calls setsid() and daemonizes can escape: a
-/// limitation we document, since cgroups are not available to us).
+/// kept); a wall-clock timeout; a supervisor (child subreaper) reaps every descendant.
+///
+/// The isolation on top of that is the strongest this machine permits, detected once at run
+/// time (`isolation()`), and named at the top of every report:
+///  - `namespaces` (the grader is root): the test runs in its own PID, mount, network and IPC
+///    namespaces, as an unprivileged uid reserved for the run (62000 + k, no user of the machine, no
+///    process running as it), with no new
+///    privileges. Its root filesystem is a fresh, size-capped tmpfs holding only the system
+///    folders (/usr, /etc, /opt, /sys read-only, a minimal /dev, its own /proc) and the paths the
+///    grader exposes (`expose_ro`, `expose_rw`) at their own absolute paths: the instructor's
+///    checkout, other submissions and the rest of the machine are not there; /tmp, /var/tmp and
+///    /dev/shm are private and vanish with the run. Killing the namespace's init kills every
+///    process the test started, daemons in their own (nested) namespaces included.
+///  - `user-namespaces` (not root, unprivileged user namespaces allowed): the same, inside a user
+///    namespace that maps only the user's own uid (the test keeps that uid).
+///  - `uid` (root, no namespaces): the reserved uid only: files are hidden by their permissions
+///    (a checkout under a mode-700 home is unreadable), every process of the uid is killed and
+///    every file it owns in /tmp, /var/tmp and /dev/shm is removed after each run.
+///  - `rlimits` (not root, no user namespaces): rlimits and the process tree only; the test can
+///    read whatever the user can. Grade as root, or where user namespaces are allowed.
+/// `MLS_GRADER_ISOLATION=uid|rlimits` lowers the level (for testing the fallbacks); it cannot
+/// raise it. cgroups are not used: memory is bounded by RLIMIT_AS, processes by RLIMIT_NPROC.
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace mls::grader {
+
+struct SandboxUid;
 
 struct SandboxLimits {
   double wall_s = 20;                    ///< wall-clock limit, then SIGKILL to the group
@@ -39,10 +58,55 @@ struct SandboxSpec {
   /// to the other; MLS_GRADER_FD="<in>,<out>" is added to the environment (the fd numbers, never
   /// the nonce itself).
   std::optional<std::string> channel_input;
-  bool drop_privileges = true;           ///< when root: run as a reserved unprivileged uid
-  /// Folders handed (recursively) to the reserved uid before the run, e.g. a build tree.
-  std::vector<std::filesystem::path> chown_paths;
+  /// false: a trusted run (the user's own in-tree build): rlimits only, no uid change, no
+  /// namespaces. true: the strongest isolation available (see above).
+  bool drop_privileges = true;
+  /// Namespace levels: the only paths of the machine, beyond the system folders, the child sees
+  /// (each at its own absolute path; files or folders). argv[0] is exposed read-only
+  /// automatically. The working folder `cwd` is created empty in the private root unless it is
+  /// exposed.
+  std::vector<std::filesystem::path> expose_ro, expose_rw;
+  /// Namespace levels: files inside exposed folders replaced by an empty file (mtime 0).
+  std::vector<std::filesystem::path> mask;
+  /// Namespace levels: folders hidden by an empty read-only tmpfs even where a system folder
+  /// holds them (e.g. a checkout under /opt).
+  std::vector<std::filesystem::path> hide;
+  /// Size of the private root tmpfs (namespace levels): /tmp, /var/tmp, /dev/shm live there.
+  std::size_t tmpfs_mb = 1024;
+  /// A reserved uid held by the caller across several runs (e.g. every step of a build), so
+  /// the files of one step belong to the next; when empty, each run reserves its own.
+  std::shared_ptr<SandboxUid> uid;
 };
+
+/// The isolation levels, weakest first.
+enum class Isolation { Rlimits, Uid, UserNamespaces, Namespaces };
+struct IsolationInfo {
+  Isolation level = Isolation::Rlimits;
+  std::string name;     ///< "namespaces", "user-namespaces", "uid", "rlimits"
+  std::string summary;  ///< one line: what is in force, and what is not
+};
+/// The level in force for sandboxed runs (probed once, lowered by MLS_GRADER_ISOLATION).
+const IsolationInfo& isolation();
+/// "isolation: <name> (<summary>)": the first line of every report.
+std::string isolation_line();
+
+/// An unprivileged uid reserved while the object lives (as root; 0 otherwise). The
+/// reservation is an abstract unix socket name (no file anywhere, gone with the process).
+struct SandboxUid {
+  unsigned uid = 0;
+  int fd = -1;
+  SandboxUid() = default;
+  SandboxUid(const SandboxUid&) = delete;
+  SandboxUid& operator=(const SandboxUid&) = delete;
+  ~SandboxUid();
+};
+/// Reserves a uid when the grader is root and sandboxed runs drop privileges; nullptr when not
+/// root. Throws mls::Error when every uid of the range is taken.
+std::shared_ptr<SandboxUid> reserve_sandbox_uid();
+
+/// Kills every process of `uid` and removes every file it owns in /tmp, /var/tmp and /dev/shm
+/// (the clean-up of the `uid` level; never follows a symlink). Returns the entries removed.
+int sweep_uid(unsigned uid);
 
 struct SandboxResult {
   bool started = false;                  ///< false: fork/exec failed (see `error`)
@@ -57,6 +121,7 @@ struct SandboxResult {
   std::string err;                       ///< head (and tail) of stderr
   std::string channel;                   ///< what the child wrote to the channel fd (capped)
   double wall_s = 0;
+  std::string isolation;                 ///< the level the run had (IsolationInfo::name)
 };
 
 /// Runs `spec`; never throws for anything the child does. All descendants are dead on return.

@@ -19,6 +19,12 @@ void write_file_atomic(const fs::path& path, std::string_view text);
 /// Replaces control characters (except \n and \t) by '?', and invalid UTF-8 bytes by '?';
 /// cuts to `max_bytes`, noting how much was cut.
 std::string sanitize_text(std::string_view text, std::size_t max_bytes = 8192);
+/// A name from a submission (a file name, a folder name) for display in any report: printable
+/// ASCII and valid, printable UTF-8 are kept; control characters (C0, C1), bidirectional
+/// overrides, backslashes and invalid bytes become `\xNN`; cut to `max_bytes` with "...".
+std::string display_name(std::string_view name, std::size_t max_bytes = 120);
+/// Replaces every occurrence of each `from` (longest first) by its `to`.
+std::string redact(std::string text, const std::vector<std::pair<std::string, std::string>>& pairs);
 /// Keeps the first `head` and last `tail` bytes of `text` with a note of what was left out.
 std::string head_tail(std::string_view text, std::size_t head, std::size_t tail);
 /// 64-bit FNV-1a of `data`, as 16 hex digits (cache keys, not security).
