@@ -456,6 +456,7 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
     }
   } remove_copies{copies};
   const bool gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
+  const bool mpi_here = machine_has_mpirun();
   struct Job {
     std::string name;
     const Group* group;
@@ -483,9 +484,9 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
         tr.group = g->name;
         tr.visibility = g->visibility;
         tr.max_score = g->points;
-        if (g->gpu && nc != programs.not_configured.end()) {
+        if (g->needs_machine() && nc != programs.not_configured.end()) {
           tr.outcome = Outcome::Skipped;
-          tr.message = "skipped: no GPU test program on this machine: " + why + "; the group's points are left out "
+          tr.message = std::string("skipped: no ") + (g->gpu ? "GPU" : "MPI") + " test program on this machine: " + why + "; the group's points are left out "
                        "of this run's maximum";
         } else {
           tr.outcome = Outcome::NoResult;
@@ -557,7 +558,8 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
       s.channel_input = nonce;
       SandboxResult r = run_sandboxed(s);
       remove_tree(scratch);
-      SkipPolicy skip = !j.group->gpu ? SkipPolicy::Ignore : gpu_here ? SkipPolicy::Refuse : SkipPolicy::Allow;
+      const bool here = j.group->gpu ? gpu_here : mpi_here;
+      SkipPolicy skip = !j.group->needs_machine() ? SkipPolicy::Ignore : here ? SkipPolicy::Refuse : SkipPolicy::Allow;
       TestResult t = classify(r, j.name, nonce, skip);
       t.group = j.group->name;
       t.visibility = j.group->visibility;
@@ -688,7 +690,8 @@ namespace {
 std::string cut(const std::string& s, std::size_t n) { return s.size() > n ? s.substr(0, n) + " ..." : s; }
 std::string gpu_note(int n, const char* where) {
   return std::to_string(n) + " GPU test(s) SKIPPED in the " + where +
-         " (no GPU on this machine): check-handouts cannot prove them here; run it on a machine with a GPU";
+         " (no GPU on this machine, or no mpirun for an MPI group): check-handouts cannot prove them here; run "
+         "it on a machine that has them";
 }
 }  // namespace
 
@@ -701,7 +704,7 @@ HandoutJudgement judge_reference(const Manifest& m, const LabResult& ref, const 
   for (const auto& t : ref.tests) {
     const Group* g = m.group(t.group);
     if (t.outcome == Outcome::Pass) continue;
-    if (t.outcome == Outcome::Skipped && g && g->gpu) {
+    if (t.outcome == Outcome::Skipped && g && g->needs_machine()) {
       ++skipped;
       continue;
     }
@@ -724,7 +727,7 @@ HandoutJudgement judge_handout(const Manifest& m, const LabResult& h) {
       ++given_pass;
       continue;
     }
-    if (g && g->gpu && t.outcome == Outcome::Skipped) {
+    if (g && g->needs_machine() && t.outcome == Outcome::Skipped) {
       ++skipped;
       continue;
     }

@@ -157,10 +157,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     const json& g = groups[i];
     if (!g.is_object()) c.bad(p.substr(0, p.size() - 1), "must be an object");
     static const std::set<std::string> known_group = {"name", "match", "points", "visibility", "binary",
-                                                      "gpu", "given", "$comment"};
+                                                      "gpu", "mpi", "given", "$comment"};
     for (const auto& [k, v] : g.items())
       if (!known_group.count(k))
-        c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, given)");
+        c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, mpi, given)");
     Group gr;
     gr.name = get_string(c, g, "name", p);
     if (!names.insert(gr.name).second) c.bad(p + "name", "'" + gr.name + "' is used twice");
@@ -172,6 +172,8 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     gr.binary = get_string(c, g, "binary", p, false, m.test_binary);
     if (trim(gr.binary).empty()) c.bad(p + "binary", "must not be empty");
     gr.gpu = get_bool(c, g, "gpu", p, false);
+    gr.mpi = get_bool(c, g, "mpi", p, false);
+    if (gr.gpu && gr.mpi) c.bad(p + "mpi", "a group is gpu or mpi, not both");
     gr.given = get_bool(c, g, "given", p, false);
     m.groups.push_back(gr);
   }

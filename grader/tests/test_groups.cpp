@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "helpers.hpp"
 #include "mls/common/error.hpp"
@@ -119,6 +120,43 @@ TEST_CASE("manifest: group binary, gpu and given", "[grader][manifest][gpu]") {
   k = j;
   k["build"] = {{"sources", {"a.cpp"}}};
   CHECK_THAT(error_of(k), Catch::Contains("groups[1].binary") && Catch::Contains("one test program"));
+  // An MPI group: parsed, needs the machine like a GPU group; both at once is refused.
+  k = j;
+  k["groups"][2]["mpi"] = true;
+  Manifest mm = parse_manifest(k);
+  CHECK(mm.groups[2].mpi);
+  CHECK(mm.groups[2].needs_machine());
+  CHECK_FALSE(mm.groups[0].needs_machine());
+  CHECK(mm.groups[1].needs_machine());
+  k["groups"][1]["mpi"] = true;
+  CHECK_THAT(error_of(k), Catch::Contains("groups[1].mpi") && Catch::Contains("not both"));
+}
+
+TEST_CASE("machine: mpirun is looked up on the PATH, MLS_GRADER_MPI overrides", "[grader][manifest][gpu]") {
+  struct Env {
+    std::string name, old;
+    bool had;
+    Env(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr) {
+      if (had) old = std::getenv(n);
+      if (v) ::setenv(n, v, 1); else ::unsetenv(n);
+    }
+    ~Env() {
+      if (had) ::setenv(name.c_str(), old.c_str(), 1); else ::unsetenv(name.c_str());
+    }
+  };
+  {
+    Env e("MLS_GRADER_MPI", "0");
+    CHECK_FALSE(machine_has_mpirun());
+  }
+  {
+    Env e("MLS_GRADER_MPI", "1");
+    CHECK(machine_has_mpirun());
+  }
+  {
+    Env e("MLS_GRADER_MPI", nullptr);
+    Env p("PATH", "/nonexistent-mls-dir");
+    CHECK_FALSE(machine_has_mpirun());
+  }
 }
 
 TEST_CASE("run: a GPU group's test program that is not configured is SKIPPED, any other is NO_RESULT and a problem",

@@ -14,6 +14,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/parallel/mpi.hpp"
+#include "run_mpi_script.hpp"
 
 namespace mls::parallel::testing {
 
@@ -64,7 +65,8 @@ inline bool relaunched_under_mpirun(int np = 2) {
   MLS_CHECK(k > 0, "mpi test launcher: cannot read /proc/self/exe");
   self[k] = 0;
   const std::string name = Catch::getResultCapture().getCurrentTestName();
-  auto [rc, out] = run_capture({MLS_LAB5_RUN_MPI, std::to_string(np), self, escape_catch_name(name)});
+  auto [rc, out] =
+      run_capture({"/bin/sh", "-c", kRunMpiScript, "run_mpi.sh", std::to_string(np), self, escape_catch_name(name)});
   const std::string tail = out.size() > 6000 ? out.substr(out.size() - 6000) : out;
   if (out.find("SKIPPED: mpirun not found") != std::string::npos) {
     WARN("SKIPPED: mpirun not found: the MPI test '" << name << "' did not run");

@@ -26,6 +26,13 @@ struct Group {
   /// "SKIPPED: no GPU" is SKIPPED (0 points, left out of the run's maximum), and where the
   /// group's program is not configured at all (no CUDA) the group is SKIPPED.
   bool gpu = false;
+  /// Tests that run under `mpirun` (manifest `mpi`), judged like GPU tests: where the machine has
+  /// no `mpirun`, a test that reports "SKIPPED: ..." is SKIPPED (left out of the maximum), and
+  /// where the group's program is not configured (no MPI) the group is SKIPPED; where `mpirun`
+  /// exists, a skip is a FAIL.
+  bool mpi = false;
+  /// GPU or MPI: a group whose tests may be SKIPPED on a machine that lacks what they need.
+  bool needs_machine() const { return gpu || mpi; }
   /// Tests of code the handout gives complete (manifest `given`): they may pass in the handout.
   bool given = false;
 };

@@ -91,6 +91,8 @@ TestResult classify(const SandboxResult& run, std::string_view test_name, std::s
 /// Whether this machine has an NVIDIA GPU the tests could use (a /dev/nvidiaN device node).
 /// `MLS_GRADER_GPU=0|1` in the grader's environment overrides the probe.
 bool machine_has_gpu();
+/// Is `mpirun` on the PATH? (`MLS_GRADER_MPI=0|1` overrides.)
+bool machine_has_mpirun();
 
 /// Catch2 test-spec escaping of a literal test name (backslash before , [ ] " ~ \).
 std::string escape_test_name(std::string_view name);
