@@ -48,3 +48,16 @@ function(mls_add_tool target)
   endif()
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endfunction()
+
+# mls_add_oracle(<test name> LABEL <labN> TOOL <target> SCRIPT <file.py> COUNT <n>): a differential
+# test against a Python peer (NumPy, PyTorch): the script generates seeded programs, runs them
+# through the driver <target> and the peer, and compares. Seed 1 and <n> programs in CTest
+# (labels <labN> and oracle); the script prints "SKIPPED: ..." where the peer is missing.
+function(mls_add_oracle name)
+  cmake_parse_arguments(ARG "" "LABEL;TOOL;SCRIPT;COUNT" "" ${ARGN})
+  add_test(NAME ${name}
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_SCRIPT}
+            --driver $<TARGET_FILE:${ARG_TOOL}> --seed 1 --count ${ARG_COUNT})
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABEL};oracle" TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "SKIPPED:")
+endfunction()
