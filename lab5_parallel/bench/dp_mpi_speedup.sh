@@ -1,9 +1,9 @@
 #!/bin/sh
 # Data-parallel speed-up on MPI: the same global batch on 2 processes vs 1 process.
-#   lab5_parallel/bench/dp_mpi_speedup.sh [build/dev/bin] [extra mls-dp-bench args]
+#   lab5_parallel/bench/dp_mpi_speedup.sh [BUILD_DIR (default build/release)] [extra mls-dp-bench args]
 # Prints both timings and `ratio dp_mpi_speedup <t(1 process) / t(2 processes)>`.
 set -eu
-bin=${1:-build/dev/bin}
+bin=${1:-build/release}/bin
 [ $# -gt 0 ] && shift
 exe="$bin/mls-dp-bench"
 if [ ! -x "$exe" ]; then echo "dp_mpi_speedup: $exe not built" >&2; exit 1; fi
