@@ -12,15 +12,7 @@ static void BM_SimPingPong(benchmark::State& state) {
   for (auto _ : state) {
     run_simulated(2, [&](Communicator& c) {
       Tensor t = Tensor::empty({0}, DType::Float32);
-      for (int i = 0; i < iters; ++i) {
-        if (c.rank() == 0) {
-          c.send(t, 1);
-          c.recv(t, 1);
-        } else {
-          c.recv(t, 0);
-          c.send(t, 0);
-        }
-      }
+      ping_pong(c, t, iters);
     });
   }
   // Seconds per message (printed with an SI prefix: "5u" is 5 microseconds).

@@ -370,6 +370,18 @@ Algo Communicator::choose(const std::string& collective, std::int64_t bytes) con
   return parse_algo(best);
 }
 
+void ping_pong(Communicator& c, Tensor& t, int iters) {
+  for (int i = 0; i < iters; ++i) {
+    if (c.rank() == 0) {
+      c.send(t, 1);
+      c.recv(t, 1);
+    } else if (c.rank() == 1) {
+      c.recv(t, 0);
+      c.send(t, 0);
+    }
+  }
+}
+
 void Communicator::barrier() {
   Tensor none = Tensor::empty({0}, DType::Int32);
   begin("barrier", kBarrier, none, -1, -1);

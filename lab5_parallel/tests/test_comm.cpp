@@ -336,3 +336,18 @@ TEST_CASE("make_sim_world: transports driven by the caller's own threads", "[lab
   th.join();
   CHECK(t.to_vector<float>() == std::vector<float>{1.f, 2.f});
 }
+
+TEST_CASE("ping_pong: iters round trips between ranks 0 and 1, other ranks idle", "[lab5][plumbing]") {
+  auto rep = run_simulated(3, [](Communicator& c) {
+    Tensor t = Tensor::full({5}, static_cast<double>(c.rank()), DType::Float32);
+    ping_pong(c, t, 4);
+    // Rank 1 last received rank 0's tensor, rank 0 got it back; rank 2 kept its own.
+    CHECK(t.to_vector<float>()[0] == (c.rank() == 2 ? 2.0f : 0.0f));
+  });
+  for (int r : {0, 1}) {
+    CHECK(rep.traffic[r].total.messages_sent == 4);
+    CHECK(rep.traffic[r].total.messages_recv == 4);
+    CHECK(rep.traffic[r].total.bytes_sent == 4 * 5 * 4);
+  }
+  CHECK(rep.traffic[2].total.messages_sent == 0);
+}

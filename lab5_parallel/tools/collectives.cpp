@@ -296,15 +296,7 @@ int cmd_calibrate(const std::string& out) {
       for (int rep = 0; rep < 3; ++rep) {
         c.barrier();
         Timer timer;
-        for (int i = 0; i < iters; ++i) {
-          if (c.rank() == 0) {
-            c.send(t, 1);
-            c.recv(t, 1);
-          } else if (c.rank() == 1) {
-            c.recv(t, 0);
-            c.send(t, 0);
-          }
-        }
+        ping_pong(c, t, iters);
         best = std::min(best, timer.seconds() / (2.0 * iters));
       }
       Tensor v = Tensor::full({1}, best, DType::Float64);
@@ -322,15 +314,7 @@ int cmd_calibrate(const std::string& out) {
       for (int rep = 0; rep < 3; ++rep) {
         SimReport r = run_simulated(2, [&](Communicator& c) {
           Tensor t = Tensor::zeros({bytes}, DType::Bool);
-          for (int i = 0; i < iters; ++i) {
-            if (c.rank() == 0) {
-              c.send(t, 1);
-              c.recv(t, 1);
-            } else {
-              c.recv(t, 0);
-              c.send(t, 0);
-            }
-          }
+          ping_pong(c, t, iters);
         });
         best = std::min(best, r.wall_seconds / (2.0 * iters));
       }

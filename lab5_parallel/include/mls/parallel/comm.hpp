@@ -262,6 +262,10 @@ struct SimReport {
 };
 SimReport run_simulated(int n, const std::function<void(Communicator&)>& body, SimOptions opts = {});
 
+/// `iters` round trips of `t` between ranks 0 and 1 (rank 0 sends first; other ranks do nothing):
+/// the ping-pong that calibration and the benchmarks time.
+void ping_pong(Communicator& c, Tensor& t, int iters);
+
 /// The random stream of one rank: Rng(seed, "rank<r>") — independent and reproducible per rank.
 Rng rank_rng(std::uint64_t seed, const Communicator& comm);
 
