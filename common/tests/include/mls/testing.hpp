@@ -5,6 +5,7 @@
 #include <string>
 
 #include "mls/common/error.hpp"
+#include "mls/observe.hpp"
 
 namespace mls::testing {
 
@@ -17,9 +18,12 @@ void require_error(F&& f, const std::string& needle) {
     f();
   } catch (const mls::Error& e) {
     INFO("message: " << e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    const bool named = std::string(e.what()).find(needle) != std::string::npos;
+    observe("mls::Error naming '" + needle + "'", named);
+    CHECK(named);
     return;
   }
+  observe("mls::Error naming '" + needle + "'", false);
   FAIL("expected an mls::Error containing '" << needle << "'");
 }
 

@@ -1,0 +1,117 @@
+#pragma once
+/// Observations: what a test saw the code under test produce, for the grader's differential
+/// verdict (handouts/README.md, "How a verdict is reached").
+///
+/// A test keeps its Catch2 checks (they give the student the messages they read with `ctest`),
+/// and, next to a check whose verdict the test computes itself (`CHECK(allclose(got, want))`,
+/// `CHECK(err < tol)`), it records the value the student's code produced:
+///
+///     const Tensor got = mls::softmax(x, -1);
+///     MLS_OBSERVE(got);                              // label "got", exact unless a tolerance
+///     mls::testing::observe("softmax", got, {1e-6, 1e-7});
+///     CHECK(mls::allclose(got, want));
+///
+/// Outside `mls-grader` an observation costs nothing and checks nothing. Under `mls-grader`
+/// (graded mode) it is written to the result channel; the grader runs the same test in the
+/// reference build with the same secret seed and compares the two streams in its own process:
+/// same labels in the same order, values equal within the tolerance the *reference* build
+/// recorded. The student side's tolerance, verdicts and printed output are never trusted.
+///
+/// Record the produced value, never the test's expected value: `want` computed by the test's
+/// own oracle is the same in both builds and proves nothing.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace mls::testing {
+
+/// How close a student's value must be to the reference build's: |s - r| <= atol + rtol * |r|.
+/// {0, 0} means exact (bit-equal for floats, NaN equal to NaN).
+struct Tolerance {
+  double rtol = 0.0;
+  double atol = 0.0;
+};
+
+/// One observation. `kind` is "f64" (values), "i64" (values, exact), "bool" (values, exact),
+/// "text" (text, exact) or "tensor" (dtype in `text`, shape, strides, offset, values).
+struct Observation {
+  std::string label;
+  std::string kind;
+  std::string text;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  std::int64_t offset = 0;
+  std::vector<double> values;
+  Tolerance tol;
+};
+
+/// Where observations go. Null unless mls-grader runs the program in graded mode (the harness
+/// listener installs the sink before the first test case starts).
+using ObservationSink = void (*)(const Observation&);
+inline ObservationSink& observation_sink() {
+  static ObservationSink sink = nullptr;
+  return sink;
+}
+
+/// True while observations are being recorded (graded mode).
+inline bool observing() { return observation_sink() != nullptr; }
+
+/// Records a finished observation.
+inline void observe(Observation o) {
+  if (ObservationSink s = observation_sink()) s(o);
+}
+
+/// Records a floating-point value (exact unless `tol` says otherwise).
+inline void observe(std::string_view label, double v, Tolerance tol = {}) {
+  if (!observing()) return;
+  observe(Observation{std::string(label), "f64", "", {}, {}, 0, {v}, tol});
+}
+
+/// Records an integer (exact).
+template <class I>
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+inline void observe(std::string_view label, I v) {
+  if (!observing()) return;
+  observe(Observation{std::string(label), "i64", "", {}, {}, 0, {static_cast<double>(v)}, {}});
+}
+
+/// Records a truth value (exact). Weak on its own: a test whose observations are all truth values
+/// can be forged by writing "true"; record the value behind the truth where there is one.
+inline void observe(std::string_view label, bool v) {
+  if (!observing()) return;
+  observe(Observation{std::string(label), "bool", "", {}, {}, 0, {v ? 1.0 : 0.0}, {}});
+}
+
+/// Records a string (exact).
+inline void observe(std::string_view label, std::string_view text) {
+  if (!observing()) return;
+  observe(Observation{std::string(label), "text", std::string(text), {}, {}, 0, {}, {}});
+}
+inline void observe(std::string_view label, const char* text) { observe(label, std::string_view(text)); }
+inline void observe(std::string_view label, const std::string& text) { observe(label, std::string_view(text)); }
+
+/// Records a sequence of numbers (floating: within `tol`; integral: exact).
+template <class T>
+  requires std::is_arithmetic_v<T>
+inline void observe(std::string_view label, std::span<const T> v, Tolerance tol = {}) {
+  if (!observing()) return;
+  Observation o{std::string(label), std::is_floating_point_v<T> ? "f64" : "i64", "", {static_cast<std::int64_t>(v.size())},
+                {}, 0, {}, std::is_floating_point_v<T> ? tol : Tolerance{}};
+  o.values.reserve(v.size());
+  for (const T& x : v) o.values.push_back(static_cast<double>(x));
+  observe(std::move(o));
+}
+template <class T>
+  requires std::is_arithmetic_v<T>
+inline void observe(std::string_view label, const std::vector<T>& v, Tolerance tol = {}) {
+  observe(label, std::span<const T>(v.data(), v.size()), tol);
+}
+
+}  // namespace mls::testing
+
+/// Records `expr` under its own spelling as the label, e.g. MLS_OBSERVE(got) or
+/// MLS_OBSERVE(loss, {1e-5, 1e-6}).
+#define MLS_OBSERVE(expr, ...) ::mls::testing::observe(#expr, (expr) __VA_OPT__(, ) __VA_ARGS__)
