@@ -15,10 +15,13 @@
 /// Include this header in exactly one translation unit, the one with CATCH_CONFIG_MAIN.
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include <catch2/catch.hpp>
+
+#include "mls/observe.hpp"
 
 namespace mls_grader_harness {
 
@@ -32,6 +35,21 @@ struct Channel {
 inline Channel& channel() {
   static Channel c;
   return c;
+}
+
+/// MLS_OBSERVE_AUDIT=1 (a test author's aid, not the grader's): counts each test case's
+/// observations and prints "[observe] <strong> strong, <weak> weak: <name>" to stderr when it
+/// ends. Truth values are weak (forgeable as "true"); every graded test needs a strong one.
+struct Audit {
+  bool on = false;
+  int strong = 0, weak = 0;
+};
+inline Audit& audit() {
+  static Audit a;
+  return a;
+}
+inline void audit_sink(const mls::testing::Observation& o) {
+  (o.kind == "bool" ? audit().weak : audit().strong) += 1;
 }
 
 inline void write_all(int fd, const std::string& s) {
@@ -97,6 +115,10 @@ class Listener : public Catch::TestEventListenerBase {
   void testRunStarting(const Catch::TestRunInfo& info) override {
     TestEventListenerBase::testRunStarting(info);
     open_from_env();
+    if (const char* a = std::getenv("MLS_OBSERVE_AUDIT"); a && std::string(a) == "1" && !mls::testing::observing()) {
+      audit().on = true;
+      mls::testing::observation_sink() = audit_sink;
+    }
     if (channel().active) std::atexit(on_exit);
     const char* list = std::getenv("MLS_GRADER_LIST");
     if (channel().active && list && std::string(list) == "1") {
@@ -115,6 +137,10 @@ class Listener : public Catch::TestEventListenerBase {
   void testCaseEnded(const Catch::TestCaseStats& stats) override {
     TestEventListenerBase::testCaseEnded(stats);
     channel().running.clear();
+    if (audit().on) {
+      std::fprintf(stderr, "[observe] %d strong, %d weak: %s\n", audit().strong, audit().weak, stats.testInfo.name.c_str());
+      audit().strong = audit().weak = 0;
+    }
     bool ok = stats.totals.assertions.allOk() && !stats.aborting;
     send(ok ? "PASS" : "FAIL", stats.testInfo.name);
   }
