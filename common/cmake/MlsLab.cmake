@@ -26,6 +26,48 @@ function(mls_add_tests target)
   endif()
 endfunction()
 
+# mls_add_lab_tests(<labN> LIBS <libs...>): tests/test_*.cpp of the calling lab become one Catch2
+# program, mls_<labN>_tests (tests/ on its include path), each TEST_CASE a CTest test labelled <labN>.
+function(mls_add_lab_tests lab)
+  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_*.cpp)
+  if(NOT sources)
+    return()
+  endif()
+  mls_add_tests(mls_${lab}_tests LABEL ${lab} SOURCES ${sources} LIBS ${ARG_LIBS})
+  target_include_directories(mls_${lab}_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+endfunction()
+
+# mls_add_lab_tools(<labN> LIBS <libs...>): tools/<name>.cpp of the calling lab becomes the program
+# mls-<name> (underscores as dashes; a name already starting with mls_ keeps one prefix), linked
+# with CLI11; said once where CLI11 is missing.
+function(mls_add_lab_tools lab)
+  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tools/*.cpp)
+  if(sources AND NOT CLI11_FOUND)
+    message(STATUS "mls: ${lab} tools not built (CLI11 not found: apt-get install libcli11-dev)")
+    return()
+  endif()
+  foreach(src ${sources})
+    get_filename_component(name ${src} NAME_WE)
+    string(REGEX REPLACE "^mls_" "" name ${name})
+    string(REPLACE "_" "-" name ${name})
+    mls_add_tool(mls-${name} SOURCES ${src} LIBS ${ARG_LIBS} CLI11::CLI11)
+  endforeach()
+endfunction()
+
+# mls_add_lab_benches(<labN> LIBS <libs...>): bench/bench_<name>.cpp of the calling lab becomes the
+# Google Benchmark program mls_<labN>_bench_<name>.
+function(mls_add_lab_benches lab)
+  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_*.cpp)
+  foreach(src ${sources})
+    get_filename_component(name ${src} NAME_WE)
+    string(REGEX REPLACE "^bench_" "" name ${name})
+    mls_add_bench(mls_${lab}_bench_${name} SOURCES ${src} LIBS ${ARG_LIBS})
+  endforeach()
+endfunction()
+
 # mls_add_bench(<target> SOURCES <files...> LIBS <libs...>): a Google Benchmark program.
 function(mls_add_bench target)
   if(NOT MLS_BENCH)
