@@ -158,6 +158,7 @@ std::vector<Tensor> Executor::run(const std::vector<Var>& fetches, const Feeds& 
   return total;
 }
 
+/// Reverse mode as graph construction: node_to_grad in reverse topological order (graph.hpp).
 std::vector<Var> gradients(const Var& y, const std::vector<Var>& xs) {
   MLS_CHECK(y.defined() && y.get()->graph != nullptr,
             "gradients: y must be a graph node (in eager mode call y.backward())");
