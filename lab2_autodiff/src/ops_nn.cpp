@@ -49,14 +49,14 @@ void layer_norm_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
   d = float_of(in[0]->dtype);
 }
 /// xhat and rstd of normalisation over `axes` (keepdim), recomputed with Var ops.
-std::pair<Var, Var> normalize(const Var& x, const std::vector<std::int64_t>& axes, double eps) {
+[[maybe_unused]] std::pair<Var, Var> normalize(const Var& x, const std::vector<std::int64_t>& axes, double eps) {
   const Var mu = mean(x, axes, true);
   const Var xc = x - mu;
   const Var rstd = rsqrt(mean(xc * xc, axes, true) + eps);
   return {xc * rstd, rstd};
 }
 /// dx of y = xhat * gamma' given dxhat (batch statistics over `axes`).
-Var norm_dx(const Var& dxhat, const Var& xhat, const Var& rstd, const std::vector<std::int64_t>& axes) {
+[[maybe_unused]] Var norm_dx(const Var& dxhat, const Var& xhat, const Var& rstd, const std::vector<std::int64_t>& axes) {
   return rstd * (dxhat - mean(dxhat, axes, true) - xhat * mean(dxhat * xhat, axes, true));
 }
 /// layer_norm: dx from the normalisation over the last dim (norm_dx), dgamma = sum(g xhat), dbeta = sum(g).
