@@ -120,28 +120,6 @@ void run_binary(Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
-template <class F>
-void with_unary(UnaryOp op, F&& f) {
-  switch (op) {
-#define MLS_CASE(name) \
-  case UnaryOp::name: f(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
-    MLS_CASE(Neg) MLS_CASE(Abs) MLS_CASE(Exp) MLS_CASE(Log) MLS_CASE(Sqrt) MLS_CASE(Rsqrt)
-    MLS_CASE(Sin) MLS_CASE(Cos) MLS_CASE(Tanh) MLS_CASE(Sigmoid) MLS_CASE(Relu) MLS_CASE(Gelu)
-#undef MLS_CASE
-  }
-}
-
-template <class F>
-void with_binary(BinaryOp op, F&& f) {
-  switch (op) {
-#define MLS_CASE(name) \
-  case BinaryOp::name: f(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
-    MLS_CASE(Add) MLS_CASE(Sub) MLS_CASE(Mul) MLS_CASE(Div) MLS_CASE(Pow) MLS_CASE(Maximum)
-    MLS_CASE(Minimum) MLS_CASE(Eq) MLS_CASE(Ne) MLS_CASE(Lt) MLS_CASE(Le) MLS_CASE(Gt) MLS_CASE(Ge)
-#undef MLS_CASE
-  }
-}
-
 /// The dtype a binary op computes in, and checks that it may run at all.
 DType compute_dtype(BinaryOp op, DType a, DType b) {
   DType t = promote(a, b);
@@ -164,7 +142,7 @@ Tensor unary(UnaryOp op, const Tensor& a) {
   const DType t = is_float_only(op) && !is_floating(a.dtype()) ? DType::Float32 : a.dtype();
   const Tensor in = a.to(t);
   Tensor out = Tensor::empty(a.shape(), t);
-  with_unary(op, [&](auto c) { run_unary<decltype(c)::value>(out, in); });
+  scalar::with_unary(op, [&](auto c) { run_unary<decltype(c)::value>(out, in); });
   return out;
 }
 
@@ -175,7 +153,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
   const Tensor x = a.to(t).expand(shape), y = b.to(t).expand(shape);
   Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::Bool : t);
-  with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });
+  scalar::with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });
   return out;
 }
 
@@ -226,7 +204,7 @@ void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
   const Tensor src = b.to(a.dtype());  // a new tensor when the dtype differs: no overlap then
   Tensor y = src.expand(shape);
   if (!y.same_elements(a) && src.may_overlap(a)) y = src.clone().expand(shape);
-  with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(a, a, y); });
+  scalar::with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(a, a, y); });
 }
 
 Tensor& Tensor::operator+=(const Tensor& o) { binary_(BinaryOp::Add, *this, o); return *this; }
