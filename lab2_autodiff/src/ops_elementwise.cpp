@@ -1,3 +1,4 @@
+// Student file of lab 2: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Elementwise ops (unary, binary with broadcasting, comparisons, cast, where): forward on lab 1
 // tensors, shape inference, and the gradient rules (student functions: the `*_bwd` bodies).
 #include "mls/tensor/scalar.hpp"

@@ -1,3 +1,4 @@
+// Student file of lab 2: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Losses (softmax cross-entropy, one-hot targets, mean squared error): forward, shape inference
 // and gradient rules (student functions: the `*_bwd` bodies).
 #include "ops_internal.hpp"

@@ -1,3 +1,4 @@
+// Student file of lab 2: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Neural-network ops (matmul, layer norm, batch norm, embedding, im2col/col2im, conv2d): forward,
 // shape inference and gradient rules (student functions: the `*_bwd` bodies).
 #include <type_traits>

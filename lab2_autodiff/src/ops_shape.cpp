@@ -1,3 +1,4 @@
+// Student file of lab 2: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Shape ops (reshape, permute, slice, expand, squeeze, concat, stack): forward, shape inference
 // and gradient rules (student functions: the `*_bwd` bodies).
 #include "ops_internal.hpp"

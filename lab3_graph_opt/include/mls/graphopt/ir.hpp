@@ -91,7 +91,7 @@ std::string print(const Program& p);
 /// The name of a node in printouts: "%<index>" where index is its position in the graph.
 std::string node_ref(const Program& p, const Node* n);
 
-/// Graphviz drawing in the style of lab 2's `to_dot` (same colours and labels), with extension
+/// Graphviz drawing in the style of lab 2's `to_dot` (same colours and labels), with gemm and fused
 /// nodes labelled by what they compute (a fused node shows its expression) and the outputs
 /// drawn with a double border.
 DotGraph to_dot(const Program& p, const std::string& title = "graph");
