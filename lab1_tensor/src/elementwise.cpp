@@ -1,12 +1,13 @@
 // Elementwise operations with NumPy broadcasting and dtype promotion.
-// Student file: the bodies between the SOLUTION markers (the math of each op and the loops).
+// Student file: the bodies between the SOLUTION markers (the strided loops; the math of each op
+// is lab 1's scalar functions in mls/tensor/scalar.hpp).
 #include <cmath>
 #include <numbers>
 
 #include "copy.hpp"
 #include "fast_kernels.hpp"
 #include "loop.hpp"
-#include "mls/common/fastmath.hpp"
+#include "mls/tensor/scalar.hpp"
 #include "mls/tensor/tensor.hpp"
 
 namespace mls {
@@ -28,79 +29,14 @@ namespace {
 constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 constexpr bool is_float_only(UnaryOp op) { return op >= UnaryOp::Exp && op != UnaryOp::Relu; }
 
-/// Applies one unary op to one value. T is float or double for the transcendental ops.
+/// Applies one unary op to one value: lab 1's scalar function (mls/tensor/scalar.hpp, the one
+/// definition lab 2's rules and lab 3's fused loops share).
 template <UnaryOp OP, class T>
-inline T unary_fn(T x) {
-  // BEGIN SOLUTION
-  if constexpr (OP == UnaryOp::Neg) return -x;
-  else if constexpr (OP == UnaryOp::Abs) {
-    if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // clears the sign: abs(-0.0) = +0.0
-    else return x < T(0) ? -x : x;
-  }
-  else if constexpr (OP == UnaryOp::Exp) {
-    if constexpr (std::is_same_v<T, float>) return fast_expf(x);  // vectorizable, < 1 ulp error
-    else return std::exp(x);
-  }
-  else if constexpr (OP == UnaryOp::Log) return std::log(x);
-  else if constexpr (OP == UnaryOp::Sqrt) return std::sqrt(x);
-  else if constexpr (OP == UnaryOp::Rsqrt) return T(1) / std::sqrt(x);
-  else if constexpr (OP == UnaryOp::Sin) return std::sin(x);
-  else if constexpr (OP == UnaryOp::Cos) return std::cos(x);
-  else if constexpr (OP == UnaryOp::Tanh) return std::tanh(x);
-  else if constexpr (OP == UnaryOp::Sigmoid) {
-    // Stable for large |x|: never exponentiates a large positive number.
-    if constexpr (std::is_same_v<T, float>) {
-      return 1.0f / (1.0f + fast_expf(-x));  // exp overflows to inf for x << 0: gives 0, as it should
-    } else {
-      if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-      const T e = std::exp(x);
-      return e / (T(1) + e);
-    }
-  } else if constexpr (OP == UnaryOp::Relu) return x > T(0) ? x : T(0);
-  else {  // Gelu (tanh approximation) 0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
-    // the sigmoid form has no cancellation in 1 + tanh u for x << 0 (the tanh form loses all
-    // but a few bits of a float32 result there: found by the NumPy oracle).
-    constexpr T k = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
-    const T u = k * (x + T(0.044715) * x * x * x);
-    return x / (T(1) + std::exp(T(-2) * u));
-  }
-  // END SOLUTION
-}
+inline T unary_fn(T x) { return scalar::unary<OP, T>(x); }
 
 /// Applies one binary op to two values of the compute type T; comparisons return bool.
 template <BinaryOp OP, class T>
-inline auto binary_fn(T a, T b) {
-  // BEGIN SOLUTION
-  if constexpr (OP == BinaryOp::Add) return static_cast<T>(a + b);
-  else if constexpr (OP == BinaryOp::Sub) return static_cast<T>(a - b);
-  else if constexpr (OP == BinaryOp::Mul) return static_cast<T>(a * b);
-  else if constexpr (OP == BinaryOp::Div) return static_cast<T>(a / b);
-  else if constexpr (OP == BinaryOp::Pow) {
-    if constexpr (std::is_integral_v<T>) {
-      // Integer power by squaring; a negative exponent gives 0 except for bases 1 and -1.
-      // Unsigned arithmetic: a result too big for T wraps (as in NumPy) instead of being UB.
-      if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == -1 ? (b % 2 ? -1 : 1) : 0));
-      using U = std::make_unsigned_t<T>;
-      U r = 1, base = static_cast<U>(a);
-      for (T e = b; e > 0;) {
-        if (e & 1) r = static_cast<U>(r * base);
-        e >>= 1;
-        if (e > 0) base = static_cast<U>(base * base);  // only when another bit follows
-      }
-      return static_cast<T>(r);
-    } else {
-      return static_cast<T>(std::pow(a, b));
-    }
-  } else if constexpr (OP == BinaryOp::Maximum) return (a != a || a > b) ? a : b;  // NaN propagates
-  else if constexpr (OP == BinaryOp::Minimum) return (a != a || a < b) ? a : b;
-  else if constexpr (OP == BinaryOp::Eq) return a == b;
-  else if constexpr (OP == BinaryOp::Ne) return a != b;
-  else if constexpr (OP == BinaryOp::Lt) return a < b;
-  else if constexpr (OP == BinaryOp::Le) return a <= b;
-  else if constexpr (OP == BinaryOp::Gt) return a > b;
-  else return a >= b;
-  // END SOLUTION
-}
+inline auto binary_fn(T a, T b) { return scalar::binary<OP, T>(a, b); }
 
 /// out = f(a) over equal shapes (a already broadcast and of dtype In).
 /// `dense`, when given, is a SIMD kernel for the case where both sides are dense.
@@ -184,28 +120,6 @@ void run_binary(Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
-template <class F>
-void with_unary(UnaryOp op, F&& f) {
-  switch (op) {
-#define MLS_CASE(name) \
-  case UnaryOp::name: f(std::integral_constant<UnaryOp, UnaryOp::name>{}); return;
-    MLS_CASE(Neg) MLS_CASE(Abs) MLS_CASE(Exp) MLS_CASE(Log) MLS_CASE(Sqrt) MLS_CASE(Rsqrt)
-    MLS_CASE(Sin) MLS_CASE(Cos) MLS_CASE(Tanh) MLS_CASE(Sigmoid) MLS_CASE(Relu) MLS_CASE(Gelu)
-#undef MLS_CASE
-  }
-}
-
-template <class F>
-void with_binary(BinaryOp op, F&& f) {
-  switch (op) {
-#define MLS_CASE(name) \
-  case BinaryOp::name: f(std::integral_constant<BinaryOp, BinaryOp::name>{}); return;
-    MLS_CASE(Add) MLS_CASE(Sub) MLS_CASE(Mul) MLS_CASE(Div) MLS_CASE(Pow) MLS_CASE(Maximum)
-    MLS_CASE(Minimum) MLS_CASE(Eq) MLS_CASE(Ne) MLS_CASE(Lt) MLS_CASE(Le) MLS_CASE(Gt) MLS_CASE(Ge)
-#undef MLS_CASE
-  }
-}
-
 /// The dtype a binary op computes in, and checks that it may run at all.
 DType compute_dtype(BinaryOp op, DType a, DType b) {
   DType t = promote(a, b);
@@ -228,7 +142,7 @@ Tensor unary(UnaryOp op, const Tensor& a) {
   const DType t = is_float_only(op) && !is_floating(a.dtype()) ? DType::Float32 : a.dtype();
   const Tensor in = a.to(t);
   Tensor out = Tensor::empty(a.shape(), t);
-  with_unary(op, [&](auto c) { run_unary<decltype(c)::value>(out, in); });
+  scalar::with_unary(op, [&](auto c) { run_unary<decltype(c)::value>(out, in); });
   return out;
 }
 
@@ -239,7 +153,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
   const Tensor x = a.to(t).expand(shape), y = b.to(t).expand(shape);
   Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::Bool : t);
-  with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });
+  scalar::with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });
   return out;
 }
 
@@ -290,7 +204,7 @@ void binary_(BinaryOp op, Tensor& a, const Tensor& b) {
   const Tensor src = b.to(a.dtype());  // a new tensor when the dtype differs: no overlap then
   Tensor y = src.expand(shape);
   if (!y.same_elements(a) && src.may_overlap(a)) y = src.clone().expand(shape);
-  with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(a, a, y); });
+  scalar::with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(a, a, y); });
 }
 
 Tensor& Tensor::operator+=(const Tensor& o) { binary_(BinaryOp::Add, *this, o); return *this; }

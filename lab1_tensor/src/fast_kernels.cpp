@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mls/common/fastmath.hpp"
+#include "mls/tensor/scalar.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define MLS_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -19,7 +20,7 @@ MLS_MULTIVERSION void exp_f32(const float* x, float* out, std::int64_t n) {
 }
 
 MLS_MULTIVERSION void sigmoid_f32(const float* x, float* out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + fast_expf(-x[i]));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::sigmoid(x[i]);
 }
 
 namespace {

@@ -4,62 +4,75 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "mls/tensor/scalar.hpp"
+
 namespace mls::ad {
 
+/// Sum rule: (a + b)˙ = ȧ + ḃ.
 Dual operator+(Dual a, Dual b) {
   // BEGIN SOLUTION
   return {a.v + b.v, a.d + b.d};
   // END SOLUTION
 }
+/// Difference rule: (a - b)˙ = ȧ - ḃ.
 Dual operator-(Dual a, Dual b) {
   // BEGIN SOLUTION
   return {a.v - b.v, a.d - b.d};
   // END SOLUTION
 }
+/// Product rule: (ab)˙ = ȧb + aḃ.
 Dual operator*(Dual a, Dual b) {
   // BEGIN SOLUTION
   return {a.v * b.v, a.d * b.v + a.v * b.d};
   // END SOLUTION
 }
+/// Quotient rule: (a/b)˙ = (ȧ - (a/b)ḃ) / b.
 Dual operator/(Dual a, Dual b) {
   // BEGIN SOLUTION
   const double q = a.v / b.v;
   return {q, (a.d - q * b.d) / b.v};
   // END SOLUTION
 }
+/// Negation: (-a)˙ = -ȧ.
 Dual operator-(Dual a) {
   // BEGIN SOLUTION
   return {-a.v, -a.d};
   // END SOLUTION
 }
+/// sin(a)˙ = ȧ cos(a).
 Dual sin(Dual a) {
   // BEGIN SOLUTION
   return {std::sin(a.v), a.d * std::cos(a.v)};
   // END SOLUTION
 }
+/// cos(a)˙ = -ȧ sin(a).
 Dual cos(Dual a) {
   // BEGIN SOLUTION
   return {std::cos(a.v), -a.d * std::sin(a.v)};
   // END SOLUTION
 }
+/// exp(a)˙ = ȧ exp(a).
 Dual exp(Dual a) {
   // BEGIN SOLUTION
   const double e = std::exp(a.v);
   return {e, a.d * e};
   // END SOLUTION
 }
+/// log(a)˙ = ȧ / a (a > 0).
 Dual log(Dual a) {
   MLS_CHECK(a.v > 0, "log(Dual): the value must be > 0, got ", a.v);
   // BEGIN SOLUTION
   return {std::log(a.v), a.d / a.v};
   // END SOLUTION
 }
+/// tanh(a)˙ = ȧ (1 - tanh² a).
 Dual tanh(Dual a) {
   // BEGIN SOLUTION
   const double t = std::tanh(a.v);
   return {t, a.d * (1.0 - t * t)};
   // END SOLUTION
 }
+/// sqrt(a)˙ = ȧ / (2 sqrt(a)) (a > 0).
 Dual sqrt(Dual a) {
   MLS_CHECK(a.v > 0, "sqrt(Dual): the value must be > 0, got ", a.v);
   // BEGIN SOLUTION
@@ -67,6 +80,7 @@ Dual sqrt(Dual a) {
   return {s, a.d * 0.5 / s};
   // END SOLUTION
 }
+/// (a^p)˙ = ȧ p a^(p-1) for a constant p.
 Dual pow(Dual a, double p) {
   // BEGIN SOLUTION
   return {std::pow(a.v, p), a.d * p * std::pow(a.v, p - 1.0)};
@@ -88,10 +102,13 @@ namespace {
 }
 }  // namespace
 
+/// The output tangent of one node (J·u for that op): see forward.hpp.
 Tensor jvp_rule(const Node& node, const std::vector<Tensor>& x, const std::vector<Tensor>& t, const Tensor& y) {
   bool any = false;
   for (const Tensor& ti : t) any = any || ti.defined();
-  if (!any || !op_def(node.op).differentiable) return {};
+  const OpDef& def = op_def(node.op);
+  if (!any || !def.differentiable) return {};
+  if (def.jvp) return def.jvp(node, x, t, y);  // an op registered with its own forward-mode rule
   // BEGIN SOLUTION
   const Shape& ys = y.shape();
   switch (node.op) {
@@ -167,7 +184,7 @@ Tensor jvp_rule(const Node& node, const std::vector<Tensor>& x, const std::vecto
       return mls::mean(mls::mul(mls::mul(mls::sub(x[0], x[1]), dt), 2.0));
     }
     case Op::Gelu: {  // y' = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 c x^2), u = k (x + c x^3)
-      const double k = 0.7978845608028654, c = 0.044715;
+      const double k = scalar::kGeluK, c = scalar::kGeluC;
       const Tensor& a = x[0];
       const Tensor th = mls::tanh(mls::mul(mls::add(a, mls::mul(mls::mul(mls::mul(a, a), a), c)), k));
       const Tensor du = mls::mul(mls::add(mls::mul(mls::mul(a, a), 3.0 * c), 1.0), k);

@@ -102,15 +102,6 @@ std::size_t Graph::prune(const std::vector<Var>& keep) {
 }
 
 // ---- executor -------------------------------------------------------------------------------------
-namespace {
-bool shape_matches(const Shape& pattern, const Shape& actual) {
-  if (pattern.size() != actual.size()) return false;
-  for (std::size_t i = 0; i < pattern.size(); ++i)
-    if (pattern[i] != -1 && pattern[i] != actual[i]) return false;
-  return true;
-}
-}  // namespace
-
 std::vector<Tensor> Executor::run(const std::vector<Var>& fetches, const Feeds& feeds) const {
   for (const Var& f : fetches)
     MLS_CHECK(f.defined() && f.get()->graph == graph_, "run: a fetch is not a node of this graph");
@@ -126,6 +117,10 @@ std::vector<Tensor> Executor::run(const std::vector<Var>& fetches, const Feeds& 
     vals[&n] = t;
   }
   const std::vector<Node*> order = topo_sort(fetches);
+  std::unordered_map<const Node*, int> left;  // reads still to come, so values are dropped early
+  for (Node* n : order)
+    for (const NodePtr& x : n->inputs) ++left[x.get()];
+  for (const Var& f : fetches) ++left[f.get()];
   std::vector<Tensor> in;
   for (Node* n : order) {
     if (vals.count(n)) continue;
@@ -146,6 +141,8 @@ std::vector<Tensor> Executor::run(const std::vector<Var>& fetches, const Feeds& 
       continue;
     }
     vals[n] = op_def(n->op).forward(in, n->attrs);
+    for (const NodePtr& x : n->inputs)
+      if (--left[x.get()] == 0) vals.erase(x.get());
   }
   std::vector<Tensor> out;
   out.reserve(fetches.size());
@@ -161,6 +158,7 @@ std::vector<Tensor> Executor::run(const std::vector<Var>& fetches, const Feeds& 
   return total;
 }
 
+/// Reverse mode as graph construction: node_to_grad in reverse topological order (graph.hpp).
 std::vector<Var> gradients(const Var& y, const std::vector<Var>& xs) {
   MLS_CHECK(y.defined() && y.get()->graph != nullptr,
             "gradients: y must be a graph node (in eager mode call y.backward())");

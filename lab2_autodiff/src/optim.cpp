@@ -23,6 +23,7 @@ SGD::SGD(std::vector<Parameter> params, double lr_, double momentum, double weig
   velocity_.resize(params_.size());
 }
 
+/// One SGD update of every parameter: weight decay, momentum (optionally Nesterov), then p -= lr * step.
 void SGD::step() {
   // BEGIN SOLUTION
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -56,6 +57,7 @@ Adam::Adam(std::vector<Parameter> params, double lr_, double beta1, double beta2
   v_.resize(params_.size());
 }
 
+/// One Adam update: moments, bias correction, L2 or decoupled (AdamW) weight decay.
 void Adam::step() {
   // BEGIN SOLUTION
   ++t_;

@@ -213,6 +213,7 @@ Var scalar_like(const Var& like, double s) {
 }
 
 // ---- topological sort ----------------------------------------------------------------------------
+/// Nodes reachable from `outputs`, each after its inputs; a cycle is an error naming a node on it.
 std::vector<Node*> topo_sort(std::span<const Var> outputs) {
   // BEGIN SOLUTION
   // Iterative depth-first search (a chain of 100k ops must not overflow the stack).
@@ -257,6 +258,7 @@ std::vector<Node*> topo_sort(std::span<const Var> outputs) {
   else it->second = it->second + g;
 }
 
+/// Reverse mode on the eager tape: seed, walk the tape backwards summing adjoints, accumulate into leaves (var.hpp).
 void Var::backward(const Tensor& grad_output, bool retain_graph, bool create_graph) const {
   const Node& root = checked(node_, "backward");
   MLS_CHECK(root.graph == nullptr, "backward: '", describe(root),

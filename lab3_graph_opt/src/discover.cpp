@@ -530,7 +530,7 @@ namespace {
       s = "c" + shape_str(n->shape);
       if (n->value.defined() && n->value.numel() == 1) s += std::to_string(n->value.to(DType::Float64).compact().to_vector<double>()[0]);
     } else {
-      s = std::string(xop_name(n->op)) + "{" + n->attrs.str() + "}(";
+      s = std::string(ad::op_name(n->op)) + "{" + n->attrs.str() + "}(";
       for (const NodePtr& in : n->inputs) s += memo.at(in.get()) + ",";
       s += ")";
     }

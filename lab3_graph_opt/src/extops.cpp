@@ -1,70 +1,20 @@
-// Lab 3's extension ops: fused elementwise loops and GEMM with transpose flags and an epilogue.
-// Op names, arity, forward and shape inference for every op (lab 2's table plus these).
+// Lab 3's ops, registered with lab 2's op registry like any other op: fused elementwise loops
+// (evaluated with lab 1's scalar functions, mls/tensor/scalar.hpp) and GEMM with transpose flags
+// and an epilogue. Lab 2's executor runs them; lab 3 adds no dispatch of its own.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 
-#include "mls/common/fastmath.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/graphopt/ir.hpp"
+#include "mls/tensor/scalar.hpp"
 
 namespace mls::opt {
 
-bool is_extension(Op op) { return op == kFusedElementwise || op == kGemm; }
-bool is_known_op(Op op) { return is_extension(op) || static_cast<std::size_t>(op) < static_cast<std::size_t>(Op::Count_); }
-
-const char* xop_name(Op op) {
-  if (op == kFusedElementwise) return "fused_elementwise";
-  if (op == kGemm) return "gemm";
-  MLS_CHECK(is_known_op(op), "unknown op ", static_cast<int>(op));
-  return ad::op_name(op);
-}
-Op xop_from_name(std::string_view name) {
-  if (name == "fused_elementwise") return kFusedElementwise;
-  if (name == "gemm") return kGemm;
-  return ad::op_from_name(name);
-}
-int xop_arity(Op op) {
-  if (op == kFusedElementwise) return -1;
-  if (op == kGemm) return -1;  // 2 or 3
-  return ad::op_def(op).arity;
-}
-bool is_elementwise(Op op) {
-  return (op >= Op::Neg && op <= Op::Gelu) || (op >= Op::Add && op <= Op::Minimum);
-}
-
 namespace {
 
-bool is_unary(Op op) { return op >= Op::Neg && op <= Op::Gelu; }
-
-template <class T>
-inline T un(Op op, T x) {
-  switch (op) {
-    case Op::Neg: return -x;
-    case Op::Abs: return x < T(0) ? -x : x;
-    case Op::Exp:
-      if constexpr (std::is_same_v<T, float>) return fast_expf(x);
-      else return std::exp(x);
-    case Op::Log: return std::log(x);
-    case Op::Sqrt: return std::sqrt(x);
-    case Op::Rsqrt: return T(1) / std::sqrt(x);
-    case Op::Sin: return std::sin(x);
-    case Op::Cos: return std::cos(x);
-    case Op::Tanh: return std::tanh(x);
-    case Op::Sigmoid:
-      if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-      else {
-        const T e = std::exp(x);
-        return e / (T(1) + e);
-      }
-    case Op::Relu: return x > T(0) ? x : T(0);
-    default: {  // Gelu
-      constexpr T k = static_cast<T>(0.7978845608028654);
-      return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
-    }
-  }
-}
+using Ins = std::span<const Tensor>;
+using InNodes = std::span<const Node* const>;
 
 /// o[j] = f(a[j], b[j]) where either side may be one value (`sa`, `sb`: broadcast scalars).
 /// Four loops so that each one vectorises.
@@ -83,39 +33,33 @@ inline void loop2(F f, const T* a, bool sa, const T* b, bool sb, T* o, std::int6
   }
 }
 
-/// One instruction over a block: o = op(a, b). Returns true when the result is one value (both
-/// operands were), stored in o[0]. The switch is outside the loops so the simple ops vectorise.
+/// One instruction over a block: o = op(a, b), lab 1's scalar function per element. Returns true
+/// when the result is one value (both operands were), stored in o[0]. The switch is outside the
+/// loops so the simple ops vectorise.
 template <class T>
-bool run_instr(Op op, const T* a, bool sa, const T* b, bool sb, T* o, std::int64_t n) {
-  switch (op) {
-    case Op::Add: loop2<T>([](T x, T y) { return x + y; }, a, sa, b, sb, o, n); return sa && sb;
-    case Op::Sub: loop2<T>([](T x, T y) { return x - y; }, a, sa, b, sb, o, n); return sa && sb;
-    case Op::Mul: loop2<T>([](T x, T y) { return x * y; }, a, sa, b, sb, o, n); return sa && sb;
-    case Op::Div: loop2<T>([](T x, T y) { return x / y; }, a, sa, b, sb, o, n); return sa && sb;
-    case Op::Pow: loop2<T>([](T x, T y) { return std::pow(x, y); }, a, sa, b, sb, o, n); return sa && sb;
-    case Op::Maximum: loop2<T>([](T x, T y) { return (x != x || x > y) ? x : y; }, a, sa, b, sb, o, n); return sa && sb;
-    case Op::Minimum: loop2<T>([](T x, T y) { return (x != x || x < y) ? x : y; }, a, sa, b, sb, o, n); return sa && sb;
-    default: break;
-  }
+bool run_binary(BinaryOp op, const T* a, bool sa, const T* b, bool sb, T* o, std::int64_t n) {
+  scalar::with_binary(op, [&](auto c) {
+    constexpr BinaryOp B = decltype(c)::value;
+    if constexpr (B < BinaryOp::Eq) loop2<T>([](T x, T y) { return scalar::binary<B, T>(x, y); }, a, sa, b, sb, o, n);
+  });
+  return sa && sb;
+}
+template <class T>
+bool run_unary(UnaryOp op, const T* a, bool sa, T* o, std::int64_t n) {
   const std::int64_t m = sa ? 1 : n;
-  switch (op) {
-    case Op::Neg: for (std::int64_t j = 0; j < m; ++j) o[j] = -a[j]; break;
-    case Op::Relu: for (std::int64_t j = 0; j < m; ++j) o[j] = a[j] > T(0) ? a[j] : T(0); break;
-    case Op::Exp:
-      if constexpr (std::is_same_v<T, float>) {
-        for (std::int64_t j = 0; j < m; ++j) o[j] = fast_expf(a[j]);
-        break;
-      }
-      [[fallthrough]];
-    default:
-      for (std::int64_t j = 0; j < m; ++j) o[j] = un(op, a[j]);
-      break;
-  }
+  scalar::with_unary(op, [&](auto c) {
+    constexpr UnaryOp U = decltype(c)::value;
+    for (std::int64_t j = 0; j < m; ++j) o[j] = scalar::unary<U, T>(a[j]);
+  });
   return sa;
 }
 
+/// One instruction of a fused program: the lab 1 scalar function of a registered elementwise
+/// op, applied to slots a (and b).
 struct Instr {
   Op op;
+  std::optional<UnaryOp> unary;
+  BinaryOp binary = BinaryOp::Add;
   int a, b;
 };
 std::vector<Instr> decode(const ad::Attrs& attrs, std::size_t n_inputs) {
@@ -126,18 +70,20 @@ std::vector<Instr> decode(const ad::Attrs& attrs, std::size_t n_inputs) {
   const auto n_in = static_cast<std::int64_t>(n_inputs);
   for (std::size_t i = 0; i < code.size(); i += 3) {
     const auto op = static_cast<Op>(code[i]);
-    MLS_CHECK(code[i] >= 0 && code[i] < static_cast<std::int64_t>(Op::Count_) && is_elementwise(op),
+    MLS_CHECK(code[i] >= 0 && code[i] <= 0xffff && ad::is_registered(op) && ad::op_def(op).elementwise,
               "fused_elementwise: instruction ", i / 3, " has opcode ", code[i], ", not an elementwise op");
+    const ad::OpDef& def = ad::op_def(op);
     const std::int64_t limit = n_in + static_cast<std::int64_t>(i / 3);
     MLS_CHECK(code[i + 1] >= 0 && code[i + 1] < limit, "fused_elementwise: instruction ", i / 3, " reads slot ",
               code[i + 1], ", only ", limit, " defined");
-    if (is_unary(op)) {
+    if (def.unary) {
       MLS_CHECK(code[i + 2] == -1, "fused_elementwise: unary instruction ", i / 3, " must have b = -1");
     } else {
       MLS_CHECK(code[i + 2] >= 0 && code[i + 2] < limit, "fused_elementwise: instruction ", i / 3, " reads slot ",
                 code[i + 2], ", only ", limit, " defined");
     }
-    prog.push_back({op, static_cast<int>(code[i + 1]), static_cast<int>(code[i + 2])});
+    prog.push_back({op, def.unary, def.binary.value_or(BinaryOp::Add), static_cast<int>(code[i + 1]),
+                    static_cast<int>(code[i + 2])});
   }
   return prog;
 }
@@ -155,13 +101,13 @@ void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vec
   const std::size_t slots = n_in + prog.size();
   scratch.resize(slots * kBlock);
   thread_local std::vector<const T*> src;
-  thread_local std::vector<char> scalar;
+  thread_local std::vector<char> one_value;  // per slot: one value for the whole block
   src.assign(slots, nullptr);
-  scalar.assign(slots, 0);
+  one_value.assign(slots, 0);
   for (std::size_t i = 0; i < n_in; ++i) {
     if (stride[i] == 1 || stride[i] == 0) {
       src[i] = ptr[i];
-      scalar[i] = stride[i] == 0;
+      one_value[i] = stride[i] == 0;
     } else {
       T* buf = scratch.data() + i * kBlock;
       for (std::int64_t j = 0; j < n; ++j) buf[j] = ptr[i][j * stride[i]];
@@ -173,12 +119,14 @@ void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vec
     T* dst = last ? out : scratch.data() + (n_in + k) * kBlock;
     const Instr& in = prog[k];
     const bool b_ok = in.b >= 0;
-    const bool one = run_instr<T>(in.op, src[static_cast<std::size_t>(in.a)], scalar[static_cast<std::size_t>(in.a)],
-                                  b_ok ? src[static_cast<std::size_t>(in.b)] : nullptr,
-                                  b_ok ? scalar[static_cast<std::size_t>(in.b)] != 0 : true, dst, n);
+    const T* pa = src[static_cast<std::size_t>(in.a)];
+    const bool sa = one_value[static_cast<std::size_t>(in.a)] != 0;
+    const bool one = in.unary ? run_unary<T>(*in.unary, pa, sa, dst, n)
+                              : run_binary<T>(in.binary, pa, sa, b_ok ? src[static_cast<std::size_t>(in.b)] : nullptr,
+                                              b_ok ? one_value[static_cast<std::size_t>(in.b)] != 0 : true, dst, n);
     if (one && last) std::fill(out + 1, out + n, out[0]);
     src[n_in + k] = dst;
-    scalar[n_in + k] = one && !last;
+    one_value[n_in + k] = one && !last;
   }
 }
 
@@ -244,24 +192,45 @@ Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DT
   return out;
 }
 
-Tensor fused_forward(const Node& n, std::span<const Tensor> in) {
-  const std::vector<Instr> prog = decode(n.attrs, in.size());
-  MLS_CHECK(is_floating(n.dtype), "fused_elementwise: dtype must be floating, got ", n.dtype);
-  if (n.dtype == DType::Float32) return fused_eval<float>(prog, in, n.dtype);
-  return fused_eval<double>(prog, in, n.dtype);
-}
-
-void fused_infer(const Node& n, Shape& shape, DType& dtype) {
-  MLS_CHECK(!n.inputs.empty(), "fused_elementwise: needs at least one input");
-  decode(n.attrs, n.inputs.size());
+/// Shape and dtype of a fused node: the inputs broadcast together, their promoted dtype.
+void fused_types(std::span<const Shape* const> shapes, std::span<const DType> dtypes, Shape& shape, DType& dtype) {
+  MLS_CHECK(!shapes.empty(), "fused_elementwise: needs at least one input");
   shape.clear();
   DType d = DType::Bool;
-  for (const NodePtr& in : n.inputs) {
-    shape = broadcast(shape, in->shape);
-    d = promote(d, in->dtype);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    shape = broadcast(shape, *shapes[i]);
+    d = promote(d, dtypes[i]);
   }
   MLS_CHECK(is_floating(d), "fused_elementwise: inputs must be floating, got ", d);
   dtype = d;
+}
+Tensor fused_forward(Ins in, const ad::Attrs& attrs) {
+  const std::vector<Instr> prog = decode(attrs, in.size());
+  std::vector<const Shape*> shapes;
+  std::vector<DType> dtypes;
+  for (const Tensor& t : in) {
+    shapes.push_back(&t.shape());
+    dtypes.push_back(t.dtype());
+  }
+  Shape shape;
+  DType dtype = DType::Float32;
+  fused_types(shapes, dtypes, shape, dtype);
+  if (dtype == DType::Float32) return fused_eval<float>(prog, in, dtype);
+  return fused_eval<double>(prog, in, dtype);
+}
+void fused_infer(InNodes in, const ad::Attrs& attrs, Shape& shape, DType& dtype) {
+  MLS_CHECK(!in.empty(), "fused_elementwise: needs at least one input");
+  decode(attrs, in.size());
+  std::vector<const Shape*> shapes;
+  std::vector<DType> dtypes;
+  for (const Node* n : in) {
+    shapes.push_back(&n->shape);
+    dtypes.push_back(n->dtype);
+  }
+  fused_types(shapes, dtypes, shape, dtype);
+}
+double fused_flops(const Node& n) {
+  return ad::shape_numel(n.shape) * static_cast<double>(n.attrs.ints("code").size() / 3);
 }
 
 // ---- gemm ---------------------------------------------------------------------------------------
@@ -279,14 +248,14 @@ Shape gemm_shape(const Shape& a0, const Shape& b0, bool ta, bool tb) {
   return s;
 }
 
-void gemm_infer(const Node& n, Shape& shape, DType& dtype) {
-  MLS_CHECK(n.inputs.size() == 2 || n.inputs.size() == 3, "gemm: expected 2 or 3 inputs, got ", n.inputs.size());
-  shape = gemm_shape(n.inputs[0]->shape, n.inputs[1]->shape, n.attrs.i("trans_a") != 0, n.attrs.i("trans_b") != 0);
-  dtype = promote(n.inputs[0]->dtype, n.inputs[1]->dtype);
-  const std::int64_t act = n.attrs.i("act");
+void gemm_infer(InNodes in, const ad::Attrs& attrs, Shape& shape, DType& dtype) {
+  MLS_CHECK(in.size() == 2 || in.size() == 3, "gemm: expected 2 or 3 inputs, got ", in.size());
+  shape = gemm_shape(in[0]->shape, in[1]->shape, attrs.i("trans_a") != 0, attrs.i("trans_b") != 0);
+  dtype = promote(in[0]->dtype, in[1]->dtype);
+  const std::int64_t act = attrs.i("act");
   MLS_CHECK(act >= 0 && act <= 2, "gemm: act must be 0 (none), 1 (relu) or 2 (gelu), got ", act);
-  if (n.inputs.size() == 3) {
-    const Shape& bs = n.inputs[2]->shape;
+  if (in.size() == 3) {
+    const Shape& bs = in[2]->shape;
     std::int64_t numel = 1;
     for (std::int64_t d : bs) numel *= d;
     MLS_CHECK(numel == shape.back() && (bs.empty() || bs.back() == shape.back()), "gemm: bias ", shape_str(bs),
@@ -305,18 +274,19 @@ void epilogue(T* c, const T* bias, std::int64_t rows, std::int64_t n, std::int64
       if (act == 1)
         for (std::int64_t j = 0; j < n; ++j) row[j] = row[j] > T(0) ? row[j] : T(0);
       else if (act == 2)
-        for (std::int64_t j = 0; j < n; ++j) row[j] = un(Op::Gelu, row[j]);
+        for (std::int64_t j = 0; j < n; ++j) row[j] = scalar::gelu(row[j]);
     }
   });
 }
 
-Tensor gemm_forward(const Node& n, std::span<const Tensor> in) {
+Tensor gemm_forward(Ins in, const ad::Attrs& attrs) {
+  MLS_CHECK(in.size() == 2 || in.size() == 3, "gemm: expected 2 or 3 inputs, got ", in.size());
   Tensor a = in[0], b = in[1];
-  if (n.attrs.i("trans_a")) a = a.transpose(-2, -1);
-  if (n.attrs.i("trans_b")) b = b.transpose(-2, -1);
+  if (attrs.i("trans_a")) a = a.transpose(-2, -1);
+  if (attrs.i("trans_b")) b = b.transpose(-2, -1);
   Tensor c = mls::matmul(a, b);
   if (!c.is_contiguous()) c = c.compact();
-  const std::int64_t act = n.attrs.i("act");
+  const std::int64_t act = attrs.i("act");
   if (in.size() < 3 && act == 0) return c;
   const std::int64_t cols = c.shape().back(), rows = c.numel() / std::max<std::int64_t>(1, cols);
   Tensor bias;
@@ -331,26 +301,25 @@ Tensor gemm_forward(const Node& n, std::span<const Tensor> in) {
   return c;
 }
 
+double gemm_flops(const Node& n) {
+  const Shape& a = n.inputs[0]->shape;
+  const double k = static_cast<double>(std::max<std::int64_t>(1, n.attrs.i("trans_a") ? a[a.size() - 2] : a.back()));
+  const double out = ad::shape_numel(n.shape);
+  return 2 * out * k + out * static_cast<double>((n.inputs.size() == 3) + (n.attrs.i("act") != 0));
+}
+
 }  // namespace
 
-Tensor forward(const Node& node, std::span<const Tensor> inputs) {
-  if (node.op == kFusedElementwise) return fused_forward(node, inputs);
-  if (node.op == kGemm) return gemm_forward(node, inputs);
-  MLS_CHECK(is_known_op(node.op), "forward: unknown op ", static_cast<int>(node.op));
-  return ad::op_def(node.op).forward(inputs, node.attrs);
-}
-
-void infer(const Node& node, Shape& shape, DType& dtype) {
-  if (node.op == kFusedElementwise) return fused_infer(node, shape, dtype);
-  if (node.op == kGemm) return gemm_infer(node, shape, dtype);
-  MLS_CHECK(is_known_op(node.op), "infer: unknown op ", static_cast<int>(node.op));
-  std::vector<const Node*> ins;
-  for (const NodePtr& in : node.inputs) ins.push_back(in.get());
-  ad::op_def(node.op).infer(ins, node.attrs, shape, dtype);
-}
+const Op kFusedElementwise = ad::register_op(
+    {.name = "fused_elementwise", .arity = -1, .differentiable = false, .forward = fused_forward,
+     .infer = fused_infer, .doc = "a chain of elementwise ops in one loop (attribute code: [opcode, a, b] triples)",
+     .flops = fused_flops});
+const Op kGemm = ad::register_op(
+    {.name = "gemm", .arity = -1, .differentiable = false, .forward = gemm_forward, .infer = gemm_infer,
+     .doc = "matmul(op_a(A), op_b(B)) [+ bias] [then relu/gelu] in one pass", .flops = gemm_flops});
 
 std::string fused_expression(const Node& n) {
-  MLS_CHECK(n.op == kFusedElementwise, "fused_expression: node is ", xop_name(n.op), ", not fused_elementwise");
+  MLS_CHECK(n.op == kFusedElementwise, "fused_expression: node is ", ad::op_name(n.op), ", not fused_elementwise");
   const std::vector<Instr> prog = decode(n.attrs, n.inputs.size());
   std::vector<std::string> slot;
   for (std::size_t i = 0; i < n.inputs.size(); ++i) slot.push_back("in" + std::to_string(i));

@@ -35,17 +35,9 @@ std::size_t Program::replace(const Var& from, const Var& to) {
   return moved;
 }
 Var Program::make(Op op, std::vector<Var> ins, ad::Attrs attrs) {
-  if (!is_extension(op)) return ad::apply(op, std::move(ins), std::move(attrs));
-  auto n = std::make_shared<Node>();
-  n->op = op;
-  for (const Var& v : ins) {
-    MLS_CHECK(v.defined() && v.get()->graph == graph.get(), xop_name(op), ": an input is not a node of this graph");
-    n->inputs.push_back(v.node());
-  }
-  n->attrs = std::move(attrs);
-  infer(*n, n->shape, n->dtype);
-  graph->add(n);
-  return Var(n);
+  for (const Var& v : ins)
+    MLS_CHECK(v.defined() && v.get()->graph == graph.get(), ad::op_name(op), ": an input is not a node of this graph");
+  return ad::apply(op, std::move(ins), std::move(attrs));
 }
 std::vector<Node*> Program::schedule() const { return ad::topo_sort(outputs); }
 
@@ -82,7 +74,7 @@ std::string ref(const std::unordered_map<const Node*, std::size_t>& idx, const N
 std::string who(const std::unordered_map<const Node*, std::size_t>& idx, const Node& n) {
   std::string s = ref(idx, &n);
   s += " ";
-  s += is_known_op(n.op) ? xop_name(n.op) : ("op#" + std::to_string(static_cast<int>(n.op)));
+  s += ad::is_registered(n.op) ? ad::op_name(n.op) : ("op#" + std::to_string(static_cast<int>(n.op)));
   if (!n.name.empty()) s += " '" + n.name + "'";
   return s;
 }
@@ -94,7 +86,7 @@ std::string print(const Program& p) {
   const auto idx = index_of(p);
   std::ostringstream os;
   for (const NodePtr& n : p.graph->nodes()) {
-    os << ref(idx, n.get()) << " = " << xop_name(n->op) << "(";
+    os << ref(idx, n.get()) << " = " << ad::op_name(n->op) << "(";
     for (std::size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << ref(idx, n->inputs[i].get());
     os << ")";
     if (n->op == kFusedElementwise) os << " {" << fused_expression(*n) << "}";
@@ -119,13 +111,13 @@ DotGraph to_dot(const Program& p, const std::string& title) {
   for (const Var& o : p.outputs) outs.insert(o.get());
   for (const NodePtr& n : p.graph->nodes()) {
     std::string label = n->name.empty() ? "" : n->name + "\n";
-    label += xop_name(n->op);
+    label += ad::op_name(n->op);
     if (n->op == kFusedElementwise) label += "\n" + fused_expression(*n);
     if (n->op == kGemm)
       label += std::string(n->attrs.i("trans_a") ? " Aᵀ" : "") + (n->attrs.i("trans_b") ? " Bᵀ" : "") +
                (n->inputs.size() == 3 ? " +bias" : "") + (n->attrs.i("act") == 1 ? " relu" : n->attrs.i("act") == 2 ? " gelu" : "");
     label += "\n" + shape_str(n->shape);
-    const char* fill = is_extension(n->op) ? "#ffe8a3"
+    const char* fill = (n->op == kGemm || n->op == kFusedElementwise) ? "#ffe8a3"
                        : n->op == Op::Placeholder ? "#cfe2ff"
                        : n->op == Op::Variable   ? "#d4edda"
                        : n->op == Op::Constant   ? "#eeeeee"
@@ -148,11 +140,11 @@ void verify(const Program& p) {
   const auto idx = index_of(p);
   for (const NodePtr& np : g->nodes()) {
     const Node& n = *np;
-    MLS_CHECK(is_known_op(n.op), "verify: node ", who(idx, n), " has an unknown op (", static_cast<int>(n.op), ")");
+    MLS_CHECK(ad::is_registered(n.op), "verify: node ", who(idx, n), " has an unknown op (", static_cast<int>(n.op), ")");
     MLS_CHECK(n.graph == g, "verify: node ", who(idx, n), " belongs to another graph");
-    const int arity = xop_arity(n.op);
+    const int arity = ad::op_def(n.op).arity;
     MLS_CHECK(arity < 0 || static_cast<int>(n.inputs.size()) == arity, "verify: node ", who(idx, n), " has ",
-              n.inputs.size(), " inputs, ", xop_name(n.op), " takes ", arity);
+              n.inputs.size(), " inputs, ", ad::op_name(n.op), " takes ", arity);
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       MLS_CHECK(n.inputs[i] != nullptr, "verify: input ", i, " of node ", who(idx, n), " is undefined");
       MLS_CHECK(idx.count(n.inputs[i].get()), "verify: input ", i, " of node ", who(idx, n),
@@ -195,7 +187,7 @@ void verify(const Program& p) {
     Shape s;
     DType d = DType::Float32;
     try {
-      infer(n, s, d);
+      ad::infer_node(n, s, d);
     } catch (const NotImplemented&) {
       throw;
     } catch (const Error& e) {
@@ -217,38 +209,16 @@ void verify(const Program& p) {
 
 // ---- cost model -----------------------------------------------------------------------------------
 namespace {
-double numel_of(const Shape& s) {
-  double n = 1;
-  for (std::int64_t d : s) n *= static_cast<double>(std::max<std::int64_t>(d, 1));
-  return n;
-}
-double bytes_of(const Node& n) { return numel_of(n.shape) * static_cast<double>(itemsize(n.dtype)); }
-bool view_like(Op op) {
-  return op == Op::Reshape || op == Op::Permute || op == Op::Slice || op == Op::Expand || op == Op::Squeeze ||
-         op == Op::Unsqueeze || op == Op::ReshapeLike;
-}
+double bytes_of(const Node& n) { return ad::shape_numel(n.shape) * static_cast<double>(itemsize(n.dtype)); }
 }  // namespace
 
 NodeCost node_cost(const Node& n) {
   NodeCost c;
-  if (n.is_leaf() || view_like(n.op)) return c;
+  const ad::OpDef& def = ad::op_def(n.op);
+  if (n.is_leaf() || def.view) return c;
   for (const NodePtr& in : n.inputs) c.bytes_read += bytes_of(*in);
   c.bytes_written = bytes_of(n);
-  const double out = numel_of(n.shape);
-  if (n.op == Op::Matmul || n.op == kGemm) {
-    const Shape& a = n.inputs[0]->shape;
-    const bool ta = n.op == kGemm && n.attrs.i("trans_a");
-    const double k = static_cast<double>(std::max<std::int64_t>(1, ta ? a[a.size() - 2] : a.back()));
-    c.flops = 2 * out * k;
-    if (n.op == kGemm) c.flops += out * ((n.inputs.size() == 3) + (n.attrs.i("act") != 0));
-  } else if (n.op == Op::Conv2d) {
-    const Shape& w = n.inputs[1]->shape;
-    c.flops = 2 * out * static_cast<double>(w[1] * w[2] * w[3]);
-  } else if (n.op == kFusedElementwise) {
-    c.flops = out * static_cast<double>(n.attrs.ints("code").size() / 3);
-  } else {
-    c.flops = out;
-  }
+  c.flops = def.flops ? def.flops(n) : ad::shape_numel(n.shape);
   return c;
 }
 
@@ -264,50 +234,20 @@ ProgramCost program_cost(const Program& p) {
   return pc;
 }
 
-// ---- reference executor -----------------------------------------------------------------------------
-namespace {
-bool shape_fits(const Shape& pattern, const Shape& actual) {
-  if (pattern.size() != actual.size()) return false;
-  for (std::size_t i = 0; i < pattern.size(); ++i)
-    if (pattern[i] != -1 && pattern[i] != actual[i]) return false;
-  return true;
-}
-}  // namespace
-
+// ---- running a program: lab 2's executor ------------------------------------------------------------
 std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds) {
   MLS_CHECK(feeds.size() == p.inputs.size(), "run: the program has ", p.inputs.size(), " inputs, ", feeds.size(),
             " fed");
-  std::unordered_map<const Node*, Tensor> vals;
+  ad::Feeds fed;
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     const Node& n = *p.inputs[i].get();
-    MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && shape_fits(n.shape, feeds[i].shape()), "run: input ",
-              i, " '", n.name, "' expects ", n.dtype, " ", shape_str(n.shape), ", fed ",
+    MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && ad::shape_matches(n.shape, feeds[i].shape()),
+              "run: input ", i, " '", n.name, "' expects ", n.dtype, " ", shape_str(n.shape), ", fed ",
               feeds[i].defined() ? std::string(dtype_name(feeds[i].dtype())) + " " + shape_str(feeds[i].shape())
                                  : std::string("nothing"));
-    vals[&n] = feeds[i];
+    fed.emplace_back(p.inputs[i], feeds[i]);
   }
-  const std::vector<Node*> order = p.schedule();
-  std::unordered_map<const Node*, int> left;  // remaining reads, so values are dropped early
-  for (Node* n : order)
-    for (const NodePtr& in : n->inputs) ++left[in.get()];
-  for (const Var& o : p.outputs) ++left[o.get()];
-  std::vector<Tensor> in;
-  for (Node* n : order) {
-    if (vals.count(n)) continue;
-    if (n->op == Op::Placeholder) fail("run: placeholder '", n->name, "' is needed but is not an input of the program");
-    if (n->op == Op::Constant || n->op == Op::Variable) {
-      vals[n] = n->value;
-      continue;
-    }
-    in.assign(n->inputs.size(), Tensor());
-    for (std::size_t i = 0; i < n->inputs.size(); ++i) in[i] = vals.at(n->inputs[i].get());
-    vals[n] = forward(*n, in);
-    for (const NodePtr& x : n->inputs)
-      if (--left[x.get()] == 0) vals.erase(x.get());
-  }
-  std::vector<Tensor> out;
-  for (const Var& o : p.outputs) out.push_back(vals.at(o.get()));
-  return out;
+  return ad::Executor(*p.graph).run(p.outputs, fed);
 }
 
 std::vector<Tensor> random_feeds(const Program& p, std::uint64_t seed, std::int64_t unknown_size) {

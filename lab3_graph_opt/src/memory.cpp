@@ -73,7 +73,7 @@ MemoryPlan plan_memory(const Program& p) {
   // BEGIN SOLUTION
   for (const Node* n : s)
     for (std::int64_t d : n->shape)
-      MLS_CHECK(d >= 0, "plan_memory: node ", node_ref(p, n), " (", xop_name(n->op), ") has shape ", shape_str(n->shape),
+      MLS_CHECK(d >= 0, "plan_memory: node ", node_ref(p, n), " (", ad::op_name(n->op), ") has shape ", shape_str(n->shape),
                 "; give the program concrete input shapes");
   std::unordered_map<const Node*, std::int64_t> step_of;
   for (std::size_t i = 0; i < s.size(); ++i) step_of[s[i]] = static_cast<std::int64_t>(i);
@@ -87,7 +87,7 @@ MemoryPlan plan_memory(const Program& p) {
     plan.naive_bytes += need;
     int b = -1;
     // In place: an elementwise op may overwrite an input that dies here and has its size.
-    if (is_elementwise(n.op) || n.op == kFusedElementwise)
+    if (ad::op_def(n.op).elementwise || n.op == kFusedElementwise)
       for (const NodePtr& in : n.inputs) {
         const std::int64_t k = step_of.at(in.get());
         if (root[static_cast<std::size_t>(k)] == k && live[static_cast<std::size_t>(k)].last_use == static_cast<std::int64_t>(i) &&
@@ -162,7 +162,7 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     }
     in.assign(n.inputs.size(), Tensor());
     for (std::size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals.at(n.inputs[k].get());
-    Tensor t = forward(n, in);
+    Tensor t = ad::eval_node(n, in);
     const int b = plan_.buffer[i];
     if (b < 0) {  // a view: it lives in the memory of what it views
       vals[&n] = t;

@@ -45,7 +45,7 @@ namespace {
 /// the dtype, shape and bytes of the value. Empty for nodes CSE must leave alone.
 [[maybe_unused]] std::string cse_key(const Node& n) {
   if (n.op == Op::Placeholder || n.op == Op::Variable || n.op == Op::Assign) return "";
-  std::string k = xop_name(n.op);
+  std::string k = ad::op_name(n.op);
   k += "|" + n.attrs.str() + "|";
   if (n.op == Op::Constant) {
     if (!n.value.defined() || n.value.numel() > (1 << 16)) return "";
@@ -120,7 +120,7 @@ int constant_folding(Program& p) {
     if (!all_const) continue;
     std::vector<Tensor> vals;
     for (const NodePtr& in : n->inputs) vals.push_back(in->value);
-    const Var c = make_constant(p, forward(*n, vals), n->name.empty() ? "folded" : n->name);
+    const Var c = make_constant(p, ad::eval_node(*n, vals), n->name.empty() ? "folded" : n->name);
     p.replace(Var(own.at(n)), c);
     ++folded;
   }
@@ -361,7 +361,7 @@ int fuse_matmul_epilogue(Program& p) {
 namespace {
 /// A node fusion may take: a float elementwise op whose inputs all have its dtype.
 [[maybe_unused]] bool fusable(const Node& n) {
-  if (!is_elementwise(n.op) || !is_floating(n.dtype)) return false;
+  if (!ad::op_def(n.op).elementwise || !is_floating(n.dtype)) return false;
   return std::all_of(n.inputs.begin(), n.inputs.end(), [&](const NodePtr& in) { return in->dtype == n.dtype; });
 }
 }  // namespace

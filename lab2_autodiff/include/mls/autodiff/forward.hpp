@@ -22,25 +22,33 @@ struct Dual {
 
 /// Sum rule: (a + b)˙ = ȧ + ḃ.
 Dual operator+(Dual a, Dual b);
-/// (a - b)˙ = ȧ - ḃ.
+/// Difference rule: (a - b)˙ = ȧ - ḃ.
 Dual operator-(Dual a, Dual b);
 /// Product rule: (ab)˙ = ȧb + aḃ.
 Dual operator*(Dual a, Dual b);
 /// Quotient rule: (a/b)˙ = (ȧ - (a/b)ḃ) / b.
 Dual operator/(Dual a, Dual b);
+/// Negation: (-a)˙ = -ȧ.
 Dual operator-(Dual a);
-/// sin, cos, exp, log (a > 0), tanh, sqrt (a > 0), and a^p for a constant p.
+/// sin(a)˙ = ȧ cos(a).
 Dual sin(Dual a);
+/// cos(a)˙ = -ȧ sin(a).
 Dual cos(Dual a);
+/// exp(a)˙ = ȧ exp(a).
 Dual exp(Dual a);
+/// log(a)˙ = ȧ / a; throws `mls::Error` for a <= 0.
 Dual log(Dual a);
+/// tanh(a)˙ = ȧ (1 - tanh² a).
 Dual tanh(Dual a);
+/// sqrt(a)˙ = ȧ / (2 sqrt(a)); throws `mls::Error` for a <= 0.
 Dual sqrt(Dual a);
+/// (a^p)˙ = ȧ p a^(p-1) for a constant p.
 Dual pow(Dual a, double p);
 
 /// The forward-mode tangent of one node: given the node, its input values and input tangents
 /// (undefined = zero) and its output value, returns the output tangent (undefined = zero).
-/// Throws `mls::Error` for an op without a forward-mode rule.
+/// Ops registered with a `jvp` rule (later labs) use it; lab 2's built-in ops are this function's
+/// switch. Throws `mls::Error` for an op without a forward-mode rule.
 Tensor jvp_rule(const Node& node, const std::vector<Tensor>& in_values, const std::vector<Tensor>& in_tangents,
                 const Tensor& out_value);
 

@@ -8,9 +8,11 @@
 ///     `inputs` are kept only when a gradient may flow through it (that is the tape);
 ///   - graph: a node belongs to a `Graph`, has no value until an `Executor` runs it, and its
 ///     shape may contain -1 for a size only known when the graph is fed (the batch).
-/// Each op's forward, shape inference and gradient live in one table (`op_def`), used by both.
+/// Each op's forward, shape inference and gradient live in one registry entry (`OpDef`, looked
+/// up by `op_def`), used by both; later labs add their ops with `register_op`.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,8 +24,11 @@
 
 namespace mls::ad {
 
-/// Every operation a node can hold. Leaves first, then the differentiable ops by family.
-enum class Op : std::uint8_t {
+/// The stable identifier of an op. The named values are lab 2's built-in ops (leaves first, then
+/// the differentiable ops by family); an op registered by a later lab gets the next free value
+/// from `register_op` (look it up by name with `op_from_name`: its number depends on the order
+/// of registration, its name does not, so files store names).
+enum class Op : std::uint16_t {
   // leaves
   Placeholder,  // graph input, fed at run time
   Variable,     // trainable state (a graph variable, or an eager leaf that requires grad)
@@ -46,7 +51,7 @@ enum class Op : std::uint8_t {
   Col2Im, Conv2d,
   // eager only: a forward computed by the caller and a backward callback (see mls::ad::custom)
   Custom,
-  Count_  // number of ops (not an op)
+  Count_  // number of built-in ops (not an op); registered ops follow
 };
 
 /// The op's name as written in graph dumps ("matmul", "add", ...).
@@ -107,24 +112,65 @@ struct Node {
 
 class Var;
 
-/// Everything the table knows about one op.
+/// Computes the output from the input values.
+using ForwardFn = Tensor (*)(std::span<const Tensor> in, const Attrs& attrs);
+/// Infers the output shape (-1 where unknown) and dtype from the input nodes; throws
+/// `mls::Error` naming the op when the inputs do not fit it.
+using InferFn = void (*)(std::span<const Node* const> in, const Attrs& attrs, Shape& shape, DType& dtype);
+/// Reverse mode: given the node `out` (with its inputs) and the adjoint `g` of its output,
+/// returns one adjoint per input (an undefined Var where `needs[i]` is false or no gradient
+/// exists). Written with Var ops, so the same rule runs eagerly (the tape) and symbolically
+/// (gradients() adds its nodes to the graph), and can itself be differentiated.
+using BackwardFn = std::vector<Var> (*)(const Var& out, const Var& g, const std::vector<bool>& needs);
+/// Forward mode: the output tangent of `node` from its input values `x`, input tangents `t`
+/// (undefined = zero) and output value `y`; undefined = zero.
+using JvpFn = Tensor (*)(const Node& node, const std::vector<Tensor>& x, const std::vector<Tensor>& t,
+                         const Tensor& y);
+/// Floating-point operations of one node (shapes known), for cost models.
+using FlopsFn = double (*)(const Node& node);
+
+/// Everything the registry knows about one op: one entry, one place.
 struct OpDef {
-  const char* name;
-  int arity;                 // number of inputs, -1 for any (concat, stack)
-  bool differentiable;       // false: comparisons, one_hot (no gradient flows through)
-  /// Computes the output from the input values.
-  Tensor (*forward)(std::span<const Tensor> in, const Attrs& attrs);
-  /// Infers the output shape (-1 where unknown) and dtype from the input nodes.
-  void (*infer)(std::span<const Node* const> in, const Attrs& attrs, Shape& shape, DType& dtype);
-  /// Reverse mode: given the node `out` (with its inputs) and the adjoint `g` of its output,
-  /// returns one adjoint per input (an undefined Var where `needs[i]` is false or no gradient
-  /// exists). Written with Var ops, so the same rule runs eagerly (the tape) and symbolically
-  /// (gradients() adds its nodes to the graph), and can itself be differentiated.
-  std::vector<Var> (*backward)(const Var& out, const Var& g, const std::vector<bool>& needs);
+  std::string name{};        // stable key, as written in graph dumps and files ("matmul", "gemm")
+  int arity = 1;             // number of inputs, -1 for any (concat, stack)
+  bool differentiable = true;  // false: comparisons, one_hot (no gradient flows through)
+  ForwardFn forward = nullptr;
+  InferFn infer = nullptr;
+  BackwardFn backward = nullptr;  // nullptr: no gradient rule (an error if one is needed)
+  /// nullptr for lab 2's built-in ops (their tangents are `jvp_rule`'s switch, a lab 2 task) and
+  /// for ops without a forward-mode rule.
+  JvpFn jvp = nullptr;
+  std::string doc{};         // one line: what the op computes
+  /// A float elementwise map a fusion pass may put into one loop; then exactly one of `unary`
+  /// and `binary` names lab 1's scalar function (mls/tensor/scalar.hpp) it applies.
+  bool elementwise = false;
+  std::optional<UnaryOp> unary{};
+  std::optional<BinaryOp> binary{};
+  bool view = false;         // moves no data (reshape, permute, ...): free in a cost model
+  FlopsFn flops = nullptr;   // nullptr: one operation per output element
 };
 
-/// The table entry of `op`.
+/// The registry entry of `op`; throws `mls::Error` for an unregistered op.
 const OpDef& op_def(Op op);
+/// True when `op` names a registered op.
+bool is_registered(Op op);
+/// Adds an op and returns its identifier (the next free value after the built-in ops). Call it
+/// once per op, from a static initialiser or an explicit setup function of the lab that owns the
+/// op; thread-safe. Throws `mls::Error` when the name is taken or forward/infer are missing.
+///   const Op kSoftplus = register_op({.name = "softplus", .arity = 1, .forward = softplus_fwd,
+///                                     .infer = same_infer, .backward = softplus_bwd, .doc = "..."});
+Op register_op(OpDef def);
+/// Every registered op, built-in ones first, in registration order.
+std::vector<Op> registered_ops();
+
+/// Runs `node`'s op on input values (the registry's forward with the node's attributes).
+Tensor eval_node(const Node& node, std::span<const Tensor> inputs);
+/// Infers `node`'s shape and dtype from its input nodes (the registry's infer).
+void infer_node(const Node& node, Shape& shape, DType& dtype);
+/// Number of elements with unknown (-1) and zero sizes counted as 1, as a double (cost models).
+double shape_numel(const Shape& s);
+/// True when the two shapes have the same rank and agree wherever `pattern` is not -1.
+bool shape_matches(const Shape& pattern, const Shape& actual);
 
 /// NumPy broadcasting of two inferred shapes, where -1 is a size known only at run time (it
 /// broadcasts against anything). Throws `mls::Error` naming `op` when the shapes cannot broadcast.

@@ -1,11 +1,10 @@
 #pragma once
-/// Lab 3's IR is lab 2's define-then-run graph (one `ad::Node` type, one op table), plus:
+/// Lab 3's IR is lab 2's define-then-run graph (one `ad::Node` type, one op registry), plus:
 ///   - a `Program`: a graph with its designated inputs (placeholders) and outputs, because a
 ///     pass must know which values are observable before it may delete or rewrite anything;
-///   - two extension ops that lab 2's table does not have (fused elementwise loops and a GEMM
-///     with transpose flags, bias and activation epilogue). They are `ad::Op` values >= 200, so
-///     they live in the same `Node::op` field; `xop_name`/`forward`/`infer` below dispatch to
-///     lab 2's `op_def` for every other op;
+///   - two ops lab 3 registers with lab 2's registry (`ad::register_op`): fused elementwise
+///     loops and a GEMM with transpose flags, bias and activation epilogue. They are ordinary
+///     ops: `ad::op_def`, `ad::apply` and lab 2's `Executor` handle them like any other;
 ///   - a verifier, a text printer, a Graphviz drawing and a JSON file format.
 ///
 ///   Program p;
@@ -32,34 +31,17 @@ using ad::Op;
 using ad::Var;
 
 /// Fused elementwise loop (slides 002): inputs are the external values of a fused chain or
-/// tree, attribute "code" a flat list of triples [opcode, a, b] (opcode: a lab 2 elementwise
-/// `Op`; a, b: slot indices, 0..n_inputs-1 the inputs, n_inputs+k the result of triple k; b=-1
-/// for unary ops). The last triple is the node's value. Evaluated in one pass over the output.
-inline constexpr Op kFusedElementwise = static_cast<Op>(200);
+/// tree, attribute "code" a flat list of triples [opcode, a, b] (opcode: an `Op` whose registry
+/// entry is `elementwise`, evaluated with its lab 1 scalar function; a, b: slot indices,
+/// 0..n_inputs-1 the inputs, n_inputs+k the result of triple k; b=-1 for unary ops). The last
+/// triple is the node's value. Evaluated in one pass over the output. Registered by lab 3 at
+/// static initialisation (its identifier is not a constant: files store the name).
+extern const Op kFusedElementwise;
 /// matmul(op_a(A), op_b(B)) [+ bias] [then act]: attributes trans_a, trans_b (0/1: op = swap the
 /// last two dims), act (0 none, 1 relu, 2 gelu); inputs A, B and optionally a bias that
 /// broadcasts to the output's last dim. The transposes are views and the epilogue runs in one
-/// pass over the product, so no intermediate tensor is materialised.
-inline constexpr Op kGemm = static_cast<Op>(201);
-
-/// True for lab 3's extension ops.
-bool is_extension(Op op);
-/// True for any op lab 2's table or lab 3 knows.
-bool is_known_op(Op op);
-/// The op's name ("add", "fused_elementwise", "gemm"); throws `mls::Error` for an unknown op.
-const char* xop_name(Op op);
-/// Looks an op up by name, extensions included; throws `mls::Error` for an unknown name.
-Op xop_from_name(std::string_view name);
-/// Number of inputs the op takes (-1: any).
-int xop_arity(Op op);
-/// True for lab 2's elementwise float ops that fusion may put into one loop (neg..gelu,
-/// add..minimum).
-bool is_elementwise(Op op);
-/// Computes a node's value from its input values (lab 2's forward, or an extension's).
-Tensor forward(const Node& node, std::span<const Tensor> inputs);
-/// Infers a node's shape and dtype from its inputs (lab 2's infer, or an extension's); throws
-/// `mls::Error` when the inputs do not fit the op.
-void infer(const Node& node, Shape& shape, DType& dtype);
+/// pass over the product, so no intermediate tensor is materialised. Registered by lab 3.
+extern const Op kGemm;
 
 /// A graph with its inputs and outputs. Owns the graph (which is neither copyable nor movable,
 /// so it sits behind a unique_ptr and the Program itself moves).
@@ -78,8 +60,8 @@ struct Program {
   /// Rewriting: every use of `from` (as an input edge or a program output) now uses `to`.
   /// Returns the number of edges and outputs moved.
   std::size_t replace(const Var& from, const Var& to);
-  /// Adds a node of `op` over `inputs` with `attrs`, inferring its shape and dtype (works for
-  /// extension ops too, which lab 2's `ad::apply` rejects).
+  /// Adds a node of `op` over `inputs` (nodes of this graph) with `attrs`, inferring its shape
+  /// and dtype: `ad::apply` for any registered op, lab 3's included.
   Var make(Op op, std::vector<Var> inputs, ad::Attrs attrs = {});
   /// Nodes reachable from the outputs, inputs before users (throws on a cycle).
   std::vector<Node*> schedule() const;
@@ -96,9 +78,9 @@ std::size_t prune(Program& p);
 /// Number of graph nodes whose op is `op`.
 std::size_t count_op(const Program& p, Op op);
 
-/// Checks the program: every node's op is known, its input count matches the op, every input
+/// Checks the program: every node's op is registered, its input count matches the op, every input
 /// is a node of the same graph, the graph has no cycle, each non-leaf node's stored shape and
-/// dtype equal what `infer` gives from its inputs, constants and variables hold a value of their
+/// dtype equal what the op's shape inference gives from its inputs, constants and variables hold a value of their
 /// shape and dtype, and the inputs and outputs are nodes of the graph (inputs: placeholders).
 /// Throws `mls::Error` starting "verify: " and naming the node.
 void verify(const Program& p);
@@ -109,7 +91,7 @@ std::string print(const Program& p);
 /// The name of a node in printouts: "%<index>" where index is its position in the graph.
 std::string node_ref(const Program& p, const Node* n);
 
-/// Graphviz drawing in the style of lab 2's `to_dot` (same colours and labels), with extension
+/// Graphviz drawing in the style of lab 2's `to_dot` (same colours and labels), with gemm and fused
 /// nodes labelled by what they compute (a fused node shows its expression) and the outputs
 /// drawn with a double border.
 DotGraph to_dot(const Program& p, const std::string& title = "graph");
@@ -152,8 +134,9 @@ struct ProgramCost {
 };
 ProgramCost program_cost(const Program& p);
 
-/// Runs the program on `feeds` (one tensor per input, in order) and returns the outputs. Every
-/// needed node is evaluated once; values are dropped after their last use.
+/// Runs the program on `feeds` (one tensor per input, in order) with lab 2's `Executor` and
+/// returns the outputs. Every needed node is evaluated once; values are dropped after their
+/// last use.
 std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds);
 /// Random feeds for the program's inputs (normal, seeded), shapes from the placeholders
 /// (unknown sizes become `unknown_size`).
