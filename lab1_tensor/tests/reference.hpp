@@ -21,6 +21,7 @@
 #include <catch2/catch.hpp>
 
 #include "mls/common/rng.hpp"
+#include "mls/observe_tensor.hpp"
 #include "mls/tensor/tensor.hpp"
 
 namespace ref {
@@ -581,22 +582,38 @@ inline bool close_values(const mls::Tensor& got, const Ref& want, const std::fun
   return true;
 }
 
+/// The largest of tol(i) over `want`'s elements: the tolerance an observation of the produced
+/// tensor carries (the grader compares it with the reference build's tensor within it).
+inline double max_tol(const Ref& want, const std::function<double(I64)>& tol) {
+  double m = 0.0;
+  for (I64 i = 0; i < want.numel(); ++i) m = std::max(m, tol(i));
+  return m;
+}
+
 }  // namespace ref
 
-/// CHECK that tensor `got` equals Ref `want` exactly, explaining the first mismatch.
+/// CHECK that tensor `got` equals Ref `want` exactly, explaining the first mismatch. Records
+/// `got` (dtype, shape, values; not its layout) as an exact observation.
 #define CHECK_SAME(got, want)                       \
   do {                                              \
+    const mls::Tensor& got_ = (got);                \
+    ::mls::testing::observe_values(#got, got_);     \
     std::string why_;                               \
-    const bool ok_ = ref::same_values(got, want, &why_); \
+    const bool ok_ = ref::same_values(got_, want, &why_); \
     INFO(why_);                                     \
     CHECK(ok_);                                     \
   } while (0)
 
-/// CHECK that tensor `got` is within tol(i) of Ref `want` everywhere.
+/// CHECK that tensor `got` is within tol(i) of Ref `want` everywhere. Records `got` (dtype,
+/// shape, values) with twice the largest tol(i) as its absolute tolerance (the student's tensor
+/// and the reference build's may each be tol(i) from `want`).
 #define CHECK_CLOSE(got, want, tol)                          \
   do {                                                       \
+    const mls::Tensor& got_ = (got);                         \
+    if (::mls::testing::observing())                         \
+      ::mls::testing::observe_values(#got, got_, {0.0, 2 * ref::max_tol(want, tol)}); \
     std::string why_;                                        \
-    const bool ok_ = ref::close_values(got, want, tol, &why_); \
+    const bool ok_ = ref::close_values(got_, want, tol, &why_); \
     INFO(why_);                                              \
     CHECK(ok_);                                              \
   } while (0)

@@ -31,6 +31,8 @@ TEST_CASE("slides 002: compact() of a permuted view yields the expected order", 
   CHECK(p.strides() == Dims{24, 4, 1, 12});
   CHECK_FALSE(p.is_contiguous());
   const Tensor c = p.compact();
+  MLS_OBSERVE(p);
+  MLS_OBSERVE(c);
   CHECK(c.is_contiguous());
   CHECK(c.strides() == Dims{24, 8, 2, 1});
   CHECK_FALSE(c.shares_storage(a));
@@ -128,15 +130,19 @@ TEST_CASE("copy_ with overlapping source and destination behaves like a copy thr
           "[lab1][compact]") {
   Tensor a = Tensor::arange(10, DType::Int64);
   a.slice(0, 1, 10).copy_(a.slice(0, 0, 9));  // shift right by one
+  MLS_OBSERVE_VALUES(a);
   CHECK(a.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 1, 2, 3, 4, 5, 6, 7, 8});
   Tensor b = Tensor::arange(10, DType::Int64);
   b.slice(0, 0, 9).copy_(b.slice(0, 1, 10));  // shift left by one
+  MLS_OBSERVE_VALUES(b);
   CHECK(b.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 9});
   Tensor m = ref::make(Ref({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}), DType::Float32);
   m.copy_(m.transpose());  // in-place transpose
+  MLS_OBSERVE_VALUES(m);
   CHECK(m.to_vector<float>() == std::vector<float>{1, 4, 7, 2, 5, 8, 3, 6, 9});
   Tensor r = Tensor::arange(6, DType::Int32);
   r.copy_(r.as_strided({6}, {-1}, 5));  // reverse in place
+  MLS_OBSERVE_VALUES(r);
   CHECK(r.to_vector<std::int32_t>() == std::vector<std::int32_t>{5, 4, 3, 2, 1, 0});
 }
 
@@ -195,6 +201,9 @@ TEST_CASE("copy_ into an empty strided view writes nothing", "[lab1][compact]") 
   const Tensor src = other.as_strided({0, 3, 3}, {9, 1, 3}, 0);
   dst.copy_(src);
   CHECK(storage.to_vector<float>() == std::vector<float>(9, 0.0f));
+  MLS_OBSERVE_VALUES(storage);
+  MLS_OBSERVE(src.clone().shape());
+  MLS_OBSERVE(src.compact().shape());
   // The same through clone() and compact(): the results are empty, correctly shaped tensors.
   CHECK(src.clone().shape() == Dims{0, 3, 3});
   CHECK(src.compact().shape() == Dims{0, 3, 3});

@@ -13,6 +13,10 @@ TEST_CASE("empty: metadata of a fresh tensor for every dtype", "[lab1][create]")
   for (DType t : ref::kAllDTypes) {
     INFO("dtype " << t);
     const Tensor x = Tensor::empty({2, 3, 4}, t);
+    mls::testing::observe("empty shape", x.shape());
+    mls::testing::observe("empty strides", x.strides());
+    mls::testing::observe("empty offset", x.offset());
+    mls::testing::observe("empty dtype", std::string(mls::dtype_name(x.dtype())));
     CHECK(x.defined());
     CHECK(x.shape() == Dims{2, 3, 4});
     CHECK(x.strides() == Dims{12, 4, 1});
@@ -32,6 +36,8 @@ TEST_CASE("empty: metadata of a fresh tensor for every dtype", "[lab1][create]")
   CHECK(z.ndim() == 0);
   CHECK(z.numel() == 1);
   const Tensor e = Tensor::empty({3, 0});
+  MLS_OBSERVE(z.shape());
+  MLS_OBSERVE(e.shape());
   CHECK(e.numel() == 0);
   CHECK(e.defined());
   CHECK_FALSE(Tensor().defined());
@@ -137,6 +143,8 @@ TEST_CASE("rand and randn are seeded, reproducible and have the right moments", 
     CHECK(in_range);
     // Mean of U(-3, 5) is 1, stddev 8/sqrt(12); allow 6 standard errors.
     CHECK(std::fabs(sum / 1000 - 1.0) < 6 * (8 / std::sqrt(12.0)) / std::sqrt(1000.0));
+    // The sample mean, within the test's allowance on both sides (the student's stream may differ).
+    mls::testing::observe("mean of rand", sum / 1000, {0.0, 12 * (8 / std::sqrt(12.0)) / std::sqrt(1000.0)});
 
     mls::Rng g(7, "normal");
     const I64 n = 20000;
@@ -149,6 +157,8 @@ TEST_CASE("rand and randn are seeded, reproducible and have the right moments", 
     const double sd = std::sqrt(s2 / static_cast<double>(n - 1));
     CHECK(std::fabs(m - 2.0) < 6 * 3.0 / std::sqrt(static_cast<double>(n)));
     CHECK(std::fabs(sd - 3.0) < 6 * 3.0 / std::sqrt(2.0 * static_cast<double>(n)));
+    mls::testing::observe("mean of randn", m, {0.0, 12 * 3.0 / std::sqrt(static_cast<double>(n))});
+    mls::testing::observe("sd of randn", sd, {0.0, 12 * 3.0 / std::sqrt(2.0 * static_cast<double>(n))});
   }
   mls::Rng r(1);
   const Tensor e = Tensor::rand({0, 3}, r);
@@ -168,12 +178,15 @@ TEST_CASE("rand never returns the upper bound", "[lab1][create]") {
   mls::Rng rng(7, "rand-edge");
   rng.skip(at);
   const Tensor x = Tensor::rand({1}, rng, 1.0, 2.0, DType::Float32);
+  MLS_OBSERVE(x.shape());
+  MLS_OBSERVE(x.dtype() == DType::Float32);
   INFO("value " << x.item());
   CHECK(x.item() < 2.0);
 }
 
 TEST_CASE("from_vector and from: dtype follows the C++ type, row-major fill", "[lab1][create]") {
   const Tensor f = Tensor::from({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3});
+  MLS_OBSERVE(f);
   CHECK(f.dtype() == DType::Float32);
   CHECK(f.shape() == Dims{2, 3});
   CHECK(f.at({1, 0}) == 4.0);
@@ -183,6 +196,7 @@ TEST_CASE("from_vector and from: dtype follows the C++ type, row-major fill", "[
   CHECK(Tensor::from({std::int64_t{1}, std::int64_t{2}}).dtype() == DType::Int64);
   CHECK(Tensor::from({1LL, 2LL}).dtype() == DType::Int64);
   const Tensor b = Tensor::from({true, false, true});
+  MLS_OBSERVE(b);
   CHECK(b.dtype() == DType::Bool);
   CHECK(b.to_vector<bool>() == std::vector<bool>{true, false, true});
   const Tensor s = Tensor::from_vector(std::vector<double>{2.5}, Dims{});
@@ -191,11 +205,13 @@ TEST_CASE("from_vector and from: dtype follows the C++ type, row-major fill", "[
   const Tensor e = Tensor::from_vector(std::vector<float>{}, Dims{0, 4});
   CHECK(e.shape() == Dims{0, 4});
   const Tensor big = Tensor::from_vector(std::vector<std::int64_t>{1LL << 40, -(1LL << 40)});
+  MLS_OBSERVE(big);
   CHECK(big.to_vector<std::int64_t>() == std::vector<std::int64_t>{1LL << 40, -(1LL << 40)});
   // The tensor owns a copy: changing the vector later changes nothing.
   std::vector<float> v{1, 2, 3};
   const Tensor c = Tensor::from_vector(v);
   v[0] = 99;
+  MLS_OBSERVE(c);
   CHECK(c.at({0}) == 1.0);
 }
 
@@ -203,6 +219,7 @@ TEST_CASE("scalar: a 0-d tensor for every dtype", "[lab1][create]") {
   for (DType t : ref::kAllDTypes) {
     INFO("dtype " << t);
     const Tensor s = Tensor::scalar(3.0, t);
+    MLS_OBSERVE(s);
     CHECK(s.ndim() == 0);
     CHECK(s.shape().empty());
     CHECK(s.strides().empty());
@@ -250,6 +267,10 @@ TEST_CASE("at and set on strided views, negative indices, dtype conversion", "[l
 
 TEST_CASE("item and to_vector convert to the requested type", "[lab1][create]") {
   const Tensor f = Tensor::from({1.5f, -2.5f, 0.f, 3.f}, {2, 2});
+  MLS_OBSERVE(f.to_vector<double>());
+  MLS_OBSERVE(f.to_vector<std::int32_t>());
+  MLS_OBSERVE(f.transpose().to_vector<float>());
+  MLS_OBSERVE(Tensor::from({4.f, 5.f}).slice(0, 1, 2).item());
   CHECK(f.to_vector<double>() == std::vector<double>{1.5, -2.5, 0, 3});
   CHECK(f.to_vector<std::int32_t>() == std::vector<std::int32_t>{1, -2, 0, 3});
   CHECK(f.to_vector<bool>() == std::vector<bool>{true, true, false, true});
@@ -262,6 +283,7 @@ TEST_CASE("item and to_vector convert to the requested type", "[lab1][create]") 
   for (int trial = 0; trial < 50; ++trial) {
     gen::Pair p = gen::random_input(rng, DType::Float64, 4);
     INFO(p.log);
+    MLS_OBSERVE(p.t.to_vector<double>());
     CHECK(p.t.to_vector<double>() == p.r.v);
   }
 }
@@ -276,6 +298,9 @@ TEST_CASE("typed data pointers and the view constructor", "[lab1][create]") {
   CHECK(static_cast<const std::byte*>(s.data_ptr()) == x.storage()->data() + 3 * 8);
   // A hand-built view: every other element, starting at 1.
   const Tensor v(x.storage(), 1, {3}, {2}, DType::Int64);
+  MLS_OBSERVE(x);
+  MLS_OBSERVE(s);
+  MLS_OBSERVE(v);
   CHECK(v.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 3, 5});
   CHECK(v.shares_storage(x));
   CHECK_FALSE(v.shares_storage(x.clone()));

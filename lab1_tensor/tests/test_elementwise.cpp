@@ -193,10 +193,18 @@ TEST_CASE("unary ops at special values: inf, nan, zero, large magnitudes", "[lab
     CHECK(v(mls::gelu(x))[4] == 1000.0);
     CHECK(v(mls::gelu(x))[5] == 0.0);
     CHECK(v(mls::gelu(x))[0] == 0.0);
+    // The values checked above, as produced (NaN equals NaN in an observation).
+    mls::testing::observe("special values", std::vector<double>{
+        v(mls::exp(x))[0], v(mls::exp(x))[3], v(mls::exp(x))[4], v(mls::log(x))[0], v(mls::log(x))[1],
+        v(mls::sqrt(x))[1], v(mls::rsqrt(x))[0], v(mls::rsqrt(x))[2], v(mls::tanh(x))[2], v(mls::tanh(x))[3],
+        s[0], s[2], s[3], s[4], s[5], v(mls::gelu(x))[4], v(mls::gelu(x))[5], v(mls::gelu(x))[0]});
+    MLS_OBSERVE_VALUES(mls::relu(x));
+    MLS_OBSERVE_VALUES(mls::abs(x));
   }
   // sigmoid(-80) in float32 is a tiny positive number, not 0 or NaN.
   const double s = mls::sigmoid(Tensor::scalar(-80)).item();
   CHECK(s > 0.0);
+  MLS_OBSERVE(s, {2e-5, 0.0});  // Approx(...).epsilon(1e-5), on both sides
   CHECK(s == Approx(std::exp(-80.0)).epsilon(1e-5));
 }
 
@@ -245,12 +253,15 @@ TEST_CASE("integer pow by squaring, negative exponents and int64 range", "[lab1]
   const Tensor expo = Tensor::from({10, 3, -4, -3, 0, 0, -1, -2, 100, 2});
   const Tensor got = mls::pow(base, expo);
   CHECK(got.dtype() == DType::Int32);
+  MLS_OBSERVE_VALUES(got);
   CHECK(got.to_vector<std::int32_t>() == std::vector<std::int32_t>{1024, -27, 1, -1, 1, 1, 0, 1, 1, 49});
   const Tensor big = mls::pow(Tensor::from({std::int64_t{3}}), Tensor::from({std::int64_t{31}}));
+  MLS_OBSERVE_VALUES(big);
   CHECK(big.to_vector<std::int64_t>() == std::vector<std::int64_t>{617673396283947LL});
   // float pow: fractional exponents, negative bases with integer exponents, NaN otherwise.
   const Tensor f = mls::pow(Tensor::from({4.0, -2.0, -2.0, 0.0}), Tensor::from({0.5, 3.0, 0.5, -1.0}));
   const std::vector<double> fv = f.to_vector<double>();
+  MLS_OBSERVE_VALUES(f);
   CHECK(fv[0] == 2.0);
   CHECK(fv[1] == -8.0);
   CHECK(std::isnan(fv[2]));
@@ -264,6 +275,8 @@ TEST_CASE("integer pow does not overflow internally when the result fits",
   // Exponentiation by squaring squares the base once more after the last bit of the exponent:
   // 3 ** 39 fits in int64 but the loop computes 3 ** 64; 2 ** 30 fits in int32 but the loop
   // computes 2 ** 32. Squaring only while bits remain avoids it.
+  MLS_OBSERVE_VALUES(mls::pow(Tensor::from({std::int64_t{3}}), Tensor::from({std::int64_t{39}})));
+  MLS_OBSERVE_VALUES(mls::pow(Tensor::from({2}), Tensor::from({30})));
   CHECK(mls::pow(Tensor::from({std::int64_t{3}}), Tensor::from({std::int64_t{39}})).to_vector<std::int64_t>() ==
         std::vector<std::int64_t>{4052555153018976267LL});
   CHECK(mls::pow(Tensor::from({2}), Tensor::from({30})).to_vector<std::int32_t>() == std::vector<std::int32_t>{1 << 30});
@@ -274,6 +287,7 @@ TEST_CASE("maximum and minimum propagate NaN from either side", "[lab1][elementw
     const Tensor a = ref::make(Ref({4}, {NAN, 1.0, 2.0, NAN}), t);
     const Tensor b = ref::make(Ref({4}, {1.0, NAN, 3.0, NAN}), t);
     for (const Tensor& r : {mls::maximum(a, b), mls::minimum(a, b), mls::maximum(b, a), mls::minimum(b, a)}) {
+      MLS_OBSERVE_VALUES(r);
       const auto v = r.to_vector<double>();
       CHECK(std::isnan(v[0]));
       CHECK(std::isnan(v[1]));
@@ -285,6 +299,8 @@ TEST_CASE("maximum and minimum propagate NaN from either side", "[lab1][elementw
     // NaN compares unequal to everything, itself included.
     CHECK(mls::eq(a, a).to_vector<bool>() == std::vector<bool>{false, true, true, false});
     CHECK(mls::ne(a, a).to_vector<bool>() == std::vector<bool>{true, false, false, true});
+    MLS_OBSERVE_VALUES(mls::eq(a, a));
+    MLS_OBSERVE_VALUES(mls::ne(a, a));
   }
 }
 
@@ -297,6 +313,7 @@ TEST_CASE("dtype promotion table of binary ops", "[lab1][elementwise]") {
         if (!is_cmp(op) && ta == DType::Bool && tb == DType::Bool) {
           CHECK_THROWS_AS(mls::binary(op, a, b), mls::Error);
         } else {
+          mls::testing::observe("dtype", std::string(mls::dtype_name(mls::binary(op, a, b).dtype())));
           CHECK(mls::binary(op, a, b).dtype() == expected_dtype(op, ta, tb));
         }
       }
@@ -308,6 +325,7 @@ TEST_CASE("dtype promotion table of binary ops", "[lab1][elementwise]") {
   CHECK(mls::add(Tensor::ones({1}, DType::Bool), Tensor::ones({1}, DType::Int32)).dtype() == DType::Int32);
   CHECK(mls::div(Tensor::from({7}), Tensor::from({2})).dtype() == DType::Float32);
   CHECK(mls::div(Tensor::from({7}), Tensor::from({2})).item() == 3.5);
+  MLS_OBSERVE_VALUES(mls::div(Tensor::from({7}), Tensor::from({2})));
   CHECK(mls::div(Tensor::from({7LL}), Tensor::from({2.0})).dtype() == DType::Float64);
   CHECK(mls::lt(Tensor::from({1.0}), Tensor::from({2})).dtype() == DType::Bool);
   CHECK(mls::eq(Tensor::from({true, false}), Tensor::from({true, true})).to_vector<bool>() ==
@@ -349,6 +367,13 @@ TEST_CASE("scalar variants: the scalar takes the tensor's dtype, fractional scal
 TEST_CASE("operators: unary minus, + - * / with tensors and scalars on both sides", "[lab1][elementwise]") {
   const Tensor a = Tensor::from({1.f, -2.f, 4.f}), b = Tensor::from({2.f, 8.f, -0.5f});
   const auto v = [](const Tensor& t) { return t.to_vector<float>(); };
+  MLS_OBSERVE_VALUES(-a);
+  MLS_OBSERVE_VALUES(a + b);
+  MLS_OBSERVE_VALUES(a - b);
+  MLS_OBSERVE_VALUES(a * b);
+  MLS_OBSERVE_VALUES(a / b);
+  MLS_OBSERVE_VALUES(1.0 - a);
+  MLS_OBSERVE_VALUES(8.0 / a);
   CHECK(v(-a) == std::vector<float>{-1, 2, -4});
   CHECK(v(a + b) == std::vector<float>{3, 6, 3.5f});
   CHECK(v(a - b) == std::vector<float>{-1, -10, 4.5f});
@@ -370,6 +395,9 @@ TEST_CASE("operators: unary minus, + - * / with tensors and scalars on both side
   CHECK((1.0 / Tensor::from({4.0})).dtype() == DType::Float64);
   // Broadcasting through the operators: a column minus a row.
   const Tensor col = Tensor::from({1.f, 2.f}, {2, 1}), row = Tensor::from({10.f, 20.f, 30.f});
+  MLS_OBSERVE_VALUES(col - row);
+  MLS_OBSERVE_VALUES(3.0 - i);
+  MLS_OBSERVE_VALUES(1.0 / i);
   CHECK((col - row).shape() == Dims{2, 3});
   CHECK(v(col - row) == std::vector<float>{-9, -19, -29, -8, -18, -28});
 }
@@ -415,30 +443,37 @@ TEST_CASE("in-place scalar ops and aliasing operands", "[lab1][elementwise]") {
   a *= 2.0;
   a -= 0.5;
   a /= 0.5;
+  MLS_OBSERVE_VALUES(a);
   CHECK(a.to_vector<float>() == std::vector<float>{7, 11, 15, 19});
   Tensor i = Tensor::from({1, 2, 3});
   i += 2.0;
   i *= 3.0;
   i -= 1.0;
+  MLS_OBSERVE_VALUES(i);
   CHECK(i.to_vector<std::int32_t>() == std::vector<std::int32_t>{8, 11, 14});
   CHECK(i.dtype() == DType::Int32);
   // The operand aliases the destination: the result is as if b were read first.
   Tensor m = ref::make(Ref({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}), DType::Float32);
   m += m.transpose();
+  MLS_OBSERVE_VALUES(m);
   CHECK(m.to_vector<float>() == std::vector<float>{2, 6, 10, 6, 10, 14, 10, 14, 18});
   Tensor s = Tensor::from({1.f, 2.f, 3.f});
   s *= s;
+  MLS_OBSERVE_VALUES(s);
   CHECK(s.to_vector<float>() == std::vector<float>{1, 4, 9});
   Tensor r = Tensor::arange(5);
   r += r.as_strided({5}, {-1}, 4);  // reversed view of itself
+  MLS_OBSERVE_VALUES(r);
   CHECK(r.to_vector<float>() == std::vector<float>{4, 4, 4, 4, 4});
   Tensor row = Tensor::arange(6).reshape({2, 3});
   row -= row.select(0, 0);  // broadcast of its own first row
+  MLS_OBSERVE_VALUES(row);
   CHECK(row.to_vector<float>() == std::vector<float>{0, 0, 0, 3, 3, 3});
   // Writing through a view changes the base.
   Tensor base = Tensor::zeros({3, 4});
   Tensor col = base.select(1, 2);
   col += 5.0;
+  MLS_OBSERVE_VALUES(base);
   CHECK(base.at({1, 2}) == 5.0);
   CHECK(base.at({1, 1}) == 0.0);
 }
@@ -452,6 +487,7 @@ TEST_CASE("in-place scalar with a fractional value on an integer tensor does not
   CHECK_THROWS_AS(i *= 0.5, mls::Error);
   Tensor j = Tensor::from({2, 4, 6});
   CHECK_THROWS_AS(j += 2.5, mls::Error);
+  MLS_OBSERVE_VALUES(j);
   CHECK(j.to_vector<std::int32_t>() == std::vector<std::int32_t>{2, 4, 6});
 }
 

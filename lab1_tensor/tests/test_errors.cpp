@@ -20,6 +20,16 @@ using ref::I64;
   do {                                                   \
     CHECK_THROWS_AS(expr, mls::Error);                   \
     CHECK_THROWS_WITH(expr, Catch::Contains(text));      \
+    if (::mls::testing::observing()) {                   \
+      bool named_ = false;                               \
+      try {                                              \
+        (void)(expr);                                    \
+      } catch (const mls::Error& e_) {                   \
+        named_ = std::string(e_.what()).find(text) != std::string::npos; \
+      } catch (...) {                                    \
+      }                                                  \
+      ::mls::testing::observe(std::string("mls::Error naming '") + (text) + "'", named_); \
+    }                                                    \
   } while (0)
 
 namespace {
@@ -380,7 +390,9 @@ TEST_CASE("errors: in place into an expanded view would write one element many t
   Tensor t = Tensor::ones({1});
   Tensor e = t.expand({3});
   CHECK_THROWS_WITH(e += 1.0, Catch::Contains("add_") && Catch::Contains("overlapping") && Catch::Contains("[3]"));
+  MLS_OBSERVE_VALUES(t);  // untouched by the refused write
   CHECK(t.item() == 1.0);  // nothing was written
   Tensor x = Tensor::ones({2, 3});
   CHECK_NOTHROW(x += Tensor::ones({3}));  // broadcasting the source is fine
+  MLS_OBSERVE_VALUES(x);
 }

@@ -67,6 +67,8 @@ std::string raw(const std::vector<T>& v) {
 
 TEST_CASE("printing a 2x2 float tensor, NumPy style", "[lab1][io]") {
   const Tensor t = Tensor::from({1.f, 2.f, 3.f, 4.f}, {2, 2});
+  MLS_OBSERVE(printed(t));
+  MLS_OBSERVE(printed(Tensor::arange(6).reshape({2, 3}).transpose()));
   CHECK(printed(t) == "tensor([[1., 2.],\n        [3., 4.]], shape=[2, 2], dtype=float32)");
   CHECK(mls::to_string(t) == printed(t));
   // A view prints its logical order.
@@ -75,6 +77,12 @@ TEST_CASE("printing a 2x2 float tensor, NumPy style", "[lab1][io]") {
 }
 
 TEST_CASE("printing: fractions, ints, bools, 0-d, 3-D, empty, special values", "[lab1][io]") {
+  for (const Tensor& t : {Tensor::from({1.5f, -2.25f}), Tensor::from({1, -20, 300}), Tensor::from({std::int64_t{7}}),
+                         Tensor::from({true, false}), Tensor::scalar(2.5), Tensor::scalar(3), Tensor::scalar(3, DType::Int64),
+                         Tensor::scalar(1, DType::Bool), Tensor::arange(8).reshape({2, 2, 2}), Tensor::zeros({0}),
+                         Tensor::from({NAN, INFINITY, -INFINITY, 1.5f}), Tensor::from({1e-5, 1.0}), Tensor()}) {
+    mls::testing::observe("printed", printed(t));
+  }
   CHECK(printed(Tensor::from({1.5f, -2.25f})) == "tensor([ 1.5000, -2.2500], shape=[2], dtype=float32)");
   CHECK(printed(Tensor::from({1, -20, 300})) == "tensor([  1, -20, 300], shape=[3], dtype=int32)");
   CHECK(printed(Tensor::from({std::int64_t{7}})) == "tensor([7], shape=[1], dtype=int64)");
@@ -95,6 +103,7 @@ TEST_CASE("printing: fractions, ints, bools, 0-d, 3-D, empty, special values", "
 
 TEST_CASE("printing a big tensor summarises it with ...", "[lab1][io]") {
   const std::string s = printed(Tensor::arange(2000));
+  MLS_OBSERVE(s);
   CHECK(s.find("...") != std::string::npos);
   CHECK(s.find("1999.") != std::string::npos);
   CHECK(s.find(" 2.,") != std::string::npos);
@@ -102,6 +111,7 @@ TEST_CASE("printing a big tensor summarises it with ...", "[lab1][io]") {
   CHECK(s.size() < 200);
   CHECK(s.find("shape=[2000], dtype=float32)") != std::string::npos);
   const std::string m = printed(Tensor::zeros({100, 100}, DType::Int32));
+  MLS_OBSERVE(m);
   CHECK(m.find("...") != std::string::npos);
   CHECK(m.size() < 1000);
   CHECK(printed(Tensor::arange(1000)).find("...") == std::string::npos);  // at the limit: printed in full
@@ -110,6 +120,16 @@ TEST_CASE("printing a big tensor summarises it with ...", "[lab1][io]") {
 TEST_CASE("allclose: rtol and atol, NaN, infinities, shapes", "[lab1][io]") {
   const Tensor a = Tensor::from({1.0, 100.0, -3.0});
   CHECK(mls::allclose(a, a));
+  // The answers of the fixed cases below, as one pattern of 0/1.
+  mls::testing::observe("allclose answers", std::vector<int>{
+      mls::allclose(a, a), mls::allclose(a, Tensor::from({1.0 + 5e-6, 100.0, -3.0})),
+      mls::allclose(a, Tensor::from({1.0 + 5e-5, 100.0, -3.0})), mls::allclose(a, Tensor::from({1.0 + 5e-5, 100.0, -3.0}), 1e-4),
+      mls::allclose(Tensor::from({0.0}), Tensor::from({1e-9})), mls::allclose(Tensor::from({0.0}), Tensor::from({1e-7})),
+      mls::allclose(Tensor::from({0.0}), Tensor::from({1e-7}), 0.0, 1e-6), mls::allclose(Tensor::from({NAN}), Tensor::from({NAN})),
+      mls::allclose(Tensor::from({INFINITY}), Tensor::from({INFINITY})), mls::allclose(Tensor::from({INFINITY}), Tensor::from({1.f})),
+      mls::allclose(Tensor::ones({2, 3}), Tensor::ones({3, 2})), mls::allclose(Tensor::ones({3}), Tensor::ones({1, 3})),
+      mls::allclose(Tensor::ones({3}, DType::Int32), Tensor::ones({3})), mls::allclose(Tensor::from({1.0}), Tensor::from({1.1}), 0.1, 0.0),
+      mls::allclose(Tensor::from({1.1}), Tensor::from({1.0}), 0.095, 0.0)});
   CHECK(mls::allclose(a, Tensor::from({1.0 + 5e-6, 100.0, -3.0})));
   CHECK_FALSE(mls::allclose(a, Tensor::from({1.0 + 5e-5, 100.0, -3.0})));
   CHECK(mls::allclose(a, Tensor::from({1.0 + 5e-5, 100.0, -3.0}), 1e-4));
@@ -139,6 +159,10 @@ TEST_CASE("allclose: rtol and atol, NaN, infinities, shapes", "[lab1][io]") {
 TEST_CASE("allclose: an infinity is close only to the same infinity", "[lab1][io]") {
   // NumPy's isclose: inf matches inf only. With b infinite, atol + rtol * |b| is infinite, so
   // the plain |a - b| <= atol + rtol * |b| test accepts any a: infinities need their own check.
+  mls::testing::observe("allclose answers", std::vector<int>{
+      mls::allclose(Tensor::from({INFINITY}), Tensor::from({-INFINITY})), mls::allclose(Tensor::from({1.0}), Tensor::from({INFINITY})),
+      mls::allclose(Tensor::from({-5.0}), Tensor::from({-INFINITY})), mls::allclose(Tensor::from({NAN}), Tensor::from({INFINITY})),
+      mls::allclose(Tensor::from({INFINITY}), Tensor::from({INFINITY}))});
   CHECK_FALSE(mls::allclose(Tensor::from({INFINITY}), Tensor::from({-INFINITY})));
   CHECK_FALSE(mls::allclose(Tensor::from({1.0}), Tensor::from({INFINITY})));
   CHECK_FALSE(mls::allclose(Tensor::from({-5.0}), Tensor::from({-INFINITY})));
@@ -147,6 +171,12 @@ TEST_CASE("allclose: an infinity is close only to the same infinity", "[lab1][io
 
 TEST_CASE("equal: same shape, dtype and values", "[lab1][io]") {
   const Tensor a = Tensor::from({1, 2, 3});
+  mls::testing::observe("equal answers", std::vector<int>{
+      mls::equal(a, Tensor::from({1, 2, 3})), mls::equal(a, Tensor::from({1, 2, 4})), mls::equal(a, Tensor::from({1.f, 2.f, 3.f})),
+      mls::equal(a, Tensor::from({1, 2, 3}, {3, 1})),
+      mls::equal(Tensor::arange(6).reshape({2, 3}).transpose(), Tensor::from({0.f, 3.f, 1.f, 4.f, 2.f, 5.f}, {3, 2})),
+      mls::equal(Tensor::from({NAN}), Tensor::from({NAN})), mls::equal(Tensor::zeros({0, 2}), Tensor::zeros({0, 2})),
+      mls::equal(Tensor::scalar(1), Tensor::ones({}))});
   CHECK(mls::equal(a, Tensor::from({1, 2, 3})));
   CHECK_FALSE(mls::equal(a, Tensor::from({1, 2, 4})));
   CHECK_FALSE(mls::equal(a, Tensor::from({1.f, 2.f, 3.f})));  // dtypes differ

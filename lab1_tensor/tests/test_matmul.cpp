@@ -154,8 +154,12 @@ TEST_CASE("matmul with K = 0, M = 0, N = 0 and empty batches", "[lab1][matmul]")
   for_each_kernel([] {
     const Tensor a = Tensor::ones({3, 0}), b = Tensor::ones({0, 4});
     const Tensor c = mls::matmul(a, b);
+    MLS_OBSERVE_VALUES(c);
     CHECK(c.shape() == Dims{3, 4});
     CHECK(c.to_vector<float>() == std::vector<float>(12, 0.0f));  // an empty sum is 0
+    MLS_OBSERVE_VALUES(mls::matmul(Tensor::ones({0, 3, 5}), Tensor::ones({5, 2})));
+    MLS_OBSERVE_VALUES(mls::matmul(Tensor::ones({0}), Tensor::ones({0})));
+    MLS_OBSERVE_VALUES(mls::matmul(Tensor::ones({2, 1, 3, 0}), Tensor::ones({4, 0, 2})));
     CHECK(mls::matmul(Tensor::ones({0, 5}), Tensor::ones({5, 4})).shape() == Dims{0, 4});
     CHECK(mls::matmul(Tensor::ones({3, 5}), Tensor::ones({5, 0})).shape() == Dims{3, 0});
     CHECK(mls::matmul(Tensor::ones({0, 3, 5}), Tensor::ones({5, 2})).shape() == Dims{0, 3, 2});

@@ -187,6 +187,15 @@ TEST_CASE("reductions of zero-size tensors: identities, empty results, shapes", 
   // Fixed cases; the property tests above also draw zero-size inputs, e.g.
   // mean(zeros({3, 0, 2, 4}, int32), {0, 2}), which once copied out of bounds.
   const Tensor z = Tensor::zeros({2, 0, 3});
+  MLS_OBSERVE_VALUES(mls::sum(z));
+  MLS_OBSERVE_VALUES(mls::prod(z));
+  MLS_OBSERVE_VALUES(mls::sum(z, {1}, true));
+  MLS_OBSERVE_VALUES(mls::prod(z, {1}));
+  MLS_OBSERVE_VALUES(mls::max(z, {2}));
+  MLS_OBSERVE_VALUES(mls::argmax(z, 2));
+  MLS_OBSERVE_VALUES(mls::mean(z, {0}, true));
+  MLS_OBSERVE_VALUES(mls::sum(Tensor::zeros({0}, DType::Int32)));
+  MLS_OBSERVE_VALUES(mls::softmax(z, 2));
   CHECK(mls::sum(z).item() == 0.0);
   CHECK(mls::prod(z).item() == 1.0);
   CHECK(mls::sum(z, {1}).to_vector<float>() == std::vector<float>(6, 0.0f));
@@ -204,6 +213,12 @@ TEST_CASE("max and min propagate NaN, argmax/argmin pick the first NaN", "[lab1]
   for (DType t : ref::kFloatDTypes) {
     INFO(t);
     const Tensor x = ref::make(Ref({2, 4}, {1, NAN, 3, 2, 5, 4, 3, NAN}), t);
+    MLS_OBSERVE_VALUES(mls::max(x, {1}));
+    MLS_OBSERVE_VALUES(mls::max(x, {0}));
+    MLS_OBSERVE_VALUES(mls::min(x));
+    MLS_OBSERVE_VALUES(mls::argmax(x, 1));
+    MLS_OBSERVE_VALUES(mls::argmin(x, 1));
+    MLS_OBSERVE_VALUES(mls::argmax(x, 0));
     const auto mx = mls::max(x, {1}).to_vector<double>();
     CHECK(std::isnan(mx[0]));
     CHECK(std::isnan(mx[1]));
@@ -311,6 +326,10 @@ TEST_CASE("softmax family with -inf entries (masking)", "[lab1][reduce]") {
   for (DType t : ref::kFloatDTypes) {
     INFO(t);
     const Tensor x = ref::make(Ref({2, 3}, {0.0, -inf, 0.0, -inf, -inf, -inf}), t);
+    const mls::testing::Tolerance tol{8 * ref::eps_of(t), 0.0};  // Approx(...).epsilon(4 eps), on both sides
+    MLS_OBSERVE_VALUES(mls::softmax(x.slice(0, 0, 1)), tol);
+    MLS_OBSERVE_VALUES(mls::logsumexp(x, 1), tol);
+    MLS_OBSERVE_VALUES(mls::log_softmax(x.slice(0, 0, 1)), tol);
     const auto sm = mls::softmax(x.slice(0, 0, 1)).to_vector<double>();
     CHECK(sm == std::vector<double>{0.5, 0.0, 0.5});
     const auto lse = mls::logsumexp(x, 1).to_vector<double>();
@@ -329,6 +348,7 @@ TEST_CASE("logsumexp of a slice holding +inf is +inf", "[lab1][reduce]") {
   for (DType t : ref::kFloatDTypes) {
     INFO(t);
     const Tensor x = ref::make(Ref({2}, {inf, 1.0}), t);
+    MLS_OBSERVE_VALUES(mls::logsumexp(x, 0));
     CHECK(mls::logsumexp(x, 0).item() == inf);
   }
 }

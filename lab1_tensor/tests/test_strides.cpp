@@ -92,6 +92,8 @@ Dims random_strides(const Dims& shape, mls::Rng& rng) {
 
 TEST_CASE("slides 002: row-major and Fortran-order strides of [1, 2, 3, 4]", "[lab1][strides]") {
   const Dims shape{1, 2, 3, 4};
+  MLS_OBSERVE(mls::contiguous_strides(shape));
+  MLS_OBSERVE(mls::fortran_strides(shape));
   CHECK(mls::contiguous_strides(shape) == Dims{24, 12, 4, 1});
   CHECK(mls::fortran_strides(shape) == Dims{1, 1, 2, 6});
   CHECK(mls::is_contiguous(shape, Dims{24, 12, 4, 1}));
@@ -111,6 +113,8 @@ TEST_CASE("contiguous_strides and fortran_strides match the product formula", "[
   for (int trial = 0; trial < 200; ++trial) {
     const Dims shape = ref::random_shape(rng, 0, 5, 6, 0);
     INFO("shape " << ref::dims_str(shape));
+    MLS_OBSERVE(mls::contiguous_strides(shape));
+    MLS_OBSERVE(mls::fortran_strides(shape));
     CHECK(mls::contiguous_strides(shape) == naive_c_strides(shape));
     CHECK(mls::fortran_strides(shape) == naive_f_strides(shape));
   }
@@ -124,14 +128,17 @@ TEST_CASE("contiguous_strides and fortran_strides match the product formula", "[
 TEST_CASE("is_contiguous agrees with the brute-force definition", "[lab1][strides]") {
   mls::Rng rng(102, "contig");
   int yes = 0, no = 0;
+  std::vector<int> answers;  // is_contiguous over the trials: a random pattern of 0/1
   for (int trial = 0; trial < 300; ++trial) {
     const Dims shape = ref::random_shape(rng, 0, 4, 4, 0);
     const Dims strides = random_strides(shape, rng);
     INFO("shape " << ref::dims_str(shape) << " strides " << ref::dims_str(strides));
     const bool want = naive_is_contiguous(shape, strides);
     CHECK(mls::is_contiguous(shape, strides) == want);
+    answers.push_back(mls::is_contiguous(shape, strides));
     (want ? yes : no)++;
   }
+  MLS_OBSERVE(answers);
   CHECK(yes > 20);  // the generator covers both answers
   CHECK(no > 20);
   // Empty and 0-d tensors are trivially dense.
@@ -154,6 +161,7 @@ TEST_CASE("index_to_offset adds index times stride, with negative indices", "[la
     }
     INFO("shape " << ref::dims_str(shape) << " strides " << ref::dims_str(strides) << " index "
                   << ref::dims_str(idx));
+    mls::testing::observe("index_to_offset", mls::index_to_offset(idx, shape, strides, offset));
     CHECK(mls::index_to_offset(idx, shape, strides, offset) == want);
   }
 }
@@ -167,14 +175,17 @@ TEST_CASE("unravel_index inverts row-major counting", "[lab1][strides]") {
     for (I64 i = 0; i < ref::count(shape); ++i) {
       mls::unravel_index(i, shape, idx);
       ok = ok && idx == ref::unravel(i, shape) && ref::ravel(idx, shape) == i;
+      if (i == ref::count(shape) - 1) MLS_OBSERVE(idx);  // the last index of each shape
     }
     INFO("shape " << ref::dims_str(shape));
     CHECK(ok);
   }
   Dims idx(4);
   mls::unravel_index(23, Dims{1, 2, 3, 4}, idx);
+  MLS_OBSERVE(idx);
   CHECK(idx == Dims{0, 1, 2, 3});
   mls::unravel_index(13, Dims{1, 2, 3, 4}, idx);
+  MLS_OBSERVE(idx);
   CHECK(idx == Dims{0, 1, 0, 1});
 }
 
@@ -184,6 +195,7 @@ TEST_CASE("broadcast_shapes follows NumPy's rule and names the op on failure", "
   CHECK(mls::broadcast_shapes(Dims{}, Dims{2, 1}) == Dims{2, 1});
   CHECK(mls::broadcast_shapes(Dims{0}, Dims{1}) == Dims{0});
   CHECK(mls::broadcast_shapes(Dims{3, 1, 0}, Dims{7, 1}) == Dims{3, 7, 0});
+  MLS_OBSERVE(mls::broadcast_shapes(Dims{3, 1, 0}, Dims{7, 1}));
   mls::Rng rng(105, "bshape");
   int compatible = 0;
   for (int trial = 0; trial < 300; ++trial) {
@@ -193,6 +205,7 @@ TEST_CASE("broadcast_shapes follows NumPy's rule and names the op on failure", "
     INFO(ref::dims_str(a) << " with " << ref::dims_str(b));
     if (want) {
       ++compatible;
+      MLS_OBSERVE(mls::broadcast_shapes(a, b, "t"));
       CHECK(mls::broadcast_shapes(a, b, "t") == *want);
       CHECK(mls::broadcast_shapes(b, a, "t") == *want);  // symmetric
     } else {
@@ -227,6 +240,7 @@ TEST_CASE("broadcast_strides reads a strided tensor as its broadcast", "[lab1][s
 TEST_CASE("view_strides succeeds exactly when a view is possible, and reads the right elements",
           "[lab1][strides]") {
   mls::Rng rng(107, "viewstrides");
+  std::vector<int> answers;  // view_strides over the trials: a random pattern of 0/1
   int possible = 0, impossible = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const Dims shape = ref::random_shape(rng, 1, 4, 4, 0);
@@ -247,15 +261,18 @@ TEST_CASE("view_strides succeeds exactly when a view is possible, and reads the 
     const bool want = naive_viewable(shape, strides, new_shape);
     INFO("shape " << ref::dims_str(shape) << " strides " << ref::dims_str(strides) << " as "
                   << ref::dims_str(new_shape) << " -> " << got << " " << ref::dims_str(out));
+    answers.push_back(got);
     CHECK(got == want);
     if (got) {
       ++possible;
       REQUIRE(out.size() == new_shape.size());
+      MLS_OBSERVE(positions(new_shape, out));  // the elements the view reads (strides of size-1 dims are free)
       CHECK(positions(new_shape, out) == positions(shape, strides));
     } else {
       ++impossible;
     }
   }
+  MLS_OBSERVE(answers);
   CHECK(possible > 50);
   CHECK(impossible > 50);
 }
@@ -275,6 +292,7 @@ TEST_CASE("view_strides: contiguous always views, a transpose cannot flatten", "
     const Dims ns = gen::random_factorisation(ref::count(shape), rng);
     INFO(ref::dims_str(shape) << " -> " << ref::dims_str(ns));
     REQUIRE(mls::view_strides(shape, naive_c_strides(shape), ns, out));
+    MLS_OBSERVE(positions(ns, out));
     CHECK(out == naive_c_strides(ns));
   }
 }

@@ -20,9 +20,14 @@ TEST_CASE("dot: the (exp(v1)+1)exp(v1) graph, forward and backward", "[lab2][dot
   const Var v4 = examples::exp_example(v1);
   (void)gradients(v4, {v1});
   const DotGraph fwd = to_dot(g, {.title = "forward", .show_backward = false});
+  MLS_OBSERVE(fwd.num_nodes());
+  MLS_OBSERVE(fwd.num_edges());
   CHECK(fwd.num_nodes() == 5);
   CHECK(fwd.num_edges() == 5);  // v1->exp, exp->add, 1->add, exp->mul, add->mul
   const DotGraph all = to_dot(g, {.title = "backward"});
+  MLS_OBSERVE(all.num_nodes());
+  MLS_OBSERVE(all.num_edges());
+  MLS_OBSERVE(count(all.str(), "#f8cfa0"));
   CHECK(all.num_nodes() == 10);
   CHECK(all.num_edges() == 13);  // 5 forward + 2 for each of the 4 backward ops
   const std::string text = all.str();
@@ -35,6 +40,9 @@ TEST_CASE("dot: the (exp(v1)+1)exp(v1) graph, forward and backward", "[lab2][dot
 TEST_CASE("dot: logistic regression nodes carry op names and shapes, edges carry shapes", "[lab2][dot]") {
   examples::Model m = examples::logistic_regression(Tensor::zeros({784, 10}));
   const DotGraph d = to_dot(*m.graph);
+  MLS_OBSERVE(d.num_nodes());
+  MLS_OBSERVE(d.num_edges());
+  MLS_OBSERVE(m.graph->num_backward());
   CHECK(d.num_nodes() == m.graph->size());
   std::size_t edges = 0;
   for (const auto& n : m.graph->nodes()) edges += n->inputs.size();
@@ -51,8 +59,11 @@ TEST_CASE("dot: an eager tape can be drawn from its output", "[lab2][dot]") {
   Var x(Tensor::ones({2, 3}), true);
   const Var y = sum(relu(x) * 2.0);
   const DotGraph d = to_dot(std::vector<Var>{y});
+  MLS_OBSERVE(d.num_nodes());
+  MLS_OBSERVE(d.num_edges());
   CHECK(d.num_nodes() == 5);  // x, relu, const 2, mul, sum
   CHECK(d.num_edges() == 4);
   y.backward();
+  lab2test::observe_var("x.grad", x.grad(), {});
   CHECK(x.grad().defined());
 }

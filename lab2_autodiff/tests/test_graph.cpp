@@ -12,6 +12,10 @@ TEST_CASE("graph: shapes are inferred, -1 for the batch", "[lab2][graph]") {
   const Var w = g.variable("W", Tensor::zeros({784, 10}));
   const Var b = g.variable("b", Tensor::zeros({10}));
   const Var y = softmax(matmul(x, w) + b);
+  MLS_OBSERVE(y.shape());
+  MLS_OBSERVE(sum(y, {1}).shape());
+  MLS_OBSERVE(transpose(y).shape());
+  MLS_OBSERVE(reshape(w, {-1, 20}).shape());
   CHECK(y.shape() == Shape{-1, 10});
   CHECK(sum(y, {1}).shape() == Shape{-1});
   CHECK(mean(y, {0}, true).shape() == Shape{1, 10});
@@ -22,6 +26,8 @@ TEST_CASE("graph: shapes are inferred, -1 for the batch", "[lab2][graph]") {
   const Var dw = gradients(sum(y), {w})[0];
   CHECK(dw.shape() == Shape{784, 10});
   const auto out = Executor(g).run({y, dw}, {{x, Tensor::ones({3, 784})}});
+  mls::testing::observe_values("y", out[0], lab2test::kAllclose);
+  mls::testing::observe_values("dw", out[1], {2e-5, 2e-6});
   CHECK(out[0].shape() == Shape{3, 10});
   CHECK(allclose(out[0], Tensor::full({3, 10}, 0.1f)));
   CHECK(allclose(out[1], Tensor::zeros({784, 10}), 1e-5, 1e-6));
@@ -40,6 +46,7 @@ TEST_CASE("graph: gradients are nodes of the same graph, the forward nodes are u
   const Tensor xv = Tensor::from({0.1, -0.4, 1.3});
   const Tensor got = Executor(g).run({dx}, {{x, xv}})[0];
   const Tensor t = mls::tanh(xv);
+  mls::testing::observe_values("dx", got, lab2test::kAllclose);
   CHECK(allclose(got, mls::add(t, mls::mul(xv, 1.0 - mls::mul(t, t)))));
 }
 
@@ -51,6 +58,8 @@ TEST_CASE("graph: second derivatives via gradients of gradients", "[lab2][graph]
   const Var d2x = gradients(sum(dx), {x})[0];
   const Tensor xv = Tensor::from({0.5, -1.0, 2.0, 0.0});
   const auto out = Executor(g).run({dx, d2x}, {{x, xv}});
+  mls::testing::observe_values("dx", out[0], lab2test::kAllclose);
+  mls::testing::observe_values("d2x", out[1], lab2test::kAllclose);
   CHECK(allclose(out[0], mls::add(mls::mul(mls::mul(xv, xv), 3.0), mls::cos(xv))));
   CHECK(allclose(out[1], mls::sub(mls::mul(xv, 6.0), mls::sin(xv))));
 }
@@ -82,6 +91,7 @@ TEST_CASE("graph: Hessian-vector products match finite differences of the gradie
     const Tensor up = ex.run({gx}, {{x, mls::add(xv, mls::mul(v, h))}})[0];
     const Tensor down = ex.run({gx}, {{x, mls::sub(xv, mls::mul(v, h))}})[0];
     const Tensor num = mls::div(mls::sub(up, down), 2 * h);
+    mls::testing::observe_values("Hv", got, {2e-6, 2e-6});
     CHECK(allclose(got, num, 1e-6, 1e-6));
   }
 }
@@ -94,6 +104,7 @@ TEST_CASE("graph: variables, assign and a training loop", "[lab2][graph]") {
   const Var step = g.assign(w, w - gradients(loss, {w})[0] * 0.25);
   Executor ex(g);
   for (int i = 0; i < 30; ++i) ex.run({step});
+  mls::testing::observe_values("w", w.get()->value, {0.0, 2e-6});
   CHECK(w.get()->value.item() == Approx(3.0).margin(1e-6));
 }
 
@@ -103,9 +114,11 @@ TEST_CASE("graph: gradient of an unrelated variable is zeros, topo_sort orders i
   const Var y = sum(exp(a));
   const auto grads = gradients(y, {a, b});
   const auto out = Executor(g).run({grads[1]}, {{b, Tensor::ones({2})}});
+  mls::testing::observe_values("d/db", out[0], lab2test::kAllclose);
   CHECK(allclose(out[0], Tensor::zeros({2})));
   const std::vector<Var> outs{y};
   const auto order = topo_sort(outs);
+  MLS_OBSERVE(order.size());
   REQUIRE(order.size() == 3);
   CHECK(order.front() == a.get());
   CHECK(order.back() == y.get());
@@ -116,9 +129,14 @@ TEST_CASE("graph: prune and replace_all_uses (rewriting for lab 3)", "[lab2][gra
   const Var x = g.placeholder("x", {2}, DType::Float64);
   const Var y = exp(x) + sin(x);
   (void)cos(x);  // dead
-  CHECK(g.prune({y}) == 1);
+  const std::size_t pruned = g.prune({y});
+  MLS_OBSERVE(pruned);
+  CHECK(pruned == 1);
   const Var z = g.constant(Tensor::from({0.0, 0.0}));
-  CHECK(g.replace_all_uses(x, z) == 2);
+  const std::size_t replaced = g.replace_all_uses(x, z);
+  MLS_OBSERVE(replaced);
+  CHECK(replaced == 2);
+  mls::testing::observe_values("y", Executor(g).run({y})[0], lab2test::kAllclose);
   CHECK(Executor(g).run({y})[0].to_vector<double>() == std::vector<double>{1.0, 1.0});
 }
 
@@ -128,6 +146,7 @@ TEST_CASE("graph errors: feeds with the wrong shape or dtype, missing feeds", "[
   const Var y = sum(x * x);
   const Var dx = gradients(y, {x})[0];
   Executor ex(g);
+  mls::testing::observe_values("dx", ex.run({dx}, {{x, Tensor::ones({2, 3})}})[0], lab2test::kAllclose);
   CHECK(ex.run({dx}, {{x, Tensor::ones({2, 3})}})[0].shape() == Shape{2, 3});
   require_error([&] { ex.run({y}, {{x, Tensor::ones({2, 4})}}); }, "placeholder 'x' expects float32 [-1, 3], fed float32 [2, 4]");
   require_error([&] { ex.run({y}, {{x, Tensor::ones({2, 3}, DType::Float64)}}); }, "fed float64");
@@ -140,6 +159,7 @@ TEST_CASE("graph errors: a cycle, mixing graphs, bad shapes at build time", "[la
   const Var x = g.placeholder("x", {2});
   const Var a = exp(x);
   const Var b = sin(a);
+  mls::testing::observe_values("b", Executor(g).run({b}, {{x, Tensor::ones({2})}})[0], lab2test::kAllclose);
   CHECK(Executor(g).run({b}, {{x, Tensor::ones({2})}})[0].shape() == Shape{2});
   g.set_input(a, 0, b);  // a = exp(b), b = sin(a)
   require_error([&] { Executor(g).run({b}, {{x, Tensor::ones({2})}}); }, "cycle");

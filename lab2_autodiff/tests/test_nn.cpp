@@ -13,9 +13,12 @@ using lab2test::require_error;
 TEST_CASE("nn: Linear and mlp shapes, parameters, seeded init statistics", "[lab2][nn]") {
   Rng rng(1, "init");
   auto net = nn::mlp({20, 64, 64, 3}, rng);
+  MLS_OBSERVE(net->size());
+  MLS_OBSERVE(net->parameters().size());
   CHECK(net->size() == 5);
   CHECK(net->parameters().size() == 6);
   const Var y = (*net)(Var(Tensor::ones({7, 20})));
+  MLS_OBSERVE(y.shape());
   CHECK(y.shape() == Shape{7, 3});
   sum(y).backward();
   for (auto& p : net->parameters()) CHECK(p.grad().defined());
@@ -24,10 +27,12 @@ TEST_CASE("nn: Linear and mlp shapes, parameters, seeded init statistics", "[lab
   Rng r1(5, "k"), r2(5, "k");
   const Tensor k = nn::kaiming_normal({400, 100}, 400, r1);
   CHECK(equal(k, nn::kaiming_normal({400, 100}, 400, r2)));  // seeded
+  MLS_OBSERVE(mls::var(k).item(), {0.1, 0.0});  // each build within 5% of 2 / 400
   CHECK(mls::var(k).item() == Approx(2.0 / 400).epsilon(0.05));
   const Tensor xu = nn::xavier_uniform({300, 200}, 300, 200, r1);
   const double a = std::sqrt(6.0 / 500);
   CHECK(mls::max(mls::abs(xu)).item() <= a);
+  MLS_OBSERVE(mls::var(xu).item(), {0.1, 0.0});
   CHECK(mls::var(xu).item() == Approx(a * a / 3).epsilon(0.05));
 }
 
@@ -42,6 +47,7 @@ TEST_CASE("nn: SGD with momentum and weight decay matches the update rule", "[la
     const double g = 2 * pv + 0.01 * pv;
     v = i == 0 ? g : 0.9 * v + g;
     pv -= 0.1 * v;
+    lab2test::observe_var("p", p);
     CHECK(p.value().item() == Approx(pv));
   }
 }
@@ -64,6 +70,7 @@ TEST_CASE("nn: Adam and AdamW match the update rule", "[lab2][nn]") {
       if (decoupled) pv *= 1 - 0.1 * 0.1;
       pv -= 0.1 * (m / (1 - std::pow(0.9, t))) / (std::sqrt(v / (1 - std::pow(0.999, t))) + 1e-8);
       INFO("decoupled " << decoupled << " t " << t);
+      lab2test::observe_var("p", p);
       CHECK(p.value().item() == Approx(pv));
     }
   }
@@ -81,6 +88,7 @@ TEST_CASE("nn: an MLP learns Gaussian blobs", "[lab2][nn]") {
   }
   CHECK(last < first);
   NoGradGuard ng;
+  MLS_OBSERVE(nn::accuracy((*net)(Var(d.x)).value(), d.labels), {0.0, 0.05});  // each build in [0.95, 1]
   CHECK(nn::accuracy((*net)(Var(d.x)).value(), d.labels) >= 0.95);
 }
 
@@ -92,8 +100,11 @@ TEST_CASE("data: IDX files round-trip and load as MNIST, then feed a training st
   const Tensor labels = Tensor::from({7, 0, 9}, {3});
   data::write_idx((dir / "train-images-idx3-ubyte").string(), images);
   data::write_idx((dir / "train-labels-idx1-ubyte").string(), labels);
+  mls::testing::observe_values("read_idx", data::read_idx((dir / "train-images-idx3-ubyte").string()));
   CHECK(equal(data::read_idx((dir / "train-images-idx3-ubyte").string()), images));
   const data::Dataset d = data::load_mnist(dir.string());
+  mls::testing::observe_values("x", d.x, lab2test::kApprox);
+  mls::testing::observe_values("labels", d.labels);
   CHECK(d.x.shape() == Shape{3, 4});
   CHECK(d.x.at({0, 1}) == Approx(1.0));
   CHECK(d.x.at({0, 2}) == Approx(128.0 / 255));
@@ -112,6 +123,7 @@ TEST_CASE("nn errors: bad layer input, bad optimizer settings, bad IDX files", "
   nn::Linear lin(4, 2, rng);
   sum(lin(Var(Tensor::ones({1, 4})))).backward();
   REQUIRE(lin.weight.grad().defined());
+  lab2test::observe_var("weight.grad", lin.weight.grad());  // ones: independent of the init
   require_error([&] { (void)lin(Var(Tensor::ones({3, 5}))); }, "Linear(4, 2): input has shape [3, 5], expected [..., 4]");
   require_error([&] { nn::SGD({lin.weight}, -1.0); }, "SGD: need lr > 0");
   require_error([&] { nn::Adam({lin.weight}, 0.1, 1.0); }, "Adam: need");

@@ -41,6 +41,7 @@ std::pair<std::vector<double>, std::vector<double>> ce_hvp(const Tensor& x, cons
 }
 
 void check_close(const std::vector<double>& got, const std::vector<double>& want) {
+  mls::testing::observe("got", got, {2.4e-5, 2e-12});  // Approx(want).margin(1e-12), on both sides
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-12));
 }
@@ -95,6 +96,7 @@ void check_jvp(const Fn& f, const std::vector<Tensor>& xs, std::uint64_t seed, b
   for (std::size_t i = 0; i < xs.size(); ++i) us.push_back(randn(xs[i].shape(), seed + i));
   const JvpResult r = jvp(f, xs, us);
   const Tensor ju = r.tangents.at(0);
+  mls::testing::observe_values("J u", ju, {2e-5, 2e-6});  // allclose(ju, diff, 1e-5, 1e-6), on both sides
   auto eval = [&](double h) {
     std::vector<Var> in;
     for (std::size_t i = 0; i < xs.size(); ++i) in.emplace_back(mls::add(xs[i], mls::mul(us[i], h)));
@@ -115,6 +117,7 @@ void check_jvp(const Fn& f, const std::vector<Tensor>& xs, std::uint64_t seed, b
   for (std::size_t i = 0; i < xs.size(); ++i) {
     if (leaves[i].grad().defined()) rhs += mls::sum(mls::mul(leaves[i].grad().value(), us[i])).item();
   }
+  MLS_OBSERVE(lhs, {1e-9, 1e-11});
   CHECK(lhs == Approx(rhs).epsilon(1e-10).margin(1e-12));
 }
 

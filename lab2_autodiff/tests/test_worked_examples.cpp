@@ -7,12 +7,15 @@ using lab2test::randn;
 
 namespace {
 constexpr double kY = 11.652, kDx1 = 5.5, kDx2 = 1.716;  // the slides, to 3 decimals
+/// Approx(slide value).margin(5e-4) on both sides.
+constexpr mls::testing::Tolerance kSlide{2.4e-5, 1e-3};
 }
 
 TEST_CASE("slide trace: forward mode with dual numbers", "[lab2][examples]") {
   auto f = [](Dual x1, Dual x2) { return log(x1) + x1 * x2 - sin(x2); };
   const Dual d1 = f(Dual(2.0, 1.0), Dual(5.0, 0.0));  // seed x1
   const Dual d2 = f(Dual(2.0, 0.0), Dual(5.0, 1.0));  // seed x2
+  mls::testing::observe("y, dy/dx1, dy/dx2", std::vector<double>{d1.v, d1.d, d2.d}, kSlide);
   CHECK(d1.v == Approx(kY).margin(5e-4));
   CHECK(d1.d == Approx(kDx1).margin(5e-4));
   CHECK(d2.d == Approx(kDx2).margin(5e-4));
@@ -23,6 +26,9 @@ TEST_CASE("slide trace: forward mode JVP over the graph", "[lab2][examples]") {
   const std::vector<Tensor> at{Tensor::scalar(2.0, DType::Float64), Tensor::scalar(5.0, DType::Float64)};
   const JvpResult r1 = jvp(f, at, {Tensor::scalar(1.0, DType::Float64), Tensor::scalar(0.0, DType::Float64)});
   const JvpResult r2 = jvp(f, at, {Tensor::scalar(0.0, DType::Float64), Tensor::scalar(1.0, DType::Float64)});
+  mls::testing::observe_values("y", r1.values[0], kSlide);
+  mls::testing::observe_values("dy/dx1", r1.tangents[0], kSlide);
+  mls::testing::observe_values("dy/dx2", r2.tangents[0], kSlide);
   CHECK(r1.values[0].item() == Approx(kY).margin(5e-4));
   CHECK(r1.tangents[0].item() == Approx(kDx1).margin(5e-4));
   CHECK(r2.tangents[0].item() == Approx(kDx2).margin(5e-4));
@@ -32,6 +38,9 @@ TEST_CASE("slide trace: eager reverse mode", "[lab2][examples]") {
   Var x1(Tensor::scalar(2.0, DType::Float64), true), x2(Tensor::scalar(5.0, DType::Float64), true);
   const Var y = examples::slide_function(x1, x2);
   y.backward();
+  lab2test::observe_var("y", y, kSlide);
+  lab2test::observe_var("dy/dx1", x1.grad(), kSlide);
+  lab2test::observe_var("dy/dx2", x2.grad(), kSlide);
   CHECK(y.value().item() == Approx(kY).margin(5e-4));
   CHECK(x1.grad().value().item() == Approx(kDx1).margin(5e-4));
   CHECK(x2.grad().value().item() == Approx(kDx2).margin(5e-4));
@@ -44,12 +53,16 @@ TEST_CASE("slide trace: symbolic reverse mode (gradients + executor)", "[lab2][e
   const auto grads = gradients(y, {x1, x2});
   const auto out = Executor(g).run({y, grads[0], grads[1]}, {{x1, Tensor::scalar(2.0, DType::Float64)},
                                                              {x2, Tensor::scalar(5.0, DType::Float64)}});
+  mls::testing::observe_values("y", out[0], kSlide);
+  mls::testing::observe_values("dy/dx1", out[1], kSlide);
+  mls::testing::observe_values("dy/dx2", out[2], kSlide);
   CHECK(out[0].item() == Approx(kY).margin(5e-4));
   CHECK(out[1].item() == Approx(kDx1).margin(5e-4));
   CHECK(out[2].item() == Approx(kDx2).margin(5e-4));
   // The graph is reusable with other values (lecture: "can be reused by different input values").
   const auto out2 = Executor(g).run({grads[0]}, {{x1, Tensor::scalar(1.0, DType::Float64)},
                                                  {x2, Tensor::scalar(3.0, DType::Float64)}});
+  mls::testing::observe_values("dy/dx1 at (1, 3)", out2[0], lab2test::kApprox);
   CHECK(out2[0].item() == Approx(1.0 + 3.0));
 }
 
@@ -60,6 +73,7 @@ TEST_CASE("(exp(v1)+1) times exp(v1): the backward graph has the slides' structu
   REQUIRE(g.size() == 5);  // v1, exp, const 1, add, mul
   const Var grad = gradients(v4, {v1})[0];
   // Backward nodes: the seed 1, v̄2→4 = v̄4·v3, v̄3 = v̄4·v2, v̄2 = v̄2→4 + v̄2→3, v̄1 = v̄2·v2.
+  MLS_OBSERVE(g.num_backward());
   CHECK(g.num_backward() == 5);
   int muls = 0, adds = 0, consts = 0;
   for (const auto& n : g.nodes()) {
@@ -68,6 +82,9 @@ TEST_CASE("(exp(v1)+1) times exp(v1): the backward graph has the slides' structu
     adds += n->op == Op::Add;
     consts += n->op == Op::Constant;
   }
+  MLS_OBSERVE(muls);
+  MLS_OBSERVE(adds);
+  MLS_OBSERVE(consts);
   CHECK(muls == 3);
   CHECK(adds == 1);  // the node used twice (exp(v1)) gets its two partial adjoints summed
   CHECK(consts == 1);
@@ -78,6 +95,8 @@ TEST_CASE("(exp(v1)+1) times exp(v1): the backward graph has the slides' structu
   CHECK_FALSE(grad.get()->inputs[1]->is_backward);
   const double v = 0.3;
   const auto out = Executor(g).run({v4, grad}, {{v1, Tensor::scalar(v, DType::Float64)}});
+  mls::testing::observe_values("v4", out[0], lab2test::kApprox);
+  mls::testing::observe_values("dv4/dv1", out[1], lab2test::kApprox);
   CHECK(out[0].item() == Approx((std::exp(v) + 1) * std::exp(v)));
   CHECK(out[1].item() == Approx(2 * std::exp(2 * v) + std::exp(v)));
 }
@@ -103,6 +122,8 @@ TEST_CASE("logistic regression (tinyflow): eager and graph give identical losses
     loss.backward();
     INFO("step " << step);
     CHECK(loss.value().item() == out[0].item());
+    mls::testing::observe_values("loss", out[0], {1e-6, 1e-9});
+    mls::testing::observe_values("W grad", out[1], {1e-6, 1e-9});
     CHECK(equal(w.grad().value(), out[1]));
     Tensor wv = w.value();
     wv -= mls::mul(w.grad().value(), lr);
@@ -128,6 +149,9 @@ TEST_CASE("two-layer MLP L = MSE(w2 ReLU(w1 x), y): eager and graph give identic
     loss.backward();
     INFO("step " << step);
     CHECK(loss.value().item() == out[0].item());
+    mls::testing::observe_values("loss", out[0], {1e-6, 1e-9});
+    mls::testing::observe_values("w1 grad", out[1], {1e-6, 1e-9});
+    mls::testing::observe_values("w2 grad", out[2], {1e-6, 1e-9});
     CHECK(equal(e1.grad().value(), out[1]));
     CHECK(equal(e2.grad().value(), out[2]));
     // f(θ, ∇L) = θ - lr ∇L on both sides.

@@ -59,6 +59,9 @@ TEST_CASE("discovery enumerates, fingerprints, verifies and prunes to a set of d
   const Discovery small = discover_rules({.max_ops = 2, .num_vars = 2, .constants = false});
   CHECK(small.stats.enumerated < s.enumerated);
   CHECK(small.stats.kept < s.kept);
+  // Which of two rules the smaller search keeps: fixed by the options (no constants: no x*1).
+  mls::testing::observe("small keeps tt, x*1", std::vector<int>{find_rule(small.rules, "transpose(transpose(A)) = A") != nullptr,
+                                                                find_rule(small.rules, "mul(A, 1) = A") != nullptr});
   CHECK(find_rule(small.rules, "transpose(transpose(A)) = A") != nullptr);
   CHECK(find_rule(small.rules, "mul(A, 1) = A") == nullptr);
 }
@@ -76,6 +79,9 @@ TEST_CASE("discovery rediscovers the hand-written rewrites", "[lab3][discover]")
   const Discovery& d = discovered();
   const auto known = rediscovered(d.rules);
   REQUIRE(known.size() >= 8);
+  std::vector<int> found;
+  for (const KnownRewrite& k : known) found.push_back(k.found);
+  MLS_OBSERVE(found);
   for (const KnownRewrite& k : known) {
     INFO(k.pass << ": " << k.rule);
     CHECK(k.found);
@@ -99,6 +105,9 @@ TEST_CASE("a discovered rule rewrites a program through the pattern engine", "[l
   Program q = clone(a.p);
   const RewriteStats s = rewrite_fixpoint(q, {to_rule(*dist)});
   verify(q);
+  MLS_OBSERVE(s.total());
+  MLS_OBSERVE(count_op(q, Op::Mul));
+  if (mls::testing::observing()) observe_outputs("x*(y+z)", run(q, random_feeds(q, 3)));
   CHECK(s.total() == 1);
   CHECK(count_op(q, Op::Mul) == 1);
   CHECK(max_rel_error(run(q, random_feeds(q, 3)), run(a.p, random_feeds(a.p, 3))) <= 1.0);
@@ -109,6 +118,8 @@ TEST_CASE("a discovered rule rewrites a program through the pattern engine", "[l
   (void)rewrite_fixpoint(r, {to_rule(*mt, /*reverse=*/to_string(mt->lhs).rfind("matmul", 0) == 0)});
   (void)rewrite_fixpoint(r, {to_rule(*tt)});
   verify(r);
+  MLS_OBSERVE(count_op(r, Op::Permute));
+  if (mls::testing::observing()) observe_outputs("y^T x", run(r, random_feeds(r, 4)));
   CHECK(count_op(r, Op::Permute) == 1);  // y^T @ x
   CHECK(max_rel_error(run(r, random_feeds(r, 4)), run(b.p, random_feeds(b.p, 4))) <= 1.0);
   // The rules were verified on square matrices: they decline on other shapes.
@@ -130,6 +141,9 @@ TEST_CASE("the search applies discovered rules to find a cheaper equivalent grap
     const SearchResult s = search_rewrites(a.p, d.rules);
     INFO(print(s.best));
     CHECK(s.cost_after < s.cost_before);
+    MLS_OBSERVE(count_op(s.best, Op::Permute));
+    MLS_OBSERVE(count_op(s.best, Op::Matmul));
+    if (mls::testing::observing()) observe_outputs("best", run(s.best, random_feeds(a.p, 5)));
     CHECK(count_op(s.best, Op::Permute) == 0);
     CHECK(count_op(s.best, Op::Matmul) == 1);
     CHECK(!s.steps.empty());
@@ -142,6 +156,9 @@ TEST_CASE("the search applies discovered rules to find a cheaper equivalent grap
     const SearchResult s = search_rewrites(a.p, d.rules);
     INFO(print(s.best));
     CHECK(s.cost_after < s.cost_before);
+    MLS_OBSERVE(count_op(s.best, Op::Mul));
+    MLS_OBSERVE(count_op(s.best, Op::Add));
+    if (mls::testing::observing()) observe_outputs("best", run(s.best, random_feeds(a.p, 5)));
     CHECK(count_op(s.best, Op::Mul) == 1);
     CHECK(count_op(s.best, Op::Add) == 1);
     CHECK(equivalent(a.p, s.best));

@@ -8,6 +8,7 @@ TEST_CASE("verifier accepts the example models", "[lab3][ir]") {
     INFO(name);
     Program p = build_model(name);
     verify(p);
+    MLS_OBSERVE(p.schedule().size());
     CHECK(p.schedule().size() == p.size());
   }
 }
@@ -51,10 +52,13 @@ TEST_CASE("printer shows every node, its op, shape and the outputs", "[lab3][ir]
   verify(p);
   const std::string text = print(p);
   INFO(text);
+  MLS_OBSERVE(text);
   CHECK(text.find("= add(%0, %1)  float32 [8]") != std::string::npos);
   CHECK(text.find("= mul(") != std::string::npos);
   CHECK(text.find("outputs: %6") != std::string::npos);
   const DotGraph dot = to_dot(p);
+  MLS_OBSERVE(dot.num_nodes());
+  MLS_OBSERVE(dot.num_edges());
   CHECK(dot.num_nodes() == p.size());
   CHECK(dot.num_edges() == 6);
   CHECK(dot.str().find("peripheries") != std::string::npos);  // the output is marked
@@ -69,12 +73,14 @@ TEST_CASE("JSON round trip keeps the graph and its values", "[lab3][ir]") {
     CHECK(print(q) == print(p));
     CHECK(to_json(q) == text);
     const auto feeds = random_feeds(p, 3);
+    if (mls::testing::observing()) observe_outputs("loaded", run(q, feeds), true);
     CHECK(max_rel_error(run(q, feeds), run(p, feeds)) == 0.0);
   }
   // Extension ops survive too.
   Program p = slides_expression(16);
   REQUIRE(fuse_elementwise(p) == 2);
   Program q = from_json(to_json(p));
+  MLS_OBSERVE(count_op(q, kFusedElementwise));
   CHECK(count_op(q, kFusedElementwise) == 1);
   CHECK(equivalent(p, q));
 }
@@ -82,6 +88,7 @@ TEST_CASE("JSON round trip keeps the graph and its values", "[lab3][ir]") {
 TEST_CASE("loading a malformed file is a clear error", "[lab3][ir]") {
   const std::string good = to_json(slides_expression(4));
   Program ok = from_json(good);  // a valid file loads
+  MLS_OBSERVE(ok.size());
   CHECK(ok.size() == 7);
   require_error([] { from_json("{ not json"); }, "load: malformed JSON");
   require_error([] { from_json("{\"format\": \"other\"}"); }, "not an mls-graph file");
@@ -111,6 +118,9 @@ TEST_CASE("arithmetic intensity of E = D + (A+B)*C goes from 1/3 to 3/5 when fus
   REQUIRE(fuse_elementwise(p) == 2);
   REQUIRE(p.outputs[0].get()->op == kFusedElementwise);
   const NodeCost c = node_cost(*p.outputs[0].get());
+  MLS_OBSERVE(c.flops);
+  MLS_OBSERVE(c.intensity(4), {1e-5, 0.0});
+  MLS_OBSERVE(fused_expression(*p.outputs[0].get()));
   CHECK(c.flops == 3 * 1024);
   CHECK(c.intensity(4) == Approx(3.0 / 5.0));
   CHECK(fused_expression(*p.outputs[0].get()) == "add(in3, mul(add(in0, in1), in2))");

@@ -15,6 +15,8 @@ TEST_CASE("the pass manager runs a pipeline and records nodes before and after e
   REQUIRE(pm.size() == 5);
   const PassReport r = pm.run(p);
   REQUIRE(r.stats.size() == 5);
+  for (const auto& st : r.stats) mls::testing::observe("pass", st.name);
+  if (mls::testing::observing()) observe_outputs("optimised", run(p, random_feeds(ref, 11)));
   CHECK(r.stats[0].name == "simplify");
   CHECK(r.stats[0].nodes_before == ref.size());
   for (std::size_t i = 1; i < r.stats.size(); ++i) CHECK(r.stats[i].nodes_before == r.stats[i - 1].nodes_after);
@@ -50,6 +52,7 @@ TEST_CASE("dump-after writes the graph after the named pass", "[lab3][manager]")
   std::ifstream f(path);
   REQUIRE(f.good());
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (mls::testing::observing()) observe_outputs("after the pipeline", run(p, random_feeds(p, 11)));
   CHECK(text.find("fused_elementwise") != std::string::npos);
   CHECK(text.find("after fuse-elementwise") != std::string::npos);
   std::remove(path.c_str());
@@ -64,6 +67,7 @@ TEST_CASE("the default pipeline optimises the three example models", "[lab3][man
     pm.add_pipeline(default_pipeline());
     const PassReport r = pm.run(p);
     INFO(r.table());
+    if (mls::testing::observing()) observe_outputs(name, run(p, random_feeds(ref, 11)));
     CHECK(p.size() < ref.size());
     CHECK(program_cost(p).bytes < program_cost(ref).bytes);
     CHECK(equivalent(ref, p, 2));

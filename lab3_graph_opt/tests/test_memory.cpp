@@ -15,6 +15,10 @@ TEST_CASE("liveness of a chain: each value dies at its reader, outputs live to t
   REQUIRE(s.size() == 5);
   const auto live = liveness(p, s);
   REQUIRE(live.size() == 5);
+  std::vector<std::int64_t> ends;
+  for (const auto& l : live) ends.push_back(l.last_use);
+  MLS_OBSERVE(ends);
+  MLS_OBSERVE(live[1].def);
   CHECK(live[1].def == 1);
   CHECK(live[1].last_use == 2);   // a, read by relu
   CHECK(live[2].last_use == 4);   // b, read through the view by tanh
@@ -26,11 +30,16 @@ TEST_CASE("buffer assignment reuses memory and works in place on a chain", "[lab
   Program p = elementwise_chain(256, 8);
   const MemoryPlan plan = plan_memory(p);
   INFO(plan.summary());
+  MLS_OBSERVE(plan.naive_bytes);
+  MLS_OBSERVE(plan.peak_bytes);
+  MLS_OBSERVE(std::count(plan.in_place.begin(), plan.in_place.end(), true));
   CHECK(plan.naive_bytes == 8 * 256 * 4);
   CHECK(plan.peak_bytes == 256 * 4);  // everything in place in one buffer
   CHECK(std::count(plan.in_place.begin(), plan.in_place.end(), true) == 7);
   PlannedExecutor ex(p, plan);
   const auto feeds = random_feeds(p, 5);
+  if (mls::testing::observing()) observe_outputs("planned", ex.run(feeds), true);
+  MLS_OBSERVE(ex.measured_peak_bytes());
   CHECK(max_rel_error(ex.run(feeds), run(p, feeds)) == 0.0);
   CHECK(ex.measured_peak_bytes() == plan.peak_bytes);
 }
@@ -51,6 +60,7 @@ TEST_CASE("planned peak is below allocate-everything on attention and the MLP, a
     PlannedExecutor ex(p, plan);
     for (std::uint64_t seed : {1u, 2u}) {
       const auto feeds = random_feeds(p, seed);
+      if (mls::testing::observing()) observe_outputs("planned", ex.run(feeds));
       CHECK(max_rel_error(ex.run(feeds), run(p, feeds)) <= 1.0);
     }
     CHECK(ex.measured_peak_bytes() == plan.peak_bytes);
@@ -61,6 +71,7 @@ TEST_CASE("planned peak is below allocate-everything on attention and the MLP, a
     const MemoryPlan after = plan_memory(p);
     PlannedExecutor ex2(p, after);
     const auto feeds = random_feeds(p, 3);
+    if (mls::testing::observing()) observe_outputs("planned after the pipeline", ex2.run(feeds));
     CHECK(max_rel_error(ex2.run(feeds), run(p, feeds)) <= 1.0);
     CHECK(ex2.measured_peak_bytes() == after.peak_bytes);
   }

@@ -14,12 +14,21 @@ TEST_CASE("a pattern matches an op tree and binds its nodes", "[lab3][pattern]")
   const P pat = P::of(Op::Relu, {P::of(Op::Mul, {P::of(Op::Add, {P::any("x"), P::any("y")}, "sum"), P::any("k").constant()})});
   auto m = match(pat, y.node(), uses);
   REQUIRE(m.has_value());
+  MLS_OBSERVE(node_index(p, m->root.get()));
+  MLS_OBSERVE(node_index(p, (*m)["x"].get()));
+  MLS_OBSERVE(node_index(p, (*m)["y"].get()));
+  MLS_OBSERVE(node_index(p, (*m)["sum"].get()));
   CHECK(m->root == y.node());
   CHECK((*m)["x"].get() == a.get());
   CHECK((*m)["y"].get() == b.get());
   CHECK((*m)["sum"].get() == s.get());
   require_error([&] { (void)(*m)["nope"]; }, "nothing is bound to 'nope'");
   // Wrong op at the root, wrong op inside, a placeholder where a constant is required.
+  mls::testing::observe("matches", std::vector<int>{
+      match(P::of(Op::Gelu, {P::any("x")}), y.node(), uses).has_value(),
+      match(P::of(Op::Relu, {P::of(Op::Add, {P::any("x"), P::any("y")})}), y.node(), uses).has_value(),
+      match(P::of(Op::Add, {P::any("x"), P::any("y").constant()}), s.node(), uses).has_value(),
+      match(pat, y.node(), uses).has_value()});
   CHECK_FALSE(match(P::of(Op::Gelu, {P::any("x")}), y.node(), uses));
   CHECK_FALSE(match(P::of(Op::Relu, {P::of(Op::Add, {P::any("x"), P::any("y")})}), y.node(), uses));
   CHECK_FALSE(match(P::of(Op::Add, {P::any("x"), P::any("y").constant()}), s.node(), uses));
@@ -42,9 +51,20 @@ TEST_CASE("pattern constraints: commutative, single use, rank, predicate, repeat
   xcc.commutative();
   auto m = match(xcc, m1.node(), uses);
   REQUIRE(m);
+  MLS_OBSERVE(node_index(p, (*m)["x"].get()));
+  MLS_OBSERVE(node_index(p, (*m)["c"].get()));
   CHECK((*m)["x"].get() == a.get());
   CHECK((*m)["c"].get() == c.get());
   // x + x binds x once: both inputs must be the same node.
+  mls::testing::observe("matches", std::vector<int>{
+      match(xc, m1.node(), uses).has_value(),
+      match(P::of(Op::Add, {P::any("x"), P::any("x")}), t.node(), uses).has_value(),
+      match(P::of(Op::Mul, {P::any("x"), P::any("x")}).commutative(), m1.node(), uses).has_value(),
+      match(P::of(Op::Add, {P::of(Op::Exp, {P::any("x")}).one_use(), P::any("y")}), t.node(), uses).has_value(),
+      match(P::of(Op::Add, {P::of(Op::Exp, {P::any("x")}), P::any("y")}), t.node(), uses).has_value(),
+      match(P::any("v").with_rank(2), t.node(), uses).has_value(), match(P::any("v").with_rank(1), t.node(), uses).has_value(),
+      match(P::any("v").where([](const Node& n) { return n.shape[1] == 3; }), t.node(), uses).has_value(),
+      match(P::any("v").where([](const Node& n) { return n.shape[1] == 4; }), t.node(), uses).has_value()});
   CHECK(match(P::of(Op::Add, {P::any("x"), P::any("x")}), t.node(), uses));
   CHECK_FALSE(match(P::of(Op::Mul, {P::any("x"), P::any("x")}).commutative(), m1.node(), uses));
   // e has three uses (twice in t, once as an output).

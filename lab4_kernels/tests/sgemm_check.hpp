@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mls/kernels/sgemm.hpp"
+#include "mls/observe.hpp"
 #include "reference.hpp"
 
 namespace lab4_test {
@@ -41,6 +42,13 @@ inline long run_case(const std::string& name, bool ta, bool tb, Case c, float al
                                    C.data(), ldc);
   const auto C_before = C;
   mls::lab4::sgemm(name, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  if (mls::testing::observing()) {  // C as the kernel left it (padding included), within twice the widest bound
+    double tol = 0;
+    for (double b : ref.bound) tol = std::max(tol, b);
+    mls::testing::observe(name + " C ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " M=" +
+                              std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K),
+                          C, {0.0, 2 * tol});
+  }
   long bad = 0;
   for (long i = 0; i < M; ++i) {
     for (long j = 0; j < N; ++j) {
@@ -85,8 +93,10 @@ inline void check_degenerate(const std::string& name) {
   const float a = 1, b = 1;
   // K == 0: C = beta * C.
   mls::lab4::sgemm(name, false, false, 2, 3, 0, 1.0f, &a, 1, &b, 3, 2.0f, C.data(), 3);
+  mls::testing::observe(name + " C after K=0, beta=2", C);
   CHECK(C == std::vector<float>{2, 4, 6, 8, 10, 12});
   mls::lab4::sgemm(name, true, true, 2, 3, 0, 1.0f, &a, 2, &b, 1, 0.0f, C.data(), 3);
+  mls::testing::observe(name + " C after K=0, beta=0", C);
   CHECK(C == std::vector<float>{0, 0, 0, 0, 0, 0});
   // M == 0 or N == 0: nothing happens, even with null pointers.
   mls::lab4::sgemm(name, false, false, 0, 3, 4, 1.0f, nullptr, 4, &b, 3, 0.0f, nullptr, 3);

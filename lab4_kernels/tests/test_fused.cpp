@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mls/kernels/fused.hpp"
+#include "mls/observe.hpp"
 #include "reference.hpp"
 
 using lab4_test::random_vec;
@@ -27,6 +28,14 @@ TEST_CASE("fast_expf is within a few ulp of exp", "[lab4][fused][exp]") {
     const double want_f = std::exp(static_cast<double>(static_cast<float>(x)));
     worst = std::max(worst, std::fabs(got - want_f) / want_f);
   }
+  {  // values on a coarse grid, each build within 4 ulp of exp
+    std::vector<float> xs, ys;
+    for (double x = -87.0; x <= 88.0; x += 1.234) xs.push_back(static_cast<float>(x));
+    for (float x : xs) ys.push_back(mls::lab4::fast_expf(x));
+    mls::testing::observe("fast_expf on a grid", ys, {8 * kEps, 0.0});
+    mls::testing::observe("fast_expf(-1000), (1000), (NaN)", std::vector<float>{mls::lab4::fast_expf(-1000.0f),
+        mls::lab4::fast_expf(1000.0f), mls::lab4::fast_expf(std::numeric_limits<float>::quiet_NaN())}, {0.0, 2e-37});
+  }
   CHECK(worst <= 4 * kEps);
   CHECK(mls::lab4::fast_expf(-1000.0f) >= 0.0f);
   CHECK(mls::lab4::fast_expf(-1000.0f) < 1e-37f);
@@ -41,6 +50,7 @@ TEST_CASE("fused E = D + (A + B) * C matches the three-pass version", "[lab4][fu
                D = random_vec(n, 1, "D");
     std::vector<float> E(n);
     mls::lab4::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
+    mls::testing::observe("E", E, {0.0, 2 * 3 * 3 * kEps});
     for (long i = 0; i < n; ++i) {
       const double want = static_cast<double>(D[i]) + (static_cast<double>(A[i]) + B[i]) * C[i];
       // three roundings of values of magnitude <= 3
@@ -56,6 +66,7 @@ TEST_CASE("softmax rows sum to 1 and match the reference", "[lab4][fused][softma
     x[0] = 80.0f;                  // exp(80) alone would overflow a naive float sum
     std::vector<float> y(rows * cols);
     mls::lab4::softmax_forward(y.data(), x.data(), rows, cols);
+    mls::testing::observe("y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
     for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
@@ -86,6 +97,7 @@ TEST_CASE("layernorm forward and backward match the double reference", "[lab4][f
     mls::lab4::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                                   mean.data(), rstd.data(), rows, cols);
     std::vector<double> dw_ref(cols, 0.25), db_ref(cols, -0.25);
+    double tol_max = 0, rs_max = 0, norm_max = 0;  // the widest bounds of the checks below, for the observations
     for (long r = 0; r < rows; ++r) {
       double m = 0, v = 0;
       for (long c = 0; c < cols; ++c) m += x[r * cols + c];
@@ -95,12 +107,15 @@ TEST_CASE("layernorm forward and backward match the double reference", "[lab4][f
       const double rs = 1.0 / std::sqrt(v + eps);
       // rstd can reach 1/sqrt(eps) ~ 316 for cols == 1; errors scale with it.
       const double tol = (cols + 8) * kEps * (1 + rs) * 4;
+      tol_max = std::max(tol_max, tol);
+      rs_max = std::max(rs_max, rs);
       CHECK(std::fabs(mean[r] - m) <= tol);
       CHECK(std::fabs(rstd[r] - rs) <= tol * rs);
       double dmean = 0, dnm = 0;
       for (long c = 0; c < cols; ++c) {
         const double norm = (x[r * cols + c] - m) * rs;
         CHECK(std::fabs(y[r * cols + c] - (norm * w[c] + b[c])) <= tol * (1 + std::fabs(norm)));
+        norm_max = std::max(norm_max, std::fabs(norm));
         dmean += w[c] * dy[r * cols + c];
         dnm += w[c] * dy[r * cols + c] * norm;
       }
@@ -115,6 +130,12 @@ TEST_CASE("layernorm forward and backward match the double reference", "[lab4][f
         db_ref[c] += dy[r * cols + c];
       }
     }
+    mls::testing::observe("mean", mean, {0.0, 2 * tol_max});
+    mls::testing::observe("rstd", rstd, {2 * tol_max, 0.0});
+    mls::testing::observe("y", y, {0.0, 2 * tol_max * (1 + norm_max)});
+    mls::testing::observe("dx", dx, {0.0, 2 * tol_max * rs_max * 4});
+    mls::testing::observe("dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
+    mls::testing::observe("db", db, {0.0, 2 * (rows + 8) * kEps * 4});
     for (long c = 0; c < cols; ++c) {
       CHECK(std::fabs(dw[c] - dw_ref[c]) <= (rows + 8) * kEps * 8 * 4);
       CHECK(std::fabs(db[c] - db_ref[c]) <= (rows + 8) * kEps * 4);
@@ -129,6 +150,8 @@ TEST_CASE("gelu forward and backward match the tanh formula", "[lab4][fused][gel
   std::vector<float> y(n), dx(n, 1.0f);
   mls::lab4::gelu_forward(y.data(), x.data(), n);
   mls::lab4::gelu_backward(dx.data(), x.data(), dy.data(), n);
+  mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 11});
+  mls::testing::observe("dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 11)});
   for (long i = 0; i < n; ++i) {
     const double xi = x[i];
     // GELU loses relative accuracy where 1 + tanh cancels (x << 0); bound by |x| ulps.

@@ -4,6 +4,7 @@
 
 #include "mls/common/kernels.hpp"
 #include "mls/kernels/sgemm.hpp"
+#include "mls/observe_tensor.hpp"
 #include "mls/tensor/tensor.hpp"
 
 TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4][sgemm][registry]") {
@@ -14,6 +15,7 @@ TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4
   for (const auto& k : mls::lab4::cpu_kernels()) {
     INFO("kernel " << k.name);
     mls::lab4::sgemm(k.name, true, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+    mls::testing::observe(std::string("C ") + k.name, std::vector<float>(C, C + 4));
     CHECK(C[0] == 26.0f);  // op(A) = A^T = [[1, 3], [2, 4]]
     CHECK(C[3] == 44.0f);
   }
@@ -32,6 +34,7 @@ TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4
     INFO("kernel " << k.name);
     mls::set_sgemm_kernel(k.name);
     const mls::Tensor got = mls::matmul(a, b);
+    mls::testing::observe_values(k.name, got, {2e-4, 2e-4});
     CHECK(mls::allclose(got.to(mls::DType::Float64), expected, 1e-4, 1e-4));
   }
   mls::set_sgemm_kernel("");

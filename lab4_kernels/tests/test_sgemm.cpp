@@ -91,6 +91,7 @@ TEST_CASE("sgemm: bad arguments throw mls::Error naming the kernel and the value
                   mls::Error);
   CHECK_THROWS_WITH(call("lab4_nope", false, false, 1, 1, 1, A.data(), 1, B.data(), 1, C.data(), 1),
                     Contains("unknown kernel 'lab4_nope'") && Contains("lab4_packed"));
+  mls::testing::observe("C after the refused calls", C);  // none of them wrote
   CHECK_THROWS_AS(mls::lab4::set_packed_isa("sse9"), mls::Error);
 }
 
@@ -103,6 +104,7 @@ TEST_CASE("sgemm: register_kernels puts the ladder in the common registry",
   for (const auto& k : mls::lab4::cpu_kernels()) {
     INFO(k.name);
     mls::lab4::sgemm(k.name, false, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+    mls::testing::observe(std::string("C ") + k.name, std::vector<float>(C, C + 4));
     CHECK(C[0] == 19.0f);
     CHECK(C[3] == 50.0f);
   }
@@ -119,6 +121,7 @@ TEST_CASE("sgemm: register_kernels puts the ladder in the common registry",
   for (const auto& k : mls::lab4::cpu_kernels()) {
     mls::set_sgemm_kernel(k.name);
     mls::sgemm_kernel().fn(false, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+    mls::testing::observe(std::string("C through the registry ") + k.name, std::vector<float>(C, C + 4));
     CHECK(C[0] == 19.0f);
     CHECK(C[1] == 22.0f);
     CHECK(C[2] == 43.0f);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mls/observe_tensor.hpp"
 #include "mls/parallel/comm.hpp"
 
 namespace mls::parallel::testing {
@@ -78,8 +79,18 @@ inline bool close_to(const std::vector<double>& got, const std::vector<double>& 
   return true;
 }
 
+/// The tolerance close_to accepts (4 n eps, relative and absolute), on both sides, as an
+/// observation's: a student's value and the reference build's may each be that far from `want`.
+inline ::mls::testing::Tolerance tol_of(DType dt, int n) {
+  const double eps = dt == DType::Float32 ? 1.2e-7 : dt == DType::Float64 ? 2.3e-16 : 0.0;
+  return {8 * n * eps, 8 * n * eps};
+}
+
+/// CHECKs `got` against `want` (close_to) and records `got` with that tolerance.
 #define MLS_CHECK_CLOSE(got, want, dt, n, ctx)                 \
   do {                                                          \
+    if (::mls::testing::observing())                            \
+      ::mls::testing::observe(#got, got, ::mls::parallel::testing::tol_of(dt, n)); \
     std::string why_;                                           \
     bool ok_ = ::mls::parallel::testing::close_to(got, want, dt, n, &why_); \
     INFO(ctx << ": " << why_);                                  \

@@ -42,18 +42,22 @@ TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather
       for (Algo algo : {Algo::Tree, Algo::Linear, Algo::Native}) {
         Tensor t = me == root ? input_of(root, size, DType::Float32) : Tensor::zeros({size});
         c.broadcast(t, root, algo);
+        mls::testing::observe_values("broadcast", t);
         CHECK(t.to_vector<double>() == input_of(root, size, DType::Float32).to_vector<double>());
       }
       std::vector<Tensor> inputs;
       for (int r = 0; r < n; ++r) inputs.push_back(input_of(r, size, DType::Int64));
       Tensor t = inputs[me].clone();
       c.reduce(t, ReduceOp::Sum, root);
+      if (me == root) mls::testing::observe_values("reduce", t);
       if (me == root) CHECK(t.to_vector<double>() == reduce_ref(inputs, ReduceOp::Sum));
       Tensor g = c.gather(inputs[me], root);
       if (me == root)
         for (int s = 0; s < n; ++s) CHECK(g.select(0, s).to_vector<double>() == inputs[s].to_vector<double>());
       Tensor all = input_of(77, n * size, DType::Int64).view({n, size});
       Tensor mine = c.scatter(all, root);
+      mls::testing::observe_values("scatter", mine);
+      if (me == root) mls::testing::observe_values("gather", g);
       CHECK(mine.to_vector<double>() == all.select(0, me).to_vector<double>());
     }
     Tensor ag = c.allgather(input_of(me, size, DType::Float64));
@@ -61,10 +65,13 @@ TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather
     std::vector<Tensor> inputs;
     for (int r = 0; r < n; ++r) inputs.push_back(input_of(r, size, DType::Float64));
     Tensor rs = c.reduce_scatter(inputs[me], ReduceOp::Max);
+    mls::testing::observe_values("allgather", ag);
+    mls::testing::observe_values("reduce_scatter", rs);
     const auto b = chunk_bounds(size, n);
     const auto full = reduce_ref(inputs, ReduceOp::Max);
     CHECK(rs.to_vector<double>() == std::vector<double>(full.begin() + b[me], full.begin() + b[me + 1]));
     Tensor a2a = c.all_to_all(input_of(me, n * 2, DType::Int64).view({n, 2}));
+    mls::testing::observe_values("all_to_all", a2a);
     for (int s = 0; s < n; ++s)
       CHECK(a2a.select(0, s).to_vector<double>() == input_of(s, n * 2, DType::Int64).view({n, 2}).select(0, me).to_vector<double>());
     c.barrier();
@@ -79,6 +86,7 @@ TEST_CASE("mpi: traffic equals the theory, identical to the simulated backend", 
   Tensor t = Tensor::ones({size});
   c.allreduce(t, ReduceOp::Sum, Algo::Ring);
   const auto& m = c.traffic().by_op.at("allreduce");
+  mls::testing::observe("allreduce messages, steps, bytes", std::vector<std::int64_t>{m.messages_sent, m.steps, m.bytes_sent});
   CHECK(m.messages_sent == 2 * (n - 1));
   CHECK(m.steps == 2 * (n - 1));
   const auto b = chunk_bounds(size, n);
@@ -101,12 +109,14 @@ TEST_CASE("mpi: send/recv with tags, isend/irecv of large messages, split", "[la
   Request rs = c.isend(out, (me + 1) % n, 4);
   rr.wait();
   rs.wait();
+  mls::testing::observe_values("received", in);
   CHECK(in.at({99999}) == (me + n - 1) % n);
   Communicator half = c.split(me % 2, me);
   Tensor v = Tensor::full({1}, me, DType::Int64);
   half.allreduce(v);
   double want = 0;
   for (int r = me % 2; r < n; r += 2) want += r;
+  mls::testing::observe_values("split allreduce", v);
   CHECK(v.at({0}) == want);
   CHECK(half.backend() == "mpi");
 }

@@ -3,6 +3,7 @@
 // under mpirun -np 2, see mpi_launch.hpp): the same equalities as on simulated ranks.
 #include <catch2/catch.hpp>
 
+#include "mls/observe_tensor.hpp"
 #include "mpi_launch.hpp"
 #include "mls/parallel/data_parallel.hpp"
 #include "mls/parallel/mesh.hpp"
@@ -50,6 +51,8 @@ TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B aft
       }
       const double tol = dt == DType::Float64 ? 1e-12 : 1e-6;
       INFO(dtype_name(dt) << " overlap " << overlap << " rank " << comm.rank() << " of " << n);
+      MLS_OBSERVE(dp.allreduce_calls());
+      for (const auto& prm : ps) mls::testing::observe_values("parameter", prm.value(), {2 * tol, 2 * tol});
       CHECK(dp.allreduce_calls() == static_cast<std::int64_t>(dp.buckets().size()) * 10);
       for (std::size_t k = 0; k < ps.size(); ++k) {
         const auto g = ps[k].value().to_vector<double>(), w = rs[k].value().to_vector<double>();
@@ -72,6 +75,8 @@ TEST_CASE("mpi mesh: the residual MLP stack on dp x tp x pp processes equals one
   const StackResult got = train_stack_3d(world, c, dp, tp, pp);
   const MeshCoord m = Mesh3D::coord_of(world.rank(), tp, pp);
   INFO("rank " << world.rank() << " of " << n << ": " << dp << " x " << tp << " x " << pp);
+  mls::testing::observe("losses", got.losses, {2e-12, 0.0});
+  for (const Tensor& p : got.params[0]) mls::testing::observe_values("parameter", p, {2e-12, 2e-14});
   for (std::size_t s = 0; s < ref.losses.size(); ++s) CHECK(got.losses[s] == Approx(ref.losses[s]).epsilon(1e-12));
   for (std::size_t k = 0; k < 4; ++k) {
     const std::int64_t dim = ParallelMLP::kShardDims[k];

@@ -72,6 +72,7 @@ TEST_CASE("allreduce of a non-contiguous 2-D tensor writes back in place", "[lab
     c.allreduce(t, ReduceOp::Sum, Algo::Ring);
     got[c.rank()] = base.to_vector<double>();
   });
+  for (int r = 0; r < 3; ++r) mls::testing::observe("base after allreduce", got[r]);
   for (int r = 0; r < 3; ++r)
     for (int i = 0; i < 12; ++i) CHECK(got[r][i] == 3.0 * i);
 }
@@ -89,6 +90,7 @@ TEST_CASE("broadcast tree and linear: every root, dtype and size, N = 1..8", "[l
               got[c.rank()] = t.to_vector<double>();
             });
             const std::vector<double> want = input_of(root, size, dt).to_vector<double>();
+            for (int r = 0; r < n; ++r) mls::testing::observe("broadcast", got[r]);
             for (int r = 0; r < n; ++r) CHECK(got[r] == want);
           }
 }
@@ -123,6 +125,7 @@ TEST_CASE("allgather ring: rank order, every dtype and size, N = 1..8", "[lab5][
           want.insert(want.end(), v.begin(), v.end());
         }
         for (int r = 0; r < n; ++r) {
+          mls::testing::observe_values("allgather", got[r]);
           CHECK(got[r].shape() == Shape{n, size});
           CHECK(got[r].dtype() == dt);
           CHECK(got[r].to_vector<double>() == want);
@@ -161,6 +164,7 @@ TEST_CASE("all_to_all pairwise: row s of rank r's result is rank s's row r, N = 
           got[c.rank()] = c.all_to_all(input_of(c.rank(), n * cols, dt).view({n, cols}));
         });
         for (int r = 0; r < n; ++r) {
+          mls::testing::observe_values("all_to_all", got[r]);
           CHECK(got[r].shape() == Shape{n, cols});
           for (int s = 0; s < n; ++s) {
             auto src = input_of(s, n * cols, dt).to_vector<double>();
@@ -183,6 +187,8 @@ TEST_CASE("gather and scatter linear: every root, N = 1..8", "[lab5][gather_scat
           scattered[c.rank()] = c.scatter(c.rank() == root ? all : Tensor::zeros({n, size}, dt), root);
         });
         for (int r = 0; r < n; ++r) {
+          mls::testing::observe_values("scattered", scattered[r]);
+          mls::testing::observe_values("gathered", gathered[r]);
           CHECK(scattered[r].to_vector<double>() == all.select(0, r).to_vector<double>());
           if (r == root) {
             REQUIRE(gathered[r].shape() == Shape{n, size});
@@ -204,6 +210,8 @@ TEST_CASE("barrier: nobody leaves before everybody entered", "[lab5][barrier]") 
       c.barrier();
       seen[c.rank()] = entered.load();
     });
+    MLS_OBSERVE(seen);
+    for (int r = 0; r < n; ++r) mls::testing::observe("barrier messages sent", rep.traffic[r].total.messages_sent);
     for (int r = 0; r < n; ++r) CHECK(seen[r] == n);
     const int rounds = n > 1 ? static_cast<int>(std::ceil(std::log2(n))) : 0;
     for (int r = 0; r < n; ++r) CHECK(rep.traffic[r].total.messages_sent == rounds);

@@ -40,6 +40,7 @@ TEST_CASE("send and recv: tags match FIFO per (source, tag), any order of tags",
       got[1] = concat({a, b, d}).to_vector<double>();
     }
   });
+  MLS_OBSERVE(got[1]);
   CHECK(got[1] == std::vector<double>{1, 2, 3, 4, 5, 6});
 }
 
@@ -55,6 +56,7 @@ TEST_CASE("isend and irecv with wait handles, a ring exchange does not deadlock"
       rr.wait();  // a second wait is a no-op
       got[c.rank()] = in.at({2});
     });
+    MLS_OBSERVE(got);
     for (int r = 0; r < n; ++r) CHECK(got[r] == (r + n - 1) % n);
   }
 }
@@ -78,6 +80,11 @@ TEST_CASE("split: row and column communicators of a 2-D mesh, and a 3-D mesh", "
     cols[c.rank()] = b.to_vector<double>();
     c.barrier();  // the parent still works after splits
   });
+  MLS_OBSERVE(row_rank);
+  MLS_OBSERVE(row_size);
+  MLS_OBSERVE(col_rank);
+  MLS_OBSERVE(col_size);
+  for (int r = 0; r < 6; ++r) mls::testing::observe("row, column sums", std::vector<double>{rows[r][0], cols[r][0]});
   for (int r = 0; r < 6; ++r) {
     const int row = r / 3, col = r % 3;
     CHECK(row_size[r] == 3);
@@ -97,10 +104,14 @@ TEST_CASE("split: row and column communicators of a 2-D mesh, and a 3-D mesh", "
     inner[c.rank()] = t.at({0});
     if (b.size() != 2) throw Error("inner size");
   });
+  MLS_OBSERVE(inner);
   for (int r = 0; r < 8; ++r) CHECK(inner[r] == (r | 1));
 }
 
 TEST_CASE("chunk_bounds: sizes differ by at most one, the first n%N chunks are larger", "[lab5][p2p]") {
+  MLS_OBSERVE(chunk_bounds(10, 4));
+  MLS_OBSERVE(chunk_bounds(2, 4));
+  MLS_OBSERVE(chunk_bounds(0, 3));
   CHECK(chunk_bounds(10, 4) == std::vector<std::int64_t>{0, 3, 6, 8, 10});
   CHECK(chunk_bounds(2, 4) == std::vector<std::int64_t>{0, 1, 2, 2, 2});
   CHECK(chunk_bounds(0, 3) == std::vector<std::int64_t>{0, 0, 0, 0});
@@ -223,6 +234,7 @@ TEST_CASE("a rank that throws stops every rank promptly, naming the rank", "[lab
       }
     }, quick(60000));  // a hang would take a minute; the abort is immediate
   }, "rank 2 of 4: rank two's model diverged");
+  MLS_OBSERVE(stopped.load());
   CHECK(stopped.load() == 3);
 }
 
@@ -279,6 +291,8 @@ TEST_CASE("same seed, bit-identical results and modelled times across runs", "[l
     return std::make_pair(out, rep.modelled_seconds);
   };
   auto a = once(), b = once();
+  MLS_OBSERVE(a.first[0], tol_of(DType::Float32, 7));
+  MLS_OBSERVE(a.second, {1e-9, 0.0});
   CHECK(a.first == b.first);
   CHECK(a.second == b.second);
   for (int r = 1; r < 7; ++r) CHECK(a.first[r] == a.first[0]);
@@ -322,6 +336,7 @@ TEST_CASE("8 ranks train an MLP at once: shared pool, allocator, RNG streams, gr
     return w;
   };
   auto a = train();
+  MLS_OBSERVE(a[0], {1e-5, 1e-6});
   for (int r = 1; r < 8; ++r) CHECK(a[r] == a[0]);
   CHECK(train() == a);
 }
@@ -334,6 +349,7 @@ TEST_CASE("make_sim_world: transports driven by the caller's own threads", "[lab
   Tensor t = Tensor::empty({2});
   a.recv(t, 1);
   th.join();
+  MLS_OBSERVE_VALUES(t);
   CHECK(t.to_vector<float>() == std::vector<float>{1.f, 2.f});
 }
 
@@ -344,6 +360,11 @@ TEST_CASE("ping_pong: iters round trips between ranks 0 and 1, other ranks idle"
     // Rank 1 last received rank 0's tensor, rank 0 got it back; rank 2 kept its own.
     CHECK(t.to_vector<float>()[0] == (c.rank() == 2 ? 2.0f : 0.0f));
   });
+  for (int r : {0, 1, 2}) {
+    mls::testing::observe("messages sent, received, bytes sent", std::vector<std::int64_t>{
+        static_cast<std::int64_t>(rep.traffic[r].total.messages_sent), static_cast<std::int64_t>(rep.traffic[r].total.messages_recv),
+        static_cast<std::int64_t>(rep.traffic[r].total.bytes_sent)});
+  }
   for (int r : {0, 1}) {
     CHECK(rep.traffic[r].total.messages_sent == 4);
     CHECK(rep.traffic[r].total.messages_recv == 4);

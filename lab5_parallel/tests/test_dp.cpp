@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "mls/parallel/data_parallel.hpp"
+#include "mls/observe_tensor.hpp"
 #include "mls/testing.hpp"
 
 using namespace mls;
@@ -52,6 +53,19 @@ std::vector<std::vector<double>> train_single(DType dt) {
 
 TEST_CASE("dp: make_buckets groups parameters in backward order", "[lab5][dp]") {
   using B = std::vector<std::vector<std::size_t>>;
+  // Each grouping flattened, buckets separated by -1.
+  auto flat = [](const B& b) {
+    std::vector<std::int64_t> out;
+    for (const auto& bucket : b) {
+      for (std::size_t i : bucket) out.push_back(static_cast<std::int64_t>(i));
+      out.push_back(-1);
+    }
+    return out;
+  };
+  mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 8)));
+  mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 1)));
+  mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 1000)));
+  mls::testing::observe("buckets", flat(make_buckets({100, 4, 4, 20}, 24)));
   CHECK(make_buckets({4, 4, 4, 4}, 8) == B{{3, 2}, {1, 0}});
   CHECK(make_buckets({4, 4, 4, 4}, 1) == B{{3}, {2}, {1}, {0}});
   CHECK(make_buckets({4, 4, 4, 4}, 1000) == B{{3, 2, 1, 0}});
@@ -59,6 +73,7 @@ TEST_CASE("dp: make_buckets groups parameters in backward order", "[lab5][dp]") 
   CHECK(make_buckets({}, 8).empty());
   mls::testing::require_error([] { make_buckets({4}, 0); }, "make_buckets: bucket_bytes = 0 must be > 0");
   const Tensor t = Tensor::arange(12).reshape({6, 2});
+  MLS_OBSERVE_VALUES(shard_batch(t, 1, 3));
   CHECK(shard_batch(t, 1, 3).to_vector<double>() == std::vector<double>{4, 5, 6, 7});
   mls::testing::require_error([&] { shard_batch(t, 0, 4); }, "shard_batch: a batch of 6 rows does not split into 4 equal shards");
 }
@@ -94,6 +109,12 @@ TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD s
             nb[r] = dp.buckets().size();
           });
           INFO(dtype_name(dt) << " N = " << n << ", bucket " << bucket << ", overlap " << overlap);
+          for (int r = 0; r < n; ++r) {
+            const auto u = static_cast<std::size_t>(r);
+            mls::testing::observe("allreduce calls, overlapped, buckets", std::vector<std::int64_t>{
+                calls[u], overlapped[u], static_cast<std::int64_t>(nb[u])});
+            for (std::size_t k = 0; k < got[u].size(); ++k) mls::testing::observe("parameter", got[u][k], {2 * tol, 2 * tol});
+          }
           for (int r = 0; r < n; ++r) {
             const auto u = static_cast<std::size_t>(r);
             CHECK(calls[u] == static_cast<std::int64_t>(nb[u]) * kSteps);

@@ -4,6 +4,7 @@
 
 #include "mls/parallel/mesh.hpp"
 #include "mls/parallel/tensor_parallel.hpp"
+#include "mls/observe_tensor.hpp"
 #include "mls/testing.hpp"
 
 using namespace mls;
@@ -14,6 +15,9 @@ TEST_CASE("mesh: coordinates and sub-communicators of a 2 x 2 x 2 mesh", "[lab5]
     const MeshCoord c = Mesh3D::coord_of(r, 2, 2);
     CHECK(Mesh3D::rank_of(c, 2, 2) == r);
   }
+  MLS_OBSERVE(Mesh3D::coord_of(5, 2, 2).d);
+  MLS_OBSERVE(Mesh3D::coord_of(5, 2, 2).s);
+  MLS_OBSERVE(Mesh3D::coord_of(5, 2, 2).t);
   CHECK(Mesh3D::coord_of(5, 2, 2).d == 1);
   CHECK(Mesh3D::coord_of(5, 2, 2).s == 0);
   CHECK(Mesh3D::coord_of(5, 2, 2).t == 1);
@@ -31,6 +35,8 @@ TEST_CASE("mesh: coordinates and sub-communicators of a 2 x 2 x 2 mesh", "[lab5]
   });
   for (int r = 0; r < 8; ++r) {
     const Out& o = out[static_cast<std::size_t>(r)];
+    mls::testing::observe("dp, tp, pp ranks and sizes", std::vector<int>{o.dp_rank, o.tp_rank, o.pp_rank, o.dp_size, o.tp_size, o.pp_size});
+    mls::testing::observe("tp sum", o.tp_sum);
     CHECK(o.dp_rank == o.c.d);
     CHECK(o.pp_rank == o.c.s);
     CHECK(o.tp_rank == o.c.t);
@@ -62,6 +68,8 @@ TEST_CASE("mesh: 3-D (DP x TP x PP = 2 x 2 x 2) training equals the single-rank 
       const MeshCoord m = where[u];
       INFO(to_string(kind) << " rank " << r << " (d " << m.d << ", s " << m.s << ", t " << m.t << ")");
       REQUIRE(got[u].losses.size() == 5);
+      mls::testing::observe("losses", got[u].losses, {2e-12, 0.0});
+      for (const Tensor& p : got[u].params[0]) mls::testing::observe_values("parameter", p, {2e-12, 2e-14});
       for (std::size_t s = 0; s < 5; ++s) CHECK(got[u].losses[s] == Approx(ref.losses[s]).epsilon(1e-12));
       for (std::size_t k = 0; k < 4; ++k) {
         const std::int64_t dim = ParallelMLP::kShardDims[k];
@@ -88,6 +96,7 @@ TEST_CASE("mesh: other shapes of the mesh (1 x 2 x 4, 4 x 1 x 2, 2 x 4 x 1) matc
     for (int r = 0; r < 8; ++r) {
       INFO(dp << " x " << tp << " x " << pp << " rank " << r);
       const MeshCoord m = Mesh3D::coord_of(r, tp, pp);
+      for (const Tensor& p : got[static_cast<std::size_t>(r)].params[0]) mls::testing::observe_values("parameter", p, {2e-12, 2e-14});
       for (std::size_t k = 0; k < 4; ++k) {
         const std::int64_t dim = ParallelMLP::kShardDims[k];
         const Tensor& full = ref.params[static_cast<std::size_t>(m.s)][k];

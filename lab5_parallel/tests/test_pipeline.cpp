@@ -63,6 +63,12 @@ TEST_CASE("pipeline: gradients equal the unsplit model's, bubble and live activa
       std::size_t k = 0;
       for (int s = 0; s < p; ++s) {
         const RankOut& r = out[static_cast<std::size_t>(s)];
+        MLS_OBSERVE(r.stats.loss, {2e-12, 0.0});
+        MLS_OBSERVE(r.stats.bubble, {2e-12, 0.0});
+        mls::testing::observe("peak live micro, bytes, micro bytes", std::vector<std::int64_t>{
+            static_cast<std::int64_t>(r.stats.peak_live_micro), static_cast<std::int64_t>(r.stats.peak_live_bytes),
+            static_cast<std::int64_t>(r.stats.micro_bytes)});
+        for (const auto& g : r.grads) mls::testing::observe("grad", g, {2e-12, 2e-14});
         CHECK(r.stats.loss == Approx(loss.value().item()).epsilon(1e-12));
         CHECK(r.stats.total_time == Approx(2.0 * (m + p - 1)));
         CHECK(r.stats.bubble == Approx(bubble_fraction(p, m)).epsilon(1e-12));
@@ -97,6 +103,7 @@ TEST_CASE("pipeline: the worked example p = 4, m = 8 measures a bubble of 3/11 o
     st[static_cast<std::size_t>(comm.rank())] = pipeline_step(comm, lin, x, x, o);
   });
   for (const auto& s : st) {
+    MLS_OBSERVE(s.bubble, {2e-12, 0.0});
     CHECK(s.bubble == Approx(3.0 / 11.0).epsilon(1e-12));
     CHECK(s.peak_live_micro <= p);
     CHECK(s.peak_live_bytes <= p * s.micro_bytes);
@@ -115,6 +122,7 @@ TEST_CASE("pipeline: the worked example p = 4, m = 8 measures a bubble of 3/11 o
 }
 
 TEST_CASE("pipeline: bad batches are errors on every rank", "[lab5][train_errors]") {
+  MLS_OBSERVE(make_schedule(2, 3, ScheduleKind::OneFOneB).size());
   CHECK(make_schedule(2, 3, ScheduleKind::OneFOneB).size() == 2);  // your code first
   PipelineOptions o;
   o.micro_batches = 3;

@@ -24,8 +24,12 @@ std::string str(const std::vector<PipeStep>& steps) {
 TEST_CASE("schedule: GPipe and 1F1B lists for p = 4, m = 8 (the worked example)", "[lab5][schedule]") {
   const auto g = make_schedule(4, 8, ScheduleKind::GPipe);
   REQUIRE(g.size() == 4);
+  for (const auto& st : g) mls::testing::observe("gpipe stage", str(st));
   for (const auto& st : g) CHECK(str(st) == "F0 F1 F2 F3 F4 F5 F6 F7 B7 B6 B5 B4 B3 B2 B1 B0 ");
   const auto o = make_schedule(4, 8, ScheduleKind::OneFOneB);
+  for (const auto& st : o) mls::testing::observe("1f1b stage", str(st));
+  MLS_OBSERVE(str(make_schedule(4, 2, ScheduleKind::OneFOneB)[0]));
+  MLS_OBSERVE(str(make_schedule(1, 3, ScheduleKind::OneFOneB)[0]));
   CHECK(str(o[0]) == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7 ");
   CHECK(str(o[1]) == "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7 ");
   CHECK(str(o[2]) == "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7 ");
@@ -42,6 +46,7 @@ TEST_CASE("schedule: every (p, m) gives a valid schedule of both kinds", "[lab5]
         INFO("p = " << p << ", m = " << m << ", " << to_string(k));
         const auto s = make_schedule(p, m, k);
         REQUIRE(static_cast<int>(s.size()) == p);
+        for (const auto& st : s) mls::testing::observe("stage", str(st));  // the canonical lists (as in the worked example)
         CHECK_NOTHROW(validate_schedule(s, m));
         for (const auto& st : s) CHECK(static_cast<int>(st.size()) == 2 * m);
       }
@@ -55,6 +60,11 @@ TEST_CASE("schedule: simulated bubble equals (p-1)/(m+p-1), 1F1B keeps at most p
       INFO("p = " << p << ", m = " << m);
       const Timeline g = simulate_schedule(make_schedule(p, m, ScheduleKind::GPipe));
       const Timeline o = simulate_schedule(make_schedule(p, m, ScheduleKind::OneFOneB));
+      mls::testing::observe("gpipe total, 1f1b total", std::vector<double>{g.total, o.total}, {1e-9, 0.0});
+      mls::testing::observe("gpipe bubble", g.bubble, {1e-9, 1e-12});
+      mls::testing::observe("1f1b bubble", o.bubble, {1e-9, 1e-12});
+      mls::testing::observe("gpipe peak live", g.peak_live);
+      mls::testing::observe("1f1b peak live", o.peak_live);
       CHECK(g.total == Approx(2.0 * (m + p - 1)));
       CHECK(o.total == Approx(2.0 * (m + p - 1)));
       for (int s = 0; s < p; ++s) {
@@ -76,6 +86,9 @@ TEST_CASE("schedule: timeline of GPipe p = 2, m = 2 slot by slot", "[lab5][sched
   std::vector<std::tuple<int, std::string, double, double>> want = {
       {0, "F0 ", 0, 1}, {0, "F1 ", 1, 2}, {0, "B1 ", 5, 7}, {0, "B0 ", 7, 9},
       {1, "F0 ", 1, 2}, {1, "F1 ", 2, 3}, {1, "B1 ", 3, 5}, {1, "B0 ", 5, 7}};
+  for (const auto& sl : t.slots)
+    mls::testing::observe("slot " + std::to_string(sl.stage) + " " + str({sl.step}), std::vector<double>{sl.start, sl.end});
+  MLS_OBSERVE(t.total);
   REQUIRE(t.slots.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
     CHECK(t.slots[i].stage == std::get<0>(want[i]));
@@ -99,6 +112,8 @@ TEST_CASE("schedule: text and SVG drawings", "[lab5][schedule]") {
   CHECK(svg.find("bubble 0.273") != std::string::npos);
   std::size_t boxes = 0;
   for (std::size_t pos = 0; (pos = svg.find("rx=\"3\"", pos)) != std::string::npos; ++pos) ++boxes;
+  MLS_OBSERVE(boxes);
+  MLS_OBSERVE(txt.substr(0, txt.find('\n')));
   CHECK(boxes == 4 * 16);
 }
 
@@ -118,5 +133,6 @@ TEST_CASE("schedule: bad inputs are errors", "[lab5][train_errors]") {
   require_error([&] { simulate_schedule(dl3); }, "simulate_schedule: the schedule deadlocks: stage 0 at B0; stage 1 at F1;");
   require_error([] { simulate_schedule(make_schedule(2, 2, ScheduleKind::GPipe), 0.0); }, "step times must be > 0");
   require_error([] { partition_layers(2, 3); }, "partition_layers: cannot split 2 layers into 3 stages");
+  MLS_OBSERVE(partition_layers(7, 3));
   CHECK(partition_layers(7, 3) == std::vector<int>{0, 3, 5, 7});
 }

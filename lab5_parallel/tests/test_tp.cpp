@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "mls/parallel/tensor_parallel.hpp"
+#include "mls/observe_tensor.hpp"
 #include "mls/testing.hpp"
 
 using namespace mls;
@@ -12,6 +13,7 @@ using mls::ad::Var;
 
 namespace {
 void check_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  mls::testing::observe_values(what, got, {2e-12, 2e-13});  // Approx(want).epsilon(1e-12).margin(1e-13), on both sides
   INFO(what << ": got " << shape_str(got.shape()) << ", want " << shape_str(want.shape()));
   REQUIRE(got.shape() == want.shape());
   const auto g = got.to_vector<double>(), w = want.to_vector<double>();
@@ -51,6 +53,12 @@ TEST_CASE("tp: f is identity forward and allreduce backward, g the reverse", "[l
   });
   for (int r = 0; r < t; ++r) {
     const auto u = static_cast<std::size_t>(r);
+    mls::testing::observe_values("f(x)", fx[u]);
+    mls::testing::observe_values("g(z)", gy[u]);
+    mls::testing::observe_values("x.grad", gx[u]);
+    mls::testing::observe_values("z.grad", gz[u]);
+    mls::testing::observe("allreduces forward, backward", std::vector<std::int64_t>{
+        static_cast<std::int64_t>(c[u].forward_allreduces), static_cast<std::int64_t>(c[u].backward_allreduces)});
     CHECK(fx[u].to_vector<double>() == std::vector<double>{1.0 + r, 1.0 + r});  // identity
     CHECK(gz[u].to_vector<double>() == std::vector<double>{2.0, 2.0});          // identity backward
     CHECK(gx[u].to_vector<double>() == std::vector<double>{6.0, 6.0});          // 1 + 2 + 3

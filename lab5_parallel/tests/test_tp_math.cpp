@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "mls/parallel/tensor_parallel.hpp"
+#include "mls/observe_tensor.hpp"
 #include "mls/testing.hpp"
 
 using namespace mls;
@@ -19,6 +20,8 @@ TEST_CASE("tp math: shard and unshard are inverse along any dim", "[lab5][tp]") 
       for (int r = 0; r < parts; ++r) sh.push_back(shard(w, dim, r, parts));
       CHECK(sh[0].size(dim) == w.size(dim) / parts);
       const Tensor back = unshard(sh, dim);
+      for (const Tensor& s : sh) mls::testing::observe_values("shard", s);
+      mls::testing::observe_values("unshard", back);
       CHECK(back.to_vector<double>() == w.to_vector<double>());
     }
   }
@@ -27,6 +30,7 @@ TEST_CASE("tp math: shard and unshard are inverse along any dim", "[lab5][tp]") 
   const Tensor x = Tensor::randn({3, 4}, rng, 0.0, 1.0, DType::Float64);
   const Tensor cols = column_parallel_linear(Var(x), Var(shard(w, 1, 1, 2)), Var()).value();
   const Tensor full = ad::matmul(Var(x), Var(w)).value();
+  mls::testing::observe_values("column shard of x W", cols, {2e-14, 1e-15});
   for (std::int64_t i = 0; i < 3; ++i)
     for (std::int64_t j = 0; j < 3; ++j) CHECK(cols.at({i, j}) == Approx(full.at({i, 3 + j})).epsilon(1e-14));
   require_error([&] { shard(w, 0, 0, 3); }, "shard: dim 0 of shape [4, 6] (size 4) does not split into 3 equal parts");
@@ -56,6 +60,7 @@ TEST_CASE("tp math: the sum of the ranks' partial row-parallel outputs is the un
     }
   }
   const auto full = mlp_block(Var(x), Var(w1), Var(b1), Var(w2), Var(b2), "tanh").value().to_vector<double>();
+  MLS_OBSERVE(full, {2e-12, 0.0});
   for (std::size_t i = 0; i < ref.size(); ++i) CHECK(full[i] == Approx(ref[i]).epsilon(1e-12));
   for (int t : {1, 2, 4}) {
     Tensor sum = Tensor::zeros({N, D}, DType::Float64);
@@ -65,6 +70,7 @@ TEST_CASE("tp math: the sum of the ranks' partial row-parallel outputs is the un
     }
     sum += b2;
     const auto got = sum.to_vector<double>();
+    mls::testing::observe_values("sum of partials", sum, {2e-12, 0.0});
     for (std::size_t i = 0; i < ref.size(); ++i) CHECK(got[i] == Approx(ref[i]).epsilon(1e-12));
   }
   require_error([&] { column_parallel_linear(Var(x), Var(w2), Var()); },
@@ -82,6 +88,7 @@ TEST_CASE("tp math: attention heads computed separately and concatenated match p
   CHECK(column_parallel_linear(Var(x), Var(w[0]), Var(bo)).shape() == Shape{B, T, D});
   // one head = plain single-head attention, written with loops (causal)
   const Var y1 = attention_block(Var(x), Var(w[0]), Var(w[1]), Var(w[2]), Var(w[3]), Var(bo), 1, true);
+  mls::testing::observe_values("one head", y1.value(), {2e-10, 0.0});
   for (std::int64_t b = 0; b < B; ++b) {
     // q, k, v rows
     auto proj = [&](const Tensor& wm, std::int64_t t, std::int64_t o) {

@@ -24,10 +24,17 @@ SimOptions model_opts() {
   return o;
 }
 
+/// Records messages and bytes sent and received.
+void observe_counts(const std::string& label, const Traffic::Counts& t) {
+  mls::testing::observe(label + ": messages sent, bytes sent, messages received, bytes received",
+                        std::vector<std::int64_t>{t.messages_sent, t.bytes_sent, t.messages_recv, t.bytes_recv});
+}
+
 void check_model(const SimReport& rep, const CostModel& m, const std::string& coll, const std::string& algo, int n,
                  std::int64_t bytes, int elem) {
   const double want = estimate(m, coll, algo, n, bytes, elem).seconds;
   INFO(coll << " " << algo << " N=" << n << " bytes=" << bytes);
+  mls::testing::observe(coll + " " + algo + " modelled seconds", rep.max_modelled_seconds(), {2e-9, 2e-15});
   CHECK(rep.max_modelled_seconds() == Approx(want).epsilon(1e-9).margin(1e-15));
 }
 }  // namespace
@@ -43,6 +50,8 @@ TEST_CASE("ring allreduce traffic: 2(N-1) messages and steps, 2(N-1)/N*n element
       std::int64_t total = 0;
       for (int r = 0; r < n; ++r) {
         const auto& t = rep.traffic[r].by_op.at("allreduce");
+        observe_counts("allreduce", t);
+        MLS_OBSERVE(t.steps);
         CHECK(t.messages_sent == 2 * (n - 1));
         CHECK(t.messages_recv == 2 * (n - 1));
         CHECK(t.steps == 2 * (n - 1));
@@ -70,6 +79,8 @@ TEST_CASE("tree broadcast traffic: ceil(log2 N) rounds, N-1 messages in all", "[
         sent += rep.traffic[r].total.messages_sent;
         CHECK(rep.traffic[r].total.messages_recv == (r == root ? 0 : 1));
       }
+      for (int r = 0; r < n; ++r) observe_counts("broadcast", rep.traffic[r].total);
+      MLS_OBSERVE(rep.traffic[root].total.steps);
       CHECK(sent == n - 1);
       CHECK(rep.traffic[root].total.steps == ceil_log2(n));
     }
@@ -88,6 +99,8 @@ TEST_CASE("recursive doubling and Rabenseifner traffic on powers of two", "[lab5
     });
     const int lg = ceil_log2(n);
     for (int r = 0; r < n; ++r) {
+      observe_counts("recursive doubling", rd.traffic[r].total);
+      observe_counts("rabenseifner", rab.traffic[r].total);
       CHECK(rd.traffic[r].total.messages_sent == lg);
       CHECK(rd.traffic[r].total.bytes_sent == lg * size * 4);
       CHECK(rab.traffic[r].total.messages_sent == 2 * lg);
@@ -111,9 +124,12 @@ TEST_CASE("allgather, reduce_scatter, all_to_all, gather, scatter traffic", "[la
       const auto& by = rep.traffic[r].by_op;
       for (const char* op : {"allgather", "reduce_scatter", "all_to_all"}) {
         INFO(op << " N=" << n << " rank " << r);
+        observe_counts(op, by.at(op));
         CHECK(by.at(op).messages_sent == n - 1);
         CHECK(by.at(op).bytes_sent == (n - 1) * k * 4);
       }
+      observe_counts("gather", by.at("gather"));
+      observe_counts("scatter", by.at("scatter"));
       CHECK(by.at("gather").messages_sent == (r == 0 ? 0 : 1));
       CHECK(by.at("gather").messages_recv == (r == 0 ? n - 1 : 0));
       CHECK(by.at("scatter").messages_sent == (r == 0 ? n - 1 : 0));
@@ -128,6 +144,8 @@ TEST_CASE("user send/recv traffic is counted under send and recv", "[lab5][p2p]"
     if (c.rank() == 0) c.send(t, 1, 3);
     else c.recv(t, 0, 3);
   });
+  observe_counts("send", rep.traffic[0].by_op.at("send"));
+  observe_counts("recv", rep.traffic[1].by_op.at("recv"));
   CHECK(rep.traffic[0].by_op.at("send").bytes_sent == 40);
   CHECK(rep.traffic[1].by_op.at("recv").bytes_recv == 40);
   CHECK(rep.traffic[0].total.messages_sent == 1);
@@ -171,6 +189,10 @@ TEST_CASE("simulated clock equals the closed-form α-β-γ model", "[lab5][model
 TEST_CASE("cost model: closed forms, the crossover and bad names", "[lab5][cost]") {
   CostModel m{1e-5, 1e-10, 0};
   // Latency-bound small messages: recursive doubling; bandwidth-bound large ones: ring/Rabenseifner.
+  MLS_OBSERVE(cheapest(m, "allreduce", 8, 64));
+  MLS_OBSERVE(cheapest(m, "allreduce", 8, 64 << 20));
+  MLS_OBSERVE(estimate(m, "allreduce", "ring", 4, 4000).seconds, {1e-9, 0.0});
+  MLS_OBSERVE(estimate(m, "broadcast", "tree", 5, 100).steps);
   CHECK(cheapest(m, "allreduce", 8, 64) == "recursive_doubling");
   CHECK(cheapest(m, "allreduce", 8, 64 << 20) != "recursive_doubling");
   CHECK(estimate(m, "allreduce", "ring", 4, 4000).seconds == Approx(6 * 1e-5 + 1.5 * 4000 * 1e-10));
@@ -196,6 +218,7 @@ TEST_CASE("cost model JSON round trip and bad files", "[lab5][cost]") {
     std::fclose(f);
   }
   CostModel back = CostModel::load(path);
+  MLS_OBSERVE(std::vector<double>({back.alpha, back.beta, back.gamma}));
   CHECK(back.alpha == m.alpha);
   CHECK(back.beta == m.beta);
   CHECK(back.gamma == m.gamma);

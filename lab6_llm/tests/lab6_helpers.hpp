@@ -10,12 +10,29 @@
 #include <vector>
 
 #include "mls/common/rng.hpp"
+#include "mls/llm/config.hpp"
+#include "mls/observe.hpp"
 #include "mls/testing.hpp"
 
 namespace lab6test {
 
 using mls::testing::require_error;
 namespace fs = std::filesystem;
+
+/// Records a config's five sizes.
+inline void observe_config(const std::string& label, const mls::llm::GPTConfig& c) {
+  mls::testing::observe(label, std::vector<std::int64_t>{c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size});
+}
+
+/// Pairs (e.g. BPE merges) flattened to one list, for an observation.
+inline std::vector<std::int32_t> flat_pairs(const std::vector<std::pair<std::int32_t, std::int32_t>>& v) {
+  std::vector<std::int32_t> out;
+  for (const auto& [a, b] : v) {
+    out.push_back(a);
+    out.push_back(b);
+  }
+  return out;
+}
 
 /// `n` random bytes (every value 0..255 possible).
 inline std::string random_bytes(std::size_t n, std::uint64_t seed) {

@@ -52,7 +52,20 @@ Checkpoint sample_checkpoint(std::uint64_t seed = 1) {
   return ck;
 }
 
+/// Records a checkpoint's step, tokenizer and arrays (names, shapes, values, bit-exact).
+void observe_checkpoint(const Checkpoint& c) {
+  if (!mls::testing::observing()) return;
+  mls::testing::observe("step", c.step);
+  mls::testing::observe("tokenizer", c.tokenizer);
+  for (const auto& a : c.arrays) {
+    mls::testing::observe("array " + a.name + " shape", a.shape);
+    mls::testing::observe("array " + a.name, a.data);
+  }
+}
+
 void check_same(const Checkpoint& a, const Checkpoint& b) {
+  observe_checkpoint(a);
+  observe_checkpoint(b);
   CHECK(a.config == b.config);
   CHECK(a.tokenizer == b.tokenizer);
   CHECK(a.step == b.step);
@@ -102,6 +115,9 @@ TEST_CASE("checkpoint: layout of the header", "[lab6][checkpoint]") {
   std::memcpy(&version, bytes.data() + 8, 4);
   std::memcpy(&size, bytes.data() + 16, 8);
   std::memcpy(&sum, bytes.data() + 24, 8);
+  MLS_OBSERVE(version);
+  MLS_OBSERVE(size);
+  MLS_OBSERVE(sum);
   CHECK(version == kCheckpointVersion);
   CHECK(size == bytes.size() - 32);
   // 64-bit FNV-1a of the payload, computed here independently.
@@ -116,6 +132,7 @@ TEST_CASE("checkpoint: layout of the header", "[lab6][checkpoint]") {
 TEST_CASE("checkpoint: a flipped byte anywhere is detected", "[lab6][checkpoint]") {
   lab6test::TempDir dir("ckpt");
   const std::string good = serialize_checkpoint(sample_checkpoint());
+  MLS_OBSERVE(good.size());
   mls::Rng rng(3, "flip");
   for (int trial = 0; trial < 20; ++trial) {
     std::string bad = good;
@@ -138,6 +155,7 @@ TEST_CASE("checkpoint: a flipped byte anywhere is detected", "[lab6][checkpoint]
 
 TEST_CASE("checkpoint: truncated files", "[lab6][checkpoint]") {
   const std::string good = serialize_checkpoint(sample_checkpoint());
+  MLS_OBSERVE(good.size());
   for (std::size_t len : {std::size_t{4}, std::size_t{8}, std::size_t{20}, std::size_t{31}, std::size_t{32},
                           std::size_t{100}, good.size() / 2, good.size() - 1}) {
     INFO("length " << len);
@@ -152,6 +170,7 @@ TEST_CASE("checkpoint: foreign files", "[lab6][checkpoint]") {
   require_error([&] { load_checkpoint(dir.file("notes.txt")); }, "notes.txt' is not an mls-gpt checkpoint");
   const Checkpoint ck = sample_checkpoint();
   write_llmc(dir.file("gpt2.bin"), ck.config, get_params(ck, ""));
+  MLS_OBSERVE(lab6test::slurp(dir.file("gpt2.bin")).size());
   require_error([&] { load_checkpoint(dir.file("gpt2.bin")); }, "is an llm.c model file");
   require_error([&] { load_checkpoint(dir.file("missing.ckpt")); }, "load_checkpoint: cannot open");
   require_error([&] { load_checkpoint(dir.path.string()); }, "is a directory");
@@ -172,6 +191,7 @@ TEST_CASE("checkpoint: a corrupt payload with a valid checksum", "[lab6][checkpo
   const std::string good = serialize_checkpoint(sample_checkpoint());
   std::string payload = good.substr(32);
   CHECK_NOTHROW(parse_checkpoint(frame(payload), "p.ckpt"));
+  MLS_OBSERVE(parse_checkpoint(frame(payload), "p.ckpt").step);
   std::string bad = payload;
   const std::int64_t heads = 3;  // n_embd 8 is not divisible by 3
   std::memcpy(bad.data() + 8, &heads, 8);
@@ -216,6 +236,8 @@ TEST_CASE("checkpoint: a full disk leaves the previous checkpoint", "[lab6][chec
   save_checkpoint(path, sample_checkpoint(1));
   const std::string before = lab6test::slurp(path);
   const std::string bytes = serialize_checkpoint(sample_checkpoint(2));
+  MLS_OBSERVE(before.size());
+  MLS_OBSERVE(bytes.size());
   // An injected failure half way: the first write succeeds, the next one finds the disk full.
   int calls = 0;
   const WriteFn half = [&](int fd, const void* data, std::size_t n) -> long {
@@ -262,6 +284,8 @@ TEST_CASE("checkpoint: resume compatibility names the field", "[lab6][checkpoint
 
 TEST_CASE("checkpoint: arrays and counters errors", "[lab6][checkpoint]") {
   Checkpoint ck = sample_checkpoint();
+  MLS_OBSERVE(ck.get("wte").shape);
+  MLS_OBSERVE(ck.counter("seed"));
   require_error([&] { ck.add("wte", {1}, {0.0f}); }, "an array named 'wte' is already present");
   require_error([&] { ck.add("x", {2, 3}, {0.0f}); }, "array 'x' of shape [2, 3] needs 6 values, got 1");
   require_error([&] { ck.get("adam"); }, "no array named 'adam' (present: wte, wpe");

@@ -6,14 +6,22 @@
 using namespace mls::llm;
 using lab6test::require_error;
 
+namespace {
+void observe_config(const char* label, const GPTConfig& c) {
+  mls::testing::observe(label, std::vector<std::int64_t>{c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size});
+}
+}  // namespace
+
 TEST_CASE("config: named configs", "[lab6][config]") {
   const GPTConfig nano = config_by_name("nano");
+  observe_config("nano", nano);
   CHECK(nano.n_layer == 3);
   CHECK(nano.n_head == 3);
   CHECK(nano.n_embd == 48);
   CHECK(nano.block_size == 32);
   CHECK(nano.vocab_size == 0);
   const GPTConfig small = config_by_name("small");
+  observe_config("small", small);
   CHECK(small.n_layer == 4);
   CHECK(small.n_head == 4);
   CHECK(small.n_embd == 128);
@@ -37,17 +45,20 @@ TEST_CASE("config: validate names the field", "[lab6][config]") {
   require_error([&] { d.validate(); }, "block_size = 0");
   d = c, d.n_embd = 0;
   require_error([&] { d.validate(); }, "n_embd = 0");
+  observe_config("nano", config_by_name("nano"));
   CHECK_FALSE(c == config_by_name("nano"));  // vocab_size differs
 }
 
 TEST_CASE("config: llm.c parameter order, shapes and count", "[lab6][config]") {
   const auto& names = param_names();
+  for (const char* n : names) mls::testing::observe("name", n);
   CHECK(std::string(names[0]) == "wte");
   CHECK(std::string(names[4]) == "qkvw");
   CHECK(std::string(names[12]) == "fcprojw");
   CHECK(std::string(names[15]) == "lnfb");
   GPTConfig c{2, 2, 8, 16, 11};
   const auto shapes = param_shapes(c);
+  for (const auto& s : shapes) mls::testing::observe("shape", s);
   CHECK(shapes[0] == mls::Shape{11, 8});
   CHECK(shapes[1] == mls::Shape{16, 8});
   CHECK(shapes[4] == mls::Shape{2, 24, 8});
@@ -62,6 +73,7 @@ TEST_CASE("config: llm.c parameter order, shapes and count", "[lab6][config]") {
       g.vocab_size = V;
       std::int64_t sum = 0;
       for (const auto& s : param_shapes(g)) sum += mls::checked_numel(s);
+      MLS_OBSERVE(num_params(g));
       CHECK(num_params(g) == sum);
     }
   }

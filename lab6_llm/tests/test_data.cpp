@@ -42,11 +42,15 @@ TEST_CASE("text data: 90/10 split and windows of the right split", "[lab6][data]
   const auto n_val = n / 10;
   REQUIRE(data.train_tokens().size() == n - n_val);
   REQUIRE(data.val_tokens().size() == n_val);
+  MLS_OBSERVE(data.train_tokens().size());
+  MLS_OBSERVE(data.val_tokens());
   CHECK(std::equal(data.train_tokens().begin(), data.train_tokens().end(), all.begin()));
   CHECK(std::equal(data.val_tokens().begin(), data.val_tokens().end(), all.begin() + static_cast<std::ptrdiff_t>(n - n_val)));
   const Batch b = data.next_train(4, 16);
   CHECK(b.B == 4);
   CHECK(b.T == 16);
+  mls::testing::observe("B, T, inputs", std::vector<std::int64_t>{b.B, b.T, static_cast<std::int64_t>(b.inputs.size())});
+  MLS_OBSERVE(b.mask);
   CHECK(b.inputs.size() == 64);
   check_windows(b, data.train_tokens());
   check_windows(data.next_val(3, 8), data.val_tokens());
@@ -65,6 +69,7 @@ TEST_CASE("text data: windows cover the split uniformly", "[lab6][data]") {
     const Batch b = data.next_train(8, 4);
     for (std::int64_t r = 0; r < 8; ++r) ++hist[static_cast<std::size_t>(b.inputs[static_cast<std::size_t>(r * 4)])];
   }
+  MLS_OBSERVE(std::vector<double>(hist.begin(), hist.end()), {0.0, 120.0});  // each build in (100, 220)
   for (int h : hist) CHECK((h > 100 && h < 220));  // 1600 draws over 10 values
 }
 
@@ -78,6 +83,8 @@ TEST_CASE("text data: seeded, and seek restores the stream exactly", "[lab6][dat
     if (i % 2) seen.push_back(a.next_val(2, 12));
   }
   const std::uint64_t pos = a.position();
+  MLS_OBSERVE(position_train(pos));
+  MLS_OBSERVE(position_val(pos));
   CHECK(position_train(pos) == 5);
   CHECK(position_val(pos) == 2);
   const Batch next_a = a.next_train(4, 12), next_va = a.next_val(2, 12);
@@ -117,6 +124,7 @@ TEST_CASE("text data: errors name the sizes", "[lab6][data]") {
 TEST_CASE("text files: read, empty, missing, not UTF-8", "[lab6][data_files]") {
   lab6test::TempDir dir("data");
   lab6test::write_file(dir.file("ok.txt"), "h\xc3\xa9llo\n");
+  MLS_OBSERVE(read_text_file(dir.file("ok.txt")));
   CHECK(read_text_file(dir.file("ok.txt")) == "h\xc3\xa9llo\n");
   lab6test::write_file(dir.file("empty.txt"), "");
   require_error([&] { read_text_file(dir.file("empty.txt")); }, "empty.txt' is empty");
@@ -129,6 +137,9 @@ TEST_CASE("text files: read, empty, missing, not UTF-8", "[lab6][data_files]") {
 TEST_CASE("positions pack train and val counts", "[lab6][data_files]") {
   CHECK(pack_position(0, 0) == 0);
   const std::uint64_t p = pack_position(123456789, 4321);
+  MLS_OBSERVE(p);
+  MLS_OBSERVE(position_train(p));
+  MLS_OBSERVE(position_val(p));
   CHECK(position_train(p) == 123456789);
   CHECK(position_val(p) == 4321);
   require_error([] { pack_position(std::uint64_t{1} << 40, 0); }, "pack_position");
@@ -145,6 +156,11 @@ TEST_CASE("sort task: problems, worked example", "[lab6][data_files]") {
   CHECK(task.seq_len() == 8);
   CHECK(task.space_size() == 10000);
   const Problem p = task.problem(3142);
+  MLS_OBSERVE(task.vocab_size());
+  MLS_OBSERVE(task.space_size());
+  MLS_OBSERVE(task_text(task, p.prompt));
+  MLS_OBSERVE(task_text(task, p.answer));
+  MLS_OBSERVE(task_text(task, task.problem(7).answer));
   CHECK(task_text(task, p.prompt) == "3142=");
   CHECK(task_text(task, p.answer) == "1234");
   CHECK(task_text(task, task.problem(7).prompt) == "0007=");
@@ -157,6 +173,8 @@ TEST_CASE("addition task: problems, worked example", "[lab6][data_files]") {
   CHECK(task.answer_len() == 4);
   CHECK(task.space_size() == 1000000);
   const Problem p = task.problem(123 * 1000 + 456);
+  MLS_OBSERVE(task_text(task, p.prompt));
+  MLS_OBSERVE(task_text(task, p.answer));
   CHECK(task_text(task, p.prompt) == "123+456=");
   CHECK(task_text(task, p.answer) == "9750");  // 579, reversed, 4 digits
   const Problem q = task.problem(999 * 1000 + 999);
@@ -166,6 +184,7 @@ TEST_CASE("addition task: problems, worked example", "[lab6][data_files]") {
   for (std::uint64_t i = 0; i < small.space_size(); ++i) {
     const Problem r = small.problem(i);
     const std::string ans = task_text(small, r.answer);
+    MLS_OBSERVE(ans);
     CHECK(std::stoi(std::string(ans.rbegin(), ans.rend())) == static_cast<int>(i / 10 + i % 10));
   }
 }
@@ -174,6 +193,7 @@ TEST_CASE("tasks: held-out split is disjoint and about 10%", "[lab6][data_files]
   SortTask task(4, 0);
   std::int64_t n_val = 0;
   for (std::uint64_t i = 0; i < task.space_size(); ++i) n_val += task.is_val(i);
+  MLS_OBSERVE(static_cast<double>(n_val), {0.0, 400.0});  // each build in (800, 1200)
   CHECK((n_val > 800 && n_val < 1200));
   mls::Rng rng(5, "t");
   std::set<std::vector<std::int32_t>> train, val;
@@ -190,6 +210,8 @@ TEST_CASE("tasks: batches mask the answer and come from the right split", "[lab6
     const std::int64_t T = task->seq_len() + 2;  // two padding positions
     const Batch b = task->next_train(6, T);
     const Batch v = task->next_val(6, T);
+    MLS_OBSERVE(b.mask);
+    MLS_OBSERVE(v.mask);
     for (const Batch* batch : {&b, &v}) {
       for (std::int64_t r = 0; r < batch->B; ++r) {
         std::vector<std::int32_t> seq;
@@ -223,6 +245,9 @@ TEST_CASE("tasks: seek restores the stream", "[lab6][data]") {
   const auto pos = a.position();
   const Batch na = a.next_train(4, 10);
   b.seek(pos);
+  MLS_OBSERVE(position_train(pos));  // batches drawn so far: 3 train, 1 val
+  MLS_OBSERVE(position_val(pos));
+  MLS_OBSERVE(na.mask);
   CHECK(b.next_train(4, 10).inputs == na.inputs);
   require_error([&] { a.next_train(4, 9); }, "T = 9 is shorter than a problem: prompt 6 + answer 5 - 1 = 10 tokens");
 }
@@ -236,6 +261,7 @@ TEST_CASE("tasks: exact match with an oracle, a wrong and a partial generator", 
       if (id >= 1 && id <= 10) index = index * 10 + static_cast<std::uint64_t>(id - 1);
     return task.problem(index).answer;
   };
+  MLS_OBSERVE(exact_match(task, oracle, 50));
   CHECK(exact_match(task, oracle, 50) == 1.0);
   CHECK(exact_match(task, oracle, 50, false) == 1.0);
   const GreedyFn zeros = [](const std::vector<std::int32_t>&, int n_new) { return std::vector<std::int32_t>(static_cast<std::size_t>(n_new), 0); };
@@ -245,6 +271,7 @@ TEST_CASE("tasks: exact match with an oracle, a wrong and a partial generator", 
     return (prompt[0] - 1) % 2 == 0 ? oracle(prompt, n_new) : std::vector<std::int32_t>{};
   };
   const double h = exact_match(task, half, 400);
+  MLS_OBSERVE(h, {0.0, 0.3});  // each build in (0.35, 0.65)
   CHECK((h > 0.35 && h < 0.65));
   require_error([&] { exact_match(task, oracle, 0); }, "n_problems = 0");
   require_error([] { make_task("reverse", 3, 0); }, "unknown task 'reverse'");

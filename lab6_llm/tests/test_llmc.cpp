@@ -47,6 +47,9 @@ std::string hand_written(std::int32_t T, std::int32_t V, std::int32_t L, std::in
 TEST_CASE("llm.c: a hand-written file reads back exactly", "[lab6][interop]") {
   const std::string bytes = hand_written(8, 5, 2, 2, 4, 8, 777.0f);
   const LlmcModel m = parse_llmc(bytes, "hand.bin");
+  lab6test::observe_config("config", m.config);
+  MLS_OBSERVE(m.padded_vocab_size);
+  MLS_OBSERVE(m.params);
   CHECK(m.config == GPTConfig{2, 2, 4, 8, 5});
   CHECK(m.padded_vocab_size == 8);
   REQUIRE(static_cast<std::int64_t>(m.params.size()) == num_params(m.config));
@@ -72,6 +75,11 @@ TEST_CASE("llm.c: round trip through a file, padding to 128", "[lab6][interop]")
   write_llmc(dir.file("gpt2_nano.bin"), cfg, params);
   CHECK(is_llmc_file(dir.file("gpt2_nano.bin")));
   const LlmcModel m = read_llmc(dir.file("gpt2_nano.bin"));
+  lab6test::observe_config("config", m.config);
+  MLS_OBSERVE(m.padded_vocab_size);
+  MLS_OBSERVE(m.params);
+  MLS_OBSERVE(lab6test::slurp(dir.file("gpt2_nano.bin")).size());
+  MLS_OBSERVE(llmc_padded_vocab(50257));
   CHECK(m.config == cfg);
   CHECK(m.padded_vocab_size == 128);
   CHECK(std::memcmp(m.params.data(), params.data(), params.size() * 4) == 0);
@@ -94,6 +102,7 @@ TEST_CASE("llm.c: bad files and bad exports", "[lab6][interop]") {
   const std::string good = hand_written(8, 5, 2, 2, 4, 8, 0.0f);
   std::string bad = good;
   bad[0] = 1;
+  MLS_OBSERVE(parse_llmc(good, "m.bin").params);  // the good file, as read
   require_error([&] { parse_llmc(bad, "m.bin"); }, "llm.c model 'm.bin': bad magic");
   bad = good;
   bad[4] = 5;
@@ -126,6 +135,10 @@ TEST_CASE("llm.c: init-from either format, with the tokenizer beside the model",
   export_llmc(dir.file("m.bin"), cfg, params, tok);
   CHECK(lab6test::slurp(dir.file("m.bin.tokenizer")) == tok);
   InitFrom a = load_init_from(dir.file("m.bin"));
+  MLS_OBSERVE(a.format);
+  lab6test::observe_config("config", a.config);
+  MLS_OBSERVE(a.params);
+  MLS_OBSERVE(a.tokenizer);
   CHECK(a.format == "llmc");
   CHECK(a.config == cfg);
   CHECK(a.params == params);
@@ -137,6 +150,8 @@ TEST_CASE("llm.c: init-from either format, with the tokenizer beside the model",
   add_params(ck, "", params);
   save_checkpoint(dir.file("run.ckpt"), ck);
   InitFrom b = load_init_from(dir.file("run.ckpt"));
+  MLS_OBSERVE(b.format);
+  MLS_OBSERVE(b.params);
   CHECK(b.format == "mls");
   CHECK(b.params == params);
   CHECK(b.tokenizer == tok);

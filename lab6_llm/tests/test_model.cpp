@@ -7,6 +7,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/llm/autodiff_model.hpp"
 #include "mls/llm/model.hpp"
+#include "mls/observe_tensor.hpp"
 #include "mls/testing.hpp"
 #include "util.hpp"
 
@@ -50,6 +51,11 @@ TEST_CASE("counts: the parameter count and the training FLOPs are the closed for
       for (auto d : s) n *= d;
       sum += n;
     }
+    MLS_OBSERVE(num_params(c));
+    MLS_OBSERVE(flops_params(c));
+    MLS_OBSERVE(train_flops_per_token(c, T), {2.4e-5, 0.0});
+    const auto offsets = param_offsets(c);
+    mls::testing::observe("param_offsets", std::vector<std::int64_t>(offsets.begin(), offsets.end()));
     CHECK(num_params(c) == L * (12 * C * C + 13 * C) + V * C + T * C + 2 * C);
     CHECK(num_params(c) == sum);
     CHECK(GPTParams(c).size() == sum);
@@ -74,6 +80,7 @@ TEST_CASE("fused path: the same loss and gradients as the autodiff path on rando
     const auto [lf, gf] = fused_loss_grads(p, b);
     const auto [la, ga] = autodiff_loss_grads(p, b, DType::Float32);
     const auto [l64, g64] = autodiff_loss_grads(p, b, DType::Float64);
+    MLS_OBSERVE(lf, {2e-5, 0.0});
     CHECK(lf == Approx(la).epsilon(1e-5));
     CHECK(lf == Approx(l64).epsilon(1e-5));
     const auto shapes = param_shapes(cfg);
@@ -82,6 +89,7 @@ TEST_CASE("fused path: the same loss and gradients as the autodiff path on rando
       for (auto d : shapes[i]) n *= d;
       INFO("tensor " << param_names()[i]);
       // float32 tolerance for reductions of a few hundred terms: a few hundred ulp of the largest
+      observe_rel(param_names()[i], gf.tensor(i), g64.tensor(i), n, 2e-4);
       CHECK(rel_err(gf.tensor(i), ga.tensor(i), n) < 2e-4);
       CHECK(rel_err(gf.tensor(i), g64.tensor(i), n) < 2e-4);
     }
@@ -110,6 +118,7 @@ TEST_CASE("fused path: gradients match float64 finite differences of the autodif
                            .to(DType::Float32)
                            .compact();
     INFO("tensor " << param_names()[i]);
+    observe_rel(param_names()[i], gf.tensor(i), num.data<float>(), num.numel(), 1e-3);
     CHECK(rel_err(gf.tensor(i), num.data<float>(), num.numel()) < 1e-3);
   }
 }
@@ -120,31 +129,39 @@ TEST_CASE("autodiff path: gradcheck of every layer in float64", "[lab6][model][g
   auto rnd = [&](Shape s) { return Tensor::randn(s, rng, 0.0, 0.5, DType::Float64); };
   A::GradcheckOptions o;
   o.mode = A::CheckMode::Eager;
+  // Records the layer's value on the inputs (float64, within a float64 tolerance).
+  auto observe_value = [](const A::GradFn& f, const std::vector<Tensor>& in) {
+    if (!mls::testing::observing()) return;
+    std::vector<A::Var> vars;
+    for (const Tensor& t : in) vars.emplace_back(t);
+    mls::testing::observe_values("f(x)", f(vars).value(), {1e-9, 1e-12});
+  };
   SECTION("causal self-attention") {
-    auto r = A::gradcheck(
-        [&](const std::vector<A::Var>& x) { return tape::causal_self_attention(x[0], H); },
-        {rnd({B, T, 3 * C})}, o);
+    const std::vector<Tensor> in{rnd({B, T, 3 * C})};
+    const A::GradFn f = [&](const std::vector<A::Var>& x) { return tape::causal_self_attention(x[0], H); };
+    observe_value(f, in);
+    auto r = A::gradcheck(f, in, o);
     INFO(r.report);
     CHECK(r.ok);
   }
   SECTION("attention sublayer") {
-    auto r = A::gradcheck(
-        [&](const std::vector<A::Var>& x) {
-          return tape::attention_sublayer(x[0], x[1], x[2], x[3], x[4], x[5], x[6], H);
-        },
-        {rnd({B, T, C}), rnd({C}), rnd({C}), rnd({3 * C, C}), rnd({3 * C}), rnd({C, C}), rnd({C})},
-        o);
+    const std::vector<Tensor> in{rnd({B, T, C}), rnd({C}), rnd({C}), rnd({3 * C, C}), rnd({3 * C}), rnd({C, C}), rnd({C})};
+    const A::GradFn f = [&](const std::vector<A::Var>& x) {
+      return tape::attention_sublayer(x[0], x[1], x[2], x[3], x[4], x[5], x[6], H);
+    };
+    observe_value(f, in);
+    auto r = A::gradcheck(f, in, o);
     INFO(r.report);
     CHECK(r.ok);
   }
   SECTION("MLP sublayer") {
-    auto r = A::gradcheck(
-        [&](const std::vector<A::Var>& x) {
-          return tape::mlp_sublayer(x[0], x[1], x[2], x[3], x[4], x[5], x[6]);
-        },
-        {rnd({B, T, C}), rnd({C}), rnd({C}), rnd({4 * C, C}), rnd({4 * C}), rnd({C, 4 * C}),
-         rnd({C})},
-        o);
+    const std::vector<Tensor> in{rnd({B, T, C}), rnd({C}), rnd({C}), rnd({4 * C, C}), rnd({4 * C}), rnd({C, 4 * C}),
+                                 rnd({C})};
+    const A::GradFn f = [&](const std::vector<A::Var>& x) {
+      return tape::mlp_sublayer(x[0], x[1], x[2], x[3], x[4], x[5], x[6]);
+    };
+    observe_value(f, in);
+    auto r = A::gradcheck(f, in, o);
     INFO(r.report);
     CHECK(r.ok);
   }
@@ -157,9 +174,9 @@ TEST_CASE("autodiff path: gradcheck of every layer in float64", "[lab6][model][g
                  mk = tape::mask_tensor(b.mask, b.B, b.T, DType::Float64);
     std::vector<Tensor> inputs;
     for (auto& v : tape::to_leaves(p, DType::Float64)) inputs.push_back(v.value());
-    auto r = A::gradcheck(
-        [&](const std::vector<A::Var>& P) { return tape::gpt_loss(cfg, P, in, tg, mk); }, inputs,
-        o);
+    const A::GradFn f = [&](const std::vector<A::Var>& P) { return tape::gpt_loss(cfg, P, in, tg, mk); };
+    observe_value(f, inputs);
+    auto r = A::gradcheck(f, inputs, o);
     INFO(r.report);
     CHECK(r.ok);
   }
@@ -183,6 +200,9 @@ TEST_CASE("attention_forward and attention_backward against the autodiff layer",
     y.backward(Tensor::from_vector(dout, {B, T, C}).to(DType::Float64));
     const Tensor y32 = y.value().to(DType::Float32).compact();
     const Tensor g32 = x.grad().value().to(DType::Float32).compact();
+    observe_rel("out", out.data(), y32.data<float>(), y32.numel(), 1e-5);
+    observe_rel("dqkv", dqkv.data(), g32.data<float>(), g32.numel(), 1e-5);
+    mls::testing::observe("att", att, {1e-5, 1e-6});
     CHECK(rel_err(out.data(), y32.data<float>(), y32.numel()) < 1e-5);
     CHECK(rel_err(dqkv.data(), g32.data<float>(), g32.numel()) < 1e-5);
     for (std::int64_t i = 0; i < B * H * T; ++i) {  // rows are distributions over the past only
@@ -208,6 +228,11 @@ TEST_CASE("matmul_forward and matmul_backward against a naive reference", "[lab6
     std::vector<float> out(N * OC), dx(N * C, 0.f), dw(OC * C, 0.f), db(OC, 0.f);
     matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
     matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+    // Approx(s).margin(1e-5) on both sides.
+    mls::testing::observe("out", out, {2.4e-5, 2e-5});
+    mls::testing::observe("dx", dx, {2.4e-5, 2e-5});
+    mls::testing::observe("dw", dw, {2.4e-5, 2e-5});
+    mls::testing::observe("db", db, {2.4e-5, 2e-5});
     for (std::int64_t n = 0; n < N; ++n)
       for (std::int64_t o = 0; o < OC; ++o) {
         double s = b[o];
@@ -250,6 +275,8 @@ TEST_CASE("fused path: results do not depend on the thread count", "[lab6][model
     ThreadCountGuard g(2);
     r2 = fused_loss_grads(p, b);
   }
+  MLS_OBSERVE(r1.first, {1e-5, 0.0});  // across builds: float32 reductions in another order
+  observe_rel("grads", r1.second.vec().data(), r1.second.vec().data(), static_cast<std::int64_t>(r1.second.vec().size()), 2e-4);
   CHECK(r1.first == r2.first);
   CHECK(r1.second.vec() == r2.second.vec());
 }
@@ -286,12 +313,17 @@ TEST_CASE("adamw_update matches lab 2's AdamW, the schedule warms up and decays"
     ref_d.step();
     ref_p.step();
   }
+  MLS_OBSERVE(st.step);
   CHECK(st.step == 3);
   for (int i = 0; i < kNumParamTensors; ++i) {
     const Tensor r = leaves[i].value().to(DType::Float32).compact();
     INFO(param_names()[i]);
+    observe_rel(param_names()[i], p.tensor(i), r.data<float>(), r.numel(), 1e-5);
     CHECK(rel_err(p.tensor(i), r.data<float>(), r.numel()) < 1e-5);
   }
+  mls::testing::observe("lr_schedule", std::vector<double>{lr_schedule(0, 10, 100, 1.0, 0.1), lr_schedule(9, 10, 100, 1.0, 0.1),
+      lr_schedule(10, 10, 100, 1.0, 0.1), lr_schedule(55, 10, 100, 1.0, 0.1), lr_schedule(100, 10, 100, 1.0, 0.1),
+      lr_schedule(500, 10, 100, 1.0, 0.1)}, {2.4e-5, 0.0});
   CHECK(lr_schedule(0, 10, 100, 1.0, 0.1) == Approx(0.1));
   CHECK(lr_schedule(9, 10, 100, 1.0, 0.1) == Approx(1.0));
   CHECK(lr_schedule(10, 10, 100, 1.0, 0.1) == Approx(1.0));
@@ -306,8 +338,11 @@ TEST_CASE("gradient clipping scales to the maximum norm", "[lab6][plumbing]") {
   for (std::size_t i = 0; i < g.vec().size(); ++i) g.vec()[i] = static_cast<float>(i % 3);
   double ref = 0;
   for (float x : g.vec()) ref += static_cast<double>(x) * x;
+  MLS_OBSERVE(grad_norm(g), {2.4e-5, 0.0});
   CHECK(grad_norm(g) == Approx(std::sqrt(ref)));
   CHECK(clip_grad_norm(g, 1.0) == Approx(std::sqrt(ref)));
+  MLS_OBSERVE(grad_norm(g), {2e-5, 0.0});
+  MLS_OBSERVE(g.vec(), {2e-5, 1e-6});
   CHECK(grad_norm(g) == Approx(1.0).epsilon(1e-5));
 }
 

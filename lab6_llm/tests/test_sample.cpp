@@ -23,6 +23,7 @@ TEST_CASE("KV cache: the same logits as recomputing the context, position by pos
       ctx.push_back(static_cast<std::int32_t>(rng.randint(0, cfg.vocab_size)));
       forward_cached(p, cache, ctx.back(), logits.data());
       const auto ref = forward_last(p, ctx);
+      observe_rel("logits", logits.data(), ref.data(), cfg.vocab_size, 1e-5);
       CHECK(rel_err(logits.data(), ref.data(), cfg.vocab_size) < 1e-5);
     }
     CHECK(cache.size() == cfg.block_size);
@@ -50,6 +51,7 @@ TEST_CASE("KV cache: generation yields exactly the tokens of full recomputation"
     const auto a =
         generate(p, prompt, 25, o, true, r1, [&](std::int32_t t) { streamed.push_back(t); });
     const auto b = generate(p, prompt, 25, o, false, r2);
+    if (o.greedy) MLS_OBSERVE(a);  // sampled tokens depend on how the rng is used: greedy ones do not
     CHECK(a.size() == 25);
     CHECK(a == b);
     CHECK(streamed == a);
@@ -63,6 +65,7 @@ TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their defin
   Rng rng(8, "sample-token");
   SampleOptions g;
   g.greedy = true;
+  MLS_OBSERVE(sample_token(logits.data(), 4, g, rng));
   CHECK(sample_token(logits.data(), 4, g, rng) == 3);
   auto freq = [&](SampleOptions o, int n) {
     std::map<int, double> f;
@@ -71,6 +74,7 @@ TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their defin
   };
   SampleOptions plain;
   auto f = freq(plain, 20000);
+  mls::testing::observe("frequencies", std::vector<double>{f[0], f[1], f[2], f[3]}, {0.0, 0.03});  // within the margin on both sides
   CHECK(f[0] == Approx(0.1).margin(0.015));
   CHECK(f[3] == Approx(0.4).margin(0.015));
   SampleOptions k2;
@@ -78,11 +82,13 @@ TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their defin
   f = freq(k2, 20000);
   CHECK(f[0] == 0.0);
   CHECK(f[1] == 0.0);
+  mls::testing::observe("top-k frequencies", std::vector<double>{f[0], f[1], f[2], f[3]}, {0.0, 0.03});
   CHECK(f[3] == Approx(4.0 / 7).margin(0.015));
   SampleOptions p5;
   p5.top_p = 0.65;  // 0.4 + 0.3 >= 0.65: {3, 2}
   f = freq(p5, 20000);
   CHECK(f[1] == 0.0);
+  mls::testing::observe("top-p frequencies", std::vector<double>{f[0], f[1], f[2], f[3]}, {0.0, 0.03});
   CHECK(f[2] == Approx(3.0 / 7).margin(0.015));
   SampleOptions cold;
   cold.temperature = 0.05;  // nearly argmax
@@ -91,6 +97,7 @@ TEST_CASE("sample_token: greedy, top-k, top-p and temperature follow their defin
   SampleOptions k1;
   k1.top_k = 1;
   f = freq(k1, 100);
+  MLS_OBSERVE(f[3], {2.4e-5, 0.0});
   CHECK(f[3] == Approx(1.0));
 }
 
@@ -124,6 +131,8 @@ TEST_CASE("errors: bad sampling options and a prompt longer than the block size"
       },
       "exceed the block size 8");
   mls::testing::require_error([&] { generate(p, {}, 1, {}, false, rng); }, "empty prompt");
-  CHECK(generate(p, long_prompt, 3, {}, false, rng).size() ==
+  const auto slid = generate(p, long_prompt, 3, {}, false, rng);
+  MLS_OBSERVE(slid.size());
+  CHECK(slid.size() ==
         3);  // the context slides without a cache
 }

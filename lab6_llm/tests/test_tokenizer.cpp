@@ -69,6 +69,9 @@ std::vector<std::int32_t> naive_encode(const std::string& text,
 TEST_CASE("char tokenizer: worked example hello", "[lab6][tokenizer]") {
   auto tok = train_char_tokenizer("hello world");
   CHECK(tok->kind() == "char");
+  MLS_OBSERVE(tok->vocab_size());
+  MLS_OBSERVE(tok->encode("hello"));
+  MLS_OBSERVE(tok->decode({7, 5, 6, 4, 1}));
   CHECK(tok->vocab_size() == 8);  // ' ' d e h l o r w
   CHECK(tok->encode("hello") == std::vector<std::int32_t>{3, 2, 4, 4, 5});
   CHECK(tok->encode("") == std::vector<std::int32_t>{});
@@ -80,6 +83,8 @@ TEST_CASE("char tokenizer: code points, not bytes", "[lab6][tokenizer]") {
   auto tok = train_char_tokenizer(text);
   CHECK(tok->vocab_size() == 7);  // ' ' h l o e-acute euro grin
   const auto ids = tok->encode(text);
+  MLS_OBSERVE(tok->vocab_size());
+  MLS_OBSERVE(ids);
   CHECK(ids == std::vector<std::int32_t>{1, 4, 2, 2, 3, 0, 5, 0, 6});
   CHECK(tok->decode(ids) == text);
 }
@@ -92,6 +97,7 @@ TEST_CASE("char tokenizer: round trip on random UTF-8", "[lab6][tokenizer]") {
     // Independent count of code points: bytes that are not continuation bytes.
     std::size_t n_cp = 0;
     for (char c : text) n_cp += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    MLS_OBSERVE(ids);  // the vocabulary is the sorted code points: the ids follow from the text
     CHECK(ids.size() == n_cp);
     CHECK(tok->decode(ids) == text);
     for (auto id : ids) CHECK((id >= 0 && id < tok->vocab_size()));
@@ -102,6 +108,8 @@ TEST_CASE("char tokenizer: serialize and load", "[lab6][tokenizer]") {
   const std::string text = lab6test::random_utf8(500, 7);
   auto tok = train_char_tokenizer(text);
   auto back = load_tokenizer(tok->serialize());
+  MLS_OBSERVE(back->vocab_size());
+  MLS_OBSERVE(back->encode(text));
   CHECK(back->kind() == "char");
   CHECK(back->vocab_size() == tok->vocab_size());
   CHECK(back->encode(text) == tok->encode(text));
@@ -123,6 +131,9 @@ TEST_CASE("char tokenizer: errors name the character and its offset", "[lab6][to
 TEST_CASE("bpe: worked example aaabdaaabac", "[lab6][tokenizer]") {
   // aa -> Z (256), ab -> Y (257; ties with Za go to the smaller pair), ZY -> X (258): "XdXac".
   auto tok = train_bpe_tokenizer("aaabdaaabac", 259);
+  MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*tok)));
+  MLS_OBSERVE(tok->encode("aaabdaaabac"));
+  MLS_OBSERVE(tok->decode({258}));
   CHECK(tok->kind() == "bpe");
   CHECK(tok->vocab_size() == 259);
   const auto merges = bpe_merges(*tok);
@@ -138,7 +149,11 @@ TEST_CASE("bpe: stops when no pair repeats", "[lab6][tokenizer]") {
   auto tok = train_bpe_tokenizer("abcdef", 300);
   CHECK(tok->vocab_size() == 256);
   CHECK(tok->encode("abc") == std::vector<std::int32_t>{'a', 'b', 'c'});
+  MLS_OBSERVE(tok->vocab_size());
+  MLS_OBSERVE(tok->encode("abc"));
   auto one = train_bpe_tokenizer("", 300);
+  MLS_OBSERVE(one->vocab_size());
+  MLS_OBSERVE(one->decode(one->encode("xyz")));
   CHECK(one->vocab_size() == 256);
   CHECK(one->decode(one->encode("xyz")) == "xyz");
 }
@@ -147,6 +162,9 @@ TEST_CASE("bpe: overlapping runs merge left to right", "[lab6][tokenizer]") {
   auto tok = train_bpe_tokenizer("aaaaaaaaa", 258);  // aa -> 256 (4 times), then (256,256) -> 257
   const auto merges = bpe_merges(*tok);
   REQUIRE(merges.size() == 2);
+  MLS_OBSERVE(lab6test::flat_pairs(merges));
+  MLS_OBSERVE(tok->encode("aaaaa"));
+  MLS_OBSERVE(tok->encode("aaa"));
   CHECK(merges[1] == std::pair<std::int32_t, std::int32_t>{256, 256});
   CHECK(tok->encode("aaaaa") == std::vector<std::int32_t>{257, 'a'});
   CHECK(tok->encode("aaa") == std::vector<std::int32_t>{256, 'a'});
@@ -158,6 +176,8 @@ TEST_CASE("bpe: merges and encoding equal a naive reference on random text", "[l
     std::vector<std::int32_t> final_ids;
     const auto expect = naive_bpe(text, 60, &final_ids);
     auto tok = train_bpe_tokenizer(text, 256 + 60);
+    MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*tok)));
+    MLS_OBSERVE(tok->encode(text));
     CHECK(bpe_merges(*tok) == expect);
     CHECK(tok->encode(text) == final_ids);
     const std::string other = lab6test::random_words(100, seed + 100);
@@ -167,6 +187,8 @@ TEST_CASE("bpe: merges and encoding equal a naive reference on random text", "[l
 
 TEST_CASE("bpe: encode then decode is the identity on random bytes and UTF-8", "[lab6][tokenizer]") {
   auto tok = train_bpe_tokenizer(lab6test::random_words(3000, 1), 400);
+  MLS_OBSERVE(tok->vocab_size());
+  MLS_OBSERVE(tok->encode(lab6test::random_words(60, 77)));
   CHECK(tok->vocab_size() > 300);
   for (std::uint64_t seed = 0; seed < 10; ++seed) {
     const std::string bytes = lab6test::random_bytes(1 + seed * 97, seed);
@@ -187,6 +209,8 @@ TEST_CASE("bpe: encode then decode is the identity on random bytes and UTF-8", "
 TEST_CASE("bpe: trains 512 tokens on ~1 MB", "[lab6][tokenizer]") {
   const std::string text = lab6test::random_words(200000, 9);  // about 0.8 MB
   auto tok = train_bpe_tokenizer(text, 512);
+  MLS_OBSERVE(tok->vocab_size());
+  MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*tok)));
   CHECK(tok->vocab_size() == 512);
   const auto ids = tok->encode(text);
   CHECK(ids.size() * 3 < text.size());
@@ -197,6 +221,8 @@ TEST_CASE("bpe: serialize and load", "[lab6][tokenizer]") {
   const std::string text = lab6test::random_words(500, 2);
   auto tok = train_bpe_tokenizer(text, 320);
   auto back = load_tokenizer(tok->serialize());
+  MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*back)));
+  MLS_OBSERVE(back->encode(text));
   CHECK(back->kind() == "bpe");
   CHECK(back->vocab_size() == tok->vocab_size());
   CHECK(bpe_merges(*back) == bpe_merges(*tok));
@@ -209,6 +235,8 @@ TEST_CASE("bpe: errors", "[lab6][tokenizer]") {
   require_error([&] { tok->decode({257}); }, "token id 257 at position 0 is outside the vocabulary [0, 257)");
   require_error([] { train_tokenizer("wordpiece", "abc", 300); }, "unknown tokenizer kind 'wordpiece'");
   CHECK(train_tokenizer("bpe", "abab", 257)->decode(tok->encode("abab")) == "abab");
+  MLS_OBSERVE(tok->encode("abab"));
+  MLS_OBSERVE(train_tokenizer("char", "abab", 0)->encode("ba"));
   CHECK(train_tokenizer("char", "abab", 0)->encode("ba") == std::vector<std::int32_t>{1, 0});
 }
 
@@ -216,6 +244,7 @@ TEST_CASE("bpe: errors", "[lab6][tokenizer]") {
 
 TEST_CASE("utf8: decode, validate, append", "[lab6][utf8]") {
   int len = 0;
+  mls::testing::observe("code point, length", std::vector<std::int64_t>{static_cast<std::int64_t>(utf8_decode_at("x\xf0\x9f\x98\x80", 1, len, "t")), len});
   CHECK(utf8_decode_at("a", 0, len, "t") == U'a');
   CHECK(len == 1);
   CHECK(utf8_decode_at("\xe2\x82\xac", 0, len, "t") == U'\u20AC');
@@ -224,6 +253,8 @@ TEST_CASE("utf8: decode, validate, append", "[lab6][utf8]") {
   CHECK(len == 4);
   std::string s;
   for (char32_t cp : {U'a', U'\u00E9', U'\u20AC', U'\U0001F600'}) utf8_append(s, cp);
+  MLS_OBSERVE(s);
+  MLS_OBSERVE(describe_code_point(U'a'));
   CHECK(s == "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
   const std::string r = lab6test::random_utf8(1000, 11);
   CHECK_NOTHROW(utf8_validate(r, "t"));
@@ -250,6 +281,7 @@ TEST_CASE("utf8: every kind of invalid input is an error with its offset", "[lab
       ++errors;
     }
   }
+  MLS_OBSERVE(errors);
   CHECK(errors == 20);
 }
 
@@ -272,18 +304,21 @@ TEST_CASE("tokenizer: training and loading errors", "[lab6][utf8]") {
                     std::string("\x61\x00\x00\x00\x62\x00\x00\x00", 8) + std::string("\x61\x00\x00\x00\x62\x00\x00\x00", 8);
   require_error([&] { load_tokenizer(dup); }, "repeats merge 0");
   auto empty = load_tokenizer("mls-tokenizer 1 bpe\n" + std::string(4, '\0'));
+  MLS_OBSERVE(empty->vocab_size());
   CHECK(empty->vocab_size() == 256);
   require_error([] { bpe_merges(*train_char_tokenizer("ab")); }, "of kind 'char', expected 'bpe'");
 }
 
 TEST_CASE("prompts: encoded, checked against the vocabulary and the block size", "[lab6][tokenizer]") {
   auto tok = train_char_tokenizer("hello world");
+  MLS_OBSERVE(encode_prompt(*tok, "hello", 8));
   CHECK(encode_prompt(*tok, "hello", 8) == tok->encode("hello"));
   require_error([&] { encode_prompt(*tok, "hello!", 8); }, "character '!' (U+0021) at byte offset 5");
   require_error([&] { encode_prompt(*tok, "hello world", 8); }, "prompt: 11 tokens, longer than the block size 8");
   require_error([&] { encode_prompt(*tok, "", 8); }, "the prompt is empty");
   require_error([&] { encode_prompt(*tok, "he\xc3", 8); }, "prompt: invalid UTF-8");
   auto bpe = train_bpe_tokenizer("hello hello hello", 260);
+  MLS_OBSERVE(encode_prompt(*bpe, "hello hello", 4));
   CHECK(encode_prompt(*bpe, "hello hello", 4).size() <= 4);
   require_error([&] { encode_prompt(*bpe, "hello hello hello hello", 3); }, "longer than the block size 3");
 }

@@ -9,6 +9,7 @@
 #include "mls/common/rng.hpp"
 #include "mls/llm/data.hpp"
 #include "mls/llm/model.hpp"
+#include "mls/observe.hpp"
 
 namespace lab6test {
 
@@ -77,6 +78,15 @@ inline double rel_err(const float* a, const float* b, std::int64_t n) {
     mb = std::max(mb, std::abs(static_cast<double>(b[i])));
   }
   return md / (mb + 1e-12);
+}
+
+/// Records `got` (n floats) with the tolerance that rel_err(got, want, n) < tol accepts, on both
+/// sides: absolute, 2 tol max |want|.
+inline void observe_rel(const std::string& label, const float* got, const float* want, std::int64_t n, double tol) {
+  if (!mls::testing::observing()) return;
+  double mb = 0;
+  for (std::int64_t i = 0; i < n; ++i) mb = std::max(mb, std::abs(static_cast<double>(want[i])));
+  mls::testing::observe(label, std::vector<float>(got, got + n), {0.0, 2 * tol * (mb + 1e-12)});
 }
 
 }  // namespace lab6test

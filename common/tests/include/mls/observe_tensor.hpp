@@ -66,4 +66,29 @@ inline void observe(std::string_view label, const mls::Tensor& t, Tolerance tol 
   observe(std::move(o));
 }
 
+/// Records a tensor's dtype, shape and values (within `tol`; exact for integer and bool tensors),
+/// read straight from its storage, but not its layout: strides and offset are recorded as empty
+/// and 0, so any layout holding the same numbers matches. For results whose strides the lab does
+/// not pin (a student may return a fresh dense tensor or a view).
+inline void observe_values(std::string_view label, const mls::Tensor& t, Tolerance tol = {}) {
+  if (!observing()) return;
+  Observation o;
+  o.label = std::string(label);
+  o.kind = "tensor";
+  if (!t.defined()) {
+    o.text = "undefined";
+    observe(std::move(o));
+    return;
+  }
+  o.text = std::string(mls::dtype_name(t.dtype()));
+  o.shape.assign(t.shape().begin(), t.shape().end());
+  o.values = detail::read_strided(t);
+  o.tol = mls::is_floating(t.dtype()) ? tol : Tolerance{};
+  observe(std::move(o));
+}
+
 }  // namespace mls::testing
+
+/// Records tensor `expr` under its own spelling with observe_values (dtype, shape, values; not
+/// the layout), e.g. MLS_OBSERVE_VALUES(got) or MLS_OBSERVE_VALUES(got, {1e-6, 1e-7}).
+#define MLS_OBSERVE_VALUES(expr, ...) ::mls::testing::observe_values(#expr, (expr) __VA_OPT__(, ) __VA_ARGS__)
