@@ -667,7 +667,12 @@ BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
   fs::path staging = cache / ("staging-" + std::to_string(::getpid()) + "-" + random_hex(4));
   remove_tree(staging);
   copy_reference_tree(opt.root, m, staging);
-  const std::string key = "lab" + std::to_string(m.lab) + "-" + tree_hash(staging) + (opt.werror ? "-werror" : "");
+  // A direct build links the grader's harness and common archives: they are part of the key.
+  std::string libs;
+  if (m.build)
+    for (const auto& lib : {opt.harness_lib, opt.common_lib})
+      if (!lib.empty() && fs::exists(lib)) libs += fnv1a_hex(read_file(lib));
+  const std::string key = "lab" + std::to_string(m.lab) + "-" + fnv1a_hex(tree_hash(staging) + libs) + (opt.werror ? "-werror" : "");
   fs::path dir = cache / key;
   fs::path stamp = dir / "programs.json";
   BuildResult b;

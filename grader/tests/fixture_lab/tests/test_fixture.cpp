@@ -27,7 +27,7 @@ TEST_CASE("mul small", "[mul]") {
 }
 TEST_CASE("mul zero", "[mul]") {
   REQUIRE(fixture::mul(0, 7) == 0);
-  MLS_OBSERVE(fixture::mul(0, draw("mul c", -100, 100)));
+  MLS_OBSERVE(fixture::mul(draw("mul c", 1, 100), draw("mul d", -100, 0)));
 }
 TEST_CASE("sum to ten", "[sum]") {
   REQUIRE(fixture::sum_to(10) == 55);
