@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "mls/grader/intake.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/report.hpp"
+#include "mls/grader/sandbox.hpp"
 #include "mls/grader/strip.hpp"
 #include "mls/grader/util.hpp"
 
@@ -243,6 +245,17 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   }
   std::sort(subs.begin(), subs.end());
   std::vector<LabResult> all;
+  go.batch_tree = std::make_shared<BatchTree>();
+  go.batch_tree->dir = make_temp_dir("mls-grader-batch");
+  go.build.build_uid = reserve_sandbox_uid();  // every build of the batch updates the same folder
+  struct RemoveBatch {
+    fs::path p;
+    bool keep;
+    ~RemoveBatch() {
+      if (!keep) remove_tree(p);
+    }
+  } remove_batch{go.batch_tree->dir, keep_temp};
+  auto t_batch = std::chrono::steady_clock::now();
   std::fprintf(stderr, "mls-grader: %s\n", isolation_line().c_str());
   for (const auto& s : subs) {
     std::fprintf(stderr, "mls-grader: grading %s ...\n", display_name(s.filename().string()).c_str());
@@ -255,6 +268,8 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
     }
     all.push_back(std::move(r));
   }
+  std::fprintf(stderr, "mls-grader: %zu submission(s) graded in %.1f s (after the reference)\n", subs.size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_batch).count());
   std::string out = csv.empty() ? "scores.csv" : csv;
   write_file_atomic(out, to_csv(all));
   std::printf("wrote %s (%zu submissions)\n", out.c_str(), all.size());

@@ -11,6 +11,7 @@
 #include "mls/grader/differential.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/result.hpp"
+#include "mls/grader/sandbox.hpp"
 
 namespace mls::grader {
 
@@ -31,6 +32,9 @@ struct BuildOptions {
   /// The tree is the instructor's own (the reference build): built as the grader's user with
   /// rlimits only, hidden tests visible to every step. Never for a tree holding student files.
   bool trusted = false;
+  /// The sandbox uid of every build step (a batch keeps one, so each build can update the files
+  /// the previous one left); null: reserved per build.
+  std::shared_ptr<SandboxUid> build_uid;
 };
 
 /// The test programs of a build (CMake target -> binary), and why the others are missing.
@@ -158,6 +162,13 @@ std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptio
 /// programs list are never run; a name they lack is FAIL. Groups judged `local_only` score 0.
 LabResult run_differential(const TestPrograms& student, const Manifest& m, const Reference& ref, const RunOptions& opt);
 
+/// The grading copy and build folder a batch shares (see `GradeOptions::batch_tree`).
+struct BatchTree {
+  std::filesystem::path dir;  ///< holds src/ and build/; the caller removes it after the batch
+  bool made = false;
+  std::map<std::string, std::string> stubs;  ///< the handout's text of each student file
+};
+
 struct GradeOptions {
   BuildOptions build;
   RunOptions run;
@@ -168,6 +179,9 @@ struct GradeOptions {
   std::uint64_t salt = 0;  ///< 0: a fresh secret salt per reference preparation
   /// A reference prepared beforehand (a batch shares one); null: prepared by grade_submission.
   std::shared_ptr<const Reference> reference;
+  /// Batch mode: one grading copy and build folder reused by every submission (only the student
+  /// files are rewritten, so only they are recompiled). Null: a fresh copy per submission.
+  std::shared_ptr<BatchTree> batch_tree;
 };
 
 /// The whole of `grade`: intake, a clean reference copy with the lab's student files stubbed,
