@@ -448,13 +448,22 @@ bool note_expected_in_handout(const Manifest& m, const std::string& note) {
 
 namespace {
 
+/// One isolated run of one test case with the given salt: its outcome (the student process's
+/// own view, `classify`) and what it wrote on the channel.
+struct CaseRun {
+  TestResult result;
+  ChannelReport channel;
+};
 /// At the uid level the test programs must be reachable by the sandbox uid wherever the
 /// checkout lives (e.g. under a mode-700 home): they run from copies in a temporary folder,
 /// removed with this object. The namespace levels expose each program, read-only, at its path.
 struct ReachablePrograms {
   std::map<std::string, fs::path> built;
   fs::path copies;
-  explicit ReachablePrograms(const TestPrograms& p, const std::string& tag = "") : built(p.built) {
+  explicit ReachablePrograms(const TestPrograms& p, const RunOptions& opt, const std::string& tag = "") : built(p.built) {
+    gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
+    mpi_here = machine_has_mpirun();
+    for (const auto& [name, path] : built) sanitized[name] = binary_uses_sanitizer(path);
     if (!(isolation().level == Isolation::Uid && ::geteuid() == 0)) return;
     copies = make_temp_dir("mls-grader-bin");
     for (auto& [name, path] : built) {
@@ -465,6 +474,10 @@ struct ReachablePrograms {
     }
   }
   ReachablePrograms(const ReachablePrograms&) = delete;
+  /// Runs `job` from its program (see run_case) on this machine.
+  CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt) const;
+  bool gpu_here = false, mpi_here = false;
+  std::map<std::string, bool> sanitized;  ///< per program: links a sanitizer runtime
   ReachablePrograms& operator=(const ReachablePrograms&) = delete;
   ~ReachablePrograms() {
     if (!copies.empty()) remove_tree(copies);
@@ -483,12 +496,6 @@ void for_each_parallel(std::size_t n, int threads, const std::function<void(std:
   for (auto& th : pool) th.join();
 }
 
-/// One isolated run of one test case with the given salt: its outcome (the student process's
-/// own view, `classify`) and what it wrote on the channel.
-struct CaseRun {
-  TestResult result;
-  ChannelReport channel;
-};
 CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, const Manifest& m, std::uint64_t salt,
                  bool sanitized, bool machine_here) {
   fs::path scratch = make_temp_dir("mls-grader-run");
@@ -509,16 +516,31 @@ CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, con
   return out;
 }
 
+CaseRun ReachablePrograms::run(const TestJob& job, const Manifest& m, std::uint64_t salt) const {
+  const Group& g = *m.group(job.group);
+  return run_case(built.at(job.program), job, g, m, salt, sanitized.at(job.program), g.gpu ? gpu_here : mpi_here);
+}
+
 std::uint64_t fresh_salt() {
   std::uint64_t s = std::strtoull(random_hex(8).c_str(), nullptr, 16);
   return s == 0 ? 1 : s;
+}
+
+/// The head of a run's result: the lab, built, the isolation line.
+LabResult built_result(const Manifest& m) {
+  LabResult res;
+  res.lab = m.lab;
+  res.title = m.title;
+  res.built = true;
+  res.isolation = isolation_line();
+  return res;
 }
 
 }  // namespace
 
 TestPlan plan_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt) {
   TestPlan plan;
-  ReachablePrograms local(programs, "list-");
+  ReachablePrograms local(programs, opt, "list-");
   for (const auto& bin_name : m.test_binaries()) {
     std::vector<const Group*> groups;
     for (const auto& g : m.groups)
@@ -597,24 +619,14 @@ TestPlan plan_tests(const TestPrograms& programs, const Manifest& m, const RunOp
 LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt,
                         std::vector<std::string>* notes) {
   auto t0 = Clock::now();
-  LabResult res;
-  res.lab = m.lab;
-  res.title = m.title;
-  res.built = true;
-  res.isolation = isolation_line();
+  LabResult res = built_result(m);
   TestPlan plan = plan_tests(programs, m, opt);
-  ReachablePrograms local(programs);
-  const bool gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
-  const bool mpi_here = machine_has_mpirun();
-  std::map<std::string, bool> sanitized;
-  for (const auto& [name, path] : local.built) sanitized[name] = binary_uses_sanitizer(path);
+  ReachablePrograms local(programs, opt);
   std::vector<TestResult> results(plan.jobs.size());
   std::mutex cb_mu;
   for_each_parallel(plan.jobs.size(), opt.jobs, [&](std::size_t i) {
     const TestJob& j = plan.jobs[i];
-    const Group& g = *m.group(j.group);
-    TestResult t = run_case(local.built.at(j.program), j, g, m, 0, sanitized.at(j.program),
-                            g.gpu ? gpu_here : mpi_here).result;
+    TestResult t = local.run(j, m, 0).result;
     t.score = t.outcome == Outcome::Pass ? j.points : 0;
     results[i] = t;
     if (opt.on_result) {
@@ -739,21 +751,14 @@ std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptio
   RunOptions ro = opt.run;
   ro.filter.clear();
   ref->plan = plan_tests(ref->build.programs, m, ro);
-  ReachablePrograms local(ref->build.programs, "ref-");
-  const bool gpu_here = opt.run.gpu_present ? *opt.run.gpu_present : machine_has_gpu();
-  const bool mpi_here = machine_has_mpirun();
-  std::map<std::string, bool> sanitized;
-  for (const auto& [name, path] : local.built) sanitized[name] = binary_uses_sanitizer(path);
+  ReachablePrograms local(ref->build.programs, opt.run, "ref-");
   const std::size_t n = ref->plan.jobs.size();
   ref->cases.resize(n);
   // Two runs per test with the grading's salt; a test the reference fails under a salt (e.g. a
   // worked example tied to seed 0) is run unsalted, in both builds.
   auto runs_with = [&](std::size_t i, std::uint64_t salt, CaseRun& a, CaseRun& b) {
-    const TestJob& j = ref->plan.jobs[i];
-    const Group& g = *m.group(j.group);
-    const fs::path& bin = local.built.at(j.program);
-    a = run_case(bin, j, g, m, salt, sanitized.at(j.program), g.gpu ? gpu_here : mpi_here);
-    b = run_case(bin, j, g, m, salt, sanitized.at(j.program), g.gpu ? gpu_here : mpi_here);
+    a = local.run(ref->plan.jobs[i], m, salt);
+    b = local.run(ref->plan.jobs[i], m, salt);
   };
   for_each_parallel(n, opt.run.jobs, [&](std::size_t i) {
     ReferenceCase& c = ref->cases[i];
@@ -786,18 +791,10 @@ std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptio
 
 LabResult run_differential(const TestPrograms& student, const Manifest& m, const Reference& ref, const RunOptions& opt) {
   auto t0 = Clock::now();
-  LabResult res;
-  res.lab = m.lab;
-  res.title = m.title;
-  res.built = true;
-  res.isolation = isolation_line();
+  LabResult res = built_result(m);
   res.output = ref.plan.output;
   for (const auto& n : ref.plan.notes) res.output += "reference: " + n + "\n";
-  ReachablePrograms local(student);
-  const bool gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
-  const bool mpi_here = machine_has_mpirun();
-  std::map<std::string, bool> sanitized;
-  for (const auto& [name, path] : local.built) sanitized[name] = binary_uses_sanitizer(path);
+  ReachablePrograms local(student, opt);
   std::vector<TestResult> results(ref.plan.jobs.size());
   std::mutex cb_mu;
   for_each_parallel(ref.plan.jobs.size(), opt.jobs, [&](std::size_t i) {
@@ -816,7 +813,7 @@ LabResult run_differential(const TestPrograms& student, const Manifest& m, const
       auto fl = student.failed.find(j.program);
       t.message = fl != student.failed.end() ? fl->second : "the test program " + j.program + " was not built";
     } else {
-      CaseRun run = run_case(bin->second, j, g, m, rc.salt, sanitized.at(j.program), g.gpu ? gpu_here : mpi_here);
+      CaseRun run = local.run(j, m, rc.salt);
       t = run.result;
       const ChannelReport& ch = run.channel;
       if (ch.ended && ch.passed.empty() && ch.failed.empty() && ch.exited.empty() && t.outcome != Outcome::Pass) {
