@@ -1,5 +1,6 @@
 #include "mls/common/rng.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <numbers>
 
@@ -23,9 +24,23 @@ std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> c,
   return c;
 }
 
-std::uint64_t stream_hash(std::string_view name) {
+namespace {
+std::atomic<std::uint64_t> g_salt{0};
+/// splitmix64's finalizer: spreads a salt over every bit before it meets the seed.
+std::uint64_t mix64(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+void set_rng_salt(std::uint64_t salt) { g_salt.store(salt, std::memory_order_relaxed); }
+std::uint64_t rng_salt() { return g_salt.load(std::memory_order_relaxed); }
+
+std::uint64_t fnv1a64(std::string_view data) {
   std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : name) {
+  for (unsigned char ch : data) {
     h ^= ch;
     h *= 0x100000001b3ull;
   }
@@ -36,7 +51,9 @@ Rng::Rng(std::uint64_t seed, std::string_view stream) : seed_(seed) {
   // The key mixes seed and stream; the stream hash also goes into the counter's high words so
   // that two streams never share a (key, counter) pair even if their keys collide.
   const std::uint64_t s = stream_hash(stream);
-  const std::uint64_t mixed = seed * 0x9E3779B97F4A7C15ull ^ s;
+  const std::uint64_t salt = rng_salt();
+  const std::uint64_t salted = salt == 0 ? seed : seed ^ mix64(salt);
+  const std::uint64_t mixed = salted * 0x9E3779B97F4A7C15ull ^ s;
   key_ = {static_cast<std::uint32_t>(mixed), static_cast<std::uint32_t>(mixed >> 32)};
   counter_ = 0;
   // Remember the stream in the upper half of the counter space.

@@ -2,15 +2,19 @@
 /// The grader's harness listener, compiled into the Catch2 main of every test program.
 ///
 /// Inert unless the environment variable MLS_GRADER_FD="<in>,<out>" names two inherited pipe
-/// fds (set only by `mls-grader`). Then, when the run starts, it reads the per-run nonce from
-/// <in> (the nonce is never in argv or the environment), closes <in>, and removes the variable.
-/// After each test case has ended — after its body returned and Catch2 counted its assertions —
-/// it writes "<nonce> PASS <name>" or "<nonce> FAIL <name>" to <out>, and "<nonce> END" when the
-/// run ends. A test body that calls exit() or _exit(), crashes, or prints a forged report never
-/// reaches these lines, so the grader scores it zero.
-/// exit() called during a test case writes "<nonce> EXIT <name>" and ends the process at once.
-/// With MLS_GRADER_LIST=1 it instead writes "<nonce> NAME <name>" for each test case matching
-/// the command line, then "<nonce> END", and exits without running any.
+/// fds (set only by `mls-grader`). The protocol on them is defined once, in
+/// common/include/mls/common/grader_protocol.hpp. When the run starts the listener reads the
+/// per-run nonce and the secret salt from <in> (never in argv or the environment), sets the salt
+/// of every mls::Rng (`mls::set_rng_salt`), closes <in> and removes the variable. While a test
+/// case runs it writes each observation (`mls::testing::observe`, and one per Catch2 assertion:
+/// see `record_assertion`) as an OBS line; after each test case "PASS"/"FAIL <name>", at the end
+/// "END". exit() during a test case writes "EXIT <name>" and ends the process at once. With
+/// MLS_GRADER_LIST=1 it writes "NAME <name>" for each test case matching the command line, then
+/// "END", and exits without running any.
+///
+/// None of this decides a grade: the process runs student code and can forge any line. The
+/// grader compares the observation stream with the one the reference build produces with the
+/// same salt, in its own process (handouts/README.md, "How a verdict is reached").
 ///
 /// Include this header in exactly one translation unit, the one with CATCH_CONFIG_MAIN.
 #include <unistd.h>
@@ -21,6 +25,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "mls/common/grader_protocol.hpp"
+#include "mls/common/rng.hpp"
 #include "mls/observe.hpp"
 
 namespace mls_grader_harness {
@@ -61,38 +67,85 @@ inline void write_all(int fd, const std::string& s) {
   }
 }
 
-inline void send(const std::string& verb, const std::string& name) {
+inline void send(std::string_view verb, const std::string& payload) {
   Channel& c = channel();
   if (!c.active) return;
-  std::string line = c.nonce + " " + verb;
-  if (!name.empty()) line += " " + name;
-  for (auto& ch : line)
-    if (ch == '\n' || ch == '\r') ch = ' ';
-  write_all(c.out, line + "\n");
+  write_all(c.out, mls::grader_protocol::line(c.nonce, verb, payload));
+}
+
+/// Graded mode: an observation made while a test case runs goes to the channel.
+inline void channel_sink(const mls::testing::Observation& o) {
+  if (channel().running.empty()) return;
+  mls::grader_protocol::ObservationRecord r{o.label, o.kind, o.text, o.shape, o.strides, o.offset, o.values,
+                                            o.tol.rtol, o.tol.atol, 0};
+  mls::grader_protocol::thin_values(r);
+  send(mls::grader_protocol::kObs, mls::grader_protocol::encode_observation(r));
+}
+
+/// Every Catch2 assertion is an observation too (graded and audit modes), labelled with its
+/// macro and source text. Of a binary comparison only the left side is recorded, the value the
+/// code produced: Catch2 prints it as `lhs op rhs` (or with line breaks around `op`). `==` and `!=`
+/// record the left side as text, or as a number within {1e-4, 1e-6} when the right side is an
+/// `Approx`; an ordering (`<`, `>=`, ...), a unary check or a matcher records only its truth
+/// (weak). The right side (the test's expected value) is never recorded.
+inline void record_assertion(const Catch::AssertionResult& a) {
+  if (!mls::testing::observing() || !a.hasExpression()) return;
+  const std::string label = std::string(a.getTestMacroName()) + "( " + a.getExpression() + " )";
+  const std::string expanded = a.hasExpandedExpression() ? a.getExpandedExpression() : "";
+  const bool ok = a.isOk();
+  std::string lhs, rhs, op;
+  int hits = 0;
+  for (const char* o : {"==", "!=", "<=", ">=", "<", ">"}) {
+    for (const std::string& sep : {std::string(" ") + o + " ", std::string("\n") + o + "\n"}) {
+      for (std::size_t at = expanded.find(sep); at != std::string::npos; at = expanded.find(sep, at + 1)) {
+        // " < " is no part of " <= " (the spaces differ): each hit is one operator.
+        ++hits;
+        lhs = expanded.substr(0, at);
+        rhs = expanded.substr(at + sep.size());
+        op = o;
+      }
+    }
+  }
+  const bool equality = hits == 1 && (op == "==" || op == "!=");
+  if (!equality) {
+    mls::testing::observe(label, ok);
+    return;
+  }
+  if (rhs.rfind("Approx(", 0) == 0) {
+    char* end = nullptr;
+    double v = std::strtod(lhs.c_str(), &end);
+    if (end && *end == '\0' && !lhs.empty()) {
+      mls::testing::observe(label, v, mls::testing::Tolerance{1e-4, 1e-6});
+      return;
+    }
+  }
+  mls::testing::observe(label, std::string_view(lhs));
 }
 
 inline void open_from_env() {
   Channel& c = channel();
-  const char* v = std::getenv("MLS_GRADER_FD");
+  const char* v = std::getenv(mls::grader_protocol::kFdEnv);
   if (!v || c.active) return;
   int in = -1, out = -1;
   char* end = nullptr;
   in = static_cast<int>(std::strtol(v, &end, 10));
   if (end && *end == ',') out = static_cast<int>(std::strtol(end + 1, nullptr, 10));
-  ::unsetenv("MLS_GRADER_FD");
+  ::unsetenv(mls::grader_protocol::kFdEnv);
   if (in < 0 || out < 0) return;
-  std::string nonce;
-  char buf[128];
-  while (nonce.size() < 256) {
+  // The grader writes the nonce and the salt, then closes its end: read to the end.
+  std::string input;
+  char buf[256];
+  while (input.size() < 4096) {
     ssize_t n = ::read(in, buf, sizeof buf);
     if (n <= 0) break;
-    nonce.append(buf, static_cast<std::size_t>(n));
-    if (nonce.find('\n') != std::string::npos) break;
+    input.append(buf, static_cast<std::size_t>(n));
   }
   ::close(in);
-  std::size_t nl = nonce.find('\n');
-  if (nl != std::string::npos) nonce.resize(nl);
+  std::string nonce;
+  std::uint64_t salt = 0;
+  mls::grader_protocol::parse_channel_input(input, nonce, salt);
   if (nonce.empty()) return;
+  mls::set_rng_salt(salt);
   c.nonce = nonce;
   c.out = out;
   c.active = true;
@@ -103,7 +156,7 @@ inline void open_from_env() {
 inline void on_exit() {
   Channel& c = channel();
   if (c.active && !c.running.empty()) {
-    send("EXIT", c.running);
+    send(mls::grader_protocol::kExit, c.running);
     std::_Exit(0);
   }
 }
@@ -119,12 +172,16 @@ class Listener : public Catch::TestEventListenerBase {
       audit().on = true;
       mls::testing::observation_sink() = audit_sink;
     }
-    if (channel().active) std::atexit(on_exit);
-    const char* list = std::getenv("MLS_GRADER_LIST");
+    if (channel().active) {
+      std::atexit(on_exit);
+      mls::testing::observation_sink() = channel_sink;
+    }
+    const char* list = std::getenv(mls::grader_protocol::kListEnv);
     if (channel().active && list && std::string(list) == "1") {
       const auto& all = Catch::getAllTestCasesSorted(*m_config);
-      for (const auto& tc : Catch::filterTests(all, m_config->testSpec(), *m_config)) send("NAME", tc.name);
-      send("END", "");
+      for (const auto& tc : Catch::filterTests(all, m_config->testSpec(), *m_config))
+        send(mls::grader_protocol::kName, tc.name);
+      send(mls::grader_protocol::kEnd, "");
       std::_Exit(0);
     }
   }
@@ -132,6 +189,11 @@ class Listener : public Catch::TestEventListenerBase {
   void testCaseStarting(const Catch::TestCaseInfo& info) override {
     TestEventListenerBase::testCaseStarting(info);
     channel().running = info.name;
+  }
+
+  bool assertionEnded(const Catch::AssertionStats& stats) override {
+    if (!channel().running.empty()) record_assertion(stats.assertionResult);
+    return TestEventListenerBase::assertionEnded(stats);
   }
 
   void testCaseEnded(const Catch::TestCaseStats& stats) override {
@@ -142,12 +204,12 @@ class Listener : public Catch::TestEventListenerBase {
       audit().strong = audit().weak = 0;
     }
     bool ok = stats.totals.assertions.allOk() && !stats.aborting;
-    send(ok ? "PASS" : "FAIL", stats.testInfo.name);
+    send(ok ? mls::grader_protocol::kPass : mls::grader_protocol::kFail, stats.testInfo.name);
   }
 
   void testRunEnded(const Catch::TestRunStats& stats) override {
     TestEventListenerBase::testRunEnded(stats);
-    send("END", "");
+    send(mls::grader_protocol::kEnd, "");
   }
 };
 

@@ -3,18 +3,23 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "mls/common/error.hpp"
+#include "mls/common/grader_protocol.hpp"
 #include "mls/grader/intake.hpp"
 #include "mls/grader/sandbox.hpp"
 #include "mls/grader/strip.hpp"
@@ -37,6 +42,7 @@ struct StepEnv {
   std::vector<fs::path> hide;    ///< never visible (the instructor's checkout, the submission)
   double memory_mb = 4096, cpu_s = 900;
   int jobs = 1;
+  std::vector<std::string> extra_env;  ///< trusted builds: ccache's settings
 };
 
 SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env,
@@ -46,6 +52,7 @@ SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd
   s.cwd = cwd;
   fs::path scratch = env.sandbox ? env.build_dir : cwd;
   s.env = minimal_env(scratch);
+  s.env.insert(s.env.end(), env.extra_env.begin(), env.extra_env.end());
   s.limits.wall_s = wall_s;
   s.limits.cpu_s = env.sandbox ? env.cpu_s : wall_s * 4 + 10;
   // The build is held to the same kind of limits as the tests: memory per process, CPU time,
@@ -139,6 +146,7 @@ void copy_reference_tree(const fs::path& root, const Manifest& m, const fs::path
   if (m.build) {
     copy_tree(root / m.dir, dest / m.dir, {"build", ".git"});
     copy_tree(root / "common" / "include", dest / "common" / "include");
+    copy_tree(root / "common" / "tests" / "include", dest / "common" / "tests" / "include");  // mls/observe.hpp
     return;
   }
   for (const auto& e : fs::directory_iterator(root)) {
@@ -193,7 +201,7 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
   double budget = std::min(opt.time_limit_s, m.build_time_limit_s);
   auto left = [&] { return std::max(5.0, budget - since(t0)); };
   StepEnv env;
-  env.sandbox = !in_tree;
+  env.sandbox = !in_tree && !opt.trusted;
   env.tree = fs::absolute(tree).lexically_normal();
   env.build_dir = fs::absolute(build_dir).lexically_normal();
   env.memory_mb = m.build_memory_limit_mb;
@@ -204,7 +212,7 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
   if (env.sandbox) {
     // One reserved uid for every step, so the files of one step belong to the next.
     try {
-      env.uid = reserve_sandbox_uid();
+      env.uid = opt.build_uid ? opt.build_uid : reserve_sandbox_uid();
     } catch (const std::exception& e) {
       b.log += std::string("[") + e.what() + "]\n";
       return b;
@@ -237,6 +245,7 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
     for (const auto& f : m.build->flags) flags.push_back(f);
     for (const auto& inc : m.build->include_dirs) flags.push_back("-I" + (fs::path(m.dir) / inc).generic_string());
     flags.push_back("-Icommon/include");
+    flags.push_back("-Icommon/tests/include");
     std::set<std::string> student(m.student_files.begin(), m.student_files.end());
     std::vector<std::string> objects;
     // Tests first (hidden ones visible to this step only: no student code is compiled in it),
@@ -326,6 +335,16 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
                                      "-DCMAKE_BUILD_TYPE=Release", std::string("-DMLS_WERROR=") + (opt.werror ? "ON" : "OFF"),
                                      "-DMLS_BENCH=OFF", "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
                                      "-DMLS_LABS=" + cmake_list(parts)};
+    // The trusted reference build may use the user's ccache (a student build never does).
+    if (opt.trusted && fs::exists(which("ccache")) && which("ccache") != "ccache") {
+      argv.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + which("ccache"));
+      argv.push_back("-DCMAKE_C_COMPILER_LAUNCHER=" + which("ccache"));
+      const char* home = std::getenv("HOME");
+      const char* dir = std::getenv("CCACHE_DIR");
+      if (dir && *dir) env.extra_env.push_back(std::string("CCACHE_DIR=") + dir);
+      else if (home && *home) env.extra_env.push_back(std::string("CCACHE_DIR=") + home + "/.cache/ccache");
+      env.extra_env.push_back("CCACHE_BASEDIR=" + env.tree.string());
+    }
     if (!step(b, run_tool(argv, build_dir, left(), env), "cmake (configure)")) return fail();
     // Hidden tests are compiled in a step of their own, where no student source is compiled;
     // every later step sees them masked (or unreadable) and links the objects.
@@ -427,44 +446,101 @@ bool note_expected_in_handout(const Manifest& m, const std::string& note) {
   return false;
 }
 
-LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt,
-                        std::vector<std::string>* notes) {
-  auto t0 = Clock::now();
-  LabResult res;
-  res.lab = m.lab;
-  res.title = m.title;
-  res.built = true;
-  res.isolation = isolation_line();
-  // At the uid level the test programs must be reachable by the sandbox uid wherever the
-  // checkout lives (e.g. under a mode-700 home): they run from a copy in a temporary folder.
-  // The namespace levels expose each program, read-only, at its own path.
-  TestPrograms local = programs;
+namespace {
+
+/// One isolated run of one test case with the given salt: its outcome (the student process's
+/// own view, `classify`) and what it wrote on the channel.
+struct CaseRun {
+  TestResult result;
+  ChannelReport channel;
+};
+/// At the uid level the test programs must be reachable by the sandbox uid wherever the
+/// checkout lives (e.g. under a mode-700 home): they run from copies in a temporary folder,
+/// removed with this object. The namespace levels expose each program, read-only, at its path.
+struct ReachablePrograms {
+  std::map<std::string, fs::path> built;
   fs::path copies;
-  if (isolation().level == Isolation::Uid && ::geteuid() == 0) {
+  explicit ReachablePrograms(const TestPrograms& p, const RunOptions& opt, const std::string& tag = "") : built(p.built) {
+    gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
+    mpi_here = machine_has_mpirun();
+    for (const auto& [name, path] : built) sanitized[name] = binary_uses_sanitizer(path);
+    if (!(isolation().level == Isolation::Uid && ::geteuid() == 0)) return;
     copies = make_temp_dir("mls-grader-bin");
-    for (auto& [name, path] : local.built) {
-      fs::path dst = copies / name;
+    for (auto& [name, path] : built) {
+      fs::path dst = copies / (tag + name);
       fs::copy_file(path, dst, fs::copy_options::overwrite_existing);
       fs::permissions(dst, fs::perms(0755));
       path = dst;
     }
   }
-  struct RemoveCopies {
-    fs::path p;
-    ~RemoveCopies() {
-      if (!p.empty()) remove_tree(p);
-    }
-  } remove_copies{copies};
-  const bool gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
-  const bool mpi_here = machine_has_mpirun();
-  struct Job {
-    std::string name;
-    const Group* group;
-    double points;
-    fs::path binary;
+  ReachablePrograms(const ReachablePrograms&) = delete;
+  /// Runs `job` from its program (see run_case) on this machine.
+  CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt) const;
+  bool gpu_here = false, mpi_here = false;
+  std::map<std::string, bool> sanitized;  ///< per program: links a sanitizer runtime
+  ReachablePrograms& operator=(const ReachablePrograms&) = delete;
+  ~ReachablePrograms() {
+    if (!copies.empty()) remove_tree(copies);
+  }
+};
+
+/// Runs `n` tasks on up to `threads` threads.
+void for_each_parallel(std::size_t n, int threads, const std::function<void(std::size_t)>& task) {
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) task(i);
   };
-  std::vector<Job> jobs;
-  std::vector<std::string> messages;
+  std::vector<std::thread> pool;
+  int k = std::max(1, std::min<int>(threads, static_cast<int>(n)));
+  for (int t = 0; t < k; ++t) pool.emplace_back(worker);
+  for (auto& th : pool) th.join();
+}
+
+CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, const Manifest& m, std::uint64_t salt,
+                 bool sanitized, bool machine_here) {
+  fs::path scratch = make_temp_dir("mls-grader-run");
+  SandboxSpec s = test_spec(fs::absolute(binary), m, scratch, sanitized);
+  s.argv.insert(s.argv.end(), {escape_test_name(job.name), "-r", "xml", "--rng-seed", "1234", "-w", "NoTests"});
+  s.limits.channel_cap = 64u << 20;  // observation streams (tensors) are larger than verdict lines
+  std::string nonce = random_hex(16);
+  s.channel_input = grader_protocol::channel_input(nonce, salt);
+  SandboxResult r = run_sandboxed(s);
+  remove_tree(scratch);
+  SkipPolicy skip = !g.needs_machine() ? SkipPolicy::Ignore : machine_here ? SkipPolicy::Refuse : SkipPolicy::Allow;
+  CaseRun out;
+  out.result = classify(r, job.name, nonce, skip);
+  out.channel = parse_channel(r.channel, nonce);
+  out.result.group = g.name;
+  out.result.visibility = g.visibility;
+  out.result.max_score = job.points;
+  return out;
+}
+
+CaseRun ReachablePrograms::run(const TestJob& job, const Manifest& m, std::uint64_t salt) const {
+  const Group& g = *m.group(job.group);
+  return run_case(built.at(job.program), job, g, m, salt, sanitized.at(job.program), g.gpu ? gpu_here : mpi_here);
+}
+
+std::uint64_t fresh_salt() {
+  std::uint64_t s = std::strtoull(random_hex(8).c_str(), nullptr, 16);
+  return s == 0 ? 1 : s;
+}
+
+/// The head of a run's result: the lab, built, the isolation line.
+LabResult built_result(const Manifest& m) {
+  LabResult res;
+  res.lab = m.lab;
+  res.title = m.title;
+  res.built = true;
+  res.isolation = isolation_line();
+  return res;
+}
+
+}  // namespace
+
+TestPlan plan_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt) {
+  TestPlan plan;
+  ReachablePrograms local(programs, opt, "list-");
   for (const auto& bin_name : m.test_binaries()) {
     std::vector<const Group*> groups;
     for (const auto& g : m.groups)
@@ -486,17 +562,17 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
         tr.max_score = g->points;
         if (g->needs_machine() && nc != programs.not_configured.end()) {
           tr.outcome = Outcome::Skipped;
-          tr.message = std::string("skipped: no ") + (g->gpu ? "GPU" : "MPI") + " test program on this machine: " + why + "; the group's points are left out "
-                       "of this run's maximum";
+          tr.message = std::string("skipped: no ") + (g->gpu ? "GPU" : "MPI") + " test program on this machine: " + why +
+                       "; the group's points are left out of this run's maximum";
         } else {
           tr.outcome = Outcome::NoResult;
           tr.message = why;
           if (nc != programs.not_configured.end())
-            messages.push_back("group '" + g->name + "' needs the test program " + bin_name + ", but " + why);
+            plan.notes.push_back("group '" + g->name + "' needs the test program " + bin_name + ", but " + why);
         }
-        if (opt.filter.empty()) res.tests.push_back(tr);
+        if (opt.filter.empty()) plan.decided.push_back(tr);
       }
-      if (fl != programs.failed.end()) res.output += fl->second + "\n";
+      if (fl != programs.failed.end()) plan.output += fl->second + "\n";
       continue;
     }
     const fs::path& binary = built->second;
@@ -507,22 +583,20 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
     for (const Group* g : groups) {
       std::vector<std::string> names = list_tests(binary, g->match, m);
       for (const auto& n : names) owner[n].push_back(g->name);
-      if (names.empty()) messages.push_back(empty_group_note(*g));
+      if (names.empty()) plan.notes.push_back(empty_group_note(*g));
       for (const auto& n : names)
         if (opt.filter.empty() || filtered.count(n))
-          jobs.push_back({n, g, g->points / static_cast<double>(names.size()), binary});
+          plan.jobs.push_back({n, g->name, g->points / static_cast<double>(names.size()), bin_name});
     }
     for (const auto& n : list_tests(binary, "", m)) {
-      if (std::string problem = test_name_problem(n, bin_name); !problem.empty()) messages.push_back(problem);
-      auto it = owner.find(n);
-      if (it == owner.end())
-        messages.push_back("test case '" + n + "' of " + bin_name + " is in no group (it is not scored)");
+      if (std::string problem = test_name_problem(n, bin_name); !problem.empty()) plan.notes.push_back(problem);
+      if (!owner.count(n)) plan.notes.push_back("test case '" + n + "' of " + bin_name + " is in no group (it is not scored)");
     }
     for (const auto& [n, gs] : owner)
       if (gs.size() > 1) {
         std::string s = "test case '" + n + "' of " + bin_name + " is in more than one group:";
         for (const auto& g : gs) s += " " + g;
-        messages.push_back(s);
+        plan.notes.push_back(s);
       }
     // A group that matches nothing still counts in the maximum.
     for (const Group* g : groups) {
@@ -535,51 +609,245 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
         tr.visibility = g->visibility;
         tr.max_score = g->points;
         tr.message = "the group's pattern " + g->match + " matches no test case of " + bin_name;
-        res.tests.push_back(tr);
+        plan.decided.push_back(tr);
       }
     }
   }
+  return plan;
+}
 
-  std::map<fs::path, bool> sanitized;
-  for (const auto& j : jobs)
-    if (!sanitized.count(j.binary)) sanitized[j.binary] = binary_uses_sanitizer(j.binary);
-  std::vector<TestResult> results(jobs.size());
-  std::atomic<std::size_t> next{0};
+LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt,
+                        std::vector<std::string>* notes) {
+  auto t0 = Clock::now();
+  LabResult res = built_result(m);
+  TestPlan plan = plan_tests(programs, m, opt);
+  ReachablePrograms local(programs, opt);
+  std::vector<TestResult> results(plan.jobs.size());
   std::mutex cb_mu;
-  auto worker = [&] {
-    while (true) {
-      std::size_t i = next.fetch_add(1);
-      if (i >= jobs.size()) return;
-      const Job& j = jobs[i];
-      fs::path scratch = make_temp_dir("mls-grader-run");
-      SandboxSpec s = test_spec(fs::absolute(j.binary), m, scratch, sanitized.at(j.binary));
-      s.argv.insert(s.argv.end(), {escape_test_name(j.name), "-r", "xml", "--rng-seed", "1234", "-w", "NoTests"});
-      std::string nonce = random_hex(16);
-      s.channel_input = nonce;
-      SandboxResult r = run_sandboxed(s);
-      remove_tree(scratch);
-      const bool here = j.group->gpu ? gpu_here : mpi_here;
-      SkipPolicy skip = !j.group->needs_machine() ? SkipPolicy::Ignore : here ? SkipPolicy::Refuse : SkipPolicy::Allow;
-      TestResult t = classify(r, j.name, nonce, skip);
-      t.group = j.group->name;
-      t.visibility = j.group->visibility;
-      t.max_score = j.points;
-      t.score = t.outcome == Outcome::Pass ? j.points : 0;
-      results[i] = t;
-      if (opt.on_result) {
-        std::lock_guard<std::mutex> lk(cb_mu);
-        opt.on_result(t);
-      }
+  for_each_parallel(plan.jobs.size(), opt.jobs, [&](std::size_t i) {
+    const TestJob& j = plan.jobs[i];
+    TestResult t = local.run(j, m, 0).result;
+    t.score = t.outcome == Outcome::Pass ? j.points : 0;
+    results[i] = t;
+    if (opt.on_result) {
+      std::lock_guard<std::mutex> lk(cb_mu);
+      opt.on_result(t);
     }
-  };
-  std::vector<std::thread> pool;
-  int nthreads = std::max(1, std::min<int>(opt.jobs, static_cast<int>(jobs.size())));
-  for (int k = 0; k < nthreads; ++k) pool.emplace_back(worker);
-  for (auto& th : pool) th.join();
+  });
+  res.tests = plan.decided;
   res.tests.insert(res.tests.end(), results.begin(), results.end());
   res.execution_time_s = since(t0);
-  if (notes) notes->insert(notes->end(), messages.begin(), messages.end());
-  for (const auto& msg : messages) res.output += msg + "\n";
+  res.output = plan.output;
+  if (notes) notes->insert(notes->end(), plan.notes.begin(), plan.notes.end());
+  for (const auto& msg : plan.notes) res.output += msg + "\n";
+  return res;
+}
+
+// ---- the reference side of differential grading ------------------------------------------------
+
+namespace {
+
+/// A content hash of a folder tree (relative paths and bytes, in sorted order).
+std::string tree_hash(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::string all;
+  for (const auto& f : files) {
+    all += fs::relative(f, dir).generic_string() + "\n";
+    all += fnv1a_hex(read_file(f)) + "\n";
+  }
+  return fnv1a_hex(all);
+}
+
+nlohmann::json programs_to_json(const TestPrograms& p) {
+  nlohmann::json j;
+  for (const auto& [k, v] : p.built) j["built"][k] = v.string();
+  for (const auto& [k, v] : p.not_configured) j["not_configured"][k] = v;
+  for (const auto& [k, v] : p.failed) j["failed"][k] = v;
+  return j;
+}
+TestPrograms programs_from_json(const nlohmann::json& j) {
+  TestPrograms p;
+  if (j.contains("built"))
+    for (const auto& [k, v] : j["built"].items()) p.built[k] = v.get<std::string>();
+  if (j.contains("not_configured"))
+    for (const auto& [k, v] : j["not_configured"].items()) p.not_configured[k] = v.get<std::string>();
+  if (j.contains("failed"))
+    for (const auto& [k, v] : j["failed"].items()) p.failed[k] = v.get<std::string>();
+  return p;
+}
+
+}  // namespace
+
+fs::path reference_cache_dir(const BuildOptions& opt) {
+  return (opt.cache_dir.empty() ? default_binary_dir() / "grader-cache" : opt.cache_dir) / "reference";
+}
+
+BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
+  auto t0 = Clock::now();
+  fs::path cache = reference_cache_dir(opt);
+  fs::create_directories(cache);
+  fs::permissions(cache, fs::perms(0755));
+  fs::path staging = cache / ("staging-" + std::to_string(::getpid()) + "-" + random_hex(4));
+  remove_tree(staging);
+  copy_reference_tree(opt.root, m, staging);
+  // A direct build links the grader's harness and common archives: they are part of the key.
+  std::string libs;
+  if (m.build)
+    for (const auto& lib : {opt.harness_lib, opt.common_lib})
+      if (!lib.empty() && fs::exists(lib)) libs += fnv1a_hex(read_file(lib));
+  const std::string key = "lab" + std::to_string(m.lab) + "-" + fnv1a_hex(tree_hash(staging) + libs) + (opt.werror ? "-werror" : "");
+  fs::path dir = cache / key;
+  fs::path stamp = dir / "programs.json";
+  // One builder per key: concurrent graders (a parallel test suite, two batches) wait here.
+  struct Lock {
+    int fd = -1;
+    explicit Lock(const fs::path& p) {
+      fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd >= 0) ::flock(fd, LOCK_EX);
+    }
+    ~Lock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock(cache / (key + ".lock"));
+  BuildResult b;
+  if (fs::exists(stamp)) {
+    remove_tree(staging);
+    try {
+      b.programs = programs_from_json(nlohmann::json::parse(read_file(stamp)));
+      b.ok = b.programs.built.count(m.test_binary) > 0;
+      for (const auto& [k, v] : b.programs.built) b.ok = b.ok && fs::exists(v);
+      if (b.ok) {
+        b.binary = b.programs.built.at(m.test_binary);
+        b.log = "reference build reused: " + dir.string() + "\n";
+        b.wall_s = since(t0);
+        return b;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  remove_tree(dir);
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms(0755));
+  fs::rename(staging, dir / "src");
+  BuildOptions bo = opt;
+  bo.trusted = true;  // the instructor's own code: built as the grader's user, hidden tests included
+  b = build_lab(m, dir / "src", dir / "build", bo);
+  if (b.ok) write_file_atomic(stamp, programs_to_json(b.programs).dump(2));
+  b.wall_s = since(t0);
+  return b;
+}
+
+std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt) {
+  auto t0 = Clock::now();
+  auto ref = std::make_shared<Reference>();
+  ref->build = build_reference(m, opt.build);
+  if (!ref->build.ok)
+    mls::fail("the reference build of lab ", m.lab, " failed (a grader or course problem, not the submission's):\n",
+              summarize_build_log(ref->build.log));
+  ref->salt = opt.salt ? opt.salt : fresh_salt();
+  RunOptions ro = opt.run;
+  ro.filter.clear();
+  ref->plan = plan_tests(ref->build.programs, m, ro);
+  ReachablePrograms local(ref->build.programs, opt.run, "ref-");
+  const std::size_t n = ref->plan.jobs.size();
+  ref->cases.resize(n);
+  // Two runs per test with the grading's salt; a test the reference fails under a salt (e.g. a
+  // worked example tied to seed 0) is run unsalted, in both builds.
+  auto runs_with = [&](std::size_t i, std::uint64_t salt, CaseRun& a, CaseRun& b) {
+    a = local.run(ref->plan.jobs[i], m, salt);
+    b = local.run(ref->plan.jobs[i], m, salt);
+  };
+  for_each_parallel(n, opt.run.jobs, [&](std::size_t i) {
+    ReferenceCase& c = ref->cases[i];
+    CaseRun a, b;
+    c.salt = ref->salt;
+    runs_with(i, c.salt, a, b);
+    if (a.result.outcome != Outcome::Pass && a.result.outcome != Outcome::Skipped) {
+      c.salt = 0;
+      runs_with(i, 0, a, b);
+    }
+    c.outcome = a.result.outcome;
+    if (a.result.outcome == Outcome::Skipped) return;
+    if (a.result.outcome != Outcome::Pass || b.result.outcome != Outcome::Pass) {
+      c.problem = "the reference build does not pass this test (" + std::string(to_string(a.result.outcome)) + ", " +
+                  to_string(b.result.outcome) + "): " + a.result.message + b.result.message;
+      return;
+    }
+    std::string problem;
+    auto merged = merge_reference_runs(a.channel.observations, b.channel.observations, problem);
+    if (!merged) {
+      c.problem = "the test is nondeterministic: " + problem;
+      return;
+    }
+    c.stream = std::move(*merged);
+    c.ok = true;
+  });
+  ref->seconds = since(t0);
+  return ref;
+}
+
+LabResult run_differential(const TestPrograms& student, const Manifest& m, const Reference& ref, const RunOptions& opt) {
+  auto t0 = Clock::now();
+  LabResult res = built_result(m);
+  res.output = ref.plan.output;
+  for (const auto& n : ref.plan.notes) res.output += "reference: " + n + "\n";
+  ReachablePrograms local(student, opt);
+  std::vector<TestResult> results(ref.plan.jobs.size());
+  std::mutex cb_mu;
+  for_each_parallel(ref.plan.jobs.size(), opt.jobs, [&](std::size_t i) {
+    const TestJob& j = ref.plan.jobs[i];
+    const ReferenceCase& rc = ref.cases[i];
+    const Group& g = *m.group(j.group);
+    const bool local_only = g.judge == Judge::LocalOnly;
+    TestResult t;
+    auto bin = local.built.find(j.program);
+    if (bin == local.built.end()) {
+      t.name = j.name;
+      t.group = g.name;
+      t.visibility = g.visibility;
+      t.max_score = j.points;
+      t.outcome = Outcome::NoResult;
+      auto fl = student.failed.find(j.program);
+      t.message = fl != student.failed.end() ? fl->second : "the test program " + j.program + " was not built";
+    } else {
+      CaseRun run = local.run(j, m, rc.salt);
+      t = run.result;
+      const ChannelReport& ch = run.channel;
+      if (ch.ended && ch.passed.empty() && ch.failed.empty() && ch.exited.empty() && t.outcome != Outcome::Pass) {
+        t.outcome = Outcome::Fail;
+        t.message = "the submission's test program has no test case named '" + j.name + "'";
+      } else if (t.outcome == Outcome::Pass && !local_only) {
+        // The student's process says PASS; the verdict is the comparison with the reference.
+        if (!rc.ok) {
+          t.outcome = Outcome::NoResult;
+          t.message = "grader problem (not the submission's): " + rc.problem;
+        } else if (std::string diff = compare_streams(rc.stream, ch.observations); !diff.empty()) {
+          t.outcome = Outcome::Fail;
+          t.message = "differs from the reference build: " + diff;
+        }
+      } else if (t.outcome == Outcome::Skipped && rc.outcome != Outcome::Skipped) {
+        t.outcome = Outcome::Fail;
+        t.message = "the test reported a skip, but the reference build ran it";
+      }
+    }
+    if (local_only) {
+      t.max_score = 0;
+      t.message = "local_only group: judged in the student's own process, 0 points in grade" +
+                  std::string(t.message.empty() ? "" : "; " + t.message);
+    }
+    t.score = t.outcome == Outcome::Pass ? t.max_score : 0;
+    results[i] = t;
+    if (opt.on_result) {
+      std::lock_guard<std::mutex> lk(cb_mu);
+      opt.on_result(t);
+    }
+  });
+  res.tests = ref.plan.decided;
+  res.tests.insert(res.tests.end(), results.begin(), results.end());
+  res.execution_time_s = since(t0);
   return res;
 }
 
@@ -656,9 +924,36 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
     return finish(zero_result(m, notes + why, since(t0)));
   }
   try {
-    temp = make_temp_dir("mls-grader");
+    // A batch reuses one grading copy and build folder: only the student files change between
+    // submissions (a file whose text is unchanged keeps its object), so the build compiles
+    // each submission's own files and relinks.
+    const bool reuse = opt.batch_tree != nullptr;
+    temp = reuse ? opt.batch_tree->dir : make_temp_dir("mls-grader");
+    const bool keep = opt.keep_temp || reuse;
     fs::path tree = temp / "src";
-    make_grading_tree(m, opt.build.root, tree, in);
+    if (reuse) {
+      BatchTree& bt = *opt.batch_tree;
+      if (!bt.made) {
+        make_grading_tree(m, opt.build.root, tree, IntakeReport{});
+        for (const auto& rel : m.student_files)
+          if (fs::exists(tree / rel)) bt.stubs[rel] = read_file(tree / rel);
+        bt.made = true;
+      }
+      std::map<std::string, std::string> want = bt.stubs;
+      for (const auto& f : in.accepted) want[f.rel] = f.text;
+      for (const auto& [rel, text] : want) {
+        std::string now;
+        try {
+          now = read_file(tree / rel);
+        } catch (const std::exception&) {
+        }
+        if (now == text && fs::exists(tree / rel)) continue;
+        fs::create_directories((tree / rel).parent_path());
+        write_file_atomic(tree / rel, text);
+      }
+    } else {
+      make_grading_tree(m, opt.build.root, tree, in);
+    }
     BuildOptions bo = opt.build;
     bo.hide.push_back(abs_sub);
     // The batch folder (the other submissions), unless it is a top-level folder of the system.
@@ -667,21 +962,26 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
     BuildResult b = build_lab(m, tree, temp / "build", bo);
     if (!b.ok) {
       LabResult r = zero_result(m, notes + "the submission did not build:\n" + summarize_build_log(b.log), since(t0));
-      if (!opt.keep_temp) remove_tree(temp);
+      if (!keep) remove_tree(temp);
       return finish(r);
     }
     LabResult r;
     try {
-      r = run_lab_tests(b.programs, m, opt.run);
+      if (opt.differential) {
+        std::shared_ptr<const Reference> ref = opt.reference ? opt.reference : prepare_reference(m, opt);
+        r = run_differential(b.programs, m, *ref, opt.run);
+      } else {
+        r = run_lab_tests(b.programs, m, opt.run);
+      }
     } catch (const std::exception& e) {
       r = zero_result(m, notes + e.what(), since(t0));
     }
     r.built = true;
     r.output = notes + r.output;
-    if (!opt.keep_temp) remove_tree(temp);
+    if (!keep) remove_tree(temp);
     return finish(r);
   } catch (const std::exception& e) {
-    if (!temp.empty() && !opt.keep_temp) remove_tree(temp);
+    if (!temp.empty() && !opt.keep_temp && !opt.batch_tree) remove_tree(temp);
     return finish(zero_result(m, notes + "grader error: " + e.what(), since(t0)));
   }
 }

@@ -157,10 +157,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     const json& g = groups[i];
     if (!g.is_object()) c.bad(p.substr(0, p.size() - 1), "must be an object");
     static const std::set<std::string> known_group = {"name", "match", "points", "visibility", "binary",
-                                                      "gpu", "mpi", "given", "$comment"};
+                                                      "gpu", "mpi", "given", "judge", "$comment"};
     for (const auto& [k, v] : g.items())
       if (!known_group.count(k))
-        c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, mpi, given)");
+        c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, mpi, given, judge)");
     Group gr;
     gr.name = get_string(c, g, "name", p);
     if (!names.insert(gr.name).second) c.bad(p + "name", "'" + gr.name + "' is used twice");
@@ -175,6 +175,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     gr.mpi = get_bool(c, g, "mpi", p, false);
     if (gr.gpu && gr.mpi) c.bad(p + "mpi", "a group is gpu or mpi, not both");
     gr.given = get_bool(c, g, "given", p, false);
+    const std::string judge = get_string(c, g, "judge", p, false, "differential");
+    if (judge == "differential") gr.judge = Judge::Differential;
+    else if (judge == "local_only") gr.judge = Judge::LocalOnly;
+    else c.bad(p + "judge", "must be 'differential' or 'local_only', not '" + judge + "'");
     m.groups.push_back(gr);
   }
   if (j.contains("benchmarks")) {

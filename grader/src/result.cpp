@@ -217,18 +217,20 @@ CatchXml parse_catch_xml(std::string_view text) {
 ChannelReport parse_channel(std::string_view text, std::string_view nonce) {
   ChannelReport r;
   if (nonce.empty()) return r;
+  namespace gp = grader_protocol;
+  std::string verb, payload;
   for (const auto& line : split(text, '\n')) {
-    std::string_view l = line;
-    if (!starts_with(l, nonce) || l.size() < nonce.size() + 1 || l[nonce.size()] != ' ') continue;
-    l.remove_prefix(nonce.size() + 1);
-    std::size_t sp = l.find(' ');
-    std::string_view verb = l.substr(0, sp);
-    std::string name = sp == std::string_view::npos ? "" : std::string(l.substr(sp + 1));
-    if (verb == "PASS") r.passed.push_back(name);
-    else if (verb == "FAIL") r.failed.push_back(name);
-    else if (verb == "NAME") r.listed.push_back(name);
-    else if (verb == "EXIT") r.exited.push_back(name);
-    else if (verb == "END") r.ended = true;
+    if (!gp::parse_line(line, nonce, verb, payload)) continue;
+    if (verb == gp::kPass) r.passed.push_back(payload);
+    else if (verb == gp::kFail) r.failed.push_back(payload);
+    else if (verb == gp::kName) r.listed.push_back(payload);
+    else if (verb == gp::kExit) r.exited.push_back(payload);
+    else if (verb == gp::kEnd) r.ended = true;
+    else if (verb == gp::kObs) {
+      gp::ObservationRecord o;
+      if (gp::decode_observation(payload, o)) r.observations.push_back(std::move(o));
+      else ++r.malformed;
+    }
   }
   return r;
 }

@@ -780,19 +780,40 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   rlim_t nproc = static_cast<rlim_t>(L.processes);
   if (!drop && !root) nproc += static_cast<rlim_t>(count_processes_of_uid(::getuid()));
 
-  int out_p[2], err_p[2], cin_p[2] = {-1, -1}, cout_p[2] = {-1, -1}, stat_p[2], rel_p[2];
+  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, cin_p[2] = {-1, -1}, cout_p[2] = {-1, -1}, stat_p[2] = {-1, -1},
+      rel_p[2] = {-1, -1};
+  ChildSetup cs;
+  // Every fd this function opens, closed on any early return (a failed pipe or fork leaks none).
+  auto close_fds = [&](std::initializer_list<int*> fds) {
+    for (int* f : fds)
+      if (*f >= 0) {
+        ::close(*f);
+        *f = -1;
+      }
+  };
+  auto close_everything = [&] {
+    close_fds({&out_p[0], &out_p[1], &err_p[0], &err_p[1], &cin_p[0], &cin_p[1], &cout_p[0], &cout_p[1], &stat_p[0],
+               &stat_p[1], &rel_p[0], &rel_p[1], &cs.out, &cs.err, &cs.cin, &cs.cout, &cs.devnull});
+  };
   if (::pipe2(out_p, O_CLOEXEC) || ::pipe2(err_p, O_CLOEXEC) || ::pipe2(stat_p, O_CLOEXEC) || ::pipe2(rel_p, O_CLOEXEC) ||
       (spec.channel_input && (::pipe2(cin_p, O_CLOEXEC) || ::pipe2(cout_p, O_CLOEXEC)))) {
     r.error = std::string("pipe: ") + std::strerror(errno);
+    close_everything();
     return r;
   }
-  ChildSetup cs;
   // Child-side ends go to high fd numbers so dup2 onto 0..4 never collides.
-  cs.out = dup_high(out_p[1]);
-  cs.err = dup_high(err_p[1]);
-  cs.cin = spec.channel_input ? dup_high(cin_p[0]) : -1;
-  cs.cout = spec.channel_input ? dup_high(cout_p[1]) : -1;
-  cs.devnull = dup_high(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  // (dup_high closes the original: its slot is forgotten at once, never closed twice.)
+  auto take_high = [&](int& fd) {
+    int h = fd >= 0 ? dup_high(fd) : -1;
+    fd = -1;
+    return h;
+  };
+  cs.out = take_high(out_p[1]);
+  cs.err = take_high(err_p[1]);
+  cs.cin = take_high(cin_p[0]);
+  cs.cout = take_high(cout_p[1]);
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  cs.devnull = take_high(devnull);
   cs.cpu = static_cast<rlim_t>(L.cpu_s > 0 ? L.cpu_s : L.wall_s + 1);
   cs.fsize = static_cast<rlim_t>(L.file_size_mb) << 20;
   cs.nofile = static_cast<rlim_t>(L.open_files);
@@ -808,6 +829,7 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   pid_t sup = ::fork();
   if (sup < 0) {
     r.error = std::string("fork: ") + std::strerror(errno);
+    close_everything();
     return r;
   }
   if (sup == 0) {
@@ -964,7 +986,8 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
       }
       if (i == 0) out.add(buf, n);
       if (i == 1) err.add(buf, n);
-      if (i == 2 && channel.size() < (1u << 20)) channel.append(buf, std::min<std::size_t>(n, (1u << 20) - channel.size()));
+      if (i == 2 && channel.size() < L.channel_cap)
+        channel.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), L.channel_cap - channel.size()));
       if (i == 3) {
         stat_buf.append(buf, n);
         while (stat_buf.size() - stat_used >= 2 * sizeof(int)) {

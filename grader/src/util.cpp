@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/rng.hpp"
 
 #ifndef MLS_GRADER_SOURCE_DIR
 #define MLS_GRADER_SOURCE_DIR ""
@@ -184,11 +185,7 @@ std::string head_tail(std::string_view text, std::size_t head, std::size_t tail)
 }
 
 std::string fnv1a_hex(std::string_view data) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
+  const std::uint64_t h = mls::fnv1a64(data);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -293,6 +293,7 @@ TEST_CASE("adversarial: attack, grading from a checkout under a mode-700 folder 
   Manifest m = testing::fixture_manifest();
   copy_tree(testing::repo_root() / m.dir, repo / m.dir);
   copy_tree(testing::repo_root() / "common/include", repo / "common/include");
+  copy_tree(testing::repo_root() / "common/tests/include", repo / "common/tests/include");
   GradeOptions go = testing::fixture_grade_options();
   go.build.root = repo;
   LabResult r = grade_submission(m, testing::submission("correct"), go);

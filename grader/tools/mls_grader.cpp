@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "mls/grader/intake.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/report.hpp"
+#include "mls/grader/sandbox.hpp"
 #include "mls/grader/strip.hpp"
 #include "mls/grader/util.hpp"
 
@@ -162,15 +164,67 @@ int cmd_test(const Common& c, const std::string& filter, const std::string& resu
   return ok == static_cast<int>(r.tests.size()) && r.count(Outcome::Pass) > 0 && manifest_problems == 0 ? 0 : 1;
 }
 
+/// The reference side of `grade`: built (or reused from the cache) and run once, shared by every
+/// submission of the invocation (one secret salt per invocation).
+std::shared_ptr<const Reference> reference_for(const Manifest& m, const GradeOptions& go) {
+  std::fprintf(stderr, "mls-grader: preparing the reference of lab %d (cached build, two runs of each test) ...\n", m.lab);
+  auto ref = prepare_reference(m, go);
+  int weak = 0, problems = 0;
+  for (const auto& rc : ref->cases) {
+    if (rc.ok && strong_count(rc.stream.stream) == 0) ++weak;
+    if (!rc.ok && rc.outcome != Outcome::Skipped) ++problems;
+  }
+  std::fprintf(stderr, "mls-grader: reference ready in %.1f s: %zu tests, %d with only weak observations, %d unusable\n",
+               ref->seconds, ref->cases.size(), weak, problems);
+  return ref;
+}
+
+int cmd_audit(const Common& c) {
+  Manifest m = manifest_of(c);
+  GradeOptions go;
+  go.build = build_options(c);
+  go.run.jobs = c.jobs;
+  auto ref = prepare_reference(m, go);
+  int weak = 0, bad = 0;
+  std::printf("lab %d: %zu tests, reference prepared in %.1f s (salt secret, two runs each)\n", m.lab, ref->cases.size(),
+              ref->seconds);
+  for (std::size_t i = 0; i < ref->cases.size(); ++i) {
+    const auto& job = ref->plan.jobs[i];
+    const auto& rc = ref->cases[i];
+    const Group* g = m.group(job.group);
+    const bool local = g && g->judge == Judge::LocalOnly;
+    if (rc.outcome == Outcome::Skipped) {
+      std::printf("  SKIPPED    %s: %s\n", job.group.c_str(), job.name.c_str());
+      continue;
+    }
+    if (!rc.ok) {
+      ++bad;
+      std::printf("  UNUSABLE   %s: %s\n      %s\n", job.group.c_str(), job.name.c_str(), rc.problem.substr(0, 400).c_str());
+      continue;
+    }
+    int strong = strong_count(rc.stream.stream), total = static_cast<int>(rc.stream.stream.size());
+    const char* tag = local ? "LOCAL_ONLY" : strong == 0 ? "WEAK" : "ok";
+    if (strong == 0 && !local) ++weak;
+    std::printf("  %-10s %s: %s  (%d strong, %d weak%s%s)\n", tag, job.group.c_str(), job.name.c_str(), strong,
+                total - strong, rc.salt == 0 ? ", unsalted: fails under a salt" : "",
+                rc.stream.nondeterministic ? (", " + std::to_string(rc.stream.nondeterministic) + " nondeterministic").c_str() : "");
+  }
+  std::printf("audit: %d weak test(s) (only truth values: forgeable), %d unusable; mark a group \"judge\": \"local_only\" "
+              "or add observations\n", weak, bad);
+  return weak || bad ? 1 : 0;
+}
+
 int cmd_grade(const Common& c, const std::string& submission, const std::string& batch, const std::string& results,
-              const std::string& junit, const std::string& csv, bool keep_temp) {
+              const std::string& junit, const std::string& csv, bool keep_temp, bool local_verdict) {
   Manifest m = manifest_of(c);
   GradeOptions go;
   go.build = build_options(c);
   go.run.jobs = c.jobs;
   go.run.on_result = progress;
   go.keep_temp = keep_temp;
+  go.differential = !local_verdict;
   if (submission.empty() == batch.empty()) throw UsageError("give exactly one of --submission DIR or --batch DIR");
+  if (go.differential) go.reference = reference_for(m, go);
   if (!submission.empty()) {
     LabResult r = grade_submission(m, submission, go);
     std::cout << format_table(r, m, colour());
@@ -191,6 +245,17 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   }
   std::sort(subs.begin(), subs.end());
   std::vector<LabResult> all;
+  go.batch_tree = std::make_shared<BatchTree>();
+  go.batch_tree->dir = make_temp_dir("mls-grader-batch");
+  go.build.build_uid = reserve_sandbox_uid();  // every build of the batch updates the same folder
+  struct RemoveBatch {
+    fs::path p;
+    bool keep;
+    ~RemoveBatch() {
+      if (!keep) remove_tree(p);
+    }
+  } remove_batch{go.batch_tree->dir, keep_temp};
+  auto t_batch = std::chrono::steady_clock::now();
   std::fprintf(stderr, "mls-grader: %s\n", isolation_line().c_str());
   for (const auto& s : subs) {
     std::fprintf(stderr, "mls-grader: grading %s ...\n", display_name(s.filename().string()).c_str());
@@ -203,6 +268,8 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
     }
     all.push_back(std::move(r));
   }
+  std::fprintf(stderr, "mls-grader: %zu submission(s) graded in %.1f s (after the reference)\n", subs.size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_batch).count());
   std::string out = csv.empty() ? "scores.csv" : csv;
   write_file_atomic(out, to_csv(all));
   std::printf("wrote %s (%zu submissions)\n", out.c_str(), all.size());
@@ -434,6 +501,13 @@ int main(int argc, char** argv) {
   grade->add_option("--junit", junit, "JUnit XML to write (single submission)");
   grade->add_option("--csv", csv, "CSV of scores (with --batch; default scores.csv)");
   grade->add_flag("--keep-temp", keep_temp, "keep the build folder (debugging)");
+  bool local_verdict = false;
+  grade->add_flag("--local-verdict", local_verdict,
+                  "judge by the student process's own report (the old, forgeable verdict; for comparisons only)");
+
+  auto* audit = app.add_subcommand("audit", "run the reference's tests twice with a secret salt and list the tests whose "
+                                            "observations are weak (truth values only), nondeterministic or unusable");
+  add_common(audit, true);
 
   std::string out;
   bool strip_previous = false;
@@ -472,7 +546,8 @@ int main(int argc, char** argv) {
   try {
     if (*list) return cmd_list(c);
     if (*test) return cmd_test(c, filter, results, junit);
-    if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp);
+    if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp, local_verdict);
+    if (*audit) return cmd_audit(c);
     if (*handout) return cmd_handout(c, out, strip_previous);
     if (*check) return cmd_check_handouts(c, keep);
     if (*bench) return cmd_bench(c, reps, results);

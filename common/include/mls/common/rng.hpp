@@ -16,6 +16,7 @@ std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> counter,
 
 class Rng {
  public:
+  /// `seed` is mixed with the process-wide salt (`set_rng_salt`) when one is set.
   explicit Rng(std::uint64_t seed = 0, std::string_view stream = "default");
 
   /// A generator for another named stream with the same seed (e.g. per rank or per device).
@@ -48,7 +49,18 @@ class Rng {
   double spare_normal_ = 0.0;
 };
 
+/// 64-bit FNV-1a of `data` (stable across platforms and runs; not a cryptographic hash). The one
+/// definition: stream names here, cache keys in the grader.
+std::uint64_t fnv1a64(std::string_view data);
+
 /// FNV-1a hash of a stream name (stable across platforms and runs).
-std::uint64_t stream_hash(std::string_view name);
+inline std::uint64_t stream_hash(std::string_view name) { return fnv1a64(name); }
+
+/// The process-wide salt mixed into every `Rng` seed (0, the default: no change, every local run
+/// draws the same numbers). `mls-grader` sets a secret per-grading salt through its result channel
+/// before any test runs, so a submission cannot precompute the inputs its tests draw; the
+/// reference and the student runs of one grading share it.
+void set_rng_salt(std::uint64_t salt);
+std::uint64_t rng_salt();
 
 }  // namespace mls

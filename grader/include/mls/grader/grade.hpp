@@ -3,12 +3,15 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "mls/grader/differential.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/result.hpp"
+#include "mls/grader/sandbox.hpp"
 
 namespace mls::grader {
 
@@ -26,6 +29,12 @@ struct BuildOptions {
   /// Folders no sandboxed step may see, beyond what the isolation hides anyway (the checkout
   /// `root` is always added; the submission's own folder is added by `grade_submission`).
   std::vector<std::filesystem::path> hide;
+  /// The tree is the instructor's own (the reference build): built as the grader's user with
+  /// rlimits only, hidden tests visible to every step. Never for a tree holding student files.
+  bool trusted = false;
+  /// The sandbox uid of every build step (a batch keeps one, so each build can update the files
+  /// the previous one left); null: reserved per build.
+  std::shared_ptr<SandboxUid> build_uid;
 };
 
 /// The test programs of a build (CMake target -> binary), and why the others are missing.
@@ -71,6 +80,23 @@ struct RunOptions {
 std::vector<std::string> list_tests(const std::filesystem::path& binary, const std::string& spec,
                                     const Manifest& m);
 
+/// One test case to run: its name, its group, its share of the group's points, its program.
+struct TestJob {
+  std::string name;
+  std::string group;
+  double points = 0;
+  std::string program;  ///< CMake target
+};
+/// What a run will do, from the programs' listings: the jobs, the entries decided without a run
+/// (groups whose program is missing, groups that match nothing), and the manifest notes.
+struct TestPlan {
+  std::vector<TestJob> jobs;
+  std::vector<TestResult> decided;
+  std::vector<std::string> notes;
+  std::string output;
+};
+TestPlan plan_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt);
+
 /// Runs every test case of the lab, each isolated, each from its group's test program; scores
 /// them by group. Disagreements of manifest and programs are reported in `notes` (and in the
 /// result's output): a test case in no group or in two groups, a group that matches no test case,
@@ -99,14 +125,68 @@ HandoutJudgement judge_reference(const Manifest& m, const LabResult& ref, const 
 /// is not visible (its tests are not in the handout).
 HandoutJudgement judge_handout(const Manifest& m, const LabResult& handout);
 
+// ---- differential grading (handouts/README.md, "How a verdict is reached") ----------------------
+
+/// The reference side of one test case under the grading's salt.
+struct ReferenceCase {
+  bool ok = false;               ///< the reference passed twice and its stream is usable
+  Outcome outcome = Outcome::NoResult;
+  std::uint64_t salt = 0;        ///< the salt both builds run it with (0: the test needs seed 0)
+  ReferenceStream stream;
+  std::string problem;           ///< why not ok (a course or grader problem, never the student's)
+};
+/// The reference build, its test plan (the only source of test names and groups) and the
+/// reference stream of every test, for one salt. A batch prepares it once.
+struct Reference {
+  BuildResult build;
+  TestPlan plan;
+  std::uint64_t salt = 0;
+  std::vector<ReferenceCase> cases;  ///< one per plan.jobs
+  double seconds = 0;
+};
+
+/// The folder of cached reference builds: `<cache_dir or the grader's build>/grader-cache/reference`.
+std::filesystem::path reference_cache_dir(const BuildOptions& opt);
+/// Builds the instructor's full tree of lab `m` (every reference file, hidden tests included),
+/// trusted, into the reference cache keyed by the tree's content hash: a later call with the
+/// same sources reuses it.
+BuildResult build_reference(const Manifest& m, const BuildOptions& opt);
+
+struct GradeOptions;
+/// Builds (or reuses) the reference and runs each of its test cases twice with the salt
+/// (`opt.salt`, or a fresh secret one); throws mls::Error when the reference does not build.
+std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt);
+/// Runs each test case of the reference plan in the student's programs with the same salt and
+/// judges it: PASS only when the student's run reached the test's end with a clean exit and its
+/// observation stream matches the reference's (`compare_streams`). Names only the student's
+/// programs list are never run; a name they lack is FAIL. Groups judged `local_only` score 0.
+LabResult run_differential(const TestPrograms& student, const Manifest& m, const Reference& ref, const RunOptions& opt);
+
+/// The grading copy and build folder a batch shares (see `GradeOptions::batch_tree`).
+struct BatchTree {
+  std::filesystem::path dir;  ///< holds src/ and build/; the caller removes it after the batch
+  bool made = false;
+  std::map<std::string, std::string> stubs;  ///< the handout's text of each student file
+};
+
 struct GradeOptions {
   BuildOptions build;
   RunOptions run;
   bool keep_temp = false;
+  /// Differential verdicts (the default). false: the student process's own verdict (the old
+  /// mode; forgeable, kept for comparisons and for `test`).
+  bool differential = true;
+  std::uint64_t salt = 0;  ///< 0: a fresh secret salt per reference preparation
+  /// A reference prepared beforehand (a batch shares one); null: prepared by grade_submission.
+  std::shared_ptr<const Reference> reference;
+  /// Batch mode: one grading copy and build folder reused by every submission (only the student
+  /// files are rewritten, so only they are recompiled). Null: a fresh copy per submission.
+  std::shared_ptr<BatchTree> batch_tree;
 };
 
 /// The whole of `grade`: intake, a clean reference copy with the lab's student files stubbed,
-/// the student's files over it, build, run, score. Never throws for what the submission does.
+/// the student's files over it, build, run, score (differentially: see `run_differential`).
+/// Never throws for what the submission does.
 LabResult grade_submission(const Manifest& m, const std::filesystem::path& submission,
                            const GradeOptions& opt);
 

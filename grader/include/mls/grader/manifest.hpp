@@ -12,6 +12,16 @@ namespace mls::grader {
 enum class Visibility { Visible, Hidden, AfterDueDate };
 const char* to_string(Visibility v);
 
+/// How `grade` judges a group's tests (manifest `judge`).
+enum class Judge {
+  /// The default: the test runs in the student build and in the reference build with the same
+  /// secret salt; it passes only when the two observation streams match (handouts/README.md).
+  Differential,
+  /// Judged only in the student's own process (its Catch2 checks): shown in `test` and `grade`,
+  /// worth zero points in `grade` (a verdict the student's process gives cannot be trusted).
+  LocalOnly,
+};
+
 /// A scored group of test cases, chosen by a Catch2 test spec (`[tag]` or names).
 struct Group {
   std::string name;
@@ -35,6 +45,7 @@ struct Group {
   bool needs_machine() const { return gpu || mpi; }
   /// Tests of code the handout gives complete (manifest `given`): they may pass in the handout.
   bool given = false;
+  Judge judge = Judge::Differential;
 };
 
 /// A benchmark that feeds the leaderboard.

@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mls/common/grader_protocol.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/sandbox.hpp"
 
@@ -68,6 +69,9 @@ CatchXml parse_catch_xml(std::string_view text);
 struct ChannelReport {
   std::vector<std::string> passed, failed, listed, exited;
   bool ended = false;
+  /// The OBS lines, in order (protocol: mls/common/grader_protocol.hpp).
+  std::vector<grader_protocol::ObservationRecord> observations;
+  int malformed = 0;  ///< OBS lines that did not decode
 };
 ChannelReport parse_channel(std::string_view text, std::string_view nonce);
 

@@ -47,6 +47,7 @@ struct SandboxLimits {
   std::size_t output_cap = 4u << 20;     ///< total stdout+stderr bytes before the group is killed
   std::size_t keep_head = 24u << 10;     ///< bytes kept from the start of each stream
   std::size_t keep_tail = 24u << 10;     ///< bytes kept from the end of each stream
+  std::size_t channel_cap = 1u << 20;    ///< bytes of the result channel kept (the rest is dropped)
 };
 
 struct SandboxSpec {

@@ -1,0 +1,44 @@
+#pragma once
+/// Differential verdicts: the observation stream of a student run compared, in the grader's own
+/// process, with the stream the reference build produced for the same test and the same salt.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mls/common/grader_protocol.hpp"
+
+namespace mls::grader {
+
+using Observation = grader_protocol::ObservationRecord;
+using Stream = std::vector<Observation>;
+
+/// True for an observation that cannot be forged by writing "true": anything but a truth value.
+bool is_strong(const Observation& o);
+/// Number of strong observations of a stream.
+int strong_count(const Stream& s);
+
+/// The reference stream of one test, from two reference runs with the same salt. Where the two
+/// agree it is the first run. Where a value differs between them (threads, timing, addresses) the
+/// observation is nondeterministic: a number's tolerance widens to cover twice the spread seen; a
+/// text (or a tensor's layout) is marked `unstable` and only its label and kind are compared.
+/// Streams that differ in length, labels or kinds: std::nullopt and `problem` says where (a test
+/// bug: its observations must not depend on anything but the salt).
+struct ReferenceStream {
+  Stream stream;
+  std::vector<bool> unstable;  ///< per observation
+  int nondeterministic = 0;    ///< observations whose values differed between the two runs
+};
+std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem);
+
+/// Compares a student stream with the reference: same number of observations, same labels and
+/// kinds in order, texts and layouts exactly, values within the reference's tolerance
+/// (|got - want| <= atol + rtol * |want|; exact when both are 0; NaN matches NaN). Returns "" when
+/// they match, else a message naming the first difference, e.g.
+///   observation 3 of 5, 'softmax' (tensor float32 [2, 3]): element [1, 2]: expected 0.25, got 0.5
+///   (tolerance rtol 1e-06, atol 1e-07)
+std::string compare_streams(const ReferenceStream& ref, const Stream& got);
+
+/// One observation in a line, for messages and the audit (values cut to a few).
+std::string describe(const Observation& o);
+
+}  // namespace mls::grader

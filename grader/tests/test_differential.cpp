@@ -1,0 +1,159 @@
+// Differential verdicts: the result-channel protocol, the stream comparison, and the adversarial
+// cases of issue 15 — each attack is the MLS_TODO stubs plus a way to forge the student process's
+// own report. Each is graded twice: with the old verdict (the student process's report, for the
+// table in handouts/README.md) and with the differential one, which must score it 0.
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "helpers.hpp"
+#include "mls/common/grader_protocol.hpp"
+#include "mls/common/rng.hpp"
+#include "mls/grader/differential.hpp"
+#include "mls/grader/report.hpp"
+
+using namespace mls::grader;
+namespace gp = mls::grader_protocol;
+
+namespace {
+Observation obs(const std::string& label, std::vector<double> v, double rtol = 0, double atol = 0) {
+  Observation o;
+  o.label = label;
+  o.kind = "f64";
+  o.values = std::move(v);
+  o.count = static_cast<std::int64_t>(o.values.size());
+  o.rtol = rtol;
+  o.atol = atol;
+  return o;
+}
+ReferenceStream ref_of(Stream s) {
+  ReferenceStream r;
+  r.unstable.assign(s.size(), false);
+  r.stream = std::move(s);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("protocol: an observation survives the channel exactly", "[grader]") {
+  Observation o;
+  o.label = "softmax\tof\nx \\ y";
+  o.kind = "tensor";
+  o.text = "float32";
+  o.shape = {2, 3};
+  o.strides = {3, 1};
+  o.offset = 4;
+  o.values = {0.1, -0.0, 1e-300, std::nan(""), INFINITY, 1.0 / 3.0};
+  o.count = 6;
+  o.rtol = 1e-6;
+  o.atol = 1e-7;
+  std::string line = gp::line("abc", gp::kObs, gp::encode_observation(o));
+  CHECK(line.find('\n') == line.size() - 1);
+  ChannelReport ch = parse_channel(line + "zzz OBS forged\n", "abc");
+  REQUIRE(ch.observations.size() == 1);
+  const Observation& g = ch.observations[0];
+  CHECK(g.label == o.label);
+  CHECK(g.shape == o.shape);
+  CHECK(g.strides == o.strides);
+  CHECK(g.offset == 4);
+  CHECK(g.values[2] == 1e-300);
+  CHECK(std::isnan(g.values[3]));
+  CHECK(g.values[5] == 1.0 / 3.0);
+  CHECK(compare_streams(ref_of({o}), {g}).empty());
+  std::string nonce;
+  std::uint64_t salt = 0;
+  gp::parse_channel_input(gp::channel_input("n0nce", 0x1234abcdull) + "\n", nonce, salt);
+  CHECK(nonce == "n0nce");
+  CHECK(salt == 0x1234abcdull);
+}
+
+TEST_CASE("protocol: the salt changes every Rng stream, 0 changes nothing", "[grader]") {
+  const std::uint32_t plain = mls::Rng(7, "x").next_u32();
+  mls::set_rng_salt(42);
+  const std::uint32_t salted = mls::Rng(7, "x").next_u32();
+  mls::set_rng_salt(0);
+  CHECK(salted != plain);
+  CHECK(mls::Rng(7, "x").next_u32() == plain);
+}
+
+TEST_CASE("differential: the first differing observation is named with expected and got", "[grader]") {
+  ReferenceStream want = ref_of({obs("loss", {1.0}, 1e-3), obs("grad", {1, 2, 3})});
+  CHECK(compare_streams(want, {obs("loss", {1.0005}), obs("grad", {1, 2, 3})}).empty());
+  CHECK_THAT(compare_streams(want, {obs("loss", {1.01}), obs("grad", {1, 2, 3})}),
+             Catch::Contains("observation 1 of 2, 'loss'") && Catch::Contains("expected 1, got 1.01"));
+  CHECK_THAT(compare_streams(want, {obs("loss", {1.0}), obs("grad", {1, 2, 4})}),
+             Catch::Contains("value [2]: expected 3, got 4 (exact)"));
+  CHECK_THAT(compare_streams(want, {obs("loss", {1.0})}), Catch::Contains("missing"));
+  CHECK_THAT(compare_streams(want, {obs("loss", {1.0}), obs("other", {1, 2, 3})}), Catch::Contains("another path"));
+  // The student's own tolerance is ignored: only the reference's counts.
+  CHECK_FALSE(compare_streams(want, {obs("loss", {1.0}), obs("grad", {1, 2, 3.5}, 1, 1)}).empty());
+  // Nondeterminism between two reference runs widens the tolerance to twice the spread.
+  std::string problem;
+  auto merged = merge_reference_runs({obs("t", {10.0})}, {obs("t", {10.5})}, problem);
+  REQUIRE(merged);
+  CHECK(merged->nondeterministic == 1);
+  CHECK(compare_streams(*merged, {obs("t", {10.9})}).empty());
+  CHECK_FALSE(compare_streams(*merged, {obs("t", {11.1})}).empty());
+  CHECK_FALSE(merge_reference_runs({obs("t", {1})}, {}, problem));
+}
+
+namespace {
+struct Scores {
+  double before = 0, after = 0, max = 0;
+};
+/// Grades `name` with the old verdict and with the differential one; prints a table row.
+Scores grade_both(const std::string& name) {
+  Manifest m = testing::fixture_manifest();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  go.differential = false;
+  LabResult before = grade_submission(m, testing::submission(name), go);
+  go.differential = true;
+  LabResult after = grade_submission(m, testing::submission(name), go);
+  INFO(format_table(after, m, false) << format_failures(after) << after.output);
+  std::printf("[adversarial table] %-28s before %5.1f%%  after %5.1f%%\n", name.c_str(),
+              100 * before.score() / before.max_score(), 100 * after.score() / after.max_score());
+  CHECK(after.built);
+  CHECK(after.count(Outcome::Pass) == 0);
+  CHECK(testing::processes_mentioning(tmp.dir.string()) == 0);
+  return {before.score(), after.score(), after.max_score()};
+}
+}  // namespace
+
+TEST_CASE("adversarial: a static constructor that steals the nonce and writes PASS to every fd scores 0",
+          "[grader][adversarial]") {
+  CHECK(grade_both("attack_static_ctor").after == 0);
+}
+TEST_CASE("adversarial: a strong definition of the listener's inline send, with a forging static destructor, scores 0",
+          "[grader][adversarial]") {
+  CHECK(grade_both("attack_inline_override").after == 0);
+}
+TEST_CASE("adversarial: replacing every registered test body with a no-op scores 0", "[grader][adversarial]") {
+  CHECK(grade_both("attack_registry_noop").after == 0);
+}
+TEST_CASE("adversarial: extra test cases in the lab's groups are ignored, the stubs score 0", "[grader][adversarial]") {
+  CHECK(grade_both("attack_extra_tests").after == 0);
+}
+TEST_CASE("adversarial: interposing write() and an atexit exit(0) scores 0", "[grader][adversarial]") {
+  CHECK(grade_both("attack_write_interpose").after == 0);
+}
+TEST_CASE("adversarial: answers hardcoded for the checks' inputs score 0 (salted inputs)", "[grader][adversarial]") {
+  CHECK(grade_both("attack_hardcoded").after == 0);
+}
+
+TEST_CASE("adversarial: the reference scores 100% differentially, and a batch reuses one reference", "[grader][adversarial]") {
+  Manifest m = testing::fixture_manifest();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  auto ref = prepare_reference(m, go);
+  REQUIRE(ref->cases.size() == 7);
+  int strong = 0;
+  for (const auto& c : ref->cases)
+    if (c.ok) strong += strong_count(c.stream.stream) > 0;
+  CHECK(strong == 6);  // the GPU-style test is SKIPPED
+  go.reference = ref;
+  LabResult r = grade_submission(m, testing::submission("correct"), go);
+  INFO(format_table(r, m, false) << format_failures(r) << r.output);
+  CHECK(r.score() == r.max_score());
+  CHECK(r.score() == 10);
+  LabResult p = grade_submission(m, testing::submission("partial"), go);
+  CHECK(p.score() == 4);
+}
