@@ -111,12 +111,16 @@ void set_packed_isa(std::string_view isa) {
 /// (row by row). beta == 0: C is not read.
 using MicroKernel = void (*)(long kc, const float* Ap, const float* Bp, float* C, long ldc,
                              float alpha, float beta);
+/// A micro-kernel reading op(A) in place (A, lda) instead of from a packed panel.
+using MicroKernelA = void (*)(long kc, const float* A, long lda, const float* Bp, float* C,
+                              long ldc, float alpha, float beta);
 
 /// Block sizes and micro-kernel of one instruction set.
 struct PackedConfig {
   long mr, nr;      // register tile
   long mc, kc, nc;  // cache blocks (mc a multiple of mr, nc of nr)
   MicroKernel kernel;
+  MicroKernelA kernel_a[2] = {nullptr, nullptr};  // in-place op(A): [trans_a]; null: always pack
 };
 
 /// AVX-512 micro-kernel, 12 x 32: 24 zmm accumulators, 2 zmm for the row of Bp, 1 broadcast.
@@ -192,6 +196,106 @@ struct PackedConfig {
   // END SOLUTION
 }
 
+/// The same micro-kernels reading op(A) straight from the caller's matrix instead of a packed
+/// panel: op(A)(i, k) = A[i*lda + k] (kTransA false: 12 rows read along k) or A[k*lda + i]
+/// (kTransA true: 12 contiguous floats per k). For the skinny shapes of a transformer (M a few
+/// hundred rows, K and N of 128..512) packing op(A) costs as much as a good part of the multiply;
+/// this reads each element where it lies (BLIS's "sup" idea). Full tiles only (m == MR).
+/// Hint: as the packed kernel, with Ap[k*MR + i] replaced by the element's address in A.
+template <bool kTransA>
+[[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512_a(
+    long kc, const float* A, long lda, const float* Bp, float* C, long ldc, float alpha,
+    float beta) {
+  // BEGIN SOLUTION
+  __m512 acc[12][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  // Rows 3r, 3r+1, 3r+2 at a[r], a[r] + lda, a[r] + 2*lda: 4 base pointers and one index register.
+  const float* a0 = A;
+  const float* a1 = A + (kTransA ? 3 : 3 * lda);
+  const float* a2 = A + (kTransA ? 6 : 6 * lda);
+  const float* a3 = A + (kTransA ? 9 : 9 * lda);
+  const long rs = kTransA ? 1 : lda, cs = kTransA ? lda : 1;
+#pragma GCC unroll 2
+  for (long k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(Bp);
+    const __m512 b1 = _mm512_load_ps(Bp + 16);
+    const float* rows[4] = {a0, a1, a2, a3};
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 3
+      for (int u = 0; u < 3; ++u) {
+        const __m512 a = _mm512_set1_ps(rows[r][u * rs]);
+        acc[3 * r + u][0] = _mm512_fmadd_ps(a, b0, acc[3 * r + u][0]);
+        acc[3 * r + u][1] = _mm512_fmadd_ps(a, b1, acc[3 * r + u][1]);
+      }
+    }
+    a0 += cs;
+    a1 += cs;
+    a2 += cs;
+    a3 += cs;
+    Bp += 32;
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) {
+    float* c = C + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
+    }
+    _mm512_storeu_ps(c, r0);
+    _mm512_storeu_ps(c + 16, r1);
+  }
+  // END SOLUTION
+}
+
+/// AVX2/FMA version of ukernel_avx512_a, 6 x 16.
+template <bool kTransA>
+[[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2_a(
+    long kc, const float* A, long lda, const float* Bp, float* C, long ldc, float alpha,
+    float beta) {
+  // BEGIN SOLUTION
+  __m256 acc[6][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const float* a0 = A;
+  const float* a1 = A + (kTransA ? 3 : 3 * lda);
+  const long rs = kTransA ? 1 : lda, cs = kTransA ? lda : 1;
+#pragma GCC unroll 2
+  for (long k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(Bp);
+    const __m256 b1 = _mm256_load_ps(Bp + 8);
+    const float* rows[2] = {a0, a1};
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; ++r) {
+#pragma GCC unroll 3
+      for (int u = 0; u < 3; ++u) {
+        const __m256 a = _mm256_broadcast_ss(rows[r] + u * rs);
+        acc[3 * r + u][0] = _mm256_fmadd_ps(a, b0, acc[3 * r + u][0]);
+        acc[3 * r + u][1] = _mm256_fmadd_ps(a, b1, acc[3 * r + u][1]);
+      }
+    }
+    a0 += cs;
+    a1 += cs;
+    Bp += 16;
+  }
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 6
+  for (int i = 0; i < 6; ++i) {
+    float* c = C + i * ldc;
+    __m256 r0 = _mm256_mul_ps(va, acc[i][0]), r1 = _mm256_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c), r0);
+      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + 8), r1);
+    }
+    _mm256_storeu_ps(c, r0);
+    _mm256_storeu_ps(c + 8, r1);
+  }
+  // END SOLUTION
+}
+
 /// Portable micro-kernel, 4 x 8, plain C++ (the compiler vectorises what it can).
 [[maybe_unused]] static void ukernel_scalar(long kc, const float* Ap, const float* Bp, float* C,
                                             long ldc, float alpha, float beta) {
@@ -219,8 +323,12 @@ struct PackedConfig {
   // BEGIN SOLUTION
   PackedConfig cfg{};
   switch (chosen_isa().load()) {
-    case kAvx512: cfg = {12, 32, 240, 256, 2048, &ukernel_avx512}; break;
-    case kAvx2: cfg = {6, 16, 120, 256, 4096, &ukernel_avx2}; break;
+    case kAvx512:
+      cfg = {12, 32, 240, 256, 2048, &ukernel_avx512, {&ukernel_avx512_a<false>, &ukernel_avx512_a<true>}};
+      break;
+    case kAvx2:
+      cfg = {6, 16, 120, 256, 4096, &ukernel_avx2, {&ukernel_avx2_a<false>, &ukernel_avx2_a<true>}};
+      break;
     default: cfg = {4, 8, 128, 256, 2048, &ukernel_scalar}; break;
   }
   if (const char* env = std::getenv("MLS_LAB4_BLOCKS"); env && *env) {
@@ -233,6 +341,15 @@ struct PackedConfig {
   }
   return cfg;
   // END SOLUTION
+}
+
+/// Whether full panels of op(A) are read in place (`MLS_LAB4_PACK_A=1` packs them all, to compare).
+[[maybe_unused]] static bool in_place_a() {
+  static const bool pack_all = [] {
+    const char* env = std::getenv("MLS_LAB4_PACK_A");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return !pack_all;
 }
 
 /// Packs op(A)(i0:i0+mc, k0:k0+kc) into ceil(mc/mr) panels; panel p holds rows i0+p*mr.. as
@@ -310,6 +427,8 @@ void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alph
   float* Ap = a_buf.get(static_cast<size_t>(mc_max * kc_max));
   float* Bp = b_buf.get(static_cast<size_t>(nc_max * kc_max));
   alignas(64) float tile[32 * 32];  // partial C tiles (mr x nr <= 32 x 32)
+  const MicroKernelA kernel_a = cfg.kernel_a[trans_a ? 1 : 0];
+  const bool in_place = kernel_a != nullptr && in_place_a();
 
   for (long jc = 0; jc < N; jc += cfg.nc) {
     const long nc = std::min(cfg.nc, N - jc);
@@ -319,18 +438,31 @@ void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alph
       pack_b(trans_b, B, ldb, pc, jc, kc, nc, nr, Bp);
       for (long ic = 0; ic < M; ic += cfg.mc) {
         const long mc = std::min(cfg.mc, M - ic);
-        pack_a(trans_a, A, lda, ic, pc, mc, kc, mr, Ap);
+        // Full MR-row panels read op(A) in place when the ISA has such a kernel; the rest
+        // (or everything, without one) goes through the packed panel.
+        const long full = in_place ? mc / mr * mr : 0;
+        if (full < mc) pack_a(trans_a, A, lda, ic + full, pc, mc - full, kc, mr, Ap);
         for (long jr = 0; jr < nc; jr += nr) {
           const long n = std::min(nr, nc - jr);
           for (long ir = 0; ir < mc; ir += mr) {
             const long m = std::min(mr, mc - ir);
             float* c = C + (ic + ir) * ldc + jc + jr;
-            const float* ap = Ap + ir * kc;
             const float* bp = Bp + jr * kc;
+            const bool direct = ir < full;
+            const float* a = direct ? A + (trans_a ? pc * lda + ic + ir : (ic + ir) * lda + pc)
+                                    : Ap + (ir - full) * kc;
             if (m == mr && n == nr) {
-              cfg.kernel(kc, ap, bp, c, ldc, alpha, beta_k);
+              if (direct) {
+                kernel_a(kc, a, lda, bp, c, ldc, alpha, beta_k);
+              } else {
+                cfg.kernel(kc, a, bp, c, ldc, alpha, beta_k);
+              }
             } else {  // edge tile: full tile into `tile`, then the valid part into C
-              cfg.kernel(kc, ap, bp, tile, nr, 1.0f, 0.0f);
+              if (direct) {
+                kernel_a(kc, a, lda, bp, tile, nr, 1.0f, 0.0f);
+              } else {
+                cfg.kernel(kc, a, bp, tile, nr, 1.0f, 0.0f);
+              }
               for (long i = 0; i < m; ++i) {
                 for (long j = 0; j < n; ++j) {
                   float& cij = c[i * ldc + j];
