@@ -379,6 +379,33 @@ template <bool kTransA>
   // END SOLUTION
 }
 
+/// dst[k*ldd + c] = src[c*lds + k] for an 8 x 8 block (AVX2 unpack/shuffle/permute transpose).
+[[maybe_unused]] __attribute__((target("avx2"))) static void transpose8x8(const float* src,
+                                                                          long lds, float* dst,
+                                                                          long ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+[[maybe_unused]] static bool has_avx2() {
+  static const bool yes = cpu_has(kAvx2);
+  return yes;
+}
+
 /// Packs op(B)(k0:k0+kc, j0:j0+nc) into ceil(nc/nr) panels; panel q holds columns j0+q*nr.. as
 /// Bp[q*nr*kc + k*nr + c] = op(B)(k0 + k, j0 + q*nr + c), zero for columns past the block.
 [[maybe_unused]] static void pack_b(bool trans_b, const float* B, long ldb, long k0, long j0,
@@ -394,7 +421,18 @@ template <bool kTransA>
         for (long c = cols; c < nr; ++c) dst[k * nr + c] = 0.0f;
       }
     } else {  // op(B)(k, j) = B[j*ldb + k]
-      for (long c = 0; c < cols; ++c) {
+      long c0 = 0;
+      if (has_avx2()) {  // 8 x 8 blocks through registers: contiguous loads and stores
+        for (; c0 + 8 <= cols; c0 += 8) {
+          const float* src = B + (j0 + q + c0) * ldb + k0;
+          long k = 0;
+          for (; k + 8 <= kc; k += 8) transpose8x8(src + k, ldb, dst + k * nr + c0, nr);
+          for (; k < kc; ++k) {
+            for (long c = 0; c < 8; ++c) dst[k * nr + c0 + c] = src[c * ldb + k];
+          }
+        }
+      }
+      for (long c = c0; c < cols; ++c) {
         const float* src = B + (j0 + q + c) * ldb + k0;
         for (long k = 0; k < kc; ++k) dst[k * nr + c] = src[k];
       }
@@ -406,9 +444,12 @@ template <bool kTransA>
   // END SOLUTION
 }
 
-void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alpha,
-                  const float* A, long lda, const float* B, long ldb, float beta, float* C,
-                  long ldc) {
+/// The packed GEMM of sgemm_packed; `Bpre`, when not null, is op(B) already packed whole
+/// (N <= nc): the KC block at pc starts at Bpre + pc * round_up(N, nr) (see pack_b_whole).
+[[maybe_unused]] static void packed_gemm(bool trans_a, bool trans_b, long M, long N, long K,
+                                         float alpha, const float* A, long lda, const float* B,
+                                         long ldb, float beta, float* C, long ldc,
+                                         const float* Bpre) {
   // BEGIN SOLUTION
   if (M <= 0 || N <= 0) return;
   if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C
@@ -425,7 +466,8 @@ void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alph
   const long nc_max = std::min(cfg.nc, (N + nr - 1) / nr * nr);
   const long kc_max = std::min(cfg.kc, K);
   float* Ap = a_buf.get(static_cast<size_t>(mc_max * kc_max));
-  float* Bp = b_buf.get(static_cast<size_t>(nc_max * kc_max));
+  float* Bp = Bpre ? nullptr : b_buf.get(static_cast<size_t>(nc_max * kc_max));
+  const long n_pad = (N + nr - 1) / nr * nr;
   alignas(64) float tile[32 * 32];  // partial C tiles (mr x nr <= 32 x 32)
   const MicroKernelA kernel_a = cfg.kernel_a[trans_a ? 1 : 0];
   const bool in_place = kernel_a != nullptr && in_place_a();
@@ -435,7 +477,11 @@ void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alph
     for (long pc = 0; pc < K; pc += cfg.kc) {
       const long kc = std::min(cfg.kc, K - pc);
       const float beta_k = pc == 0 ? beta : 1.0f;
-      pack_b(trans_b, B, ldb, pc, jc, kc, nc, nr, Bp);
+      if (Bpre) {
+        Bp = const_cast<float*>(Bpre) + pc * n_pad;  // jc == 0: N <= nc
+      } else {
+        pack_b(trans_b, B, ldb, pc, jc, kc, nc, nr, Bp);
+      }
       for (long ic = 0; ic < M; ic += cfg.mc) {
         const long mc = std::min(cfg.mc, M - ic);
         // Full MR-row panels read op(A) in place when the ISA has such a kernel; the rest
@@ -479,6 +525,14 @@ void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alph
   // END SOLUTION
 }
 
+void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alpha,
+                  const float* A, long lda, const float* B, long ldb, float beta, float* C,
+                  long ldc) {
+  // BEGIN SOLUTION
+  packed_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
+  // END SOLUTION
+}
+
 void sgemm_packed_mt(bool trans_a, bool trans_b, long M, long N, long K, float alpha,
                      const float* A, long lda, const float* B, long ldb, float beta, float* C,
                      long ldc) {
@@ -495,12 +549,29 @@ void sgemm_packed_mt(bool trans_a, bool trans_b, long M, long N, long K, float a
   const long len = split_rows ? M : N, align = split_rows ? cfg.mr : cfg.nr;
   const long step = ((len + threads - 1) / threads + align - 1) / align * align;
   const long parts = (len + step - 1) / step;
+  // Split by rows, every thread needs all of op(B): pack it once, the panels shared out among
+  // the threads, instead of once per thread (when it is one NC block of a moderate size).
+  const long nr = cfg.nr, n_pad = (N + nr - 1) / nr * nr;
+  const float* Bpre = nullptr;
+  thread_local Buffer shared_b;
+  if (split_rows && parts > 1 && N <= cfg.nc && alpha != 0.0f && K > 0 && n_pad * K <= (4L << 20)) {
+    float* dst = shared_b.get(static_cast<size_t>(n_pad * K));
+    const long panels = n_pad / nr;
+    mls::parallel_for(0, panels, 1, [&](std::int64_t q0, std::int64_t q1) {
+      const long j0 = q0 * nr, cols = std::min(N, q1 * nr) - j0;
+      for (long pc = 0; pc < K; pc += cfg.kc) {
+        const long kc = std::min(cfg.kc, K - pc);
+        pack_b(trans_b, B, ldb, pc, j0, kc, cols, nr, dst + pc * n_pad + j0 * kc);
+      }
+    });
+    Bpre = dst;
+  }
   mls::parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t p = p0; p < p1; ++p) {
       const long b = p * step, e = std::min(len, b + step);
       if (split_rows) {
-        sgemm_packed(trans_a, trans_b, e - b, N, K, alpha, A + (trans_a ? b : b * lda), lda, B,
-                     ldb, beta, C + b * ldc, ldc);
+        packed_gemm(trans_a, trans_b, e - b, N, K, alpha, A + (trans_a ? b : b * lda), lda, B,
+                    ldb, beta, C + b * ldc, ldc, Bpre);
       } else {
         sgemm_packed(trans_a, trans_b, M, e - b, K, alpha, A, lda, B + (trans_b ? b * ldb : b),
                      ldb, beta, C + b, ldc);

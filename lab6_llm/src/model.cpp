@@ -35,6 +35,16 @@ void ensure_kernels() {
   std::call_once(once, [] { mls::lab4::register_kernels(); });
 }
 
+/// acc[0:n] += sum over `rows` rows of x (row stride ld): a bias gradient, rows in order.
+MLS_LAB6_CLONES void sum_rows(float* acc, const float* x, std::int64_t rows, std::int64_t ld,
+                              std::int64_t n) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* d = x + r * ld;
+#pragma GCC ivdep
+    for (std::int64_t o = 0; o < n; ++o) acc[o] += d[o];
+  }
+}
+
 SgemmFn gemm() {
   ensure_kernels();
   return sgemm_kernel().fn;
@@ -236,10 +246,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dweight) g(true, false, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dweight, C);
   if (dbias) {
     parallel_for(0, OC, 64, [&](std::int64_t o0, std::int64_t o1) {
-      for (std::int64_t r = 0; r < N; ++r) {
-        const float* d = dout + r * OC;
-        for (std::int64_t o = o0; o < o1; ++o) dbias[o] += d[o];
-      }
+      sum_rows(dbias + o0, dout + o0, N, OC, o1 - o0);
     });
   }
 }
@@ -651,6 +658,23 @@ bool param_decays(int i) {
   return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
 }
 
+/// AdamW on elements [0, n) of one tensor: m, v moments, bias corrections c1 = 1/(1 - b1^t),
+/// c2 = 1/(1 - b2^t), decoupled weight decay wd. Compiled per ISA like the attention kernels.
+[[maybe_unused]] MLS_LAB6_CLONES static void adamw_range(float* p, const float* g, float* m,
+                                                         float* v, std::int64_t n, float b1,
+                                                         float b2, float c1, float c2, float lr,
+                                                         float eps, float wd) {
+  // BEGIN SOLUTION
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    m[i] = b1 * m[i] + (1.f - b1) * gi;
+    v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
+    const float mh = m[i] * c1, vh = v[i] * c2;
+    p[i] -= lr * (mh / (std::sqrt(vh) + eps) + wd * p[i]);
+  }
+  // END SOLUTION
+}
+
 void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,
                   const AdamWOptions& opt, double lr) {
   // BEGIN SOLUTION
@@ -674,13 +698,7 @@ void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,
     const std::int64_t begin = off[k], end = k + 1 < kNumParamTensors ? off[k + 1] : n;
     const float wd = param_decays(k) ? static_cast<float>(opt.weight_decay) : 0.f;
     parallel_for(begin, end, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) {
-        const float gi = g[i];
-        m[i] = b1 * m[i] + (1.f - b1) * gi;
-        v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
-        const float mh = m[i] * c1, vh = v[i] * c2;
-        p[i] -= flr * (mh / (std::sqrt(vh) + eps) + wd * p[i]);
-      }
+      adamw_range(p + i0, g + i0, m + i0, v + i0, i1 - i0, b1, b2, c1, c2, flr, eps, wd);
     });
   }
   // END SOLUTION
