@@ -123,85 +123,14 @@ struct PackedConfig {
   MicroKernelA kernel_a[2] = {nullptr, nullptr};  // in-place op(A): [trans_a]; null: always pack
 };
 
-/// AVX-512 micro-kernel, 12 x 32: 24 zmm accumulators, 2 zmm for the row of Bp, 1 broadcast.
+/// AVX-512 micro-kernel, 12 x 32, reading op(A) where it lies: op(A)(i, k) = A[i*lda + k]
+/// (kTransA false: 12 rows read along k) or A[k*lda + i] (kTransA true: 12 contiguous floats per
+/// k; a packed panel Ap is this case with lda = MR). 24 zmm accumulators, 2 zmm for the row of Bp,
+/// 1 broadcast. For the skinny shapes of a transformer (M a few hundred rows, K and N of
+/// 128..512) packing op(A) costs a good part of the multiply, so full MR-row panels are read in
+/// place (BLIS's "sup" idea); only a partial panel is packed.
 /// Hint: per k, load two 16-float vectors of Bp, then for each of the 12 rows broadcast
-/// Ap[i] and do two FMAs; at the end scale by alpha, add beta * C (unless beta == 0), store.
-[[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512(
-    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
-  // BEGIN SOLUTION
-  __m512 acc[12][2];
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-  for (long k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(Bp);
-    const __m512 b1 = _mm512_load_ps(Bp + 16);
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) {
-      const __m512 a = _mm512_set1_ps(Ap[i]);
-      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
-    }
-    Ap += 12;
-    Bp += 32;
-  }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) {
-    float* c = C + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
-    if (beta != 0.0f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
-    }
-    _mm512_storeu_ps(c, r0);
-    _mm512_storeu_ps(c + 16, r1);
-  }
-  // END SOLUTION
-}
-
-/// AVX2/FMA micro-kernel, 6 x 16: 12 ymm accumulators, 2 for the row of Bp, 1 broadcast
-/// (15 of the 16 ymm registers). Same structure as the AVX-512 one.
-[[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2(
-    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
-  // BEGIN SOLUTION
-  __m256 acc[6][2];
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-#pragma GCC unroll 2
-  for (long k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_load_ps(Bp);
-    const __m256 b1 = _mm256_load_ps(Bp + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; ++i) {
-      const __m256 a = _mm256_broadcast_ss(Ap + i);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
-    }
-    Ap += 6;
-    Bp += 16;
-  }
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) {
-    float* c = C + i * ldc;
-    __m256 r0 = _mm256_mul_ps(va, acc[i][0]), r1 = _mm256_mul_ps(va, acc[i][1]);
-    if (beta != 0.0f) {
-      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c), r0);
-      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + 8), r1);
-    }
-    _mm256_storeu_ps(c, r0);
-    _mm256_storeu_ps(c + 8, r1);
-  }
-  // END SOLUTION
-}
-
-/// The same micro-kernels reading op(A) straight from the caller's matrix instead of a packed
-/// panel: op(A)(i, k) = A[i*lda + k] (kTransA false: 12 rows read along k) or A[k*lda + i]
-/// (kTransA true: 12 contiguous floats per k). For the skinny shapes of a transformer (M a few
-/// hundred rows, K and N of 128..512) packing op(A) costs as much as a good part of the multiply;
-/// this reads each element where it lies (BLIS's "sup" idea). Full tiles only (m == MR).
-/// Hint: as the packed kernel, with Ap[k*MR + i] replaced by the element's address in A.
+/// op(A)(i, k) and do two FMAs; at the end scale by alpha, add beta * C (unless beta == 0), store.
 template <bool kTransA>
 [[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512_a(
     long kc, const float* A, long lda, const float* Bp, float* C, long ldc, float alpha,
@@ -251,7 +180,8 @@ template <bool kTransA>
   // END SOLUTION
 }
 
-/// AVX2/FMA version of ukernel_avx512_a, 6 x 16.
+/// AVX2/FMA version of ukernel_avx512_a, 6 x 16: 12 ymm accumulators, 2 for the row of Bp,
+/// 1 broadcast (15 of the 16 ymm registers).
 template <bool kTransA>
 [[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2_a(
     long kc, const float* A, long lda, const float* Bp, float* C, long ldc, float alpha,
@@ -293,6 +223,24 @@ template <bool kTransA>
     _mm256_storeu_ps(c, r0);
     _mm256_storeu_ps(c + 8, r1);
   }
+  // END SOLUTION
+}
+
+/// AVX-512 micro-kernel on a packed 12 x kc panel Ap (Ap[k*12 + i], see MicroKernel).
+/// Hint: that is op(A) transposed with lda = 12: one call of ukernel_avx512_a.
+[[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512(
+    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  // A packed panel is op(A) transposed with lda = MR: Ap[k*12 + i].
+  ukernel_avx512_a<true>(kc, Ap, 12, Bp, C, ldc, alpha, beta);
+  // END SOLUTION
+}
+
+/// AVX2/FMA micro-kernel on a packed 6 x kc panel (Ap[k*6 + i]): as the AVX-512 one.
+[[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2(
+    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  ukernel_avx2_a<true>(kc, Ap, 6, Bp, C, ldc, alpha, beta);  // Ap[k*6 + i]
   // END SOLUTION
 }
 

@@ -256,6 +256,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // rounded up to 16 and zero padding: each lane of the 16-wide accumulator is one key position, so
 // the loops vectorise without a horizontal sum. The padded and future lanes are computed and
 // dropped (the causal mask).
+namespace {
+
 constexpr std::int64_t kLanes = 16;
 using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));  // GCC vector extension
 /// acc += x * p[0:kLanes] (by reference: a vector return value would depend on the clone's ISA).
@@ -281,6 +283,8 @@ using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));  // GC
 }
 [[gnu::always_inline]] inline void load_lanes(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 [[gnu::always_inline]] inline void store_lanes(float* p, const Lanes& v) { std::memcpy(p, &v, sizeof v); }
+
+}  // namespace
 
 /// One head of attention_forward: scores q·k·scale for t2 <= t, softmax, y = att·v.
 /// Hint: copy K transposed into kT, then 16 scores at a time: acc[l] += q[j] * kT[j][t0 + l].
