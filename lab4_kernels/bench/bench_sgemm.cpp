@@ -7,6 +7,7 @@
 // Times are taken by hand (UseManualTime) so the GFLOP/s and the ratio use the same clock.
 //
 //   build/ci/lab4_kernels/mls_lab4_bench --benchmark_filter='n:1024/t:1'
+//   build/ci/lab4_kernels/mls_lab4_bench --benchmark_filter=sgemm_tf   (a transformer's shapes)
 //   /usr/bin/python3 lab4_kernels/bench/collect.py --out lab4_bench.json
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -46,21 +47,30 @@ void openblas_sgemm(bool, bool, long M, long N, long K, float alpha, const float
               C, static_cast<int>(ldc));
 }
 
-void run(benchmark::State& state, const std::string& name, mls::SgemmFn fn, long n, int threads) {
-  const bool is_openblas = name == "openblas";
-  openblas_set_num_threads(is_openblas ? threads : 1);
-  mls::ThreadCountGuard guard(is_openblas ? 1 : threads);
-  Problem p(n);
-  fn(false, false, n, n, n, 1.0f, p.A.data(), n, p.B.data(), n, 0.0f, p.C.data(), n);  // warm-up
+/// Runs `call` once to warm up, then times each iteration by hand; returns the total seconds.
+template <class F>
+double timed(benchmark::State& state, F&& call) {
+  call();
   double seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    fn(false, false, n, n, n, 1.0f, p.A.data(), n, p.B.data(), n, 0.0f, p.C.data(), n);
+    call();
     benchmark::ClobberMemory();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     state.SetIterationTime(s);
     seconds += s;
   }
+  return seconds;
+}
+
+void run(benchmark::State& state, const std::string& name, mls::SgemmFn fn, long n, int threads) {
+  const bool is_openblas = name == "openblas";
+  openblas_set_num_threads(is_openblas ? threads : 1);
+  mls::ThreadCountGuard guard(is_openblas ? 1 : threads);
+  Problem p(n);
+  const double seconds = timed(state, [&] {
+    fn(false, false, n, n, n, 1.0f, p.A.data(), n, p.B.data(), n, 0.0f, p.C.data(), n);
+  });
   const double flops = 2.0 * n * n * n;
   const double gflops = flops * static_cast<double>(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOP/s"] =
@@ -85,6 +95,92 @@ void add(const std::string& name, mls::SgemmFn fn, long n, int threads) {
       ->MinTime(0.3);
 }
 
+// ---- the GEMMs of a transformer layer (lab 6's `small` GPT: 768 tokens, C = 128) ----------------
+// For a linear layer y = x·Wᵀ with x (M, K) and W (N, K): forward (no trans, trans B), input
+// gradient dx = dy·W (no trans, no trans) and weight gradient dW = dyᵀ·x (trans A, no trans).
+// Named sgemm_tf/<kernel>/<op>:<M>x<N>x<K>/t:<threads>, with vs_openblas as above.
+
+std::map<std::string, double>& openblas_tf_gflops() {
+  static std::map<std::string, double> m;
+  return m;
+}
+
+void openblas_sgemm_t(bool ta, bool tb, long M, long N, long K, float alpha, const float* A,
+                      long lda, const float* B, long ldb, float beta, float* C, long ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
+              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+}
+
+void run_tf(benchmark::State& state, const std::string& name, mls::SgemmFn fn, bool ta, bool tb,
+            long M, long N, long K, int threads, const std::string& key) {
+  const bool is_openblas = name == "openblas";
+  openblas_set_num_threads(is_openblas ? threads : 1);
+  mls::ThreadCountGuard guard(is_openblas ? 1 : threads);
+  mls::Rng rng(7, "bench_sgemm_tf");
+  std::vector<float> A(M * K), B(K * N), C(M * N, 0.0f);
+  for (auto& x : A) x = rng.uniform_float() - 0.5f;
+  for (auto& x : B) x = rng.uniform_float() - 0.5f;
+  const long lda = ta ? M : K, ldb = tb ? K : N;
+  const double seconds = timed(state, [&] {
+    fn(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 1.0f, C.data(), N);
+  });
+  const double flops = 2.0 * M * N * K;
+  const double gflops = flops * static_cast<double>(state.iterations()) / seconds * 1e-9;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  if (is_openblas) {
+    openblas_tf_gflops()[key] = gflops;
+  } else if (auto it = openblas_tf_gflops().find(key); it != openblas_tf_gflops().end()) {
+    state.counters["vs_openblas"] = gflops / it->second;
+  }
+  state.SetLabel(name);
+}
+
+void add_transformer_shapes() {
+  struct Layer {
+    long N, K;  // W is N x K
+  };
+  const long M = 768;  // 12 x 64 tokens
+  const Layer layers[] = {{384, 128}, {128, 128}, {512, 128}, {128, 512}};  // qkv, proj, fc, fcproj
+  for (const auto& l : layers) {
+    // (op, trans_a, trans_b, rows, cols, depth) of C = op(A)·op(B)
+    const struct {
+      const char* op;
+      bool ta, tb;
+      long m, n, k;
+    } ops[] = {{"fwd", false, true, M, l.N, l.K},
+               {"dx", false, false, M, l.K, l.N},
+               {"dW", true, false, l.N, l.K, M}};
+    for (const auto& o : ops) {
+      for (int threads : {1, 2}) {
+        const std::string key = std::string(o.op) + ":" + std::to_string(o.m) + "x" +
+                                std::to_string(o.n) + "x" + std::to_string(o.k) +
+                                "/t:" + std::to_string(threads);
+        const std::string ours = threads > 1 ? "lab4_packed_mt" : "lab4_packed";
+        for (const auto& [name, fn] :
+             {std::pair<std::string, mls::SgemmFn>{"openblas", &openblas_sgemm_t},
+              std::pair<std::string, mls::SgemmFn>{ours, nullptr}}) {
+          mls::SgemmFn f = fn;
+          if (!f) {
+            for (const auto& k : mls::lab4::cpu_kernels())
+              if (k.name == ours) f = k.fn;
+          }
+          const bool ta = o.ta, tb = o.tb;
+          const long m = o.m, n = o.n, kk = o.k;
+          benchmark::RegisterBenchmark(("sgemm_tf/" + name + "/" + key).c_str(),
+                                       [=](benchmark::State& s) {
+                                         run_tf(s, name, f, ta, tb, m, n, kk, threads, key);
+                                       })
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.1);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,6 +199,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  add_transformer_shapes();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -104,6 +104,7 @@ MLS_CLONES void layernorm_backward(float* dinp, float* dweight, float* dbias, co
     }
     dnorm_mean /= static_cast<float>(cols);
     dnorm_norm_mean /= static_cast<float>(cols);
+#pragma GCC ivdep  // dx, dw and db never overlap (GCC gives up on checking 5 streams at run time)
     for (long c = 0; c < cols; ++c) {
       const float norm = (x[c] - m) * rs;
       const float dnorm = weight[c] * dy[c];

@@ -111,34 +111,58 @@ void set_packed_isa(std::string_view isa) {
 /// (row by row). beta == 0: C is not read.
 using MicroKernel = void (*)(long kc, const float* Ap, const float* Bp, float* C, long ldc,
                              float alpha, float beta);
+/// A micro-kernel reading op(A) in place (A, lda) instead of from a packed panel.
+using MicroKernelA = void (*)(long kc, const float* A, long lda, const float* Bp, float* C,
+                              long ldc, float alpha, float beta);
 
 /// Block sizes and micro-kernel of one instruction set.
 struct PackedConfig {
   long mr, nr;      // register tile
   long mc, kc, nc;  // cache blocks (mc a multiple of mr, nc of nr)
   MicroKernel kernel;
+  MicroKernelA kernel_a[2] = {nullptr, nullptr};  // in-place op(A): [trans_a]; null: always pack
 };
 
-/// AVX-512 micro-kernel, 12 x 32: 24 zmm accumulators, 2 zmm for the row of Bp, 1 broadcast.
+/// AVX-512 micro-kernel, 12 x 32, reading op(A) where it lies: op(A)(i, k) = A[i*lda + k]
+/// (kTransA false: 12 rows read along k) or A[k*lda + i] (kTransA true: 12 contiguous floats per
+/// k; a packed panel Ap is this case with lda = MR). 24 zmm accumulators, 2 zmm for the row of Bp,
+/// 1 broadcast. For the skinny shapes of a transformer (M a few hundred rows, K and N of
+/// 128..512) packing op(A) costs a good part of the multiply, so full MR-row panels are read in
+/// place (BLIS's "sup" idea); only a partial panel is packed.
 /// Hint: per k, load two 16-float vectors of Bp, then for each of the 12 rows broadcast
-/// Ap[i] and do two FMAs; at the end scale by alpha, add beta * C (unless beta == 0), store.
-[[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512(
-    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+/// op(A)(i, k) and do two FMAs; at the end scale by alpha, add beta * C (unless beta == 0), store.
+template <bool kTransA>
+[[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512_a(
+    long kc, const float* A, long lda, const float* Bp, float* C, long ldc, float alpha,
+    float beta) {
   // BEGIN SOLUTION
   __m512 acc[12][2];
 #pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  // Rows 3r, 3r+1, 3r+2 at a[r], a[r] + lda, a[r] + 2*lda: 4 base pointers and one index register.
+  const float* a0 = A;
+  const float* a1 = A + (kTransA ? 3 : 3 * lda);
+  const float* a2 = A + (kTransA ? 6 : 6 * lda);
+  const float* a3 = A + (kTransA ? 9 : 9 * lda);
+  const long rs = kTransA ? 1 : lda, cs = kTransA ? lda : 1;
 #pragma GCC unroll 2
   for (long k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(Bp);
     const __m512 b1 = _mm512_load_ps(Bp + 16);
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) {
-      const __m512 a = _mm512_set1_ps(Ap[i]);
-      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+    const float* rows[4] = {a0, a1, a2, a3};
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 3
+      for (int u = 0; u < 3; ++u) {
+        const __m512 a = _mm512_set1_ps(rows[r][u * rs]);
+        acc[3 * r + u][0] = _mm512_fmadd_ps(a, b0, acc[3 * r + u][0]);
+        acc[3 * r + u][1] = _mm512_fmadd_ps(a, b1, acc[3 * r + u][1]);
+      }
     }
-    Ap += 12;
+    a0 += cs;
+    a1 += cs;
+    a2 += cs;
+    a3 += cs;
     Bp += 32;
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -156,25 +180,35 @@ struct PackedConfig {
   // END SOLUTION
 }
 
-/// AVX2/FMA micro-kernel, 6 x 16: 12 ymm accumulators, 2 for the row of Bp, 1 broadcast
-/// (15 of the 16 ymm registers). Same structure as the AVX-512 one.
-[[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2(
-    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+/// AVX2/FMA version of ukernel_avx512_a, 6 x 16: 12 ymm accumulators, 2 for the row of Bp,
+/// 1 broadcast (15 of the 16 ymm registers).
+template <bool kTransA>
+[[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2_a(
+    long kc, const float* A, long lda, const float* Bp, float* C, long ldc, float alpha,
+    float beta) {
   // BEGIN SOLUTION
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const float* a0 = A;
+  const float* a1 = A + (kTransA ? 3 : 3 * lda);
+  const long rs = kTransA ? 1 : lda, cs = kTransA ? lda : 1;
 #pragma GCC unroll 2
   for (long k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_load_ps(Bp);
     const __m256 b1 = _mm256_load_ps(Bp + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; ++i) {
-      const __m256 a = _mm256_broadcast_ss(Ap + i);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+    const float* rows[2] = {a0, a1};
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; ++r) {
+#pragma GCC unroll 3
+      for (int u = 0; u < 3; ++u) {
+        const __m256 a = _mm256_broadcast_ss(rows[r] + u * rs);
+        acc[3 * r + u][0] = _mm256_fmadd_ps(a, b0, acc[3 * r + u][0]);
+        acc[3 * r + u][1] = _mm256_fmadd_ps(a, b1, acc[3 * r + u][1]);
+      }
     }
-    Ap += 6;
+    a0 += cs;
+    a1 += cs;
     Bp += 16;
   }
   const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
@@ -189,6 +223,24 @@ struct PackedConfig {
     _mm256_storeu_ps(c, r0);
     _mm256_storeu_ps(c + 8, r1);
   }
+  // END SOLUTION
+}
+
+/// AVX-512 micro-kernel on a packed 12 x kc panel Ap (Ap[k*12 + i], see MicroKernel).
+/// Hint: that is op(A) transposed with lda = 12: one call of ukernel_avx512_a.
+[[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512(
+    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  // A packed panel is op(A) transposed with lda = MR: Ap[k*12 + i].
+  ukernel_avx512_a<true>(kc, Ap, 12, Bp, C, ldc, alpha, beta);
+  // END SOLUTION
+}
+
+/// AVX2/FMA micro-kernel on a packed 6 x kc panel (Ap[k*6 + i]): as the AVX-512 one.
+[[maybe_unused]] __attribute__((target("avx2,fma"))) static void ukernel_avx2(
+    long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  ukernel_avx2_a<true>(kc, Ap, 6, Bp, C, ldc, alpha, beta);  // Ap[k*6 + i]
   // END SOLUTION
 }
 
@@ -219,8 +271,12 @@ struct PackedConfig {
   // BEGIN SOLUTION
   PackedConfig cfg{};
   switch (chosen_isa().load()) {
-    case kAvx512: cfg = {12, 32, 240, 256, 2048, &ukernel_avx512}; break;
-    case kAvx2: cfg = {6, 16, 120, 256, 4096, &ukernel_avx2}; break;
+    case kAvx512:
+      cfg = {12, 32, 240, 256, 2048, &ukernel_avx512, {&ukernel_avx512_a<false>, &ukernel_avx512_a<true>}};
+      break;
+    case kAvx2:
+      cfg = {6, 16, 120, 256, 4096, &ukernel_avx2, {&ukernel_avx2_a<false>, &ukernel_avx2_a<true>}};
+      break;
     default: cfg = {4, 8, 128, 256, 2048, &ukernel_scalar}; break;
   }
   if (const char* env = std::getenv("MLS_LAB4_BLOCKS"); env && *env) {
@@ -233,6 +289,15 @@ struct PackedConfig {
   }
   return cfg;
   // END SOLUTION
+}
+
+/// Whether full panels of op(A) are read in place (`MLS_LAB4_PACK_A=1` packs them all, to compare).
+[[maybe_unused]] static bool in_place_a() {
+  static const bool pack_all = [] {
+    const char* env = std::getenv("MLS_LAB4_PACK_A");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  return !pack_all;
 }
 
 /// Packs op(A)(i0:i0+mc, k0:k0+kc) into ceil(mc/mr) panels; panel p holds rows i0+p*mr.. as
@@ -262,6 +327,33 @@ struct PackedConfig {
   // END SOLUTION
 }
 
+/// dst[k*ldd + c] = src[c*lds + k] for an 8 x 8 block (AVX2 unpack/shuffle/permute transpose).
+[[maybe_unused]] __attribute__((target("avx2"))) static void transpose8x8(const float* src,
+                                                                          long lds, float* dst,
+                                                                          long ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+[[maybe_unused]] static bool has_avx2() {
+  static const bool yes = cpu_has(kAvx2);
+  return yes;
+}
+
 /// Packs op(B)(k0:k0+kc, j0:j0+nc) into ceil(nc/nr) panels; panel q holds columns j0+q*nr.. as
 /// Bp[q*nr*kc + k*nr + c] = op(B)(k0 + k, j0 + q*nr + c), zero for columns past the block.
 [[maybe_unused]] static void pack_b(bool trans_b, const float* B, long ldb, long k0, long j0,
@@ -277,7 +369,18 @@ struct PackedConfig {
         for (long c = cols; c < nr; ++c) dst[k * nr + c] = 0.0f;
       }
     } else {  // op(B)(k, j) = B[j*ldb + k]
-      for (long c = 0; c < cols; ++c) {
+      long c0 = 0;
+      if (has_avx2()) {  // 8 x 8 blocks through registers: contiguous loads and stores
+        for (; c0 + 8 <= cols; c0 += 8) {
+          const float* src = B + (j0 + q + c0) * ldb + k0;
+          long k = 0;
+          for (; k + 8 <= kc; k += 8) transpose8x8(src + k, ldb, dst + k * nr + c0, nr);
+          for (; k < kc; ++k) {
+            for (long c = 0; c < 8; ++c) dst[k * nr + c0 + c] = src[c * ldb + k];
+          }
+        }
+      }
+      for (long c = c0; c < cols; ++c) {
         const float* src = B + (j0 + q + c) * ldb + k0;
         for (long k = 0; k < kc; ++k) dst[k * nr + c] = src[k];
       }
@@ -289,9 +392,12 @@ struct PackedConfig {
   // END SOLUTION
 }
 
-void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alpha,
-                  const float* A, long lda, const float* B, long ldb, float beta, float* C,
-                  long ldc) {
+/// The packed GEMM of sgemm_packed; `Bpre`, when not null, is op(B) already packed whole
+/// (N <= nc): the KC block at pc starts at Bpre + pc * round_up(N, nr) (see pack_b_whole).
+[[maybe_unused]] static void packed_gemm(bool trans_a, bool trans_b, long M, long N, long K,
+                                         float alpha, const float* A, long lda, const float* B,
+                                         long ldb, float beta, float* C, long ldc,
+                                         const float* Bpre) {
   // BEGIN SOLUTION
   if (M <= 0 || N <= 0) return;
   if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C
@@ -308,29 +414,49 @@ void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alph
   const long nc_max = std::min(cfg.nc, (N + nr - 1) / nr * nr);
   const long kc_max = std::min(cfg.kc, K);
   float* Ap = a_buf.get(static_cast<size_t>(mc_max * kc_max));
-  float* Bp = b_buf.get(static_cast<size_t>(nc_max * kc_max));
+  float* Bp = Bpre ? nullptr : b_buf.get(static_cast<size_t>(nc_max * kc_max));
+  const long n_pad = (N + nr - 1) / nr * nr;
   alignas(64) float tile[32 * 32];  // partial C tiles (mr x nr <= 32 x 32)
+  const MicroKernelA kernel_a = cfg.kernel_a[trans_a ? 1 : 0];
+  const bool in_place = kernel_a != nullptr && in_place_a();
 
   for (long jc = 0; jc < N; jc += cfg.nc) {
     const long nc = std::min(cfg.nc, N - jc);
     for (long pc = 0; pc < K; pc += cfg.kc) {
       const long kc = std::min(cfg.kc, K - pc);
       const float beta_k = pc == 0 ? beta : 1.0f;
-      pack_b(trans_b, B, ldb, pc, jc, kc, nc, nr, Bp);
+      if (Bpre) {
+        Bp = const_cast<float*>(Bpre) + pc * n_pad;  // jc == 0: N <= nc
+      } else {
+        pack_b(trans_b, B, ldb, pc, jc, kc, nc, nr, Bp);
+      }
       for (long ic = 0; ic < M; ic += cfg.mc) {
         const long mc = std::min(cfg.mc, M - ic);
-        pack_a(trans_a, A, lda, ic, pc, mc, kc, mr, Ap);
+        // Full MR-row panels read op(A) in place when the ISA has such a kernel; the rest
+        // (or everything, without one) goes through the packed panel.
+        const long full = in_place ? mc / mr * mr : 0;
+        if (full < mc) pack_a(trans_a, A, lda, ic + full, pc, mc - full, kc, mr, Ap);
         for (long jr = 0; jr < nc; jr += nr) {
           const long n = std::min(nr, nc - jr);
           for (long ir = 0; ir < mc; ir += mr) {
             const long m = std::min(mr, mc - ir);
             float* c = C + (ic + ir) * ldc + jc + jr;
-            const float* ap = Ap + ir * kc;
             const float* bp = Bp + jr * kc;
+            const bool direct = ir < full;
+            const float* a = direct ? A + (trans_a ? pc * lda + ic + ir : (ic + ir) * lda + pc)
+                                    : Ap + (ir - full) * kc;
             if (m == mr && n == nr) {
-              cfg.kernel(kc, ap, bp, c, ldc, alpha, beta_k);
+              if (direct) {
+                kernel_a(kc, a, lda, bp, c, ldc, alpha, beta_k);
+              } else {
+                cfg.kernel(kc, a, bp, c, ldc, alpha, beta_k);
+              }
             } else {  // edge tile: full tile into `tile`, then the valid part into C
-              cfg.kernel(kc, ap, bp, tile, nr, 1.0f, 0.0f);
+              if (direct) {
+                kernel_a(kc, a, lda, bp, tile, nr, 1.0f, 0.0f);
+              } else {
+                cfg.kernel(kc, a, bp, tile, nr, 1.0f, 0.0f);
+              }
               for (long i = 0; i < m; ++i) {
                 for (long j = 0; j < n; ++j) {
                   float& cij = c[i * ldc + j];
@@ -344,6 +470,14 @@ void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alph
       }
     }
   }
+  // END SOLUTION
+}
+
+void sgemm_packed(bool trans_a, bool trans_b, long M, long N, long K, float alpha,
+                  const float* A, long lda, const float* B, long ldb, float beta, float* C,
+                  long ldc) {
+  // BEGIN SOLUTION
+  packed_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
   // END SOLUTION
 }
 
@@ -363,12 +497,29 @@ void sgemm_packed_mt(bool trans_a, bool trans_b, long M, long N, long K, float a
   const long len = split_rows ? M : N, align = split_rows ? cfg.mr : cfg.nr;
   const long step = ((len + threads - 1) / threads + align - 1) / align * align;
   const long parts = (len + step - 1) / step;
+  // Split by rows, every thread needs all of op(B): pack it once, the panels shared out among
+  // the threads, instead of once per thread (when it is one NC block of a moderate size).
+  const long nr = cfg.nr, n_pad = (N + nr - 1) / nr * nr;
+  const float* Bpre = nullptr;
+  thread_local Buffer shared_b;
+  if (split_rows && parts > 1 && N <= cfg.nc && alpha != 0.0f && K > 0 && n_pad * K <= (4L << 20)) {
+    float* dst = shared_b.get(static_cast<size_t>(n_pad * K));
+    const long panels = n_pad / nr;
+    mls::parallel_for(0, panels, 1, [&](std::int64_t q0, std::int64_t q1) {
+      const long j0 = q0 * nr, cols = std::min(N, q1 * nr) - j0;
+      for (long pc = 0; pc < K; pc += cfg.kc) {
+        const long kc = std::min(cfg.kc, K - pc);
+        pack_b(trans_b, B, ldb, pc, j0, kc, cols, nr, dst + pc * n_pad + j0 * kc);
+      }
+    });
+    Bpre = dst;
+  }
   mls::parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t p = p0; p < p1; ++p) {
       const long b = p * step, e = std::min(len, b + step);
       if (split_rows) {
-        sgemm_packed(trans_a, trans_b, e - b, N, K, alpha, A + (trans_a ? b : b * lda), lda, B,
-                     ldb, beta, C + b * ldc, ldc);
+        packed_gemm(trans_a, trans_b, e - b, N, K, alpha, A + (trans_a ? b : b * lda), lda, B,
+                    ldb, beta, C + b * ldc, ldc, Bpre);
       } else {
         sgemm_packed(trans_a, trans_b, M, e - b, K, alpha, A, lda, B + (trans_b ? b * ldb : b),
                      ldb, beta, C + b, ldc);

@@ -55,6 +55,10 @@ TEST_CASE("sgemm lab4_packed_mt: 1, 2 and 3 threads", "[lab4][sgemm][packed_mt]"
     // Wide (split by columns) and tall (split by rows) problems above the threading threshold.
     CHECK(run_case("lab4_packed_mt", false, false, {40, 700, 200}, 1.0f, 0.5f, 5) == 0);
     CHECK(run_case("lab4_packed_mt", true, true, {700, 40, 200}, 1.0f, 0.0f, 6) == 0);
+    // Transformer shapes (split by rows, op(B) packed once and shared; K over one KC block).
+    CHECK(run_case("lab4_packed_mt", false, true, {768, 384, 130}, 1.0f, 1.0f, 7) == 0);
+    CHECK(run_case("lab4_packed_mt", true, false, {512, 128, 600}, 1.0f, 1.0f, 8) == 0);
+    CHECK(run_case("lab4_packed_mt", false, false, {500, 96, 520}, -0.5f, 0.0f, 9) == 0);
   }
 }
 

@@ -13,6 +13,15 @@
 #include "mls/kernels/fused.hpp"
 #include "mls/kernels/sgemm.hpp"
 
+// The hot loops below are compiled for AVX-512, AVX2/FMA and baseline x86-64 (as lab 4's fused
+// kernels); the loader picks the best one for this CPU, so the build needs no -march flag.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MLS_LAB6_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MLS_LAB6_CLONES
+#endif
+
 namespace mls::llm {
 
 namespace {
@@ -24,6 +33,16 @@ constexpr std::int64_t kElemChunk = 16384;  // elements per chunk of an elementw
 void ensure_kernels() {
   static std::once_flag once;
   std::call_once(once, [] { mls::lab4::register_kernels(); });
+}
+
+/// acc[0:n] += sum over `rows` rows of x (row stride ld): a bias gradient, rows in order.
+MLS_LAB6_CLONES void sum_rows(float* acc, const float* x, std::int64_t rows, std::int64_t ld,
+                              std::int64_t n) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* d = x + r * ld;
+#pragma GCC ivdep
+    for (std::int64_t o = 0; o < n; ++o) acc[o] += d[o];
+  }
 }
 
 SgemmFn gemm() {
@@ -227,42 +246,180 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dweight) g(true, false, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dweight, C);
   if (dbias) {
     parallel_for(0, OC, 64, [&](std::int64_t o0, std::int64_t o1) {
-      for (std::int64_t r = 0; r < N; ++r) {
-        const float* d = dout + r * OC;
-        for (std::int64_t o = o0; o < o1; ++o) dbias[o] += d[o];
-      }
+      sum_rows(dbias + o0, dout + o0, N, OC, o1 - o0);
     });
   }
+}
+
+// The attention kernels work on one (batch, head) at a time. Scores and their gradients are
+// computed 16 key positions at a time from a transposed copy of K (or V), (hs, Tp) with Tp = T
+// rounded up to 16 and zero padding: each lane of the 16-wide accumulator is one key position, so
+// the loops vectorise without a horizontal sum. The padded and future lanes are computed and
+// dropped (the causal mask).
+namespace {
+
+constexpr std::int64_t kLanes = 16;
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));  // GCC vector extension
+/// acc += x * p[0:kLanes] (by reference: a vector return value would depend on the clone's ISA).
+[[gnu::always_inline]] inline void fma_lanes(Lanes& acc, float x, const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  acc += x * v;
+}
+/// acc += sum_{i < n} x[i * xs] * p[i * ps : i * ps + kLanes], in four independent chains (one
+/// chain would wait on each FMA's latency).
+[[gnu::always_inline]] inline void dot_lanes(Lanes& acc, const float* x, std::int64_t xs,
+                                             const float* p, std::int64_t ps, std::int64_t n) {
+  Lanes a1 = {}, a2 = {}, a3 = {};
+  std::int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    fma_lanes(acc, x[i * xs], p + i * ps);
+    fma_lanes(a1, x[(i + 1) * xs], p + (i + 1) * ps);
+    fma_lanes(a2, x[(i + 2) * xs], p + (i + 2) * ps);
+    fma_lanes(a3, x[(i + 3) * xs], p + (i + 3) * ps);
+  }
+  for (; i < n; ++i) fma_lanes(acc, x[i * xs], p + i * ps);
+  acc += (a1 + a2) + a3;
+}
+[[gnu::always_inline]] inline void load_lanes(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+[[gnu::always_inline]] inline void store_lanes(float* p, const Lanes& v) { std::memcpy(p, &v, sizeof v); }
+
+}  // namespace
+
+/// One head of attention_forward: scores q·k·scale for t2 <= t, softmax, y = att·v.
+/// Hint: copy K transposed into kT, then 16 scores at a time: acc[l] += q[j] * kT[j][t0 + l].
+[[maybe_unused]] MLS_LAB6_CLONES static void attention_head_forward(
+    float* out, float* att, float* kT, const float* base, std::int64_t T, std::int64_t C,
+    std::int64_t hs, float scale) {
+  // BEGIN SOLUTION
+  // base: q of (b, t=0, head h) inside qkv (B, T, 3C); out: y of (b, t=0, h) inside (B, T, C);
+  // att: (T, T) of this head; kT: (hs, Tp) scratch.
+  const std::int64_t C3 = 3 * C, Tp = (T + kLanes - 1) / kLanes * kLanes;
+  for (std::int64_t j = 0; j < hs; ++j) {
+    float* kr = kT + j * Tp;
+    for (std::int64_t t2 = 0; t2 < T; ++t2) kr[t2] = base[t2 * C3 + C + j];
+    for (std::int64_t t2 = T; t2 < Tp; ++t2) kr[t2] = 0.f;
+  }
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* q = base + t * C3;
+    float* row = att + t * T;
+    const std::int64_t n = t + 1;  // scores of the past and present only
+    for (std::int64_t t0 = 0; t0 < n; t0 += kLanes) {
+      Lanes acc = {};
+      dot_lanes(acc, q, 1, kT + t0, Tp, hs);
+      const std::int64_t m = std::min(kLanes, n - t0);
+      for (std::int64_t l = 0; l < m; ++l) row[t0 + l] = acc[l] * scale;
+    }
+    lab4::softmax_forward(row, row, 1, n);  // lab 4's row softmax over the t + 1 entries
+    for (std::int64_t t2 = n; t2 < T; ++t2) row[t2] = 0.f;
+    // y_t = sum_t2 att[t, t2] v_t2, 16 dims at a time in a register (then the last hs % 16)
+    float* o = out + t * C;
+    std::int64_t j0 = 0;
+    for (; j0 + kLanes <= hs; j0 += kLanes) {
+      Lanes acc = {};
+      dot_lanes(acc, row, 1, base + 2 * C + j0, C3, n);
+      store_lanes(o + j0, acc);
+    }
+    for (std::int64_t j = j0; j < hs; ++j) {
+      float acc = 0.f;
+      for (std::int64_t t2 = 0; t2 < n; ++t2) acc += row[t2] * base[t2 * C3 + 2 * C + j];
+      o[j] = acc;
+    }
+  }
+  // END SOLUTION
+}
+
+/// One head of attention_backward: datt = dout·vᵀ, dpre = att ⊙ (datt − Σ att ⊙ datt) · scale
+/// (kept in datt), then dq += dpre·k, dk += dpreᵀ·q, dv += attᵀ·dout. Hint: datt 16 positions at a
+/// time from vT, as the forward's scores; dq row by row and dk, dv column by column, each
+/// accumulated in registers and stored once.
+[[maybe_unused]] MLS_LAB6_CLONES static void attention_head_backward(
+    float* dbase, float* datt, float* vT, const float* dout, const float* base, const float* att,
+    std::int64_t T, std::int64_t C, std::int64_t hs, float scale) {
+  // BEGIN SOLUTION
+  // base/dbase: q of (b, 0, h) inside qkv/dqkv (B, T, 3C); dout: dy of (b, 0, h) inside (B, T, C);
+  // att, datt: (T, T) of this head; vT: (hs, Tp) scratch.
+  const std::int64_t C3 = 3 * C, Tp = (T + kLanes - 1) / kLanes * kLanes;
+  for (std::int64_t j = 0; j < hs; ++j) {
+    float* vr = vT + j * Tp;
+    for (std::int64_t t2 = 0; t2 < T; ++t2) vr[t2] = base[t2 * C3 + 2 * C + j];
+    for (std::int64_t t2 = T; t2 < Tp; ++t2) vr[t2] = 0.f;
+  }
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* row = att + t * T;
+    float* drow = datt + t * T;
+    const float* d = dout + t * C;
+    const std::int64_t n = t + 1;
+    // out_t = sum_t2 att[t, t2] v_t2: datt[t, t2] = d · v_t2, dv_t2 += att[t, t2] d
+    float s = 0.f;  // sum(att * datt) over the row
+    for (std::int64_t t0 = 0; t0 < n; t0 += kLanes) {
+      Lanes acc = {};
+      dot_lanes(acc, d, 1, vT + t0, Tp, hs);
+      const std::int64_t m = std::min(kLanes, n - t0);
+      for (std::int64_t l = 0; l < m; ++l) {
+        drow[t0 + l] = acc[l];
+        s += row[t0 + l] * acc[l];
+      }
+    }
+    // softmax backward: dpre = att * (datt - sum(att * datt)) * scale (pre = scale * q · k),
+    // kept in datt's row (datt is scratch) for the two passes below
+    for (std::int64_t t2 = 0; t2 < n; ++t2) drow[t2] = row[t2] * (drow[t2] - s) * scale;
+  }
+  // dq_t += sum_{t2 <= t} dpre[t, t2] k_t2, 16 dims at a time in a register (then hs % 16)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* dp = datt + t * T;
+    float* dq = dbase + t * C3;
+    std::int64_t j0 = 0;
+    for (; j0 + kLanes <= hs; j0 += kLanes) {
+      Lanes acc;
+      load_lanes(acc, dq + j0);
+      dot_lanes(acc, dp, 1, base + C + j0, C3, t + 1);
+      store_lanes(dq + j0, acc);
+    }
+    for (std::int64_t j = j0; j < hs; ++j) {
+      float acc = dq[j];
+      for (std::int64_t t2 = 0; t2 <= t; ++t2) acc += dp[t2] * base[t2 * C3 + C + j];
+      dq[j] = acc;
+    }
+  }
+  // dk_t2 += sum_{t >= t2} dpre[t, t2] q_t and dv_t2 += sum_{t >= t2} att[t, t2] dout_t
+  for (std::int64_t t2 = 0; t2 < T; ++t2) {
+    float* dk = dbase + t2 * C3 + C;
+    float* dv = dbase + t2 * C3 + 2 * C;
+    std::int64_t j0 = 0;
+    for (; j0 + kLanes <= hs; j0 += kLanes) {
+      Lanes ak, av;
+      load_lanes(ak, dk + j0);
+      load_lanes(av, dv + j0);
+      dot_lanes(ak, datt + t2 * T + t2, T, base + t2 * C3 + j0, C3, T - t2);
+      dot_lanes(av, att + t2 * T + t2, T, dout + t2 * C + j0, C, T - t2);
+      store_lanes(dk + j0, ak);
+      store_lanes(dv + j0, av);
+    }
+    for (std::int64_t j = j0; j < hs; ++j) {
+      float ak = dk[j], av = dv[j];
+      for (std::int64_t t = t2; t < T; ++t) {
+        ak += datt[t * T + t2] * base[t * C3 + j];
+        av += att[t * T + t2] * dout[t * C + j];
+      }
+      dk[j] = ak;
+      dv[j] = av;
+    }
+  }
+  // END SOLUTION
 }
 
 void attention_forward(float* out, float* att, const float* inp, std::int64_t B, std::int64_t T,
                        std::int64_t C, std::int64_t H) {
   // BEGIN SOLUTION
-  const std::int64_t hs = C / H, C3 = 3 * C;
+  const std::int64_t hs = C / H, Tp = (T + kLanes - 1) / kLanes * kLanes;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   parallel_for(0, B * H, 1, [&](std::int64_t i0, std::int64_t i1) {
+    std::vector<float> kT(static_cast<std::size_t>(hs * Tp));
     for (std::int64_t i = i0; i < i1; ++i) {
       const std::int64_t b = i / H, h = i % H;
-      const float* base = inp + b * T * C3 + h * hs;
-      for (std::int64_t t = 0; t < T; ++t) {
-        const float* q = base + t * C3;
-        float* row = att + (i * T + t) * T;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {  // scores of the past and present only
-          const float* k = base + t2 * C3 + C;
-          float dot = 0.f;
-          for (std::int64_t j = 0; j < hs; ++j) dot += q[j] * k[j];
-          row[t2] = dot * scale;
-        }
-        lab4::softmax_forward(row, row, 1, t + 1);  // lab 4's row softmax over the t + 1 entries
-        for (std::int64_t t2 = t + 1; t2 < T; ++t2) row[t2] = 0.f;
-        float* o = out + (b * T + t) * C + h * hs;
-        for (std::int64_t j = 0; j < hs; ++j) o[j] = 0.f;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* v = base + t2 * C3 + 2 * C;
-          const float a = row[t2];
-          for (std::int64_t j = 0; j < hs; ++j) o[j] += a * v[j];
-        }
-      }
+      attention_head_forward(out + b * T * C + h * hs, att + i * T * T, kT.data(),
+                             inp + b * T * 3 * C + h * hs, T, C, hs, scale);
     }
   });
   // END SOLUTION
@@ -272,44 +429,15 @@ void attention_backward(float* dinp, float* datt, const float* dout, const float
                         const float* att, std::int64_t B, std::int64_t T, std::int64_t C,
                         std::int64_t H) {
   // BEGIN SOLUTION
-  const std::int64_t hs = C / H, C3 = 3 * C;
+  const std::int64_t hs = C / H, Tp = (T + kLanes - 1) / kLanes * kLanes;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   parallel_for(0, B * H, 1, [&](std::int64_t i0, std::int64_t i1) {
+    std::vector<float> vT(static_cast<std::size_t>(hs * Tp));
     for (std::int64_t i = i0; i < i1; ++i) {
       const std::int64_t b = i / H, h = i % H;
-      const float* base = inp + b * T * C3 + h * hs;
-      float* dbase = dinp + b * T * C3 + h * hs;
-      for (std::int64_t t = 0; t < T; ++t) {
-        const float* row = att + (i * T + t) * T;
-        float* drow = datt + (i * T + t) * T;
-        const float* d = dout + (b * T + t) * C + h * hs;
-        // out_t = sum_t2 att[t, t2] v_t2: datt[t, t2] = d · v_t2, dv_t2 += att[t, t2] d
-        float s = 0.f;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* v = base + t2 * C3 + 2 * C;
-          float* dv = dbase + t2 * C3 + 2 * C;
-          const float a = row[t2];
-          float dot = 0.f;
-          for (std::int64_t j = 0; j < hs; ++j) {
-            dot += d[j] * v[j];
-            dv[j] += a * d[j];
-          }
-          drow[t2] = dot;
-          s += a * dot;
-        }
-        // softmax backward: dpre = att * (datt - sum(att * datt)); pre = scale * q · k
-        const float* q = base + t * C3;
-        float* dq = dbase + t * C3;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const float dpre = row[t2] * (drow[t2] - s) * scale;
-          const float* k = base + t2 * C3 + C;
-          float* dk = dbase + t2 * C3 + C;
-          for (std::int64_t j = 0; j < hs; ++j) {
-            dq[j] += dpre * k[j];
-            dk[j] += dpre * q[j];
-          }
-        }
-      }
+      attention_head_backward(dinp + b * T * 3 * C + h * hs, datt + i * T * T, vT.data(),
+                              dout + b * T * C + h * hs, inp + b * T * 3 * C + h * hs,
+                              att + i * T * T, T, C, hs, scale);
     }
   });
   // END SOLUTION
@@ -534,6 +662,23 @@ bool param_decays(int i) {
   return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
 }
 
+/// AdamW on elements [0, n) of one tensor: m, v moments, bias corrections c1 = 1/(1 - b1^t),
+/// c2 = 1/(1 - b2^t), decoupled weight decay wd. Compiled per ISA like the attention kernels.
+[[maybe_unused]] MLS_LAB6_CLONES static void adamw_range(float* p, const float* g, float* m,
+                                                         float* v, std::int64_t n, float b1,
+                                                         float b2, float c1, float c2, float lr,
+                                                         float eps, float wd) {
+  // BEGIN SOLUTION
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    m[i] = b1 * m[i] + (1.f - b1) * gi;
+    v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
+    const float mh = m[i] * c1, vh = v[i] * c2;
+    p[i] -= lr * (mh / (std::sqrt(vh) + eps) + wd * p[i]);
+  }
+  // END SOLUTION
+}
+
 void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,
                   const AdamWOptions& opt, double lr) {
   // BEGIN SOLUTION
@@ -557,13 +702,7 @@ void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,
     const std::int64_t begin = off[k], end = k + 1 < kNumParamTensors ? off[k + 1] : n;
     const float wd = param_decays(k) ? static_cast<float>(opt.weight_decay) : 0.f;
     parallel_for(begin, end, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i) {
-        const float gi = g[i];
-        m[i] = b1 * m[i] + (1.f - b1) * gi;
-        v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
-        const float mh = m[i] * c1, vh = v[i] * c2;
-        p[i] -= flr * (mh / (std::sqrt(vh) + eps) + wd * p[i]);
-      }
+      adamw_range(p + i0, g + i0, m + i0, v + i0, i1 - i0, b1, b2, c1, c2, flr, eps, wd);
     });
   }
   // END SOLUTION
