@@ -229,7 +229,7 @@ RematPlan make_plan(const std::string& kind, const ChainCosts& costs, std::int64
 
 std::int64_t block_activation_floats(const GPTConfig& cfg, std::int64_t B, std::int64_t T) {
   const std::int64_t N = B * T, C = cfg.n_embd;
-  return N * (16 * C + 4) + B * cfg.n_head * T * T;
+  return N * (18 * C + 4) + B * cfg.n_head * T * T;
 }
 
 std::int64_t head_activation_floats(const GPTConfig& cfg, std::int64_t B, std::int64_t T) {

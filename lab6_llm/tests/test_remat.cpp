@@ -216,6 +216,8 @@ TEST_CASE("remat gpt: sqrt keeps fewer bytes than the full activations, and trai
   CHECK(sq.bytes() == 4 * 3 * B * T * cfg.n_embd + 2 * 3 * block +
                           2 * 4 * head_activation_floats(cfg, B, T));
   CHECK(full.seg.num_floats() == plain.num_floats());
+  CHECK(plain.num_floats() ==
+        9 * block_activation_floats(cfg, B, T) + head_activation_floats(cfg, B, T));
   observe("sqrt bytes", sq.bytes());
   observe("full bytes", full.bytes());
 

@@ -18,7 +18,7 @@
 /// checkpoints up to its own). The plan with one segment keeps everything and recomputes nothing.
 ///
 /// Two users: the fused GPT path (the chain is the L transformer blocks; a checkpoint is the
-/// residual stream (B, T, C), a block keeps N(16C + 4) + B·H·T² floats) and ChainModel, a pure
+/// residual stream (B, T, C), a block keeps N(18C + 4) + B·H·T² floats) and ChainModel, a pure
 /// chain of dense layers whose every buffer is counted, for exact measurements.
 #include <cstdint>
 #include <string>
@@ -89,7 +89,7 @@ RematPlan make_plan(const std::string& kind, const ChainCosts& costs,
 
 // ---- the fused GPT path under a plan ---------------------------------------------------------
 
-/// Floats one transformer block keeps for its backward: N(16C + 4) + B·H·T² with N = B·T.
+/// Floats one transformer block keeps for its backward: N(18C + 4) + B·H·T² with N = B·T.
 std::int64_t block_activation_floats(const GPTConfig& cfg, std::int64_t B, std::int64_t T);
 /// Floats of the head and embeddings (encoded, lnf and its stats, logits, losses).
 std::int64_t head_activation_floats(const GPTConfig& cfg, std::int64_t B, std::int64_t T);
