@@ -56,8 +56,8 @@ RematPlan no_remat_plan(std::int64_t n) {
 }
 
 RematPlan sqrt_plan(std::int64_t n) {
-  MLS_CHECK(n > 0, "sqrt_plan: n = ", n, ", expected > 0 layers");
   // BEGIN SOLUTION
+  MLS_CHECK(n > 0, "sqrt_plan: n = ", n, ", expected > 0 layers");
   auto k = static_cast<std::int64_t>(std::sqrt(static_cast<double>(n)));
   while (k * k < n) ++k;  // ⌈√n⌉ without rounding surprises
   RematPlan p{n, {}};
@@ -141,9 +141,9 @@ std::int64_t min_peak_bytes(const ChainCosts& costs) {
 }
 
 RematPlan optimal_plan(const ChainCosts& costs, std::int64_t budget_bytes) {
+  // BEGIN SOLUTION
   costs.validate();
   const std::int64_t n = costs.n();
-  // BEGIN SOLUTION
   struct State {
     std::int64_t ckpt;  // bytes of the checkpoints of the segments before this start
     double flops;       // recomputed FLOPs so far
@@ -271,9 +271,9 @@ RematPlan last_segment_plan(std::int64_t L, std::int64_t k) {
 
 RematPlan gpt_optimal_plan(const GPTConfig& cfg, std::int64_t B, std::int64_t T,
                            std::int64_t budget_bytes) {
+  // BEGIN SOLUTION
   cfg.validate();
   const std::int64_t L = cfg.n_layer;
-  // BEGIN SOLUTION
   std::int64_t smallest = std::numeric_limits<std::int64_t>::max();
   for (std::int64_t k = L; k >= 1; --k) {
     const RematPlan p = last_segment_plan(L, k);
@@ -329,8 +329,9 @@ GPTConfig segment_config(const GPTConfig& cfg, const RematPlan& plan) {
   return s;
 }
 
-/// Runs the blocks of segment k into ra.seg (layer j of the segment at slot j).
-void segment_forward(const GPTConfig& cfg, const ParamPtrs& p, RematActivations& ra,
+}  // namespace
+
+void remat_segment_forward(const GPTConfig& cfg, const ParamPtrs& p, RematActivations& ra,
                      std::int64_t k) {
   const RematPlan& plan = ra.plan();
   const std::int64_t N = ra.B * ra.T, C = cfg.n_embd;
@@ -341,8 +342,6 @@ void segment_forward(const GPTConfig& cfg, const ParamPtrs& p, RematActivations&
     block_forward(ra.seg_cfg, ps, ra.seg, j, j == 0 ? x : ra.seg.residual3 + (j - 1) * N * C);
   ra.blocks_run += e - s;
 }
-
-}  // namespace
 
 RematActivations::RematActivations(const GPTConfig& cfg, std::int64_t B_, std::int64_t T_,
                                    RematPlan plan)
@@ -359,6 +358,7 @@ std::int64_t RematActivations::bytes() const {
 double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const std::int32_t* inputs,
                          const std::int32_t* targets, const float* mask, std::int64_t B,
                          std::int64_t T) {
+  // BEGIN SOLUTION
   const GPTConfig& cfg = params.config();
   MLS_CHECK(T > 0 && T <= cfg.block_size, "gpt_forward_remat: T = ", T,
             ", expected 0 < T <= block_size = ", cfg.block_size);
@@ -373,27 +373,27 @@ double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const st
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   GPTActivations& a = ra.seg;
   const RematPlan& plan = ra.plan();
-  // BEGIN SOLUTION
   encoder_forward(ra.checkpoints.data(), inputs, p.wte, p.wpe, B, T, C);
   const std::int64_t m = plan.num_segments();
   for (std::int64_t k = 0; k < m; ++k) {
-    segment_forward(cfg, p, ra, k);
+    remat_segment_forward(cfg, p, ra, k);
     const std::int64_t len = plan.segment_end(k) - plan.starts[static_cast<std::size_t>(k)];
     if (k + 1 < m)  // the next segment's input is this one's output: keep it, drop the rest
       std::memcpy(ra.checkpoints.data() + (k + 1) * N * C, a.residual3 + (len - 1) * N * C,
                   sizeof(float) * static_cast<std::size_t>(N * C));
   }
-  // END SOLUTION
   const std::int64_t last_len = plan.segment_end(plan.num_segments() - 1) - plan.starts.back();
   layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (last_len - 1) * N * C, p.lnfw,
                     p.lnfb, N, C);
   matmul_forward(a.logits, a.lnf, p.wte, nullptr, N, C, V);
   if (!targets) return 0.0;
   return crossentropy_forward(a.logits, a.losses, targets, mask, N, V);
+  // END SOLUTION
 }
 
 void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivations& ra,
                         const std::int32_t* inputs, const std::int32_t* targets, const float* mask) {
+  // BEGIN SOLUTION
   const GPTConfig& cfg = params.config();
   MLS_CHECK(grads.config() == cfg, "gpt_backward_remat: gradients of another config");
   MLS_CHECK(ra.plan().n == cfg.n_layer, "gpt_backward_remat: a plan for ", ra.plan().n,
@@ -417,9 +417,8 @@ void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivatio
   std::fill(dresidual, dresidual + N * C, 0.f);
   layernorm_backward(dresidual, g.lnfw, g.lnfb, da.lnf, a.residual3 + (last_len - 1) * N * C,
                      p.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
-  // BEGIN SOLUTION
   for (std::int64_t k = m - 1; k >= 0; --k) {
-    if (k + 1 < m) segment_forward(cfg, p, ra, k);  // recompute (the last one is still there)
+    if (k + 1 < m) remat_segment_forward(cfg, p, ra, k);  // recompute (the last one is still there)
     const std::int64_t s = plan.starts[static_cast<std::size_t>(k)], e = plan.segment_end(k);
     const ParamPtrs ps = shift_layers(p, cfg, s);
     ParamPtrs gs = shift_layers(g, cfg, s);
@@ -428,8 +427,8 @@ void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivatio
       block_backward(ra.seg_cfg, ps, gs, a, da, j, j == 0 ? x : a.residual3 + (j - 1) * N * C,
                      dresidual);
   }
-  // END SOLUTION
   encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
+  // END SOLUTION
 }
 
 StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b) {

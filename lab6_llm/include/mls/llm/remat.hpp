@@ -146,13 +146,25 @@ class RematActivations {
   RematPlan plan_;
 };
 
+/// Runs the blocks of segment k of ra's plan on ra.seg (block s_k + j at slot j), from the
+/// checkpoint ra.checkpoints[k]; counts them in ra.blocks_run.
+void remat_segment_forward(const GPTConfig& cfg, const ParamPtrs& p, RematActivations& ra,
+                           std::int64_t k);
+
 /// gpt_forward under the plan (the same loss, bit for bit): keeps the checkpoints and the last
 /// segment. Throws like gpt_forward.
+/// Hint: encoder_forward into checkpoint 0; for each segment, remat_segment_forward, then copy
+/// the segment's last residual3 into the next checkpoint; the head (lnf, logits, loss) as
+/// gpt_forward, on the last segment's output.
 double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const std::int32_t* inputs,
                          const std::int32_t* targets, const float* mask, std::int64_t B,
                          std::int64_t T);
 /// gpt_backward under the plan: recomputes every segment but the last from its checkpoint before
 /// its backward. ACCUMULATES into grads, bit-identical to gpt_backward.
+/// Hint: the head's backward as gpt_backward (ra.seg still holds the last segment), with
+/// ra.dseg.encoded as the running d(residual); then for k = m-1 .. 0: recompute segment k (not
+/// the last), and block_backward its blocks in reverse with the parameters and gradients seen
+/// through shift_layers(., cfg, s_k) and ra.seg_cfg; finally encoder_backward.
 void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivations& ra,
                         const std::int32_t* inputs, const std::int32_t* targets, const float* mask);
 /// Trainer::step with the forward and backward under the plan (then clip and AdamW as step).
