@@ -349,6 +349,7 @@ RematActivations::RematActivations(const GPTConfig& cfg, std::int64_t B_, std::i
   seg = GPTActivations(seg_cfg, B, T);
   dseg = GPTActivations(seg_cfg, B, T);
   checkpoints.assign(static_cast<std::size_t>(plan_.num_segments() * B * T * cfg.n_embd), 0.f);
+  ckpt_mem_ = mem::Block(mem::Tag::Activation, 4 * static_cast<std::int64_t>(checkpoints.size()));
 }
 
 std::int64_t RematActivations::bytes() const {
@@ -450,26 +451,20 @@ StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b) {
 
 namespace {
 
-/// Counts the bytes of the activation buffers alive, and their peak.
-struct Meter {
-  std::int64_t current = 0, peak = 0;
-};
-
-/// A float buffer counted by a Meter while it lives.
+/// A float buffer counted as activations by a tracker while it lives.
 class Counted {
  public:
-  Counted(Meter& m, std::int64_t n) : m_(&m), data_(static_cast<std::size_t>(n), 0.f) {
-    m_->current += 4 * n;
-    m_->peak = std::max(m_->peak, m_->current);
-  }
+  Counted(mem::Tracker& t, std::int64_t n)
+      : t_(&t), data_(static_cast<std::size_t>(n), 0.f), token_(t.alloc(mem::Tag::Activation, 4 * n)) {}
   Counted(const Counted&) = delete;
   Counted& operator=(const Counted&) = delete;
-  ~Counted() { m_->current -= 4 * static_cast<std::int64_t>(data_.size()); }
+  ~Counted() { t_->release(token_, 4 * static_cast<std::int64_t>(data_.size())); }
   float* data() { return data_.data(); }
 
  private:
-  Meter* m_;
+  mem::Tracker* t_;
   std::vector<float> data_;
+  mem::Token token_;
 };
 
 }  // namespace
@@ -499,7 +494,8 @@ ChainModel::Result ChainModel::train_step(const std::vector<float>& x0, std::int
   Result r;
   r.dW.assign(W.size(), 0.f);
   r.db.assign(b.size(), 0.f);
-  Meter meter;
+  mem::Tracker meter;  // this step's own tracker: its peak is the step's peak
+  meter.set_enabled(true);
   const std::int64_t Bd = B * d, m = plan.num_segments();
   // One layer forward: y = tanh(x W^T + b), counted 2Bd² + 2Bd.
   auto layer_forward = [&](std::int64_t i, const float* x, float* y) {
@@ -556,7 +552,7 @@ ChainModel::Result ChainModel::train_step(const std::vector<float>& x0, std::int
     seg.reset();
     ckpt[static_cast<std::size_t>(k)].reset();  // this segment's input is no longer needed
   }
-  r.peak_bytes = meter.peak;
+  r.peak_bytes = meter.peak(mem::Tag::Activation);
   return r;
 }
 

@@ -32,6 +32,7 @@
 #include "mls/llm/sample.hpp"
 #include "mls/llm/tokenizer.hpp"
 #include "mls/llm/train.hpp"
+#include "mls/llm/zero.hpp"
 
 using namespace mls;
 using namespace mls::llm;
@@ -145,8 +146,8 @@ std::unique_ptr<RematActivations> setup_remat(const RematFlags& f, Trainer& tr) 
   std::printf(
       "remat %s: segments %s; activations %s (no remat: %s, %.1f%%); recomputes %lld of %lld "
       "blocks per step (+%.1f%% FLOPs)\n",
-      f.kind.c_str(), p.to_string().c_str(), format_bytes(static_cast<double>(ra->bytes())).c_str(),
-      format_bytes(static_cast<double>(all)).c_str(),
+      f.kind.c_str(), p.to_string().c_str(), mem::human_bytes(static_cast<double>(ra->bytes())).c_str(),
+      mem::human_bytes(static_cast<double>(all)).c_str(),
       100.0 * static_cast<double>(ra->bytes()) / static_cast<double>(all),
       (long long)p.recomputed_layers(), (long long)cfg.n_layer,
       100.0 * static_cast<double>(p.recomputed_layers()) * block_forward_flops(cfg, B, T) /
@@ -566,9 +567,10 @@ int cmd_plan(const PlanFlags& f) {
   in.budget_bytes = parse_bytes(f.budget);
   in.flops_per_s = f.gflops * 1e9;
   if (!f.cost_json.empty()) in.comm = parallel::CostModel::load(f.cost_json);
-  MLS_CHECK(f.precision == "fp32" || f.precision == "bf16", "plan: --precision '", f.precision,
-            "', expected fp32 or bf16");
-  if (f.precision == "bf16") in.param_bytes = 2, in.grad_bytes = 2, in.k = 12;
+  const PrecisionBytes pb = precision_bytes(parse_precision(f.precision));
+  in.param_bytes = pb.param;
+  in.grad_bytes = pb.grad;
+  in.k = pb.k;
   if (!f.largest) {
     std::printf("%s", explain(in, plan_memory(in)).c_str());
     return 0;
@@ -576,7 +578,7 @@ int cmd_plan(const PlanFlags& f) {
   std::printf("the largest model (L layers, L heads, C = 64 L, block %lld, vocab %lld) that trains "
               "in %s per rank, %d ranks, batch %lld, %s:\n",
               (long long)in.context, (long long)in.cfg.vocab_size,
-              format_bytes(in.budget_bytes).c_str(), in.ranks, (long long)in.batch,
+              mem::human_bytes(in.budget_bytes).c_str(), in.ranks, (long long)in.batch,
               f.precision.c_str());
   for (int stage = 0; stage <= 3; ++stage) {
     const std::int64_t L = largest_fitting(in, stage, f.max_layers);
@@ -594,8 +596,8 @@ int cmd_plan(const PlanFlags& f) {
                 stage, (long long)L, (long long)(64 * L),
                 static_cast<double>(num_params(q.cfg)) / 1e6, (long long)best.micro_batch,
                 best.remat.c_str(), best.plan.to_string().c_str(),
-                format_bytes(best.total_bytes).c_str(), format_bytes(best.state_bytes).c_str(),
-                format_bytes(best.act_bytes).c_str());
+                mem::human_bytes(best.total_bytes).c_str(), mem::human_bytes(best.state_bytes).c_str(),
+                mem::human_bytes(best.act_bytes).c_str());
   }
   return 0;
 }

@@ -73,8 +73,6 @@ std::string explain(const PlannerInput& in, const PlannerResult& r);
 
 /// Parses "512MiB", "1.5GiB", "800MB", "1e9" (bytes). Throws mls::Error naming the text.
 double parse_bytes(const std::string& text);
-/// 536870912 -> "512.0 MiB".
-std::string format_bytes(double bytes);
 
 /// The model family of `mls-gpt plan --largest`: L layers of width C = 64·L with L heads
 /// (GPT-2's aspect: 12 layers of 768), block `context`, vocabulary `vocab`.

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "mls/common/memory.hpp"
 #include "mls/llm/model.hpp"
 #include "mls/llm/train.hpp"
 
@@ -144,6 +145,7 @@ class RematActivations {
 
  private:
   RematPlan plan_;
+  mem::Block ckpt_mem_;  // the checkpoints, counted as activations by the memory tracker
 };
 
 /// Runs the blocks of segment k of ra's plan on ra.seg (block s_k + j at slot j), from the
@@ -174,8 +176,9 @@ StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b);
 
 /// n dense layers x_{i+1} = tanh(x_i W_i^T + b_i) on x (B, d), loss = ½·Σ x_n². Layer i keeps its
 /// output (B·d floats) for its backward; a checkpoint is B·d floats; every activation buffer
-/// (checkpoints, a segment's outputs, the two gradient buffers) is counted when allocated and
-/// freed, and every FLOP is counted per kernel call.
+/// (checkpoints, a segment's outputs, the two gradient buffers) is counted as Tag::Activation by
+/// a memory tracker of its own (mem::Tracker) when allocated and freed, and every FLOP is
+/// counted per kernel call.
 class ChainModel {
  public:
   ChainModel(std::int64_t n, std::int64_t d, std::uint64_t seed);

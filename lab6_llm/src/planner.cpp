@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/memory.hpp"
 #include "mls/llm/model.hpp"
 #include "mls/llm/zero.hpp"
 
@@ -161,8 +162,8 @@ PlannerResult plan_memory(const PlannerInput& in) {
     if (found) {
       r.per_stage.push_back(best);
       why << "micro-batch " << best.micro_batch << " x " << best.accum << ", remat " << best.remat
-          << " " << best.plan.to_string() << ", " << format_bytes(best.total_bytes) << " ("
-          << format_bytes(best.state_bytes) << " states + " << format_bytes(best.act_bytes)
+          << " " << best.plan.to_string() << ", " << mem::human_bytes(best.total_bytes) << " ("
+          << mem::human_bytes(best.state_bytes) << " states + " << mem::human_bytes(best.act_bytes)
           << " activations), " << best.total_s * 1e3 << " ms/step (compute "
           << best.compute_s * 1e3 << " ms, of which recompute "
           << best.recompute_flops / in.flops_per_s * 1e3 << " ms; comm " << best.comm_s * 1e3
@@ -170,16 +171,16 @@ PlannerResult plan_memory(const PlannerInput& in) {
       if (!any || better(best, r.best)) r.best = best;
       any = true;
     } else {
-      why << "does not fit: at least " << format_bytes(stage_smallest) << " (states "
-          << format_bytes(evaluate_candidate(in, stage, 1, no_remat_plan(L)).state_bytes)
+      why << "does not fit: at least " << mem::human_bytes(stage_smallest) << " (states "
+          << mem::human_bytes(evaluate_candidate(in, stage, 1, no_remat_plan(L)).state_bytes)
           << " + the smallest activations, micro-batch 1, one block per segment) > budget "
-          << format_bytes(in.budget_bytes);
+          << mem::human_bytes(in.budget_bytes);
     }
     r.why.push_back(why.str());
   }
   MLS_CHECK(any, "plan_memory: no ZeRO stage, recompute plan and micro-batch fits a budget of ",
-            format_bytes(in.budget_bytes), " per rank (", in.ranks,
-            " ranks); the smallest needs ", format_bytes(smallest),
+            mem::human_bytes(in.budget_bytes), " per rank (", in.ranks,
+            " ranks); the smallest needs ", mem::human_bytes(smallest),
             ", expected a larger budget, more ranks or a smaller model");
   return r;
   // END SOLUTION
@@ -190,13 +191,13 @@ std::string explain(const PlannerInput& in, const PlannerResult& r) {
   const PlanCandidate& b = r.best;
   os << "model: " << in.cfg.n_layer << " layers, " << in.cfg.n_head << " heads, " << in.cfg.n_embd
      << " wide, vocab " << in.cfg.vocab_size << ", " << num_params(in.cfg) << " parameters\n";
-  os << "budget: " << format_bytes(in.budget_bytes) << " per rank, " << in.ranks << " ranks, batch "
+  os << "budget: " << mem::human_bytes(in.budget_bytes) << " per rank, " << in.ranks << " ranks, batch "
      << in.batch << " x " << in.context << " tokens per rank, bytes per parameter "
      << in.param_bytes << " + " << in.grad_bytes << " + " << in.k << "\n";
   os << "choice: ZeRO stage " << b.stage << ", remat " << b.remat << " " << b.plan.to_string()
      << ", micro-batch " << b.micro_batch << " (" << b.accum << " accumulation steps)\n";
-  os << "memory: " << format_bytes(b.total_bytes) << " = " << format_bytes(b.state_bytes)
-     << " model states + " << format_bytes(b.act_bytes) << " activations\n";
+  os << "memory: " << mem::human_bytes(b.total_bytes) << " = " << mem::human_bytes(b.state_bytes)
+     << " model states + " << mem::human_bytes(b.act_bytes) << " activations\n";
   os << "time:   " << b.total_s * 1e3 << " ms/step modelled = compute " << b.compute_s * 1e3
      << " ms (" << b.flops << " FLOPs, recompute " << b.recompute_flops << ") + comm "
      << b.comm_s * 1e3 << " ms\n";
@@ -223,19 +224,6 @@ double parse_bytes(const std::string& text) {
       return v * mult;
     }
   fail("parse_bytes: '", text, "' has unit '", unit, "', expected B, KiB, MiB, GiB, KB, MB or GB");
-}
-
-std::string format_bytes(double bytes) {
-  const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int i = 0;
-  double v = bytes;
-  while (std::abs(v) >= 1024.0 && i < 4) {
-    v /= 1024.0;
-    ++i;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f %s", v, names[i]);
-  return buf;
 }
 
 GPTConfig family_config(std::int64_t L, std::int64_t context, std::int64_t vocab) {
