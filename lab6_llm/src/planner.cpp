@@ -113,12 +113,13 @@ PlanCandidate evaluate_candidate(const PlannerInput& in, int stage, std::int64_t
 
 namespace {
 
-/// a is better than b: cheaper; then fewer bytes; then the lower stage; then the larger micro-batch.
+/// a is better than b: cheaper; then the larger micro-batch (faster GEMMs, which the model does
+/// not see); then fewer bytes; then the lower stage.
 [[maybe_unused]] bool better(const PlanCandidate& a, const PlanCandidate& b) {
   if (a.total_s != b.total_s) return a.total_s < b.total_s;
+  if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;
   if (a.total_bytes != b.total_bytes) return a.total_bytes < b.total_bytes;
-  if (a.stage != b.stage) return a.stage < b.stage;
-  return a.micro_batch > b.micro_batch;
+  return a.stage < b.stage;
 }
 
 }  // namespace
@@ -139,17 +140,19 @@ PlannerResult plan_memory(const PlannerInput& in) {
       const PlanCandidate probe = evaluate_candidate(in, stage, mb, no_remat_plan(L));
       const double left = in.budget_bytes - probe.state_bytes;
       // The smallest footprint of this micro-batch (over every k), for the message.
-      for (std::int64_t k = 1; k <= L; ++k)
+      for (std::int64_t k = in.remat ? 1 : L; k <= L; ++k)
         stage_smallest = std::min(
             stage_smallest, probe.state_bytes + static_cast<double>(remat_activation_bytes(
                                                     in.cfg, mb, in.context, last_segment_plan(L, k))));
       if (left <= 0) continue;
-      RematPlan plan;
-      try {
-        plan = gpt_optimal_plan(in.cfg, mb, in.context,
-                                static_cast<std::int64_t>(std::min(left, 9.0e18)));
-      } catch (const Error&) {
-        continue;  // this micro-batch does not fit with any plan
+      RematPlan plan = no_remat_plan(L);
+      if (in.remat) {
+        try {
+          plan = gpt_optimal_plan(in.cfg, mb, in.context,
+                                  static_cast<std::int64_t>(std::min(left, 9.0e18)));
+        } catch (const Error&) {
+          continue;  // this micro-batch does not fit with any plan
+        }
       }
       const PlanCandidate c = evaluate_candidate(in, stage, mb, plan);
       if (!c.fits) continue;
@@ -173,7 +176,8 @@ PlannerResult plan_memory(const PlannerInput& in) {
     } else {
       why << "does not fit: at least " << mem::human_bytes(stage_smallest) << " (states "
           << mem::human_bytes(evaluate_candidate(in, stage, 1, no_remat_plan(L)).state_bytes)
-          << " + the smallest activations, micro-batch 1, one block per segment) > budget "
+          << " + the smallest activations: micro-batch 1, "
+          << (in.remat ? "one block per segment" : "no remat") << ") > budget "
           << mem::human_bytes(in.budget_bytes);
     }
     r.why.push_back(why.str());

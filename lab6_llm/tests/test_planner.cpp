@@ -174,6 +174,16 @@ TEST_CASE("remat planner: sizes parse and print; deeper ZeRO fits larger models"
     observe("largest L", L);
   }
   CHECK(prev > largest_fitting(in, 0, 16));  // stage 3 beats plain data parallel on 4 ranks
+  // Without recompute plans, never a larger model; every choice keeps all activations.
+  PlannerInput nr = in;
+  nr.remat = false;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::int64_t L = largest_fitting(nr, stage, 16);
+    CHECK(L <= largest_fitting(in, stage, 16));
+    observe("largest L without remat", L);
+  }
+  nr.cfg = family_config(4, 32, 65);
+  for (const auto& c : plan_memory(nr).per_stage) CHECK(c.remat == "none");
   require_error([&] { largest_fitting(in, 5); }, "ZeRO stage 5");
   require_error([] { family_config(0, 8, 8); }, "L = 0");
 }

@@ -537,7 +537,7 @@ struct PlanFlags {
   std::int64_t batch = 8, context = 0, vocab = 65, max_layers = 48;
   int ranks = 4;
   double gflops = 20;
-  bool largest = false;
+  bool largest = false, no_remat = false;
   void add(CLI::App* app) {
     model.add(app);
     app->add_option("--mem-budget", budget, "bytes per rank, e.g. 512MiB, 2GiB")
@@ -553,6 +553,7 @@ struct PlanFlags {
     app->add_option("--cost", cost_json, "α-β-γ JSON from mls-collectives calibrate");
     app->add_flag("--largest", largest,
                   "the deepest model of the family (L layers, C = 64 L) that fits, per stage");
+    app->add_flag("--no-remat", no_remat, "keep every activation (no recompute plans)");
     app->add_option("--max-layers", max_layers, "largest L tried by --largest")
         ->capture_default_str();
   }
@@ -566,6 +567,7 @@ int cmd_plan(const PlanFlags& f) {
   in.ranks = f.ranks;
   in.budget_bytes = parse_bytes(f.budget);
   in.flops_per_s = f.gflops * 1e9;
+  in.remat = !f.no_remat;
   if (!f.cost_json.empty()) in.comm = parallel::CostModel::load(f.cost_json);
   const PrecisionBytes pb = precision_bytes(parse_precision(f.precision));
   in.param_bytes = pb.param;
@@ -591,9 +593,12 @@ int cmd_plan(const PlanFlags& f) {
     PlanCandidate best;
     for (const auto& c : plan_memory(q).per_stage)
       if (c.stage == stage) best = c;
-    std::printf("  stage %d: L = %lld, C = %lld, %.2fM parameters; micro-batch %lld, remat %s %s, "
-                "%s (%s states + %s activations)\n",
-                stage, (long long)L, (long long)(64 * L),
+    PlannerInput nr = in;
+    nr.remat = false;
+    const std::int64_t L_none = largest_fitting(nr, stage, f.max_layers);
+    std::printf("  stage %d: L = %lld (without remat: %lld), C = %lld, %.2fM parameters; "
+                "micro-batch %lld, remat %s %s, %s (%s states + %s activations)\n",
+                stage, (long long)L, (long long)L_none, (long long)(64 * L),
                 static_cast<double>(num_params(q.cfg)) / 1e6, (long long)best.micro_batch,
                 best.remat.c_str(), best.plan.to_string().c_str(),
                 mem::human_bytes(best.total_bytes).c_str(), mem::human_bytes(best.state_bytes).c_str(),

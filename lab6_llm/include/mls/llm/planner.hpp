@@ -16,7 +16,7 @@
 ///              and one reduce-scatter of its gradients
 /// For each (stage, micro-batch), the best recompute plan is the one with the fewest recomputed
 /// blocks that fits what the states leave (gpt_optimal_plan); the cheapest over all of them wins
-/// (ties: fewer bytes, then the lower stage, then the larger micro-batch).
+/// (ties: the larger micro-batch, then fewer bytes, then the lower stage).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +36,7 @@ struct PlannerInput {
   double param_bytes = 4, grad_bytes = 4, k = 8;  // fp32 with Adam (bf16 mixed: 2, 2, 12)
   double flops_per_s = 20e9;   // sustained FLOP/s of one rank
   parallel::CostModel comm{};  // α, β, γ
+  bool remat = true;           // false: keep every activation (plan "none" only)
   /// Throws mls::Error naming the field when out of range.
   void validate() const;
 };
