@@ -13,21 +13,11 @@
 
 using namespace mls;
 using namespace mls::llm;
+using namespace lab6test;
 using mls::testing::observe;
 using mls::testing::require_error;
 
 namespace {
-
-std::vector<RematPlan> every_plan(std::int64_t n) {
-  std::vector<RematPlan> out;
-  for (std::int64_t mask = 0; mask < (std::int64_t{1} << (n - 1)); ++mask) {
-    RematPlan p{n, {0}};
-    for (std::int64_t i = 1; i < n; ++i)
-      if (mask >> (i - 1) & 1) p.starts.push_back(i);
-    out.push_back(p);
-  }
-  return out;
-}
 
 PlannerInput small_input(Rng& rng) {
   PlannerInput in;
@@ -63,7 +53,7 @@ TEST_CASE("remat planner: the cheapest candidate equals brute force over every s
     std::vector<PlanCandidate> all;
     for (int stage = 0; stage <= 3; ++stage)
       for (auto mb : micro_batches(in.batch))
-        for (const auto& p : every_plan(in.cfg.n_layer))
+        for (const auto& p : all_plans(in.cfg.n_layer))
           all.push_back(evaluate_candidate(in, stage, mb, p));
     double lo = std::numeric_limits<double>::infinity(), hi = 0;
     for (const auto& c : all) {
