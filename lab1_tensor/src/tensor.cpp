@@ -18,9 +18,13 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
   MLS_CHECK(device.type == DeviceType::CPU, "Storage: cannot allocate on ", device,
             " (lab 1 tensors live on the CPU; GPU buffers are managed by the kernels of lab 4)");
   data_ = static_cast<std::byte*>(cpu_alloc(nbytes));
+  mem_ = mem::on_alloc(static_cast<std::int64_t>(nbytes));
 }
 
-Storage::~Storage() { cpu_free(data_, nbytes_); }
+Storage::~Storage() {
+  mem::on_release(mem_, static_cast<std::int64_t>(nbytes_));
+  cpu_free(data_, nbytes_);
+}
 
 // ---- creation -----------------------------------------------------------------------------------
 

@@ -75,9 +75,10 @@ ParamPtrs param_views(float* flat, const GPTConfig& cfg) {
                    flat + o[12], flat + o[13], flat + o[14], flat + o[15]};
 }
 
-FlatParams::FlatParams(const GPTConfig& cfg) : cfg_(cfg) {
+FlatParams::FlatParams(const GPTConfig& cfg, mem::Tag tag) : cfg_(cfg) {
   cfg.validate();
   data_.assign(static_cast<std::size_t>(num_params(cfg)), 0.f);
+  mem_ = mem::Block(tag, 4 * num_params(cfg));
 }
 
 float* FlatParams::tensor(int i) {
@@ -143,6 +144,7 @@ GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64
   std::int64_t total = 0;
   for (auto s : sizes) total += s;
   storage_.assign(static_cast<std::size_t>(total), 0.f);
+  mem_ = mem::Block(mem::Tag::Activation, 4 * total);
   std::int64_t o = 0;
   for (std::size_t i = 0; i < std::size(sizes); ++i) {
     *ptrs[i] = storage_.data() + o;

@@ -9,6 +9,7 @@
 #include "mls/common/rng.hpp"
 #include "mls/llm/data.hpp"
 #include "mls/llm/model.hpp"
+#include "mls/llm/remat.hpp"
 #include "mls/observe.hpp"
 
 namespace lab6test {
@@ -87,6 +88,19 @@ inline void observe_rel(const std::string& label, const float* got, const float*
   double mb = 0;
   for (std::int64_t i = 0; i < n; ++i) mb = std::max(mb, std::abs(static_cast<double>(want[i])));
   mls::testing::observe(label, std::vector<float>(got, got + n), {0.0, 2 * tol * (mb + 1e-12)});
+}
+
+/// Every recompute plan of n layers (2^(n-1) of them): bit i of the mask set = a segment starts
+/// at layer i+1.
+inline std::vector<RematPlan> all_plans(std::int64_t n) {
+  std::vector<RematPlan> out;
+  for (std::int64_t mask = 0; mask < (std::int64_t{1} << (n - 1)); ++mask) {
+    RematPlan p{n, {0}};
+    for (std::int64_t i = 1; i < n; ++i)
+      if (mask >> (i - 1) & 1) p.starts.push_back(i);
+    out.push_back(p);
+  }
+  return out;
 }
 
 }  // namespace lab6test

@@ -6,6 +6,8 @@
 //   mls-gpt info   --ckpt runs/sort/ckpt.bin
 //   mls-gpt export --ckpt runs/sort/ckpt.bin --format llmc --out model.bin
 //   mls-gpt bench  --config small                                     (one training step, timed)
+//   mls-gpt train  --remat sqrt ...                 (recompute activations: none | sqrt | optimal)
+//   mls-gpt plan   --mem-budget 512MiB --ranks 4   (ZeRO stage x remat x micro-batch that fits)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -24,10 +26,13 @@
 #include "mls/llm/checkpoint.hpp"
 #include "mls/llm/data.hpp"
 #include "mls/llm/llmc.hpp"
+#include "mls/llm/planner.hpp"
+#include "mls/llm/remat.hpp"
 #include "mls/llm/report.hpp"
 #include "mls/llm/sample.hpp"
 #include "mls/llm/tokenizer.hpp"
 #include "mls/llm/train.hpp"
+#include "mls/llm/zero.hpp"
 
 using namespace mls;
 using namespace mls::llm;
@@ -112,6 +117,46 @@ GreedyFn greedy_of(const GPTParams& p) {
   };
 }
 
+// ---- train --remat (lab 6, part 2: rematerialization) ------------------------------------------
+
+struct RematFlags {
+  std::string kind = "none";
+  std::string budget;  // activation budget of "optimal" (default: the sqrt plan's bytes)
+  void add(CLI::App* app) {
+    app->add_option("--remat", kind,
+                    "recompute activations in backward: none | sqrt (Chen et al.) | optimal (the "
+                    "fewest recomputed blocks within --remat-budget)")
+        ->capture_default_str();
+    app->add_option("--remat-budget", budget,
+                    "activation bytes for --remat optimal, e.g. 4MiB (default: what sqrt needs)");
+  }
+};
+
+/// The plan's buffers for the trainer's (batch, context), or null for "none". Prints the plan,
+/// its bytes against keeping everything, and the recomputed blocks. Frees the trainer's own
+/// full-size activations (the remat step does not use them).
+std::unique_ptr<RematActivations> setup_remat(const RematFlags& f, Trainer& tr) {
+  if (f.kind == "none") return nullptr;
+  const GPTConfig& cfg = tr.params.config();
+  const std::int64_t B = tr.options().batch, T = tr.options().context;
+  const std::int64_t budget = f.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(f.budget));
+  auto ra = std::make_unique<RematActivations>(cfg, B, T, gpt_plan(f.kind, cfg, B, T, budget));
+  const std::int64_t all = remat_activation_bytes(cfg, B, T, no_remat_plan(cfg.n_layer));
+  const RematPlan& p = ra->plan();
+  std::printf(
+      "remat %s: segments %s; activations %s (no remat: %s, %.1f%%); recomputes %lld of %lld "
+      "blocks per step (+%.1f%% FLOPs)\n",
+      f.kind.c_str(), p.to_string().c_str(), mem::human_bytes(static_cast<double>(ra->bytes())).c_str(),
+      mem::human_bytes(static_cast<double>(all)).c_str(),
+      100.0 * static_cast<double>(ra->bytes()) / static_cast<double>(all),
+      (long long)p.recomputed_layers(), (long long)cfg.n_layer,
+      100.0 * static_cast<double>(p.recomputed_layers()) * block_forward_flops(cfg, B, T) /
+          (static_cast<double>(B * T) * train_flops_per_token(cfg, T)));
+  tr.acts = GPTActivations();
+  tr.dacts = GPTActivations();
+  return ra;
+}
+
 // ---- train ----------------------------------------------------------------------------------
 
 struct TrainFlags {
@@ -123,6 +168,7 @@ struct TrainFlags {
   std::int64_t stop_after = 0;
   bool autodiff = false;
   std::uint64_t seed = 0;
+  RematFlags remat;
 };
 
 int cmd_train(TrainFlags& f) {
@@ -187,6 +233,9 @@ int cmd_train(TrainFlags& f) {
   GPTParams params = f.init_from.empty() ? init_params(cfg, f.seed) : GPTParams(cfg);
   if (!f.init_from.empty()) params.vec() = init_params_flat;
   Trainer tr(std::move(params), o);
+  MLS_CHECK(!(f.autodiff && f.remat.kind != "none"), "train: --autodiff and --remat ",
+            f.remat.kind, " together, expected one of them");
+  const auto remat = setup_remat(f.remat, tr);
   std::int64_t start = 0;
   std::vector<LossRow> rows;
   fs::create_directories(f.out);
@@ -233,7 +282,9 @@ int cmd_train(TrainFlags& f) {
   for (std::int64_t s = start; s < end; ++s) {
     const Batch b = rd.source().next_train(o.batch, o.context);
     Timer t;
-    const StepStats st = f.autodiff ? tr.step_autodiff(b) : tr.step(b);
+    const StepStats st = f.autodiff ? tr.step_autodiff(b)
+                         : remat  ? remat_train_step(tr, *remat, b)
+                                  : tr.step(b);
     const double sec = t.seconds();
     LossRow r;
     r.step = s;
@@ -478,6 +529,84 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
 
 }  // namespace
 
+// ---- plan (lab 6, part 2: the memory planner) -------------------------------------------------------
+
+struct PlanFlags {
+  ModelFlags model;
+  std::string budget = "512MiB", precision = "fp32", cost_json;
+  std::int64_t batch = 8, context = 0, vocab = 65, max_layers = 48;
+  int ranks = 4;
+  double gflops = 20;
+  bool largest = false, no_remat = false;
+  void add(CLI::App* app) {
+    model.add(app);
+    app->add_option("--mem-budget", budget, "bytes per rank, e.g. 512MiB, 2GiB")
+        ->capture_default_str();
+    app->add_option("--ranks", ranks, "data-parallel ranks")->capture_default_str();
+    app->add_option("--batch", batch, "sequences per rank per step")->capture_default_str();
+    app->add_option("--context", context, "sequence length T (default: block size)");
+    app->add_option("--vocab", vocab, "vocabulary size")->capture_default_str();
+    app->add_option("--precision", precision,
+                    "fp32 (4 + 4 + 8 bytes per parameter) | bf16 (2 + 2 + 12, K = 12)")
+        ->capture_default_str();
+    app->add_option("--gflops", gflops, "sustained GFLOP/s of one rank")->capture_default_str();
+    app->add_option("--cost", cost_json, "α-β-γ JSON from mls-collectives calibrate");
+    app->add_flag("--largest", largest,
+                  "the deepest model of the family (L layers, C = 64 L) that fits, per stage");
+    app->add_flag("--no-remat", no_remat, "keep every activation (no recompute plans)");
+    app->add_option("--max-layers", max_layers, "largest L tried by --largest")
+        ->capture_default_str();
+  }
+};
+
+int cmd_plan(const PlanFlags& f) {
+  PlannerInput in;
+  in.cfg = f.model.make(f.vocab);
+  in.batch = f.batch;
+  in.context = f.context ? f.context : in.cfg.block_size;
+  in.ranks = f.ranks;
+  in.budget_bytes = parse_bytes(f.budget);
+  in.flops_per_s = f.gflops * 1e9;
+  in.remat = !f.no_remat;
+  if (!f.cost_json.empty()) in.comm = parallel::CostModel::load(f.cost_json);
+  const PrecisionBytes pb = precision_bytes(parse_precision(f.precision));
+  in.param_bytes = pb.param;
+  in.grad_bytes = pb.grad;
+  in.k = pb.k;
+  if (!f.largest) {
+    std::printf("%s", explain(in, plan_memory(in)).c_str());
+    return 0;
+  }
+  std::printf("the largest model (L layers, L heads, C = 64 L, block %lld, vocab %lld) that trains "
+              "in %s per rank, %d ranks, batch %lld, %s:\n",
+              (long long)in.context, (long long)in.cfg.vocab_size,
+              mem::human_bytes(in.budget_bytes).c_str(), in.ranks, (long long)in.batch,
+              f.precision.c_str());
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::int64_t L = largest_fitting(in, stage, f.max_layers);
+    if (L == 0) {
+      std::printf("  stage %d: none fits\n", stage);
+      continue;
+    }
+    PlannerInput q = in;
+    q.cfg = family_config(L, in.context, in.cfg.vocab_size);
+    PlanCandidate best;
+    for (const auto& c : plan_memory(q).per_stage)
+      if (c.stage == stage) best = c;
+    PlannerInput nr = in;
+    nr.remat = false;
+    const std::int64_t L_none = largest_fitting(nr, stage, f.max_layers);
+    std::printf("  stage %d: L = %lld (without remat: %lld), C = %lld, %.2fM parameters; "
+                "micro-batch %lld, remat %s %s, %s (%s states + %s activations)\n",
+                stage, (long long)L, (long long)L_none, (long long)(64 * L),
+                static_cast<double>(num_params(q.cfg)) / 1e6, (long long)best.micro_batch,
+                best.remat.c_str(), best.plan.to_string().c_str(),
+                mem::human_bytes(best.total_bytes).c_str(), mem::human_bytes(best.state_bytes).c_str(),
+                mem::human_bytes(best.act_bytes).c_str());
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   lab4::register_kernels();
   CLI::App app{"mls-gpt: a mini GPT trained from scratch (lab 6)."};
@@ -523,6 +652,7 @@ int main(int argc, char** argv) {
                     "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
   train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")
       ->capture_default_str();
+  tf.remat.add(train);
 
   SampleFlags sf;
   auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming tokens");
@@ -574,6 +704,11 @@ int main(int argc, char** argv) {
   bench->add_option("--init-from", bench_init, "an llm.c .bin or checkpoint with the weights");
   bench->add_option("--tokens", bench_tokens, "int32 file of B x (T+1) tokens (the batch)");
 
+  PlanFlags pf;
+  auto* plan = app.add_subcommand(
+      "plan", "the cheapest ZeRO stage, recompute plan and micro-batch within a memory budget");
+  pf.add(plan);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
@@ -582,6 +717,7 @@ int main(int argc, char** argv) {
     if (*eval) return cmd_eval(ev_ckpt, ev_data, ev_batch);
     if (*info) return cmd_info(info_ckpt);
     if (*exp) return cmd_export(ex_ckpt, ex_format, ex_out);
+    if (*plan) return cmd_plan(pf);
     if (*bench)
       return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed);
   } catch (const std::exception& e) {

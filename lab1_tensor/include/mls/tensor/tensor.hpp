@@ -21,6 +21,7 @@
 
 #include "mls/common/dtype.hpp"
 #include "mls/common/error.hpp"
+#include "mls/common/memory.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/common/shape.hpp"
 #include "mls/tensor/index.hpp"
@@ -28,6 +29,8 @@
 namespace mls {
 
 /// A block of bytes on a device (64-byte aligned). Owned by shared_ptr: views share it.
+/// Counted by the memory tracker (mls/common/memory.hpp) under the tag and rank of the
+/// allocating thread's mem::TagScope, and released under the same ones.
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device);
@@ -39,11 +42,14 @@ class Storage {
   const std::byte* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  /// The tag this storage is counted under (meaningful when the tracker was on at allocation).
+  mem::Tag mem_tag() const { return mem_.tag; }
 
  private:
   std::byte* data_ = nullptr;
   std::size_t nbytes_ = 0;
   Device device_;
+  mem::Token mem_{};
 };
 
 class Tensor {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mls/common/memory.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/llm/config.hpp"
 
@@ -56,8 +57,8 @@ ParamPtrs param_views(float* flat, const GPTConfig& cfg);
 class FlatParams {
  public:
   FlatParams() = default;
-  /// Zeros for `cfg` (validated).
-  explicit FlatParams(const GPTConfig& cfg);
+  /// Zeros for `cfg` (validated), counted by the memory tracker under `tag` (this thread's rank).
+  explicit FlatParams(const GPTConfig& cfg, mem::Tag tag = mem::Tag::Parameter);
   const GPTConfig& config() const { return cfg_; }
   std::int64_t size() const { return static_cast<std::int64_t>(data_.size()); }
   float* data() { return data_.data(); }
@@ -73,13 +74,16 @@ class FlatParams {
  private:
   GPTConfig cfg_{};
   std::vector<float> data_;
+  mem::Block mem_;
 };
 
 struct GPTParams : FlatParams {
-  using FlatParams::FlatParams;
+  GPTParams() = default;
+  explicit GPTParams(const GPTConfig& cfg) : FlatParams(cfg, mem::Tag::Parameter) {}
 };
 struct GPTGrads : FlatParams {
-  using FlatParams::FlatParams;
+  GPTGrads() = default;
+  explicit GPTGrads(const GPTConfig& cfg) : FlatParams(cfg, mem::Tag::Gradient) {}
 };
 
 /// GPT-2 initialisation from `seed` (stream "gpt-init"): weights N(0, 0.02), the two residual
@@ -91,9 +95,11 @@ struct AdamWState {
   std::vector<float> m;   // first moment  (num_params)
   std::vector<float> v;   // second moment (num_params)
   std::int64_t step = 0;  // updates taken
+  mem::Block mem;         // 8 bytes per parameter, counted as optimizer state
   AdamWState() = default;
   explicit AdamWState(std::int64_t n)
-      : m(static_cast<std::size_t>(n), 0.f), v(static_cast<std::size_t>(n), 0.f) {}
+      : m(static_cast<std::size_t>(n), 0.f), v(static_cast<std::size_t>(n), 0.f),
+        mem(mem::Tag::OptimizerState, 8 * n) {}
 };
 
 /// Every buffer of one forward pass for batch B and context T (T <= block_size), one allocation.
@@ -129,6 +135,7 @@ class GPTActivations {
 
  private:
   std::vector<float> storage_;
+  mem::Block mem_;  // counted as activations (this thread's tag scope is not used)
 };
 
 // ---- layers (llm.c-style free functions; backward functions ACCUMULATE into gradients) --------

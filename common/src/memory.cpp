@@ -1,0 +1,343 @@
+#include "mls/common/memory.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "mls/common/error.hpp"
+
+namespace mls::mem {
+namespace {
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+thread_local Tag tl_tag = Tag::Other;
+thread_local int tl_rank = 0;
+
+}  // namespace
+
+const char* to_string(Tag t) {
+  switch (t) {
+    case Tag::Parameter: return "parameter";
+    case Tag::Gradient: return "gradient";
+    case Tag::OptimizerState: return "optimizer_state";
+    case Tag::Activation: return "activation";
+    case Tag::Workspace: return "workspace";
+    case Tag::Communication: return "communication";
+    case Tag::Other: return "other";
+  }
+  return "?";
+}
+
+Tracker::Tracker() : t0_(now_s()) {}
+
+void Tracker::set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+
+Tracker::Cell& Tracker::cell(Tag tag, int rank) {
+  if (static_cast<std::size_t>(rank) >= cells_.size()) {
+    cells_.resize(static_cast<std::size_t>(rank) + 1, std::vector<Cell>(kNumTags));
+    totals_.resize(static_cast<std::size_t>(rank) + 1);
+  }
+  return cells_[static_cast<std::size_t>(rank)][static_cast<std::size_t>(tag)];
+}
+
+const Tracker::Cell* Tracker::find(Tag tag, int rank) const {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= cells_.size()) return nullptr;
+  return &cells_[static_cast<std::size_t>(rank)][static_cast<std::size_t>(tag)];
+}
+
+Token Tracker::alloc(Tag tag, std::int64_t bytes, int rank) {
+  if (!enabled()) return {};
+  MLS_CHECK(bytes >= 0, "mem::Tracker::alloc: bytes = ", bytes, ", expected >= 0");
+  MLS_CHECK(rank >= 0 && rank < kMaxRanks, "mem::Tracker::alloc: rank = ", rank,
+            ", expected 0 <= rank < ", kMaxRanks);
+  MLS_CHECK(static_cast<int>(tag) < kNumTags, "mem::Tracker::alloc: unknown tag ", static_cast<int>(tag));
+  std::lock_guard<std::mutex> lock(mutex_);
+  Cell& c = cell(tag, rank);
+  Cell& tot = totals_[static_cast<std::size_t>(rank)];
+  c.cur += bytes;
+  c.peak = std::max(c.peak, c.cur);
+  tot.cur += bytes;
+  tot.peak = std::max(tot.peak, tot.cur);
+  if (events_.size() < max_events_)
+    events_.push_back({now_s() - t0_, rank, tag, bytes, c.cur, tot.cur});
+  else
+    ++dropped_;
+  return {generation_.load(std::memory_order_relaxed), static_cast<std::int16_t>(rank), tag};
+}
+
+void Tracker::release(const Token& token, std::int64_t bytes) {
+  if (!token.tracked()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (token.generation != generation_.load(std::memory_order_relaxed)) return;  // before reset()
+  Cell& c = cell(token.tag, token.rank);
+  Cell& tot = totals_[static_cast<std::size_t>(token.rank)];
+  c.cur -= bytes;
+  tot.cur -= bytes;
+  if (events_.size() < max_events_)
+    events_.push_back({now_s() - t0_, token.rank, token.tag, -bytes, c.cur, tot.cur});
+  else
+    ++dropped_;
+}
+
+std::int64_t Tracker::current(Tag tag, int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Cell* c = find(tag, rank);
+  return c ? c->cur : 0;
+}
+
+std::int64_t Tracker::peak(Tag tag, int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Cell* c = find(tag, rank);
+  return c ? c->peak : 0;
+}
+
+std::int64_t Tracker::current_total(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return rank >= 0 && static_cast<std::size_t>(rank) < totals_.size() ? totals_[static_cast<std::size_t>(rank)].cur : 0;
+}
+
+std::int64_t Tracker::peak_total(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return rank >= 0 && static_cast<std::size_t>(rank) < totals_.size() ? totals_[static_cast<std::size_t>(rank)].peak : 0;
+}
+
+int Tracker::ranks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(cells_.size());
+}
+
+void Tracker::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::uint32_t g = generation_.load() + 1;
+  if (g == 0) g = 1;
+  generation_.store(g);
+  cells_.clear();
+  totals_.clear();
+  events_.clear();
+  dropped_ = 0;
+  t0_ = now_s();
+}
+
+void Tracker::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& row : cells_)
+    for (auto& c : row) c.peak = c.cur;
+  for (auto& c : totals_) c.peak = c.cur;
+}
+
+std::vector<Event> Tracker::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_;
+}
+
+std::int64_t Tracker::dropped_events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
+}
+
+void Tracker::set_max_events(std::size_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  max_events_ = n;
+}
+
+std::string Tracker::report(bool bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream o;
+  char buf[64];
+  auto fmt = [&](std::int64_t b) {
+    if (bytes)
+      std::snprintf(buf, sizeof buf, "%14lld", static_cast<long long>(b));
+    else
+      std::snprintf(buf, sizeof buf, "%12.3f", static_cast<double>(b) / (1024.0 * 1024.0));
+    return std::string(buf);
+  };
+  o << "memory per rank, peak " << (bytes ? "bytes" : "MiB") << " (current in parentheses where not 0)\n";
+  o << "rank";
+  for (int t = 0; t < kNumTags; ++t) {
+    std::snprintf(buf, sizeof buf, " %16s", to_string(static_cast<Tag>(t)));
+    o << buf;
+  }
+  std::snprintf(buf, sizeof buf, " %16s\n", "peak_total");
+  o << buf;
+  for (std::size_t r = 0; r < cells_.size(); ++r) {
+    std::snprintf(buf, sizeof buf, "%4zu", r);
+    o << buf;
+    for (int t = 0; t < kNumTags; ++t) {
+      const Cell& c = cells_[r][static_cast<std::size_t>(t)];
+      std::string s = fmt(c.peak);
+      o << "  " << (s.size() < 15 ? std::string(15 - s.size(), ' ') : "") << s;
+    }
+    o << "  " << fmt(totals_[r].peak) << "\n";
+  }
+  return o.str();
+}
+
+std::string Tracker::timeline_svg(int rank, const std::string& title) const {
+  const std::vector<Event> ev = events();
+  const int W = 760, H = 420, ml = 80, mr = 170, mt = 36, mb = 46;
+  double tmax = 1e-9, ymax = 1;
+  for (const Event& e : ev)
+    if (e.rank == rank) {
+      tmax = std::max(tmax, e.t);
+      ymax = std::max(ymax, static_cast<double>(e.total));
+    }
+  const double scale = ymax >= (1 << 30) ? 1024.0 * 1024 * 1024 : ymax >= (1 << 20) ? 1024.0 * 1024 : 1024.0;
+  const char* unit = scale >= 1024.0 * 1024 * 1024 ? "GiB" : scale >= 1024.0 * 1024 ? "MiB" : "KiB";
+  auto X = [&](double t) { return ml + (W - ml - mr) * t / tmax; };
+  auto Y = [&](double y) { return H - mb - (H - mt - mb) * y / ymax; };
+  static const char* colors[kNumTags + 1] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                              "#9467bd", "#8c564b", "#7f7f7f", "#000000"};
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n";
+  s << "<text x='" << (ml + W - mr) / 2 << "' y='22' text-anchor='middle' font-size='14'>" << title
+    << "</text>\n";
+  s << "<line x1='" << ml << "' y1='" << H - mb << "' x2='" << W - mr << "' y2='" << H - mb
+    << "' stroke='black'/><line x1='" << ml << "' y1='" << mt << "' x2='" << ml << "' y2='" << H - mb
+    << "' stroke='black'/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double yv = ymax * i / 4, tv = tmax * i / 4;
+    s << "<text x='" << ml - 6 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", yv / scale);
+    s << b << "</text><text x='" << X(tv) << "' y='" << H - mb + 16 << "' text-anchor='middle'>";
+    std::snprintf(b, sizeof b, "%.3g", tv);
+    s << b << "</text>\n";
+  }
+  s << "<text x='" << (ml + W - mr) / 2 << "' y='" << H - 10 << "' text-anchor='middle'>seconds</text>\n";
+  s << "<text x='16' y='" << (mt + H - mb) / 2 << "' text-anchor='middle' transform='rotate(-90 16 "
+    << (mt + H - mb) / 2 << ")'>" << unit << " on rank " << rank << "</text>\n";
+  // One step line per tag (value held until the next event of that tag), and the total.
+  for (int t = 0; t <= kNumTags; ++t) {
+    std::ostringstream pts;
+    double last = 0;
+    bool any = false;
+    pts << X(0) << "," << Y(0);
+    for (const Event& e : ev) {
+      if (e.rank != rank) continue;
+      if (t < kNumTags && static_cast<int>(e.tag) != t) continue;
+      const double v = static_cast<double>(t < kNumTags ? e.current : e.total);
+      pts << " " << X(e.t) << "," << Y(last) << " " << X(e.t) << "," << Y(v);
+      last = v;
+      any = true;
+    }
+    if (!any) continue;
+    pts << " " << X(tmax) << "," << Y(last);
+    s << "<polyline fill='none' stroke='" << colors[t] << "' stroke-width='" << (t == kNumTags ? 2 : 1.3)
+      << "' points='" << pts.str() << "'/>\n";
+    const int ly = mt + 14 * t + 10;
+    s << "<line x1='" << W - mr + 10 << "' y1='" << ly << "' x2='" << W - mr + 28 << "' y2='" << ly
+      << "' stroke='" << colors[t] << "' stroke-width='2'/><text x='" << W - mr + 32 << "' y='" << ly + 4
+      << "'>" << (t < kNumTags ? to_string(static_cast<Tag>(t)) : "total") << "</text>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+Tracker& global() {
+  static Tracker* t = [] {
+    auto* tr = new Tracker();  // never destroyed: buffers freed at exit may still report
+    const char* env = std::getenv("MLS_MEM_TRACK");
+    if (env && std::strcmp(env, "0") != 0 && *env) tr->set_enabled(true);
+    return tr;
+  }();
+  return *t;
+}
+
+Tag current_tag() { return tl_tag; }
+int current_rank() { return tl_rank; }
+
+TagScope::TagScope(Tag tag) : prev_tag_(tl_tag), prev_rank_(tl_rank) { tl_tag = tag; }
+TagScope::TagScope(Tag tag, int rank) : prev_tag_(tl_tag), prev_rank_(tl_rank) {
+  MLS_CHECK(rank >= 0 && rank < kMaxRanks, "mem::TagScope: rank = ", rank, ", expected 0 <= rank < ",
+            kMaxRanks);
+  tl_tag = tag;
+  tl_rank = rank;
+}
+TagScope::~TagScope() {
+  tl_tag = prev_tag_;
+  tl_rank = prev_rank_;
+}
+
+RankScope::RankScope(int rank) : prev_(tl_rank) {
+  MLS_CHECK(rank >= 0 && rank < kMaxRanks, "mem::RankScope: rank = ", rank, ", expected 0 <= rank < ",
+            kMaxRanks);
+  tl_rank = rank;
+}
+RankScope::~RankScope() { tl_rank = prev_; }
+
+Token on_alloc(std::int64_t bytes) {
+  Tracker& t = global();
+  if (!t.enabled()) return {};
+  return t.alloc(tl_tag, bytes, tl_rank);
+}
+
+Block::Block(Tag tag, std::int64_t bytes) : Block(tag, bytes, tl_rank) {}
+Block::Block(Tag tag, std::int64_t bytes, int rank) : tag_(tag), rank_(rank), bytes_(bytes) {
+  token_ = global().alloc(tag, bytes, rank);
+}
+Block::Block(const Block& o) : Block(o.tag_, o.bytes_, o.rank_) {}
+Block& Block::operator=(const Block& o) {
+  if (this != &o) {
+    drop();
+    tag_ = o.tag_;
+    rank_ = o.rank_;
+    bytes_ = o.bytes_;
+    token_ = global().alloc(tag_, bytes_, rank_);
+  }
+  return *this;
+}
+Block::Block(Block&& o) noexcept : token_(o.token_), tag_(o.tag_), rank_(o.rank_), bytes_(o.bytes_) {
+  o.token_ = {};
+  o.bytes_ = 0;
+}
+Block& Block::operator=(Block&& o) noexcept {
+  if (this != &o) {
+    drop();
+    token_ = o.token_;
+    tag_ = o.tag_;
+    rank_ = o.rank_;
+    bytes_ = o.bytes_;
+    o.token_ = {};
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+Block::~Block() { drop(); }
+void Block::drop() {
+  on_release(token_, bytes_);
+  token_ = {};
+}
+void Block::resize(std::int64_t bytes) {
+  drop();
+  bytes_ = bytes;
+  token_ = global().alloc(tag_, bytes_, rank_);
+}
+
+std::string gb(double bytes, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f GB", digits, bytes / 1e9);
+  return b;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3f %s", bytes, units[u]);
+  return b;
+}
+
+}  // namespace mls::mem

@@ -1,0 +1,190 @@
+#pragma once
+/// Lab 6, part 2: ZeRO — partitioning the model states over data-parallel ranks — and mixed
+/// precision, measured to the byte.
+///
+/// The model states of Ψ parameters trained with Adam in mixed precision (the ZeRO paper, slides
+/// 001 "zero redundancy"): bf16 parameters (2Ψ bytes), bf16 gradients (2Ψ), and K·Ψ bytes of fp32
+/// optimizer state (master weights, first and second moments: K = 12). On N data-parallel ranks:
+///
+///   stage 0 (plain data parallel)      (2 + 2 + K)·Ψ
+///   stage 1 (optimizer states)         2Ψ + 2Ψ + K·Ψ/N
+///   stage 2 (+ gradients)              2Ψ + (2 + K)·Ψ/N
+///   stage 3 (+ parameters)             (2 + 2 + K)·Ψ/N   (+ the largest gathered layer)
+///
+/// Communication per rank per step (elements sent): 2Ψ(N−1)/N for stages 0-2 (a reduce-scatter
+/// and an all-gather, or one ring allreduce) and 3Ψ(N−1)/N for stage 3 (the parameters are
+/// gathered twice, in forward and in backward): exactly 1.5 times as much.
+///
+/// The engine (ZeroTrainer) trains the fused GPT of model.hpp on a lab 5 Communicator. The
+/// parameters are grouped in units — the embeddings (wte, wpe), each transformer block, and the
+/// final layernorm — laid out one after the other ("unit layout"); every unit is split over the
+/// ranks with lab 5's chunk_bounds (sizes differ by at most one: Ψ need not divide by N). Rank r
+/// owns chunk r of every unit; its shard is those chunks side by side.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mls/common/memory.hpp"
+#include "mls/llm/model.hpp"
+#include "mls/parallel/comm.hpp"
+
+namespace mls::llm {
+
+// ---- the formulas (no communicator needed) ---------------------------------------------------
+
+/// Bytes per rank of the model states for ZeRO `stage` (0..3), Ψ = `psi` parameters, `ranks` data
+/// parallel ranks, `k` bytes of optimizer state per parameter, `param_bytes` / `grad_bytes` per
+/// parameter and gradient element. Ψ/N is a real division (the slides' table).
+struct ZeroBytes {
+  double params = 0, grads = 0, optimizer = 0, total = 0;
+};
+ZeroBytes zero_memory(int stage, double psi, int ranks, double k = 12, double param_bytes = 2,
+                      double grad_bytes = 2);
+/// Stage 3 also holds one gathered unit at a time: the largest, `largest_unit` parameters, at
+/// `param_bytes` each. Returns zero_memory(3, ...).total + param_bytes * largest_unit.
+double zero3_peak_bytes(double psi, int ranks, double largest_unit, double k = 12,
+                        double param_bytes = 2, double grad_bytes = 2);
+/// Elements each rank sends per training step: 2Ψ(N−1)/N for stages 0, 1 and 2, 3Ψ(N−1)/N for
+/// stage 3 (0 for one rank).
+double zero_comm_elements(int stage, double psi, int ranks);
+/// The slides' table for (Ψ, N, K) with bf16 parameters and gradients: four lines
+/// "stage 0 (baseline)  ...  120.0 GB" etc. and a header.
+std::string zero_table(double psi, int ranks, double k = 12);
+
+// ---- the partition -----------------------------------------------------------------------------
+
+/// The units of a config, in unit layout order: "embeddings", "block 0", ..., "final layernorm".
+struct ZeroUnit {
+  std::string name;
+  std::int64_t offset = 0;  // in the unit layout
+  std::int64_t size = 0;    // parameters
+};
+std::vector<ZeroUnit> zero_units(const GPTConfig& cfg);
+/// Unit layout <-> GPTParams layout (config.hpp's order): both of num_params(cfg) floats.
+std::vector<float> to_unit_layout(const GPTConfig& cfg, const float* flat);
+void from_unit_layout(const GPTConfig& cfg, const float* units, float* flat);
+/// The weight decay flag of every element of the unit layout (param_decays of its tensor).
+std::vector<std::uint8_t> unit_decay_mask(const GPTConfig& cfg);
+
+/// Rank `rank`'s part of a partition of `units` over `ranks` ranks: for each unit, the range
+/// [begin, end) of the unit (relative to the unit's start) that this rank owns, and where it sits
+/// in the rank's shard. Every unit is split with parallel::chunk_bounds(unit.size, ranks).
+struct ShardRange {
+  std::int64_t unit_begin = 0, unit_end = 0;  // within the unit
+  std::int64_t shard_offset = 0;              // within the rank's shard
+};
+struct Partition {
+  int ranks = 1, rank = 0;
+  std::vector<std::vector<std::int64_t>> bounds;  // per unit: chunk_bounds(unit.size, ranks)
+  std::vector<ShardRange> mine;                   // per unit
+  std::int64_t shard_size = 0;                    // sum over units of this rank's chunks
+};
+/// Throws mls::Error for ranks < 1 or rank outside [0, ranks).
+Partition make_partition(const std::vector<ZeroUnit>& units, int ranks, int rank);
+
+// ---- bf16 --------------------------------------------------------------------------------------
+
+/// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN), and back (exact).
+std::uint16_t to_bf16(float x);
+float from_bf16(std::uint16_t b);
+/// Rounds x to the nearest bf16 value, as a float.
+inline float round_bf16(float x) { return from_bf16(to_bf16(x)); }
+/// Whether this CPU reports AVX-512 BF16 (avx512_bf16 in /proc/cpuinfo's flags).
+bool cpu_has_avx512_bf16();
+
+// ---- the engine --------------------------------------------------------------------------------
+
+enum class Precision { FP32, BF16 };
+const char* to_string(Precision p);
+/// "fp32" or "bf16"; anything else is an mls::Error.
+Precision parse_precision(const std::string& s);
+
+struct ZeroOptions {
+  int stage = 0;                        // 0, 1, 2 or 3
+  Precision precision = Precision::FP32;
+  AdamWOptions adam{};
+};
+
+/// Bytes per element of (parameters, gradients, optimizer state) for a precision:
+/// fp32: 4, 4, 8 (Adam's two moments; the parameters are the master copy);
+/// bf16: 2, 2, 12 (fp32 master weights and two moments: the paper's K = 12).
+struct PrecisionBytes {
+  double param = 4, grad = 4, k = 8;
+};
+PrecisionBytes precision_bytes(Precision p);
+
+/// What a ZeRO step measured on one rank.
+struct ZeroStepStats {
+  double loss = 0;                 // mean loss over every rank's batch (the same on all ranks)
+  std::int64_t elements_sent = 0;  // by this rank in this step (counted by the communicator)
+  std::int64_t bytes_sent = 0;
+};
+
+/// One rank of ZeRO data-parallel training of the fused GPT. Every rank constructs it with the
+/// same config, options and initial parameters (checked: ranks that disagree get an mls::Error
+/// naming the field), and calls step() with its own micro-batch.
+/// All buffers are counted by mem::global() on this rank (comm.rank()).
+class ZeroTrainer {
+ public:
+  ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, const GPTParams& init,
+              const ZeroOptions& opts);
+  ~ZeroTrainer();
+  ZeroTrainer(const ZeroTrainer&) = delete;
+  ZeroTrainer& operator=(const ZeroTrainer&) = delete;
+
+  /// One training step on this rank's micro-batch (B, T): forward, backward, gradient
+  /// reduction over the ranks (mean), AdamW at `lr` on this rank's part of the optimizer state,
+  /// and whatever all-gather the stage needs. Collective: every rank calls it with the same B, T.
+  ZeroStepStats step(const std::int32_t* inputs, const std::int32_t* targets, std::int64_t B,
+                     std::int64_t T, double lr);
+  /// Every parameter as fp32 in GPTParams layout (bf16 values where the precision is bf16).
+  /// Collective for stage 3 (gathers every unit); local otherwise.
+  GPTParams gather_params();
+  /// The fp32 master weights / parameters of this rank's shard (stage >= 1) or of everything
+  /// (stage 0), unit layout.
+  std::vector<float> master_shard() const;
+
+  // Stage 3's gather / release of one unit (collective); used by step(), public for tests.
+  void gather(int unit);
+  void release(int unit);
+  /// Unit `unit`'s parameters as fp32 for compute. Stage 3: an mls::Error unless the unit was
+  /// gathered ("used before it was gathered").
+  const float* unit_params(int unit);
+
+  const std::vector<ZeroUnit>& units() const { return units_; }
+  const Partition& partition() const { return part_; }
+  const ZeroOptions& options() const { return opts_; }
+  std::int64_t largest_unit() const;
+  std::int64_t num_params() const { return psi_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  parallel::Communicator* comm_;
+  GPTConfig cfg_;
+  ZeroOptions opts_;
+  std::vector<ZeroUnit> units_;
+  Partition part_;
+  std::int64_t psi_ = 0;
+};
+
+/// The measured model-state bytes of a rank (peaks on mem::global() since its last reset) next
+/// to the formula, as a table; and the communication table (elements sent per rank per step,
+/// counted vs 2Ψ(N−1)/N or 3Ψ(N−1)/N).
+struct ZeroRunReport {
+  int stage = 0, ranks = 1;
+  Precision precision = Precision::FP32;
+  std::int64_t psi = 0, largest_unit = 0;
+  std::vector<std::int64_t> shard_sizes;  // per rank
+  std::vector<std::array<std::int64_t, mem::kNumTags>> peak;  // per rank, per tag
+  std::vector<std::int64_t> elements_sent;                    // per rank, per step
+  std::vector<double> losses;                                 // per step (rank 0)
+  std::vector<double> modelled_comm_s;                        // per rank (sim backend)
+  double wall_s = 0;
+};
+std::string memory_table(const ZeroRunReport& r);
+std::string comm_table(const ZeroRunReport& r);
+
+}  // namespace mls::llm
