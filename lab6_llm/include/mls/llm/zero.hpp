@@ -160,6 +160,8 @@ class ZeroTrainer {
   std::int64_t num_params() const { return psi_; }
 
  private:
+  void finish_unit(int unit, float* bucket);
+  void reduce_and_update(double lr);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   parallel::Communicator* comm_;
@@ -184,7 +186,39 @@ struct ZeroRunReport {
   std::vector<double> modelled_comm_s;                        // per rank (sim backend)
   double wall_s = 0;
 };
+/// Per rank: measured peak bytes of parameters, gradients and optimizer state next to the
+/// formula for that rank's shard (exact, uneven shards included), and the other tags measured.
 std::string memory_table(const ZeroRunReport& r);
+/// Per rank: elements sent per step, counted, next to 2Ψ(N−1)/N or 3Ψ(N−1)/N, and the modelled
+/// communication seconds (sim backend).
 std::string comm_table(const ZeroRunReport& r);
+/// The formula for rank `rank`'s model-state bytes of a run: (params, grads, optimizer) with the
+/// shard size of that rank in place of Ψ/N, and + the largest unit's parameters for stage 3.
+ZeroBytes expected_bytes(const ZeroRunReport& r, int rank);
+
+/// A learnable synthetic token stream: row b of (step, rank) starts at a random token and
+/// continues x' = (5x + 3) mod V. Fills inputs and targets (B*T each).
+void zero_batch(const GPTConfig& cfg, std::int64_t B, std::int64_t T, std::uint64_t seed,
+                std::int64_t step, int rank, std::int32_t* inputs, std::int32_t* targets);
+
+struct ZeroRunOptions {
+  GPTConfig cfg{};
+  ZeroOptions zero{};
+  std::int64_t batch = 4;    // per rank
+  std::int64_t context = 16;
+  std::int64_t steps = 10;
+  double lr = 1e-3;
+  std::uint64_t seed = 1337;
+};
+/// Trains `opts.steps` steps of ZeRO on `comm` (collective) from init_params(cfg, seed), on
+/// zero_batch data, and returns the report (the same on every rank: per-rank fields are
+/// exchanged at the end). The memory peaks are read from mem::global() (enable and reset it
+/// before; for the simulated backend, once before run_simulated). `final_params` (optional)
+/// receives the trained parameters.
+ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& opts,
+                       GPTParams* final_params = nullptr);
+/// run_zero on `ranks` simulated ranks (enables and resets mem::global() first).
+ZeroRunReport run_zero_simulated(int ranks, const ZeroRunOptions& opts,
+                                 GPTParams* final_params = nullptr);
 
 }  // namespace mls::llm
