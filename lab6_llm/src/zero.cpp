@@ -274,7 +274,18 @@ struct ZeroTrainer::Impl {
   std::vector<mem::Buffer<float>> work;            // fp32 compute copies (bf16, or gathered)
   std::vector<bool> gathered;
   GPTActivations acts, dacts;
+  double comm_s = 0;  // wall seconds inside collectives (this rank)
 };
+
+namespace {
+/// Adds the wall time of its scope to `acc`.
+struct CommTimer {
+  double& acc;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  explicit CommTimer(double& a) : acc(a) {}
+  ~CommTimer() { acc += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+}  // namespace
 
 ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, const GPTParams& init,
                          const ZeroOptions& opts)
@@ -385,7 +396,10 @@ void ZeroTrainer::gather(int unit) {
     const std::int64_t si = r.shard_offset + (j - r.unit_begin);
     d[j] = I.bf16 ? from_bf16(I.p16[si]) : I.p32[si];
   }
-  comm_->allgather_inplace(t, part_.bounds[static_cast<std::size_t>(unit)]);
+  {
+    CommTimer ct(I.comm_s);
+    comm_->allgather_inplace(t, part_.bounds[static_cast<std::size_t>(unit)]);
+  }
   if (I.bf16) {
     auto& g = I.gath16[static_cast<std::size_t>(unit)];
     g = mem::Buffer<std::uint16_t>(mem::Tag::Parameter, U.size, I.rank);
@@ -446,6 +460,7 @@ ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* 
     I.dacts = GPTActivations(cfg_, B, T);
   }
   const std::int64_t before = comm_->traffic().total.bytes_sent;
+  const double comm_before = I.comm_s;
   const std::int64_t L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
   const int E = 0, F = static_cast<int>(L) + 1;
   const bool s3 = I.stage == 3;
@@ -518,6 +533,7 @@ ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* 
   ZeroStepStats st;
   st.bytes_sent = comm_->traffic().total.bytes_sent - before;
   st.elements_sent = st.bytes_sent / 4;  // fp32 on the wire
+  st.comm_wall_s = I.comm_s - comm_before;
   {
     mem::TagScope ts(mem::Tag::Communication, I.rank);
     Tensor l1 = Tensor::full({1}, local_loss, DType::Float64);
@@ -539,7 +555,11 @@ void ZeroTrainer::finish_unit(int unit, float* bucket) {
     mem::TagScope ts(mem::Tag::Communication, I.rank);
     Tensor t = Tensor::empty({U.size});
     std::copy(bucket, bucket + U.size, t.data<float>());
-    Tensor mine = comm_->reduce_scatter(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+    Tensor mine;
+    {
+      CommTimer ct(I.comm_s);
+      mine = comm_->reduce_scatter(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+    }
     const float* d = mine.data<float>();
     const float n = static_cast<float>(I.N);
     for (std::int64_t j = 0; j < r.unit_end - r.unit_begin; ++j) {
@@ -576,6 +596,7 @@ void ZeroTrainer::reduce_and_update(double lr) {
       for (std::int64_t j = 0; j < U.size; ++j)
         d[j] = I.bf16 ? from_bf16(I.g16[U.offset + j]) : I.g32[U.offset + j];
       std::int64_t b = 0, e = U.size;
+      CommTimer ct(I.comm_s);
       if (I.stage == 0) {
         comm_->allreduce(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
       } else {
@@ -636,7 +657,10 @@ void ZeroTrainer::reduce_and_update(double lr) {
       float* d = t.data<float>();
       for (std::int64_t j = r.unit_begin; j < r.unit_end; ++j)
         d[j] = I.bf16 ? from_bf16(I.p16[U.offset + j]) : I.p32[U.offset + j];
-      comm_->allgather_inplace(t, part_.bounds[k]);
+      {
+        CommTimer ct(I.comm_s);
+        comm_->allgather_inplace(t, part_.bounds[k]);
+      }
       for (std::int64_t j = 0; j < U.size; ++j) {
         if (I.bf16)
           I.p16[U.offset + j] = to_bf16(d[j]);
@@ -712,7 +736,7 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
   }
   std::vector<std::int32_t> in(static_cast<std::size_t>(o.batch * o.context)), tg(in.size());
   std::int64_t sent = 0;
-  double comm_s = 0;
+  double comm_s = 0, comm_wall = 0;
   const auto t0 = std::chrono::steady_clock::now();
   {
     ZeroTrainer tr(comm, o.cfg, init, o.zero);
@@ -724,6 +748,7 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
       zero_batch(o.cfg, o.batch, o.context, o.seed, s, rank, in.data(), tg.data());
       const ZeroStepStats st = tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
       sent = st.elements_sent;  // the same every step
+      comm_wall += st.comm_wall_s;
       rep.losses.push_back(st.loss);
     }
     comm_s = comm.modelled_seconds() - m0;
@@ -735,13 +760,14 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
   }
   rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Exchange the per-rank figures.
-  constexpr int F = mem::kNumTags + 3;
+  constexpr int F = mem::kNumTags + 4;
   Tensor t = Tensor::zeros({F}, DType::Float64);
   double* d = t.data<double>();
   for (int g = 0; g < mem::kNumTags; ++g) d[g] = static_cast<double>(mem::global().peak(static_cast<mem::Tag>(g), rank));
   d[mem::kNumTags] = static_cast<double>(sent);
   d[mem::kNumTags + 1] = comm_s;
   d[mem::kNumTags + 2] = static_cast<double>(make_partition(zero_units(o.cfg), N, rank).shard_size);
+  d[mem::kNumTags + 3] = comm_wall;
   Tensor all;
   {
     mem::TagScope ts(mem::Tag::Communication, rank);
@@ -755,6 +781,7 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
     rep.elements_sent.push_back(static_cast<std::int64_t>(a[r * F + mem::kNumTags]));
     rep.modelled_comm_s.push_back(a[r * F + mem::kNumTags + 1]);
     rep.shard_sizes.push_back(static_cast<std::int64_t>(a[r * F + mem::kNumTags + 2]));
+    rep.comm_wall_s.push_back(a[r * F + mem::kNumTags + 3]);
   }
   return rep;
 }

@@ -120,6 +120,7 @@ struct ZeroStepStats {
   double loss = 0;                 // mean loss over every rank's batch (the same on all ranks)
   std::int64_t elements_sent = 0;  // by this rank in this step (counted by the communicator)
   std::int64_t bytes_sent = 0;
+  double comm_wall_s = 0;          // wall seconds this rank spent inside collectives
 };
 
 /// One rank of ZeRO data-parallel training of the fused GPT. Every rank constructs it with the
@@ -183,7 +184,8 @@ struct ZeroRunReport {
   std::vector<std::array<std::int64_t, mem::kNumTags>> peak;  // per rank, per tag
   std::vector<std::int64_t> elements_sent;                    // per rank, per step
   std::vector<double> losses;                                 // per step (rank 0)
-  std::vector<double> modelled_comm_s;                        // per rank (sim backend)
+  std::vector<double> modelled_comm_s;                        // per rank, whole run (sim: α-β-γ clock)
+  std::vector<double> comm_wall_s;                            // per rank, whole run, measured
   double wall_s = 0;
 };
 /// Per rank: measured peak bytes of parameters, gradients and optimizer state next to the
