@@ -18,12 +18,12 @@ namespace mls::llm {
 
 ZeroBytes zero_memory(int stage, double psi, int ranks, double k, double param_bytes,
                       double grad_bytes) {
+  // BEGIN SOLUTION
   MLS_CHECK(stage >= 0 && stage <= 3, "zero_memory: stage = ", stage, ", expected 0, 1, 2 or 3");
   MLS_CHECK(ranks >= 1, "zero_memory: ranks = ", ranks, ", expected >= 1");
   MLS_CHECK(psi >= 0 && k >= 0 && param_bytes > 0 && grad_bytes > 0, "zero_memory: psi = ", psi,
             ", k = ", k, ", param_bytes = ", param_bytes, ", grad_bytes = ", grad_bytes,
             ", expected psi >= 0, k >= 0 and positive element sizes");
-  // BEGIN SOLUTION
   const double n = ranks;
   ZeroBytes b;
   b.params = param_bytes * psi / (stage >= 3 ? n : 1.0);
@@ -40,10 +40,10 @@ double zero3_peak_bytes(double psi, int ranks, double largest_unit, double k, do
 }
 
 double zero_comm_elements(int stage, double psi, int ranks) {
+  // BEGIN SOLUTION
   MLS_CHECK(stage >= 0 && stage <= 3, "zero_comm_elements: stage = ", stage,
             ", expected 0, 1, 2 or 3");
   MLS_CHECK(ranks >= 1, "zero_comm_elements: ranks = ", ranks, ", expected >= 1");
-  // BEGIN SOLUTION
   const double factor = stage == 3 ? 3.0 : 2.0;
   return factor * psi * (ranks - 1) / ranks;
   // END SOLUTION
@@ -154,21 +154,21 @@ std::vector<std::uint8_t> unit_decay_mask(const GPTConfig& cfg) {
 }
 
 Partition make_partition(const std::vector<ZeroUnit>& units, int ranks, int rank) {
+  // BEGIN SOLUTION
   MLS_CHECK(ranks >= 1, "make_partition: ranks = ", ranks, ", expected >= 1");
   MLS_CHECK(rank >= 0 && rank < ranks, "make_partition: rank = ", rank, ", expected 0 <= rank < ",
             ranks);
   Partition p;
   p.ranks = ranks;
   p.rank = rank;
-  // BEGIN SOLUTION
   for (const ZeroUnit& u : units) {
     p.bounds.push_back(parallel::chunk_bounds(u.size, ranks));
     const auto& b = p.bounds.back();
     p.mine.push_back({b[static_cast<std::size_t>(rank)], b[static_cast<std::size_t>(rank) + 1], p.shard_size});
     p.shard_size += b[static_cast<std::size_t>(rank) + 1] - b[static_cast<std::size_t>(rank)];
   }
-  // END SOLUTION
   return p;
+  // END SOLUTION
 }
 
 // ---- bf16 ---------------------------------------------------------------------------------------
@@ -378,6 +378,7 @@ std::int64_t ZeroTrainer::largest_unit() const {
 }
 
 void ZeroTrainer::gather(int unit) {
+  // BEGIN SOLUTION
   Impl& I = *impl_;
   MLS_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "ZeroTrainer::gather: unit ", unit,
             ", expected 0..", units_.size() - 1);
@@ -386,7 +387,6 @@ void ZeroTrainer::gather(int unit) {
   MLS_CHECK(!I.gathered[static_cast<std::size_t>(unit)], "ZeroTrainer::gather: unit ", unit, " (",
             units_[static_cast<std::size_t>(unit)].name, ") is already gathered");
   mem::RankScope rs(I.rank);
-  // BEGIN SOLUTION
   const ZeroUnit& U = units_[static_cast<std::size_t>(unit)];
   const ShardRange& r = part_.mine[static_cast<std::size_t>(unit)];
   mem::TagScope ts(mem::Tag::Communication, I.rank);
@@ -412,8 +412,8 @@ void ZeroTrainer::gather(int unit) {
     g = mem::Buffer<float>(mem::Tag::Parameter, U.size, I.rank);
     std::copy(d, d + U.size, g.data());
   }
-  // END SOLUTION
   I.gathered[static_cast<std::size_t>(unit)] = true;
+  // END SOLUTION
 }
 
 void ZeroTrainer::release(int unit) {
@@ -544,10 +544,10 @@ ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* 
 }
 
 void ZeroTrainer::finish_unit(int unit, float* bucket) {
+  // BEGIN SOLUTION
   Impl& I = *impl_;
   const auto k = static_cast<std::size_t>(unit);
   const ZeroUnit& U = units_[k];
-  // BEGIN SOLUTION
   if (I.bf16)  // the gradient is produced in bf16 (rounded once, here)
     for (std::int64_t j = 0; j < U.size; ++j) bucket[j] = round_bf16(bucket[j]);
   if (I.stage >= 2) {  // reduce-scatter the bucket: this rank keeps the mean of its chunk
@@ -581,9 +581,9 @@ void ZeroTrainer::finish_unit(int unit, float* bucket) {
 }
 
 void ZeroTrainer::reduce_and_update(double lr) {
+  // BEGIN SOLUTION
   Impl& I = *impl_;
   const float n = static_cast<float>(I.N);
-  // BEGIN SOLUTION
   // Stages 0-1: reduce the whole gradient (stage 0: allreduce; stage 1: reduce-scatter, this
   // rank only needs its chunk). The same ring and chunks as stage 2's reduce-scatter, so the
   // sums are bit-identical.
