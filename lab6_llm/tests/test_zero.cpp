@@ -167,7 +167,7 @@ TEST_CASE("zero: units, unit layout and the uneven partition cover every paramet
   }
 }
 
-TEST_CASE("precision: bf16 rounding is round-to-nearest-even against a naive reference", "[lab6][precision]") {
+TEST_CASE("precision: bf16 rounding is round-to-nearest-even against a naive reference", "[lab6][zero_plumbing]") {
   Rng rng(3, "bf16");
   int mismatches = 0;
   for (int i = 0; i < 20000; ++i) {
@@ -305,7 +305,7 @@ TEST_CASE("zero: counted communication equals 2psi(N-1)/N and 3psi(N-1)/N (ratio
   }
 }
 
-TEST_CASE("zero: ranks that disagree on the config get a clear error", "[lab6][zero]") {
+TEST_CASE("zero: ranks that disagree on the config get a clear error", "[lab6][zero_plumbing]") {
   require_error(
       [] {
         parallel::run_simulated(2, [](parallel::Communicator& c) {
@@ -394,7 +394,7 @@ TEST_CASE("precision: the bf16 loss curve stays within 0.1 of fp32 over 200 nano
   observe("bf16 final", b.losses.back(), {0.05, 0.05});
 }
 
-TEST_CASE("zero: the tracker counts lab 1 tensors and the GPT buffers under their tags", "[lab6][zero_memory]") {
+TEST_CASE("zero: the tracker counts lab 1 tensors and the GPT buffers under their tags", "[lab6][zero_plumbing]") {
   mem::Tracker& t = mem::global();
   t.set_enabled(true);
   t.reset();
