@@ -104,6 +104,8 @@ TEST_CASE("zero: bad input to the formulas and the partition", "[lab6][zero_form
   require_error([] { make_partition(zero_units(nano()), 0, 0); }, "ranks = 0");
   require_error([] { make_partition(zero_units(nano()), 3, 3); }, "rank = 3");
   require_error([] { parse_precision("fp8"); }, "fp8");
+  observe("valid stage 3 total", zero_memory(3, 1e9, 8).total, {1e-12, 0});
+  observe("valid shard", make_partition(zero_units(nano()), 3, 2).shard_size);
 }
 
 TEST_CASE("zero: units, unit layout and the uneven partition cover every parameter once", "[lab6][zero_partition]") {
@@ -335,31 +337,62 @@ TEST_CASE("zero: ranks that disagree on the config get a clear error", "[lab6][z
         });
       },
       "initial parameters");
+  observe("bf16 optimizer bytes per parameter", precision_bytes(Precision::BF16).k);
+}
+
+/// The message of the mls::Error `f` throws ("" when it throws none). Rank threads use it: Catch's
+/// assertions are checked afterwards, on the test's own thread.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const mls::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 TEST_CASE("zero: a ZeRO-3 parameter used before it was gathered is an error", "[lab6][zero]") {
-  parallel::run_simulated(2, [](parallel::Communicator& c) {
+  std::vector<std::vector<std::string>> msgs(2);
+  std::vector<float> first(2, 0.f);
+  parallel::run_simulated(2, [&](parallel::Communicator& c) {
     const GPTConfig cfg = nano();
     ZeroOptions o;
     o.stage = 3;
     ZeroTrainer tr(c, cfg, init_params(cfg, 1), o);
-    require_error([&] { tr.unit_params(2); }, "unit 2 (block 1) used before it was gathered");
+    auto& m = msgs[static_cast<std::size_t>(c.rank())];
+    m.push_back(error_of([&] { tr.unit_params(2); }));
     tr.gather(2);
-    const float* p = tr.unit_params(2);
-    CHECK(p != nullptr);
-    observe("gathered ln1w[0]", p[0]);
-    require_error([&] { tr.gather(2); }, "already gathered");
+    first[static_cast<std::size_t>(c.rank())] = tr.unit_params(2)[0];
+    m.push_back(error_of([&] { tr.gather(2); }));
     tr.release(2);
-    require_error([&] { tr.unit_params(2); }, "before it was gathered");
-    require_error([&] { tr.unit_params(99); }, "unit 99");
+    m.push_back(error_of([&] { tr.unit_params(2); }));
+    m.push_back(error_of([&] { tr.unit_params(99); }));
     ZeroOptions o1;
     o1.stage = 1;
     ZeroTrainer t1(c, cfg, init_params(cfg, 1), o1);
-    require_error([&] { t1.gather(0); }, "only stage 3 gathers");
+    m.push_back(error_of([&] { t1.gather(0); }));
     std::vector<std::int32_t> in(8, 0), tg(8, 99);
-    require_error([&] { t1.step(in.data(), tg.data(), 1, 8, 1e-3); }, "token id out of range");
-    require_error([&] { t1.step(in.data(), tg.data(), 1, 64, 1e-3); }, "T = 64");
+    m.push_back(error_of([&] { t1.step(in.data(), tg.data(), 1, 8, 1e-3); }));
+    m.push_back(error_of([&] { t1.step(in.data(), tg.data(), 1, 64, 1e-3); }));
+    // stage 1, fp32: the master copy of this rank's shard is its part of the parameters
+    const std::vector<float> ms = t1.master_shard();
+    m.push_back(static_cast<std::int64_t>(ms.size()) == t1.partition().shard_size ? "shard ok" : "shard size wrong");
+    m.push_back(t1.largest_unit() == t1.units()[1].size ? "largest ok" : "largest wrong");
   });
+  const char* needles[] = {"unit 2 (block 1) used before it was gathered", "already gathered",
+                           "before it was gathered", "unit 99", "only stage 3 gathers",
+                           "token id out of range", "T = 64", "shard ok", "largest ok"};
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(msgs[r].size() == 9);
+    for (int i = 0; i < 9; ++i) {
+      INFO("rank " << r << ": " << msgs[r][i]);
+      CHECK(msgs[r][i].find(needles[i]) != std::string::npos);
+      observe("error named", msgs[r][i].find(needles[i]) != std::string::npos);
+    }
+  }
+  CHECK(first[0] == first[1]);  // the gathered unit is the same on both ranks: ln1w = 1
+  observe("gathered ln1w[0]", first[0]);
   require_error([] { parallel::run_simulated(1, [](parallel::Communicator& c) {
                   ZeroOptions o;
                   o.stage = 5;
