@@ -20,6 +20,12 @@ double now_s() {
 
 thread_local Tag tl_tag = Tag::Other;
 thread_local int tl_rank = 0;
+thread_local bool tl_untracked = false;
+
+Token counted_alloc(Tag tag, std::int64_t bytes, int rank) {
+  if (tl_untracked) return {};
+  return global().alloc(tag, bytes, rank);
+}
 
 }  // namespace
 
@@ -267,6 +273,9 @@ TagScope::~TagScope() {
   tl_rank = prev_rank_;
 }
 
+UntrackedScope::UntrackedScope() : prev_(tl_untracked) { tl_untracked = true; }
+UntrackedScope::~UntrackedScope() { tl_untracked = prev_; }
+
 RankScope::RankScope(int rank) : prev_(tl_rank) {
   MLS_CHECK(rank >= 0 && rank < kMaxRanks, "mem::RankScope: rank = ", rank, ", expected 0 <= rank < ",
             kMaxRanks);
@@ -276,13 +285,13 @@ RankScope::~RankScope() { tl_rank = prev_; }
 
 Token on_alloc(std::int64_t bytes) {
   Tracker& t = global();
-  if (!t.enabled()) return {};
+  if (!t.enabled() || tl_untracked) return {};
   return t.alloc(tl_tag, bytes, tl_rank);
 }
 
 Block::Block(Tag tag, std::int64_t bytes) : Block(tag, bytes, tl_rank) {}
 Block::Block(Tag tag, std::int64_t bytes, int rank) : tag_(tag), rank_(rank), bytes_(bytes) {
-  token_ = global().alloc(tag, bytes, rank);
+  token_ = counted_alloc(tag, bytes, rank);
 }
 Block::Block(const Block& o) : Block(o.tag_, o.bytes_, o.rank_) {}
 Block& Block::operator=(const Block& o) {
@@ -291,7 +300,7 @@ Block& Block::operator=(const Block& o) {
     tag_ = o.tag_;
     rank_ = o.rank_;
     bytes_ = o.bytes_;
-    token_ = global().alloc(tag_, bytes_, rank_);
+    token_ = counted_alloc(tag_, bytes_, rank_);
   }
   return *this;
 }
@@ -319,7 +328,7 @@ void Block::drop() {
 void Block::resize(std::int64_t bytes) {
   drop();
   bytes_ = bytes;
-  token_ = global().alloc(tag_, bytes_, rank_);
+  token_ = counted_alloc(tag_, bytes_, rank_);
 }
 
 std::string gb(double bytes, int digits) {

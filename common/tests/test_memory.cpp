@@ -51,6 +51,7 @@ TEST_CASE("memory tracker: current and peak per tag and rank against a naive rep
     observe("peak_total", t.peak_total(r));
   }
   CHECK(t.ranks() == 3);
+  CHECK(t.dropped_events() == 0);
   CHECK(t.events().size() == 2000);
   observe("events", static_cast<std::int64_t>(t.events().size()));
 }
@@ -74,6 +75,13 @@ TEST_CASE("memory tracker: disabled costs nothing, reset forgets old allocations
   t.reset_peaks();
   CHECK(t.peak(Tag::Gradient, 0) == 0);
   observe("peak after reset_peaks", t.peak(Tag::Gradient, 0));
+  t.reset();
+  t.set_max_events(1);
+  Token c = t.alloc(Tag::Other, 1, 0);
+  t.release(c, 1);
+  CHECK(t.events().size() == 1);
+  CHECK(t.dropped_events() == 1);
+  observe("dropped", t.dropped_events());
   mls::testing::require_error([&] { t.alloc(Tag::Other, 8, kMaxRanks); }, "rank");
   mls::testing::require_error([&] { t.alloc(Tag::Other, -8, 0); }, "bytes = -8");
 }

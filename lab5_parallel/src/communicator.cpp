@@ -480,6 +480,19 @@ Tensor Communicator::allgather(const Tensor& t, Algo algo) {
   return out;
 }
 
+void Communicator::allgather_inplace(Tensor& buf, const std::vector<std::int64_t>& bounds) {
+  MLS_CHECK(buf.defined() && buf.ndim() == 1 && buf.is_contiguous(),
+            "allgather_inplace: the buffer must be a defined contiguous 1-D tensor, got ",
+            buf.defined() ? shape_str(buf.shape()) : std::string("undefined"));
+  MLS_CHECK(static_cast<int>(bounds.size()) == size() + 1 && bounds.front() == 0 &&
+                bounds.back() == buf.numel() && std::is_sorted(bounds.begin(), bounds.end()),
+            "allgather_inplace: bounds must be ", size() + 1, " sorted offsets from 0 to ", buf.numel(),
+            ", got ", bounds.size(), " offsets");
+  begin("allgather", kAllgather, buf, -1, -1);
+  CollScope s{&coll_};
+  allgather_ring(buf, bounds);
+}
+
 Tensor Communicator::scatter(const Tensor& t, int root) {
   MLS_CHECK(t.defined(), "scatter: the tensor is undefined");
   MLS_CHECK(t.ndim() >= 1 && t.size(0) == size(), "scatter: the tensor must have shape [", size(),

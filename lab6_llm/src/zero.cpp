@@ -2,6 +2,7 @@
 #include "mls/llm/zero.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,12 +18,12 @@ namespace mls::llm {
 
 ZeroBytes zero_memory(int stage, double psi, int ranks, double k, double param_bytes,
                       double grad_bytes) {
+  // BEGIN SOLUTION
   MLS_CHECK(stage >= 0 && stage <= 3, "zero_memory: stage = ", stage, ", expected 0, 1, 2 or 3");
   MLS_CHECK(ranks >= 1, "zero_memory: ranks = ", ranks, ", expected >= 1");
   MLS_CHECK(psi >= 0 && k >= 0 && param_bytes > 0 && grad_bytes > 0, "zero_memory: psi = ", psi,
             ", k = ", k, ", param_bytes = ", param_bytes, ", grad_bytes = ", grad_bytes,
             ", expected psi >= 0, k >= 0 and positive element sizes");
-  // BEGIN SOLUTION
   const double n = ranks;
   ZeroBytes b;
   b.params = param_bytes * psi / (stage >= 3 ? n : 1.0);
@@ -39,10 +40,10 @@ double zero3_peak_bytes(double psi, int ranks, double largest_unit, double k, do
 }
 
 double zero_comm_elements(int stage, double psi, int ranks) {
+  // BEGIN SOLUTION
   MLS_CHECK(stage >= 0 && stage <= 3, "zero_comm_elements: stage = ", stage,
             ", expected 0, 1, 2 or 3");
   MLS_CHECK(ranks >= 1, "zero_comm_elements: ranks = ", ranks, ", expected >= 1");
-  // BEGIN SOLUTION
   const double factor = stage == 3 ? 3.0 : 2.0;
   return factor * psi * (ranks - 1) / ranks;
   // END SOLUTION
@@ -153,21 +154,21 @@ std::vector<std::uint8_t> unit_decay_mask(const GPTConfig& cfg) {
 }
 
 Partition make_partition(const std::vector<ZeroUnit>& units, int ranks, int rank) {
+  // BEGIN SOLUTION
   MLS_CHECK(ranks >= 1, "make_partition: ranks = ", ranks, ", expected >= 1");
   MLS_CHECK(rank >= 0 && rank < ranks, "make_partition: rank = ", rank, ", expected 0 <= rank < ",
             ranks);
   Partition p;
   p.ranks = ranks;
   p.rank = rank;
-  // BEGIN SOLUTION
   for (const ZeroUnit& u : units) {
     p.bounds.push_back(parallel::chunk_bounds(u.size, ranks));
     const auto& b = p.bounds.back();
     p.mine.push_back({b[static_cast<std::size_t>(rank)], b[static_cast<std::size_t>(rank) + 1], p.shard_size});
     p.shard_size += b[static_cast<std::size_t>(rank) + 1] - b[static_cast<std::size_t>(rank)];
   }
-  // END SOLUTION
   return p;
+  // END SOLUTION
 }
 
 // ---- bf16 ---------------------------------------------------------------------------------------
@@ -206,6 +207,667 @@ Precision parse_precision(const std::string& s) {
 PrecisionBytes precision_bytes(Precision p) {
   if (p == Precision::BF16) return {2, 2, 12};
   return {4, 4, 8};
+}
+
+// ---- the engine ---------------------------------------------------------------------------------
+
+namespace {
+
+/// Views of block l's activations (buffers stacked over layers) as a one-layer GPTActivations,
+/// so the block functions run with l = 0 on a block's own parameter unit.
+GPTActivations layer_view(const GPTConfig& cfg, const GPTActivations& a, std::int64_t l) {
+  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
+  GPTActivations v;
+  v.B = B;
+  v.T = T;
+  v.ln1 = a.ln1 + l * N * C;
+  v.ln1_mean = a.ln1_mean + l * N;
+  v.ln1_rstd = a.ln1_rstd + l * N;
+  v.qkv = a.qkv + l * N * 3 * C;
+  v.atty = a.atty + l * N * C;
+  v.att = a.att + l * B * H * T * T;
+  v.attproj = a.attproj + l * N * C;
+  v.residual2 = a.residual2 + l * N * C;
+  v.ln2 = a.ln2 + l * N * C;
+  v.ln2_mean = a.ln2_mean + l * N;
+  v.ln2_rstd = a.ln2_rstd + l * N;
+  v.fch = a.fch + l * N * 4 * C;
+  v.fch_gelu = a.fch_gelu + l * N * 4 * C;
+  v.fcproj = a.fcproj + l * N * C;
+  v.residual3 = a.residual3 + l * N * C;
+  return v;
+}
+
+/// A block unit's 12 tensors as ParamPtrs (layer 0); the other fields are null.
+ParamPtrs block_ptrs(const GPTConfig& cfg, float* base) {
+  ParamPtrs p{};
+  float** f[] = {&p.ln1w, &p.ln1b, &p.qkvw, &p.qkvb, &p.attprojw, &p.attprojb,
+                 &p.ln2w, &p.ln2b, &p.fcw,  &p.fcb,  &p.fcprojw,  &p.fcprojb};
+  for (int k = 2; k <= 13; ++k) {
+    *f[k - 2] = base;
+    base += tensor_size(cfg, k) / cfg.n_layer;
+  }
+  return p;
+}
+
+std::uint64_t fnv1a(const void* data, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+struct ZeroTrainer::Impl {
+  int rank = 0, N = 1, stage = 0;
+  bool bf16 = false;
+  std::vector<std::uint8_t> decay;  // unit layout
+  mem::Buffer<float> p32;           // fp32: parameters (full for stages 0-2, shard for 3)
+  mem::Buffer<std::uint16_t> p16;   // bf16: parameters
+  mem::Buffer<float> g32;           // fp32: gradients (full for stages 0-1, shard for 2-3)
+  mem::Buffer<std::uint16_t> g16;   // bf16: gradients
+  mem::Buffer<float> master, m, v;  // optimizer state (full for stage 0, shard for 1-3)
+  std::int64_t steps = 0;
+  std::vector<mem::Buffer<float>> gath32;          // stage 3, fp32: gathered units
+  std::vector<mem::Buffer<std::uint16_t>> gath16;  // stage 3, bf16: gathered units
+  std::vector<mem::Buffer<float>> work;            // fp32 compute copies (bf16, or gathered)
+  std::vector<bool> gathered;
+  GPTActivations acts, dacts;
+  double comm_s = 0;  // wall seconds inside collectives (this rank)
+};
+
+namespace {
+/// Adds the wall time of its scope to `acc`.
+struct CommTimer {
+  double& acc;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  explicit CommTimer(double& a) : acc(a) {}
+  ~CommTimer() { acc += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+}  // namespace
+
+ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, const GPTParams& init,
+                         const ZeroOptions& opts)
+    : impl_(std::make_unique<Impl>()), comm_(&comm), cfg_(cfg), opts_(opts) {
+  cfg.validate();
+  MLS_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeroTrainer: stage = ", opts.stage,
+            ", expected 0, 1, 2 or 3");
+  MLS_CHECK(init.size() == llm::num_params(cfg) && init.config() == cfg,
+            "ZeroTrainer: initial parameters of another config (", init.size(), " parameters, expected ",
+            llm::num_params(cfg), ")");
+  Impl& I = *impl_;
+  I.rank = comm.rank();
+  I.N = comm.size();
+  I.stage = opts.stage;
+  I.bf16 = opts.precision == Precision::BF16;
+  mem::RankScope rs(I.rank);
+  // Every rank must train the same thing: compare a fingerprint of (config, options, init).
+  {
+    mem::TagScope ts(mem::Tag::Communication, I.rank);
+    const std::int64_t mine[] = {cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd,
+                                 opts.stage, static_cast<std::int64_t>(opts.precision),
+                                 static_cast<std::int64_t>(fnv1a(init.data(), sizeof(float) * static_cast<std::size_t>(init.size())) >> 1)};
+    const char* names[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_embd",
+                           "stage", "precision", "initial parameters (hash)"};
+    constexpr int F = 8;
+    Tensor t = Tensor::empty({F}, DType::Int64);
+    std::copy(mine, mine + F, t.data<std::int64_t>());
+    Tensor all = comm.allgather(t);
+    const std::int64_t* a = all.data<std::int64_t>();
+    for (int r = 1; r < I.N; ++r)
+      for (int f = 0; f < F; ++f)
+        MLS_CHECK(a[r * F + f] == a[f], "ZeroTrainer: ranks disagree on the config: rank 0 has ",
+                  names[f], " = ", a[f], ", rank ", r, " has ", a[r * F + f],
+                  " (every rank must pass the same config, options and initial parameters)");
+  }
+  units_ = zero_units(cfg);
+  part_ = make_partition(units_, I.N, I.rank);
+  psi_ = llm::num_params(cfg);
+  I.decay = unit_decay_mask(cfg);
+  const std::vector<float> u = to_unit_layout(cfg, init.data());
+  const std::int64_t S = part_.shard_size;
+  // Parameters.
+  const std::int64_t np = I.stage >= 3 ? S : psi_;
+  auto param_at = [&](std::int64_t i) -> float {  // i in this rank's parameter storage
+    if (I.stage < 3) return u[static_cast<std::size_t>(i)];
+    return 0.f;
+  };
+  std::vector<float> shard_init(static_cast<std::size_t>(S));
+  for (std::size_t k = 0; k < units_.size(); ++k) {
+    const ShardRange& r = part_.mine[k];
+    std::copy(u.begin() + units_[k].offset + r.unit_begin, u.begin() + units_[k].offset + r.unit_end,
+              shard_init.begin() + r.shard_offset);
+  }
+  const std::vector<float>& pinit = I.stage >= 3 ? shard_init : u;
+  (void)param_at;
+  if (I.bf16) {
+    I.p16 = mem::Buffer<std::uint16_t>(mem::Tag::Parameter, np, I.rank);
+    for (std::int64_t i = 0; i < np; ++i) I.p16[i] = to_bf16(pinit[static_cast<std::size_t>(i)]);
+  } else {
+    I.p32 = mem::Buffer<float>(mem::Tag::Parameter, np, I.rank);
+    std::copy(pinit.begin(), pinit.end(), I.p32.data());
+  }
+  // Gradients.
+  const std::int64_t ng = I.stage >= 2 ? S : psi_;
+  if (I.bf16)
+    I.g16 = mem::Buffer<std::uint16_t>(mem::Tag::Gradient, ng, I.rank);
+  else
+    I.g32 = mem::Buffer<float>(mem::Tag::Gradient, ng, I.rank);
+  // Optimizer state: moments (and the fp32 master weights in bf16).
+  const std::int64_t no = I.stage >= 1 ? S : psi_;
+  I.m = mem::Buffer<float>(mem::Tag::OptimizerState, no, I.rank);
+  I.v = mem::Buffer<float>(mem::Tag::OptimizerState, no, I.rank);
+  if (I.bf16) {
+    I.master = mem::Buffer<float>(mem::Tag::OptimizerState, no, I.rank);
+    const std::vector<float>& minit = I.stage >= 1 ? shard_init : u;
+    std::copy(minit.begin(), minit.end(), I.master.data());
+  }
+  I.gath32.resize(units_.size());
+  I.gath16.resize(units_.size());
+  I.work.resize(units_.size());
+  I.gathered.assign(units_.size(), false);
+}
+
+ZeroTrainer::~ZeroTrainer() = default;
+
+std::int64_t ZeroTrainer::largest_unit() const {
+  std::int64_t m = 0;
+  for (const auto& u : units_) m = std::max(m, u.size);
+  return m;
+}
+
+void ZeroTrainer::gather(int unit) {
+  // BEGIN SOLUTION
+  Impl& I = *impl_;
+  MLS_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "ZeroTrainer::gather: unit ", unit,
+            ", expected 0..", units_.size() - 1);
+  MLS_CHECK(I.stage == 3, "ZeroTrainer::gather: only stage 3 gathers parameters (this is stage ",
+            I.stage, ")");
+  MLS_CHECK(!I.gathered[static_cast<std::size_t>(unit)], "ZeroTrainer::gather: unit ", unit, " (",
+            units_[static_cast<std::size_t>(unit)].name, ") is already gathered");
+  mem::RankScope rs(I.rank);
+  const ZeroUnit& U = units_[static_cast<std::size_t>(unit)];
+  const ShardRange& r = part_.mine[static_cast<std::size_t>(unit)];
+  mem::TagScope ts(mem::Tag::Communication, I.rank);
+  Tensor t = Tensor::empty({U.size});
+  float* d = t.data<float>();
+  for (std::int64_t j = r.unit_begin; j < r.unit_end; ++j) {
+    const std::int64_t si = r.shard_offset + (j - r.unit_begin);
+    d[j] = I.bf16 ? from_bf16(I.p16[si]) : I.p32[si];
+  }
+  {
+    CommTimer ct(I.comm_s);
+    comm_->allgather_inplace(t, part_.bounds[static_cast<std::size_t>(unit)]);
+  }
+  if (I.bf16) {
+    auto& g = I.gath16[static_cast<std::size_t>(unit)];
+    g = mem::Buffer<std::uint16_t>(mem::Tag::Parameter, U.size, I.rank);
+    for (std::int64_t j = 0; j < U.size; ++j) g[j] = to_bf16(d[j]);
+    auto& w = I.work[static_cast<std::size_t>(unit)];
+    w = mem::Buffer<float>(mem::Tag::Workspace, U.size, I.rank);
+    for (std::int64_t j = 0; j < U.size; ++j) w[j] = from_bf16(g[j]);
+  } else {
+    auto& g = I.gath32[static_cast<std::size_t>(unit)];
+    g = mem::Buffer<float>(mem::Tag::Parameter, U.size, I.rank);
+    std::copy(d, d + U.size, g.data());
+  }
+  I.gathered[static_cast<std::size_t>(unit)] = true;
+  // END SOLUTION
+}
+
+void ZeroTrainer::release(int unit) {
+  Impl& I = *impl_;
+  MLS_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "ZeroTrainer::release: unit ", unit,
+            ", expected 0..", units_.size() - 1);
+  I.gath32[static_cast<std::size_t>(unit)].clear();
+  I.gath16[static_cast<std::size_t>(unit)].clear();
+  I.work[static_cast<std::size_t>(unit)].clear();
+  I.gathered[static_cast<std::size_t>(unit)] = false;
+}
+
+const float* ZeroTrainer::unit_params(int unit) {
+  Impl& I = *impl_;
+  MLS_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "ZeroTrainer::unit_params: unit ",
+            unit, ", expected 0..", units_.size() - 1);
+  const auto u = static_cast<std::size_t>(unit);
+  if (I.stage == 3) {
+    MLS_CHECK(I.gathered[u], "ZeroTrainer: ZeRO-3 parameter unit ", unit, " (", units_[u].name,
+              ") used before it was gathered: call gather(", unit, ") first (rank ", I.rank,
+              " holds only its shard, ", part_.mine[u].unit_end - part_.mine[u].unit_begin, " of ",
+              units_[u].size, " parameters)");
+    return I.bf16 ? I.work[u].data() : I.gath32[u].data();
+  }
+  if (!I.bf16) return I.p32.data() + units_[u].offset;
+  if (I.work[u].empty()) {  // bf16: an fp32 copy for compute (this CPU multiplies in fp32)
+    mem::RankScope rs(I.rank);
+    I.work[u] = mem::Buffer<float>(mem::Tag::Workspace, units_[u].size, I.rank);
+    for (std::int64_t j = 0; j < units_[u].size; ++j) I.work[u][j] = from_bf16(I.p16[units_[u].offset + j]);
+  }
+  return I.work[u].data();
+}
+
+ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* targets,
+                                std::int64_t B, std::int64_t T, double lr) {
+  Impl& I = *impl_;
+  mem::RankScope rs(I.rank);
+  MLS_CHECK(B > 0 && T > 0 && T <= cfg_.block_size, "ZeroTrainer::step: B = ", B, ", T = ", T,
+            ", expected B > 0 and 0 < T <= block_size = ", cfg_.block_size);
+  if (I.acts.B != B || I.acts.T != T) {
+    I.acts = GPTActivations();
+    I.dacts = GPTActivations();
+    I.acts = GPTActivations(cfg_, B, T);
+    I.dacts = GPTActivations(cfg_, B, T);
+  }
+  const std::int64_t before = comm_->traffic().total.bytes_sent;
+  const double comm_before = I.comm_s;
+  const std::int64_t L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
+  const int E = 0, F = static_cast<int>(L) + 1;
+  const bool s3 = I.stage == 3;
+  auto acquire = [&](int u) {
+    if (s3) gather(u);
+    return const_cast<float*>(unit_params(u));
+  };
+  auto done = [&](int u) {
+    if (s3)
+      release(u);
+    else if (I.bf16)
+      I.work[static_cast<std::size_t>(u)].clear();
+  };
+  for (std::int64_t i = 0; i < N; ++i)
+    MLS_CHECK(inputs[i] >= 0 && inputs[i] < V && targets[i] >= 0 && targets[i] < V,
+              "ZeroTrainer::step: token id out of range at position ", i, ", expected 0 <= id < ", V);
+  // ---- forward ----
+  {
+    float* e = acquire(E);
+    encoder_forward(I.acts.encoded, inputs, e, e + V * C, B, T, C);
+    done(E);
+  }
+  for (std::int64_t l = 0; l < L; ++l) {
+    const ParamPtrs p = block_ptrs(cfg_, acquire(static_cast<int>(l) + 1));
+    GPTActivations a = layer_view(cfg_, I.acts, l);
+    block_forward(cfg_, p, a, 0, l == 0 ? I.acts.encoded : I.acts.residual3 + (l - 1) * N * C);
+    done(static_cast<int>(l) + 1);
+  }
+  {
+    const float* f = acquire(F);
+    layernorm_forward(I.acts.lnf, I.acts.lnf_mean, I.acts.lnf_rstd, I.acts.residual3 + (L - 1) * N * C,
+                      f, f + C, N, C);
+    done(F);
+  }
+  const float* wte = acquire(E);  // the tied LM head: kept for the head's backward
+  matmul_forward(I.acts.logits, I.acts.lnf, wte, nullptr, N, C, V);
+  const double local_loss = crossentropy_forward(I.acts.logits, I.acts.losses, targets, nullptr, N, V);
+  // ---- backward: each unit's gradient goes to an fp32 bucket, then finish_unit ----
+  mem::Buffer<float> bucket_e(mem::Tag::Workspace, units_[0].size, I.rank);
+  crossentropy_backward(I.dacts.logits, I.acts.logits, targets, nullptr, N, V);
+  std::fill(I.dacts.lnf, I.dacts.lnf + N * C, 0.f);
+  matmul_backward(I.dacts.lnf, bucket_e.data(), nullptr, I.dacts.logits, I.acts.lnf, wte, N, C, V);
+  done(E);
+  float* dresidual = I.dacts.residual3 + (L - 1) * N * C;
+  std::fill(dresidual, dresidual + N * C, 0.f);
+  {
+    const float* f = acquire(F);
+    mem::Buffer<float> bucket(mem::Tag::Workspace, units_[static_cast<std::size_t>(F)].size, I.rank);
+    layernorm_backward(dresidual, bucket.data(), bucket.data() + C, I.dacts.lnf,
+                       I.acts.residual3 + (L - 1) * N * C, f, I.acts.lnf_mean, I.acts.lnf_rstd, N, C);
+    done(F);
+    finish_unit(F, bucket.data());
+  }
+  for (std::int64_t l = L - 1; l >= 0; --l) {
+    const int u = static_cast<int>(l) + 1;
+    const ParamPtrs p = block_ptrs(cfg_, acquire(u));
+    mem::Buffer<float> bucket(mem::Tag::Workspace, units_[static_cast<std::size_t>(u)].size, I.rank);
+    ParamPtrs g = block_ptrs(cfg_, bucket.data());
+    GPTActivations a = layer_view(cfg_, I.acts, l);
+    GPTActivations da = layer_view(cfg_, I.dacts, l);
+    block_backward(cfg_, p, g, a, da, 0, l == 0 ? I.acts.encoded : I.acts.residual3 + (l - 1) * N * C,
+                   dresidual);
+    done(u);
+    finish_unit(u, bucket.data());
+  }
+  encoder_backward(bucket_e.data(), bucket_e.data() + V * C, dresidual, inputs, B, T, C);
+  finish_unit(E, bucket_e.data());
+  bucket_e.clear();
+  reduce_and_update(lr);
+  ZeroStepStats st;
+  st.bytes_sent = comm_->traffic().total.bytes_sent - before;
+  st.elements_sent = st.bytes_sent / 4;  // fp32 on the wire
+  st.comm_wall_s = I.comm_s - comm_before;
+  {
+    mem::TagScope ts(mem::Tag::Communication, I.rank);
+    Tensor l1 = Tensor::full({1}, local_loss, DType::Float64);
+    comm_->allreduce(l1, parallel::ReduceOp::Sum);
+    st.loss = l1.data<double>()[0] / I.N;
+  }
+  return st;
+}
+
+void ZeroTrainer::finish_unit(int unit, float* bucket) {
+  // BEGIN SOLUTION
+  Impl& I = *impl_;
+  const auto k = static_cast<std::size_t>(unit);
+  const ZeroUnit& U = units_[k];
+  if (I.bf16)  // the gradient is produced in bf16 (rounded once, here)
+    for (std::int64_t j = 0; j < U.size; ++j) bucket[j] = round_bf16(bucket[j]);
+  if (I.stage >= 2) {  // reduce-scatter the bucket: this rank keeps the mean of its chunk
+    const ShardRange& r = part_.mine[k];
+    mem::TagScope ts(mem::Tag::Communication, I.rank);
+    Tensor t = Tensor::empty({U.size});
+    std::copy(bucket, bucket + U.size, t.data<float>());
+    Tensor mine;
+    {
+      CommTimer ct(I.comm_s);
+      mine = comm_->reduce_scatter(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+    }
+    const float* d = mine.data<float>();
+    const float n = static_cast<float>(I.N);
+    for (std::int64_t j = 0; j < r.unit_end - r.unit_begin; ++j) {
+      const float gj = d[j] / n;
+      if (I.bf16)
+        I.g16[r.shard_offset + j] = to_bf16(gj);
+      else
+        I.g32[r.shard_offset + j] = gj;
+    }
+  } else {  // stages 0-1: the whole gradient stays; reduced after backward
+    for (std::int64_t j = 0; j < U.size; ++j) {
+      if (I.bf16)
+        I.g16[U.offset + j] = to_bf16(bucket[j]);
+      else
+        I.g32[U.offset + j] = bucket[j];
+    }
+  }
+  // END SOLUTION
+}
+
+void ZeroTrainer::reduce_and_update(double lr) {
+  // BEGIN SOLUTION
+  Impl& I = *impl_;
+  const float n = static_cast<float>(I.N);
+  // Stages 0-1: reduce the whole gradient (stage 0: allreduce; stage 1: reduce-scatter, this
+  // rank only needs its chunk). The same ring and chunks as stage 2's reduce-scatter, so the
+  // sums are bit-identical.
+  if (I.stage <= 1) {
+    for (std::size_t k = 0; k < units_.size(); ++k) {
+      const ZeroUnit& U = units_[k];
+      mem::TagScope ts(mem::Tag::Communication, I.rank);
+      Tensor t = Tensor::empty({U.size});
+      float* d = t.data<float>();
+      for (std::int64_t j = 0; j < U.size; ++j)
+        d[j] = I.bf16 ? from_bf16(I.g16[U.offset + j]) : I.g32[U.offset + j];
+      std::int64_t b = 0, e = U.size;
+      CommTimer ct(I.comm_s);
+      if (I.stage == 0) {
+        comm_->allreduce(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+      } else {
+        Tensor mine = comm_->reduce_scatter(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+        b = part_.mine[k].unit_begin;
+        e = part_.mine[k].unit_end;
+        std::copy(mine.data<float>(), mine.data<float>() + (e - b), d + b);
+      }
+      for (std::int64_t j = b; j < e; ++j) {
+        const float gj = d[j] / n;
+        if (I.bf16)
+          I.g16[U.offset + j] = to_bf16(gj);
+        else
+          I.g32[U.offset + j] = gj;
+      }
+    }
+  }
+  // AdamW on the elements this rank owns (all of them for stage 0), as adamw_update.
+  I.steps += 1;
+  const AdamWOptions& opt = opts_.adam;
+  const double t = static_cast<double>(I.steps);
+  const float b1 = static_cast<float>(opt.beta1), b2 = static_cast<float>(opt.beta2);
+  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(opt.beta1, t)));
+  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(opt.beta2, t)));
+  const float flr = static_cast<float>(lr), eps = static_cast<float>(opt.eps);
+  const float wdv = static_cast<float>(opt.weight_decay);
+  for (std::size_t k = 0; k < units_.size(); ++k) {
+    const ZeroUnit& U = units_[k];
+    const ShardRange& r = part_.mine[k];
+    const std::int64_t jb = I.stage == 0 ? 0 : r.unit_begin, je = I.stage == 0 ? U.size : r.unit_end;
+    parallel_for(jb, je, 4096, [&](std::int64_t j0, std::int64_t j1) {
+      for (std::int64_t j = j0; j < j1; ++j) {
+        const std::int64_t gi = U.offset + j;                   // unit layout
+        const std::int64_t si = r.shard_offset + (j - r.unit_begin);  // shard
+        const std::int64_t oi = I.stage == 0 ? gi : si;         // optimizer state
+        const std::int64_t ki = I.stage >= 2 ? si : gi;         // gradient
+        const std::int64_t pi = I.stage >= 3 ? si : gi;         // parameter
+        const float g = I.bf16 ? from_bf16(I.g16[ki]) : I.g32[ki];
+        float& m = I.m[oi];
+        float& v = I.v[oi];
+        m = b1 * m + (1.f - b1) * g;
+        v = b2 * v + (1.f - b2) * g * g;
+        const float mh = m * c1, vh = v * c2;
+        const float wd = I.decay[static_cast<std::size_t>(gi)] ? wdv : 0.f;
+        float& w = I.bf16 ? I.master[oi] : I.p32[pi];
+        w -= flr * (mh / (std::sqrt(vh) + eps) + wd * w);
+        if (I.bf16) I.p16[pi] = to_bf16(w);
+      }
+    });
+  }
+  // Stages 1-2: every rank updated only its chunk; all-gather the parameters.
+  if (I.stage == 1 || I.stage == 2) {
+    for (std::size_t k = 0; k < units_.size(); ++k) {
+      const ZeroUnit& U = units_[k];
+      const ShardRange& r = part_.mine[k];
+      mem::TagScope ts(mem::Tag::Communication, I.rank);
+      Tensor t = Tensor::empty({U.size});
+      float* d = t.data<float>();
+      for (std::int64_t j = r.unit_begin; j < r.unit_end; ++j)
+        d[j] = I.bf16 ? from_bf16(I.p16[U.offset + j]) : I.p32[U.offset + j];
+      {
+        CommTimer ct(I.comm_s);
+        comm_->allgather_inplace(t, part_.bounds[k]);
+      }
+      for (std::int64_t j = 0; j < U.size; ++j) {
+        if (I.bf16)
+          I.p16[U.offset + j] = to_bf16(d[j]);
+        else
+          I.p32[U.offset + j] = d[j];
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+GPTParams ZeroTrainer::gather_params() {
+  Impl& I = *impl_;
+  mem::RankScope rs(I.rank);
+  std::vector<float> u(static_cast<std::size_t>(psi_));
+  for (std::size_t k = 0; k < units_.size(); ++k) {
+    const ZeroUnit& U = units_[k];
+    if (I.stage == 3) {
+      gather(static_cast<int>(k));
+      const float* p = unit_params(static_cast<int>(k));
+      std::copy(p, p + U.size, u.begin() + U.offset);
+      release(static_cast<int>(k));
+    } else {
+      for (std::int64_t j = 0; j < U.size; ++j)
+        u[static_cast<std::size_t>(U.offset + j)] = I.bf16 ? from_bf16(I.p16[U.offset + j]) : I.p32[U.offset + j];
+    }
+  }
+  GPTParams out(cfg_);
+  from_unit_layout(cfg_, u.data(), out.data());
+  return out;
+}
+
+std::vector<float> ZeroTrainer::master_shard() const {
+  const Impl& I = *impl_;
+  if (I.bf16) return I.master.vec();
+  if (I.stage == 0 || I.stage == 3) return I.p32.vec();
+  std::vector<float> s(static_cast<std::size_t>(part_.shard_size));
+  for (std::size_t k = 0; k < units_.size(); ++k) {
+    const ShardRange& r = part_.mine[k];
+    std::copy(I.p32.data() + units_[k].offset + r.unit_begin, I.p32.data() + units_[k].offset + r.unit_end,
+              s.begin() + r.shard_offset);
+  }
+  return s;
+}
+
+// ---- runs and their tables ----------------------------------------------------------------------
+
+void zero_batch(const GPTConfig& cfg, std::int64_t B, std::int64_t T, std::uint64_t seed,
+                std::int64_t step, int rank, std::int32_t* inputs, std::int32_t* targets) {
+  Rng rng(seed, "zero-data/" + std::to_string(step) + "/" + std::to_string(rank));
+  const std::int64_t V = cfg.vocab_size;
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::int64_t x = static_cast<std::int64_t>(rng.next_u64() % static_cast<std::uint64_t>(V));
+    for (std::int64_t t = 0; t < T; ++t) {
+      inputs[b * T + t] = static_cast<std::int32_t>(x);
+      x = (5 * x + 3) % V;
+      targets[b * T + t] = static_cast<std::int32_t>(x);
+    }
+  }
+}
+
+ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GPTParams* final_params) {
+  const int rank = comm.rank(), N = comm.size();
+  mem::RankScope rs(rank);
+  ZeroRunReport rep;
+  rep.stage = o.zero.stage;
+  rep.ranks = N;
+  rep.precision = o.zero.precision;
+  GPTParams init;
+  {
+    mem::UntrackedScope untracked;  // the trainer copies from it: not part of its memory
+    init = init_params(o.cfg, o.seed);
+  }
+  std::vector<std::int32_t> in(static_cast<std::size_t>(o.batch * o.context)), tg(in.size());
+  std::int64_t sent = 0;
+  double comm_s = 0, comm_wall = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ZeroTrainer tr(comm, o.cfg, init, o.zero);
+    init = GPTParams();
+    rep.psi = tr.num_params();
+    rep.largest_unit = tr.largest_unit();
+    const double m0 = comm.modelled_seconds();
+    for (std::int64_t s = 0; s < o.steps; ++s) {
+      zero_batch(o.cfg, o.batch, o.context, o.seed, s, rank, in.data(), tg.data());
+      const ZeroStepStats st = tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+      sent = st.elements_sent;  // the same every step
+      comm_wall += st.comm_wall_s;
+      rep.losses.push_back(st.loss);
+    }
+    comm_s = comm.modelled_seconds() - m0;
+    if (final_params || o.zero.stage == 3) {  // collective for stage 3: every rank gathers
+      mem::UntrackedScope untracked;
+      GPTParams p = tr.gather_params();
+      if (final_params) *final_params = std::move(p);
+    }
+  }
+  rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Exchange the per-rank figures.
+  constexpr int F = mem::kNumTags + 4;
+  Tensor t = Tensor::zeros({F}, DType::Float64);
+  double* d = t.data<double>();
+  for (int g = 0; g < mem::kNumTags; ++g) d[g] = static_cast<double>(mem::global().peak(static_cast<mem::Tag>(g), rank));
+  d[mem::kNumTags] = static_cast<double>(sent);
+  d[mem::kNumTags + 1] = comm_s;
+  d[mem::kNumTags + 2] = static_cast<double>(make_partition(zero_units(o.cfg), N, rank).shard_size);
+  d[mem::kNumTags + 3] = comm_wall;
+  Tensor all;
+  {
+    mem::TagScope ts(mem::Tag::Communication, rank);
+    all = comm.allgather(t);
+  }
+  const double* a = all.data<double>();
+  for (int r = 0; r < N; ++r) {
+    std::array<std::int64_t, mem::kNumTags> pk{};
+    for (int g = 0; g < mem::kNumTags; ++g) pk[static_cast<std::size_t>(g)] = static_cast<std::int64_t>(a[r * F + g]);
+    rep.peak.push_back(pk);
+    rep.elements_sent.push_back(static_cast<std::int64_t>(a[r * F + mem::kNumTags]));
+    rep.modelled_comm_s.push_back(a[r * F + mem::kNumTags + 1]);
+    rep.shard_sizes.push_back(static_cast<std::int64_t>(a[r * F + mem::kNumTags + 2]));
+    rep.comm_wall_s.push_back(a[r * F + mem::kNumTags + 3]);
+  }
+  return rep;
+}
+
+ZeroRunReport run_zero_simulated(int ranks, const ZeroRunOptions& opts, GPTParams* final_params) {
+  MLS_CHECK(ranks >= 1, "run_zero_simulated: ranks = ", ranks, ", expected >= 1");
+  mem::global().set_enabled(true);
+  mem::global().reset();
+  std::vector<ZeroRunReport> reps(static_cast<std::size_t>(ranks));
+  GPTParams fin;
+  const parallel::SimReport sim = parallel::run_simulated(ranks, [&](parallel::Communicator& c) {
+    GPTParams p;
+    reps[static_cast<std::size_t>(c.rank())] = run_zero(c, opts, c.rank() == 0 && final_params ? &p : nullptr);
+    if (c.rank() == 0 && final_params) fin = std::move(p);
+  });
+  if (final_params) *final_params = std::move(fin);
+  ZeroRunReport r = reps[0];
+  r.wall_s = sim.wall_seconds;
+  return r;
+}
+
+ZeroBytes expected_bytes(const ZeroRunReport& r, int rank) {
+  const PrecisionBytes pb = precision_bytes(r.precision);
+  const double S = static_cast<double>(r.shard_sizes.at(static_cast<std::size_t>(rank)));
+  const double P = static_cast<double>(r.psi);
+  ZeroBytes b;
+  b.params = pb.param * (r.stage >= 3 ? S + static_cast<double>(r.largest_unit) : P);
+  b.grads = pb.grad * (r.stage >= 2 ? S : P);
+  b.optimizer = pb.k * (r.stage >= 1 ? S : P);
+  b.total = b.params + b.grads + b.optimizer;
+  return b;
+}
+
+std::string memory_table(const ZeroRunReport& r) {
+  std::ostringstream o;
+  char buf[512];
+  const PrecisionBytes pb = precision_bytes(r.precision);
+  std::snprintf(buf, sizeof buf,
+                "memory per rank (bytes, peak): ZeRO stage %d, %d ranks, %s (param %g B, grad %g B, "
+                "K = %g), psi = %lld, largest unit %lld\n",
+                r.stage, r.ranks, to_string(r.precision), pb.param, pb.grad, pb.k,
+                static_cast<long long>(r.psi), static_cast<long long>(r.largest_unit));
+  o << buf;
+  std::snprintf(buf, sizeof buf, "%4s %10s %12s %12s %12s %12s %12s %6s %12s %12s %12s\n", "rank", "shard",
+                "params", "grads", "optimizer", "states", "formula", "match", "activation",
+                "workspace", "comm");
+  o << buf;
+  for (int k = 0; k < r.ranks; ++k) {
+    const auto& p = r.peak[static_cast<std::size_t>(k)];
+    const ZeroBytes e = expected_bytes(r, k);
+    const std::int64_t states = p[0] + p[1] + p[2];
+    const bool ok = p[0] == static_cast<std::int64_t>(e.params) && p[1] == static_cast<std::int64_t>(e.grads) &&
+                    p[2] == static_cast<std::int64_t>(e.optimizer);
+    std::snprintf(buf, sizeof buf, "%4d %10lld %12lld %12lld %12lld %12lld %12.0f %6s %12lld %12lld %12lld\n", k,
+                  static_cast<long long>(r.shard_sizes[static_cast<std::size_t>(k)]),
+                  static_cast<long long>(p[0]), static_cast<long long>(p[1]), static_cast<long long>(p[2]),
+                  static_cast<long long>(states), e.total, ok ? "yes" : "NO", static_cast<long long>(p[3]),
+                  static_cast<long long>(p[4]), static_cast<long long>(p[5]));
+    o << buf;
+  }
+  return o.str();
+}
+
+std::string comm_table(const ZeroRunReport& r) {
+  std::ostringstream o;
+  char buf[512];
+  const double theory = zero_comm_elements(r.stage, static_cast<double>(r.psi), r.ranks);
+  std::snprintf(buf, sizeof buf,
+                "communication per rank per step: ZeRO stage %d, %d ranks; theory %s = %.1f elements\n",
+                r.stage, r.ranks, r.stage == 3 ? "3*psi*(N-1)/N" : "2*psi*(N-1)/N", theory);
+  o << buf;
+  std::snprintf(buf, sizeof buf, "%4s %14s %14s %10s %14s\n", "rank", "elements_sent", "theory", "ratio",
+                "modelled_s");
+  o << buf;
+  std::int64_t sum = 0;
+  for (int k = 0; k < r.ranks; ++k) {
+    const double e = static_cast<double>(r.elements_sent[static_cast<std::size_t>(k)]);
+    sum += r.elements_sent[static_cast<std::size_t>(k)];
+    std::snprintf(buf, sizeof buf, "%4d %14.0f %14.1f %10.6f %14.6g\n", k, e, theory,
+                  theory > 0 ? e / theory : 1.0, r.modelled_comm_s[static_cast<std::size_t>(k)]);
+    o << buf;
+  }
+  std::snprintf(buf, sizeof buf, "sum over ranks %lld elements (theory %.0f)\n", static_cast<long long>(sum),
+                theory * r.ranks);
+  o << buf;
+  return o.str();
 }
 
 }  // namespace mls::llm

@@ -8,11 +8,15 @@
 //   mls-gpt bench  --config small                                     (one training step, timed)
 //   mls-gpt train  --remat sqrt ...                 (recompute activations: none | sqrt | optimal)
 //   mls-gpt plan   --mem-budget 512MiB --ranks 4   (ZeRO stage x remat x micro-batch that fits)
+//   mls-gpt zero-table --params 7.5e9 --ranks 64 --k 12               (the ZeRO paper's table)
+//   mls-gpt train --zero 2 --ranks 4 --backend sim --precision bf16    (ZeRO: memory and traffic)
+//   mpirun -np 2 mls-gpt train --zero 3 --backend mpi                  (ZeRO on MPI processes)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -33,6 +37,9 @@
 #include "mls/llm/tokenizer.hpp"
 #include "mls/llm/train.hpp"
 #include "mls/llm/zero.hpp"
+#ifdef MLS_HAVE_MPI
+#include "mls/parallel/mpi.hpp"
+#endif
 
 using namespace mls;
 using namespace mls::llm;
@@ -603,6 +610,125 @@ int cmd_plan(const PlanFlags& f) {
                 best.remat.c_str(), best.plan.to_string().c_str(),
                 mem::human_bytes(best.total_bytes).c_str(), mem::human_bytes(best.state_bytes).c_str(),
                 mem::human_bytes(best.act_bytes).c_str());
+
+// ---- ZeRO and mixed precision (lab 6, part 2): `train --zero`, `zero-table` ---------------------
+
+struct ZeroFlags {
+  int zero = -1;  // -1: not a ZeRO run
+  int ranks = 0;  // 0: 2 on sim, the world size on mpi
+  std::string backend = "sim";
+  std::string precision = "fp32";
+  std::int64_t vocab = 64;
+  std::string timeline;  // SVG of rank 0's memory over time
+  void add(CLI::App* train) {
+    train->add_option("--zero", zero, "ZeRO stage 0|1|2|3 (a data-parallel run on --ranks ranks)")
+        ->check(CLI::Range(0, 3));
+    train->add_option("--ranks", ranks, "data-parallel ranks of a --zero run (sim: default 2)");
+    train->add_option("--backend", backend, "sim | mpi (run under mpirun) for --zero")
+        ->capture_default_str();
+    train->add_option("--precision", precision, "fp32 | bf16 (bf16 params and grads, fp32 master)")
+        ->capture_default_str();
+    train->add_option("--zero-vocab", vocab, "vocabulary of the synthetic stream of a --zero run")
+        ->capture_default_str();
+    train->add_option("--mem-timeline", timeline, "write rank 0's memory timeline (SVG) here");
+  }
+  bool active() const { return zero >= 0 || precision != "fp32"; }
+};
+
+/// Runs ZeRO training on the synthetic stream and prints the memory and communication tables.
+int cmd_train_zero(ZeroFlags& z, const ModelFlags& m, std::int64_t batch, std::int64_t context,
+                   std::int64_t steps, double lr, std::uint64_t seed) {
+  ZeroRunOptions o;
+  o.cfg = m.make(z.vocab);
+  o.zero.stage = std::max(0, z.zero);
+  o.zero.precision = parse_precision(z.precision);
+  o.batch = batch > 0 ? batch : 4;
+  o.context = context > 0 ? std::min(context, o.cfg.block_size) : o.cfg.block_size;
+  o.steps = steps;
+  o.lr = lr;
+  o.seed = seed;
+  auto print = [&](const ZeroRunReport& r) {
+    std::printf("ZeRO stage %d, %d ranks (%s), %s, config %s: psi = %lld parameters, %lld steps of "
+                "B = %lld per rank, T = %lld\n",
+                r.stage, r.ranks, z.backend.c_str(), to_string(r.precision), m.config.c_str(),
+                static_cast<long long>(r.psi), static_cast<long long>(o.steps),
+                static_cast<long long>(o.batch), static_cast<long long>(o.context));
+    for (std::size_t s = 0; s < r.losses.size(); ++s)
+      if (s == 0 || s + 1 == r.losses.size() || (s + 1) % std::max<std::size_t>(1, r.losses.size() / 5) == 0)
+        std::printf("step %5zu  loss %.4f\n", s + 1, r.losses[s]);
+    std::printf("\n%s\n%s", memory_table(r).c_str(), comm_table(r).c_str());
+    std::printf("wall %.3f s (%.2f ms per step)\n", r.wall_s, 1e3 * r.wall_s / std::max<std::int64_t>(1, o.steps));
+    if (!z.timeline.empty()) {
+      std::ofstream f(z.timeline);
+      MLS_CHECK(f.good(), "train --mem-timeline: cannot write ", z.timeline);
+      f << mem::global().timeline_svg(0, "memory of rank 0: ZeRO stage " + std::to_string(r.stage));
+      std::printf("wrote %s\n", z.timeline.c_str());
+    }
+  };
+  if (z.backend == "sim") {
+    const int n = z.ranks > 0 ? z.ranks : 2;
+    print(run_zero_simulated(n, o));
+    return 0;
+  }
+  MLS_CHECK(z.backend == "mpi", "train --backend: '", z.backend, "', expected sim or mpi");
+#ifdef MLS_HAVE_MPI
+  return parallel::mpi_run([&](parallel::Communicator& c) {
+    MLS_CHECK(z.ranks == 0 || z.ranks == c.size(), "train --ranks ", z.ranks, " but mpirun started ",
+              c.size(), " processes");
+    mem::global().set_enabled(true);
+    mem::global().reset();
+    const ZeroRunReport r = run_zero(c, o);
+    if (c.rank() == 0) print(r);
+  });
+#else
+  fail("train --backend mpi: this mls-gpt was built without MPI");
+#endif
+}
+
+struct ZeroTableFlags {
+  double params = 7.5e9;
+  int ranks = 64;
+  double k = 12;
+  bool measure = false;
+  std::string precision = "bf16";
+  std::int64_t steps = 2;
+  void add(CLI::App* app) {
+    app->add_option("--params", params, "parameters psi")->capture_default_str();
+    app->add_option("--ranks", ranks, "data-parallel ranks N")->capture_default_str();
+    app->add_option("--k", k, "optimizer bytes per parameter K")->capture_default_str();
+    app->add_flag("--measure", measure,
+                  "also train --config on --ranks simulated ranks (stages 0-3) and print the "
+                  "measured tables");
+    app->add_option("--precision", precision, "precision of the --measure runs")->capture_default_str();
+  }
+};
+
+int cmd_zero_table(const ZeroTableFlags& f, const ModelFlags& m) {
+  std::printf("%s", zero_table(f.params, f.ranks, f.k).c_str());
+  std::printf("communication per rank per step: stages 0-2 %.4g elements (2*psi*(N-1)/N), stage 3 "
+              "%.4g (3*psi*(N-1)/N)\n",
+              zero_comm_elements(0, f.params, f.ranks), zero_comm_elements(3, f.params, f.ranks));
+  if (!f.measure) return 0;
+  MLS_CHECK(f.ranks >= 1 && f.ranks <= 64, "zero-table --measure: ranks = ", f.ranks,
+            ", expected 1..64 simulated ranks");
+  std::printf("\nmeasured: config %s on %d simulated ranks, %s\n", m.config.c_str(), f.ranks, f.precision.c_str());
+  std::printf("%-6s %12s %12s %12s %14s %14s %8s\n", "stage", "params", "grads", "optimizer",
+              "states(rank0)", "formula", "match");
+  for (int s = 0; s <= 3; ++s) {
+    ZeroRunOptions o;
+    o.cfg = m.make(64);
+    o.zero.stage = s;
+    o.zero.precision = parse_precision(f.precision);
+    o.batch = 2;
+    o.context = std::min<std::int64_t>(16, o.cfg.block_size);
+    o.steps = f.steps;
+    const ZeroRunReport r = run_zero_simulated(f.ranks, o);
+    const auto& p = r.peak[0];
+    const ZeroBytes e = expected_bytes(r, 0);
+    std::printf("%-6d %12lld %12lld %12lld %14lld %14.0f %8s\n", s, static_cast<long long>(p[0]),
+                static_cast<long long>(p[1]), static_cast<long long>(p[2]),
+                static_cast<long long>(p[0] + p[1] + p[2]), e.total,
+                memory_table(r).find("NO") == std::string::npos ? "yes" : "NO");
   }
   return 0;
 }
@@ -653,6 +779,9 @@ int main(int argc, char** argv) {
   train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")
       ->capture_default_str();
   tf.remat.add(train);
+
+  ZeroFlags zf;
+  zf.add(train);
 
   SampleFlags sf;
   auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming tokens");
@@ -708,11 +837,23 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand(
       "plan", "the cheapest ZeRO stage, recompute plan and micro-batch within a memory budget");
   pf.add(plan);
+  ZeroTableFlags ztf;
+  ModelFlags ztm;
+  auto* ztab = app.add_subcommand("zero-table", "ZeRO's memory per rank by stage (the paper's table)");
+  ztf.add(ztab);
+  ztm.add(ztab);
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
+    if (*train && zf.active() && tf.remat.kind != "none")
+      throw mls::Error("mls-gpt train: --remat " + tf.remat.kind +
+                       " with --zero/--precision: the ZeRO trainer keeps every activation (no recompute "
+                       "inside it yet); use --remat with a plain run, or --remat none");
+    if (*train && zf.active())
+      return cmd_train_zero(zf, tf.model, tf.batch, tf.context, tf.steps, tf.lr, tf.seed);
     if (*train) return cmd_train(tf);
+    if (*ztab) return cmd_zero_table(ztf, ztm);
     if (*sample) return cmd_sample(sf);
     if (*eval) return cmd_eval(ev_ckpt, ev_data, ev_batch);
     if (*info) return cmd_info(info_ckpt);

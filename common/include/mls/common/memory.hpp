@@ -125,6 +125,19 @@ class TagScope {
   int prev_rank_;
 };
 
+/// While it lives, nothing this thread allocates is counted (a buffer that is not part of what
+/// is being measured, e.g. the initial parameters a trainer copies from); scopes nest.
+class UntrackedScope {
+ public:
+  UntrackedScope();
+  ~UntrackedScope();
+  UntrackedScope(const UntrackedScope&) = delete;
+  UntrackedScope& operator=(const UntrackedScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// Sets this thread's rank only (the tag stays) until the scope ends.
 class RankScope {
  public:

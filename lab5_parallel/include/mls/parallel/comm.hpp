@@ -170,6 +170,11 @@ class Communicator {
   Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::Sum, Algo algo = Algo::Auto);
   /// `t` has shape [size, ...]; rank r gets [size, ...] whose row s is rank s's row r.
   Tensor all_to_all(const Tensor& t);
+  /// In-place allgather of uneven chunks (MPI_Allgatherv): `buf` is 1-D and contiguous with the
+  /// same numel on every rank, `bounds` has size()+1 offsets (the same on every rank); rank r's
+  /// chunk [bounds[r], bounds[r+1]) is given, afterwards every rank has every chunk (ring).
+  /// Counted as "allgather". Used by ZeRO (lab 6) for partitions that Ψ does not divide.
+  void allgather_inplace(Tensor& buf, const std::vector<std::int64_t>& bounds);
 
   /// Sub-communicator of the ranks that passed the same color, ordered by (key, rank). Every
   /// rank must call it; color >= 0. The child inherits the cost model and the trace switch.

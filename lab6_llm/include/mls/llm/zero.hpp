@@ -40,14 +40,19 @@ namespace mls::llm {
 struct ZeroBytes {
   double params = 0, grads = 0, optimizer = 0, total = 0;
 };
+/// Student: the table above. Stage s partitions the optimizer state (s >= 1), the gradients
+/// (s >= 2) and the parameters (s >= 3) over the N ranks: divide that term by N. Bad input (stage
+/// outside 0..3, ranks < 1, psi < 0, k < 0, element sizes <= 0) is an mls::Error naming the value.
+/// Hint: three terms, each param_bytes·Ψ, grad_bytes·Ψ, k·Ψ, divided by N when partitioned.
 ZeroBytes zero_memory(int stage, double psi, int ranks, double k = 12, double param_bytes = 2,
                       double grad_bytes = 2);
 /// Stage 3 also holds one gathered unit at a time: the largest, `largest_unit` parameters, at
 /// `param_bytes` each. Returns zero_memory(3, ...).total + param_bytes * largest_unit.
 double zero3_peak_bytes(double psi, int ranks, double largest_unit, double k = 12,
                         double param_bytes = 2, double grad_bytes = 2);
-/// Elements each rank sends per training step: 2Ψ(N−1)/N for stages 0, 1 and 2, 3Ψ(N−1)/N for
-/// stage 3 (0 for one rank).
+/// Student. Elements each rank sends per training step: 2Ψ(N−1)/N for stages 0, 1 and 2, 3Ψ(N−1)/N for
+/// stage 3 (0 for one rank). Hint: a ring reduce-scatter or all-gather of Ψ elements sends
+/// Ψ(N−1)/N per rank; count how many of them each stage needs. Bad stage or ranks: mls::Error.
 double zero_comm_elements(int stage, double psi, int ranks);
 /// The slides' table for (Ψ, N, K) with bf16 parameters and gradients: four lines
 /// "stage 0 (baseline)  ...  120.0 GB" etc. and a header.
@@ -81,7 +86,11 @@ struct Partition {
   std::vector<ShardRange> mine;                   // per unit
   std::int64_t shard_size = 0;                    // sum over units of this rank's chunks
 };
-/// Throws mls::Error for ranks < 1 or rank outside [0, ranks).
+/// Student. Throws mls::Error for ranks < 1 or rank outside [0, ranks).
+/// Hint: bounds[u] = parallel::chunk_bounds(units[u].size, ranks); this rank's range of unit u is
+/// [bounds[u][rank], bounds[u][rank+1]), placed in the shard after the previous units' ranges.
+/// Example: units of 5 and 3 parameters on 2 ranks: rank 0 owns [0,3) and [0,2) (shard 5),
+/// rank 1 owns [3,5) and [2,3) (shard 3).
 Partition make_partition(const std::vector<ZeroUnit>& units, int ranks, int rank);
 
 // ---- bf16 --------------------------------------------------------------------------------------
@@ -120,6 +129,7 @@ struct ZeroStepStats {
   double loss = 0;                 // mean loss over every rank's batch (the same on all ranks)
   std::int64_t elements_sent = 0;  // by this rank in this step (counted by the communicator)
   std::int64_t bytes_sent = 0;
+  double comm_wall_s = 0;          // wall seconds this rank spent inside collectives
 };
 
 /// One rank of ZeRO data-parallel training of the fused GPT. Every rank constructs it with the
@@ -146,8 +156,15 @@ class ZeroTrainer {
   /// (stage 0), unit layout.
   std::vector<float> master_shard() const;
 
-  // Stage 3's gather / release of one unit (collective); used by step(), public for tests.
+  /// Student (stage 3): all-gathers unit `unit` (collective) so unit_params(unit) may be used:
+  /// an fp32 Tensor of the unit's size (allocate it under mem::TagScope(Tag::Communication)),
+  /// this rank's chunk copied in from its shard (from_bf16 in bf16), then
+  /// comm.allgather_inplace(t, partition().bounds[unit]); keep the result as a Tag::Parameter
+  /// buffer of the parameter precision (bf16: also an fp32 Tag::Workspace copy for compute) and
+  /// mark the unit gathered. Errors: a unit out of range, a stage other than 3, a unit already
+  /// gathered.
   void gather(int unit);
+  /// Frees a gathered unit (no communication).
   void release(int unit);
   /// Unit `unit`'s parameters as fp32 for compute. Stage 3: an mls::Error unless the unit was
   /// gathered ("used before it was gathered").
@@ -160,6 +177,19 @@ class ZeroTrainer {
   std::int64_t num_params() const { return psi_; }
 
  private:
+  /// Student: the fp32 gradient `bucket` of unit `unit` (this rank's micro-batch) is complete.
+  /// bf16: round it to bf16 first (round_bf16). Stages 2-3: reduce-scatter it (Sum, Ring: chunk r
+  /// of the unit lands on rank r), divide by N, store this rank's chunk into its gradient shard.
+  /// Stages 0-1: store the whole bucket into the full gradient buffer (reduced later).
+  void finish_unit(int unit, float* bucket);
+  /// Student: after backward. Stages 0-1 reduce the full gradients unit by unit (stage 0:
+  /// allreduce, Ring; stage 1: reduce_scatter, only this rank's chunk is needed), divide by N.
+  /// Then AdamW, as adamw_update, on the elements this rank owns (all of them for stage 0),
+  /// updating the fp32 master (bf16) or the parameters (fp32) and the bf16 copy. Stages 1-2
+  /// finally all-gather every unit's parameters (allgather_inplace). Hint: index the optimizer
+  /// state by the shard position for stages >= 1, the gradient for stages >= 2, the parameters
+  /// for stage 3; the ring with the same chunks makes every stage's sums bit-identical.
+  void reduce_and_update(double lr);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   parallel::Communicator* comm_;
@@ -181,10 +211,43 @@ struct ZeroRunReport {
   std::vector<std::array<std::int64_t, mem::kNumTags>> peak;  // per rank, per tag
   std::vector<std::int64_t> elements_sent;                    // per rank, per step
   std::vector<double> losses;                                 // per step (rank 0)
-  std::vector<double> modelled_comm_s;                        // per rank (sim backend)
+  std::vector<double> modelled_comm_s;                        // per rank, whole run (sim: α-β-γ clock)
+  std::vector<double> comm_wall_s;                            // per rank, whole run, measured
   double wall_s = 0;
 };
+/// Per rank: measured peak bytes of parameters, gradients and optimizer state next to the
+/// formula for that rank's shard (exact, uneven shards included), and the other tags measured.
 std::string memory_table(const ZeroRunReport& r);
+/// Per rank: elements sent per step, counted, next to 2Ψ(N−1)/N or 3Ψ(N−1)/N, and the modelled
+/// communication seconds (sim backend).
 std::string comm_table(const ZeroRunReport& r);
+/// The formula for rank `rank`'s model-state bytes of a run: (params, grads, optimizer) with the
+/// shard size of that rank in place of Ψ/N, and + the largest unit's parameters for stage 3.
+ZeroBytes expected_bytes(const ZeroRunReport& r, int rank);
+
+/// A learnable synthetic token stream: row b of (step, rank) starts at a random token and
+/// continues x' = (5x + 3) mod V. Fills inputs and targets (B*T each).
+void zero_batch(const GPTConfig& cfg, std::int64_t B, std::int64_t T, std::uint64_t seed,
+                std::int64_t step, int rank, std::int32_t* inputs, std::int32_t* targets);
+
+struct ZeroRunOptions {
+  GPTConfig cfg{};
+  ZeroOptions zero{};
+  std::int64_t batch = 4;    // per rank
+  std::int64_t context = 16;
+  std::int64_t steps = 10;
+  double lr = 1e-3;
+  std::uint64_t seed = 1337;
+};
+/// Trains `opts.steps` steps of ZeRO on `comm` (collective) from init_params(cfg, seed), on
+/// zero_batch data, and returns the report (the same on every rank: per-rank fields are
+/// exchanged at the end). The memory peaks are read from mem::global() (enable and reset it
+/// before; for the simulated backend, once before run_simulated). `final_params` (optional)
+/// receives the trained parameters.
+ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& opts,
+                       GPTParams* final_params = nullptr);
+/// run_zero on `ranks` simulated ranks (enables and resets mem::global() first).
+ZeroRunReport run_zero_simulated(int ranks, const ZeroRunOptions& opts,
+                                 GPTParams* final_params = nullptr);
 
 }  // namespace mls::llm

@@ -1,0 +1,69 @@
+// ZeRO on the MPI backend: ranks are processes (CTest's lab6:mpi:zero:np2 runs this program under
+// lab 5's run_mpi.sh; started directly, a test case re-runs itself under mpirun -np 2). The same
+// equalities as on simulated ranks: stages 0-3 bit-identical, memory = formula, traffic = theory.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "mls/testing.hpp"
+#include "mpi_launch.hpp"
+#include "mls/llm/zero.hpp"
+#include "mls/parallel/mpi.hpp"
+
+using namespace mls;
+using namespace mls::llm;
+using namespace mls::parallel;
+using namespace mls::parallel::testing;
+
+namespace {
+ZeroRunOptions opts(int stage, Precision p) {
+  ZeroRunOptions o;
+  o.cfg = config_by_name("nano");
+  o.cfg.vocab_size = 37;  // uneven units
+  o.zero.stage = stage;
+  o.zero.precision = p;
+  o.batch = 2;
+  o.context = 8;
+  o.steps = 10;
+  o.lr = 3e-3;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula, traffic = theory", "[lab6][mpi][zero_mpi]") {
+  MLS_MPI_TEST(2);
+  Communicator c = mpi_world();
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    GPTParams p0;
+    for (int s = 0; s <= 3; ++s) {
+      mem::global().set_enabled(true);
+      mem::global().reset();
+      GPTParams ps;
+      const ZeroRunReport r = run_zero(c, opts(s, p), &ps);
+      INFO("stage " << s << " " << to_string(p) << "\n" << memory_table(r) << comm_table(r));
+      if (s == 0) p0 = std::move(ps);
+      else CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
+      std::int64_t sum = 0;
+      for (int k = 0; k < c.size(); ++k) {
+        const ZeroBytes e = expected_bytes(r, k);
+        CHECK(r.peak[k][0] == static_cast<std::int64_t>(e.params));
+        CHECK(r.peak[k][1] == static_cast<std::int64_t>(e.grads));
+        CHECK(r.peak[k][2] == static_cast<std::int64_t>(e.optimizer));
+        sum += r.elements_sent[k];
+      }
+      CHECK(static_cast<double>(sum) ==
+            Approx(zero_comm_elements(s, static_cast<double>(r.psi), c.size()) * c.size()).epsilon(1e-12));
+      mls::testing::observe("sum of elements sent", sum);
+    }
+  }
+}
+
+TEST_CASE("mpi zero: ranks that disagree on the stage get a clear error on every rank", "[lab6][mpi][zero_mpi]") {
+  MLS_MPI_TEST(2);
+  Communicator c = mpi_world();
+  const GPTConfig cfg = opts(0, Precision::FP32).cfg;
+  ZeroOptions o;
+  o.stage = c.rank() == 0 ? 2 : 3;
+  mls::testing::require_error([&] { ZeroTrainer tr(c, cfg, init_params(cfg, 1), o); },
+                              "ranks disagree on the config: rank 0 has stage = 2, rank 1 has 3");
+}

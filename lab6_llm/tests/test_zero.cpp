@@ -1,0 +1,475 @@
+// Lab 6, part 2: ZeRO stages 0-3, mixed precision and the memory tracker.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <set>
+
+#include "lab6_helpers.hpp"
+#include "mls/common/memory.hpp"
+#include "mls/llm/zero.hpp"
+#include "mls/parallel/comm.hpp"
+#include "mls/tensor/tensor.hpp"
+
+using namespace mls;
+using namespace mls::llm;
+using lab6test::require_error;
+using mls::testing::observe;
+
+namespace {
+
+GPTConfig nano(std::int64_t V = 37) {
+  GPTConfig c = config_by_name("nano");
+  c.vocab_size = V;  // odd: units that no N > 1 divides
+  return c;
+}
+
+ZeroRunOptions run_opts(int stage, Precision p, std::int64_t steps = 10, std::int64_t V = 37) {
+  ZeroRunOptions o;
+  o.cfg = nano(V);
+  o.zero.stage = stage;
+  o.zero.precision = p;
+  o.batch = 2;
+  o.context = 8;
+  o.steps = steps;
+  o.lr = 3e-3;
+  return o;
+}
+
+double max_rel(const GPTParams& a, const GPTParams& b) {
+  double m = 0;
+  for (std::int64_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(double(a.data()[i]) - b.data()[i]);
+    m = std::max(m, d / std::max(1e-6, std::abs(double(b.data()[i]))));
+  }
+  return m;
+}
+
+/// Naive bf16 rounding through double arithmetic: the nearest multiple of the bf16 spacing, ties
+/// to an even mantissa.
+float naive_bf16(float x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e;
+  std::frexp(static_cast<double>(x), &e);  // |x| in [2^(e-1), 2^e)
+  const double ulp = std::ldexp(1.0, e - 8);  // 8 significant bits
+  const double q = static_cast<double>(x) / ulp;
+  double r = std::nearbyint(q);  // ties to even (default rounding mode)
+  return static_cast<float>(r * ulp);
+}
+
+}  // namespace
+
+TEST_CASE("zero: the slides' memory table (7.5e9 params, 64 ranks, K = 12)", "[lab6][zero_formula]") {
+  const double psi = 7.5e9;
+  const double expect[] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};
+  for (int s = 0; s < 4; ++s) {
+    const ZeroBytes b = zero_memory(s, psi, 64, 12);
+    CHECK(b.total == Approx(expect[s]).epsilon(1e-12));
+    CHECK(b.params + b.grads + b.optimizer == Approx(b.total));
+    observe("total", b.total, {1e-9, 0});
+  }
+  const std::string t = zero_table(psi, 64, 12);
+  for (const char* gbs : {"120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"}) CHECK(t.find(gbs) != std::string::npos);
+  observe("table", t);
+  // Other Psi, N, K against the formulas written out.
+  for (double P : {1e6, 3.3e8, 1.75e11})
+    for (int N : {1, 3, 8, 1024})
+      for (double K : {8.0, 12.0, 16.0}) {
+        CHECK(zero_memory(0, P, N, K).total == Approx((4 + K) * P));
+        CHECK(zero_memory(1, P, N, K).total == Approx(4 * P + K * P / N));
+        CHECK(zero_memory(2, P, N, K).total == Approx(2 * P + (2 + K) * P / N));
+        CHECK(zero_memory(3, P, N, K).total == Approx((4 + K) * P / N));
+        CHECK(zero3_peak_bytes(P, N, 1000, K) == Approx((4 + K) * P / N + 2000));
+      }
+  CHECK(zero_memory(2, 100, 4, 8, 4, 4).grads == 100);
+  observe("fp32 stage 1 optimizer", zero_memory(1, 100, 4, 8, 4, 4).optimizer);
+}
+
+TEST_CASE("zero: communication formulas 2psi(N-1)/N and 3psi(N-1)/N, ratio 1.5", "[lab6][zero_formula]") {
+  for (double P : {10.0, 7.5e9})
+    for (int N : {1, 2, 5, 64}) {
+      for (int s = 0; s < 3; ++s) CHECK(zero_comm_elements(s, P, N) == Approx(2 * P * (N - 1) / N));
+      CHECK(zero_comm_elements(3, P, N) == Approx(3 * P * (N - 1) / N));
+      if (N > 1) CHECK(zero_comm_elements(3, P, N) / zero_comm_elements(2, P, N) == Approx(1.5));
+      observe("stage 3 elements", zero_comm_elements(3, P, N), {1e-12, 0});
+    }
+}
+
+TEST_CASE("zero: bad input to the formulas and the partition", "[lab6][zero_formula]") {
+  require_error([] { zero_memory(4, 1e9, 8); }, "stage = 4");
+  require_error([] { zero_memory(1, 1e9, 0); }, "ranks = 0");
+  require_error([] { zero_memory(1, -1, 2); }, "psi = -1");
+  require_error([] { zero_comm_elements(-1, 1e9, 8); }, "stage = -1");
+  require_error([] { make_partition(zero_units(nano()), 0, 0); }, "ranks = 0");
+  require_error([] { make_partition(zero_units(nano()), 3, 3); }, "rank = 3");
+  require_error([] { parse_precision("fp8"); }, "fp8");
+  observe("valid stage 3 total", zero_memory(3, 1e9, 8).total, {1e-12, 0});
+  observe("valid shard", make_partition(zero_units(nano()), 3, 2).shard_size);
+}
+
+TEST_CASE("zero: units, unit layout and the uneven partition cover every parameter once", "[lab6][zero_partition]") {
+  const GPTConfig cfg = nano();
+  const auto units = zero_units(cfg);
+  REQUIRE(units.size() == static_cast<std::size_t>(cfg.n_layer + 2));
+  std::int64_t total = 0;
+  for (const auto& u : units) {
+    CHECK(u.offset == total);
+    total += u.size;
+  }
+  CHECK(total == num_params(cfg));
+  observe("units", static_cast<std::int64_t>(units.size()));
+  // Round trip of the layout, and the decay mask against the flat layout's tensors.
+  GPTParams p = init_params(cfg, 5);
+  const std::vector<float> u = to_unit_layout(cfg, p.data());
+  GPTParams back(cfg);
+  from_unit_layout(cfg, u.data(), back.data());
+  CHECK(std::memcmp(back.data(), p.data(), sizeof(float) * p.size()) == 0);
+  CHECK(std::multiset<float>(u.begin(), u.end()) == std::multiset<float>(p.vec().begin(), p.vec().end()));
+  const auto mask = unit_decay_mask(cfg);
+  std::int64_t decayed = 0;
+  for (auto m : mask) decayed += m;
+  std::int64_t expect = 0;
+  const auto shapes = param_shapes(cfg);
+  for (int k = 0; k < kNumParamTensors; ++k)
+    if (param_decays(k)) {
+      std::int64_t n = 1;
+      for (auto d : shapes[k]) n *= d;
+      expect += n;
+    }
+  CHECK(decayed == expect);
+  observe("decayed", decayed);
+  for (int N : {1, 2, 3, 5, 7}) {
+    std::vector<std::int64_t> owner(static_cast<std::size_t>(total), -1);
+    std::int64_t sum = 0, lo = total, hi = 0;
+    for (int r = 0; r < N; ++r) {
+      const Partition part = make_partition(units, N, r);
+      std::int64_t s = 0;
+      for (std::size_t k = 0; k < units.size(); ++k) {
+        const ShardRange& m = part.mine[k];
+        CHECK(m.shard_offset == s);
+        s += m.unit_end - m.unit_begin;
+        // chunk sizes differ by at most one within a unit
+        CHECK(m.unit_end - m.unit_begin >= units[k].size / N);
+        CHECK(m.unit_end - m.unit_begin <= units[k].size / N + 1);
+        for (std::int64_t j = m.unit_begin; j < m.unit_end; ++j) {
+          CHECK(owner[static_cast<std::size_t>(units[k].offset + j)] == -1);
+          owner[static_cast<std::size_t>(units[k].offset + j)] = r;
+        }
+      }
+      CHECK(s == part.shard_size);
+      sum += s;
+      lo = std::min(lo, s);
+      hi = std::max(hi, s);
+    }
+    CHECK(sum == total);
+    CHECK(std::count(owner.begin(), owner.end(), -1) == 0);
+    CHECK(hi - lo <= static_cast<std::int64_t>(units.size()));
+    observe("largest shard", hi);
+  }
+}
+
+TEST_CASE("precision: bf16 rounding is round-to-nearest-even against a naive reference", "[lab6][zero_plumbing]") {
+  Rng rng(3, "bf16");
+  int mismatches = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>(rng.normal(0, std::pow(10.0, rng.uniform(-6, 6))));
+    if (round_bf16(x) != naive_bf16(x)) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+  observe("mismatches", mismatches);
+  // Exact ties: 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1).
+  CHECK(round_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);
+  CHECK(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
+  CHECK(std::isnan(round_bf16(std::nanf(""))));
+  CHECK(std::isinf(round_bf16(INFINITY)));
+  CHECK(from_bf16(to_bf16(-2.5f)) == -2.5f);
+  observe("bf16(pi)", round_bf16(3.14159265f));
+  CHECK(precision_bytes(Precision::BF16).k == 12);
+  CHECK(precision_bytes(Precision::FP32).k == 8);
+  CHECK(parse_precision("bf16") == Precision::BF16);
+  observe("avx512_bf16", cpu_has_avx512_bf16());
+}
+
+TEST_CASE("zero: stage 0 on one rank equals the fused trainer bit for bit (fp32)", "[lab6][zero]") {
+  const GPTConfig cfg = nano();
+  const std::int64_t B = 2, T = 8, steps = 5;
+  const double lr = 3e-3;
+  GPTParams ref = init_params(cfg, 1337);
+  GPTGrads g(cfg);
+  AdamWState st(ref.size());
+  GPTActivations a(cfg, B, T), da(cfg, B, T);
+  std::vector<std::int32_t> in(B * T), tg(B * T);
+  std::vector<double> ref_losses;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    zero_batch(cfg, B, T, 1337, s, 0, in.data(), tg.data());
+    ref_losses.push_back(gpt_forward(ref, a, in.data(), tg.data(), nullptr, B, T));
+    g.zero();
+    gpt_backward(ref, g, a, da, in.data(), tg.data(), nullptr);
+    adamw_update(ref, g, st, AdamWOptions{}, lr);
+  }
+  ZeroRunOptions o = run_opts(0, Precision::FP32, steps);
+  GPTParams got;
+  const ZeroRunReport r = run_zero_simulated(1, o, &got);
+  CHECK(std::memcmp(got.data(), ref.data(), sizeof(float) * ref.size()) == 0);
+  for (std::int64_t s = 0; s < steps; ++s) CHECK(r.losses[s] == ref_losses[s]);
+  observe("final loss", r.losses.back(), {1e-6, 0});
+  observe("max rel diff", max_rel(got, ref));
+}
+
+TEST_CASE("zero: stages 0-3 give the same parameters after 10 steps, 3 ranks, uneven (fp32)", "[lab6][zero]") {
+  GPTParams p0;
+  const ZeroRunReport r0 = run_zero_simulated(3, run_opts(0, Precision::FP32), &p0);
+  CHECK(r0.losses.back() < r0.losses.front());
+  for (int s = 1; s <= 3; ++s) {
+    GPTParams ps;
+    const ZeroRunReport rs = run_zero_simulated(3, run_opts(s, Precision::FP32), &ps);
+    INFO("stage " << s);
+    CHECK(max_rel(ps, p0) <= 1e-6);
+    // The reduction order is fixed (the same ring over the same chunks): bit-identical.
+    CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
+    CHECK(rs.losses == r0.losses);
+    observe("max rel diff vs stage 0", max_rel(ps, p0));
+    observe("final loss", rs.losses.back(), {1e-6, 0});
+  }
+}
+
+TEST_CASE("precision: ZeRO stages 0-3 agree in bf16 with fp32 master weights, 2 ranks", "[lab6][precision]") {
+  GPTParams p0;
+  const ZeroRunReport r0 = run_zero_simulated(2, run_opts(0, Precision::BF16), &p0);
+  for (std::int64_t i = 0; i < p0.size(); ++i) REQUIRE(round_bf16(p0.data()[i]) == p0.data()[i]);
+  for (int s = 1; s <= 3; ++s) {
+    GPTParams ps;
+    const ZeroRunReport rs = run_zero_simulated(2, run_opts(s, Precision::BF16), &ps);
+    INFO("stage " << s);
+    CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
+    CHECK(rs.losses == r0.losses);
+    observe("final loss", rs.losses.back(), {1e-6, 0});
+  }
+}
+
+TEST_CASE("zero: measured model-state bytes per rank equal the formula exactly", "[lab6][zero_memory]") {
+  for (Precision p : {Precision::FP32, Precision::BF16})
+    for (int N : {1, 3, 4})
+      for (int s = 0; s <= 3; ++s) {
+        const ZeroRunReport r = run_zero_simulated(N, run_opts(s, p, 2));
+        INFO("stage " << s << ", N = " << N << ", " << to_string(p) << "\n" << memory_table(r));
+        std::int64_t shards = 0;
+        for (int k = 0; k < N; ++k) {
+          const ZeroBytes e = expected_bytes(r, k);
+          const auto& pk = r.peak[static_cast<std::size_t>(k)];
+          CHECK(pk[0] == static_cast<std::int64_t>(e.params));
+          CHECK(pk[1] == static_cast<std::int64_t>(e.grads));
+          CHECK(pk[2] == static_cast<std::int64_t>(e.optimizer));
+          CHECK(pk[3] > 0);  // activations are counted too
+          shards += r.shard_sizes[static_cast<std::size_t>(k)];
+          observe("params+grads+optimizer", pk[0] + pk[1] + pk[2]);
+        }
+        CHECK(shards == r.psi);
+        // Against the slides' formula where the shard is psi/N rounded: within one element per unit.
+        const PrecisionBytes b = precision_bytes(p);
+        const ZeroBytes f = zero_memory(s, static_cast<double>(r.psi), N, b.k, b.param, b.grad);
+        const double slack = (b.param + b.grad + b.k) * static_cast<double>(r.psi > 0 ? 5 : 0) +
+                             (s == 3 ? b.param * r.largest_unit : 0);
+        CHECK(std::abs(static_cast<double>(r.peak[0][0] + r.peak[0][1] + r.peak[0][2]) - f.total) <= slack + 1e-9);
+        CHECK(memory_table(r).find("NO") == std::string::npos);
+      }
+}
+
+TEST_CASE("zero: counted communication equals 2psi(N-1)/N and 3psi(N-1)/N (ratio 1.5)", "[lab6][zero_comm]") {
+  // V = 48: every unit divides by N = 2 and N = 4 (even shards): per-rank counts are exact.
+  for (int N : {2, 4}) {
+    std::vector<ZeroRunReport> r;
+    for (int s = 0; s <= 3; ++s) r.push_back(run_zero_simulated(N, run_opts(s, Precision::FP32, 2, 48)));
+    const double psi = static_cast<double>(r[0].psi);
+    for (int s = 0; s <= 3; ++s)
+      for (int k = 0; k < N; ++k) {
+        CHECK(static_cast<double>(r[s].elements_sent[k]) == zero_comm_elements(s, psi, N));
+        observe("elements sent", r[s].elements_sent[k]);
+      }
+    CHECK(static_cast<double>(r[3].elements_sent[0]) / static_cast<double>(r[0].elements_sent[0]) == 1.5);
+    CHECK(comm_table(r[3]).find("1.000000") != std::string::npos);
+  }
+  // Uneven (V = 37, N = 3): the sum over ranks is exact; rank r sends all but its own chunk
+  // (reduce-scatter) and all but chunk r+1 (all-gather).
+  const int N = 3;
+  for (int s = 0; s <= 3; ++s) {
+    const ZeroRunReport r = run_zero_simulated(N, run_opts(s, Precision::BF16, 1));
+    std::int64_t sum = 0;
+    for (int k = 0; k < N; ++k) {
+      sum += r.elements_sent[k];
+      const std::int64_t own = r.shard_sizes[k], next = r.shard_sizes[(k + 1) % N];
+      if (s < 3) CHECK(r.elements_sent[k] == 2 * r.psi - own - next);
+      if (s == 3) CHECK(r.elements_sent[k] == 3 * r.psi - 2 * next - own);
+    }
+    CHECK(static_cast<double>(sum) == Approx(zero_comm_elements(s, static_cast<double>(r.psi), N) * N).epsilon(1e-12));
+    observe("sum over ranks", sum);
+  }
+}
+
+TEST_CASE("zero: ranks that disagree on the config get a clear error", "[lab6][zero_plumbing]") {
+  require_error(
+      [] {
+        parallel::run_simulated(2, [](parallel::Communicator& c) {
+          GPTConfig cfg = nano();
+          if (c.rank() == 1) cfg.n_embd = 24;
+          ZeroOptions o;
+          o.stage = 2;
+          ZeroTrainer tr(c, cfg, init_params(cfg, 1), o);
+        });
+      },
+      "ranks disagree on the config: rank 0 has n_embd = 48, rank 1 has 24");
+  require_error(
+      [] {
+        parallel::run_simulated(2, [](parallel::Communicator& c) {
+          const GPTConfig cfg = nano();
+          ZeroOptions o;
+          o.stage = c.rank() == 0 ? 1 : 3;
+          ZeroTrainer tr(c, cfg, init_params(cfg, 1), o);
+        });
+      },
+      "stage = 1, rank 1 has 3");
+  require_error(
+      [] {
+        parallel::run_simulated(2, [](parallel::Communicator& c) {
+          const GPTConfig cfg = nano();
+          ZeroTrainer tr(c, cfg, init_params(cfg, 1 + c.rank()), ZeroOptions{});
+        });
+      },
+      "initial parameters");
+  observe("bf16 optimizer bytes per parameter", precision_bytes(Precision::BF16).k);
+}
+
+/// The message of the mls::Error `f` throws ("" when it throws none). Rank threads use it: Catch's
+/// assertions are checked afterwards, on the test's own thread.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const mls::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("zero: a ZeRO-3 parameter used before it was gathered is an error", "[lab6][zero]") {
+  std::vector<std::vector<std::string>> msgs(2);
+  std::vector<float> first(2, 0.f);
+  parallel::run_simulated(2, [&](parallel::Communicator& c) {
+    const GPTConfig cfg = nano();
+    ZeroOptions o;
+    o.stage = 3;
+    ZeroTrainer tr(c, cfg, init_params(cfg, 1), o);
+    auto& m = msgs[static_cast<std::size_t>(c.rank())];
+    m.push_back(error_of([&] { tr.unit_params(2); }));
+    tr.gather(2);
+    first[static_cast<std::size_t>(c.rank())] = tr.unit_params(2)[0];
+    m.push_back(error_of([&] { tr.gather(2); }));
+    tr.release(2);
+    m.push_back(error_of([&] { tr.unit_params(2); }));
+    m.push_back(error_of([&] { tr.unit_params(99); }));
+    ZeroOptions o1;
+    o1.stage = 1;
+    ZeroTrainer t1(c, cfg, init_params(cfg, 1), o1);
+    m.push_back(error_of([&] { t1.gather(0); }));
+    std::vector<std::int32_t> in(8, 0), tg(8, 99);
+    m.push_back(error_of([&] { t1.step(in.data(), tg.data(), 1, 8, 1e-3); }));
+    m.push_back(error_of([&] { t1.step(in.data(), tg.data(), 1, 64, 1e-3); }));
+    // stage 1, fp32: the master copy of this rank's shard is its part of the parameters
+    const std::vector<float> ms = t1.master_shard();
+    m.push_back(static_cast<std::int64_t>(ms.size()) == t1.partition().shard_size ? "shard ok" : "shard size wrong");
+    m.push_back(t1.largest_unit() == t1.units()[1].size ? "largest ok" : "largest wrong");
+  });
+  const char* needles[] = {"unit 2 (block 1) used before it was gathered", "already gathered",
+                           "before it was gathered", "unit 99", "only stage 3 gathers",
+                           "token id out of range", "T = 64", "shard ok", "largest ok"};
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(msgs[r].size() == 9);
+    for (int i = 0; i < 9; ++i) {
+      INFO("rank " << r << ": " << msgs[r][i]);
+      CHECK(msgs[r][i].find(needles[i]) != std::string::npos);
+      observe("error named", msgs[r][i].find(needles[i]) != std::string::npos);
+    }
+  }
+  CHECK(first[0] == first[1]);  // the gathered unit is the same on both ranks: ln1w = 1
+  observe("gathered ln1w[0]", first[0]);
+  require_error([] { parallel::run_simulated(1, [](parallel::Communicator& c) {
+                  ZeroOptions o;
+                  o.stage = 5;
+                  ZeroTrainer tr(c, nano(), init_params(nano(), 1), o);
+                }); },
+                "stage = 5");
+}
+
+TEST_CASE("precision: the bf16 loss curve stays within 0.1 of fp32 over 200 nano steps", "[lab6][precision]") {
+  ZeroRunOptions o = run_opts(0, Precision::FP32, 200);
+  o.batch = 4;
+  o.context = 16;
+  const ZeroRunReport f = run_zero_simulated(1, o);
+  o.zero.precision = Precision::BF16;
+  const ZeroRunReport b = run_zero_simulated(1, o);
+  REQUIRE(f.losses.size() == 200);
+  // Mean over windows of 20 steps: the curves agree to 0.1 nats; both learn the stream.
+  double worst = 0;
+  for (int w = 0; w < 10; ++w) {
+    double sf = 0, sb = 0;
+    for (int i = 0; i < 20; ++i) {
+      sf += f.losses[w * 20 + i];
+      sb += b.losses[w * 20 + i];
+    }
+    worst = std::max(worst, std::abs(sf - sb) / 20);
+  }
+  CHECK(worst < 0.1);
+  CHECK(f.losses.back() < 0.5 * f.losses.front());
+  CHECK(b.losses.back() < 0.5 * b.losses.front());
+  observe("worst window gap", worst, {0, 0.1});
+  observe("fp32 final", f.losses.back(), {0.05, 0.05});
+  observe("bf16 final", b.losses.back(), {0.05, 0.05});
+}
+
+TEST_CASE("zero: the tracker counts lab 1 tensors and the GPT buffers under their tags", "[lab6][zero_plumbing]") {
+  mem::Tracker& t = mem::global();
+  t.set_enabled(true);
+  t.reset();
+  {
+    mem::TagScope s(mem::Tag::Activation, 2);
+    Tensor x = Tensor::empty({256});
+    CHECK(t.current(mem::Tag::Activation, 2) == 1024);
+    Tensor v = x.view({16, 16});  // a view shares the storage: no new bytes
+    CHECK(t.current(mem::Tag::Activation, 2) == 1024);
+    {
+      mem::TagScope w(mem::Tag::Workspace);
+      Tensor y = x.clone();
+      CHECK(t.current(mem::Tag::Workspace, 2) == 1024);
+    }
+    CHECK(t.current(mem::Tag::Workspace, 2) == 0);
+    observe("activation bytes", t.current(mem::Tag::Activation, 2));
+  }
+  CHECK(t.current(mem::Tag::Activation, 2) == 0);
+  CHECK(t.peak(mem::Tag::Activation, 2) == 1024);
+  const GPTConfig cfg = nano();
+  {
+    GPTParams p(cfg);
+    GPTGrads g(cfg);
+    AdamWState st(p.size());
+    GPTActivations a(cfg, 2, 8);
+    CHECK(t.current(mem::Tag::Parameter, 0) == 4 * num_params(cfg));
+    CHECK(t.current(mem::Tag::Gradient, 0) == 4 * num_params(cfg));
+    CHECK(t.current(mem::Tag::OptimizerState, 0) == 8 * num_params(cfg));
+    CHECK(t.current(mem::Tag::Activation, 0) == 4 * a.num_floats());
+    observe("activations of (2, 8)", t.current(mem::Tag::Activation, 0));
+  }
+  CHECK(t.current_total(0) == 0);
+  t.reset();
+  t.set_enabled(false);
+}
+
+TEST_CASE("zero: the run tables print one row per rank", "[lab6][zero_memory]") {
+  const ZeroRunReport r = run_zero_simulated(2, run_opts(3, Precision::BF16, 1));
+  const std::string m = memory_table(r), c = comm_table(r);
+  CHECK(m.find("stage 3") != std::string::npos);
+  CHECK(m.find("yes") != std::string::npos);
+  CHECK(c.find("3*psi*(N-1)/N") != std::string::npos);
+  observe("memory table lines", static_cast<std::int64_t>(std::count(m.begin(), m.end(), '\n')));
+  observe("comm table lines", static_cast<std::int64_t>(std::count(c.begin(), c.end(), '\n')));
+}
