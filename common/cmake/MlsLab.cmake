@@ -85,8 +85,8 @@ function(mls_add_tool target)
   target_link_libraries(${target} PRIVATE ${ARG_LIBS} mls_warnings)
   # A tool of a lab gets lab 4's kernels wherever lab 4 is built, so MLS_MATMUL can pick a
   # student's own SGEMM in every lab's programs (lab 4 registers them by name at start-up).
-  if(ARG_LIBS MATCHES "mls_lab[1-6]")
-    target_link_libraries(${target} PRIVATE $<TARGET_NAME_IF_EXISTS:mls_lab4>)
+  if(ARG_LIBS MATCHES "mls_(tensor|autodiff|graph_opt|kernels|parallel|llm)")
+    target_link_libraries(${target} PRIVATE $<TARGET_NAME_IF_EXISTS:mls_kernels>)
   endif()
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endfunction()

@@ -1,3 +1,4 @@
+// Student file of lab 1: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // compact() and strided copies. Student file: the bodies between the SOLUTION markers.
 #include <cstring>
 
@@ -7,8 +8,8 @@
 
 #include "copy.hpp"
 
-namespace mls {
-namespace detail {
+namespace mls::inline tensor {
+namespace impl {
 namespace {
 
 #if defined(__x86_64__)
@@ -178,16 +179,16 @@ void copy_elements(Tensor& dst, const Tensor& src) {
   // END SOLUTION
 }
 
-}  // namespace detail
+}  // namespace impl
 
 Tensor Tensor::compact() const {
   check_defined("compact");
   // BEGIN SOLUTION
   if (is_contiguous()) return *this;
   Tensor out = empty(shape_, dtype_);
-  detail::copy_elements(out, *this);
+  impl::copy_elements(out, *this);
   return out;
   // END SOLUTION
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

@@ -3,10 +3,10 @@
 #include "loop.hpp"
 #include "mls/tensor/tensor.hpp"
 
-namespace mls::detail {
+namespace mls::inline tensor::impl {
 
 /// dst[i] = (dst dtype) src[i] for every multi-index i. `src` must already have dst's shape
 /// (broadcast with stride 0 where needed); the two must not overlap in memory.
 void copy_elements(Tensor& dst, const Tensor& src);
 
-}  // namespace mls::detail
+}  // namespace mls::tensor::impl

@@ -1,3 +1,4 @@
+// Student file of lab 1: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Elementwise operations with NumPy broadcasting and dtype promotion.
 // Student file: the bodies between the SOLUTION markers (the strided loops; the math of each op
 // is lab 1's scalar functions in mls/tensor/scalar.hpp).
@@ -10,7 +11,7 @@
 #include "mls/tensor/scalar.hpp"
 #include "mls/tensor/tensor.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 
 const char* op_name(UnaryOp op) {
   static constexpr const char* names[] = {"neg",  "abs",  "exp",     "log",  "sqrt", "rsqrt",
@@ -44,7 +45,7 @@ template <class In, class Out, class F>
 void map_unary(Tensor& out, const Tensor& a, F f, void (*dense)(const In*, Out*, std::int64_t) = nullptr) {
   // BEGIN SOLUTION
   const std::array<const std::int64_t*, 2> st{out.strides().data(), a.strides().data()};
-  detail::for_each_row<2>(out.shape(), st, {sizeof(Out), sizeof(In)},
+  impl::for_each_row<2>(out.shape(), st, {sizeof(Out), sizeof(In)},
                           {static_cast<char*>(out.data_ptr()), const_cast<char*>(static_cast<const char*>(a.data_ptr()))},
                           [f, dense](std::array<char*, 2> p, std::array<std::int64_t, 2> s, std::int64_t n) {
                             if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {  // dense: vectorizable
@@ -69,7 +70,7 @@ template <class In, class Out, class F>
 void map_binary(Tensor& out, const Tensor& a, const Tensor& b, F f) {
   // BEGIN SOLUTION
   const std::array<const std::int64_t*, 3> st{out.strides().data(), a.strides().data(), b.strides().data()};
-  detail::for_each_row<3>(
+  impl::for_each_row<3>(
       out.shape(), st, {sizeof(Out), sizeof(In), sizeof(In)},
       {static_cast<char*>(out.data_ptr()), const_cast<char*>(static_cast<const char*>(a.data_ptr())),
        const_cast<char*>(static_cast<const char*>(b.data_ptr()))},
@@ -101,8 +102,8 @@ void run_unary(Tensor& out, const Tensor& a) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {
       void (*dense)(const T*, T*, std::int64_t) = nullptr;
-      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Exp) dense = &detail::exp_f32;
-      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Sigmoid) dense = &detail::sigmoid_f32;
+      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Exp) dense = &impl::exp_f32;
+      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Sigmoid) dense = &impl::sigmoid_f32;
       map_unary<T, T>(out, a, [](T x) { return unary_fn<OP, T>(x); }, dense);
     }
   });
@@ -242,7 +243,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     using T = decltype(tag);
     const std::array<const std::int64_t*, 4> st{out.strides().data(), c.strides().data(), x.strides().data(),
                                                 y.strides().data()};
-    detail::for_each_row<4>(shape, st, {sizeof(T), 1, sizeof(T), sizeof(T)},
+    impl::for_each_row<4>(shape, st, {sizeof(T), 1, sizeof(T), sizeof(T)},
                             {static_cast<char*>(out.data_ptr()), const_cast<char*>(static_cast<const char*>(c.data_ptr())),
                              const_cast<char*>(static_cast<const char*>(x.data_ptr())),
                              const_cast<char*>(static_cast<const char*>(y.data_ptr()))},
@@ -258,4 +259,4 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

@@ -13,7 +13,7 @@
 #define MLS_MULTIVERSION
 #endif
 
-namespace mls::detail {
+namespace mls::inline tensor::impl {
 
 MLS_MULTIVERSION void exp_f32(const float* x, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = fast_expf(x[i]);
@@ -114,4 +114,4 @@ MLS_MULTIVERSION void softmax_row_f32(const float* x, float* out, std::int64_t n
   for (std::int64_t k = 0; k < n; ++k) out[k] *= inv;
 }
 
-}  // namespace mls::detail
+}  // namespace mls::tensor::impl

@@ -3,7 +3,7 @@
 // x86-64 baseline), the best one picked when the program starts (GCC target_clones).
 #include <cstdint>
 
-namespace mls::detail {
+namespace mls::inline tensor::impl {
 
 void exp_f32(const float* x, float* out, std::int64_t n);
 void sigmoid_f32(const float* x, float* out, std::int64_t n);
@@ -17,4 +17,4 @@ void sum_columns_f32(const float* x, float* acc, std::int64_t R, std::int64_t I,
 /// out = softmax(x) over one dense row of n >= 1 values.
 void softmax_row_f32(const float* x, float* out, std::int64_t n);
 
-}  // namespace mls::detail
+}  // namespace mls::tensor::impl

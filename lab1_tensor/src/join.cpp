@@ -1,7 +1,7 @@
 // Joining (concat, stack) and splitting (split, chunk) along an axis.
 #include "mls/tensor/tensor.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 
 Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis) {
   MLS_CHECK(!tensors.empty(), "concat: needs at least one tensor");
@@ -86,4 +86,4 @@ std::vector<Tensor> chunk(const Tensor& a, std::int64_t chunks, std::int64_t axi
   return split(a, size, axis);
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

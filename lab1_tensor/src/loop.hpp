@@ -14,7 +14,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/common/shape.hpp"
 
-namespace mls::detail {
+namespace mls::inline tensor::impl {
 
 /// Elements per parallel task: below this a loop runs on one thread.
 inline constexpr std::int64_t kParallelGrain = 1 << 15;
@@ -112,4 +112,4 @@ void for_each_row(const Shape& shape, const std::array<const std::int64_t*, N>& 
   }
 }
 
-}  // namespace mls::detail
+}  // namespace mls::tensor::impl

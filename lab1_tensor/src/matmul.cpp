@@ -1,3 +1,4 @@
+// Student file of lab 1: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Matrix multiplication: NumPy semantics on strided, batched, broadcast operands. float32 goes
 // through the SGEMM kernel registry (mls/common/kernels.hpp), the seam where lab 4's faster
 // kernels plug in. Student file: the bodies between the SOLUTION markers.
@@ -12,7 +13,7 @@
 #include <cblas.h>
 #endif
 
-namespace mls {
+namespace mls::inline tensor {
 namespace {
 
 /// The reference SGEMM: C = alpha * op(A) * op(B) + beta * C, row-major with leading
@@ -183,4 +184,4 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   // END SOLUTION
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

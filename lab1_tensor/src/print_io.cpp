@@ -8,7 +8,7 @@
 #include "mls/common/npy.hpp"
 #include "mls/tensor/tensor.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 namespace {
 
 constexpr std::int64_t kSummarizeAbove = 1000;  // elements; then show 3 at each end per dim
@@ -146,4 +146,4 @@ Tensor load(const std::string& path) {
   return raw.as_strided(arr.shape, fortran_strides(arr.shape), 0).compact();
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

@@ -1,3 +1,4 @@
+// Student file of lab 1: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Reductions over any set of axes, argmax/argmin, and the numerically stable softmax family.
 // Student file: the bodies between the SOLUTION markers.
 #include <cmath>
@@ -8,7 +9,7 @@
 #include "fast_kernels.hpp"
 #include "mls/tensor/tensor.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 namespace {
 
 enum class ReduceOp { Sum, Prod, Max, Min };
@@ -44,9 +45,9 @@ template <ReduceOp OP, class T, class Acc>
 Acc reduce_row(const T* x, std::int64_t n) {
   // BEGIN SOLUTION
   if constexpr (std::is_same_v<T, float>) {  // multiversioned SIMD kernels
-    if constexpr (OP == ReduceOp::Sum) return static_cast<Acc>(detail::sum_f32(x, n));
-    if constexpr (OP == ReduceOp::Max) return static_cast<Acc>(n > 0 ? detail::max_f32(x, n) : identity<OP, T>());
-    if constexpr (OP == ReduceOp::Min) return static_cast<Acc>(n > 0 ? detail::min_f32(x, n) : identity<OP, T>());
+    if constexpr (OP == ReduceOp::Sum) return static_cast<Acc>(impl::sum_f32(x, n));
+    if constexpr (OP == ReduceOp::Max) return static_cast<Acc>(n > 0 ? impl::max_f32(x, n) : identity<OP, T>());
+    if constexpr (OP == ReduceOp::Min) return static_cast<Acc>(n > 0 ? impl::min_f32(x, n) : identity<OP, T>());
   }
   constexpr int kLanes = 16;
   constexpr std::int64_t kBlock = 4096;
@@ -74,7 +75,7 @@ void reduce_middle(const T* x, T* out, std::int64_t O, std::int64_t R, std::int6
   auto body = [&](std::int64_t o, std::int64_t i0, std::int64_t i1) {
     T* acc = out + o * I;
     if constexpr (OP == ReduceOp::Sum && std::is_same_v<T, float>) {  // multiversioned SIMD kernel
-      detail::sum_columns_f32(x + o * R * I, acc, R, I, i0, i1);
+      impl::sum_columns_f32(x + o * R * I, acc, R, I, i0, i1);
       return;
     }
     for (std::int64_t i = i0; i < i1; ++i) acc[i] = identity<OP, T>();
@@ -93,8 +94,8 @@ void reduce_middle(const T* x, T* out, std::int64_t O, std::int64_t R, std::int6
       for (std::int64_t i = i0; i < i1; ++i) acc[i] = combine<OP, T>(acc[i], row[i]);
     }
   };
-  if (O >= num_threads() || O * R * I < 2 * detail::kParallelGrain) {
-    parallel_for(0, O, std::max<std::int64_t>(1, detail::kParallelGrain / std::max<std::int64_t>(1, R * I)),
+  if (O >= num_threads() || O * R * I < 2 * impl::kParallelGrain) {
+    parallel_for(0, O, std::max<std::int64_t>(1, impl::kParallelGrain / std::max<std::int64_t>(1, R * I)),
                  [&](std::int64_t b, std::int64_t e) {
                    for (std::int64_t o = b; o < e; ++o) body(o, 0, I);
                  });
@@ -110,7 +111,7 @@ void reduce_middle(const T* x, T* out, std::int64_t O, std::int64_t R, std::int6
 template <ReduceOp OP, class T, class Acc>
 void reduce_rows(const T* x, T* out, std::int64_t O, std::int64_t R) {
   // BEGIN SOLUTION
-  if (O == 1 && R >= 2 * detail::kParallelGrain && num_threads() > 1) {
+  if (O == 1 && R >= 2 * impl::kParallelGrain && num_threads() > 1) {
     // One long row: each thread reduces a piece, then the pieces are combined.
     const int parts = num_threads();
     std::vector<Acc> partial(static_cast<std::size_t>(parts), identity<OP, Acc>());
@@ -126,7 +127,7 @@ void reduce_rows(const T* x, T* out, std::int64_t O, std::int64_t R) {
     out[0] = static_cast<T>(total);
     return;
   }
-  parallel_for(0, O, std::max<std::int64_t>(1, detail::kParallelGrain / std::max<std::int64_t>(1, R)),
+  parallel_for(0, O, std::max<std::int64_t>(1, impl::kParallelGrain / std::max<std::int64_t>(1, R)),
                [&](std::int64_t b, std::int64_t e) {
                  for (std::int64_t o = b; o < e; ++o) out[o] = static_cast<T>(reduce_row<OP, T, Acc>(x + o * R, R));
                });
@@ -217,7 +218,7 @@ Tensor reduce(const Tensor& a, std::span<const std::int64_t> axes_in, bool keepd
 template <bool IsMax, class T>
 void arg_rows(const T* x, std::int64_t* out, std::int64_t O, std::int64_t R) {
   // BEGIN SOLUTION
-  parallel_for(0, O, std::max<std::int64_t>(1, detail::kParallelGrain / std::max<std::int64_t>(1, R)),
+  parallel_for(0, O, std::max<std::int64_t>(1, impl::kParallelGrain / std::max<std::int64_t>(1, R)),
                [&](std::int64_t b, std::int64_t e) {
                  for (std::int64_t o = b; o < e; ++o) {
                    const T* row = x + o * R;
@@ -345,8 +346,8 @@ Tensor softmax(const Tensor& a, std::int64_t axis) {
     Tensor out = Tensor::empty(a.shape(), DType::Float32);
     const float* x = a.data<float>();
     float* y = out.data<float>();
-    parallel_for(0, O, std::max<std::int64_t>(1, detail::kParallelGrain / R), [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t o = b; o < e; ++o) detail::softmax_row_f32(x + o * R, y + o * R, R);
+    parallel_for(0, O, std::max<std::int64_t>(1, impl::kParallelGrain / R), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t o = b; o < e; ++o) impl::softmax_row_f32(x + o * R, y + o * R, R);
     });
     return out;
   }
@@ -359,4 +360,4 @@ Tensor softmax(const Tensor& a, std::int64_t axis) {
   // END SOLUTION
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

@@ -10,7 +10,7 @@
 #include "copy.hpp"
 #include "mls/common/alloc.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 
 // ---- storage ------------------------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ double Tensor::item() const {
 Tensor Tensor::clone() const {
   check_defined("clone");
   Tensor out = empty(shape_, dtype_);
-  detail::copy_elements(out, *this);
+  impl::copy_elements(out, *this);
   return out;
 }
 
@@ -243,9 +243,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (may_overlap(src)) {
     // Overlapping source and destination: copy through a temporary (only then: the fast path
     // stays a single pass).
-    detail::copy_elements(*this, src.clone().expand(shape_));
+    impl::copy_elements(*this, src.clone().expand(shape_));
   } else {
-    detail::copy_elements(*this, b);
+    impl::copy_elements(*this, b);
   }
   return *this;
 }
@@ -254,7 +254,7 @@ Tensor Tensor::to(DType dtype) const {
   check_defined("to");
   if (dtype == dtype_) return *this;
   Tensor out = empty(shape_, dtype);
-  detail::copy_elements(out, *this);
+  impl::copy_elements(out, *this);
   return out;
 }
 
@@ -264,7 +264,7 @@ Tensor& Tensor::fill_(double value) {
     using T = decltype(tag);
     const T v = static_cast<T>(value);
     std::array<const std::int64_t*, 1> st{strides_.data()};
-    detail::for_each_row<1>(shape_, st, {static_cast<std::int64_t>(sizeof(T))},
+    impl::for_each_row<1>(shape_, st, {static_cast<std::int64_t>(sizeof(T))},
                             {static_cast<char*>(data_ptr())},
                             [v](std::array<char*, 1> p, std::array<std::int64_t, 1> s, std::int64_t n) {
                               char* q = p[0];
@@ -274,4 +274,4 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

@@ -1,3 +1,4 @@
+// Student file of lab 1: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // View operations: new shape/strides/offset over the same storage, never a copy (except
 // `reshape` and `flatten`, which copy when no view can express the result).
 // Student file: the bodies between the SOLUTION markers.
@@ -6,7 +7,7 @@
 
 #include "mls/tensor/tensor.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 namespace {
 
 /// Resolves one -1 entry of `shape` so that the product equals `numel`.
@@ -259,4 +260,4 @@ Tensor Tensor::diagonal(std::int64_t k, std::int64_t dim1, std::int64_t dim2) co
   // END SOLUTION
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

@@ -6,7 +6,7 @@
 #include "mls/common/timer.hpp"
 
 using namespace mls;
-using namespace mls::ad;
+using namespace mls::autodiff;
 
 namespace {
 constexpr int kChain = 1000;

@@ -6,7 +6,7 @@
 #include <numbers>
 #include <vector>
 
-namespace mls::ad::data {
+namespace mls::autodiff::data {
 
 Dataset two_spirals(std::int64_t n_per_class, double noise, Rng& rng) {
   MLS_CHECK(n_per_class > 0 && noise >= 0, "two_spirals: need n_per_class > 0 and noise >= 0, got ", n_per_class, " and ",
@@ -131,4 +131,4 @@ Dataset load_mnist(const std::string& dir, bool train) {
   return d;
 }
 
-}  // namespace mls::ad::data
+}  // namespace mls::autodiff::data

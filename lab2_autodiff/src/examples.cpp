@@ -1,7 +1,7 @@
 // The lectures' worked examples as functions and graphs.
 #include "mls/autodiff/examples.hpp"
 
-namespace mls::ad::examples {
+namespace mls::autodiff::examples {
 
 Var slide_function(const Var& x1, const Var& x2) {
   const Var v3 = log(x1).set_name("v3");
@@ -59,4 +59,4 @@ Model two_layer_mlp(const Tensor& w1, const Tensor& w2) {
   return m;
 }
 
-}  // namespace mls::ad::examples
+}  // namespace mls::autodiff::examples

@@ -7,7 +7,7 @@
 
 #include "mls/autodiff/graph.hpp"
 
-namespace mls::ad {
+namespace mls::autodiff {
 
 namespace {
 double weighted_sum(const GradFn& f, const std::vector<Tensor>& inputs, const Tensor& weight) {
@@ -61,7 +61,7 @@ GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs, co
   std::vector<Tensor> eager(inputs.size()), graph(inputs.size());
   if (opt.mode != CheckMode::Graph) {
     MLS_CHECK(out.requires_grad(), "gradcheck: the output does not depend on any floating input");
-    const Var loss = mls::ad::sum(out * Var(w));
+    const Var loss = mls::autodiff::sum(out * Var(w));
     loss.backward();
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (is_floating(inputs[i].dtype()))
@@ -78,7 +78,7 @@ GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs, co
       if (is_floating(inputs[i].dtype())) wrt.push_back(ph.back());
     }
     const Var gout = f(ph);
-    const Var loss = mls::ad::sum(gout * g.constant(w, "w"));
+    const Var loss = mls::autodiff::sum(gout * g.constant(w, "w"));
     const std::vector<Var> grads = gradients(loss, wrt);
     std::vector<Var> fetch{gout};
     fetch.insert(fetch.end(), grads.begin(), grads.end());
@@ -117,4 +117,4 @@ GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs, co
   return r;
 }
 
-}  // namespace mls::ad
+}  // namespace mls::autodiff

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <sstream>
 
-namespace mls::ad::nn {
+namespace mls::autodiff::nn {
 
 Parameter parameter(Tensor value) { return Var(std::move(value), true); }
 
@@ -138,4 +138,4 @@ double train_epoch(Module& model, Optimizer& opt, const Tensor& x, const Tensor&
   return total / static_cast<double>(steps);
 }
 
-}  // namespace mls::ad::nn
+}  // namespace mls::autodiff::nn

@@ -4,7 +4,7 @@
 #include "mls/tensor/scalar.hpp"
 #include "ops_internal.hpp"
 
-namespace mls::ad::ops {
+namespace mls::autodiff::ops {
 
 namespace {
 // ---- elementwise ------------------------------------------------------------------------------------
@@ -248,4 +248,4 @@ void register_elementwise_ops(OpTable& t) {
                     .doc = "cond ? a : b, broadcasting; cond is bool"});
 }
 
-}  // namespace mls::ad::ops
+}  // namespace mls::autodiff::ops

@@ -9,7 +9,7 @@
 
 #include "mls/autodiff/var.hpp"
 
-namespace mls::ad::ops {
+namespace mls::autodiff::ops {
 
 using Ins = std::span<const Tensor>;
 using InNodes = std::span<const Node* const>;
@@ -78,4 +78,4 @@ inline Var mask(const Var& cond, const Var& like) { return cast(cond, like.dtype
 /// Input `i` of the node `out` as a Var (for gradient rules).
 inline Var in(const Var& out, std::size_t i) { return Var(out.node()->inputs.at(i)); }
 
-}  // namespace mls::ad::ops
+}  // namespace mls::autodiff::ops

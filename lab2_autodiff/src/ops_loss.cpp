@@ -3,7 +3,7 @@
 // and gradient rules (student functions: the `*_bwd` bodies).
 #include "ops_internal.hpp"
 
-namespace mls::ad::ops {
+namespace mls::autodiff::ops {
 
 namespace {
 Tensor softmax_ce_fwd(Ins in, const Attrs&) {
@@ -119,4 +119,4 @@ void register_loss_ops(OpTable& t) {
                   .doc = "mean((a - b)^2)"});
 }
 
-}  // namespace mls::ad::ops
+}  // namespace mls::autodiff::ops

@@ -5,7 +5,7 @@
 
 #include "ops_internal.hpp"
 
-namespace mls::ad::ops {
+namespace mls::autodiff::ops {
 
 namespace {
 Tensor matmul_fwd(Ins in, const Attrs&) { return mls::matmul(in[0], in[1]); }
@@ -355,4 +355,4 @@ void register_nn_ops(OpTable& t) {
                      .flops = conv2d_flops});
 }
 
-}  // namespace mls::ad::ops
+}  // namespace mls::autodiff::ops

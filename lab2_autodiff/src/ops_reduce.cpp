@@ -3,7 +3,7 @@
 // forward, shape inference and gradient rules (student functions: the `*_bwd` bodies).
 #include "ops_internal.hpp"
 
-namespace mls::ad::ops {
+namespace mls::autodiff::ops {
 
 namespace {
 // ---- reductions -------------------------------------------------------------------------------------
@@ -166,4 +166,4 @@ void register_reduce_ops(OpTable& t) {
                         .backward = logsumexp_bwd, .doc = "log sum exp along axis, keepdim"});
 }
 
-}  // namespace mls::ad::ops
+}  // namespace mls::autodiff::ops

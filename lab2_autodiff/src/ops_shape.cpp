@@ -3,7 +3,7 @@
 // and gradient rules (student functions: the `*_bwd` bodies).
 #include "ops_internal.hpp"
 
-namespace mls::ad::ops {
+namespace mls::autodiff::ops {
 
 namespace {
 // ---- shape ops -----------------------------------------------------------------------------------
@@ -240,4 +240,4 @@ void register_shape_ops(OpTable& t) {
                     .doc = "stacks the inputs along a new axis"});
 }
 
-}  // namespace mls::ad::ops
+}  // namespace mls::autodiff::ops

@@ -1,9 +1,10 @@
+// Student file of lab 2: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Optimizers: SGD (momentum, weight decay, Nesterov), Adam and AdamW.
 #include <cmath>
 
 #include "mls/autodiff/nn.hpp"
 
-namespace mls::ad::nn {
+namespace mls::autodiff::nn {
 
 Optimizer::Optimizer(std::vector<Parameter> params) : params_(std::move(params)) {
   for (std::size_t i = 0; i < params_.size(); ++i)
@@ -83,4 +84,4 @@ void Adam::step() {
   // END SOLUTION
 }
 
-}  // namespace mls::ad::nn
+}  // namespace mls::autodiff::nn

@@ -8,7 +8,7 @@
 
 #include "ops_internal.hpp"
 
-namespace mls::ad {
+namespace mls::autodiff {
 
 namespace {
 
@@ -34,8 +34,8 @@ void assign_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
   d = in[0]->dtype;
 }
 
-// Custom ops (eager only; see mls::ad::custom): the node carries its own backward callback.
-Tensor custom_fwd(Ins, const Attrs&) { fail("custom: the forward of a custom op runs only through mls::ad::custom"); }
+// Custom ops (eager only; see mls::autodiff::custom): the node carries its own backward callback.
+Tensor custom_fwd(Ins, const Attrs&) { fail("custom: the forward of a custom op runs only through mls::autodiff::custom"); }
 void custom_infer(InNodes, const Attrs&, Shape&, DType&) {
   fail("custom: custom ops are eager only, they cannot be added to a graph");
 }
@@ -184,4 +184,4 @@ Shape broadcast_inferred(const Shape& a, const Shape& b, const char* op) {
   return r;
 }
 
-}  // namespace mls::ad
+}  // namespace mls::autodiff

@@ -13,7 +13,7 @@
 #include "mls/autodiff/graph.hpp"
 #include "mls/autodiff/nn.hpp"
 
-namespace lab2test {
+namespace autodiff_test {
 
 using mls::testing::require_error;
 
@@ -35,7 +35,7 @@ inline constexpr mls::testing::Tolerance kApprox{2.4e-5, 0.0};
 inline constexpr mls::testing::Tolerance kAllclose{2e-5, 2e-8};
 
 /// Records the value of `v` (dtype, shape, values), or "undefined".
-inline void observe_var(std::string_view label, const mls::ad::Var& v, mls::testing::Tolerance tol = kApprox) {
+inline void observe_var(std::string_view label, const mls::autodiff::Var& v, mls::testing::Tolerance tol = kApprox) {
   if (!mls::testing::observing()) return;
   mls::testing::observe_values(label, v.defined() ? v.value() : mls::Tensor(), tol);
 }
@@ -43,18 +43,18 @@ inline void observe_var(std::string_view label, const mls::ad::Var& v, mls::test
 /// Records what `f` computes in eager mode on `inputs`: its value and the gradient of
 /// sum(f(x) * w) (w random, fixed by the seed) with respect to every floating input, within a
 /// float64 tolerance. Only while observing (graded mode); a throw is recorded as such.
-inline void observe_grad(const mls::ad::GradFn& f, const std::vector<mls::Tensor>& inputs) {
+inline void observe_grad(const mls::autodiff::GradFn& f, const std::vector<mls::Tensor>& inputs) {
   if (!mls::testing::observing()) return;
   try {
-    std::vector<mls::ad::Var> leaves;
+    std::vector<mls::autodiff::Var> leaves;
     for (const mls::Tensor& t : inputs) leaves.emplace_back(t, mls::is_floating(t.dtype()));
-    const mls::ad::Var out = f(leaves);
+    const mls::autodiff::Var out = f(leaves);
     mls::testing::observe_values("f(x)", out.value(), {1e-9, 1e-12});
     mls::Rng rng(97, "lab2-test-observe-grad");
     out.backward(mls::Tensor::randn(out.shape(), rng, 0.0, 1.0, out.value().dtype()));
     for (std::size_t i = 0; i < leaves.size(); ++i) {
       if (!leaves[i].requires_grad()) continue;
-      const mls::ad::Var g = leaves[i].grad();
+      const mls::autodiff::Var g = leaves[i].grad();
       mls::testing::observe_values("d/dx" + std::to_string(i), g.defined() ? g.value() : mls::Tensor(), {1e-7, 1e-10});
     }
   } catch (...) {
@@ -63,11 +63,11 @@ inline void observe_grad(const mls::ad::GradFn& f, const std::vector<mls::Tensor
 }
 
 /// gradcheck in both modes, with the report shown on failure. Records f's value and gradients.
-inline void check_grad(const mls::ad::GradFn& f, const std::vector<mls::Tensor>& inputs) {
+inline void check_grad(const mls::autodiff::GradFn& f, const std::vector<mls::Tensor>& inputs) {
   observe_grad(f, inputs);
-  const mls::ad::GradcheckResult r = mls::ad::gradcheck(f, inputs);
+  const mls::autodiff::GradcheckResult r = mls::autodiff::gradcheck(f, inputs);
   INFO(r.report);
   CHECK(r.ok);
 }
 
-}  // namespace lab2test
+}  // namespace autodiff_test

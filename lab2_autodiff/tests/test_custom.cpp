@@ -2,8 +2,8 @@
 #include "helpers.hpp"
 
 using namespace mls;
-using namespace mls::ad;
-using lab2test::require_error;
+using namespace mls::autodiff;
+using autodiff_test::require_error;
 
 TEST_CASE("custom: a custom op's backward callback is used on the tape", "[lab2][eager]") {
   Rng rng(7, "custom");
@@ -24,15 +24,15 @@ TEST_CASE("custom: a custom op's backward callback is used on the tape", "[lab2]
   const Var y = sum(tanh(twice_mul(x, w)));
   y.backward();
   MLS_OBSERVE(calls);
-  lab2test::observe_var("y", y);
+  autodiff_test::observe_var("y", y);
   CHECK(calls == 1);
   // Reference: the same function from built-in ops.
   Var x2(x.value(), true), w2(w.value(), true);
   sum(tanh(x2 * w2 * 2.0)).backward();
   const auto gx = x.grad().value().to_vector<double>(), rx = x2.grad().value().to_vector<double>();
   const auto gw = w.grad().value().to_vector<double>(), rw = w2.grad().value().to_vector<double>();
-  lab2test::observe_var("x.grad", x.grad(), {2e-12, 0.0});
-  lab2test::observe_var("w.grad", w.grad(), {2e-12, 0.0});
+  autodiff_test::observe_var("x.grad", x.grad(), {2e-12, 0.0});
+  autodiff_test::observe_var("w.grad", w.grad(), {2e-12, 0.0});
   for (std::size_t i = 0; i < gx.size(); ++i) {
     CHECK(gx[i] == Approx(rx[i]).epsilon(1e-12));
     CHECK(gw[i] == Approx(rw[i]).epsilon(1e-12));
@@ -43,7 +43,7 @@ TEST_CASE("custom: a custom op's backward callback is used on the tape", "[lab2]
 TEST_CASE("custom: no tape without requires_grad, and bad uses are errors", "[lab2][errors]") {
   Var c(Tensor::from({1.0, 2.0}));
   const Var y = custom("ident", {c}, c.value(), [](const Var& g, const std::vector<bool>&) { return std::vector<Var>{g}; });
-  lab2test::observe_var("y", y, {});
+  autodiff_test::observe_var("y", y, {});
   CHECK_FALSE(y.requires_grad());
   require_error([&] { custom("ident", {c}, Tensor(), [](const Var& g, const std::vector<bool>&) { return std::vector<Var>{g}; }); },
                 "custom 'ident': the output value is undefined");

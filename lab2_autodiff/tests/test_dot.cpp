@@ -4,7 +4,7 @@
 #include <regex>
 
 using namespace mls;
-using namespace mls::ad;
+using namespace mls::autodiff;
 
 namespace {
 std::size_t count(const std::string& s, const std::string& needle) {
@@ -64,6 +64,6 @@ TEST_CASE("dot: an eager tape can be drawn from its output", "[lab2][dot]") {
   CHECK(d.num_nodes() == 5);  // x, relu, const 2, mul, sum
   CHECK(d.num_edges() == 4);
   y.backward();
-  lab2test::observe_var("x.grad", x.grad(), {});
+  autodiff_test::observe_var("x.grad", x.grad(), {});
   CHECK(x.grad().defined());
 }

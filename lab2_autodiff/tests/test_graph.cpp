@@ -2,9 +2,9 @@
 #include "helpers.hpp"
 
 using namespace mls;
-using namespace mls::ad;
-using lab2test::randn;
-using lab2test::require_error;
+using namespace mls::autodiff;
+using autodiff_test::randn;
+using autodiff_test::require_error;
 
 TEST_CASE("graph: shapes are inferred, -1 for the batch", "[lab2][graph]") {
   Graph g;
@@ -26,7 +26,7 @@ TEST_CASE("graph: shapes are inferred, -1 for the batch", "[lab2][graph]") {
   const Var dw = gradients(sum(y), {w})[0];
   CHECK(dw.shape() == Shape{784, 10});
   const auto out = Executor(g).run({y, dw}, {{x, Tensor::ones({3, 784})}});
-  mls::testing::observe_values("y", out[0], lab2test::kAllclose);
+  mls::testing::observe_values("y", out[0], autodiff_test::kAllclose);
   mls::testing::observe_values("dw", out[1], {2e-5, 2e-6});
   CHECK(out[0].shape() == Shape{3, 10});
   CHECK(allclose(out[0], Tensor::full({3, 10}, 0.1f)));
@@ -46,7 +46,7 @@ TEST_CASE("graph: gradients are nodes of the same graph, the forward nodes are u
   const Tensor xv = Tensor::from({0.1, -0.4, 1.3});
   const Tensor got = Executor(g).run({dx}, {{x, xv}})[0];
   const Tensor t = mls::tanh(xv);
-  mls::testing::observe_values("dx", got, lab2test::kAllclose);
+  mls::testing::observe_values("dx", got, autodiff_test::kAllclose);
   CHECK(allclose(got, mls::add(t, mls::mul(xv, 1.0 - mls::mul(t, t)))));
 }
 
@@ -58,8 +58,8 @@ TEST_CASE("graph: second derivatives via gradients of gradients", "[lab2][graph]
   const Var d2x = gradients(sum(dx), {x})[0];
   const Tensor xv = Tensor::from({0.5, -1.0, 2.0, 0.0});
   const auto out = Executor(g).run({dx, d2x}, {{x, xv}});
-  mls::testing::observe_values("dx", out[0], lab2test::kAllclose);
-  mls::testing::observe_values("d2x", out[1], lab2test::kAllclose);
+  mls::testing::observe_values("dx", out[0], autodiff_test::kAllclose);
+  mls::testing::observe_values("d2x", out[1], autodiff_test::kAllclose);
   CHECK(allclose(out[0], mls::add(mls::mul(mls::mul(xv, xv), 3.0), mls::cos(xv))));
   CHECK(allclose(out[1], mls::sub(mls::mul(xv, 6.0), mls::sin(xv))));
 }
@@ -114,7 +114,7 @@ TEST_CASE("graph: gradient of an unrelated variable is zeros, topo_sort orders i
   const Var y = sum(exp(a));
   const auto grads = gradients(y, {a, b});
   const auto out = Executor(g).run({grads[1]}, {{b, Tensor::ones({2})}});
-  mls::testing::observe_values("d/db", out[0], lab2test::kAllclose);
+  mls::testing::observe_values("d/db", out[0], autodiff_test::kAllclose);
   CHECK(allclose(out[0], Tensor::zeros({2})));
   const std::vector<Var> outs{y};
   const auto order = topo_sort(outs);
@@ -136,7 +136,7 @@ TEST_CASE("graph: prune and replace_all_uses (rewriting for lab 3)", "[lab2][gra
   const std::size_t replaced = g.replace_all_uses(x, z);
   MLS_OBSERVE(replaced);
   CHECK(replaced == 2);
-  mls::testing::observe_values("y", Executor(g).run({y})[0], lab2test::kAllclose);
+  mls::testing::observe_values("y", Executor(g).run({y})[0], autodiff_test::kAllclose);
   CHECK(Executor(g).run({y})[0].to_vector<double>() == std::vector<double>{1.0, 1.0});
 }
 
@@ -146,7 +146,7 @@ TEST_CASE("graph errors: feeds with the wrong shape or dtype, missing feeds", "[
   const Var y = sum(x * x);
   const Var dx = gradients(y, {x})[0];
   Executor ex(g);
-  mls::testing::observe_values("dx", ex.run({dx}, {{x, Tensor::ones({2, 3})}})[0], lab2test::kAllclose);
+  mls::testing::observe_values("dx", ex.run({dx}, {{x, Tensor::ones({2, 3})}})[0], autodiff_test::kAllclose);
   CHECK(ex.run({dx}, {{x, Tensor::ones({2, 3})}})[0].shape() == Shape{2, 3});
   require_error([&] { ex.run({y}, {{x, Tensor::ones({2, 4})}}); }, "placeholder 'x' expects float32 [-1, 3], fed float32 [2, 4]");
   require_error([&] { ex.run({y}, {{x, Tensor::ones({2, 3}, DType::Float64)}}); }, "fed float64");
@@ -159,7 +159,7 @@ TEST_CASE("graph errors: a cycle, mixing graphs, bad shapes at build time", "[la
   const Var x = g.placeholder("x", {2});
   const Var a = exp(x);
   const Var b = sin(a);
-  mls::testing::observe_values("b", Executor(g).run({b}, {{x, Tensor::ones({2})}})[0], lab2test::kAllclose);
+  mls::testing::observe_values("b", Executor(g).run({b}, {{x, Tensor::ones({2})}})[0], autodiff_test::kAllclose);
   CHECK(Executor(g).run({b}, {{x, Tensor::ones({2})}})[0].shape() == Shape{2});
   g.set_input(a, 0, b);  // a = exp(b), b = sin(a)
   require_error([&] { Executor(g).run({b}, {{x, Tensor::ones({2})}}); }, "cycle");

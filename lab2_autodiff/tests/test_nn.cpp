@@ -7,8 +7,8 @@
 #include "mls/autodiff/data.hpp"
 
 using namespace mls;
-using namespace mls::ad;
-using lab2test::require_error;
+using namespace mls::autodiff;
+using autodiff_test::require_error;
 
 TEST_CASE("nn: Linear and mlp shapes, parameters, seeded init statistics", "[lab2][nn]") {
   Rng rng(1, "init");
@@ -47,7 +47,7 @@ TEST_CASE("nn: SGD with momentum and weight decay matches the update rule", "[la
     const double g = 2 * pv + 0.01 * pv;
     v = i == 0 ? g : 0.9 * v + g;
     pv -= 0.1 * v;
-    lab2test::observe_var("p", p);
+    autodiff_test::observe_var("p", p);
     CHECK(p.value().item() == Approx(pv));
   }
 }
@@ -70,7 +70,7 @@ TEST_CASE("nn: Adam and AdamW match the update rule", "[lab2][nn]") {
       if (decoupled) pv *= 1 - 0.1 * 0.1;
       pv -= 0.1 * (m / (1 - std::pow(0.9, t))) / (std::sqrt(v / (1 - std::pow(0.999, t))) + 1e-8);
       INFO("decoupled " << decoupled << " t " << t);
-      lab2test::observe_var("p", p);
+      autodiff_test::observe_var("p", p);
       CHECK(p.value().item() == Approx(pv));
     }
   }
@@ -103,7 +103,7 @@ TEST_CASE("data: IDX files round-trip and load as MNIST, then feed a training st
   mls::testing::observe_values("read_idx", data::read_idx((dir / "train-images-idx3-ubyte").string()));
   CHECK(equal(data::read_idx((dir / "train-images-idx3-ubyte").string()), images));
   const data::Dataset d = data::load_mnist(dir.string());
-  mls::testing::observe_values("x", d.x, lab2test::kApprox);
+  mls::testing::observe_values("x", d.x, autodiff_test::kApprox);
   mls::testing::observe_values("labels", d.labels);
   CHECK(d.x.shape() == Shape{3, 4});
   CHECK(d.x.at({0, 1}) == Approx(1.0));
@@ -123,7 +123,7 @@ TEST_CASE("nn errors: bad layer input, bad optimizer settings, bad IDX files", "
   nn::Linear lin(4, 2, rng);
   sum(lin(Var(Tensor::ones({1, 4})))).backward();
   REQUIRE(lin.weight.grad().defined());
-  lab2test::observe_var("weight.grad", lin.weight.grad());  // ones: independent of the init
+  autodiff_test::observe_var("weight.grad", lin.weight.grad());  // ones: independent of the init
   require_error([&] { (void)lin(Var(Tensor::ones({3, 5}))); }, "Linear(4, 2): input has shape [3, 5], expected [..., 4]");
   require_error([&] { nn::SGD({lin.weight}, -1.0); }, "SGD: need lr > 0");
   require_error([&] { nn::Adam({lin.weight}, 0.1, 1.0); }, "Adam: need");

@@ -3,11 +3,11 @@
 #include "helpers.hpp"
 
 using namespace mls;
-using namespace mls::ad;
-using lab2test::check_grad;
-using lab2test::randn;
-using lab2test::randu;
-using lab2test::require_error;
+using namespace mls::autodiff;
+using autodiff_test::check_grad;
+using autodiff_test::randn;
+using autodiff_test::randu;
+using autodiff_test::require_error;
 using V = std::vector<Var>;
 
 TEST_CASE("gradcheck: unary elementwise ops", "[lab2][opgrad]") {
@@ -67,12 +67,12 @@ TEST_CASE("gradcheck: reductions with axes and keepdim", "[lab2][opgrad]") {
 TEST_CASE("max/min ties split the gradient equally", "[lab2][opgrad]") {
   Var x(Tensor::from({1.0, 3.0, 3.0, 2.0}), true);
   max(x).backward();
-  lab2test::observe_var("x.grad", x.grad(), {});
+  autodiff_test::observe_var("x.grad", x.grad(), {});
   CHECK(x.grad().value().to_vector<double>() == std::vector<double>{0.0, 0.5, 0.5, 0.0});
   Var a(Tensor::from({1.0, 2.0}), true), b(Tensor::from({1.0, 5.0}), true);
   sum(maximum(a, b)).backward();
-  lab2test::observe_var("a.grad", a.grad(), {});
-  lab2test::observe_var("b.grad", b.grad(), {});
+  autodiff_test::observe_var("a.grad", a.grad(), {});
+  autodiff_test::observe_var("b.grad", b.grad(), {});
   CHECK(a.grad().value().to_vector<double>() == std::vector<double>{0.5, 0.0});
   CHECK(b.grad().value().to_vector<double>() == std::vector<double>{0.5, 1.0});
 }

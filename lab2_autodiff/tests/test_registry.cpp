@@ -5,8 +5,8 @@
 #include "mls/observe_tensor.hpp"
 
 using namespace mls;
-using namespace mls::ad;
-using lab2test::require_error;
+using namespace mls::autodiff;
+using autodiff_test::require_error;
 
 namespace {
 // ---- the worked example of handouts/lab2/README.md: softplus(x) = log(1 + e^x) -----------------
@@ -30,9 +30,9 @@ Var softplus(const Var& x) { return apply(kSoftplus, {x}); }
 }  // namespace
 
 TEST_CASE("registry: a registered op runs eagerly and in a graph, with reverse and forward mode", "[lab2][opgrad]") {
-  const Tensor xv = lab2test::randn({3, 4}, 41);
+  const Tensor xv = autodiff_test::randn({3, 4}, 41);
   // Reverse mode, both modes, against central differences.
-  lab2test::check_grad([](const std::vector<Var>& v) { return sum(softplus(v[0]) * v[0]); }, {xv});
+  autodiff_test::check_grad([](const std::vector<Var>& v) { return sum(softplus(v[0]) * v[0]); }, {xv});
   Var x(xv, true);
   sum(softplus(x)).backward();
   const Tensor gx = x.grad().value();
@@ -46,7 +46,7 @@ TEST_CASE("registry: a registered op runs eagerly and in a graph, with reverse a
   const Tensor yv = Executor(g).run({y}, {{ph, xv}})[0];
   MLS_OBSERVE(yv, {1e-12, 1e-12});
   CHECK(mls::allclose(yv, mls::log(mls::add(mls::exp(xv), 1.0)), 1e-12, 1e-12));
-  const Tensor u = lab2test::randn({3, 4}, 42);
+  const Tensor u = autodiff_test::randn({3, 4}, 42);
   const JvpResult r = jvp({y}, {{ph, xv}}, {{ph, u}});
   MLS_OBSERVE(r.tangents[0], {1e-12, 1e-12});
   CHECK(mls::allclose(r.tangents[0], mls::mul(u, mls::sigmoid(xv)), 1e-12, 1e-12));
@@ -73,7 +73,7 @@ TEST_CASE("registry: a registered op runs eagerly and in a graph, with reverse a
 TEST_CASE("registry: flags of the built-in ops, shape helpers, and bad registrations", "[lab2][errors]") {
   // A differentiable op registered without a gradient rule fails when a gradient reaches it.
   static const Op no_rule = register_op({.name = "test_no_rule", .forward = softplus_fwd, .infer = softplus_infer});
-  Var x(lab2test::randn({2}, 43), true);
+  Var x(autodiff_test::randn({2}, 43), true);
   require_error([&] { sum(apply(no_rule, {x})).backward(); }, "backward: op test_no_rule has no gradient rule");
   // Flags lab 3's fusion and cost model read.
   CHECK(op_def(Op::Gelu).elementwise);

@@ -6,9 +6,9 @@
 #include "helpers.hpp"
 
 using namespace mls;
-using namespace mls::ad;
-using lab2test::randn;
-using lab2test::randu;
+using namespace mls::autodiff;
+using autodiff_test::randn;
+using autodiff_test::randu;
 
 namespace {
 
@@ -80,7 +80,7 @@ TEST_CASE("softmax_cross_entropy: Hessian-vector products through soft targets, 
 
 TEST_CASE("softmax_cross_entropy: first derivative with unnormalised soft targets", "[lab2][opgrad]") {
   const Tensor x = randn({3, 5}, 81), t = randu({3, 5}, 82, 0.0, 2.0);
-  lab2test::check_grad([](const std::vector<Var>& v) { return softmax_cross_entropy(v[0], v[1]); }, {x, t});
+  autodiff_test::check_grad([](const std::vector<Var>& v) { return softmax_cross_entropy(v[0], v[1]); }, {x, t});
 }
 
 // ---- forward mode for the ops that had no rule ---------------------------------------------------

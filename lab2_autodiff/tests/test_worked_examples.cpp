@@ -2,8 +2,8 @@
 #include "helpers.hpp"
 
 using namespace mls;
-using namespace mls::ad;
-using lab2test::randn;
+using namespace mls::autodiff;
+using autodiff_test::randn;
 
 namespace {
 constexpr double kY = 11.652, kDx1 = 5.5, kDx2 = 1.716;  // the slides, to 3 decimals
@@ -38,9 +38,9 @@ TEST_CASE("slide trace: eager reverse mode", "[lab2][examples]") {
   Var x1(Tensor::scalar(2.0, DType::Float64), true), x2(Tensor::scalar(5.0, DType::Float64), true);
   const Var y = examples::slide_function(x1, x2);
   y.backward();
-  lab2test::observe_var("y", y, kSlide);
-  lab2test::observe_var("dy/dx1", x1.grad(), kSlide);
-  lab2test::observe_var("dy/dx2", x2.grad(), kSlide);
+  autodiff_test::observe_var("y", y, kSlide);
+  autodiff_test::observe_var("dy/dx1", x1.grad(), kSlide);
+  autodiff_test::observe_var("dy/dx2", x2.grad(), kSlide);
   CHECK(y.value().item() == Approx(kY).margin(5e-4));
   CHECK(x1.grad().value().item() == Approx(kDx1).margin(5e-4));
   CHECK(x2.grad().value().item() == Approx(kDx2).margin(5e-4));
@@ -62,7 +62,7 @@ TEST_CASE("slide trace: symbolic reverse mode (gradients + executor)", "[lab2][e
   // The graph is reusable with other values (lecture: "can be reused by different input values").
   const auto out2 = Executor(g).run({grads[0]}, {{x1, Tensor::scalar(1.0, DType::Float64)},
                                                  {x2, Tensor::scalar(3.0, DType::Float64)}});
-  mls::testing::observe_values("dy/dx1 at (1, 3)", out2[0], lab2test::kApprox);
+  mls::testing::observe_values("dy/dx1 at (1, 3)", out2[0], autodiff_test::kApprox);
   CHECK(out2[0].item() == Approx(1.0 + 3.0));
 }
 
@@ -95,8 +95,8 @@ TEST_CASE("(exp(v1)+1) times exp(v1): the backward graph has the slides' structu
   CHECK_FALSE(grad.get()->inputs[1]->is_backward);
   const double v = 0.3;
   const auto out = Executor(g).run({v4, grad}, {{v1, Tensor::scalar(v, DType::Float64)}});
-  mls::testing::observe_values("v4", out[0], lab2test::kApprox);
-  mls::testing::observe_values("dv4/dv1", out[1], lab2test::kApprox);
+  mls::testing::observe_values("v4", out[0], autodiff_test::kApprox);
+  mls::testing::observe_values("dv4/dv1", out[1], autodiff_test::kApprox);
   CHECK(out[0].item() == Approx((std::exp(v) + 1) * std::exp(v)));
   CHECK(out[1].item() == Approx(2 * std::exp(2 * v) + std::exp(v)));
 }

@@ -8,7 +8,7 @@
 #include "mls/autodiff/examples.hpp"
 
 using namespace mls;
-using namespace mls::ad;
+using namespace mls::autodiff;
 
 namespace {
 void write(const Graph& g, const std::string& dir, const std::string& name, bool svg) {

@@ -24,7 +24,7 @@ namespace {
 
 using json = nlohmann::json;
 using namespace mls;
-using namespace mls::ad;
+using namespace mls::autodiff;
 
 std::vector<std::int64_t> ints(const json& j) { return j.get<std::vector<std::int64_t>>(); }
 

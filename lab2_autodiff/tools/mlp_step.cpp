@@ -9,7 +9,7 @@
 #include "mls/common/timer.hpp"
 
 using namespace mls;
-using namespace mls::ad;
+using namespace mls::autodiff;
 
 int main(int argc, char** argv) {
   CLI::App app{"Time an eager MLP training step (784-256-256-10, batch 128, SGD)."};

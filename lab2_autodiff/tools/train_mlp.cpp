@@ -11,7 +11,7 @@
 #include "mls/common/timer.hpp"
 
 using namespace mls;
-using namespace mls::ad;
+using namespace mls::autodiff;
 
 int main(int argc, char** argv) {
   CLI::App app{"Train an MLP with lab 2's eager autodiff."};

@@ -4,12 +4,12 @@
 //   BM_MemoryPlan/<model>   counters planned_bytes / naive_bytes (a ratio of memory, not time)
 #include <benchmark/benchmark.h>
 
-#include "mls/graphopt/memory.hpp"
-#include "mls/graphopt/models.hpp"
-#include "mls/graphopt/passes.hpp"
+#include "mls/graph_opt/memory.hpp"
+#include "mls/graph_opt/models.hpp"
+#include "mls/graph_opt/passes.hpp"
 
 using namespace mls;
-using namespace mls::opt;
+using namespace mls::graph_opt;
 
 namespace {
 constexpr std::int64_t kChainN = 16 << 20;

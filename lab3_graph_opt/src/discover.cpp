@@ -1,6 +1,7 @@
+// Student file of lab 3: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Automated discovery of rewrites (after TASO): enumerate, fingerprint, verify, prune; the rules
 // as pattern-engine rules; a best-first search over rewrites with a FLOPs + bytes cost model.
-#include "mls/graphopt/discover.hpp"
+#include "mls/graph_opt/discover.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 // ---- expressions: construction, text, evaluation ----------------------------------------------------
 namespace {
@@ -193,15 +194,15 @@ Var build_with(const TermPtr& t, const std::vector<Var>& vars, const Var& like) 
       MLS_CHECK(i < vars.size() && vars[i].defined(), "build_term: variable ", var_letter(t->var), " is not given");
       return vars[i];
     }
-    case TermOp::Zero: return ad::scalar_like(like, 0.0);
-    case TermOp::One: return ad::scalar_like(like, 1.0);
-    case TermOp::Neg: return ad::neg(build_with(t->a, vars, like));
-    case TermOp::Transpose: return ad::permute(build_with(t->a, vars, like), {1, 0});
-    case TermOp::Relu: return ad::relu(build_with(t->a, vars, like));
-    case TermOp::Add: return ad::add(build_with(t->a, vars, like), build_with(t->b, vars, like));
-    case TermOp::Sub: return ad::sub(build_with(t->a, vars, like), build_with(t->b, vars, like));
-    case TermOp::Mul: return ad::mul(build_with(t->a, vars, like), build_with(t->b, vars, like));
-    case TermOp::Matmul: return ad::matmul(build_with(t->a, vars, like), build_with(t->b, vars, like));
+    case TermOp::Zero: return autodiff::scalar_like(like, 0.0);
+    case TermOp::One: return autodiff::scalar_like(like, 1.0);
+    case TermOp::Neg: return autodiff::neg(build_with(t->a, vars, like));
+    case TermOp::Transpose: return autodiff::permute(build_with(t->a, vars, like), {1, 0});
+    case TermOp::Relu: return autodiff::relu(build_with(t->a, vars, like));
+    case TermOp::Add: return autodiff::add(build_with(t->a, vars, like), build_with(t->b, vars, like));
+    case TermOp::Sub: return autodiff::sub(build_with(t->a, vars, like), build_with(t->b, vars, like));
+    case TermOp::Mul: return autodiff::mul(build_with(t->a, vars, like), build_with(t->b, vars, like));
+    case TermOp::Matmul: return autodiff::matmul(build_with(t->a, vars, like), build_with(t->b, vars, like));
   }
   fail("build_term: unknown op");
 }
@@ -530,7 +531,7 @@ namespace {
       s = "c" + shape_str(n->shape);
       if (n->value.defined() && n->value.numel() == 1) s += std::to_string(n->value.to(DType::Float64).compact().to_vector<double>()[0]);
     } else {
-      s = std::string(ad::op_name(n->op)) + "{" + n->attrs.str() + "}(";
+      s = std::string(autodiff::op_name(n->op)) + "{" + n->attrs.str() + "}(";
       for (const NodePtr& in : n->inputs) s += memo.at(in.get()) + ",";
       s += ")";
     }
@@ -651,4 +652,4 @@ std::vector<KnownRewrite> rediscovered(const std::vector<DiscoveredRule>& rules)
   return known;
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

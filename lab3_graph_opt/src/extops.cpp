@@ -6,10 +6,10 @@
 #include <cstring>
 
 #include "mls/common/parallel.hpp"
-#include "mls/graphopt/ir.hpp"
+#include "mls/graph_opt/ir.hpp"
 #include "mls/tensor/scalar.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 namespace {
 
@@ -62,7 +62,7 @@ struct Instr {
   BinaryOp binary = BinaryOp::Add;
   int a, b;
 };
-std::vector<Instr> decode(const ad::Attrs& attrs, std::size_t n_inputs) {
+std::vector<Instr> decode(const autodiff::Attrs& attrs, std::size_t n_inputs) {
   const auto& code = attrs.ints("code");
   MLS_CHECK(!code.empty() && code.size() % 3 == 0, "fused_elementwise: 'code' must be a non-empty list of triples, has ",
             code.size(), " entries");
@@ -70,9 +70,9 @@ std::vector<Instr> decode(const ad::Attrs& attrs, std::size_t n_inputs) {
   const auto n_in = static_cast<std::int64_t>(n_inputs);
   for (std::size_t i = 0; i < code.size(); i += 3) {
     const auto op = static_cast<Op>(code[i]);
-    MLS_CHECK(code[i] >= 0 && code[i] <= 0xffff && ad::is_registered(op) && ad::op_def(op).elementwise,
+    MLS_CHECK(code[i] >= 0 && code[i] <= 0xffff && autodiff::is_registered(op) && autodiff::op_def(op).elementwise,
               "fused_elementwise: instruction ", i / 3, " has opcode ", code[i], ", not an elementwise op");
-    const ad::OpDef& def = ad::op_def(op);
+    const autodiff::OpDef& def = autodiff::op_def(op);
     const std::int64_t limit = n_in + static_cast<std::int64_t>(i / 3);
     MLS_CHECK(code[i + 1] >= 0 && code[i + 1] < limit, "fused_elementwise: instruction ", i / 3, " reads slot ",
               code[i + 1], ", only ", limit, " defined");
@@ -88,7 +88,7 @@ std::vector<Instr> decode(const ad::Attrs& attrs, std::size_t n_inputs) {
   return prog;
 }
 
-Shape broadcast(const Shape& a, const Shape& b) { return ad::broadcast_inferred(a, b, "fused_elementwise"); }
+Shape broadcast(const Shape& a, const Shape& b) { return autodiff::broadcast_inferred(a, b, "fused_elementwise"); }
 
 constexpr std::int64_t kBlock = 512;
 
@@ -204,7 +204,7 @@ void fused_types(std::span<const Shape* const> shapes, std::span<const DType> dt
   MLS_CHECK(is_floating(d), "fused_elementwise: inputs must be floating, got ", d);
   dtype = d;
 }
-Tensor fused_forward(Ins in, const ad::Attrs& attrs) {
+Tensor fused_forward(Ins in, const autodiff::Attrs& attrs) {
   const std::vector<Instr> prog = decode(attrs, in.size());
   std::vector<const Shape*> shapes;
   std::vector<DType> dtypes;
@@ -218,7 +218,7 @@ Tensor fused_forward(Ins in, const ad::Attrs& attrs) {
   if (dtype == DType::Float32) return fused_eval<float>(prog, in, dtype);
   return fused_eval<double>(prog, in, dtype);
 }
-void fused_infer(InNodes in, const ad::Attrs& attrs, Shape& shape, DType& dtype) {
+void fused_infer(InNodes in, const autodiff::Attrs& attrs, Shape& shape, DType& dtype) {
   MLS_CHECK(!in.empty(), "fused_elementwise: needs at least one input");
   decode(attrs, in.size());
   std::vector<const Shape*> shapes;
@@ -230,7 +230,7 @@ void fused_infer(InNodes in, const ad::Attrs& attrs, Shape& shape, DType& dtype)
   fused_types(shapes, dtypes, shape, dtype);
 }
 double fused_flops(const Node& n) {
-  return ad::shape_numel(n.shape) * static_cast<double>(n.attrs.ints("code").size() / 3);
+  return autodiff::shape_numel(n.shape) * static_cast<double>(n.attrs.ints("code").size() / 3);
 }
 
 // ---- gemm ---------------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ Shape gemm_shape(const Shape& a0, const Shape& b0, bool ta, bool tb) {
   return s;
 }
 
-void gemm_infer(InNodes in, const ad::Attrs& attrs, Shape& shape, DType& dtype) {
+void gemm_infer(InNodes in, const autodiff::Attrs& attrs, Shape& shape, DType& dtype) {
   MLS_CHECK(in.size() == 2 || in.size() == 3, "gemm: expected 2 or 3 inputs, got ", in.size());
   shape = gemm_shape(in[0]->shape, in[1]->shape, attrs.i("trans_a") != 0, attrs.i("trans_b") != 0);
   dtype = promote(in[0]->dtype, in[1]->dtype);
@@ -279,7 +279,7 @@ void epilogue(T* c, const T* bias, std::int64_t rows, std::int64_t n, std::int64
   });
 }
 
-Tensor gemm_forward(Ins in, const ad::Attrs& attrs) {
+Tensor gemm_forward(Ins in, const autodiff::Attrs& attrs) {
   MLS_CHECK(in.size() == 2 || in.size() == 3, "gemm: expected 2 or 3 inputs, got ", in.size());
   Tensor a = in[0], b = in[1];
   if (attrs.i("trans_a")) a = a.transpose(-2, -1);
@@ -304,27 +304,27 @@ Tensor gemm_forward(Ins in, const ad::Attrs& attrs) {
 double gemm_flops(const Node& n) {
   const Shape& a = n.inputs[0]->shape;
   const double k = static_cast<double>(std::max<std::int64_t>(1, n.attrs.i("trans_a") ? a[a.size() - 2] : a.back()));
-  const double out = ad::shape_numel(n.shape);
+  const double out = autodiff::shape_numel(n.shape);
   return 2 * out * k + out * static_cast<double>((n.inputs.size() == 3) + (n.attrs.i("act") != 0));
 }
 
 }  // namespace
 
-const Op kFusedElementwise = ad::register_op(
+const Op kFusedElementwise = autodiff::register_op(
     {.name = "fused_elementwise", .arity = -1, .differentiable = false, .forward = fused_forward,
      .infer = fused_infer, .doc = "a chain of elementwise ops in one loop (attribute code: [opcode, a, b] triples)",
      .flops = fused_flops});
-const Op kGemm = ad::register_op(
+const Op kGemm = autodiff::register_op(
     {.name = "gemm", .arity = -1, .differentiable = false, .forward = gemm_forward, .infer = gemm_infer,
      .doc = "matmul(op_a(A), op_b(B)) [+ bias] [then relu/gelu] in one pass", .flops = gemm_flops});
 
 std::string fused_expression(const Node& n) {
-  MLS_CHECK(n.op == kFusedElementwise, "fused_expression: node is ", ad::op_name(n.op), ", not fused_elementwise");
+  MLS_CHECK(n.op == kFusedElementwise, "fused_expression: node is ", autodiff::op_name(n.op), ", not fused_elementwise");
   const std::vector<Instr> prog = decode(n.attrs, n.inputs.size());
   std::vector<std::string> slot;
   for (std::size_t i = 0; i < n.inputs.size(); ++i) slot.push_back("in" + std::to_string(i));
   for (const Instr& k : prog) {
-    std::string s = ad::op_name(k.op);
+    std::string s = autodiff::op_name(k.op);
     s += "(" + slot[static_cast<std::size_t>(k.a)];
     if (k.b >= 0) s += ", " + slot[static_cast<std::size_t>(k.b)];
     s += ")";
@@ -333,4 +333,4 @@ std::string fused_expression(const Node& n) {
   return slot.back();
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -1,3 +1,4 @@
+// Student file of lab 3: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Program, verifier, printer, Graphviz drawing, cost model, a reference executor and the
 // equivalence check every pass is tested with.
 #include <algorithm>
@@ -7,9 +8,9 @@
 #include <unordered_set>
 
 #include "mls/common/rng.hpp"
-#include "mls/graphopt/ir.hpp"
+#include "mls/graph_opt/ir.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 // ---- Program ------------------------------------------------------------------------------------
 Program::Program() : graph(std::make_unique<Graph>()) {}
@@ -34,12 +35,12 @@ std::size_t Program::replace(const Var& from, const Var& to) {
     }
   return moved;
 }
-Var Program::make(Op op, std::vector<Var> ins, ad::Attrs attrs) {
+Var Program::make(Op op, std::vector<Var> ins, autodiff::Attrs attrs) {
   for (const Var& v : ins)
-    MLS_CHECK(v.defined() && v.get()->graph == graph.get(), ad::op_name(op), ": an input is not a node of this graph");
-  return ad::apply(op, std::move(ins), std::move(attrs));
+    MLS_CHECK(v.defined() && v.get()->graph == graph.get(), autodiff::op_name(op), ": an input is not a node of this graph");
+  return autodiff::apply(op, std::move(ins), std::move(attrs));
 }
-std::vector<Node*> Program::schedule() const { return ad::topo_sort(outputs); }
+std::vector<Node*> Program::schedule() const { return autodiff::topo_sort(outputs); }
 
 std::unordered_map<const Node*, int> use_counts(const Program& p) {
   std::unordered_map<const Node*, int> uses;
@@ -74,7 +75,7 @@ std::string ref(const std::unordered_map<const Node*, std::size_t>& idx, const N
 std::string who(const std::unordered_map<const Node*, std::size_t>& idx, const Node& n) {
   std::string s = ref(idx, &n);
   s += " ";
-  s += ad::is_registered(n.op) ? ad::op_name(n.op) : ("op#" + std::to_string(static_cast<int>(n.op)));
+  s += autodiff::is_registered(n.op) ? autodiff::op_name(n.op) : ("op#" + std::to_string(static_cast<int>(n.op)));
   if (!n.name.empty()) s += " '" + n.name + "'";
   return s;
 }
@@ -86,7 +87,7 @@ std::string print(const Program& p) {
   const auto idx = index_of(p);
   std::ostringstream os;
   for (const NodePtr& n : p.graph->nodes()) {
-    os << ref(idx, n.get()) << " = " << ad::op_name(n->op) << "(";
+    os << ref(idx, n.get()) << " = " << autodiff::op_name(n->op) << "(";
     for (std::size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << ref(idx, n->inputs[i].get());
     os << ")";
     if (n->op == kFusedElementwise) os << " {" << fused_expression(*n) << "}";
@@ -111,7 +112,7 @@ DotGraph to_dot(const Program& p, const std::string& title) {
   for (const Var& o : p.outputs) outs.insert(o.get());
   for (const NodePtr& n : p.graph->nodes()) {
     std::string label = n->name.empty() ? "" : n->name + "\n";
-    label += ad::op_name(n->op);
+    label += autodiff::op_name(n->op);
     if (n->op == kFusedElementwise) label += "\n" + fused_expression(*n);
     if (n->op == kGemm)
       label += std::string(n->attrs.i("trans_a") ? " Aᵀ" : "") + (n->attrs.i("trans_b") ? " Bᵀ" : "") +
@@ -140,11 +141,11 @@ void verify(const Program& p) {
   const auto idx = index_of(p);
   for (const NodePtr& np : g->nodes()) {
     const Node& n = *np;
-    MLS_CHECK(ad::is_registered(n.op), "verify: node ", who(idx, n), " has an unknown op (", static_cast<int>(n.op), ")");
+    MLS_CHECK(autodiff::is_registered(n.op), "verify: node ", who(idx, n), " has an unknown op (", static_cast<int>(n.op), ")");
     MLS_CHECK(n.graph == g, "verify: node ", who(idx, n), " belongs to another graph");
-    const int arity = ad::op_def(n.op).arity;
+    const int arity = autodiff::op_def(n.op).arity;
     MLS_CHECK(arity < 0 || static_cast<int>(n.inputs.size()) == arity, "verify: node ", who(idx, n), " has ",
-              n.inputs.size(), " inputs, ", ad::op_name(n.op), " takes ", arity);
+              n.inputs.size(), " inputs, ", autodiff::op_name(n.op), " takes ", arity);
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       MLS_CHECK(n.inputs[i] != nullptr, "verify: input ", i, " of node ", who(idx, n), " is undefined");
       MLS_CHECK(idx.count(n.inputs[i].get()), "verify: input ", i, " of node ", who(idx, n),
@@ -187,7 +188,7 @@ void verify(const Program& p) {
     Shape s;
     DType d = DType::Float32;
     try {
-      ad::infer_node(n, s, d);
+      autodiff::infer_node(n, s, d);
     } catch (const NotImplemented&) {
       throw;
     } catch (const Error& e) {
@@ -209,16 +210,16 @@ void verify(const Program& p) {
 
 // ---- cost model -----------------------------------------------------------------------------------
 namespace {
-double bytes_of(const Node& n) { return ad::shape_numel(n.shape) * static_cast<double>(itemsize(n.dtype)); }
+double bytes_of(const Node& n) { return autodiff::shape_numel(n.shape) * static_cast<double>(itemsize(n.dtype)); }
 }  // namespace
 
 NodeCost node_cost(const Node& n) {
   NodeCost c;
-  const ad::OpDef& def = ad::op_def(n.op);
+  const autodiff::OpDef& def = autodiff::op_def(n.op);
   if (n.is_leaf() || def.view) return c;
   for (const NodePtr& in : n.inputs) c.bytes_read += bytes_of(*in);
   c.bytes_written = bytes_of(n);
-  c.flops = def.flops ? def.flops(n) : ad::shape_numel(n.shape);
+  c.flops = def.flops ? def.flops(n) : autodiff::shape_numel(n.shape);
   return c;
 }
 
@@ -238,16 +239,16 @@ ProgramCost program_cost(const Program& p) {
 std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds) {
   MLS_CHECK(feeds.size() == p.inputs.size(), "run: the program has ", p.inputs.size(), " inputs, ", feeds.size(),
             " fed");
-  ad::Feeds fed;
+  autodiff::Feeds fed;
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     const Node& n = *p.inputs[i].get();
-    MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && ad::shape_matches(n.shape, feeds[i].shape()),
+    MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && autodiff::shape_matches(n.shape, feeds[i].shape()),
               "run: input ", i, " '", n.name, "' expects ", n.dtype, " ", shape_str(n.shape), ", fed ",
               feeds[i].defined() ? std::string(dtype_name(feeds[i].dtype())) + " " + shape_str(feeds[i].shape())
                                  : std::string("nothing"));
     fed.emplace_back(p.inputs[i], feeds[i]);
   }
-  return ad::Executor(*p.graph).run(p.outputs, fed);
+  return autodiff::Executor(*p.graph).run(p.outputs, fed);
 }
 
 std::vector<Tensor> random_feeds(const Program& p, std::uint64_t seed, std::int64_t unknown_size) {
@@ -298,7 +299,7 @@ Program clone(const Program& p) {
   // Rewrites may point an old node at a newer one, so copy in a topological order of all nodes.
   std::vector<Var> all;
   for (const NodePtr& n : p.graph->nodes()) all.emplace_back(n);
-  for (Node* n : ad::topo_sort(all)) {
+  for (Node* n : autodiff::topo_sort(all)) {
     auto c = std::make_shared<Node>();
     c->op = n->op;
     c->attrs = n->attrs;
@@ -321,4 +322,4 @@ Program clone(const Program& p) {
   return q;
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

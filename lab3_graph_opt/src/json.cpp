@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "mls/graphopt/ir.hpp"
+#include "mls/graph_opt/ir.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 using json = nlohmann::ordered_json;
 
@@ -21,7 +21,7 @@ std::string to_json(const Program& p) {
   json nodes = json::array();
   for (const NodePtr& n : p.graph->nodes()) {
     json j;
-    j["op"] = ad::op_name(n->op);
+    j["op"] = autodiff::op_name(n->op);
     if (!n->name.empty()) j["name"] = n->name;
     json ins = json::array();
     for (const NodePtr& in : n->inputs) ins.push_back(idx.at(in.get()));
@@ -83,7 +83,7 @@ Program from_json(const std::string& text) {
       const json& op = field(j, "op", i);
       MLS_CHECK(op.is_string(), "load: node ", i, ": \"op\" must be a string");
       try {
-        n->op = ad::op_from_name(op.get<std::string>());
+        n->op = autodiff::op_from_name(op.get<std::string>());
       } catch (const Error& e) {
         fail("load: node ", i, ": ", e.what());
       }
@@ -142,4 +142,4 @@ Program load_json_file(const std::string& path) {
   return from_json(ss.str());
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

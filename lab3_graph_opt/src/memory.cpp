@@ -1,11 +1,12 @@
+// Student file of lab 3: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Memory planning (slides 003): liveness, buffer assignment with reuse and in-place updates, and
 // an executor that runs a program inside the planned buffers.
-#include "mls/graphopt/memory.hpp"
+#include "mls/graph_opt/memory.hpp"
 
 #include <algorithm>
 #include <sstream>
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 bool is_view_op(Op op) {
   return op == Op::Reshape || op == Op::Permute || op == Op::Slice || op == Op::Expand || op == Op::Squeeze ||
@@ -73,7 +74,7 @@ MemoryPlan plan_memory(const Program& p) {
   // BEGIN SOLUTION
   for (const Node* n : s)
     for (std::int64_t d : n->shape)
-      MLS_CHECK(d >= 0, "plan_memory: node ", node_ref(p, n), " (", ad::op_name(n->op), ") has shape ", shape_str(n->shape),
+      MLS_CHECK(d >= 0, "plan_memory: node ", node_ref(p, n), " (", autodiff::op_name(n->op), ") has shape ", shape_str(n->shape),
                 "; give the program concrete input shapes");
   std::unordered_map<const Node*, std::int64_t> step_of;
   for (std::size_t i = 0; i < s.size(); ++i) step_of[s[i]] = static_cast<std::int64_t>(i);
@@ -87,7 +88,7 @@ MemoryPlan plan_memory(const Program& p) {
     plan.naive_bytes += need;
     int b = -1;
     // In place: an elementwise op may overwrite an input that dies here and has its size.
-    if (ad::op_def(n.op).elementwise || n.op == kFusedElementwise)
+    if (autodiff::op_def(n.op).elementwise || n.op == kFusedElementwise)
       for (const NodePtr& in : n.inputs) {
         const std::int64_t k = step_of.at(in.get());
         if (root[static_cast<std::size_t>(k)] == k && live[static_cast<std::size_t>(k)].last_use == static_cast<std::int64_t>(i) &&
@@ -162,7 +163,7 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     }
     in.assign(n.inputs.size(), Tensor());
     for (std::size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals.at(n.inputs[k].get());
-    Tensor t = ad::eval_node(n, in);
+    Tensor t = autodiff::eval_node(n, in);
     const int b = plan_.buffer[i];
     if (b < 0) {  // a view: it lives in the memory of what it views
       vals[&n] = t;
@@ -189,4 +190,4 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
   return out;
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -1,18 +1,18 @@
 // The example models of lab 3 (inference programs with constant weights).
-#include "mls/graphopt/models.hpp"
+#include "mls/graph_opt/models.hpp"
 
 #include <cmath>
 
 #include "mls/common/rng.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 namespace {
 Tensor randn(Rng& rng, const Shape& s, double stddev) { return Tensor::randn(s, rng, 0.0, stddev); }
 Tensor randu(Rng& rng, const Shape& s, double lo, double hi) { return Tensor::rand(s, rng, lo, hi); }
 /// Inference batch norm over channels c with random (constant) statistics.
 Var bn(Program& p, Rng& rng, const Var& x, std::int64_t c) {
-  return ad::batch_norm(x, p.constant(randu(rng, {c}, 0.5, 1.5), "gamma"), p.constant(randn(rng, {c}, 0.1), "beta"),
+  return autodiff::batch_norm(x, p.constant(randu(rng, {c}, 0.5, 1.5), "gamma"), p.constant(randn(rng, {c}, 0.1), "beta"),
                         p.constant(randn(rng, {c}, 0.1), "mean"), p.constant(randu(rng, {c}, 0.5, 1.5), "var"),
                         /*training=*/false);
 }
@@ -24,13 +24,13 @@ Program resnet_block(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_
   const double s = 1.0 / std::sqrt(static_cast<double>(c * 9));
   const Var x = p.input("x", {n, c, h, w});
   // conv1 has a bias (the slides' B), conv2 has none.
-  Var y = ad::conv2d(x, p.constant(randn(rng, {c, c, 3, 3}, s), "W1"), 1, 1) + p.constant(randn(rng, {1, c, 1, 1}, 0.1), "B1");
-  y = ad::relu(bn(p, rng, y, c));
-  y = bn(p, rng, ad::conv2d(y, p.constant(randn(rng, {c, c, 3, 3}, s), "W2"), 1, 1), c);
+  Var y = autodiff::conv2d(x, p.constant(randn(rng, {c, c, 3, 3}, s), "W1"), 1, 1) + p.constant(randn(rng, {1, c, 1, 1}, 0.1), "B1");
+  y = autodiff::relu(bn(p, rng, y, c));
+  y = bn(p, rng, autodiff::conv2d(y, p.constant(randn(rng, {c, c, 3, 3}, s), "W2"), 1, 1), c);
   // A parallel pair of convs over the same input, summed (slides 001, "fusing two convs").
-  const Var side = ad::conv2d(x, p.constant(randn(rng, {c, c, 3, 3}, s), "Wa"), 1, 1) +
-                   ad::conv2d(x, p.constant(randn(rng, {c, c, 3, 3}, s), "Wb"), 1, 1);
-  p.output(ad::relu(y + x + side).set_name("out"));
+  const Var side = autodiff::conv2d(x, p.constant(randn(rng, {c, c, 3, 3}, s), "Wa"), 1, 1) +
+                   autodiff::conv2d(x, p.constant(randn(rng, {c, c, 3, 3}, s), "Wb"), 1, 1);
+  p.output(autodiff::relu(y + x + side).set_name("out"));
   return p;
 }
 
@@ -41,12 +41,12 @@ Program attention_block(std::int64_t t, std::int64_t d, std::uint64_t seed) {
   const Var x = p.input("x", {t, d});
   auto W = [&](const char* name, std::int64_t r, std::int64_t c) { return p.constant(randn(rng, {r, c}, s), name); };
   auto b = [&](const char* name, std::int64_t c) { return p.constant(randn(rng, {c}, 0.1), name); };
-  const Var q = ad::matmul(x, W("Wq", d, d));
-  const Var k = ad::matmul(x, W("Wk", d, d));
-  const Var v = ad::matmul(x, W("Wv", d, d));
-  const Var att = ad::softmax(ad::matmul(q, ad::transpose(k)) * s, -1);
-  const Var h = x + (ad::matmul(ad::matmul(att, v), W("Wo", d, d)) + b("bo", d));
-  const Var f = ad::matmul(ad::gelu(ad::matmul(h, W("W1", d, 4 * d)) + b("b1", 4 * d)), W("W2", 4 * d, d)) + b("b2", d);
+  const Var q = autodiff::matmul(x, W("Wq", d, d));
+  const Var k = autodiff::matmul(x, W("Wk", d, d));
+  const Var v = autodiff::matmul(x, W("Wv", d, d));
+  const Var att = autodiff::softmax(autodiff::matmul(q, autodiff::transpose(k)) * s, -1);
+  const Var h = x + (autodiff::matmul(autodiff::matmul(att, v), W("Wo", d, d)) + b("bo", d));
+  const Var f = autodiff::matmul(autodiff::gelu(autodiff::matmul(h, W("W1", d, 4 * d)) + b("b1", 4 * d)), W("W2", 4 * d, d)) + b("b2", d);
   p.output((h + f).set_name("out"));
   return p;
 }
@@ -58,13 +58,13 @@ Program mlp(std::int64_t n, std::int64_t d, std::uint64_t seed) {
   const Var x = p.input("x", {n, d});
   auto W = [&](const char* name) { return p.constant(randn(rng, {d, d}, s), name); };
   auto b = [&](const char* name) { return p.constant(randn(rng, {d}, 0.1), name); };
-  const Var h1 = ad::relu(ad::matmul(x, W("W1")) + b("b1"));
+  const Var h1 = autodiff::relu(autodiff::matmul(x, W("W1")) + b("b1"));
   const Var W2 = W("W2"), b2 = b("b2");
   const Var h1s = h1 * 1.0;                             // x*1: simplify
-  const Var h2 = ad::relu(ad::matmul(h1s, W2) + b2);
-  const Var h2b = ad::relu(ad::matmul(h1, W2) + b2);    // the same value again: CSE
-  const Var y = ad::matmul(h2 + h2b, W("W3")) + b("b3");
-  p.output((ad::tanh(y) * 0.5 + 0.5).set_name("out"));  // an elementwise tail: fusion
+  const Var h2 = autodiff::relu(autodiff::matmul(h1s, W2) + b2);
+  const Var h2b = autodiff::relu(autodiff::matmul(h1, W2) + b2);    // the same value again: CSE
+  const Var y = autodiff::matmul(h2 + h2b, W("W3")) + b("b3");
+  p.output((autodiff::tanh(y) * 0.5 + 0.5).set_name("out"));  // an elementwise tail: fusion
   return p;
 }
 
@@ -76,7 +76,7 @@ Program elementwise_chain(std::int64_t n, int ops) {
     switch (i % 4) {
       case 0: y = y * 1.5; break;
       case 1: y = y + 0.25; break;
-      case 2: y = ad::relu(y); break;
+      case 2: y = autodiff::relu(y); break;
       default: y = y - 0.125; break;
     }
   }
@@ -98,4 +98,4 @@ Program build_model(const std::string& name) {
   fail("build_model: unknown model '", name, "' (known: resnet, attention, mlp)");
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -3,9 +3,9 @@
 #include <sstream>
 
 #include "mls/common/timer.hpp"
-#include "mls/graphopt/passes.hpp"
+#include "mls/graph_opt/passes.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 const std::vector<PassInfo>& all_passes() {
   static const std::vector<PassInfo> passes{
@@ -95,4 +95,4 @@ std::string PassReport::table() const {
   return os.str();
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

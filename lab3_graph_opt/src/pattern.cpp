@@ -1,9 +1,10 @@
+// Student file of lab 3: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // The pattern-rewrite engine: declarative op-tree patterns, the matcher and the fixpoint driver.
-#include "mls/graphopt/pattern.hpp"
+#include "mls/graph_opt/pattern.hpp"
 
 #include <unordered_set>
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 Pattern Pattern::any(std::string name) {
   Pattern p;
@@ -130,4 +131,4 @@ RewriteStats rewrite_fixpoint(Program& p, const std::vector<Rule>& rules, int ma
   return stats;
 }
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -7,14 +7,14 @@
 
 #include <string>
 
-#include "mls/graphopt/memory.hpp"
-#include "mls/graphopt/models.hpp"
-#include "mls/graphopt/passes.hpp"
+#include "mls/graph_opt/memory.hpp"
+#include "mls/graph_opt/models.hpp"
+#include "mls/graph_opt/passes.hpp"
 
-namespace lab3test {
+namespace graph_opt_test {
 
 using namespace mls;
-using namespace mls::opt;
+using namespace mls::graph_opt;
 
 using mls::testing::require_error;
 
@@ -54,4 +54,4 @@ std::pair<Program, int> apply_checked(const Program& p, Pass pass) {
   return {std::move(q), n};
 }
 
-}  // namespace lab3test
+}  // namespace graph_opt_test

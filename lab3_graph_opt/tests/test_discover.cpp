@@ -3,9 +3,9 @@
 #include <set>
 
 #include "helpers.hpp"
-#include "mls/graphopt/discover.hpp"
+#include "mls/graph_opt/discover.hpp"
 
-using namespace lab3test;
+using namespace graph_opt_test;
 
 namespace {
 /// One discovery run shared by the tests (a failed run is retried by the next test).
@@ -113,7 +113,7 @@ TEST_CASE("a discovered rule rewrites a program through the pattern engine", "[l
   CHECK(max_rel_error(run(q, random_feeds(q, 3)), run(a.p, random_feeds(a.p, 3))) <= 1.0);
   // Reversed, (A B)^T -> B^T A^T; then double transposes vanish.
   Xyz b;
-  b.p.output(ad::permute(ad::matmul(ad::permute(b.x, {1, 0}), b.y), {1, 0}));
+  b.p.output(autodiff::permute(autodiff::matmul(autodiff::permute(b.x, {1, 0}), b.y), {1, 0}));
   Program r = clone(b.p);
   (void)rewrite_fixpoint(r, {to_rule(*mt, /*reverse=*/to_string(mt->lhs).rfind("matmul", 0) == 0)});
   (void)rewrite_fixpoint(r, {to_rule(*tt)});
@@ -137,7 +137,7 @@ TEST_CASE("the search applies discovered rules to find a cheaper equivalent grap
   REQUIRE(!d.rules.empty());
   {  // transpose(transpose(x) @ transpose(y)) -> y @ x
     Xyz a(8);
-    a.p.output(ad::permute(ad::matmul(ad::permute(a.x, {1, 0}), ad::permute(a.y, {1, 0})), {1, 0}));
+    a.p.output(autodiff::permute(autodiff::matmul(autodiff::permute(a.x, {1, 0}), autodiff::permute(a.y, {1, 0})), {1, 0}));
     const SearchResult s = search_rewrites(a.p, d.rules);
     INFO(print(s.best));
     CHECK(s.cost_after < s.cost_before);

@@ -1,7 +1,7 @@
 // The IR: verifier, printer, DOT, JSON files, cost model.
 #include "helpers.hpp"
 
-using namespace lab3test;
+using namespace graph_opt_test;
 
 TEST_CASE("verifier accepts the example models", "[lab3][ir]") {
   for (const char* name : {"resnet", "attention", "mlp"}) {

@@ -5,7 +5,7 @@
 
 #include "helpers.hpp"
 
-using namespace lab3test;
+using namespace graph_opt_test;
 
 TEST_CASE("the pass manager runs a pipeline and records nodes before and after each pass", "[lab3][manager]") {
   Program p = mlp(8, 16);

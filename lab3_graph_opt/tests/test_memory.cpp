@@ -1,15 +1,15 @@
 // Liveness, buffer assignment and the planned executor.
 #include "helpers.hpp"
 
-using namespace lab3test;
+using namespace graph_opt_test;
 
 TEST_CASE("liveness of a chain: each value dies at its reader, outputs live to the end", "[lab3][memory]") {
   Program p;
   const Var x = p.input("x", {8});
-  const Var a = ad::exp(x);
-  const Var b = ad::relu(a);
-  const Var c = ad::reshape(b, {2, 4});   // a view: keeps b's memory alive
-  const Var d = ad::tanh(c);
+  const Var a = autodiff::exp(x);
+  const Var b = autodiff::relu(a);
+  const Var c = autodiff::reshape(b, {2, 4});   // a view: keeps b's memory alive
+  const Var d = autodiff::tanh(c);
   p.output(d);
   const auto s = p.schedule();
   REQUIRE(s.size() == 5);
@@ -80,6 +80,6 @@ TEST_CASE("planned peak is below allocate-everything on attention and the MLP, a
 TEST_CASE("planning needs known shapes", "[lab3][memory]") {
   Program p;
   const Var x = p.input("x", {-1, 4});
-  p.output(ad::relu(x));
+  p.output(autodiff::relu(x));
   require_error([&] { plan_memory(p); }, "has shape [-1, 4]; give the program concrete input shapes");
 }

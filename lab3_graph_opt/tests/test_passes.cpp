@@ -2,15 +2,15 @@
 // dtype) and the rewrite it must make happened.
 #include "helpers.hpp"
 
-using namespace lab3test;
+using namespace graph_opt_test;
 
 TEST_CASE("dead-code elimination drops what no output needs", "[lab3][passes]") {
   Program p;
   const Var x = p.input("x", {5});
   const Var unused = p.input("unused", {2});
-  p.output(ad::exp(x));
+  p.output(autodiff::exp(x));
   (void)((x * 3.0) + 2.0);  // dead: two constants, mul, add
-  (void)ad::relu(unused);   // dead, but the input stays an input
+  (void)autodiff::relu(unused);   // dead, but the input stays an input
   auto [q, n] = apply_checked(p, dead_code_elimination);
   CHECK(n == 5);
   CHECK(q.size() == 3);
@@ -21,8 +21,8 @@ TEST_CASE("dead-code elimination drops what no output needs", "[lab3][passes]") 
 TEST_CASE("common-subexpression elimination merges equal nodes and equal constants", "[lab3][passes]") {
   Program p;
   const Var x = p.input("x", {4}), z = p.input("z", {4});
-  const Var y1 = ad::exp(x) + p.constant(Tensor::full({4}, 2.0));
-  const Var y2 = ad::exp(x) + p.constant(Tensor::full({4}, 2.0));
+  const Var y1 = autodiff::exp(x) + p.constant(Tensor::full({4}, 2.0));
+  const Var y2 = autodiff::exp(x) + p.constant(Tensor::full({4}, 2.0));
   const Var s1 = x + z, s2 = z + x;  // commutative
   const Var d1 = x - z, d2 = z - x;  // not commutative: both stay
   p.output(y1 * y2 + s1 * s2 + d1 * d2);
@@ -38,7 +38,7 @@ TEST_CASE("constant folding computes constant subgraphs once, but not variables"
   const Var x = p.input("x", {3});
   const Var c1 = p.constant(Tensor::from({1.0f, 2.0f, 3.0f}));
   const Var c2 = p.constant(Tensor::scalar(0.5));
-  p.output(x + (c1 * c2 + ad::exp(c1)));
+  p.output(x + (c1 * c2 + autodiff::exp(c1)));
   auto [q, n] = apply_checked(p, constant_folding);
   CHECK(n == 3);
   CHECK(count_op(q, Op::Exp) == 0);
@@ -58,10 +58,10 @@ TEST_CASE("algebraic simplification: x*1, x+0, double transpose, reshape of resh
   const Var one = p.constant(Tensor::ones({}));
   const Var zero = p.constant(Tensor::zeros({4}));
   const Var a = ((one * x) * 1.0 + zero - 0.0) / 1.0;                               // five no-ops
-  const Var b = ad::permute(ad::permute(x, {2, 0, 1}), {1, 2, 0});                    // identity
-  const Var c = ad::permute(ad::permute(x, {1, 0, 2}), {0, 2, 1});                    // one permute
-  const Var d = ad::reshape(ad::reshape(ad::reshape(x, {6, 4}), {4, 6}), {24});      // one reshape
-  const Var e = ad::reshape(x, {2, 3, 4});                                            // identity
+  const Var b = autodiff::permute(autodiff::permute(x, {2, 0, 1}), {1, 2, 0});                    // identity
+  const Var c = autodiff::permute(autodiff::permute(x, {1, 0, 2}), {0, 2, 1});                    // one permute
+  const Var d = autodiff::reshape(autodiff::reshape(autodiff::reshape(x, {6, 4}), {4, 6}), {24});      // one reshape
+  const Var e = autodiff::reshape(x, {2, 3, 4});                                            // identity
   const Var big = x * p.constant(Tensor::ones({5, 1, 1, 1}));                         // broadcasts: stays
   p.output(a + b + e);
   p.output(c);
@@ -90,7 +90,7 @@ TEST_CASE("conv + batch norm folding for inference (W2 = W*R, B2 = B*R + P)", "[
   const Var x = s.input("x", {1, 1, 3, 3});
   const Var w = s.constant(Tensor::full({1, 1, 1, 1}, 2.0));
   const Var bias = s.constant(Tensor::full({1, 1, 1, 1}, 1.0));
-  s.output(ad::batch_norm(ad::conv2d(x, w) + bias, s.constant(Tensor::full({1}, 3.0)), s.constant(Tensor::full({1}, 0.5)),
+  s.output(autodiff::batch_norm(autodiff::conv2d(x, w) + bias, s.constant(Tensor::full({1}, 3.0)), s.constant(Tensor::full({1}, 0.5)),
                           s.constant(Tensor::full({1}, 0.25)), s.constant(Tensor::full({1}, 4.0)), false, 0.1, 0.0));
   auto [t, k] = apply_checked(s, fold_conv_batchnorm);
   REQUIRE(k == 1);
@@ -106,13 +106,13 @@ TEST_CASE("training-mode batch norm and non-constant weights are not folded", "[
   const Var x = p.input("x", {1, 2, 4, 4});
   const Var w = p.input("w", {2, 2, 3, 3});
   auto stat = [&](double v) { return p.constant(Tensor::full({2}, v)); };
-  p.output(ad::batch_norm(ad::conv2d(x, w, 1, 1), stat(1), stat(0), stat(0), stat(1), false));
+  p.output(autodiff::batch_norm(autodiff::conv2d(x, w, 1, 1), stat(1), stat(0), stat(0), stat(1), false));
   auto [q, n] = apply_checked(p, fold_conv_batchnorm);
   CHECK(n == 0);
   Program t;
   const Var tx = t.input("x", {1, 2, 4, 4});
   auto tstat = [&](double v) { return t.constant(Tensor::full({2}, v)); };
-  t.output(ad::batch_norm(ad::conv2d(tx, t.constant(Tensor::ones({2, 2, 3, 3})), 1, 1), tstat(1), tstat(0), tstat(0),
+  t.output(autodiff::batch_norm(autodiff::conv2d(tx, t.constant(Tensor::ones({2, 2, 3, 3})), 1, 1), tstat(1), tstat(0), tstat(0),
                           tstat(1), true));
   CHECK(fold_conv_batchnorm(t) == 0);  // (not run: training mode updates its running statistics)
   CHECK(count_op(t, Op::BatchNorm) == 1);
@@ -126,7 +126,7 @@ TEST_CASE("two convs over the same input, summed, become one conv with W1 + W2",
   Program s;  // different strides: no merge
   const Var x = s.input("x", {1, 2, 6, 6});
   const Var w = s.constant(Tensor::ones({2, 2, 3, 3}));
-  s.output(ad::conv2d(x, w, 1, 1) + ad::conv2d(x, s.constant(Tensor::ones({2, 2, 1, 1})), 1, 0));
+  s.output(autodiff::conv2d(x, w, 1, 1) + autodiff::conv2d(x, s.constant(Tensor::ones({2, 2, 1, 1})), 1, 0));
   auto [t, k] = apply_checked(s, merge_parallel_convs);
   CHECK(k == 0);
 }
@@ -152,8 +152,8 @@ TEST_CASE("a transposed matmul operand becomes a gemm flag", "[lab3][passes]") {
   REQUIRE(count_op(q, kGemm) == 1);
   Program s;
   const Var a = s.input("a", {3, 5, 4}), b = s.input("b", {3, 6, 5});
-  s.output(ad::matmul(ad::transpose(a), ad::transpose(b)));
-  s.output(ad::matmul(ad::permute(a, {1, 0, 2}), s.constant(Tensor::ones({4, 2}))));  // not a last-two swap
+  s.output(autodiff::matmul(autodiff::transpose(a), autodiff::transpose(b)));
+  s.output(autodiff::matmul(autodiff::permute(a, {1, 0, 2}), s.constant(Tensor::ones({4, 2}))));  // not a last-two swap
   auto [t, k] = apply_checked(s, fold_transpose_into_matmul);
   CHECK(k == 2);
   const Node& g = *t.outputs[0].get();
@@ -179,7 +179,7 @@ TEST_CASE("matmul + bias + relu/gelu becomes one gemm with an epilogue", "[lab3]
   CHECK(gelu);
   Program s;  // a bias that is not along the last dim stays an add
   const Var x = s.input("x", {4, 3});
-  s.output(ad::matmul(x, s.constant(Tensor::ones({3, 2}))) + s.constant(Tensor::ones({4, 1})));
+  s.output(autodiff::matmul(x, s.constant(Tensor::ones({3, 2}))) + s.constant(Tensor::ones({4, 1})));
   auto [t, k] = apply_checked(s, fuse_matmul_epilogue);
   CHECK(k == 0);
 }
@@ -200,8 +200,8 @@ TEST_CASE("elementwise fusion with broadcasting, shared values and float64", "[l
   Program p;
   const Var x = p.input("x", {5, 3}, DType::Float64);
   const Var b = p.input("b", {3}, DType::Float64);
-  const Var e = ad::exp(x);                  // two uses: stays a node of its own
-  p.output(ad::gelu((e + b) * 2.0) + e * ad::sigmoid(b));
+  const Var e = autodiff::exp(x);                  // two uses: stays a node of its own
+  p.output(autodiff::gelu((e + b) * 2.0) + e * autodiff::sigmoid(b));
   auto [q, n] = apply_checked(p, fuse_elementwise);
   CHECK(count_op(q, Op::Exp) == 1);
   CHECK(count_op(q, kFusedElementwise) == 1);

@@ -1,14 +1,14 @@
 // The pattern matcher and the fixpoint driver.
 #include "helpers.hpp"
 
-using namespace lab3test;
+using namespace graph_opt_test;
 using P = Pattern;
 
 TEST_CASE("a pattern matches an op tree and binds its nodes", "[lab3][pattern]") {
   Program p;
   const Var a = p.input("a", {3}), b = p.input("b", {3});
   const Var s = a + b;
-  const Var y = ad::relu(s * 2.0);
+  const Var y = autodiff::relu(s * 2.0);
   p.output(y);
   const auto uses = use_counts(p);
   const P pat = P::of(Op::Relu, {P::of(Op::Mul, {P::of(Op::Add, {P::any("x"), P::any("y")}, "sum"), P::any("k").constant()})});
@@ -39,7 +39,7 @@ TEST_CASE("pattern constraints: commutative, single use, rank, predicate, repeat
   const Var a = p.input("a", {2, 3});
   const Var c = p.constant(Tensor::ones({}), "one");
   const Var m1 = c * a;            // constant on the left
-  const Var e = ad::exp(a);        // used twice below
+  const Var e = autodiff::exp(a);        // used twice below
   const Var t = e + e;             // the same node on both sides
   p.output(m1);
   p.output(t);
@@ -82,7 +82,7 @@ TEST_CASE("the fixpoint driver applies rules until nothing matches", "[lab3][pat
   const Var x = p.input("x", {4});
   Var y = x;
   for (int i = 0; i < 6; ++i) y = -y;
-  p.output(ad::exp(y));
+  p.output(autodiff::exp(y));
   const Rule r{"neg(neg(x))", P::of(Op::Neg, {P::of(Op::Neg, {P::any("x")})}),
                [](Program&, const Match& m) { return m["x"]; }};
   auto [q, n] = apply_checked(p, [&](Program& g) { return rewrite_fixpoint(g, {r}).total(); });
@@ -95,10 +95,10 @@ TEST_CASE("the fixpoint driver applies rules until nothing matches", "[lab3][pat
 TEST_CASE("a rule whose two sides disagree is refused, naming the rule", "[lab3][pattern]") {
   Program p;
   const Var x = p.input("x", {4, 3});
-  p.output(ad::relu(x));
-  const Rule bad{"relu-to-sum", P::of(Op::Relu, {P::any("x")}), [](Program&, const Match& m) { return ad::sum(m["x"], {0}); }};
+  p.output(autodiff::relu(x));
+  const Rule bad{"relu-to-sum", P::of(Op::Relu, {P::any("x")}), [](Program&, const Match& m) { return autodiff::sum(m["x"], {0}); }};
   require_error([&] { rewrite_fixpoint(p, {bad}); }, "rule 'relu-to-sum' replaced a float32 [4, 3] value by a float32 [3] one");
   const Rule cast{"relu-to-f64", P::of(Op::Relu, {P::any("x")}),
-                  [](Program&, const Match& m) { return ad::cast(m["x"], DType::Float64); }};
+                  [](Program&, const Match& m) { return autodiff::cast(m["x"], DType::Float64); }};
   require_error([&] { rewrite_fixpoint(p, {cast}); }, "rule 'relu-to-f64'");
 }

@@ -12,13 +12,13 @@
 #include <iostream>
 
 #include "mls/common/timer.hpp"
-#include "mls/graphopt/discover.hpp"
-#include "mls/graphopt/memory.hpp"
-#include "mls/graphopt/models.hpp"
-#include "mls/graphopt/passes.hpp"
+#include "mls/graph_opt/discover.hpp"
+#include "mls/graph_opt/memory.hpp"
+#include "mls/graph_opt/models.hpp"
+#include "mls/graph_opt/passes.hpp"
 
 using namespace mls;
-using namespace mls::opt;
+using namespace mls::graph_opt;
 
 namespace {
 struct Snapshot {
@@ -118,7 +118,7 @@ int discover(int max_ops, int show_rules) {
   {
     Program p;
     const Var a = p.input("A", {64, 64}, DType::Float64), b = p.input("B", {64, 64}, DType::Float64);
-    p.output(ad::permute(ad::matmul(ad::permute(a, {1, 0}), ad::permute(b, {1, 0})), {1, 0}));
+    p.output(autodiff::permute(autodiff::matmul(autodiff::permute(a, {1, 0}), autodiff::permute(b, {1, 0})), {1, 0}));
     search_example("transpose(transpose(A) @ transpose(B))", p, d.rules);
   }
   {

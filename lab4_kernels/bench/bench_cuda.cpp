@@ -12,7 +12,7 @@
 #include "mls/common/rng.hpp"
 #include "mls/kernels/cuda.hpp"
 
-namespace cu = mls::lab4::cuda;
+namespace cu = mls::kernels::cuda;
 
 int main(int argc, char** argv) {
   std::vector<int> sizes;

@@ -163,7 +163,7 @@ void add_transformer_shapes() {
               std::pair<std::string, mls::SgemmFn>{ours, nullptr}}) {
           mls::SgemmFn f = fn;
           if (!f) {
-            for (const auto& k : mls::lab4::cpu_kernels())
+            for (const auto& k : mls::kernels::cpu_kernels())
               if (k.name == ours) f = k.fn;
           }
           const bool ta = o.ta, tb = o.tb;
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   for (long n : {256L, 1024L, 2048L}) {
     for (int threads : {1, 2}) {
       add("openblas", &openblas_sgemm, n, threads);  // the peer first: the ratio needs it
-      for (const auto& k : mls::lab4::cpu_kernels()) {
+      for (const auto& k : mls::kernels::cpu_kernels()) {
         const std::string name = k.name;
         const bool mt = name == "lab4_packed_mt";
         if ((threads > 1) != mt) continue;  // single-thread rungs at t=1, packed_mt at t=2

@@ -8,7 +8,7 @@
 
 namespace {
 
-void provide() { mls::lab4::detail::register_implemented(-100, /*keep_existing=*/true); }
+void provide() { mls::kernels::detail::register_implemented(-100, /*keep_existing=*/true); }
 
 [[maybe_unused]] const bool added = (mls::add_sgemm_provider(&provide), true);
 

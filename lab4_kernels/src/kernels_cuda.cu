@@ -1,3 +1,4 @@
+// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 4: CUDA SGEMM ladder, softmax, layernorm and fused bias+GELU (see mls/kernels/cuda.hpp).
 // Row-major, dense, no transposes. Every CUDA and cuBLAS call goes through MLS_CUDA_CHECK /
 // MLS_CUBLAS_CHECK, which throw mls::Error with the call, the place and CUDA's message.
@@ -32,7 +33,7 @@
 /// Checks the launch itself (bad configuration, no device image for this GPU, ...).
 #define MLS_CUDA_CHECK_LAUNCH(what) MLS_CUDA_CHECK(cudaGetLastError())
 
-namespace mls::lab4::cuda {
+namespace mls::kernels::cuda {
 
 namespace {
 
@@ -427,4 +428,4 @@ void to_host(float* dst, const float* src, std::size_t count) {
 }
 void synchronize() { MLS_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-}  // namespace mls::lab4::cuda
+}  // namespace mls::kernels::cuda

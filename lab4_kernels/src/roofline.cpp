@@ -6,7 +6,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/common/timer.hpp"
 
-namespace mls::lab4 {
+namespace mls::kernels {
 
 namespace {
 
@@ -64,4 +64,4 @@ double peak_gflops_best(int threads, long iters) {
   return peak_gflops(__builtin_cpu_supports("avx512f"), threads, iters);
 }
 
-}  // namespace mls::lab4
+}  // namespace mls::kernels

@@ -6,7 +6,7 @@
 #include "mls/common/kernels.hpp"
 #include "mls/kernels/sgemm.hpp"
 
-namespace mls::lab4 {
+namespace mls::kernels {
 
 const std::vector<CpuKernel>& cpu_kernels() {
   static const std::vector<CpuKernel> kernels = {
@@ -97,4 +97,4 @@ void register_implemented(int priority_offset, bool keep_existing) {
 
 void register_kernels() { detail::register_implemented(0, false); }
 
-}  // namespace mls::lab4
+}  // namespace mls::kernels

@@ -7,7 +7,7 @@
 
 #include "mls/common/rng.hpp"
 
-namespace lab4_test {
+namespace kernels_test {
 
 /// Uniform floats in [-1, 1) from a named stream.
 inline std::vector<float> random_vec(std::size_t n, std::uint64_t seed, const char* stream) {
@@ -49,4 +49,4 @@ inline Reference reference_sgemm(bool ta, bool tb, long M, long N, long K, float
   return r;
 }
 
-}  // namespace lab4_test
+}  // namespace kernels_test

@@ -14,7 +14,7 @@
 #include "mls/observe.hpp"
 #include "reference.hpp"
 
-namespace lab4_test {
+namespace kernels_test {
 
 struct Case {
   long M, N, K;
@@ -41,7 +41,7 @@ inline long run_case(const std::string& name, bool ta, bool tb, Case c, float al
   const auto ref = reference_sgemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
                                    C.data(), ldc);
   const auto C_before = C;
-  mls::lab4::sgemm(name, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  mls::kernels::sgemm(name, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
   if (mls::testing::observing()) {  // C as the kernel left it (padding included), within twice the widest bound
     double tol = 0;
     for (double b : ref.bound) tol = std::max(tol, b);
@@ -92,16 +92,16 @@ inline void check_degenerate(const std::string& name) {
   std::vector<float> C = {1, 2, 3, 4, 5, 6};
   const float a = 1, b = 1;
   // K == 0: C = beta * C.
-  mls::lab4::sgemm(name, false, false, 2, 3, 0, 1.0f, &a, 1, &b, 3, 2.0f, C.data(), 3);
+  mls::kernels::sgemm(name, false, false, 2, 3, 0, 1.0f, &a, 1, &b, 3, 2.0f, C.data(), 3);
   mls::testing::observe(name + " C after K=0, beta=2", C);
   CHECK(C == std::vector<float>{2, 4, 6, 8, 10, 12});
-  mls::lab4::sgemm(name, true, true, 2, 3, 0, 1.0f, &a, 2, &b, 1, 0.0f, C.data(), 3);
+  mls::kernels::sgemm(name, true, true, 2, 3, 0, 1.0f, &a, 2, &b, 1, 0.0f, C.data(), 3);
   mls::testing::observe(name + " C after K=0, beta=0", C);
   CHECK(C == std::vector<float>{0, 0, 0, 0, 0, 0});
   // M == 0 or N == 0: nothing happens, even with null pointers.
-  mls::lab4::sgemm(name, false, false, 0, 3, 4, 1.0f, nullptr, 4, &b, 3, 0.0f, nullptr, 3);
-  mls::lab4::sgemm(name, false, false, 2, 0, 4, 1.0f, &a, 4, nullptr, 1, 0.0f, nullptr, 1);
+  mls::kernels::sgemm(name, false, false, 0, 3, 4, 1.0f, nullptr, 4, &b, 3, 0.0f, nullptr, 3);
+  mls::kernels::sgemm(name, false, false, 2, 0, 4, 1.0f, &a, 4, nullptr, 1, 0.0f, nullptr, 1);
   SUCCEED();
 }
 
-}  // namespace lab4_test
+}  // namespace kernels_test

@@ -10,8 +10,8 @@
 #include "mls/kernels/cuda.hpp"
 #include "reference.hpp"
 
-namespace cu = mls::lab4::cuda;
-using lab4_test::random_vec;
+namespace cu = mls::kernels::cuda;
+using kernels_test::random_vec;
 
 #define REQUIRE_GPU()                                  \
   do {                                                 \
@@ -27,7 +27,7 @@ long check_sgemm(const std::string& name, int M, int N, int K, float alpha, floa
   const auto A = random_vec(static_cast<size_t>(M) * K, M + N, "A");
   const auto B = random_vec(static_cast<size_t>(K) * N, M + N, "B");
   auto C = random_vec(static_cast<size_t>(M) * N, M + N, "C");
-  const auto ref = lab4_test::reference_sgemm(false, false, M, N, K, alpha, A.data(), K, B.data(),
+  const auto ref = kernels_test::reference_sgemm(false, false, M, N, K, alpha, A.data(), K, B.data(),
                                               N, beta, C.data(), N);
   cu::DeviceBuffer dA(A.size()), dB(B.size()), dC(C.size());
   cu::to_device(dA.get(), A.data(), A.size());

@@ -9,7 +9,7 @@
 #include "mls/observe.hpp"
 #include "reference.hpp"
 
-using lab4_test::random_vec;
+using kernels_test::random_vec;
 
 namespace {
 constexpr double kEps = std::numeric_limits<float>::epsilon();
@@ -23,7 +23,7 @@ double gelu_ref(double x) {
 TEST_CASE("fast_expf is within a few ulp of exp", "[lab4][fused][exp]") {
   double worst = 0;
   for (double x = -87.0; x <= 88.0; x += 0.01234) {
-    const double got = mls::lab4::fast_expf(static_cast<float>(x));
+    const double got = mls::kernels::fast_expf(static_cast<float>(x));
     // exp of the float-rounded argument; relative error bound of a few float ulp.
     const double want_f = std::exp(static_cast<double>(static_cast<float>(x)));
     worst = std::max(worst, std::fabs(got - want_f) / want_f);
@@ -31,17 +31,17 @@ TEST_CASE("fast_expf is within a few ulp of exp", "[lab4][fused][exp]") {
   {  // values on a coarse grid, each build within 4 ulp of exp
     std::vector<float> xs, ys;
     for (double x = -87.0; x <= 88.0; x += 1.234) xs.push_back(static_cast<float>(x));
-    for (float x : xs) ys.push_back(mls::lab4::fast_expf(x));
+    for (float x : xs) ys.push_back(mls::kernels::fast_expf(x));
     mls::testing::observe("fast_expf on a grid", ys, {8 * kEps, 0.0});
-    mls::testing::observe("fast_expf(-1000), (1000), (NaN)", std::vector<float>{mls::lab4::fast_expf(-1000.0f),
-        mls::lab4::fast_expf(1000.0f), mls::lab4::fast_expf(std::numeric_limits<float>::quiet_NaN())}, {0.0, 2e-37});
+    mls::testing::observe("fast_expf(-1000), (1000), (NaN)", std::vector<float>{mls::kernels::fast_expf(-1000.0f),
+        mls::kernels::fast_expf(1000.0f), mls::kernels::fast_expf(std::numeric_limits<float>::quiet_NaN())}, {0.0, 2e-37});
   }
   CHECK(worst <= 4 * kEps);
-  CHECK(mls::lab4::fast_expf(-1000.0f) >= 0.0f);
-  CHECK(mls::lab4::fast_expf(-1000.0f) < 1e-37f);
+  CHECK(mls::kernels::fast_expf(-1000.0f) >= 0.0f);
+  CHECK(mls::kernels::fast_expf(-1000.0f) < 1e-37f);
   // Like std::exp: overflow is +inf, NaN stays NaN (softmax shifts by the max, so never overflows).
-  CHECK(std::isinf(mls::lab4::fast_expf(1000.0f)));
-  CHECK(std::isnan(mls::lab4::fast_expf(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isinf(mls::kernels::fast_expf(1000.0f)));
+  CHECK(std::isnan(mls::kernels::fast_expf(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST_CASE("fused E = D + (A + B) * C matches the three-pass version", "[lab4][fused][elementwise]") {
@@ -49,7 +49,7 @@ TEST_CASE("fused E = D + (A + B) * C matches the three-pass version", "[lab4][fu
     const auto A = random_vec(n, 1, "A"), B = random_vec(n, 1, "B"), C = random_vec(n, 1, "C"),
                D = random_vec(n, 1, "D");
     std::vector<float> E(n);
-    mls::lab4::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
+    mls::kernels::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
     mls::testing::observe("E", E, {0.0, 2 * 3 * 3 * kEps});
     for (long i = 0; i < n; ++i) {
       const double want = static_cast<double>(D[i]) + (static_cast<double>(A[i]) + B[i]) * C[i];
@@ -65,7 +65,7 @@ TEST_CASE("softmax rows sum to 1 and match the reference", "[lab4][fused][softma
     for (auto& v : x) v *= 20.0f;  // large logits: the max subtraction matters
     x[0] = 80.0f;                  // exp(80) alone would overflow a naive float sum
     std::vector<float> y(rows * cols);
-    mls::lab4::softmax_forward(y.data(), x.data(), rows, cols);
+    mls::kernels::softmax_forward(y.data(), x.data(), rows, cols);
     mls::testing::observe("y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
     for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
@@ -91,10 +91,10 @@ TEST_CASE("layernorm forward and backward match the double reference", "[lab4][f
                b = random_vec(cols, 3, "b"), dy = random_vec(rows * cols, 3, "dy");
     const float eps = 1e-5f;
     std::vector<float> y(rows * cols), mean(rows), rstd(rows);
-    mls::lab4::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+    mls::kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
                                  rows, cols, eps);
     std::vector<float> dx(rows * cols, 0.5f), dw(cols, 0.25f), db(cols, -0.25f);  // += check
-    mls::lab4::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+    mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                                   mean.data(), rstd.data(), rows, cols);
     std::vector<double> dw_ref(cols, 0.25), db_ref(cols, -0.25);
     double tol_max = 0, rs_max = 0, norm_max = 0;  // the widest bounds of the checks below, for the observations
@@ -148,8 +148,8 @@ TEST_CASE("gelu forward and backward match the tanh formula", "[lab4][fused][gel
   std::vector<float> x(n), dy = random_vec(n, 4, "dy");
   for (long i = 0; i < n; ++i) x[i] = -10.0f + 20.0f * static_cast<float>(i) / (n - 1);
   std::vector<float> y(n), dx(n, 1.0f);
-  mls::lab4::gelu_forward(y.data(), x.data(), n);
-  mls::lab4::gelu_backward(dx.data(), x.data(), dy.data(), n);
+  mls::kernels::gelu_forward(y.data(), x.data(), n);
+  mls::kernels::gelu_backward(dx.data(), x.data(), dy.data(), n);
   mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 11});
   mls::testing::observe("dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 11)});
   for (long i = 0; i < n; ++i) {

@@ -11,26 +11,26 @@
 #include "mls/kernels/sgemm.hpp"
 #include "sgemm_check.hpp"
 
-using lab4_test::run_case;
+using kernels_test::run_case;
 
 TEST_CASE("sgemm lab4_packed: small cache blocks exercise every loop", "[lab4][sgemm][packed_blocks]") {
-  const std::string saved = mls::lab4::packed_isa();
+  const std::string saved = mls::kernels::packed_isa();
   ::setenv("MLS_LAB4_BLOCKS", "24,16,64", 1);  // mc, kc, nc: many jc, pc and ic iterations
-  for (const auto& isa : mls::lab4::packed_isas()) {
+  for (const auto& isa : mls::kernels::packed_isas()) {
     INFO("micro-kernel " << isa);
-    mls::lab4::set_packed_isa(isa);
+    mls::kernels::set_packed_isa(isa);
     for (int t = 0; t < 4; ++t) {
       CHECK(run_case("lab4_packed", t & 1, t & 2, {97, 131, 75}, 0.5f, 1.25f, 7 + t) == 0);
       CHECK(run_case("lab4_packed", t & 1, t & 2, {50, 200, 33}, 1.0f, 0.0f, 17 + t) == 0);
     }
   }
   ::unsetenv("MLS_LAB4_BLOCKS");
-  mls::lab4::set_packed_isa(saved);
+  mls::kernels::set_packed_isa(saved);
 }
 
 TEST_CASE("softmax in place", "[lab4][fused][softmax_inplace]") {
   std::vector<float> x = {1, 2, 3, 1000, 1000, -1000};
-  mls::lab4::softmax_forward(x.data(), x.data(), 2, 3);
+  mls::kernels::softmax_forward(x.data(), x.data(), 2, 3);
   mls::testing::observe("x", x, {2e-6, 0.0});
   CHECK(x[2] == Approx(std::exp(1.0) / (std::exp(-1.0) + 1 + std::exp(1.0))).epsilon(1e-6));
   CHECK(x[3] == Approx(0.5).epsilon(1e-6));

@@ -12,15 +12,15 @@ TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4
   // here (register_kernels() would silently leave it out of the registry).
   const float A[] = {1, 2, 3, 4}, B[] = {5, 6, 7, 8};
   float C[4];
-  for (const auto& k : mls::lab4::cpu_kernels()) {
+  for (const auto& k : mls::kernels::cpu_kernels()) {
     INFO("kernel " << k.name);
-    mls::lab4::sgemm(k.name, true, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+    mls::kernels::sgemm(k.name, true, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
     mls::testing::observe(std::string("C ") + k.name, std::vector<float>(C, C + 4));
     CHECK(C[0] == 26.0f);  // op(A) = A^T = [[1, 3], [2, 4]]
     CHECK(C[3] == 44.0f);
   }
   mls::register_matmul_kernels();
-  mls::lab4::register_kernels();
+  mls::kernels::register_kernels();
   mls::Rng rng(44);
   // A strided, batched problem: the transpose reaches the kernel as a trans flag.
   const mls::Tensor a = mls::Tensor::randn({3, 33, 17}, rng);

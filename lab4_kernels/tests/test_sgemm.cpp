@@ -13,9 +13,9 @@
 #include "mls/kernels/sgemm.hpp"
 #include "sgemm_check.hpp"
 
-using lab4_test::check_degenerate;
-using lab4_test::check_kernel;
-using lab4_test::run_case;
+using kernels_test::check_degenerate;
+using kernels_test::check_kernel;
+using kernels_test::run_case;
 
 TEST_CASE("sgemm lab4_naive: awkward sizes, transposes, alpha/beta", "[lab4][sgemm][naive]") {
   check_kernel("lab4_naive");
@@ -36,14 +36,14 @@ TEST_CASE("sgemm lab4_blocked: awkward sizes, transposes, alpha/beta", "[lab4][s
 }
 
 TEST_CASE("sgemm lab4_packed: every micro-kernel this CPU has", "[lab4][sgemm][packed]") {
-  const std::string saved = mls::lab4::packed_isa();
-  for (const auto& isa : mls::lab4::packed_isas()) {
+  const std::string saved = mls::kernels::packed_isa();
+  for (const auto& isa : mls::kernels::packed_isas()) {
     INFO("micro-kernel " << isa);
-    mls::lab4::set_packed_isa(isa);
+    mls::kernels::set_packed_isa(isa);
     check_kernel("lab4_packed");
     check_degenerate("lab4_packed");
   }
-  mls::lab4::set_packed_isa(saved);
+  mls::kernels::set_packed_isa(saved);
 }
 
 TEST_CASE("sgemm lab4_packed_mt: 1, 2 and 3 threads", "[lab4][sgemm][packed_mt]") {
@@ -68,9 +68,9 @@ TEST_CASE("sgemm: bad arguments throw mls::Error naming the kernel and the value
   using Catch::Matchers::Contains;
   auto call = [&](const char* name, bool ta, bool tb, long M, long N, long K, const float* a,
                   long lda, const float* b, long ldb, float* c, long ldc) {
-    mls::lab4::sgemm(name, ta, tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    mls::kernels::sgemm(name, ta, tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   };
-  for (const auto& k : mls::lab4::cpu_kernels()) {
+  for (const auto& k : mls::kernels::cpu_kernels()) {
     const char* n = k.name;
     CHECK_THROWS_WITH(call(n, false, false, -1, 2, 2, A.data(), 2, B.data(), 2, C.data(), 2),
                       Contains(n) && Contains("M=-1"));
@@ -96,7 +96,7 @@ TEST_CASE("sgemm: bad arguments throw mls::Error naming the kernel and the value
   CHECK_THROWS_WITH(call("lab4_nope", false, false, 1, 1, 1, A.data(), 1, B.data(), 1, C.data(), 1),
                     Contains("unknown kernel 'lab4_nope'") && Contains("lab4_packed"));
   mls::testing::observe("C after the refused calls", C);  // none of them wrote
-  CHECK_THROWS_AS(mls::lab4::set_packed_isa("sse9"), mls::Error);
+  CHECK_THROWS_AS(mls::kernels::set_packed_isa("sse9"), mls::Error);
 }
 
 TEST_CASE("sgemm: register_kernels puts the ladder in the common registry",
@@ -105,24 +105,24 @@ TEST_CASE("sgemm: register_kernels puts the ladder in the common registry",
   // implemented" here, and register_kernels() would leave it out of the registry).
   const float A[] = {1, 2, 3, 4}, B[] = {5, 6, 7, 8};
   float C[4];
-  for (const auto& k : mls::lab4::cpu_kernels()) {
+  for (const auto& k : mls::kernels::cpu_kernels()) {
     INFO(k.name);
-    mls::lab4::sgemm(k.name, false, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+    mls::kernels::sgemm(k.name, false, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
     mls::testing::observe(std::string("C ") + k.name, std::vector<float>(C, C + 4));
     CHECK(C[0] == 19.0f);
     CHECK(C[3] == 50.0f);
   }
-  mls::lab4::register_kernels();
-  mls::lab4::register_kernels();  // twice is harmless
+  mls::kernels::register_kernels();
+  mls::kernels::register_kernels();  // twice is harmless
   const auto ks = mls::sgemm_kernels();
-  for (const auto& k : mls::lab4::cpu_kernels()) {
+  for (const auto& k : mls::kernels::cpu_kernels()) {
     int found = 0;
     for (const auto& r : ks) found += r.name == k.name;
     INFO(k.name);
     CHECK(found == 1);
   }
   // Through the registry, like lab 1's matmul: 2x2 example.
-  for (const auto& k : mls::lab4::cpu_kernels()) {
+  for (const auto& k : mls::kernels::cpu_kernels()) {
     mls::set_sgemm_kernel(k.name);
     mls::sgemm_kernel().fn(false, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
     mls::testing::observe(std::string("C through the registry ") + k.name, std::vector<float>(C, C + 4));

@@ -27,7 +27,7 @@
 
 namespace {
 
-using mls::lab4::peak_gflops;
+using mls::kernels::peak_gflops;
 
 /// Streaming bandwidth: a[i] = b[i] + s * c[i] over arrays far larger than L3 (3 x 4 bytes).
 double stream_gbs(int threads) {
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   };
 
   // SGEMM ladder at n (naive and reordered at min(n, 512): they are slow).
-  for (const auto& k : mls::lab4::cpu_kernels()) {
+  for (const auto& k : mls::kernels::cpu_kernels()) {
     const std::string name = k.name;
     const bool mt = name == "lab4_packed_mt";
     const long m = (name == "lab4_naive" || name == "lab4_reordered") ? std::min(n, 512L) : n;
@@ -142,10 +142,10 @@ int main(int argc, char** argv) {
   std::vector<float> a(N, 0.5f), b(N, 0.25f), c(N, 2.0f), d(N, 1.0f), e(N), mean(N / 1024), rstd(N / 1024), w(1024, 1.0f), z(1024, 0.0f);
   auto t = [&](const std::function<void()>& f) { f(); return mls::time_min(f, 5); };
   try {
-    report("fused E=D+(A+B)*C", 3.0 * N, 20.0 * N, t([&] { mls::lab4::fused_add_mul_add(N, a.data(), b.data(), c.data(), d.data(), e.data()); }), false);
-    report("softmax 1024", 5.0 * N, 8.0 * N, t([&] { mls::lab4::softmax_forward(e.data(), a.data(), N / 1024, 1024); }), false);
-    report("layernorm fwd 1024", 8.0 * N, 8.0 * N, t([&] { mls::lab4::layernorm_forward(e.data(), mean.data(), rstd.data(), a.data(), w.data(), z.data(), N / 1024, 1024, 1e-5f); }), false);
-    report("gelu fwd", 20.0 * N, 8.0 * N, t([&] { mls::lab4::gelu_forward(e.data(), a.data(), N); }), false);
+    report("fused E=D+(A+B)*C", 3.0 * N, 20.0 * N, t([&] { mls::kernels::fused_add_mul_add(N, a.data(), b.data(), c.data(), d.data(), e.data()); }), false);
+    report("softmax 1024", 5.0 * N, 8.0 * N, t([&] { mls::kernels::softmax_forward(e.data(), a.data(), N / 1024, 1024); }), false);
+    report("layernorm fwd 1024", 8.0 * N, 8.0 * N, t([&] { mls::kernels::layernorm_forward(e.data(), mean.data(), rstd.data(), a.data(), w.data(), z.data(), N / 1024, 1024, 1e-5f); }), false);
+    report("gelu fwd", 20.0 * N, 8.0 * N, t([&] { mls::kernels::gelu_forward(e.data(), a.data(), N); }), false);
   } catch (const std::exception& ex) {
     std::printf("memory-bound kernels: %s\n", ex.what());
   }

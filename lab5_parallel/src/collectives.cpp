@@ -1,3 +1,4 @@
+// Student file of lab 5: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 5 student code: the collective algorithms, over point-to-point messages only.
 //
 // Every function runs on every rank of the communicator at once. The primitives (given, in

@@ -1,3 +1,4 @@
+// Student file of lab 5: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Data parallelism: bucketed gradient averaging with allreduce, optionally from inside backward.
 #include "mls/parallel/data_parallel.hpp"
 
@@ -37,7 +38,7 @@ Tensor shard_batch(const Tensor& batch, int rank, int ranks) {
   return batch.slice(0, rank * n, (rank + 1) * n).compact();
 }
 
-DataParallel::DataParallel(Communicator& comm, std::vector<ad::nn::Parameter> params, DataParallelOptions opts)
+DataParallel::DataParallel(Communicator& comm, std::vector<autodiff::nn::Parameter> params, DataParallelOptions opts)
     : comm_(&comm), params_(std::move(params)), opts_(opts) {
   std::vector<std::int64_t> bytes;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -58,7 +59,7 @@ void DataParallel::broadcast_parameters(int root) {
   for (auto& p : params_) {
     Tensor t = p.value().clone();  // a copy: the in-place update below must not alias it
     comm_->broadcast(t, root);
-    ad::NoGradGuard ng;
+    autodiff::NoGradGuard ng;
     Tensor v = p.value();
     v.fill_(0.0);
     v += t;
@@ -92,7 +93,7 @@ void DataParallel::reduce_bucket(std::size_t b, const std::vector<Tensor>& grads
   for (std::size_t i : idx) {
     const Tensor& v = params_[i].value();
     const std::int64_t n = v.numel();
-    params_[i].get()->grad = ad::Var(flat.slice(0, off, off + n).reshape(v.shape()).clone()).node();
+    params_[i].get()->grad = autodiff::Var(flat.slice(0, off, off + n).reshape(v.shape()).clone()).node();
     off += n;
   }
   // END SOLUTION
@@ -103,7 +104,7 @@ void DataParallel::allreduce_gradients() {
     if (bucket_done_[b]) continue;
     std::vector<Tensor> grads;
     for (std::size_t i : buckets_[b]) {
-      const ad::Var g = params_[i].grad();
+      const autodiff::Var g = params_[i].grad();
       grads.push_back(g.defined() ? g.value() : Tensor());
     }
     reduce_bucket(b, grads);
@@ -114,11 +115,11 @@ void DataParallel::allreduce_gradients() {
   std::fill(pending_.begin(), pending_.end(), Tensor());
 }
 
-ad::Var DataParallel::hook(std::size_t i) {
+autodiff::Var DataParallel::hook(std::size_t i) {
   MLS_CHECK(i < params_.size(), "DataParallel::hook: parameter ", i, " of ", params_.size());
   MLS_CHECK(opts_.overlap, "DataParallel::hook: construct with overlap = true to hook parameters");
-  const ad::nn::Parameter& p = params_[i];
-  return ad::custom("dp_hook", {p}, p.value(), [this, i](const ad::Var& g, const std::vector<bool>&) {
+  const autodiff::nn::Parameter& p = params_[i];
+  return autodiff::custom("dp_hook", {p}, p.value(), [this, i](const autodiff::Var& g, const std::vector<bool>&) {
     MLS_CHECK(!pending_[i].defined(), "DataParallel::hook: parameter ", i,
               " was used twice in one forward; hook each parameter once");
     pending_[i] = g.value();
@@ -128,7 +129,7 @@ ad::Var DataParallel::hook(std::size_t i) {
       std::vector<Tensor> grads;
       for (std::size_t j : buckets_[b]) {
         Tensor gj = pending_[j];
-        const ad::Var prev = params_[j].grad();  // gradients accumulated outside the hook
+        const autodiff::Var prev = params_[j].grad();  // gradients accumulated outside the hook
         if (prev.defined()) gj = gj.defined() ? mls::add(gj, prev.value()) : prev.value();
         grads.push_back(gj);
       }
@@ -136,7 +137,7 @@ ad::Var DataParallel::hook(std::size_t i) {
       bucket_done_[b] = true;
       ++overlapped_;
     }
-    return std::vector<ad::Var>{ad::Var()};  // the averaged gradient is written by reduce_bucket
+    return std::vector<autodiff::Var>{autodiff::Var()};  // the averaged gradient is written by reduce_bucket
   });
 }
 

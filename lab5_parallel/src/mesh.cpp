@@ -39,7 +39,7 @@ std::array<Tensor, 2> stack_batch(const StackConfig& c, int step) {
   Rng target(c.seed, "stack-target");
   const Tensor x = Tensor::randn({c.batch, c.d_model}, data, 0.0, 1.0, c.dtype);
   const Tensor a = Tensor::randn({c.d_model, c.d_model}, target, 0.0, 1.0 / std::sqrt(static_cast<double>(c.d_model)), c.dtype);
-  const Tensor y = mls::tanh(ad::matmul(ad::Var(x), ad::Var(a)).value());
+  const Tensor y = mls::tanh(autodiff::matmul(autodiff::Var(x), autodiff::Var(a)).value());
   return {x, y};
 }
 
@@ -55,25 +55,25 @@ void add_traffic(Traffic& into, const Traffic& from) {
 
 StackResult train_stack_single(const StackConfig& c) {
   MLS_CHECK(c.blocks >= 1 && c.steps >= 0, "train_stack_single: blocks = ", c.blocks, ", steps = ", c.steps);
-  std::vector<std::array<ad::nn::Parameter, 4>> ps;
-  std::vector<ad::nn::Parameter> all;
+  std::vector<std::array<autodiff::nn::Parameter, 4>> ps;
+  std::vector<autodiff::nn::Parameter> all;
   for (int b = 0; b < c.blocks; ++b) {
     const auto w = stack_block_weights(c, b);
-    std::array<ad::nn::Parameter, 4> p;
+    std::array<autodiff::nn::Parameter, 4> p;
     for (std::size_t k = 0; k < 4; ++k) {
-      p[k] = ad::nn::parameter(w[k].clone());
+      p[k] = autodiff::nn::parameter(w[k].clone());
       all.push_back(p[k]);
     }
     ps.push_back(p);
   }
-  ad::nn::SGD opt(all, c.lr);
+  autodiff::nn::SGD opt(all, c.lr);
   StackResult r;
   for (int step = 0; step < c.steps; ++step) {
     const auto [x, y] = stack_batch(c, step);
     opt.zero_grad();
-    ad::Var h(x);
+    autodiff::Var h(x);
     for (const auto& p : ps) h = h + mlp_block(h, p[0], p[1], p[2], p[3]);
-    const ad::Var loss = ad::mse_loss(h, ad::Var(y));
+    const autodiff::Var loss = autodiff::mse_loss(h, autodiff::Var(y));
     loss.backward();
     opt.step();
     r.losses.push_back(loss.value().item());
@@ -84,11 +84,11 @@ StackResult train_stack_single(const StackConfig& c) {
 
 namespace {
 /// One pipeline stage of the 3-D stack: x + ParallelMLP(x).
-class ResidualStage : public ad::nn::Module {
+class ResidualStage : public autodiff::nn::Module {
  public:
   explicit ResidualStage(std::unique_ptr<ParallelMLP> mlp) : mlp_(std::move(mlp)) {}
-  ad::Var forward(const ad::Var& x) override { return x + mlp_->forward(x); }
-  std::vector<ad::nn::Parameter> parameters() override { return mlp_->parameters(); }
+  autodiff::Var forward(const autodiff::Var& x) override { return x + mlp_->forward(x); }
+  std::vector<autodiff::nn::Parameter> parameters() override { return mlp_->parameters(); }
   std::string name() const override { return "Residual(" + mlp_->name() + ")"; }
 
  private:
@@ -106,7 +106,7 @@ StackResult train_stack_3d(Communicator& world, const StackConfig& c, int dp, in
   DataParallelOptions dopt;
   dopt.bucket_bytes = c.bucket_bytes;
   DataParallel ddp(mesh.dp(), stage.parameters(), dopt);
-  ad::nn::SGD opt(stage.parameters(), c.lr);
+  autodiff::nn::SGD opt(stage.parameters(), c.lr);
   PipelineOptions po;
   po.kind = c.schedule;
   po.micro_batches = c.micro_batches;

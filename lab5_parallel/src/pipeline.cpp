@@ -1,3 +1,4 @@
+// Student file of lab 5: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Pipeline parallelism: the schedule generators (student code), their ideal-machine simulation
 // and drawings, and the executor that runs a schedule over send/recv.
 #include "mls/parallel/pipeline.hpp"

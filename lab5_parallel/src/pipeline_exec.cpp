@@ -53,7 +53,7 @@ Tensor receive(Communicator& comm, DType dtype, double& clock, int src, int micr
 }
 }  // namespace
 
-PipelineStats pipeline_step(Communicator& comm, ad::nn::Module& stage, const Tensor& x, const Tensor& y,
+PipelineStats pipeline_step(Communicator& comm, autodiff::nn::Module& stage, const Tensor& x, const Tensor& y,
                             const PipelineOptions& opts) {
   const int p = comm.size(), s = comm.rank(), m = opts.micro_batches;
   MLS_CHECK(m >= 1, "pipeline_step: micro_batches = ", m, " must be >= 1");
@@ -70,13 +70,13 @@ PipelineStats pipeline_step(Communicator& comm, ad::nn::Module& stage, const Ten
     MLS_CHECK(y.size(0) % m == 0, "pipeline_step: targets of ", y.size(0), " rows do not split into ", m,
               " equal micro-batches");
   }
-  const PipeLossFn loss_fn = opts.loss ? opts.loss : PipeLossFn([](const ad::Var& o, const ad::Var& t) {
-    return ad::mse_loss(o, t);
+  const PipeLossFn loss_fn = opts.loss ? opts.loss : PipeLossFn([](const autodiff::Var& o, const autodiff::Var& t) {
+    return autodiff::mse_loss(o, t);
   });
   const std::vector<PipeStep> steps = make_schedule(p, m, opts.kind)[static_cast<std::size_t>(s)];
 
   struct Stash {
-    ad::Var in, out, loss;
+    autodiff::Var in, out, loss;
     std::int64_t bytes = 0;
   };
   std::vector<Stash> stash(static_cast<std::size_t>(m));
@@ -95,13 +95,13 @@ PipelineStats pipeline_step(Communicator& comm, ad::nn::Module& stage, const Ten
         in_t = receive(comm, opts.dtype, clock, s - 1, step.micro, 0);
       }
       const double start = clock;
-      sh.in = ad::Var(in_t, /*requires_grad=*/!first);
+      sh.in = autodiff::Var(in_t, /*requires_grad=*/!first);
       sh.out = stage.forward(sh.in);
       clock += opts.t_fwd;
       st.slots.push_back({s, step, start, clock});
       if (last) {
         const std::int64_t ymb = y.size(0) / m;
-        const ad::Var target(y.slice(0, step.micro * ymb, (step.micro + 1) * ymb).compact());
+        const autodiff::Var target(y.slice(0, step.micro * ymb, (step.micro + 1) * ymb).compact());
         sh.loss = loss_fn(sh.out, target) / static_cast<double>(m);
         loss_sum += sh.loss.value().item();
       } else {
@@ -127,7 +127,7 @@ PipelineStats pipeline_step(Communicator& comm, ad::nn::Module& stage, const Ten
       clock += opts.t_bwd;
       st.slots.push_back({s, step, start, clock});
       if (!first) {
-        const ad::Var gin = sh.in.grad();
+        const autodiff::Var gin = sh.in.grad();
         const Tensor g = gin.defined() ? gin.value() : Tensor::zeros(sh.in.shape(), opts.dtype);
         out.send(comm, g, clock, s - 1, step.micro, 2);
       }

@@ -1,3 +1,4 @@
+// Student file of lab 5: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Tensor parallelism (Megatron-LM): the f/g operators on lab 2's tape, column- and row-parallel
 // linears, the parallel MLP and attention blocks, and their unsplit references.
 #include "mls/parallel/tensor_parallel.hpp"
@@ -8,11 +9,11 @@
 
 namespace mls::parallel {
 
-using ad::Var;
+using autodiff::Var;
 
-ad::Var copy_to_tp(const ad::Var& x, Communicator& tp, TpCounters* counters) {
+autodiff::Var copy_to_tp(const autodiff::Var& x, Communicator& tp, TpCounters* counters) {
   // BEGIN SOLUTION
-  return ad::custom("copy_to_tp", {x}, x.value(),
+  return autodiff::custom("copy_to_tp", {x}, x.value(),
                     [&tp, counters](const Var& g, const std::vector<bool>& needs) -> std::vector<Var> {
                       if (!needs[0]) return {Var()};
                       Tensor t = g.value().clone();
@@ -23,32 +24,32 @@ ad::Var copy_to_tp(const ad::Var& x, Communicator& tp, TpCounters* counters) {
   // END SOLUTION
 }
 
-ad::Var reduce_from_tp(const ad::Var& x, Communicator& tp, TpCounters* counters) {
+autodiff::Var reduce_from_tp(const autodiff::Var& x, Communicator& tp, TpCounters* counters) {
   // BEGIN SOLUTION
   Tensor t = x.value().clone();
   tp.allreduce(t, ReduceOp::Sum);
   if (counters) ++counters->forward_allreduces;
-  return ad::custom("reduce_from_tp", {x}, t,
+  return autodiff::custom("reduce_from_tp", {x}, t,
                     [](const Var& g, const std::vector<bool>&) -> std::vector<Var> { return {g}; });
   // END SOLUTION
 }
 
-ad::Var column_parallel_linear(const ad::Var& x, const ad::Var& w, const ad::Var& b) {
+autodiff::Var column_parallel_linear(const autodiff::Var& x, const autodiff::Var& w, const autodiff::Var& b) {
   MLS_CHECK(x.ndim() >= 1 && w.ndim() == 2 && x.shape().back() == w.shape()[0], "column_parallel_linear: input ",
             shape_str(x.shape()), " does not match the weight shard ", shape_str(w.shape()));
   // BEGIN SOLUTION
-  const Var y = ad::matmul(x, w);
+  const Var y = autodiff::matmul(x, w);
   return b.defined() ? y + b : y;
   // END SOLUTION
 }
 
-ad::Var row_parallel_linear(const ad::Var& x_shard, const ad::Var& w, const ad::Var& b, Communicator& tp,
+autodiff::Var row_parallel_linear(const autodiff::Var& x_shard, const autodiff::Var& w, const autodiff::Var& b, Communicator& tp,
                             TpCounters* counters) {
   MLS_CHECK(x_shard.ndim() >= 1 && w.ndim() == 2 && x_shard.shape().back() == w.shape()[0],
             "row_parallel_linear: input shard ", shape_str(x_shard.shape()), " does not match the weight shard ",
             shape_str(w.shape()));
   // BEGIN SOLUTION
-  const Var y = reduce_from_tp(ad::matmul(x_shard, w), tp, counters);
+  const Var y = reduce_from_tp(autodiff::matmul(x_shard, w), tp, counters);
   return b.defined() ? y + b : y;
   // END SOLUTION
 }
@@ -68,13 +69,13 @@ Tensor unshard(const std::vector<Tensor>& shards, std::int64_t dim) {
   MLS_CHECK(!shards.empty(), "unshard: no shards");
   std::vector<Var> vs;
   for (const Tensor& t : shards) vs.emplace_back(t);
-  return ad::concat(vs, normalize_axis(dim, shards[0].ndim(), "unshard")).value();
+  return autodiff::concat(vs, normalize_axis(dim, shards[0].ndim(), "unshard")).value();
 }
 
-ad::Var mlp_block(const ad::Var& x, const ad::Var& w1, const ad::Var& b1, const ad::Var& w2, const ad::Var& b2,
+autodiff::Var mlp_block(const autodiff::Var& x, const autodiff::Var& w1, const autodiff::Var& b1, const autodiff::Var& w2, const autodiff::Var& b2,
                   const std::string& activation) {
-  ad::nn::Activation act(activation);
-  return ad::matmul(act.forward(ad::matmul(x, w1) + b1), w2) + b2;
+  autodiff::nn::Activation act(activation);
+  return autodiff::matmul(act.forward(autodiff::matmul(x, w1) + b1), w2) + b2;
 }
 
 ParallelMLP::ParallelMLP(Communicator& tp, const Tensor& w1_full, const Tensor& b1_full, const Tensor& w2_full,
@@ -87,16 +88,16 @@ ParallelMLP::ParallelMLP(Communicator& tp, const Tensor& w1_full, const Tensor& 
             shape_str(w2_full.shape()), ", b2 ", shape_str(b2_full.shape()),
             " do not form a block [D, H], [H], [H, D], [D]");
   const int r = tp.rank(), t = tp.size();
-  w1 = ad::nn::parameter(shard(w1_full, 1, r, t));
-  b1 = ad::nn::parameter(shard(b1_full, 0, r, t));
-  w2 = ad::nn::parameter(shard(w2_full, 0, r, t));
-  b2 = ad::nn::parameter(b2_full.clone());
-  ad::nn::Activation check(activation_);  // validates the name now
+  w1 = autodiff::nn::parameter(shard(w1_full, 1, r, t));
+  b1 = autodiff::nn::parameter(shard(b1_full, 0, r, t));
+  w2 = autodiff::nn::parameter(shard(w2_full, 0, r, t));
+  b2 = autodiff::nn::parameter(b2_full.clone());
+  autodiff::nn::Activation check(activation_);  // validates the name now
 }
 
-ad::Var ParallelMLP::forward(const ad::Var& x) {
+autodiff::Var ParallelMLP::forward(const autodiff::Var& x) {
   // BEGIN SOLUTION
-  ad::nn::Activation act(activation_);
+  autodiff::nn::Activation act(activation_);
   const Var xr = copy_to_tp(x, *tp_, &counters);
   const Var h = act.forward(column_parallel_linear(xr, w1, b1));
   return row_parallel_linear(h, w2, b2, *tp_, &counters);
@@ -118,22 +119,22 @@ Tensor causal_mask(std::int64_t T, DType dtype) {
 }
 }  // namespace
 
-ad::Var attention_block(const ad::Var& x, const ad::Var& wq, const ad::Var& wk, const ad::Var& wv,
-                        const ad::Var& wo, const ad::Var& bo, int heads, bool causal) {
+autodiff::Var attention_block(const autodiff::Var& x, const autodiff::Var& wq, const autodiff::Var& wk, const autodiff::Var& wv,
+                        const autodiff::Var& wo, const autodiff::Var& bo, int heads, bool causal) {
   MLS_CHECK(x.ndim() == 3, "attention_block: x must be [B, T, D], got ", shape_str(x.shape()));
   const std::int64_t D = x.shape()[2], T = x.shape()[1];
   MLS_CHECK(heads >= 1 && D % heads == 0, "attention_block: D = ", D, " does not split into ", heads, " heads");
   const std::int64_t dh = D / heads;
   std::vector<Var> outs;
   for (int h = 0; h < heads; ++h) {
-    const Var q = ad::matmul(x, ad::slice(wq, 1, h * dh, (h + 1) * dh));
-    const Var k = ad::matmul(x, ad::slice(wk, 1, h * dh, (h + 1) * dh));
-    const Var v = ad::matmul(x, ad::slice(wv, 1, h * dh, (h + 1) * dh));
-    Var s = ad::matmul(q, ad::transpose(k)) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B, T, T]
+    const Var q = autodiff::matmul(x, autodiff::slice(wq, 1, h * dh, (h + 1) * dh));
+    const Var k = autodiff::matmul(x, autodiff::slice(wk, 1, h * dh, (h + 1) * dh));
+    const Var v = autodiff::matmul(x, autodiff::slice(wv, 1, h * dh, (h + 1) * dh));
+    Var s = autodiff::matmul(q, autodiff::transpose(k)) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B, T, T]
     if (causal) s = s + Var(causal_mask(T, x.dtype()));
-    outs.push_back(ad::matmul(ad::softmax(s, -1), v));  // [B, T, dh]
+    outs.push_back(autodiff::matmul(autodiff::softmax(s, -1), v));  // [B, T, dh]
   }
-  return ad::matmul(ad::concat(outs, 2), wo) + bo;
+  return autodiff::matmul(autodiff::concat(outs, 2), wo) + bo;
 }
 
 ParallelAttention::ParallelAttention(Communicator& tp, int heads, const Tensor& wq_full, const Tensor& wk_full,
@@ -151,26 +152,26 @@ ParallelAttention::ParallelAttention(Communicator& tp, int heads, const Tensor& 
   MLS_CHECK(bo_full.ndim() == 1 && bo_full.size(0) == D, "ParallelAttention: bo must be [", D, "], got ",
             shape_str(bo_full.shape()));
   local_heads_ = heads / t;
-  wq = ad::nn::parameter(shard(wq_full, 1, r, t));
-  wk = ad::nn::parameter(shard(wk_full, 1, r, t));
-  wv = ad::nn::parameter(shard(wv_full, 1, r, t));
-  wo = ad::nn::parameter(shard(wo_full, 0, r, t));
-  bo = ad::nn::parameter(bo_full.clone());
+  wq = autodiff::nn::parameter(shard(wq_full, 1, r, t));
+  wk = autodiff::nn::parameter(shard(wk_full, 1, r, t));
+  wv = autodiff::nn::parameter(shard(wv_full, 1, r, t));
+  wo = autodiff::nn::parameter(shard(wo_full, 0, r, t));
+  bo = autodiff::nn::parameter(bo_full.clone());
 }
 
-ad::Var ParallelAttention::forward(const ad::Var& x) {
+autodiff::Var ParallelAttention::forward(const autodiff::Var& x) {
   MLS_CHECK(x.ndim() == 3 && x.shape()[2] == wq.shape()[0], "ParallelAttention: x must be [B, T, ",
             wq.shape()[0], "], got ", shape_str(x.shape()));
   // BEGIN SOLUTION
   const std::int64_t B = x.shape()[0], T = x.shape()[1], dl = wq.shape()[1], dh = dl / local_heads_;
   const Var xr = copy_to_tp(x, *tp_, &counters);
   auto heads_of = [&](const Var& w) {  // [B, T, dl] -> [B, hl, T, dh]
-    return ad::permute(ad::reshape(ad::matmul(xr, w), {B, T, local_heads_, dh}), {0, 2, 1, 3});
+    return autodiff::permute(autodiff::reshape(autodiff::matmul(xr, w), {B, T, local_heads_, dh}), {0, 2, 1, 3});
   };
   const Var q = heads_of(wq), k = heads_of(wk), v = heads_of(wv);
-  Var s = ad::matmul(q, ad::transpose(k)) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B, hl, T, T]
+  Var s = autodiff::matmul(q, autodiff::transpose(k)) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B, hl, T, T]
   if (causal_) s = s + Var(causal_mask(T, x.dtype()));
-  const Var o = ad::reshape(ad::permute(ad::matmul(ad::softmax(s, -1), v), {0, 2, 1, 3}), {B, T, dl});
+  const Var o = autodiff::reshape(autodiff::permute(autodiff::matmul(autodiff::softmax(s, -1), v), {0, 2, 1, 3}), {B, T, dl});
   return row_parallel_linear(o, wo, bo, *tp_, &counters);
   // END SOLUTION
 }

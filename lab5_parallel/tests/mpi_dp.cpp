@@ -12,8 +12,8 @@
 
 using namespace mls;
 using namespace mls::parallel;
-using mls::ad::Var;
-namespace nn = mls::ad::nn;
+using mls::autodiff::Var;
+namespace nn = mls::autodiff::nn;
 
 TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B after 10 SGD steps",
           "[lab5][mpi][mpi_train][mpi_dp]") {
@@ -39,13 +39,13 @@ TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B aft
         Rng rng(17, "mpi-dp-batch-" + std::to_string(s));
         const Tensor x = Tensor::randn({12, 6}, rng, 0.0, 1.0, dt), y = Tensor::randn({12, 3}, rng, 0.0, 1.0, dt);
         ropt.zero_grad();
-        ad::mse_loss(r2.forward(ad::tanh(r1.forward(Var(x)))), Var(y)).backward();
+        autodiff::mse_loss(r2.forward(autodiff::tanh(r1.forward(Var(x)))), Var(y)).backward();
         ropt.step();
         opt.zero_grad();
         const Var xs(shard_batch(x, comm.rank(), n)), ys(shard_batch(y, comm.rank(), n));
-        const Var out = overlap ? ad::matmul(ad::tanh(ad::matmul(xs, dp.hook(0)) + dp.hook(1)), dp.hook(2)) + dp.hook(3)
-                                : a2.forward(ad::tanh(a1.forward(xs)));
-        ad::mse_loss(out, ys).backward();
+        const Var out = overlap ? autodiff::matmul(autodiff::tanh(autodiff::matmul(xs, dp.hook(0)) + dp.hook(1)), dp.hook(2)) + dp.hook(3)
+                                : a2.forward(autodiff::tanh(a1.forward(xs)));
+        autodiff::mse_loss(out, ys).backward();
         dp.allreduce_gradients();
         opt.step();
       }

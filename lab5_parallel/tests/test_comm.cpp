@@ -301,19 +301,19 @@ TEST_CASE("same seed, bit-identical results and modelled times across runs", "[l
 TEST_CASE("8 ranks train an MLP at once: shared pool, allocator, RNG streams, grad mode", "[lab5][sim]") {
   // Data parallel by hand: every rank has the same initial weights (seed), its own data stream,
   // averages gradients with allreduce and takes an SGD step; the weights stay identical.
-  namespace ad = mls::ad;
+  namespace autodiff = mls::autodiff;
   ThreadCountGuard threads(2);
   auto train = [] {
     std::vector<std::vector<double>> w(8);
     run_simulated(8, [&](Communicator& c) {
       Rng init(7, "init");
-      auto net = ad::nn::mlp({6, 16, 1}, init);
+      auto net = autodiff::nn::mlp({6, 16, 1}, init);
       Rng data = rank_rng(11, c);
       for (int step = 0; step < 4; ++step) {
         Tensor x = Tensor::randn({32, 6}, data);
         Tensor y = Tensor::randn({32, 1}, data);
         for (auto& p : net->parameters()) p.zero_grad();
-        ad::Var loss = ad::mse_loss(net->forward(ad::Var(x)), ad::Var(y));
+        autodiff::Var loss = autodiff::mse_loss(net->forward(autodiff::Var(x)), autodiff::Var(y));
         loss.backward();
         for (auto& p : net->parameters()) {
           Tensor g = p.grad().value().contiguous();
@@ -322,8 +322,8 @@ TEST_CASE("8 ranks train an MLP at once: shared pool, allocator, RNG streams, gr
           v -= g * 0.1;
         }
         {
-          ad::NoGradGuard no_grad;  // thread-local: must not leak to the other ranks
-          (void)net->forward(ad::Var(x));
+          autodiff::NoGradGuard no_grad;  // thread-local: must not leak to the other ranks
+          (void)net->forward(autodiff::Var(x));
         }
       }
       std::vector<double> flat;

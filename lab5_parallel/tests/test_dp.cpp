@@ -8,8 +8,8 @@
 
 using namespace mls;
 using namespace mls::parallel;
-using mls::ad::Var;
-namespace nn = mls::ad::nn;
+using mls::autodiff::Var;
+namespace nn = mls::autodiff::nn;
 
 namespace {
 struct Model {
@@ -22,11 +22,11 @@ struct Model {
     return l;
   }
   std::vector<nn::Parameter> params() { return {l1.weight, l1.bias, l2.weight, l2.bias}; }
-  Var forward(const Var& x) { return l2.forward(ad::tanh(l1.forward(x))); }
+  Var forward(const Var& x) { return l2.forward(autodiff::tanh(l1.forward(x))); }
   /// The same function through DataParallel's hooks (overlap).
   static Var forward_hooked(DataParallel& dp, const Var& x) {
-    const Var h = ad::tanh(ad::matmul(x, dp.hook(0)) + dp.hook(1));
-    return ad::matmul(h, dp.hook(2)) + dp.hook(3);
+    const Var h = autodiff::tanh(autodiff::matmul(x, dp.hook(0)) + dp.hook(1));
+    return autodiff::matmul(h, dp.hook(2)) + dp.hook(3);
   }
 };
 std::array<Tensor, 2> batch(int step, DType dt) {
@@ -42,7 +42,7 @@ std::vector<std::vector<double>> train_single(DType dt) {
   for (int s = 0; s < kSteps; ++s) {
     const auto [x, y] = batch(s, dt);
     opt.zero_grad();
-    ad::mse_loss(m.forward(Var(x)), Var(y)).backward();
+    autodiff::mse_loss(m.forward(Var(x)), Var(y)).backward();
     opt.step();
   }
   std::vector<std::vector<double>> out;
@@ -98,7 +98,7 @@ TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD s
               const Var xs(shard_batch(x, comm.rank(), n)), ys(shard_batch(y, comm.rank(), n));
               opt.zero_grad();
               const Var out = overlap ? Model::forward_hooked(dp, xs) : m.forward(xs);
-              ad::mse_loss(out, ys).backward();
+              autodiff::mse_loss(out, ys).backward();
               dp.allreduce_gradients();
               opt.step();
             }
@@ -146,7 +146,7 @@ TEST_CASE("dp: hooks need overlap, and a parameter hooked twice is an error", "[
           Model m(DType::Float64);
           DataParallel dp(comm, m.params(), DataParallelOptions{1 << 20, true});
           const Var x(Tensor::ones({2, 6}, DType::Float64));
-          ad::sum(ad::matmul(x, dp.hook(0)) + ad::matmul(x, dp.hook(0))).backward();
+          autodiff::sum(autodiff::matmul(x, dp.hook(0)) + autodiff::matmul(x, dp.hook(0))).backward();
         });
       },
       "DataParallel::hook: parameter 0 was used twice in one forward");

@@ -9,8 +9,8 @@
 
 using namespace mls;
 using namespace mls::parallel;
-using mls::ad::Var;
-namespace nn = mls::ad::nn;
+using mls::autodiff::Var;
+namespace nn = mls::autodiff::nn;
 
 namespace {
 /// Layer l of the test model: Linear(sizes[l], sizes[l+1]) with a random bias, then tanh except last.
@@ -41,7 +41,7 @@ TEST_CASE("pipeline: gradients equal the unsplit model's, bubble and live activa
   // the unsplit model on the whole batch
   nn::Sequential full;
   for (std::size_t l = 0; l + 1 < sizes.size(); ++l) full.add(layer(sizes, l));
-  const Var loss = ad::mse_loss(full.forward(Var(x)), Var(y));
+  const Var loss = autodiff::mse_loss(full.forward(Var(x)), Var(y));
   loss.backward();
   std::vector<std::vector<double>> ref;
   for (auto& prm : full.parameters()) ref.push_back(prm.grad().value().to_vector<double>());

@@ -9,7 +9,7 @@
 
 using namespace mls;
 using namespace mls::parallel;
-using mls::ad::Var;
+using mls::autodiff::Var;
 
 namespace {
 void check_close(const Tensor& got, const Tensor& want, const std::string& what) {
@@ -43,12 +43,12 @@ TEST_CASE("tp: f is identity forward and allreduce backward, g the reverse", "[l
     Var x(Tensor::full({2}, 1.0 + comm.rank(), DType::Float64), true);
     Var f = copy_to_tp(x, comm, &c[r]);
     fx[r] = f.value().clone();
-    ad::sum(f * (1.0 + comm.rank())).backward();  // rank r's gradient of f's output is r + 1
+    autodiff::sum(f * (1.0 + comm.rank())).backward();  // rank r's gradient of f's output is r + 1
     gx[r] = x.grad().value().clone();
     Var z(Tensor::full({2}, 1.0 + comm.rank(), DType::Float64), true);
     Var g = reduce_from_tp(z, comm, &c[r]);
     gy[r] = g.value().clone();
-    ad::sum(g * 2.0).backward();
+    autodiff::sum(g * 2.0).backward();
     gz[r] = z.grad().value().clone();
   });
   for (int r = 0; r < t; ++r) {
@@ -76,7 +76,7 @@ TEST_CASE("tp: the Megatron MLP block equals the unsplit block, one allreduce fo
   // reference
   Var rx(x, true), rw1(w1, true), rb1(b1, true), rw2(w2, true), rb2(b2, true);
   const Var ry = mlp_block(rx, rw1, rb1, rw2, rb2, "gelu");
-  ad::sum(ry * Var(R)).backward();
+  autodiff::sum(ry * Var(R)).backward();
   const std::vector<Tensor> full_grads = {rw1.grad().value(), rb1.grad().value(), rw2.grad().value(), rb2.grad().value()};
   for (int t : {1, 2, 3, 4}) {
     if (H % t) continue;
@@ -86,7 +86,7 @@ TEST_CASE("tp: the Megatron MLP block equals the unsplit block, one allreduce fo
       ParallelMLP mlp(comm, w1, b1, w2, b2, "gelu");
       Var vx(x, true);
       const Var y = mlp.forward(vx);
-      ad::sum(y * Var(R)).backward();
+      autodiff::sum(y * Var(R)).backward();
       o.y = y.value();
       o.gx = vx.grad().value();
       for (auto& prm : mlp.parameters()) o.grads.push_back(prm.grad().value());
@@ -117,7 +117,7 @@ TEST_CASE("tp: attention split by heads equals the unsplit attention, one allred
                wo = rnd({D, D}, "wo"), bo = rnd({D}, "bo"), R = rnd({B, T, D}, "aR", 1.0);
   Var rx(x, true), rq(wq, true), rk(wk, true), rv(wv, true), ro(wo, true), rb(bo, true);
   const Var ry = attention_block(rx, rq, rk, rv, ro, rb, heads, true);
-  ad::sum(ry * Var(R)).backward();
+  autodiff::sum(ry * Var(R)).backward();
   const std::vector<Tensor> full_grads = {rq.grad().value(), rk.grad().value(), rv.grad().value(), ro.grad().value(),
                                           rb.grad().value()};
   for (int t : {1, 2, 4}) {
@@ -127,7 +127,7 @@ TEST_CASE("tp: attention split by heads equals the unsplit attention, one allred
       ParallelAttention att(comm, heads, wq, wk, wv, wo, bo, true);
       Var vx(x, true);
       const Var y = att.forward(vx);
-      ad::sum(y * Var(R)).backward();
+      autodiff::sum(y * Var(R)).backward();
       o.y = y.value();
       o.gx = vx.grad().value();
       for (auto& prm : att.parameters()) o.grads.push_back(prm.grad().value());

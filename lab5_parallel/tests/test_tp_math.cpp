@@ -8,7 +8,7 @@
 
 using namespace mls;
 using namespace mls::parallel;
-using mls::ad::Var;
+using mls::autodiff::Var;
 using mls::testing::require_error;
 
 TEST_CASE("tp math: shard and unshard are inverse along any dim", "[lab5][tp]") {
@@ -29,7 +29,7 @@ TEST_CASE("tp math: shard and unshard are inverse along any dim", "[lab5][tp]") 
   // a column shard of W gives the matching columns of x W
   const Tensor x = Tensor::randn({3, 4}, rng, 0.0, 1.0, DType::Float64);
   const Tensor cols = column_parallel_linear(Var(x), Var(shard(w, 1, 1, 2)), Var()).value();
-  const Tensor full = ad::matmul(Var(x), Var(w)).value();
+  const Tensor full = autodiff::matmul(Var(x), Var(w)).value();
   mls::testing::observe_values("column shard of x W", cols, {2e-14, 1e-15});
   for (std::int64_t i = 0; i < 3; ++i)
     for (std::int64_t j = 0; j < 3; ++j) CHECK(cols.at({i, j}) == Approx(full.at({i, 3 + j})).epsilon(1e-14));
@@ -65,8 +65,8 @@ TEST_CASE("tp math: the sum of the ranks' partial row-parallel outputs is the un
   for (int t : {1, 2, 4}) {
     Tensor sum = Tensor::zeros({N, D}, DType::Float64);
     for (int r = 0; r < t; ++r) {
-      const Var h = ad::tanh(column_parallel_linear(Var(x), Var(shard(w1, 1, r, t)), Var(shard(b1, 0, r, t))));
-      sum += ad::matmul(h, Var(shard(w2, 0, r, t))).value();  // rank r's partial sum
+      const Var h = autodiff::tanh(column_parallel_linear(Var(x), Var(shard(w1, 1, r, t)), Var(shard(b1, 0, r, t))));
+      sum += autodiff::matmul(h, Var(shard(w2, 0, r, t))).value();  // rank r's partial sum
     }
     sum += b2;
     const auto got = sum.to_vector<double>();

@@ -14,7 +14,7 @@
 
 using namespace mls;
 using namespace mls::parallel;
-namespace nn = mls::ad::nn;
+namespace nn = mls::autodiff::nn;
 
 namespace {
 void run(Communicator& comm, std::int64_t batch, std::int64_t width, int steps, int warmup, std::int64_t bucket) {
@@ -27,13 +27,13 @@ void run(Communicator& comm, std::int64_t batch, std::int64_t width, int steps, 
   const Tensor x = Tensor::randn({batch, width}, data);
   Tensor labels = Tensor::zeros({batch}, DType::Int64);
   for (std::int64_t i = 0; i < batch; ++i) labels.set({i}, static_cast<double>(i % 10));
-  const ad::Var xs(shard_batch(x, comm.rank(), comm.size())), ys(shard_batch(labels, comm.rank(), comm.size()));
+  const autodiff::Var xs(shard_batch(x, comm.rank(), comm.size())), ys(shard_batch(labels, comm.rank(), comm.size()));
   double best = 1e300;
   for (int s = 0; s < warmup + steps; ++s) {
     comm.barrier();
     Timer t;
     opt.zero_grad();
-    ad::softmax_cross_entropy(model->forward(xs), ys).backward();
+    autodiff::softmax_cross_entropy(model->forward(xs), ys).backward();
     dp.allreduce_gradients();
     opt.step();
     Tensor e = Tensor::scalar(t.seconds(), DType::Float64);

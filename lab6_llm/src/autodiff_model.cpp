@@ -1,3 +1,4 @@
+// Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 6: the GPT on lab 2's autodiff ops (path (a)).
 #include "mls/llm/autodiff_model.hpp"
 
@@ -10,7 +11,7 @@ namespace mls::llm::tape {
 
 namespace {
 
-namespace A = mls::ad;
+namespace A = mls::autodiff;
 
 /// Layer l of a stacked parameter [L, ...] as a Var of shape [...].
 Var layer(const Var& stacked, std::int64_t l) {

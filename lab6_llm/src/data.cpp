@@ -1,3 +1,4 @@
+// Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 #include "mls/llm/data.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 6: the fused GPT path — parameters, activations, layers, forward, backward, AdamW.
 // Learnt from llm.c's train_gpt2.c (flat functions, explicit shapes); written for this project.
 #include "mls/llm/model.hpp"
@@ -32,7 +33,7 @@ constexpr std::int64_t kElemChunk = 16384;  // elements per chunk of an elementw
 
 void ensure_kernels() {
   static std::once_flag once;
-  std::call_once(once, [] { mls::lab4::register_kernels(); });
+  std::call_once(once, [] { mls::kernels::register_kernels(); });
 }
 
 /// acc[0:n] += sum over `rows` rows of x (row stride ld): a bias gradient, rows in order.
@@ -188,7 +189,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, std::int64_t N, std::int64_t C) {
   parallel_for(0, N, kRowChunk, [&](std::int64_t r0, std::int64_t r1) {
-    lab4::layernorm_forward(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, w, b, r1 - r0, C,
+    kernels::layernorm_forward(out + r0 * C, mean + r0, rstd + r0, inp + r0 * C, w, b, r1 - r0, C,
                             kLnEps);
   });
 }
@@ -202,7 +203,7 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     for (std::int64_t k = k0; k < k1; ++k) {
       const std::int64_t r0 = k * kRowChunk, r1 = std::min(N, r0 + kRowChunk);
       float* pw = part.data() + k * 2 * C;
-      lab4::layernorm_backward(dinp + r0 * C, pw, pw + C, dout + r0 * C, inp + r0 * C, w, mean + r0,
+      kernels::layernorm_backward(dinp + r0 * C, pw, pw + C, dout + r0 * C, inp + r0 * C, w, mean + r0,
                                rstd + r0, r1 - r0, C);
     }
   });
@@ -312,7 +313,7 @@ using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));  // GC
       const std::int64_t m = std::min(kLanes, n - t0);
       for (std::int64_t l = 0; l < m; ++l) row[t0 + l] = acc[l] * scale;
     }
-    lab4::softmax_forward(row, row, 1, n);  // lab 4's row softmax over the t + 1 entries
+    kernels::softmax_forward(row, row, 1, n);  // lab 4's row softmax over the t + 1 entries
     for (std::int64_t t2 = n; t2 < T; ++t2) row[t2] = 0.f;
     // y_t = sum_t2 att[t, t2] v_t2, 16 dims at a time in a register (then the last hs % 16)
     float* o = out + t * C;
@@ -447,13 +448,13 @@ void attention_backward(float* dinp, float* datt, const float* dout, const float
 
 void gelu_forward(float* out, const float* inp, std::int64_t n) {
   parallel_for(0, n, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
-    lab4::gelu_forward(out + i0, inp + i0, i1 - i0);
+    kernels::gelu_forward(out + i0, inp + i0, i1 - i0);
   });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
   parallel_for(0, n, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
-    lab4::gelu_backward(dinp + i0, inp + i0, dout + i0, i1 - i0);
+    kernels::gelu_backward(dinp + i0, inp + i0, dout + i0, i1 - i0);
   });
 }
 
@@ -476,7 +477,7 @@ double crossentropy_forward(float* logits, float* losses, const std::int32_t* ta
       const float xt = x[targets[r]];
       float sum = 0.f;
       for (std::int64_t v = 0; v < V; ++v) {
-        x[v] = lab4::fast_expf(x[v] - maxv);
+        x[v] = kernels::fast_expf(x[v] - maxv);
         sum += x[v];
       }
       const float inv = 1.f / sum;
@@ -666,10 +667,9 @@ bool param_decays(int i) {
 
 /// AdamW on elements [0, n) of one tensor: m, v moments, bias corrections c1 = 1/(1 - b1^t),
 /// c2 = 1/(1 - b2^t), decoupled weight decay wd. Compiled per ISA like the attention kernels.
-[[maybe_unused]] MLS_LAB6_CLONES static void adamw_range(float* p, const float* g, float* m,
-                                                         float* v, std::int64_t n, float b1,
-                                                         float b2, float c1, float c2, float lr,
-                                                         float eps, float wd) {
+MLS_LAB6_CLONES void adamw_range(float* p, const float* g, float* m, float* v, std::int64_t n,
+                                 float b1, float b2, float c1, float c2, float lr, float eps,
+                                 float wd) {
   // BEGIN SOLUTION
   for (std::int64_t i = 0; i < n; ++i) {
     const float gi = g[i];

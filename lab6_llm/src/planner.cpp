@@ -1,3 +1,4 @@
+// Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 6, part 2: the memory planner — ZeRO stage × recompute plan × micro-batch under a per-rank
 // budget, costed by lab 5's α-β-γ model and the counted FLOPs.
 #include "mls/llm/planner.hpp"

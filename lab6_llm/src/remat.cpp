@@ -1,3 +1,4 @@
+// Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 6, part 2: rematerialization — plans (none, √n, optimal by dynamic programming), the fused
 // GPT path under a plan, and a pure chain whose every buffer and FLOP is counted.
 // Learnt from Chen et al. 2016 and Checkmate (Jain et al. 2020); written for this project.

@@ -1,3 +1,4 @@
+// Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 6: the training step.
 #include "mls/llm/train.hpp"
 
@@ -48,7 +49,7 @@ StepStats Trainer::step_autodiff(const Batch& b) {
   StepStats s;
   s.lr = lr_schedule(adam.step, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
   auto leaves = tape::to_leaves(params, DType::Float32);
-  mls::ad::Var loss = tape::gpt_loss(params.config(), leaves, tape::ids_tensor(b.inputs, b.B, b.T),
+  mls::autodiff::Var loss = tape::gpt_loss(params.config(), leaves, tape::ids_tensor(b.inputs, b.B, b.T),
                                      tape::ids_tensor(b.targets, b.B, b.T),
                                      tape::mask_tensor(b.mask, b.B, b.T, DType::Float32));
   loss.backward();

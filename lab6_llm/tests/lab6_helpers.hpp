@@ -14,7 +14,7 @@
 #include "mls/observe.hpp"
 #include "mls/testing.hpp"
 
-namespace lab6test {
+namespace llm_test {
 
 using mls::testing::require_error;
 namespace fs = std::filesystem;
@@ -116,4 +116,4 @@ inline std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-}  // namespace lab6test
+}  // namespace llm_test

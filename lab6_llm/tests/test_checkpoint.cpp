@@ -14,7 +14,7 @@
 #include "mls/llm/llmc.hpp"
 
 using namespace mls::llm;
-using lab6test::require_error;
+using llm_test::require_error;
 
 namespace {
 
@@ -79,8 +79,8 @@ void check_same(const Checkpoint& a, const Checkpoint& b) {
   }
 }
 
-bool no_temp_files(const lab6test::TempDir& dir) {
-  for (const auto& e : lab6test::fs::directory_iterator(dir.path))
+bool no_temp_files(const llm_test::TempDir& dir) {
+  for (const auto& e : llm_test::fs::directory_iterator(dir.path))
     if (e.path().filename().string().find(".tmp.") != std::string::npos) return false;
   return true;
 }
@@ -88,7 +88,7 @@ bool no_temp_files(const lab6test::TempDir& dir) {
 }  // namespace
 
 TEST_CASE("checkpoint: round trip is bit-exact", "[lab6][checkpoint]") {
-  lab6test::TempDir dir("ckpt");
+  llm_test::TempDir dir("ckpt");
   const Checkpoint ck = sample_checkpoint();
   const std::string path = dir.file("run.ckpt");
   save_checkpoint(path, ck);
@@ -104,7 +104,7 @@ TEST_CASE("checkpoint: round trip is bit-exact", "[lab6][checkpoint]") {
   check_same(ck2, load_checkpoint(path));
   CHECK(no_temp_files(dir));
   // The bytes are deterministic.
-  CHECK(serialize_checkpoint(ck2) == lab6test::slurp(path));
+  CHECK(serialize_checkpoint(ck2) == llm_test::slurp(path));
 }
 
 TEST_CASE("checkpoint: layout of the header", "[lab6][checkpoint]") {
@@ -130,7 +130,7 @@ TEST_CASE("checkpoint: layout of the header", "[lab6][checkpoint]") {
 }
 
 TEST_CASE("checkpoint: a flipped byte anywhere is detected", "[lab6][checkpoint]") {
-  lab6test::TempDir dir("ckpt");
+  llm_test::TempDir dir("ckpt");
   const std::string good = serialize_checkpoint(sample_checkpoint());
   MLS_OBSERVE(good.size());
   mls::Rng rng(3, "flip");
@@ -138,7 +138,7 @@ TEST_CASE("checkpoint: a flipped byte anywhere is detected", "[lab6][checkpoint]
     std::string bad = good;
     const auto at = static_cast<std::size_t>(rng.randint(32, static_cast<std::int64_t>(bad.size())));
     bad[at] = static_cast<char>(bad[at] ^ (1 << rng.randint(0, 8)));
-    lab6test::write_file(dir.file("bad.ckpt"), bad);
+    llm_test::write_file(dir.file("bad.ckpt"), bad);
     require_error([&] { load_checkpoint(dir.file("bad.ckpt")); }, "is corrupt: checksum mismatch");
   }
   std::string bad = good;
@@ -165,12 +165,12 @@ TEST_CASE("checkpoint: truncated files", "[lab6][checkpoint]") {
 }
 
 TEST_CASE("checkpoint: foreign files", "[lab6][checkpoint]") {
-  lab6test::TempDir dir("ckpt");
-  lab6test::write_file(dir.file("notes.txt"), "just some text, long enough to hold a header of 32 bytes");
+  llm_test::TempDir dir("ckpt");
+  llm_test::write_file(dir.file("notes.txt"), "just some text, long enough to hold a header of 32 bytes");
   require_error([&] { load_checkpoint(dir.file("notes.txt")); }, "notes.txt' is not an mls-gpt checkpoint");
   const Checkpoint ck = sample_checkpoint();
   write_llmc(dir.file("gpt2.bin"), ck.config, get_params(ck, ""));
-  MLS_OBSERVE(lab6test::slurp(dir.file("gpt2.bin")).size());
+  MLS_OBSERVE(llm_test::slurp(dir.file("gpt2.bin")).size());
   require_error([&] { load_checkpoint(dir.file("gpt2.bin")); }, "is an llm.c model file");
   require_error([&] { load_checkpoint(dir.file("missing.ckpt")); }, "load_checkpoint: cannot open");
   require_error([&] { load_checkpoint(dir.path.string()); }, "is a directory");
@@ -201,40 +201,40 @@ TEST_CASE("checkpoint: a corrupt payload with a valid checksum", "[lab6][checkpo
 }
 
 TEST_CASE("checkpoint: an unwritable path leaves the previous checkpoint", "[lab6][checkpoint]") {
-  lab6test::TempDir dir("ckpt");
+  llm_test::TempDir dir("ckpt");
   const std::string path = dir.file("run.ckpt");
   const Checkpoint old = sample_checkpoint(1);
   save_checkpoint(path, old);
-  const std::string before = lab6test::slurp(path);
+  const std::string before = llm_test::slurp(path);
   // The temporary file's name is taken by a folder: creating it fails.
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  lab6test::fs::create_directory(tmp);
+  llm_test::fs::create_directory(tmp);
   require_error([&] { save_checkpoint(path, sample_checkpoint(2)); }, "cannot create the temporary file");
-  CHECK(lab6test::slurp(path) == before);
+  CHECK(llm_test::slurp(path) == before);
   check_same(load_checkpoint(path), old);
-  lab6test::fs::remove(tmp);
+  llm_test::fs::remove(tmp);
   // A folder that does not exist.
   require_error([&] { save_checkpoint(dir.file("nope/run.ckpt"), old); }, "No such file or directory");
   // A path whose parent is a file.
   require_error([&] { save_checkpoint(path + "/x.ckpt", old); }, "Not a directory");
   // A read-only folder (root may write anyway: then only check that the save worked).
   const std::string ro = dir.file("ro");
-  lab6test::fs::create_directory(ro);
+  llm_test::fs::create_directory(ro);
   save_checkpoint(ro + "/run.ckpt", old);
-  lab6test::fs::permissions(ro, lab6test::fs::perms::owner_read | lab6test::fs::perms::owner_exec);
+  llm_test::fs::permissions(ro, llm_test::fs::perms::owner_read | llm_test::fs::perms::owner_exec);
   if (::geteuid() != 0) {
     require_error([&] { save_checkpoint(ro + "/run.ckpt", sample_checkpoint(3)); }, "Permission denied");
     check_same(load_checkpoint(ro + "/run.ckpt"), old);
   }
-  lab6test::fs::permissions(ro, lab6test::fs::perms::owner_all);
+  llm_test::fs::permissions(ro, llm_test::fs::perms::owner_all);
   CHECK(no_temp_files(dir));
 }
 
 TEST_CASE("checkpoint: a full disk leaves the previous checkpoint", "[lab6][checkpoint]") {
-  lab6test::TempDir dir("ckpt");
+  llm_test::TempDir dir("ckpt");
   const std::string path = dir.file("run.ckpt");
   save_checkpoint(path, sample_checkpoint(1));
-  const std::string before = lab6test::slurp(path);
+  const std::string before = llm_test::slurp(path);
   const std::string bytes = serialize_checkpoint(sample_checkpoint(2));
   MLS_OBSERVE(before.size());
   MLS_OBSERVE(bytes.size());
@@ -247,7 +247,7 @@ TEST_CASE("checkpoint: a full disk leaves the previous checkpoint", "[lab6][chec
   };
   require_error([&] { write_file_atomic(path, bytes, "save_checkpoint", half); },
                 "failed after 100 of");
-  CHECK(lab6test::slurp(path) == before);
+  CHECK(llm_test::slurp(path) == before);
   CHECK(no_temp_files(dir));
   // The real thing where the system has it: /dev/full answers every write with ENOSPC.
   const int full = ::open("/dev/full", O_WRONLY);
@@ -255,13 +255,13 @@ TEST_CASE("checkpoint: a full disk leaves the previous checkpoint", "[lab6][chec
     const WriteFn to_dev_full = [&](int, const void* data, std::size_t n) -> long { return ::write(full, data, n); };
     require_error([&] { write_file_atomic(path, bytes, "save_checkpoint", to_dev_full); }, "(the disk is full)");
     ::close(full);
-    CHECK(lab6test::slurp(path) == before);
+    CHECK(llm_test::slurp(path) == before);
     CHECK(no_temp_files(dir));
   }
   // A writer that makes no progress is a failure too, not a hang.
   const WriteFn stuck = [](int, const void*, std::size_t) -> long { return 0; };
   require_error([&] { write_file_atomic(path, bytes, "save_checkpoint", stuck); }, "is left as it was");
-  CHECK(lab6test::slurp(path) == before);
+  CHECK(llm_test::slurp(path) == before);
 }
 
 TEST_CASE("checkpoint: resume compatibility names the field", "[lab6][checkpoint]") {
@@ -298,7 +298,7 @@ TEST_CASE("checkpoint: arrays and counters errors", "[lab6][checkpoint]") {
   require_error([&] { get_params(other, ""); }, "array 'wte' has shape [11, 4], the config needs [11, 8]");
   Checkpoint invalid = sample_checkpoint();
   invalid.config.n_head = 3;
-  lab6test::TempDir dir("ckpt");
+  llm_test::TempDir dir("ckpt");
   require_error([&] { save_checkpoint(dir.file("i.ckpt"), invalid); }, "not divisible");
-  CHECK_FALSE(lab6test::fs::exists(dir.file("i.ckpt")));
+  CHECK_FALSE(llm_test::fs::exists(dir.file("i.ckpt")));
 }

@@ -4,7 +4,7 @@
 #include "mls/llm/config.hpp"
 
 using namespace mls::llm;
-using lab6test::require_error;
+using llm_test::require_error;
 
 namespace {
 void observe_config(const char* label, const GPTConfig& c) {

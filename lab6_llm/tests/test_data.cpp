@@ -6,7 +6,7 @@
 #include "mls/llm/data.hpp"
 
 using namespace mls::llm;
-using lab6test::require_error;
+using llm_test::require_error;
 
 namespace {
 
@@ -34,7 +34,7 @@ std::string task_text(const GeneratedTask& task, const std::vector<std::int32_t>
 // ---- text --------------------------------------------------------------------------------------
 
 TEST_CASE("text data: 90/10 split and windows of the right split", "[lab6][data]") {
-  const std::string text = lab6test::random_words(2000, 1);
+  const std::string text = llm_test::random_words(2000, 1);
   auto tok = train_char_tokenizer(text);
   TextData data(text, *tok, 16, 42);
   const auto all = tok->encode(text);
@@ -74,7 +74,7 @@ TEST_CASE("text data: windows cover the split uniformly", "[lab6][data]") {
 }
 
 TEST_CASE("text data: seeded, and seek restores the stream exactly", "[lab6][data]") {
-  const std::string text = lab6test::random_words(3000, 2);
+  const std::string text = llm_test::random_words(3000, 2);
   auto tok = train_bpe_tokenizer(text, 300);
   TextData a(text, *tok, 12, 7), b(text, *tok, 12, 7), c(text, *tok, 12, 8);
   std::vector<Batch> seen;
@@ -122,14 +122,14 @@ TEST_CASE("text data: errors name the sizes", "[lab6][data]") {
 // ---- given: files and positions ----------------------------------------------------------------
 
 TEST_CASE("text files: read, empty, missing, not UTF-8", "[lab6][data_files]") {
-  lab6test::TempDir dir("data");
-  lab6test::write_file(dir.file("ok.txt"), "h\xc3\xa9llo\n");
+  llm_test::TempDir dir("data");
+  llm_test::write_file(dir.file("ok.txt"), "h\xc3\xa9llo\n");
   MLS_OBSERVE(read_text_file(dir.file("ok.txt")));
   CHECK(read_text_file(dir.file("ok.txt")) == "h\xc3\xa9llo\n");
-  lab6test::write_file(dir.file("empty.txt"), "");
+  llm_test::write_file(dir.file("empty.txt"), "");
   require_error([&] { read_text_file(dir.file("empty.txt")); }, "empty.txt' is empty");
   require_error([&] { read_text_file(dir.file("missing.txt")); }, "cannot open");
-  lab6test::write_file(dir.file("bin.dat"), std::string("abc\x00\xff", 5));
+  llm_test::write_file(dir.file("bin.dat"), std::string("abc\x00\xff", 5));
   require_error([&] { read_text_file(dir.file("bin.dat")); }, "bin.dat': invalid UTF-8: byte 0xff at byte offset 4");
   require_error([&] { read_text_file(dir.path.string()); }, "is a directory");
 }

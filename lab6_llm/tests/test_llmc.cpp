@@ -8,7 +8,7 @@
 #include "mls/llm/llmc.hpp"
 
 using namespace mls::llm;
-using lab6test::require_error;
+using llm_test::require_error;
 
 namespace {
 
@@ -47,7 +47,7 @@ std::string hand_written(std::int32_t T, std::int32_t V, std::int32_t L, std::in
 TEST_CASE("llm.c: a hand-written file reads back exactly", "[lab6][interop]") {
   const std::string bytes = hand_written(8, 5, 2, 2, 4, 8, 777.0f);
   const LlmcModel m = parse_llmc(bytes, "hand.bin");
-  lab6test::observe_config("config", m.config);
+  llm_test::observe_config("config", m.config);
   MLS_OBSERVE(m.padded_vocab_size);
   MLS_OBSERVE(m.params);
   CHECK(m.config == GPTConfig{2, 2, 4, 8, 5});
@@ -69,22 +69,22 @@ TEST_CASE("llm.c: a hand-written file reads back exactly", "[lab6][interop]") {
 }
 
 TEST_CASE("llm.c: round trip through a file, padding to 128", "[lab6][interop]") {
-  lab6test::TempDir dir("llmc");
+  llm_test::TempDir dir("llmc");
   const GPTConfig cfg{3, 3, 48, 32, 65};
   const std::vector<float> params = random_params(cfg, 1);
   write_llmc(dir.file("gpt2_nano.bin"), cfg, params);
   CHECK(is_llmc_file(dir.file("gpt2_nano.bin")));
   const LlmcModel m = read_llmc(dir.file("gpt2_nano.bin"));
-  lab6test::observe_config("config", m.config);
+  llm_test::observe_config("config", m.config);
   MLS_OBSERVE(m.padded_vocab_size);
   MLS_OBSERVE(m.params);
-  MLS_OBSERVE(lab6test::slurp(dir.file("gpt2_nano.bin")).size());
+  MLS_OBSERVE(llm_test::slurp(dir.file("gpt2_nano.bin")).size());
   MLS_OBSERVE(llmc_padded_vocab(50257));
   CHECK(m.config == cfg);
   CHECK(m.padded_vocab_size == 128);
   CHECK(std::memcmp(m.params.data(), params.data(), params.size() * 4) == 0);
   // Size: header + every parameter with wte padded to 128 rows, padding rows zero.
-  const std::string bytes = lab6test::slurp(dir.file("gpt2_nano.bin"));
+  const std::string bytes = llm_test::slurp(dir.file("gpt2_nano.bin"));
   CHECK(bytes.size() == 1024 + 4 * static_cast<std::size_t>(num_params(cfg) + (128 - 65) * 48));
   for (std::size_t i = 1024 + 4 * 65 * 48; i < 1024 + 4 * 128 * 48; ++i) REQUIRE(bytes[i] == 0);
   CHECK(llmc_padded_vocab(50257) == 50304);
@@ -115,10 +115,10 @@ TEST_CASE("llm.c: bad files and bad exports", "[lab6][interop]") {
   const GPTConfig cfg{2, 2, 4, 8, 5};
   require_error([&] { serialize_llmc(cfg, std::vector<float>(3)); }, "export llm.c: 3 parameter values, the config has");
   require_error([&] { serialize_llmc(cfg, random_params(cfg, 0), 4); }, "padded vocabulary 4 is smaller than the vocabulary 5");
-  lab6test::TempDir dir("llmc");
+  llm_test::TempDir dir("llmc");
   require_error([&] { read_llmc(dir.file("missing.bin")); }, "cannot open");
   CHECK_FALSE(is_llmc_file(dir.file("missing.bin")));
-  lab6test::write_file(dir.file("ck.bin"), serialize_checkpoint([] {
+  llm_test::write_file(dir.file("ck.bin"), serialize_checkpoint([] {
     Checkpoint ck;
     ck.config = GPTConfig{1, 1, 4, 4, 3};
     return ck;
@@ -128,15 +128,15 @@ TEST_CASE("llm.c: bad files and bad exports", "[lab6][interop]") {
 }
 
 TEST_CASE("llm.c: init-from either format, with the tokenizer beside the model", "[lab6][interop]") {
-  lab6test::TempDir dir("llmc");
+  llm_test::TempDir dir("llmc");
   const GPTConfig cfg{2, 2, 8, 16, 3};
   const std::vector<float> params = random_params(cfg, 5);
   const std::string tok = "mls-tokenizer 1 char\nabc";
   export_llmc(dir.file("m.bin"), cfg, params, tok);
-  CHECK(lab6test::slurp(dir.file("m.bin.tokenizer")) == tok);
+  CHECK(llm_test::slurp(dir.file("m.bin.tokenizer")) == tok);
   InitFrom a = load_init_from(dir.file("m.bin"));
   MLS_OBSERVE(a.format);
-  lab6test::observe_config("config", a.config);
+  llm_test::observe_config("config", a.config);
   MLS_OBSERVE(a.params);
   MLS_OBSERVE(a.tokenizer);
   CHECK(a.format == "llmc");
@@ -158,7 +158,7 @@ TEST_CASE("llm.c: init-from either format, with the tokenizer beside the model",
   // Without a tokenizer file: no tokenizer; with a mismatched one: an error.
   write_llmc(dir.file("bare.bin"), cfg, params);
   CHECK(load_init_from(dir.file("bare.bin")).tokenizer.empty());
-  lab6test::write_file(dir.file("bare.bin.tokenizer"), "mls-tokenizer 1 char\nabcd");
+  llm_test::write_file(dir.file("bare.bin.tokenizer"), "mls-tokenizer 1 char\nabcd");
   require_error([&] { load_init_from(dir.file("bare.bin")); }, "has 4 tokens, the model");
   require_error([&] { export_llmc(dir.file("x.bin"), cfg, params, "mls-tokenizer 1 char\nab"); }, "the tokenizer has 2 tokens, the model 3");
   require_error([&] { load_init_from(dir.file("missing.ckpt")); }, "cannot open");

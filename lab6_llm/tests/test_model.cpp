@@ -13,8 +13,8 @@
 
 using namespace mls;
 using namespace mls::llm;
-using namespace lab6test;
-namespace A = mls::ad;
+using namespace llm_test;
+namespace A = mls::autodiff;
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 using namespace mls;
 using namespace mls::llm;
-using namespace lab6test;
+using namespace llm_test;
 using mls::testing::observe;
 using mls::testing::require_error;
 

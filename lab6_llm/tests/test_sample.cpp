@@ -8,7 +8,7 @@
 
 using namespace mls;
 using namespace mls::llm;
-using namespace lab6test;
+using namespace llm_test;
 
 TEST_CASE("KV cache: the same logits as recomputing the context, position by position",
           "[lab6][sample][kvcache]") {

@@ -7,7 +7,7 @@
 #include "mls/llm/tokenizer.hpp"
 
 using namespace mls::llm;
-using lab6test::require_error;
+using llm_test::require_error;
 
 namespace {
 
@@ -91,7 +91,7 @@ TEST_CASE("char tokenizer: code points, not bytes", "[lab6][tokenizer]") {
 
 TEST_CASE("char tokenizer: round trip on random UTF-8", "[lab6][tokenizer]") {
   for (std::uint64_t seed = 0; seed < 5; ++seed) {
-    const std::string text = lab6test::random_utf8(2000, seed);
+    const std::string text = llm_test::random_utf8(2000, seed);
     auto tok = train_char_tokenizer(text);
     const auto ids = tok->encode(text);
     // Independent count of code points: bytes that are not continuation bytes.
@@ -105,7 +105,7 @@ TEST_CASE("char tokenizer: round trip on random UTF-8", "[lab6][tokenizer]") {
 }
 
 TEST_CASE("char tokenizer: serialize and load", "[lab6][tokenizer]") {
-  const std::string text = lab6test::random_utf8(500, 7);
+  const std::string text = llm_test::random_utf8(500, 7);
   auto tok = train_char_tokenizer(text);
   auto back = load_tokenizer(tok->serialize());
   MLS_OBSERVE(back->vocab_size());
@@ -131,7 +131,7 @@ TEST_CASE("char tokenizer: errors name the character and its offset", "[lab6][to
 TEST_CASE("bpe: worked example aaabdaaabac", "[lab6][tokenizer]") {
   // aa -> Z (256), ab -> Y (257; ties with Za go to the smaller pair), ZY -> X (258): "XdXac".
   auto tok = train_bpe_tokenizer("aaabdaaabac", 259);
-  MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*tok)));
+  MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*tok)));
   MLS_OBSERVE(tok->encode("aaabdaaabac"));
   MLS_OBSERVE(tok->decode({258}));
   CHECK(tok->kind() == "bpe");
@@ -162,7 +162,7 @@ TEST_CASE("bpe: overlapping runs merge left to right", "[lab6][tokenizer]") {
   auto tok = train_bpe_tokenizer("aaaaaaaaa", 258);  // aa -> 256 (4 times), then (256,256) -> 257
   const auto merges = bpe_merges(*tok);
   REQUIRE(merges.size() == 2);
-  MLS_OBSERVE(lab6test::flat_pairs(merges));
+  MLS_OBSERVE(llm_test::flat_pairs(merges));
   MLS_OBSERVE(tok->encode("aaaaa"));
   MLS_OBSERVE(tok->encode("aaa"));
   CHECK(merges[1] == std::pair<std::int32_t, std::int32_t>{256, 256});
@@ -172,45 +172,45 @@ TEST_CASE("bpe: overlapping runs merge left to right", "[lab6][tokenizer]") {
 
 TEST_CASE("bpe: merges and encoding equal a naive reference on random text", "[lab6][tokenizer]") {
   for (std::uint64_t seed = 0; seed < 4; ++seed) {
-    const std::string text = seed % 2 ? lab6test::random_words(400, seed) : lab6test::random_bytes(1500, seed) ;
+    const std::string text = seed % 2 ? llm_test::random_words(400, seed) : llm_test::random_bytes(1500, seed) ;
     std::vector<std::int32_t> final_ids;
     const auto expect = naive_bpe(text, 60, &final_ids);
     auto tok = train_bpe_tokenizer(text, 256 + 60);
-    MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*tok)));
+    MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*tok)));
     MLS_OBSERVE(tok->encode(text));
     CHECK(bpe_merges(*tok) == expect);
     CHECK(tok->encode(text) == final_ids);
-    const std::string other = lab6test::random_words(100, seed + 100);
+    const std::string other = llm_test::random_words(100, seed + 100);
     CHECK(tok->encode(other) == naive_encode(other, expect));
   }
 }
 
 TEST_CASE("bpe: encode then decode is the identity on random bytes and UTF-8", "[lab6][tokenizer]") {
-  auto tok = train_bpe_tokenizer(lab6test::random_words(3000, 1), 400);
+  auto tok = train_bpe_tokenizer(llm_test::random_words(3000, 1), 400);
   MLS_OBSERVE(tok->vocab_size());
-  MLS_OBSERVE(tok->encode(lab6test::random_words(60, 77)));
+  MLS_OBSERVE(tok->encode(llm_test::random_words(60, 77)));
   CHECK(tok->vocab_size() > 300);
   for (std::uint64_t seed = 0; seed < 10; ++seed) {
-    const std::string bytes = lab6test::random_bytes(1 + seed * 97, seed);
+    const std::string bytes = llm_test::random_bytes(1 + seed * 97, seed);
     CHECK(tok->decode(tok->encode(bytes)) == bytes);
-    const std::string utf8 = lab6test::random_utf8(1 + seed * 50, seed);
+    const std::string utf8 = llm_test::random_utf8(1 + seed * 50, seed);
     CHECK(tok->decode(tok->encode(utf8)) == utf8);
-    const std::string words = lab6test::random_words(50 + seed, seed + 50);
+    const std::string words = llm_test::random_words(50 + seed, seed + 50);
     const auto ids = tok->encode(words);
     CHECK(ids.size() < words.size());  // it compresses the kind of text it was trained on
     CHECK(tok->decode(ids) == words);
   }
   // A tokenizer trained on random bytes round-trips too.
-  auto tok2 = train_bpe_tokenizer(lab6test::random_bytes(4000, 3), 300);
-  const std::string bytes = lab6test::random_bytes(3000, 4);
+  auto tok2 = train_bpe_tokenizer(llm_test::random_bytes(4000, 3), 300);
+  const std::string bytes = llm_test::random_bytes(3000, 4);
   CHECK(tok2->decode(tok2->encode(bytes)) == bytes);
 }
 
 TEST_CASE("bpe: trains 512 tokens on ~1 MB", "[lab6][tokenizer]") {
-  const std::string text = lab6test::random_words(200000, 9);  // about 0.8 MB
+  const std::string text = llm_test::random_words(200000, 9);  // about 0.8 MB
   auto tok = train_bpe_tokenizer(text, 512);
   MLS_OBSERVE(tok->vocab_size());
-  MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*tok)));
+  MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*tok)));
   CHECK(tok->vocab_size() == 512);
   const auto ids = tok->encode(text);
   CHECK(ids.size() * 3 < text.size());
@@ -218,10 +218,10 @@ TEST_CASE("bpe: trains 512 tokens on ~1 MB", "[lab6][tokenizer]") {
 }
 
 TEST_CASE("bpe: serialize and load", "[lab6][tokenizer]") {
-  const std::string text = lab6test::random_words(500, 2);
+  const std::string text = llm_test::random_words(500, 2);
   auto tok = train_bpe_tokenizer(text, 320);
   auto back = load_tokenizer(tok->serialize());
-  MLS_OBSERVE(lab6test::flat_pairs(bpe_merges(*back)));
+  MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*back)));
   MLS_OBSERVE(back->encode(text));
   CHECK(back->kind() == "bpe");
   CHECK(back->vocab_size() == tok->vocab_size());
@@ -256,7 +256,7 @@ TEST_CASE("utf8: decode, validate, append", "[lab6][utf8]") {
   MLS_OBSERVE(s);
   MLS_OBSERVE(describe_code_point(U'a'));
   CHECK(s == "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
-  const std::string r = lab6test::random_utf8(1000, 11);
+  const std::string r = llm_test::random_utf8(1000, 11);
   CHECK_NOTHROW(utf8_validate(r, "t"));
   CHECK(describe_code_point(U'a') == "'a' (U+0061)");
   CHECK(describe_code_point(U'\n') == "U+000A");
@@ -276,7 +276,7 @@ TEST_CASE("utf8: every kind of invalid input is an error with its offset", "[lab
   int errors = 0;
   for (std::uint64_t seed = 0; seed < 20; ++seed) {
     try {
-      utf8_validate(lab6test::random_bytes(64, seed), "op");
+      utf8_validate(llm_test::random_bytes(64, seed), "op");
     } catch (const mls::Error&) {
       ++errors;
     }

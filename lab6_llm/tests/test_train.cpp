@@ -10,7 +10,7 @@
 
 using namespace mls;
 using namespace mls::llm;
-using namespace lab6test;
+using namespace llm_test;
 
 namespace {
 

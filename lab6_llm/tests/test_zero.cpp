@@ -14,7 +14,7 @@
 
 using namespace mls;
 using namespace mls::llm;
-using lab6test::require_error;
+using llm_test::require_error;
 using mls::testing::observe;
 
 namespace {

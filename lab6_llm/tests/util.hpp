@@ -12,7 +12,7 @@
 #include "mls/llm/remat.hpp"
 #include "mls/observe.hpp"
 
-namespace lab6test {
+namespace llm_test {
 
 using namespace mls::llm;
 
@@ -103,4 +103,4 @@ inline std::vector<RematPlan> all_plans(std::int64_t n) {
   return out;
 }
 
-}  // namespace lab6test
+}  // namespace llm_test

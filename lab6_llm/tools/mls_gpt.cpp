@@ -260,7 +260,7 @@ int cmd_train(TrainFlags& f) {
   const std::string tok_bytes = rd.tokenizer().serialize();
   print_counts(cfg, o.context);
   const int threads = num_threads();
-  const double peak = lab4::peak_gflops_best(threads);
+  const double peak = kernels::peak_gflops_best(threads);
   std::printf(
       "data: %s; batch %lld x context %lld; %lld steps; %d thread(s), peak %.1f GFLOP/s (lab 4 "
       "roofline); "
@@ -525,7 +525,7 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
     if (s >= 3) best = std::min(best, t.seconds());
   }
   const double tok_s = static_cast<double>(B * T) / best, flops = train_flops_per_token(cfg, T);
-  const double peak = lab4::peak_gflops_best(num_threads());
+  const double peak = kernels::peak_gflops_best(num_threads());
   std::printf(
       "loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d "
       "thread(s))\n",
@@ -610,6 +610,9 @@ int cmd_plan(const PlanFlags& f) {
                 best.remat.c_str(), best.plan.to_string().c_str(),
                 mem::human_bytes(best.total_bytes).c_str(), mem::human_bytes(best.state_bytes).c_str(),
                 mem::human_bytes(best.act_bytes).c_str());
+  }
+  return 0;
+}
 
 // ---- ZeRO and mixed precision (lab 6, part 2): `train --zero`, `zero-table` ---------------------
 
@@ -734,7 +737,7 @@ int cmd_zero_table(const ZeroTableFlags& f, const ModelFlags& m) {
 }
 
 int main(int argc, char** argv) {
-  lab4::register_kernels();
+  kernels::register_kernels();
   CLI::App app{"mls-gpt: a mini GPT trained from scratch (lab 6)."};
   app.require_subcommand(1);
   int threads = 0;

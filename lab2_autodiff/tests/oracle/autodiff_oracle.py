@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Differential test of lab 2 (mls::ad) against PyTorch.
+"""Differential test of lab 2 (mls::autodiff) against PyTorch.
 
 A seeded generator writes random expression DAGs in float64 over every differentiable op
 (elementwise, broadcasting binaries, where, reductions, shape ops, matmul, the softmax family, the

@@ -9,7 +9,7 @@
 
 #include "mls/common/shape.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 
 /// Row-major (C order) strides in elements: the last dimension has stride 1 and each earlier
 /// one skips a whole row of the dimensions after it. [1, 2, 3, 4] -> (24, 12, 4, 1).
@@ -54,4 +54,4 @@ Strides broadcast_strides(std::span<const std::int64_t> shape, std::span<const s
 bool view_strides(std::span<const std::int64_t> shape, std::span<const std::int64_t> strides,
                   std::span<const std::int64_t> new_shape, Strides& out);
 
-}  // namespace mls
+}  // namespace mls::tensor

@@ -11,7 +11,7 @@
 #include "mls/common/fastmath.hpp"
 #include "mls/tensor/tensor.hpp"
 
-namespace mls::scalar {
+namespace mls::inline tensor::scalar {
 
 /// GELU's tanh approximation 0.5 x (1 + tanh(k (x + c x^3))): k = sqrt(2 / pi), c = 0.044715.
 inline constexpr double kGeluK = 0.7978845608028654;
@@ -144,4 +144,4 @@ inline T unary(UnaryOp op, T x) {
   return with_unary(op, [x](auto c) { return unary<decltype(c)::value, T>(x); });
 }
 
-}  // namespace mls::scalar
+}  // namespace mls::tensor::scalar

@@ -26,7 +26,7 @@
 #include "mls/common/shape.hpp"
 #include "mls/tensor/index.hpp"
 
-namespace mls {
+namespace mls::inline tensor {
 
 /// A block of bytes on a device (64-byte aligned). Owned by shared_ptr: views share it.
 /// Counted by the memory tracker (mls/common/memory.hpp) under the tag and rank of the
@@ -401,4 +401,4 @@ std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(p, p + c.numel());
 }
 
-}  // namespace mls
+}  // namespace mls::tensor

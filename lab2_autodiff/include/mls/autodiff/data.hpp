@@ -6,7 +6,7 @@
 
 #include "mls/tensor/tensor.hpp"
 
-namespace mls::ad::data {
+namespace mls::autodiff::data {
 
 /// Features and integer labels.
 struct Dataset {
@@ -32,4 +32,4 @@ void write_idx(const std::string& path, const Tensor& t);
 /// `train` is false): images flattened to [N, 784] float32 in [0, 1], labels int64.
 Dataset load_mnist(const std::string& dir, bool train = true);
 
-}  // namespace mls::ad::data
+}  // namespace mls::autodiff::data

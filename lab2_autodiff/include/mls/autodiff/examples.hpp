@@ -4,7 +4,7 @@
 
 #include "mls/autodiff/graph.hpp"
 
-namespace mls::ad::examples {
+namespace mls::autodiff::examples {
 
 /// Lecture 002's trace: y = ln(x1) + x1 * x2 - sin(x2) (at (2, 5): y = 11.652,
 /// dy/dx1 = 5.5, dy/dx2 = 1.716). Works on eager Vars and graph nodes alike.
@@ -32,4 +32,4 @@ Model two_layer_mlp(const Tensor& w1, const Tensor& w2);
 Var logistic_regression_loss(const Var& x, const Var& y_onehot, const Var& w);
 Var two_layer_mlp_loss(const Var& x, const Var& y, const Var& w1, const Var& w2);
 
-}  // namespace mls::ad::examples
+}  // namespace mls::autodiff::examples

@@ -8,7 +8,7 @@
 
 #include "mls/autodiff/graph.hpp"
 
-namespace mls::ad {
+namespace mls::autodiff {
 
 /// A dual number v + v̇ε with ε² = 0: `v` the value, `d` the tangent (derivative along the
 /// chosen input direction). Seed the input you differentiate by with d = 1, the others d = 0.
@@ -67,4 +67,4 @@ JvpResult jvp(const std::vector<Var>& outputs, const Feeds& feeds, const Feeds& 
 JvpResult jvp(const std::function<std::vector<Var>(const std::vector<Var>&)>& f, const std::vector<Tensor>& primals,
               const std::vector<Tensor>& tangents);
 
-}  // namespace mls::ad
+}  // namespace mls::autodiff

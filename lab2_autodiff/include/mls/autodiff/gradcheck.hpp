@@ -8,7 +8,7 @@
 
 #include "mls/autodiff/var.hpp"
 
-namespace mls::ad {
+namespace mls::autodiff {
 
 /// Which reverse mode(s) gradcheck compares with the numeric gradient.
 enum class CheckMode { Eager, Graph, Both };
@@ -43,4 +43,4 @@ GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs, co
 Tensor numeric_gradient(const GradFn& f, const std::vector<Tensor>& inputs, std::size_t which, const Tensor& weight,
                         double step);
 
-}  // namespace mls::ad
+}  // namespace mls::autodiff

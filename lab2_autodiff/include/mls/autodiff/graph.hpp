@@ -16,7 +16,7 @@
 #include "mls/autodiff/var.hpp"
 #include "mls/common/dot.hpp"
 
-namespace mls::ad {
+namespace mls::autodiff {
 
 /// A computation graph: owns its nodes in creation order. Not copyable or movable (nodes
 /// point back to it).
@@ -90,4 +90,4 @@ DotGraph to_dot(const Graph& graph, const DotOptions& options = {});
 /// The same for the nodes reachable from `outputs` (eager tapes or part of a graph).
 DotGraph to_dot(const std::vector<Var>& outputs, const DotOptions& options = {});
 
-}  // namespace mls::ad
+}  // namespace mls::autodiff

@@ -8,7 +8,7 @@
 
 #include "mls/autodiff/var.hpp"
 
-namespace mls::ad::nn {
+namespace mls::autodiff::nn {
 
 /// A parameter is an eager leaf that requires grad.
 using Parameter = Var;
@@ -148,4 +148,4 @@ double accuracy(const Tensor& logits, const Tensor& labels);
 /// softmax cross-entropy, backward, step. Returns the mean loss.
 double train_epoch(Module& model, Optimizer& opt, const Tensor& x, const Tensor& labels, std::int64_t batch, Rng& rng);
 
-}  // namespace mls::ad::nn
+}  // namespace mls::autodiff::nn

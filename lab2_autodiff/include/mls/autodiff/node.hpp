@@ -22,7 +22,7 @@
 
 #include "mls/tensor/tensor.hpp"
 
-namespace mls::ad {
+namespace mls::autodiff {
 
 /// The stable identifier of an op. The named values are lab 2's built-in ops (leaves first, then
 /// the differentiable ops by family); an op registered by a later lab gets the next free value
@@ -49,7 +49,7 @@ enum class Op : std::uint16_t {
   // neural-network ops
   SoftmaxCrossEntropy, OneHot, Mse, LayerNorm, BatchNorm, Embedding, EmbeddingBackward, Im2Col,
   Col2Im, Conv2d,
-  // eager only: a forward computed by the caller and a backward callback (see mls::ad::custom)
+  // eager only: a forward computed by the caller and a backward callback (see mls::autodiff::custom)
   Custom,
   Count_  // number of built-in ops (not an op); registered ops follow
 };
@@ -176,4 +176,4 @@ bool shape_matches(const Shape& pattern, const Shape& actual);
 /// broadcasts against anything). Throws `mls::Error` naming `op` when the shapes cannot broadcast.
 Shape broadcast_inferred(const Shape& a, const Shape& b, const char* op);
 
-}  // namespace mls::ad
+}  // namespace mls::autodiff

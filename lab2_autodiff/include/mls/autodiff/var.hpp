@@ -1,5 +1,5 @@
 #pragma once
-/// `mls::ad::Var`: a handle to a node, with the differentiable ops of lab 2.
+/// `mls::autodiff::Var`: a handle to a node, with the differentiable ops of lab 2.
 ///
 /// Eager (define-and-run, PyTorch style; lecture 000 "imperative"):
 ///   Var x(Tensor::from({2.0}), /*requires_grad=*/true);
@@ -17,7 +17,7 @@
 
 #include "mls/autodiff/node.hpp"
 
-namespace mls::ad {
+namespace mls::autodiff {
 
 /// A handle to a node: an eager tensor with its tape, or a graph node. Cheap to copy.
 class Var {
@@ -240,4 +240,4 @@ Var col2im(const Var& cols, const Var& like, std::int64_t kh, std::int64_t kw, s
 /// computed as a matmul over im2col columns.
 Var conv2d(const Var& x, const Var& w, std::int64_t stride = 1, std::int64_t pad = 0);
 
-}  // namespace mls::ad
+}  // namespace mls::autodiff

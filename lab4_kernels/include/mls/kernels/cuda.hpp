@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mls::lab4::cuda {
+namespace mls::kernels::cuda {
 
 /// True when a CUDA device can be used; otherwise false and, if `why` is given, the reason
 /// (e.g. "cudaGetDeviceCount: no CUDA-capable device is detected").
@@ -69,4 +69,4 @@ class DeviceBuffer {
   std::size_t count_;
 };
 
-}  // namespace mls::lab4::cuda
+}  // namespace mls::kernels::cuda

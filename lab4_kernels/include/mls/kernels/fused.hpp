@@ -8,7 +8,7 @@
 ///
 /// Every one of them is memory-bound (slides 002: arithmetic intensity = ops / bytes), so the
 /// figure of merit is bandwidth: bytes that must move / time, compared with memcpy.
-namespace mls::lab4 {
+namespace mls::kernels {
 
 /// E = D + (A + B) * C elementwise, in one pass: 4 loads + 1 store per 3 flops
 /// (arithmetic intensity 3/20 flop/byte, against 1/12 for three separate add/mul/add passes,
@@ -47,4 +47,4 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, long n);
 /// (std::exp does not vectorise without -ffast-math). Exposed for the tests.
 float fast_expf(float x);
 
-}  // namespace mls::lab4
+}  // namespace mls::kernels

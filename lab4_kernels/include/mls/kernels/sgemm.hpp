@@ -12,7 +12,7 @@
 ///   C     is M x N (ldc >= N). When beta == 0, C is not read (it may hold NaN).
 ///   M, N or K may be 0 (K == 0 gives C = beta * C).
 ///
-/// The kernels themselves trust their arguments; `mls::lab4::sgemm(name, ...)` is the checked
+/// The kernels themselves trust their arguments; `mls::kernels::sgemm(name, ...)` is the checked
 /// entry point the tests and tools use: it validates sizes, leading dimensions and pointers and
 /// throws `mls::Error` naming the kernel and the offending values.
 ///
@@ -29,7 +29,7 @@
 
 #include "mls/common/kernels.hpp"
 
-namespace mls::lab4 {
+namespace mls::kernels {
 
 /// 1. Given example. The definition: for each (i, j), a dot product over k (i-j-k order).
 void sgemm_naive(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A,
@@ -115,4 +115,4 @@ std::string packed_isa();
 /// Chooses the micro-kernel ("" = best available). Throws `mls::Error` if this CPU lacks it.
 void set_packed_isa(std::string_view isa);
 
-}  // namespace mls::lab4
+}  // namespace mls::kernels

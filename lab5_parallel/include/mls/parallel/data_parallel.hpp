@@ -39,7 +39,7 @@ Tensor shard_batch(const Tensor& batch, int rank, int ranks);
 /// Gradient averaging over the ranks of `comm` for a list of parameters.
 class DataParallel {
  public:
-  DataParallel(Communicator& comm, std::vector<ad::nn::Parameter> params, DataParallelOptions opts = {});
+  DataParallel(Communicator& comm, std::vector<autodiff::nn::Parameter> params, DataParallelOptions opts = {});
   /// Copies root's parameter values to every rank (so every replica starts equal).
   void broadcast_parameters(int root = 0);
   /// Averages every parameter's gradient over the ranks, one allreduce per bucket (buckets whose
@@ -49,18 +49,18 @@ class DataParallel {
   /// With overlap: wraps parameter i for use in forward (identity; on the tape, its backward
   /// records that the gradient of i is complete and, when its bucket is complete, allreduces the
   /// bucket at once). Use the returned Var instead of the parameter, once per forward.
-  ad::Var hook(std::size_t i);
+  autodiff::Var hook(std::size_t i);
   const std::vector<std::vector<std::size_t>>& buckets() const { return buckets_; }
   /// Allreduces issued so far (one per bucket per step).
   std::int64_t allreduce_calls() const { return calls_; }
   /// Buckets reduced from inside backward so far.
   std::int64_t overlapped_buckets() const { return overlapped_; }
-  std::vector<ad::nn::Parameter>& parameters() { return params_; }
+  std::vector<autodiff::nn::Parameter>& parameters() { return params_; }
 
  private:
   void reduce_bucket(std::size_t b, const std::vector<Tensor>& grads);
   Communicator* comm_;
-  std::vector<ad::nn::Parameter> params_;
+  std::vector<autodiff::nn::Parameter> params_;
   DataParallelOptions opts_;
   std::vector<std::vector<std::size_t>> buckets_;
   std::vector<std::size_t> bucket_of_;

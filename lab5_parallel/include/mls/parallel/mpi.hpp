@@ -2,7 +2,7 @@
 /// The MPI backend (OpenMPI): one rank per process, launched with
 ///   mpirun -np 2 ./program                     (one machine)
 ///   mpirun -np 8 --hostfile hosts ./program    (several machines: one line "host slots=N" each)
-/// Built into mls_lab5_mpi where MPI is found (MLS_HAVE_MPI). Under root, OpenMPI needs
+/// Built into mls_parallel_mpi where MPI is found (MLS_HAVE_MPI). Under root, OpenMPI needs
 /// OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (lab5_parallel/tests/run_mpi.sh sets them).
 ///
 /// Messages: a Header travels with every payload (packed in one message up to kInlineBytes,

@@ -1,5 +1,5 @@
 #pragma once
-/// The NCCL backend: one rank per GPU. Built into mls_lab5_nccl where CUDA and NCCL are found
+/// The NCCL backend: one rank per GPU. Built into mls_parallel_nccl where CUDA and NCCL are found
 /// (MLS_HAVE_NCCL). Tensors stay lab 1 CPU tensors: each message is staged through a device
 /// buffer (cudaMemcpy), moved with ncclSend/ncclRecv, and copied back. NCCL has no tags:
 /// messages between two ranks match in the order they were sent (the collectives never rely

@@ -92,7 +92,7 @@ std::string schedule_svg(const Timeline& t, const std::string& title = "");
 
 // ---- the distributed executor ---------------------------------------------------------------------
 /// The loss of the last stage on one micro-batch: output and target -> scalar (a mean).
-using PipeLossFn = std::function<ad::Var(const ad::Var& out, const ad::Var& target)>;
+using PipeLossFn = std::function<autodiff::Var(const autodiff::Var& out, const autodiff::Var& target)>;
 
 struct PipelineOptions {
   ScheduleKind kind = ScheduleKind::OneFOneB;
@@ -123,7 +123,7 @@ struct PipelineStats {
 /// the unsplit model on the whole batch. Activations go forward and gradients backward with
 /// send/recv, each preceded by a header (the sender's clock and the tensor's shape); on receipt a
 /// stage's clock advances to the sender's. Every rank runs make_schedule(size, m, kind)[rank].
-PipelineStats pipeline_step(Communicator& comm, ad::nn::Module& stage, const Tensor& x, const Tensor& y,
+PipelineStats pipeline_step(Communicator& comm, autodiff::nn::Module& stage, const Tensor& x, const Tensor& y,
                             const PipelineOptions& opts);
 
 /// Splits `n` layers into `p` contiguous stages as evenly as possible (earlier stages get the

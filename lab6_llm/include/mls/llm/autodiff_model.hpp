@@ -1,5 +1,5 @@
 #pragma once
-/// Lab 6: the same GPT written on lab 2's eager autodiff (`mls::ad::Var`), so a student watches
+/// Lab 6: the same GPT written on lab 2's eager autodiff (`mls::autodiff::Var`), so a student watches
 /// their own gradients train a transformer. It is the reference the fused path is checked
 /// against: the same loss, and every parameter gradient within float32 tolerance; in float64 it
 /// passes lab 2's gradcheck.
@@ -13,7 +13,7 @@
 
 namespace mls::llm::tape {
 
-using mls::ad::Var;
+using mls::autodiff::Var;
 
 /// The 16 parameters of `p` as eager leaves of `dtype` (Float32 or Float64) that require grad.
 std::vector<Var> to_leaves(const GPTParams& p, DType dtype = DType::Float32);

@@ -168,7 +168,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 ///   out (B, T, C): att · v, heads side by side
 /// Parallel over B×H; each (b, h) owns its rows of att and its slice of out.
 /// Hint: for (b, h) and query t, q = inp[b, t, h*hs : (h+1)*hs], key t2 at offset C, value at 2C;
-/// scores for t2 <= t only, then lab4::softmax_forward on the row, then out = sum_t2 att * v.
+/// scores for t2 <= t only, then kernels::softmax_forward on the row, then out = sum_t2 att * v.
 void attention_forward(float* out, float* att, const float* inp, std::int64_t B, std::int64_t T,
                        std::int64_t C, std::int64_t H);
 /// Backward of attention_forward: dinp (B,T,3C) += ...; datt (B,H,T,T) is scratch.
@@ -245,6 +245,11 @@ struct AdamWOptions {
 };
 /// Which tensors are decayed (2-D weights and embeddings; not biases or layernorm).
 bool param_decays(int tensor_index);
+/// AdamW on elements [0, n) of one contiguous run: moments m, v updated in place, bias
+/// corrections c1 = 1/(1 - b1^t), c2 = 1/(1 - b2^t), decoupled weight decay wd. The one AdamW
+/// kernel: adamw_update and the ZeRO trainer both call it, so their results are bit-identical.
+void adamw_range(float* p, const float* g, float* m, float* v, std::int64_t n, float b1, float b2,
+                 float c1, float c2, float lr, float eps, float wd);
 /// One AdamW update of params from grads at learning rate `lr` (opt.lr ignored). Increments
 /// state.step first (t = the new step). Hint: one parallel_for per tensor (param_offsets), so the
 /// weight decay can depend on param_decays(tensor).

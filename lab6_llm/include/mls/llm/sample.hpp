@@ -55,7 +55,7 @@ class KVCache {
 /// (size == block_size) or the token is out of range.
 /// Hint: the same layers as block_forward with N = 1 row (layernorm_forward, matmul_forward,
 /// gelu_forward, residual_forward); after the qkv matmul copy k and v into the cache at row
-/// `size()`, then each head attends over cache rows 0..size() (scores, lab4::softmax_forward,
+/// `size()`, then each head attends over cache rows 0..size() (scores, kernels::softmax_forward,
 /// weighted sum of values). Position embedding: wpe row size().
 void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token, float* logits);
 

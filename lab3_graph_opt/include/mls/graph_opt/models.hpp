@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "mls/graphopt/ir.hpp"
+#include "mls/graph_opt/ir.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 /// ResNet-style block: y = relu(bn2(conv2(relu(bn1(conv1(x))))) + x), plus a parallel 1x1->3x3
 /// branch pair summed (for merge-convs): x [n, c, h, w], 3x3 convs with padding 1.
@@ -24,4 +24,4 @@ Program slides_expression(std::int64_t n);
 /// The model called "resnet", "attention", "mlp"; throws `mls::Error` for another name.
 Program build_model(const std::string& name);
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -26,9 +26,9 @@
 #include <string_view>
 #include <vector>
 
-#include "mls/graphopt/pattern.hpp"
+#include "mls/graph_opt/pattern.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 /// The ops of discovery's expression language. Var is a matrix variable, Zero and One are scalar
 /// constants (they broadcast), Transpose is lab 2's permute(x, {1, 0}).
@@ -156,4 +156,4 @@ struct KnownRewrite {
 /// distributivity behind merge-convs / merge-matmuls).
 std::vector<KnownRewrite> rediscovered(const std::vector<DiscoveredRule>& rules);
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -1,10 +1,10 @@
 #pragma once
-/// Lab 3's IR is lab 2's define-then-run graph (one `ad::Node` type, one op registry), plus:
+/// Lab 3's IR is lab 2's define-then-run graph (one `autodiff::Node` type, one op registry), plus:
 ///   - a `Program`: a graph with its designated inputs (placeholders) and outputs, because a
 ///     pass must know which values are observable before it may delete or rewrite anything;
-///   - two ops lab 3 registers with lab 2's registry (`ad::register_op`): fused elementwise
+///   - two ops lab 3 registers with lab 2's registry (`autodiff::register_op`): fused elementwise
 ///     loops and a GEMM with transpose flags, bias and activation epilogue. They are ordinary
-///     ops: `ad::op_def`, `ad::apply` and lab 2's `Executor` handle them like any other;
+///     ops: `autodiff::op_def`, `autodiff::apply` and lab 2's `Executor` handle them like any other;
 ///   - a verifier, a text printer, a Graphviz drawing and a JSON file format.
 ///
 ///   Program p;
@@ -22,13 +22,13 @@
 
 #include "mls/autodiff/graph.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
-using ad::Graph;
-using ad::Node;
-using ad::NodePtr;
-using ad::Op;
-using ad::Var;
+using autodiff::Graph;
+using autodiff::Node;
+using autodiff::NodePtr;
+using autodiff::Op;
+using autodiff::Var;
 
 /// Fused elementwise loop (slides 002): inputs are the external values of a fused chain or
 /// tree, attribute "code" a flat list of triples [opcode, a, b] (opcode: an `Op` whose registry
@@ -61,8 +61,8 @@ struct Program {
   /// Returns the number of edges and outputs moved.
   std::size_t replace(const Var& from, const Var& to);
   /// Adds a node of `op` over `inputs` (nodes of this graph) with `attrs`, inferring its shape
-  /// and dtype: `ad::apply` for any registered op, lab 3's included.
-  Var make(Op op, std::vector<Var> inputs, ad::Attrs attrs = {});
+  /// and dtype: `autodiff::apply` for any registered op, lab 3's included.
+  Var make(Op op, std::vector<Var> inputs, autodiff::Attrs attrs = {});
   /// Nodes reachable from the outputs, inputs before users (throws on a cycle).
   std::vector<Node*> schedule() const;
   /// Number of nodes in the graph.
@@ -149,4 +149,4 @@ bool equivalent(const Program& p, const Program& q, int trials = 2, std::uint64_
 /// A deep copy (new graph, new nodes; constant values shared, they are never written).
 Program clone(const Program& p);
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "mls/graphopt/ir.hpp"
+#include "mls/graph_opt/ir.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 /// True for ops whose result is a view of input 0 (reshape, permute, slice, expand, squeeze,
 /// unsqueeze): they get no buffer of their own and keep their input's buffer alive.
@@ -65,4 +65,4 @@ class PlannedExecutor {
   std::size_t allocated_ = 0;
 };
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

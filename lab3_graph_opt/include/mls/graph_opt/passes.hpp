@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "mls/graphopt/pattern.hpp"
+#include "mls/graph_opt/pattern.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 /// Dead-code elimination: drops every node no output depends on. Returns how many went.
 int dead_code_elimination(Program& p);
@@ -100,4 +100,4 @@ class PassManager {
   std::vector<std::pair<std::string, std::string>> dumps_;
 };
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "mls/graphopt/ir.hpp"
+#include "mls/graph_opt/ir.hpp"
 
-namespace mls::opt {
+namespace mls::graph_opt {
 
 /// One position of a pattern tree.
 struct Pattern {
@@ -26,7 +26,7 @@ struct Pattern {
   Op op = Op::Constant;                 // else: the node's op must be this
   std::vector<Pattern> inputs;          // and its inputs must match these (same count)
   std::string bind;                     // name under which the matched node is recorded
-  bool is_constant = false;             // the node must be an ad::Op::Constant
+  bool is_constant = false;             // the node must be an autodiff::Op::Constant
   bool single_use = false;              // the node must have exactly one use
   bool commute = false;                 // two inputs: also try them swapped
   int rank = -1;                        // the node's rank must be this (-1: any)
@@ -78,4 +78,4 @@ struct RewriteStats {
 /// replacement's shape or dtype differs from the root's.
 RewriteStats rewrite_fixpoint(Program& p, const std::vector<Rule>& rules, int max_iterations = 100);
 
-}  // namespace mls::opt
+}  // namespace mls::graph_opt
