@@ -125,7 +125,7 @@ TEST_CASE("memory tracker: thread-safe from many threads, scopes are per thread"
   g.set_enabled(was);
 }
 
-TEST_CASE("memory tracker: Block copies count twice, moves transfer; gb/human_bytes format", "[common][memory]") {
+TEST_CASE("memory tracker: Block copies count twice, moves transfer, gb/human_bytes format", "[common][memory]") {
   Tracker& g = global();
   const bool was = g.enabled();
   g.set_enabled(true);

@@ -9,6 +9,8 @@
 //   build/ci/lab4_kernels/mls_lab4_bench_fused
 #include <benchmark/benchmark.h>
 
+#include "mls/common/bench_timing.hpp"
+
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -32,16 +34,7 @@ std::vector<float> random_vec(long n, const char* stream) {
 
 void run(benchmark::State& state, const std::string& name, double bytes,
          const std::function<void()>& fn) {
-  fn();  // warm-up (page faults)
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    benchmark::ClobberMemory();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s);
-    seconds += s;
-  }
+  const double seconds = mls::bench::timed_iterations(state, fn);
   const double gbs = bytes * static_cast<double>(state.iterations()) / seconds * 1e-9;
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   if (name == "memcpy") {

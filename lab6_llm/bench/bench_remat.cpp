@@ -9,6 +9,8 @@
 //   build/ci/lab6_llm/mls_lab6_bench_remat [--benchmark_min_time=0.5]
 #include <benchmark/benchmark.h>
 
+#include "mls/common/bench_timing.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,16 +31,7 @@ std::map<std::string, double> g_seconds;  // name -> mean seconds per step
 std::map<std::string, std::int64_t> g_bytes;
 
 void timed(benchmark::State& state, const std::string& name, const std::function<void()>& fn) {
-  fn();  // warm-up
-  double total = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    benchmark::ClobberMemory();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s);
-    total += s;
-  }
+  const double total = mls::bench::timed_iterations(state, fn);
   g_seconds[name] = total / static_cast<double>(state.iterations());
 }
 

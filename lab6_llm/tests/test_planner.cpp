@@ -141,7 +141,7 @@ TEST_CASE("remat planner: a budget too small for any plan is a named error", "[l
   observe("remat", r.best.remat);
 }
 
-TEST_CASE("remat planner: sizes parse and print; deeper ZeRO fits larger models", "[lab6][remat][planner]") {
+TEST_CASE("remat planner: sizes parse and print, deeper ZeRO fits larger models", "[lab6][remat][planner]") {
   CHECK(parse_bytes("512MiB") == 536870912.0);
   CHECK(parse_bytes("1.5GiB") == 1.5 * 1073741824.0);
   CHECK(parse_bytes("800MB") == 8e8);
