@@ -26,6 +26,9 @@ if [ "${1:-}" = "--static" ]; then
     cmd="$(printf '%s' "$line" | sed -E 's/[[:space:]]+#[[:space:]].*$//')"
     set -- $cmd
     [ $# -gt 0 ] || continue
+    first="${1#./}"
+    shift
+    set -- "$first" "$@"
     case "$1" in
       cmake)
         if [ "${2:-}" = "--build" ]; then
