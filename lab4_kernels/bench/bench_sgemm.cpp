@@ -10,6 +10,8 @@
 //   build/ci/lab4_kernels/mls_lab4_bench --benchmark_filter=sgemm_tf   (a transformer's shapes)
 //   /usr/bin/python3 lab4_kernels/bench/collect.py --out lab4_bench.json
 #include <benchmark/benchmark.h>
+
+#include "mls/common/bench_timing.hpp"
 #include <cblas.h>
 
 #include <chrono>
@@ -47,28 +49,12 @@ void openblas_sgemm(bool, bool, long M, long N, long K, float alpha, const float
               C, static_cast<int>(ldc));
 }
 
-/// Runs `call` once to warm up, then times each iteration by hand; returns the total seconds.
-template <class F>
-double timed(benchmark::State& state, F&& call) {
-  call();
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    benchmark::ClobberMemory();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s);
-    seconds += s;
-  }
-  return seconds;
-}
-
 void run(benchmark::State& state, const std::string& name, mls::SgemmFn fn, long n, int threads) {
   const bool is_openblas = name == "openblas";
   openblas_set_num_threads(is_openblas ? threads : 1);
   mls::ThreadCountGuard guard(is_openblas ? 1 : threads);
   Problem p(n);
-  const double seconds = timed(state, [&] {
+  const double seconds = mls::bench::timed_iterations(state, [&] {
     fn(false, false, n, n, n, 1.0f, p.A.data(), n, p.B.data(), n, 0.0f, p.C.data(), n);
   });
   const double flops = 2.0 * n * n * n;
@@ -122,7 +108,7 @@ void run_tf(benchmark::State& state, const std::string& name, mls::SgemmFn fn, b
   for (auto& x : A) x = rng.uniform_float() - 0.5f;
   for (auto& x : B) x = rng.uniform_float() - 0.5f;
   const long lda = ta ? M : K, ldb = tb ? K : N;
-  const double seconds = timed(state, [&] {
+  const double seconds = mls::bench::timed_iterations(state, [&] {
     fn(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 1.0f, C.data(), N);
   });
   const double flops = 2.0 * M * N * K;
