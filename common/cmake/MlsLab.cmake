@@ -91,12 +91,20 @@ function(mls_add_tool target)
   set_target_properties(${target} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endfunction()
 
-# mls_add_oracle(<test name> LABEL <labN> TOOL <target> SCRIPT <file.py> COUNT <n>): a differential
-# test against a Python peer (NumPy, PyTorch): the script generates seeded programs, runs them
-# through the driver <target> and the peer, and compares. Seed 1 and <n> programs in CTest
+# mls_add_oracle(<test name> LABEL <labN> TOOL <target> SOURCES <cpp...> LIBS <libs...>
+#                SCRIPT <file.py> COUNT <n>): a differential test against a Python peer (NumPy,
+# PyTorch): the script generates seeded programs, runs them through the driver <target> (built
+# here from SOURCES) and the peer, and compares. Seed 1 and <n> programs in CTest
 # (labels <labN> and oracle); the script prints "SKIPPED: ..." where the peer is missing.
 function(mls_add_oracle name)
-  cmake_parse_arguments(ARG "" "LABEL;TOOL;SCRIPT;COUNT" "" ${ARGN})
+  # The driver speaks JSON: without nlohmann-json neither it nor the test is built (said at configure).
+  cmake_parse_arguments(ARG "" "LABEL;TOOL;SCRIPT;COUNT" "SOURCES;LIBS" ${ARGN})
+  find_package(nlohmann_json 3 QUIET)
+  if(NOT nlohmann_json_FOUND)
+    message(STATUS "mls: ${ARG_LABEL} oracle not built (nlohmann-json not found)")
+    return()
+  endif()
+  mls_add_tool(${ARG_TOOL} SOURCES ${ARG_SOURCES} LIBS ${ARG_LIBS} nlohmann_json::nlohmann_json)
   add_test(NAME ${name}
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_SCRIPT}
             --driver $<TARGET_FILE:${ARG_TOOL}> --seed 1 --count ${ARG_COUNT})
