@@ -11,6 +11,7 @@
 #include "mls/llm/zero.hpp"
 #include "mls/parallel/nccl.hpp"
 #include "mls/testing.hpp"
+#include "zero_testing.hpp"
 
 using namespace mls;
 using namespace mls::llm;
@@ -28,15 +29,8 @@ using mls::testing::require_error;
 
 namespace {
 ZeroRunOptions opts(int stage, const std::string& remat) {
-  ZeroRunOptions o;
-  o.cfg = config_by_name("nano");
-  o.cfg.vocab_size = 37;
-  o.zero.stage = stage;
+  ZeroRunOptions o = llm_test::zero_run_options(stage, Precision::FP32, 5);
   o.zero.remat = remat;
-  o.batch = 2;
-  o.context = 8;
-  o.steps = 5;
-  o.lr = 3e-3;
   return o;
 }
 }  // namespace

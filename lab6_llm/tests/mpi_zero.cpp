@@ -7,6 +7,7 @@
 
 #include "mls/testing.hpp"
 #include "mpi_launch.hpp"
+#include "zero_testing.hpp"
 #include "mls/llm/zero.hpp"
 #include "mls/parallel/mpi.hpp"
 
@@ -16,18 +17,7 @@ using namespace mls::parallel;
 using namespace mls::parallel::testing;
 
 namespace {
-ZeroRunOptions opts(int stage, Precision p) {
-  ZeroRunOptions o;
-  o.cfg = config_by_name("nano");
-  o.cfg.vocab_size = 37;  // uneven units
-  o.zero.stage = stage;
-  o.zero.precision = p;
-  o.batch = 2;
-  o.context = 8;
-  o.steps = 10;
-  o.lr = 3e-3;
-  return o;
-}
+ZeroRunOptions opts(int stage, Precision p) { return llm_test::zero_run_options(stage, p); }
 }  // namespace
 
 TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula, traffic = theory", "[lab6][mpi][zero_mpi]") {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "lab6_helpers.hpp"
+#include "zero_testing.hpp"
 #include "mls/common/memory.hpp"
 #include "mls/llm/zero.hpp"
 #include "mls/parallel/comm.hpp"
@@ -27,15 +28,7 @@ GPTConfig nano(std::int64_t V = 37) {
 }
 
 ZeroRunOptions run_opts(int stage, Precision p, std::int64_t steps = 10, std::int64_t V = 37) {
-  ZeroRunOptions o;
-  o.cfg = nano(V);
-  o.zero.stage = stage;
-  o.zero.precision = p;
-  o.batch = 2;
-  o.context = 8;
-  o.steps = steps;
-  o.lr = 3e-3;
-  return o;
+  return llm_test::zero_run_options(stage, p, steps, V);
 }
 
 double max_rel(const GPTParams& a, const GPTParams& b) {
