@@ -91,4 +91,10 @@ TEST_CASE("mpi zero: ranks that disagree on the stage get a clear error on every
   o.stage = c.rank() == 0 ? 2 : 3;
   mls::testing::require_error([&] { ZeroTrainer tr(c, cfg, init_params(cfg, 1), o); },
                               "ranks disagree on the config: rank 0 has stage = 2, rank 1 has 3");
+  // Agreeing ranks then build it: each holds its own shard of the uneven partition.
+  ZeroOptions ok;
+  ok.stage = 2;
+  ZeroTrainer tr(c, cfg, init_params(cfg, 1), ok);
+  CHECK(tr.partition().shard_size == make_partition(zero_units(cfg), c.size(), c.rank()).shard_size);
+  mls::testing::observe("shard size", tr.partition().shard_size);
 }
