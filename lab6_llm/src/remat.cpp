@@ -332,15 +332,48 @@ GPTConfig segment_config(const GPTConfig& cfg, const RematPlan& plan) {
 
 }  // namespace
 
-void remat_segment_forward(const GPTConfig& cfg, const ParamPtrs& p, RematActivations& ra,
-                     std::int64_t k) {
+GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::int64_t l) {
+  MLS_CHECK(l >= 0 && l < cfg.n_layer, "block_view: layer ", l, ", expected 0..", cfg.n_layer - 1);
+  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
+  GPTActivations v;
+  v.B = B;
+  v.T = T;
+  v.encoded = a.encoded;
+  v.ln1 = a.ln1 + l * N * C;
+  v.ln1_mean = a.ln1_mean + l * N;
+  v.ln1_rstd = a.ln1_rstd + l * N;
+  v.qkv = a.qkv + l * N * 3 * C;
+  v.atty = a.atty + l * N * C;
+  v.att = a.att + l * B * H * T * T;
+  v.attproj = a.attproj + l * N * C;
+  v.residual2 = a.residual2 + l * N * C;
+  v.ln2 = a.ln2 + l * N * C;
+  v.ln2_mean = a.ln2_mean + l * N;
+  v.ln2_rstd = a.ln2_rstd + l * N;
+  v.fch = a.fch + l * N * 4 * C;
+  v.fch_gelu = a.fch_gelu + l * N * 4 * C;
+  v.fcproj = a.fcproj + l * N * C;
+  v.residual3 = a.residual3 + l * N * C;
+  v.lnf = a.lnf;
+  v.lnf_mean = a.lnf_mean;
+  v.lnf_rstd = a.lnf_rstd;
+  v.logits = a.logits;
+  v.losses = a.losses;
+  return v;
+}
+
+void remat_segment_forward(const GPTConfig& cfg, BlockAccess& acc, RematActivations& ra,
+                           std::int64_t k) {
   const RematPlan& plan = ra.plan();
   const std::int64_t N = ra.B * ra.T, C = cfg.n_embd;
   const std::int64_t s = plan.starts[static_cast<std::size_t>(k)], e = plan.segment_end(k);
-  const ParamPtrs ps = shift_layers(p, cfg, s);
   const float* x = ra.checkpoints.data() + k * N * C;
-  for (std::int64_t j = 0; j < e - s; ++j)
-    block_forward(ra.seg_cfg, ps, ra.seg, j, j == 0 ? x : ra.seg.residual3 + (j - 1) * N * C);
+  for (std::int64_t j = 0; j < e - s; ++j) {
+    const ParamPtrs p = acc.params(s + j);
+    GPTActivations v = block_view(ra.seg_cfg, ra.seg, j);
+    block_forward(ra.seg_cfg, p, v, 0, j == 0 ? x : ra.seg.residual3 + (j - 1) * N * C);
+    acc.release_params(s + j);
+  }
   ra.blocks_run += e - s;
 }
 
@@ -357,10 +390,52 @@ std::int64_t RematActivations::bytes() const {
   return 4 * (static_cast<std::int64_t>(checkpoints.size()) + seg.num_floats() + dseg.num_floats());
 }
 
+const float* remat_blocks_forward(const GPTConfig& cfg, BlockAccess& acc, RematActivations& ra) {
+  // BEGIN SOLUTION
+  MLS_CHECK(ra.plan().n == cfg.n_layer, "remat_blocks_forward: a plan for ", ra.plan().n,
+            " layers, the model has ", cfg.n_layer);
+  const RematPlan& plan = ra.plan();
+  const std::int64_t N = ra.B * ra.T, C = cfg.n_embd, m = plan.num_segments();
+  for (std::int64_t k = 0; k < m; ++k) {
+    remat_segment_forward(cfg, acc, ra, k);
+    const std::int64_t len = plan.segment_end(k) - plan.starts[static_cast<std::size_t>(k)];
+    if (k + 1 < m)  // the next segment's input is this one's output: keep it, drop the rest
+      std::memcpy(ra.checkpoints.data() + (k + 1) * N * C, ra.seg.residual3 + (len - 1) * N * C,
+                  sizeof(float) * static_cast<std::size_t>(N * C));
+  }
+  const std::int64_t last_len = plan.segment_end(m - 1) - plan.starts.back();
+  return ra.seg.residual3 + (last_len - 1) * N * C;
+  // END SOLUTION
+}
+
+void remat_blocks_backward(const GPTConfig& cfg, BlockAccess& acc, RematActivations& ra,
+                           float* dresidual) {
+  // BEGIN SOLUTION
+  MLS_CHECK(ra.plan().n == cfg.n_layer, "remat_blocks_backward: a plan for ", ra.plan().n,
+            " layers, the model has ", cfg.n_layer);
+  const RematPlan& plan = ra.plan();
+  const std::int64_t N = ra.B * ra.T, C = cfg.n_embd, m = plan.num_segments();
+  for (std::int64_t k = m - 1; k >= 0; --k) {
+    if (k + 1 < m) remat_segment_forward(cfg, acc, ra, k);  // recompute (the last one is still there)
+    const std::int64_t s = plan.starts[static_cast<std::size_t>(k)], e = plan.segment_end(k);
+    const float* x = ra.checkpoints.data() + k * N * C;
+    for (std::int64_t j = e - s - 1; j >= 0; --j) {
+      const ParamPtrs p = acc.params(s + j);
+      ParamPtrs g = acc.grads(s + j);
+      const GPTActivations a = block_view(ra.seg_cfg, ra.seg, j);
+      GPTActivations da = block_view(ra.seg_cfg, ra.dseg, j);
+      block_backward(ra.seg_cfg, p, g, a, da, 0, j == 0 ? x : ra.seg.residual3 + (j - 1) * N * C,
+                     dresidual);
+      acc.release_params(s + j);
+      acc.grads_done(s + j);
+    }
+  }
+  // END SOLUTION
+}
+
 double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const std::int32_t* inputs,
                          const std::int32_t* targets, const float* mask, std::int64_t B,
                          std::int64_t T) {
-  // BEGIN SOLUTION
   const GPTConfig& cfg = params.config();
   MLS_CHECK(T > 0 && T <= cfg.block_size, "gpt_forward_remat: T = ", T,
             ", expected 0 < T <= block_size = ", cfg.block_size);
@@ -374,28 +449,17 @@ double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const st
               i, " out of range, expected 0 <= id < vocab_size = ", V);
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   GPTActivations& a = ra.seg;
-  const RematPlan& plan = ra.plan();
   encoder_forward(ra.checkpoints.data(), inputs, p.wte, p.wpe, B, T, C);
-  const std::int64_t m = plan.num_segments();
-  for (std::int64_t k = 0; k < m; ++k) {
-    remat_segment_forward(cfg, p, ra, k);
-    const std::int64_t len = plan.segment_end(k) - plan.starts[static_cast<std::size_t>(k)];
-    if (k + 1 < m)  // the next segment's input is this one's output: keep it, drop the rest
-      std::memcpy(ra.checkpoints.data() + (k + 1) * N * C, a.residual3 + (len - 1) * N * C,
-                  sizeof(float) * static_cast<std::size_t>(N * C));
-  }
-  const std::int64_t last_len = plan.segment_end(plan.num_segments() - 1) - plan.starts.back();
-  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (last_len - 1) * N * C, p.lnfw,
-                    p.lnfb, N, C);
+  FlatBlocks blocks(cfg, p, ParamPtrs{});
+  const float* out = remat_blocks_forward(cfg, blocks, ra);
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, out, p.lnfw, p.lnfb, N, C);
   matmul_forward(a.logits, a.lnf, p.wte, nullptr, N, C, V);
   if (!targets) return 0.0;
   return crossentropy_forward(a.logits, a.losses, targets, mask, N, V);
-  // END SOLUTION
 }
 
 void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivations& ra,
                         const std::int32_t* inputs, const std::int32_t* targets, const float* mask) {
-  // BEGIN SOLUTION
   const GPTConfig& cfg = params.config();
   MLS_CHECK(grads.config() == cfg, "gpt_backward_remat: gradients of another config");
   MLS_CHECK(ra.plan().n == cfg.n_layer, "gpt_backward_remat: a plan for ", ra.plan().n,
@@ -409,8 +473,7 @@ void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivatio
   ParamPtrs g = grads.views();
   GPTActivations &a = ra.seg, &da = ra.dseg;
   const RematPlan& plan = ra.plan();
-  const std::int64_t m = plan.num_segments();
-  const std::int64_t last_len = plan.segment_end(m - 1) - plan.starts.back();
+  const std::int64_t last_len = plan.segment_end(plan.num_segments() - 1) - plan.starts.back();
   // The head, as gpt_backward (the last segment is still in ra.seg).
   crossentropy_backward(da.logits, a.logits, targets, mask, N, V);
   std::fill(da.lnf, da.lnf + N * C, 0.f);
@@ -419,18 +482,9 @@ void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivatio
   std::fill(dresidual, dresidual + N * C, 0.f);
   layernorm_backward(dresidual, g.lnfw, g.lnfb, da.lnf, a.residual3 + (last_len - 1) * N * C,
                      p.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
-  for (std::int64_t k = m - 1; k >= 0; --k) {
-    if (k + 1 < m) remat_segment_forward(cfg, p, ra, k);  // recompute (the last one is still there)
-    const std::int64_t s = plan.starts[static_cast<std::size_t>(k)], e = plan.segment_end(k);
-    const ParamPtrs ps = shift_layers(p, cfg, s);
-    ParamPtrs gs = shift_layers(g, cfg, s);
-    const float* x = ra.checkpoints.data() + k * N * C;
-    for (std::int64_t j = e - s - 1; j >= 0; --j)
-      block_backward(ra.seg_cfg, ps, gs, a, da, j, j == 0 ? x : a.residual3 + (j - 1) * N * C,
-                     dresidual);
-  }
+  FlatBlocks blocks(cfg, p, g);
+  remat_blocks_backward(cfg, blocks, ra, dresidual);
   encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
-  // END SOLUTION
 }
 
 StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "mls/common/error.hpp"
@@ -48,6 +49,13 @@ double zero_comm_elements(int stage, double psi, int ranks) {
   const double factor = stage == 3 ? 3.0 : 2.0;
   return factor * psi * (ranks - 1) / ranks;
   // END SOLUTION
+}
+
+double zero_comm_elements_remat(int stage, double psi, int ranks, double recomputed_params) {
+  MLS_CHECK(recomputed_params >= 0 && recomputed_params <= psi, "zero_comm_elements_remat: ",
+            recomputed_params, " recomputed parameters of psi = ", psi, ", expected 0..psi");
+  const double base = zero_comm_elements(stage, psi, ranks);
+  return stage == 3 ? base + recomputed_params * (ranks - 1) / ranks : base;
 }
 
 std::string zero_table(double psi, int ranks, double k) {
@@ -202,7 +210,55 @@ const char* to_string(Precision p) { return p == Precision::BF16 ? "bf16" : "fp3
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::FP32;
   if (s == "bf16") return Precision::BF16;
+  if (s == "fp16")
+    fail("parse_precision: precision 'fp16' is not supported (its 5-bit exponent needs loss "
+         "scaling, which this trainer does not do), expected fp32 or bf16");
   fail("parse_precision: unknown precision '", s, "', expected fp32 or bf16");
+}
+
+void ZeroOptions::validate() const {
+  MLS_CHECK(stage >= 0 && stage <= 3, "ZeRO: stage = ", stage, ", expected 0, 1, 2 or 3");
+  MLS_CHECK(remat == "none" || remat == "sqrt" || remat == "optimal", "ZeRO: remat plan '", remat,
+            "', expected none, sqrt or optimal");
+  MLS_CHECK(remat_budget >= 0, "ZeRO: remat budget = ", remat_budget,
+            " bytes, expected >= 0 (0: what the sqrt plan needs)");
+}
+
+void ZeroRunOptions::validate() const {
+  cfg.validate();
+  zero.validate();
+  MLS_CHECK(batch >= 1, "ZeRO run: batch = ", batch, " per rank, expected >= 1");
+  MLS_CHECK(context >= 1 && context <= cfg.block_size, "ZeRO run: context = ", context,
+            ", expected 1..block_size = ", cfg.block_size);
+  MLS_CHECK(steps >= 1, "ZeRO run: steps = ", steps, ", expected >= 1");
+  MLS_CHECK(lr > 0 && std::isfinite(lr), "ZeRO run: lr = ", lr, ", expected a finite lr > 0");
+  try {
+    (void)gpt_plan(zero.remat, cfg, batch, context, zero.remat_budget);
+  } catch (const Error& e) {
+    fail("ZeRO run: remat ", zero.remat, " at ZeRO stage ", zero.stage, ": ", e.what());
+  }
+}
+
+ZeroBackend parse_zero_backend(const std::string& s) {
+  if (s == "sim") return ZeroBackend::Sim;
+  if (s == "mpi") return ZeroBackend::Mpi;
+  if (s == "nccl") return ZeroBackend::Nccl;
+  fail("train --backend: '", s, "', expected sim, mpi or nccl");
+}
+
+int zero_run_ranks(ZeroBackend backend, std::optional<int> requested, int world) {
+  if (backend == ZeroBackend::Sim) {
+    if (!requested) return 2;
+    MLS_CHECK(*requested >= 1 && *requested <= 64, "train --ranks ", *requested,
+              ": expected 1..64 simulated ranks");
+    return *requested;
+  }
+  const char* launcher = backend == ZeroBackend::Mpi ? "mpirun" : "mpirun (NCCL, one GPU per rank)";
+  MLS_CHECK(world >= 1, "train --backend: a world of ", world, " ranks, expected >= 1");
+  MLS_CHECK(!requested || *requested == world, "train --ranks ", requested.value_or(0), " but ",
+            launcher, " started ", world, " processes (the ranks are the processes: leave --ranks "
+            "out or pass ", world, ")");
+  return world;
 }
 
 PrecisionBytes precision_bytes(Precision p) {
@@ -213,31 +269,6 @@ PrecisionBytes precision_bytes(Precision p) {
 // ---- the engine ---------------------------------------------------------------------------------
 
 namespace {
-
-/// Views of block l's activations (buffers stacked over layers) as a one-layer GPTActivations,
-/// so the block functions run with l = 0 on a block's own parameter unit.
-GPTActivations layer_view(const GPTConfig& cfg, const GPTActivations& a, std::int64_t l) {
-  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
-  GPTActivations v;
-  v.B = B;
-  v.T = T;
-  v.ln1 = a.ln1 + l * N * C;
-  v.ln1_mean = a.ln1_mean + l * N;
-  v.ln1_rstd = a.ln1_rstd + l * N;
-  v.qkv = a.qkv + l * N * 3 * C;
-  v.atty = a.atty + l * N * C;
-  v.att = a.att + l * B * H * T * T;
-  v.attproj = a.attproj + l * N * C;
-  v.residual2 = a.residual2 + l * N * C;
-  v.ln2 = a.ln2 + l * N * C;
-  v.ln2_mean = a.ln2_mean + l * N;
-  v.ln2_rstd = a.ln2_rstd + l * N;
-  v.fch = a.fch + l * N * 4 * C;
-  v.fch_gelu = a.fch_gelu + l * N * 4 * C;
-  v.fcproj = a.fcproj + l * N * C;
-  v.residual3 = a.residual3 + l * N * C;
-  return v;
-}
 
 /// A block unit's 12 tensors as ParamPtrs (layer 0); the other fields are null.
 ParamPtrs block_ptrs(const GPTConfig& cfg, float* base) {
@@ -274,7 +305,7 @@ struct ZeroTrainer::Impl {
   std::vector<mem::Buffer<std::uint16_t>> gath16;  // stage 3, bf16: gathered units
   std::vector<mem::Buffer<float>> work;            // fp32 compute copies (bf16, or gathered)
   std::vector<bool> gathered;
-  GPTActivations acts, dacts;
+  std::unique_ptr<RematActivations> ra;  // the blocks' activations under the recompute plan
   double comm_s = 0;  // wall seconds inside collectives (this rank)
 };
 
@@ -294,6 +325,7 @@ ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, con
   cfg.validate();
   MLS_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeroTrainer: stage = ", opts.stage,
             ", expected 0, 1, 2 or 3");
+  opts.validate();
   MLS_CHECK(init.size() == llm::num_params(cfg) && init.config() == cfg,
             "ZeroTrainer: initial parameters of another config (", init.size(), " parameters, expected ",
             llm::num_params(cfg), ")");
@@ -306,12 +338,15 @@ ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, con
   // Every rank must train the same thing: compare a fingerprint of (config, options, init).
   {
     mem::TagScope ts(mem::Tag::Communication, I.rank);
+    const std::int64_t remat_code = opts.remat == "none" ? 0 : opts.remat == "sqrt" ? 1 : 2;
     const std::int64_t mine[] = {cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd,
                                  opts.stage, static_cast<std::int64_t>(opts.precision),
+                                 remat_code, opts.remat_budget,
                                  static_cast<std::int64_t>(fnv1a(init.data(), sizeof(float) * static_cast<std::size_t>(init.size())) >> 1)};
     const char* names[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_embd",
-                           "stage", "precision", "initial parameters (hash)"};
-    constexpr int F = 8;
+                           "stage", "precision", "remat plan (none 0, sqrt 1, optimal 2)",
+                           "remat budget", "initial parameters (hash)"};
+    constexpr int F = 10;
     Tensor t = Tensor::empty({F}, DType::Int64);
     std::copy(mine, mine + F, t.data<std::int64_t>());
     Tensor all = comm.allgather(t);
@@ -448,85 +483,92 @@ const float* ZeroTrainer::unit_params(int unit) {
   return I.work[u].data();
 }
 
+/// The BlockAccess of ZeroTrainer: block l is unit l + 1; its parameters are gathered (stage 3)
+/// or viewed (bf16: an fp32 copy) for each forward and backward of it, and its gradient goes to
+/// an fp32 bucket handed to finish_unit once the block's backward is done.
+struct ZeroTrainer::Blocks final : BlockAccess {
+  ZeroTrainer& t;
+  mem::Buffer<float> bucket;
+  explicit Blocks(ZeroTrainer& tr) : t(tr) {}
+  float* acquire(int u) {
+    if (t.impl_->stage == 3) t.gather(u);
+    return const_cast<float*>(t.unit_params(u));
+  }
+  void done(int u) {
+    if (t.impl_->stage == 3)
+      t.release(u);
+    else if (t.impl_->bf16)
+      t.impl_->work[static_cast<std::size_t>(u)].clear();
+  }
+  ParamPtrs params(std::int64_t l) override { return block_ptrs(t.cfg_, acquire(static_cast<int>(l) + 1)); }
+  void release_params(std::int64_t l) override { done(static_cast<int>(l) + 1); }
+  ParamPtrs grads(std::int64_t l) override {
+    bucket = mem::Buffer<float>(mem::Tag::Workspace, t.units_[static_cast<std::size_t>(l) + 1].size, t.impl_->rank);
+    return block_ptrs(t.cfg_, bucket.data());
+  }
+  void grads_done(std::int64_t l) override {
+    t.finish_unit(static_cast<int>(l) + 1, bucket.data());
+    bucket.clear();
+  }
+};
+
+const RematPlan* ZeroTrainer::remat_plan() const { return impl_->ra ? &impl_->ra->plan() : nullptr; }
+std::int64_t ZeroTrainer::activation_bytes() const { return impl_->ra ? impl_->ra->bytes() : 0; }
+std::int64_t ZeroTrainer::blocks_run() const { return impl_->ra ? impl_->ra->blocks_run : 0; }
+
 ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* targets,
                                 std::int64_t B, std::int64_t T, double lr) {
   Impl& I = *impl_;
   mem::RankScope rs(I.rank);
   MLS_CHECK(B > 0 && T > 0 && T <= cfg_.block_size, "ZeroTrainer::step: B = ", B, ", T = ", T,
             ", expected B > 0 and 0 < T <= block_size = ", cfg_.block_size);
-  if (I.acts.B != B || I.acts.T != T) {
-    I.acts = GPTActivations();
-    I.dacts = GPTActivations();
-    I.acts = GPTActivations(cfg_, B, T);
-    I.dacts = GPTActivations(cfg_, B, T);
+  if (!I.ra || I.ra->B != B || I.ra->T != T) {  // every rank plans the same (B, T) alike
+    I.ra.reset();
+    I.ra = std::make_unique<RematActivations>(cfg_, B, T, gpt_plan(opts_.remat, cfg_, B, T, opts_.remat_budget));
   }
+  RematActivations& ra = *I.ra;
+  ra.reset_counters();
+  GPTActivations &a = ra.seg, &da = ra.dseg;
   const std::int64_t before = comm_->traffic().total.bytes_sent;
   const double comm_before = I.comm_s;
-  const std::int64_t L = cfg_.n_layer, C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
-  const int E = 0, F = static_cast<int>(L) + 1;
-  const bool s3 = I.stage == 3;
-  auto acquire = [&](int u) {
-    if (s3) gather(u);
-    return const_cast<float*>(unit_params(u));
-  };
-  auto done = [&](int u) {
-    if (s3)
-      release(u);
-    else if (I.bf16)
-      I.work[static_cast<std::size_t>(u)].clear();
-  };
+  const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
+  const int E = 0, F = static_cast<int>(cfg_.n_layer) + 1;
+  Blocks blocks(*this);
   for (std::int64_t i = 0; i < N; ++i)
     MLS_CHECK(inputs[i] >= 0 && inputs[i] < V && targets[i] >= 0 && targets[i] < V,
               "ZeroTrainer::step: token id out of range at position ", i, ", expected 0 <= id < ", V);
-  // ---- forward ----
+  // ---- forward: the encoder into checkpoint 0, the blocks under the plan, the head ----
   {
-    float* e = acquire(E);
-    encoder_forward(I.acts.encoded, inputs, e, e + V * C, B, T, C);
-    done(E);
+    float* e = blocks.acquire(E);
+    encoder_forward(ra.checkpoints.data(), inputs, e, e + V * C, B, T, C);
+    blocks.done(E);
   }
-  for (std::int64_t l = 0; l < L; ++l) {
-    const ParamPtrs p = block_ptrs(cfg_, acquire(static_cast<int>(l) + 1));
-    GPTActivations a = layer_view(cfg_, I.acts, l);
-    block_forward(cfg_, p, a, 0, l == 0 ? I.acts.encoded : I.acts.residual3 + (l - 1) * N * C);
-    done(static_cast<int>(l) + 1);
-  }
+  const float* out = remat_blocks_forward(cfg_, blocks, ra);
   {
-    const float* f = acquire(F);
-    layernorm_forward(I.acts.lnf, I.acts.lnf_mean, I.acts.lnf_rstd, I.acts.residual3 + (L - 1) * N * C,
-                      f, f + C, N, C);
-    done(F);
+    const float* f = blocks.acquire(F);
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, out, f, f + C, N, C);
+    blocks.done(F);
   }
-  const float* wte = acquire(E);  // the tied LM head: kept for the head's backward
-  matmul_forward(I.acts.logits, I.acts.lnf, wte, nullptr, N, C, V);
-  const double local_loss = crossentropy_forward(I.acts.logits, I.acts.losses, targets, nullptr, N, V);
+  const float* wte = blocks.acquire(E);  // the tied LM head: kept for the head's backward
+  matmul_forward(a.logits, a.lnf, wte, nullptr, N, C, V);
+  const double local_loss = crossentropy_forward(a.logits, a.losses, targets, nullptr, N, V);
   // ---- backward: each unit's gradient goes to an fp32 bucket, then finish_unit ----
   mem::Buffer<float> bucket_e(mem::Tag::Workspace, units_[0].size, I.rank);
-  crossentropy_backward(I.dacts.logits, I.acts.logits, targets, nullptr, N, V);
-  std::fill(I.dacts.lnf, I.dacts.lnf + N * C, 0.f);
-  matmul_backward(I.dacts.lnf, bucket_e.data(), nullptr, I.dacts.logits, I.acts.lnf, wte, N, C, V);
-  done(E);
-  float* dresidual = I.dacts.residual3 + (L - 1) * N * C;
+  crossentropy_backward(da.logits, a.logits, targets, nullptr, N, V);
+  std::fill(da.lnf, da.lnf + N * C, 0.f);
+  matmul_backward(da.lnf, bucket_e.data(), nullptr, da.logits, a.lnf, wte, N, C, V);
+  blocks.done(E);
+  float* dresidual = da.encoded;  // d(residual stream): no block touches da.encoded
   std::fill(dresidual, dresidual + N * C, 0.f);
   {
-    const float* f = acquire(F);
+    const float* f = blocks.acquire(F);
     mem::Buffer<float> bucket(mem::Tag::Workspace, units_[static_cast<std::size_t>(F)].size, I.rank);
-    layernorm_backward(dresidual, bucket.data(), bucket.data() + C, I.dacts.lnf,
-                       I.acts.residual3 + (L - 1) * N * C, f, I.acts.lnf_mean, I.acts.lnf_rstd, N, C);
-    done(F);
+    layernorm_backward(dresidual, bucket.data(), bucket.data() + C, da.lnf, out, f, a.lnf_mean,
+                       a.lnf_rstd, N, C);
+    blocks.done(F);
     finish_unit(F, bucket.data());
   }
-  for (std::int64_t l = L - 1; l >= 0; --l) {
-    const int u = static_cast<int>(l) + 1;
-    const ParamPtrs p = block_ptrs(cfg_, acquire(u));
-    mem::Buffer<float> bucket(mem::Tag::Workspace, units_[static_cast<std::size_t>(u)].size, I.rank);
-    ParamPtrs g = block_ptrs(cfg_, bucket.data());
-    GPTActivations a = layer_view(cfg_, I.acts, l);
-    GPTActivations da = layer_view(cfg_, I.dacts, l);
-    block_backward(cfg_, p, g, a, da, 0, l == 0 ? I.acts.encoded : I.acts.residual3 + (l - 1) * N * C,
-                   dresidual);
-    done(u);
-    finish_unit(u, bucket.data());
-  }
+  remat_blocks_backward(cfg_, blocks, ra, dresidual);
   encoder_backward(bucket_e.data(), bucket_e.data() + V * C, dresidual, inputs, B, T, C);
   finish_unit(E, bucket_e.data());
   bucket_e.clear();
@@ -733,6 +775,7 @@ void zero_batch(const GPTConfig& cfg, std::int64_t B, std::int64_t T, std::uint6
 }
 
 ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GPTParams* final_params) {
+  o.validate();
   const int rank = comm.rank(), N = comm.size();
   mem::RankScope rs(rank);
   ZeroRunReport rep;
@@ -762,6 +805,14 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
       rep.losses.push_back(st.loss);
     }
     comm_s = comm.modelled_seconds() - m0;
+    rep.remat = o.zero.remat;
+    if (const RematPlan* plan = tr.remat_plan()) {
+      rep.plan = plan->to_string();
+      rep.recomputed_blocks = plan->recomputed_layers();
+      for (std::int64_t l = 0; l < rep.recomputed_blocks; ++l)
+        rep.recomputed_params += tr.units()[static_cast<std::size_t>(l) + 1].size;
+    }
+    rep.activation_bytes = tr.activation_bytes();
     if (final_params || o.zero.stage == 3) {  // collective for stage 3: every rank gathers
       mem::UntrackedScope untracked;
       GPTParams p = tr.gather_params();
@@ -798,6 +849,7 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
 
 ZeroRunReport run_zero_simulated(int ranks, const ZeroRunOptions& opts, GPTParams* final_params) {
   MLS_CHECK(ranks >= 1, "run_zero_simulated: ranks = ", ranks, ", expected >= 1");
+  opts.validate();  // before any rank starts
   mem::global().set_enabled(true);
   mem::global().reset();
   std::vector<ZeroRunReport> reps(static_cast<std::size_t>(ranks));
@@ -835,6 +887,14 @@ std::string memory_table(const ZeroRunReport& r) {
                 r.stage, r.ranks, to_string(r.precision), pb.param, pb.grad, pb.k,
                 static_cast<long long>(r.psi), static_cast<long long>(r.largest_unit));
   o << buf;
+  if (!r.plan.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "remat %s: segments %s, recomputes %lld blocks per step; activation buffers %lld "
+                  "bytes per rank\n",
+                  r.remat.c_str(), r.plan.c_str(), static_cast<long long>(r.recomputed_blocks),
+                  static_cast<long long>(r.activation_bytes));
+    o << buf;
+  }
   std::snprintf(buf, sizeof buf, "%4s %10s %12s %12s %12s %12s %12s %6s %12s %12s %12s\n", "rank", "shard",
                 "params", "grads", "optimizer", "states", "formula", "match", "activation",
                 "workspace", "comm");
@@ -858,10 +918,13 @@ std::string memory_table(const ZeroRunReport& r) {
 std::string comm_table(const ZeroRunReport& r) {
   std::ostringstream o;
   char buf[512];
-  const double theory = zero_comm_elements(r.stage, static_cast<double>(r.psi), r.ranks);
+  const double theory = zero_comm_elements_remat(r.stage, static_cast<double>(r.psi), r.ranks,
+                                                 static_cast<double>(r.recomputed_params));
+  const bool extra = r.stage == 3 && r.recomputed_params > 0;
   std::snprintf(buf, sizeof buf,
-                "communication per rank per step: ZeRO stage %d, %d ranks; theory %s = %.1f elements\n",
-                r.stage, r.ranks, r.stage == 3 ? "3*psi*(N-1)/N" : "2*psi*(N-1)/N", theory);
+                "communication per rank per step: ZeRO stage %d, %d ranks; theory %s%s = %.1f elements\n",
+                r.stage, r.ranks, r.stage == 3 ? "3*psi*(N-1)/N" : "2*psi*(N-1)/N",
+                extra ? " + recomputed*(N-1)/N (re-gathered for the recompute)" : "", theory);
   o << buf;
   std::snprintf(buf, sizeof buf, "%4s %14s %14s %10s %14s\n", "rank", "elements_sent", "theory", "ratio",
                 "modelled_s");

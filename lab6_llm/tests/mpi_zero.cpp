@@ -7,6 +7,7 @@
 
 #include "mls/testing.hpp"
 #include "mpi_launch.hpp"
+#include "zero_testing.hpp"
 #include "mls/llm/zero.hpp"
 #include "mls/parallel/mpi.hpp"
 
@@ -16,18 +17,7 @@ using namespace mls::parallel;
 using namespace mls::parallel::testing;
 
 namespace {
-ZeroRunOptions opts(int stage, Precision p) {
-  ZeroRunOptions o;
-  o.cfg = config_by_name("nano");
-  o.cfg.vocab_size = 37;  // uneven units
-  o.zero.stage = stage;
-  o.zero.precision = p;
-  o.batch = 2;
-  o.context = 8;
-  o.steps = 10;
-  o.lr = 3e-3;
-  return o;
-}
+ZeroRunOptions opts(int stage, Precision p) { return llm_test::zero_run_options(stage, p); }
 }  // namespace
 
 TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula, traffic = theory", "[lab6][mpi][zero_mpi]") {
@@ -58,6 +48,41 @@ TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula,
   }
 }
 
+TEST_CASE("mpi zero remat: stages 0-3 with a sqrt plan on processes: the same parameters, fewer activation bytes", "[lab6][mpi][zero_mpi]") {
+  MLS_MPI_TEST(2);
+  Communicator c = mpi_world();
+  GPTParams ref;
+  std::int64_t none_act = 0;
+  {
+    mem::global().set_enabled(true);
+    mem::global().reset();
+    const ZeroRunReport r = run_zero(c, opts(0, Precision::FP32), &ref);
+    none_act = r.peak[0][3];
+  }
+  for (int s = 0; s <= 3; ++s) {
+    mem::global().set_enabled(true);
+    mem::global().reset();
+    ZeroRunOptions o = opts(s, Precision::FP32);
+    o.zero.remat = "sqrt";
+    GPTParams ps;
+    const ZeroRunReport r = run_zero(c, o, &ps);
+    INFO("stage " << s << "\n" << memory_table(r) << comm_table(r));
+    CHECK(std::memcmp(ps.data(), ref.data(), sizeof(float) * ref.size()) == 0);
+    CHECK(r.recomputed_blocks == 2);
+    std::int64_t sum = 0;
+    for (int k = 0; k < c.size(); ++k) {
+      CHECK(r.peak[k][3] == r.activation_bytes);
+      CHECK(r.peak[k][3] < none_act);
+      sum += r.elements_sent[k];
+    }
+    CHECK(static_cast<double>(sum) ==
+          Approx(zero_comm_elements_remat(s, static_cast<double>(r.psi), c.size(),
+                                          static_cast<double>(r.recomputed_params)) * c.size()).epsilon(1e-12));
+    mls::testing::observe("activation bytes with sqrt", r.peak[0][3]);
+    mls::testing::observe("sum of elements sent", sum);
+  }
+}
+
 TEST_CASE("mpi zero: ranks that disagree on the stage get a clear error on every rank", "[lab6][mpi][zero_mpi]") {
   MLS_MPI_TEST(2);
   Communicator c = mpi_world();
@@ -66,4 +91,10 @@ TEST_CASE("mpi zero: ranks that disagree on the stage get a clear error on every
   o.stage = c.rank() == 0 ? 2 : 3;
   mls::testing::require_error([&] { ZeroTrainer tr(c, cfg, init_params(cfg, 1), o); },
                               "ranks disagree on the config: rank 0 has stage = 2, rank 1 has 3");
+  // Agreeing ranks then build it: each holds its own shard of the uneven partition.
+  ZeroOptions ok;
+  ok.stage = 2;
+  ZeroTrainer tr(c, cfg, init_params(cfg, 1), ok);
+  CHECK(tr.partition().shard_size == make_partition(zero_units(cfg), c.size(), c.rank()).shard_size);
+  mls::testing::observe("shard size", tr.partition().shard_size);
 }

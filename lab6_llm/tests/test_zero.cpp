@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "lab6_helpers.hpp"
+#include "zero_testing.hpp"
 #include "mls/common/memory.hpp"
 #include "mls/llm/zero.hpp"
 #include "mls/parallel/comm.hpp"
@@ -26,15 +28,7 @@ GPTConfig nano(std::int64_t V = 37) {
 }
 
 ZeroRunOptions run_opts(int stage, Precision p, std::int64_t steps = 10, std::int64_t V = 37) {
-  ZeroRunOptions o;
-  o.cfg = nano(V);
-  o.zero.stage = stage;
-  o.zero.precision = p;
-  o.batch = 2;
-  o.context = 8;
-  o.steps = steps;
-  o.lr = 3e-3;
-  return o;
+  return llm_test::zero_run_options(stage, p, steps, V);
 }
 
 double max_rel(const GPTParams& a, const GPTParams& b) {
@@ -472,4 +466,139 @@ TEST_CASE("zero: the run tables print one row per rank", "[lab6][zero_memory]") 
   CHECK(c.find("3*psi*(N-1)/N") != std::string::npos);
   observe("memory table lines", static_cast<std::int64_t>(std::count(m.begin(), m.end(), '\n')));
   observe("comm table lines", static_cast<std::int64_t>(std::count(c.begin(), c.end(), '\n')));
+}
+
+TEST_CASE("zero remat: stages 0-3 with a sqrt plan give the same parameters as without remat, and fewer activation bytes",
+          "[lab6][zero]") {
+  // nano has 3 blocks: sqrt cuts [0,2) [2,3) and recomputes blocks 0 and 1 in every backward.
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    const int N = p == Precision::FP32 ? 3 : 2;  // 3 ranks: uneven units
+    GPTParams ref;
+    const ZeroRunReport r0 = run_zero_simulated(N, run_opts(0, p), &ref);
+    for (int s = 0; s <= 3; ++s) {
+      ZeroRunOptions o = run_opts(s, p);
+      GPTParams plain, remat;
+      const ZeroRunReport rn = s == 0 ? r0 : run_zero_simulated(N, o, &plain);
+      if (s == 0) plain = ref;
+      o.zero.remat = "sqrt";
+      const ZeroRunReport rs = run_zero_simulated(N, o, &remat);
+      INFO("stage " << s << ", " << to_string(p) << "\n" << memory_table(rs));
+      CHECK(rs.plan == "[0,2) [2,3)");
+      CHECK(rs.recomputed_blocks == 2);
+      CHECK(rn.plan == "[0,3)");
+      // The recompute is the same code on the same inputs, and every stage sums each chunk with
+      // the same ring: bit-identical to no remat and to stage 0.
+      CHECK(std::memcmp(remat.data(), plain.data(), sizeof(float) * plain.size()) == 0);
+      CHECK(std::memcmp(remat.data(), ref.data(), sizeof(float) * ref.size()) == 0);
+      CHECK(rs.losses == r0.losses);
+      for (int k = 0; k < N; ++k) {
+        const auto& pk = rs.peak[static_cast<std::size_t>(k)];
+        const auto& pn = rn.peak[static_cast<std::size_t>(k)];
+        // The activation bytes drop (2 blocks + 2 checkpoints instead of 3 blocks + 1), and the
+        // tracker's peak is exactly the plan's buffers.
+        CHECK(pk[3] < pn[3]);
+        CHECK(pk[3] == rs.activation_bytes);
+        CHECK(pn[3] == rn.activation_bytes);
+        // The model states are untouched: still the formula (stage 3: one gathered unit at a time).
+        const ZeroBytes e = expected_bytes(rs, k);
+        CHECK(pk[0] == static_cast<std::int64_t>(e.params));
+        CHECK(pk[1] == static_cast<std::int64_t>(e.grads));
+        CHECK(pk[2] == static_cast<std::int64_t>(e.optimizer));
+      }
+      const RematPlan sq = sqrt_plan(3), none = no_remat_plan(3);
+      CHECK(rs.activation_bytes == remat_activation_bytes(o.cfg, o.batch, o.context, sq));
+      CHECK(rn.activation_bytes == remat_activation_bytes(o.cfg, o.batch, o.context, none));
+      observe("activation bytes with sqrt", rs.peak[0][3]);
+      observe("activation bytes without", rn.peak[0][3]);
+      observe("final loss with sqrt", rs.losses.back(), {1e-6, 0});
+      observe("parameters with sqrt", remat.vec(), {1e-6, 1e-7});
+    }
+  }
+  // optimal at a budget between the two plans' bytes: the same parameters again.
+  ZeroRunOptions o = run_opts(3, Precision::FP32);
+  o.zero.remat = "optimal";
+  o.zero.remat_budget = remat_activation_bytes(o.cfg, o.batch, o.context, sqrt_plan(3));
+  GPTParams opt, ref;
+  const ZeroRunReport ro = run_zero_simulated(2, o, &opt);
+  run_zero_simulated(2, run_opts(3, Precision::FP32), &ref);
+  CHECK(std::memcmp(opt.data(), ref.data(), sizeof(float) * ref.size()) == 0);
+  CHECK(ro.peak[0][3] <= o.zero.remat_budget);
+  observe("optimal plan", ro.plan);
+}
+
+TEST_CASE("zero remat: stage 3 gathers a recomputed block again: traffic = 3psi(N-1)/N + recomputed(N-1)/N",
+          "[lab6][zero_comm]") {
+  for (int N : {2, 4}) {  // V = 48: every unit divides by N, per-rank counts are exact
+    for (int s = 0; s <= 3; ++s) {
+      ZeroRunOptions o = run_opts(s, Precision::FP32, 2, 48);
+      o.zero.remat = "sqrt";
+      const ZeroRunReport r = run_zero_simulated(N, o);
+      const ZeroUnit b0 = zero_units(o.cfg)[1], b1 = zero_units(o.cfg)[2];
+      CHECK(r.recomputed_params == b0.size + b1.size);
+      const double psi = static_cast<double>(r.psi);
+      const double expect = s == 3 ? 3 * psi * (N - 1) / N + static_cast<double>(r.recomputed_params) * (N - 1) / N
+                                   : 2 * psi * (N - 1) / N;
+      CHECK(zero_comm_elements_remat(s, psi, N, static_cast<double>(r.recomputed_params)) == Approx(expect));
+      for (int k = 0; k < N; ++k) CHECK(static_cast<double>(r.elements_sent[k]) == expect);
+      CHECK(comm_table(r).find(s == 3 ? "re-gathered for the recompute" : "2*psi*(N-1)/N") != std::string::npos);
+      observe("elements sent with sqrt", r.elements_sent[0]);
+    }
+  }
+  require_error([] { zero_comm_elements_remat(3, 100, 2, 101); }, "101 recomputed parameters of psi = 100");
+}
+
+TEST_CASE("zero: bad input to a run: stage, ranks, backend, precision, remat plan and budget", "[lab6][zero_plumbing]") {
+  auto with = [](auto change) {
+    ZeroRunOptions o = run_opts(2, Precision::FP32, 1);
+    change(o);
+    return o;
+  };
+  require_error([&] { with([](ZeroRunOptions& o) { o.zero.stage = 4; }).validate(); }, "stage = 4, expected 0, 1, 2 or 3");
+  require_error([&] { with([](ZeroRunOptions& o) { o.zero.stage = -1; }).validate(); }, "stage = -1");
+  require_error([&] { with([](ZeroRunOptions& o) { o.zero.remat = "fast"; }).validate(); },
+                "remat plan 'fast', expected none, sqrt or optimal");
+  require_error([&] { with([](ZeroRunOptions& o) { o.zero.remat_budget = -5; }).validate(); }, "remat budget = -5");
+  require_error([&] { with([](ZeroRunOptions& o) { o.batch = 0; }).validate(); }, "batch = 0");
+  require_error([&] { with([](ZeroRunOptions& o) { o.context = 33; }).validate(); }, "context = 33");
+  require_error([&] { with([](ZeroRunOptions& o) { o.steps = 0; }).validate(); }, "steps = 0");
+  // A recompute budget too small for any plan, with ZeRO: named before any rank starts.
+  require_error(
+      [&] {
+        run_zero_simulated(2, with([](ZeroRunOptions& o) {
+                             o.zero.stage = 3;
+                             o.zero.remat = "optimal";
+                             o.zero.remat_budget = 1000;
+                           }));
+      },
+      "remat optimal at ZeRO stage 3: gpt_optimal_plan: no recompute plan of 3 blocks at (B, T) = (2, 8) "
+      "fits a budget of 1000 bytes");
+  require_error([&] { run_zero_simulated(0, with([](ZeroRunOptions&) {})); }, "ranks = 0");
+  require_error([&] { run_zero_simulated(2, with([](ZeroRunOptions& o) { o.zero.stage = 7; })); }, "stage = 7");
+  // --ranks and --backend of `mls-gpt train --zero`.
+  require_error([] { zero_run_ranks(ZeroBackend::Sim, 0); }, "train --ranks 0: expected 1..64 simulated ranks");
+  require_error([] { zero_run_ranks(ZeroBackend::Sim, -3); }, "train --ranks -3");
+  require_error([] { zero_run_ranks(ZeroBackend::Sim, 65); }, "train --ranks 65");
+  require_error([] { zero_run_ranks(ZeroBackend::Mpi, 3, 2); }, "train --ranks 3 but mpirun started 2 processes");
+  require_error([] { zero_run_ranks(ZeroBackend::Nccl, 0, 1); }, "train --ranks 0 but mpirun (NCCL");
+  require_error([] { parse_zero_backend("gloo"); }, "train --backend: 'gloo', expected sim, mpi or nccl");
+  require_error([] { parse_precision("fp16"); }, "'fp16' is not supported");
+  CHECK(zero_run_ranks(ZeroBackend::Sim, std::nullopt) == 2);
+  CHECK(zero_run_ranks(ZeroBackend::Sim, 5) == 5);
+  CHECK(zero_run_ranks(ZeroBackend::Mpi, std::nullopt, 4) == 4);
+  CHECK(zero_run_ranks(ZeroBackend::Nccl, 2, 2) == 2);
+  CHECK(parse_zero_backend("nccl") == ZeroBackend::Nccl);
+  observe("default sim ranks", zero_run_ranks(ZeroBackend::Sim, std::nullopt));
+  observe("mpi ranks", zero_run_ranks(ZeroBackend::Mpi, std::nullopt, 4));
+  // Ranks that disagree on the recompute plan.
+  require_error(
+      [] {
+        parallel::run_simulated(2, [](parallel::Communicator& c) {
+          const GPTConfig cfg = nano();
+          ZeroOptions o;
+          o.stage = 3;
+          o.remat = c.rank() == 0 ? "sqrt" : "none";
+          ZeroTrainer tr(c, cfg, init_params(cfg, 1), o);
+        });
+      },
+      "rank 0 has remat plan (none 0, sqrt 1, optimal 2) = 1, rank 1 has 0");
 }

@@ -11,6 +11,8 @@
 //   mls-gpt zero-table --params 7.5e9 --ranks 64 --k 12               (the ZeRO paper's table)
 //   mls-gpt train --zero 2 --ranks 4 --backend sim --precision bf16    (ZeRO: memory and traffic)
 //   mpirun -np 2 mls-gpt train --zero 3 --backend mpi                  (ZeRO on MPI processes)
+//   mls-gpt train --zero 3 --ranks 2 --remat sqrt                       (ZeRO with recompute)
+//   mls-gpt train --zero 2 --backend nccl                 (ZeRO on lab 5's NCCL backend, GPUs)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "mls/common/error.hpp"
@@ -39,6 +42,9 @@
 #include "mls/llm/zero.hpp"
 #ifdef MLS_HAVE_MPI
 #include "mls/parallel/mpi.hpp"
+#endif
+#ifdef MLS_HAVE_NCCL
+#include "mls/parallel/nccl.hpp"
 #endif
 
 using namespace mls;
@@ -618,16 +624,21 @@ int cmd_plan(const PlanFlags& f) {
 
 struct ZeroFlags {
   int zero = -1;  // -1: not a ZeRO run
-  int ranks = 0;  // 0: 2 on sim, the world size on mpi
+  int ranks = 0;  // used only where --ranks was given (ranks_opt)
+  CLI::Option* ranks_opt = nullptr;
+  CLI::Option* zero_opt = nullptr;
   std::string backend = "sim";
   std::string precision = "fp32";
   std::int64_t vocab = 64;
   std::string timeline;  // SVG of rank 0's memory over time
   void add(CLI::App* train) {
-    train->add_option("--zero", zero, "ZeRO stage 0|1|2|3 (a data-parallel run on --ranks ranks)")
-        ->check(CLI::Range(0, 3));
-    train->add_option("--ranks", ranks, "data-parallel ranks of a --zero run (sim: default 2)");
-    train->add_option("--backend", backend, "sim | mpi (run under mpirun) for --zero")
+    zero_opt = train->add_option("--zero", zero,
+                                 "ZeRO stage 0|1|2|3 (a data-parallel run on --ranks ranks)");
+    ranks_opt = train->add_option("--ranks", ranks,
+                                  "data-parallel ranks of a --zero run (sim: 1..64, default 2; "
+                                  "mpi/nccl: the processes mpirun started)");
+    train->add_option("--backend", backend,
+                      "sim | mpi (run under mpirun) | nccl (one GPU per rank) for --zero")
         ->capture_default_str();
     train->add_option("--precision", precision, "fp32 | bf16 (bf16 params and grads, fp32 master)")
         ->capture_default_str();
@@ -635,21 +646,28 @@ struct ZeroFlags {
         ->capture_default_str();
     train->add_option("--mem-timeline", timeline, "write rank 0's memory timeline (SVG) here");
   }
-  bool active() const { return zero >= 0 || precision != "fp32"; }
+  bool active() const { return zero_opt->count() > 0 || precision != "fp32"; }
+  std::optional<int> requested_ranks() const {
+    return ranks_opt->count() > 0 ? std::optional<int>(ranks) : std::nullopt;
+  }
 };
 
 /// Runs ZeRO training on the synthetic stream and prints the memory and communication tables.
-int cmd_train_zero(ZeroFlags& z, const ModelFlags& m, std::int64_t batch, std::int64_t context,
-                   std::int64_t steps, double lr, std::uint64_t seed) {
+int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, std::int64_t batch,
+                   std::int64_t context, std::int64_t steps, double lr, std::uint64_t seed) {
   ZeroRunOptions o;
   o.cfg = m.make(z.vocab);
-  o.zero.stage = std::max(0, z.zero);
+  o.zero.stage = z.zero_opt->count() > 0 ? z.zero : 0;
   o.zero.precision = parse_precision(z.precision);
+  o.zero.remat = remat.kind;
+  o.zero.remat_budget = remat.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(remat.budget));
+  const ZeroBackend backend = parse_zero_backend(z.backend);
   o.batch = batch > 0 ? batch : 4;
   o.context = context > 0 ? std::min(context, o.cfg.block_size) : o.cfg.block_size;
   o.steps = steps;
   o.lr = lr;
   o.seed = seed;
+  o.validate();  // every bad flag is named before any rank starts
   auto print = [&](const ZeroRunReport& r) {
     std::printf("ZeRO stage %d, %d ranks (%s), %s, config %s: psi = %lld parameters, %lld steps of "
                 "B = %lld per rank, T = %lld\n",
@@ -668,23 +686,37 @@ int cmd_train_zero(ZeroFlags& z, const ModelFlags& m, std::int64_t batch, std::i
       std::printf("wrote %s\n", z.timeline.c_str());
     }
   };
-  if (z.backend == "sim") {
-    const int n = z.ranks > 0 ? z.ranks : 2;
-    print(run_zero_simulated(n, o));
+  if (backend == ZeroBackend::Sim) {
+    print(run_zero_simulated(zero_run_ranks(backend, z.requested_ranks()), o));
     return 0;
   }
-  MLS_CHECK(z.backend == "mpi", "train --backend: '", z.backend, "', expected sim or mpi");
+  if (backend == ZeroBackend::Mpi) {
 #ifdef MLS_HAVE_MPI
-  return parallel::mpi_run([&](parallel::Communicator& c) {
-    MLS_CHECK(z.ranks == 0 || z.ranks == c.size(), "train --ranks ", z.ranks, " but mpirun started ",
-              c.size(), " processes");
-    mem::global().set_enabled(true);
-    mem::global().reset();
-    const ZeroRunReport r = run_zero(c, o);
-    if (c.rank() == 0) print(r);
-  });
+    return parallel::mpi_run([&](parallel::Communicator& c) {
+      zero_run_ranks(backend, z.requested_ranks(), c.size());
+      mem::global().set_enabled(true);
+      mem::global().reset();
+      const ZeroRunReport r = run_zero(c, o);
+      if (c.rank() == 0) print(r);
+    });
 #else
-  fail("train --backend mpi: this mls-gpt was built without MPI");
+    fail("train --backend mpi: this mls-gpt was built without MPI (lab 5's mls_parallel_mpi)");
+#endif
+  }
+#ifdef MLS_HAVE_NCCL
+  // Lab 5's NCCL backend keeps lab 1 CPU tensors and stages each message through a device
+  // buffer: ZeRO's collectives run on it unchanged (the compute stays on the CPU). Under mpirun,
+  // rank and size come from OpenMPI's environment; one GPU per rank.
+  parallel::Communicator c = parallel::nccl_world_from_env();
+  zero_run_ranks(backend, z.requested_ranks(), c.size());
+  mem::global().set_enabled(true);
+  mem::global().reset();
+  const ZeroRunReport r = run_zero(c, o);
+  if (c.rank() == 0) print(r);
+  return 0;
+#else
+  fail("train --backend nccl: this mls-gpt was built without NCCL (lab 5's mls_parallel_nccl needs "
+       "CUDA and NCCL at configure time)");
 #endif
 }
 
@@ -849,12 +881,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
-    if (*train && zf.active() && tf.remat.kind != "none")
-      throw mls::Error("mls-gpt train: --remat " + tf.remat.kind +
-                       " with --zero/--precision: the ZeRO trainer keeps every activation (no recompute "
-                       "inside it yet); use --remat with a plain run, or --remat none");
     if (*train && zf.active())
-      return cmd_train_zero(zf, tf.model, tf.batch, tf.context, tf.steps, tf.lr, tf.seed);
+      return cmd_train_zero(zf, tf.remat, tf.model, tf.batch, tf.context, tf.steps, tf.lr, tf.seed);
     if (*train) return cmd_train(tf);
     if (*ztab) return cmd_zero_table(ztf, ztm);
     if (*sample) return cmd_sample(sf);

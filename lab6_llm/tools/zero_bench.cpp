@@ -1,20 +1,26 @@
-// mls-zero-bench: time per training step of ZeRO stages 0-3 relative to stage 0, the measured
-// communication time next to the α-β-γ model's, and bf16 vs fp32 step time (lab 6, part 2).
+// mls-zero-bench: time per training step of ZeRO stages 0-3 relative to stage 0, of each
+// recompute plan relative to none, the measured communication time next to the α-β-γ model's,
+// and bf16 vs fp32 step time (lab 6, part 2).
 //
 //   mls-zero-bench --ranks 2                         (simulated ranks: threads of one process)
 //   lab5_parallel/tests/run_mpi.sh 2 mls-zero-bench --backend mpi     (2 MPI processes)
 //
-// Prints lines "ratio <name> <value>":
-//   zero<s>_step_vs_zero0_<backend>   seconds per step of stage s / stage 0 (best of --reps)
+// Prints lines "ratio <name> <value>" (<backend> is sim or mpi):
+//   zero<s>_step_vs_zero0_<backend>          seconds per step of stage s / stage 0 (best of --reps)
+//   remat_<plan>_step_vs_none_zero<s>_<backend>  seconds per step under the plan (sqrt, optimal)
+//                                            / without recompute, at ZeRO stage s
 //   zero<s>_comm_measured_vs_modelled_<backend>  wall seconds inside collectives / the α-β-γ
-//                                     model's seconds for the same messages (sim clock)
-//   bf16_step_vs_fp32                 seconds per step, one rank, stage 0
-// and whether this CPU has AVX-512 BF16 (this code upcasts bf16 to fp32 for the GEMMs either way).
+//                                            model's seconds for the same messages (the
+//                                            simulated backend's clock, lab 5's default model)
+//   bf16_step_vs_fp32_<backend>              seconds per step, stage 0, bf16 / fp32
+// and whether this CPU has AVX-512 BF16 (this code widens bf16 to fp32 for the GEMMs either way).
+// Runs take seconds; the figures are only meaningful on a quiet machine.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <string>
 
 #include "mls/common/error.hpp"
 #include "mls/llm/zero.hpp"
@@ -32,16 +38,23 @@ struct Result {
   double comm_wall_s = 0, modelled_s = 0;
 };
 
-ZeroRunOptions options(const std::string& config, int stage, Precision p, std::int64_t batch,
-                       std::int64_t steps) {
+struct Setup {
+  std::string config = "nano";
+  std::int64_t batch = 8, steps = 10, layers = 0;
+  int reps = 3;
+};
+
+ZeroRunOptions options(const Setup& su, int stage, Precision p, const std::string& remat = "none") {
   ZeroRunOptions o;
-  o.cfg = config_by_name(config);
+  o.cfg = config_by_name(su.config);
   o.cfg.vocab_size = 256;
+  if (su.layers > 0) o.cfg.n_layer = su.layers;
   o.zero.stage = stage;
   o.zero.precision = p;
-  o.batch = batch;
+  o.zero.remat = remat;
+  o.batch = su.batch;
   o.context = o.cfg.block_size;
-  o.steps = steps;
+  o.steps = su.steps;
   return o;
 }
 
@@ -61,73 +74,102 @@ Result best(int reps, std::int64_t steps, F&& fn) {
   return r;
 }
 
-void print(const std::string& backend, const Result (&r)[4], bool root) {
-  if (!root) return;
-  std::printf("%-6s %14s %10s %16s %16s\n", "stage", "ms/step", "vs stage0", "comm ms (wall)", "comm ms (model)");
+const char* kPlans[] = {"none", "sqrt", "optimal"};
+
+/// The whole grid on one backend. run(stage, precision, plan) returns a report (collective on
+/// MPI); model(stage) the simulated clock's report for the same messages (rank 0 only on MPI).
+template <class Run, class Model>
+void measure(const std::string& backend, const Setup& su, bool root, Run&& run, Model&& model) {
+  Result r[4][3];  // stage x plan
   for (int s = 0; s < 4; ++s)
-    std::printf("%-6d %14.3f %10.3f %16.3f %16.3f\n", s, 1e3 * r[s].step_s, r[s].step_s / r[0].step_s,
-                1e3 * r[s].comm_wall_s, 1e3 * r[s].modelled_s);
+    for (int k = 0; k < 3; ++k)
+      r[s][k] = best(su.reps, su.steps, [&] { return run(s, Precision::FP32, kPlans[k]); });
+  const Result f = r[0][0];
+  const Result b = best(su.reps, su.steps, [&] { return run(0, Precision::BF16, "none"); });
+  double modelled[4] = {0, 0, 0, 0};
+  for (int s = 0; s < 4; ++s) modelled[s] = model(s);
+  if (!root) return;
+  std::printf("%-6s %12s %12s %12s %10s %16s %16s\n", "stage", "ms none", "ms sqrt", "ms optimal",
+              "vs stage0", "comm ms (wall)", "comm ms (model)");
+  for (int s = 0; s < 4; ++s)
+    std::printf("%-6d %12.3f %12.3f %12.3f %10.3f %16.3f %16.3f\n", s, 1e3 * r[s][0].step_s,
+                1e3 * r[s][1].step_s, 1e3 * r[s][2].step_s, r[s][0].step_s / r[0][0].step_s,
+                1e3 * r[s][0].comm_wall_s, 1e3 * modelled[s]);
   for (int s = 1; s < 4; ++s)
-    std::printf("ratio zero%d_step_vs_zero0_%s %.4f\n", s, backend.c_str(), r[s].step_s / r[0].step_s);
+    std::printf("ratio zero%d_step_vs_zero0_%s %.4f\n", s, backend.c_str(), r[s][0].step_s / r[0][0].step_s);
+  for (int s = 0; s < 4; ++s)
+    for (int k = 1; k < 3; ++k)
+      std::printf("ratio remat_%s_step_vs_none_zero%d_%s %.4f\n", kPlans[k], s, backend.c_str(),
+                  r[s][k].step_s / r[s][0].step_s);
+  for (int s = 0; s < 4; ++s)
+    if (modelled[s] > 0)
+      std::printf("ratio zero%d_comm_measured_vs_modelled_%s %.4f\n", s, backend.c_str(),
+                  r[s][0].comm_wall_s / modelled[s]);
+  std::printf("stage 0: fp32 %.3f ms/step, bf16 %.3f ms/step\n", 1e3 * f.step_s, 1e3 * b.step_s);
+  std::printf("ratio bf16_step_vs_fp32_%s %.4f\n", backend.c_str(), b.step_s / f.step_s);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mls-zero-bench: ZeRO stages 0-3 and bf16 vs fp32, time per step"};
-  std::string backend = "sim", config = "nano";
-  int ranks = 2, reps = 3;
-  std::int64_t steps = 10, batch = 8;
+  CLI::App app{"mls-zero-bench: ZeRO stages 0-3, recompute plans and bf16 vs fp32, time per step"};
+  std::string backend = "sim";
+  Setup su;
+  int ranks = 2;
   app.add_option("--backend", backend, "sim | mpi (under mpirun)")->capture_default_str();
   app.add_option("--ranks", ranks, "simulated ranks")->capture_default_str();
-  app.add_option("--config", config, "nano | small")->capture_default_str();
-  app.add_option("--steps", steps, "steps per run")->capture_default_str();
-  app.add_option("--batch", batch, "B per rank")->capture_default_str();
-  app.add_option("--reps", reps, "runs per stage (best taken)")->capture_default_str();
+  app.add_option("--config", su.config, "nano | small")->capture_default_str();
+  app.add_option("--n-layer", su.layers, "override the config's layers (0: keep)");
+  app.add_option("--steps", su.steps, "steps per run")->capture_default_str();
+  app.add_option("--batch", su.batch, "B per rank")->capture_default_str();
+  app.add_option("--reps", su.reps, "runs per point (best taken)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    std::printf("config %s, B = %lld per rank, %lld steps, best of %d; AVX-512 BF16 on this CPU: %s\n",
-                config.c_str(), static_cast<long long>(batch), static_cast<long long>(steps), reps,
-                cpu_has_avx512_bf16() ? "yes" : "no");
-    Result r[4];
+    MLS_CHECK(su.reps >= 1, "mls-zero-bench: --reps ", su.reps, ", expected >= 1");
+    options(su, 0, Precision::FP32).validate();
+    auto header = [&](bool root) {
+      if (!root) return;
+      const GPTConfig cfg = options(su, 0, Precision::FP32).cfg;
+      std::printf("config %s (L = %lld), B = %lld per rank, %lld steps, best of %d; sqrt plan %s; "
+                  "AVX-512 BF16 on this CPU: %s\n",
+                  su.config.c_str(), static_cast<long long>(cfg.n_layer), static_cast<long long>(su.batch),
+                  static_cast<long long>(su.steps), su.reps,
+                  sqrt_plan(cfg.n_layer).to_string().c_str(), cpu_has_avx512_bf16() ? "yes" : "no");
+    };
     if (backend == "sim") {
+      MLS_CHECK(ranks >= 1 && ranks <= 64, "mls-zero-bench: --ranks ", ranks, ", expected 1..64");
+      header(true);
       std::printf("backend sim, %d ranks (threads)\n", ranks);
-      for (int s = 0; s < 4; ++s)
-        r[s] = best(reps, steps, [&] { return run_zero_simulated(ranks, options(config, s, Precision::FP32, batch, steps)); });
-      print("sim", r, true);
-      for (int s = 0; s < 4; ++s)
-        if (r[s].modelled_s > 0)
-          std::printf("ratio zero%d_comm_measured_vs_modelled_sim %.4f\n", s, r[s].comm_wall_s / r[s].modelled_s);
-      Result f = best(reps, steps, [&] { return run_zero_simulated(1, options(config, 0, Precision::FP32, batch, steps)); });
-      Result b = best(reps, steps, [&] { return run_zero_simulated(1, options(config, 0, Precision::BF16, batch, steps)); });
-      std::printf("one rank, stage 0: fp32 %.3f ms/step, bf16 %.3f ms/step\n", 1e3 * f.step_s, 1e3 * b.step_s);
-      std::printf("ratio bf16_step_vs_fp32 %.4f\n", b.step_s / f.step_s);
+      measure(
+          "sim", su, true,
+          [&](int s, Precision p, const char* plan) { return run_zero_simulated(ranks, options(su, s, p, plan)); },
+          [&](int s) {
+            return best(1, su.steps, [&] { return run_zero_simulated(ranks, options(su, s, Precision::FP32)); })
+                .modelled_s;
+          });
       return 0;
     }
     MLS_CHECK(backend == "mpi", "mls-zero-bench: --backend '", backend, "', expected sim or mpi");
 #ifdef MLS_HAVE_MPI
     return parallel::mpi_run([&](parallel::Communicator& c) {
-      // The α-β-γ model of the same messages: the simulated backend's clock on as many ranks.
-      Result model[4];
-      for (int s = 0; s < 4; ++s) {
-        mem::global().set_enabled(true);
-        r[s] = best(reps, steps, [&] {
-          mem::global().reset();
-          return run_zero(c, options(config, s, Precision::FP32, batch, steps));
-        });
-        if (c.rank() == 0)
-          model[s] = best(1, steps, [&] { return run_zero_simulated(c.size(), options(config, s, Precision::FP32, batch, steps)); });
-      }
-      if (c.rank() == 0) std::printf("backend mpi, %d processes (comm model: the sim clock)\n", c.size());
-      for (int s = 0; s < 4; ++s) r[s].modelled_s = model[s].modelled_s;
-      print("mpi", r, c.rank() == 0);
+      header(c.rank() == 0);
       if (c.rank() == 0)
-        for (int s = 0; s < 4; ++s)
-          std::printf("ratio zero%d_comm_measured_mpi_vs_modelled %.4f\n", s,
-                      r[s].modelled_s > 0 ? r[s].comm_wall_s / r[s].modelled_s : 0.0);
+        std::printf("backend mpi, %d processes (comm model: the simulated clock on as many ranks)\n", c.size());
+      measure(
+          "mpi", su, c.rank() == 0,
+          [&](int s, Precision p, const char* plan) {
+            mem::global().set_enabled(true);
+            mem::global().reset();
+            return run_zero(c, options(su, s, p, plan));
+          },
+          [&](int s) {
+            if (c.rank() != 0) return 0.0;
+            return best(1, su.steps, [&] { return run_zero_simulated(c.size(), options(su, s, Precision::FP32)); })
+                .modelled_s;
+          });
     });
 #else
-    fail("mls-zero-bench: built without MPI");
+    fail("mls-zero-bench: --backend mpi: built without MPI");
 #endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-zero-bench: %s\n", e.what());

@@ -23,11 +23,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mls/common/memory.hpp"
 #include "mls/llm/model.hpp"
+#include "mls/llm/remat.hpp"
 #include "mls/parallel/comm.hpp"
 
 namespace mls::llm {
@@ -54,6 +56,11 @@ double zero3_peak_bytes(double psi, int ranks, double largest_unit, double k = 1
 /// stage 3 (0 for one rank). Hint: a ring reduce-scatter or all-gather of Ψ elements sends
 /// Ψ(N−1)/N per rank; count how many of them each stage needs. Bad stage or ranks: mls::Error.
 double zero_comm_elements(int stage, double psi, int ranks);
+/// zero_comm_elements plus what rematerialization adds: stage 3 gathers a recomputed block's
+/// parameters once more (for the recompute, between the forward's gather and the backward's), so
+/// + recomputed_params·(N−1)/N, where recomputed_params sums the units of the recomputed blocks.
+/// Stages 0-2 hold every parameter: recompute sends nothing more.
+double zero_comm_elements_remat(int stage, double psi, int ranks, double recomputed_params);
 /// The slides' table for (Ψ, N, K) with bf16 parameters and gradients: four lines
 /// "stage 0 (baseline)  ...  120.0 GB" etc. and a header.
 std::string zero_table(double psi, int ranks, double k = 12);
@@ -114,6 +121,13 @@ struct ZeroOptions {
   int stage = 0;                        // 0, 1, 2 or 3
   Precision precision = Precision::FP32;
   AdamWOptions adam{};
+  /// Recompute plan of the blocks on each rank (gpt_plan): "none", "sqrt" or "optimal" (within
+  /// remat_budget bytes of remat_activation_bytes; <= 0: what sqrt needs).
+  std::string remat = "none";
+  std::int64_t remat_budget = 0;
+  /// Throws mls::Error naming the field (stage outside 0..3, an unknown remat plan, a negative
+  /// budget).
+  void validate() const;
 };
 
 /// Bytes per element of (parameters, gradients, optimizer state) for a precision:
@@ -134,7 +148,10 @@ struct ZeroStepStats {
 
 /// One rank of ZeRO data-parallel training of the fused GPT. Every rank constructs it with the
 /// same config, options and initial parameters (checked: ranks that disagree get an mls::Error
-/// naming the field), and calls step() with its own micro-batch.
+/// naming the field), and calls step() with its own micro-batch. The blocks run through lab 6's
+/// recompute code (remat_blocks_forward / remat_blocks_backward on a RematActivations) under the
+/// plan of opts.remat ("none": one segment, every activation kept); stage 3 gathers a block's
+/// unit for every forward of it, recomputes included.
 /// All buffers are counted by mem::global() on this rank (comm.rank()).
 class ZeroTrainer {
  public:
@@ -170,6 +187,13 @@ class ZeroTrainer {
   /// gathered ("used before it was gathered").
   const float* unit_params(int unit);
 
+  /// The recompute plan of the last step (built for its (B, T); null before the first step).
+  const RematPlan* remat_plan() const;
+  /// Bytes of the activation buffers of the last step (RematActivations::bytes; 0 before).
+  std::int64_t activation_bytes() const;
+  /// Block forwards of the last step (L + the recomputed blocks).
+  std::int64_t blocks_run() const;
+
   const std::vector<ZeroUnit>& units() const { return units_; }
   const Partition& partition() const { return part_; }
   const ZeroOptions& options() const { return opts_; }
@@ -191,6 +215,7 @@ class ZeroTrainer {
   /// for stage 3; the ring with the same chunks makes every stage's sums bit-identical.
   void reduce_and_update(double lr);
   struct Impl;
+  struct Blocks;  // the BlockAccess of the remat code: units gathered, buckets reduced
   std::unique_ptr<Impl> impl_;
   parallel::Communicator* comm_;
   GPTConfig cfg_;
@@ -214,6 +239,11 @@ struct ZeroRunReport {
   std::vector<double> modelled_comm_s;                        // per rank, whole run (sim: α-β-γ clock)
   std::vector<double> comm_wall_s;                            // per rank, whole run, measured
   double wall_s = 0;
+  std::string remat = "none";             // the plan's kind
+  std::string plan;                       // its segments, e.g. "[0,2) [2,3)"
+  std::int64_t recomputed_blocks = 0;     // per step
+  std::int64_t recomputed_params = 0;     // parameters of the recomputed blocks' units
+  std::int64_t activation_bytes = 0;      // RematActivations::bytes of a rank
 };
 /// Per rank: measured peak bytes of parameters, gradients and optimizer state next to the
 /// formula for that rank's shard (exact, uneven shards included), and the other tags measured.
@@ -238,7 +268,21 @@ struct ZeroRunOptions {
   std::int64_t steps = 10;
   double lr = 1e-3;
   std::uint64_t seed = 1337;
+  /// Checks everything before any rank starts: the config, zero.validate(), batch >= 1,
+  /// 0 < context <= block_size, steps >= 1, lr > 0, and that the recompute plan exists for
+  /// (batch, context) (an "optimal" budget too small for any plan is an mls::Error naming it).
+  void validate() const;
 };
+
+/// The backends of `mls-gpt train --zero`: lab 5's simulated ranks (threads), MPI processes,
+/// NCCL (one rank per GPU; lab 5 stages host tensors through device buffers).
+enum class ZeroBackend { Sim, Mpi, Nccl };
+/// "sim" | "mpi" | "nccl"; anything else is an mls::Error naming the text.
+ZeroBackend parse_zero_backend(const std::string& s);
+/// The ranks of a run: `requested` (empty: --ranks not given) on `backend`. sim: 1..64 simulated ranks,
+/// default 2; mpi / nccl: the world size `world` (mpirun's), which a given value must equal.
+/// Errors name --ranks, the value and what was expected.
+int zero_run_ranks(ZeroBackend backend, std::optional<int> requested, int world = 1);
 /// Trains `opts.steps` steps of ZeRO on `comm` (collective) from init_params(cfg, seed), on
 /// zero_batch data, and returns the report (the same on every rank: per-rank fields are
 /// exchanged at the end). The memory peaks are read from mem::global() (enable and reset it
@@ -246,7 +290,8 @@ struct ZeroRunOptions {
 /// receives the trained parameters.
 ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& opts,
                        GPTParams* final_params = nullptr);
-/// run_zero on `ranks` simulated ranks (enables and resets mem::global() first).
+/// run_zero on `ranks` simulated ranks (enables and resets mem::global() first; checks
+/// opts.validate() and ranks >= 1 before any rank starts).
 ZeroRunReport run_zero_simulated(int ranks, const ZeroRunOptions& opts,
                                  GPTParams* final_params = nullptr);
 
