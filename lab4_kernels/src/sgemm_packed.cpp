@@ -26,6 +26,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
+#include "isa.hpp"
 #include "mls/kernels/sgemm.hpp"
 
 namespace mls::kernels {
@@ -88,6 +89,8 @@ std::vector<std::string> packed_isas() {
 }
 
 std::string packed_isa() { return kIsaNames[chosen_isa().load()]; }
+
+bool detail::use_avx512() { return chosen_isa().load(std::memory_order_relaxed) == kAvx512; }
 
 void set_packed_isa(std::string_view isa) {
   if (isa.empty()) {
