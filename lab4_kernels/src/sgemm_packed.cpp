@@ -127,6 +127,27 @@ struct PackedConfig {
   MicroKernelA kernel_a[2] = {nullptr, nullptr};  // in-place op(A): [trans_a]; null: always pack
 };
 
+/// The end of every AVX-512 micro-kernel: C(12 x 32) = alpha * acc + beta * C, where acc[i] holds
+/// row i as two 16-float vectors; beta == 0: C is not read (it may hold NaN).
+/// Hint: per row, two multiplies by alpha, two FMAs with beta * C unless beta == 0, two stores.
+[[gnu::always_inline]] __attribute__((target("avx512f"))) static inline void store_tile_avx512(
+    const __m512 (&acc)[12][2], float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) {
+    float* c = C + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
+    }
+    _mm512_storeu_ps(c, r0);
+    _mm512_storeu_ps(c + 16, r1);
+  }
+  // END SOLUTION
+}
+
 /// AVX-512 micro-kernel, 12 x 32, reading op(A) where it lies: op(A)(i, k) = A[i*lda + k]
 /// (kTransA false: 12 rows read along k) or A[k*lda + i] (kTransA true: 12 contiguous floats per
 /// k; a packed panel Ap is this case with lda = MR). 24 zmm accumulators, 2 zmm for the row of Bp,
@@ -169,18 +190,7 @@ template <bool kTransA>
     a3 += cs;
     Bp += 32;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) {
-    float* c = C + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
-    if (beta != 0.0f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
-    }
-    _mm512_storeu_ps(c, r0);
-    _mm512_storeu_ps(c + 16, r1);
-  }
+  store_tile_avx512(acc, C, ldc, alpha, beta);
   // END SOLUTION
 }
 
@@ -262,18 +272,7 @@ template <bool kTransA>
     Ap += 12;
     Bp += 32;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) {
-    float* c = C + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
-    if (beta != 0.0f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
-    }
-    _mm512_storeu_ps(c, r0);
-    _mm512_storeu_ps(c + 16, r1);
-  }
+  store_tile_avx512(acc, C, ldc, alpha, beta);
   // END SOLUTION
 }
 
