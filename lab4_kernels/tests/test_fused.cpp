@@ -228,15 +228,17 @@ TEST_CASE("softmax on every ISA, threads and streamed sizes", "[lab4][fused][sof
       for (long c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
       for (long c = 0; c < cols; ++c) want[r * cols + c] = std::exp(x[r * cols + c] - mx) / sum;
     }
+    std::vector<double> tol(rows * cols);  // as the test above: (|x - max| + 8 + cols) eps relative
+    for (long i = 0; i < rows * cols; ++i) {
+      const double arg = std::fabs(std::log(want[i] > 0 ? want[i] : 1e-300));
+      tol[i] = (arg + 8 + cols) * kEps * want[i] + 1e-37;
+    }
     for_each_isa_and_threads([&] {
       std::vector<float> y(rows * cols);
       mls::kernels::softmax_forward(y.data(), x.data(), rows, cols);
       mls::testing::observe("y", sample(y), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
       long bad = 0;
-      for (long i = 0; i < rows * cols; ++i) {
-        const double arg = std::fabs(std::log(want[i] > 0 ? want[i] : 1e-300));
-        bad += std::fabs(y[i] - want[i]) > (arg + 8 + cols) * kEps * want[i] + 1e-37;
-      }
+      for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
       CHECK(bad == 0);
     });
   }
@@ -310,6 +312,17 @@ TEST_CASE("gelu forward/backward and bias+gelu on every ISA, threads and streame
     x[0] = 1e4f;                   // far tails: gelu(x) = x and 0, gelu' = 1 and 0
     x[1] = -1e4f;
     const auto dy = random_vec(n, 8, "dy");
+    // references once: y, dx (from 1), and their bounds
+    std::vector<double> y_ref(n), dx_ref(n), tol_y(n), tol_dx(n);
+    for (long i = 0; i < n; ++i) {
+      const double xi = x[i], h = 1e-4;
+      y_ref[i] = gelu_ref(xi);
+      const double d = std::fabs(xi) > 100 ? (xi > 0 ? 1.0 : 0.0)
+                                           : (gelu_ref(xi + h) - gelu_ref(xi - h)) / (2 * h);
+      dx_ref[i] = 1.0 + d * dy[i];
+      tol_y[i] = 16 * kEps * (1 + std::fabs(xi));
+      tol_dx[i] = 1e-5 + 64 * kEps * (1 + std::fabs(xi));
+    }
     for_each_isa_and_threads([&] {
       std::vector<float> y(n), dx(n, 1.0f);
       mls::kernels::gelu_forward(y.data(), x.data(), n);
@@ -318,12 +331,8 @@ TEST_CASE("gelu forward/backward and bias+gelu on every ISA, threads and streame
       mls::testing::observe("dx", sample(dx), {0.0, 2 * (1e-5 + 64 * kEps * 9)});
       long bad_y = 0, bad_dx = 0;
       for (long i = 0; i < n; ++i) {
-        const double xi = x[i];
-        bad_y += std::fabs(y[i] - gelu_ref(xi)) > 16 * kEps * (1 + std::fabs(xi));
-        const double h = 1e-4;
-        const double d = std::fabs(xi) > 100 ? (xi > 0 ? 1.0 : 0.0)
-                                             : (gelu_ref(xi + h) - gelu_ref(xi - h)) / (2 * h);
-        bad_dx += std::fabs(dx[i] - (1.0 + d * dy[i])) > 1e-5 + 64 * kEps * (1 + std::fabs(xi));
+        bad_y += std::fabs(y[i] - y_ref[i]) > tol_y[i];
+        bad_dx += std::fabs(dx[i] - dx_ref[i]) > tol_dx[i];
       }
       CHECK(bad_y == 0);
       CHECK(bad_dx == 0);
@@ -336,17 +345,20 @@ TEST_CASE("bias_gelu_forward is gelu(x + bias) per row", "[lab4][fused][gelu]") 
     auto x = random_vec(rows * cols, 9, "x");
     for (auto& v : x) v *= 6.0f;
     const auto bias = random_vec(cols, 9, "bias");
+    std::vector<double> want(rows * cols), tol(rows * cols);
+    for (long r = 0; r < rows; ++r) {
+      for (long c = 0; c < cols; ++c) {
+        const double v = static_cast<double>(static_cast<float>(x[r * cols + c] + bias[c]));
+        want[r * cols + c] = gelu_ref(v);
+        tol[r * cols + c] = 16 * kEps * (1 + std::fabs(v));
+      }
+    }
     for_each_isa_and_threads([&] {
       std::vector<float> y(rows * cols);
       mls::kernels::bias_gelu_forward(y.data(), x.data(), bias.data(), rows, cols);
       mls::testing::observe("y", sample(y), {0.0, 2 * 16 * kEps * 8});
       long bad = 0;
-      for (long r = 0; r < rows; ++r) {
-        for (long c = 0; c < cols; ++c) {
-          const double v = static_cast<double>(static_cast<float>(x[r * cols + c] + bias[c]));
-          bad += std::fabs(y[r * cols + c] - gelu_ref(v)) > 16 * kEps * (1 + std::fabs(v));
-        }
-      }
+      for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
       CHECK(bad == 0);
       // in place: out may alias inp
       std::vector<float> z = x;
