@@ -377,7 +377,10 @@ TEST_CASE("bias_gelu_forward is gelu(x + bias) per row", "[lab4][fused][gelu]") 
       // in place: out may alias inp
       z = x;
       mls::kernels::bias_gelu_forward(z.data(), z.data(), bias.data(), rows, cols);
-      CHECK(z == y);
+      // (a bool, not CHECK(z == y): the harness records each assertion's expansion, and two
+      // 4M-element vectors would make it 40 MB)
+      const bool same = z == y;
+      CHECK(same);
     });
   }
 }
