@@ -5,31 +5,31 @@
 // best GB/s of a memcpy of a 32 MiB buffer (split over the same threads, counted as read +
 // write) timed just before each of its runs, so a loaded machine slows both alike. At the end,
 // one parseable line per kernel and thread count:
-//   ratio fused_<kernel>_vs_memcpy_t<threads> <value>      (higher is better, 1 = memcpy speed) Arrays are 32 MiB each,
+//   ratio fused_<kernel>_vs_memcpy_t<threads> <value>      (higher is better, 1 = memcpy speed)
+//   Arrays are 32 MiB each,
 // larger than L3, so these are DRAM figures. "unfused" is the slides' three-pass program
 // (add, mul, add through temporaries, slides 002).
 //
 //   build/ci/lab4_kernels/mls_lab4_bench_fused
 #include <benchmark/benchmark.h>
 
-#include "mls/common/bench_timing.hpp"
-
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "mls/common/bench_timing.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/kernels/fused.hpp"
 
 namespace {
 
-constexpr long kN = 8L << 20;  // floats per array (32 MiB)
-std::map<std::string, double> g_ratios;          // "ratio" lines printed at the end
+constexpr long kN = 8L << 20;            // floats per array (32 MiB)
+std::map<std::string, double> g_ratios;  // "ratio" lines printed at the end
 
 std::vector<float> random_vec(long n, const char* stream) {
   mls::Rng rng(7, stream);
@@ -69,7 +69,8 @@ void run(benchmark::State& state, const std::string& name, int threads, double b
     best = std::min(best, s);
   }
   const double gbs = bytes / best * 1e-9, memcpy_gbs = 2.0 * sizeof(float) * kN / best_copy * 1e-9;
-  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["best_GB/s"] = gbs;
   state.counters["memcpy_GB/s"] = memcpy_gbs;
   state.counters["threads"] = threads;
@@ -102,8 +103,8 @@ void mul_unfused(long n, const float* a, const float* b, float* c) {
 int main(int argc, char** argv) {
   static auto A = random_vec(kN, "A"), B = random_vec(kN, "B"), C = random_vec(kN, "C"),
               D = random_vec(kN, "D");
-  static std::vector<float> E(kN), T1(kN), T2(kN), dX(kN), W(1024, 1.0f), Bi(1024, 0.0f),
-      dW(1024), dB(1024), mean(kN / 1024), rstd(kN / 1024);
+  static std::vector<float> E(kN), T1(kN), T2(kN), dX(kN), W(1024, 1.0f), Bi(1024, 0.0f), dW(1024),
+      dB(1024), mean(kN / 1024), rstd(kN / 1024);
   const double f = sizeof(float);
   const long rows = kN / 1024, cols = 1024;
   for (int t : {1, 2}) {

@@ -1,5 +1,5 @@
-// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
-// Lab 4: fused and memory-bound CPU kernels (see mls/kernels/fused.hpp).
+// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this
+// file). Lab 4: fused and memory-bound CPU kernels (see mls/kernels/fused.hpp).
 //
 // Each kernel is a public function that splits its rows (or its elements, in blocks) over the
 // threads with mls::parallel_for, and a worker on one range of them. The workers are compiled for
@@ -14,22 +14,22 @@
 //   - outputs larger than the caches written with streaming (non-temporal) stores: a plain store
 //     first reads the line it writes (read-for-ownership), so it moves 3 bytes per byte written,
 //     where memcpy (which streams at these sizes) moves 2.
-#include "mls/kernels/fused.hpp"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "mls/kernels/fused.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "isa.hpp"
 #include "mls/common/error.hpp"
 #include "mls/common/fastmath.hpp"
 #include "mls/common/parallel.hpp"
-#include "isa.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MLS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -117,11 +117,12 @@ constexpr float kGeluClamp = 10.0f;
 
 }  // namespace
 
-// ---- AVX-512 versions of the exp-heavy kernels ---------------------------------------------------
-// GCC does not turn the clamps of the portable loops into vminps/vmaxps (it blends each step of
-// exp for the clamped lanes instead), and it cannot use vscalefps for the 2^n or masked tails: the
-// portable GELU loop is ~40 instructions per 16 floats, these ~20, which is what memory speed
-// needs on one core. Chosen at run time with the SGEMM's micro-kernel (detail::use_avx512()).
+// ---- AVX-512 versions of the exp-heavy kernels
+// --------------------------------------------------- GCC does not turn the clamps of the portable
+// loops into vminps/vmaxps (it blends each step of exp for the clamped lanes instead), and it
+// cannot use vscalefps for the 2^n or masked tails: the portable GELU loop is ~40 instructions per
+// 16 floats, these ~20, which is what memory speed needs on one core. Chosen at run time with the
+// SGEMM's micro-kernel (detail::use_avx512()).
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MLS_AVX512 __attribute__((target("avx512f")))
@@ -155,8 +156,8 @@ MLS_AVX512 static inline __m512 exp16(__m512 x) {
 /// sigmoid(2u(x)) on 16 lanes, x clamped to +-kGeluClamp (see gelu_sigmoid).
 MLS_AVX512 static inline __m512 gelu_sigmoid16(__m512 x) {
   // BEGIN SOLUTION
-  const __m512 xc = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kGeluClamp)),
-                                  _mm512_set1_ps(-kGeluClamp));
+  const __m512 xc =
+      _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kGeluClamp)), _mm512_set1_ps(-kGeluClamp));
   // -2u = xc * (-2k - 2kc xc^2)
   const __m512 z = _mm512_mul_ps(
       xc, _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), _mm512_set1_ps(-2.0f * kGeluKf * kGeluCf),
@@ -222,7 +223,8 @@ MLS_AVX512 static void bias_gelu_rows_avx512(float* out, const float* inp, const
     const bool nt = stream && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0;
     for (long c = 0; c < cols; c += 16) {
       const __mmask16 m = tail_mask(cols - c);
-      const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + c), _mm512_maskz_loadu_ps(m, bias + c));
+      const __m512 v =
+          _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + c), _mm512_maskz_loadu_ps(m, bias + c));
       const __m512 g = _mm512_mul_ps(v, gelu_sigmoid16(v));
       if (nt && m == 0xFFFF) {
         _mm512_stream_ps(y + c, g);
@@ -236,8 +238,8 @@ MLS_AVX512 static void bias_gelu_rows_avx512(float* out, const float* inp, const
 }
 
 /// gelu_backward_range with AVX-512: dinp += dout * (s + 2 x s (1 - s) u').
-MLS_AVX512 static void gelu_backward_range_avx512(float* dinp, const float* inp,
-                                                  const float* dout, long i0, long i1) {
+MLS_AVX512 static void gelu_backward_range_avx512(float* dinp, const float* inp, const float* dout,
+                                                  long i0, long i1) {
   // BEGIN SOLUTION
   const __m512 one = _mm512_set1_ps(1.0f);
   for (long i = i0; i < i1; i += 16) {
@@ -287,8 +289,10 @@ MLS_AVX512 static void softmax_rows_avx512(float* out, const float* inp, long r0
       const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(x + c), mx);
       const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(x + c + 16), mx);
       // below exp's range: exactly 0 (a -inf logit gives 0)
-      const __m512 e0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d0, lo, _CMP_GE_OQ), exp16(_mm512_max_ps(d0, lo)));
-      const __m512 e1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d1, lo, _CMP_GE_OQ), exp16(_mm512_max_ps(d1, lo)));
+      const __m512 e0 =
+          _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d0, lo, _CMP_GE_OQ), exp16(_mm512_max_ps(d0, lo)));
+      const __m512 e1 =
+          _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d1, lo, _CMP_GE_OQ), exp16(_mm512_max_ps(d1, lo)));
       _mm512_storeu_ps(e + c, e0);
       _mm512_storeu_ps(e + c + 16, e1);
       s0 = _mm512_add_ps(s0, e0);
@@ -297,7 +301,8 @@ MLS_AVX512 static void softmax_rows_avx512(float* out, const float* inp, long r0
     for (; c < cols; c += 16) {
       const __mmask16 m = tail_mask(cols - c);
       const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), mx);
-      const __m512 ev = _mm512_maskz_mov_ps(m & _mm512_cmp_ps_mask(d, lo, _CMP_GE_OQ), exp16(_mm512_max_ps(d, lo)));
+      const __m512 ev = _mm512_maskz_mov_ps(m & _mm512_cmp_ps_mask(d, lo, _CMP_GE_OQ),
+                                            exp16(_mm512_max_ps(d, lo)));
       _mm512_mask_storeu_ps(e + c, m, ev);
       s0 = _mm512_add_ps(s0, ev);
     }
@@ -360,10 +365,10 @@ MLS_CLONES static void softmax_rows(float* out, const float* inp, long r0, long 
   constexpr int L = 32;
   float* tmp = stream ? scratch(cols) : nullptr;
   for (long r = r0; r < r1; ++r) {
-    const float* x = inp + r * cols;               // (cols,)
+    const float* x = inp + r * cols;              // (cols,)
     const float* xn = r + 1 < r1 ? x + cols : x;  // the row to prefetch
-    float* y = out + r * cols;                     // (cols,)
-    float* e = stream ? tmp : y;                   // exp(x - max), before scaling
+    float* y = out + r * cols;                    // (cols,)
+    float* e = stream ? tmp : y;                  // exp(x - max), before scaling
     float lanes[L];
     for (float& l : lanes) l = -INFINITY;
     long c0 = 0;
@@ -419,9 +424,9 @@ MLS_CLONES static void layernorm_rows(float* out, float* mean, float* rstd, cons
   constexpr int L = 32;
   float* tmp = stream ? scratch(cols) : nullptr;
   for (long r = r0; r < r1; ++r) {
-    const float* x = inp + r * cols;               // (cols,)
+    const float* x = inp + r * cols;              // (cols,)
     const float* xn = r + 1 < r1 ? x + cols : x;  // the row to prefetch
-    float* y = out + r * cols;                     // (cols,)
+    float* y = out + r * cols;                    // (cols,)
     float lanes[L] = {};
     long c0 = 0;
     for (; c0 + L <= cols; c0 += L) {
@@ -452,8 +457,8 @@ MLS_CLONES static void layernorm_rows(float* out, float* mean, float* rstd, cons
   // END SOLUTION
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, long rows, long cols, float eps) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, long rows, long cols, float eps) {
   const bool stream = stream_output(rows * cols);
   mls::parallel_for(0, rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
     layernorm_rows(out, mean, rstd, inp, weight, bias, r0, r1, cols, eps, stream);
@@ -463,10 +468,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 /// Worker of layernorm_backward on rows [r0, r1), accumulating dweight/dbias into dw/db (the
 /// caller's, or a per-thread partial the caller adds up). Two passes over a row in cache: the two
 /// row means (32-lane sums), then dx, dw, db elementwise.
-MLS_CLONES static void layernorm_backward_rows(float* dinp, float* dw, float* db,
-                                               const float* dout, const float* inp,
-                                               const float* weight, const float* mean,
-                                               const float* rstd, long r0, long r1, long cols) {
+MLS_CLONES static void layernorm_backward_rows(float* dinp, float* dw, float* db, const float* dout,
+                                               const float* inp, const float* weight,
+                                               const float* mean, const float* rstd, long r0,
+                                               long r1, long cols) {
   // BEGIN SOLUTION
   constexpr int L = 32;
   for (long r = r0; r < r1; ++r) {
@@ -479,7 +484,7 @@ MLS_CLONES static void layernorm_backward_rows(float* dinp, float* dw, float* db
     float l_mean[L] = {}, l_norm[L] = {};
     long c0 = 0;
     for (; c0 + L <= cols; c0 += L) {
-      __builtin_prefetch(dx + c0);       // this row's dx, for the second pass
+      __builtin_prefetch(dx + c0);  // this row's dx, for the second pass
       __builtin_prefetch(dx + c0 + 16);
       __builtin_prefetch(xn + c0);  // the next row
       __builtin_prefetch(xn + c0 + 16);
@@ -518,8 +523,8 @@ MLS_CLONES static void layernorm_backward_rows(float* dinp, float* dw, float* db
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, long rows, long cols) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        long rows, long cols) {
   // One range of rows per thread; each but the first accumulates dweight/dbias into its own
   // zeroed partial, added to the caller's at the end (the first adds into them directly).
   const long threads = std::min<long>(mls::num_threads(), rows / row_grain(cols));
@@ -568,7 +573,8 @@ void gelu_forward(float* out, const float* inp, long n) {
   const long blocks = (n + kBlock - 1) / kBlock;
   mls::parallel_for(0, blocks, kGrainFloats / kBlock, [&](std::int64_t b0, std::int64_t b1) {
 #if MLS_HAVE_AVX512_PATH
-    if (avx512) return gelu_range_avx512(out, inp, b0 * kBlock, std::min<long>(n, b1 * kBlock), stream);
+    if (avx512)
+      return gelu_range_avx512(out, inp, b0 * kBlock, std::min<long>(n, b1 * kBlock), stream);
 #endif
     gelu_range(out, inp, b0 * kBlock, std::min<long>(n, b1 * kBlock), stream);
   });

@@ -95,11 +95,16 @@ bool positive(double v) { return std::isfinite(v) && v > 0; }
 std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '\'') out += "&apos;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '\'')
+      out += "&apos;";
+    else
+      out += c;
   }
   return out;
 }
@@ -108,8 +113,9 @@ std::string xml_escape(const std::string& s) {
 
 RooflinePoint place(const Measurement& m, const std::vector<Roof>& roofs) {
   MLS_CHECK(positive(m.flops) && positive(m.bytes) && positive(m.seconds),
-            "roofline: measurement '", m.name, "' needs positive finite flops, bytes and seconds, got ",
-            m.flops, ", ", m.bytes, ", ", m.seconds);
+            "roofline: measurement '", m.name,
+            "' needs positive finite flops, bytes and seconds, got ", m.flops, ", ", m.bytes, ", ",
+            m.seconds);
   const Roof& roof = roof_of(m.threads, roofs, m.name);
   MLS_CHECK(positive(roof.peak_gflops) && positive(roof.dram_gbs), "roofline: the ", m.threads,
             "-thread roof needs a positive peak and bandwidth, got ", roof.peak_gflops,
@@ -138,9 +144,9 @@ double RooflinePlot::x(double ai) const {
 }
 
 double RooflinePlot::y(double gflops) const {
-  return height - bottom - (std::log10(gflops) - std::log10(gflops_min)) /
-                               (std::log10(gflops_max) - std::log10(gflops_min)) *
-                               (height - top - bottom);
+  return height - bottom -
+         (std::log10(gflops) - std::log10(gflops_min)) /
+             (std::log10(gflops_max) - std::log10(gflops_min)) * (height - top - bottom);
 }
 
 RooflinePlot RooflinePlot::for_roofs(const std::vector<Roof>& roofs) {
@@ -177,7 +183,8 @@ std::string roofline_svg(const std::vector<Roof>& roofs, const std::vector<Roofl
   };
   std::ostringstream f;
   f << "<svg xmlns='http://www.w3.org/2000/svg' width='" << P.width << "' height='" << P.height
-    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n";
+    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' "
+       "fill='white'/>\n";
   for (double d = P.ai_min; d <= P.ai_max * 1.001; d *= 10) {
     f << "<line x1='" << num(P.x(d)) << "' y1='" << P.top << "' x2='" << num(P.x(d)) << "' y2='"
       << P.height - P.bottom << "' stroke='#ddd'/><text x='" << num(P.x(d)) << "' y='"
@@ -221,11 +228,12 @@ std::string roofline_svg(const std::vector<Roof>& roofs, const std::vector<Roofl
     f << "<circle class='point' data-threads='" << p.threads << "' cx='" << num(P.x(p.ai))
       << "' cy='" << num(cy) << "' r='4' fill='" << col << "'/><text x='"
       << num(P.x(p.ai) + (near_right ? -6 : 6)) << "' y='" << num(cy + (i++ % 2 ? -4 : 10))
-      << (near_right ? "' text-anchor='end" : "") << "' fill='" << col << "'>" << xml_escape(p.name) << " ("
-      << static_cast<int>(std::lround(100 * p.fraction)) << "%)</text>\n";
+      << (near_right ? "' text-anchor='end" : "") << "' fill='" << col << "'>" << xml_escape(p.name)
+      << " (" << static_cast<int>(std::lround(100 * p.fraction)) << "%)</text>\n";
   }
   f << "<text x='" << P.width / 2 << "' y='" << P.height - 10
-    << "' text-anchor='middle'>arithmetic intensity (flop per compulsory byte)</text><text x='15' y='"
+    << "' text-anchor='middle'>arithmetic intensity (flop per compulsory byte)</text><text x='15' "
+       "y='"
     << P.height / 2 << "' transform='rotate(-90 15 " << P.height / 2
     << ")' text-anchor='middle'>GFLOP/s</text><text x='" << P.width / 2
     << "' y='18' text-anchor='middle'>" << xml_escape(title) << "</text>\n</svg>\n";

@@ -2,7 +2,6 @@
 // arithmetic, refusal of points above their roof, and where the SVG puts roofs and points.
 // No timing: every measurement here is made up.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -70,32 +69,52 @@ TEST_CASE("roofline: place computes AI, GFLOP/s and the fraction of the roof of 
   // Within the timing slack above the roof: placed on it (fraction 1), not above.
   const auto edge = mls::kernels::place({"edge", 1, 1e9, 1e9, 1.0 / 20.5}, roofs);
   CHECK(edge.fraction == 1.0);
-  mls::testing::observe("fractions", std::vector<double>{mem.fraction, mem2.fraction, gemm.fraction, edge.fraction},
-                        {1e-12, 0.0});
+  mls::testing::observe(
+      "fractions", std::vector<double>{mem.fraction, mem2.fraction, gemm.fraction, edge.fraction},
+      {1e-12, 0.0});
   mls::testing::observe("ai", std::vector<double>{mem.ai, gemm.ai}, {1e-12, 0.0});
 }
 
-TEST_CASE("roofline: a point above its roof, or without one, is a clear error", "[lab4][roofline]") {
+TEST_CASE("roofline: a point above its roof, or without one, is a clear error",
+          "[lab4][roofline]") {
   const auto roofs = two_roofs();
   // 30 GB/s at AI 1 on 1 thread: 150% of the 20 GB/s roof (what a cache-resident kernel against
   // a DRAM roof looks like).
-  mls::testing::require_error([&] { mls::kernels::place({"fused in cache", 1, 3e9, 3e9, 0.1}, roofs); },
-                              "150% of its roof");
-  mls::testing::require_error([&] { mls::kernels::place({"fused in cache", 1, 3e9, 3e9, 0.1}, roofs); },
-                              "'fused in cache'");
+  mls::testing::require_error(
+      [&] {
+        mls::kernels::place({"fused in cache", 1, 3e9, 3e9, 0.1}, roofs);
+      },
+      "150% of its roof");
+  mls::testing::require_error(
+      [&] {
+        mls::kernels::place({"fused in cache", 1, 3e9, 3e9, 0.1}, roofs);
+      },
+      "'fused in cache'");
   // The same rate on 2 threads is still above the 2-thread roof: 30 > 25 GB/s, 120%; 20 GB/s
   // is under it (80%).
-  mls::testing::require_error([&] { mls::kernels::place({"k", 2, 3e9, 3e9, 0.1}, roofs); },
-                              "120% of its roof");
+  mls::testing::require_error(
+      [&] {
+        mls::kernels::place({"k", 2, 3e9, 3e9, 0.1}, roofs);
+      },
+      "120% of its roof");
   const double under = mls::kernels::place({"k", 2, 2e9, 2e9, 0.1}, roofs).fraction;
   CHECK(under == Approx(0.8));
   mls::testing::observe("fraction under the 2-thread roof", under, {1e-12, 0.0});
-  mls::testing::require_error([&] { mls::kernels::place({"k", 4, 1e9, 1e9, 1.0}, roofs); },
-                              "no roof for 4 thread(s)");
-  mls::testing::require_error([&] { mls::kernels::place({"k", 1, 1e9, 0.0, 1.0}, roofs); },
-                              "positive finite flops, bytes and seconds");
-  mls::testing::require_error([&] { mls::kernels::place({"k", 1, 1e9, 1e9, -1.0}, roofs); },
-                              "positive finite");
+  mls::testing::require_error(
+      [&] {
+        mls::kernels::place({"k", 4, 1e9, 1e9, 1.0}, roofs);
+      },
+      "no roof for 4 thread(s)");
+  mls::testing::require_error(
+      [&] {
+        mls::kernels::place({"k", 1, 1e9, 0.0, 1.0}, roofs);
+      },
+      "positive finite flops, bytes and seconds");
+  mls::testing::require_error(
+      [&] {
+        mls::kernels::place({"k", 1, 1e9, 1e9, -1.0}, roofs);
+      },
+      "positive finite");
   mls::testing::require_error([&] { mls::kernels::roofline_svg({}, {}, "t"); }, "no roofs");
   // A point built by hand above its roof is refused by the plot too.
   mls::kernels::RooflinePoint bad;
@@ -122,7 +141,8 @@ TEST_CASE("roofline: the SVG draws one roof per thread count and every point und
   CHECK(count(svg, "<polyline class='roof'") == 2);
   CHECK(count(svg, "<polyline class='cache-roof'") == 1);  // only the 1-thread roof has one
   CHECK(count(svg, "<circle class='point'") == static_cast<long>(pts.size()));
-  CHECK(svg.find("1 thread: peak 50.0 GFLOP/s, DRAM 20.0 GB/s, L2 cache 200.0 GB/s") != std::string::npos);
+  CHECK(svg.find("1 thread: peak 50.0 GFLOP/s, DRAM 20.0 GB/s, L2 cache 200.0 GB/s") !=
+        std::string::npos);
   CHECK(svg.find("2 threads: peak 100.0 GFLOP/s, DRAM 25.0 GB/s") != std::string::npos);
   CHECK(svg.find("mem &lt;a&amp;b&gt;") != std::string::npos);  // names are escaped
   CHECK(svg.find("test &lt;plot&gt;") != std::string::npos);

@@ -14,10 +14,12 @@
 //     is placed against it;
 //   - a point more than 5% above its roof is refused (printed, left out of the plot, exit 2).
 // Prints one "ratio roofline_<kernel>_t<threads> <fraction of its roof>" line per kernel.
-#include <CLI/CLI.hpp>
+#include "mls/kernels/roofline.hpp"
+
 #include <immintrin.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -34,7 +36,6 @@
 #include "mls/common/rng.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/kernels/fused.hpp"
-#include "mls/kernels/roofline.hpp"
 #include "mls/kernels/sgemm.hpp"
 
 namespace {
@@ -73,7 +74,8 @@ double dram_gbs(int threads, long n) {
     f();
     best = std::max(best, counted * bytes / mls::time_min(f, 5) * 1e-9);
   };
-  measure(2, [&] { split(n, [&](long lo, long hi) { std::memcpy(&a[lo], &b[lo], (hi - lo) * 4); }); });
+  measure(2,
+          [&] { split(n, [&](long lo, long hi) { std::memcpy(&a[lo], &b[lo], (hi - lo) * 4); }); });
   measure(1, [&] {
     split(n, [&](long lo, long hi) {
       float lanes[16] = {};
@@ -95,9 +97,11 @@ double dram_gbs(int threads, long n) {
   measure(3, [&] {
     split(n, [&](long lo, long hi) {
       long i = lo;
-      for (; i < hi && (reinterpret_cast<std::uintptr_t>(&a[i]) & 15); ++i) a[i] = b[i] + 0.5f * c[i];
+      for (; i < hi && (reinterpret_cast<std::uintptr_t>(&a[i]) & 15); ++i)
+        a[i] = b[i] + 0.5f * c[i];
       for (; i + 4 <= hi; i += 4) {
-        const __m128 v = _mm_add_ps(_mm_loadu_ps(&b[i]), _mm_mul_ps(_mm_set1_ps(0.5f), _mm_loadu_ps(&c[i])));
+        const __m128 v =
+            _mm_add_ps(_mm_loadu_ps(&b[i]), _mm_mul_ps(_mm_set1_ps(0.5f), _mm_loadu_ps(&c[i])));
         _mm_stream_ps(&a[i], v);
       }
       for (; i < hi; ++i) a[i] = b[i] + 0.5f * c[i];
@@ -133,11 +137,13 @@ double cache_gbs(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mls-roofline: measured roofs (1 and --threads threads) and the lab 4 kernels under them"};
+  CLI::App app{
+      "mls-roofline: measured roofs (1 and --threads threads) and the lab 4 kernels under them"};
   int threads = mls::num_threads();
   long n = 1024;
   std::string svg;
-  app.add_option("--threads", threads, "the second thread count (roofs, packed_mt and the fused kernels)")
+  app.add_option("--threads", threads,
+                 "the second thread count (roofs, packed_mt and the fused kernels)")
       ->check(CLI::PositiveNumber);
   app.add_option("--n", n, "SGEMM size (square)")->check(CLI::Range(16L, 8192L));
   app.add_option("--svg", svg, "write the roofline plot to this SVG file");
@@ -154,10 +160,11 @@ int main(int argc, char** argv) {
     r.peak_gflops = mls::kernels::peak_gflops(has512, t);
     r.dram_gbs = dram_gbs(t, big);
     r.cache_gbs = cache_gbs(t);
-    std::printf("%d thread(s): peak FMA %s %8.1f GFLOP/s, DRAM %6.1f GB/s (best of memcpy, sum, "
-                "triad, streamed triad over %ld MiB arrays), L2 cache %6.1f GB/s, ridge %.1f flop/byte\n",
-                t, has512 ? "AVX-512" : "AVX2", r.peak_gflops, r.dram_gbs, big * 4 >> 20,
-                r.cache_gbs, r.peak_gflops / r.dram_gbs);
+    std::printf(
+        "%d thread(s): peak FMA %s %8.1f GFLOP/s, DRAM %6.1f GB/s (best of memcpy, sum, "
+        "triad, streamed triad over %ld MiB arrays), L2 cache %6.1f GB/s, ridge %.1f flop/byte\n",
+        t, has512 ? "AVX-512" : "AVX2", r.peak_gflops, r.dram_gbs, big * 4 >> 20, r.cache_gbs,
+        r.peak_gflops / r.dram_gbs);
     roofs.push_back(r);
   }
   std::printf("\n");
@@ -176,7 +183,8 @@ int main(int argc, char** argv) {
     mls::ThreadCountGuard guard(t);
     try {
       const double s = mls::time_min(
-          [&] { k.fn(false, false, m, m, m, 1.0f, A.data(), m, B.data(), m, 0.0f, C.data(), m); }, 3);
+          [&] { k.fn(false, false, m, m, m, 1.0f, A.data(), m, B.data(), m, 0.0f, C.data(), m); },
+          3);
       ms.push_back({name + " n=" + std::to_string(m), t, 2.0 * m * m * m, 12.0 * m * m, s});
     } catch (const std::exception& e) {
       std::printf("%-24s %s\n", name.c_str(), e.what());
@@ -194,7 +202,8 @@ int main(int argc, char** argv) {
     };
     try {
       ms.push_back({"fused E=D+(A+B)*C", t, 3.0 * N, 20.0 * N, time([&] {
-                      mls::kernels::fused_add_mul_add(N, a.data(), b.data(), c.data(), d.data(), e.data());
+                      mls::kernels::fused_add_mul_add(N, a.data(), b.data(), c.data(), d.data(),
+                                                      e.data());
                     })});
       ms.push_back({"softmax 1024", t, 5.0 * N, 8.0 * N,
                     time([&] { mls::kernels::softmax_forward(e.data(), a.data(), rows, 1024); })});
@@ -211,7 +220,8 @@ int main(int argc, char** argv) {
 
   std::vector<mls::kernels::RooflinePoint> pts;
   int refused = 0;
-  std::printf("%-24s %3s %8s %10s %10s %10s %7s\n", "kernel", "thr", "AI", "GFLOP/s", "GB/s", "roof", "%roof");
+  std::printf("%-24s %3s %8s %10s %10s %10s %7s\n", "kernel", "thr", "AI", "GFLOP/s", "GB/s",
+              "roof", "%roof");
   for (const auto& m : ms) {
     try {
       const auto p = mls::kernels::place(m, roofs);
@@ -233,12 +243,14 @@ int main(int argc, char** argv) {
   }
   if (!svg.empty()) {
     std::ofstream(svg) << mls::kernels::roofline_svg(
-        roofs, pts, "lab 4 roofline (this machine, measured; 1 thread solid, " +
-                        std::to_string(threads) + " threads dashed)");
+        roofs, pts,
+        "lab 4 roofline (this machine, measured; 1 thread solid, " + std::to_string(threads) +
+            " threads dashed)");
     std::printf("\nwrote %s\n", svg.c_str());
   }
   if (refused > 0) {
-    std::printf("%d point(s) above their roof were left out: measure again on a quiet machine\n", refused);
+    std::printf("%d point(s) above their roof were left out: measure again on a quiet machine\n",
+                refused);
     return 2;
   }
   return 0;

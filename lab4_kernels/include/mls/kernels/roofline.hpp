@@ -30,9 +30,9 @@ inline constexpr double kRoofSlack = 0.05;
 /// One roof: compute peak and memory bandwidth at a thread count.
 struct Roof {
   int threads = 1;
-  double peak_gflops = 0;   // compute roof
-  double dram_gbs = 0;      // memory roof (working sets beyond the last-level cache)
-  double cache_gbs = 0;     // optional cache roof (L2-resident working set); 0: not drawn
+  double peak_gflops = 0;  // compute roof
+  double dram_gbs = 0;     // memory roof (working sets beyond the last-level cache)
+  double cache_gbs = 0;    // optional cache roof (L2-resident working set); 0: not drawn
   /// Attainable GFLOP/s at arithmetic intensity `ai` (flop/byte): min(peak, ai * dram_gbs).
   double attainable(double ai) const;
 };
@@ -50,11 +50,11 @@ struct Measurement {
 struct RooflinePoint {
   std::string name;
   int threads = 1;
-  double ai = 0;          // flops / bytes
-  double gflops = 0;      // achieved
-  double gbs = 0;         // achieved compulsory bandwidth
-  double roof_gflops = 0; // attainable at ai with the roof of `threads`
-  double fraction = 0;    // gflops / roof_gflops, <= 1 + kRoofSlack
+  double ai = 0;           // flops / bytes
+  double gflops = 0;       // achieved
+  double gbs = 0;          // achieved compulsory bandwidth
+  double roof_gflops = 0;  // attainable at ai with the roof of `threads`
+  double fraction = 0;     // gflops / roof_gflops, <= 1 + kRoofSlack
 };
 
 /// Places `m` under the roof with m.threads (clamping fraction to 1 within kRoofSlack). Throws
