@@ -18,6 +18,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "mls/kernels/fused.hpp"
@@ -59,7 +60,16 @@ constexpr long kBlock = 1024;
 /// Threads are worth waking for at least this many floats (or rows x cols) per thread.
 constexpr long kGrainFloats = 1L << 15;
 
-bool stream_output(long n) { return n * static_cast<long>(sizeof(float)) >= kStreamMinBytes; }
+/// `MLS_LAB4_STREAM_MIN_MB` overrides kStreamMinBytes (0: stream every output; large: never).
+long stream_min_bytes() {
+  static const long v = [] {
+    const char* env = std::getenv("MLS_LAB4_STREAM_MIN_MB");
+    return env != nullptr && *env ? std::atol(env) << 20 : kStreamMinBytes;
+  }();
+  return v;
+}
+
+bool stream_output(long n) { return n * static_cast<long>(sizeof(float)) >= stream_min_bytes(); }
 
 /// dst[0:n] = src[0:n], with non-temporal stores where dst is 16-byte aligned (src: any).
 [[gnu::always_inline]] inline void stream_copy(float* dst, const float* src, long n) {
