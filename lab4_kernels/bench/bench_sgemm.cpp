@@ -4,6 +4,8 @@
 //   GFLOP/s           2 n^3 per iteration, as a rate
 //   vs_openblas       its GFLOP/s divided by OpenBLAS's at the same n and thread count
 //                     (OpenBLAS runs first for each (n, threads), so the ratio is from this run)
+// and, at the end, one line per ratio a script can parse:
+//   ratio sgemm_lab4_packed_vs_openblas_n1024_t1 0.98     (ours / OpenBLAS GFLOP/s: higher wins)
 // Times are taken by hand (UseManualTime) so the GFLOP/s and the ratio use the same clock.
 //
 //   build/ci/lab4_kernels/mls_lab4_bench --benchmark_filter='n:1024/t:1'
@@ -15,6 +17,7 @@
 #include <cblas.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -26,6 +29,12 @@
 #include "mls/kernels/sgemm.hpp"
 
 namespace {
+
+/// "ratio <name> <value>" lines printed after the run (ours / OpenBLAS GFLOP/s, higher is better).
+std::map<std::string, double>& ratios() {
+  static std::map<std::string, double> m;
+  return m;
+}
 
 std::map<std::pair<long, int>, double>& openblas_gflops() {
   static std::map<std::pair<long, int>, double> m;
@@ -67,6 +76,8 @@ void run(benchmark::State& state, const std::string& name, mls::SgemmFn fn, long
     openblas_gflops()[{n, threads}] = gflops;
   } else if (auto it = openblas_gflops().find({n, threads}); it != openblas_gflops().end()) {
     state.counters["vs_openblas"] = gflops / it->second;
+    ratios()["sgemm_" + name + "_vs_openblas_n" + std::to_string(n) + "_t" +
+             std::to_string(threads)] = gflops / it->second;
   }
   state.SetLabel(name);
 }
@@ -119,6 +130,11 @@ void run_tf(benchmark::State& state, const std::string& name, mls::SgemmFn fn, b
     openblas_tf_gflops()[key] = gflops;
   } else if (auto it = openblas_tf_gflops().find(key); it != openblas_tf_gflops().end()) {
     state.counters["vs_openblas"] = gflops / it->second;
+    std::string tag = "sgemm_tf_" + name + "_vs_openblas_" + key;
+    for (char& c : tag) {
+      if (c == ':' || c == '/') c = '_';
+    }
+    ratios()[tag] = gflops / it->second;
   }
   state.SetLabel(name);
 }
@@ -190,5 +206,6 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  for (const auto& [name, value] : ratios()) std::printf("ratio %s %.4f\n", name.c_str(), value);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "mls/common/error.hpp"
+#include "mls/common/fastmath.hpp"  // kGeluK, kGeluC
 #include "mls/kernels/cuda.hpp"
 
 #define MLS_CUDA_CHECK(call)                                                                  \
@@ -272,7 +273,7 @@ __global__ void bias_gelu_kernel(float* out, const float* inp, const float* bias
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i] + bias[i % cols];
-    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    const float u = static_cast<float>(mls::kGeluK) * (x + static_cast<float>(mls::kGeluC) * x * x * x);
     out[i] = 0.5f * x * (1.0f + tanhf(u));
   }
 }

@@ -26,6 +26,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
+#include "isa.hpp"
 #include "mls/kernels/sgemm.hpp"
 
 namespace mls::kernels {
@@ -89,6 +90,8 @@ std::vector<std::string> packed_isas() {
 
 std::string packed_isa() { return kIsaNames[chosen_isa().load()]; }
 
+bool detail::use_avx512() { return chosen_isa().load(std::memory_order_relaxed) == kAvx512; }
+
 void set_packed_isa(std::string_view isa) {
   if (isa.empty()) {
     chosen_isa().store(best_isa());
@@ -123,6 +126,27 @@ struct PackedConfig {
   MicroKernel kernel;
   MicroKernelA kernel_a[2] = {nullptr, nullptr};  // in-place op(A): [trans_a]; null: always pack
 };
+
+/// The end of every AVX-512 micro-kernel: C(12 x 32) = alpha * acc + beta * C, where acc[i] holds
+/// row i as two 16-float vectors; beta == 0: C is not read (it may hold NaN).
+/// Hint: per row, two multiplies by alpha, two FMAs with beta * C unless beta == 0, two stores.
+[[gnu::always_inline]] __attribute__((target("avx512f"))) static inline void store_tile_avx512(
+    const __m512 (&acc)[12][2], float* C, long ldc, float alpha, float beta) {
+  // BEGIN SOLUTION
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) {
+    float* c = C + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
+      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
+    }
+    _mm512_storeu_ps(c, r0);
+    _mm512_storeu_ps(c + 16, r1);
+  }
+  // END SOLUTION
+}
 
 /// AVX-512 micro-kernel, 12 x 32, reading op(A) where it lies: op(A)(i, k) = A[i*lda + k]
 /// (kTransA false: 12 rows read along k) or A[k*lda + i] (kTransA true: 12 contiguous floats per
@@ -166,18 +190,7 @@ template <bool kTransA>
     a3 += cs;
     Bp += 32;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) {
-    float* c = C + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]), r1 = _mm512_mul_ps(va, acc[i][1]);
-    if (beta != 0.0f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c + 16), r1);
-    }
-    _mm512_storeu_ps(c, r0);
-    _mm512_storeu_ps(c + 16, r1);
-  }
+  store_tile_avx512(acc, C, ldc, alpha, beta);
   // END SOLUTION
 }
 
@@ -227,13 +240,39 @@ template <bool kTransA>
   // END SOLUTION
 }
 
-/// AVX-512 micro-kernel on a packed 12 x kc panel Ap (Ap[k*12 + i], see MicroKernel).
-/// Hint: that is op(A) transposed with lda = 12: one call of ukernel_avx512_a.
+/// AVX-512 micro-kernel on a packed 12 x kc panel Ap (Ap[k*12 + i], see MicroKernel). The same
+/// arithmetic as ukernel_avx512_a<true> with lda = 12, but the 12 broadcasts sit at fixed offsets
+/// from one pointer (each folds into its FMA as an embedded {1to16} broadcast) and the next rows of
+/// Bp and the tile of C are prefetched: this is the kernel that runs the large, square products.
+/// Hint: prefetch the 12 rows of C first; per k load two 16-float vectors of Bp, then 12
+/// broadcasts of Ap[i] and 24 FMAs; Ap += 12, Bp += 32.
 [[maybe_unused]] __attribute__((target("avx512f"))) static void ukernel_avx512(
     long kc, const float* Ap, const float* Bp, float* C, long ldc, float alpha, float beta) {
   // BEGIN SOLUTION
-  // A packed panel is op(A) transposed with lda = MR: Ap[k*12 + i].
-  ukernel_avx512_a<true>(kc, Ap, 12, Bp, C, ldc, alpha, beta);
+  __m512 acc[12][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) {
+    acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
+  }
+#pragma GCC unroll 4
+  for (long k = 0; k < kc; ++k) {
+    // Bp is read once per call: fetch it 8 rows (1 KiB) ahead; Ap stays in L1/L2.
+    _mm_prefetch(reinterpret_cast<const char*>(Bp + 256), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(Bp + 272), _MM_HINT_T0);
+    const __m512 b0 = _mm512_load_ps(Bp);
+    const __m512 b1 = _mm512_load_ps(Bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) {
+      const __m512 a = _mm512_set1_ps(Ap[i]);
+      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+    }
+    Ap += 12;
+    Bp += 32;
+  }
+  store_tile_avx512(acc, C, ldc, alpha, beta);
   // END SOLUTION
 }
 
@@ -273,7 +312,7 @@ template <bool kTransA>
   PackedConfig cfg{};
   switch (chosen_isa().load()) {
     case kAvx512:
-      cfg = {12, 32, 240, 256, 2048, &ukernel_avx512, {&ukernel_avx512_a<false>, &ukernel_avx512_a<true>}};
+      cfg = {12, 32, 144, 512, 2048, &ukernel_avx512, {&ukernel_avx512_a<false>, &ukernel_avx512_a<true>}};
       break;
     case kAvx2:
       cfg = {6, 16, 120, 256, 4096, &ukernel_avx2, {&ukernel_avx2_a<false>, &ukernel_avx2_a<true>}};
@@ -292,13 +331,33 @@ template <bool kTransA>
   // END SOLUTION
 }
 
-/// Whether full panels of op(A) are read in place (`MLS_LAB4_PACK_A=1` packs them all, to compare).
-[[maybe_unused]] static bool in_place_a() {
-  static const bool pack_all = [] {
+/// The KC step for depth K: K split into ceil(K / kc_max) equal blocks (a multiple of 8), so no
+/// block is a thin remainder (K = 1024 with kc_max = 384: 3 x 344 rather than 384, 384, 256).
+[[maybe_unused]] static long kc_step(long K, long kc_max) {
+  const long blocks = (K + kc_max - 1) / kc_max;
+  return std::min(kc_max, ((K + blocks - 1) / blocks + 7) / 8 * 8);
+}
+
+/// Largest N and K for which op(A) is read in place by default (see in_place_a).
+constexpr long kInPlaceMaxN = 512, kInPlaceMaxK = 1024;
+
+/// Whether the full MR-row panels of op(A) are read in place rather than packed, for an
+/// M x N x K product. Reading in place saves the copy, which pays for the skinny products of a
+/// transformer (each panel of op(A) meets only N/NR panels of op(B)); for large K and N the
+/// MR rows of A lie lda floats apart (a power of two for n = 1024, 2048: all MR rows map to the
+/// same L1 set and each to its own page), so the kernel stalls on L1/TLB misses and the packed
+/// panel, contiguous and reused N/NR times, wins (measured on Zen 4, interleaved with OpenBLAS:
+/// in place 0.76-0.83 of OpenBLAS at n = 2048, packed 0.93-1.05; in place 1.03-1.22 on the
+/// transformer shapes M = 768, N, K = 128..512, packed 0.90-1.0). `MLS_LAB4_PACK_A=1` packs always, `=0` never.
+[[maybe_unused]] static bool in_place_a(long N, long K) {
+  static const int mode = [] {
     const char* env = std::getenv("MLS_LAB4_PACK_A");
-    return env != nullptr && std::string(env) == "1";
+    if (env != nullptr && std::string(env) == "1") return 1;
+    if (env != nullptr && std::string(env) == "0") return 0;
+    return -1;
   }();
-  return !pack_all;
+  if (mode >= 0) return mode == 0;
+  return N <= kInPlaceMaxN && K <= kInPlaceMaxK;
 }
 
 /// Packs op(A)(i0:i0+mc, k0:k0+kc) into ceil(mc/mr) panels; panel p holds rows i0+p*mr.. as
@@ -413,18 +472,18 @@ template <bool kTransA>
   thread_local Buffer a_buf, b_buf;
   const long mc_max = std::min(cfg.mc, (M + mr - 1) / mr * mr);
   const long nc_max = std::min(cfg.nc, (N + nr - 1) / nr * nr);
-  const long kc_max = std::min(cfg.kc, K);
+  const long kc_blk = kc_step(K, cfg.kc), kc_max = std::min(kc_blk, K);
   float* Ap = a_buf.get(static_cast<size_t>(mc_max * kc_max));
   float* Bp = Bpre ? nullptr : b_buf.get(static_cast<size_t>(nc_max * kc_max));
   const long n_pad = (N + nr - 1) / nr * nr;
   alignas(64) float tile[32 * 32];  // partial C tiles (mr x nr <= 32 x 32)
   const MicroKernelA kernel_a = cfg.kernel_a[trans_a ? 1 : 0];
-  const bool in_place = kernel_a != nullptr && in_place_a();
+  const bool in_place = kernel_a != nullptr && in_place_a(N, K);
 
   for (long jc = 0; jc < N; jc += cfg.nc) {
     const long nc = std::min(cfg.nc, N - jc);
-    for (long pc = 0; pc < K; pc += cfg.kc) {
-      const long kc = std::min(cfg.kc, K - pc);
+    for (long pc = 0; pc < K; pc += kc_blk) {
+      const long kc = std::min(kc_blk, K - pc);
       const float beta_k = pc == 0 ? beta : 1.0f;
       if (Bpre) {
         Bp = const_cast<float*>(Bpre) + pc * n_pad;  // jc == 0: N <= nc
@@ -505,11 +564,11 @@ void sgemm_packed_mt(bool trans_a, bool trans_b, long M, long N, long K, float a
   thread_local Buffer shared_b;
   if (split_rows && parts > 1 && N <= cfg.nc && alpha != 0.0f && K > 0 && n_pad * K <= (4L << 20)) {
     float* dst = shared_b.get(static_cast<size_t>(n_pad * K));
-    const long panels = n_pad / nr;
+    const long panels = n_pad / nr, kc_blk = kc_step(K, cfg.kc);
     mls::parallel_for(0, panels, 1, [&](std::int64_t q0, std::int64_t q1) {
       const long j0 = q0 * nr, cols = std::min(N, q1 * nr) - j0;
-      for (long pc = 0; pc < K; pc += cfg.kc) {
-        const long kc = std::min(cfg.kc, K - pc);
+      for (long pc = 0; pc < K; pc += kc_blk) {
+        const long kc = std::min(kc_blk, K - pc);
         pack_b(trans_b, B, ldb, pc, j0, kc, cols, nr, dst + pc * n_pad + j0 * kc);
       }
     });

@@ -42,6 +42,9 @@ TEST_CASE("sgemm lab4_packed: every micro-kernel this CPU has", "[lab4][sgemm][p
     mls::kernels::set_packed_isa(isa);
     check_kernel("lab4_packed");
     check_degenerate("lab4_packed");
+    // N > 512: op(A) packed (not read in place), K over three balanced KC blocks, edge tiles.
+    CHECK(run_case("lab4_packed", false, false, {60, 530, 1100}, 1.0f, 0.5f, 11) == 0);
+    CHECK(run_case("lab4_packed", true, true, {37, 600, 1030}, -1.0f, 0.0f, 12) == 0);
   }
   mls::kernels::set_packed_isa(saved);
 }
@@ -59,6 +62,8 @@ TEST_CASE("sgemm lab4_packed_mt: 1, 2 and 3 threads", "[lab4][sgemm][packed_mt]"
     CHECK(run_case("lab4_packed_mt", false, true, {768, 384, 130}, 1.0f, 1.0f, 7) == 0);
     CHECK(run_case("lab4_packed_mt", true, false, {512, 128, 600}, 1.0f, 1.0f, 8) == 0);
     CHECK(run_case("lab4_packed_mt", false, false, {500, 96, 520}, -0.5f, 0.0f, 9) == 0);
+    // Square-ish, N > 512: op(A) packed per thread, op(B) shared, K in balanced KC blocks.
+    CHECK(run_case("lab4_packed_mt", true, false, {100, 530, 1030}, 1.0f, 1.0f, 10) == 0);
   }
 }
 

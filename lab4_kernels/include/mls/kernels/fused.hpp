@@ -40,6 +40,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 /// inp, out: (n,); out may alias inp.
 void gelu_forward(float* out, const float* inp, long n);
 
+/// GELU of a row-broadcast bias add: out[r, c] = gelu(inp[r, c] + bias[c]) (a linear layer's
+/// epilogue). inp, out: (rows, cols); bias: (cols,); out may alias inp.
+void bias_gelu_forward(float* out, const float* inp, const float* bias, long rows, long cols);
 /// Backward of gelu_forward: dinp += dout * gelu'(x). All (n,).
 void gelu_backward(float* dinp, const float* inp, const float* dout, long n);
 
