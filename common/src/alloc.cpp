@@ -1,9 +1,14 @@
 #include "mls/common/alloc.hpp"
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #if defined(__linux__)
 #include <sys/mman.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 #endif
 #include <mutex>
 #include <string>
@@ -109,6 +114,42 @@ void cpu_cache_clear() {
   for (auto& [size, p] : c.blocks) std::free(p);
   c.blocks.clear();
   c.bytes = 0;
+}
+
+namespace {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target("avx2"))) void stream_copy_avx2(char* d, const char* s, std::size_t bytes, bool fence) {
+  const std::size_t head = (64 - (reinterpret_cast<std::uintptr_t>(d) & 63)) & 63;
+  std::memcpy(d, s, head);
+  std::size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+  }
+  if (fence) _mm_sfence();
+  std::memcpy(d + i, s + i, bytes - i);
+}
+#define MLS_HAVE_STREAM_COPY 1
+#endif
+}  // namespace
+
+void stream_copy(void* dst, const void* src, std::size_t bytes, bool fence) {
+#ifdef MLS_HAVE_STREAM_COPY
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && bytes >= 256) {
+    stream_copy_avx2(static_cast<char*>(dst), static_cast<const char*>(src), bytes, fence);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+void stream_fence() {
+#ifdef MLS_HAVE_STREAM_COPY
+  _mm_sfence();
+#endif
 }
 
 }  // namespace mls

@@ -8,6 +8,7 @@
 
 #include "copy.hpp"
 #include "fast_kernels.hpp"
+#include "mls/common/alloc.hpp"
 
 namespace mls::inline tensor {
 namespace impl {
@@ -75,8 +76,9 @@ template <std::size_t Size>
           for (std::int64_t c = full_cols; c < cols; ++c) d[r * ldd + c] = s[r + c * lds];
         }
       }
-      if (buffered) stream_copy(dst + r0 * dst_row, buf, block * cols * 4);
+      if (buffered) mls::stream_copy(dst + r0 * dst_row, buf, static_cast<std::size_t>(block * cols * 4), false);
     }
+    if (buffered) mls::stream_fence();
   }
 #endif
   for (; r0 < rows; r0 += kB) {  // the rows left (all of them without AVX2)

@@ -256,34 +256,4 @@ DenseBinaryF32 dense_binary_f32(int op) { return pick_op<Form::Dense>(op); }
 DenseBinaryF32 dense_binary_scalar_f32(int op) { return pick_op<Form::ScalarRight>(op); }
 DenseBinaryF32 dense_scalar_binary_f32(int op) { return pick_op<Form::ScalarLeft>(op); }
 
-namespace {
-#ifdef MLS_X86_KERNELS
-__attribute__((target("avx2"))) void stream_copy_avx2(char* d, const char* s, std::int64_t bytes) {
-  std::int64_t i = 0;
-  const auto head = static_cast<std::int64_t>((64 - (reinterpret_cast<std::uintptr_t>(d) & 63)) & 63);
-  std::memcpy(d, s, static_cast<std::size_t>(head));
-  i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-  }
-  _mm_sfence();
-  std::memcpy(d + i, s + i, static_cast<std::size_t>(bytes - i));
-}
-#endif
-}  // namespace
-
-void stream_copy(void* dst, const void* src, std::int64_t bytes) {
-#if defined(MLS_X86_KERNELS) && !defined(__SANITIZE_ADDRESS__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && bytes >= 256) {
-    stream_copy_avx2(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
-    return;
-  }
-#endif
-  std::memcpy(dst, src, static_cast<std::size_t>(bytes));
-}
-
 }  // namespace mls::tensor::impl

@@ -29,7 +29,5 @@ DenseBinaryF32 dense_binary_f32(int op);
 DenseBinaryF32 dense_binary_scalar_f32(int op);
 /// out[i] = x[0] OP y[i] (x a single value); nullptr for an op other than the four.
 DenseBinaryF32 dense_scalar_binary_f32(int op);
-/// Copies `bytes` bytes to `dst`, with non-temporal stores where both are large and aligned.
-void stream_copy(void* dst, const void* src, std::int64_t bytes);
 
 }  // namespace mls::tensor::impl
