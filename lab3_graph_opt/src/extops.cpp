@@ -141,8 +141,10 @@ void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vec
   T* const dst = stream ? scratch.data() + slots * kBlock : out;
   thread_local std::vector<const T*> src;
   thread_local std::vector<char> one_value;  // per slot: one value for the whole block
-  src.assign(slots, nullptr);
-  one_value.assign(slots, 0);
+  if (src.size() < slots) {
+    src.resize(slots);
+    one_value.resize(slots);
+  }
   for (std::size_t i = 0; i < n_in; ++i) {
     if (stride[i] == 1 && prefetch > 0) {
       // The computation between two blocks' reads leaves the memory idle: ask for the lines of
@@ -158,6 +160,7 @@ void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vec
       T* buf = scratch.data() + i * kBlock;
       for (std::int64_t j = 0; j < n; ++j) buf[j] = ptr[i][j * stride[i]];
       src[i] = buf;
+      one_value[i] = 0;
     }
   }
   if constexpr (std::is_same_v<T, float>) {
@@ -189,17 +192,22 @@ Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DT
   T* o = out.data<T>();
   if (flat) {
     // Every input is dense of the output's shape or a single value: one flat loop.
+    // Base pointers and steps once per call (not per block: Tensor::data() and numel() checks
+    // cost as much as a short block's arithmetic).
+    std::vector<const T*> base(x.size());
+    std::vector<std::int64_t> step(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      step[i] = x[i].numel() == 1 ? 0 : 1;
+      base[i] = x[i].data<T>();
+    }
+    const bool big = numel >= kStreamFrom;
     parallel_for(0, (numel + kBlock - 1) / kBlock, 64, [&](std::int64_t b0, std::int64_t b1) {
       std::vector<T> scratch;
       std::vector<const T*> ptr(x.size());
-      std::vector<std::int64_t> stride(x.size());
+      const std::vector<std::int64_t>& stride = step;
       for (std::int64_t b = b0; b < b1; ++b) {
         const std::int64_t s = b * kBlock, n = std::min(kBlock, numel - s);
-        for (std::size_t i = 0; i < x.size(); ++i) {
-          stride[i] = x[i].numel() == 1 ? 0 : 1;
-          ptr[i] = x[i].data<T>() + (stride[i] ? s : 0);
-        }
-        const bool big = numel >= kStreamFrom;
+        for (std::size_t i = 0; i < x.size(); ++i) ptr[i] = base[i] + (stride[i] ? s : 0);
         eval_block<T>(prog, x.size(), ptr, stride, o + s, n, scratch, big,
                       big && s + kPrefetch + kBlock <= numel ? kPrefetch : 0);
       }
