@@ -107,29 +107,26 @@ void print_ratios(const std::string& filter) {
   const std::regex re(filter.empty() || filter == "all" ? "." : filter);
   const bool chain_on = std::regex_search("BM_ChainFused", re) || std::regex_search("BM_ChainUnfused", re);
   const bool resnet_on = std::regex_search("BM_ResnetFolded", re) || std::regex_search("BM_ResnetUnfolded", re);
-  if (chain_on) {
-    Program unfused = elementwise_chain(kChainN, kChainOps), fused = elementwise_chain(kChainN, kChainOps);
-    fuse_elementwise(fused);
-    const auto feeds = random_feeds(unfused, 1);
+  // base / optimised program of the same model, their ratio at 1 and 2 threads
+  auto pair = [&](const char* name, const Program& base, const Program& optimised) {
+    const auto feeds = random_feeds(base, 1);
     for (int threads : {1, 2}) {
       ThreadCountGuard guard(threads);
-      const double r = interleaved_ratio([&] { benchmark::DoNotOptimize(run(unfused, feeds)); },
-                                         [&] { benchmark::DoNotOptimize(run(fused, feeds)); }, repeat);
-      std::printf("ratio chain_fused_vs_unfused_t%d %.3f\n", threads, r);
+      const double r = interleaved_ratio([&] { benchmark::DoNotOptimize(run(base, feeds)); },
+                                         [&] { benchmark::DoNotOptimize(run(optimised, feeds)); }, repeat);
+      std::printf("ratio %s_t%d %.3f\n", name, threads, r);
       std::fflush(stdout);
     }
+  };
+  if (chain_on) {
+    Program fused = elementwise_chain(kChainN, kChainOps);
+    fuse_elementwise(fused);
+    pair("chain_fused_vs_unfused", elementwise_chain(kChainN, kChainOps), fused);
   }
   if (resnet_on) {
-    Program unfolded = resnet_block(8, 32, 32, 32), folded = resnet_block(8, 32, 32, 32);
+    Program folded = resnet_block(8, 32, 32, 32);
     PassManager().add_pipeline("conv-bn,dce").run(folded);
-    const auto feeds = random_feeds(unfolded, 1);
-    for (int threads : {1, 2}) {
-      ThreadCountGuard guard(threads);
-      const double r = interleaved_ratio([&] { benchmark::DoNotOptimize(run(unfolded, feeds)); },
-                                         [&] { benchmark::DoNotOptimize(run(folded, feeds)); }, repeat);
-      std::printf("ratio resnet_folded_vs_unfolded_t%d %.3f\n", threads, r);
-      std::fflush(stdout);
-    }
+    pair("resnet_folded_vs_unfolded", resnet_block(8, 32, 32, 32), folded);
   }
 }
 
