@@ -11,7 +11,11 @@ lab 2's eager mode (the mls-mlp-step tool), with 1 and 2 threads, and prints
 Both sides on the same footing (as lab1_tensor/bench/compare_numpy.py):
   * for each thread count n, this process pins itself to the first n allowed CPUs and starts
     our tool from there (the pin is inherited); torch.set_num_threads(n), MLS_NUM_THREADS,
-    OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are all n;
+    OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are all n, and OpenBLAS inside this process is
+    told n too (openblas_set_num_threads through ctypes). Debian's torch does its GEMMs in the
+    same OpenBLAS, whose own thread pool torch.set_num_threads does not reach: before this, a
+    "1 thread" torch step ran its GEMMs on 2 OpenBLAS threads (on a quiet 2-core machine that
+    made torch look 1.6x faster: the 1.42 ratio quoted for 1 thread);
   * OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for both sides (some machines set them to
     work around old OpenBLAS bugs; they pin OpenBLAS to older, slower kernels);
   * both warm up, then the steps are interleaved in groups (--group torch steps, then as many
@@ -27,6 +31,20 @@ import time
 
 os.environ.pop("OPENBLAS_CORETYPE", None)
 os.environ.pop("OPENBLAS_L2_SIZE", None)
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # torch's OpenBLAS starts with one thread; set per run below
+
+
+def set_blas_threads(n):
+    """Sets the thread count of the OpenBLAS this process loaded (torch's BLAS); returns a note."""
+    import ctypes
+    for name in ("libblas.so.3", "libopenblas.so.0", "libopenblasp-r0.3.21.so"):
+        try:
+            lib = ctypes.CDLL(name)
+            lib.openblas_set_num_threads(ctypes.c_int(n))
+            return f"{name}: openblas threads {lib.openblas_get_num_threads()}"
+        except (OSError, AttributeError):
+            continue
+    return "no OpenBLAS found in this process (torch's BLAS threads not set)"
 
 
 class TorchStep:
@@ -99,6 +117,7 @@ def main():
             continue
         os.sched_setaffinity(0, cpus[:n])
         torch.set_num_threads(n)
+        blas_note = set_blas_threads(n)
         ts = TorchStep(torch, args.batch)
         ours = Ours(args.bin, n, args.batch)
         ts.times(20)  # warm-up (ours warms up before it serves)
@@ -116,7 +135,7 @@ def main():
             t_o.append(mb)
             ratios.append(mb / ma)
         ours.close()
-        print(f"# threads {n} (CPUs {cpus[:n]}): torch {statistics.median(t_t) * 1e3:.3f} ms, "
+        print(f"# threads {n} (CPUs {cpus[:n]}; torch's {blas_note}): torch {statistics.median(t_t) * 1e3:.3f} ms, "
               f"ours {statistics.median(t_o) * 1e3:.3f} ms (medians)")
         print(f"ratio mlp_step_t{n} {statistics.median(ratios):.3f}", flush=True)
     os.sched_setaffinity(0, cpus)
