@@ -181,7 +181,7 @@ TEST_CASE("gradcheck: conv2d via im2col, stride and padding", "[lab2][opgrad]") 
   CHECK(out.value().at({1, 2, 1, 2}) == Approx(ref));
 }
 
-TEST_CASE("im2col and col2im match naive loops: strides, padding wider than the kernel, 1 and 2 threads",
+TEST_CASE("im2col and its gradient (col2im) match naive loops: strides, padding wider than the kernel, 1 and 2 threads",
           "[lab2][opgrad]") {
   struct Geo { std::int64_t n, c, h, w, kh, kw, stride, pad; };
   for (const Geo& g : {Geo{2, 3, 7, 6, 3, 3, 1, 1}, Geo{1, 2, 5, 9, 2, 3, 2, 0}, Geo{2, 1, 2, 3, 3, 3, 3, 2},
@@ -210,17 +210,21 @@ TEST_CASE("im2col and col2im match naive loops: strides, padding wider than the 
       INFO("geometry n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " k" << g.kh << "x" << g.kw << " s"
                         << g.stride << " p" << g.pad << ", threads " << threads);
       ThreadCountGuard guard(threads);
-      const Tensor cols = im2col(Var(x), g.kh, g.kw, g.stride, g.pad).value();
-      MLS_OBSERVE(cols);
-      CHECK(cols.shape() == Shape{g.n, ckk, oh * ow});
-      CHECK(cols.to_vector<double>() == want);
-      const Tensor img = col2im(Var(gcols), Var(x), g.kh, g.kw, g.stride, g.pad).value();
+      // col2im through im2col's gradient rule: d/dx sum(im2col(x) * G) = col2im(G).
+      Var xv(x, true);
+      const Var cv = im2col(xv, g.kh, g.kw, g.stride, g.pad);
+      sum(cv * Var(gcols)).backward();
+      const Tensor img = xv.grad().value();
       MLS_OBSERVE(img, {1e-12, 1e-12});
       const std::vector<double> got = img.to_vector<double>();
       REQUIRE(got.size() == want_img.size());
       double worst = 0.0;
       for (std::size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::fabs(got[k] - want_img[k]));
       CHECK(worst <= 1e-12);
+      const Tensor cols = cv.value();
+      MLS_OBSERVE(cols);
+      CHECK(cols.shape() == Shape{g.n, ckk, oh * ow});
+      CHECK(cols.to_vector<double>() == want);
     }
   }
 }
