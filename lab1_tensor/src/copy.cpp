@@ -7,6 +7,8 @@
 #endif
 
 #include "copy.hpp"
+#include "fast_kernels.hpp"
+#include "mls/common/alloc.hpp"
 
 namespace mls::inline tensor {
 namespace impl {
@@ -45,36 +47,45 @@ bool have_avx2() {
 
 /// Copies a `rows` x `cols` plane that is transposed between source and destination: the
 /// source is dense along rows (element stride 1) and the destination along columns. Strides
-/// are in bytes. Walks the plane in bands of 8 columns (8 sequential read streams); with AVX2
-/// and 4-byte elements each 8 x 8 block is transposed in registers.
+/// are in bytes. Walks the destination in blocks of 8 rows (each written whole, left to right)
+/// and, with AVX2 and 4-byte elements, transposes 8 x 8 tiles in registers. With `stream` and a
+/// dense destination plane, each block is assembled in a small buffer and streamed out with
+/// non-temporal stores (no read-for-ownership of a destination that leaves the cache anyway).
 template <std::size_t Size>
 [[maybe_unused]] void copy_plane_transposed(char* dst, std::int64_t dst_row, const char* src, std::int64_t src_col,
-                                            std::int64_t rows, std::int64_t cols) {
+                                            std::int64_t rows, std::int64_t cols, bool stream) {
   constexpr std::int64_t kB = 8;
-  std::int64_t c0 = 0;
+  constexpr auto kSize = static_cast<std::int64_t>(Size);
+  std::int64_t r0 = 0;
 #if defined(__x86_64__)
   if (Size == 4 && have_avx2() && dst_row % 4 == 0 && src_col % 4 == 0) {
-    const std::int64_t ldd = dst_row / 4, lds = src_col / 4;
-    for (; c0 + kB <= cols; c0 += kB) {
-      std::int64_t r0 = 0;
-      for (; r0 + kB <= rows; r0 += kB) {
-        transpose8x8(reinterpret_cast<const float*>(src) + r0 + c0 * lds, lds,
-                     reinterpret_cast<float*>(dst) + r0 * ldd + c0, ldd);
-      }
-      for (std::int64_t r = r0; r < rows; ++r) {  // leftover rows of the band
-        for (std::int64_t c = c0; c < c0 + kB; ++c) {
-          std::memcpy(dst + r * dst_row + c * 4, src + r * 4 + c * src_col, 4);
+    const std::int64_t lds = src_col / 4;
+    const std::int64_t full_cols = cols / kB * kB;
+    constexpr std::int64_t kBufFloats = 4096;  // 16 KiB: a block of destination rows
+    const bool buffered = stream && dst_row == cols * 4 && cols * kB <= kBufFloats;
+    const std::int64_t block = buffered ? kBufFloats / (cols * kB) * kB : kB;
+    alignas(64) float buf[kBufFloats];
+    for (; r0 + block <= rows; r0 += block) {
+      float* out = buffered ? buf : reinterpret_cast<float*>(dst + r0 * dst_row);
+      const std::int64_t ldd = buffered ? cols : dst_row / 4;
+      for (std::int64_t rb = 0; rb < block; rb += kB) {
+        const float* s = reinterpret_cast<const float*>(src) + r0 + rb;
+        float* d = out + rb * ldd;
+        for (std::int64_t c0 = 0; c0 < full_cols; c0 += kB) transpose8x8(s + c0 * lds, lds, d + c0, ldd);
+        for (std::int64_t r = 0; r < kB; ++r) {  // leftover columns of the 8 rows
+          for (std::int64_t c = full_cols; c < cols; ++c) d[r * ldd + c] = s[r + c * lds];
         }
       }
+      if (buffered) mls::stream_copy(dst + r0 * dst_row, buf, static_cast<std::size_t>(block * cols * 4), false);
     }
+    if (buffered) mls::stream_fence();
   }
 #endif
-  for (; c0 < cols; c0 += kB) {
-    const std::int64_t c1 = std::min(cols, c0 + kB);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t c = c0; c < c1; ++c) {
-        std::memcpy(dst + r * dst_row + c * static_cast<std::int64_t>(Size),
-                    src + r * static_cast<std::int64_t>(Size) + c * src_col, Size);
+  for (; r0 < rows; r0 += kB) {  // the rows left (all of them without AVX2)
+    const std::int64_t r1 = std::min(rows, r0 + kB);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        std::memcpy(dst + r * dst_row + c * kSize, src + r * kSize + c * src_col, Size);
       }
     }
   }
@@ -110,6 +121,7 @@ template <std::size_t Size>
       std::int64_t outer = 1;
       for (std::int64_t x : outer_shape) outer *= x;
       const std::int64_t rows = plan.shape[k], cols = plan.shape[nd - 1];
+      const bool stream = dst.numel() >= kStreamFrom;  // a result too big to stay in cache
       const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(1, rows * cols));
       auto body = [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t o = b; o < e; ++o) {
@@ -120,7 +132,8 @@ template <std::size_t Size>
             doff += i * outer_d[d];
             soff += i * outer_s[d];
           }
-          copy_plane_transposed<Size>(d0 + doff, plan.strides[0][k], s0 + soff, plan.strides[1][nd - 1], rows, cols);
+          copy_plane_transposed<Size>(d0 + doff, plan.strides[0][k], s0 + soff, plan.strides[1][nd - 1], rows, cols,
+                                      stream);
         }
       };
       if (outer > 1) {
@@ -150,6 +163,12 @@ template <class To, class From>
   for_each_row<2>(dst.shape(), st, {sizeof(To), sizeof(From)},
                   {static_cast<char*>(dst.data_ptr()), const_cast<char*>(static_cast<const char*>(src.data_ptr()))},
                   [](std::array<char*, 2> p, std::array<std::int64_t, 2> s, std::int64_t n) {
+                    if (s[0] == sizeof(To) && s[1] == sizeof(From)) {  // dense rows: a loop that vectorises
+                      To* d = reinterpret_cast<To*>(p[0]);
+                      const From* q = reinterpret_cast<const From*>(p[1]);
+                      for (std::int64_t i = 0; i < n; ++i) d[i] = static_cast<To>(q[i]);
+                      return;
+                    }
                     char* d = p[0];
                     const char* q = p[1];
                     for (std::int64_t i = 0; i < n; ++i, d += s[0], q += s[1]) {

@@ -2,6 +2,8 @@
 #include "fast_kernels.hpp"
 
 #include <bit>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "mls/common/fastmath.hpp"
@@ -113,5 +115,145 @@ MLS_MULTIVERSION void softmax_row_f32(const float* x, float* out, std::int64_t n
   const float inv = static_cast<float>(1.0 / total);
   for (std::int64_t k = 0; k < n; ++k) out[k] *= inv;
 }
+
+}  // namespace mls::tensor::impl
+
+// ---- dense binary arithmetic ------------------------------------------------------------------
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MLS_X86_KERNELS 1
+#endif
+
+namespace mls::inline tensor::impl {
+namespace {
+
+/// Which operand is a single value: none, the second (x OP c) or the first (c OP y).
+enum class Form { Dense, ScalarRight, ScalarLeft };
+
+template <int OP>
+inline float apply(float a, float b) {
+  if constexpr (OP == 0) return a + b;
+  else if constexpr (OP == 1) return a - b;
+  else if constexpr (OP == 2) return a * b;
+  else return a / b;
+}
+
+template <int OP, Form F>
+void binary_scalar_loop(const float* x, const float* y, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float a = F == Form::ScalarLeft ? x[0] : x[i];
+    const float b = F == Form::ScalarRight ? y[0] : y[i];
+    out[i] = apply<OP>(a, b);
+  }
+}
+
+#ifdef MLS_X86_KERNELS
+template <int OP>
+__attribute__((target("avx512f"), always_inline)) inline __m512 apply512(__m512 a, __m512 b) {
+  if constexpr (OP == 0) return _mm512_add_ps(a, b);
+  else if constexpr (OP == 1) return _mm512_sub_ps(a, b);
+  else if constexpr (OP == 2) return _mm512_mul_ps(a, b);
+  else return _mm512_div_ps(a, b);
+}
+
+template <int OP, Form F>
+__attribute__((target("avx512f"))) void binary_avx512(const float* x, const float* y, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  const __m512 cx = F == Form::ScalarLeft ? _mm512_set1_ps(x[0]) : _mm512_setzero_ps();
+  const __m512 cy = F == Form::ScalarRight ? _mm512_set1_ps(y[0]) : _mm512_setzero_ps();
+#define at(k) apply512<OP>(F == Form::ScalarLeft ? cx : _mm512_loadu_ps(x + (k)), \
+                         F == Form::ScalarRight ? cy : _mm512_loadu_ps(y + (k)))
+  if (n >= kStreamFrom) {
+    // Up to the first 64-byte boundary of out with plain stores, then whole lines streamed.
+    const auto mis = static_cast<std::int64_t>((reinterpret_cast<std::uintptr_t>(out) & 63) / sizeof(float));
+    const std::int64_t head = reinterpret_cast<std::uintptr_t>(out) % sizeof(float) != 0 ? n : (16 - mis) & 15;
+    for (; i < head && i < n; ++i) {
+      out[i] = apply<OP>(F == Form::ScalarLeft ? x[0] : x[i], F == Form::ScalarRight ? y[0] : y[i]);
+    }
+    for (; i + 64 <= n; i += 64) {
+      const __m512 r0 = at(i), r1 = at(i + 16), r2 = at(i + 32), r3 = at(i + 48);
+      _mm512_stream_ps(out + i, r0);
+      _mm512_stream_ps(out + i + 16, r1);
+      _mm512_stream_ps(out + i + 32, r2);
+      _mm512_stream_ps(out + i + 48, r3);
+    }
+    _mm_sfence();
+  }
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, at(i));
+  if (i < n) {
+    const auto m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 a = F == Form::ScalarLeft ? cx : _mm512_maskz_loadu_ps(m, x + i);
+    // The masked-off lanes of a divisor are 1, not 0: no spurious division by zero.
+    const __m512 b = F == Form::ScalarRight ? cy : _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, y + i);
+    _mm512_mask_storeu_ps(out + i, m, apply512<OP>(a, b));
+  }
+#undef at
+}
+
+template <int OP>
+__attribute__((target("avx2"), always_inline)) inline __m256 apply256(__m256 a, __m256 b) {
+  if constexpr (OP == 0) return _mm256_add_ps(a, b);
+  else if constexpr (OP == 1) return _mm256_sub_ps(a, b);
+  else if constexpr (OP == 2) return _mm256_mul_ps(a, b);
+  else return _mm256_div_ps(a, b);
+}
+
+template <int OP, Form F>
+__attribute__((target("avx2"))) void binary_avx2(const float* x, const float* y, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  const __m256 cx = F == Form::ScalarLeft ? _mm256_set1_ps(x[0]) : _mm256_setzero_ps();
+  const __m256 cy = F == Form::ScalarRight ? _mm256_set1_ps(y[0]) : _mm256_setzero_ps();
+#define at(k) apply256<OP>(F == Form::ScalarLeft ? cx : _mm256_loadu_ps(x + (k)), \
+                         F == Form::ScalarRight ? cy : _mm256_loadu_ps(y + (k)))
+  if (n >= kStreamFrom && reinterpret_cast<std::uintptr_t>(out) % sizeof(float) == 0) {
+    const auto mis = static_cast<std::int64_t>((reinterpret_cast<std::uintptr_t>(out) & 31) / sizeof(float));
+    for (const std::int64_t head = (8 - mis) & 7; i < head; ++i) {
+      out[i] = apply<OP>(F == Form::ScalarLeft ? x[0] : x[i], F == Form::ScalarRight ? y[0] : y[i]);
+    }
+    for (; i + 32 <= n; i += 32) {
+      const __m256 r0 = at(i), r1 = at(i + 8), r2 = at(i + 16), r3 = at(i + 24);
+      _mm256_stream_ps(out + i, r0);
+      _mm256_stream_ps(out + i + 8, r1);
+      _mm256_stream_ps(out + i + 16, r2);
+      _mm256_stream_ps(out + i + 24, r3);
+    }
+    _mm_sfence();
+  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, at(i));
+  for (; i < n; ++i) out[i] = apply<OP>(F == Form::ScalarLeft ? x[0] : x[i], F == Form::ScalarRight ? y[0] : y[i]);
+#undef at
+}
+#endif
+
+template <int OP, Form F>
+DenseBinaryF32 pick() {
+#ifdef MLS_X86_KERNELS
+#ifndef __SANITIZE_ADDRESS__
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx512) return &binary_avx512<OP, F>;
+  if (avx2) return &binary_avx2<OP, F>;
+#endif
+#endif
+  return &binary_scalar_loop<OP, F>;
+}
+
+template <Form F>
+DenseBinaryF32 pick_op(int op) {
+  switch (op) {
+    case 0: return pick<0, F>();
+    case 1: return pick<1, F>();
+    case 2: return pick<2, F>();
+    case 3: return pick<3, F>();
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+DenseBinaryF32 dense_binary_f32(int op) { return pick_op<Form::Dense>(op); }
+DenseBinaryF32 dense_binary_scalar_f32(int op) { return pick_op<Form::ScalarRight>(op); }
+DenseBinaryF32 dense_scalar_binary_f32(int op) { return pick_op<Form::ScalarLeft>(op); }
 
 }  // namespace mls::tensor::impl

@@ -17,4 +17,17 @@ void sum_columns_f32(const float* x, float* acc, std::int64_t R, std::int64_t I,
 /// out = softmax(x) over one dense row of n >= 1 values.
 void softmax_row_f32(const float* x, float* out, std::int64_t n);
 
+/// The four arithmetic ops (0 add, 1 sub, 2 mul, 3 div: the order of mls::BinaryOp) over dense
+/// float32 rows, in AVX-512 or AVX2 registers. Rows of kStreamFrom values and more are written
+/// with non-temporal stores: a result that large leaves the caches anyway, and streaming it
+/// saves the read-for-ownership of every output line (a third of `c = a + b`'s traffic).
+inline constexpr std::int64_t kStreamFrom = 1 << 20;
+using DenseBinaryF32 = void (*)(const float* x, const float* y, float* out, std::int64_t n);
+/// out[i] = x[i] OP y[i]; nullptr for an op other than the four.
+DenseBinaryF32 dense_binary_f32(int op);
+/// out[i] = x[i] OP y[0] (y a single value); nullptr for an op other than the four.
+DenseBinaryF32 dense_binary_scalar_f32(int op);
+/// out[i] = x[0] OP y[i] (x a single value); nullptr for an op other than the four.
+DenseBinaryF32 dense_scalar_binary_f32(int op);
+
 }  // namespace mls::tensor::impl

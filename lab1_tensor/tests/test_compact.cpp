@@ -208,3 +208,15 @@ TEST_CASE("copy_ into an empty strided view writes nothing", "[lab1][compact]") 
   CHECK(src.clone().shape() == Dims{0, 3, 3});
   CHECK(src.compact().shape() == Dims{0, 3, 3});
 }
+
+TEST_CASE("compact of a 1M+ float permute with odd sizes (tiled, streamed through a buffer)", "[lab1][compact]") {
+  mls::Rng rng(404, "compact-stream");
+  const Ref r = ref::random_ref({3, 62, 66, 97}, DType::Float32, rng);
+  const Tensor t = ref::make(r, DType::Float32);
+  for (int threads : {1, 2}) {
+    INFO("threads " << threads);
+    mls::ThreadCountGuard guard(threads);
+    CHECK_SAME(t.permute({0, 2, 3, 1}).compact(), ref::permute(r, {0, 2, 3, 1}));
+    CHECK_SAME(t.permute({3, 1, 2, 0}).compact(), ref::permute(r, {3, 1, 2, 0}));
+  }
+}

@@ -8,57 +8,89 @@ lab 2's eager mode (the mls-mlp-step tool), with 1 and 2 threads, and prints
 (lower is better; <= 1.0 means as fast as PyTorch). Run with Debian's python3-torch:
     /usr/bin/python3 lab2_autodiff/bench/compare_torch.py [--bin build/release/bin/mls-mlp-step]
 
-OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for both sides (some machines set them to work
-around old OpenBLAS bugs; they pin OpenBLAS to older, slower kernels), as in
-lab1_tensor/bench/compare_numpy.py.
+Both sides on the same footing (as lab1_tensor/bench/compare_numpy.py):
+  * for each thread count n, this process pins itself to the first n allowed CPUs and starts
+    our tool from there (the pin is inherited); torch.set_num_threads(n), MLS_NUM_THREADS,
+    OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are all n, and OpenBLAS inside this process is
+    told n too (openblas_set_num_threads through ctypes). Debian's torch does its GEMMs in the
+    same OpenBLAS, whose own thread pool torch.set_num_threads does not reach: before this, a
+    "1 thread" torch step ran its GEMMs on 2 OpenBLAS threads (on a quiet 2-core machine that
+    made torch look 1.6x faster: the 1.42 ratio quoted for 1 thread);
+  * OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for both sides (some machines set them to
+    work around old OpenBLAS bugs; they pin OpenBLAS to older, slower kernels);
+  * both warm up, then the steps are interleaved in groups (--group torch steps, then as many
+    of ours, alternating which goes first); the ratio is the median over groups of
+    median(ours) / median(torch), so that a load change on a shared machine hits both alike.
 """
 import argparse
 import os
-import re
+import statistics
 import subprocess
 import sys
 import time
 
 os.environ.pop("OPENBLAS_CORETYPE", None)
 os.environ.pop("OPENBLAS_L2_SIZE", None)
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # torch's OpenBLAS starts with one thread; set per run below
 
 
-def torch_step_ms(threads, steps, batch):
-    import torch
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                              torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    x = torch.randn(batch, 784)
-    y = torch.randint(0, 10, (batch,))
+def set_blas_threads(n):
+    """Sets the thread count of the OpenBLAS this process loaded (torch's BLAS); returns a note."""
+    import ctypes
+    for name in ("libblas.so.3", "libopenblas.so.0", "libopenblasp-r0.3.21.so"):
+        try:
+            lib = ctypes.CDLL(name)
+            lib.openblas_set_num_threads(ctypes.c_int(n))
+            return f"{name}: openblas threads {lib.openblas_get_num_threads()}"
+        except (OSError, AttributeError):
+            continue
+    return "no OpenBLAS found in this process (torch's BLAS threads not set)"
 
-    def step():
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(net(x), y)
+
+class TorchStep:
+    def __init__(self, torch, batch):
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                       torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01)
+        self.x = torch.randn(batch, 784)
+        self.y = torch.randint(0, 10, (batch,))
+        self.F = torch.nn.functional
+
+    def step(self):
+        self.opt.zero_grad()
+        loss = self.F.cross_entropy(self.net(self.x), self.y)
         loss.backward()
-        opt.step()
+        self.opt.step()
         return loss.item()
 
-    for _ in range(5):
-        step()
-    best = float("inf")
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
+    def times(self, k):
+        out = []
+        for _ in range(k):
+            t = time.perf_counter()
+            self.step()
+            out.append(time.perf_counter() - t)
+        return out
 
 
-def ours_step_ms(binary, threads, steps, batch):
-    # OpenBLAS (lab 1's SGEMM when built with it) keeps its own pool: give it the same thread count.
-    env = dict(os.environ, MLS_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    out = subprocess.run([binary, "--threads", str(threads), "--steps", str(steps), "--batch", str(batch)],
-                         check=True, capture_output=True, text=True, env=env).stdout
-    m = re.search(r"best_ms ([0-9.]+)", out)
-    if not m:
-        sys.exit(f"compare_torch: unexpected output from {binary}: {out!r}")
-    return float(m.group(1))
+class Ours:
+    def __init__(self, binary, threads, batch):
+        env = dict(os.environ, MLS_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+                   OMP_NUM_THREADS=str(threads))
+        self.p = subprocess.Popen([binary, "--serve", "--threads", str(threads), "--batch", str(batch)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def times(self, k):
+        self.p.stdin.write(f"step {k}\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            sys.exit("compare_torch: mls-mlp-step stopped")
+        return [float(v) for v in line.split()]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
 
 
 def main():
@@ -66,7 +98,8 @@ def main():
     root = os.path.dirname(os.path.dirname(here))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(root, "build", "release", "bin", "mls-mlp-step"))
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--groups", type=int, default=15, help="interleaved groups (default 15)")
+    ap.add_argument("--group", type=int, default=10, help="steps per side per group (default 10)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", default="1,2")
     args = ap.parse_args()
@@ -76,12 +109,36 @@ def main():
         import torch
     except ImportError:
         sys.exit("compare_torch: PyTorch not found (apt-get install python3-torch; run with /usr/bin/python3)")
-    print(f"torch {torch.__version__}, {args.steps} steps, batch {args.batch}, best step time")
+    cpus = sorted(os.sched_getaffinity(0))
+    print(f"# torch {torch.__version__}, batch {args.batch}, {args.groups} interleaved groups of {args.group} steps")
     for n in [int(t) for t in args.threads.split(",")]:
-        t_torch = torch_step_ms(n, args.steps, args.batch)
-        t_ours = ours_step_ms(args.bin, n, args.steps, args.batch)
-        print(f"threads {n}: torch {t_torch:.3f} ms, ours {t_ours:.3f} ms")
-        print(f"ratio mlp_step_t{n} {t_ours / t_torch:.3f}")
+        if n > len(cpus):
+            print(f"# threads {n}: skipped, only {len(cpus)} CPUs allowed")
+            continue
+        os.sched_setaffinity(0, cpus[:n])
+        torch.set_num_threads(n)
+        blas_note = set_blas_threads(n)
+        ts = TorchStep(torch, args.batch)
+        ours = Ours(args.bin, n, args.batch)
+        ts.times(20)  # warm-up (ours warms up before it serves)
+        ours.times(20)
+        ratios, t_t, t_o = [], [], []
+        for g in range(args.groups):
+            if g % 2 == 0:
+                a = ts.times(args.group)
+                b = ours.times(args.group)
+            else:
+                b = ours.times(args.group)
+                a = ts.times(args.group)
+            ma, mb = statistics.median(a), statistics.median(b)
+            t_t.append(ma)
+            t_o.append(mb)
+            ratios.append(mb / ma)
+        ours.close()
+        print(f"# threads {n} (CPUs {cpus[:n]}; torch's {blas_note}): torch {statistics.median(t_t) * 1e3:.3f} ms, "
+              f"ours {statistics.median(t_o) * 1e3:.3f} ms (medians)")
+        print(f"ratio mlp_step_t{n} {statistics.median(ratios):.3f}", flush=True)
+    os.sched_setaffinity(0, cpus)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 // Student file of lab 2: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Neural-network ops (matmul, layer norm, batch norm, embedding, im2col/col2im, conv2d): forward,
 // shape inference and gradient rules (student functions: the `*_bwd` bodies).
+#include <algorithm>
 #include <type_traits>
 
+#include "mls/common/parallel.hpp"
 #include "ops_internal.hpp"
 
 namespace mls::autodiff::ops {
@@ -208,28 +210,49 @@ ConvGeom geom(const Shape& x, const Attrs& a) {
 }
 /// cols[n, (c*kh + i)*kw + j, oy*ow + ox] = x[n, c, oy*s - p + i, ox*s - p + j] (0 outside).
 /// With `add_back` the loop runs the other way: image[...] += cols[...] (col2im).
+/// Each output row segment is split into its padding (zeros / skipped) and its inside part,
+/// which for stride 1 is one contiguous copy; planes run in parallel over (n, c).
 template <class T>
 void im2col_loop(const ConvGeom& g, T* img, T* cols, bool add_back) {
   const std::int64_t ckk = g.c * g.kh * g.kw, l = g.oh * g.ow;
-  for (std::int64_t n = 0; n < g.n; ++n)
-    for (std::int64_t c = 0; c < g.c; ++c)
-      for (std::int64_t i = 0; i < g.kh; ++i)
-        for (std::int64_t j = 0; j < g.kw; ++j) {
-          T* row = cols + (n * ckk + (c * g.kh + i) * g.kw + j) * l;
-          const T* plane = img + (n * g.c + c) * g.h * g.w;
-          for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-            const std::int64_t y = oy * g.stride - g.pad + i;
-            for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-              const std::int64_t xx = ox * g.stride - g.pad + j;
-              const bool inside = y >= 0 && y < g.h && xx >= 0 && xx < g.w;
-              if (add_back) {
-                if (inside) const_cast<T*>(plane)[y * g.w + xx] += row[oy * g.ow + ox];
-              } else {
-                row[oy * g.ow + ox] = inside ? plane[y * g.w + xx] : T(0);
-              }
-            }
+  auto plane_rows = [&](std::int64_t n, std::int64_t c) {
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        T* row = cols + (n * ckk + (c * g.kh + i) * g.kw + j) * l;
+        T* plane = img + (n * g.c + c) * g.h * g.w;
+        // ox with 0 <= ox*s - p + j < w: [lo, hi).
+        const std::int64_t lo = std::min(g.ow, std::max<std::int64_t>(0, (g.pad - j + g.stride - 1) / g.stride));
+        const std::int64_t hi =
+            std::max(lo, std::min(g.ow, g.w + g.pad - j <= 0 ? 0 : (g.w + g.pad - j - 1) / g.stride + 1));
+        for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+          const std::int64_t y = oy * g.stride - g.pad + i;
+          T* r = row + oy * g.ow;
+          if (y < 0 || y >= g.h) {
+            if (!add_back) std::fill(r, r + g.ow, T(0));
+            continue;
           }
+          T* src = plane + y * g.w + (lo * g.stride - g.pad + j);
+          if (add_back) {
+            for (std::int64_t ox = lo; ox < hi; ++ox) src[(ox - lo) * g.stride] += r[ox];
+            continue;
+          }
+          std::fill(r, r + lo, T(0));
+          if (g.stride == 1) {
+            std::copy(src, src + (hi - lo), r + lo);
+          } else {
+            for (std::int64_t ox = lo; ox < hi; ++ox) r[ox] = src[(ox - lo) * g.stride];
+          }
+          std::fill(r + hi, r + g.ow, T(0));
         }
+      }
+  };
+  // One (n, c) plane per task: the kernel offsets of a channel (which add into the same pixels
+  // in col2im) stay on one thread.
+  const std::int64_t per = g.kh * g.kw * l;
+  parallel_for(0, g.n * g.c, std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(1, per)),
+               [&](std::int64_t b, std::int64_t e) {
+                 for (std::int64_t k = b; k < e; ++k) plane_rows(k / g.c, k % g.c);
+               });
 }
 Tensor im2col_fwd(Ins in, const Attrs& a) {
   const ConvGeom g = geom(in[0].shape(), a);

@@ -1,6 +1,7 @@
 // Every op's gradient against central differences (gradcheck, float64), eager and graph mode,
 // with broadcasting shapes.
 #include "helpers.hpp"
+#include "mls/common/parallel.hpp"
 
 using namespace mls;
 using namespace mls::autodiff;
@@ -178,6 +179,54 @@ TEST_CASE("gradcheck: conv2d via im2col, stride and padding", "[lab2][opgrad]") 
         ref += x.at({1, c, y, xx}) * w.at({2, c, i, j});
       }
   CHECK(out.value().at({1, 2, 1, 2}) == Approx(ref));
+}
+
+TEST_CASE("im2col and its gradient (col2im) match naive loops: strides, padding wider than the kernel, 1 and 2 threads",
+          "[lab2][opgrad]") {
+  struct Geo { std::int64_t n, c, h, w, kh, kw, stride, pad; };
+  for (const Geo& g : {Geo{2, 3, 7, 6, 3, 3, 1, 1}, Geo{1, 2, 5, 9, 2, 3, 2, 0}, Geo{2, 1, 2, 3, 3, 3, 3, 2},
+                       Geo{3, 4, 16, 16, 5, 5, 2, 3}}) {
+    const Tensor x = randn({g.n, g.c, g.h, g.w}, 141);
+    const std::int64_t oh = (g.h + 2 * g.pad - g.kh) / g.stride + 1, ow = (g.w + 2 * g.pad - g.kw) / g.stride + 1;
+    const std::int64_t ckk = g.c * g.kh * g.kw;
+    // The naive columns and, for a random G of their shape, the naive col2im (adjoint) of G.
+    const Tensor gcols = randn({g.n, ckk, oh * ow}, 142);
+    std::vector<double> want(static_cast<std::size_t>(g.n * ckk * oh * ow), 0.0);
+    std::vector<double> want_img(static_cast<std::size_t>(x.numel()), 0.0);
+    for (std::int64_t n = 0; n < g.n; ++n)
+      for (std::int64_t c = 0; c < g.c; ++c)
+        for (std::int64_t i = 0; i < g.kh; ++i)
+          for (std::int64_t j = 0; j < g.kw; ++j)
+            for (std::int64_t oy = 0; oy < oh; ++oy)
+              for (std::int64_t ox = 0; ox < ow; ++ox) {
+                const std::int64_t y = oy * g.stride - g.pad + i, xx = ox * g.stride - g.pad + j;
+                const std::int64_t r = (c * g.kh + i) * g.kw + j;
+                if (y < 0 || y >= g.h || xx < 0 || xx >= g.w) continue;
+                want[static_cast<std::size_t>((n * ckk + r) * oh * ow + oy * ow + ox)] = x.at({n, c, y, xx});
+                want_img[static_cast<std::size_t>(((n * g.c + c) * g.h + y) * g.w + xx)] +=
+                    gcols.at({n, r, oy * ow + ox});
+              }
+    for (int threads : {1, 2}) {
+      INFO("geometry n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " k" << g.kh << "x" << g.kw << " s"
+                        << g.stride << " p" << g.pad << ", threads " << threads);
+      ThreadCountGuard guard(threads);
+      // col2im through im2col's gradient rule: d/dx sum(im2col(x) * G) = col2im(G).
+      Var xv(x, true);
+      const Var cv = im2col(xv, g.kh, g.kw, g.stride, g.pad);
+      sum(cv * Var(gcols)).backward();
+      const Tensor img = xv.grad().value();
+      MLS_OBSERVE(img, {1e-12, 1e-12});
+      const std::vector<double> got = img.to_vector<double>();
+      REQUIRE(got.size() == want_img.size());
+      double worst = 0.0;
+      for (std::size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::fabs(got[k] - want_img[k]));
+      CHECK(worst <= 1e-12);
+      const Tensor cols = cv.value();
+      MLS_OBSERVE(cols);
+      CHECK(cols.shape() == Shape{g.n, ckk, oh * ow});
+      CHECK(cols.to_vector<double>() == want);
+    }
+  }
 }
 
 TEST_CASE("gradcheck: a composite (two-layer network with every kind of op)", "[lab2][opgrad]") {

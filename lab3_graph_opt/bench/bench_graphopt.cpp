@@ -2,7 +2,24 @@
 //   BM_ChainFused / BM_ChainUnfused   elementwise fusion of a 6-op chain over 16M floats (goal <= 0.4)
 //   BM_ResnetFolded / BM_ResnetUnfolded   conv+BN folding (and the rest of the default pipeline)
 //   BM_MemoryPlan/<model>   counters planned_bytes / naive_bytes (a ratio of memory, not time)
+// Before the Google Benchmark runs, the two time ratios are measured interleaved (each repetition
+// runs both programs back to back, alternating which goes first; the median of the per-repetition
+// ratios is printed) at 1 and 2 threads, as lines a script can parse:
+//   ratio chain_fused_vs_unfused_t1 <v>   ratio chain_fused_vs_unfused_t2 <v>
+//   ratio resnet_folded_vs_unfolded_t1 <v>   ratio resnet_folded_vs_unfolded_t2 <v>
+// They are printed when the --benchmark_filter (default: all) matches BM_Chain / BM_Resnet.
+// MLS_BENCH_REPEAT sets the repetitions (default 9).
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <string>
+
+#include "mls/common/parallel.hpp"
 
 #include "mls/graph_opt/memory.hpp"
 #include "mls/graph_opt/models.hpp"
@@ -57,6 +74,73 @@ BENCHMARK_CAPTURE(memory_plan, attention, std::string("attention"), false);
 BENCHMARK_CAPTURE(memory_plan, mlp, std::string("mlp"), false);
 BENCHMARK_CAPTURE(memory_plan, attention_optimised, std::string("attention"), true);
 BENCHMARK_CAPTURE(memory_plan, mlp_optimised, std::string("mlp"), true);
+/// Median over interleaved repetitions of time(b) / time(a), after one warm-up run of each.
+template <class A, class B>
+double interleaved_ratio(A&& run_a, B&& run_b, int repeat) {
+  auto seconds = [](auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  run_a();
+  run_b();
+  std::vector<double> ratios;
+  for (int r = 0; r < repeat; ++r) {
+    double ta = 0, tb = 0;
+    if (r % 2 == 0) {
+      ta = seconds(run_a);
+      tb = seconds(run_b);
+    } else {
+      tb = seconds(run_b);
+      ta = seconds(run_a);
+    }
+    ratios.push_back(tb / ta);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const std::size_t m = ratios.size() / 2;
+  return ratios.size() % 2 ? ratios[m] : 0.5 * (ratios[m - 1] + ratios[m]);
+}
+
+void print_ratios(const std::string& filter) {
+  const char* env = std::getenv("MLS_BENCH_REPEAT");
+  const int repeat = env ? std::max(1, std::atoi(env)) : 9;
+  const std::regex re(filter.empty() || filter == "all" ? "." : filter);
+  const bool chain_on = std::regex_search("BM_ChainFused", re) || std::regex_search("BM_ChainUnfused", re);
+  const bool resnet_on = std::regex_search("BM_ResnetFolded", re) || std::regex_search("BM_ResnetUnfolded", re);
+  // base / optimised program of the same model, their ratio at 1 and 2 threads
+  auto pair = [&](const char* name, const Program& base, const Program& optimised) {
+    const auto feeds = random_feeds(base, 1);
+    for (int threads : {1, 2}) {
+      ThreadCountGuard guard(threads);
+      const double r = interleaved_ratio([&] { benchmark::DoNotOptimize(run(base, feeds)); },
+                                         [&] { benchmark::DoNotOptimize(run(optimised, feeds)); }, repeat);
+      std::printf("ratio %s_t%d %.3f\n", name, threads, r);
+      std::fflush(stdout);
+    }
+  };
+  if (chain_on) {
+    Program fused = elementwise_chain(kChainN, kChainOps);
+    fuse_elementwise(fused);
+    pair("chain_fused_vs_unfused", elementwise_chain(kChainN, kChainOps), fused);
+  }
+  if (resnet_on) {
+    Program folded = resnet_block(8, 32, 32, 32);
+    PassManager().add_pipeline("conv-bn,dce").run(folded);
+    pair("resnet_folded_vs_unfolded", resnet_block(8, 32, 32, 32), folded);
+  }
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) filter = argv[i] + 19;
+  }
+  print_ratios(filter);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

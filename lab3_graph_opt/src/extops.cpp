@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "mls/common/alloc.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/graph_opt/ir.hpp"
 #include "mls/tensor/scalar.hpp"
@@ -92,31 +93,15 @@ Shape broadcast(const Shape& a, const Shape& b) { return autodiff::broadcast_inf
 
 constexpr std::int64_t kBlock = 512;
 
-/// Evaluates the program over one block of `n` elements. `ptr[i]`/`stride[i]`: input i's first
-/// element and its step (0: one value for the whole block, 1: dense, else gathered). `out`
-/// receives the result.
+/// Runs the instructions over one block of `n` elements: slot i < n_in is input i (`src`,
+/// `one_value`: a single value for the whole block), slot n_in + k the result of instruction k,
+/// kept in `scratch`; the last instruction writes `out`.
 template <class T>
-void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vector<const T*>& ptr,
-                const std::vector<std::int64_t>& stride, T* out, std::int64_t n, std::vector<T>& scratch) {
-  const std::size_t slots = n_in + prog.size();
-  scratch.resize(slots * kBlock);
-  thread_local std::vector<const T*> src;
-  thread_local std::vector<char> one_value;  // per slot: one value for the whole block
-  src.assign(slots, nullptr);
-  one_value.assign(slots, 0);
-  for (std::size_t i = 0; i < n_in; ++i) {
-    if (stride[i] == 1 || stride[i] == 0) {
-      src[i] = ptr[i];
-      one_value[i] = stride[i] == 0;
-    } else {
-      T* buf = scratch.data() + i * kBlock;
-      for (std::int64_t j = 0; j < n; ++j) buf[j] = ptr[i][j * stride[i]];
-      src[i] = buf;
-    }
-  }
-  for (std::size_t k = 0; k < prog.size(); ++k) {
-    const bool last = k + 1 == prog.size();
-    T* dst = last ? out : scratch.data() + (n_in + k) * kBlock;
+inline void run_program(const Instr* prog, std::size_t n_prog, std::size_t n_in, const T** src, char* one_value,
+                        T* scratch, T* out, std::int64_t n) {
+  for (std::size_t k = 0; k < n_prog; ++k) {
+    const bool last = k + 1 == n_prog;
+    T* dst = last ? out : scratch + (n_in + k) * kBlock;
     const Instr& in = prog[k];
     const bool b_ok = in.b >= 0;
     const T* pa = src[static_cast<std::size_t>(in.a)];
@@ -129,6 +114,67 @@ void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vec
     one_value[n_in + k] = one && !last;
   }
 }
+
+// The float program compiled for AVX-512, AVX2 and the baseline, the best picked at start-up
+// (GCC target_clones; `flatten` inlines the per-op loops so that they are vectorised for each
+// target: the baseline's 4-wide SSE loops made a fused chain compute-bound).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MLS_FUSED_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default"), flatten))
+#else
+#define MLS_FUSED_MULTIVERSION
+#endif
+MLS_FUSED_MULTIVERSION void run_program_f32(const Instr* prog, std::size_t n_prog, std::size_t n_in, const float** src,
+                                            char* one_value, float* scratch, float* out, std::int64_t n) {
+  run_program<float>(prog, n_prog, n_in, src, one_value, scratch, out, n);
+}
+
+/// Evaluates the program over one block of `n` elements. `ptr[i]`/`stride[i]`: input i's first
+/// element and its step (0: one value for the whole block, 1: dense, else gathered). `out`
+/// receives the result; with `stream` it is assembled in scratch and streamed out with
+/// non-temporal stores (a result too big to stay in cache: no read-for-ownership of its lines).
+template <class T>
+void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vector<const T*>& ptr,
+                const std::vector<std::int64_t>& stride, T* out, std::int64_t n, std::vector<T>& scratch,
+                bool stream = false, std::int64_t prefetch = 0) {
+  const std::size_t slots = n_in + prog.size();
+  scratch.resize((slots + 1) * kBlock);
+  T* const dst = stream ? scratch.data() + slots * kBlock : out;
+  thread_local std::vector<const T*> src;
+  thread_local std::vector<char> one_value;  // per slot: one value for the whole block
+  if (src.size() < slots) {
+    src.resize(slots);
+    one_value.resize(slots);
+  }
+  for (std::size_t i = 0; i < n_in; ++i) {
+    if (stride[i] == 1 && prefetch > 0) {
+      // The computation between two blocks' reads leaves the memory idle: ask for the lines of
+      // a block `prefetch` elements ahead now (the streamed path's inputs come from DRAM).
+      for (std::int64_t j = 0; j < n; j += 64 / static_cast<std::int64_t>(sizeof(T))) {
+        __builtin_prefetch(ptr[i] + prefetch + j, 0, 3);
+      }
+    }
+    if (stride[i] == 1 || stride[i] == 0) {
+      src[i] = ptr[i];
+      one_value[i] = stride[i] == 0;
+    } else {
+      T* buf = scratch.data() + i * kBlock;
+      for (std::int64_t j = 0; j < n; ++j) buf[j] = ptr[i][j * stride[i]];
+      src[i] = buf;
+      one_value[i] = 0;
+    }
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    run_program_f32(prog.data(), prog.size(), n_in, src.data(), one_value.data(), scratch.data(), dst, n);
+  } else {
+    run_program<T>(prog.data(), prog.size(), n_in, src.data(), one_value.data(), scratch.data(), dst, n);
+  }
+  if (stream) stream_copy(out, dst, static_cast<std::size_t>(n) * sizeof(T), /*fence=*/false);
+}
+
+/// Results of this many elements and more are written with non-temporal stores, and their
+/// dense inputs are prefetched kPrefetch elements ahead.
+constexpr std::int64_t kStreamFrom = 1 << 20;
+constexpr std::int64_t kPrefetch = 8 * kBlock;
 
 template <class T>
 Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DType dtype) {
@@ -146,18 +192,26 @@ Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DT
   T* o = out.data<T>();
   if (flat) {
     // Every input is dense of the output's shape or a single value: one flat loop.
+    // Base pointers and steps once per call (not per block: Tensor::data() and numel() checks
+    // cost as much as a short block's arithmetic).
+    std::vector<const T*> base(x.size());
+    std::vector<std::int64_t> step(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      step[i] = x[i].numel() == 1 ? 0 : 1;
+      base[i] = x[i].data<T>();
+    }
+    const bool big = numel >= kStreamFrom;
     parallel_for(0, (numel + kBlock - 1) / kBlock, 64, [&](std::int64_t b0, std::int64_t b1) {
       std::vector<T> scratch;
       std::vector<const T*> ptr(x.size());
-      std::vector<std::int64_t> stride(x.size());
+      const std::vector<std::int64_t>& stride = step;
       for (std::int64_t b = b0; b < b1; ++b) {
         const std::int64_t s = b * kBlock, n = std::min(kBlock, numel - s);
-        for (std::size_t i = 0; i < x.size(); ++i) {
-          stride[i] = x[i].numel() == 1 ? 0 : 1;
-          ptr[i] = x[i].data<T>() + (stride[i] ? s : 0);
-        }
-        eval_block<T>(prog, x.size(), ptr, stride, o + s, n, scratch);
+        for (std::size_t i = 0; i < x.size(); ++i) ptr[i] = base[i] + (stride[i] ? s : 0);
+        eval_block<T>(prog, x.size(), ptr, stride, o + s, n, scratch, big,
+                      big && s + kPrefetch + kBlock <= numel ? kPrefetch : 0);
       }
+      stream_fence();  // the streamed blocks of this chunk, before the join publishes them
     });
     return out;
   }

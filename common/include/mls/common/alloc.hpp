@@ -18,4 +18,14 @@ std::size_t cpu_cache_bytes();
 /// Releases every cached block to the system.
 void cpu_cache_clear();
 
+/// Copies `bytes` bytes from `src` to `dst` (not overlapping) with non-temporal stores for the
+/// whole 64-byte lines of `dst` (AVX2; plain memcpy elsewhere and below 256 bytes). For results
+/// written once and read much later: the store skips the read-for-ownership of each line and
+/// leaves the caches to data that is used again. With `fence` false the stores may still be in
+/// flight on return: call `stream_fence()` once after the last of a series of copies (and before
+/// another thread reads the data), which saves a full drain of the write-combining buffers per copy.
+void stream_copy(void* dst, const void* src, std::size_t bytes, bool fence = true);
+/// Orders the non-temporal stores issued so far by this thread before any later store (sfence).
+void stream_fence();
+
 }  // namespace mls
