@@ -13,9 +13,10 @@
 
 namespace mls::inline tensor::scalar {
 
-/// GELU's tanh approximation 0.5 x (1 + tanh(k (x + c x^3))): k = sqrt(2 / pi), c = 0.044715.
-inline constexpr double kGeluK = 0.7978845608028654;
-inline constexpr double kGeluC = 0.044715;
+/// GELU's tanh approximation 0.5 x (1 + tanh(k (x + c x^3))): the constants are common's
+/// (`mls/common/fastmath.hpp`), the one spelling shared with lab 4's CPU and CUDA kernels.
+using ::mls::kGeluC;
+using ::mls::kGeluK;
 
 /// exp; float32 through the vectorizable `fast_expf` (within 1 ulp).
 template <class T>
