@@ -3,7 +3,7 @@
 // named in MLS_GRADER_FD before main, then writes to every fd 0..1023 a complete forged report
 // of the test it was started for: an OBS record with the test's own label and kind, its value
 // guessed from the test's fixed check, and a tolerance of 1e300 (claimed by the student side),
-// then "<nonce> PASS <test>" and "<nonce> END", and _exit(0). The differential grader scores it 0:
+// then "<nonce> PASS <test>" and "<nonce> END" (and Catch2's XML of a success on stdout), and _exit(0). The differential grader scores it 0:
 // the guessed values differ from the reference build's (its inputs come from the secret salt) and
 // only the reference stream's tolerance counts.
 #include <unistd.h>
@@ -65,6 +65,13 @@ __attribute__((constructor)) void forge_everywhere() {
   if (auto it = guess.find(name); it != guess.end())
     lines += nonce + " OBS " + it->second.first + "\ti64\t\t\t\t0\t1e300\t1e300\t1\t" + std::to_string(it->second.second) + "\n";
   lines += nonce + " PASS " + name + "\n" + nonce + " END\n";
+  // Catch2's XML report of a success on stdout, as the old verdict wanted it.
+  std::printf("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Catch name=\"t\">\n<Group name=\"t\">\n"
+              "<TestCase name=\"%s\"><OverallResult success=\"true\"/></TestCase>\n"
+              "<OverallResults successes=\"1\" failures=\"0\" expectedFailures=\"0\"/>\n</Group>\n"
+              "<OverallResults successes=\"1\" failures=\"0\" expectedFailures=\"0\"/>\n</Catch>\n",
+              name.c_str());
+  std::fflush(stdout);
   for (int fd = 0; fd < 1024; ++fd) (void)!::write(fd, lines.data(), lines.size());
   ::_exit(0);
 }
