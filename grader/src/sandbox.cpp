@@ -672,7 +672,75 @@ bool binary_uses_sanitizer(const fs::path& binary) {
 
 namespace {
 
-/// What the forked test program needs, prepared before fork.
+// ---- run_sandboxed, one step per function --------------------------------------------------------
+//
+//   open_pipes      every pipe and /dev/null, owned by `Fd`s (closed on any return: no leak when a
+//                   pipe, or the fork, fails)
+//   child_setup     what the forked children need (limits, argv, envp), prepared before fork
+//   spawn           forks the supervisor, which runs `supervise` (and, at the namespace levels,
+//                   `namespace_init`), then `exec_child`
+//   drain           reads stdout, stderr, the channel and the status pipe until they close, the
+//                   wall clock runs out or the output cap is reached; the kill sequence is
+//                   `Killer::fire`, run once
+//   reap            kills what is left, releases and reaps the supervisor
+//   collect         the captures into the result
+
+/// A file descriptor, closed by its destructor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+  /// Moves the descriptor to a number >= 100 (the child's ends: dup2 onto 0..4 never collides).
+  void move_high() {
+    if (fd_ >= 0) fd_ = dup_high(fd_);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  Fd r, w;
+};
+
+/// Every descriptor of one run. The grader reads out.r, err.r, cout.r and stat.r, writes cin.w
+/// and holds release.w; the other ends are the children's (closed in the grader after fork).
+struct RunPipes {
+  Pipe out, err, stat, release, cin, cout;
+  Fd devnull;
+};
+
+/// Opens the pipes (the channel's two only with `channel`) and /dev/null; "" or why not.
+std::string open_pipes(RunPipes& p, bool channel) {
+  auto make = [](Pipe& pp) {
+    int f[2];
+    if (::pipe2(f, O_CLOEXEC) != 0) return false;
+    pp.r.reset(f[0]);
+    pp.w.reset(f[1]);
+    return true;
+  };
+  for (Pipe* pp : {&p.out, &p.err, &p.stat, &p.release})
+    if (!make(*pp)) return std::string("pipe: ") + std::strerror(errno);
+  if (channel && (!make(p.cin) || !make(p.cout))) return std::string("pipe: ") + std::strerror(errno);
+  p.devnull.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (p.devnull.get() < 0) return std::string("/dev/null: ") + std::strerror(errno);
+  for (Fd* f : {&p.out.w, &p.err.w, &p.cin.r, &p.cout.w, &p.devnull}) {
+    const bool open = f->get() >= 0;
+    f->move_high();
+    if (open && f->get() < 0) return std::string("fcntl(F_DUPFD): ") + std::strerror(errno);
+  }
+  return "";
+}
+
+/// What the forked test program needs, prepared before fork (the children call no allocator).
 struct ChildSetup {
   int devnull = -1, out = -1, err = -1, cin = -1, cout = -1;
   rlim_t cpu = 0, fsize = 0, nofile = 0, nproc = 0, as = 0;
@@ -682,6 +750,53 @@ struct ChildSetup {
   char* const* envp = nullptr;
 };
 
+/// The argv, environment and working folder strings the ChildSetup points into.
+struct ChildStrings {
+  std::vector<std::string> env;
+  std::vector<char*> argv, envp;
+  std::string cwd;
+};
+
+ChildSetup child_setup(const SandboxSpec& spec, const RunPipes& p, unsigned uid, bool drop, ChildStrings& s) {
+  const SandboxLimits& L = spec.limits;
+  s.env = spec.env;
+  if (spec.channel_input) s.env.push_back("MLS_GRADER_FD=3,4");
+  for (const auto& a : spec.argv) s.argv.push_back(const_cast<char*>(a.c_str()));
+  s.argv.push_back(nullptr);
+  for (const auto& e : s.env) s.envp.push_back(const_cast<char*>(e.c_str()));
+  s.envp.push_back(nullptr);
+  s.cwd = fs::absolute(spec.cwd).lexically_normal().string();
+  ChildSetup cs;
+  cs.out = p.out.w.get();
+  cs.err = p.err.w.get();
+  cs.cin = p.cin.r.get();
+  cs.cout = p.cout.w.get();
+  cs.devnull = p.devnull.get();
+  cs.cpu = static_cast<rlim_t>(L.cpu_s > 0 ? L.cpu_s : L.wall_s + 1);
+  cs.fsize = static_cast<rlim_t>(L.file_size_mb) << 20;
+  cs.nofile = static_cast<rlim_t>(L.open_files);
+  // RLIMIT_NPROC counts every process of the uid: without a uid of its own, the user's others too.
+  cs.nproc = static_cast<rlim_t>(L.processes);
+  if (!drop && ::geteuid() != 0) cs.nproc += static_cast<rlim_t>(count_processes_of_uid(::getuid()));
+  cs.as = L.address_space_mb > 0 ? static_cast<rlim_t>(L.address_space_mb) << 20 : 0;
+  cs.cwd = s.cwd.c_str();
+  cs.uid = uid;
+  cs.argv = s.argv.data();
+  cs.envp = s.envp.data();
+  return cs;
+}
+
+void apply_limits(const ChildSetup& c) {
+  set_limit(RLIMIT_CORE, 0);
+  set_limit(RLIMIT_CPU, c.cpu);
+  set_limit(RLIMIT_FSIZE, c.fsize);
+  set_limit(RLIMIT_NOFILE, c.nofile);
+  set_limit(RLIMIT_NPROC, c.nproc);
+  if (c.as > 0) set_limit(RLIMIT_AS, c.as);
+}
+
+/// The test program: its own session, fds 0..2 (and 3, 4: the channel) and nothing else, the
+/// limits, the working folder, the reserved uid, no new privileges, then exec.
 [[noreturn]] void exec_child(const ChildSetup& c) {
   ::setsid();
   ::dup2(c.devnull, 0);
@@ -692,12 +807,7 @@ struct ChildSetup {
     ::dup2(c.cout, 4);
   }
   ::close_range(c.cin >= 0 ? 5 : 3, ~0u, 0);
-  set_limit(RLIMIT_CORE, 0);
-  set_limit(RLIMIT_CPU, c.cpu);
-  set_limit(RLIMIT_FSIZE, c.fsize);
-  set_limit(RLIMIT_NOFILE, c.nofile);
-  set_limit(RLIMIT_NPROC, c.nproc);
-  if (c.as > 0) set_limit(RLIMIT_AS, c.as);
+  apply_limits(c);
   if (::chdir(c.cwd) != 0) {
     put_str(2, "sandbox: cannot enter the working folder\n");
     ::_exit(126);
@@ -715,6 +825,242 @@ struct ChildSetup {
   ::_exit(127);
 }
 
+/// Closes every fd from 3 up except those in `keep` (what other grader threads had open at fork
+/// time: their pipes must see EOF).
+void close_all_but(std::initializer_list<int> keep_list) {
+  int keep[8];
+  int n = 0;
+  for (int k : keep_list)
+    if (k >= 3 && n < 8) {  // insertion sort (no allocation after fork)
+      int j = n++;
+      for (; j > 0 && keep[j - 1] > k; --j) keep[j] = keep[j - 1];
+      keep[j] = k;
+    }
+  unsigned next = 3;
+  for (int i = 0; i < n; ++i) {
+    unsigned k = static_cast<unsigned>(keep[i]);
+    if (k > next) ::close_range(next, k - 1, 0);
+    next = std::max(next, k + 1);
+  }
+  ::close_range(next, ~0u, 0);
+}
+
+void close_child_ends(const ChildSetup& cs) {
+  for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull})
+    if (fd >= 0) ::close(fd);
+}
+
+/// Status records on the status pipe: {kChildPid, host pid of the child or of the namespace's
+/// init}, {kChildStatus, wait status of the test program}.
+constexpr int kChildPid = 1, kChildStatus = 2;
+
+[[noreturn]] void setup_failed(int stat_w, bool report_pid) {
+  if (report_pid) write_record(stat_w, kChildPid, 0);
+  write_record(stat_w, kChildStatus, 126 << 8);
+  ::_exit(1);
+}
+
+/// pid 1 of the test's PID namespace: builds the private root, runs the test, reports its status
+/// and exits (the kernel then kills whatever is left in the namespace).
+[[noreturn]] void namespace_init(const ChildSetup& cs, const RootPlan& plan, int stat_w, int release_r) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::setsid();
+  if (!enter_private_root(plan, cs.err)) setup_failed(stat_w, false);
+  ::close(release_r);
+  pid_t t = ::fork();
+  if (t == 0) exec_child(cs);
+  close_child_ends(cs);
+  if (t < 0) setup_failed(stat_w, false);
+  while (true) {
+    int st = 0;
+    pid_t w = ::waitpid(-1, &st, 0);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) ::_exit(0);
+    if (w == t) {
+      write_record(stat_w, kChildStatus, st);
+      ::_exit(0);
+    }
+  }
+}
+
+/// The supervisor (a child subreaper): starts the child, reaps every other descendant while it
+/// runs, reports the child's end, then waits for the grader's release to reap the child.
+[[noreturn]] void supervise(const ChildSetup& cs, const RootPlan& plan, bool ns, Isolation level, int stat_w,
+                            int release_r) {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  close_all_but({stat_w, cs.out, cs.err, cs.cin, cs.cout, cs.devnull, release_r});
+  if (ns) {
+    if (::unshare(namespace_flags(level)) != 0) {
+      put_errno(cs.err, "unshare", "");
+      setup_failed(stat_w, true);
+    }
+    if (!write_id_maps(plan, cs.err)) setup_failed(stat_w, true);
+  }
+  pid_t c = ::fork();
+  if (c == 0) {
+    if (ns) namespace_init(cs, plan, stat_w, release_r);
+    exec_child(cs);
+  }
+  close_child_ends(cs);
+  write_record(stat_w, kChildPid, c < 0 ? -1 : c);
+  if (c < 0) ::_exit(1);
+  // The child itself stays a zombie once it has ended, so its pid (and process group id) cannot
+  // be reused by an unrelated process while the grader still kills by them.
+  while (true) {
+    siginfo_t si{};
+    if (::waitid(P_ALL, 0, &si, WEXITED | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (si.si_pid == c) {
+      if (!ns) {  // at the namespace levels the init reports the test program's own status
+        int st = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f);
+        write_record(stat_w, kChildStatus, st);
+      }
+      break;
+    }
+    ::waitpid(si.si_pid, nullptr, 0);
+  }
+  ::close(stat_w);  // the grader's pipes see EOF once the test's own writers are gone
+  char b;
+  while (::read(release_r, &b, 1) < 0 && errno == EINTR) {
+  }
+  while (true) {
+    pid_t w = ::waitpid(-1, nullptr, 0);
+    if (w < 0 && errno != EINTR) break;  // ECHILD: every descendant is reaped
+  }
+  ::_exit(0);
+}
+
+/// The kill sequence of a run, fired once (timeout, output cap, or the child's end), then once
+/// more by `reap` after the pipes are drained.
+struct Killer {
+  pid_t supervisor = -1;
+  pid_t child = 0;  ///< from the status pipe; 0 until known
+  unsigned uid = 0;
+  bool fired = false;
+  Clock::time_point drain_deadline{};
+  void fire() {
+    if (fired) return;
+    kill_everything(supervisor, child, uid);
+    fired = true;
+    drain_deadline = Clock::now() + std::chrono::seconds(5);  // what is still in the pipes
+  }
+};
+
+/// What the grader reads while the run lasts.
+struct Streams {
+  Capture out, err;
+  std::string channel, status;
+  std::size_t status_used = 0;
+  bool child_done = false;
+  explicit Streams(const SandboxLimits& L) : out(L.keep_head, L.keep_tail), err(L.keep_head, L.keep_tail) {}
+};
+
+/// Takes the complete status records read so far: the child's pid, then its wait status.
+void take_status_records(Streams& s, Killer& k, SandboxResult& r, Clock::time_point t0) {
+  while (s.status.size() - s.status_used >= 2 * sizeof(int)) {
+    int rec[2];
+    std::memcpy(rec, s.status.data() + s.status_used, sizeof rec);
+    s.status_used += sizeof rec;
+    if (rec[0] == kChildPid && k.child == 0) k.child = rec[1];
+    if (rec[0] == kChildStatus && !s.child_done) {
+      int st = rec[1];
+      s.child_done = true;
+      if (WIFEXITED(st)) {
+        r.exited = true;
+        r.exit_code = WEXITSTATUS(st);
+      } else if (WIFSIGNALED(st)) {
+        r.signal = WTERMSIG(st);
+      }
+      r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      k.fire();  // the child is gone: whatever it left behind is killed now, then the pipes drain
+    }
+  }
+}
+
+/// Reads the grader's ends of the pipes until they all close, the wall clock runs out (then
+/// timed_out), the output cap is reached (then output_limit), or the drain after a kill ends.
+void drain(RunPipes& p, const SandboxLimits& L, Clock::time_point t0, Killer& k, Streams& s, SandboxResult& r) {
+  Fd* fds[4] = {&p.out.r, &p.err.r, &p.cout.r, &p.stat.r};
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(L.wall_s));
+  char buf[65536];
+  while (true) {
+    pollfd pfd[4];
+    int np = 0, idx[4];
+    for (int i = 0; i < 4; ++i)
+      if (fds[i]->get() >= 0) {
+        pfd[np] = {fds[i]->get(), POLLIN, 0};
+        idx[np++] = i;
+      }
+    if (np == 0) return;
+    auto now = Clock::now();
+    if (!k.fired && now >= deadline) {
+      r.timed_out = true;
+      k.fire();
+    }
+    if (k.fired && now >= k.drain_deadline) return;
+    int rc = ::poll(pfd, np, 50);
+    if (rc < 0 && errno != EINTR) return;
+    for (int j = 0; j < np && rc > 0; ++j) {
+      if (!(pfd[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      int i = idx[j];
+      ssize_t n = ::read(fds[i]->get(), buf, sizeof buf);
+      if (n <= 0) {
+        fds[i]->reset();
+        continue;
+      }
+      const std::size_t un = static_cast<std::size_t>(n);
+      if (i == 0) s.out.add(buf, un);
+      if (i == 1) s.err.add(buf, un);
+      if (i == 2 && s.channel.size() < L.channel_cap) s.channel.append(buf, std::min(un, L.channel_cap - s.channel.size()));
+      if (i == 3) {
+        s.status.append(buf, un);
+        take_status_records(s, k, r, t0);
+      }
+    }
+    if (!k.fired && s.out.total + s.err.total > L.output_cap) {
+      r.output_limit = true;
+      k.fire();
+    }
+  }
+}
+
+/// After the drain: kills everything of the run, lets the supervisor reap the child and every
+/// descendant and exit (it is killed if it does not); no pid of the run is used after this.
+void reap(RunPipes& p, Killer& k) {
+  for (Fd* f : {&p.out.r, &p.err.r, &p.cout.r, &p.stat.r}) f->reset();
+  kill_everything(k.supervisor, k.child, k.uid);
+  p.release.w.reset();
+  int st = 0;
+  for (int i = 0; i < 500; ++i) {
+    pid_t w = ::waitpid(k.supervisor, &st, WNOHANG);
+    if (w == k.supervisor || (w < 0 && errno != EINTR)) return;
+    ::usleep(2000);
+  }
+  ::kill(k.supervisor, SIGKILL);
+  ::waitpid(k.supervisor, &st, 0);
+}
+
+void collect(Streams& s, Clock::time_point t0, SandboxResult& r) {
+  if (!s.child_done) r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.stdout_bytes = s.out.total;
+  r.stderr_bytes = s.err.total;
+  r.out = s.out.text();
+  r.err = s.err.text();
+  r.channel = std::move(s.channel);
+}
+
+/// The empty folder the private root's tmpfs is mounted on (in the test's mount namespace only);
+/// removed after the run.
+struct MountPoint {
+  fs::path p;
+  ~MountPoint() {
+    if (!p.empty()) ::rmdir(p.c_str());
+  }
+};
+
 }  // namespace
 
 SandboxResult run_sandboxed(const SandboxSpec& spec) {
@@ -723,22 +1069,22 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
     r.error = "no program given";
     return r;
   }
-  auto t0 = Clock::now();
-  const SandboxLimits& L = spec.limits;
+  const auto t0 = Clock::now();
   const bool root = ::geteuid() == 0;
-  Isolation level = spec.drop_privileges ? isolation().level : (root ? Isolation::Uid : Isolation::Rlimits);
+  const Isolation level = spec.drop_privileges ? isolation().level : (root ? Isolation::Uid : Isolation::Rlimits);
   const bool ns = spec.drop_privileges && (level == Isolation::Namespaces || level == Isolation::UserNamespaces);
   const bool drop = spec.drop_privileges && root;
   r.isolation = spec.drop_privileges ? isolation().name : "none (trusted run)";
 
   std::shared_ptr<SandboxUid> lease = spec.uid;
-  if (drop && !lease) {
-    try {
-      lease = reserve_sandbox_uid();
-    } catch (const std::exception& e) {
-      r.error = e.what();
-      return r;
-    }
+  RootPlan plan;
+  MountPoint mount_point;
+  try {
+    if (drop && !lease) lease = reserve_sandbox_uid();
+    if (ns) mount_point.p = make_temp_dir("mls-grader-root");
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    return r;
   }
   const unsigned uid = drop && lease ? lease->uid : 0;
   std::error_code ec;
@@ -747,302 +1093,39 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
     r.error = "cannot hand the working folder to the sandbox uid";
     return r;
   }
+  if (ns) plan = make_plan(spec, mount_point.p, uid, level == Isolation::UserNamespaces);
 
-  // Everything the children need is prepared before fork(): they call no allocator.
-  // The private root's tmpfs is mounted (in the test's mount namespace only) on an empty folder
-  // of ours; the folder itself stays empty and is removed after the run.
-  RootPlan plan;
-  fs::path mount_point;
-  if (ns) {
-    try {
-      mount_point = make_temp_dir("mls-grader-root");
-    } catch (const std::exception& e) {
-      r.error = e.what();
-      return r;
-    }
-    plan = make_plan(spec, mount_point, uid, level == Isolation::UserNamespaces);
-  }
-  struct RemoveDir {
-    fs::path p;
-    ~RemoveDir() {
-      if (!p.empty()) ::rmdir(p.c_str());
-    }
-  } remove_mount_point{mount_point};
-  std::vector<std::string> env = spec.env;
-  if (spec.channel_input) env.push_back("MLS_GRADER_FD=3,4");
-  std::vector<char*> argv, envp;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  std::string cwd = fs::absolute(spec.cwd).lexically_normal().string();
-
-  rlim_t nproc = static_cast<rlim_t>(L.processes);
-  if (!drop && !root) nproc += static_cast<rlim_t>(count_processes_of_uid(::getuid()));
-
-  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, cin_p[2] = {-1, -1}, cout_p[2] = {-1, -1}, stat_p[2] = {-1, -1},
-      rel_p[2] = {-1, -1};
-  ChildSetup cs;
-  // Every fd this function opens, closed on any early return (a failed pipe or fork leaks none).
-  auto close_fds = [&](std::initializer_list<int*> fds) {
-    for (int* f : fds)
-      if (*f >= 0) {
-        ::close(*f);
-        *f = -1;
-      }
-  };
-  auto close_everything = [&] {
-    close_fds({&out_p[0], &out_p[1], &err_p[0], &err_p[1], &cin_p[0], &cin_p[1], &cout_p[0], &cout_p[1], &stat_p[0],
-               &stat_p[1], &rel_p[0], &rel_p[1], &cs.out, &cs.err, &cs.cin, &cs.cout, &cs.devnull});
-  };
-  if (::pipe2(out_p, O_CLOEXEC) || ::pipe2(err_p, O_CLOEXEC) || ::pipe2(stat_p, O_CLOEXEC) || ::pipe2(rel_p, O_CLOEXEC) ||
-      (spec.channel_input && (::pipe2(cin_p, O_CLOEXEC) || ::pipe2(cout_p, O_CLOEXEC)))) {
-    r.error = std::string("pipe: ") + std::strerror(errno);
-    close_everything();
+  RunPipes pipes;
+  if (std::string why = open_pipes(pipes, spec.channel_input.has_value()); !why.empty()) {
+    r.error = why;
     return r;
   }
-  // Child-side ends go to high fd numbers so dup2 onto 0..4 never collides.
-  // (dup_high closes the original: its slot is forgotten at once, never closed twice.)
-  auto take_high = [&](int& fd) {
-    int h = fd >= 0 ? dup_high(fd) : -1;
-    fd = -1;
-    return h;
-  };
-  cs.out = take_high(out_p[1]);
-  cs.err = take_high(err_p[1]);
-  cs.cin = take_high(cin_p[0]);
-  cs.cout = take_high(cout_p[1]);
-  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  cs.devnull = take_high(devnull);
-  cs.cpu = static_cast<rlim_t>(L.cpu_s > 0 ? L.cpu_s : L.wall_s + 1);
-  cs.fsize = static_cast<rlim_t>(L.file_size_mb) << 20;
-  cs.nofile = static_cast<rlim_t>(L.open_files);
-  cs.nproc = nproc;
-  cs.as = L.address_space_mb > 0 ? static_cast<rlim_t>(L.address_space_mb) << 20 : 0;
-  cs.cwd = cwd.c_str();
-  cs.uid = uid;
-  cs.argv = argv.data();
-  cs.envp = envp.data();
-  int stat_w = stat_p[1];
-  int release_r = rel_p[0];
-
+  ChildStrings strings;
+  const ChildSetup cs = child_setup(spec, pipes, uid, drop, strings);
   pid_t sup = ::fork();
   if (sup < 0) {
     r.error = std::string("fork: ") + std::strerror(errno);
-    close_everything();
-    return r;
+    return r;  // `pipes` closes every descriptor
   }
-  if (sup == 0) {
-    // ---- supervisor: reaps every descendant (subreaper), reports the child ----
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    {
-      // Close what other grader threads had open at fork time (their pipes must see EOF).
-      int keep[7] = {stat_w, cs.out, cs.err, cs.cin, cs.cout, cs.devnull, release_r};
-      for (int i = 1; i < 7; ++i)
-        for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
-      unsigned next = 3;
-      for (int k : keep) {
-        if (k < 3) continue;
-        if (static_cast<unsigned>(k) > next) ::close_range(next, static_cast<unsigned>(k) - 1, 0);
-        next = static_cast<unsigned>(k) + 1;
-      }
-      ::close_range(next, ~0u, 0);
-    }
-    pid_t c;
-    if (ns) {
-      if (::unshare(namespace_flags(level)) != 0) {
-        put_errno(cs.err, "unshare", "");
-        write_record(stat_w, 1, 0);
-        write_record(stat_w, 2, 126 << 8);
-        ::_exit(1);
-      }
-      if (!write_id_maps(plan, cs.err)) {
-        write_record(stat_w, 1, 0);
-        write_record(stat_w, 2, 126 << 8);
-        ::_exit(1);
-      }
-      c = ::fork();
-      if (c == 0) {
-        // ---- pid 1 of the test's PID namespace: builds the private root, runs the test,
-        // reports its status, exits (and the kernel kills whatever is left in the namespace) ----
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        ::setsid();
-        if (!enter_private_root(plan, cs.err)) {
-          write_record(stat_w, 2, 126 << 8);
-          ::_exit(126);
-        }
-        ::close(release_r);
-        pid_t t = ::fork();
-        if (t == 0) exec_child(cs);
-        for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull})
-          if (fd >= 0) ::close(fd);
-        if (t < 0) {
-          write_record(stat_w, 2, 126 << 8);
-          ::_exit(1);
-        }
-        while (true) {
-          int st = 0;
-          pid_t w = ::waitpid(-1, &st, 0);
-          if (w < 0 && errno == EINTR) continue;
-          if (w < 0) ::_exit(0);
-          if (w == t) {
-            write_record(stat_w, 2, st);
-            ::_exit(0);
-          }
-        }
-      }
-    } else {
-      c = ::fork();
-      if (c == 0) exec_child(cs);
-    }
-    for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull})
-      if (fd >= 0) ::close(fd);
-    write_record(stat_w, 1, c < 0 ? -1 : c);
-    if (c < 0) ::_exit(1);
-    // Reaps every other descendant while the child runs; the child itself stays a zombie once
-    // it has ended, so its pid (and process group id) cannot be reused by an unrelated process
-    // while the grader still kills by them. The grader closes `release` when it is done.
-    while (true) {
-      siginfo_t si{};
-      if (::waitid(P_ALL, 0, &si, WEXITED | WNOWAIT) != 0) {
-        if (errno == EINTR) continue;
-        break;
-      }
-      if (si.si_pid == c) {
-        if (!ns) {
-          int st = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 : (si.si_status & 0x7f);
-          write_record(stat_w, 2, st);
-        }
-        break;
-      }
-      ::waitpid(si.si_pid, nullptr, 0);
-    }
-    ::close(stat_w);  // the grader's pipes see EOF once the test's own writers are gone
-    char b;
-    while (::read(release_r, &b, 1) < 0 && errno == EINTR) {
-    }
-    while (true) {
-      pid_t w = ::waitpid(-1, nullptr, 0);
-      if (w < 0 && errno != EINTR) break;  // ECHILD: every descendant is reaped
-    }
-    ::_exit(0);
-  }
+  if (sup == 0) supervise(cs, plan, ns, level, pipes.stat.w.get(), pipes.release.r.get());
 
-  // ---- grader side ----
-  for (int fd : {cs.out, cs.err, cs.cin, cs.cout, cs.devnull, stat_w, release_r})
-    if (fd >= 0) ::close(fd);
-  int release_w = rel_p[1];
+  // The children's ends are theirs now; the channel's input is written once and closed.
+  for (Fd* f : {&pipes.out.w, &pipes.err.w, &pipes.cin.r, &pipes.cout.w, &pipes.devnull, &pipes.stat.w, &pipes.release.r})
+    f->reset();
   if (spec.channel_input) {
     std::string msg = *spec.channel_input + "\n";
-    ssize_t n = ::write(cin_p[1], msg.data(), msg.size());
+    ssize_t n = ::write(pipes.cin.w.get(), msg.data(), msg.size());
     (void)n;
-    ::close(cin_p[1]);
+    pipes.cin.w.reset();
   }
   r.started = true;
-  Capture out(L.keep_head, L.keep_tail), err(L.keep_head, L.keep_tail);
-  std::string channel;
-  int fds[4] = {out_p[0], err_p[0], spec.channel_input ? cout_p[0] : -1, stat_p[0]};
-  std::string stat_buf;
-  std::size_t stat_used = 0;
-  pid_t child = 0;
-  bool child_done = false, killed = false;
-  auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(L.wall_s));
-  Clock::time_point drain_deadline{};
-  char buf[65536];
-  auto kill_all = [&] {
-    kill_everything(sup, child, uid);
-    killed = true;
-    drain_deadline = Clock::now() + std::chrono::seconds(5);
-  };
-
-  while (true) {
-    bool any_open = false;
-    for (int fd : fds) any_open = any_open || fd >= 0;
-    if (!any_open) break;
-    auto now = Clock::now();
-    if (!killed && now >= deadline) {
-      r.timed_out = true;
-      kill_all();
-    }
-    if (killed && now >= drain_deadline) break;
-    pollfd pfd[4];
-    int np = 0, idx[4];
-    for (int i = 0; i < 4; ++i)
-      if (fds[i] >= 0) {
-        pfd[np] = {fds[i], POLLIN, 0};
-        idx[np++] = i;
-      }
-    int rc = ::poll(pfd, np, 50);
-    if (rc < 0 && errno != EINTR) break;
-    for (int k = 0; k < np && rc > 0; ++k) {
-      if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      int i = idx[k];
-      ssize_t n = ::read(fds[i], buf, sizeof buf);
-      if (n <= 0) {
-        ::close(fds[i]);
-        fds[i] = -1;
-        continue;
-      }
-      if (i == 0) out.add(buf, n);
-      if (i == 1) err.add(buf, n);
-      if (i == 2 && channel.size() < L.channel_cap)
-        channel.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), L.channel_cap - channel.size()));
-      if (i == 3) {
-        stat_buf.append(buf, n);
-        while (stat_buf.size() - stat_used >= 2 * sizeof(int)) {
-          int rec[2];
-          std::memcpy(rec, stat_buf.data() + stat_used, sizeof rec);
-          stat_used += sizeof rec;
-          if (rec[0] == 1 && child == 0) child = rec[1];
-          if (rec[0] == 2 && !child_done) {
-            int st = rec[1];
-            child_done = true;
-            if (WIFEXITED(st)) {
-              r.exited = true;
-              r.exit_code = WEXITSTATUS(st);
-            } else if (WIFSIGNALED(st)) {
-              r.signal = WTERMSIG(st);
-            }
-            r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-            // The child is gone: whatever it left behind is killed now, then the pipes drain.
-            if (!killed) kill_all();
-          }
-        }
-      }
-    }
-    if (!killed && out.total + err.total > L.output_cap) {
-      r.output_limit = true;
-      kill_all();
-    }
-  }
-  for (int fd : fds)
-    if (fd >= 0) ::close(fd);
-  kill_everything(sup, child, uid);
-  // Everything is dead: the supervisor may reap the child now, then every descendant, and exit;
-  // it is killed if it does not (no pid of the run is used after this point).
-  ::close(release_w);
-  int st = 0;
-  for (int i = 0; i < 500; ++i) {
-    pid_t w = ::waitpid(sup, &st, WNOHANG);
-    if (w == sup || (w < 0 && errno != EINTR)) {
-      sup = -1;
-      break;
-    }
-    ::usleep(2000);
-  }
-  if (sup > 0) {
-    ::kill(sup, SIGKILL);
-    ::waitpid(sup, &st, 0);
-  }
+  Killer killer{sup, 0, uid};
+  Streams streams(spec.limits);
+  drain(pipes, spec.limits, t0, killer, streams, r);
+  reap(pipes, killer);
   // The uid level: nothing of the run may outlive it, in the shared temporary folders either.
   if (uid && !ns && !spec.uid) sweep_uid(uid);
-  if (!child_done) r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.stdout_bytes = out.total;
-  r.stderr_bytes = err.total;
-  r.out = out.text();
-  r.err = err.text();
-  r.channel = std::move(channel);
+  collect(streams, t0, r);
   return r;
 }
 

@@ -135,6 +135,14 @@ TEST_CASE("adversarial: extra test cases in the lab's groups are ignored, the st
 TEST_CASE("adversarial: interposing write() and an atexit exit(0) scores 0", "[grader][adversarial]") {
   CHECK(grade_both("attack_write_interpose").after == 0);
 }
+TEST_CASE("adversarial: forged observation records, PASS and END written to every fd 0..1023 before main score 0",
+          "[grader][adversarial]") {
+  CHECK(grade_both("attack_every_fd").after == 0);
+}
+TEST_CASE("adversarial: hijacking observe.hpp's sink and strongly defining its observe() to loosen every tolerance "
+          "scores 0", "[grader][adversarial]") {
+  CHECK(grade_both("attack_observe_sink").after == 0);
+}
 TEST_CASE("adversarial: answers hardcoded for the checks' inputs score 0 (salted inputs)", "[grader][adversarial]") {
   CHECK(grade_both("attack_hardcoded").after == 0);
 }

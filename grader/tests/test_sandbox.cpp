@@ -1,9 +1,12 @@
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "helpers.hpp"
 #include "mls/grader/sandbox.hpp"
@@ -102,4 +105,48 @@ TEST_CASE("sandbox: as root, the child runs as an unprivileged uid and cannot wr
   CHECK_THAT(r.out, Catch::StartsWith("6") && Catch::Contains("rc=") && !Catch::Contains("rc=0"));
   CHECK(read_file(secret / "results.json") == "{}");
   remove_tree(secret);
+}
+
+namespace {
+std::vector<int> open_fds() {
+  std::vector<int> fds;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) fds.push_back(std::stoi(e.path().filename().string()));
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+}  // namespace
+
+TEST_CASE("sandbox: a pipe or descriptor that cannot be opened leaks none of the others", "[grader][sandbox]") {
+  (void)isolation();  // probed before the limit below
+  fs::path scratch = make_temp_dir("mls-grader-test-sb");
+  SandboxSpec s;
+  s.argv = {"/bin/true"};
+  s.cwd = scratch;
+  s.env = minimal_env(scratch);
+  s.drop_privileges = false;
+  s.channel_input = "x";
+  struct rlimit old {};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  // Room for a few more descriptors (all below 100): some pipes open, then one (or the move of
+  // the child's ends to fds >= 100) fails.
+  for (int extra : {1, 3, 5, 7}) {
+    std::vector<int> before = open_fds();
+    struct rlimit low = old;
+    int limit = 0;
+    for (int free_seen = 0; free_seen < extra; ++limit)
+      if (!std::binary_search(before.begin(), before.end(), limit)) ++free_seen;
+    REQUIRE(limit < 100);
+    low.rlim_cur = static_cast<rlim_t>(limit);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    SandboxResult r = run_sandboxed(s);
+    ::setrlimit(RLIMIT_NOFILE, &old);
+    INFO("limit " << low.rlim_cur << ": " << r.error);
+    CHECK_FALSE(r.started);
+    CHECK_FALSE(r.error.empty());
+    CHECK(open_fds() == before);
+  }
+  SandboxResult ok = run_sandboxed(s);
+  CHECK(ok.exited);
+  CHECK(ok.exit_code == 0);
+  remove_tree(scratch);
 }

@@ -185,9 +185,15 @@ int cmd_audit(const Common& c) {
   go.build = build_options(c);
   go.run.jobs = c.jobs;
   auto ref = prepare_reference(m, go);
-  int weak = 0, bad = 0;
-  std::printf("lab %d: %zu tests, reference prepared in %.1f s (salt secret, two runs each)\n", m.lab, ref->cases.size(),
-              ref->seconds);
+  // A second preparation under another salt: a test whose stream is the same under both does not
+  // depend on the salt (fixed inputs: error checks, worked examples), so a submission could write
+  // that stream itself without running the code (handouts/README.md, "What it trades").
+  GradeOptions other = go;
+  other.salt = ref->salt ^ 0x9e3779b97f4a7c15ull;
+  auto ref2 = prepare_reference(m, other);
+  int weak = 0, bad = 0, predictable = 0;
+  std::printf("lab %d: %zu tests, reference prepared in %.1f s (salt secret, two runs each, then under a second salt)\n",
+              m.lab, ref->cases.size(), ref->seconds);
   for (std::size_t i = 0; i < ref->cases.size(); ++i) {
     const auto& job = ref->plan.jobs[i];
     const auto& rc = ref->cases[i];
@@ -203,14 +209,20 @@ int cmd_audit(const Common& c) {
       continue;
     }
     int strong = strong_count(rc.stream.stream), total = static_cast<int>(rc.stream.stream.size());
+    const auto& rc2 = ref2->cases[i];
+    const bool fixed = rc2.ok && compare_streams(rc.stream, rc2.stream.stream).empty();
     const char* tag = local ? "LOCAL_ONLY" : strong == 0 ? "WEAK" : "ok";
     if (strong == 0 && !local) ++weak;
-    std::printf("  %-10s %s: %s  (%d strong, %d weak%s%s)\n", tag, job.group.c_str(), job.name.c_str(), strong,
+    if (fixed && !local) ++predictable;
+    std::printf("  %-10s %s: %s  (%d strong, %d weak%s%s%s)\n", tag, job.group.c_str(), job.name.c_str(), strong,
                 total - strong, rc.salt == 0 ? ", unsalted: fails under a salt" : "",
-                rc.stream.nondeterministic ? (", " + std::to_string(rc.stream.nondeterministic) + " nondeterministic").c_str() : "");
+                rc.stream.nondeterministic ? (", " + std::to_string(rc.stream.nondeterministic) + " nondeterministic").c_str() : "",
+                fixed ? ", predictable: the same under another salt" : "");
   }
   std::printf("audit: %d weak test(s) (only truth values: forgeable), %d unusable; mark a group \"judge\": \"local_only\" "
               "or add observations\n", weak, bad);
+  std::printf("audit: %d predictable test(s) (their stream does not depend on the salt: fixed inputs; informational)\n",
+              predictable);
   return weak || bad ? 1 : 0;
 }
 

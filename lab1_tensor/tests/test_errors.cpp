@@ -9,6 +9,7 @@
 
 #include "generators.hpp"
 #include "mls/common/kernels.hpp"
+#include "mls/testing.hpp"
 
 using mls::DType;
 using mls::Tensor;
@@ -28,7 +29,7 @@ using ref::I64;
         named_ = std::string(e_.what()).find(text) != std::string::npos; \
       } catch (...) {                                    \
       }                                                  \
-      ::mls::testing::observe(std::string("mls::Error naming '") + (text) + "'", named_); \
+      ::mls::testing::observe("mls::Error naming '" + ::mls::testing::without_temp_dir(std::string(text)) + "'", named_); \
     }                                                    \
   } while (0)
 
