@@ -1,5 +1,5 @@
-// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this
-// file). Lab 4: fused and memory-bound CPU kernels (see mls/kernels/fused.hpp).
+// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
+// Lab 4: fused and memory-bound CPU kernels (see mls/kernels/fused.hpp).
 //
 // Each kernel is a public function that splits its rows (or its elements, in blocks) over the
 // threads with mls::parallel_for, and a worker on one range of them. The workers are compiled for
