@@ -270,17 +270,18 @@ std::string ninja_escape(const std::string& v, bool path) {
 /// The steps a build replays: the compile steps of `sources` (every one when null), then every
 /// archive and link step that reads what they make or makes a test program, in order.
 std::vector<const BuildStep*> replay_plan(const BuildRecipe& r, const std::set<std::string>* sources,
-                                          std::set<std::string>& made) {
+                                          const std::set<std::string>& wanted, std::set<std::string>& made) {
   std::vector<const BuildStep*> plan;
   for (const auto& s : r.steps)
     if (s.kind == BuildStep::Kind::Compile && (!sources || sources->count(s.source))) {
       plan.push_back(&s);
       made.insert(s.output);
     }
-  std::set<std::string> programs;
-  for (const auto& [name, rel] : r.programs) programs.insert(rel);
+  std::set<std::string> programs, unwanted;
+  for (const auto& [name, rel] : r.programs) (wanted.count(name) ? programs : unwanted).insert(rel);
   for (const auto& s : r.steps) {
     if (s.kind != BuildStep::Kind::Archive && s.kind != BuildStep::Kind::Link) continue;
+    if (unwanted.count(s.output)) continue;
     bool reads_made = std::any_of(s.inputs.begin(), s.inputs.end(), [&](const std::string& x) { return made.count(x) > 0; });
     if (!reads_made && !programs.count(s.output)) continue;
     plan.push_back(&s);
@@ -306,10 +307,10 @@ std::string replay_ninja(const BuildRecipe& r, const std::vector<const BuildStep
 /// Builds the replay plan of `sources` (see replay_plan) in the environment's build folder: the
 /// inputs it does not make are copied from the recipe's build folder, then one sandboxed Ninja
 /// run does the rest. Returns the test programs.
-TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, const StepEnv& env, double wall_s,
-                    BuildResult& b) {
+TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, const std::set<std::string>& wanted,
+                    const StepEnv& env, double wall_s, BuildResult& b) {
   std::set<std::string> made;
-  auto plan = replay_plan(r, sources, made);
+  auto plan = replay_plan(r, sources, wanted, made);
   std::error_code ec;
   const bool same_folder = fs::equivalent(r.build, env.build_dir, ec);
   for (const BuildStep* s : plan)
@@ -324,6 +325,7 @@ TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, 
        "ninja (the replayed steps)");
   TestPrograms out;
   for (const auto& [name, rel] : r.programs) {
+    if (!wanted.count(name)) continue;
     if (fs::exists(env.build_dir / rel)) out.built[name] = env.build_dir / rel;
     else out.failed[name] = "the test program " + name + " did not build:\n" + summarize_build_log(b.log, 3000);
   }
@@ -387,7 +389,7 @@ bool configure(const Manifest& m, const fs::path& tree, const fs::path& build_di
   std::sort(parts.begin(), parts.end());
   std::vector<std::string> argv = {cmake, "-S", env.tree.string(), "-B", env.build_dir.string(), "-G", "Ninja",
                                    "-DCMAKE_BUILD_TYPE=Release", std::string("-DMLS_WERROR=") + (opt.werror ? "ON" : "OFF"),
-                                   "-DMLS_BENCH=OFF", "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
+                                   std::string("-DMLS_BENCH=") + (opt.benchmarks ? "ON" : "OFF"), "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
                                    "-DMLS_LABS=" + cmake_list(parts)};
   // The trusted reference build may use the user's ccache (a student build never does).
   if (opt.trusted && which("ccache") != "ccache") {
@@ -404,10 +406,14 @@ bool configure(const Manifest& m, const fs::path& tree, const fs::path& build_di
 
 /// Builds the manifest's test programs with CMake: `test_binary` first, then each other one on
 /// its own (one the configuration does not define, or one that fails, leaves the others).
-void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const StepEnv& env,
+void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const StepEnv& env, bool benchmarks,
                          const std::function<double()>& left, BuildResult& b) {
   std::string cmake = which("cmake");
-  for (const auto& target : m.test_binaries()) {
+  std::vector<std::string> targets = m.test_binaries();
+  if (benchmarks)
+    for (const auto& bm : m.benchmarks)
+      if (std::find(targets.begin(), targets.end(), bm.binary) == targets.end()) targets.push_back(bm.binary);
+  for (const auto& target : targets) {
     BuildResult one;
     std::vector<std::string> a = {cmake, "--build", build_dir.string(), "--target", target, "-j", std::to_string(env.jobs)};
     bool ok = step(one, run_tool(a, build_dir, left(), env), "cmake --build --target " + target);
@@ -446,9 +452,9 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
     fs::copy_file(opt.harness_lib, env->build_dir / "grader-libs/harness.a", fs::copy_options::overwrite_existing);
     fs::copy_file(opt.common_lib, env->build_dir / "grader-libs/common.a", fs::copy_options::overwrite_existing);
     hand_over(env->build_dir, env->uid);
-    b.programs = replay(b.recipe, nullptr, *env, left(), b);
+    b.programs = replay(b.recipe, nullptr, {m.test_binary}, *env, left(), b);
   } else if (configure(m, tree, build_dir, opt, *env, left(), b)) {
-    build_cmake_targets(m, build_dir, *env, left, b);
+    build_cmake_targets(m, build_dir, *env, opt.benchmarks, left, b);
   }
   b.ok = b.programs.built.count(m.test_binary) > 0;
   if (b.ok) b.binary = b.programs.built.at(m.test_binary);
@@ -467,10 +473,13 @@ BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::
   if (!env) return b;
   Sweep sweep{*env};
   std::set<std::string> student(m.student_files.begin(), m.student_files.end());
-  b.programs = replay(recipe, &student, *env, left(), b);
-  for (const auto& t : m.test_binaries())
-    if (!b.programs.built.count(t) && !b.programs.failed.count(t) && !recipe.programs.count(t))
-      b.programs.not_configured[t] = "the reference build has no test program " + t;
+  std::set<std::string> wanted;
+  for (const auto& t : m.test_binaries()) wanted.insert(t);
+  if (opt.benchmarks)
+    for (const auto& bm : m.benchmarks) wanted.insert(bm.binary);
+  b.programs = replay(recipe, &student, wanted, *env, left(), b);
+  for (const auto& t : wanted)
+    if (!recipe.programs.count(t)) b.programs.not_configured[t] = "the reference build has no program " + t;
   b.ok = b.programs.built.count(m.test_binary) > 0;
   if (b.ok) b.binary = b.programs.built.at(m.test_binary);
   b.wall_s = since(t0);

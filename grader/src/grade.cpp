@@ -14,6 +14,7 @@
 #include "grade_internal.hpp"
 #include "mls/common/error.hpp"
 #include "mls/common/grader_protocol.hpp"
+#include "mls/grader/bench.hpp"
 #include "mls/grader/intake.hpp"
 #include "mls/grader/strip.hpp"
 #include "mls/grader/util.hpp"
@@ -445,10 +446,35 @@ BuildOptions submission_build_options(const GradeOptions& opt, const fs::path& s
   return bo;
 }
 
+/// grade --bench: every benchmark of the lab measured in the submission's build, when every test
+/// passed and its check agrees with the reference; the figures go to the leaderboard.
+void add_benchmarks(const Manifest& m, const TestPrograms& programs, const Reference& ref, const GradeOptions& opt,
+                    LabResult& r) {
+  if (m.benchmarks.empty()) return;
+  const int pass = r.count(Outcome::Pass), skipped = r.count(Outcome::Skipped);
+  if (pass == 0 || pass + skipped != static_cast<int>(r.tests.size())) {
+    r.output += "benchmarks: not run (a figure enters the leaderboard only when every test passes)\n";
+    return;
+  }
+  for (const auto& bm : m.benchmarks) {
+    auto bin = programs.built.find(bm.binary);
+    std::string why = bin == programs.built.end() ? "the benchmark program " + bm.binary + " was not built"
+                                                  : check_benchmark(m, programs, ref, bm, opt.run);
+    if (!why.empty()) {
+      r.output += "benchmark " + bm.name + ": no figure: " + why + "\n";
+      continue;
+    }
+    BenchResult br = run_benchmark(bin->second, bm, 300, opt.bench_repetitions);
+    r.output += "benchmark " + (br.ok ? br.message : bm.name + ": no figure: " + br.message) + "\n";
+    if (br.ok) r.leaderboard.push_back({bm.name, br.value, bm.order});
+  }
+}
+
 /// Runs a built submission's tests and scores them (differentially unless the options say not).
 LabResult run_submission(const TestPrograms& programs, const Manifest& m, const Reference& ref, const GradeOptions& opt) {
   LabResult r = opt.differential ? run_differential(programs, m, ref, opt.run) : run_lab_tests(programs, m, opt.run);
   r.built = true;
+  if (opt.bench) add_benchmarks(m, programs, ref, opt, r);
   return r;
 }
 
@@ -479,7 +505,9 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
     std::shared_ptr<const Reference> ref = reference_of(m, opt);
     temp = grading_copy(m, opt, in);
     auto tb = Clock::now();
-    BuildResult b = build_submission(m, temp / "src", temp / "build", ref->build.recipe, submission_build_options(opt, abs_sub));
+    BuildOptions bo = submission_build_options(opt, abs_sub);
+    bo.benchmarks = opt.bench;
+    BuildResult b = build_submission(m, temp / "src", temp / "build", ref->build.recipe, bo);
     if (!b.ok) return finish(zero_result(m, notes + "the submission did not build:\n" + summarize_build_log(b.log), since(t0)));
     double build_s = since(tb);
     LabResult r;
@@ -496,6 +524,29 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
   } catch (const std::exception& e) {
     return finish(zero_result(m, notes + "grader error: " + e.what(), since(t0)));
   }
+}
+
+std::string check_benchmark(const Manifest& m, const TestPrograms& student, const Reference& ref, const Benchmark& bm,
+                            const RunOptions& opt) {
+  if (bm.check.empty()) return "";
+  auto job = std::find_if(ref.plan.jobs.begin(), ref.plan.jobs.end(), [&](const TestJob& j) { return j.name == bm.check; });
+  if (job == ref.plan.jobs.end()) return "grader problem: the check '" + bm.check + "' is no test case of the reference";
+  ReachablePrograms theirs(ref.build.programs, opt, "bench-ref-"), mine(student, opt, "bench-");
+  if (!mine.built.count(job->program)) return "the test program " + job->program + " was not built";
+  const std::uint64_t salt = fresh_salt();
+  CaseRun a = theirs.run(*job, m, salt), b = theirs.run(*job, m, salt);
+  std::string problem;
+  std::optional<ReferenceStream> expected;
+  if (a.result.outcome == Outcome::Pass && b.result.outcome == Outcome::Pass)
+    expected = merge_reference_runs(a.channel.observations, b.channel.observations, problem);
+  if (!expected) return "grader problem: the reference does not give one result for the check '" + bm.check + "' " + problem;
+  CaseRun got = mine.run(*job, m, salt);
+  if (got.result.outcome != Outcome::Pass)
+    return "the check '" + bm.check + "' does not pass on fresh inputs (" + to_string(got.result.outcome) + ")";
+  if (std::string diff = compare_streams(*expected, got.channel.observations); !diff.empty())
+    return "the benchmarked kernel's result differs from the reference build's (check '" + bm.check + "', fresh inputs): " +
+           diff;
+  return "";
 }
 
 namespace {

@@ -35,6 +35,9 @@ struct BuildOptions {
   /// The tree is the instructor's own (the reference build): built as the grader's user with
   /// rlimits only, hidden tests visible to every step. Never for a tree holding student files.
   bool trusted = false;
+  /// Also the manifest's benchmark programs: configured and built in the reference build (so its
+  /// recipe has them), linked in a submission's build only for `grade --bench`.
+  bool benchmarks = false;
   /// The sandbox uid of every build step (a batch keeps one, so each build can update the files
   /// the previous one left); null: reserved per build.
   std::shared_ptr<SandboxUid> build_uid;
@@ -221,6 +224,11 @@ struct GradeOptions {
   std::uint64_t salt = 0;  ///< 0: a fresh secret salt per reference preparation
   /// A reference prepared beforehand (a batch shares one); null: prepared by grade_submission.
   std::shared_ptr<const Reference> reference;
+  /// `grade --bench`: the lab's benchmarks measured in the submission's build, each figure
+  /// accepted only when every test passed and its check agrees with the reference
+  /// (`check_benchmark`); accepted figures go to the result's leaderboard.
+  bool bench = false;
+  int bench_repetitions = 3;
   /// Batch mode: one grading copy reused by every submission (only the student files are
   /// rewritten; the build folder is emptied before each build). Null: a fresh copy each time.
   std::shared_ptr<BatchTree> batch_tree;
@@ -231,6 +239,12 @@ struct GradeOptions {
 /// Never throws for what the submission does.
 LabResult grade_submission(const Manifest& m, const std::filesystem::path& submission,
                            const GradeOptions& opt);
+
+/// The check of a benchmark's figure: its `check` test case run in the submission's programs and
+/// the reference's with a fresh secret salt (new inputs, at the benchmark's sizes), the streams
+/// compared. Returns why the figure is refused ("" when the results agree or there is no check).
+std::string check_benchmark(const Manifest& m, const TestPrograms& student, const Reference& ref, const Benchmark& bm,
+                            const RunOptions& opt);
 
 /// Copies the reference repository parts needed to build lab `m` (root files, common/, labs up
 /// to m.lab) into `dest`; for a lab with a direct build, only its folder.
