@@ -3,7 +3,8 @@
 
 Each submission holds the lab's student files (lab.json "student_files"), each one either the
 reference solution (from the repository) or the handout's stub (from a tree written by
-`mls-grader handout --lab N --out DIR`), chosen per submission and file; every file gets a comment
+`mls-grader handout --lab N --out DIR`), chosen per submission and file (every fourth submission
+holds only solutions, every thirteenth only stubs); every file gets a comment
 naming its submission (so no two submissions are byte-identical), and every tenth submission has
 a compile error in one file.
 
@@ -29,7 +30,7 @@ def main() -> int:
     for i in range(a.n):
         sub = out / f"student{i:03d}"
         for j, rel in enumerate(files):
-            stub = (i * 7 + j * 3) % 5 == 0 or i % 13 == 12
+            stub = ((i * 7 + j * 3) % 5 == 0 and i % 4 != 0) or i % 13 == 12
             text = ((handout if stub else root) / rel).read_text()
             text += f"\n// submission {i}, file {j}: {'stub' if stub else 'solution'}\n"
             if i % 10 == 9 and j == len(files) - 1:
