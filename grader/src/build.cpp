@@ -332,10 +332,19 @@ TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, 
   return out;
 }
 
+/// A build's time: its limit (the options' and the manifest's) and what is left of it.
+struct Budget {
+  Clock::time_point t0 = Clock::now();
+  double total;
+  Budget(const Manifest& m, const BuildOptions& opt) : total(std::min(opt.time_limit_s, m.build_time_limit_s)) {}
+  double left() const { return std::max(5.0, total - since(t0)); }
+};
+
 /// The environment of a build's steps: sandboxed for a grading copy (one reserved uid owning the
 /// build folder), trusted for the instructor's own trees.
 std::optional<StepEnv> step_env(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt,
                                 double budget, BuildResult& b) {
+  fs::create_directories(build_dir);
   StepEnv env;
   env.sandbox = !fs::equivalent(tree, opt.root) && !opt.trusted;
   env.tree = fs::absolute(tree).lexically_normal();
@@ -436,11 +445,9 @@ void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const Ste
 
 BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt) {
   BuildResult b;
-  auto t0 = Clock::now();
-  fs::create_directories(build_dir);
-  double budget = std::min(opt.time_limit_s, m.build_time_limit_s);
-  auto left = [&] { return std::max(5.0, budget - since(t0)); };
-  auto env = step_env(m, tree, build_dir, opt, budget, b);
+  Budget budget(m, opt);
+  auto left = [&] { return budget.left(); };
+  auto env = step_env(m, tree, build_dir, opt, budget.total, b);
   if (!env) return b;
   Sweep sweep{*env};
   if (m.build) {
@@ -458,18 +465,15 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
   }
   b.ok = b.programs.built.count(m.test_binary) > 0;
   if (b.ok) b.binary = b.programs.built.at(m.test_binary);
-  b.wall_s = since(t0);
+  b.wall_s = since(budget.t0);
   return b;
 }
 
 BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildRecipe& recipe,
                              const BuildOptions& opt) {
   BuildResult b;
-  auto t0 = Clock::now();
-  fs::create_directories(build_dir);
-  double budget = std::min(opt.time_limit_s, m.build_time_limit_s);
-  auto left = [&] { return std::max(5.0, budget - since(t0)); };
-  auto env = step_env(m, tree, build_dir, opt, budget, b);
+  Budget budget(m, opt);
+  auto env = step_env(m, tree, build_dir, opt, budget.total, b);
   if (!env) return b;
   Sweep sweep{*env};
   std::set<std::string> student(m.student_files.begin(), m.student_files.end());
@@ -477,12 +481,12 @@ BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::
   for (const auto& t : m.test_binaries()) wanted.insert(t);
   if (opt.benchmarks)
     for (const auto& bm : m.benchmarks) wanted.insert(bm.binary);
-  b.programs = replay(recipe, &student, wanted, *env, left(), b);
+  b.programs = replay(recipe, &student, wanted, *env, budget.left(), b);
   for (const auto& t : wanted)
     if (!recipe.programs.count(t)) b.programs.not_configured[t] = "the reference build has no program " + t;
   b.ok = b.programs.built.count(m.test_binary) > 0;
   if (b.ok) b.binary = b.programs.built.at(m.test_binary);
-  b.wall_s = since(t0);
+  b.wall_s = since(budget.t0);
   return b;
 }
 
