@@ -400,7 +400,9 @@ std::shared_ptr<const Reference> reference_of(const Manifest& m, const GradeOpti
   if (opt.reference) return opt.reference;
   if (opt.differential) return prepare_reference(m, opt);
   auto ref = std::make_shared<Reference>();
-  ref->build = build_reference(m, opt.build);
+  BuildOptions bo = opt.build;
+  bo.benchmarks = bo.benchmarks || opt.bench;  // grade --bench links the benchmark programs too
+  ref->build = build_reference(m, bo);
   if (!ref->build.ok)
     mls::fail("the reference build of lab ", m.lab, " failed (a grader or course problem, not the submission's):\n",
               summarize_build_log(ref->build.log));

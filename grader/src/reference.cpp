@@ -71,7 +71,7 @@ BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
   if (m.build)
     for (const auto& lib : {opt.harness_lib, opt.common_lib})
       if (!lib.empty() && fs::exists(lib)) libs += fnv1a_hex(read_file(lib));
-  const std::string key = "lab" + std::to_string(m.lab) + "-" + fnv1a_hex(tree_hash(staging) + libs) + (opt.werror ? "-werror" : "") + "-r2";
+  const std::string key = "lab" + std::to_string(m.lab) + "-" + fnv1a_hex(tree_hash(staging) + libs) + (opt.werror ? "-werror" : "") + (opt.benchmarks ? "-bench" : "") + "-r2";
   fs::path dir = cache / key;
   fs::path stamp = dir / "programs.json";
   // One builder per key: concurrent graders (a parallel test suite, two batches) wait here.
@@ -109,7 +109,7 @@ BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
   fs::rename(staging, dir / "src");
   BuildOptions bo = opt;
   bo.trusted = true;  // the instructor's own code: built as the grader's user, hidden tests included
-  bo.benchmarks = true;  // its recipe links a submission's benchmark programs too (grade --bench)
+  // bo.benchmarks as asked: with it, the recipe links a submission's benchmark programs too (grade --bench)
   b = build_lab(m, dir / "src", dir / "build", bo);
   if (b.ok && !m.build) b.recipe = ninja_recipe(dir / "src", dir / "build", b.programs);
   if (b.ok) write_file_atomic(stamp, nlohmann::json{{"programs", programs_to_json(b.programs)}, {"recipe", recipe_to_json(b.recipe)}}.dump(2));
@@ -120,7 +120,9 @@ BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
 std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt) {
   auto t0 = Clock::now();
   auto ref = std::make_shared<Reference>();
-  ref->build = build_reference(m, opt.build);
+  BuildOptions bo = opt.build;
+  bo.benchmarks = bo.benchmarks || opt.bench;  // grade --bench links the benchmark programs too
+  ref->build = build_reference(m, bo);
   if (!ref->build.ok)
     mls::fail("the reference build of lab ", m.lab, " failed (a grader or course problem, not the submission's):\n",
               summarize_build_log(ref->build.log));

@@ -225,6 +225,7 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   go.keep_temp = keep_temp;
   go.differential = !local_verdict;
   go.bench = bench;
+  go.build.benchmarks = bench;  // the reference build then has the benchmark programs too
   go.bench_repetitions = repetitions;
   if (submission.empty() == batch.empty()) throw UsageError("give exactly one of --submission DIR or --batch DIR");
   if (go.differential) go.reference = reference_for(m, go);

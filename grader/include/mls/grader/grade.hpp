@@ -36,7 +36,7 @@ struct BuildOptions {
   /// rlimits only, hidden tests visible to every step. Never for a tree holding student files.
   bool trusted = false;
   /// Also the manifest's benchmark programs: configured and built in the reference build (so its
-  /// recipe has them), linked in a submission's build only for `grade --bench`.
+  /// recipe has them; a separate cache entry), linked in a submission's build (`grade --bench`).
   bool benchmarks = false;
   /// The sandbox uid of every build step (a batch keeps one, so each build can update the files
   /// the previous one left); null: reserved per build.
