@@ -194,6 +194,7 @@ Manifest parse_manifest(const json& j, const std::string& source) {
       bm.metric = get_string(c, b, "metric", p, false, "ratio");
       bm.peer = get_string(c, b, "peer", p, false, "");
       bm.order = get_string(c, b, "order", p, false, "desc");
+      bm.check = get_string(c, b, "check", p, false, "");
       if (bm.order != "asc" && bm.order != "desc") c.bad(p + "order", "must be 'asc' or 'desc'");
       if (bm.metric == "ratio" && bm.peer.empty()) c.bad(p + "peer", "is needed when metric is 'ratio'");
       m.benchmarks.push_back(bm);

@@ -85,15 +85,15 @@ TEST_CASE("bench: median of a Google Benchmark report, ratio against the peer", 
     {"name": "BM_Memcpy/1024", "run_name": "BM_Memcpy/1024", "real_time": 25.0, "GB/s": 24.0}]})");
   CHECK(gbench_median(rep, "BM_Add", "real_time") == 50.0);
   CHECK(gbench_median(rep, "BM_Memcpy", "real_time") == 25.0);
-  Benchmark b{"add_vs_memcpy", "bin", "BM_Add", "ratio", "BM_Memcpy", "desc"};
+  Benchmark b{"add_vs_memcpy", "bin", "BM_Add", "ratio", "BM_Memcpy", "desc", ""};
   BenchResult r = evaluate_benchmark(rep, b);
   REQUIRE(r.ok);
   CHECK(r.value == Approx(0.5));
-  Benchmark c{"add_gbs", "bin", "BM_Add", "GB/s", "BM_Memcpy", "desc"};
+  Benchmark c{"add_gbs", "bin", "BM_Add", "GB/s", "BM_Memcpy", "desc", ""};
   r = evaluate_benchmark(rep, c);
   REQUIRE(r.ok);
   CHECK(r.value == 12.0);
   CHECK_THAT(r.message, Catch::Contains("50.0% of the peer"));
-  Benchmark d{"none", "bin", "BM_Nothing", "ratio", "BM_Memcpy", "desc"};
+  Benchmark d{"none", "bin", "BM_Nothing", "ratio", "BM_Memcpy", "desc", ""};
   CHECK_FALSE(evaluate_benchmark(rep, d).ok);
 }

@@ -227,7 +227,8 @@ int cmd_audit(const Common& c) {
 }
 
 int cmd_grade(const Common& c, const std::string& submission, const std::string& batch, const std::string& results,
-              const std::string& junit, const std::string& csv, bool keep_temp, bool local_verdict) {
+              const std::string& junit, const std::string& csv, bool keep_temp, bool local_verdict, bool bench,
+              int repetitions) {
   Manifest m = manifest_of(c);
   GradeOptions go;
   go.build = build_options(c);
@@ -235,6 +236,9 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   go.run.on_result = progress;
   go.keep_temp = keep_temp;
   go.differential = !local_verdict;
+  go.bench = bench;
+  go.build.benchmarks = bench;  // the reference build then has the benchmark programs too
+  go.bench_repetitions = repetitions;
   if (submission.empty() == batch.empty()) throw UsageError("give exactly one of --submission DIR or --batch DIR");
   if (go.differential) go.reference = reference_for(m, go);
   if (!submission.empty()) {
@@ -514,6 +518,13 @@ int main(int argc, char** argv) {
   grade->add_option("--csv", csv, "CSV of scores (with --batch; default scores.csv)");
   grade->add_flag("--keep-temp", keep_temp, "keep the build folder (debugging)");
   bool local_verdict = false;
+  bool grade_bench = false;
+  int reps = 5;
+  grade->add_flag("--bench", grade_bench,
+                  "also measure the lab's benchmarks in the submission's build for the leaderboard: only when every "
+                  "test passes, each figure only when its check agrees with the reference build");
+  grade->add_option("--repetitions", reps, "benchmark repetitions with --bench; the median is reported")
+      ->check(CLI::Range(1, 100));
   grade->add_flag("--local-verdict", local_verdict,
                   "judge by the student process's own report (the old, forgeable verdict; for comparisons only)");
 
@@ -535,7 +546,6 @@ int main(int argc, char** argv) {
   add_common(check, true);
   check->add_flag("--keep-temp", keep, "keep the handout trees");
 
-  int reps = 5;
   auto* bench = app.add_subcommand("bench", "run a lab's benchmarks (only when its tests pass) for the leaderboard");
   add_common(bench, true);
   bench->add_option("--repetitions", reps, "repetitions; the median is reported")->check(CLI::Range(1, 100));
@@ -558,7 +568,7 @@ int main(int argc, char** argv) {
   try {
     if (*list) return cmd_list(c);
     if (*test) return cmd_test(c, filter, results, junit);
-    if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp, local_verdict);
+    if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp, local_verdict, grade_bench, reps);
     if (*audit) return cmd_audit(c);
     if (*handout) return cmd_handout(c, out, strip_previous);
     if (*check) return cmd_check_handouts(c, keep);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mls/grader/differential.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/result.hpp"
@@ -25,13 +27,17 @@ struct BuildOptions {
   double time_limit_s = 900;
   std::filesystem::path harness_lib;   ///< Catch2 main + listener archive (direct builds)
   std::filesystem::path common_lib;    ///< mls_common archive (direct builds)
-  std::filesystem::path cache_dir;     ///< object cache of non-student sources (direct builds)
+  /// Where the reference builds are cached (`<cache_dir>/reference`; empty: the grader's build).
+  std::filesystem::path cache_dir;
   /// Folders no sandboxed step may see, beyond what the isolation hides anyway (the checkout
   /// `root` is always added; the submission's own folder is added by `grade_submission`).
   std::vector<std::filesystem::path> hide;
   /// The tree is the instructor's own (the reference build): built as the grader's user with
   /// rlimits only, hidden tests visible to every step. Never for a tree holding student files.
   bool trusted = false;
+  /// Also the manifest's benchmark programs: configured and built in the reference build (so its
+  /// recipe has them; a separate cache entry), linked in a submission's build (`grade --bench`).
+  bool benchmarks = false;
   /// The sandbox uid of every build step (a batch keeps one, so each build can update the files
   /// the previous one left); null: reserved per build.
   std::shared_ptr<SandboxUid> build_uid;
@@ -47,25 +53,64 @@ struct TestPrograms {
   std::map<std::string, std::string> failed;
 };
 
+/// One command of a build as Ninja runs it: a shell line, run in the build folder.
+struct BuildStep {
+  enum class Kind { Compile, Archive, Link, Other };
+  Kind kind = Kind::Other;
+  std::string line;
+  std::string source;               ///< Compile: the source, relative to the tree ("" when outside it)
+  std::string output;               ///< relative to the build folder
+  std::vector<std::string> inputs;  ///< Archive, Link: the build-folder-relative paths it reads
+};
+/// Classifies one command line (`src`: the tree the line names).
+BuildStep parse_build_step(const std::string& line, const std::filesystem::path& src);
+
+/// How the reference build made its test programs: the commands a submission's build replays.
+struct BuildRecipe {
+  std::filesystem::path src;    ///< the tree the commands name
+  std::filesystem::path build;  ///< the build folder they ran in (its outputs are reused)
+  std::vector<BuildStep> steps; ///< every step of every test program, in build order, each once
+  std::map<std::string, std::string> programs;  ///< test program -> its output (relative)
+};
+/// The recipe of a configured and built CMake/Ninja folder (`ninja -t commands` of each program).
+BuildRecipe ninja_recipe(const std::filesystem::path& src, const std::filesystem::path& build_dir,
+                         const TestPrograms& programs);
+/// The recipe of a lab with a `build` section (the grader's fixture lab): one compiler call per
+/// source, one link with the grader's harness and common archives.
+BuildRecipe direct_recipe(const Manifest& m, const std::filesystem::path& tree);
+nlohmann::json recipe_to_json(const BuildRecipe& r);
+BuildRecipe recipe_from_json(const nlohmann::json& j);
+
 struct BuildResult {
   bool ok = false;                  ///< the lab's main test program (`test_binary`) was built
   std::filesystem::path binary;     ///< that program
   TestPrograms programs;            ///< every test program the manifest's groups need
   std::string log;          ///< capped; the first compiler errors first
   double wall_s = 0;
+  BuildRecipe recipe;       ///< the reference build's commands (build_reference, direct builds)
 };
 
 /// The first error lines of a compiler log, then its tail (what a student needs to see).
 std::string summarize_build_log(std::string_view log, std::size_t max_bytes = 6000);
 
 /// Builds the lab's test programs from `tree` (a repository copy or the repository itself), into
-/// `build_dir`. Real labs: CMake configure + build of the test targets only (`test_binary`, then
-/// each other group `binary`: one the configuration does not define, e.g. the CUDA tests without
-/// CUDA, is recorded in `programs.not_configured`, one that fails in `programs.failed`); labs
-/// with a `build` section: a direct compiler invocation. The build runs sandboxed (time limit,
-/// capped log). `ok` is about `test_binary` only.
+/// `build_dir`, from scratch: the instructor's builds (the reference, the checkout) and
+/// check-handouts' handout build. Real labs: CMake configure + build of the test targets only
+/// (`test_binary`, then each other group `binary`: one the configuration does not define, e.g.
+/// the CUDA tests without CUDA, is recorded in `programs.not_configured`, one that fails in
+/// `programs.failed`); labs with a `build` section: every step of `direct_recipe`. A copy's build
+/// runs sandboxed (time limit, capped log). `ok` is about `test_binary` only.
 BuildResult build_lab(const Manifest& m, const std::filesystem::path& tree,
                       const std::filesystem::path& build_dir, const BuildOptions& opt);
+
+/// A submission's build, the one way a grading copy is built: the reference build's compile
+/// steps of the lab's student files are rerun on the grading copy `tree` (sandboxed, no compiler
+/// cache), then the archive and link steps that read them, with every other input (objects of
+/// the lab's other files, tests, earlier labs, the harness) copied from the reference build
+/// folder into `build_dir`. Nothing is shared with another submission's build.
+BuildResult build_submission(const Manifest& m, const std::filesystem::path& tree,
+                             const std::filesystem::path& build_dir, const BuildRecipe& recipe,
+                             const BuildOptions& opt);
 
 struct RunOptions {
   int jobs = 1;
@@ -162,7 +207,7 @@ std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptio
 /// programs list are never run; a name they lack is FAIL. Groups judged `local_only` score 0.
 LabResult run_differential(const TestPrograms& student, const Manifest& m, const Reference& ref, const RunOptions& opt);
 
-/// The grading copy and build folder a batch shares (see `GradeOptions::batch_tree`).
+/// The grading copy a batch shares (see `GradeOptions::batch_tree`).
 struct BatchTree {
   std::filesystem::path dir;  ///< holds src/ and build/; the caller removes it after the batch
   bool made = false;
@@ -179,8 +224,13 @@ struct GradeOptions {
   std::uint64_t salt = 0;  ///< 0: a fresh secret salt per reference preparation
   /// A reference prepared beforehand (a batch shares one); null: prepared by grade_submission.
   std::shared_ptr<const Reference> reference;
-  /// Batch mode: one grading copy and build folder reused by every submission (only the student
-  /// files are rewritten, so only they are recompiled). Null: a fresh copy per submission.
+  /// `grade --bench`: the lab's benchmarks measured in the submission's build, each figure
+  /// accepted only when every test passed and its check agrees with the reference
+  /// (`check_benchmark`); accepted figures go to the result's leaderboard.
+  bool bench = false;
+  int bench_repetitions = 3;
+  /// Batch mode: one grading copy reused by every submission (only the student files are
+  /// rewritten; the build folder is emptied before each build). Null: a fresh copy each time.
   std::shared_ptr<BatchTree> batch_tree;
 };
 
@@ -189,6 +239,12 @@ struct GradeOptions {
 /// Never throws for what the submission does.
 LabResult grade_submission(const Manifest& m, const std::filesystem::path& submission,
                            const GradeOptions& opt);
+
+/// The check of a benchmark's figure: its `check` test case run in the submission's programs and
+/// the reference's with a fresh secret salt (new inputs, at the benchmark's sizes), the streams
+/// compared. Returns why the figure is refused ("" when the results agree or there is no check).
+std::string check_benchmark(const Manifest& m, const TestPrograms& student, const Reference& ref, const Benchmark& bm,
+                            const RunOptions& opt);
 
 /// Copies the reference repository parts needed to build lab `m` (root files, common/, labs up
 /// to m.lab) into `dest`; for a lab with a direct build, only its folder.

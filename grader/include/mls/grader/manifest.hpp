@@ -56,6 +56,10 @@ struct Benchmark {
   std::string metric;   ///< "ratio" (peer time / own time) or the name of a counter, e.g. "GFLOP/s"
   std::string peer;     ///< regex of the peer benchmark in the same program (for "ratio")
   std::string order = "desc";  ///< leaderboard order: "desc" (bigger is better) or "asc"
+  /// Catch2 test spec of the lab's test program whose observations cover the benchmarked kernel
+  /// on the benchmark's input sizes: `grade --bench` runs it in the submission's build and the
+  /// reference's with a fresh salt and accepts the figure only when the streams agree.
+  std::string check;
 };
 
 /// Optional direct build (no CMake), used by the grader's own fixture lab: sources are compiled

@@ -1,0 +1,493 @@
+// Building a lab: the instructor's builds (CMake, or a fixture lab's direct compiler calls) and a
+// submission's build, which replays only the reference build's commands that its files change.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "grade_internal.hpp"
+#include "mls/common/error.hpp"
+#include "mls/grader/strip.hpp"
+#include "mls/grader/util.hpp"
+
+namespace mls::grader {
+
+namespace detail {
+
+SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env) {
+  SandboxSpec s;
+  s.argv = argv;
+  s.cwd = cwd;
+  fs::path scratch = env.sandbox ? env.build_dir : cwd;
+  s.env = minimal_env(scratch);
+  s.env.insert(s.env.end(), env.extra_env.begin(), env.extra_env.end());
+  s.limits.wall_s = wall_s;
+  s.limits.cpu_s = env.sandbox ? env.cpu_s : wall_s * 4 + 10;
+  // The build is held to the same kind of limits as the tests: memory per process, CPU time,
+  // processes, output and wall clock (a trusted build only to time and output).
+  s.limits.address_space_mb = env.sandbox ? static_cast<std::size_t>(env.memory_mb) : 0;
+  s.limits.file_size_mb = 2048;
+  s.limits.open_files = 4096;
+  s.limits.processes = env.sandbox ? 64 + 8 * static_cast<std::size_t>(std::max(1, env.jobs)) : 1024;
+  s.limits.output_cap = 16u << 20;
+  s.limits.keep_head = 48u << 10;
+  s.limits.keep_tail = 16u << 10;
+  s.drop_privileges = env.sandbox;
+  s.uid = env.uid;
+  s.tmpfs_mb = 2048;
+  if (env.sandbox) {
+    s.expose_ro = {env.tree};
+    s.expose_rw = {env.build_dir};
+    s.hide = env.hide;
+  }
+  return run_sandboxed(s);
+}
+
+std::string which(const std::string& prog) {
+  for (const char* dir : {"/usr/local/bin", "/usr/bin", "/bin"}) {
+    fs::path p = fs::path(dir) / prog;
+    if (fs::exists(p)) return p.string();
+  }
+  return prog;
+}
+
+bool step(BuildResult& b, const SandboxResult& r, const std::string& what) {
+  b.log += "$ " + what + "\n" + r.out + r.err;
+  if (r.timed_out) b.log += "\n[the build step ran past its time limit and was stopped]\n";
+  if (r.output_limit) b.log += "\n[the build step printed more than the output limit and was stopped]\n";
+  if (r.signal == SIGXCPU) b.log += "\n[the build step ran past its CPU time limit and was stopped]\n";
+  if (r.signal) b.log += "\n[the build step was killed by " + signal_name(r.signal) + "]\n";
+  if (!r.started) b.log += "\n[" + r.error + "]\n";
+  return r.started && r.exited && r.exit_code == 0 && !r.timed_out;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+std::string summarize_build_log(std::string_view log, std::size_t max_bytes) {
+  std::string errors;
+  int n = 0;
+  for (const auto& line : split(log, '\n')) {
+    bool is_err = line.find("error:") != std::string::npos || line.find("error :") != std::string::npos ||
+                  line.find("out of memory") != std::string::npos || line.find("memory exhausted") != std::string::npos ||
+                  line.find("Killed signal") != std::string::npos || starts_with(line, "[the build step") ||
+                  line.find("undefined reference") != std::string::npos || line.find("CMake Error") != std::string::npos ||
+                  line.find("multiple definition") != std::string::npos || starts_with(line, "FAILED:");
+    if (is_err && n < 25) {
+      errors += line + "\n";
+      ++n;
+    }
+  }
+  std::string out;
+  if (!errors.empty()) out = "First errors:\n" + errors + "\n";
+  std::size_t room = max_bytes > out.size() ? max_bytes - out.size() : 0;
+  if (room > 200) out += "End of the build log:\n" + std::string(log.substr(log.size() > room - 40 ? log.size() - (room - 40) : 0));
+  return sanitize_text(out, max_bytes + 200);
+}
+
+
+void copy_reference_tree(const fs::path& root, const Manifest& m, const fs::path& dest) {
+  fs::create_directories(dest);
+  if (m.build) {
+    copy_tree(root / m.dir, dest / m.dir, {"build", ".git"});
+    copy_tree(root / "common" / "include", dest / "common" / "include");
+    copy_tree(root / "common" / "tests" / "include", dest / "common" / "tests" / "include");  // mls/observe.hpp
+    return;
+  }
+  for (const auto& e : fs::directory_iterator(root)) {
+    std::string name = e.path().filename().string();
+    if (name.empty() || name[0] == '.' || name == "build") continue;
+    auto st = e.symlink_status();
+    if (fs::is_regular_file(st)) {
+      fs::copy_file(e.path(), dest / name, fs::copy_options::overwrite_existing);
+    } else if (fs::is_directory(st)) {
+      int n = lab_number_of_dir(name);
+      if (name == "common" || (n >= 0 && n <= m.lab)) copy_tree(e.path(), dest / name, {"build", ".git", "__pycache__"});
+    }
+  }
+}
+
+// ---- build recipes: the commands of a build, as Ninja (or a direct build) runs them ------------
+
+namespace {
+
+std::vector<std::string> words(std::string_view line) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    std::size_t j = i;
+    while (j < line.size() && line[j] != ' ') ++j;
+    if (j > i) out.emplace_back(line.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+  return s;
+}
+
+bool is_relative_path(const std::string& w) {
+  return !w.empty() && w[0] != '-' && w[0] != '/' && w != "&&" && w != ":" && w != "||";
+}
+
+}  // namespace
+
+BuildStep parse_build_step(const std::string& line, const fs::path& src) {
+  BuildStep s;
+  s.line = line;
+  auto w = words(line);
+  auto at = [&](const std::string& flag) {
+    auto it = std::find(w.begin(), w.end(), flag);
+    return it != w.end() && it + 1 != w.end() ? *(it + 1) : std::string();
+  };
+  const std::string prefix = src.string() + "/";
+  if (std::string source = at("-c"); !source.empty() && !at("-o").empty()) {
+    s.kind = BuildStep::Kind::Compile;
+    s.source = starts_with(source, prefix) ? source.substr(prefix.size()) : "";
+    s.output = at("-o");
+    return s;
+  }
+  if (auto qc = std::find(w.begin(), w.end(), "qc"); qc != w.end() && qc + 1 != w.end()) {
+    s.kind = BuildStep::Kind::Archive;
+    s.output = *(qc + 1);
+    for (auto it = qc + 2; it != w.end() && *it != "&&"; ++it)
+      if (is_relative_path(*it)) s.inputs.push_back(*it);
+    return s;
+  }
+  if (std::string out = at("-o"); !out.empty()) {
+    s.kind = BuildStep::Kind::Link;
+    s.output = out;
+    for (const auto& x : w)
+      if (is_relative_path(x) && x != out) s.inputs.push_back(x);
+  }
+  return s;
+}
+
+BuildRecipe direct_recipe(const Manifest& m, const fs::path& tree) {
+  MLS_CHECK(m.build, "direct_recipe: lab ", m.lab, " has no 'build' section in its lab.json");
+  BuildRecipe r;
+  r.src = fs::absolute(tree).lexically_normal();
+  std::string cxx = which("c++");
+  std::string flags = " -std=c++20 -O1 -g0 -Wall -Wextra -Wno-unused-parameter";
+  for (const auto& f : m.build->flags) flags += " " + f;
+  for (const auto& inc : m.build->include_dirs) flags += " -I" + (r.src / m.dir / inc).string();
+  flags += " -I" + (r.src / "common/include").string() + " -I" + (r.src / "common/tests/include").string();
+  std::string link = cxx;
+  for (const auto& src : m.build->sources) {
+    std::string rel = (fs::path(m.dir) / src).generic_string();
+    std::string obj = "obj/" + rel + ".o";
+    r.steps.push_back(parse_build_step(cxx + flags + " -c " + (r.src / rel).string() + " -o " + obj, r.src));
+    link += " " + obj;
+  }
+  // The harness and common archives of the grader's build, copied into the build folder.
+  link += " grader-libs/harness.a grader-libs/common.a -pthread -o " + m.test_binary;
+  r.steps.push_back(parse_build_step(link, r.src));
+  r.programs[m.test_binary] = m.test_binary;
+  return r;
+}
+
+BuildRecipe ninja_recipe(const fs::path& src, const fs::path& build_dir, const TestPrograms& programs) {
+  BuildRecipe r;
+  r.src = fs::absolute(src).lexically_normal();
+  r.build = fs::absolute(build_dir).lexically_normal();
+  std::set<std::string> seen;
+  for (const auto& [name, bin] : programs.built) {
+    r.programs[name] = fs::relative(bin, r.build).generic_string();
+    std::string cmd = which("ninja") + " -C '" + r.build.string() + "' -t commands '" + name + "'";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    MLS_CHECK(p, "ninja_recipe: cannot run '", cmd, "'");
+    std::string out;
+    char buf[65536];
+    for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, k);
+    int rc = ::pclose(p);
+    MLS_CHECK(rc == 0, "ninja_recipe: '", cmd, "' failed (status ", rc, ")");
+    for (const auto& l : split(out, '\n'))
+      if (!l.empty() && seen.insert(l).second) r.steps.push_back(parse_build_step(l, r.src));
+  }
+  return r;
+}
+
+nlohmann::json recipe_to_json(const BuildRecipe& r) {
+  nlohmann::json j;
+  j["src"] = r.src.string();
+  j["build"] = r.build.string();
+  j["programs"] = r.programs;
+  j["lines"] = nlohmann::json::array();
+  for (const auto& s : r.steps) j["lines"].push_back(s.line);
+  return j;
+}
+
+BuildRecipe recipe_from_json(const nlohmann::json& j) {
+  BuildRecipe r;
+  r.src = j.at("src").get<std::string>();
+  r.build = j.at("build").get<std::string>();
+  r.programs = j.at("programs").get<std::map<std::string, std::string>>();
+  for (const auto& l : j.at("lines")) r.steps.push_back(parse_build_step(l.get<std::string>(), r.src));
+  return r;
+}
+
+namespace {
+
+/// Hands every entry of the build folder to the sandbox uid (files the grader copied there).
+void hand_over(const fs::path& dir, const std::shared_ptr<SandboxUid>& uid) {
+  if (!uid) return;
+  [[maybe_unused]] int rc = ::lchown(dir.c_str(), uid->uid, uid->uid);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) rc = ::lchown(e.path().c_str(), uid->uid, uid->uid);
+}
+
+/// The line as this build runs it: the recipe's tree named as `tree`, no compiler launcher
+/// (ccache: a submission's build never shares a cache).
+std::string replay_line(const BuildStep& s, const BuildRecipe& r, const fs::path& tree) {
+  std::string line = replace_all(s.line, r.src.string() + "/", tree.string() + "/");
+  auto w = words(line);
+  if (!w.empty() && fs::path(w[0]).filename() == "ccache") line = line.substr(line.find(w[0]) + w[0].size());
+  return line;
+}
+
+/// What a step is called in the build log.
+std::string step_title(const BuildStep& s) {
+  if (s.kind == BuildStep::Kind::Compile) return "c++ -c " + (s.source.empty() ? s.output : s.source);
+  return std::string(s.kind == BuildStep::Kind::Archive ? "ar " : "c++ -o ") + s.output;
+}
+
+std::string ninja_escape(const std::string& v, bool path) {
+  std::string out;
+  for (char c : v) {
+    if (c == '$' || (path && (c == ' ' || c == ':'))) out += '$';
+    out += c;
+  }
+  return out;
+}
+
+/// The steps a build replays: the compile steps of `sources` (every one when null), then every
+/// archive and link step that reads what they make or makes a test program, in order.
+std::vector<const BuildStep*> replay_plan(const BuildRecipe& r, const std::set<std::string>* sources,
+                                          const std::set<std::string>& wanted, std::set<std::string>& made) {
+  std::vector<const BuildStep*> plan;
+  for (const auto& s : r.steps)
+    if (s.kind == BuildStep::Kind::Compile && (!sources || sources->count(s.source))) {
+      plan.push_back(&s);
+      made.insert(s.output);
+    }
+  std::set<std::string> programs, unwanted;
+  for (const auto& [name, rel] : r.programs) (wanted.count(name) ? programs : unwanted).insert(rel);
+  for (const auto& s : r.steps) {
+    if (s.kind != BuildStep::Kind::Archive && s.kind != BuildStep::Kind::Link) continue;
+    if (unwanted.count(s.output)) continue;
+    bool reads_made = std::any_of(s.inputs.begin(), s.inputs.end(), [&](const std::string& x) { return made.count(x) > 0; });
+    if (!reads_made && !programs.count(s.output)) continue;
+    plan.push_back(&s);
+    made.insert(s.output);
+  }
+  return plan;
+}
+
+/// The plan as a Ninja file: Ninja runs it in one sandboxed step (compiles in parallel, every
+/// compile error reported, output folders made).
+std::string replay_ninja(const BuildRecipe& r, const std::vector<const BuildStep*>& plan, const std::set<std::string>& made,
+                         const fs::path& tree) {
+  std::string n = "rule run\n  command = $cmd\n  description = $desc\n";
+  for (const BuildStep* s : plan) {
+    n += "build " + ninja_escape(s->output, true) + ": run";
+    for (const auto& x : s->inputs)
+      if (made.count(x)) n += " " + ninja_escape(x, true);
+    n += "\n  cmd = " + ninja_escape(replay_line(*s, r, tree), false) + "\n  desc = " + ninja_escape(step_title(*s), false) + "\n";
+  }
+  return n;
+}
+
+/// Builds the replay plan of `sources` (see replay_plan) in the environment's build folder: the
+/// inputs it does not make are copied from the recipe's build folder, then one sandboxed Ninja
+/// run does the rest. Returns the test programs.
+TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, const std::set<std::string>& wanted,
+                    const StepEnv& env, double wall_s, BuildResult& b) {
+  std::set<std::string> made;
+  auto plan = replay_plan(r, sources, wanted, made);
+  std::error_code ec;
+  const bool same_folder = fs::equivalent(r.build, env.build_dir, ec);
+  for (const BuildStep* s : plan)
+    for (const auto& x : s->inputs) {
+      if (made.count(x) || same_folder) continue;
+      fs::create_directories((env.build_dir / x).parent_path());
+      fs::copy_file(r.build / x, env.build_dir / x, fs::copy_options::overwrite_existing);
+    }
+  write_file_atomic(env.build_dir / "replay.ninja", replay_ninja(r, plan, made, env.tree));
+  hand_over(env.build_dir, env.uid);
+  step(b, run_tool({which("ninja"), "-k", "0", "-j", std::to_string(env.jobs), "-f", "replay.ninja"}, env.build_dir, wall_s, env),
+       "ninja (the replayed steps)");
+  TestPrograms out;
+  for (const auto& [name, rel] : r.programs) {
+    if (!wanted.count(name)) continue;
+    if (fs::exists(env.build_dir / rel)) out.built[name] = env.build_dir / rel;
+    else out.failed[name] = "the test program " + name + " did not build:\n" + summarize_build_log(b.log, 3000);
+  }
+  return out;
+}
+
+/// A build's time: its limit (the options' and the manifest's) and what is left of it.
+struct Budget {
+  Clock::time_point t0 = Clock::now();
+  double total;
+  Budget(const Manifest& m, const BuildOptions& opt) : total(std::min(opt.time_limit_s, m.build_time_limit_s)) {}
+  double left() const { return std::max(5.0, total - since(t0)); }
+};
+
+/// The environment of a build's steps: sandboxed for a grading copy (one reserved uid owning the
+/// build folder), trusted for the instructor's own trees.
+std::optional<StepEnv> step_env(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt,
+                                double budget, BuildResult& b) {
+  fs::create_directories(build_dir);
+  StepEnv env;
+  env.sandbox = !fs::equivalent(tree, opt.root) && !opt.trusted;
+  env.tree = fs::absolute(tree).lexically_normal();
+  env.build_dir = fs::absolute(build_dir).lexically_normal();
+  env.memory_mb = m.build_memory_limit_mb;
+  env.cpu_s = budget;
+  env.jobs = std::max(1, opt.jobs);
+  env.hide = opt.hide;
+  env.hide.push_back(opt.root);
+  if (!env.sandbox) return env;
+  try {
+    env.uid = opt.build_uid ? opt.build_uid : reserve_sandbox_uid();
+  } catch (const std::exception& e) {
+    b.log += std::string("[") + e.what() + "]\n";
+    return std::nullopt;
+  }
+  if (env.uid && ::chown(build_dir.c_str(), env.uid->uid, env.uid->uid) != 0) {
+    b.log += "[cannot hand the build folder to the sandbox uid]\n";
+    return std::nullopt;
+  }
+  return env;
+}
+
+/// At the uid level, nothing the build's uid left in the shared temporary folders survives it.
+struct Sweep {
+  const StepEnv& env;
+  ~Sweep() {
+    if (env.uid && isolation().level == Isolation::Uid) sweep_uid(env.uid->uid);
+  }
+};
+
+std::string cmake_list(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ";") + x;
+  return s;
+}
+
+/// Configures a CMake build of `tree` (labs up to m.lab) or, in the checkout, of its preset.
+bool configure(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt, StepEnv& env,
+               double wall_s, BuildResult& b) {
+  std::string cmake = which("cmake");
+  if (fs::equivalent(tree, opt.root)) {
+    if (fs::exists(build_dir / "CMakeCache.txt")) return true;
+    return step(b, run_tool({cmake, "--preset", opt.preset}, tree, wall_s, env), "cmake --preset " + opt.preset);
+  }
+  std::vector<std::string> parts;
+  for (const auto& e : fs::directory_iterator(tree)) {
+    int n = lab_number_of_dir(e.path().filename().string());
+    if (n >= 0 && n <= m.lab && fs::exists(e.path() / "CMakeLists.txt")) parts.push_back(e.path().filename().string());
+  }
+  std::sort(parts.begin(), parts.end());
+  std::vector<std::string> argv = {cmake, "-S", env.tree.string(), "-B", env.build_dir.string(), "-G", "Ninja",
+                                   "-DCMAKE_BUILD_TYPE=Release", std::string("-DMLS_WERROR=") + (opt.werror ? "ON" : "OFF"),
+                                   std::string("-DMLS_BENCH=") + (opt.benchmarks ? "ON" : "OFF"), "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
+                                   "-DMLS_LABS=" + cmake_list(parts)};
+  // The trusted reference build may use the user's ccache (a student build never does).
+  if (opt.trusted && which("ccache") != "ccache") {
+    argv.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + which("ccache"));
+    argv.push_back("-DCMAKE_C_COMPILER_LAUNCHER=" + which("ccache"));
+    const char* home = std::getenv("HOME");
+    const char* dir = std::getenv("CCACHE_DIR");
+    if (dir && *dir) env.extra_env.push_back(std::string("CCACHE_DIR=") + dir);
+    else if (home && *home) env.extra_env.push_back(std::string("CCACHE_DIR=") + home + "/.cache/ccache");
+    env.extra_env.push_back("CCACHE_BASEDIR=" + env.tree.string());
+  }
+  return step(b, run_tool(argv, build_dir, wall_s, env), "cmake (configure)");
+}
+
+/// Builds the manifest's test programs with CMake: `test_binary` first, then each other one on
+/// its own (one the configuration does not define, or one that fails, leaves the others).
+void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const StepEnv& env, bool benchmarks,
+                         const std::function<double()>& left, BuildResult& b) {
+  std::string cmake = which("cmake");
+  std::vector<std::string> targets = m.test_binaries();
+  if (benchmarks)
+    for (const auto& bm : m.benchmarks)
+      if (std::find(targets.begin(), targets.end(), bm.binary) == targets.end()) targets.push_back(bm.binary);
+  for (const auto& target : targets) {
+    BuildResult one;
+    std::vector<std::string> a = {cmake, "--build", build_dir.string(), "--target", target, "-j", std::to_string(env.jobs)};
+    bool ok = step(one, run_tool(a, build_dir, left(), env), "cmake --build --target " + target);
+    fs::path bin = build_dir / m.dir / target;
+    if (ok && fs::exists(bin)) {
+      b.programs.built[target] = bin;
+    } else if (target != m.test_binary && (one.log.find("unknown target") != std::string::npos ||
+                                           one.log.find("No rule to make target") != std::string::npos)) {
+      b.programs.not_configured[target] = "the build configuration defines no target " + target +
+                                          " (e.g. CUDA was not found at configure time)";
+    } else {
+      b.programs.failed[target] = "the test program " + target + " did not build:\n" + summarize_build_log(one.log, 3000);
+    }
+    b.log += one.log;
+    if (target == m.test_binary && !b.programs.built.count(target)) return;
+  }
+}
+
+}  // namespace
+
+BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt) {
+  BuildResult b;
+  Budget budget(m, opt);
+  auto left = [&] { return budget.left(); };
+  auto env = step_env(m, tree, build_dir, opt, budget.total, b);
+  if (!env) return b;
+  Sweep sweep{*env};
+  if (m.build) {
+    // A fixture lab's direct build: its recipe, every step; the grader's harness and common
+    // archives are copied in (the sandbox cannot see the grader's build).
+    b.recipe = direct_recipe(m, tree);
+    b.recipe.build = env->build_dir;
+    fs::create_directories(env->build_dir / "grader-libs");
+    fs::copy_file(opt.harness_lib, env->build_dir / "grader-libs/harness.a", fs::copy_options::overwrite_existing);
+    fs::copy_file(opt.common_lib, env->build_dir / "grader-libs/common.a", fs::copy_options::overwrite_existing);
+    hand_over(env->build_dir, env->uid);
+    b.programs = replay(b.recipe, nullptr, {m.test_binary}, *env, left(), b);
+  } else if (configure(m, tree, build_dir, opt, *env, left(), b)) {
+    build_cmake_targets(m, build_dir, *env, opt.benchmarks, left, b);
+  }
+  b.ok = b.programs.built.count(m.test_binary) > 0;
+  if (b.ok) b.binary = b.programs.built.at(m.test_binary);
+  b.wall_s = since(budget.t0);
+  return b;
+}
+
+BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildRecipe& recipe,
+                             const BuildOptions& opt) {
+  BuildResult b;
+  Budget budget(m, opt);
+  auto env = step_env(m, tree, build_dir, opt, budget.total, b);
+  if (!env) return b;
+  Sweep sweep{*env};
+  std::set<std::string> student(m.student_files.begin(), m.student_files.end());
+  std::set<std::string> wanted;
+  for (const auto& t : m.test_binaries()) wanted.insert(t);
+  if (opt.benchmarks)
+    for (const auto& bm : m.benchmarks) wanted.insert(bm.binary);
+  b.programs = replay(recipe, &student, wanted, *env, budget.left(), b);
+  for (const auto& t : wanted)
+    if (!recipe.programs.count(t)) b.programs.not_configured[t] = "the reference build has no program " + t;
+  b.ok = b.programs.built.count(m.test_binary) > 0;
+  if (b.ok) b.binary = b.programs.built.at(m.test_binary);
+  b.wall_s = since(budget.t0);
+  return b;
+}
+
+}  // namespace mls::grader

@@ -1,0 +1,72 @@
+#pragma once
+/// What build.cpp, reference.cpp and grade.cpp share (not a public interface).
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mls/grader/grade.hpp"
+#include "mls/grader/result.hpp"
+#include "mls/grader/sandbox.hpp"
+
+namespace mls::grader::detail {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// How a build step runs: a grading copy's steps sandboxed (the tree read-only, the build folder
+/// writable), the instructor's own builds trusted.
+struct StepEnv {
+  bool sandbox = false;
+  std::shared_ptr<SandboxUid> uid;
+  fs::path tree, build_dir;
+  std::vector<fs::path> hide;    ///< never visible (the instructor's checkout, the submission)
+  double memory_mb = 4096, cpu_s = 900;
+  int jobs = 1;
+  std::vector<std::string> extra_env;  ///< trusted builds: ccache's settings
+};
+/// Runs one build command (sandboxed or trusted, see StepEnv) in `cwd`.
+SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env);
+/// The full path of a program in /usr/local/bin, /usr/bin or /bin (else the name).
+std::string which(const std::string& prog);
+/// Appends a step's output to the build log; true when it succeeded.
+bool step(BuildResult& b, const SandboxResult& r, const std::string& what);
+
+/// A result with every group NO_RESULT, saying why (the submission was rejected or did not build).
+LabResult zero_result(const Manifest& m, const std::string& why, double t);
+/// The head of a run's result: the lab, built, the isolation line.
+LabResult built_result(const Manifest& m);
+/// A fresh, secret, nonzero salt.
+std::uint64_t fresh_salt();
+
+/// Runs `n` tasks on up to `threads` threads.
+void for_each_parallel(std::size_t n, int threads, const std::function<void(std::size_t)>& task);
+
+/// One isolated run of one test case with the given salt: its outcome (the student process's
+/// own view, `classify`) and what it wrote on the channel.
+struct CaseRun {
+  TestResult result;
+  ChannelReport channel;
+};
+/// At the uid level the test programs must be reachable by the sandbox uid wherever the
+/// checkout lives (e.g. under a mode-700 home): they run from copies in a temporary folder,
+/// removed with this object. The namespace levels expose each program, read-only, at its path.
+struct ReachablePrograms {
+  std::map<std::string, fs::path> built;
+  fs::path copies;
+  bool gpu_here = false, mpi_here = false;
+  std::map<std::string, bool> sanitized;  ///< per program: links a sanitizer runtime
+  explicit ReachablePrograms(const TestPrograms& p, const RunOptions& opt, const std::string& tag = "");
+  ReachablePrograms(const ReachablePrograms&) = delete;
+  ReachablePrograms& operator=(const ReachablePrograms&) = delete;
+  ~ReachablePrograms();
+  /// Runs `job` from its program, isolated, with `salt`.
+  CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt) const;
+};
+
+}  // namespace mls::grader::detail

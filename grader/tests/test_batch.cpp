@@ -1,0 +1,163 @@
+// A submission's build: the reference build's recipe replayed for the student files only, and a
+// batch in which no submission's build sees another's.
+#include <catch2/catch.hpp>
+
+#include "helpers.hpp"
+#include "mls/grader/report.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace mls::grader {
+
+TEST_CASE("build steps: compile, archive and link lines of a Ninja build are told apart", "[grader][build]") {
+  const std::string src = "/r/src";
+  BuildStep c = parse_build_step(
+      "/usr/bin/ccache /usr/bin/c++ -I/r/src/lab1/include -O3 -MD -MT a/x.cpp.o -MF a/x.cpp.o.d -o a/x.cpp.o -c "
+      "/r/src/lab1/src/x.cpp",
+      src);
+  CHECK(c.kind == BuildStep::Kind::Compile);
+  CHECK(c.source == "lab1/src/x.cpp");
+  CHECK(c.output == "a/x.cpp.o");
+  BuildStep outside = parse_build_step("/usr/bin/c++ -o gen.o -c /elsewhere/gen.cpp", src);
+  CHECK(outside.kind == BuildStep::Kind::Compile);
+  CHECK(outside.source.empty());
+  BuildStep a = parse_build_step(
+      ": && /usr/bin/cmake -E rm -f lab1/libt.a && /usr/bin/ar qc lab1/libt.a  a/x.cpp.o a/y.cpp.o && /usr/bin/ranlib lab1/libt.a && :",
+      src);
+  CHECK(a.kind == BuildStep::Kind::Archive);
+  CHECK(a.output == "lab1/libt.a");
+  CHECK(a.inputs == std::vector<std::string>{"a/x.cpp.o", "a/y.cpp.o"});
+  BuildStep l = parse_build_step(
+      ": && /usr/bin/c++ -O3 t/a.o t/b.o -o lab1/tests  -Wl,-rpath,/usr/lib common/libm.a  lab1/libt.a  /usr/lib/libopenblas.so && :",
+      src);
+  CHECK(l.kind == BuildStep::Kind::Link);
+  CHECK(l.output == "lab1/tests");
+  CHECK(l.inputs == std::vector<std::string>{"t/a.o", "t/b.o", "common/libm.a", "lab1/libt.a"});
+  CHECK(parse_build_step("/usr/bin/cmake -E echo hi", src).kind == BuildStep::Kind::Other);
+}
+
+TEST_CASE("build steps: a recipe survives its JSON form", "[grader][build]") {
+  Manifest m = testing::fixture_manifest();
+  BuildRecipe r = direct_recipe(m, testing::repo_root());
+  r.build = "/some/build";
+  BuildRecipe back = recipe_from_json(recipe_to_json(r));
+  CHECK(back.src == r.src);
+  CHECK(back.build == r.build);
+  CHECK(back.programs == r.programs);
+  REQUIRE(back.steps.size() == r.steps.size());
+  REQUIRE(r.steps.size() == m.build->sources.size() + 1);
+  for (std::size_t i = 0; i < r.steps.size(); ++i) {
+    CHECK(back.steps[i].line == r.steps[i].line);
+    CHECK(back.steps[i].kind == r.steps[i].kind);
+  }
+  CHECK(r.steps[0].source == m.student_files[0]);
+  CHECK(r.steps.back().kind == BuildStep::Kind::Link);
+  CHECK(r.steps.back().output == m.test_binary);
+}
+
+TEST_CASE("grade: a submission's build compiles only its student files and links the reference's objects",
+          "[grader][build]") {
+  Manifest m = testing::fixture_manifest();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  BuildResult ref = build_reference(m, go.build);
+  REQUIRE(ref.ok);
+  fs::path tree = tmp.dir / "src";
+  copy_reference_tree(testing::repo_root(), m, tree);
+  BuildResult b = build_submission(m, tree, tmp.dir / "build", ref.recipe, go.build);
+  INFO(b.log);
+  REQUIRE(b.ok);
+  CHECK_THAT(b.log, Catch::Contains("c++ -c " + m.student_files[0]));
+  CHECK_THAT(b.log, !Catch::Contains("c++ -c grader/tests/fixture_lab/tests/"));
+  // The test objects come from the reference build; the program is the submission's own.
+  CHECK(fs::exists(tmp.dir / "build/obj/grader/tests/fixture_lab/tests/test_fixture.cpp.o"));
+  CHECK(b.binary == tmp.dir / "build" / m.test_binary);
+  CHECK(fs::exists(b.binary));
+}
+
+TEST_CASE("grade --batch: each submission is built afresh, a broken one after a correct one scores 0", "[grader][build]") {
+  Manifest m = testing::fixture_manifest();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  go.reference = prepare_reference(m, go);
+  go.batch_tree = std::make_shared<BatchTree>();
+  go.batch_tree->dir = tmp.dir / "batch";
+  go.build.build_uid = reserve_sandbox_uid();
+  LabResult correct = grade_submission(m, testing::submission("correct"), go);
+  INFO(format_table(correct, m, false) << format_failures(correct) << correct.output);
+  CHECK(correct.score() == 10);
+  CHECK_THAT(correct.output, Catch::Contains("grading: build"));
+  LabResult broken = grade_submission(m, testing::submission("no_compile"), go);
+  CHECK_FALSE(broken.built);
+  CHECK(broken.score() == 0);
+  LabResult partial = grade_submission(m, testing::submission("partial"), go);
+  CHECK(partial.score() == 4);
+  // The stub of a file a submission lacks is back in the copy.
+  fs::path empty = tmp.dir / "empty";
+  fs::create_directories(empty);
+  LabResult none = grade_submission(m, empty, go);
+  CHECK(none.score() == 0);
+  CHECK(none.count(Outcome::NotImplemented) == 6);
+}
+
+namespace {
+
+/// The fixture lab with one benchmark whose check is the test case "mul small" (its program is
+/// the test program itself: no Google Benchmark report, so a checked figure fails to measure).
+Manifest fixture_with_benchmark() {
+  auto j = nlohmann::json::parse(read_file(testing::fixture_manifest_path()));
+  j["benchmarks"] = {{{"name", "mul_speed"}, {"binary", "fixture_tests"}, {"filter", "BM_Mul"}, {"metric", "ratio"},
+                      {"peer", "BM_Copy"}, {"check", "mul small"}}};
+  Manifest m = parse_manifest(j, "fixture with a benchmark");
+  m.path = testing::fixture_manifest_path();
+  return m;
+}
+
+/// The submission `name` (a folder of grader/tests/submissions) built against `ref`.
+TestPrograms build_sample(const Manifest& m, const std::string& name, const Reference& ref, const GradeOptions& go,
+                          const fs::path& dir) {
+  copy_reference_tree(testing::repo_root(), m, dir / "src");
+  fs::copy_file(testing::submission(name) / "student.cpp", dir / "src" / m.student_files[0],
+                fs::copy_options::overwrite_existing);
+  BuildResult b = build_submission(m, dir / "src", dir / "build", ref.build.recipe, go.build);
+  INFO(b.log);
+  REQUIRE(b.ok);
+  return b.programs;
+}
+
+}  // namespace
+
+TEST_CASE("grade --bench: a benchmark's check reruns its test on fresh inputs against the reference", "[grader][bench]") {
+  Manifest m = fixture_with_benchmark();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  auto ref = prepare_reference(m, go);
+  const Benchmark& bm = m.benchmarks[0];
+  CHECK(check_benchmark(m, build_sample(m, "correct", *ref, go, tmp.dir / "a"), *ref, bm, go.run).empty());
+  // partial's mul is wrong: no figure, and the reason names the check.
+  std::string why = check_benchmark(m, build_sample(m, "partial", *ref, go, tmp.dir / "b"), *ref, bm, go.run);
+  CHECK_THAT(why, Catch::Contains("mul small"));
+  Benchmark unknown = bm;
+  unknown.check = "no such test";
+  CHECK_THAT(check_benchmark(m, {}, *ref, unknown, go.run), Catch::Contains("is no test case of the reference"));
+}
+
+TEST_CASE("grade --bench: benchmarks run only when every test passes, and only checked figures count", "[grader][bench]") {
+  Manifest m = fixture_with_benchmark();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  go.bench = true;
+  go.bench_repetitions = 1;
+  go.reference = prepare_reference(m, go);
+  LabResult partial = grade_submission(m, testing::submission("partial"), go);
+  CHECK_THAT(partial.output, Catch::Contains("benchmarks: not run"));
+  CHECK(partial.leaderboard.empty());
+  LabResult correct = grade_submission(m, testing::submission("correct"), go);
+  INFO(correct.output);
+  CHECK(correct.score() == 10);
+  // The check agreed; the program is no Google Benchmark program, so there is no figure.
+  CHECK_THAT(correct.output, Catch::Contains("benchmark mul_speed: no figure: the benchmark program failed"));
+  CHECK(correct.leaderboard.empty());
+}
+
+}  // namespace mls::grader
