@@ -235,6 +235,7 @@ class Listener : public Catch::TestEventListenerBase {
 
   void testCaseEnded(const Catch::TestCaseStats& stats) override {
     TestEventListenerBase::testCaseEnded(stats);
+    mls::testing::flush_rank_observations();  // the simulated ranks' last ones, in rank order
     channel().running.clear();
     if (audit().on) {
       std::fprintf(stderr, "[observe] %d strong, %d weak: %s\n", audit().strong, audit().weak, stats.testInfo.name.c_str());

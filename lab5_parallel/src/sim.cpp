@@ -24,6 +24,7 @@
 
 #include "detail.hpp"
 #include "mls/common/error.hpp"
+#include "mls/common/parallel.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/parallel/comm.hpp"
 #include "mls/parallel/sim.hpp"
@@ -294,6 +295,7 @@ SimReport run_simulated(int n, const std::function<void(Communicator&)>& body, S
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
+      const ThreadRankScope as_rank(r);  // observations of tests, kept in rank order
       try {
         body(comms[r]);
         world->finish(r);

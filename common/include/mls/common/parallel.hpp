@@ -32,4 +32,25 @@ class ThreadCountGuard {
   int saved_;
 };
 
+/// The simulated rank the calling thread runs as (lab 5's `run_simulated` sets it on each rank's
+/// thread), -1 on every other thread. Test observations made on a rank's thread are kept per rank
+/// and recorded in rank order (mls/observe.hpp), so a graded stream does not depend on how the
+/// threads were scheduled.
+inline int& this_thread_rank() {
+  thread_local int rank = -1;
+  return rank;
+}
+
+/// RAII: the calling thread runs as simulated rank `r` for a scope.
+class ThreadRankScope {
+ public:
+  explicit ThreadRankScope(int r) : saved_(this_thread_rank()) { this_thread_rank() = r; }
+  ~ThreadRankScope() { this_thread_rank() = saved_; }
+  ThreadRankScope(const ThreadRankScope&) = delete;
+  ThreadRankScope& operator=(const ThreadRankScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace mls

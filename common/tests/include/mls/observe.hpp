@@ -20,11 +20,15 @@
 /// Record the produced value, never the test's expected value: `want` computed by the test's
 /// own oracle is the same in both builds and proves nothing.
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
+
+#include "mls/common/parallel.hpp"  // this_thread_rank
 
 namespace mls::testing {
 
@@ -59,9 +63,41 @@ inline ObservationSink& observation_sink() {
 /// True while observations are being recorded (graded mode).
 inline bool observing() { return observation_sink() != nullptr; }
 
+/// Observations made on simulated ranks' threads (lab 5's `run_simulated`), kept per rank until
+/// the test's own thread observes again or the test case ends: the threads run in any order, the
+/// stream must not.
+struct RankObservations {
+  std::mutex mutex;
+  std::map<int, std::vector<Observation>> by_rank;
+};
+inline RankObservations& rank_observations() {
+  static RankObservations r;
+  return r;
+}
+
+/// Records the ranks' kept observations, rank by rank, each rank's in its own order.
+inline void flush_rank_observations() {
+  std::map<int, std::vector<Observation>> kept;
+  {
+    std::lock_guard<std::mutex> lock(rank_observations().mutex);
+    kept.swap(rank_observations().by_rank);
+  }
+  if (ObservationSink s = observation_sink())
+    for (const auto& [rank, list] : kept)
+      for (const Observation& o : list) s(o);
+}
+
 /// Records a finished observation.
 inline void observe(Observation o) {
-  if (ObservationSink s = observation_sink()) s(o);
+  ObservationSink s = observation_sink();
+  if (s == nullptr) return;
+  if (const int rank = mls::this_thread_rank(); rank >= 0) {
+    std::lock_guard<std::mutex> lock(rank_observations().mutex);
+    rank_observations().by_rank[rank].push_back(std::move(o));
+    return;
+  }
+  flush_rank_observations();
+  s(o);
 }
 
 /// Records a floating-point value (exact unless `tol` says otherwise).
