@@ -9,19 +9,13 @@
 
 #include "mls/common/fastmath.hpp"
 #include "mls/kernels/cuda.hpp"
+#include "mls/testing.hpp"
 #include "reference.hpp"
 
 namespace cu = mls::kernels::cuda;
 using kernels_test::random_vec;
 
-#define REQUIRE_GPU()                                  \
-  do {                                                 \
-    std::string why_;                                  \
-    if (!cu::available(&why_)) {                       \
-      WARN("SKIPPED: no GPU (" << why_ << ")");        \
-      return;                                          \
-    }                                                  \
-  } while (0)
+#define REQUIRE_GPU() MLS_REQUIRE_GPU(cu::available)
 
 namespace {
 long check_sgemm(const std::string& name, int M, int N, int K, float alpha, float beta) {

@@ -11,14 +11,7 @@ using namespace mls;
 using namespace mls::parallel;
 using namespace mls::parallel::testing;
 
-#define REQUIRE_GPU()                           \
-  do {                                          \
-    std::string why_;                           \
-    if (!nccl_gpu_available(&why_)) {           \
-      WARN("SKIPPED: no GPU (" << why_ << ")"); \
-      return;                                   \
-    }                                           \
-  } while (0)
+#define REQUIRE_GPU() MLS_REQUIRE_GPU(nccl_gpu_available)
 
 TEST_CASE("nccl: world size 1, our algorithms and ncclAllReduce agree", "[lab5][gpu][nccl]") {
   REQUIRE_GPU();

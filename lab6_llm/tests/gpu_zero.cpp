@@ -18,14 +18,7 @@ using namespace mls::llm;
 using mls::testing::observe;
 using mls::testing::require_error;
 
-#define REQUIRE_GPU()                                      \
-  do {                                                     \
-    std::string why_;                                      \
-    if (!parallel::nccl_gpu_available(&why_)) {            \
-      WARN("SKIPPED: no GPU (" << why_ << ")");            \
-      return;                                              \
-    }                                                      \
-  } while (0)
+#define REQUIRE_GPU() MLS_REQUIRE_GPU(parallel::nccl_gpu_available)
 
 namespace {
 ZeroRunOptions opts(int stage, const std::string& remat) {

@@ -41,3 +41,15 @@ void require_error(F&& f, const std::string& needle) {
 }
 
 }  // namespace mls::testing
+
+/// Ends a GPU test early, loudly, where there is no GPU: `available(&why)` is the lab's check
+/// (`cu::available`, `nccl_gpu_available`, ...). CTest's skip regex reads "SKIPPED: no GPU" and
+/// reports the test as skipped; the grader leaves it out.
+#define MLS_REQUIRE_GPU(available)                \
+  do {                                            \
+    std::string why_;                             \
+    if (!(available)(&why_)) {                    \
+      WARN("SKIPPED: no GPU (" << why_ << ")");   \
+      return;                                     \
+    }                                             \
+  } while (0)
