@@ -399,14 +399,7 @@ fs::path grading_copy(const Manifest& m, const GradeOptions& opt, const IntakeRe
 std::shared_ptr<const Reference> reference_of(const Manifest& m, const GradeOptions& opt) {
   if (opt.reference) return opt.reference;
   if (opt.differential) return prepare_reference(m, opt);
-  auto ref = std::make_shared<Reference>();
-  BuildOptions bo = opt.build;
-  bo.benchmarks = bo.benchmarks || opt.bench;  // grade --bench links the benchmark programs too
-  ref->build = build_reference(m, bo);
-  if (!ref->build.ok)
-    mls::fail("the reference build of lab ", m.lab, " failed (a grader or course problem, not the submission's):\n",
-              summarize_build_log(ref->build.log));
-  return ref;
+  return built_reference(m, opt);
 }
 
 /// Nothing the student sees names the instructor's folders: the grading copy's paths become

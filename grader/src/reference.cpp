@@ -117,8 +117,7 @@ BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
   return b;
 }
 
-std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt) {
-  auto t0 = Clock::now();
+std::shared_ptr<Reference> built_reference(const Manifest& m, const GradeOptions& opt) {
   auto ref = std::make_shared<Reference>();
   BuildOptions bo = opt.build;
   bo.benchmarks = bo.benchmarks || opt.bench;  // grade --bench links the benchmark programs too
@@ -126,6 +125,12 @@ std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptio
   if (!ref->build.ok)
     mls::fail("the reference build of lab ", m.lab, " failed (a grader or course problem, not the submission's):\n",
               summarize_build_log(ref->build.log));
+  return ref;
+}
+
+std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt) {
+  auto t0 = Clock::now();
+  std::shared_ptr<Reference> ref = built_reference(m, opt);
   ref->salt = opt.salt ? opt.salt : fresh_salt();
   RunOptions ro = opt.run;
   ro.filter.clear();
