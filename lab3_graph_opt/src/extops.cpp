@@ -4,11 +4,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "mls/common/alloc.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/graph_opt/ir.hpp"
 #include "mls/tensor/scalar.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+// The register evaluator passes 64-byte vectors between inlined helpers of this file only (no
+// ABI to keep), also in the baseline clone of the multiversioned loops.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace mls::graph_opt {
 
@@ -171,6 +180,266 @@ void eval_block(const std::vector<Instr>& prog, std::size_t n_in, const std::vec
   if (stream) stream_copy(out, dst, static_cast<std::size_t>(n) * sizeof(T), /*fence=*/false);
 }
 
+// ---- register tiles ------------------------------------------------------------------------------
+// The block evaluator above runs one instruction over a whole block before the next, so every
+// instruction stores its block to L1 and the next one loads it back: a 6-op chain spends more
+// time in those stores than the memory needs to deliver its input, and the next block's loads
+// wait behind them. The register evaluator runs the whole program over one tile of
+// kTileVecs vectors (64 floats) at a time, keeping the running value (the result of the last
+// instruction) in registers: an input is loaded once per tile, the result stored once, and only
+// values that a later instruction reads again (not the next one) are saved to a tile in L1.
+// Add, sub, mul, div, maximum, minimum, neg, abs and relu run on the vectors (the same
+// expressions as lab 1's scalar functions); every other op goes through the block loops of
+// `run_unary` / `run_binary` on the tile, so the numerics are lab 1's in both evaluators.
+
+/// 64-byte vectors (GCC/Clang vector extension): one AVX-512 register, two AVX2 ones.
+template <class T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(64)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(64)));
+};
+template <class T>
+using Vec = typename VecOf<T>::type;
+constexpr int kTileVecs = 4;
+template <class T>
+constexpr std::int64_t kTile = kTileVecs * static_cast<std::int64_t>(sizeof(Vec<T>) / sizeof(T));
+
+/// The ops the register evaluator computes on vectors; kOther: through lab 1's block loops.
+enum class VecOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kNeg, kAbs, kRelu, kOther };
+
+/// One instruction of the register evaluator: operand a (and b) is the running value (`*_acc`)
+/// or memory operand `*_mem` (a dense input, one value repeated over a tile, or a saved result);
+/// `save` >= 0: the result is also stored to memory operand `save` for a later instruction.
+struct RegInstr {
+  VecOp vop;
+  bool a_acc, b_acc, unary;
+  int a_mem, b_mem, save;
+  const Instr* instr;  // for kOther
+};
+/// Memory operand: element j of the tile starting at s is base[(s + j) * step] (step 1 or 0).
+template <class T>
+struct MemOperand {
+  const T* base;
+  std::int64_t step;
+};
+
+VecOp vec_op(const Instr& k) {
+  if (k.unary) {
+    switch (*k.unary) {
+      case UnaryOp::Neg: return VecOp::kNeg;
+      case UnaryOp::Abs: return VecOp::kAbs;
+      case UnaryOp::Relu: return VecOp::kRelu;
+      default: return VecOp::kOther;
+    }
+  }
+  switch (k.binary) {
+    case BinaryOp::Add: return VecOp::kAdd;
+    case BinaryOp::Sub: return VecOp::kSub;
+    case BinaryOp::Mul: return VecOp::kMul;
+    case BinaryOp::Div: return VecOp::kDiv;
+    case BinaryOp::Maximum: return VecOp::kMax;
+    case BinaryOp::Minimum: return VecOp::kMin;
+    default: return VecOp::kOther;
+  }
+}
+
+/// A fused program compiled for the register evaluator: memory operands 0..n_in-1 are the
+/// inputs, then one per saved result (`n_saved` tiles of scratch).
+struct RegProgram {
+  std::vector<RegInstr> code;
+  std::size_t n_in = 0, n_saved = 0;
+};
+RegProgram compile_registers(const std::vector<Instr>& prog, std::size_t n_in) {
+  RegProgram rp;
+  rp.n_in = n_in;
+  // Slot of each value: inputs, then results; a result read by any instruction but the next
+  // one (or read twice by the next) gets a saved tile.
+  const std::size_t n = prog.size();
+  std::vector<int> saved(n, -1);
+  for (std::size_t k = 0; k < n; ++k) {
+    for (int slot : {prog[k].a, prog[k].b}) {
+      if (slot < static_cast<int>(n_in)) continue;
+      const auto j = static_cast<std::size_t>(slot) - n_in;  // result of instruction j
+      if (j + 1 != k && saved[j] < 0) saved[j] = static_cast<int>(n_in + rp.n_saved++);
+    }
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    const Instr& in = prog[k];
+    RegInstr r{vec_op(in), false, false, in.unary.has_value(), -1, -1, saved[k], &in};
+    auto operand = [&](int slot, bool& acc, int& mem) {
+      if (slot < 0) return;
+      if (slot < static_cast<int>(n_in)) {
+        mem = slot;
+        return;
+      }
+      const auto j = static_cast<std::size_t>(slot) - n_in;
+      if (j + 1 == k) acc = true;
+      else mem = saved[j];
+    };
+    operand(in.a, r.a_acc, r.a_mem);
+    operand(in.b, r.b_acc, r.b_mem);
+    rp.code.push_back(r);
+  }
+  return rp;
+}
+
+/// A tile of kTileVecs (4) vectors as separate members, so that the compiler keeps a running
+/// value in registers (an array indexed in loops would live on the stack).
+template <class T>
+struct Tile {
+  Vec<T> v0, v1, v2, v3;
+};
+template <class T>
+inline Tile<T> load_tile(const T* p) {
+  constexpr std::size_t L = sizeof(Vec<T>) / sizeof(T);
+  Tile<T> t;
+  std::memcpy(&t.v0, p, sizeof(Vec<T>));
+  std::memcpy(&t.v1, p + L, sizeof(Vec<T>));
+  std::memcpy(&t.v2, p + 2 * L, sizeof(Vec<T>));
+  std::memcpy(&t.v3, p + 3 * L, sizeof(Vec<T>));
+  return t;
+}
+template <class T>
+inline void store_tile(T* p, const Tile<T>& t) {
+  constexpr std::size_t L = sizeof(Vec<T>) / sizeof(T);
+  std::memcpy(p, &t.v0, sizeof(Vec<T>));
+  std::memcpy(p + L, &t.v1, sizeof(Vec<T>));
+  std::memcpy(p + 2 * L, &t.v2, sizeof(Vec<T>));
+  std::memcpy(p + 3 * L, &t.v3, sizeof(Vec<T>));
+}
+/// f applied to each vector of the tiles.
+template <class T, class F>
+inline Tile<T> map_tile(const Tile<T>& a, const Tile<T>& b, F f) {
+  return {f(a.v0, b.v0), f(a.v1, b.v1), f(a.v2, b.v2), f(a.v3, b.v3)};
+}
+
+/// Runs the compiled program over the tiles of [s0, s0 + n) (n a multiple of kTile<T>),
+/// writing element s0 + j of the result to out[j]. `mem` holds n_in + n_saved operands; the
+/// saved ones point at tiles of scratch (step 0).
+template <class T, class Store>
+inline void run_registers(const RegInstr* code, std::size_t n_code, const MemOperand<T>* mem, std::int64_t s0,
+                          std::int64_t n, T* out) {
+  using V = Vec<T>;
+  constexpr std::int64_t W = kTile<T>;
+  for (std::int64_t t = 0; t < n; t += W) {
+    Tile<T> acc{};
+    for (std::size_t k = 0; k < n_code; ++k) {
+      const RegInstr& r = code[k];
+      const Tile<T> a = r.a_acc ? acc : load_tile(mem[r.a_mem].base + (s0 + t) * mem[r.a_mem].step);
+      const Tile<T> b = r.unary || r.b_acc ? acc : load_tile(mem[r.b_mem].base + (s0 + t) * mem[r.b_mem].step);
+      switch (r.vop) {
+        case VecOp::kAdd: acc = map_tile(a, b, [](V x, V y) { return x + y; }); break;
+        case VecOp::kSub: acc = map_tile(a, b, [](V x, V y) { return x - y; }); break;
+        case VecOp::kMul: acc = map_tile(a, b, [](V x, V y) { return x * y; }); break;
+        case VecOp::kDiv: acc = map_tile(a, b, [](V x, V y) { return x / y; }); break;
+        case VecOp::kMax:  // scalar::binary<Maximum>: (a != a || a > b) ? a : b
+          acc = map_tile(a, b, [](V x, V y) { return ((x != x) | (x > y)) ? x : y; });
+          break;
+        case VecOp::kMin: acc = map_tile(a, b, [](V x, V y) { return ((x != x) | (x < y)) ? x : y; }); break;
+        case VecOp::kNeg: acc = map_tile(a, a, [](V x, V) { return -x; }); break;
+        case VecOp::kAbs:  // fabs: -x below zero, +0 for -0
+          acc = map_tile(a, a, [](V x, V) { return x < V{} ? -x : (x == V{} ? V{} : x); });
+          break;
+        case VecOp::kRelu: acc = map_tile(a, a, [](V x, V) { return x > V{} ? x : V{}; }); break;  // scalar::relu
+        case VecOp::kOther: {
+          alignas(64) T ta[W], tb[W], to[W];
+          store_tile(ta, a);
+          if (r.unary) {
+            run_unary<T>(*r.instr->unary, ta, false, to, W);
+          } else {
+            store_tile(tb, b);
+            run_binary<T>(r.instr->binary, ta, false, tb, false, to, W);
+          }
+          acc = load_tile<T>(to);
+          break;
+        }
+      }
+      if (r.save >= 0) store_tile(const_cast<T*>(mem[r.save].base), acc);
+    }
+    Store::store(out + t, acc);
+  }
+}
+
+/// How the register evaluator stores its results: plain stores (a result that stays in cache
+/// for its consumer), or non-temporal ones of whole 64-byte lines (a big result: no
+/// read-for-ownership of its lines, `out` 64-byte aligned; `stream_fence` after the last).
+struct PlainStore {
+  template <class T>
+  static void store(T* p, const Tile<T>& t) {
+    store_tile(p, t);
+  }
+};
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MLS_FUSED_DISPATCH 1
+struct StreamStore512 {
+  template <class T>
+  __attribute__((target("avx512f"))) static void store(T* p, const Tile<T>& t) {
+    for (int u = 0; u < kTileVecs; ++u) {
+      const Vec<T>& v = u == 0 ? t.v0 : u == 1 ? t.v1 : u == 2 ? t.v2 : t.v3;
+      if constexpr (std::is_same_v<T, float>) _mm512_stream_ps(p + 16 * u, reinterpret_cast<const __m512&>(v));
+      else _mm512_stream_pd(p + 8 * u, reinterpret_cast<const __m512d&>(v));
+    }
+  }
+};
+struct StreamStore256 {
+  template <class T>
+  __attribute__((target("avx2"))) static void store(T* p, const Tile<T>& t) {
+    constexpr int L = static_cast<int>(32 / sizeof(T));  // per 256-bit half
+    alignas(64) T buf[kTile<T>];
+    store_tile(buf, t);
+    for (int h = 0; h < 2 * kTileVecs; ++h) {
+      if constexpr (std::is_same_v<T, float>) _mm256_stream_ps(p + L * h, _mm256_load_ps(buf + L * h));
+      else _mm256_stream_pd(p + L * h, _mm256_load_pd(buf + L * h));
+    }
+  }
+};
+template <class T>
+__attribute__((target("avx512f"), flatten)) void run_registers_avx512(const RegInstr* code, std::size_t n_code,
+                                                                      const MemOperand<T>* mem, std::int64_t s0,
+                                                                      std::int64_t n, T* out, bool stream) {
+  if (stream) run_registers<T, StreamStore512>(code, n_code, mem, s0, n, out);
+  else run_registers<T, PlainStore>(code, n_code, mem, s0, n, out);
+}
+template <class T>
+__attribute__((target("avx2"), flatten)) void run_registers_avx2(const RegInstr* code, std::size_t n_code,
+                                                                 const MemOperand<T>* mem, std::int64_t s0,
+                                                                 std::int64_t n, T* out, bool stream) {
+  if (stream) run_registers<T, StreamStore256>(code, n_code, mem, s0, n, out);
+  else run_registers<T, PlainStore>(code, n_code, mem, s0, n, out);
+}
+#endif
+template <class T>
+__attribute__((flatten)) void run_registers_baseline(const RegInstr* code, std::size_t n_code,
+                                                     const MemOperand<T>* mem, std::int64_t s0, std::int64_t n,
+                                                     T* out) {
+  run_registers<T, PlainStore>(code, n_code, mem, s0, n, out);
+}
+
+/// The register evaluator compiled for AVX-512, AVX2 or the baseline, the best this CPU runs.
+/// Returns false where it cannot stream (the caller stages the block and streams it out).
+template <class T>
+bool run_registers_best(const RegInstr* code, std::size_t n_code, const MemOperand<T>* mem, std::int64_t s0,
+                        std::int64_t n, T* out, bool stream) {
+#ifdef MLS_FUSED_DISPATCH
+  static const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  if (avx512) {
+    run_registers_avx512<T>(code, n_code, mem, s0, n, out, stream);
+    return true;
+  }
+  if (avx2) {
+    run_registers_avx2<T>(code, n_code, mem, s0, n, out, stream);
+    return true;
+  }
+#endif
+  run_registers_baseline<T>(code, n_code, mem, s0, n, out);
+  return !stream;
+}
+
 /// Results of this many elements and more are written with non-temporal stores, and their
 /// dense inputs are prefetched kPrefetch elements ahead.
 constexpr std::int64_t kStreamFrom = 1 << 20;
@@ -201,12 +470,35 @@ Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DT
       base[i] = x[i].data<T>();
     }
     const bool big = numel >= kStreamFrom;
+    const bool stream_direct = big && reinterpret_cast<std::uintptr_t>(o) % 64 == 0;
+    const RegProgram rp = compile_registers(prog, x.size());
+    // One value repeated over a tile, for the register evaluator's inputs of one element.
+    std::vector<Vec<T>> splats(x.size() * kTileVecs);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (step[i] == 0)
+        for (int u = 0; u < kTileVecs; ++u) splats[i * kTileVecs + static_cast<std::size_t>(u)] = Vec<T>{} + base[i][0];
     parallel_for(0, (numel + kBlock - 1) / kBlock, 64, [&](std::int64_t b0, std::int64_t b1) {
       std::vector<T> scratch;
       std::vector<const T*> ptr(x.size());
       const std::vector<std::int64_t>& stride = step;
+      std::vector<Vec<T>> saved((rp.n_saved + kBlock / kTile<T>) * kTileVecs);  // saved tiles, then staging
+      T* const staging = reinterpret_cast<T*>(saved.data() + rp.n_saved * kTileVecs);
+      std::vector<MemOperand<T>> mem(rp.n_in + rp.n_saved);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        mem[i] = step[i] ? MemOperand<T>{base[i], 1} : MemOperand<T>{reinterpret_cast<const T*>(&splats[i * kTileVecs]), 0};
+      for (std::size_t k = 0; k < rp.n_saved; ++k)
+        mem[rp.n_in + k] = MemOperand<T>{reinterpret_cast<const T*>(&saved[k * kTileVecs]), 0};
       for (std::int64_t b = b0; b < b1; ++b) {
         const std::int64_t s = b * kBlock, n = std::min(kBlock, numel - s);
+        if (n == kBlock) {
+          // Whole blocks: the register evaluator (streaming its results where it can, else
+          // through an L1 staging block).
+          if (!run_registers_best<T>(rp.code.data(), rp.code.size(), mem.data(), s, n, o + s, stream_direct)) {
+            run_registers_best<T>(rp.code.data(), rp.code.size(), mem.data(), s, n, staging, false);
+            stream_copy(o + s, staging, static_cast<std::size_t>(n) * sizeof(T), /*fence=*/false);
+          }
+          continue;
+        }
         for (std::size_t i = 0; i < x.size(); ++i) ptr[i] = base[i] + (stride[i] ? s : 0);
         eval_block<T>(prog, x.size(), ptr, stride, o + s, n, scratch, big,
                       big && s + kPrefetch + kBlock <= numel ? kPrefetch : 0);
