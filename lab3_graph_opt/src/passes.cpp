@@ -188,7 +188,8 @@ int algebraic_simplification(Program& p) {
 
 // ---- conv + batch norm, two convs -------------------------------------------------------------------
 namespace {
-/// conv2d(x, W2) + B2 for batch_norm(conv2d(x, W) + B) in inference mode (B undefined: zero).
+/// conv2d_bias(x, W2, B2) (lab 3's conv2d(x, W2) + B2 in one op) for batch_norm(conv2d(x, W) + B)
+/// in inference mode (B undefined: zero).
 [[maybe_unused]] Var fold_bn(Program& p, const Match& m, const Tensor& bias) {
   const Node& bn = *m.root;
   if (bn.attrs.i("training") != 0) return Var();
@@ -208,9 +209,11 @@ namespace {
     else return Var();
   }
   const Tensor w2 = (w.to(DType::Float64) * r.reshape({o, 1, 1, 1})).to(dt);  // W2 = W * R
-  const Tensor b2 = (b * r + pc).to(dt).reshape({1, o, 1, 1});                 // B2 = B * R + P
-  const Var y = autodiff::conv2d(m["x"], make_constant(p, w2, "W2"), conv.attrs.i("stride"), conv.attrs.i("pad"));
-  return y + make_constant(p, b2, "B2");
+  const Tensor b2 = (b * r + pc).to(dt);                                         // B2 = B * R + P
+  // One conv2d_bias node: the bias is added as the conv computes each output tile, not in a pass
+  // of its own over the conv's result.
+  return p.make(kConvBias, {m["x"], make_constant(p, w2, "W2"), make_constant(p, b2, "B2")},
+                autodiff::Attrs().set("stride", conv.attrs.i("stride")).set("pad", conv.attrs.i("pad")));
 }
 }  // namespace
 

@@ -84,7 +84,9 @@ TEST_CASE("conv + batch norm folding for inference (W2 = W*R, B2 = B*R + P)", "[
   auto [q, n] = apply_checked(p, fold_conv_batchnorm);
   CHECK(n == 2);
   CHECK(count_op(q, Op::BatchNorm) == 0);
-  CHECK(count_op(q, Op::Conv2d) == 4);
+  CHECK(count_op(q, Op::Conv2d) == 2);    // the two side convs
+  CHECK(count_op(q, kConvBias) == 2);     // conv1 + B1 + BN and conv2 + BN, each one conv2d_bias
+  MLS_OBSERVE(count_op(q, kConvBias));
   // The slides' formulas on one channel: W2 = W*R, B2 = B*R + P with R = gamma/sqrt(var+eps).
   Program s;
   const Var x = s.input("x", {1, 1, 3, 3});
@@ -94,11 +96,13 @@ TEST_CASE("conv + batch norm folding for inference (W2 = W*R, B2 = B*R + P)", "[
                           s.constant(Tensor::full({1}, 0.25)), s.constant(Tensor::full({1}, 4.0)), false, 0.1, 0.0));
   auto [t, k] = apply_checked(s, fold_conv_batchnorm);
   REQUIRE(k == 1);
-  const Node& add = *t.outputs[0].get();
-  REQUIRE(add.op == Op::Add);
+  const Node& conv = *t.outputs[0].get();
+  REQUIRE(conv.op == kConvBias);
   const double r = 3.0 / 2.0, pc = 0.5 - 0.25 * r;
-  CHECK(add.inputs[0]->inputs[1]->value.item() == Approx(2.0 * r));      // W2
-  CHECK(add.inputs[1]->value.item() == Approx(1.0 * r + pc));            // B2
+  MLS_OBSERVE(conv.inputs[1]->value.item());
+  MLS_OBSERVE(conv.inputs[2]->value.item());
+  CHECK(conv.inputs[1]->value.item() == Approx(2.0 * r));      // W2
+  CHECK(conv.inputs[2]->value.item() == Approx(1.0 * r + pc));  // B2
 }
 
 TEST_CASE("training-mode batch norm and non-constant weights are not folded", "[lab3][passes]") {

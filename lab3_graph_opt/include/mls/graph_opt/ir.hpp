@@ -42,6 +42,12 @@ extern const Op kFusedElementwise;
 /// broadcasts to the output's last dim. The transposes are views and the epilogue runs in one
 /// pass over the product, so no intermediate tensor is materialised. Registered by lab 3.
 extern const Op kGemm;
+/// conv2d(x, w, stride, pad) + bias: inputs x [N, C, H, W], w [O, C, kh, kw] and a bias of O
+/// values (any shape, e.g. [O] or [1, O, 1, 1]); attributes stride, pad. The bias is added as
+/// each output tile is computed (float32: im2col packed straight into the GEMM panels), so
+/// neither the columns nor the unbiased result are materialised. Registered by lab 3; conv+BN
+/// folding makes it.
+extern const Op kConvBias;
 
 /// A graph with its inputs and outputs. Owns the graph (which is neither copyable nor movable,
 /// so it sits behind a unique_ptr and the Program itself moves).

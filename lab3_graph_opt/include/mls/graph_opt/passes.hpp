@@ -31,7 +31,8 @@ std::vector<Rule> algebraic_rules();
 /// Runs `algebraic_rules()` to a fixpoint. Returns how many rewrites.
 int algebraic_simplification(Program& p);
 /// Inference conv+BN folding (slides 001): batch_norm(conv2d(x, W) [+ B], gamma, beta, mean, var)
-/// with training=0 and constant W, B, gamma, beta, mean, var becomes conv2d(x, W2) + B2 with
+/// with training=0 and constant W, B, gamma, beta, mean, var becomes conv2d(x, W2) + B2 (one
+/// `kConvBias` node: the bias added as the conv computes each tile) with
 /// R = gamma / sqrt(var + eps), P = beta - mean * R, W2 = W * R (per output channel),
 /// B2 = B * R + P. Returns how many batch norms were folded.
 int fold_conv_batchnorm(Program& p);
