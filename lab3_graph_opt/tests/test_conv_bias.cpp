@@ -1,0 +1,132 @@
+// conv2d_bias, the op conv+BN folding leaves: against a naive convolution on random shapes
+// (both of its float32 paths: stride 1 from a padded image, other strides from packed panels;
+// channel counts and widths that leave partial register tiles), float64, bad inputs, and
+// random conv+BN graphs folded vs unfolded.
+#include "helpers.hpp"
+#include "mls/common/rng.hpp"
+
+using namespace graph_opt_test;
+
+namespace {
+
+/// out[n, o, y, x] = bias[o] + sum_{c,i,j} x[n, c, y*s - p + i, x*s - p + j] w[o, c, i, j], in double.
+std::vector<double> naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, std::int64_t s, std::int64_t p) {
+  const auto xv = x.to(DType::Float64).compact().to_vector<double>(), wv = w.to(DType::Float64).compact().to_vector<double>();
+  const auto bv = b.to(DType::Float64).compact().to_vector<double>();
+  const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+  const std::int64_t o = w.shape()[0], kh = w.shape()[2], kw = w.shape()[3];
+  const std::int64_t oh = (h + 2 * p - kh) / s + 1, ow = (wd + 2 * p - kw) / s + 1;
+  std::vector<double> out(static_cast<std::size_t>(n * o * oh * ow));
+  for (std::int64_t in = 0; in < n; ++in)
+    for (std::int64_t io = 0; io < o; ++io)
+      for (std::int64_t y = 0; y < oh; ++y)
+        for (std::int64_t xx = 0; xx < ow; ++xx) {
+          double acc = bv[static_cast<std::size_t>(io)];
+          for (std::int64_t ic = 0; ic < c; ++ic)
+            for (std::int64_t i = 0; i < kh; ++i)
+              for (std::int64_t j = 0; j < kw; ++j) {
+                const std::int64_t iy = y * s - p + i, ix = xx * s - p + j;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                acc += xv[static_cast<std::size_t>(((in * c + ic) * h + iy) * wd + ix)] *
+                       wv[static_cast<std::size_t>(((io * c + ic) * kh + i) * kw + j)];
+              }
+          out[static_cast<std::size_t>(((in * o + io) * oh + y) * ow + xx)] = acc;
+        }
+  return out;
+}
+
+struct ConvCase {
+  std::int64_t n, c, h, w, o, kh, kw, stride, pad;
+};
+
+}  // namespace
+
+TEST_CASE("conv2d_bias matches a naive convolution plus bias on random shapes", "[lab3][passes]") {
+  Rng rng(3, "lab3-conv-bias");
+  const std::vector<ConvCase> cases{
+      {2, 3, 8, 8, 4, 3, 3, 1, 1},     // fewer channels than a register tile, one partial pixel tile
+      {1, 5, 9, 37, 11, 3, 3, 1, 1},   // a row of 37: a whole tile and a partial one; 11 = 8 + 3 channels
+      {2, 4, 12, 70, 16, 5, 3, 1, 2},  // wide rows, a 5x3 kernel, pad 2
+      {1, 6, 7, 7, 9, 1, 1, 1, 0},     // 1x1
+      {2, 3, 11, 13, 10, 3, 3, 2, 1},  // stride 2: the packed-panel path, L = 42 pixels
+      {1, 4, 20, 30, 8, 3, 3, 3, 0},   // stride 3, no padding
+      {1, 2, 33, 33, 5, 2, 2, 2, 1},   // L = 17 * 17 = 289: several panels
+  };
+  for (const ConvCase& k : cases) {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      INFO("x [" << k.n << "," << k.c << "," << k.h << "," << k.w << "] w [" << k.o << "," << k.c << "," << k.kh << ","
+                 << k.kw << "] stride " << k.stride << " pad " << k.pad << " " << dt);
+      Program p;
+      const Var x = p.input("x", {k.n, k.c, k.h, k.w}, dt);
+      const Tensor w = Tensor::randn({k.o, k.c, k.kh, k.kw}, rng, 0.0, 0.5, dt), b = Tensor::randn({k.o}, rng, 0.0, 1.0, dt);
+      p.output(p.make(kConvBias, {x, p.constant(w), p.constant(b)},
+                      autodiff::Attrs().set("stride", k.stride).set("pad", k.pad)));
+      verify(p);
+      const auto feeds = random_feeds(p, 9);
+      const std::vector<Tensor> got = run(p, feeds);
+      observe_outputs("conv2d_bias", got);
+      const auto want = naive_conv(feeds[0], w, b, k.stride, k.pad);
+      const auto g = got[0].to(DType::Float64).compact().to_vector<double>();
+      REQUIRE(g.size() == want.size());
+      const double tol = dt == DType::Float64 ? 1e-12 : 1e-5;
+      double worst = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - want[i]) / (tol + tol * std::abs(want[i])));
+      CHECK(worst <= 1.0);
+      // And the same as lab 2's conv2d plus the bias, within the executor's comparison tolerance.
+      Program q;
+      const Var qx = q.input("x", {k.n, k.c, k.h, k.w}, dt);
+      q.output(autodiff::conv2d(qx, q.constant(w), k.stride, k.pad) + q.constant(b.reshape({1, k.o, 1, 1})));
+      CHECK(max_rel_error(got, run(q, feeds)) <= 1.0);
+    }
+  }
+}
+
+TEST_CASE("conv2d_bias refuses a bias of the wrong size, a 3-D input and mismatched channels", "[lab3][passes]") {
+  Program ok;
+  const Var x = ok.input("x", {1, 2, 5, 5});
+  const auto attrs = autodiff::Attrs().set("stride", 1).set("pad", 1);
+  const Var y = ok.make(kConvBias, {x, ok.constant(Tensor::ones({3, 2, 3, 3})), ok.constant(Tensor::ones({1, 3, 1, 1}))}, attrs);
+  ok.output(y);
+  verify(ok);
+  MLS_OBSERVE(y.shape());
+  CHECK(y.shape() == Shape{1, 3, 5, 5});
+  const std::vector<Tensor> out = run(ok, {Tensor::ones({1, 2, 5, 5})});
+  observe_outputs("ones", out, true);
+  CHECK(out[0].at({0, 0, 2, 2}) == 19.0);  // 2 channels x 9 taps + bias 1
+  CHECK(out[0].at({0, 1, 0, 0}) == 9.0);   // a corner sees 2 x 4 taps
+  Program p;
+  const Var px = p.input("x", {1, 2, 5, 5});
+  require_error([&] { p.make(kConvBias, {px, p.constant(Tensor::ones({3, 2, 3, 3})), p.constant(Tensor::ones({2}))}, attrs); },
+                "conv2d_bias: bias [2] must have one value per output channel (3)");
+  require_error([&] { p.make(kConvBias, {p.input("x3", {2, 5, 5}), p.constant(Tensor::ones({3, 2, 3, 3})), p.constant(Tensor::ones({3}))}, attrs); },
+                "conv2d_bias: x must be [N, C, H, W] and w [O, C, kh, kw], got [2, 5, 5] and [3, 2, 3, 3]");
+  require_error([&] { p.make(kConvBias, {px, p.constant(Tensor::ones({3, 4, 3, 3})), p.constant(Tensor::ones({3}))}, attrs); },
+                "conv2d_bias: x has 2 channels, w expects 4");
+  require_error([&] { p.make(kConvBias, {px, p.constant(Tensor::ones({3, 2, 9, 9})), p.constant(Tensor::ones({3}))}, attrs); },
+                "conv2d_bias: kernel 9x9 is larger than the padded input [1, 2, 5, 5]");
+  require_error([&] { p.make(kConvBias, {px, p.constant(Tensor::ones({3, 2, 3, 3}))}, attrs); },
+                "conv2d_bias: expected 3 inputs, got 2");
+}
+
+TEST_CASE("random conv + batch norm graphs: folded and unfolded agree", "[lab3][passes]") {
+  Rng rng(5, "lab3-random-convbn");
+  for (int trial = 0; trial < 6; ++trial) {
+    const std::int64_t n = rng.randint(1, 3), c = rng.randint(1, 6), o = rng.randint(1, 13), h = rng.randint(3, 12),
+                       w = rng.randint(3, 40), k = 1 + 2 * rng.randint(0, 2), stride = rng.randint(1, 3), pad = k / 2;
+    INFO("trial " << trial << ": x [" << n << "," << c << "," << h << "," << w << "] o " << o << " kernel " << k
+                  << " stride " << stride);
+    Program p;
+    const Var x = p.input("x", {n, c, h, w});
+    Var y = autodiff::conv2d(x, p.constant(Tensor::randn({o, c, k, k}, rng, 0.0, 0.5)), stride, pad);
+    if (trial % 2) y = y + p.constant(Tensor::randn({1, o, 1, 1}, rng, 0.0, 0.2));
+    y = autodiff::batch_norm(y, p.constant(Tensor::rand({o}, rng, 0.5, 1.5)), p.constant(Tensor::randn({o}, rng, 0.0, 0.1)),
+                             p.constant(Tensor::randn({o}, rng, 0.0, 0.1)), p.constant(Tensor::rand({o}, rng, 0.5, 1.5)),
+                             false);
+    p.output(autodiff::relu(y));
+    auto [q, folded] = apply_checked(p, fold_conv_batchnorm);  // folded vs unfolded on random inputs
+    MLS_OBSERVE(folded);
+    CHECK(folded == 1);
+    CHECK(count_op(q, kConvBias) == 1);
+    CHECK(count_op(q, Op::BatchNorm) == 0);
+  }
+}
