@@ -2,8 +2,9 @@
 /// Lab 3's IR is lab 2's define-then-run graph (one `autodiff::Node` type, one op registry), plus:
 ///   - a `Program`: a graph with its designated inputs (placeholders) and outputs, because a
 ///     pass must know which values are observable before it may delete or rewrite anything;
-///   - two ops lab 3 registers with lab 2's registry (`autodiff::register_op`): fused elementwise
-///     loops and a GEMM with transpose flags, bias and activation epilogue. They are ordinary
+///   - three ops lab 3 registers with lab 2's registry (`autodiff::register_op`): fused elementwise
+///     loops, a GEMM with transpose flags, bias and activation epilogue, and a conv2d with its
+///     bias added per output tile (what conv+BN folding leaves). They are ordinary
 ///     ops: `autodiff::op_def`, `autodiff::apply` and lab 2's `Executor` handle them like any other;
 ///   - a verifier, a text printer, a Graphviz drawing and a JSON file format.
 ///
@@ -34,7 +35,9 @@ using autodiff::Var;
 /// tree, attribute "code" a flat list of triples [opcode, a, b] (opcode: an `Op` whose registry
 /// entry is `elementwise`, evaluated with its lab 1 scalar function; a, b: slot indices,
 /// 0..n_inputs-1 the inputs, n_inputs+k the result of triple k; b=-1 for unary ops). The last
-/// triple is the node's value. Evaluated in one pass over the output. Registered by lab 3 at
+/// triple is the node's value. Evaluated in one pass over the output, a tile of a few vectors at a
+/// time with the running value kept in registers (big results streamed out with non-temporal
+/// stores). Registered by lab 3 at
 /// static initialisation (its identifier is not a constant: files store the name).
 extern const Op kFusedElementwise;
 /// matmul(op_a(A), op_b(B)) [+ bias] [then act]: attributes trans_a, trans_b (0/1: op = swap the
