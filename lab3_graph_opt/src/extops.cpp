@@ -398,19 +398,31 @@ struct StreamStore256 {
     }
   }
 };
+/// The AVX-512 build of a loop where the CPU has AVX-512, else the AVX2 (+FMA) one, else the baseline.
+template <class Fn>
+Fn pick_isa(Fn avx512, Fn avx2, Fn baseline) {
+  static const bool has512 = __builtin_cpu_supports("avx512f");
+  static const bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has512 ? avx512 : has2 ? avx2 : baseline;
+}
+/// Streamed (with `Stream`'s non-temporal stores) or plain stores.
+template <class T, class Stream>
+inline void run_registers_to(const RegInstr* code, std::size_t n_code, const MemOperand<T>* mem, std::int64_t s0,
+                             std::int64_t n, T* out, bool stream) {
+  if (stream) run_registers<T, Stream>(code, n_code, mem, s0, n, out);
+  else run_registers<T, PlainStore>(code, n_code, mem, s0, n, out);
+}
 template <class T>
 __attribute__((target("avx512f"), flatten)) void run_registers_avx512(const RegInstr* code, std::size_t n_code,
                                                                       const MemOperand<T>* mem, std::int64_t s0,
                                                                       std::int64_t n, T* out, bool stream) {
-  if (stream) run_registers<T, StreamStore512>(code, n_code, mem, s0, n, out);
-  else run_registers<T, PlainStore>(code, n_code, mem, s0, n, out);
+  run_registers_to<T, StreamStore512>(code, n_code, mem, s0, n, out, stream);
 }
 template <class T>
 __attribute__((target("avx2"), flatten)) void run_registers_avx2(const RegInstr* code, std::size_t n_code,
                                                                  const MemOperand<T>* mem, std::int64_t s0,
                                                                  std::int64_t n, T* out, bool stream) {
-  if (stream) run_registers<T, StreamStore256>(code, n_code, mem, s0, n, out);
-  else run_registers<T, PlainStore>(code, n_code, mem, s0, n, out);
+  run_registers_to<T, StreamStore256>(code, n_code, mem, s0, n, out, stream);
 }
 #endif
 template <class T>
@@ -426,13 +438,10 @@ template <class T>
 bool run_registers_best(const RegInstr* code, std::size_t n_code, const MemOperand<T>* mem, std::int64_t s0,
                         std::int64_t n, T* out, bool stream) {
 #ifdef MLS_FUSED_DISPATCH
-  static const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
-  if (avx512) {
-    run_registers_avx512<T>(code, n_code, mem, s0, n, out, stream);
-    return true;
-  }
-  if (avx2) {
-    run_registers_avx2<T>(code, n_code, mem, s0, n, out, stream);
+  const auto fn = pick_isa<void (*)(const RegInstr*, std::size_t, const MemOperand<T>*, std::int64_t, std::int64_t, T*, bool)>(
+      run_registers_avx512<T>, run_registers_avx2<T>, nullptr);
+  if (fn) {
+    fn(code, n_code, mem, s0, n, out, stream);
     return true;
   }
 #endif
@@ -819,59 +828,33 @@ inline void conv_panel(const ConvShape& g, const float* wp, const float* bias, c
   }
 }
 
-using ConvPanelFn = void (*)(const ConvShape&, const float*, const float*, const float*, float*, std::int64_t,
-                             std::int64_t);
-__attribute__((flatten)) void conv_panel_baseline(const ConvShape& g, const float* wp, const float* bias,
-                                                  const float* panel, float* out_n, std::int64_t p0, std::int64_t np) {
-  conv_panel<MulAdd>(g, wp, bias, panel, out_n, p0, np);
+/// One call of the conv kernels: output row `a` of an image from its padded copy (`direct`,
+/// stride 1), or the packed panel `src` of pixels [a, a + b).
+struct ConvJob {
+  const ConvShape* g;
+  const float *wp, *bias, *src;
+  std::int64_t hp, wpad;
+  float* out_n;
+  std::int64_t a, b;
+  bool direct;
+};
+template <class F>
+inline void conv_job(const ConvJob& j) {
+  if (j.direct) conv_row_direct<F>(*j.g, j.wp, j.bias, j.src, j.hp, j.wpad, j.out_n, j.a);
+  else conv_panel<F>(*j.g, j.wp, j.bias, j.src, j.out_n, j.a, j.b);
 }
+__attribute__((flatten)) void conv_job_baseline(const ConvJob& j) { conv_job<MulAdd>(j); }
 #ifdef MLS_FUSED_DISPATCH
-__attribute__((target("avx512f"), flatten)) void conv_panel_avx512(const ConvShape& g, const float* wp,
-                                                                   const float* bias, const float* panel, float* out_n,
-                                                                   std::int64_t p0, std::int64_t np) {
-  conv_panel<Fma512>(g, wp, bias, panel, out_n, p0, np);
-}
-__attribute__((target("avx2,fma"), flatten)) void conv_panel_avx2(const ConvShape& g, const float* wp,
-                                                                  const float* bias, const float* panel, float* out_n,
-                                                                  std::int64_t p0, std::int64_t np) {
-  conv_panel<Fma256>(g, wp, bias, panel, out_n, p0, np);
-}
+__attribute__((target("avx512f"), flatten)) void conv_job_avx512(const ConvJob& j) { conv_job<Fma512>(j); }
+__attribute__((target("avx2,fma"), flatten)) void conv_job_avx2(const ConvJob& j) { conv_job<Fma256>(j); }
 #endif
-using ConvRowFn = void (*)(const ConvShape&, const float*, const float*, const float*, std::int64_t, std::int64_t,
-                           float*, std::int64_t);
-__attribute__((flatten)) void conv_row_baseline(const ConvShape& g, const float* wp, const float* bias, const float* xp,
-                                                std::int64_t hp, std::int64_t wpad, float* out_n, std::int64_t oy) {
-  conv_row_direct<MulAdd>(g, wp, bias, xp, hp, wpad, out_n, oy);
-}
+using ConvJobFn = void (*)(const ConvJob&);
+ConvJobFn best_conv_job() {
 #ifdef MLS_FUSED_DISPATCH
-__attribute__((target("avx512f"), flatten)) void conv_row_avx512(const ConvShape& g, const float* wp, const float* bias,
-                                                                 const float* xp, std::int64_t hp, std::int64_t wpad,
-                                                                 float* out_n, std::int64_t oy) {
-  conv_row_direct<Fma512>(g, wp, bias, xp, hp, wpad, out_n, oy);
-}
-__attribute__((target("avx2,fma"), flatten)) void conv_row_avx2(const ConvShape& g, const float* wp, const float* bias,
-                                                                const float* xp, std::int64_t hp, std::int64_t wpad,
-                                                                float* out_n, std::int64_t oy) {
-  conv_row_direct<Fma256>(g, wp, bias, xp, hp, wpad, out_n, oy);
-}
+  return pick_isa<ConvJobFn>(conv_job_avx512, conv_job_avx2, conv_job_baseline);
+#else
+  return conv_job_baseline;
 #endif
-ConvRowFn best_conv_row() {
-#ifdef MLS_FUSED_DISPATCH
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx512) return conv_row_avx512;
-  if (avx2) return conv_row_avx2;
-#endif
-  return conv_row_baseline;
-}
-ConvPanelFn best_conv_panel() {
-#ifdef MLS_FUSED_DISPATCH
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx512) return conv_panel_avx512;
-  if (avx2) return conv_panel_avx2;
-#endif
-  return conv_panel_baseline;
 }
 
 Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor& b0, const ConvShape& g) {
@@ -898,16 +881,16 @@ Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor& b0, const
         for (std::int64_t y = 0; y < g.h; ++y)
           std::memcpy(pd + (p * hp + y + g.pad) * wpad + g.pad, xd + (p * g.h + y) * g.w, static_cast<std::size_t>(g.w) * sizeof(float));
     });
-    const ConvRowFn row_fn = best_conv_row();
+    const ConvJobFn job = best_conv_job();
     parallel_for(0, g.n * g.oh, 2, [&](std::int64_t t0, std::int64_t t1) {
       for (std::int64_t t = t0; t < t1; ++t) {
         const std::int64_t n = t / g.oh, oy = t % g.oh;
-        row_fn(g, wp.data(), bias.data(), pd + n * g.c * hp * wpad, hp, wpad, od + n * g.o * L, oy);
+        job({&g, wp.data(), bias.data(), pd + n * g.c * hp * wpad, hp, wpad, od + n * g.o * L, oy, 0, true});
       }
     });
     return out;
   }
-  const ConvPanelFn panel_fn = best_conv_panel();
+  const ConvJobFn job = best_conv_job();
   const std::int64_t panels = (L + kPanel - 1) / kPanel;
   parallel_for(0, g.n * panels, 1, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<Vec<float>> buf(static_cast<std::size_t>(K * kPanel / 16));
@@ -915,7 +898,7 @@ Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor& b0, const
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t n = t / panels, p0 = (t % panels) * kPanel, np = std::min(kPanel, L - p0);
       pack_panel(g, xd + n * g.c * g.h * g.w, p0, np, panel);
-      panel_fn(g, wp.data(), bias.data(), panel, od + n * g.o * L, p0, np);
+      job({&g, wp.data(), bias.data(), panel, 0, 0, od + n * g.o * L, p0, np, false});
     }
   });
   return out;
