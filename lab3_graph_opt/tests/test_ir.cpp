@@ -83,6 +83,15 @@ TEST_CASE("JSON round trip keeps the graph and its values", "[lab3][ir]") {
   MLS_OBSERVE(count_op(q, kFusedElementwise));
   CHECK(count_op(q, kFusedElementwise) == 1);
   CHECK(equivalent(p, q));
+  Program r = resnet_block(1, 4, 6, 6);  // conv2d_bias, from conv+BN folding
+  REQUIRE(fold_conv_batchnorm(r) == 2);
+  Program s = from_json(to_json(r));
+  MLS_OBSERVE(count_op(s, kConvBias));
+  CHECK(count_op(s, kConvBias) == 2);
+  CHECK(print(s) == print(r));
+  const auto feeds = random_feeds(r, 4);
+  if (mls::testing::observing()) observe_outputs("loaded conv2d_bias", run(s, feeds), true);
+  CHECK(max_rel_error(run(s, feeds), run(r, feeds)) == 0.0);
 }
 
 TEST_CASE("loading a malformed file is a clear error", "[lab3][ir]") {
