@@ -50,8 +50,9 @@ std::vector<std::vector<double>> naive_run(const Program& p, const std::vector<T
     std::vector<double> out(size);
     if (n->op == kFusedElementwise) {
       const auto& code = n->attrs.ints("code");
+      std::vector<double> slot;
       for (std::size_t j = 0; j < size; ++j) {
-        std::vector<double> slot;
+        slot.clear();
         for (const NodePtr& in : n->inputs) slot.push_back(at(val.at(in.get()), j));
         for (std::size_t k = 0; k < code.size(); k += 3)
           slot.push_back(naive_op(static_cast<Op>(code[k]), slot[static_cast<std::size_t>(code[k + 1])],
