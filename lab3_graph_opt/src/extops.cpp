@@ -1,6 +1,8 @@
 // Lab 3's ops, registered with lab 2's op registry like any other op: fused elementwise loops
 // (evaluated with lab 1's scalar functions, mls/tensor/scalar.hpp) and GEMM with transpose flags
-// and an epilogue. Lab 2's executor runs them; lab 3 adds no dispatch of its own.
+// and an epilogue; a conv2d with its bias. Lab 2's executor runs them like any op. Lab 3's own
+// executors (`run`, `PlannedExecutor`) evaluate nodes with `run_node`, which sends every float32
+// conv2d to the conv2d_bias kernel (no bias), so folded and unfolded programs run the same conv.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -857,15 +859,18 @@ ConvJobFn best_conv_job() {
 #endif
 }
 
-Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor& b0, const ConvShape& g) {
-  const Tensor x = x0.compact(), w = w0.compact(), b = b0.reshape({g.o}).compact();
+/// The float32 kernel: conv2d(x, w) + bias, or plain conv2d(x, w) when `b0` is null (a zero
+/// bias: lab 3's `run_node` evaluates every float32 conv2d node this way).
+Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor* b0, const ConvShape& g) {
+  const Tensor x = x0.to(DType::Float32).compact(), w = w0.to(DType::Float32).compact();
+  const Tensor b = b0 ? b0->to(DType::Float32).reshape({g.o}).compact() : Tensor();
   Tensor out = Tensor::empty({g.n, g.o, g.oh, g.ow}, DType::Float32);
   const std::int64_t K = g.k(), L = g.l(), blocks = (g.o + kConvMR - 1) / kConvMR;
   // Weights as [O/8][K][8] (the 8 values one k multiplies are adjacent), bias padded to 8s.
   std::vector<float> wp(static_cast<std::size_t>(blocks * kConvMR * K), 0.0f), bias(static_cast<std::size_t>(blocks * kConvMR), 0.0f);
   const float* wd = w.data<float>();
   for (std::int64_t o = 0; o < g.o; ++o) {
-    bias[static_cast<std::size_t>(o)] = b.data<float>()[o];
+    if (b0) bias[static_cast<std::size_t>(o)] = b.data<float>()[o];
     for (std::int64_t k = 0; k < K; ++k)
       wp[static_cast<std::size_t>(((o / kConvMR) * K + k) * kConvMR + o % kConvMR)] = wd[o * K + k];
   }
@@ -904,6 +909,9 @@ Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor& b0, const
   return out;
 }
 
+/// Shapes the float32 kernel handles (nothing empty); the rest take lab 2's conv2d.
+bool kernel_covers(const ConvShape& g) { return g.k() > 0 && g.l() > 0 && g.n > 0 && g.o > 0; }
+
 void conv_bias_infer(InNodes in, const autodiff::Attrs& attrs, Shape& shape, DType& dtype) {
   MLS_CHECK(in.size() == 3, "conv2d_bias: expected 3 inputs (x, w, bias), got ", in.size());
   const ConvShape g = conv_shape(in[0]->shape, in[1]->shape, attrs);
@@ -921,8 +929,7 @@ Tensor conv_bias_forward(Ins in, const autodiff::Attrs& attrs) {
   MLS_CHECK(in[2].numel() == g.o, "conv2d_bias: bias ", shape_str(in[2].shape()),
             " must have one value per output channel (", g.o, ")");
   const DType dt = promote(promote(in[0].dtype(), in[1].dtype()), in[2].dtype());
-  if (dt == DType::Float32 && g.k() > 0 && g.l() > 0 && g.n > 0 && g.o > 0)
-    return conv_bias_f32(in[0], in[1], in[2], g);
+  if (dt == DType::Float32 && kernel_covers(g)) return conv_bias_f32(in[0], in[1], &in[2], g);
   // Other dtypes: lab 2's conv2d, then the bias.
   const Tensor ins[2] = {in[0].to(dt), in[1].to(dt)};
   const Tensor y = autodiff::op_def(Op::Conv2d).forward(std::span<const Tensor>(ins, 2), attrs);
@@ -946,6 +953,24 @@ const Op kConvBias = autodiff::register_op(
 const Op kGemm = autodiff::register_op(
     {.name = "gemm", .arity = -1, .differentiable = false, .forward = gemm_forward, .infer = gemm_infer,
      .doc = "matmul(op_a(A), op_b(B)) [+ bias] [then relu/gelu] in one pass", .flops = gemm_flops});
+
+bool runs_conv_kernel(const Node& n) {
+  if (n.op != Op::Conv2d && n.op != kConvBias) return false;
+  return n.dtype == DType::Float32 && std::all_of(n.inputs.begin(), n.inputs.end(), [](const NodePtr& x) {
+           return x->dtype == DType::Float32;
+         });
+}
+
+Tensor run_node(const Node& n, std::span<const Tensor> inputs) {
+  if (n.op == Op::Conv2d && inputs.size() == 2 && runs_conv_kernel(n) && inputs[0].dtype() == DType::Float32 &&
+      inputs[1].dtype() == DType::Float32) {
+    // Lowered to conv2d_bias's kernel with no bias. The shapes were checked by lab 2's
+    // shape inference when the node was made; run-time sizes are checked again here.
+    const ConvShape g = conv_shape(inputs[0].shape(), inputs[1].shape(), n.attrs);
+    if (kernel_covers(g)) return conv_bias_f32(inputs[0], inputs[1], nullptr, g);
+  }
+  return autodiff::eval_node(n, inputs);
+}
 
 std::string fused_expression(const Node& n) {
   MLS_CHECK(n.op == kFusedElementwise, "fused_expression: node is ", autodiff::op_name(n.op), ", not fused_elementwise");

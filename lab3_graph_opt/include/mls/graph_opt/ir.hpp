@@ -16,6 +16,7 @@
 ///   save_json(p, "g.json"); Program q = load_json_file("g.json");
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -143,9 +144,18 @@ struct ProgramCost {
 };
 ProgramCost program_cost(const Program& p);
 
-/// Runs the program on `feeds` (one tensor per input, in order) with lab 2's `Executor` and
-/// returns the outputs. Every needed node is evaluated once; values are dropped after their
-/// last use.
+/// True when lab 3's executors compute `n` with conv2d_bias's float32 kernel: a conv2d or
+/// conv2d_bias node whose inputs and result are float32 (at run time, unless a size is 0).
+/// Float64 and mixed dtypes take lab 2's conv2d. So a program and its conv+BN-folded version
+/// run the same conv kernel, and folding is measured by what it removes (the BN and bias passes).
+bool runs_conv_kernel(const Node& n);
+/// Lab 3's evaluation of one node on its input values: `autodiff::eval_node`, except that a
+/// float32 conv2d node (`runs_conv_kernel`) is lowered to conv2d_bias's kernel with no bias
+/// (bit-for-bit the values of conv2d_bias with a zero bias). `run` and `PlannedExecutor` use it.
+Tensor run_node(const Node& n, std::span<const Tensor> inputs);
+/// Runs the program on `feeds` (one tensor per input, in order) and returns the outputs, in
+/// the order of lab 2's `Executor` (every needed node evaluated once with `run_node`, values
+/// dropped after their last use). A program with `assign` nodes runs on lab 2's `Executor`.
 std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds);
 /// Random feeds for the program's inputs (normal, seeded), shapes from the placeholders
 /// (unknown sizes become `unknown_size`).
