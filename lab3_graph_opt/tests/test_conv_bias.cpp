@@ -1,7 +1,8 @@
 // conv2d_bias, the op conv+BN folding leaves: against a naive convolution on random shapes
 // (both of its float32 paths: stride 1 from a padded image, other strides from packed panels;
 // channel counts and widths that leave partial register tiles), float64, bad inputs, and
-// random conv+BN graphs folded vs unfolded.
+// random conv+BN graphs folded vs unfolded; lab 3's executors run every float32 conv2d on the
+// same kernel (run_node, runs_conv_kernel).
 #include "helpers.hpp"
 #include "mls/common/rng.hpp"
 
@@ -72,11 +73,12 @@ TEST_CASE("conv2d_bias matches a naive convolution plus bias on random shapes", 
       double worst = 0;
       for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - want[i]) / (tol + tol * std::abs(want[i])));
       CHECK(worst <= 1.0);
-      // And the same as lab 2's conv2d plus the bias, within the executor's comparison tolerance.
+      // And the same as lab 2's conv2d plus the bias (lab 2's executor: lab 3's `run` would
+      // send the conv2d to this kernel too), within the executor's comparison tolerance.
       Program q;
       const Var qx = q.input("x", {k.n, k.c, k.h, k.w}, dt);
       q.output(autodiff::conv2d(qx, q.constant(w), k.stride, k.pad) + q.constant(b.reshape({1, k.o, 1, 1})));
-      CHECK(max_rel_error(got, run(q, feeds)) <= 1.0);
+      CHECK(max_rel_error(got, autodiff::Executor(*q.graph).run(q.outputs, {{qx, feeds[0]}})) <= 1.0);
     }
   }
 }
@@ -129,4 +131,82 @@ TEST_CASE("random conv + batch norm graphs: folded and unfolded agree", "[lab3][
     CHECK(count_op(q, kConvBias) == 1);
     CHECK(count_op(q, Op::BatchNorm) == 0);
   }
+}
+
+namespace {
+/// Values of a float tensor as doubles (for bit-for-bit comparisons of float32 results).
+std::vector<double> values(const Tensor& t) { return t.to(DType::Float64).compact().to_vector<double>(); }
+}  // namespace
+
+TEST_CASE("run and PlannedExecutor compute float32 conv2d with conv2d_bias's kernel on random shapes", "[lab3][passes]") {
+  Rng rng(8, "lab3-conv-lowering");
+  for (int trial = 0; trial < 10; ++trial) {
+    // Odd sizes, kernels 1..5 (not always square), stride 1..3 (2 in every third trial), pad 0..2.
+    const std::int64_t n = rng.randint(1, 3), c = rng.randint(1, 7), o = rng.randint(1, 19);
+    const std::int64_t kh = rng.randint(1, 6), kw = trial % 4 == 0 ? kh : rng.randint(1, 6);
+    const std::int64_t stride = trial % 3 == 0 ? 2 : rng.randint(1, 4), pad = rng.randint(0, 3);
+    const std::int64_t h = std::max<std::int64_t>(kh, 2 * rng.randint(2, 10) + 1), w = std::max<std::int64_t>(kw, 2 * rng.randint(2, 24) + 1);
+    INFO("trial " << trial << ": x [" << n << "," << c << "," << h << "," << w << "] w [" << o << "," << c << "," << kh
+                  << "," << kw << "] stride " << stride << " pad " << pad);
+    const Tensor wt = Tensor::randn({o, c, kh, kw}, rng, 0.0, 0.5);
+    const auto attrs = autodiff::Attrs().set("stride", stride).set("pad", pad);
+    Program p;  // lab 2's conv2d node
+    const Var x = p.input("x", {n, c, h, w});
+    const Var y = p.output(autodiff::conv2d(x, p.constant(wt), stride, pad));
+    Program q;  // conv2d_bias with a zero bias
+    q.output(q.make(kConvBias, {q.input("x", {n, c, h, w}), q.constant(wt), q.constant(Tensor::zeros({o}))}, attrs));
+    CHECK(runs_conv_kernel(*y.get()));
+    const auto feeds = random_feeds(p, static_cast<std::uint64_t>(20 + trial));
+    const std::vector<Tensor> got = run(p, feeds);
+    observe_outputs("conv2d through run", got);
+    // The same kernel: bit for bit conv2d_bias with a zero bias, and the planned executor too.
+    CHECK(values(got[0]) == values(run(q, feeds)[0]));
+    PlannedExecutor planned(p, plan_memory(p));
+    CHECK(values(planned.run(feeds)[0]) == values(got[0]));
+    // Lab 2's conv2d (its own executor) within the comparison tolerance, and a naive convolution.
+    CHECK(max_rel_error(got, autodiff::Executor(*p.graph).run(p.outputs, {{x, feeds[0]}})) <= 1.0);
+    const auto want = naive_conv(feeds[0], wt, Tensor::zeros({o}), stride, pad);
+    const auto g = values(got[0]);
+    REQUIRE(g.size() == want.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - want[i]) / (1e-5 + 1e-5 * std::abs(want[i])));
+    CHECK(worst <= 1.0);
+  }
+}
+
+TEST_CASE("the folded and unfolded ResNet blocks run every conv on the same kernel; float64 keeps lab 2's", "[lab3][passes]") {
+  Program unfolded = resnet_block(2, 8, 9, 11);
+  Program folded = clone(unfolded);
+  PassManager().add_pipeline("conv-bn,dce").run(folded);
+  auto convs = [](const Program& p, bool kernel) {
+    std::size_t k = 0;
+    for (const Node* n : p.schedule())
+      if ((n->op == Op::Conv2d || n->op == kConvBias) && runs_conv_kernel(*n) == kernel) ++k;
+    return k;
+  };
+  const std::size_t fast_unfolded = convs(unfolded, true), fast_folded = convs(folded, true);
+  MLS_OBSERVE(fast_unfolded);
+  MLS_OBSERVE(fast_folded);
+  CHECK(fast_unfolded == 4);  // conv1, conv2 and the two side convs
+  CHECK(fast_folded == 4);    // conv1 and conv2 now conv2d_bias, the side convs still conv2d
+  CHECK(count_op(folded, kConvBias) == 2);
+  CHECK(convs(unfolded, false) == 0);
+  CHECK(convs(folded, false) == 0);
+  const auto feeds = random_feeds(unfolded, 4);
+  const std::vector<Tensor> got = run(folded, feeds);
+  observe_outputs("folded block", got);
+  CHECK(max_rel_error(got, run(unfolded, feeds)) <= 1.0);
+  // Not a conv, or float64: not the kernel. Float64 conv2d runs lab 2's conv bit for bit.
+  CHECK_FALSE(runs_conv_kernel(*folded.outputs[0].get()));
+  Program d;
+  const Var dx = d.input("x", {1, 3, 7, 9}, DType::Float64);
+  Rng rng(9, "lab3-conv-f64");
+  const Var dy = d.output(autodiff::conv2d(dx, d.constant(Tensor::randn({5, 3, 3, 3}, rng, 0.0, 0.5, DType::Float64)), 2, 1));
+  const bool f64_kernel = runs_conv_kernel(*dy.get());
+  MLS_OBSERVE(f64_kernel);
+  CHECK_FALSE(f64_kernel);
+  const auto dfeeds = random_feeds(d, 5);
+  const std::vector<Tensor> dgot = run(d, dfeeds);
+  observe_outputs("float64 conv2d", dgot, true);
+  CHECK(values(dgot[0]) == values(autodiff::Executor(*d.graph).run(d.outputs, {{dx, dfeeds[0]}})[0]));
 }
