@@ -50,7 +50,7 @@ extern const Op kGemm;
 /// values (any shape, e.g. [O] or [1, O, 1, 1]); attributes stride, pad. The bias is added as
 /// each output tile is computed (float32: im2col packed straight into the GEMM panels), so
 /// neither the columns nor the unbiased result are materialised. Registered by lab 3; conv+BN
-/// folding makes it.
+/// folding makes it, and lab 3's executors run every float32 conv2d on its kernel (`run_node`).
 extern const Op kConvBias;
 
 /// A graph with its inputs and outputs. Owns the graph (which is neither copyable nor movable,
