@@ -174,7 +174,7 @@ TEST_CASE("run and PlannedExecutor compute float32 conv2d with conv2d_bias's ker
   }
 }
 
-TEST_CASE("the folded and unfolded ResNet blocks run every conv on the same kernel; float64 keeps lab 2's", "[lab3][passes]") {
+TEST_CASE("the folded and unfolded ResNet blocks run every conv on the same kernel, float64 keeps lab 2's", "[lab3][passes]") {
   Program unfolded = resnet_block(2, 8, 9, 11);
   Program folded = clone(unfolded);
   PassManager().add_pipeline("conv-bn,dce").run(folded);
