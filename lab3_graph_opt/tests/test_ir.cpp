@@ -1,4 +1,4 @@
-// The IR: verifier, printer, DOT, JSON files, cost model.
+// The IR: verifier, printer, DOT, JSON files, cost model, run.
 #include "helpers.hpp"
 
 using namespace graph_opt_test;
@@ -133,4 +133,23 @@ TEST_CASE("arithmetic intensity of E = D + (A+B)*C goes from 1/3 to 3/5 when fus
   CHECK(c.flops == 3 * 1024);
   CHECK(c.intensity(4) == Approx(3.0 / 5.0));
   CHECK(fused_expression(*p.outputs[0].get()) == "add(in3, mul(add(in0, in1), in2))");
+}
+
+TEST_CASE("run refuses a placeholder that is not an input and runs assign nodes on lab 2's executor", "[lab3][ir]") {
+  Program p;
+  const Var x = p.input("x", {2});
+  const Var stray = p.graph->placeholder("stray", {2});
+  p.output(x + stray);
+  verify(p);
+  require_error([&] { run(p, {Tensor::ones({2})}); }, "run: placeholder 'stray' is needed but is not an input of the program");
+  // A stateful program: every run adds x to the variable.
+  Program q;
+  const Var v = q.graph->variable("v", Tensor::zeros({2}));
+  q.output(q.graph->assign(v, v + q.input("x", {2})));
+  verify(q);
+  run(q, {Tensor::ones({2})});
+  const std::vector<Tensor> out = run(q, {Tensor::ones({2})});
+  observe_outputs("assign", out, true);
+  CHECK(out[0].to_vector<float>() == std::vector<float>{2.0f, 2.0f});
+  CHECK(v.get()->value.to_vector<float>() == std::vector<float>{2.0f, 2.0f});
 }
