@@ -168,7 +168,7 @@ std::unique_ptr<RematActivations> setup_remat(const RematFlags& f, Trainer& tr) 
   const RematPlan& p = ra->plan();
   std::printf(
       "remat %s: segments %s; activations %s (no remat: %s, %.1f%%); recomputes %lld of %lld "
-      "blocks per step (+%.1f%% FLOPs)\n",
+      "blocks per micro-batch (+%.1f%% FLOPs)\n",
       f.kind.c_str(), p.to_string().c_str(), mem::human_bytes(static_cast<double>(ra->bytes())).c_str(),
       mem::human_bytes(static_cast<double>(all)).c_str(),
       100.0 * static_cast<double>(ra->bytes()) / static_cast<double>(all),
