@@ -376,6 +376,7 @@ TEST_CASE("accum: the planner prints an mls-gpt train command that runs its plan
   CHECK(r.plan == c.plan.to_string());
   CHECK(static_cast<double>(r.activation_bytes) == c.act_bytes);
   CHECK(static_cast<double>(r.peak[0][0] + r.peak[0][1] + r.peak[0][2] + r.peak[0][3]) <= in.budget_bytes);
+  CHECK(memory_table(r).find("NO") == std::string::npos);
   observe("command", cmd);
   observe("planned micro-batch", c.micro_batch);
   observe("measured activation bytes", r.activation_bytes);
