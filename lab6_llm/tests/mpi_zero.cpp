@@ -19,6 +19,20 @@ using namespace mls::parallel::testing;
 
 namespace {
 ZeroRunOptions opts(int stage, Precision p) { return llm_test::zero_run_options(stage, p); }
+
+/// Checks every rank's measured model-state bytes against the formula; returns the elements sent
+/// per step summed over the ranks.
+std::int64_t check_states_sum_sent(const ZeroRunReport& r, int ranks) {
+  std::int64_t sum = 0;
+  for (int k = 0; k < ranks; ++k) {
+    const ZeroBytes e = expected_bytes(r, k);
+    CHECK(r.peak[k][0] == static_cast<std::int64_t>(e.params));
+    CHECK(r.peak[k][1] == static_cast<std::int64_t>(e.grads));
+    CHECK(r.peak[k][2] == static_cast<std::int64_t>(e.optimizer));
+    sum += r.elements_sent[k];
+  }
+  return sum;
+}
 }  // namespace
 
 TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula, traffic = theory", "[lab6][mpi][zero_mpi]") {
@@ -34,14 +48,7 @@ TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula,
       INFO("stage " << s << " " << to_string(p) << "\n" << memory_table(r) << comm_table(r));
       if (s == 0) p0 = std::move(ps);
       else CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
-      std::int64_t sum = 0;
-      for (int k = 0; k < c.size(); ++k) {
-        const ZeroBytes e = expected_bytes(r, k);
-        CHECK(r.peak[k][0] == static_cast<std::int64_t>(e.params));
-        CHECK(r.peak[k][1] == static_cast<std::int64_t>(e.grads));
-        CHECK(r.peak[k][2] == static_cast<std::int64_t>(e.optimizer));
-        sum += r.elements_sent[k];
-      }
+      const std::int64_t sum = check_states_sum_sent(r, c.size());
       CHECK(static_cast<double>(sum) ==
             Approx(zero_comm_elements(s, static_cast<double>(r.psi), c.size()) * c.size()).epsilon(1e-12));
       mls::testing::observe("sum of elements sent", sum);
@@ -114,15 +121,8 @@ TEST_CASE("mpi zero accum: 2 micro-batches on processes: stages 0-1 and 2-3 bit-
     o.steps = 3;
     const ZeroRunReport r = run_zero(c, o, &p[static_cast<std::size_t>(s)]);
     INFO("stage " << s << "\n" << memory_table(r) << comm_table(r));
-    std::int64_t sum = 0;
-    for (int k = 0; k < c.size(); ++k) {
-      const ZeroBytes e = expected_bytes(r, k);
-      CHECK(r.peak[k][0] == static_cast<std::int64_t>(e.params));
-      CHECK(r.peak[k][1] == static_cast<std::int64_t>(e.grads));
-      CHECK(r.peak[k][2] == static_cast<std::int64_t>(e.optimizer));
-      CHECK(r.peak[k][3] == r.activation_bytes);
-      sum += r.elements_sent[k];
-    }
+    const std::int64_t sum = check_states_sum_sent(r, c.size());
+    for (int k = 0; k < c.size(); ++k) CHECK(r.peak[k][3] == r.activation_bytes);
     CHECK(static_cast<double>(sum) ==
           Approx(zero_comm_elements_remat(s, static_cast<double>(r.psi), c.size(), 0, 2) * c.size()).epsilon(1e-12));
     mls::testing::observe("sum of elements sent, accum 2", sum);
