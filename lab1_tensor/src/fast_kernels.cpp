@@ -25,6 +25,10 @@ MLS_MULTIVERSION void sigmoid_f32(const float* x, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::sigmoid(x[i]);
 }
 
+MLS_MULTIVERSION void relu_f32(const float* x, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::relu(x[i]);
+}
+
 namespace {
 constexpr int kLanes = 16;
 constexpr std::int64_t kBlock = 4096;
