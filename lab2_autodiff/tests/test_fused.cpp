@@ -2,6 +2,9 @@
 // one-pass plain SGD update, and a whole MLP step against a float64 backward written by hand.
 #include "helpers.hpp"
 
+#include <cmath>
+#include <limits>
+
 #include "mls/common/parallel.hpp"
 
 using namespace mls;
@@ -149,5 +152,55 @@ TEST_CASE("nn: an MLP training step's gradients match a float64 backward written
     mls::testing::observe("grad", got, {1e-4, 1e-6});
     CHECK(got.dtype() == DType::Float32);
     CHECK(allclose(d64(got), want[i], 1e-4, 1e-6));
+  }
+}
+
+TEST_CASE("softmax_cross_entropy: the one-pass float32 forward equals -log_softmax(x)[t], widths 1 to 1000, 1 and 2 threads",
+          "[lab2][nn]") {
+  // Unfused reference: lab 1's log_softmax (float32), the target's entry picked, negated.
+  auto unfused = [](const Tensor& x, const std::vector<std::int64_t>& t) {
+    const Tensor ls = mls::log_softmax(x, 1);
+    std::vector<double> r;
+    for (std::size_t i = 0; i < t.size(); ++i) r.push_back(-ls.at({static_cast<std::int64_t>(i), t[i]}));
+    return r;
+  };
+  auto same = [](double a, double b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+    if (std::isinf(a) || std::isinf(b)) return a == b;
+    return std::abs(a - b) <= 4e-6 * (1.0 + std::abs(b));  // float32 roundings of a sum of c exps
+  };
+  Rng rng(31, "lab2-fused-ce");
+  // 40 x 1000 = 40000 logits: more than one thread's grain.
+  for (const auto& [n, c] : std::vector<std::pair<std::int64_t, std::int64_t>>{{128, 10}, {5, 1}, {7, 16}, {9, 17}, {40, 1000}}) {
+    for (int threads : {1, 2}) {
+      INFO(n << " x " << c << ", " << threads << " threads");
+      ThreadCountGuard guard(threads);
+      const Tensor x = mls::mul(fused_test::randn32({n, c}, static_cast<std::uint64_t>(n * c)), 3.0);
+      std::vector<std::int64_t> t;
+      for (std::int64_t i = 0; i < n; ++i) t.push_back(rng.randint(0, c));
+      const Tensor got = softmax_cross_entropy(Var(x), Var(Tensor::from_vector(t))).value();  // mean over the batch
+      const Tensor rows = apply(Op::SoftmaxCrossEntropy, {Var(x), Var(Tensor::from_vector(t))}).value();
+      mls::testing::observe("loss rows", rows, {1e-5, 1e-6});
+      const std::vector<double> want = unfused(x, t);
+      const auto have = rows.to_vector<double>();
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        INFO("row " << i);
+        CHECK(same(have[i], want[i]));
+      }
+      double mean = 0.0;
+      for (double v : want) mean += v;
+      CHECK(got.item() == Approx(mean / static_cast<double>(n)).epsilon(1e-5));
+    }
+  }
+  // Rows with infinities and NaN give what the unfused formula gives (inf, or NaN for inf - inf).
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor xs = Tensor::from({-inf, -inf, inf, 0.0, inf, 0.0, nan, 1.0, 1e30, -1e30}).reshape({5, 2}).to(DType::Float32);
+  const std::vector<std::int64_t> ts{0, 1, 0, 1, 1};
+  const auto have = apply(Op::SoftmaxCrossEntropy, {Var(xs), Var(Tensor::from_vector(ts))}).value().to_vector<double>();
+  const std::vector<double> want = unfused(xs, ts);
+  mls::testing::observe("special rows", have);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("special row " << i << ": " << have[i] << " vs " << want[i]);
+    CHECK(same(have[i], want[i]));
   }
 }
