@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < warmup; ++i) step();
   if (serve) {
+    std::cerr << "# mls-mlp-step: " << threads << " thread(s), sgemm " << kernel << "\n";
     std::string line;
     while (std::getline(std::cin, line)) {
       std::istringstream in(line);
