@@ -27,7 +27,8 @@ Tensor unfused_relu_backward(const Tensor& g, const Tensor& x) { return mls::mul
 
 }  // namespace fused_test
 
-TEST_CASE("relu_backward: one pass equals g * (x > 0) on random float32, dense and strided, 1 and 2 threads",
+TEST_CASE("relu_backward: relu's gradient in one pass equals the unfused g times mask on random float32, dense and "
+          "strided, 1 and 2 threads",
           "[lab2][opgrad]") {
   using fused_test::randn32;
   // 300 x 129 = 38700 values: more than one thread's grain, and not a multiple of any vector width.
@@ -36,6 +37,10 @@ TEST_CASE("relu_backward: one pass equals g * (x > 0) on random float32, dense a
       INFO("shape " << shape_str(s) << ", " << threads << " threads");
       ThreadCountGuard guard(threads);
       const Tensor g = randn32(s, 1), x = randn32(s, 2);
+      Var xv(x, true);
+      relu(xv).backward(g);  // relu's rule: relu_backward
+      mls::testing::observe("relu grad", xv.grad().value());
+      CHECK(equal(xv.grad().value(), fused_test::unfused_relu_backward(g, x)));
       const Tensor got = relu_backward(Var(g), Var(x)).value();
       mls::testing::observe("relu_backward", got);
       CHECK(got.dtype() == DType::Float32);
@@ -88,6 +93,10 @@ TEST_CASE("relu_backward: gradcheck in eager and graph mode, relu's second deriv
 
 TEST_CASE("relu_backward errors: shapes that do not broadcast", "[lab2][errors]") {
   const Tensor g = fused_test::randn32({3, 4}, 1), x = fused_test::randn32({5}, 2);
+  Var gv(g, true);
+  sum(relu(gv)).backward();  // the rule that uses relu_backward
+  MLS_OBSERVE(gv.grad().value());
+  CHECK(equal(gv.grad().value(), mls::gt(g, 0.0).to(DType::Float32)));
   MLS_OBSERVE(relu_backward(Var(g), Var(fused_test::randn32({4}, 3))).shape());
   require_error([&] { (void)relu_backward(Var(g), Var(x)); }, "relu_backward: cannot broadcast shapes [3, 4] and [5]");
   Graph gr;
@@ -95,7 +104,7 @@ TEST_CASE("relu_backward errors: shapes that do not broadcast", "[lab2][errors]"
   require_error([&] { (void)relu_backward(a, b); }, "relu_backward: cannot broadcast shapes [-1, 4] and [5]");
 }
 
-TEST_CASE("nn: plain SGD on float32 is one pass with the roundings of p - lr * g, 1 and 2 threads", "[lab2][nn]") {
+TEST_CASE("nn: plain SGD on float32 is one pass with the roundings of p - lr g, 1 and 2 threads", "[lab2][nn]") {
   for (int threads : {1, 2}) {
     INFO(threads << " threads");
     ThreadCountGuard guard(threads);
@@ -155,7 +164,8 @@ TEST_CASE("nn: an MLP training step's gradients match a float64 backward written
   }
 }
 
-TEST_CASE("softmax_cross_entropy: the one-pass float32 forward equals -log_softmax(x)[t], widths 1 to 1000, 1 and 2 threads",
+TEST_CASE("softmax_cross_entropy: the one-pass float32 forward equals the unfused -log_softmax, its gradient softmax - "
+          "one_hot, widths 1 to 1000, 1 and 2 threads",
           "[lab2][nn]") {
   // Unfused reference: lab 1's log_softmax (float32), the target's entry picked, negated.
   auto unfused = [](const Tensor& x, const std::vector<std::int64_t>& t) {
@@ -178,7 +188,15 @@ TEST_CASE("softmax_cross_entropy: the one-pass float32 forward equals -log_softm
       const Tensor x = mls::mul(fused_test::randn32({n, c}, static_cast<std::uint64_t>(n * c)), 3.0);
       std::vector<std::int64_t> t;
       for (std::int64_t i = 0; i < n; ++i) t.push_back(rng.randint(0, c));
-      const Tensor got = softmax_cross_entropy(Var(x), Var(Tensor::from_vector(t))).value();  // mean over the batch
+      Var xv(x, true);
+      const Var loss = softmax_cross_entropy(xv, Var(Tensor::from_vector(t)));  // mean over the batch
+      loss.backward();
+      Tensor dx = mls::softmax(x, 1);  // (softmax - one_hot) / n
+      for (std::int64_t i = 0; i < n; ++i) dx.set({i, t[static_cast<std::size_t>(i)]}, dx.at({i, t[static_cast<std::size_t>(i)]}) - 1.0);
+      dx = mls::div(dx, static_cast<double>(n));
+      mls::testing::observe("dlogits", xv.grad().value(), {1e-5, 1e-7});
+      CHECK(allclose(xv.grad().value(), dx, 1e-5, 1e-7));
+      const Tensor got = loss.value();
       const Tensor rows = apply(Op::SoftmaxCrossEntropy, {Var(x), Var(Tensor::from_vector(t))}).value();
       mls::testing::observe("loss rows", rows, {1e-5, 1e-6});
       const std::vector<double> want = unfused(x, t);
