@@ -14,7 +14,7 @@ using autodiff_test::randn;
 using autodiff_test::require_error;
 using V = std::vector<Var>;
 
-namespace fused_test {
+namespace autodiff_test {
 
 /// Random float32 tensor N(0, 1).
 Tensor randn32(const Shape& s, std::uint64_t seed) {
@@ -25,12 +25,12 @@ Tensor randn32(const Shape& s, std::uint64_t seed) {
 /// The unfused rule relu_backward replaces: g * (x > 0) as three lab 1 passes.
 Tensor unfused_relu_backward(const Tensor& g, const Tensor& x) { return mls::mul(g, mls::gt(x, 0.0).to(g.dtype())); }
 
-}  // namespace fused_test
+}  // namespace autodiff_test
 
 TEST_CASE("relu_backward: relu's gradient in one pass equals the unfused g times mask on random float32, dense and "
           "strided, 1 and 2 threads",
           "[lab2][opgrad]") {
-  using fused_test::randn32;
+  using autodiff_test::randn32;
   // 300 x 129 = 38700 values: more than one thread's grain, and not a multiple of any vector width.
   for (const Shape& s : {Shape{300, 129}, Shape{7, 13}, Shape{1}, Shape{0, 5}}) {
     for (int threads : {1, 2}) {
@@ -40,11 +40,11 @@ TEST_CASE("relu_backward: relu's gradient in one pass equals the unfused g times
       Var xv(x, true);
       relu(xv).backward(g);  // relu's rule: relu_backward
       mls::testing::observe("relu grad", xv.grad().value());
-      CHECK(equal(xv.grad().value(), fused_test::unfused_relu_backward(g, x)));
+      CHECK(equal(xv.grad().value(), autodiff_test::unfused_relu_backward(g, x)));
       const Tensor got = relu_backward(Var(g), Var(x)).value();
       mls::testing::observe("relu_backward", got);
       CHECK(got.dtype() == DType::Float32);
-      CHECK(equal(got, fused_test::unfused_relu_backward(g, x)));
+      CHECK(equal(got, autodiff_test::unfused_relu_backward(g, x)));
     }
   }
   // x exactly 0 passes no gradient (relu'(0) = 0), like the unfused rule.
@@ -57,12 +57,12 @@ TEST_CASE("relu_backward: relu's gradient in one pass equals the unfused g times
   const Tensor gt = randn32({9, 6}, 3).transpose(), xt = randn32({6, 9}, 4);
   const Tensor strided = relu_backward(Var(gt), Var(xt)).value();
   MLS_OBSERVE(strided);
-  CHECK(equal(strided, fused_test::unfused_relu_backward(gt, xt)));
+  CHECK(equal(strided, autodiff_test::unfused_relu_backward(gt, xt)));
   const Tensor gb = randn32({9}, 5);
   const Tensor bcast = relu_backward(Var(gb), Var(xt)).value();
   MLS_OBSERVE(bcast);
   CHECK(bcast.shape() == Shape{6, 9});
-  CHECK(equal(bcast, fused_test::unfused_relu_backward(gb, xt)));
+  CHECK(equal(bcast, autodiff_test::unfused_relu_backward(gb, xt)));
 }
 
 TEST_CASE("relu_backward: gradcheck in eager and graph mode, relu's second derivative, forward mode",
@@ -88,16 +88,16 @@ TEST_CASE("relu_backward: gradcheck in eager and graph mode, relu's second deriv
   const Tensor tg = randn({3, 4}, 46);
   const JvpResult r = jvp([](const V& v) { return V{relu_backward(v[0], v[1])}; }, {g, x}, {tg, randn({3, 4}, 47)});
   mls::testing::observe("jvp tangent", r.tangents[0]);
-  CHECK(allclose(r.tangents[0], fused_test::unfused_relu_backward(tg, x)));
+  CHECK(allclose(r.tangents[0], autodiff_test::unfused_relu_backward(tg, x)));
 }
 
 TEST_CASE("relu_backward errors: shapes that do not broadcast", "[lab2][errors]") {
-  const Tensor g = fused_test::randn32({3, 4}, 1), x = fused_test::randn32({5}, 2);
+  const Tensor g = autodiff_test::randn32({3, 4}, 1), x = autodiff_test::randn32({5}, 2);
   Var gv(g, true);
   sum(relu(gv)).backward();  // the rule that uses relu_backward
   MLS_OBSERVE(gv.grad().value());
   CHECK(equal(gv.grad().value(), mls::gt(g, 0.0).to(DType::Float32)));
-  MLS_OBSERVE(relu_backward(Var(g), Var(fused_test::randn32({4}, 3))).shape());
+  MLS_OBSERVE(relu_backward(Var(g), Var(autodiff_test::randn32({4}, 3))).shape());
   require_error([&] { (void)relu_backward(Var(g), Var(x)); }, "relu_backward: cannot broadcast shapes [3, 4] and [5]");
   Graph gr;
   const Var a = gr.placeholder("g", {-1, 4}), b = gr.placeholder("x", {5});
@@ -108,8 +108,8 @@ TEST_CASE("nn: plain SGD on float32 is one pass with the roundings of p - lr g, 
   for (int threads : {1, 2}) {
     INFO(threads << " threads");
     ThreadCountGuard guard(threads);
-    const Tensor p0 = fused_test::randn32({300, 129}, 7), w = fused_test::randn32({300, 129}, 8);
-    const Tensor b0 = fused_test::randn32({129}, 9);
+    const Tensor p0 = autodiff_test::randn32({300, 129}, 7), w = autodiff_test::randn32({300, 129}, 8);
+    const Tensor b0 = autodiff_test::randn32({129}, 9);
     nn::Parameter p = nn::parameter(p0.clone()), b = nn::parameter(b0.clone());
     nn::SGD opt({p, b}, 0.01);
     opt.zero_grad();
@@ -128,8 +128,8 @@ TEST_CASE("nn: an MLP training step's gradients match a float64 backward written
   auto net = nn::mlp({13, 33, 17, 5}, rng);
   const std::vector<nn::Parameter> ps = net->parameters();  // W1 b1 W2 b2 W3 b3
   REQUIRE(ps.size() == 6);
-  for (std::size_t i = 1; i < ps.size(); i += 2) ps[i].get()->value.copy_(fused_test::randn32(ps[i].shape(), 20 + i));
-  const Tensor x = fused_test::randn32({9, 13}, 12);
+  for (std::size_t i = 1; i < ps.size(); i += 2) ps[i].get()->value.copy_(autodiff_test::randn32(ps[i].shape(), 20 + i));
+  const Tensor x = autodiff_test::randn32({9, 13}, 12);
   const Tensor y = Tensor::from({0.0, 4.0, 2.0, 1.0, 3.0, 3.0, 0.0, 2.0, 4.0}).to(DType::Int64);
   const Var loss = softmax_cross_entropy((*net)(Var(x)), Var(y));
   loss.backward();
@@ -185,7 +185,7 @@ TEST_CASE("softmax_cross_entropy: the one-pass float32 forward equals the unfuse
     for (int threads : {1, 2}) {
       INFO(n << " x " << c << ", " << threads << " threads");
       ThreadCountGuard guard(threads);
-      const Tensor x = mls::mul(fused_test::randn32({n, c}, static_cast<std::uint64_t>(n * c)), 3.0);
+      const Tensor x = mls::mul(autodiff_test::randn32({n, c}, static_cast<std::uint64_t>(n * c)), 3.0);
       std::vector<std::int64_t> t;
       for (std::int64_t i = 0; i < n; ++i) t.push_back(rng.randint(0, c));
       Var xv(x, true);
