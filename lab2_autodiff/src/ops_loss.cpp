@@ -75,11 +75,13 @@ Tensor one_hot_fwd(Ins in, const Attrs& a) {
   Shape s = t.shape();
   s.push_back(c);
   Tensor out = Tensor::zeros(s, static_cast<DType>(a.i("dtype")));
-  Tensor flat = out.view({static_cast<std::int64_t>(idx.size()), c});
-  for (std::size_t i = 0; i < idx.size(); ++i) {
+  for (std::size_t i = 0; i < idx.size(); ++i)
     MLS_CHECK(idx[i] >= 0 && idx[i] < c, "one_hot: index ", idx[i], " is out of range for ", c, " classes");
-    flat.set({static_cast<std::int64_t>(i), idx[i]}, 1.0);
-  }
+  dispatch(out.dtype(), [&](auto tag) {  // a fresh dense tensor: row i's one is at i * c + idx[i]
+    using T = decltype(tag);
+    T* p = out.data<T>();
+    for (std::size_t i = 0; i < idx.size(); ++i) p[static_cast<std::int64_t>(i) * c + idx[i]] = T(1);
+  });
   return out;
 }
 void one_hot_infer(InNodes in, const Attrs& a, Shape& s, DType& d) {
