@@ -9,7 +9,8 @@
 //
 // auto: where lab 4 is built, every tool has its kernels registered by name (common's kernel
 // registry; this program does not depend on lab 4's code). On 1 thread lab 4's packed kernel
-// beats OpenBLAS 0.3.21 by 4-7% on this step's large GEMMs (N = 256) and loses 2-3x where N = 10
+// beats OpenBLAS 0.3.21 by 4-7% on this step's large GEMMs (N = 256; measured GEMM by GEMM on a
+// shared machine, 2026-11-24) and loses 2-3x where N = 10
 // (its 32-wide micro-tile is mostly padding), so auto sends each GEMM to the faster one; on more
 // threads, or without lab 4, or with MLS_MATMUL set, auto is the registry's default (OpenBLAS).
 #include <CLI/CLI.hpp>
@@ -30,9 +31,9 @@ using namespace mls::autodiff;
 
 namespace {
 
-SgemmFn g_small = nullptr;  // OpenBLAS: N < kWideN
+SgemmFn g_small = nullptr;  // OpenBLAS: outputs with fewer than kWideN rows or columns
 SgemmFn g_wide = nullptr;   // lab 4's packed kernel: the rest
-/// Narrower outputs than this go to OpenBLAS (lab 4's AVX-512 micro-tile is 32 columns wide).
+/// Smaller outputs go to OpenBLAS (lab 4's AVX-512 micro-tile is 12 x 32: mostly padding there).
 constexpr long kWideN = 32;
 
 void sgemm_auto(bool ta, bool tb, long M, long N, long K, float alpha, const float* A, long lda, const float* B,
