@@ -243,12 +243,40 @@ void hand_over(const fs::path& dir, const std::shared_ptr<SandboxUid>& uid) {
   for (const auto& e : fs::recursive_directory_iterator(dir)) rc = ::lchown(e.path().c_str(), uid->uid, uid->uid);
 }
 
+}  // namespace
+
+std::string with_opt_level(const std::string& line, const std::string& level) {
+  if (level.empty()) return line;
+  std::vector<std::string> out;
+  bool placed = false;
+  std::size_t i = 0;
+  while (i <= line.size()) {  // split at single spaces: the words of a Ninja command line
+    std::size_t j = std::min(line.find(' ', i), line.size());
+    std::string w = line.substr(i, j - i);
+    if (w.size() >= 2 && w.compare(0, 2, "-O") == 0) {
+      if (!placed) out.push_back(level);
+      placed = true;
+    } else {
+      out.push_back(std::move(w));  // empty words too: a line's spacing is kept
+    }
+    i = j + 1;
+  }
+  if (!placed && !out.empty()) out.insert(out.begin() + 1, level);  // after the compiler
+  std::string s;
+  for (std::size_t k = 0; k < out.size(); ++k) s += (k ? " " : "") + out[k];
+  return s;
+}
+
+namespace {
+
 /// The line as this build runs it: the recipe's tree named as `tree`, no compiler launcher
-/// (ccache: a submission's build never shares a cache).
-std::string replay_line(const BuildStep& s, const BuildRecipe& r, const fs::path& tree) {
+/// (ccache: a submission's build never shares a cache), a compile step at `opt_level` when one
+/// is given (see BuildOptions::student_opt).
+std::string replay_line(const BuildStep& s, const BuildRecipe& r, const fs::path& tree, const std::string& opt_level) {
   std::string line = replace_all(s.line, r.src.string() + "/", tree.string() + "/");
   auto w = words(line);
   if (!w.empty() && fs::path(w[0]).filename() == "ccache") line = line.substr(line.find(w[0]) + w[0].size());
+  if (s.kind == BuildStep::Kind::Compile) line = with_opt_level(line, opt_level);
   return line;
 }
 
@@ -293,13 +321,13 @@ std::vector<const BuildStep*> replay_plan(const BuildRecipe& r, const std::set<s
 /// The plan as a Ninja file: Ninja runs it in one sandboxed step (compiles in parallel, every
 /// compile error reported, output folders made).
 std::string replay_ninja(const BuildRecipe& r, const std::vector<const BuildStep*>& plan, const std::set<std::string>& made,
-                         const fs::path& tree) {
+                         const fs::path& tree, const std::string& opt_level) {
   std::string n = "rule run\n  command = $cmd\n  description = $desc\n";
   for (const BuildStep* s : plan) {
     n += "build " + ninja_escape(s->output, true) + ": run";
     for (const auto& x : s->inputs)
       if (made.count(x)) n += " " + ninja_escape(x, true);
-    n += "\n  cmd = " + ninja_escape(replay_line(*s, r, tree), false) + "\n  desc = " + ninja_escape(step_title(*s), false) + "\n";
+    n += "\n  cmd = " + ninja_escape(replay_line(*s, r, tree, opt_level), false) + "\n  desc = " + ninja_escape(step_title(*s), false) + "\n";
   }
   return n;
 }
@@ -308,7 +336,7 @@ std::string replay_ninja(const BuildRecipe& r, const std::vector<const BuildStep
 /// inputs it does not make are copied from the recipe's build folder, then one sandboxed Ninja
 /// run does the rest. Returns the test programs.
 TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, const std::set<std::string>& wanted,
-                    const StepEnv& env, double wall_s, BuildResult& b) {
+                    const StepEnv& env, double wall_s, BuildResult& b, const std::string& opt_level = "") {
   std::set<std::string> made;
   auto plan = replay_plan(r, sources, wanted, made);
   std::error_code ec;
@@ -319,7 +347,7 @@ TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, 
       fs::create_directories((env.build_dir / x).parent_path());
       fs::copy_file(r.build / x, env.build_dir / x, fs::copy_options::overwrite_existing);
     }
-  write_file_atomic(env.build_dir / "replay.ninja", replay_ninja(r, plan, made, env.tree));
+  write_file_atomic(env.build_dir / "replay.ninja", replay_ninja(r, plan, made, env.tree, opt_level));
   hand_over(env.build_dir, env.uid);
   step(b, run_tool({which("ninja"), "-k", "0", "-j", std::to_string(env.jobs), "-f", "replay.ninja"}, env.build_dir, wall_s, env),
        "ninja (the replayed steps)");
@@ -400,6 +428,10 @@ bool configure(const Manifest& m, const fs::path& tree, const fs::path& build_di
                                    "-DCMAKE_BUILD_TYPE=Release", std::string("-DMLS_WERROR=") + (opt.werror ? "ON" : "OFF"),
                                    std::string("-DMLS_BENCH=") + (opt.benchmarks ? "ON" : "OFF"), "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
                                    "-DMLS_LABS=" + cmake_list(parts)};
+  if (!opt.release_flags.empty()) {
+    argv.push_back("-DCMAKE_CXX_FLAGS_RELEASE=" + opt.release_flags);
+    argv.push_back("-DCMAKE_C_FLAGS_RELEASE=" + opt.release_flags);
+  }
   // The trusted reference build may use the user's ccache (a student build never does).
   if (opt.trusted && which("ccache") != "ccache") {
     argv.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + which("ccache"));
@@ -481,7 +513,7 @@ BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::
   for (const auto& t : m.test_binaries()) wanted.insert(t);
   if (opt.benchmarks)
     for (const auto& bm : m.benchmarks) wanted.insert(bm.binary);
-  b.programs = replay(recipe, &student, wanted, *env, budget.left(), b);
+  b.programs = replay(recipe, &student, wanted, *env, budget.left(), b, opt.benchmarks ? "" : opt.student_opt);
   for (const auto& t : wanted)
     if (!recipe.programs.count(t)) b.programs.not_configured[t] = "the reference build has no program " + t;
   b.ok = b.programs.built.count(m.test_binary) > 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -524,6 +525,52 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
   } catch (const std::exception& e) {
     return finish(zero_result(m, notes + "grader error: " + e.what(), since(t0)));
   }
+}
+
+std::vector<LabResult> grade_batch(const Manifest& m, const std::vector<fs::path>& submissions, const GradeOptions& opt,
+                                   int parallel, const std::function<void(std::size_t, const LabResult&)>& on_done) {
+  std::vector<LabResult> results(submissions.size());
+  if (submissions.empty()) return results;
+  GradeOptions shared = opt;
+  shared.reference = reference_of(m, opt);  // one reference (and one salt) for the whole batch
+  const int lanes = std::clamp(parallel, 1, static_cast<int>(submissions.size()));
+  // Each lane: its own grading copy, build uid and share of the jobs.
+  std::vector<GradeOptions> lane(lanes, shared);
+  for (auto& l : lane) {
+    l.batch_tree = std::make_shared<BatchTree>();
+    l.batch_tree->dir = make_temp_dir("mls-grader-batch");
+    l.build.build_uid = reserve_sandbox_uid();
+    l.build.jobs = std::max(1, opt.build.jobs / lanes);
+    l.run.jobs = std::max(1, opt.run.jobs / lanes);
+  }
+  struct RemoveLanes {
+    const std::vector<GradeOptions>& lane;
+    bool keep;
+    ~RemoveLanes() {
+      if (!keep)
+        for (const auto& l : lane) remove_tree(l.batch_tree->dir);
+    }
+  } remove_lanes{lane, opt.keep_temp};
+  std::atomic<std::size_t> next{0};
+  std::mutex done_mutex;
+  auto work = [&](const GradeOptions& lo) {
+    for (std::size_t i = next.fetch_add(1); i < submissions.size(); i = next.fetch_add(1)) {
+      LabResult r;
+      try {
+        r = grade_submission(m, submissions[i], lo);
+      } catch (const std::exception& e) {  // grade_submission does not throw for a submission
+        r = zero_result(m, std::string("grader error: ") + e.what(), 0);
+      }
+      std::lock_guard<std::mutex> lock(done_mutex);
+      results[i] = std::move(r);
+      if (on_done) on_done(i, results[i]);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int k = 1; k < lanes; ++k) pool.emplace_back(work, std::cref(lane[k]));
+  work(lane[0]);
+  for (auto& t : pool) t.join();
+  return results;
 }
 
 std::string check_benchmark(const Manifest& m, const TestPrograms& student, const Reference& ref, const Benchmark& bm,

@@ -100,6 +100,71 @@ TEST_CASE("grade --batch: each submission is built afresh, a broken one after a 
   CHECK(none.count(Outcome::NotImplemented) == 6);
 }
 
+TEST_CASE("build steps: a student compile line at another optimisation level", "[grader][build]") {
+  CHECK(with_opt_level("/usr/bin/c++ -I/x -O3 -DNDEBUG -fPIC -O3 -c a.cpp -o a.o", "-O1") ==
+        "/usr/bin/c++ -I/x -O1 -DNDEBUG -fPIC -c a.cpp -o a.o");
+  CHECK(with_opt_level("c++ -Os -c a.cpp", "-O2") == "c++ -O2 -c a.cpp");
+  CHECK(with_opt_level("c++ -c a.cpp", "-O1") == "c++ -O1 -c a.cpp");  // none: added after the compiler
+  CHECK(with_opt_level("c++ -O3 -c a.cpp", "") == "c++ -O3 -c a.cpp");  // "": the line as it is
+  CHECK(with_opt_level("c++ -O3 -c 'my  dir/a.cpp'", "-O1") == "c++ -O1 -c 'my  dir/a.cpp'");  // spacing kept
+}
+
+TEST_CASE("grade: student files compile at the grading level, a --bench build at the reference's", "[grader][build]") {
+  Manifest m = testing::fixture_manifest();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  BuildResult ref = build_reference(m, go.build);
+  REQUIRE(ref.ok);
+  fs::path tree = tmp.dir / "src";
+  copy_reference_tree(testing::repo_root(), m, tree);
+  auto compile_lines = [&](const BuildOptions& bo, const fs::path& dir) {
+    BuildResult b = build_submission(m, tree, dir, ref.recipe, bo);
+    INFO(b.log);
+    REQUIRE(b.ok);
+    std::string n = read_file(dir / "replay.ninja"), out;
+    for (const auto& l : split(n, '\n'))
+      if (l.find(" -c ") != std::string::npos) out += l + "\n";
+    return out;
+  };
+  BuildOptions bo = go.build;
+  bo.student_opt = "-O2";
+  std::string graded = compile_lines(bo, tmp.dir / "b1");
+  CHECK_THAT(graded, Catch::Contains(" -O2 "));
+  CHECK_THAT(graded, !Catch::Contains(" -O1 "));
+  bo.benchmarks = true;  // a figure is measured on the code as the reference builds it
+  std::string bench = compile_lines(bo, tmp.dir / "b2");
+  CHECK_THAT(bench, Catch::Contains(" -O1 "));  // the fixture recipe's own level
+  CHECK_THAT(bench, !Catch::Contains(" -O2 "));
+}
+
+TEST_CASE("grade --batch: submissions graded two at a time score as one at a time, in order", "[grader][build]") {
+  Manifest m = testing::fixture_manifest();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  go.reference = prepare_reference(m, go);
+  fs::path empty = tmp.dir / "empty";
+  fs::create_directories(empty);
+  const std::vector<fs::path> subs = {testing::submission("correct"), testing::submission("no_compile"),
+                                      testing::submission("partial"), empty, testing::submission("correct")};
+  const std::vector<double> want = {10, 0, 4, 0, 10};
+  for (int parallel : {1, 2, 3}) {
+    INFO("parallel " << parallel);
+    std::vector<std::size_t> done;
+    auto rs = grade_batch(m, subs, go, parallel, [&](std::size_t i, const LabResult& r) {
+      done.push_back(i);
+      CHECK(r.score() == want[i]);
+    });
+    REQUIRE(rs.size() == subs.size());
+    for (std::size_t i = 0; i < subs.size(); ++i) {
+      INFO(i << ": " << format_failures(rs[i]) << rs[i].output);
+      CHECK(rs[i].score() == want[i]);
+    }
+    std::sort(done.begin(), done.end());
+    CHECK(done == std::vector<std::size_t>{0, 1, 2, 3, 4});
+  }
+  CHECK(grade_batch(m, {}, go, 2).empty());
+}
+
 namespace {
 
 /// The fixture lab with one benchmark whose check is the test case "mul small" (its program is

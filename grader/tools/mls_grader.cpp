@@ -228,7 +228,7 @@ int cmd_audit(const Common& c) {
 
 int cmd_grade(const Common& c, const std::string& submission, const std::string& batch, const std::string& results,
               const std::string& junit, const std::string& csv, bool keep_temp, bool local_verdict, bool bench,
-              int repetitions) {
+              int repetitions, int parallel, const std::string& student_opt) {
   Manifest m = manifest_of(c);
   GradeOptions go;
   go.build = build_options(c);
@@ -239,6 +239,7 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   go.bench = bench;
   go.build.benchmarks = bench;  // the reference build then has the benchmark programs too
   go.bench_repetitions = repetitions;
+  go.build.student_opt = student_opt == "reference" ? "" : student_opt;
   if (submission.empty() == batch.empty()) throw UsageError("give exactly one of --submission DIR or --batch DIR");
   if (go.differential) go.reference = reference_for(m, go);
   if (!submission.empty()) {
@@ -260,30 +261,19 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
                    display_name(e.path().filename().string()).c_str());
   }
   std::sort(subs.begin(), subs.end());
-  std::vector<LabResult> all;
-  go.batch_tree = std::make_shared<BatchTree>();
-  go.batch_tree->dir = make_temp_dir("mls-grader-batch");
-  go.build.build_uid = reserve_sandbox_uid();  // every build of the batch updates the same folder
-  struct RemoveBatch {
-    fs::path p;
-    bool keep;
-    ~RemoveBatch() {
-      if (!keep) remove_tree(p);
-    }
-  } remove_batch{go.batch_tree->dir, keep_temp};
   auto t_batch = std::chrono::steady_clock::now();
   std::fprintf(stderr, "mls-grader: %s\n", isolation_line().c_str());
-  for (const auto& s : subs) {
-    std::fprintf(stderr, "mls-grader: grading %s ...\n", display_name(s.filename().string()).c_str());
-    LabResult r = grade_submission(m, s, go);
+  const int lanes = parallel > 0 ? parallel : (c.jobs >= 2 ? 2 : 1);
+  std::fprintf(stderr, "mls-grader: grading %zu submission(s), %d at a time ...\n", subs.size(), lanes);
+  std::vector<LabResult> all = grade_batch(m, subs, go, lanes, [&](std::size_t i, const LabResult& r) {
     std::printf("%-32s %7.2f / %.2f\n", sanitize_text(r.submission, 300).c_str(), r.score(), r.max_score());
+    std::fflush(stdout);
     if (!results.empty()) {
-      fs::path dir = fs::path(results) / s.filename();
+      fs::path dir = fs::path(results) / subs[i].filename();
       fs::create_directories(dir);
       write_file_atomic(dir / "results.json", results_json(r, m));
     }
-    all.push_back(std::move(r));
-  }
+  });
   std::fprintf(stderr, "mls-grader: %zu submission(s) graded in %.1f s (after the reference)\n", subs.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_batch).count());
   std::string out = csv.empty() ? "scores.csv" : csv;
@@ -357,6 +347,7 @@ std::vector<std::string> check_one(const Manifest& m, const BuildOptions& bo, in
     if (fs::exists(tree / h)) problems.push_back("hidden test file in the handout: " + h);
   BuildOptions hb = bo;
   hb.werror = true;
+  hb.release_flags = "-O1 -DNDEBUG";  // half the compile time of -O3; the reference is built at -O3
   BuildResult hbuild = build_lab(m, tree, temp / "build", hb);
   if (!hbuild.ok) {
     problems.push_back("the handout does not build with -Werror:\n" + summarize_build_log(hbuild.log, 3000));
@@ -527,6 +518,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   grade->add_flag("--local-verdict", local_verdict,
                   "judge by the student process's own report (the old, forgeable verdict; for comparisons only)");
+  int parallel = 0;
+  grade->add_option("--parallel", parallel,
+                    "with --batch: submissions graded at once, each with its share of --jobs (default: 2 when -j >= 2, "
+                    "else 1): one compiles while another links or runs its tests")
+      ->check(CLI::Range(1, 64));
+  std::string student_opt = "-O1";
+  grade->add_option("--student-opt", student_opt,
+                    "optimisation level of the submission's own files when no benchmark is measured (-O1 compiles in "
+                    "about half the time of -O3, same IEEE results); 'reference' keeps the reference build's flags "
+                    "(--bench always does)")
+      ->check(CLI::IsMember({"-O0", "-O1", "-O2", "-O3", "-Os", "reference"}));
 
   auto* audit = app.add_subcommand("audit", "run the reference's tests twice with a secret salt and list the tests whose "
                                             "observations are weak (truth values only), nondeterministic or unusable");
@@ -568,7 +570,7 @@ int main(int argc, char** argv) {
   try {
     if (*list) return cmd_list(c);
     if (*test) return cmd_test(c, filter, results, junit);
-    if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp, local_verdict, grade_bench, reps);
+    if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp, local_verdict, grade_bench, reps, parallel, student_opt);
     if (*audit) return cmd_audit(c);
     if (*handout) return cmd_handout(c, out, strip_previous);
     if (*check) return cmd_check_handouts(c, keep);

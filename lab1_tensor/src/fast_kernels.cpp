@@ -25,6 +25,10 @@ MLS_MULTIVERSION void sigmoid_f32(const float* x, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::sigmoid(x[i]);
 }
 
+MLS_MULTIVERSION void relu_f32(const float* x, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::relu(x[i]);
+}
+
 namespace {
 constexpr int kLanes = 16;
 constexpr std::int64_t kBlock = 4096;
@@ -105,12 +109,16 @@ MLS_MULTIVERSION void softmax_row_f32(const float* x, float* out, std::int64_t n
       lanes[j] += v;
     }
   }
-  float tail = 0.0f;
-  for (; i < n; ++i) {
-    out[i] = fast_expf(x[i] - shift);
-    tail += out[i];
+  if (i < n) {  // the n % 16 tail as one padded block (exp(-inf) = 0): a vector, not scalar calls
+    float tail[kLanes];
+    for (int j = 0; j < kLanes; ++j) tail[j] = i + j < n ? x[i + j] - shift : -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < kLanes; ++j) {
+      tail[j] = fast_expf(tail[j]);
+      lanes[j] += tail[j];
+    }
+    for (std::int64_t k = i; k < n; ++k) out[k] = tail[k - i];
   }
-  double total = tail;
+  double total = 0.0;
   for (float l : lanes) total += l;
   const float inv = static_cast<float>(1.0 / total);
   for (std::int64_t k = 0; k < n; ++k) out[k] *= inv;

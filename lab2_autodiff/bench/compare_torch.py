@@ -16,6 +16,9 @@ Both sides on the same footing (as lab1_tensor/bench/compare_numpy.py):
     same OpenBLAS, whose own thread pool torch.set_num_threads does not reach: before this, a
     "1 thread" torch step ran its GEMMs on 2 OpenBLAS threads (on a quiet 2-core machine that
     made torch look 1.6x faster: the 1.42 ratio quoted for 1 thread);
+  * our side's GEMMs: the tool's default sends the large ones to lab 4's packed kernel on 1
+    thread where lab 4 is built (it beats OpenBLAS there; --matmul openblas keeps OpenBLAS
+    everywhere, as torch; the tool says which on stderr);
   * OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for both sides (some machines set them to
     work around old OpenBLAS bugs; they pin OpenBLAS to older, slower kernels);
   * both warm up, then the steps are interleaved in groups (--group torch steps, then as many
@@ -74,11 +77,13 @@ class TorchStep:
 
 
 class Ours:
-    def __init__(self, binary, threads, batch):
+    def __init__(self, binary, threads, batch, matmul=None):
         env = dict(os.environ, MLS_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                    OMP_NUM_THREADS=str(threads))
-        self.p = subprocess.Popen([binary, "--serve", "--threads", str(threads), "--batch", str(batch)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        cmd = [binary, "--serve", "--threads", str(threads), "--batch", str(batch)]
+        if matmul:
+            cmd += ["--matmul", matmul]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def times(self, k):
         self.p.stdin.write(f"step {k}\n")
@@ -102,6 +107,9 @@ def main():
     ap.add_argument("--group", type=int, default=10, help="steps per side per group (default 10)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--matmul", default=None,
+                    help="SGEMM kernel of our side (passed to mls-mlp-step --matmul; default: the tool's auto "
+                         "choice, lab 4's packed kernel for the large GEMMs on 1 thread where lab 4 is built)")
     args = ap.parse_args()
     if not os.path.exists(args.bin):
         sys.exit(f"compare_torch: {args.bin} not found; build the mls-mlp-step target or pass --bin")
@@ -119,7 +127,7 @@ def main():
         torch.set_num_threads(n)
         blas_note = set_blas_threads(n)
         ts = TorchStep(torch, args.batch)
-        ours = Ours(args.bin, n, args.batch)
+        ours = Ours(args.bin, n, args.batch, args.matmul)
         ts.times(20)  # warm-up (ours warms up before it serves)
         ours.times(20)
         ratios, t_t, t_o = [], [], []

@@ -2,6 +2,7 @@
 // Optimizers: SGD (momentum, weight decay, Nesterov), Adam and AdamW.
 #include <cmath>
 
+#include "dense_kernels.hpp"
 #include "mls/autodiff/nn.hpp"
 
 namespace mls::autodiff::nn {
@@ -34,16 +35,9 @@ void SGD::step() {
     if (weight_decay_ == 0.0 && momentum_ == 0.0 && p.value.dtype() == DType::Float32 &&
         g.dtype() == DType::Float32 && g.shape() == p.value.shape() && p.value.is_contiguous() && g.is_contiguous() &&
         !g.shares_storage(p.value)) {
-      // Plain SGD on dense float32: p -= lr * g in one pass, no temporary (the same roundings as
-      // p -= mul(g, lr): the product is rounded to float, then the difference).
-      float* pv = p.value.data<float>();
-      const float* gv = g.data<float>();
-      const auto lr_f = static_cast<float>(lr);
-      const std::int64_t n = p.value.numel();
-      for (std::int64_t k = 0; k < n; ++k) {
-        const float step = lr_f * gv[k];
-        pv[k] -= step;
-      }
+      // Plain SGD on dense float32: p -= lr * g in one vectorised pass, no temporary (the same
+      // roundings as p -= mul(g, lr): the product is rounded to float, then the difference).
+      dense::sgd_step_f32(p.value.data<float>(), g.data<float>(), static_cast<float>(lr), p.value.numel());
       continue;
     }
     if (weight_decay_ != 0.0) g = mls::add(g, mls::mul(p.value, weight_decay_));

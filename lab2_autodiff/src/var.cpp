@@ -347,6 +347,7 @@ Var cos(const Var& a) { return un(Op::Cos, a); }
 Var tanh(const Var& a) { return un(Op::Tanh, a); }
 Var sigmoid(const Var& a) { return un(Op::Sigmoid, a); }
 Var relu(const Var& a) { return un(Op::Relu, a); }
+Var relu_backward(const Var& g, const Var& x) { return bin(Op::ReluBackward, g, x); }
 Var gelu(const Var& a) { return un(Op::Gelu, a); }
 Var add(const Var& a, const Var& b) { return bin(Op::Add, a, b); }
 Var sub(const Var& a, const Var& b) { return bin(Op::Sub, a, b); }

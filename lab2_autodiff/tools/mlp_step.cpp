@@ -4,31 +4,87 @@
 //   mls-mlp-step --serve                     reads "step <k>" lines, answers with the k step
 //                                            times in seconds on one line (the script
 //                                            interleaves them with PyTorch's steps)
+//   --matmul NAME                            the SGEMM of every matmul: a registered kernel
+//                                            (openblas, lab4_packed, ...), or auto (default)
+//
+// auto: where lab 4 is built, every tool has its kernels registered by name (common's kernel
+// registry; this program does not depend on lab 4's code). On 1 thread lab 4's packed kernel
+// beats OpenBLAS 0.3.21 by 4-7% on this step's large GEMMs (N = 256; measured GEMM by GEMM on a
+// shared machine, 2026-11-24) and loses 2-3x where N = 10
+// (its 32-wide micro-tile is mostly padding), so auto sends each GEMM to the faster one; on more
+// threads, or without lab 4, or with MLS_MATMUL set, auto is the registry's default (OpenBLAS).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
 
 #include "mls/autodiff/nn.hpp"
+#include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/common/timer.hpp"
 
 using namespace mls;
 using namespace mls::autodiff;
 
+namespace {
+
+SgemmFn g_small = nullptr;  // OpenBLAS: outputs with fewer than kWideN rows or columns
+SgemmFn g_wide = nullptr;   // lab 4's packed kernel: the rest
+/// Smaller outputs go to OpenBLAS (lab 4's AVX-512 micro-tile is 12 x 32: mostly padding there).
+constexpr long kWideN = 32;
+
+void sgemm_auto(bool ta, bool tb, long M, long N, long K, float alpha, const float* A, long lda, const float* B,
+                long ldb, float beta, float* C, long ldc) {
+  (N >= kWideN && M >= kWideN ? g_wide : g_small)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/// Sets up the SGEMM `name` asks for; returns the name of the kernel in use.
+std::string choose_matmul(const std::string& name, int threads) {
+  register_matmul_kernels();
+  if (name != "auto") {
+    set_sgemm_kernel(name);
+    return sgemm_kernel().name;  // throws, listing the registered names, for an unknown one
+  }
+  const char* env = std::getenv("MLS_MATMUL");
+  if (threads == 1 && !(env && *env)) {
+    for (const SgemmKernel& k : sgemm_kernels()) {
+      if (k.name == "openblas") g_small = k.fn;
+      if (k.name == "lab4_packed") g_wide = k.fn;
+    }
+    if (g_small && g_wide) {
+      register_sgemm({"mlp_auto", &sgemm_auto, -1000, "lab4_packed where N, M >= 32, openblas otherwise"});
+      set_sgemm_kernel("mlp_auto");
+      return "auto(lab4_packed,openblas)";
+    }
+  }
+  return sgemm_kernel().name;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Time an eager MLP training step (784-256-256-10, batch 128, SGD)."};
   int threads = 1, steps = 50, warmup = 5;
   std::int64_t batch = 128;
   bool serve = false;
+  std::string matmul = "auto";
   app.add_option("--threads", threads, "threads")->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->capture_default_str();
   app.add_option("--batch", batch, "batch size")->capture_default_str();
+  app.add_option("--matmul", matmul, "SGEMM kernel: a registered name, or auto (see the source)")->capture_default_str();
   app.add_flag("--serve", serve, "answer 'step <k>' lines on stdin with k step times (seconds)");
   CLI11_PARSE(app, argc, argv);
   set_num_threads(threads);
+  std::string kernel;
+  try {
+    kernel = choose_matmul(matmul, threads);
+  } catch (const Error& e) {
+    std::cerr << "mls-mlp-step: " << e.what() << "\n";
+    return 2;
+  }
   Rng rng(0, "mlp-step");
   auto net = nn::mlp({784, 256, 256, 10}, rng);
   nn::SGD opt(net->parameters(), 0.01);
@@ -44,6 +100,7 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < warmup; ++i) step();
   if (serve) {
+    std::cerr << "# mls-mlp-step: " << threads << " thread(s), sgemm " << kernel << "\n";
     std::string line;
     while (std::getline(std::cin, line)) {
       std::istringstream in(line);
@@ -70,6 +127,7 @@ int main(int argc, char** argv) {
     step();
     best = std::min(best, t.seconds());
   }
-  std::printf("mlp_step threads=%d batch=%ld best_ms %.4f\n", threads, static_cast<long>(batch), best * 1e3);
+  std::printf("mlp_step threads=%d batch=%ld sgemm=%s best_ms %.4f\n", threads, static_cast<long>(batch), kernel.c_str(),
+              best * 1e3);
   return 0;
 }

@@ -485,19 +485,24 @@ double crossentropy_forward(float* logits, float* losses, const std::int32_t* ta
       losses[r] = std::log(sum) - (xt - maxv);
     }
   });
-  double num = 0.0, den = 0.0;
-  for (std::int64_t i = 0; i < N; ++i) {
-    const double m = mask ? mask[i] : 1.0;
-    num += m * losses[i];
-    den += m;
-  }
+  const double num = masked_loss_sum(losses, mask, N), den = mask_sum(mask, N);
   return den > 0 ? num / den : 0.0;
 }
 
-void crossentropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
-                           const float* mask, std::int64_t N, std::int64_t V) {
+double mask_sum(const float* mask, std::int64_t N) {
   double den = 0.0;
   for (std::int64_t i = 0; i < N; ++i) den += mask ? mask[i] : 1.0;
+  return den;
+}
+
+double masked_loss_sum(const float* losses, const float* mask, std::int64_t N, double acc) {
+  for (std::int64_t i = 0; i < N; ++i) acc += (mask ? static_cast<double>(mask[i]) : 1.0) * losses[i];
+  return acc;
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
+                           const float* mask, std::int64_t N, std::int64_t V, double norm) {
+  const double den = norm >= 0 ? norm : mask_sum(mask, N);
   const float inv = den > 0 ? static_cast<float>(1.0 / den) : 0.f;
   parallel_for(0, N, 16, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -635,7 +640,7 @@ double gpt_forward(const GPTParams& params, GPTActivations& acts, const std::int
 
 void gpt_backward(const GPTParams& params, GPTGrads& grads, const GPTActivations& acts,
                   GPTActivations& dacts, const std::int32_t* inputs, const std::int32_t* targets,
-                  const float* mask) {
+                  const float* mask, double norm) {
   const GPTConfig& cfg = params.config();
   MLS_CHECK(grads.config() == cfg, "gpt_backward: gradients of another config");
   MLS_CHECK(dacts.B == acts.B && dacts.T == acts.T, "gpt_backward: scratch for (B, T) = (", dacts.B,
@@ -645,7 +650,7 @@ void gpt_backward(const GPTParams& params, GPTGrads& grads, const GPTActivations
   check_ids("gpt_backward", "target", targets, N, V);
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   ParamPtrs g = grads.views();
-  crossentropy_backward(dacts.logits, acts.logits, targets, mask, N, V);
+  crossentropy_backward(dacts.logits, acts.logits, targets, mask, N, V, norm);
   std::fill(dacts.lnf, dacts.lnf + N * C, 0.f);
   matmul_backward(dacts.lnf, g.wte, nullptr, dacts.logits, acts.lnf, p.wte, N, C, V);
   float* dresidual = dacts.residual3 + (L - 1) * N * C;  // d(residual stream), (B, T, C)

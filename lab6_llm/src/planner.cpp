@@ -211,6 +211,29 @@ std::string explain(const PlannerInput& in, const PlannerResult& r) {
   return os.str();
 }
 
+std::string train_command(const PlannerInput& in, const PlanCandidate& c, const std::string& model_args) {
+  MLS_CHECK(c.stage >= 0 && c.stage <= 3 && c.micro_batch >= 1 && c.accum >= 1 &&
+                c.micro_batch * c.accum == in.batch,
+            "train_command: a candidate of stage ", c.stage, ", micro-batch ", c.micro_batch, " x accum ",
+            c.accum, ", expected stage 0..3 and micro-batch x accum = the batch ", in.batch);
+  const PrecisionBytes f32 = precision_bytes(Precision::FP32), b16 = precision_bytes(Precision::BF16);
+  auto is = [&](const PrecisionBytes& p) {
+    return in.param_bytes == p.param && in.grad_bytes == p.grad && in.k == p.k;
+  };
+  MLS_CHECK(is(f32) || is(b16), "train_command: bytes per parameter ", in.param_bytes, " + ",
+            in.grad_bytes, " + ", in.k, ", expected fp32's 4 + 4 + 8 or bf16's 2 + 2 + 12 (mls-gpt "
+            "train --precision)");
+  std::ostringstream os;
+  os << "mls-gpt train --zero " << c.stage << " --ranks " << in.ranks << " --precision "
+     << (is(b16) ? "bf16" : "fp32") << " " << model_args << " --zero-vocab " << in.cfg.vocab_size
+     << " --context " << in.context << " --batch " << in.batch << " --accum " << c.accum
+     << " --remat " << c.remat;
+  if (c.remat == "optimal")
+    os << " --remat-budget "
+       << static_cast<std::int64_t>(std::min(in.budget_bytes - c.state_bytes, 9.0e18));
+  return os.str();
+}
+
 double parse_bytes(const std::string& text) {
   std::size_t used = 0;
   double v = 0;

@@ -459,7 +459,8 @@ double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const st
 }
 
 void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivations& ra,
-                        const std::int32_t* inputs, const std::int32_t* targets, const float* mask) {
+                        const std::int32_t* inputs, const std::int32_t* targets, const float* mask,
+                        double norm) {
   const GPTConfig& cfg = params.config();
   MLS_CHECK(grads.config() == cfg, "gpt_backward_remat: gradients of another config");
   MLS_CHECK(ra.plan().n == cfg.n_layer, "gpt_backward_remat: a plan for ", ra.plan().n,
@@ -475,7 +476,7 @@ void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivatio
   const RematPlan& plan = ra.plan();
   const std::int64_t last_len = plan.segment_end(plan.num_segments() - 1) - plan.starts.back();
   // The head, as gpt_backward (the last segment is still in ra.seg).
-  crossentropy_backward(da.logits, a.logits, targets, mask, N, V);
+  crossentropy_backward(da.logits, a.logits, targets, mask, N, V, norm);
   std::fill(da.lnf, da.lnf + N * C, 0.f);
   matmul_backward(da.lnf, g.wte, nullptr, da.logits, a.lnf, p.wte, N, C, V);
   float* dresidual = da.encoded;  // d(residual stream) (B, T, C): no block touches da.encoded
@@ -491,12 +492,22 @@ StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b) {
   const TrainOptions& opt = tr.options();
   MLS_CHECK(b.B == opt.batch && b.T == opt.context, "remat_train_step: batch (", b.B, ", ", b.T,
             "), expected (", opt.batch, ", ", opt.context, ")");
+  MLS_CHECK(ra.B == opt.micro_batch() && ra.T == opt.context, "remat_train_step: activations for (",
+            ra.B, ", ", ra.T, "), expected the micro-batch (", opt.micro_batch(), ", ", opt.context,
+            ") = batch ", opt.batch, " / accum ", opt.accum);
   StepStats s;
   s.lr = lr_schedule(tr.adam.step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
-  s.loss = gpt_forward_remat(tr.params, ra, b.inputs.data(), b.targets.data(), b.mask.data(), b.B,
-                             b.T);
+  const MicroBatch whole = micro_batch(b, 1, 0);
+  const double norm = mask_sum(whole.mask, b.B * b.T);
+  double num = 0.0;
   tr.grads.zero();
-  gpt_backward_remat(tr.params, tr.grads, ra, b.inputs.data(), b.targets.data(), b.mask.data());
+  for (std::int64_t k = 0; k < opt.accum; ++k) {
+    const MicroBatch m = micro_batch(b, opt.accum, k);
+    gpt_forward_remat(tr.params, ra, m.inputs, m.targets, m.mask, m.B, m.T);
+    num = masked_loss_sum(ra.seg.losses, m.mask, m.B * m.T, num);
+    gpt_backward_remat(tr.params, tr.grads, ra, m.inputs, m.targets, m.mask, norm);
+  }
+  s.loss = norm > 0 ? num / norm : 0.0;
   s.grad_norm = clip_grad_norm(tr.grads, opt.grad_clip);
   adamw_update(tr.params, tr.grads, tr.adam, opt.adamw, s.lr);
   return s;

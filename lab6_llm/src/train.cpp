@@ -19,13 +19,35 @@ void TrainOptions::validate(const GPTConfig& cfg) const {
             "train: beta1 = ", adamw.beta1, ", beta2 = ", adamw.beta2, ", expected in [0, 1)");
   MLS_CHECK(adamw.weight_decay >= 0, "train: weight_decay = ", adamw.weight_decay,
             ", expected >= 0");
+  MLS_CHECK(accum >= 1, "train: accum = ", accum, ", expected >= 1 micro-batches per step");
+  MLS_CHECK(batch % accum == 0, "train: accum = ", accum, " does not divide batch = ", batch,
+            ", expected a divisor of the batch (micro-batch = batch / accum)");
+}
+
+MicroBatch micro_batch(const Batch& b, std::int64_t accum, std::int64_t k) {
+  MLS_CHECK(accum >= 1 && b.B % accum == 0, "micro_batch: accum = ", accum,
+            ", expected a divisor of the batch's B = ", b.B);
+  MLS_CHECK(k >= 0 && k < accum, "micro_batch: k = ", k, ", expected 0 <= k < accum = ", accum);
+  const std::int64_t rows = b.B / accum;
+  const std::size_t off = static_cast<std::size_t>(k * rows * b.T);
+  MLS_CHECK(b.inputs.size() == static_cast<std::size_t>(b.B * b.T) && b.targets.size() == b.inputs.size() &&
+                (b.mask.empty() || b.mask.size() == b.inputs.size()),
+            "micro_batch: a batch of (", b.B, ", ", b.T, ") with ", b.inputs.size(), " inputs, ",
+            b.targets.size(), " targets and ", b.mask.size(), " mask values, expected B*T = ", b.B * b.T);
+  MicroBatch m;
+  m.inputs = b.inputs.data() + off;
+  m.targets = b.targets.data() + off;
+  m.mask = b.mask.empty() ? nullptr : b.mask.data() + off;
+  m.B = rows;
+  m.T = b.T;
+  return m;
 }
 
 Trainer::Trainer(GPTParams p, const TrainOptions& opt)
     : params(std::move(p)), grads(params.config()), adam(params.size()), opt_(opt) {
   opt.validate(params.config());
-  acts = GPTActivations(params.config(), opt.batch, opt.context);
-  dacts = GPTActivations(params.config(), opt.batch, opt.context);
+  acts = GPTActivations(params.config(), opt.micro_batch(), opt.context);
+  dacts = GPTActivations(params.config(), opt.micro_batch(), opt.context);
 }
 
 StepStats Trainer::step(const Batch& b) {
@@ -34,9 +56,18 @@ StepStats Trainer::step(const Batch& b) {
             "), expected (", opt_.batch, ", ", opt_.context, ")");
   StepStats s;
   s.lr = lr_schedule(adam.step, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
-  s.loss = gpt_forward(params, acts, b.inputs.data(), b.targets.data(), b.mask.data(), b.B, b.T);
+  // Every micro-batch divides by the whole batch's count of targets: the sum of their gradients
+  // is the gradient of the whole batch's mean loss (each row gets exactly its accum-1 value).
+  const double norm = mask_sum(b.mask.empty() ? nullptr : b.mask.data(), b.B * b.T);
+  double num = 0.0;
   grads.zero();
-  gpt_backward(params, grads, acts, dacts, b.inputs.data(), b.targets.data(), b.mask.data());
+  for (std::int64_t k = 0; k < opt_.accum; ++k) {
+    const MicroBatch m = micro_batch(b, opt_.accum, k);
+    gpt_forward(params, acts, m.inputs, m.targets, m.mask, m.B, m.T);
+    num = masked_loss_sum(acts.losses, m.mask, m.B * m.T, num);
+    gpt_backward(params, grads, acts, dacts, m.inputs, m.targets, m.mask, norm);
+  }
+  s.loss = norm > 0 ? num / norm : 0.0;
   s.grad_norm = clip_grad_norm(grads, opt_.grad_clip);
   adamw_update(params, grads, adam, opt_.adamw, s.lr);
   return s;

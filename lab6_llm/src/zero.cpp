@@ -51,11 +51,18 @@ double zero_comm_elements(int stage, double psi, int ranks) {
   // END SOLUTION
 }
 
-double zero_comm_elements_remat(int stage, double psi, int ranks, double recomputed_params) {
+double zero_comm_elements_remat(int stage, double psi, int ranks, double recomputed_params,
+                                std::int64_t accum) {
   MLS_CHECK(recomputed_params >= 0 && recomputed_params <= psi, "zero_comm_elements_remat: ",
             recomputed_params, " recomputed parameters of psi = ", psi, ", expected 0..psi");
+  MLS_CHECK(accum >= 1, "zero_comm_elements_remat: accum = ", accum,
+            ", expected >= 1 micro-batches per step");
   const double base = zero_comm_elements(stage, psi, ranks);
-  return stage == 3 ? base + recomputed_params * (ranks - 1) / ranks : base;
+  const double A = static_cast<double>(accum);
+  if (stage == 3) return A * (base + recomputed_params * (ranks - 1) / ranks);
+  // Stage 2: one reduce-scatter of psi per micro-batch, one all-gather per step.
+  if (stage == 2) return base + (A - 1) * psi * (ranks - 1) / ranks;
+  return base;  // stages 0-1: the accumulated gradient is reduced once
 }
 
 std::string zero_table(double psi, int ranks, double k) {
@@ -222,18 +229,21 @@ void ZeroOptions::validate() const {
             "', expected none, sqrt or optimal");
   MLS_CHECK(remat_budget >= 0, "ZeRO: remat budget = ", remat_budget,
             " bytes, expected >= 0 (0: what the sqrt plan needs)");
+  MLS_CHECK(accum >= 1, "ZeRO: accum = ", accum, ", expected >= 1 micro-batches per step");
 }
 
 void ZeroRunOptions::validate() const {
   cfg.validate();
   zero.validate();
   MLS_CHECK(batch >= 1, "ZeRO run: batch = ", batch, " per rank, expected >= 1");
+  MLS_CHECK(batch % zero.accum == 0, "ZeRO run: accum = ", zero.accum, " does not divide batch = ",
+            batch, " per rank, expected a divisor of the batch (micro-batch = batch / accum)");
   MLS_CHECK(context >= 1 && context <= cfg.block_size, "ZeRO run: context = ", context,
             ", expected 1..block_size = ", cfg.block_size);
   MLS_CHECK(steps >= 1, "ZeRO run: steps = ", steps, ", expected >= 1");
   MLS_CHECK(lr > 0 && std::isfinite(lr), "ZeRO run: lr = ", lr, ", expected a finite lr > 0");
   try {
-    (void)gpt_plan(zero.remat, cfg, batch, context, zero.remat_budget);
+    (void)gpt_plan(zero.remat, cfg, batch / zero.accum, context, zero.remat_budget);
   } catch (const Error& e) {
     fail("ZeRO run: remat ", zero.remat, " at ZeRO stage ", zero.stage, ": ", e.what());
   }
@@ -341,12 +351,12 @@ ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, con
     const std::int64_t remat_code = opts.remat == "none" ? 0 : opts.remat == "sqrt" ? 1 : 2;
     const std::int64_t mine[] = {cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd,
                                  opts.stage, static_cast<std::int64_t>(opts.precision),
-                                 remat_code, opts.remat_budget,
+                                 remat_code, opts.remat_budget, opts.accum,
                                  static_cast<std::int64_t>(fnv1a(init.data(), sizeof(float) * static_cast<std::size_t>(init.size())) >> 1)};
     const char* names[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_embd",
                            "stage", "precision", "remat plan (none 0, sqrt 1, optimal 2)",
-                           "remat budget", "initial parameters (hash)"};
-    constexpr int F = 10;
+                           "remat budget", "accum (micro-batches per step)", "initial parameters (hash)"};
+    constexpr int F = 11;
     Tensor t = Tensor::empty({F}, DType::Int64);
     std::copy(mine, mine + F, t.data<std::int64_t>());
     Tensor all = comm.allgather(t);
@@ -490,6 +500,7 @@ struct ZeroTrainer::Blocks final : BlockAccess {
   ZeroTrainer& t;
   mem::Buffer<float> bucket;
   explicit Blocks(ZeroTrainer& tr) : t(tr) {}
+
   float* acquire(int u) {
     if (t.impl_->stage == 3) t.gather(u);
     return const_cast<float*>(t.unit_params(u));
@@ -507,9 +518,10 @@ struct ZeroTrainer::Blocks final : BlockAccess {
     return block_ptrs(t.cfg_, bucket.data());
   }
   void grads_done(std::int64_t l) override {
-    t.finish_unit(static_cast<int>(l) + 1, bucket.data());
+    t.finish_unit(static_cast<int>(l) + 1, bucket.data(), micro);
     bucket.clear();
   }
+  std::int64_t micro = 0;  // the micro-batch of the step being run
 };
 
 const RematPlan* ZeroTrainer::remat_plan() const { return impl_->ra ? &impl_->ra->plan() : nullptr; }
@@ -522,56 +534,68 @@ ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* 
   mem::RankScope rs(I.rank);
   MLS_CHECK(B > 0 && T > 0 && T <= cfg_.block_size, "ZeroTrainer::step: B = ", B, ", T = ", T,
             ", expected B > 0 and 0 < T <= block_size = ", cfg_.block_size);
-  if (!I.ra || I.ra->B != B || I.ra->T != T) {  // every rank plans the same (B, T) alike
+  const std::int64_t A = opts_.accum;
+  MLS_CHECK(B % A == 0, "ZeroTrainer::step: accum = ", A, " does not divide B = ", B,
+            ", expected a divisor of the batch (micro-batch = B / accum)");
+  const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Bm = B / A, N = Bm * T;
+  for (std::int64_t i = 0; i < B * T; ++i)
+    MLS_CHECK(inputs[i] >= 0 && inputs[i] < V && targets[i] >= 0 && targets[i] < V,
+              "ZeroTrainer::step: token id out of range at position ", i, ", expected 0 <= id < ", V);
+  if (!I.ra || I.ra->B != Bm || I.ra->T != T) {  // every rank plans the same (B, T) alike
     I.ra.reset();
-    I.ra = std::make_unique<RematActivations>(cfg_, B, T, gpt_plan(opts_.remat, cfg_, B, T, opts_.remat_budget));
+    I.ra = std::make_unique<RematActivations>(cfg_, Bm, T, gpt_plan(opts_.remat, cfg_, Bm, T, opts_.remat_budget));
   }
   RematActivations& ra = *I.ra;
   ra.reset_counters();
   GPTActivations &a = ra.seg, &da = ra.dseg;
   const std::int64_t before = comm_->traffic().total.bytes_sent;
   const double comm_before = I.comm_s;
-  const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
   const int E = 0, F = static_cast<int>(cfg_.n_layer) + 1;
+  // Each micro-batch's loss is divided by the whole batch's B*T tokens: the micro-batches'
+  // gradients add up to the gradient of the whole batch's mean loss (each row's exactly).
+  const double norm = static_cast<double>(B * T);
+  double loss_sum = 0.0;
   Blocks blocks(*this);
-  for (std::int64_t i = 0; i < N; ++i)
-    MLS_CHECK(inputs[i] >= 0 && inputs[i] < V && targets[i] >= 0 && targets[i] < V,
-              "ZeroTrainer::step: token id out of range at position ", i, ", expected 0 <= id < ", V);
-  // ---- forward: the encoder into checkpoint 0, the blocks under the plan, the head ----
-  {
-    float* e = blocks.acquire(E);
-    encoder_forward(ra.checkpoints.data(), inputs, e, e + V * C, B, T, C);
+  for (std::int64_t k = 0; k < A; ++k) {
+    const std::int32_t* in = inputs + k * N;
+    const std::int32_t* tg = targets + k * N;
+    blocks.micro = k;
+    // ---- forward: the encoder into checkpoint 0, the blocks under the plan, the head ----
+    {
+      float* e = blocks.acquire(E);
+      encoder_forward(ra.checkpoints.data(), in, e, e + V * C, Bm, T, C);
+      blocks.done(E);
+    }
+    const float* out = remat_blocks_forward(cfg_, blocks, ra);
+    {
+      const float* f = blocks.acquire(F);
+      layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, out, f, f + C, N, C);
+      blocks.done(F);
+    }
+    const float* wte = blocks.acquire(E);  // the tied LM head: kept for the head's backward
+    matmul_forward(a.logits, a.lnf, wte, nullptr, N, C, V);
+    crossentropy_forward(a.logits, a.losses, tg, nullptr, N, V);
+    loss_sum = masked_loss_sum(a.losses, nullptr, N, loss_sum);
+    // ---- backward: each unit's gradient goes to an fp32 bucket, then finish_unit ----
+    mem::Buffer<float> bucket_e(mem::Tag::Workspace, units_[0].size, I.rank);
+    crossentropy_backward(da.logits, a.logits, tg, nullptr, N, V, norm);
+    std::fill(da.lnf, da.lnf + N * C, 0.f);
+    matmul_backward(da.lnf, bucket_e.data(), nullptr, da.logits, a.lnf, wte, N, C, V);
     blocks.done(E);
+    float* dresidual = da.encoded;  // d(residual stream): no block touches da.encoded
+    std::fill(dresidual, dresidual + N * C, 0.f);
+    {
+      const float* f = blocks.acquire(F);
+      mem::Buffer<float> bucket(mem::Tag::Workspace, units_[static_cast<std::size_t>(F)].size, I.rank);
+      layernorm_backward(dresidual, bucket.data(), bucket.data() + C, da.lnf, out, f, a.lnf_mean,
+                         a.lnf_rstd, N, C);
+      blocks.done(F);
+      finish_unit(F, bucket.data(), k);
+    }
+    remat_blocks_backward(cfg_, blocks, ra, dresidual);
+    encoder_backward(bucket_e.data(), bucket_e.data() + V * C, dresidual, in, Bm, T, C);
+    finish_unit(E, bucket_e.data(), k);
   }
-  const float* out = remat_blocks_forward(cfg_, blocks, ra);
-  {
-    const float* f = blocks.acquire(F);
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, out, f, f + C, N, C);
-    blocks.done(F);
-  }
-  const float* wte = blocks.acquire(E);  // the tied LM head: kept for the head's backward
-  matmul_forward(a.logits, a.lnf, wte, nullptr, N, C, V);
-  const double local_loss = crossentropy_forward(a.logits, a.losses, targets, nullptr, N, V);
-  // ---- backward: each unit's gradient goes to an fp32 bucket, then finish_unit ----
-  mem::Buffer<float> bucket_e(mem::Tag::Workspace, units_[0].size, I.rank);
-  crossentropy_backward(da.logits, a.logits, targets, nullptr, N, V);
-  std::fill(da.lnf, da.lnf + N * C, 0.f);
-  matmul_backward(da.lnf, bucket_e.data(), nullptr, da.logits, a.lnf, wte, N, C, V);
-  blocks.done(E);
-  float* dresidual = da.encoded;  // d(residual stream): no block touches da.encoded
-  std::fill(dresidual, dresidual + N * C, 0.f);
-  {
-    const float* f = blocks.acquire(F);
-    mem::Buffer<float> bucket(mem::Tag::Workspace, units_[static_cast<std::size_t>(F)].size, I.rank);
-    layernorm_backward(dresidual, bucket.data(), bucket.data() + C, da.lnf, out, f, a.lnf_mean,
-                       a.lnf_rstd, N, C);
-    blocks.done(F);
-    finish_unit(F, bucket.data());
-  }
-  remat_blocks_backward(cfg_, blocks, ra, dresidual);
-  encoder_backward(bucket_e.data(), bucket_e.data() + V * C, dresidual, inputs, B, T, C);
-  finish_unit(E, bucket_e.data());
-  bucket_e.clear();
   reduce_and_update(lr);
   ZeroStepStats st;
   st.bytes_sent = comm_->traffic().total.bytes_sent - before;
@@ -579,14 +603,14 @@ ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* 
   st.comm_wall_s = I.comm_s - comm_before;
   {
     mem::TagScope ts(mem::Tag::Communication, I.rank);
-    Tensor l1 = Tensor::full({1}, local_loss, DType::Float64);
+    Tensor l1 = Tensor::full({1}, loss_sum / norm, DType::Float64);
     comm_->allreduce(l1, parallel::ReduceOp::Sum);
     st.loss = l1.data<double>()[0] / I.N;
   }
   return st;
 }
 
-void ZeroTrainer::finish_unit(int unit, float* bucket) {
+void ZeroTrainer::finish_unit(int unit, float* bucket, std::int64_t micro) {
   // BEGIN SOLUTION
   Impl& I = *impl_;
   const auto k = static_cast<std::size_t>(unit);
@@ -605,19 +629,22 @@ void ZeroTrainer::finish_unit(int unit, float* bucket) {
     }
     const float* d = mine.data<float>();
     const float n = static_cast<float>(I.N);
+    // The first micro-batch stores, the later ones add into the shard (all that is kept).
     for (std::int64_t j = 0; j < r.unit_end - r.unit_begin; ++j) {
       const float gj = d[j] / n;
+      const std::int64_t i = r.shard_offset + j;
       if (I.bf16)
-        I.g16[r.shard_offset + j] = to_bf16(gj);
+        I.g16[i] = to_bf16(micro == 0 ? gj : from_bf16(I.g16[i]) + gj);
       else
-        I.g32[r.shard_offset + j] = gj;
+        I.g32[i] = micro == 0 ? gj : I.g32[i] + gj;
     }
-  } else {  // stages 0-1: the whole gradient stays; reduced after backward
+  } else {  // stages 0-1: the whole gradient stays, accumulated here; reduced once after backward
     for (std::int64_t j = 0; j < U.size; ++j) {
+      const std::int64_t i = U.offset + j;
       if (I.bf16)
-        I.g16[U.offset + j] = to_bf16(bucket[j]);
+        I.g16[i] = to_bf16(micro == 0 ? bucket[j] : from_bf16(I.g16[i]) + bucket[j]);
       else
-        I.g32[U.offset + j] = bucket[j];
+        I.g32[i] = micro == 0 ? bucket[j] : I.g32[i] + bucket[j];
     }
   }
   // END SOLUTION
@@ -781,6 +808,8 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
   ZeroRunReport rep;
   rep.stage = o.zero.stage;
   rep.ranks = N;
+  rep.accum = o.zero.accum;
+  rep.micro_batch = o.batch / o.zero.accum;
   rep.precision = o.zero.precision;
   GPTParams init;
   {
@@ -889,9 +918,10 @@ std::string memory_table(const ZeroRunReport& r) {
   o << buf;
   if (!r.plan.empty()) {
     std::snprintf(buf, sizeof buf,
-                  "remat %s: segments %s, recomputes %lld blocks per step; activation buffers %lld "
-                  "bytes per rank\n",
+                  "remat %s: segments %s, recomputes %lld blocks per micro-batch; micro-batch %lld x "
+                  "accum %lld; activation buffers %lld bytes per rank\n",
                   r.remat.c_str(), r.plan.c_str(), static_cast<long long>(r.recomputed_blocks),
+                  static_cast<long long>(r.micro_batch), static_cast<long long>(r.accum),
                   static_cast<long long>(r.activation_bytes));
     o << buf;
   }
@@ -919,12 +949,17 @@ std::string comm_table(const ZeroRunReport& r) {
   std::ostringstream o;
   char buf[512];
   const double theory = zero_comm_elements_remat(r.stage, static_cast<double>(r.psi), r.ranks,
-                                                 static_cast<double>(r.recomputed_params));
+                                                 static_cast<double>(r.recomputed_params), r.accum);
   const bool extra = r.stage == 3 && r.recomputed_params > 0;
+  std::string formula = r.stage == 3 ? "3*psi*(N-1)/N" : "2*psi*(N-1)/N";
+  if (extra) formula += " + recomputed*(N-1)/N (re-gathered for the recompute)";
+  if (r.accum > 1 && r.stage == 3) formula = "accum * (" + formula + ")";
+  if (r.accum > 1 && r.stage == 2) formula = "(accum + 1)*psi*(N-1)/N (a reduce-scatter per micro-batch)";
+  if (r.accum > 1 && r.stage <= 1) formula += " (the accumulated gradient is reduced once)";
   std::snprintf(buf, sizeof buf,
-                "communication per rank per step: ZeRO stage %d, %d ranks; theory %s%s = %.1f elements\n",
-                r.stage, r.ranks, r.stage == 3 ? "3*psi*(N-1)/N" : "2*psi*(N-1)/N",
-                extra ? " + recomputed*(N-1)/N (re-gathered for the recompute)" : "", theory);
+                "communication per rank per step: ZeRO stage %d, %d ranks, accum %lld; theory %s = %.1f "
+                "elements\n",
+                r.stage, r.ranks, static_cast<long long>(r.accum), formula.c_str(), theory);
   o << buf;
   std::snprintf(buf, sizeof buf, "%4s %14s %14s %10s %14s\n", "rank", "elements_sent", "theory", "ratio",
                 "modelled_s");

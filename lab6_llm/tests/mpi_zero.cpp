@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <vector>
 
 #include "mls/testing.hpp"
 #include "mpi_launch.hpp"
@@ -18,6 +19,20 @@ using namespace mls::parallel::testing;
 
 namespace {
 ZeroRunOptions opts(int stage, Precision p) { return llm_test::zero_run_options(stage, p); }
+
+/// Checks every rank's measured model-state bytes against the formula; returns the elements sent
+/// per step summed over the ranks.
+std::int64_t check_states_sum_sent(const ZeroRunReport& r, int ranks) {
+  std::int64_t sum = 0;
+  for (int k = 0; k < ranks; ++k) {
+    const ZeroBytes e = expected_bytes(r, k);
+    CHECK(r.peak[k][0] == static_cast<std::int64_t>(e.params));
+    CHECK(r.peak[k][1] == static_cast<std::int64_t>(e.grads));
+    CHECK(r.peak[k][2] == static_cast<std::int64_t>(e.optimizer));
+    sum += r.elements_sent[k];
+  }
+  return sum;
+}
 }  // namespace
 
 TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula, traffic = theory", "[lab6][mpi][zero_mpi]") {
@@ -33,14 +48,7 @@ TEST_CASE("mpi zero: stages 0-3 on processes: same parameters, memory = formula,
       INFO("stage " << s << " " << to_string(p) << "\n" << memory_table(r) << comm_table(r));
       if (s == 0) p0 = std::move(ps);
       else CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
-      std::int64_t sum = 0;
-      for (int k = 0; k < c.size(); ++k) {
-        const ZeroBytes e = expected_bytes(r, k);
-        CHECK(r.peak[k][0] == static_cast<std::int64_t>(e.params));
-        CHECK(r.peak[k][1] == static_cast<std::int64_t>(e.grads));
-        CHECK(r.peak[k][2] == static_cast<std::int64_t>(e.optimizer));
-        sum += r.elements_sent[k];
-      }
+      const std::int64_t sum = check_states_sum_sent(r, c.size());
       CHECK(static_cast<double>(sum) ==
             Approx(zero_comm_elements(s, static_cast<double>(r.psi), c.size()) * c.size()).epsilon(1e-12));
       mls::testing::observe("sum of elements sent", sum);
@@ -97,4 +105,29 @@ TEST_CASE("mpi zero: ranks that disagree on the stage get a clear error on every
   ZeroTrainer tr(c, cfg, init_params(cfg, 1), ok);
   CHECK(tr.partition().shard_size == make_partition(zero_units(cfg), c.size(), c.rank()).shard_size);
   mls::testing::observe("shard size", tr.partition().shard_size);
+}
+
+TEST_CASE("mpi zero accum: 2 micro-batches on processes: stages 0-1 and 2-3 bit-identical, memory = formula, traffic = theory",
+          "[lab6][mpi][zero_mpi]") {
+  MLS_MPI_TEST(2);
+  Communicator c = mpi_world();
+  std::vector<GPTParams> p(4);
+  for (int s = 0; s <= 3; ++s) {
+    mem::global().set_enabled(true);
+    mem::global().reset();
+    ZeroRunOptions o = opts(s, Precision::FP32);
+    o.batch = 4;
+    o.zero.accum = 2;
+    o.steps = 3;
+    const ZeroRunReport r = run_zero(c, o, &p[static_cast<std::size_t>(s)]);
+    INFO("stage " << s << "\n" << memory_table(r) << comm_table(r));
+    const std::int64_t sum = check_states_sum_sent(r, c.size());
+    for (int k = 0; k < c.size(); ++k) CHECK(r.peak[k][3] == r.activation_bytes);
+    CHECK(static_cast<double>(sum) ==
+          Approx(zero_comm_elements_remat(s, static_cast<double>(r.psi), c.size(), 0, 2) * c.size()).epsilon(1e-12));
+    mls::testing::observe("sum of elements sent, accum 2", sum);
+  }
+  CHECK(std::memcmp(p[1].data(), p[0].data(), sizeof(float) * p[0].size()) == 0);
+  CHECK(std::memcmp(p[3].data(), p[2].data(), sizeof(float) * p[2].size()) == 0);
+  mls::testing::observe("parameters, accum 2", p[2].vec(), {1e-5, 1e-6});
 }

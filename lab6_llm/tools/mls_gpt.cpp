@@ -13,6 +13,7 @@
 //   mpirun -np 2 mls-gpt train --zero 3 --backend mpi                  (ZeRO on MPI processes)
 //   mls-gpt train --zero 3 --ranks 2 --remat sqrt                       (ZeRO with recompute)
 //   mls-gpt train --zero 2 --backend nccl                 (ZeRO on lab 5's NCCL backend, GPUs)
+//   mls-gpt train --batch 32 --accum 4       (gradient accumulation: 4 micro-batches of 8 per step)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -75,6 +76,15 @@ struct ModelFlags {
     c.vocab_size = vocab;
     c.validate();
     return c;
+  }
+  /// The flags that name this model again (for a printed command line).
+  std::string args() const {
+    std::string a = "--config " + config;
+    if (n_layer) a += " --n-layer " + std::to_string(n_layer);
+    if (n_head) a += " --n-head " + std::to_string(n_head);
+    if (n_embd) a += " --n-embd " + std::to_string(n_embd);
+    if (block_size) a += " --block-size " + std::to_string(block_size);
+    return a;
   }
 };
 
@@ -151,14 +161,14 @@ struct RematFlags {
 std::unique_ptr<RematActivations> setup_remat(const RematFlags& f, Trainer& tr) {
   if (f.kind == "none") return nullptr;
   const GPTConfig& cfg = tr.params.config();
-  const std::int64_t B = tr.options().batch, T = tr.options().context;
+  const std::int64_t B = tr.options().micro_batch(), T = tr.options().context;  // one micro-batch
   const std::int64_t budget = f.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(f.budget));
   auto ra = std::make_unique<RematActivations>(cfg, B, T, gpt_plan(f.kind, cfg, B, T, budget));
   const std::int64_t all = remat_activation_bytes(cfg, B, T, no_remat_plan(cfg.n_layer));
   const RematPlan& p = ra->plan();
   std::printf(
       "remat %s: segments %s; activations %s (no remat: %s, %.1f%%); recomputes %lld of %lld "
-      "blocks per step (+%.1f%% FLOPs)\n",
+      "blocks per micro-batch (+%.1f%% FLOPs)\n",
       f.kind.c_str(), p.to_string().c_str(), mem::human_bytes(static_cast<double>(ra->bytes())).c_str(),
       mem::human_bytes(static_cast<double>(all)).c_str(),
       100.0 * static_cast<double>(ra->bytes()) / static_cast<double>(all),
@@ -175,7 +185,7 @@ std::unique_ptr<RematActivations> setup_remat(const RematFlags& f, Trainer& tr) 
 struct TrainFlags {
   ModelFlags model;
   std::string data, task = "sort", tokenizer = "char", out = "gpt-run", resume, init_from;
-  std::int64_t digits = 6, vocab = 512, steps = 300, batch = 0, context = 0, warmup = -1;
+  std::int64_t digits = 6, vocab = 512, steps = 300, batch = 0, context = 0, warmup = -1, accum = 1;
   std::int64_t eval_every = 50, eval_batches = 4, ckpt_every = 0, sample_tokens = 200;
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, beta2 = 0.95;
   std::int64_t stop_after = 0;
@@ -243,6 +253,10 @@ int cmd_train(TrainFlags& f) {
   o.grad_clip = f.grad_clip;
   o.adamw.weight_decay = f.weight_decay;
   o.adamw.beta2 = f.beta2;
+  o.accum = f.accum;
+  o.validate(cfg);  // --accum and the rest, before any parameter is made
+  MLS_CHECK(!(f.autodiff && f.accum > 1), "train: --autodiff and --accum ", f.accum,
+            " together, expected one of them (the tape takes the whole batch)");
   GPTParams params = f.init_from.empty() ? init_params(cfg, f.seed) : GPTParams(cfg);
   if (!f.init_from.empty()) params.vec() = init_params_flat;
   Trainer tr(std::move(params), o);
@@ -268,12 +282,12 @@ int cmd_train(TrainFlags& f) {
   const int threads = num_threads();
   const double peak = kernels::peak_gflops_best(threads);
   std::printf(
-      "data: %s; batch %lld x context %lld; %lld steps; %d thread(s), peak %.1f GFLOP/s (lab 4 "
-      "roofline); "
-      "matmul %s\n",
+      "data: %s; batch %lld x context %lld (accum %lld: micro-batches of %lld); %lld steps; %d "
+      "thread(s), peak %.1f GFLOP/s (lab 4 roofline); matmul %s\n",
       rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str()
               : f.data.c_str(),
-      (long long)o.batch, (long long)o.context, (long long)o.steps, threads, peak,
+      (long long)o.batch, (long long)o.context, (long long)o.accum, (long long)o.micro_batch(),
+      (long long)o.steps, threads, peak,
       sgemm_kernel().name.c_str());
   auto save = [&] {
     Checkpoint ck = trainer_checkpoint(tr, tok_bytes, rd.source().position());
@@ -587,7 +601,10 @@ int cmd_plan(const PlanFlags& f) {
   in.grad_bytes = pb.grad;
   in.k = pb.k;
   if (!f.largest) {
-    std::printf("%s", explain(in, plan_memory(in)).c_str());
+    const PlannerResult r = plan_memory(in);
+    std::printf("%s", explain(in, r).c_str());
+    std::printf("run it (simulated ranks; under mpirun: --backend mpi without --ranks):\n  %s\n",
+                train_command(in, r.best, f.model.args()).c_str());
     return 0;
   }
   std::printf("the largest model (L layers, L heads, C = 64 L, block %lld, vocab %lld) that trains "
@@ -654,13 +671,15 @@ struct ZeroFlags {
 
 /// Runs ZeRO training on the synthetic stream and prints the memory and communication tables.
 int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, std::int64_t batch,
-                   std::int64_t context, std::int64_t steps, double lr, std::uint64_t seed) {
+                   std::int64_t accum, std::int64_t context, std::int64_t steps, double lr,
+                   std::uint64_t seed) {
   ZeroRunOptions o;
   o.cfg = m.make(z.vocab);
   o.zero.stage = z.zero_opt->count() > 0 ? z.zero : 0;
   o.zero.precision = parse_precision(z.precision);
   o.zero.remat = remat.kind;
   o.zero.remat_budget = remat.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(remat.budget));
+  o.zero.accum = accum;
   const ZeroBackend backend = parse_zero_backend(z.backend);
   o.batch = batch > 0 ? batch : 4;
   o.context = context > 0 ? std::min(context, o.cfg.block_size) : o.cfg.block_size;
@@ -670,10 +689,11 @@ int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, s
   o.validate();  // every bad flag is named before any rank starts
   auto print = [&](const ZeroRunReport& r) {
     std::printf("ZeRO stage %d, %d ranks (%s), %s, config %s: psi = %lld parameters, %lld steps of "
-                "B = %lld per rank, T = %lld\n",
+                "B = %lld per rank (accum %lld: micro-batches of %lld), T = %lld\n",
                 r.stage, r.ranks, z.backend.c_str(), to_string(r.precision), m.config.c_str(),
                 static_cast<long long>(r.psi), static_cast<long long>(o.steps),
-                static_cast<long long>(o.batch), static_cast<long long>(o.context));
+                static_cast<long long>(o.batch), static_cast<long long>(o.zero.accum),
+                static_cast<long long>(o.batch / o.zero.accum), static_cast<long long>(o.context));
     for (std::size_t s = 0; s < r.losses.size(); ++s)
       if (s == 0 || s + 1 == r.losses.size() || (s + 1) % std::max<std::size_t>(1, r.losses.size() / 5) == 0)
         std::printf("step %5zu  loss %.4f\n", s + 1, r.losses[s]);
@@ -784,7 +804,13 @@ int main(int argc, char** argv) {
   train->add_option("--tokenizer", tf.tokenizer, "char | bpe (text)")->capture_default_str();
   train->add_option("--vocab", tf.vocab, "BPE vocabulary size")->capture_default_str();
   train->add_option("--steps", tf.steps, "total optimizer steps")->capture_default_str();
-  train->add_option("--batch", tf.batch, "batch size B (default 12 small, 32 otherwise)");
+  train->add_option("--batch", tf.batch,
+                    "batch size B per step (per rank with --zero; default 12 small, 32 otherwise, 4 "
+                    "with --zero)");
+  train->add_option("--accum", tf.accum,
+                    "gradient accumulation: micro-batches per step (a divisor of --batch; the "
+                    "activations are those of one micro-batch of batch/accum)")
+      ->capture_default_str();
   train->add_option("--context", tf.context,
                     "sequence length T (default: block size, or the task's length)");
   train->add_option("--lr", tf.lr, "peak learning rate")->capture_default_str();
@@ -882,7 +908,8 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) set_num_threads(threads);
     if (*train && zf.active())
-      return cmd_train_zero(zf, tf.remat, tf.model, tf.batch, tf.context, tf.steps, tf.lr, tf.seed);
+      return cmd_train_zero(zf, tf.remat, tf.model, tf.batch, tf.accum, tf.context, tf.steps, tf.lr,
+                            tf.seed);
     if (*train) return cmd_train(tf);
     if (*ztab) return cmd_zero_table(ztf, ztm);
     if (*sample) return cmd_sample(sf);

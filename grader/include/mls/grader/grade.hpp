@@ -41,6 +41,15 @@ struct BuildOptions {
   /// The sandbox uid of every build step (a batch keeps one, so each build can update the files
   /// the previous one left); null: reserved per build.
   std::shared_ptr<SandboxUid> build_uid;
+  /// The optimisation level of a submission's own files in a build without benchmarks (e.g.
+  /// "-O1": they compile in about half the time of -O3; IEEE results are the same, as no
+  /// fast-math flag is used); "" keeps the reference's flags. A `grade --bench` build always
+  /// keeps them, so a figure is measured on the code as the reference builds it.
+  std::string student_opt = "-O1";
+  /// A CMake build of a tree (not the checkout): its CMAKE_CXX_FLAGS_RELEASE instead of CMake's
+  /// "-O3 -DNDEBUG" when not empty (check-handouts builds a handout at "-O1 -DNDEBUG": it only
+  /// checks that the tree builds with -Werror and that every test fails cleanly).
+  std::string release_flags;
 };
 
 /// The test programs of a build (CMake target -> binary), and why the others are missing.
@@ -62,6 +71,9 @@ struct BuildStep {
   std::string output;               ///< relative to the build folder
   std::vector<std::string> inputs;  ///< Archive, Link: the build-folder-relative paths it reads
 };
+/// `line` (a compile command) with its optimisation flags (-O...) replaced by `level`, or with
+/// `level` added after the compiler when it has none; unchanged when `level` is empty.
+std::string with_opt_level(const std::string& line, const std::string& level);
 /// Classifies one command line (`src`: the tree the line names).
 BuildStep parse_build_step(const std::string& line, const std::filesystem::path& src);
 
@@ -242,6 +254,15 @@ struct GradeOptions {
 /// Never throws for what the submission does.
 LabResult grade_submission(const Manifest& m, const std::filesystem::path& submission,
                            const GradeOptions& opt);
+
+/// `grade --batch`: every submission graded against one reference (prepared here when `opt`
+/// carries none), `parallel` at a time (each with its own grading copy, build uid and
+/// `jobs / parallel` of the jobs: while one compiles its longest file, another links or runs
+/// its tests). `on_done(index, result)` is called as each finishes (one at a time); the
+/// results come back in the order of `submissions`.
+std::vector<LabResult> grade_batch(const Manifest& m, const std::vector<std::filesystem::path>& submissions,
+                                   const GradeOptions& opt, int parallel,
+                                   const std::function<void(std::size_t, const LabResult&)>& on_done = {});
 
 /// The check of a benchmark's figure: its `check` test case run in the submission's programs and
 /// the reference's with a fresh secret salt (new inputs, at the benchmark's sizes), the streams

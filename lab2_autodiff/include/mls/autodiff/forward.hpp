@@ -47,8 +47,8 @@ Dual pow(Dual a, double p);
 
 /// The forward-mode tangent of one node: given the node, its input values and input tangents
 /// (undefined = zero) and its output value, returns the output tangent (undefined = zero).
-/// Ops registered with a `jvp` rule (later labs) use it; lab 2's built-in ops are this function's
-/// switch. Throws `mls::Error` for an op without a forward-mode rule.
+/// Ops registered with a `jvp` rule (later labs, and relu_backward) use it; lab 2's other built-in
+/// ops are this function's switch. Throws `mls::Error` for an op without a forward-mode rule.
 Tensor jvp_rule(const Node& node, const std::vector<Tensor>& in_values, const std::vector<Tensor>& in_tangents,
                 const Tensor& out_value);
 

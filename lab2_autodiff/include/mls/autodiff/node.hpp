@@ -48,7 +48,7 @@ enum class Op : std::uint16_t {
   Matmul, Softmax, LogSoftmax, LogSumExp,
   // neural-network ops
   SoftmaxCrossEntropy, OneHot, Mse, LayerNorm, BatchNorm, Embedding, EmbeddingBackward, Im2Col,
-  Col2Im, Conv2d,
+  Col2Im, Conv2d, ReluBackward,
   // eager only: a forward computed by the caller and a backward callback (see mls::autodiff::custom)
   Custom,
   Count_  // number of built-in ops (not an op); registered ops follow
@@ -137,8 +137,8 @@ struct OpDef {
   ForwardFn forward = nullptr;
   InferFn infer = nullptr;
   BackwardFn backward = nullptr;  // nullptr: no gradient rule (an error if one is needed)
-  /// nullptr for lab 2's built-in ops (their tangents are `jvp_rule`'s switch, a lab 2 task) and
-  /// for ops without a forward-mode rule.
+  /// nullptr for lab 2's built-in ops (their tangents are `jvp_rule`'s switch, a lab 2 task;
+  /// relu_backward, not a task, brings its own) and for ops without a forward-mode rule.
   JvpFn jvp = nullptr;
   std::string doc{};         // one line: what the op computes
   /// A float elementwise map a fusion pass may put into one loop; then exactly one of `unary`

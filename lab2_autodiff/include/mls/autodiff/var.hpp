@@ -130,6 +130,9 @@ Var cos(const Var& a);
 Var tanh(const Var& a);
 Var sigmoid(const Var& a);
 Var relu(const Var& a);
+/// relu's adjoint in one pass: `g` where `x` > 0, else 0 (PyTorch's threshold_backward), with
+/// broadcasting. Linear in `g` (its own adjoint is relu_backward again); no gradient into `x`.
+Var relu_backward(const Var& g, const Var& x);
 /// GELU, tanh approximation (as lab 1).
 Var gelu(const Var& a);
 Var add(const Var& a, const Var& b);

@@ -191,9 +191,19 @@ void residual_forward(float* out, const float* a, const float* b, std::int64_t n
 /// (summed in double, in order; mask null = all ones). Targets outside [0, V) throw.
 double crossentropy_forward(float* logits, float* losses, const std::int32_t* targets,
                             const float* mask, std::int64_t N, std::int64_t V);
-/// dlogits (N, V) = (probs - onehot(target)) * mask / sum(mask), written (not accumulated).
+/// dlogits (N, V) = (probs - onehot(target)) * mask / norm, written (not accumulated), with
+/// norm = sum(mask) (mask_sum) by default. Gradient accumulation passes the whole batch's
+/// mask_sum for each micro-batch (norm >= 0): every row gets exactly the value the whole batch
+/// gives it, so the micro-batches' gradients add up to the whole batch's mean-loss gradient.
+/// norm = 0 (nothing counted): dlogits = 0.
 void crossentropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
-                           const float* mask, std::int64_t N, std::int64_t V);
+                           const float* mask, std::int64_t N, std::int64_t V, double norm = -1);
+/// sum_i mask[i] over N positions (double, in order; mask null = all ones): the number of counted
+/// targets, what the masked mean loss divides by.
+double mask_sum(const float* mask, std::int64_t N);
+/// sum_i mask[i] * losses[i] (double, in order; mask null = all ones), added to `acc`: summing the
+/// micro-batches of a batch in row order gives exactly the numerator of the whole batch's loss.
+double masked_loss_sum(const float* losses, const float* mask, std::int64_t N, double acc = 0.0);
 
 /// The attention half of block l: residual2 = x_in + attproj(attention(qkv(ln1(x_in)))).
 /// Hint: layer l's buffers start at l * (their per-layer size), e.g. a.qkv + l*N*3C with N = B*T,
@@ -231,10 +241,12 @@ void block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, cons
 double gpt_forward(const GPTParams& params, GPTActivations& acts, const std::int32_t* inputs,
                    const std::int32_t* targets, const float* mask, std::int64_t B, std::int64_t T);
 /// Backward of the last gpt_forward with targets: ACCUMULATES into grads (zero them first).
-/// dacts is scratch of the same (B, T).
+/// dacts is scratch of the same (B, T). `norm` (>= 0) replaces the loss's divisor sum(mask): for
+/// a micro-batch of a larger batch, pass the whole batch's mask_sum, and the gradients of the
+/// micro-batches add up to the gradient of the whole batch's masked mean loss (crossentropy_backward).
 void gpt_backward(const GPTParams& params, GPTGrads& grads, const GPTActivations& acts,
                   GPTActivations& dacts, const std::int32_t* inputs, const std::int32_t* targets,
-                  const float* mask);
+                  const float* mask, double norm = -1);
 
 // ---- optimisation ----------------------------------------------------------------------------
 

@@ -72,6 +72,16 @@ PlannerResult plan_memory(const PlannerInput& in);
 /// The planner's answer as text: the input, the choice, and a line per stage.
 std::string explain(const PlannerInput& in, const PlannerResult& r);
 
+/// The `mls-gpt train` command line that runs candidate `c` of `in` on simulated ranks:
+/// `mls-gpt train --zero <stage> --ranks <N> --precision <fp32|bf16> <model_args> --zero-vocab <V>
+/// --context <T> --batch <in.batch> --accum <c.accum> --remat <none|sqrt|optimal>` (+ for
+/// "optimal" `--remat-budget <bytes>`: what plan_memory gave gpt_optimal_plan, the budget less
+/// the states, so the trainer builds the same plan). --batch is the batch per rank per step, run
+/// as --accum micro-batches of c.micro_batch rows. `model_args` name in.cfg's shape (e.g.
+/// "--config nano"). The bytes per parameter must be fp32's (4, 4, 8) or bf16's (2, 2, 12):
+/// others have no --precision (an mls::Error).
+std::string train_command(const PlannerInput& in, const PlanCandidate& c, const std::string& model_args);
+
 /// Parses "512MiB", "1.5GiB", "800MB", "1e9" (bytes). Throws mls::Error naming the text.
 double parse_bytes(const std::string& text);
 

@@ -213,10 +213,13 @@ double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const st
                          std::int64_t T);
 /// gpt_backward under the plan: the head's backward, remat_blocks_backward (which recomputes
 /// every segment but the last) with ra.dseg.encoded as the running d(residual), then
-/// encoder_backward. ACCUMULATES into grads, bit-identical to gpt_backward.
+/// encoder_backward. ACCUMULATES into grads, bit-identical to gpt_backward (`norm` as there).
 void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivations& ra,
-                        const std::int32_t* inputs, const std::int32_t* targets, const float* mask);
-/// Trainer::step with the forward and backward under the plan (then clip and AdamW as step).
+                        const std::int32_t* inputs, const std::int32_t* targets, const float* mask,
+                        double norm = -1);
+/// Trainer::step with the forward and backward under the plan (then clip and AdamW as step),
+/// micro-batch by micro-batch as step: ra is built for the micro-batch
+/// (options().micro_batch(), context).
 StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b);
 
 // ---- a pure chain, every buffer counted -----------------------------------------------------

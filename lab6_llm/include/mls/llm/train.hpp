@@ -18,10 +18,28 @@ struct TrainOptions {
   std::int64_t warmup = 50;   // linear warmup steps
   double lr = 1e-3, min_lr = 1e-4;
   double grad_clip = 1.0;  // global norm; <= 0: off
+  /// Gradient accumulation: micro-batches per step. The (batch, context) batch runs as `accum`
+  /// micro-batches of batch / accum rows (forward + backward each, the gradients summed), then
+  /// one clip and one AdamW update: the same step up to float32 rounding, with the activations
+  /// of one micro-batch. Must divide batch.
+  std::int64_t accum = 1;
   AdamWOptions adamw{};
-  /// Throws mls::Error naming the option for values out of range.
+  /// Rows of one micro-batch: batch / accum.
+  std::int64_t micro_batch() const { return accum > 0 ? batch / accum : batch; }
+  /// Throws mls::Error naming the option for values out of range (accum: >= 1 and a divisor of
+  /// batch).
   void validate(const GPTConfig& cfg) const;
 };
+
+/// Micro-batch k of `accum` of a (B, T) batch: its rows [k·B/accum, (k+1)·B/accum), as pointers
+/// into the batch (no copy; mask null where the batch has none). accum must divide B.
+struct MicroBatch {
+  const std::int32_t* inputs = nullptr;
+  const std::int32_t* targets = nullptr;
+  const float* mask = nullptr;
+  std::int64_t B = 0, T = 0;
+};
+MicroBatch micro_batch(const Batch& b, std::int64_t accum, std::int64_t k);
 
 struct StepStats {
   double loss = 0;
@@ -32,13 +50,20 @@ struct StepStats {
 class Trainer {
  public:
   Trainer(GPTParams params, const TrainOptions& opt);
-  /// One step: forward, backward, clip, AdamW at lr_schedule(opt.step). The batch must be
-  /// (batch, context).
-  /// Hint: lr from lr_schedule(adam.step, ...); grads.zero() before gpt_backward (it
-  /// accumulates); clip_grad_norm; adamw_update.
+  /// One step: forward and backward of each of the opt.accum micro-batches (micro_batch(b,
+  /// accum, k), in order, on acts / dacts of (micro_batch(), context)), then clip and AdamW once
+  /// at lr_schedule(adam.step). The batch must be (batch, context). The gradient is that of the
+  /// whole batch's masked mean loss sum(mask·loss) / sum(mask): micro-batches hold different
+  /// numbers of counted targets, so each one's backward divides by the WHOLE batch's mask sum
+  /// (gpt_backward's `norm`), not its own. Returns that loss (the whole batch's).
+  /// Hint: lr from lr_schedule(adam.step, ...); norm = mask_sum over the whole batch;
+  /// grads.zero() once (gpt_backward accumulates); per micro-batch gpt_forward, add its
+  /// masked_loss_sum(acts.losses, ...) and gpt_backward(..., norm); loss = sum / norm (0 when
+  /// norm is 0); clip_grad_norm; adamw_update. With accum = 1 this is the plain step.
   StepStats step(const Batch& batch);
   /// The same step with the gradients from the autodiff path (lab 2's tape, path (a)): slower,
-  /// the same update up to float32 rounding.
+  /// the same update up to float32 rounding. The tape takes the whole batch at once (accum is
+  /// not used).
   StepStats step_autodiff(const Batch& batch);
   /// Masked mean loss of a batch (any B, T <= block_size), no gradients.
   double eval_loss(const Batch& batch);
@@ -47,7 +72,7 @@ class Trainer {
   GPTParams params;            // the parameters (one flat buffer)
   GPTGrads grads;              // their gradients (same layout)
   AdamWState adam;             // AdamW's moments and step (same layout)
-  GPTActivations acts, dacts;  // forward buffers and their gradients for (batch, context)
+  GPTActivations acts, dacts;  // forward buffers and their gradients for (micro_batch, context)
 
  private:
   TrainOptions opt_;

@@ -60,7 +60,13 @@ double zero_comm_elements(int stage, double psi, int ranks);
 /// parameters once more (for the recompute, between the forward's gather and the backward's), so
 /// + recomputed_params·(N−1)/N, where recomputed_params sums the units of the recomputed blocks.
 /// Stages 0-2 hold every parameter: recompute sends nothing more.
-double zero_comm_elements_remat(int stage, double psi, int ranks, double recomputed_params);
+/// With gradient accumulation (`accum` micro-batches per step, ZeroOptions::accum), per step:
+/// stages 0-1 still reduce once (2Ψ(N−1)/N: the full gradient is accumulated locally); stage 2
+/// reduce-scatters every micro-batch's gradients (it keeps only its shard) and all-gathers the
+/// parameters once: (accum + 1)Ψ(N−1)/N; stage 3 does all of its traffic per micro-batch:
+/// accum · (3Ψ + recomputed_params)(N−1)/N. accum < 1 is an mls::Error.
+double zero_comm_elements_remat(int stage, double psi, int ranks, double recomputed_params,
+                                std::int64_t accum = 1);
 /// The slides' table for (Ψ, N, K) with bf16 parameters and gradients: four lines
 /// "stage 0 (baseline)  ...  120.0 GB" etc. and a header.
 std::string zero_table(double psi, int ranks, double k = 12);
@@ -125,8 +131,13 @@ struct ZeroOptions {
   /// remat_budget bytes of remat_activation_bytes; <= 0: what sqrt needs).
   std::string remat = "none";
   std::int64_t remat_budget = 0;
+  /// Gradient accumulation: micro-batches per step (step's B splits into accum micro-batches of
+  /// B / accum rows; accum must divide B). Stages 0-1 accumulate the full gradient locally and
+  /// reduce it once after the last micro-batch; stages 2-3 reduce-scatter each micro-batch's
+  /// gradient buckets as they complete and add them into the gradient shard (all they keep).
+  std::int64_t accum = 1;
   /// Throws mls::Error naming the field (stage outside 0..3, an unknown remat plan, a negative
-  /// budget).
+  /// budget, accum < 1).
   void validate() const;
 };
 
@@ -161,9 +172,18 @@ class ZeroTrainer {
   ZeroTrainer(const ZeroTrainer&) = delete;
   ZeroTrainer& operator=(const ZeroTrainer&) = delete;
 
-  /// One training step on this rank's micro-batch (B, T): forward, backward, gradient
-  /// reduction over the ranks (mean), AdamW at `lr` on this rank's part of the optimizer state,
-  /// and whatever all-gather the stage needs. Collective: every rank calls it with the same B, T.
+  /// One training step on this rank's batch (B, T): forward and backward of each of the
+  /// options().accum micro-batches of B / accum rows (in order; the activations are sized for
+  /// one micro-batch), gradient reduction over the ranks (mean), AdamW at `lr` on this rank's
+  /// part of the optimizer state, and whatever all-gather the stage needs. The gradient is that
+  /// of the mean loss over every rank's whole batch: each micro-batch's loss is divided by the
+  /// whole batch's B·T tokens (crossentropy_backward's norm). accum must divide B (an
+  /// mls::Error otherwise). Collective: every rank calls it with the same B, T.
+  /// Reductions: stages 0 and 1 sum the same numbers in the same order (bit-identical), and so
+  /// do stages 2 and 3; with accum = 1 all four are bit-identical. With accum > 1, stages 0-1
+  /// sum each rank's micro-batches first and then the ranks, stages 2-3 the ranks first (per
+  /// micro-batch) and then the micro-batches: float addition is not associative, so the two
+  /// pairs agree to float32 rounding, not bit for bit.
   ZeroStepStats step(const std::int32_t* inputs, const std::int32_t* targets, std::int64_t B,
                      std::int64_t T, double lr);
   /// Every parameter as fp32 in GPTParams layout (bf16 values where the precision is bf16).
@@ -201,11 +221,16 @@ class ZeroTrainer {
   std::int64_t num_params() const { return psi_; }
 
  private:
-  /// Student: the fp32 gradient `bucket` of unit `unit` (this rank's micro-batch) is complete.
+  /// Student: the fp32 gradient `bucket` of unit `unit` for micro-batch `micro` (0 ..
+  /// options().accum - 1) of this rank's step is complete.
   /// bf16: round it to bf16 first (round_bf16). Stages 2-3: reduce-scatter it (Sum, Ring: chunk r
-  /// of the unit lands on rank r), divide by N, store this rank's chunk into its gradient shard.
-  /// Stages 0-1: store the whole bucket into the full gradient buffer (reduced later).
-  void finish_unit(int unit, float* bucket);
+  /// of the unit lands on rank r), divide by N, and put this rank's chunk into its gradient shard.
+  /// Stages 0-1: put the whole bucket into the full gradient buffer (reduced later, once).
+  /// "Put": micro == 0 STORES (overwrites last step's gradient), micro > 0 ADDS to what is there
+  /// (bf16: add in fp32, g = to_bf16(from_bf16(g) + x), then store). The buckets are already
+  /// scaled for the whole batch's mean (step's norm): no division by accum.
+  /// Hint: one loop per stage group, `micro == 0 ? x : old + x`.
+  void finish_unit(int unit, float* bucket, std::int64_t micro);
   /// Student: after backward. Stages 0-1 reduce the full gradients unit by unit (stage 0:
   /// allreduce, Ring; stage 1: reduce_scatter, only this rank's chunk is needed), divide by N.
   /// Then AdamW, as adamw_update, on the elements this rank owns (all of them for stage 0),
@@ -244,6 +269,7 @@ struct ZeroRunReport {
   std::int64_t recomputed_blocks = 0;     // per step
   std::int64_t recomputed_params = 0;     // parameters of the recomputed blocks' units
   std::int64_t activation_bytes = 0;      // RematActivations::bytes of a rank
+  std::int64_t accum = 1, micro_batch = 0;  // micro-batches per step and their rows
 };
 /// Per rank: measured peak bytes of parameters, gradients and optimizer state next to the
 /// formula for that rank's shard (exact, uneven shards included), and the other tags measured.
@@ -263,14 +289,15 @@ void zero_batch(const GPTConfig& cfg, std::int64_t B, std::int64_t T, std::uint6
 struct ZeroRunOptions {
   GPTConfig cfg{};
   ZeroOptions zero{};
-  std::int64_t batch = 4;    // per rank
+  std::int64_t batch = 4;    // per rank per step (zero.accum micro-batches of batch / accum rows)
   std::int64_t context = 16;
   std::int64_t steps = 10;
   double lr = 1e-3;
   std::uint64_t seed = 1337;
   /// Checks everything before any rank starts: the config, zero.validate(), batch >= 1,
-  /// 0 < context <= block_size, steps >= 1, lr > 0, and that the recompute plan exists for
-  /// (batch, context) (an "optimal" budget too small for any plan is an mls::Error naming it).
+  /// zero.accum divides batch, 0 < context <= block_size, steps >= 1, lr > 0, and that the
+  /// recompute plan exists for the micro-batch (batch / accum, context) (an "optimal" budget too
+  /// small for any plan is an mls::Error naming it).
   void validate() const;
 };
 
