@@ -403,3 +403,59 @@ TEST_CASE("kernels: register, replace, priority order and selection by name", "[
     mls::register_sgemm({name, fake_a, -1000000, "test kernel (unused)"});
   }
 }
+
+namespace {
+int g_last_conv = 0;
+void fake_conv_a(const mls::Conv2dProblem&, const float*, const float*, const float*, float*) { g_last_conv = 1; }
+void fake_conv_b(const mls::Conv2dProblem&, const float*, const float*, const float*, float*) { g_last_conv = 2; }
+bool has_conv(const std::string& name) {
+  const auto ks = mls::conv2d_kernels();
+  return std::any_of(ks.begin(), ks.end(), [&](const mls::Conv2dKernel& k) { return k.name == name; });
+}
+}  // namespace
+
+TEST_CASE("kernels: conv2d registry: register, unregister, choose by name, force the fallback", "[common][kernels]") {
+  // Kernels of labs linked into this program may be present: use priorities above theirs.
+  mls::set_conv2d_kernel("");
+  mls::register_conv2d({"test_conv_low", fake_conv_a, 1000000, "low"});
+  mls::register_conv2d({"test_conv_high", fake_conv_b, 1000001, "high"});
+  auto ks = mls::conv2d_kernels();
+  REQUIRE(ks.size() >= 2);
+  CHECK(ks[0].name == "test_conv_high");
+  CHECK(ks[1].name == "test_conv_low");
+  CHECK(mls::conv2d_kernel().name == "test_conv_high");
+  mls::conv2d_kernel().fn({}, nullptr, nullptr, nullptr, nullptr);
+  CHECK(g_last_conv == 2);
+
+  // By name, below the highest priority.
+  mls::set_conv2d_kernel("test_conv_low");
+  mls::conv2d_kernel().fn({}, nullptr, nullptr, nullptr, nullptr);
+  CHECK(g_last_conv == 1);
+
+  // The fallback: no function, the caller runs its own path.
+  mls::set_conv2d_kernel(mls::kConv2dFallback);
+  CHECK(mls::conv2d_kernel().name == "im2col");
+  CHECK(mls::conv2d_kernel().fn == nullptr);
+
+  // Unknown names, bad registrations.
+  mls::set_conv2d_kernel("no_such_conv");
+  CHECK_THROWS_WITH(mls::conv2d_kernel(), Contains("conv2d: unknown kernel 'no_such_conv' (from MLS_CONV2D or set_conv2d_kernel)") &&
+                                              Contains("test_conv_high, test_conv_low") && Contains("'im2col' for lab 2's own path"));
+  CHECK_THROWS_WITH(mls::register_conv2d({"", fake_conv_a, 0, ""}),
+                    Contains("register_conv2d: a kernel needs a name and a function, got name ''"));
+  CHECK_THROWS_WITH(mls::register_conv2d({"null_conv", nullptr, 0, ""}),
+                    Contains("register_conv2d: a kernel needs a name and a function, got name 'null_conv' and no function"));
+  CHECK_THROWS_WITH(mls::register_conv2d({"im2col", fake_conv_a, 0, ""}),
+                    Contains("register_conv2d: the name 'im2col' is reserved"));
+
+  // Unregister: gone from the list and from the choice; a second time says there was none.
+  mls::set_conv2d_kernel("");
+  CHECK(mls::unregister_conv2d("test_conv_high"));
+  CHECK_FALSE(mls::unregister_conv2d("test_conv_high"));
+  CHECK_FALSE(has_conv("test_conv_high"));
+  CHECK(mls::conv2d_kernel().name == "test_conv_low");
+  CHECK(mls::unregister_conv2d("test_conv_low"));
+  CHECK_FALSE(has_conv("test_conv_low"));
+  // Common alone registers no conv kernel: the default is the fallback again.
+  if (mls::conv2d_kernels().empty()) CHECK(mls::conv2d_kernel().fn == nullptr);
+}

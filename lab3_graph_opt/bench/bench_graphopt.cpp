@@ -1,7 +1,8 @@
 // Lab 3 benchmarks. The figures worth quoting are ratios of peers in this program:
 //   BM_ChainFused / BM_ChainUnfused   elementwise fusion of a 6-op chain over 16M floats (goal <= 0.4)
 //   BM_ResnetFolded / BM_ResnetUnfolded   conv+BN folding (passes conv-bn,dce); both programs run
-//                                          every conv on the same kernel (lab 3's run_node)
+//                                          every float32 conv on the same kernel (lab 2's conv2d
+//                                          finds conv2d_bias's in common's conv2d registry)
 //   BM_MemoryPlan/<model>   counters planned_bytes / naive_bytes (a ratio of memory, not time)
 // Before the Google Benchmark runs, the two time ratios are measured interleaved (each repetition
 // runs both programs back to back, alternating which goes first; the median of the per-repetition

@@ -1,14 +1,15 @@
 // Lab 3's ops, registered with lab 2's op registry like any other op: fused elementwise loops
 // (evaluated with lab 1's scalar functions, mls/tensor/scalar.hpp) and GEMM with transpose flags
-// and an epilogue; a conv2d with its bias. Lab 2's executor runs them like any op. Lab 3's own
-// executors (`run`, `PlannedExecutor`) evaluate nodes with `run_node`, which sends every float32
-// conv2d to the conv2d_bias kernel (no bias), so folded and unfolded programs run the same conv.
+// and an epilogue; a conv2d with its bias. Lab 2's executor runs them like any op. The conv2d_bias
+// float32 kernel is also registered in common's conv2d registry (mls/common/kernels.hpp), so lab
+// 2's float32 conv2d runs on it too: folded and unfolded programs run the same conv.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "mls/common/alloc.hpp"
+#include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/graph_opt/ir.hpp"
 #include "mls/tensor/scalar.hpp"
@@ -859,23 +860,19 @@ ConvJobFn best_conv_job() {
 #endif
 }
 
-/// The float32 kernel: conv2d(x, w) + bias, or plain conv2d(x, w) when `b0` is null (a zero
-/// bias: lab 3's `run_node` evaluates every float32 conv2d node this way).
-Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor* b0, const ConvShape& g) {
-  const Tensor x = x0.to(DType::Float32).compact(), w = w0.to(DType::Float32).compact();
-  const Tensor b = b0 ? b0->to(DType::Float32).reshape({g.o}).compact() : Tensor();
-  Tensor out = Tensor::empty({g.n, g.o, g.oh, g.ow}, DType::Float32);
+/// The float32 kernel on compact arrays: y = conv2d(x, w) + bias, or plain conv2d(x, w) when
+/// `b` is null (a zero bias, bit for bit). Registered in common's conv2d registry (`Conv2dFn`),
+/// where lab 2's float32 conv2d finds it; needs a non-empty problem (`kernel_covers`).
+void conv2d_f32(const Conv2dProblem& p, const float* xd, const float* wd, const float* b, float* od) {
+  const ConvShape g{p.n, p.c, p.h, p.w, p.o, p.kh, p.kw, p.stride, p.pad, p.oh, p.ow};
   const std::int64_t K = g.k(), L = g.l(), blocks = (g.o + kConvMR - 1) / kConvMR;
   // Weights as [O/8][K][8] (the 8 values one k multiplies are adjacent), bias padded to 8s.
   std::vector<float> wp(static_cast<std::size_t>(blocks * kConvMR * K), 0.0f), bias(static_cast<std::size_t>(blocks * kConvMR), 0.0f);
-  const float* wd = w.data<float>();
   for (std::int64_t o = 0; o < g.o; ++o) {
-    if (b0) bias[static_cast<std::size_t>(o)] = b.data<float>()[o];
+    if (b) bias[static_cast<std::size_t>(o)] = b[o];
     for (std::int64_t k = 0; k < K; ++k)
       wp[static_cast<std::size_t>(((o / kConvMR) * K + k) * kConvMR + o % kConvMR)] = wd[o * K + k];
   }
-  const float* xd = x.data<float>();
-  float* od = out.data<float>();
   if (g.stride == 1) {
     // Zero-padded copies of the images, each row long enough for whole 32-pixel tiles.
     const std::int64_t hp = g.h + 2 * g.pad, wpad = std::max(g.w + 2 * g.pad, (g.ow + kConvNR - 1) / kConvNR * kConvNR + g.kw - 1);
@@ -893,7 +890,7 @@ Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor* b0, const
         job({&g, wp.data(), bias.data(), pd + n * g.c * hp * wpad, hp, wpad, od + n * g.o * L, oy, 0, true});
       }
     });
-    return out;
+    return;
   }
   const ConvJobFn job = best_conv_job();
   const std::int64_t panels = (L + kPanel - 1) / kPanel;
@@ -906,6 +903,14 @@ Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor* b0, const
       job({&g, wp.data(), bias.data(), panel, 0, 0, od + n * g.o * L, p0, np, false});
     }
   });
+}
+/// conv2d_bias's float32 forward: the kernel on float32 copies of x, w and the bias.
+Tensor conv_bias_f32(const Tensor& x0, const Tensor& w0, const Tensor& b0, const ConvShape& g) {
+  const Tensor x = x0.to(DType::Float32).compact(), w = w0.to(DType::Float32).compact();
+  const Tensor b = b0.to(DType::Float32).reshape({g.o}).compact();
+  Tensor out = Tensor::empty({g.n, g.o, g.oh, g.ow}, DType::Float32);
+  conv2d_f32({g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad, g.oh, g.ow}, x.data<float>(), w.data<float>(),
+             b.data<float>(), out.data<float>());
   return out;
 }
 
@@ -929,7 +934,7 @@ Tensor conv_bias_forward(Ins in, const autodiff::Attrs& attrs) {
   MLS_CHECK(in[2].numel() == g.o, "conv2d_bias: bias ", shape_str(in[2].shape()),
             " must have one value per output channel (", g.o, ")");
   const DType dt = promote(promote(in[0].dtype(), in[1].dtype()), in[2].dtype());
-  if (dt == DType::Float32 && kernel_covers(g)) return conv_bias_f32(in[0], in[1], &in[2], g);
+  if (dt == DType::Float32 && kernel_covers(g)) return conv_bias_f32(in[0], in[1], in[2], g);
   // Other dtypes: lab 2's conv2d, then the bias.
   const Tensor ins[2] = {in[0].to(dt), in[1].to(dt)};
   const Tensor y = autodiff::op_def(Op::Conv2d).forward(std::span<const Tensor>(ins, 2), attrs);
@@ -950,27 +955,19 @@ const Op kConvBias = autodiff::register_op(
     {.name = "conv2d_bias", .arity = 3, .differentiable = false, .forward = conv_bias_forward, .infer = conv_bias_infer,
      .doc = "conv2d(x, w) + bias per output channel in one pass (attributes stride, pad; what conv+BN folding leaves)",
      .flops = conv_bias_flops});
+/// Lab 2's float32 conv2d runs on conv2d_bias's kernel (no bias) in every program linked with
+/// lab 3: registered here, next to the op, and CMake keeps this object in every such program
+/// (the linker option -u mls_graph_opt_conv2d_registered, see lab3_graph_opt/CMakeLists.txt).
+extern "C" {
+[[maybe_unused]] extern const bool mls_graph_opt_conv2d_registered;
+const bool mls_graph_opt_conv2d_registered =
+    (mls::register_conv2d({"lab3_conv2d_bias", &conv2d_f32, 100,
+                           "lab 3's conv2d_bias kernel (im2col packed into the GEMM panels, 8x32 register tiles)"}),
+     true);
+}
 const Op kGemm = autodiff::register_op(
     {.name = "gemm", .arity = -1, .differentiable = false, .forward = gemm_forward, .infer = gemm_infer,
      .doc = "matmul(op_a(A), op_b(B)) [+ bias] [then relu/gelu] in one pass", .flops = gemm_flops});
-
-bool runs_conv_kernel(const Node& n) {
-  if (n.op != Op::Conv2d && n.op != kConvBias) return false;
-  return n.dtype == DType::Float32 && std::all_of(n.inputs.begin(), n.inputs.end(), [](const NodePtr& x) {
-           return x->dtype == DType::Float32;
-         });
-}
-
-Tensor run_node(const Node& n, std::span<const Tensor> inputs) {
-  if (n.op == Op::Conv2d && inputs.size() == 2 && runs_conv_kernel(n) && inputs[0].dtype() == DType::Float32 &&
-      inputs[1].dtype() == DType::Float32) {
-    // Lowered to conv2d_bias's kernel with no bias. The shapes were checked by lab 2's
-    // shape inference when the node was made; run-time sizes are checked again here.
-    const ConvShape g = conv_shape(inputs[0].shape(), inputs[1].shape(), n.attrs);
-    if (kernel_covers(g)) return conv_bias_f32(inputs[0], inputs[1], nullptr, g);
-  }
-  return autodiff::eval_node(n, inputs);
-}
 
 std::string fused_expression(const Node& n) {
   MLS_CHECK(n.op == kFusedElementwise, "fused_expression: node is ", autodiff::op_name(n.op), ", not fused_elementwise");

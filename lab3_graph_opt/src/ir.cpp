@@ -235,7 +235,7 @@ ProgramCost program_cost(const Program& p) {
   return pc;
 }
 
-// ---- running a program: lab 2's executor's order, nodes through run_node ----------------------------
+// ---- running a program: lab 2's executor ------------------------------------------------------------
 std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds) {
   MLS_CHECK(feeds.size() == p.inputs.size(), "run: the program has ", p.inputs.size(), " inputs, ", feeds.size(),
             " fed");
@@ -248,32 +248,7 @@ std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds) {
                                  : std::string("nothing"));
     fed.emplace_back(p.inputs[i], feeds[i]);
   }
-  const std::vector<Node*> order = p.schedule();
-  if (std::any_of(order.begin(), order.end(), [](const Node* n) { return n->op == Op::Assign; }))
-    return autodiff::Executor(*p.graph).run(p.outputs, fed);  // it updates the variables
-  std::unordered_map<const Node*, Tensor> vals;
-  for (const auto& [ph, t] : fed) vals[ph.get()] = t;
-  std::unordered_map<const Node*, int> left;  // reads still to come
-  for (const Node* n : order)
-    for (const NodePtr& x : n->inputs) ++left[x.get()];
-  for (const Var& o : p.outputs) ++left[o.get()];
-  std::vector<Tensor> in;
-  for (const Node* n : order) {
-    if (vals.count(n)) continue;
-    MLS_CHECK(n->op != Op::Placeholder, "run: placeholder '", n->name, "' is needed but is not an input of the program");
-    if (n->is_leaf()) {
-      vals[n] = n->value;
-      continue;
-    }
-    in.assign(n->inputs.size(), Tensor());
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = vals.at(n->inputs[i].get());
-    vals[n] = run_node(*n, in);
-    for (const NodePtr& x : n->inputs)
-      if (--left[x.get()] == 0) vals.erase(x.get());
-  }
-  std::vector<Tensor> out;
-  for (const Var& o : p.outputs) out.push_back(vals.at(o.get()));
-  return out;
+  return autodiff::Executor(*p.graph).run(p.outputs, fed);
 }
 
 std::vector<Tensor> random_feeds(const Program& p, std::uint64_t seed, std::int64_t unknown_size) {

@@ -163,7 +163,7 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     }
     in.assign(n.inputs.size(), Tensor());
     for (std::size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals.at(n.inputs[k].get());
-    Tensor t = run_node(n, in);
+    Tensor t = autodiff::eval_node(n, in);
     const int b = plan_.buffer[i];
     if (b < 0) {  // a view: it lives in the memory of what it views
       vals[&n] = t;

@@ -1,10 +1,13 @@
 // conv2d_bias, the op conv+BN folding leaves: against a naive convolution on random shapes
 // (both of its float32 paths: stride 1 from a padded image, other strides from packed panels;
 // channel counts and widths that leave partial register tiles), float64, bad inputs, and
-// random conv+BN graphs folded vs unfolded; lab 3's executors run every float32 conv2d on the
-// same kernel (run_node, runs_conv_kernel).
+// random conv+BN graphs folded vs unfolded; lab 2's float32 conv2d runs on the same kernel,
+// registered in common's conv2d registry (mls/common/kernels.hpp), unless forced off.
 #include "helpers.hpp"
+#include "mls/common/kernels.hpp"
 #include "mls/common/rng.hpp"
+
+#include <utility>
 
 using namespace graph_opt_test;
 
@@ -40,6 +43,30 @@ struct ConvCase {
   std::int64_t n, c, h, w, o, kh, kw, stride, pad;
 };
 
+/// Chooses the conv2d kernel lab 2's conv2d uses for one scope ("im2col": lab 2's own path).
+struct ConvKernelChoice {
+  explicit ConvKernelChoice(const std::string& name) { mls::set_conv2d_kernel(name); }
+  ~ConvKernelChoice() { mls::set_conv2d_kernel(""); }
+  ConvKernelChoice(const ConvKernelChoice&) = delete;
+  ConvKernelChoice& operator=(const ConvKernelChoice&) = delete;
+};
+
+/// Lab 3's kernel as registered in common's conv2d registry.
+mls::Conv2dKernel lab3_conv_kernel() {
+  for (const auto& k : mls::conv2d_kernels())
+    if (k.name == "lab3_conv2d_bias") return k;
+  FAIL("lab3_conv2d_bias is not registered");
+  return {};
+}
+
+/// A registered kernel that counts its calls and runs lab 3's.
+mls::Conv2dFn g_lab3_fn = nullptr;
+int g_conv_calls = 0;
+void counting_conv(const mls::Conv2dProblem& p, const float* x, const float* w, const float* b, float* y) {
+  ++g_conv_calls;
+  g_lab3_fn(p, x, w, b, y);
+}
+
 }  // namespace
 
 TEST_CASE("conv2d_bias matches a naive convolution plus bias on random shapes", "[lab3][passes]") {
@@ -73,12 +100,13 @@ TEST_CASE("conv2d_bias matches a naive convolution plus bias on random shapes", 
       double worst = 0;
       for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - want[i]) / (tol + tol * std::abs(want[i])));
       CHECK(worst <= 1.0);
-      // And the same as lab 2's conv2d plus the bias (lab 2's executor: lab 3's `run` would
-      // send the conv2d to this kernel too), within the executor's comparison tolerance.
+      // And the same as lab 2's own conv2d plus the bias (its im2col path: float32 conv2d would
+      // otherwise run this kernel too), within the executor's comparison tolerance.
       Program q;
-      const Var qx = q.input("x", {k.n, k.c, k.h, k.w}, dt);
-      q.output(autodiff::conv2d(qx, q.constant(w), k.stride, k.pad) + q.constant(b.reshape({1, k.o, 1, 1})));
-      CHECK(max_rel_error(got, autodiff::Executor(*q.graph).run(q.outputs, {{qx, feeds[0]}})) <= 1.0);
+      q.output(autodiff::conv2d(q.input("x", {k.n, k.c, k.h, k.w}, dt), q.constant(w), k.stride, k.pad) +
+               q.constant(b.reshape({1, k.o, 1, 1})));
+      const ConvKernelChoice lab2_own(mls::kConv2dFallback);
+      CHECK(max_rel_error(got, run(q, feeds)) <= 1.0);
     }
   }
 }
@@ -138,7 +166,10 @@ namespace {
 std::vector<double> values(const Tensor& t) { return t.to(DType::Float64).compact().to_vector<double>(); }
 }  // namespace
 
-TEST_CASE("run and PlannedExecutor compute float32 conv2d with conv2d_bias's kernel on random shapes", "[lab3][passes]") {
+TEST_CASE("lab 2's float32 conv2d runs conv2d_bias's kernel through run and PlannedExecutor on random shapes", "[lab3][passes]") {
+  const mls::Conv2dKernel k = lab3_conv_kernel();
+  MLS_OBSERVE(k.priority);
+  CHECK(mls::conv2d_kernel().name == "lab3_conv2d_bias");  // the default: the only one registered
   Rng rng(8, "lab3-conv-lowering");
   for (int trial = 0; trial < 10; ++trial) {
     // Odd sizes, kernels 1..5 (not always square), stride 1..3 (2 in every third trial), pad 0..2.
@@ -152,10 +183,9 @@ TEST_CASE("run and PlannedExecutor compute float32 conv2d with conv2d_bias's ker
     const auto attrs = autodiff::Attrs().set("stride", stride).set("pad", pad);
     Program p;  // lab 2's conv2d node
     const Var x = p.input("x", {n, c, h, w});
-    const Var y = p.output(autodiff::conv2d(x, p.constant(wt), stride, pad));
+    p.output(autodiff::conv2d(x, p.constant(wt), stride, pad));
     Program q;  // conv2d_bias with a zero bias
     q.output(q.make(kConvBias, {q.input("x", {n, c, h, w}), q.constant(wt), q.constant(Tensor::zeros({o}))}, attrs));
-    CHECK(runs_conv_kernel(*y.get()));
     const auto feeds = random_feeds(p, static_cast<std::uint64_t>(20 + trial));
     const std::vector<Tensor> got = run(p, feeds);
     observe_outputs("conv2d through run", got);
@@ -163,8 +193,13 @@ TEST_CASE("run and PlannedExecutor compute float32 conv2d with conv2d_bias's ker
     CHECK(values(got[0]) == values(run(q, feeds)[0]));
     PlannedExecutor planned(p, plan_memory(p));
     CHECK(values(planned.run(feeds)[0]) == values(got[0]));
-    // Lab 2's conv2d (its own executor) within the comparison tolerance, and a naive convolution.
-    CHECK(max_rel_error(got, autodiff::Executor(*p.graph).run(p.outputs, {{x, feeds[0]}})) <= 1.0);
+    // Lab 2's own conv2d (im2col + matmul, forced) within the comparison tolerance, and a naive
+    // convolution.
+    {
+      const ConvKernelChoice lab2_own(mls::kConv2dFallback);
+      CHECK(mls::conv2d_kernel().fn == nullptr);
+      CHECK(max_rel_error(got, run(p, feeds)) <= 1.0);
+    }
     const auto want = naive_conv(feeds[0], wt, Tensor::zeros({o}), stride, pad);
     const auto g = values(got[0]);
     REQUIRE(g.size() == want.size());
@@ -178,35 +213,52 @@ TEST_CASE("the folded and unfolded ResNet blocks run every conv on the same kern
   Program unfolded = resnet_block(2, 8, 9, 11);
   Program folded = clone(unfolded);
   PassManager().add_pipeline("conv-bn,dce").run(folded);
-  auto convs = [](const Program& p, bool kernel) {
-    std::size_t k = 0;
-    for (const Node* n : p.schedule())
-      if ((n->op == Op::Conv2d || n->op == kConvBias) && runs_conv_kernel(*n) == kernel) ++k;
-    return k;
-  };
-  const std::size_t fast_unfolded = convs(unfolded, true), fast_folded = convs(folded, true);
-  MLS_OBSERVE(fast_unfolded);
-  MLS_OBSERVE(fast_folded);
-  CHECK(fast_unfolded == 4);  // conv1, conv2 and the two side convs
-  CHECK(fast_folded == 4);    // conv1 and conv2 now conv2d_bias, the side convs still conv2d
-  CHECK(count_op(folded, kConvBias) == 2);
-  CHECK(convs(unfolded, false) == 0);
-  CHECK(convs(folded, false) == 0);
+  CHECK(count_op(folded, kConvBias) == 2);  // conv1 and conv2; the two side convs stay conv2d
+  CHECK(count_op(folded, Op::Conv2d) == 2);
+  CHECK(count_op(unfolded, Op::Conv2d) == 4);
   const auto feeds = random_feeds(unfolded, 4);
-  const std::vector<Tensor> got = run(folded, feeds);
+  const std::vector<Tensor> want_unfolded = run(unfolded, feeds), want_folded = run(folded, feeds);
+  // Count the conv2d nodes that reach lab 3's kernel through the registry (conv2d_bias nodes call
+  // it directly).
+  g_lab3_fn = lab3_conv_kernel().fn;
+  mls::register_conv2d({"lab3_test_counting", &counting_conv, -1000, "counts, then runs lab 3's kernel"});
+  int calls_unfolded = 0, calls_folded = 0, calls_f64 = 0;
+  std::vector<Tensor> got;
+  {
+    const ConvKernelChoice counting("lab3_test_counting");
+    g_conv_calls = 0;
+    const std::vector<Tensor> u = run(unfolded, feeds);
+    calls_unfolded = std::exchange(g_conv_calls, 0);
+    got = run(folded, feeds);
+    calls_folded = std::exchange(g_conv_calls, 0);
+    CHECK(values(u[0]) == values(want_unfolded[0]));  // the same kernel, bit for bit
+    CHECK(values(got[0]) == values(want_folded[0]));
+  }
+  CHECK(mls::unregister_conv2d("lab3_test_counting"));
+  MLS_OBSERVE(calls_unfolded);
+  MLS_OBSERVE(calls_folded);
+  CHECK(calls_unfolded == 4);  // conv1, conv2 and the two side convs
+  CHECK(calls_folded == 2);    // the side convs; conv1 and conv2 are conv2d_bias (the kernel itself)
   observe_outputs("folded block", got);
-  CHECK(max_rel_error(got, run(unfolded, feeds)) <= 1.0);
-  // Not a conv, or float64: not the kernel. Float64 conv2d runs lab 2's conv bit for bit.
-  CHECK_FALSE(runs_conv_kernel(*folded.outputs[0].get()));
+  CHECK(max_rel_error(got, want_unfolded) <= 1.0);
+  // Float64 conv2d does not reach the registry: lab 2's im2col conv, bit for bit.
   Program d;
   const Var dx = d.input("x", {1, 3, 7, 9}, DType::Float64);
   Rng rng(9, "lab3-conv-f64");
-  const Var dy = d.output(autodiff::conv2d(dx, d.constant(Tensor::randn({5, 3, 3, 3}, rng, 0.0, 0.5, DType::Float64)), 2, 1));
-  const bool f64_kernel = runs_conv_kernel(*dy.get());
-  MLS_OBSERVE(f64_kernel);
-  CHECK_FALSE(f64_kernel);
+  d.output(autodiff::conv2d(dx, d.constant(Tensor::randn({5, 3, 3, 3}, rng, 0.0, 0.5, DType::Float64)), 2, 1));
   const auto dfeeds = random_feeds(d, 5);
-  const std::vector<Tensor> dgot = run(d, dfeeds);
+  std::vector<Tensor> dgot;
+  mls::register_conv2d({"lab3_test_counting", &counting_conv, -1000, "counts, then runs lab 3's kernel"});
+  {
+    const ConvKernelChoice counting("lab3_test_counting");
+    g_conv_calls = 0;
+    dgot = run(d, dfeeds);
+    calls_f64 = std::exchange(g_conv_calls, 0);
+  }
+  CHECK(mls::unregister_conv2d("lab3_test_counting"));
+  MLS_OBSERVE(calls_f64);
+  CHECK(calls_f64 == 0);
   observe_outputs("float64 conv2d", dgot, true);
-  CHECK(values(dgot[0]) == values(autodiff::Executor(*d.graph).run(d.outputs, {{dx, dfeeds[0]}})[0]));
+  const ConvKernelChoice lab2_own(mls::kConv2dFallback);
+  CHECK(values(dgot[0]) == values(run(d, dfeeds)[0]));
 }

@@ -141,7 +141,7 @@ TEST_CASE("run refuses a placeholder that is not an input and runs assign nodes 
   const Var stray = p.graph->placeholder("stray", {2});
   p.output(x + stray);
   verify(p);
-  require_error([&] { run(p, {Tensor::ones({2})}); }, "run: placeholder 'stray' is needed but is not an input of the program");
+  require_error([&] { run(p, {Tensor::ones({2})}); }, "run: placeholder 'stray' (float32 [2]) is needed by the fetches but was not fed");
   // A stateful program: every run adds x to the variable.
   Program q;
   const Var v = q.graph->variable("v", Tensor::zeros({2}));

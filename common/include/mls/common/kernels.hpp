@@ -1,12 +1,20 @@
 #pragma once
-/// The kernel registry: the seam through which faster kernels plug into the tensor library.
+/// The kernel registries: the seams through which faster kernels plug into earlier labs.
 ///
+/// SGEMM.
 /// Lab 1's `matmul` asks `sgemm_kernel()` for a function and calls it on each 2-D problem. Lab 1
 /// registers its reference kernel ("lab1_reference") and OpenBLAS ("openblas") when built with
 /// it; lab 4 registers its ladder ("lab4_naive", "lab4_blocked", "lab4_packed", ...) in every
 /// program linked with it, through a provider (see `add_sgemm_provider`). `MLS_MATMUL=<name>` or
 /// `set_sgemm_kernel` picks one by name; by default the registered kernel with the highest
 /// priority is used.
+///
+/// Conv2d (below). Lab 2's float32 `conv2d` forward asks `conv2d_kernel()` for a kernel and runs
+/// it when one is registered (and the problem is not empty), else its own im2col + matmul path.
+/// Lab 3 registers its `conv2d_bias` kernel ("lab3_conv2d_bias", no bias) in every program
+/// linked with it, so lab 3's programs, folded or not, run every float32 conv on it.
+/// `MLS_CONV2D=im2col` or `set_conv2d_kernel("im2col")` forces lab 2's own path; another name
+/// picks a registered kernel.
 #include <string>
 #include <vector>
 
@@ -39,5 +47,41 @@ std::vector<SgemmKernel> sgemm_kernels();
 SgemmKernel sgemm_kernel();
 /// Chooses a kernel by name ("" returns to the default choice).
 void set_sgemm_kernel(const std::string& name);
+
+/// One float32 2-D cross-correlation, NCHW, every array compact (row-major, no gaps):
+/// y[n, o, oy, ox] = bias[o] + sum_{c, i, j} x[n, c, oy*stride - pad + i, ox*stride - pad + j] * w[o, c, i, j]
+/// (x is zero outside the image; no bias term when `bias` is null).
+struct Conv2dProblem {
+  long n, c, h, w;  // x: [n, c, h, w]
+  long o, kh, kw;   // w: [o, c, kh, kw]
+  long stride, pad;
+  long oh, ow;      // y: [n, o, oh, ow], oh = (h + 2 pad - kh) / stride + 1 (ow likewise)
+};
+using Conv2dFn = void (*)(const Conv2dProblem& p, const float* x, const float* w, const float* bias, float* y);
+
+struct Conv2dKernel {
+  std::string name;
+  Conv2dFn fn = nullptr;  // null: no kernel, the caller's own path (see `conv2d_kernel`)
+  int priority = 0;       // higher wins when no kernel is chosen by name
+  std::string description;
+};
+
+/// The name that chooses the caller's own path (lab 2's im2col + matmul) over every kernel.
+inline constexpr const char* kConv2dFallback = "im2col";
+
+/// Adds (or replaces, by name) a kernel. Safe to call from a static initialiser.
+void register_conv2d(Conv2dKernel kernel);
+/// Removes the kernel of that name; returns whether there was one.
+bool unregister_conv2d(const std::string& name);
+/// All registered kernels, highest priority first.
+std::vector<Conv2dKernel> conv2d_kernels();
+/// The kernel to use: the one named by `set_conv2d_kernel` or `MLS_CONV2D`, else the highest
+/// priority. A kernel with a null `fn` (named `kConv2dFallback`) when none is registered or the
+/// fallback is chosen: the caller runs its own path. Throws `mls::Error` listing the registered
+/// names when the chosen name is unknown.
+Conv2dKernel conv2d_kernel();
+/// Chooses a kernel by name: "" returns to the default choice, `kConv2dFallback` forces the
+/// caller's own path.
+void set_conv2d_kernel(const std::string& name);
 
 }  // namespace mls

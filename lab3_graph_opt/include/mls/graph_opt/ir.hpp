@@ -16,7 +16,6 @@
 ///   save_json(p, "g.json"); Program q = load_json_file("g.json");
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -50,7 +49,11 @@ extern const Op kGemm;
 /// values (any shape, e.g. [O] or [1, O, 1, 1]); attributes stride, pad. The bias is added as
 /// each output tile is computed (float32: im2col packed straight into the GEMM panels), so
 /// neither the columns nor the unbiased result are materialised. Registered by lab 3; conv+BN
-/// folding makes it, and lab 3's executors run every float32 conv2d on its kernel (`run_node`).
+/// folding makes it. Its float32 kernel is also registered in common's conv2d registry
+/// (mls/common/kernels.hpp, as "lab3_conv2d_bias") in every program linked with lab 3, so lab 2's
+/// float32 conv2d runs on it too (with no bias): a program and its conv+BN-folded version run
+/// the same conv kernel. `mls::set_conv2d_kernel("im2col")` (or MLS_CONV2D=im2col) gives lab 2's
+/// conv2d its own im2col + matmul path back.
 extern const Op kConvBias;
 
 /// A graph with its inputs and outputs. Owns the graph (which is neither copyable nor movable,
@@ -144,18 +147,9 @@ struct ProgramCost {
 };
 ProgramCost program_cost(const Program& p);
 
-/// True when lab 3's executors compute `n` with conv2d_bias's float32 kernel: a conv2d or
-/// conv2d_bias node whose inputs and result are float32 (at run time, unless a size is 0).
-/// Float64 and mixed dtypes take lab 2's conv2d. So a program and its conv+BN-folded version
-/// run the same conv kernel, and folding is measured by what it removes (the BN and bias passes).
-bool runs_conv_kernel(const Node& n);
-/// Lab 3's evaluation of one node on its input values: `autodiff::eval_node`, except that a
-/// float32 conv2d node (`runs_conv_kernel`) is lowered to conv2d_bias's kernel with no bias
-/// (bit-for-bit the values of conv2d_bias with a zero bias). `run` and `PlannedExecutor` use it.
-Tensor run_node(const Node& n, std::span<const Tensor> inputs);
-/// Runs the program on `feeds` (one tensor per input, in order) and returns the outputs, in
-/// the order of lab 2's `Executor` (every needed node evaluated once with `run_node`, values
-/// dropped after their last use). A program with `assign` nodes runs on lab 2's `Executor`.
+/// Runs the program on `feeds` (one tensor per input, in order) with lab 2's `Executor` and
+/// returns the outputs. Every needed node is evaluated once; values are dropped after their
+/// last use. (Float32 conv2d nodes run on conv2d_bias's kernel: see `kConvBias`.)
 std::vector<Tensor> run(const Program& p, const std::vector<Tensor>& feeds);
 /// Random feeds for the program's inputs (normal, seeded), shapes from the placeholders
 /// (unknown sizes become `unknown_size`).
