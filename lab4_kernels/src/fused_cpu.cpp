@@ -7,13 +7,21 @@
 // CPU, as the SGEMM picks its micro-kernel), so the build needs no -march flag. A worker must be
 // its own cloned function: a lambda inside a cloned function is compiled for baseline x86-64.
 //
-// Memory speed needs three things here:
+// Memory speed needs, here (measured on the AMD EPYC Zen 4 the lab is timed on, one thread
+// reaching memcpy's bandwidth only if the core's work per 16 floats stays near 10 cycles):
 //   - every reduction (max, sum) in 16 or 32 independent lanes, so it vectorises (a single float
 //     accumulator is a chain of dependent adds, 4 cycles each);
-//   - exp and tanh without libm calls (mls::fast_expf), so the loops vectorise;
-//   - outputs larger than the caches written with streaming (non-temporal) stores: a plain store
-//     first reads the line it writes (read-for-ownership), so it moves 3 bytes per byte written,
-//     where memcpy (which streams at these sizes) moves 2.
+//   - exp and tanh without libm calls (mls::fast_expf; on AVX-512, exp2_16: 7 multiply-adds);
+//   - 64-byte vectors that do not straddle cache lines (one that does costs two accesses): the
+//     AVX-512 loops run a masked head up to a line boundary, then whole vectors (for_each16);
+//   - a load that follows a store to an address 4 KiB apart waits for it (4K aliasing): rows of
+//     1024 floats put every array at the same offset modulo 4 KiB, so load first, store last;
+//   - outputs larger than the caches (16 MiB and more) computed into an L1 scratch row and copied
+//     out with streaming (non-temporal) stores (mls::stream_copy): a plain store first reads the
+//     line it writes (read-for-ownership), 3 bytes of traffic per byte written. Streaming each
+//     vector as it is computed measured slower than the burst copy of a whole row;
+//   - no software prefetch of the next row where the hardware prefetcher does better (softmax,
+//     layernorm forward); layernorm backward's three row streams gain from one, into L2.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -133,12 +141,12 @@ constexpr float kGeluClamp = 10.0f;
 
 }  // namespace
 
-// ---- AVX-512 versions of the exp-heavy kernels
-// --------------------------------------------------- GCC does not turn the clamps of the portable
-// loops into vminps/vmaxps (it blends each step of exp for the clamped lanes instead), and it
-// cannot use vscalefps for the 2^n or masked tails: the portable GELU loop is ~40 instructions per
-// 16 floats, these ~20, which is what memory speed needs on one core. Chosen at run time with the
-// SGEMM's micro-kernel (detail::use_avx512()).
+// ---- AVX-512 versions of the row and exp-heavy kernels -------------------------------------------
+// GCC does not turn the clamps of the portable loops into vminps/vmaxps (it blends each step of
+// exp for the clamped lanes instead), has no masked heads and tails, and cannot be told to load
+// before it stores: the portable GELU loop is ~40 instructions per 16 floats, these ~20, which
+// is what memory speed needs on one core. Chosen at run time with the SGEMM's micro-kernel
+// (detail::use_avx512()).
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MLS_AVX512 __attribute__((target("avx512f")))
@@ -628,11 +636,13 @@ MLS_CLONES static void layernorm_backward_rows(float* dinp, float* dw, float* db
     dnorm_norm_mean /= static_cast<float>(cols);
 #pragma GCC ivdep  // dx, dw and db never overlap (GCC gives up on checking 5 streams at run time)
     for (long c = 0; c < cols; ++c) {
-      const float norm = (x[c] - m) * rs;
-      const float dnorm = weight[c] * dy[c];
-      db[c] += dy[c];
-      dw[c] += norm * dy[c];
-      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+      // every load before the first store (4K aliasing: see layernorm_backward_rows_avx512)
+      const float xc = x[c], dyc = dy[c], wc = weight[c], dbc = db[c], dwc = dw[c], dxc = dx[c];
+      const float norm = (xc - m) * rs;
+      const float dnorm = wc * dyc;
+      db[c] = dbc + dyc;
+      dw[c] = dwc + norm * dyc;
+      dx[c] = dxc + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
     }
   }
   // END SOLUTION
