@@ -22,6 +22,45 @@ constexpr double kEps = std::numeric_limits<float>::epsilon();
 double gelu_ref(double x) {
   return 0.5 * x * (1.0 + std::tanh(mls::kGeluK * (x + mls::kGeluC * x * x * x)));
 }
+
+/// Double-precision layernorm forward and backward: y, dx (accumulated onto 0.5), dw (onto 0.25),
+/// db (onto -0.25), and the largest rstd (the errors scale with it).
+struct LayernormRef {
+  std::vector<double> y, dx, dw, db;
+  double rs_max = 0;
+};
+LayernormRef layernorm_ref(const std::vector<float>& x, const std::vector<float>& w,
+                           const std::vector<float>& b, const std::vector<float>& dy, long rows,
+                           long cols, float eps) {
+  LayernormRef ref{std::vector<double>(rows * cols), std::vector<double>(rows * cols),
+                   std::vector<double>(cols, 0.25), std::vector<double>(cols, -0.25)};
+  for (long r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * cols;
+    const float* dyr = dy.data() + r * cols;
+    double m = 0, v = 0;
+    for (long c = 0; c < cols; ++c) m += xr[c];
+    m /= cols;
+    for (long c = 0; c < cols; ++c) v += (xr[c] - m) * (xr[c] - m);
+    const double rs = 1.0 / std::sqrt(v / cols + eps);
+    ref.rs_max = std::max(ref.rs_max, rs);
+    double dmean = 0, dnm = 0;
+    for (long c = 0; c < cols; ++c) {
+      const double norm = (xr[c] - m) * rs;
+      ref.y[r * cols + c] = norm * w[c] + b[c];
+      dmean += w[c] * dyr[c];
+      dnm += w[c] * dyr[c] * norm;
+    }
+    dmean /= cols;
+    dnm /= cols;
+    for (long c = 0; c < cols; ++c) {
+      const double norm = (xr[c] - m) * rs;
+      ref.dx[r * cols + c] = 0.5 + (w[c] * dyr[c] - dmean - norm * dnm) * rs;
+      ref.dw[c] += norm * dyr[c];
+      ref.db[c] += dyr[c];
+    }
+  }
+  return ref;
+}
 }  // namespace
 
 TEST_CASE("fast_expf is within a few ulp of exp", "[lab4][fused][exp]") {
@@ -258,33 +297,9 @@ TEST_CASE("layernorm on every ISA, threads and streamed sizes", "[lab4][fused][l
                b = random_vec(cols, 7, "b"), dy = random_vec(rows * cols, 7, "dy");
     const float eps = 1e-5f;
     // double reference: y, dx (with dx starting at 0.5), dw, db (starting at 0.25, -0.25)
-    std::vector<double> y_ref(rows * cols), dx_ref(rows * cols), dw_ref(cols, 0.25), db_ref(cols, -0.25);
-    double rs_max = 0;
-    for (long r = 0; r < rows; ++r) {
-      const float* xr = x.data() + r * cols;
-      const float* dyr = dy.data() + r * cols;
-      double m = 0, v = 0;
-      for (long c = 0; c < cols; ++c) m += xr[c];
-      m /= cols;
-      for (long c = 0; c < cols; ++c) v += (xr[c] - m) * (xr[c] - m);
-      const double rs = 1.0 / std::sqrt(v / cols + eps);
-      rs_max = std::max(rs_max, rs);
-      double dmean = 0, dnm = 0;
-      for (long c = 0; c < cols; ++c) {
-        const double norm = (xr[c] - m) * rs;
-        y_ref[r * cols + c] = norm * w[c] + b[c];
-        dmean += w[c] * dyr[c];
-        dnm += w[c] * dyr[c] * norm;
-      }
-      dmean /= cols;
-      dnm /= cols;
-      for (long c = 0; c < cols; ++c) {
-        const double norm = (xr[c] - m) * rs;
-        dx_ref[r * cols + c] = 0.5 + (w[c] * dyr[c] - dmean - norm * dnm) * rs;
-        dw_ref[c] += norm * dyr[c];
-        db_ref[c] += dyr[c];
-      }
-    }
+    const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
+    const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
+    const double rs_max = ref.rs_max;
     const double tol = (cols + 8) * kEps * (1 + rs_max) * 4;
     std::vector<float> y(rows * cols), mean(rows), rstd(rows), dx(rows * cols), dw(cols), db(cols);
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
@@ -489,33 +504,9 @@ TEST_CASE("layernorm on every row length and alignment", "[lab4][fused][layernor
     const auto x = random_vec(rows * cols, 12, "x"), w = random_vec(cols, 12, "w"),
                b = random_vec(cols, 12, "b"), dy = random_vec(rows * cols, 12, "dy");
     const float eps = 1e-5f;
-    std::vector<double> y_ref(rows * cols), dx_ref(rows * cols), dw_ref(cols, 0.25), db_ref(cols, -0.25);
-    double rs_max = 0;
-    for (long r = 0; r < rows; ++r) {
-      const float* xr = x.data() + r * cols;
-      const float* dyr = dy.data() + r * cols;
-      double m = 0, v = 0;
-      for (long c = 0; c < cols; ++c) m += xr[c];
-      m /= cols;
-      for (long c = 0; c < cols; ++c) v += (xr[c] - m) * (xr[c] - m);
-      const double rs = 1.0 / std::sqrt(v / cols + eps);
-      rs_max = std::max(rs_max, rs);
-      double dmean = 0, dnm = 0;
-      for (long c = 0; c < cols; ++c) {
-        const double norm = (xr[c] - m) * rs;
-        y_ref[r * cols + c] = norm * w[c] + b[c];
-        dmean += w[c] * dyr[c];
-        dnm += w[c] * dyr[c] * norm;
-      }
-      dmean /= cols;
-      dnm /= cols;
-      for (long c = 0; c < cols; ++c) {
-        const double norm = (xr[c] - m) * rs;
-        dx_ref[r * cols + c] = 0.5 + (w[c] * dyr[c] - dmean - norm * dnm) * rs;
-        dw_ref[c] += norm * dyr[c];
-        db_ref[c] += dyr[c];
-      }
-    }
+    const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
+    const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
+    const double rs_max = ref.rs_max;
     const double tol = (cols + 8) * kEps * (1 + rs_max) * 4;
     for (long offset : kOffsets) {
       INFO(rows << " x " << cols << ", offset " << offset << " floats");
