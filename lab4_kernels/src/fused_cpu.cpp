@@ -228,11 +228,18 @@ MLS_AVX512 static inline __mmask16 tail_mask(long n) {
 /// the compiler folds into plain loads and stores; k = 0 and 1, so a reduction can keep two
 /// independent accumulators acc[k]), a masked tail. body is a lambda marked MLS_AVX512 (a
 /// lambda does not inherit its function's target).
+/// A pass that reduces (a sum) passes align = nullptr: no head, vectors at c = 0, 16, ..., so
+/// element c lands in lane c % 16 of acc[c / 16 % 2] wherever the row sits in memory. Aligned
+/// to the row, the lanes would depend on its address and so would the sum's rounding: the same
+/// row in two buffers would give results that differ in the last bit (lab 6 checks its training
+/// bit for bit across thread counts and memory plans).
 template <class Body>
 [[gnu::always_inline]] MLS_AVX512 static inline void for_each16(const float* align, long n,
                                                                 Body&& body) {
   const auto addr = reinterpret_cast<std::uintptr_t>(align);
-  long c = (addr & 3) == 0 ? std::min(n, static_cast<long>(((0 - addr) & 63) / 4)) : 0;
+  long c = align != nullptr && (addr & 3) == 0
+               ? std::min(n, static_cast<long>(((0 - addr) & 63) / 4))
+               : 0;
   if (c > 0) body(0L, tail_mask(c), 0);
   for (; c + 32 <= n; c += 32) {
     body(c, static_cast<__mmask16>(0xFFFF), 0);
@@ -335,16 +342,16 @@ MLS_AVX512 static void softmax_rows_avx512(float* out, const float* inp, long r0
   for (long r = r0; r < r1; ++r) {
     const float* x = inp + r * cols;  // (cols,)
     float* y = out + r * cols;        // (cols,)
-    float* e = stream ? scratch(cols, y) : y;
+    float* e = stream ? scratch(cols) : y;  // (a scratch row is 64-byte aligned)
     __m512 mx[2] = {neg_inf, neg_inf};
-    for_each16(e, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
       mx[k] = _mm512_max_ps(mx[k], _mm512_mask_loadu_ps(neg_inf, m, x + c));
     });
     // t = x log2e - max log2e in one fmsub; max(lo, t) keeps a NaN t (vmaxps returns its second
     // operand when either is NaN) and sends -inf to -127.
     const __m512 shift = _mm512_mul_ps(hmax16(_mm512_max_ps(mx[0], mx[1])), l2e);
     __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for_each16(e, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
       const __m512 t = _mm512_max_ps(lo, _mm512_fmsub_ps(load16(x + c, m), l2e, shift));
       const __m512 ev = _mm512_maskz_mov_ps(m, exp2_16(t));
       store16(e + c, m, ev);
@@ -373,12 +380,12 @@ MLS_AVX512 static void layernorm_rows_avx512(float* out, float* mean, float* rst
     float* y = out + r * cols;        // (cols,)
     float* o = stream ? scratch(cols, y) : y;
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for_each16(x, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
       acc[k] = _mm512_add_ps(acc[k], load16(x + c, m));
     });
     const __m512 mv = _mm512_div_ps(hsum16(_mm512_add_ps(acc[0], acc[1])), fcols);
     acc[0] = acc[1] = _mm512_setzero_ps();
-    for_each16(x, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
       const __m512 d = _mm512_maskz_sub_ps(m, load16(x + c, m), mv);
       acc[k] = _mm512_fmadd_ps(d, d, acc[k]);
     });
@@ -413,7 +420,7 @@ MLS_AVX512 static void layernorm_backward_rows_avx512(float* dinp, float* dw, fl
     const float* dyn = r + 1 < r1 ? dy + cols : dy;
     const __m512 mv = _mm512_set1_ps(mean[r]), rv = _mm512_set1_ps(rstd[r]);
     __m512 g_sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, gn_sum[2] = {g_sum[0], g_sum[0]};
-    for_each16(dx, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
       prefetch(dx + c);  // for the second pass
       const __m512 n = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), mv), rv);
       const __m512 g = _mm512_mul_ps(load16(weight + c, m), load16(dy + c, m));  // dnorm
