@@ -579,7 +579,7 @@ TEST_CASE("gelu and bias+gelu on every length and alignment", "[lab4][fused][gel
 }
 
 TEST_CASE("fused kernels give the same bits wherever the rows sit in memory",
-          "[lab4][fused][alignment]") {
+          "[lab4][fused][same_bits][alignment]") {
   // Later labs compare runs bit for bit (lab 6: thread counts, recomputation, ZeRO stages) whose
   // buffers sit at different addresses: a sum may not depend on a row's offset in a cache line.
   const long rows = 3, cols = 1000;
