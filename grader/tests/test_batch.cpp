@@ -55,15 +55,23 @@ TEST_CASE("build steps: a recipe survives its JSON form", "[grader][build]") {
   CHECK(r.steps.back().output == m.test_binary);
 }
 
-TEST_CASE("grade: a submission's build compiles only its student files and links the reference's objects",
-          "[grader][build]") {
+namespace {
+/// The fixture lab's reference build and a clean grading copy of it (`tree`) to build from.
+struct FixtureCopy {
   Manifest m = testing::fixture_manifest();
   testing::ScopedTmpdir tmp;
   GradeOptions go = testing::fixture_grade_options();
   BuildResult ref = build_reference(m, go.build);
-  REQUIRE(ref.ok);
   fs::path tree = tmp.dir / "src";
-  copy_reference_tree(testing::repo_root(), m, tree);
+  FixtureCopy() { copy_reference_tree(testing::repo_root(), m, tree); }
+};
+}  // namespace
+
+TEST_CASE("grade: a submission's build compiles only its student files and links the reference's objects",
+          "[grader][build]") {
+  FixtureCopy f;
+  REQUIRE(f.ref.ok);
+  auto& [m, tmp, go, ref, tree] = f;
   BuildResult b = build_submission(m, tree, tmp.dir / "build", ref.recipe, go.build);
   INFO(b.log);
   REQUIRE(b.ok);
@@ -110,13 +118,9 @@ TEST_CASE("build steps: a student compile line at another optimisation level", "
 }
 
 TEST_CASE("grade: student files compile at the grading level, a --bench build at the reference's", "[grader][build]") {
-  Manifest m = testing::fixture_manifest();
-  testing::ScopedTmpdir tmp;
-  GradeOptions go = testing::fixture_grade_options();
-  BuildResult ref = build_reference(m, go.build);
-  REQUIRE(ref.ok);
-  fs::path tree = tmp.dir / "src";
-  copy_reference_tree(testing::repo_root(), m, tree);
+  FixtureCopy f;
+  REQUIRE(f.ref.ok);
+  auto& [m, tmp, go, ref, tree] = f;
   auto compile_lines = [&](const BuildOptions& bo, const fs::path& dir) {
     BuildResult b = build_submission(m, tree, dir, ref.recipe, bo);
     INFO(b.log);

@@ -7,13 +7,21 @@
 // CPU, as the SGEMM picks its micro-kernel), so the build needs no -march flag. A worker must be
 // its own cloned function: a lambda inside a cloned function is compiled for baseline x86-64.
 //
-// Memory speed needs three things here:
+// Memory speed needs, here (measured on the AMD EPYC Zen 4 the lab is timed on, one thread
+// reaching memcpy's bandwidth only if the core's work per 16 floats stays near 10 cycles):
 //   - every reduction (max, sum) in 16 or 32 independent lanes, so it vectorises (a single float
 //     accumulator is a chain of dependent adds, 4 cycles each);
-//   - exp and tanh without libm calls (mls::fast_expf), so the loops vectorise;
-//   - outputs larger than the caches written with streaming (non-temporal) stores: a plain store
-//     first reads the line it writes (read-for-ownership), so it moves 3 bytes per byte written,
-//     where memcpy (which streams at these sizes) moves 2.
+//   - exp and tanh without libm calls (mls::fast_expf; on AVX-512, exp2_16: 7 multiply-adds);
+//   - 64-byte vectors that do not straddle cache lines (one that does costs two accesses): the
+//     AVX-512 loops run a masked head up to a line boundary, then whole vectors (for_each16);
+//   - a load that follows a store to an address 4 KiB apart waits for it (4K aliasing): rows of
+//     1024 floats put every array at the same offset modulo 4 KiB, so load first, store last;
+//   - outputs larger than the caches (16 MiB and more) computed into an L1 scratch row and copied
+//     out with streaming (non-temporal) stores (mls::stream_copy): a plain store first reads the
+//     line it writes (read-for-ownership), 3 bytes of traffic per byte written. Streaming each
+//     vector as it is computed measured slower than the burst copy of a whole row;
+//   - no software prefetch of the next row where the hardware prefetcher does better (softmax,
+//     layernorm forward); layernorm backward's three row streams gain from one, into L2.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -28,6 +36,7 @@
 #endif
 
 #include "isa.hpp"
+#include "mls/common/alloc.hpp"
 #include "mls/common/error.hpp"
 #include "mls/common/fastmath.hpp"
 #include "mls/common/parallel.hpp"
@@ -94,11 +103,16 @@ inline void stream_fence() {
 /// Rows per parallel chunk so that each chunk has about kGrainFloats floats.
 long row_grain(long cols) { return std::max(1L, kGrainFloats / std::max(1L, cols)); }
 
-/// A per-thread scratch row (for the streamed outputs of the row kernels).
-[[maybe_unused]] float* scratch(long n) {
+/// A per-thread scratch row of n floats (for the streamed outputs of the row kernels), at the
+/// same offset within a 64-byte cache line as `like` (when given), so that a loop aligned for
+/// one is aligned for both.
+[[maybe_unused]] float* scratch(long n, const float* like = nullptr) {
   thread_local std::vector<float> buf;
-  if (static_cast<long>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  return buf.data();
+  if (static_cast<long>(buf.size()) < n + 32) buf.resize(static_cast<size_t>(n + 32));
+  const auto base = reinterpret_cast<std::uintptr_t>(buf.data());
+  const auto want = reinterpret_cast<std::uintptr_t>(like);
+  const std::uintptr_t shift = ((0 - base) & 63) + ((want & 3) == 0 ? (want & 63) : 0);
+  return buf.data() + shift / sizeof(float);
 }
 
 /// exp(d) for d = x - max <= 0 (softmax): fast_expf_core without the overflow and NaN selects,
@@ -127,12 +141,12 @@ constexpr float kGeluClamp = 10.0f;
 
 }  // namespace
 
-// ---- AVX-512 versions of the exp-heavy kernels
-// --------------------------------------------------- GCC does not turn the clamps of the portable
-// loops into vminps/vmaxps (it blends each step of exp for the clamped lanes instead), and it
-// cannot use vscalefps for the 2^n or masked tails: the portable GELU loop is ~40 instructions per
-// 16 floats, these ~20, which is what memory speed needs on one core. Chosen at run time with the
-// SGEMM's micro-kernel (detail::use_avx512()).
+// ---- AVX-512 versions of the row and exp-heavy kernels -------------------------------------------
+// GCC does not turn the clamps of the portable loops into vminps/vmaxps (it blends each step of
+// exp for the clamped lanes instead), has no masked heads and tails, and cannot be told to load
+// before it stores: the portable GELU loop is ~40 instructions per 16 floats, these ~20, which
+// is what memory speed needs on one core. Chosen at run time with the SGEMM's micro-kernel
+// (detail::use_avx512()).
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MLS_AVX512 __attribute__((target("avx512f")))
@@ -142,55 +156,65 @@ constexpr float kGeluClamp = 10.0f;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-/// fast_expf_core on 16 lanes (x in [kExpMinF, kExpMaxF]): the same reduction and polynomial,
-/// 2^n applied with vscalefps. Hint: n = round(x log2e); r = x - n ln2 (two fmas); Horner.
-MLS_AVX512 static inline __m512 exp16(__m512 x) {
+/// 2^t on 16 lanes for t in [-127, 127]: t = n + f with n = round(t) and |f| <= 1/2, 2^f by a
+/// degree-5 polynomial (relative error below 2e-7), 2^n written straight into the exponent
+/// field (n = -127 gives exactly 0, so a -inf logit clamped to -127 gives 0). exp(x) is
+/// 2^(x log2e): the callers fold log2e into a multiply they do anyway. 7 multiply-adds where
+/// a Cody-Waite exp with vscalefps takes 12 (the FMA pipes are what bounds these loops).
+/// Hint: u = t + (1.5 * 2^23 + 127) rounds t to an integer and keeps round(t) + 127 in u's low
+/// bits (shift them into the exponent); f = t - (u - magic). The two additions use explicit
+/// rounding (_mm512_add_round_ps): -fassociative-math may fold a plain (t + m) - m into t.
+MLS_AVX512 static inline __m512 exp2_16(__m512 t) {
   // BEGIN SOLUTION
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  // y = 1 + r + r^2 p = 1 + r (1 + r p): two FMAs
-  const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 y = _mm512_fmadd_ps(_mm512_fmadd_ps(p, r, one), r, one);
-  return _mm512_scalef_ps(y, n);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
+  const __m512 u = _mm512_add_round_ps(t, magic, kRound);
+  const __m512 f = _mm512_sub_round_ps(t, _mm512_sub_round_ps(u, magic, kRound), kRound);
+  // minimax fit of 2^f on [-1/2, 1/2] (relative error), Horner
+  __m512 p = _mm512_set1_ps(1.3264727e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6715130e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507336e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __m512 two_n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(u), 23));
+  return _mm512_mul_ps(p, two_n);
   // END SOLUTION
 }
 
-/// sigmoid(2u(x)) on 16 lanes, x clamped to +-kGeluClamp (see gelu_sigmoid).
-MLS_AVX512 static inline __m512 gelu_sigmoid16(__m512 x) {
+/// 1 + exp(-2u(x)) on 16 lanes, x clamped to +-kGeluClamp (see gelu_sigmoid): GELU is
+/// x / this, its sigmoid 1 / this. Hint: -2u log2e = xc (a + b xc^2) with log2e folded into a, b.
+MLS_AVX512 static inline __m512 gelu_denominator16(__m512 x) {
   // BEGIN SOLUTION
+  constexpr float kLog2e = 1.44269504088896341f;
   const __m512 xc =
       _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kGeluClamp)), _mm512_set1_ps(-kGeluClamp));
-  // -2u = xc * (-2k - 2kc xc^2)
-  const __m512 z = _mm512_mul_ps(
-      xc, _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), _mm512_set1_ps(-2.0f * kGeluKf * kGeluCf),
-                          _mm512_set1_ps(-2.0f * kGeluKf)));
-  return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(z)));
+  const __m512 t = _mm512_mul_ps(
+      xc, _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), _mm512_set1_ps(-2.0f * kGeluKf * kGeluCf * kLog2e),
+                          _mm512_set1_ps(-2.0f * kGeluKf * kLog2e)));
+  return _mm512_add_ps(_mm512_set1_ps(1.0f), exp2_16(t));
   // END SOLUTION
 }
 
-/// Horizontal max and sum of 16 lanes (through memory: GCC 12's _mm512_reduce_* trip
-/// -Wmaybe-uninitialized; once per row, so the cost does not matter).
-MLS_AVX512 static inline float hmax16(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float m = t[0];
-  for (int i = 1; i < 16; ++i) m = t[i] > m ? t[i] : m;
-  return m;
+/// GELU on 16 lanes: x sigmoid(2u) = x / (1 + exp(-2u)), one division.
+MLS_AVX512 static inline __m512 gelu16(__m512 x) {
+  return _mm512_div_ps(x, gelu_denominator16(x));
 }
-MLS_AVX512 static inline float hsum16(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float s = 0.0f;
-  for (int i = 0; i < 16; ++i) s += t[i];
-  return s;
+
+/// Horizontal max and sum of 16 lanes, in registers (4 shuffle steps; the result in every lane).
+/// Once per row and pass, but a row is only 64 vectors: through memory, a 64-byte store read
+/// back as 16 floats costs a store-forwarding stall per row.
+MLS_AVX512 static inline __m512 hmax16(__m512 v) {
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // 256-bit halves
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // 128-bit quarters
+  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));        // pairs within 128 bits
+  return _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));     // neighbours
+}
+MLS_AVX512 static inline __m512 hsum16(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+  return _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
 }
 
 /// Lanes [0, n) of 16 (n < 16: a masked tail).
@@ -198,52 +222,89 @@ MLS_AVX512 static inline __mmask16 tail_mask(long n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
-/// gelu_range with AVX-512: out[i] = x / (1 + exp(-2u)); streamed 64-byte stores when `stream`
-/// and out is 64-byte aligned.
+/// Calls body(c, m, k) for the 16-float vectors of [0, n): a masked head up to the first
+/// 64-byte boundary of `align` (the array whose accesses should not straddle cache lines: a
+/// 64-byte access that does costs two), whole vectors two at a time (m all ones, a constant
+/// the compiler folds into plain loads and stores; k = 0 and 1, so a reduction can keep two
+/// independent accumulators acc[k]), a masked tail. body is a lambda marked MLS_AVX512 (a
+/// lambda does not inherit its function's target).
+/// A pass that reduces (a sum) passes align = nullptr: no head, vectors at c = 0, 16, ..., so
+/// element c lands in lane c % 16 of acc[c / 16 % 2] wherever the row sits in memory. Aligned
+/// to the row, the lanes would depend on its address and so would the sum's rounding: the same
+/// row in two buffers would give results that differ in the last bit (lab 6 checks its training
+/// bit for bit across thread counts and memory plans).
+template <class Body>
+[[gnu::always_inline]] MLS_AVX512 static inline void for_each16(const float* align, long n,
+                                                                Body&& body) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(align);
+  long c = align != nullptr && (addr & 3) == 0
+               ? std::min(n, static_cast<long>(((0 - addr) & 63) / 4))
+               : 0;
+  if (c > 0) body(0L, tail_mask(c), 0);
+  for (; c + 32 <= n; c += 32) {
+    body(c, static_cast<__mmask16>(0xFFFF), 0);
+    body(c + 16, static_cast<__mmask16>(0xFFFF), 1);
+  }
+  if (c + 16 <= n) {
+    body(c, static_cast<__mmask16>(0xFFFF), 0);
+    c += 16;
+  }
+  if (c < n) body(c, tail_mask(n - c), 1);
+}
+
+/// Loads and stores of the lanes in m (the others: 0 / left alone).
+MLS_AVX512 static inline __m512 load16(const float* p, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+MLS_AVX512 static inline void store16(float* p, __mmask16 m, __m512 v) {
+  _mm512_mask_storeu_ps(p, m, v);
+}
+/// Prefetches the cache line at p into L1 / into L2 only. Measured on the AMD EPYC (Zen 4) this
+/// lab is timed on: softmax and layernorm forward run faster with the hardware prefetcher alone
+/// (a software prefetch of the next row costs load slots and buys nothing), layernorm backward
+/// (three row streams) faster with the next rows prefetched into L2 (not L1: rows of 1024 floats
+/// sit 4 KiB apart, so x, dy, dx, w, dw and db all map to the same L1 set, 6 of its 8 ways) and
+/// this row's dx into L1 while the row means are summed.
+MLS_AVX512 static inline void prefetch(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+MLS_AVX512 static inline void prefetch_l2(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+}
+
+/// gelu_range with AVX-512: out[i] = x / (1 + exp(-2u)), in blocks of kBlock floats computed
+/// into an L1 buffer and streamed out when `stream`.
 MLS_AVX512 static void gelu_range_avx512(float* out, const float* inp, long i0, long i1,
                                          bool stream) {
   // BEGIN SOLUTION
-  const bool nt = stream && (reinterpret_cast<std::uintptr_t>(out + i0) & 63) == 0;
-  long i = i0;
-  for (; i + 16 <= i1; i += 16) {
-    const __m512 x = _mm512_loadu_ps(inp + i);
-    const __m512 y = _mm512_mul_ps(x, gelu_sigmoid16(x));
-    if (nt) {
-      _mm512_stream_ps(out + i, y);
-    } else {
-      _mm512_storeu_ps(out + i, y);
-    }
+  for (long b = i0; b < i1; b += kBlock) {
+    const long n = std::min(kBlock, i1 - b);
+    const float* x = inp + b;
+    float* o = stream ? scratch(kBlock, out + b) : out + b;
+    for_each16(o, n, [&](long c, __mmask16 m, int) MLS_AVX512 {
+      store16(o + c, m, gelu16(load16(x + c, m)));
+    });
+    if (stream) mls::stream_copy(out + b, o, static_cast<std::size_t>(n) * sizeof(float), false);
   }
-  if (i < i1) {
-    const __mmask16 m = tail_mask(i1 - i);
-    const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
-    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(x, gelu_sigmoid16(x)));
-  }
-  if (nt) _mm_sfence();
+  if (stream) mls::stream_fence();
   // END SOLUTION
 }
 
-/// bias_gelu_rows with AVX-512 (rows of `cols`, the bias added before the GELU).
+/// bias_gelu_rows with AVX-512 (rows of `cols`, the bias added before the GELU): each row
+/// computed into the output, or into an L1 scratch row streamed out when `stream`.
 MLS_AVX512 static void bias_gelu_rows_avx512(float* out, const float* inp, const float* bias,
                                              long r0, long r1, long cols, bool stream) {
   // BEGIN SOLUTION
   for (long r = r0; r < r1; ++r) {
-    const float* x = inp + r * cols;
-    float* y = out + r * cols;
-    const bool nt = stream && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0;
-    for (long c = 0; c < cols; c += 16) {
-      const __mmask16 m = tail_mask(cols - c);
-      const __m512 v =
-          _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + c), _mm512_maskz_loadu_ps(m, bias + c));
-      const __m512 g = _mm512_mul_ps(v, gelu_sigmoid16(v));
-      if (nt && m == 0xFFFF) {
-        _mm512_stream_ps(y + c, g);
-      } else {
-        _mm512_mask_storeu_ps(y + c, m, g);
-      }
-    }
+    const float* x = inp + r * cols;  // (cols,)
+    float* y = out + r * cols;        // (cols,)
+    float* o = stream ? scratch(cols, y) : y;
+    for_each16(o, cols, [&](long c, __mmask16 m, int) MLS_AVX512 {
+      store16(o + c, m, gelu16(_mm512_add_ps(load16(x + c, m), load16(bias + c, m))));
+    });
+    if (stream) mls::stream_copy(y, o, static_cast<std::size_t>(cols) * sizeof(float), false);
   }
-  if (stream) _mm_sfence();
+  if (stream) mls::stream_fence();
   // END SOLUTION
 }
 
@@ -252,83 +313,138 @@ MLS_AVX512 static void gelu_backward_range_avx512(float* dinp, const float* inp,
                                                   long i0, long i1) {
   // BEGIN SOLUTION
   const __m512 one = _mm512_set1_ps(1.0f);
-  for (long i = i0; i < i1; i += 16) {
-    const __mmask16 m = tail_mask(i1 - i);
-    const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
-    const __m512 s = gelu_sigmoid16(x);
+  const float* x = inp + i0;
+  const float* dy = dout + i0;
+  float* dx = dinp + i0;
+  for_each16(dx, i1 - i0, [&](long c, __mmask16 m, int) MLS_AVX512 {
+    const __m512 xv = load16(x + c, m);
+    const __m512 s = _mm512_div_ps(one, gelu_denominator16(xv));
     // du = k (1 + 3c x^2); grad = s + 2 x s (1 - s) du
-    const __m512 du = _mm512_fmadd_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(3.0f * kGeluKf * kGeluCf),
+    const __m512 du = _mm512_fmadd_ps(_mm512_mul_ps(xv, xv), _mm512_set1_ps(3.0f * kGeluKf * kGeluCf),
                                       _mm512_set1_ps(kGeluKf));
-    const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), s), _mm512_sub_ps(one, s));
+    const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(xv, xv), s), _mm512_sub_ps(one, s));
     const __m512 grad = _mm512_fmadd_ps(t, du, s);
-    const __m512 acc = _mm512_fmadd_ps(grad, _mm512_maskz_loadu_ps(m, dout + i),
-                                       _mm512_maskz_loadu_ps(m, dinp + i));
-    _mm512_mask_storeu_ps(dinp + i, m, acc);
-  }
+    store16(dx + c, m, _mm512_fmadd_ps(grad, load16(dy + c, m), load16(dx + c, m)));
+  });
   // END SOLUTION
 }
 
-/// softmax_rows with AVX-512: max, exp and sum (kept in `e`: the output row, or a scratch row
-/// when streaming), scale; a row's passes run over L1.
+/// softmax_rows with AVX-512, three passes over a row in L1: the max; e = 2^((x - max) log2e)
+/// (one fmsub per 16, then exp2_16) stored and summed; e scaled by 1 / sum. `e` is the output
+/// row, or an L1 scratch row streamed out when `stream`.
 MLS_AVX512 static void softmax_rows_avx512(float* out, const float* inp, long r0, long r1,
                                            long cols, bool stream) {
   // BEGIN SOLUTION
-  float* tmp = stream ? scratch(cols) : nullptr;
-  const __m512 lo = _mm512_set1_ps(mls::kExpMinF);
+  constexpr float kLog2e = 1.44269504088896341f;
+  const __m512 l2e = _mm512_set1_ps(kLog2e);
+  const __m512 lo = _mm512_set1_ps(-127.0f);  // 2^-127 -> exactly 0 (exp2_16)
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   for (long r = r0; r < r1; ++r) {
-    const float* x = inp + r * cols;
-    const float* xn = r + 1 < r1 ? x + cols : x;  // the row to prefetch
-    float* y = out + r * cols;
-    float* e = stream ? tmp : y;
-    __m512 mx0 = _mm512_set1_ps(-INFINITY), mx1 = mx0;
-    long c = 0;
-    for (; c + 32 <= cols; c += 32) {
-      mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(x + c));
-      mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(x + c + 16));
-    }
-    for (; c < cols; c += 16) {
-      const __mmask16 m = tail_mask(cols - c);
-      mx0 = _mm512_max_ps(mx0, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + c));
-    }
-    const __m512 mx = _mm512_set1_ps(hmax16(_mm512_max_ps(mx0, mx1)));
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    c = 0;
-    for (; c + 32 <= cols; c += 32) {
-      _mm_prefetch(reinterpret_cast<const char*>(xn + c), _MM_HINT_T0);  // the next row
-      _mm_prefetch(reinterpret_cast<const char*>(xn + c + 16), _MM_HINT_T0);
-      const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(x + c), mx);
-      const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(x + c + 16), mx);
-      // below exp's range: exactly 0 (a -inf logit gives 0)
-      const __m512 e0 =
-          _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d0, lo, _CMP_GE_OQ), exp16(_mm512_max_ps(d0, lo)));
-      const __m512 e1 =
-          _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d1, lo, _CMP_GE_OQ), exp16(_mm512_max_ps(d1, lo)));
-      _mm512_storeu_ps(e + c, e0);
-      _mm512_storeu_ps(e + c + 16, e1);
-      s0 = _mm512_add_ps(s0, e0);
-      s1 = _mm512_add_ps(s1, e1);
-    }
-    for (; c < cols; c += 16) {
-      const __mmask16 m = tail_mask(cols - c);
-      const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), mx);
-      const __m512 ev = _mm512_maskz_mov_ps(m & _mm512_cmp_ps_mask(d, lo, _CMP_GE_OQ),
-                                            exp16(_mm512_max_ps(d, lo)));
-      _mm512_mask_storeu_ps(e + c, m, ev);
-      s0 = _mm512_add_ps(s0, ev);
-    }
-    const __m512 inv = _mm512_set1_ps(1.0f / hsum16(_mm512_add_ps(s0, s1)));
-    const bool nt = stream && (reinterpret_cast<std::uintptr_t>(y) & 63) == 0;
-    for (c = 0; c < cols; c += 16) {
-      const __mmask16 m = tail_mask(cols - c);
-      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, e + c), inv);
-      if (nt && m == 0xFFFF) {
-        _mm512_stream_ps(y + c, v);
-      } else {
-        _mm512_mask_storeu_ps(y + c, m, v);
-      }
-    }
+    const float* x = inp + r * cols;  // (cols,)
+    float* y = out + r * cols;        // (cols,)
+    float* e = stream ? scratch(cols) : y;  // (a scratch row is 64-byte aligned)
+    __m512 mx[2] = {neg_inf, neg_inf};
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+      mx[k] = _mm512_max_ps(mx[k], _mm512_mask_loadu_ps(neg_inf, m, x + c));
+    });
+    // t = x log2e - max log2e in one fmsub; max(lo, t) keeps a NaN t (vmaxps returns its second
+    // operand when either is NaN) and sends -inf to -127.
+    const __m512 shift = _mm512_mul_ps(hmax16(_mm512_max_ps(mx[0], mx[1])), l2e);
+    __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+      const __m512 t = _mm512_max_ps(lo, _mm512_fmsub_ps(load16(x + c, m), l2e, shift));
+      const __m512 ev = _mm512_maskz_mov_ps(m, exp2_16(t));
+      store16(e + c, m, ev);
+      sum[k] = _mm512_add_ps(sum[k], ev);
+    });
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), hsum16(_mm512_add_ps(sum[0], sum[1])));
+    for_each16(e, cols, [&](long c, __mmask16 m, int) MLS_AVX512 {
+      store16(e + c, m, _mm512_mul_ps(load16(e + c, m), inv));
+    });
+    if (stream) mls::stream_copy(y, e, static_cast<std::size_t>(cols) * sizeof(float), false);
   }
-  if (stream) _mm_sfence();
+  if (stream) mls::stream_fence();
+  // END SOLUTION
+}
+
+/// layernorm_rows with AVX-512: the mean (32 lanes), the variance around it (32 lanes), then
+/// y = (x - mean) rstd w + b; three passes over a row in L1, the output streamed when `stream`.
+MLS_AVX512 static void layernorm_rows_avx512(float* out, float* mean, float* rstd,
+                                             const float* inp, const float* weight,
+                                             const float* bias, long r0, long r1, long cols,
+                                             float eps, bool stream) {
+  // BEGIN SOLUTION
+  const __m512 fcols = _mm512_set1_ps(static_cast<float>(cols)), epsv = _mm512_set1_ps(eps);
+  for (long r = r0; r < r1; ++r) {
+    const float* x = inp + r * cols;  // (cols,)
+    float* y = out + r * cols;        // (cols,)
+    float* o = stream ? scratch(cols, y) : y;
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+      acc[k] = _mm512_add_ps(acc[k], load16(x + c, m));
+    });
+    const __m512 mv = _mm512_div_ps(hsum16(_mm512_add_ps(acc[0], acc[1])), fcols);
+    acc[0] = acc[1] = _mm512_setzero_ps();
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+      const __m512 d = _mm512_maskz_sub_ps(m, load16(x + c, m), mv);
+      acc[k] = _mm512_fmadd_ps(d, d, acc[k]);
+    });
+    const __m512 var = _mm512_div_ps(hsum16(_mm512_add_ps(acc[0], acc[1])), fcols);
+    const __m512 rv = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(_mm512_add_ps(var, epsv)));
+    for_each16(o, cols, [&](long c, __mmask16 m, int) MLS_AVX512 {
+      const __m512 n = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), mv), rv);
+      store16(o + c, m, _mm512_fmadd_ps(n, load16(weight + c, m), load16(bias + c, m)));
+    });
+    if (stream) mls::stream_copy(y, o, static_cast<std::size_t>(cols) * sizeof(float), false);
+    mean[r] = _mm512_cvtss_f32(mv);
+    rstd[r] = _mm512_cvtss_f32(rv);
+  }
+  if (stream) mls::stream_fence();
+  // END SOLUTION
+}
+
+/// layernorm_backward_rows with AVX-512: per row, the two row means (32-lane sums; this row's
+/// dx prefetched meanwhile), then dx, dw, db elementwise (the next row prefetched).
+MLS_AVX512 static void layernorm_backward_rows_avx512(float* dinp, float* dw, float* db,
+                                                      const float* dout, const float* inp,
+                                                      const float* weight, const float* mean,
+                                                      const float* rstd, long r0, long r1,
+                                                      long cols) {
+  // BEGIN SOLUTION
+  const __m512 inv_cols = _mm512_set1_ps(1.0f / static_cast<float>(cols));
+  for (long r = r0; r < r1; ++r) {
+    const float* x = inp + r * cols;    // (cols,)
+    const float* dy = dout + r * cols;  // (cols,)
+    float* dx = dinp + r * cols;        // (cols,)
+    const float* xn = r + 1 < r1 ? x + cols : x;  // the rows to prefetch
+    const float* dyn = r + 1 < r1 ? dy + cols : dy;
+    const __m512 mv = _mm512_set1_ps(mean[r]), rv = _mm512_set1_ps(rstd[r]);
+    __m512 g_sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, gn_sum[2] = {g_sum[0], g_sum[0]};
+    for_each16(nullptr, cols, [&](long c, __mmask16 m, int k) MLS_AVX512 {
+      prefetch(dx + c);  // for the second pass
+      const __m512 n = _mm512_mul_ps(_mm512_sub_ps(load16(x + c, m), mv), rv);
+      const __m512 g = _mm512_mul_ps(load16(weight + c, m), load16(dy + c, m));  // dnorm
+      g_sum[k] = _mm512_add_ps(g_sum[k], g);
+      gn_sum[k] = _mm512_fmadd_ps(g, n, gn_sum[k]);
+    });
+    const __m512 g_mean = _mm512_mul_ps(hsum16(_mm512_add_ps(g_sum[0], g_sum[1])), inv_cols);
+    const __m512 gn_mean = _mm512_mul_ps(hsum16(_mm512_add_ps(gn_sum[0], gn_sum[1])), inv_cols);
+    for_each16(dx, cols, [&](long c, __mmask16 m, int) MLS_AVX512 {
+      prefetch_l2(xn + c);  // (x, dy, dx, w, dw, db already take 6 of the 8 ways of a set)
+      prefetch_l2(dyn + c);
+      // every load before the first store: dx, dw and db sit at the same offsets modulo 4 KiB
+      // as x, dy and w (rows of 1024 floats), so a load issued after a store to another array
+      // looks to the CPU like it may depend on it (4K aliasing) and waits for it.
+      const __m512 dyv = load16(dy + c, m), xv = load16(x + c, m), wv = load16(weight + c, m);
+      const __m512 dbv = load16(db + c, m), dwv = load16(dw + c, m), dxv = load16(dx + c, m);
+      const __m512 n = _mm512_mul_ps(_mm512_sub_ps(xv, mv), rv);
+      // dx += (dnorm - mean(dnorm) - norm mean(dnorm norm)) rstd
+      const __m512 t = _mm512_fnmadd_ps(n, gn_mean, _mm512_sub_ps(_mm512_mul_ps(wv, dyv), g_mean));
+      store16(db + c, m, _mm512_add_ps(dbv, dyv));
+      store16(dw + c, m, _mm512_fmadd_ps(n, dyv, dwv));
+      store16(dx + c, m, _mm512_fmadd_ps(t, rv, dxv));
+    });
+  }
   // END SOLUTION
 }
 #pragma GCC diagnostic pop
@@ -469,8 +585,13 @@ MLS_CLONES static void layernorm_rows(float* out, float* mean, float* rstd, cons
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, long rows, long cols, float eps) {
+  [[maybe_unused]] const bool avx512 = detail::use_avx512();
   const bool stream = stream_output(rows * cols);
   mls::parallel_for(0, rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+#if MLS_HAVE_AVX512_PATH
+    if (avx512)
+      return layernorm_rows_avx512(out, mean, rstd, inp, weight, bias, r0, r1, cols, eps, stream);
+#endif
     layernorm_rows(out, mean, rstd, inp, weight, bias, r0, r1, cols, eps, stream);
   });
 }
@@ -522,11 +643,13 @@ MLS_CLONES static void layernorm_backward_rows(float* dinp, float* dw, float* db
     dnorm_norm_mean /= static_cast<float>(cols);
 #pragma GCC ivdep  // dx, dw and db never overlap (GCC gives up on checking 5 streams at run time)
     for (long c = 0; c < cols; ++c) {
-      const float norm = (x[c] - m) * rs;
-      const float dnorm = weight[c] * dy[c];
-      db[c] += dy[c];
-      dw[c] += norm * dy[c];
-      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+      // every load before the first store (4K aliasing: see layernorm_backward_rows_avx512)
+      const float xc = x[c], dyc = dy[c], wc = weight[c], dbc = db[c], dwc = dw[c], dxc = dx[c];
+      const float norm = (xc - m) * rs;
+      const float dnorm = wc * dyc;
+      db[c] = dbc + dyc;
+      dw[c] = dwc + norm * dyc;
+      dx[c] = dxc + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
     }
   }
   // END SOLUTION
@@ -537,9 +660,18 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         long rows, long cols) {
   // One range of rows per thread; each but the first accumulates dweight/dbias into its own
   // zeroed partial, added to the caller's at the end (the first adds into them directly).
+  [[maybe_unused]] const bool avx512 = detail::use_avx512();
+  const auto rows_worker = [&](float* dw, float* db, long r0, long r1) {
+#if MLS_HAVE_AVX512_PATH
+    if (avx512)
+      return layernorm_backward_rows_avx512(dinp, dw, db, dout, inp, weight, mean, rstd, r0, r1,
+                                            cols);
+#endif
+    layernorm_backward_rows(dinp, dw, db, dout, inp, weight, mean, rstd, r0, r1, cols);
+  };
   const long threads = std::min<long>(mls::num_threads(), rows / row_grain(cols));
   if (threads <= 1) {
-    layernorm_backward_rows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, 0, rows, cols);
+    rows_worker(dweight, dbias, 0, rows);
     return;
   }
   std::vector<float> partial(static_cast<size_t>(2 * (threads - 1) * cols), 0.0f);
@@ -548,8 +680,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     for (std::int64_t p = p0; p < p1; ++p) {
       float* dw = p == 0 ? dweight : partial.data() + 2 * (p - 1) * cols;
       float* db = p == 0 ? dbias : dw + cols;
-      layernorm_backward_rows(dinp, dw, db, dout, inp, weight, mean, rstd, p * step,
-                              std::min(rows, (p + 1) * step), cols);
+      rows_worker(dw, db, p * step, std::min(rows, (p + 1) * step));
     }
   });
   for (long p = 1; p < threads; ++p) {

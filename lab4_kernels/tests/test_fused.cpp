@@ -22,6 +22,45 @@ constexpr double kEps = std::numeric_limits<float>::epsilon();
 double gelu_ref(double x) {
   return 0.5 * x * (1.0 + std::tanh(mls::kGeluK * (x + mls::kGeluC * x * x * x)));
 }
+
+/// Double-precision layernorm forward and backward: y, dx (accumulated onto 0.5), dw (onto 0.25),
+/// db (onto -0.25), and the largest rstd (the errors scale with it).
+struct LayernormRef {
+  std::vector<double> y, dx, dw, db;
+  double rs_max = 0;
+};
+LayernormRef layernorm_ref(const std::vector<float>& x, const std::vector<float>& w,
+                           const std::vector<float>& b, const std::vector<float>& dy, long rows,
+                           long cols, float eps) {
+  LayernormRef ref{std::vector<double>(rows * cols), std::vector<double>(rows * cols),
+                   std::vector<double>(cols, 0.25), std::vector<double>(cols, -0.25)};
+  for (long r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * cols;
+    const float* dyr = dy.data() + r * cols;
+    double m = 0, v = 0;
+    for (long c = 0; c < cols; ++c) m += xr[c];
+    m /= cols;
+    for (long c = 0; c < cols; ++c) v += (xr[c] - m) * (xr[c] - m);
+    const double rs = 1.0 / std::sqrt(v / cols + eps);
+    ref.rs_max = std::max(ref.rs_max, rs);
+    double dmean = 0, dnm = 0;
+    for (long c = 0; c < cols; ++c) {
+      const double norm = (xr[c] - m) * rs;
+      ref.y[r * cols + c] = norm * w[c] + b[c];
+      dmean += w[c] * dyr[c];
+      dnm += w[c] * dyr[c] * norm;
+    }
+    dmean /= cols;
+    dnm /= cols;
+    for (long c = 0; c < cols; ++c) {
+      const double norm = (xr[c] - m) * rs;
+      ref.dx[r * cols + c] = 0.5 + (w[c] * dyr[c] - dmean - norm * dnm) * rs;
+      ref.dw[c] += norm * dyr[c];
+      ref.db[c] += dyr[c];
+    }
+  }
+  return ref;
+}
 }  // namespace
 
 TEST_CASE("fast_expf is within a few ulp of exp", "[lab4][fused][exp]") {
@@ -258,33 +297,9 @@ TEST_CASE("layernorm on every ISA, threads and streamed sizes", "[lab4][fused][l
                b = random_vec(cols, 7, "b"), dy = random_vec(rows * cols, 7, "dy");
     const float eps = 1e-5f;
     // double reference: y, dx (with dx starting at 0.5), dw, db (starting at 0.25, -0.25)
-    std::vector<double> y_ref(rows * cols), dx_ref(rows * cols), dw_ref(cols, 0.25), db_ref(cols, -0.25);
-    double rs_max = 0;
-    for (long r = 0; r < rows; ++r) {
-      const float* xr = x.data() + r * cols;
-      const float* dyr = dy.data() + r * cols;
-      double m = 0, v = 0;
-      for (long c = 0; c < cols; ++c) m += xr[c];
-      m /= cols;
-      for (long c = 0; c < cols; ++c) v += (xr[c] - m) * (xr[c] - m);
-      const double rs = 1.0 / std::sqrt(v / cols + eps);
-      rs_max = std::max(rs_max, rs);
-      double dmean = 0, dnm = 0;
-      for (long c = 0; c < cols; ++c) {
-        const double norm = (xr[c] - m) * rs;
-        y_ref[r * cols + c] = norm * w[c] + b[c];
-        dmean += w[c] * dyr[c];
-        dnm += w[c] * dyr[c] * norm;
-      }
-      dmean /= cols;
-      dnm /= cols;
-      for (long c = 0; c < cols; ++c) {
-        const double norm = (xr[c] - m) * rs;
-        dx_ref[r * cols + c] = 0.5 + (w[c] * dyr[c] - dmean - norm * dnm) * rs;
-        dw_ref[c] += norm * dyr[c];
-        db_ref[c] += dyr[c];
-      }
-    }
+    const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
+    const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
+    const double rs_max = ref.rs_max;
     const double tol = (cols + 8) * kEps * (1 + rs_max) * 4;
     std::vector<float> y(rows * cols), mean(rows), rstd(rows), dx(rows * cols), dw(cols), db(cols);
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
@@ -383,4 +398,224 @@ TEST_CASE("bias_gelu_forward is gelu(x + bias) per row", "[lab4][fused][gelu]") 
       CHECK(same);
     });
   }
+}
+
+// ---- row lengths and alignments: the AVX-512 loops run a masked head up to a 64-byte boundary,
+// whole vectors and a masked tail; every length from 1 to past L1, at offsets that leave the
+// rows 4-, 16-, 20- and 64-byte aligned, must give the reference and write nothing outside ----
+
+namespace {
+
+/// A buffer of n floats at `offset` floats into a vector with guard values on both sides.
+struct Guarded {
+  static constexpr float kGuard = 12345.0f;
+  std::vector<float> buf;
+  long offset, n;
+  Guarded(long n_, long offset_, const std::vector<float>& init)
+      : buf(static_cast<size_t>(offset_ + n_ + 32), kGuard), offset(offset_), n(n_) {
+    std::copy(init.begin(), init.end(), buf.begin() + offset);
+  }
+  Guarded(long n_, long offset_, float fill) : Guarded(n_, offset_, std::vector<float>(n_, fill)) {}
+  float* data() { return buf.data() + offset; }
+  float operator[](long i) const { return buf[static_cast<size_t>(offset + i)]; }
+  std::vector<float> values() const { return {buf.begin() + offset, buf.begin() + offset + n}; }
+  /// Guard values that were overwritten (0 when the kernel stayed inside [0, n)).
+  long guards_hit() const {
+    long hit = 0;
+    for (long i = 0; i < static_cast<long>(buf.size()); ++i) {
+      if (i < offset || i >= offset + n) hit += buf[static_cast<size_t>(i)] != kGuard;
+    }
+    return hit;
+  }
+};
+
+constexpr std::pair<long, long> kShapes[] = {{1, 1},  {1, 3},   {2, 15},   {3, 16},  {2, 17},
+                                             {5, 33}, {4, 100}, {3, 1024}, {2, 4099}, {1, 20000}};
+constexpr long kOffsets[] = {0, 1, 5, 12};
+
+}  // namespace
+
+TEST_CASE("softmax on every row length and alignment", "[lab4][fused][softmax][alignment]") {
+  for (auto [rows, cols] : kShapes) {
+    auto x = random_vec(rows * cols, 10, "x");
+    for (auto& v : x) v *= 20.0f;
+    std::vector<double> want(rows * cols), tol(rows * cols);
+    for (long r = 0; r < rows; ++r) {
+      double mx = -1e300, sum = 0;
+      for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
+      for (long c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
+      for (long c = 0; c < cols; ++c) {
+        const double arg = mx - x[r * cols + c];
+        want[r * cols + c] = std::exp(-arg) / sum;
+        tol[r * cols + c] = (arg + 8 + cols) * kEps * want[r * cols + c] + 1e-37;
+      }
+    }
+    for (long offset : kOffsets) {
+      INFO(rows << " x " << cols << ", offset " << offset << " floats");
+      for_each_isa_and_threads(true, [&] {
+        Guarded in(rows * cols, offset, x), y(rows * cols, (offset * 7) % 16, 0.0f);
+        mls::kernels::softmax_forward(y.data(), in.data(), rows, cols);
+        mls::testing::observe("y", y.values(), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+        long bad = 0;
+        for (long i = 0; i < rows * cols; ++i) bad += !(std::fabs(y[i] - want[i]) <= tol[i]);
+        CHECK(bad == 0);
+        CHECK(y.guards_hit() == 0);
+        // in place (out == inp); not bit for bit the values above: the row's offset within a
+        // cache line decides which lanes sum which elements
+        mls::kernels::softmax_forward(in.data(), in.data(), rows, cols);
+        long bad_in_place = 0;
+        for (long i = 0; i < rows * cols; ++i) bad_in_place += !(std::fabs(in[i] - want[i]) <= tol[i]);
+        CHECK(bad_in_place == 0);
+        CHECK(in.guards_hit() == 0);
+      });
+    }
+  }
+}
+
+TEST_CASE("softmax gives exactly 0 for -inf logits (masks)", "[lab4][fused][softmax][alignment]") {
+  const long rows = 3, cols = 37;
+  auto x = random_vec(rows * cols, 11, "x");
+  for (long i = 0; i < rows * cols; i += 3) x[i] = -std::numeric_limits<float>::infinity();
+  for_each_isa_and_threads(true, [&] {
+    Guarded in(rows * cols, 1, x), y(rows * cols, 1, 0.0f);
+    mls::kernels::softmax_forward(y.data(), in.data(), rows, cols);
+    mls::testing::observe("y", y.values(), {2 * (8 + static_cast<double>(cols)) * kEps, 0.0});
+    long bad = 0;
+    for (long r = 0; r < rows; ++r) {
+      double mx = -1e300, sum = 0;
+      for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
+      for (long c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
+      for (long c = 0; c < cols; ++c) {
+        const long i = r * cols + c;
+        if (std::isinf(x[i])) {
+          bad += y[i] != 0.0f;
+        } else {
+          const double want = std::exp(x[i] - mx) / sum;
+          bad += !(std::fabs(y[i] - want) <= (8 + cols) * kEps * want * 2);
+        }
+      }
+    }
+    CHECK(bad == 0);
+  });
+}
+
+TEST_CASE("layernorm on every row length and alignment", "[lab4][fused][layernorm][alignment]") {
+  for (auto [rows, cols] : kShapes) {
+    const auto x = random_vec(rows * cols, 12, "x"), w = random_vec(cols, 12, "w"),
+               b = random_vec(cols, 12, "b"), dy = random_vec(rows * cols, 12, "dy");
+    const float eps = 1e-5f;
+    const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
+    const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
+    const double rs_max = ref.rs_max;
+    const double tol = (cols + 8) * kEps * (1 + rs_max) * 4;
+    for (long offset : kOffsets) {
+      INFO(rows << " x " << cols << ", offset " << offset << " floats");
+      for_each_isa_and_threads(true, [&] {
+        Guarded xin(rows * cols, offset, x), y(rows * cols, offset, 0.0f), mean(rows, 3, 0.0f),
+            rstd(rows, 3, 0.0f), dx(rows * cols, offset, 0.5f), dw(cols, offset, 0.25f),
+            db(cols, offset, -0.25f);
+        // weight, bias and dout at other offsets than x
+        Guarded win(cols, (offset + 3) % 16, w), bin(cols, (offset + 9) % 16, b),
+            dyin(rows * cols, (offset + 1) % 16, dy);
+        mls::kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), xin.data(), win.data(),
+                                        bin.data(), rows, cols, eps);
+        mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dyin.data(), xin.data(),
+                                         win.data(), mean.data(), rstd.data(), rows, cols);
+        mls::testing::observe("y", y.values(), {0.0, 2 * tol * 8});
+        mls::testing::observe("dx", dx.values(), {0.0, 2 * tol * rs_max * 4});
+        mls::testing::observe("dw", dw.values(), {0.0, 2 * (rows + 8) * kEps * 8 * 4});
+        long bad_y = 0, bad_dx = 0, bad_dw = 0;
+        for (long i = 0; i < rows * cols; ++i) {
+          bad_y += !(std::fabs(y[i] - y_ref[i]) <= tol * (1 + std::fabs(y_ref[i]) + 4));
+          bad_dx += !(std::fabs(dx[i] - dx_ref[i]) <= tol * rs_max * 4);
+        }
+        for (long c = 0; c < cols; ++c) {
+          bad_dw += !(std::fabs(dw[c] - dw_ref[c]) <= (rows + 8) * kEps * 8 * 4);
+          bad_dw += !(std::fabs(db[c] - db_ref[c]) <= (rows + 8) * kEps * 4);
+        }
+        CHECK(bad_y == 0);
+        CHECK(bad_dx == 0);
+        CHECK(bad_dw == 0);
+        CHECK(y.guards_hit() + mean.guards_hit() + rstd.guards_hit() == 0);
+        CHECK(dx.guards_hit() + dw.guards_hit() + db.guards_hit() == 0);
+      });
+    }
+  }
+}
+
+TEST_CASE("gelu and bias+gelu on every length and alignment", "[lab4][fused][gelu][alignment]") {
+  for (auto [rows, cols] : kShapes) {
+    const long n = rows * cols;
+    auto x = random_vec(n, 13, "x");
+    for (auto& v : x) v *= 8.0f;
+    const auto bias = random_vec(cols, 13, "bias"), dy = random_vec(n, 13, "dy");
+    for (long offset : kOffsets) {
+      INFO(rows << " x " << cols << ", offset " << offset << " floats");
+      for_each_isa_and_threads(true, [&] {
+        Guarded xin(n, offset, x), y(n, (offset + 5) % 16, 0.0f), z(n, offset, 0.0f),
+            dx(n, offset, 1.0f), bin(cols, (offset + 2) % 16, bias), dyin(n, (offset + 7) % 16, dy);
+        mls::kernels::gelu_forward(y.data(), xin.data(), n);
+        mls::kernels::bias_gelu_forward(z.data(), xin.data(), bin.data(), rows, cols);
+        mls::kernels::gelu_backward(dx.data(), xin.data(), dyin.data(), n);
+        mls::testing::observe("y", y.values(), {0.0, 2 * 16 * kEps * 9});
+        mls::testing::observe("z", z.values(), {0.0, 2 * 16 * kEps * 10});
+        mls::testing::observe("dx", dx.values(), {0.0, 2 * (1e-5 + 64 * kEps * 9)});
+        long bad_y = 0, bad_z = 0, bad_dx = 0;
+        for (long i = 0; i < n; ++i) {
+          const double xi = x[i], h = 1e-4;
+          bad_y += !(std::fabs(y[i] - gelu_ref(xi)) <= 16 * kEps * (1 + std::fabs(xi)));
+          const double d = (gelu_ref(xi + h) - gelu_ref(xi - h)) / (2 * h);
+          bad_dx += !(std::fabs(dx[i] - (1.0 + d * dy[i])) <= 1e-5 + 64 * kEps * (1 + std::fabs(xi)));
+          const double v = static_cast<double>(static_cast<float>(x[i] + bias[i % cols]));
+          bad_z += !(std::fabs(z[i] - gelu_ref(v)) <= 16 * kEps * (1 + std::fabs(v)));
+        }
+        CHECK(bad_y == 0);
+        CHECK(bad_z == 0);
+        CHECK(bad_dx == 0);
+        CHECK(y.guards_hit() + z.guards_hit() + dx.guards_hit() == 0);
+      });
+    }
+  }
+}
+
+TEST_CASE("fused kernels give the same bits wherever the rows sit in memory",
+          "[lab4][fused][same_bits][alignment]") {
+  // Later labs compare runs bit for bit (lab 6: thread counts, recomputation, ZeRO stages) whose
+  // buffers sit at different addresses: a sum may not depend on a row's offset in a cache line.
+  const long rows = 3, cols = 1000;
+  auto x = random_vec(rows * cols, 14, "x");
+  for (auto& v : x) v *= 10.0f;
+  const auto w = random_vec(cols, 14, "w"), b = random_vec(cols, 14, "b"),
+             dy = random_vec(rows * cols, 14, "dy");
+  for_each_isa_and_threads(true, [&] {
+    std::vector<std::vector<float>> first;  // the outputs at offset 0
+    for (long offset : {0L, 1L, 3L, 5L, 8L, 12L, 15L}) {
+      INFO("offset " << offset << " floats");
+      Guarded xin(rows * cols, offset, x), win(cols, offset, w), bin(cols, offset, b),
+          dyin(rows * cols, offset, dy), sm(rows * cols, offset, 0.0f), y(rows * cols, offset, 0.0f),
+          mean(rows, offset, 0.0f), rstd(rows, offset, 0.0f), dx(rows * cols, offset, 0.0f),
+          dw(cols, offset, 0.0f), db(cols, offset, 0.0f), g(rows * cols, offset, 0.0f),
+          dg(rows * cols, offset, 0.0f);
+      mls::kernels::softmax_forward(sm.data(), xin.data(), rows, cols);
+      mls::kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), xin.data(), win.data(),
+                                      bin.data(), rows, cols, 1e-5f);
+      mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dyin.data(), xin.data(),
+                                       win.data(), mean.data(), rstd.data(), rows, cols);
+      mls::kernels::bias_gelu_forward(g.data(), xin.data(), bin.data(), rows, cols);
+      mls::kernels::gelu_backward(dg.data(), xin.data(), dyin.data(), rows * cols);
+      const std::vector<std::vector<float>> got = {sm.values(), y.values(), mean.values(),
+                                                   rstd.values(), dx.values(), dw.values(),
+                                                   db.values(), g.values(), dg.values()};
+      if (first.empty()) {
+        first = got;
+        mls::testing::observe("softmax", got[0], {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+        mls::testing::observe("rstd", got[3], {1e-5, 0.0});
+      }
+      for (std::size_t k = 0; k < got.size(); ++k) {
+        INFO("output " << k << " (softmax, y, mean, rstd, dx, dw, db, bias+gelu, gelu')");
+        const bool same = got[k] == first[k];
+        CHECK(same);
+      }
+    }
+  });
 }
