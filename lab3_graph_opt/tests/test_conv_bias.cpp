@@ -167,6 +167,7 @@ std::vector<double> values(const Tensor& t) { return t.to(DType::Float64).compac
 }  // namespace
 
 TEST_CASE("lab 2's float32 conv2d runs conv2d_bias's kernel through run and PlannedExecutor on random shapes", "[lab3][passes]") {
+  const ConvKernelChoice default_choice("");  // whatever MLS_CONV2D says
   const mls::Conv2dKernel k = lab3_conv_kernel();
   MLS_OBSERVE(k.priority);
   CHECK(mls::conv2d_kernel().name == "lab3_conv2d_bias");  // the default: the only one registered
@@ -210,6 +211,7 @@ TEST_CASE("lab 2's float32 conv2d runs conv2d_bias's kernel through run and Plan
 }
 
 TEST_CASE("the folded and unfolded ResNet blocks run every conv on the same kernel, float64 keeps lab 2's", "[lab3][passes]") {
+  mls::set_conv2d_kernel("");  // the default kernel, whatever MLS_CONV2D says
   Program unfolded = resnet_block(2, 8, 9, 11);
   Program folded = clone(unfolded);
   PassManager().add_pipeline("conv-bn,dce").run(folded);
