@@ -12,8 +12,11 @@ endif()
 add_library(mls_warnings INTERFACE)
 target_compile_options(mls_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${MLS_WARNINGS}>)
 
+# The optimisation level of Release builds, after CMake's own flags (so it wins). mls-grader's
+# check-handouts builds a handout at -O1: it only checks that the tree builds and fails cleanly.
+set(MLS_RELEASE_OPT "-O3" CACHE STRING "optimisation flag of Release builds (C++)")
 if(CMAKE_BUILD_TYPE STREQUAL "Release")
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-O3>)
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${MLS_RELEASE_OPT}>)
 endif()
 
 if(MLS_SANITIZE)

@@ -428,10 +428,7 @@ bool configure(const Manifest& m, const fs::path& tree, const fs::path& build_di
                                    "-DCMAKE_BUILD_TYPE=Release", std::string("-DMLS_WERROR=") + (opt.werror ? "ON" : "OFF"),
                                    std::string("-DMLS_BENCH=") + (opt.benchmarks ? "ON" : "OFF"), "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
                                    "-DMLS_LABS=" + cmake_list(parts)};
-  if (!opt.release_flags.empty()) {
-    argv.push_back("-DCMAKE_CXX_FLAGS_RELEASE=" + opt.release_flags);
-    argv.push_back("-DCMAKE_C_FLAGS_RELEASE=" + opt.release_flags);
-  }
+  if (!opt.release_opt.empty()) argv.push_back("-DMLS_RELEASE_OPT=" + opt.release_opt);
   // The trusted reference build may use the user's ccache (a student build never does).
   if (opt.trusted && which("ccache") != "ccache") {
     argv.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + which("ccache"));

@@ -46,10 +46,10 @@ struct BuildOptions {
   /// fast-math flag is used); "" keeps the reference's flags. A `grade --bench` build always
   /// keeps them, so a figure is measured on the code as the reference builds it.
   std::string student_opt = "-O1";
-  /// A CMake build of a tree (not the checkout): its CMAKE_CXX_FLAGS_RELEASE instead of CMake's
-  /// "-O3 -DNDEBUG" when not empty (check-handouts builds a handout at "-O1 -DNDEBUG": it only
-  /// checks that the tree builds with -Werror and that every test fails cleanly).
-  std::string release_flags;
+  /// A CMake build of a tree (not the checkout): its C++ optimisation flag (MLS_RELEASE_OPT)
+  /// instead of -O3 when not empty (check-handouts builds a handout at -O1: it only checks that
+  /// the tree builds with -Werror and that every test fails cleanly).
+  std::string release_opt;
 };
 
 /// The test programs of a build (CMake target -> binary), and why the others are missing.
