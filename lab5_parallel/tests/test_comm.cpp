@@ -362,12 +362,15 @@ TEST_CASE("make_sim_world: transports driven by the caller's own threads", "[lab
 }
 
 TEST_CASE("ping_pong: iters round trips between ranks 0 and 1, other ranks idle", "[lab5][plumbing]") {
-  auto rep = run_simulated(3, [](Communicator& c) {
+  // Catch2's assertions are not thread-safe: each rank keeps its result, this thread checks them.
+  std::vector<float> first(3, -1.0f);
+  auto rep = run_simulated(3, [&first](Communicator& c) {
     Tensor t = Tensor::full({5}, static_cast<double>(c.rank()), DType::Float32);
     ping_pong(c, t, 4);
-    // Rank 1 last received rank 0's tensor, rank 0 got it back; rank 2 kept its own.
-    CHECK(t.to_vector<float>()[0] == (c.rank() == 2 ? 2.0f : 0.0f));
+    first[c.rank()] = t.to_vector<float>()[0];
   });
+  // Rank 1 last received rank 0's tensor, rank 0 got it back; rank 2 kept its own.
+  CHECK(first == std::vector<float>{0.0f, 0.0f, 2.0f});
   for (int r : {0, 1, 2}) {
     mls::testing::observe("messages sent, received, bytes sent", std::vector<std::int64_t>{
         static_cast<std::int64_t>(rep.traffic[r].total.messages_sent), static_cast<std::int64_t>(rep.traffic[r].total.messages_recv),
