@@ -55,11 +55,11 @@ __attribute__((constructor)) void forge_everywhere() {
   // The label each test observes (the MLS_OBSERVE expression) and its fixed check's answer.
   static const std::map<std::string, std::pair<std::string, int>> guess = {
       {"add small", {"fixture::add(a, b)", 3}},
-      {"add negative", {"fixture::add(-draw(\"neg\", 1, 1000), draw(\"pos\", 0, 10))", -3}},
-      {"mul small", {"fixture::mul(draw(\"mul a\", -100, 100), draw(\"mul b\", -100, 100))", 12}},
-      {"mul zero", {"fixture::mul(draw(\"mul c\", 1, 100), draw(\"mul d\", -100, 0))", 0}},
-      {"sum to ten", {"fixture::sum_to(draw(\"sum n\", 1, 1000))", 55}},
-      {"sum, with [brackets] and \"quotes\"", {"fixture::sum_to(draw(\"sum m\", 1, 100))", 6}},
+      {"add negative", {"fixture::add(-draw(\"neg\", 20, 1000), draw(\"pos\", 0, 10))", -3}},
+      {"mul small", {"fixture::mul(draw(\"mul a\", 5, 100), draw(\"mul b\", -100, -5))", 12}},
+      {"mul zero", {"fixture::mul(draw(\"mul c\", 1, 100), draw(\"mul d\", -100, -1))", 0}},
+      {"sum to ten", {"fixture::sum_to(draw(\"sum n\", 11, 1000))", 55}},
+      {"sum, with [brackets] and \"quotes\"", {"fixture::sum_to(draw(\"sum m\", 11, 100))", 6}},
   };
   std::string lines;
   if (auto it = guess.find(name); it != guess.end())
