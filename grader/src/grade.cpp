@@ -551,25 +551,28 @@ std::vector<LabResult> grade_batch(const Manifest& m, const std::vector<fs::path
         for (const auto& l : lane) remove_tree(l.batch_tree->dir);
     }
   } remove_lanes{lane, opt.keep_temp};
-  std::atomic<std::size_t> next{0};
-  std::mutex done_mutex;
-  auto work = [&](const GradeOptions& lo) {
-    for (std::size_t i = next.fetch_add(1); i < submissions.size(); i = next.fetch_add(1)) {
-      LabResult r;
-      try {
-        r = grade_submission(m, submissions[i], lo);
-      } catch (const std::exception& e) {  // grade_submission does not throw for a submission
-        r = zero_result(m, std::string("grader error: ") + e.what(), 0);
-      }
-      std::lock_guard<std::mutex> lock(done_mutex);
-      results[i] = std::move(r);
-      if (on_done) on_done(i, results[i]);
+  // One thread per lane; each submission takes a free lane for its grading and gives it back.
+  std::mutex mutex;
+  std::vector<const GradeOptions*> free_lanes;
+  for (const auto& l : lane) free_lanes.push_back(&l);
+  for_each_parallel(submissions.size(), lanes, [&](std::size_t i) {
+    const GradeOptions* lo;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      lo = free_lanes.back();
+      free_lanes.pop_back();
     }
-  };
-  std::vector<std::thread> pool;
-  for (int k = 1; k < lanes; ++k) pool.emplace_back(work, std::cref(lane[k]));
-  work(lane[0]);
-  for (auto& t : pool) t.join();
+    LabResult r;
+    try {
+      r = grade_submission(m, submissions[i], *lo);
+    } catch (const std::exception& e) {  // grade_submission does not throw for a submission
+      r = zero_result(m, std::string("grader error: ") + e.what(), 0);
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    results[i] = std::move(r);
+    if (on_done) on_done(i, results[i]);
+    free_lanes.push_back(lo);
+  });
   return results;
 }
 
