@@ -21,6 +21,7 @@
 #include <regex>
 #include <string>
 
+#include "mls/common/bench_timing.hpp"
 #include "mls/common/parallel.hpp"
 
 #include "mls/graph_opt/memory.hpp"
@@ -76,36 +77,7 @@ BENCHMARK_CAPTURE(memory_plan, attention, std::string("attention"), false);
 BENCHMARK_CAPTURE(memory_plan, mlp, std::string("mlp"), false);
 BENCHMARK_CAPTURE(memory_plan, attention_optimised, std::string("attention"), true);
 BENCHMARK_CAPTURE(memory_plan, mlp_optimised, std::string("mlp"), true);
-/// Median over interleaved repetitions of time(b) / time(a), after one warm-up run of each.
-template <class A, class B>
-double interleaved_ratio(A&& run_a, B&& run_b, int repeat) {
-  auto seconds = [](auto& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  run_a();
-  run_b();
-  std::vector<double> ratios;
-  for (int r = 0; r < repeat; ++r) {
-    double ta = 0, tb = 0;
-    if (r % 2 == 0) {
-      ta = seconds(run_a);
-      tb = seconds(run_b);
-    } else {
-      tb = seconds(run_b);
-      ta = seconds(run_a);
-    }
-    ratios.push_back(tb / ta);
-  }
-  std::sort(ratios.begin(), ratios.end());
-  const std::size_t m = ratios.size() / 2;
-  return ratios.size() % 2 ? ratios[m] : 0.5 * (ratios[m - 1] + ratios[m]);
-}
-
 void print_ratios(const std::string& filter) {
-  const char* env = std::getenv("MLS_BENCH_REPEAT");
-  const int repeat = env ? std::max(1, std::atoi(env)) : 9;
   const std::regex re(filter.empty() || filter == "all" ? "." : filter);
   const bool chain_on = std::regex_search("BM_ChainFused", re) || std::regex_search("BM_ChainUnfused", re);
   const bool resnet_on = std::regex_search("BM_ResnetFolded", re) || std::regex_search("BM_ResnetUnfolded", re);
@@ -114,8 +86,8 @@ void print_ratios(const std::string& filter) {
     const auto feeds = random_feeds(base, 1);
     for (int threads : {1, 2}) {
       ThreadCountGuard guard(threads);
-      const double r = interleaved_ratio([&] { benchmark::DoNotOptimize(run(base, feeds)); },
-                                         [&] { benchmark::DoNotOptimize(run(optimised, feeds)); }, repeat);
+      const double r = mls::bench::interleaved_ratio([&] { benchmark::DoNotOptimize(run(base, feeds)); },
+                                         [&] { benchmark::DoNotOptimize(run(optimised, feeds)); });
       std::printf("ratio %s_t%d %.3f\n", name, threads, r);
       std::fflush(stdout);
     }
