@@ -11,8 +11,12 @@
 // registry; this program does not depend on lab 4's code). On 1 thread lab 4's packed kernel
 // beats OpenBLAS 0.3.21 by 4-7% on this step's large GEMMs (N = 256; measured GEMM by GEMM on a
 // shared machine, 2026-11-24) and loses 2-3x where N = 10
-// (its 32-wide micro-tile is mostly padding), so auto sends each GEMM to the faster one; on more
-// threads, or without lab 4, or with MLS_MATMUL set, auto is the registry's default (OpenBLAS).
+// (its 32-wide micro-tile is mostly padding), so auto sends each GEMM to the faster one. On more
+// threads the large GEMMs go to lab4_packed_mt, on common's pool: OpenBLAS's threads, once idle,
+// may be woken onto their caller's vCPU by a VM kernel that packs threads (this machine's), and
+// then its 2-thread step takes its 1-thread time in about one run of three (1.87 ms or 1.00 ms;
+// lab4_packed_mt 0.94-0.95 ms, 2026-11-24). Without lab 4, or with MLS_MATMUL set, auto is the
+// registry's default (OpenBLAS).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -49,15 +53,16 @@ std::string choose_matmul(const std::string& name, int threads) {
     return sgemm_kernel().name;  // throws, listing the registered names, for an unknown one
   }
   const char* env = std::getenv("MLS_MATMUL");
-  if (threads == 1 && !(env && *env)) {
+  if (!(env && *env)) {
+    const std::string wide = threads == 1 ? "lab4_packed" : "lab4_packed_mt";
     for (const SgemmKernel& k : sgemm_kernels()) {
       if (k.name == "openblas") g_small = k.fn;
-      if (k.name == "lab4_packed") g_wide = k.fn;
+      if (k.name == wide) g_wide = k.fn;
     }
     if (g_small && g_wide) {
-      register_sgemm({"mlp_auto", &sgemm_auto, -1000, "lab4_packed where N, M >= 32, openblas otherwise"});
+      register_sgemm({"mlp_auto", &sgemm_auto, -1000, wide + " where N, M >= 32, openblas otherwise"});
       set_sgemm_kernel("mlp_auto");
-      return "auto(lab4_packed,openblas)";
+      return "auto(" + wide + ",openblas)";
     }
   }
   return sgemm_kernel().name;
