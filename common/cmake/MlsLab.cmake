@@ -12,9 +12,11 @@ function(mls_add_tests target)
   if(MLS_GRADER_BUILD)
     return()
   endif()
+  # -w NoTests: a name CTest got wrong (it splits discovered names at ';') fails instead of
+  # passing with no test run.
   catch_discover_tests(${target}
     TEST_PREFIX "${ARG_LABEL}:"
-    EXTRA_ARGS --rng-seed 1234
+    EXTRA_ARGS --rng-seed 1234 -w NoTests
     PROPERTIES LABELS ${ARG_LABEL} TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:")
   if(ARG_EXTRA_LABELS)
     # catch_discover_tests cannot pass a list-valued property through, so the extra labels are

@@ -121,7 +121,7 @@ TEST_CASE("dot: counts nodes and edges and writes valid structure", "[common][do
   CHECK(std::count(s.begin(), s.end(), '\n') == 13);
 }
 
-TEST_CASE("dot: clusters are subgraphs named cluster_*", "[common][dot]") {
+TEST_CASE("dot: clusters are subgraphs whose names start with cluster_", "[common][dot]") {
   const std::string s = sample_graph().str();
   const auto sub = s.find("subgraph \"cluster_layer1\" {");
   REQUIRE(sub != std::string::npos);

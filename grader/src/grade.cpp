@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -229,8 +231,12 @@ TestPlan plan_tests(const TestPrograms& programs, const Manifest& m, const RunOp
         if (opt.filter.empty() || filtered.count(n))
           plan.jobs.push_back({n, g->name, g->points / static_cast<double>(names.size()), bin_name});
     }
+    std::map<std::string, std::string> by_normal;  // Catch2 matches names ignoring case and outer spaces
     for (const auto& n : list_tests(binary, "", m)) {
       if (std::string problem = test_name_problem(n, bin_name); !problem.empty()) plan.notes.push_back(problem);
+      if (auto [it, fresh] = by_normal.emplace(normalised_test_name(n), n); !fresh)
+        plan.notes.push_back("test cases '" + it->second + "' and '" + n + "' of " + bin_name +
+                             " differ only in case or outer spaces: Catch2 matches names that way, so running one runs both");
       if (!owner.count(n)) plan.notes.push_back("test case '" + n + "' of " + bin_name + " is in no group (it is not scored)");
     }
     for (const auto& [n, gs] : owner)
@@ -658,9 +664,23 @@ HandoutJudgement judge_handout(const Manifest& m, const LabResult& h) {
 }
 
 std::string test_name_problem(const std::string& name, const std::string& binary) {
-  if (name.find(';') == std::string::npos) return "";
-  return "test case '" + name + "' of " + binary +
-         " has a ';' in its name: CTest splits discovered names there, so it cannot run it (use ',')";
+  const std::string head = "test case '" + name + "' of " + binary;
+  if (name.find(';') != std::string::npos)
+    return head + " has a ';' in its name: CTest splits discovered names there, so it cannot run it (use ',')";
+  // Catch2 v2 takes these apart after removing escapes, so no escaping of the name helps.
+  if (!name.empty() && (name.front() == '*' || name.back() == '*'))
+    return head + " starts or ends with '*': Catch2 reads that as a wildcard, so the grader cannot run it alone";
+  if (name.rfind("exclude:", 0) == 0)
+    return head + " starts with 'exclude:': Catch2 reads that as an exclusion, so the grader cannot run it alone";
+  if (trim(name) != name)
+    return head + " starts or ends with a space: Catch2 trims the name it is asked for, so it may run another test";
+  return "";
+}
+
+std::string normalised_test_name(std::string_view name) {
+  std::string out(trim(name));
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 }  // namespace mls::grader

@@ -287,8 +287,21 @@ TEST_CASE("check-handouts: given groups may pass in the handout, GPU groups may 
   CHECK_THAT(j.problems[2], Catch::Contains("'sum: sum to ten' is SKIPPED"));
 }
 
-TEST_CASE("names: a ';' in a test case's name is a problem (CTest would split it)", "[grader][groups]") {
+TEST_CASE("names: a semicolon in a test case's name is a problem (CTest would split it)", "[grader][groups]") {
   CHECK(test_name_problem("add, then mul", "t").empty());
   CHECK_THAT(test_name_problem("add; then mul", "lab_tests"),
              Catch::Contains("'add; then mul' of lab_tests") && Catch::Contains("';'"));
+}
+
+TEST_CASE("names: wildcards, exclusions and outer spaces are problems (Catch2 cannot run the test alone)",
+          "[grader][groups]") {
+  CHECK(test_name_problem("a*b, 2 * 3 [t] > 0", "t").empty());  // '*' inside, brackets, '>' are fine
+  CHECK_THAT(test_name_problem("*suffix", "t"), Catch::Contains("'*suffix' of t") && Catch::Contains("wildcard"));
+  CHECK_THAT(test_name_problem("prefix *", "t"), Catch::Contains("wildcard"));
+  CHECK_THAT(test_name_problem("exclude:add", "t"), Catch::Contains("exclusion"));
+  CHECK_THAT(test_name_problem(" add", "t"), Catch::Contains("space"));
+  CHECK_THAT(test_name_problem("add ", "t"), Catch::Contains("space"));
+  CHECK(normalised_test_name("  Add Two ") == "add two");
+  CHECK(normalised_test_name("add two") == normalised_test_name("ADD TWO"));
+  CHECK(normalised_test_name("") == "");
 }

@@ -276,7 +276,13 @@ void copy_reference_tree(const std::filesystem::path& root, const Manifest& m,
                          const std::filesystem::path& dest);
 
 /// A problem with a test case's name, or "" when there is none: CTest splits a discovered name
-/// at ';', so such a test runs under a name Catch2 cannot match (and passes vacuously there).
+/// at ';', so such a test runs under a name Catch2 cannot match (and passes vacuously there); and
+/// Catch2 v2 cannot be asked for exactly one test whose name starts or ends with '*' (a wildcard),
+/// starts with "exclude:" (an exclusion) or with or ends with a space (trimmed).
 std::string test_name_problem(const std::string& name, const std::string& binary);
+
+/// A test name as Catch2 v2 compares it: lower case, outer spaces trimmed. Two test cases with the
+/// same normalised name cannot be run one at a time.
+std::string normalised_test_name(std::string_view name);
 
 }  // namespace mls::grader
