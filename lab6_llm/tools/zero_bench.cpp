@@ -3,6 +3,7 @@
 // and bf16 vs fp32 step time (lab 6, part 2).
 //
 //   mls-zero-bench --ranks 2                         (simulated ranks: threads of one process)
+//   mls-zero-bench --ranks 2 --batch 8 --accum 4     (each step as 4 micro-batches of 2 rows)
 //   lab5_parallel/tests/run_mpi.sh 2 mls-zero-bench --backend mpi     (2 MPI processes)
 //
 // Prints lines "ratio <name> <value>" (<backend> is sim or mpi):
@@ -40,7 +41,7 @@ struct Result {
 
 struct Setup {
   std::string config = "nano";
-  std::int64_t batch = 8, steps = 10, layers = 0;
+  std::int64_t batch = 8, steps = 10, layers = 0, accum = 1;
   int reps = 3;
 };
 
@@ -52,6 +53,7 @@ ZeroRunOptions options(const Setup& su, int stage, Precision p, const std::strin
   o.zero.stage = stage;
   o.zero.precision = p;
   o.zero.remat = remat;
+  o.zero.accum = su.accum;
   o.batch = su.batch;
   o.context = o.cfg.block_size;
   o.steps = su.steps;
@@ -123,6 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", su.steps, "steps per run")->capture_default_str();
   app.add_option("--batch", su.batch, "B per rank")->capture_default_str();
   app.add_option("--reps", su.reps, "runs per point (best taken)")->capture_default_str();
+  app.add_option("--accum", su.accum, "micro-batches per step (gradient accumulation; must divide --batch)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     MLS_CHECK(su.reps >= 1, "mls-zero-bench: --reps ", su.reps, ", expected >= 1");
@@ -130,10 +134,10 @@ int main(int argc, char** argv) {
     auto header = [&](bool root) {
       if (!root) return;
       const GPTConfig cfg = options(su, 0, Precision::FP32).cfg;
-      std::printf("config %s (L = %lld), B = %lld per rank, %lld steps, best of %d; sqrt plan %s; "
-                  "AVX-512 BF16 on this CPU: %s\n",
+      std::printf("config %s (L = %lld), B = %lld per rank in %lld micro-batch(es), %lld steps, best of %d; "
+                  "sqrt plan %s; AVX-512 BF16 on this CPU: %s\n",
                   su.config.c_str(), static_cast<long long>(cfg.n_layer), static_cast<long long>(su.batch),
-                  static_cast<long long>(su.steps), su.reps,
+                  static_cast<long long>(su.accum), static_cast<long long>(su.steps), su.reps,
                   sqrt_plan(cfg.n_layer).to_string().c_str(), cpu_has_avx512_bf16() ? "yes" : "no");
     };
     if (backend == "sim") {
