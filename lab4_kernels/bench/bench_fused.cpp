@@ -13,7 +13,6 @@
 //   build/ci/lab4_kernels/mls_lab4_bench_fused
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -45,12 +44,6 @@ void parallel_memcpy(float* dst, const float* src, long n) {
   });
 }
 
-double seconds_of(const std::function<void()>& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 /// Times the kernel and, before each of its runs, memcpy of kN floats on the same threads, so the
 /// two share the machine's state (other load, frequency); the ratio is of the best run of each.
 void run(benchmark::State& state, const std::string& name, int threads, double bytes,
@@ -62,8 +55,8 @@ void run(benchmark::State& state, const std::string& name, int threads, double b
   fn();
   double best = 1e30, best_copy = 1e30;
   for (auto _ : state) {
-    best_copy = std::min(best_copy, seconds_of(copy));
-    const double s = seconds_of(fn);
+    best_copy = std::min(best_copy, mls::bench::seconds_of(copy));
+    const double s = mls::bench::seconds_of(fn);
     benchmark::ClobberMemory();
     state.SetIterationTime(s);
     best = std::min(best, s);

@@ -45,7 +45,8 @@ double seconds_of(F&& fn) {
 /// on different thread pools (ours and OpenBLAS's), give `warm_seconds`: each batch is then
 /// preceded by untimed runs of its own for that long, so the other pool's threads have gone
 /// idle and this one's are awake, as they are in a program that uses one library.
-/// `MLS_BENCH_REPEAT` overrides `repeat`; `MLS_BENCH_DEBUG=1` prints each round. (A slow pair, over 0.1 s a run, gets at most 3 rounds.)
+/// `MLS_BENCH_REPEAT` overrides `repeat`; `MLS_BENCH_DEBUG=1` prints each round. (A slow pair,
+/// over 0.1 s a run, gets at most 3 rounds.)
 template <class A, class B>
 double interleaved_ratio(A&& run_a, B&& run_b, int repeat = 9, double batch_seconds = 2e-3,
                          double warm_seconds = 0) {
@@ -73,7 +74,8 @@ double interleaved_ratio(A&& run_a, B&& run_b, int repeat = 9, double batch_seco
       ta = batch(run_a);
     }
     ratios.push_back(tb / ta);
-    if (std::getenv("MLS_BENCH_DEBUG")) std::fprintf(stderr, "  round %d: a %.1f us  b %.1f us\n", r, ta / calls * 1e6, tb / calls * 1e6);
+    if (std::getenv("MLS_BENCH_DEBUG"))
+      std::fprintf(stderr, "  round %d: a %.1f us  b %.1f us\n", r, ta / calls * 1e6, tb / calls * 1e6);
   }
   std::sort(ratios.begin(), ratios.end());
   const std::size_t m = ratios.size() / 2;
