@@ -278,7 +278,10 @@ Tensor min(const Tensor& a, std::span<const std::int64_t> axes, bool keepdim) {
 
 Tensor mean(const Tensor& a, std::span<const std::int64_t> axes, bool keepdim) {
   MLS_CHECK(a.defined(), "mean: tensor is undefined (default-constructed)");
-  const Tensor x = is_floating(a.dtype()) ? a : a.to(DType::Float32);
+  // Integers and bools: computed in float64 and rounded once to the float32 result (converting
+  // int64 values above 2^24 to float32 first would round each of them).
+  if (!is_floating(a.dtype())) return mean(a.to(DType::Float64), axes, keepdim).to(DType::Float32);
+  const Tensor& x = a;
   const std::vector<std::int64_t> ax = a.ndim() == 0 && axes.empty() ? std::vector<std::int64_t>{} : normalize_axes(axes, a.ndim(), "mean");
   std::int64_t n = 1;
   for (std::int64_t d : ax) n *= a.shape()[static_cast<std::size_t>(d)];
@@ -291,7 +294,9 @@ Tensor mean(const Tensor& a, std::span<const std::int64_t> axes, bool keepdim) {
 Tensor var(const Tensor& a, std::span<const std::int64_t> axes, bool keepdim, std::int64_t correction) {
   MLS_CHECK(a.defined(), "var: tensor is undefined (default-constructed)");
   MLS_CHECK(correction >= 0, "var: correction must be >= 0, got ", correction);
-  const Tensor x = is_floating(a.dtype()) ? a : a.to(DType::Float32);
+  // Integers and bools: computed in float64 and rounded once to the float32 result, as mean.
+  if (!is_floating(a.dtype())) return var(a.to(DType::Float64), axes, keepdim, correction).to(DType::Float32);
+  const Tensor& x = a;
   const std::vector<std::int64_t> ax = a.ndim() == 0 && axes.empty() ? std::vector<std::int64_t>{} : normalize_axes(axes, a.ndim(), "var");
   std::int64_t n = 1;
   for (std::int64_t d : ax) n *= a.shape()[static_cast<std::size_t>(d)];

@@ -262,6 +262,23 @@ TEST_CASE("var with correction 0 and 1: two-pass accuracy", "[lab1][reduce]") {
   CHECK(mls::var(Tensor::from({2, 4, 4, 4, 5, 5, 7, 9})).dtype() == DType::Float32);
 }
 
+TEST_CASE("mean and var of integers and bools: computed in float64, rounded once to float32", "[lab1][reduce]") {
+  // 16777217 and 16777219 round to 16777216 and 16777220 in float32: a float32 pass gives var 4.
+  const Tensor big = Tensor::from({16777217, 16777219});
+  CHECK(mls::var(big).item() == 1.0);
+  CHECK(mls::var(big).dtype() == DType::Float32);
+  CHECK(mls::mean(Tensor::from<std::int64_t>({(1LL << 40) + 1, (1LL << 40) + 3})).item() ==
+        static_cast<double>(static_cast<float>((1LL << 40) + 2)));
+  // The random-program oracle's case: var of 3 trues in 9 with correction 1 is exactly 0.25.
+  const Tensor b = Tensor::from({false, true, false, false, false, false, true, true, false}, {3, 3});
+  const std::int64_t both[] = {-2, -1};
+  const Tensor v = mls::var(b, both, true, 1);
+  CHECK(v.dtype() == DType::Float32);
+  CHECK(v.shape() == mls::Shape{1, 1});
+  CHECK(v.item() == 0.25);
+  CHECK(mls::mean(b).item() == static_cast<double>(3.0f / 9.0f));
+}
+
 TEST_CASE("argmax and argmin: first index of the extreme along any axis", "[lab1][reduce]") {
   mls::Rng rng(606, "argmax");
   for (int trial = 0; trial < 200; ++trial) {

@@ -12,7 +12,8 @@ refuses is expected to throw.
 
 Tolerances come from the dtype and the work behind a value: each program also runs in a float64
 "shadow" (float32 promoted to float64), and a float32 result may differ from NumPy by a few times
-NumPy's own distance from the shadow plus eps(dtype) x (reduction sizes along its chain) x scale.
+NumPy's own distance from the shadow plus eps x (reduction sizes along its chain) x scale, eps that
+of the least precise float dtype along the chain (a float64 result of a float32 step carries its rounding).
 
 A failing program is shrunk (ops removed, shapes reduced, values simplified) while it still fails,
 and printed as a minimal reproduction.
@@ -832,6 +833,21 @@ def work(ops):
     return w
 
 
+def chain_eps(ops, lab_dtype):
+    """Per register: the largest eps of a float dtype along its chain (a float64 result computed
+    from a float32 step carries that step's float32 rounding). lab_dtype(k): register k's lab dtype."""
+    e = {}
+    for op in ops:
+        ins = op.get("in", [])
+        base = max([e.get(i, 0.0) for i in ins] + [0.0])
+        target = op["out"] if "out" in op else (ins[0] if ins else None)
+        if target is None:
+            continue
+        own = EPS.get(lab_dtype(target), 0.0)
+        e[target] = max(base, own, e.get(target, 0.0) if "out" not in op else 0.0)
+    return e
+
+
 def finite_json(x):
     """JSON has no inf/nan: they travel as the strings "inf", "-inf", "nan"."""
     if isinstance(x, float) and not math.isfinite(x):
@@ -875,6 +891,7 @@ def compare(driver, ops, tmp):
     if out:
         return out
     w = work(ops)
+    ce = chain_eps(ops, lambda k: npr.reg[k].dtype.name if k in npr.reg else "")
     roots = {}
     for k, arr in npr.reg.items():
         roots[k] = root(arr)
@@ -890,7 +907,7 @@ def compare(driver, ops, tmp):
             out.append(f"r{k}: shape {m['shape']}, NumPy {list(ref.shape)}")
             continue
         if k not in npr.undefined:
-            bad = value_mismatch(val, ref, shadow.reg.get(k), w.get(k, 4), m["dtype"])
+            bad = value_mismatch(val, ref, shadow.reg.get(k), w.get(k, 4), m["dtype"], ce.get(k, 0.0))
             if bad:
                 out.append(f"r{k}: values differ: {bad}")
     # views: storage sharing, strides and offset
@@ -920,7 +937,7 @@ def compare(driver, ops, tmp):
     return out
 
 
-def value_mismatch(val, ref, sh, work_n, dtype):
+def value_mismatch(val, ref, sh, work_n, dtype, eps_chain=0.0):
     if val.shape != ref.shape:
         return f"shape {val.shape} vs {ref.shape}"
     if dtype not in FLOATS:
@@ -937,7 +954,7 @@ def value_mismatch(val, ref, sh, work_n, dtype):
         # NumPy's own distance from the float64 shadow, over the whole register, is the rounding
         # noise of the float32 steps behind it; eps(dtype) x work x scale covers the rest.
         noise = float(np.max(np.abs(np.where(np.isfinite(s) & np.isfinite(b), b - s, 0)), initial=0.0))
-        tol = 8 * noise + EPS[dtype] * work_n * scale
+        tol = 8 * noise + max(EPS[dtype], eps_chain) * work_n * scale
         # NumPy itself far from the shadow (ill-conditioned: cancellation, division by a rounded 0):
         # the element's value is not meaningful at this precision.
         noisy = ~np.isfinite(s) & np.isfinite(b) | np.isfinite(s) & ~np.isfinite(b) | \

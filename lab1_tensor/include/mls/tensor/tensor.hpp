@@ -293,7 +293,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // ---- reductions -------------------------------------------------------------------------------
 /// Reduce over `axes` (empty = all axes); `keepdim` keeps reduced dims with size 1.
-/// sum/prod of integers or bools give int64; mean/var of integers give float32.
+/// sum/prod of integers or bools give int64; mean/var of integers give float32 (computed in
+/// float64 and rounded once).
 Tensor sum(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
 Tensor mean(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
 Tensor prod(const Tensor& a, std::span<const std::int64_t> axes = {}, bool keepdim = false);
