@@ -458,11 +458,14 @@ class NumpyRun:
                 raise ValueError("empty max")
             f = np.max if fn == "max" else np.min
             return np.asarray(f(a, axis=ax, keepdims=kd))
-        x = self.cast(a, float_of(t))
+        # mean and var of integers or bools: computed in float64, rounded once to float32
+        # (differences.json integer_to_float)
+        res_t = self.ct(float_of(t))
+        x = self.cast(a, float_of(t)) if t in FLOATS else a.astype(np.float64)
         if fn == "mean":
             if n == 0:
                 raise Refused("empty_mean")
-            return np.asarray(np.sum(x, axis=ax, keepdims=kd) / x.dtype.type(n)).astype(x.dtype)
+            return np.asarray(np.sum(x, axis=ax, keepdims=kd) / x.dtype.type(n)).astype(res_t)
         if fn == "var":
             c = op["correction"]
             if c < 0:
@@ -471,7 +474,7 @@ class NumpyRun:
                 raise Refused("empty_mean")
             m = np.sum(x, axis=ax, keepdims=True) / x.dtype.type(n)
             d = x - m
-            return np.asarray(np.sum(d * d, axis=ax, keepdims=kd) / x.dtype.type(n - c)).astype(x.dtype)
+            return np.asarray(np.sum(d * d, axis=ax, keepdims=kd) / x.dtype.type(n - c)).astype(res_t)
         raise KeyError(fn)
 
 
