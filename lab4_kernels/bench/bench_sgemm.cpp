@@ -39,9 +39,10 @@ std::map<std::string, double>& ratios() {
 }
 
 /// Ours / OpenBLAS GFLOP/s (OpenBLAS time / ours) for the same call, interleaved: 9 rounds of a
-/// 5 ms batch of each, each batch after 5 ms of untimed calls of its own (longer than our pool's
-/// 2 ms spin, so our idle threads are asleep when OpenBLAS is timed; OpenBLAS's idle threads spin
-/// longer, which only slows ours). Both libraries are set to `threads` (each has its own pool).
+/// 10 ms batch of each, each batch after 30 ms of untimed calls of its own (longer than our pool's
+/// 2 ms spin, so our idle threads are asleep when OpenBLAS is timed, and long enough for the
+/// scheduler to spread a library's woken threads over the CPUs). Both libraries are set to
+/// `threads` (each has its own pool).
 double vs_openblas(mls::SgemmFn ours, mls::SgemmFn blas, int threads, bool ta, bool tb, long M,
                    long N, long K, const float* A, long lda, const float* B, long ldb, float beta,
                    float* C, long ldc) {
