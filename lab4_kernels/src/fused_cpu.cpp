@@ -181,7 +181,8 @@ MLS_AVX512 static inline __m512 exp2_16(__m512 t) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   if constexpr (!kZeroBelow) return _mm512_scalef_ps(p, n);
-  const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-127.0f), _CMP_NLE_UQ);  // n > -127 or NaN
+  // lanes with n > -127, or NaN
+  const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-127.0f), _CMP_NLE_UQ);
   return _mm512_maskz_scalef_ps(keep, p, n);
   // END SOLUTION
 }
