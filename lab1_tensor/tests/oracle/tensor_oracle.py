@@ -388,8 +388,11 @@ class NumpyRun:
         if fn == "sigmoid":
             return (1 / (1 + np.exp(-a))).astype(a.dtype)
         if fn == "gelu":
+            # the tanh form 0.5 x (1 + tanh u) computed as x / (1 + exp(-2u)), as the lab does:
+            # the same function without the cancellation in 1 + tanh u for x << 0 (at x = -8 it
+            # gives -3.1e-21, where 1 + tanh u rounds to 0 and a comparison with 0 would flip)
             k = np.sqrt(2 / np.pi)
-            return (0.5 * a * (1 + np.tanh(k * (a + 0.044715 * a ** 3)))).astype(a.dtype)
+            return (a / (1 + np.exp(-2 * k * (a + 0.044715 * a ** 3)))).astype(a.dtype)
         raise KeyError(fn)
 
     def binary(self, fn, a, b, scalar=False):
