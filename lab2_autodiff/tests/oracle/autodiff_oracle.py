@@ -398,7 +398,8 @@ def close(a, b, n):
         return f"shape {list(a.shape)} vs PyTorch {list(b.shape)}"
     scale = max(1.0, float(np.max(np.abs(b), initial=0.0)))
     tol = 64 * EPS * n * scale
-    bad = ~((np.abs(a - b) <= tol) | (np.isnan(a) & np.isnan(b)) | (a == b))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, then judged by a == b
+        bad = ~((np.abs(a - b) <= tol) | (np.isnan(a) & np.isnan(b)) | (a == b))
     if bad.any():
         i = tuple(np.argwhere(bad)[0])
         return f"at {list(i)}: {a[i]!r} vs PyTorch {b[i]!r} (max diff {float(np.nanmax(np.abs(a - b))):.3g}, tol {tol:.3g})"
