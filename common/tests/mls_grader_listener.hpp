@@ -82,9 +82,8 @@ inline void send(std::string_view verb, const std::string& payload) {
 /// Graded mode: an observation made while a test case runs goes to the channel.
 inline void channel_sink(const mls::testing::Observation& o) {
   if (channel().running.empty()) return;
-  mls::grader_protocol::ObservationRecord r{o.label, o.kind, o.text, o.shape, o.strides, o.offset, o.values,
-                                            o.tol.rtol, o.tol.atol, 0};
-  mls::grader_protocol::thin_values(r);
+  const mls::grader_protocol::ObservationRecord r{o.label, o.kind, o.text, o.shape, o.strides, o.offset, o.values,
+                                                  o.tol.rtol, o.tol.atol, static_cast<std::int64_t>(o.values.size())};
   send(mls::grader_protocol::kObs, mls::grader_protocol::encode_observation(r));
 }
 
@@ -141,9 +140,8 @@ inline int& rank_file() {
 }
 inline void rank_sink(const mls::testing::Observation& o) {
   if (channel().running.empty() || rank_file() < 0) return;
-  mls::grader_protocol::ObservationRecord r{o.label, o.kind, o.text, o.shape, o.strides, o.offset, o.values,
-                                            o.tol.rtol, o.tol.atol, 0};
-  mls::grader_protocol::thin_values(r);
+  const mls::grader_protocol::ObservationRecord r{o.label, o.kind, o.text, o.shape, o.strides, o.offset, o.values,
+                                                  o.tol.rtol, o.tol.atol, static_cast<std::int64_t>(o.values.size())};
   write_all(rank_file(), mls::grader_protocol::encode_observation(r) + "\n");
 }
 inline void open_rank_file_from_env() {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include <signal.h>
@@ -10,6 +12,7 @@
 
 #include "grade_internal.hpp"
 #include "mls/common/error.hpp"
+#include "mls/grader/link_audit.hpp"
 #include "mls/grader/strip.hpp"
 #include "mls/grader/util.hpp"
 
@@ -17,7 +20,8 @@ namespace mls::grader {
 
 namespace detail {
 
-SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env) {
+SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env,
+                       std::size_t capture) {
   SandboxSpec s;
   s.argv = argv;
   s.cwd = cwd;
@@ -35,6 +39,11 @@ SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd
   s.limits.output_cap = 16u << 20;
   s.limits.keep_head = 48u << 10;
   s.limits.keep_tail = 16u << 10;
+  if (capture) {  // the whole output is wanted (nm's listing), up to `capture` bytes
+    s.limits.output_cap = capture;
+    s.limits.keep_head = capture;
+    s.limits.keep_tail = 0;
+  }
   s.drop_privileges = env.sandbox;
   s.uid = env.uid;
   s.tmpfs_mb = 2048;
@@ -180,13 +189,17 @@ BuildRecipe direct_recipe(const Manifest& m, const fs::path& tree) {
   for (const auto& f : m.build->flags) flags += " " + f;
   for (const auto& inc : m.build->include_dirs) flags += " -I" + (r.src / m.dir / inc).string();
   flags += " -I" + (r.src / "common/include").string() + " -I" + (r.src / "common/tests/include").string();
-  std::string link = cxx;
+  std::string link = cxx, student_objects;
+  const std::set<std::string> student(m.student_files.begin(), m.student_files.end());
   for (const auto& src : m.build->sources) {
     std::string rel = (fs::path(m.dir) / src).generic_string();
     std::string obj = "obj/" + rel + ".o";
     r.steps.push_back(parse_build_step(cxx + flags + " -c " + (r.src / rel).string() + " -o " + obj, r.src));
-    link += " " + obj;
+    // The tests' objects first on the link line, as CMake links them: of two weak copies of an
+    // inline function the linker keeps the first.
+    (student.count(rel) ? student_objects : link) += " " + obj;
   }
+  link += student_objects;
   // The harness and common archives of the grader's build, copied into the build folder.
   link += " grader-libs/harness.a grader-libs/common.a -pthread -o " + m.test_binary;
   r.steps.push_back(parse_build_step(link, r.src));
@@ -332,9 +345,124 @@ std::string replay_ninja(const BuildRecipe& r, const std::vector<const BuildStep
   return n;
 }
 
+/// `nm -P -A` of trusted files (the reference build's), read whole.
+std::string nm_trusted(const fs::path& dir, const std::vector<std::string>& files) {
+  std::string out;
+  for (std::size_t i = 0; i < files.size(); i += 64) {
+    std::string cmd = "cd '" + dir.string() + "' && " + which("nm") + " -P -A";
+    for (std::size_t k = i; k < std::min(files.size(), i + 64); ++k) cmd += " '" + files[k] + "'";
+    cmd += " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    MLS_CHECK(p, "link audit: cannot run '", cmd, "'");
+    char buf[65536];
+    for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, k);
+    ::pclose(p);
+  }
+  return out;
+}
+
+/// Whether a link input is the tests' or the harness's (not a library a student may use).
+bool test_side(const std::string& input) {
+  const std::string name = fs::path(input).filename().string();
+  if (name.size() > 2 && name.compare(name.size() - 2, 2, ".o") == 0) return true;  // an object on the link line
+  return name.find("catch_main") != std::string::npos || name.find("harness") != std::string::npos ||
+         name.find("_test") != std::string::npos;
+}
+
+/// What a submission of this recipe is audited against: the symbols of the reference build's
+/// objects, read once per reference build folder.
+std::shared_ptr<const LinkAuditContext> audit_context(const BuildRecipe& r, const std::vector<const BuildStep*>& plan,
+                                                      const std::set<std::string>& made) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const LinkAuditContext>> cache;
+  std::set<std::string> student_objs, inputs, tests;
+  for (const BuildStep* s : plan) {
+    if (s->kind == BuildStep::Kind::Compile) student_objs.insert(s->output);
+    for (const auto& x : s->inputs)
+      if (!made.count(x)) {
+        inputs.insert(x);
+        if (s->kind == BuildStep::Kind::Link && test_side(x)) tests.insert(x);
+      }
+  }
+  std::string key = r.build.string();
+  for (const auto& x : student_objs) key += "|" + x;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  auto ctx = std::make_shared<LinkAuditContext>();
+  std::vector<std::string> files(student_objs.begin(), student_objs.end());
+  files.insert(files.end(), inputs.begin(), inputs.end());
+  std::set<std::string> library_keys;
+  std::map<std::string, std::set<std::string>> test_keys_of;  // key -> a symbol
+  for (const auto& [file, symbols] : parse_nm(nm_trusted(r.build, files))) {
+    // An archive member is keyed "archive[member]".
+    const std::string path = file.substr(0, file.find('['));
+    const bool student = student_objs.count(path) > 0, test = tests.count(path) > 0;
+    for (const NmSymbol& sym : symbols) {
+      const SymbolRole role = symbol_role(sym.type);
+      if (role == SymbolRole::Local || role == SymbolRole::Undefined) continue;
+      const std::string k = scope_key(symbol_scope(sym.name));
+      if (student) {
+        ctx->allowed.insert(sym.name);
+        if (role == SymbolRole::Strong && !k.empty()) ctx->lab_keys.insert(k);
+        continue;
+      }
+      ctx->others.insert(sym.name);
+      if (test) {
+        if (role == SymbolRole::Strong) ctx->test_defined.insert(sym.name);
+        test_keys_of[k].insert(sym.name);
+      } else {
+        library_keys.insert(k);
+      }
+    }
+  }
+  // Scopes only the tests define anything in (a helper namespace such as lab 1's `ref`).
+  for (const auto& [k, syms] : test_keys_of)
+    if (!k.empty() && k != "?" && k.rfind("mls", 0) != 0 && k != "std" && k != "__gnu_cxx" && !library_keys.count(k) &&
+        !ctx->lab_keys.count(k))
+      ctx->test_keys.insert(k);
+  cache[key] = ctx;
+  return ctx;
+}
+
+/// The link audit of a submission's compiled objects (in the build folder): nm runs sandboxed on
+/// them; a violation fails the build with one `error:` line per symbol. True when they may be
+/// linked.
+bool link_audit(const BuildRecipe& r, const std::vector<const BuildStep*>& plan, const std::set<std::string>& made,
+                const StepEnv& env, double wall_s, BuildResult& b) {
+  std::vector<std::string> argv = {which("nm"), "-P", "-A"};
+  for (const BuildStep* s : plan)
+    if (s->kind == BuildStep::Kind::Compile) argv.push_back(s->output);
+  if (argv.size() == 3) return true;
+  constexpr std::size_t kCapture = 32u << 20;
+  SandboxResult nm = run_tool(argv, env.build_dir, wall_s, env, kCapture);
+  if (!nm.started || !nm.exited || nm.exit_code != 0 || nm.output_limit) {
+    b.log += "$ nm (the link audit)\nerror: link audit: nm failed on the student objects" +
+             std::string(nm.output_limit ? " (more than 32 MiB of symbols)" : "") + "\n" + nm.err.substr(0, 2000) + "\n";
+    return false;
+  }
+  auto ctx = audit_context(r, plan, made);
+  std::vector<std::string> why;
+  for (const auto& [file, symbols] : parse_nm(nm.out)) {
+    // The object's name as the student knows it: its source file.
+    std::string shown = file;
+    for (const BuildStep* s : plan)
+      if (s->kind == BuildStep::Kind::Compile && s->output == file && !s->source.empty()) shown = s->source;
+    for (auto& w : audit_student_object(shown, symbols, *ctx)) why.push_back(std::move(w));
+  }
+  b.log += "$ nm (the link audit: what the student objects define and use)\n";
+  if (why.empty()) return true;
+  for (std::size_t i = 0; i < why.size() && i < 40; ++i) b.log += "error: link audit: " + why[i] + "\n";
+  if (why.size() > 40) b.log += "error: link audit: ... and " + std::to_string(why.size() - 40) + " more\n";
+  b.log += "[the link audit rejected the submission: a student file may define only the lab's functions (and helpers "
+           "of its own in the lab's namespace or an unnamed namespace), and may use nothing of the tests or the "
+           "grader's harness]\n";
+  return false;
+}
+
 /// Builds the replay plan of `sources` (see replay_plan) in the environment's build folder: the
 /// inputs it does not make are copied from the recipe's build folder, then one sandboxed Ninja
-/// run does the rest. Returns the test programs.
+/// run does the rest. A submission's build (`sources` given) compiles first, then its objects
+/// pass the link audit (link_audit.hpp) before anything is linked. Returns the test programs.
 TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, const std::set<std::string>& wanted,
                     const StepEnv& env, double wall_s, BuildResult& b, const std::string& opt_level = "") {
   std::set<std::string> made;
@@ -349,8 +477,18 @@ TestPrograms replay(const BuildRecipe& r, const std::set<std::string>* sources, 
     }
   write_file_atomic(env.build_dir / "replay.ninja", replay_ninja(r, plan, made, env.tree, opt_level));
   hand_over(env.build_dir, env.uid);
-  step(b, run_tool({which("ninja"), "-k", "0", "-j", std::to_string(env.jobs), "-f", "replay.ninja"}, env.build_dir, wall_s, env),
-       "ninja (the replayed steps)");
+  const std::vector<std::string> ninja = {which("ninja"), "-k", "0", "-j", std::to_string(env.jobs), "-f", "replay.ninja"};
+  bool audited = true;
+  if (sources) {
+    std::vector<std::string> compile = ninja;
+    for (const BuildStep* s : plan)
+      if (s->kind == BuildStep::Kind::Compile) compile.push_back(s->output);
+    const auto t0 = Clock::now();
+    audited = step(b, run_tool(compile, env.build_dir, wall_s, env), "ninja (the student files)") &&
+              link_audit(r, plan, made, env, std::max(5.0, wall_s - since(t0)), b);
+  }
+  if (audited)
+    step(b, run_tool(ninja, env.build_dir, wall_s, env), sources ? "ninja (archive and link)" : "ninja (the replayed steps)");
   TestPrograms out;
   for (const auto& [name, rel] : r.programs) {
     if (!wanted.count(name)) continue;

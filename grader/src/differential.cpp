@@ -33,13 +33,8 @@ bool same_value(double got, double want, double rtol, double atol) {
   return std::fabs(got - want) <= atol + rtol * std::fabs(want);
 }
 
-/// The position of value `k` of `o`: a multi-index for an unthinned tensor, else "[k]".
+/// The position of value `k` of `o`: a multi-index for a tensor, else "[k]".
 std::string position(const Observation& o, std::size_t k) {
-  const bool thinned = o.count > static_cast<std::int64_t>(o.values.size());
-  if (thinned) {
-    std::size_t step = (static_cast<std::size_t>(o.count) + o.values.size() - 1) / std::max<std::size_t>(1, o.values.size());
-    return "value " + std::to_string(k * step) + " (of a sample of every " + std::to_string(step) + "th)";
-  }
   if (o.kind != "tensor" || o.shape.size() < 2) return "value [" + std::to_string(k) + "]";
   std::vector<std::int64_t> idx(o.shape.size());
   std::int64_t rest = static_cast<std::int64_t>(k);
@@ -115,40 +110,96 @@ std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Strea
   return r;
 }
 
-std::string compare_streams(const ReferenceStream& ref, const Stream& got) {
-  const Stream& want = ref.stream;
-  const std::string of = " of " + std::to_string(want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const Observation& w = want[i];
-    const std::string at = "observation " + std::to_string(i + 1) + of + ", ";
-    if (i >= got.size())
-      return at + describe(w) + ": missing (the test stopped after " + std::to_string(got.size()) +
-             " observation(s); the reference made " + std::to_string(want.size()) + ")";
-    const Observation& g = got[i];
-    if (g.label != w.label || g.kind != w.kind)
-      return at + "expected " + describe(w) + ", got " + describe(g) + " (the test took another path)";
-    if (ref.unstable[i]) continue;  // nondeterministic in the reference: label and kind only
-    const std::string head = at + describe(w) + ": ";
-    if (w.kind == "text" && g.text != w.text)
-      return head + "expected \"" + w.text.substr(0, 200) + "\", got \"" + g.text.substr(0, 200) + "\"";
-    if (w.kind == "tensor") {
-      if (g.text != w.text) return head + "dtype: expected " + w.text + ", got " + g.text;
-      if (g.shape != w.shape) return head + "shape: expected " + ints(w.shape) + ", got " + ints(g.shape);
-      if (g.strides != w.strides) return head + "strides: expected " + ints(w.strides) + ", got " + ints(g.strides);
-      if (g.offset != w.offset)
-        return head + "offset: expected " + std::to_string(w.offset) + ", got " + std::to_string(g.offset);
-    }
-    if (g.count != w.count || g.values.size() != w.values.size())
-      return head + "expected " + std::to_string(w.count) + " value(s), got " + std::to_string(g.count);
-    for (std::size_t k = 0; k < w.values.size(); ++k)
-      if (!same_value(g.values[k], w.values[k], w.rtol, w.atol))
-        return head + position(w, k) + ": expected " + num(w.values[k]) + ", got " + num(g.values[k]) + " (" +
-               tolerance(w) + ")";
+StreamComparator::StreamComparator(const ReferenceStream& ref) : ref_(ref) {}
+
+void StreamComparator::differ(std::string message) {
+  if (++differing_ == 1) first_ = std::move(message);
+}
+
+std::string StreamComparator::at(std::size_t i) const {
+  return "observation " + std::to_string(i + 1) + " of " + std::to_string(ref_.stream.size()) + ", ";
+}
+
+void StreamComparator::begin(const Observation& g) {
+  const std::size_t i = seen_++;
+  cur_ = nullptr;
+  const Stream& want = ref_.stream;
+  if (i >= want.size()) {
+    if (i == want.size())
+      differ("observation " + std::to_string(want.size() + 1) + ": unexpected " + describe(g) + " (the reference made " +
+             std::to_string(want.size()) + ")");
+    return;
   }
-  if (got.size() > want.size())
-    return "observation " + std::to_string(want.size() + 1) + ": unexpected " + describe(got[want.size()]) +
-           " (the reference made " + std::to_string(want.size()) + ")";
-  return "";
+  const Observation& w = want[i];
+  if (g.label != w.label || g.kind != w.kind) {
+    differ(at(i) + "expected " + describe(w) + ", got " + describe(g) + " (the test took another path)");
+    return;
+  }
+  if (ref_.unstable[i]) return;  // nondeterministic in the reference: label and kind only
+  const std::string head = at(i) + describe(w) + ": ";
+  if (w.kind == "text" && g.text != w.text)
+    return differ(head + "expected \"" + w.text.substr(0, 200) + "\", got \"" + g.text.substr(0, 200) + "\"");
+  if (w.kind == "tensor") {
+    if (g.text != w.text) return differ(head + "dtype: expected " + w.text + ", got " + g.text);
+    if (g.shape != w.shape) return differ(head + "shape: expected " + ints(w.shape) + ", got " + ints(g.shape));
+    if (g.strides != w.strides) return differ(head + "strides: expected " + ints(w.strides) + ", got " + ints(g.strides));
+    if (g.offset != w.offset)
+      return differ(head + "offset: expected " + std::to_string(w.offset) + ", got " + std::to_string(g.offset));
+  }
+  if (g.count != static_cast<std::int64_t>(w.values.size()))
+    return differ(head + "expected " + std::to_string(w.values.size()) + " value(s), got " + std::to_string(g.count));
+  cur_ = &w;
+  cur_index_ = i;
+  k_ = 0;
+  bad_values_ = 0;
+  first_bad_.clear();
+}
+
+void StreamComparator::value(double v) {
+  if (!cur_) return;
+  const std::size_t k = k_++;
+  if (k >= cur_->values.size() || same_value(v, cur_->values[k], cur_->rtol, cur_->atol)) return;
+  if (bad_values_++ == 0)
+    first_bad_ = position(*cur_, k) + ": expected " + num(cur_->values[k]) + ", got " + num(v) + " (" + tolerance(*cur_) + ")";
+}
+
+void StreamComparator::end(bool ok) {
+  if (!cur_) return;
+  const Observation& w = *cur_;
+  cur_ = nullptr;
+  const std::string head = at(cur_index_) + describe(w) + ": ";
+  if (!ok) return differ(head + "the submission's record of it did not decode (malformed)");
+  if (bad_values_ == 0) return;
+  std::string more;
+  if (bad_values_ > 1)
+    more = " (and " + std::to_string(bad_values_ - 1) + " more of its " + std::to_string(w.values.size()) + " values)";
+  differ(head + first_bad_ + more);
+}
+
+void StreamComparator::malformed() {
+  const std::size_t i = seen_++;
+  differ(i < ref_.stream.size() ? at(i) + describe(ref_.stream[i]) + ": the submission's record did not decode (malformed)"
+                                : "observation " + std::to_string(i + 1) + ": a malformed record");
+}
+
+std::string StreamComparator::verdict() const {
+  std::string v = first_;
+  const Stream& want = ref_.stream;
+  if (v.empty() && seen_ < want.size())
+    v = at(seen_) + describe(want[seen_]) + ": missing (the test stopped after " + std::to_string(seen_) +
+        " observation(s); the reference made " + std::to_string(want.size()) + ")";
+  if (!v.empty() && differing_ > 1) v += "; " + std::to_string(differing_ - 1) + " more observation(s) differ";
+  return v;
+}
+
+std::string compare_streams(const ReferenceStream& ref, const Stream& got) {
+  StreamComparator c(ref);
+  for (const Observation& g : got) {
+    c.begin(g);
+    for (double v : g.values) c.value(v);
+    c.end(g.count == static_cast<std::int64_t>(g.values.size()));
+  }
+  return c.verdict();
 }
 
 }  // namespace mls::grader

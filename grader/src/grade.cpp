@@ -18,6 +18,7 @@
 #include "mls/common/error.hpp"
 #include "mls/common/grader_protocol.hpp"
 #include "mls/grader/bench.hpp"
+#include "mls/grader/differential.hpp"
 #include "mls/grader/intake.hpp"
 #include "mls/grader/strip.hpp"
 #include "mls/grader/util.hpp"
@@ -138,19 +139,27 @@ void for_each_parallel(std::size_t n, int threads, const std::function<void(std:
 
 namespace {
 CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, const Manifest& m, std::uint64_t salt,
-                 bool sanitized, bool machine_here) {
+                 bool sanitized, bool machine_here, ObservationConsumer* consumer) {
   fs::path scratch = make_temp_dir("mls-grader-run");
   SandboxSpec s = test_spec(fs::absolute(binary), m, scratch, sanitized);
   s.argv.insert(s.argv.end(), {escape_test_name(job.name), "-r", "xml", "--rng-seed", "1234", "-w", "NoTests"});
-  s.limits.channel_cap = 64u << 20;  // observation streams (tensors) are larger than verdict lines
+  s.limits.channel_cap = kChannelLimit;
   std::string nonce = random_hex(16);
   s.channel_input = grader_protocol::channel_input(nonce, salt);
+  // The channel is decoded once, as it arrives: its observations go to `consumer` (compared, or
+  // recorded for the reference) and are never held whole.
+  ChannelDecoder decoder(nonce, consumer);
+  s.on_channel = [&decoder](std::string_view bytes) {
+    decoder.feed(bytes);
+    return true;
+  };
   SandboxResult r = run_sandboxed(s);
+  decoder.finish();
   remove_tree(scratch);
   SkipPolicy skip = !g.needs_machine() ? SkipPolicy::Ignore : machine_here ? SkipPolicy::Refuse : SkipPolicy::Allow;
   CaseRun out;
-  out.result = classify(r, job.name, nonce, skip);
-  out.channel = parse_channel(r.channel, nonce);
+  out.channel = std::move(decoder.report());
+  out.result = classify(r, job.name, out.channel, skip);
   out.result.group = g.name;
   out.result.visibility = g.visibility;
   out.result.max_score = job.points;
@@ -159,9 +168,16 @@ CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, con
 
 }  // namespace
 
-CaseRun ReachablePrograms::run(const TestJob& job, const Manifest& m, std::uint64_t salt) const {
+CaseRun ReachablePrograms::run(const TestJob& job, const Manifest& m, std::uint64_t salt, ObservationConsumer* consumer) const {
   const Group& g = *m.group(job.group);
-  return run_case(built.at(job.program), job, g, m, salt, sanitized.at(job.program), g.gpu ? gpu_here : mpi_here);
+  return run_case(built.at(job.program), job, g, m, salt, sanitized.at(job.program), g.gpu ? gpu_here : mpi_here, consumer);
+}
+
+CaseRun ReachablePrograms::record(const TestJob& job, const Manifest& m, std::uint64_t salt) const {
+  StreamRecorder rec;
+  CaseRun c = run(job, m, salt, &rec);
+  c.channel.observations = std::move(rec.stream);
+  return c;
 }
 
 std::uint64_t fresh_salt() {
@@ -314,7 +330,11 @@ LabResult run_differential(const TestPrograms& student, const Manifest& m, const
       auto fl = student.failed.find(j.program);
       t.message = fl != student.failed.end() ? fl->second : "the test program " + j.program + " was not built";
     } else {
-      CaseRun run = local.run(j, m, rc.salt);
+      // The student's stream is compared as it arrives (nothing of it is kept); a reference the
+      // grader cannot judge by compares with an empty one, and its verdict is not used.
+      static const ReferenceStream none;
+      StreamComparator cmp(rc.ok ? rc.stream : none);
+      CaseRun run = local.run(j, m, rc.salt, &cmp);
       t = run.result;
       const ChannelReport& ch = run.channel;
       if (ch.ended && ch.passed.empty() && ch.failed.empty() && ch.exited.empty() && t.outcome != Outcome::Pass) {
@@ -325,7 +345,13 @@ LabResult run_differential(const TestPrograms& student, const Manifest& m, const
         if (!rc.ok) {
           t.outcome = Outcome::NoResult;
           t.message = "grader problem (not the submission's): " + rc.problem;
-        } else if (std::string diff = compare_streams(rc.stream, ch.observations); !diff.empty()) {
+        } else if (strong_count(rc.stream.stream) == 0) {
+          // Truth values alone can be written by anyone: such a test proves nothing.
+          t.outcome = Outcome::NoResult;
+          t.message = "grader problem (not the submission's): the test records only truth values (weak "
+                      "observations, forgeable as \"true\"), so it gives no points until it observes a value "
+                      "the code produced (mls-grader audit lists such tests)";
+        } else if (std::string diff = cmp.verdict(); !diff.empty()) {
           t.outcome = Outcome::Fail;
           t.message = "differs from the reference build: " + diff;
         }
@@ -590,16 +616,17 @@ std::string check_benchmark(const Manifest& m, const TestPrograms& student, cons
   ReachablePrograms theirs(ref.build.programs, opt, "bench-ref-"), mine(student, opt, "bench-");
   if (!mine.built.count(job->program)) return "the test program " + job->program + " was not built";
   const std::uint64_t salt = fresh_salt();
-  CaseRun a = theirs.run(*job, m, salt), b = theirs.run(*job, m, salt);
+  CaseRun a = theirs.record(*job, m, salt), b = theirs.record(*job, m, salt);
   std::string problem;
   std::optional<ReferenceStream> expected;
   if (a.result.outcome == Outcome::Pass && b.result.outcome == Outcome::Pass)
     expected = merge_reference_runs(a.channel.observations, b.channel.observations, problem);
   if (!expected) return "grader problem: the reference does not give one result for the check '" + bm.check + "' " + problem;
-  CaseRun got = mine.run(*job, m, salt);
+  StreamComparator cmp(*expected);
+  CaseRun got = mine.run(*job, m, salt, &cmp);
   if (got.result.outcome != Outcome::Pass)
     return "the check '" + bm.check + "' does not pass on fresh inputs (" + to_string(got.result.outcome) + ")";
-  if (std::string diff = compare_streams(*expected, got.channel.observations); !diff.empty())
+  if (std::string diff = cmp.verdict(); !diff.empty())
     return "the benchmarked kernel's result differs from the reference build's (check '" + bm.check + "', fresh inputs): " +
            diff;
   return "";

@@ -31,11 +31,18 @@ struct StepEnv {
   std::vector<std::string> extra_env;  ///< trusted builds: ccache's settings
 };
 /// Runs one build command (sandboxed or trusted, see StepEnv) in `cwd`.
-SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env);
+/// `capture` > 0: the whole output is kept, up to that many bytes (then the step is stopped).
+SandboxResult run_tool(const std::vector<std::string>& argv, const fs::path& cwd, double wall_s, const StepEnv& env,
+                       std::size_t capture = 0);
 /// The full path of a program in /usr/local/bin, /usr/bin or /bin (else the name).
 std::string which(const std::string& prog);
 /// Appends a step's output to the build log; true when it succeeded.
 bool step(BuildResult& b, const SandboxResult& r, const std::string& what);
+
+/// Bytes a test run may write to the result channel (observations of large tensors included):
+/// past them the run is an OUTPUT_LIMIT. The grader never holds them: the channel is decoded as
+/// it arrives.
+inline constexpr std::size_t kChannelLimit = 64u << 20;
 
 /// A result with every group NO_RESULT, saying why (the submission was rejected or did not build).
 LabResult zero_result(const Manifest& m, const std::string& why, double t);
@@ -65,8 +72,12 @@ struct ReachablePrograms {
   ReachablePrograms(const ReachablePrograms&) = delete;
   ReachablePrograms& operator=(const ReachablePrograms&) = delete;
   ~ReachablePrograms();
-  /// Runs `job` from its program, isolated, with `salt`.
-  CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt) const;
+  /// Runs `job` from its program, isolated, with `salt`; its observations go to `consumer`
+  /// (none: counted, not kept).
+  CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt, ObservationConsumer* consumer = nullptr) const;
+  /// The same, keeping every observation in `CaseRun::channel.observations` (trusted runs: the
+  /// reference build's).
+  CaseRun record(const TestJob& job, const Manifest& m, std::uint64_t salt) const;
 };
 
 }  // namespace mls::grader::detail

@@ -141,8 +141,8 @@ std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptio
   // Two runs per test with the grading's salt; a test the reference fails under a salt (e.g. a
   // worked example tied to seed 0) is run unsalted, in both builds.
   auto runs_with = [&](std::size_t i, std::uint64_t salt, CaseRun& a, CaseRun& b) {
-    a = local.run(ref->plan.jobs[i], m, salt);
-    b = local.run(ref->plan.jobs[i], m, salt);
+    a = local.record(ref->plan.jobs[i], m, salt);
+    b = local.record(ref->plan.jobs[i], m, salt);
   };
   for_each_parallel(n, opt.run.jobs, [&](std::size_t i) {
     ReferenceCase& c = ref->cases[i];

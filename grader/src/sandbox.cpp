@@ -953,6 +953,7 @@ struct Killer {
 struct Streams {
   Capture out, err;
   std::string channel, status;
+  std::size_t channel_bytes = 0;
   std::size_t status_used = 0;
   bool child_done = false;
   explicit Streams(const SandboxLimits& L) : out(L.keep_head, L.keep_tail), err(L.keep_head, L.keep_tail) {}
@@ -982,7 +983,8 @@ void take_status_records(Streams& s, Killer& k, SandboxResult& r, Clock::time_po
 
 /// Reads the grader's ends of the pipes until they all close, the wall clock runs out (then
 /// timed_out), the output cap is reached (then output_limit), or the drain after a kill ends.
-void drain(RunPipes& p, const SandboxLimits& L, Clock::time_point t0, Killer& k, Streams& s, SandboxResult& r) {
+void drain(RunPipes& p, const SandboxSpec& spec, Clock::time_point t0, Killer& k, Streams& s, SandboxResult& r) {
+  const SandboxLimits& L = spec.limits;
   Fd* fds[4] = {&p.out.r, &p.err.r, &p.cout.r, &p.stat.r};
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(L.wall_s));
   char buf[65536];
@@ -1014,7 +1016,19 @@ void drain(RunPipes& p, const SandboxLimits& L, Clock::time_point t0, Killer& k,
       const std::size_t un = static_cast<std::size_t>(n);
       if (i == 0) s.out.add(buf, un);
       if (i == 1) s.err.add(buf, un);
-      if (i == 2 && s.channel.size() < L.channel_cap) s.channel.append(buf, std::min(un, L.channel_cap - s.channel.size()));
+      if (i == 2 && !r.channel_limit) {
+        // The channel: handed to the caller's decoder as it arrives, or kept up to its cap. Past
+        // the cap (or when the decoder refuses more) the group is killed: a flood ends in
+        // seconds, and the grader never holds more than the cap.
+        s.channel_bytes += un;
+        bool more = s.channel_bytes <= L.channel_cap;
+        if (more && spec.on_channel) more = spec.on_channel(std::string_view(buf, un));
+        else if (more) s.channel.append(buf, un);
+        if (!more) {
+          r.channel_limit = true;
+          k.fire();
+        }
+      }
       if (i == 3) {
         s.status.append(buf, un);
         take_status_records(s, k, r, t0);
@@ -1050,6 +1064,7 @@ void collect(Streams& s, Clock::time_point t0, SandboxResult& r) {
   r.out = s.out.text();
   r.err = s.err.text();
   r.channel = std::move(s.channel);
+  r.channel_bytes = s.channel_bytes;
 }
 
 /// The empty folder the private root's tmpfs is mounted on (in the test's mount namespace only);
@@ -1121,7 +1136,7 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   r.started = true;
   Killer killer{sup, 0, uid};
   Streams streams(spec.limits);
-  drain(pipes, spec.limits, t0, killer, streams, r);
+  drain(pipes, spec, t0, killer, streams, r);
   reap(pipes, killer);
   // The uid level: nothing of the run may outlive it, in the shared temporary folders either.
   if (uid && !ns && !spec.uid) sweep_uid(uid);

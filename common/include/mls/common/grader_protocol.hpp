@@ -44,13 +44,10 @@ struct ObservationRecord {
   std::int64_t offset = 0;
   std::vector<double> values;
   double rtol = 0, atol = 0;
-  /// How many values the producer had (values may hold a sample of them, see kMaxValues).
+  /// How many values follow: every value travels (the grader compares them all, streaming, and
+  /// bounds the channel's size instead: a larger stream is an OUTPUT_LIMIT).
   std::int64_t count = 0;
 };
-
-/// At most this many values of one observation travel; a larger one sends every k-th value
-/// (k = ceil(count / kMaxValues)), `count` saying how many there were.
-inline constexpr std::size_t kMaxValues = 1u << 16;
 
 /// Escapes '\\', '\t', '\n', '\r' (so a field never holds a separator or a line break).
 inline std::string escape(std::string_view s) {
@@ -152,9 +149,11 @@ inline bool parse_ints(std::string_view s, std::vector<std::int64_t>& out) {
 /// The OBS payload: tab-separated label, kind, text (both escaped), shape, strides, offset,
 /// rtol, atol, count, then the values (space-separated, %.17g: exact round trip).
 inline std::string encode_observation(const ObservationRecord& o) {
-  std::string s = escape(o.label) + '\t' + escape(o.kind) + '\t' + escape(o.text) + '\t' + detail::ints(o.shape) + '\t' +
+  std::string s;
+  s.reserve(64 + o.label.size() + o.text.size() + 24 * o.values.size());
+  s += escape(o.label) + '\t' + escape(o.kind) + '\t' + escape(o.text) + '\t' + detail::ints(o.shape) + '\t' +
                   detail::ints(o.strides) + '\t' + std::to_string(o.offset) + '\t' + detail::num(o.rtol) + '\t' +
-                  detail::num(o.atol) + '\t' + std::to_string(o.count) + '\t';
+                  detail::num(o.atol) + '\t' + std::to_string(o.values.size()) + '\t';
   for (std::size_t i = 0; i < o.values.size(); ++i) {
     if (i) s += ' ';
     s += detail::num(o.values[i]);
@@ -180,17 +179,6 @@ inline bool decode_observation(std::string_view s, ObservationRecord& o) {
       o.values.push_back(d);
     }
   return true;
-}
-
-/// Thins `values` to at most kMaxValues (every k-th), recording the original count.
-inline void thin_values(ObservationRecord& o) {
-  o.count = static_cast<std::int64_t>(o.values.size());
-  if (o.values.size() <= kMaxValues) return;
-  std::size_t k = (o.values.size() + kMaxValues - 1) / kMaxValues;
-  std::vector<double> kept;
-  kept.reserve(kMaxValues);
-  for (std::size_t i = 0; i < o.values.size(); i += k) kept.push_back(o.values[i]);
-  o.values = std::move(kept);
 }
 
 /// The grader's channel input: the nonce line, then the salt line when `salt` is not 0.

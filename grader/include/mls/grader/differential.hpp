@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mls/common/grader_protocol.hpp"
+#include "mls/grader/result.hpp"
 
 namespace mls::grader {
 
@@ -30,12 +31,36 @@ struct ReferenceStream {
 };
 std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem);
 
-/// Compares a student stream with the reference: same number of observations, same labels and
-/// kinds in order, texts and layouts exactly, values within the reference's tolerance
-/// (|got - want| <= atol + rtol * |want|; exact when both are 0; NaN matches NaN). Returns "" when
-/// they match, else a message naming the first difference, e.g.
-///   observation 3 of 5, 'softmax' (tensor float32 [2, 3]): element [1, 2]: expected 0.25, got 0.5
-///   (tolerance rtol 1e-06, atol 1e-07)
+/// Compares a student stream with the reference as it arrives (an `ObservationConsumer` for the
+/// channel decoder: nothing of the student's stream is kept): same number of observations, same
+/// labels and kinds in order, texts and layouts exactly, every value within the reference's
+/// tolerance (|got - want| <= atol + rtol * |want|; exact when both are 0; NaN matches NaN).
+class StreamComparator : public ObservationConsumer {
+ public:
+  explicit StreamComparator(const ReferenceStream& ref);
+  void begin(const Observation& head) override;
+  void value(double v) override;
+  void end(bool ok) override;
+  void malformed() override;
+  /// "" when the stream matched, else the first difference and how many more observations
+  /// differ, e.g.
+  ///   observation 3 of 5, 'softmax' (tensor float32 [2, 3]): element [1, 2]: expected 0.25,
+  ///   got 0.5 (tolerance rtol 1e-06, atol 1e-07) (and 3 more of its 6 values)
+  std::string verdict() const;
+  int differing() const { return differing_; }
+
+ private:
+  void differ(std::string message);
+  std::string at(std::size_t i) const;
+  const ReferenceStream& ref_;
+  std::size_t seen_ = 0, cur_index_ = 0, k_ = 0;
+  const Observation* cur_ = nullptr;  ///< the reference observation whose values arrive
+  std::int64_t bad_values_ = 0;
+  std::string first_bad_, first_;
+  int differing_ = 0;
+};
+
+/// The same comparison of a whole stream: "" when it matches, else `StreamComparator::verdict`.
 std::string compare_streams(const ReferenceStream& ref, const Stream& got);
 
 /// One observation in a line, for messages and the audit (values cut to a few).

@@ -1,5 +1,6 @@
 #pragma once
 /// The result model: what one test case did, and what a lab scored.
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,12 +68,84 @@ CatchXml parse_catch_xml(std::string_view text);
 
 /// What the harness listener reported over the channel, keeping only lines with our nonce.
 struct ChannelReport {
+  /// The names of the PASS, FAIL, NAME and EXIT lines, in order (at most kMaxNames of each: a
+  /// flood of lines is counted in `dropped`, not kept).
   std::vector<std::string> passed, failed, listed, exited;
   bool ended = false;
-  /// The OBS lines, in order (protocol: mls/common/grader_protocol.hpp).
+  /// The OBS records, in order (protocol: mls/common/grader_protocol.hpp), when the decoder was
+  /// given a `StreamRecorder` (`parse_channel` does); a differential run compares them as they
+  /// arrive instead and keeps none.
   std::vector<grader_protocol::ObservationRecord> observations;
-  int malformed = 0;  ///< OBS lines that did not decode
+  std::int64_t records = 0;  ///< OBS records seen
+  int malformed = 0;         ///< OBS records that did not decode
+  std::int64_t dropped = 0;  ///< names beyond kMaxNames, and over-long lines, not kept
+  static constexpr std::size_t kMaxNames = 4096;
 };
+
+/// Receives a channel's observations as the decoder reads them, one value at a time, so that a
+/// record of any size is checked without being held.
+struct ObservationConsumer {
+  virtual ~ObservationConsumer() = default;
+  /// A record's header: every field but its values (`count` says how many it announces).
+  virtual void begin(const grader_protocol::ObservationRecord& head) = 0;
+  virtual void value(double v) = 0;
+  /// The record's line ended: `ok` is false when a value did not decode or the number of values
+  /// differs from `count`.
+  virtual void end(bool ok) = 0;
+  /// A record whose header did not decode (no `begin` for it).
+  virtual void malformed() = 0;
+};
+
+/// Keeps every observation (the reference build's runs, and `parse_channel`).
+class StreamRecorder : public ObservationConsumer {
+ public:
+  void begin(const grader_protocol::ObservationRecord& head) override;
+  void value(double v) override;
+  void end(bool ok) override;
+  void malformed() override { ++bad; }
+  std::vector<grader_protocol::ObservationRecord> stream;
+  int bad = 0;  ///< records that did not decode (left out of `stream`)
+
+ private:
+  bool open_ = false;
+};
+
+/// Decodes the result channel as it arrives, in bounded memory whatever the child writes: a
+/// line's head and a short payload (a test name) are kept up to fixed sizes, an OBS record's
+/// header up to `max_header` bytes; its values are parsed one by one and handed to the consumer
+/// (none is kept here). Lines without the nonce cost nothing but reading them.
+class ChannelDecoder {
+ public:
+  explicit ChannelDecoder(std::string nonce, ObservationConsumer* consumer = nullptr,
+                          std::size_t max_header = 1u << 20);
+  void feed(std::string_view bytes);
+  /// The end of the channel: a last line without its newline is decoded too.
+  void finish();
+  ChannelReport& report() { return report_; }
+
+ private:
+  enum class Mode { Head, Short, Obs, Skip };
+  void byte(char c);
+  void end_line();
+  void head_done(bool at_end);
+  void obs_char(char u);
+  void flush_value();
+  void header_done();
+  std::string nonce_;
+  ObservationConsumer* consumer_;
+  std::size_t max_header_;
+  ChannelReport report_;
+  Mode mode_ = Mode::Head;
+  std::string head_, payload_;
+  // An OBS record in progress.
+  bool esc_ = false, bad_ = false, begun_ = false, space_ = false;
+  int field_ = 0;
+  std::size_t header_bytes_ = 0;
+  std::string fields_[9], token_;
+  std::int64_t announced_ = 0, seen_ = 0;
+};
+
+/// The whole of a channel's text decoded at once (observations kept): for tests and tools.
 ChannelReport parse_channel(std::string_view text, std::string_view nonce);
 
 /// What a GPU test prints (Catch2 `WARN`) when it finds no GPU and returns.
@@ -90,6 +163,9 @@ enum class SkipPolicy {
 /// PASS line for `test_name` followed by the end-of-run line on the channel. A would-be PASS whose
 /// XML carries a warning with `kGpuSkipMarker` is then decided by `skip`.
 TestResult classify(const SandboxResult& run, std::string_view test_name, std::string_view nonce,
+                    SkipPolicy skip = SkipPolicy::Ignore);
+/// The same, from a channel already decoded (a run whose channel went to a `ChannelDecoder`).
+TestResult classify(const SandboxResult& run, std::string_view test_name, const ChannelReport& channel,
                     SkipPolicy skip = SkipPolicy::Ignore);
 
 /// Whether this machine has an NVIDIA GPU the tests could use (a /dev/nvidiaN device node).

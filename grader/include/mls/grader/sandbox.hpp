@@ -28,6 +28,8 @@
 /// raise it. cgroups are not used: memory is bounded by RLIMIT_AS, processes by RLIMIT_NPROC.
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <string_view>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,7 +49,9 @@ struct SandboxLimits {
   std::size_t output_cap = 4u << 20;     ///< total stdout+stderr bytes before the group is killed
   std::size_t keep_head = 24u << 10;     ///< bytes kept from the start of each stream
   std::size_t keep_tail = 24u << 10;     ///< bytes kept from the end of each stream
-  std::size_t channel_cap = 1u << 20;    ///< bytes of the result channel kept (the rest is dropped)
+  /// Bytes the child may write to the result channel; past them the group is killed and the
+  /// result says `channel_limit`.
+  std::size_t channel_cap = 1u << 20;
 };
 
 struct SandboxSpec {
@@ -59,6 +63,10 @@ struct SandboxSpec {
   /// to the other; MLS_GRADER_FD="<in>,<out>" is added to the environment (the fd numbers, never
   /// the nonce itself).
   std::optional<std::string> channel_input;
+  /// When set, every chunk of the channel goes here as it arrives (and `SandboxResult::channel`
+  /// stays empty): a streaming decoder holds what it needs, not the whole channel. Returning
+  /// false ends the run as over the channel limit.
+  std::function<bool(std::string_view)> on_channel;
   /// false: a trusted run (the user's own in-tree build): rlimits only, no uid change, no
   /// namespaces. true: the strongest isolation available (see above).
   bool drop_privileges = true;
@@ -120,7 +128,9 @@ struct SandboxResult {
   std::size_t stdout_bytes = 0, stderr_bytes = 0;
   std::string out;                       ///< head (and tail) of stdout
   std::string err;                       ///< head (and tail) of stderr
-  std::string channel;                   ///< what the child wrote to the channel fd (capped)
+  std::string channel;                   ///< what the child wrote to the channel fd (without `on_channel`)
+  std::size_t channel_bytes = 0;         ///< bytes the child wrote to the channel
+  bool channel_limit = false;            ///< it wrote more than `channel_cap` (or the decoder refused more)
   double wall_s = 0;
   std::string isolation;                 ///< the level the run had (IsolationInfo::name)
 };
