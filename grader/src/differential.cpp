@@ -68,46 +68,83 @@ std::string describe(const Observation& o) {
   return s + ")";
 }
 
-std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem) {
-  if (a.size() != b.size()) {
-    problem = "two reference runs with the same salt made " + std::to_string(a.size()) + " and " +
-              std::to_string(b.size()) + " observations: the test's observations depend on more than the salt";
+ReferenceMerger::ReferenceMerger(Stream first) {
+  r_.stream = std::move(first);
+  r_.unstable.assign(r_.stream.size(), false);
+}
+
+void ReferenceMerger::fail(std::string why) {
+  if (problem_.empty()) problem_ = std::move(why);
+}
+
+void ReferenceMerger::begin(const Observation& y) {
+  const std::size_t i = seen_++;
+  cur_ = -1;
+  if (i >= r_.stream.size()) return;  // counted in result()
+  const Observation& x = r_.stream[i];
+  if (x.label != y.label || x.kind != y.kind)
+    return fail("two reference runs with the same salt differ at observation " + std::to_string(i + 1) + ": " + describe(x) +
+                " vs " + describe(y));
+  const bool layout_same = x.text == y.text && x.shape == y.shape && x.strides == y.strides && x.offset == y.offset &&
+                           x.count == y.count && static_cast<std::int64_t>(x.values.size()) == y.count;
+  if (!layout_same) {
+    r_.unstable[i] = true;
+    ++r_.nondeterministic;
+    return;
+  }
+  if (x.kind == "text") return;
+  cur_ = static_cast<std::int64_t>(i);
+  k_ = 0;
+  spread_ = 0;
+  differs_ = false;
+}
+
+void ReferenceMerger::value(double v) {
+  if (cur_ < 0) return;
+  const Observation& x = r_.stream[static_cast<std::size_t>(cur_)];
+  if (k_ >= x.values.size()) return;
+  const double u = x.values[k_++];
+  if (u == v || (std::isnan(u) && std::isnan(v))) return;
+  differs_ = true;
+  if (std::isfinite(u) && std::isfinite(v)) spread_ = std::max(spread_, std::fabs(u - v));
+  else r_.unstable[static_cast<std::size_t>(cur_)] = true;
+}
+
+void ReferenceMerger::end(bool ok) {
+  if (!ok) fail("a reference run wrote a malformed observation record");
+  if (cur_ < 0) return;
+  if (differs_) {
+    ++r_.nondeterministic;
+    Observation& x = r_.stream[static_cast<std::size_t>(cur_)];
+    x.atol = std::max(x.atol, 2 * spread_);
+  }
+  cur_ = -1;
+}
+
+void ReferenceMerger::malformed() {
+  ++seen_;
+  fail("a reference run wrote a malformed observation record");
+}
+
+std::optional<ReferenceStream> ReferenceMerger::result(std::string& problem) {
+  if (problem_.empty() && seen_ != r_.stream.size())
+    problem_ = "two reference runs with the same salt made " + std::to_string(r_.stream.size()) + " and " +
+               std::to_string(seen_) + " observations: the test's observations depend on more than the salt";
+  if (!problem_.empty()) {
+    problem = problem_;
     return std::nullopt;
   }
-  ReferenceStream r;
-  r.stream = a;
-  r.unstable.assign(a.size(), false);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const Observation &x = a[i], &y = b[i];
-    if (x.label != y.label || x.kind != y.kind) {
-      problem = "two reference runs with the same salt differ at observation " + std::to_string(i + 1) + ": " +
-                describe(x) + " vs " + describe(y);
-      return std::nullopt;
-    }
-    bool layout_same = x.text == y.text && x.shape == y.shape && x.strides == y.strides && x.offset == y.offset &&
-                       x.count == y.count && x.values.size() == y.values.size();
-    if (!layout_same || x.kind == "text") {
-      if (!layout_same) {
-        r.unstable[i] = true;
-        ++r.nondeterministic;
-      }
-      continue;
-    }
-    double spread = 0;
-    bool differs = false;
-    for (std::size_t k = 0; k < x.values.size(); ++k) {
-      double u = x.values[k], v = y.values[k];
-      if (u == v || (std::isnan(u) && std::isnan(v))) continue;
-      differs = true;
-      if (std::isfinite(u) && std::isfinite(v)) spread = std::max(spread, std::fabs(u - v));
-      else r.unstable[i] = true;
-    }
-    if (differs) {
-      ++r.nondeterministic;
-      r.stream[i].atol = std::max(r.stream[i].atol, 2 * spread);
-    }
+  return std::move(r_);
+}
+
+std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem) {
+  ReferenceMerger m(a);
+  for (const Observation& y : b) {
+    m.begin(y);
+    for (double v : y.values) m.value(v);
+    m.end(y.count == static_cast<std::int64_t>(y.values.size()));
   }
-  return r;
+  return m.result(problem);
 }
 
 StreamComparator::StreamComparator(const ReferenceStream& ref) : ref_(ref) {}

@@ -139,11 +139,11 @@ void for_each_parallel(std::size_t n, int threads, const std::function<void(std:
 
 namespace {
 CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, const Manifest& m, std::uint64_t salt,
-                 bool sanitized, bool machine_here, ObservationConsumer* consumer) {
+                 bool sanitized, bool machine_here, ObservationConsumer* consumer, std::size_t channel_limit) {
   fs::path scratch = make_temp_dir("mls-grader-run");
   SandboxSpec s = test_spec(fs::absolute(binary), m, scratch, sanitized);
   s.argv.insert(s.argv.end(), {escape_test_name(job.name), "-r", "xml", "--rng-seed", "1234", "-w", "NoTests"});
-  s.limits.channel_cap = kChannelLimit;
+  s.limits.channel_cap = channel_limit;
   std::string nonce = random_hex(16);
   s.channel_input = grader_protocol::channel_input(nonce, salt);
   // The channel is decoded once, as it arrives: its observations go to `consumer` (compared, or
@@ -159,6 +159,7 @@ CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, con
   SkipPolicy skip = !g.needs_machine() ? SkipPolicy::Ignore : machine_here ? SkipPolicy::Refuse : SkipPolicy::Allow;
   CaseRun out;
   out.channel = std::move(decoder.report());
+  out.channel_bytes = r.channel_bytes;
   out.result = classify(r, job.name, out.channel, skip);
   out.result.group = g.name;
   out.result.visibility = g.visibility;
@@ -168,9 +169,11 @@ CaseRun run_case(const fs::path& binary, const TestJob& job, const Group& g, con
 
 }  // namespace
 
-CaseRun ReachablePrograms::run(const TestJob& job, const Manifest& m, std::uint64_t salt, ObservationConsumer* consumer) const {
+CaseRun ReachablePrograms::run(const TestJob& job, const Manifest& m, std::uint64_t salt, ObservationConsumer* consumer,
+                               std::size_t channel_limit) const {
   const Group& g = *m.group(job.group);
-  return run_case(built.at(job.program), job, g, m, salt, sanitized.at(job.program), g.gpu ? gpu_here : mpi_here, consumer);
+  return run_case(built.at(job.program), job, g, m, salt, sanitized.at(job.program), g.gpu ? gpu_here : mpi_here, consumer,
+                  channel_limit);
 }
 
 CaseRun ReachablePrograms::record(const TestJob& job, const Manifest& m, std::uint64_t salt) const {
@@ -334,7 +337,7 @@ LabResult run_differential(const TestPrograms& student, const Manifest& m, const
       // grader cannot judge by compares with an empty one, and its verdict is not used.
       static const ReferenceStream none;
       StreamComparator cmp(rc.ok ? rc.stream : none);
-      CaseRun run = local.run(j, m, rc.salt, &cmp);
+      CaseRun run = local.run(j, m, rc.salt, &cmp, student_channel_limit(rc.channel_bytes));
       t = run.result;
       const ChannelReport& ch = run.channel;
       if (ch.ended && ch.passed.empty() && ch.failed.empty() && ch.exited.empty() && t.outcome != Outcome::Pass) {
@@ -549,9 +552,9 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
     } catch (const std::exception& e) {
       r = zero_result(m, e.what(), since(t0));
     }
-    char timing[160];
-    std::snprintf(timing, sizeof timing, "grading: build %.1f s (student files only), tests %.1f s\n", build_s,
-                  since(tb) - build_s);
+    char timing[200];
+    std::snprintf(timing, sizeof timing, "grading: build %.1f s (student files only), tests %.1f s; grader peak memory %.0f MB\n",
+                  build_s, since(tb) - build_s, grader_peak_mb());
     r.output = notes + r.output + timing;
     return finish(r);
   } catch (const std::exception& e) {
@@ -616,14 +619,15 @@ std::string check_benchmark(const Manifest& m, const TestPrograms& student, cons
   ReachablePrograms theirs(ref.build.programs, opt, "bench-ref-"), mine(student, opt, "bench-");
   if (!mine.built.count(job->program)) return "the test program " + job->program + " was not built";
   const std::uint64_t salt = fresh_salt();
-  CaseRun a = theirs.record(*job, m, salt), b = theirs.record(*job, m, salt);
+  CaseRun a = theirs.record(*job, m, salt);
+  ReferenceMerger merger(std::move(a.channel.observations));
+  CaseRun b = theirs.run(*job, m, salt, &merger);
   std::string problem;
   std::optional<ReferenceStream> expected;
-  if (a.result.outcome == Outcome::Pass && b.result.outcome == Outcome::Pass)
-    expected = merge_reference_runs(a.channel.observations, b.channel.observations, problem);
+  if (a.result.outcome == Outcome::Pass && b.result.outcome == Outcome::Pass) expected = merger.result(problem);
   if (!expected) return "grader problem: the reference does not give one result for the check '" + bm.check + "' " + problem;
   StreamComparator cmp(*expected);
-  CaseRun got = mine.run(*job, m, salt, &cmp);
+  CaseRun got = mine.run(*job, m, salt, &cmp, student_channel_limit(std::max(a.channel_bytes, b.channel_bytes)));
   if (got.result.outcome != Outcome::Pass)
     return "the check '" + bm.check + "' does not pass on fresh inputs (" + to_string(got.result.outcome) + ")";
   if (std::string diff = cmp.verdict(); !diff.empty())

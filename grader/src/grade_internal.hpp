@@ -39,10 +39,15 @@ std::string which(const std::string& prog);
 /// Appends a step's output to the build log; true when it succeeded.
 bool step(BuildResult& b, const SandboxResult& r, const std::string& what);
 
-/// Bytes a test run may write to the result channel (observations of large tensors included):
-/// past them the run is an OUTPUT_LIMIT. The grader never holds them: the channel is decoded as
-/// it arrives.
-inline constexpr std::size_t kChannelLimit = 64u << 20;
+/// Bytes a trusted run (the reference build's, or `mls-grader test` of one's own tree) may write
+/// to the result channel. The grader never holds them: the channel is decoded as it arrives.
+inline constexpr std::size_t kTrustedChannelLimit = std::size_t{1} << 30;
+/// Bytes a submission's run of a test may write to the result channel: three times what the
+/// reference build wrote for the same test (a value's text may be longer than the reference's),
+/// plus 1 MiB, at least 4 MiB: a flood is an OUTPUT_LIMIT after a few MiB for most tests.
+inline std::size_t student_channel_limit(std::size_t reference_bytes) {
+  return std::min(kTrustedChannelLimit, std::max<std::size_t>(4u << 20, 3 * reference_bytes + (1u << 20)));
+}
 
 /// A result with every group NO_RESULT, saying why (the submission was rejected or did not build).
 LabResult zero_result(const Manifest& m, const std::string& why, double t);
@@ -59,6 +64,7 @@ void for_each_parallel(std::size_t n, int threads, const std::function<void(std:
 struct CaseRun {
   TestResult result;
   ChannelReport channel;
+  std::size_t channel_bytes = 0;  ///< what the program wrote to the channel
 };
 /// At the uid level the test programs must be reachable by the sandbox uid wherever the
 /// checkout lives (e.g. under a mode-700 home): they run from copies in a temporary folder,
@@ -74,7 +80,8 @@ struct ReachablePrograms {
   ~ReachablePrograms();
   /// Runs `job` from its program, isolated, with `salt`; its observations go to `consumer`
   /// (none: counted, not kept).
-  CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt, ObservationConsumer* consumer = nullptr) const;
+  CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt, ObservationConsumer* consumer = nullptr,
+              std::size_t channel_limit = kTrustedChannelLimit) const;
   /// The same, keeping every observation in `CaseRun::channel.observations` (trusted runs: the
   /// reference build's).
   CaseRun record(const TestJob& job, const Manifest& m, std::uint64_t salt) const;

@@ -220,6 +220,9 @@ namespace gp = grader_protocol;
 
 void StreamRecorder::begin(const gp::ObservationRecord& head) {
   stream.push_back(head);
+  // As many as announced (up to 16M values: a header's count is only a claim), so a large
+  // observation is held once, not in a vector that doubles.
+  stream.back().values.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(head.count, 0, std::int64_t{1} << 24)));
   open_ = true;
 }
 void StreamRecorder::value(double v) {
@@ -367,14 +370,16 @@ void ChannelDecoder::header_done() {
 }
 
 void ChannelDecoder::flush_value() {
-  double v;
-  if (!gp::detail::parse_double(token_, v)) {
-    bad_ = true;
-    return;
+  ++seen_;
+  if (consumer_) {  // without a consumer a value is only counted
+    double v;
+    if (!gp::detail::parse_double(token_, v)) {
+      bad_ = true;
+      return;
+    }
+    consumer_->value(v);
   }
   token_.clear();
-  ++seen_;
-  if (consumer_) consumer_->value(v);
 }
 
 void ChannelDecoder::end_line() {

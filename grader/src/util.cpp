@@ -1,3 +1,4 @@
+#include <sys/resource.h>
 #include "mls/grader/util.hpp"
 
 #include <dirent.h>
@@ -20,6 +21,12 @@
 #endif
 
 namespace mls::grader {
+
+double grader_peak_mb() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

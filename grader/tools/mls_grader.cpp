@@ -174,8 +174,8 @@ std::shared_ptr<const Reference> reference_for(const Manifest& m, const GradeOpt
     if (rc.ok && strong_count(rc.stream.stream) == 0) ++weak;
     if (!rc.ok && rc.outcome != Outcome::Skipped) ++problems;
   }
-  std::fprintf(stderr, "mls-grader: reference ready in %.1f s: %zu tests, %d with only weak observations, %d unusable\n",
-               ref->seconds, ref->cases.size(), weak, problems);
+  std::fprintf(stderr, "mls-grader: reference ready in %.1f s: %zu tests, %d with only weak observations, %d unusable; "
+               "grader peak memory %.0f MB\n", ref->seconds, ref->cases.size(), weak, problems, grader_peak_mb());
   return ref;
 }
 

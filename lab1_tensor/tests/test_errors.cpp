@@ -22,14 +22,14 @@ using ref::I64;
     CHECK_THROWS_AS(expr, mls::Error);                   \
     CHECK_THROWS_WITH(expr, Catch::Contains(text));      \
     if (::mls::testing::observing()) {                   \
-      bool named_ = false;                               \
+      std::string seen_ = "no mls::Error";               \
       try {                                              \
         (void)(expr);                                    \
       } catch (const mls::Error& e_) {                   \
-        named_ = std::string(e_.what()).find(text) != std::string::npos; \
+        seen_ = ::mls::testing::error_observation(e_.what(), std::string(text)); \
       } catch (...) {                                    \
       }                                                  \
-      ::mls::testing::observe("mls::Error naming '" + ::mls::testing::without_temp_dir(std::string(text)) + "'", named_); \
+      ::mls::testing::observe("mls::Error naming '" + ::mls::testing::without_temp_dir(std::string(text)) + "'", seen_); \
     }                                                    \
   } while (0)
 

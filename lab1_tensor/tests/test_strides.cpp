@@ -305,11 +305,21 @@ TEST_CASE("is_contiguous: every zero-size tensor is trivially dense, whatever it
   CHECK(mls::is_contiguous(Dims{2, 0, 5, 5}, Dims{5, 100, 1, 10}));
   CHECK(mls::is_contiguous(Dims{3, 0}, Dims{1, 7}));
   mls::Rng rng(109, "contig-empty");
+  // The answers, zero-size and not: the same strides with the empty dim given 2 elements are
+  // dense only sometimes, so the answers the code gave are observed (an "always true" is wrong).
+  std::vector<std::int64_t> answers;
   for (int trial = 0; trial < 100; ++trial) {
     Dims shape = ref::random_shape(rng, 1, 4, 4, 0);
-    shape[static_cast<std::size_t>(rng.randint(0, static_cast<I64>(shape.size())))] = 0;
+    const auto at = static_cast<std::size_t>(rng.randint(0, static_cast<I64>(shape.size())));
+    shape[at] = 0;
     const Dims strides = random_strides(shape, rng);
     INFO("shape " << ref::dims_str(shape) << " strides " << ref::dims_str(strides));
-    CHECK(mls::is_contiguous(shape, strides));
+    const bool empty_dense = mls::is_contiguous(shape, strides);
+    CHECK(empty_dense);
+    Dims full = shape;
+    full[at] = 2;
+    answers.push_back(empty_dense);
+    answers.push_back(mls::is_contiguous(full, strides));
   }
+  mls::testing::observe("is_contiguous of each shape, then of it with the empty dim made 2", answers);
 }

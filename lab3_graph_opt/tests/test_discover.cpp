@@ -69,10 +69,17 @@ TEST_CASE("discovery enumerates, fingerprints, verifies and prunes to a set of d
 TEST_CASE("every discovered rule holds on lab 3's executor at another size", "[lab3][discover]") {
   const Discovery& d = discovered();
   REQUIRE(!d.rules.empty());
+  std::int64_t broken = 0;
   for (const DiscoveredRule& r : d.rules) {
     INFO(r.str());
     CHECK_NOTHROW(verify_rule(r, 5, 2));
+    try {
+      verify_rule(r, 5, 2);
+    } catch (const mls::Error&) {
+      ++broken;
+    }
   }
+  mls::testing::observe("discovered rules that do not hold at size 5", broken);
 }
 
 TEST_CASE("discovery rediscovers the hand-written rewrites", "[lab3][discover]") {

@@ -270,6 +270,7 @@ TEST_CASE("a receive that never matches times out with a clear error", "[lab5][p
 
 TEST_CASE("not implemented passes through run_simulated as NotImplemented", "[lab5][plumbing]") {
   bool caught = false;
+  std::string what = "nothing thrown";
   try {
     run_simulated(2, [](Communicator& c) {
       if (c.rank() == 1) MLS_TODO("lab5: example");
@@ -279,7 +280,9 @@ TEST_CASE("not implemented passes through run_simulated as NotImplemented", "[la
     }, quick());
   } catch (const NotImplemented& e) {
     caught = std::string(e.what()).find("not implemented: lab5: example") != std::string::npos;
+    what = mls::testing::error_observation(e.what(), "not implemented: lab5: example");
   }
+  mls::testing::observe("the NotImplemented that reached the caller", what);
   CHECK(caught);
 }
 

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -129,10 +130,13 @@ inline bool parse_int(std::string_view s, std::int64_t& v) {
   return !t.empty() && end && *end == '\0';
 }
 inline bool parse_double(std::string_view s, double& v) {
-  std::string t(s);
+  char buf[64];  // a value's text is short: no allocation per value
+  if (s.empty() || s.size() >= sizeof buf) return false;
+  std::memcpy(buf, s.data(), s.size());
+  buf[s.size()] = '\0';
   char* end = nullptr;
-  v = std::strtod(t.c_str(), &end);
-  return !t.empty() && end && *end == '\0';
+  v = std::strtod(buf, &end);
+  return end == buf + s.size();
 }
 inline bool parse_ints(std::string_view s, std::vector<std::int64_t>& out) {
   out.clear();

@@ -1,6 +1,7 @@
 #pragma once
 /// Differential verdicts: the observation stream of a student run compared, in the grader's own
 /// process, with the stream the reference build produced for the same test and the same salt.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,28 @@ struct ReferenceStream {
   int nondeterministic = 0;    ///< observations whose values differed between the two runs
 };
 std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem);
+
+/// The same merge with the second run streamed in (an `ObservationConsumer`): the first run's
+/// stream is moved in and becomes the result; the second is never held.
+class ReferenceMerger : public ObservationConsumer {
+ public:
+  explicit ReferenceMerger(Stream first);
+  void begin(const Observation& head) override;
+  void value(double v) override;
+  void end(bool ok) override;
+  void malformed() override;
+  /// After the second run: the merged stream, or std::nullopt and why.
+  std::optional<ReferenceStream> result(std::string& problem);
+
+ private:
+  void fail(std::string why);
+  ReferenceStream r_;
+  std::size_t seen_ = 0, k_ = 0;
+  std::int64_t cur_ = -1;  ///< the observation whose values arrive (-1: none compared)
+  double spread_ = 0;
+  bool differs_ = false;
+  std::string problem_;
+};
 
 /// Compares a student stream with the reference as it arrives (an `ObservationConsumer` for the
 /// channel decoder: nothing of the student's stream is kept): same number of observations, same

@@ -191,6 +191,7 @@ struct ReferenceCase {
   std::uint64_t salt = 0;        ///< the salt both builds run it with (0: the test needs seed 0)
   ReferenceStream stream;
   std::string problem;           ///< why not ok (a course or grader problem, never the student's)
+  std::size_t channel_bytes = 0; ///< the larger of its two runs' channels (a submission's limit derives from it)
 };
 /// The reference build, its test plan (the only source of test names and groups) and the
 /// reference stream of every test, for one salt. A batch prepares it once.

@@ -36,7 +36,8 @@ SymbolRole symbol_role(char nm_type);
 /// The first two names of a mangled C++ symbol's scope, e.g. {"mls", "tensor"} for
 /// `_ZN3mls6tensor3addE...`, {"std", "vector"} for `_ZNSt6vectorI...`, {"foo"} for `_Z3foov`;
 /// special names (vtables, typeinfo, guard variables, thunks, local statics) are those of what
-/// they belong to. Empty for a C name (not mangled), {"?"} for a mangling it cannot read.
+/// they belong to; {"operator"} for a global operator (new, delete). Empty for a C name (not
+/// mangled), {"?"} for a mangling it cannot read (never in the lab's namespace).
 std::vector<std::string> symbol_scope(std::string_view mangled);
 
 /// The scope key the rules use: "mls::<second>" under mls, else the first name ("" for C).

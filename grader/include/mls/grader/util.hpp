@@ -10,6 +10,9 @@
 
 namespace mls::grader {
 
+/// The grader process's own peak resident memory so far, in MB (its children not counted).
+double grader_peak_mb();
+
 namespace fs = std::filesystem;
 
 /// Reads a whole file; throws mls::Error naming the path when it cannot.
