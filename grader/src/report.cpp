@@ -63,7 +63,8 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
     j["tests"].push_back(tj);
   }
   j["leaderboard"] = json::array();
-  for (const auto& e : r.leaderboard) j["leaderboard"].push_back({{"name", e.name}, {"value", e.value}, {"order", e.order}});
+  for (const auto& e : r.leaderboard)
+    j["leaderboard"].push_back({{"name", e.name}, {"value", e.value}, {"order", e.order}, {"how", e.how}});
   j["extra_data"] = {{"lab", r.lab},
                      {"submission", sanitize_text(r.submission, 300)},
                      {"max_score", round2(r.max_score())},
@@ -221,6 +222,7 @@ LeaderboardRow leaderboard_row_from_results(const json& j, const std::string& fa
       le.name = e["name"].is_string() ? sanitize_text(display_name(e["name"].get<std::string>(), 80), 200) : "?";
       le.value = e["value"].get<double>();
       le.order = e.contains("order") && e["order"].is_string() && e["order"].get<std::string>() == "asc" ? "asc" : "desc";
+      if (e.contains("how") && e["how"].is_string()) le.how = sanitize_text(e["how"].get<std::string>(), 600);
       row.entries.push_back(le);
     }
   }
@@ -232,6 +234,7 @@ struct LabTable {
   int lab;
   std::vector<std::string> columns;
   std::map<std::string, std::string> order;
+  std::map<std::string, std::string> how;  ///< per column: how its figures were measured
   std::vector<const LeaderboardRow*> rows;
 };
 
@@ -244,6 +247,7 @@ std::vector<LabTable> tables(const std::vector<LeaderboardRow>& rows) {
     for (const auto& e : r.entries) {
       if (std::find(t.columns.begin(), t.columns.end(), e.name) == t.columns.end()) t.columns.push_back(e.name);
       t.order[e.name] = e.order;
+      if (!e.how.empty()) t.how[e.name] = e.how;
     }
   }
   std::vector<LabTable> out;
@@ -314,6 +318,9 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
       os << "</tr>\n";
     }
     os << "</tbody></table>\n";
+    for (const auto& c : t.columns)
+      os << "<p><b>" << xml_escape(c) << "</b>: "
+         << xml_escape(t.how.count(c) ? t.how.at(c) : "measured how is not recorded (an older results.json)") << "</p>\n";
   }
   os << "<script>\n"
      << "document.querySelectorAll('table.board').forEach(function(table){\n"
@@ -367,6 +374,10 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows, const 
       }
       os << "\n";
     }
+    os << "\n";
+    for (const auto& c : t.columns)
+      os << "- **" << md(c) << "**: " << md(t.how.count(c) ? t.how.at(c) : "measured how is not recorded (an older results.json)")
+         << "\n";
     os << "\n";
   }
   return os.str();

@@ -224,9 +224,37 @@ TEST_CASE("grade --bench: benchmarks run only when every test passes, and only c
   LabResult correct = grade_submission(m, testing::submission("correct"), go);
   INFO(correct.output);
   CHECK(correct.score() == 10);
-  // The check agreed; the program is no Google Benchmark program, so there is no figure.
-  CHECK_THAT(correct.output, Catch::Contains("benchmark mul_speed: no figure: the benchmark program failed"));
-  CHECK(correct.leaderboard.empty());
+  // The figure is the grader's timing of the validated check runs, said how in the leaderboard.
+  CHECK_THAT(correct.output, Catch::Contains("benchmark mul_speed_vs_reference: ") && Catch::Contains("the reference solution's speed") &&
+                                 Catch::Contains("validated runs, grader clock"));
+  REQUIRE(correct.leaderboard.size() == 1);
+  CHECK(correct.leaderboard[0].value > 0);
+  CHECK_THAT(correct.leaderboard[0].how, Catch::Contains("the grader's clock") && Catch::Contains("'mul small'"));
+}
+
+TEST_CASE("adversarial: hostile, cause 6: a figure comes only from validated runs the grader timed",
+          "[grader][bench][adversarial]") {
+  // bench_fast_wrong: mul right only on the fixed checks' inputs (the tests pass locally) and 0
+  // elsewhere, printing a Google Benchmark report claiming 10^6x: no figure (the timed run's
+  // results differ). bench_report: every test passes, plus a forged report on stdout at exit:
+  // the figure is the grader's timing, the report never read.
+  Manifest m = fixture_with_benchmark();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  go.bench = true;
+  go.bench_repetitions = 1;
+  go.reference = prepare_reference(m, go);
+  LabResult forged = grade_submission(m, testing::submission("hostile_bench_report"), go);
+  INFO(forged.output);
+  REQUIRE(forged.leaderboard.size() == 1);
+  CHECK(forged.leaderboard[0].value < 100);  // its own report said 1e6
+  CHECK_THAT(forged.output, !Catch::Contains("1e+06"));
+  // A check whose timed run differs from the reference gives no figure.
+  Benchmark bm = m.benchmarks[0];
+  bm.check = "mul zero";
+  fs::path dir = tmp.dir / "w";
+  TimedCheck t = time_check(m, build_sample(m, "hostile_bench_wrong", *go.reference, go, dir), *go.reference, bm, go.run, 3);
+  CHECK_THAT(t.why, Catch::Contains("differs from the reference build's") && Catch::Contains("timed run 1"));
 }
 
 }  // namespace mls::grader

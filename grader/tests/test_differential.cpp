@@ -166,3 +166,68 @@ TEST_CASE("adversarial: the reference scores 100% differentially, and a batch re
   LabResult p = grade_submission(m, testing::submission("partial"), go);
   CHECK(p.score() == 4);
 }
+
+TEST_CASE("channel decoder: bounded, streaming, every value, malformed records counted", "[grader]") {
+  Observation o = obs("x", {1, 2, 3});
+  const std::string good = gp::line("N", gp::kObs, gp::encode_observation(o));
+  // Fed one byte at a time, with foreign lines, an over-long head and a line without the nonce.
+  std::string text = "zz OBS x\n" + std::string(100, 'q') + " PASS t\n" + good + "N PASS t\nN END";
+  StreamRecorder rec;
+  ChannelDecoder d("N", &rec);
+  for (char c : text) d.feed(std::string_view(&c, 1));
+  d.finish();
+  REQUIRE(rec.stream.size() == 1);
+  CHECK(rec.stream[0].values == std::vector<double>{1, 2, 3});
+  CHECK(d.report().passed == std::vector<std::string>{"t"});
+  CHECK(d.report().ended);
+  // A count that lies, a bad value, a missing field: malformed, never a match.
+  for (const std::string& bad : {std::string("N OBS x\\tf64\\t\\t\\t\\t0\\t0\\t0\\t5\\t1 2\n"),
+                                 std::string("N OBS x\\tf64\\t\\t\\t\\t0\\t0\\t0\\t2\\t1 zz\n"),
+                                 std::string("N OBS x\\tf64\\t\\t\\t0\\t0\\t0\\t2\n")}) {
+    ChannelReport r = parse_channel(bad, "N");
+    CHECK(r.observations.empty());
+    CHECK(r.malformed == 1);
+    const ReferenceStream want = ref_of({obs("x", {1, 2})});
+    StreamComparator cmp(want);
+    ChannelDecoder dc("N", &cmp);
+    dc.feed(bad);
+    dc.finish();
+    CHECK_THAT(cmp.verdict(), Catch::Contains("malformed") || Catch::Contains("expected 2 value(s)"));
+  }
+  // A header over the bound is dropped without being held.
+  ChannelDecoder big("N", nullptr, 1024);
+  big.feed("N OBS " + std::string(1u << 20, 'a') + "\n");
+  big.finish();
+  CHECK(big.report().malformed == 1);
+  // Thousands of PASS lines: counted, not kept.
+  std::string many;
+  for (int i = 0; i < 5000; ++i) many += "N PASS t\n";
+  CHECK(parse_channel(many, "N").passed.size() == ChannelReport::kMaxNames);
+}
+
+TEST_CASE("stream comparator: every value, the first difference and how many more", "[grader]") {
+  std::vector<double> want(200000, 1.0), got = want;
+  got[199999] = 2;
+  got[7] = 3;
+  CHECK(compare_streams(ref_of({obs("v", want)}), {obs("v", want)}).empty());
+  std::string d = compare_streams(ref_of({obs("v", want)}), {obs("v", got)});
+  CHECK_THAT(d, Catch::Contains("value [7]: expected 1, got 3 (exact) (and 1 more of its 200000 values)"));
+  std::string two = compare_streams(ref_of({obs("a", {1}), obs("b", {2})}), {obs("a", {0}), obs("b", {0})});
+  CHECK_THAT(two, Catch::Contains("'a'") && Catch::Contains("1 more observation(s) differ"));
+}
+
+TEST_CASE("reference merger: the second run streamed in widens tolerances like the batch merge", "[grader]") {
+  std::string problem;
+  ReferenceMerger m({obs("t", {10.0, 1.0})});
+  m.begin(obs("t", {10.5, 1.0}));
+  m.value(10.5);
+  m.value(1.0);
+  m.end(true);
+  auto r = m.result(problem);
+  REQUIRE(r);
+  CHECK(r->stream[0].atol == 1.0);
+  CHECK(r->nondeterministic == 1);
+  ReferenceMerger short_run({obs("t", {1})});
+  CHECK_FALSE(short_run.result(problem));
+  CHECK_THAT(problem, Catch::Contains("made 1 and 0 observations"));
+}

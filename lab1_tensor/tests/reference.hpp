@@ -590,6 +590,10 @@ inline double max_tol(const Ref& want, const std::function<double(I64)>& tol) {
   return m;
 }
 
+/// Gives an observation an absolute tolerance (the macros below cannot name the member `tol`:
+/// it is their parameter's name).
+inline void set_abs_tolerance(mls::testing::Observation& o, double atol) { o.tol = {0.0, atol}; }
+
 }  // namespace ref
 
 /// CHECK that tensor `got` equals Ref `want` exactly, explaining the first mismatch. Records
@@ -606,12 +610,19 @@ inline double max_tol(const Ref& want, const std::function<double(I64)>& tol) {
 
 /// CHECK that tensor `got` is within tol(i) of Ref `want` everywhere. Records `got` (dtype,
 /// shape, values) with twice the largest tol(i) as its absolute tolerance (the student's tensor
-/// and the reference build's may each be tol(i) from `want`).
+/// and the reference build's may each be tol(i) from `want`). The values are read before `want`
+/// is evaluated, as in CHECK_SAME: when `want` is an expression (not a variable computed
+/// earlier), its values do not exist in the process until `got`'s are recorded.
 #define CHECK_CLOSE(got, want, tol)                          \
   do {                                                       \
     const mls::Tensor& got_ = (got);                         \
-    if (::mls::testing::observing())                         \
-      ::mls::testing::observe_values(#got, got_, {0.0, 2 * ref::max_tol(want, tol)}); \
+    if (::mls::testing::observing()) {                       \
+      /* the produced values are read before `want` is computed */ \
+      auto seen_ = ::mls::testing::values_observation(#got, got_); \
+      if (got_.defined() && mls::is_floating(got_.dtype()))  \
+        ref::set_abs_tolerance(seen_, 2 * ref::max_tol(want, tol)); \
+      ::mls::testing::observe(std::move(seen_));             \
+    }                                                        \
     std::string why_;                                        \
     const bool ok_ = ref::close_values(got_, want, tol, &why_); \
     INFO(why_);                                              \

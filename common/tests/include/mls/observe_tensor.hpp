@@ -66,24 +66,31 @@ inline void observe(std::string_view label, const mls::Tensor& t, Tolerance tol 
   observe(std::move(o));
 }
 
+/// The observation `observe_values` records, built now (the values read at once) and recorded
+/// later: a check reads what the code produced before its oracle computes what is expected, so
+/// the expected values do not exist in the process while the produced ones can still change.
+inline Observation values_observation(std::string_view label, const mls::Tensor& t) {
+  Observation o;
+  o.label = std::string(label);
+  o.kind = "tensor";
+  if (!t.defined()) {
+    o.text = "undefined";
+    return o;
+  }
+  o.text = std::string(mls::dtype_name(t.dtype()));
+  o.shape.assign(t.shape().begin(), t.shape().end());
+  o.values = detail::read_strided(t);
+  return o;
+}
+
 /// Records a tensor's dtype, shape and values (within `tol`; exact for integer and bool tensors),
 /// read straight from its storage, but not its layout: strides and offset are recorded as empty
 /// and 0, so any layout holding the same numbers matches. For results whose strides the lab does
 /// not pin (a student may return a fresh dense tensor or a view).
 inline void observe_values(std::string_view label, const mls::Tensor& t, Tolerance tol = {}) {
   if (!observing()) return;
-  Observation o;
-  o.label = std::string(label);
-  o.kind = "tensor";
-  if (!t.defined()) {
-    o.text = "undefined";
-    observe(std::move(o));
-    return;
-  }
-  o.text = std::string(mls::dtype_name(t.dtype()));
-  o.shape.assign(t.shape().begin(), t.shape().end());
-  o.values = detail::read_strided(t);
-  o.tol = mls::is_floating(t.dtype()) ? tol : Tolerance{};
+  Observation o = values_observation(label, t);
+  if (t.defined() && mls::is_floating(t.dtype())) o.tol = tol;
   observe(std::move(o));
 }
 

@@ -60,7 +60,8 @@ class ReferenceMerger : public ObservationConsumer {
 /// tolerance (|got - want| <= atol + rtol * |want|; exact when both are 0; NaN matches NaN).
 class StreamComparator : public ObservationConsumer {
  public:
-  explicit StreamComparator(const ReferenceStream& ref);
+  explicit StreamComparator(const ReferenceStream& ref);  ///< `ref` must outlive the comparator
+  StreamComparator(ReferenceStream&&) = delete;
   void begin(const Observation& head) override;
   void value(double v) override;
   void end(bool ok) override;

@@ -240,9 +240,9 @@ struct GradeOptions {
   std::uint64_t salt = 0;  ///< 0: a fresh secret salt per reference preparation
   /// A reference prepared beforehand (a batch shares one); null: prepared by grade_submission.
   std::shared_ptr<const Reference> reference;
-  /// `grade --bench`: the lab's benchmarks measured in the submission's build, each figure
-  /// accepted only when every test passed and its check agrees with the reference
-  /// (`check_benchmark`); accepted figures go to the result's leaderboard.
+  /// `grade --bench`: each benchmark's figure measured by the grader (`time_check`: its check
+  /// test timed whole, every timed run validated against the reference), only when every test
+  /// passed; the figures go to the result's leaderboard.
   bool bench = false;
   int bench_repetitions = 3;
   /// Batch mode: one grading copy reused by every submission (only the student files are
@@ -264,6 +264,18 @@ LabResult grade_submission(const Manifest& m, const std::filesystem::path& submi
 std::vector<LabResult> grade_batch(const Manifest& m, const std::vector<std::filesystem::path>& submissions,
                                    const GradeOptions& opt, int parallel,
                                    const std::function<void(std::size_t, const LabResult&)>& on_done = {});
+
+/// A benchmark's figure as the grader measures it: its `check` test case run whole, `runs` times in
+/// the submission's programs and interleaved in the reference's, with one fresh secret salt, every
+/// run timed by the grader's clock and every run's stream compared with the reference's. `why` is
+/// non-empty (and there is no figure) when a run fails or differs.
+struct TimedCheck {
+  std::string why;
+  double reference_s = 0, submission_s = 0;  ///< medians, seconds
+  int runs = 0;
+};
+TimedCheck time_check(const Manifest& m, const TestPrograms& student, const Reference& ref, const Benchmark& bm,
+                      const RunOptions& opt, int runs);
 
 /// The check of a benchmark's figure: its `check` test case run in the submission's programs and
 /// the reference's with a fresh secret salt (new inputs, at the benchmark's sizes), the streams

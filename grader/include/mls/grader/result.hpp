@@ -32,6 +32,7 @@ struct LeaderboardEntry {
   std::string name;
   double value = 0;
   std::string order = "desc";
+  std::string how;  ///< how the figure was measured (shown with the leaderboard)
 };
 
 struct LabResult {
@@ -117,7 +118,7 @@ class StreamRecorder : public ObservationConsumer {
 class ChannelDecoder {
  public:
   explicit ChannelDecoder(std::string nonce, ObservationConsumer* consumer = nullptr,
-                          std::size_t max_header = 1u << 20);
+                          std::size_t max_header = 16u << 20);
   void feed(std::string_view bytes);
   /// The end of the channel: a last line without its newline is decoded too.
   void finish();
