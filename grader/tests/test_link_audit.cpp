@@ -46,6 +46,8 @@ TEST_CASE("link audit: the scope of a mangled name, special names and std abbrev
   CHECK(scope_key(symbol_scope("_ZSt4cout")) == "std");
   CHECK(scope_key(symbol_scope("_Z3foov")) == "foo");
   CHECK(scope_key(symbol_scope("_Znwm")) == "operator");
+  CHECK(scope_key(symbol_scope("_Z107__device_stub__ZN3mls7kernels4cuda48_GLOBAL__N__fea1a085_15_kernels_cuda_cu_7988cd66"
+                               "14softmax_kernelEPfPKfiPfPKfi")) == "mls::kernels");
   CHECK(scope_key(symbol_scope("write")).empty());
   CHECK(mentions_forbidden("_ZNSt6vectorIN3mls7testing11ObservationESaIS2_EE9push_backERKS2_", {}));
   CHECK(mentions_forbidden("_ZNSt6vectorIN3ref3RefESaIS1_EE9push_backERKS1_", {"ref"}));
