@@ -648,7 +648,8 @@ BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::
   // The test programs only: a leaderboard figure is the grader's timing of a check test
   // (time_check), never a benchmark program's report.
   for (const auto& t : m.test_binaries()) wanted.insert(t);
-  b.programs = replay(recipe, &student, wanted, *env, budget.left(), b, opt.benchmarks ? "" : opt.student_opt);
+  const bool reference_flags = opt.benchmarks || m.student_opt == "reference";
+  b.programs = replay(recipe, &student, wanted, *env, budget.left(), b, reference_flags ? "" : opt.student_opt);
   for (const auto& t : wanted)
     if (!recipe.programs.count(t)) b.programs.not_configured[t] = "the reference build has no program " + t;
   b.ok = b.programs.built.count(m.test_binary) > 0;

@@ -117,11 +117,12 @@ Manifest parse_manifest(const json& j, const std::string& source) {
   if (!j.is_object()) mls::fail(source, ": the manifest must be a JSON object");
   static const std::set<std::string> known = {"lab", "dir", "title", "test_binary", "student_files",
                                               "hidden_files", "time_limit_s", "memory_limit_mb",
-                                              "build_time_limit_s", "build_memory_limit_mb", "groups", "benchmarks", "build", "$comment"};
+                                              "build_time_limit_s", "build_memory_limit_mb", "student_opt", "groups", "benchmarks",
+                                              "build", "$comment"};
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) c.bad(k, "is not a manifest field (known: lab, dir, title, test_binary, student_files, "
                                   "hidden_files, time_limit_s, memory_limit_mb, build_time_limit_s, build_memory_limit_mb, "
-                                  "groups, benchmarks, build)");
+                                  "student_opt, groups, benchmarks, build)");
   Manifest m;
   const json& lab = need(c, j, "lab", "");
   if (!lab.is_number_integer() || lab.get<int>() < 0) c.bad("lab", "must be a non-negative integer");
@@ -145,6 +146,10 @@ Manifest parse_manifest(const json& j, const std::string& source) {
   m.memory_limit_mb = get_number(c, j, "memory_limit_mb", "", 4096.0);
   if (!(m.memory_limit_mb >= 64)) c.bad("memory_limit_mb", "must be at least 64");
   m.build_time_limit_s = get_number(c, j, "build_time_limit_s", "", 900.0);
+  m.student_opt = get_string(c, j, "student_opt", "", false);
+  if (!m.student_opt.empty() && m.student_opt != "reference")
+    c.bad("student_opt", "'" + m.student_opt + "' is not 'reference' (the only value: grade this lab's student files at the "
+                         "reference build's flags)");
   if (!(m.build_time_limit_s > 0 && m.build_time_limit_s <= 7200)) c.bad("build_time_limit_s", "must be in (0, 7200]");
   m.build_memory_limit_mb = get_number(c, j, "build_memory_limit_mb", "", 4096.0);
   if (!(m.build_memory_limit_mb >= 256)) c.bad("build_memory_limit_mb", "must be at least 256");

@@ -82,6 +82,11 @@ struct Manifest {
   /// Limits of a submission's build (the whole build's wall clock and CPU time; the address
   /// space of each compiler process): a build past them is a clean 0 with its first errors.
   double build_time_limit_s = 900;
+  /// "reference": a submission's student files always compile at the reference build's flags,
+  /// whatever `--student-opt` says (a lab whose results depend on the optimisation level: at -O2
+  /// and up GCC contracts a * b + c into a fused multiply-add, at -O1 it does not, so the bits of
+  /// the reference's own code would differ).
+  std::string student_opt;
   double build_memory_limit_mb = 4096;
   std::vector<Group> groups;
   std::vector<Benchmark> benchmarks;
