@@ -18,6 +18,7 @@
 ///     FAIL <test>   never enough for a PASS of the grader, see handouts/README.md)
 ///     EXIT <test>   exit() was called while the test case ran
 ///     END           the run ended normally
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -101,12 +102,25 @@ inline bool parse_line(std::string_view l, std::string_view nonce, std::string& 
 }
 
 namespace detail {
-inline std::string num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+/// Appends `v` in the shortest text that reads back to the same double (std::to_chars): exact,
+/// and several times faster and shorter than "%.17g" (an observation may hold millions).
+inline void append_num(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "nan";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v > 0 ? "inf" : "-inf";
+    return;
+  }
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+inline std::string num(double v) {
+  std::string s;
+  append_num(s, v);
+  return s;
 }
 inline std::string ints(const std::vector<std::int64_t>& v) {
   std::string s;
@@ -130,13 +144,9 @@ inline bool parse_int(std::string_view s, std::int64_t& v) {
   return !t.empty() && end && *end == '\0';
 }
 inline bool parse_double(std::string_view s, double& v) {
-  char buf[64];  // a value's text is short: no allocation per value
-  if (s.empty() || s.size() >= sizeof buf) return false;
-  std::memcpy(buf, s.data(), s.size());
-  buf[s.size()] = '\0';
-  char* end = nullptr;
-  v = std::strtod(buf, &end);
-  return end == buf + s.size();
+  if (s.empty()) return false;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);  // exact, no locale, no allocation
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 inline bool parse_ints(std::string_view s, std::vector<std::int64_t>& out) {
   out.clear();
@@ -151,7 +161,7 @@ inline bool parse_ints(std::string_view s, std::vector<std::int64_t>& out) {
 }  // namespace detail
 
 /// The OBS payload: tab-separated label, kind, text (both escaped), shape, strides, offset,
-/// rtol, atol, count, then the values (space-separated, %.17g: exact round trip).
+/// rtol, atol, count, then the values (space-separated, the shortest exact text: std::to_chars).
 inline std::string encode_observation(const ObservationRecord& o) {
   std::string s;
   s.reserve(64 + o.label.size() + o.text.size() + 24 * o.values.size());
@@ -160,7 +170,7 @@ inline std::string encode_observation(const ObservationRecord& o) {
                   detail::num(o.atol) + '\t' + std::to_string(o.values.size()) + '\t';
   for (std::size_t i = 0; i < o.values.size(); ++i) {
     if (i) s += ' ';
-    s += detail::num(o.values[i]);
+    detail::append_num(s, o.values[i]);
   }
   return s;
 }
