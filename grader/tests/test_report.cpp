@@ -17,7 +17,7 @@ LabResult sample() {
   r.tests.push_back({"add small", "add", Visibility::Visible, Outcome::Pass, 2, 2, 0.01, ""});
   r.tests.push_back({"add <neg>", "add", Visibility::Visible, Outcome::Crash, 0, 2, 0.02, "crashed\x01 & burned"});
   r.tests.push_back({"sum", "sum", Visibility::AfterDueDate, Outcome::Timeout, 0, 2, 3, "slow"});
-  r.leaderboard.push_back({"speed", 1.5, "desc"});
+  r.leaderboard.push_back({"speed", 1.5, "desc", "a test figure"});
   return r;
 }
 }  // namespace
