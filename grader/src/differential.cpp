@@ -137,13 +137,17 @@ std::optional<ReferenceStream> ReferenceMerger::result(std::string& problem) {
   return std::move(r_);
 }
 
+void feed(ObservationConsumer& c, const Stream& s) {
+  for (const Observation& o : s) {
+    c.begin(o);
+    for (double v : o.values) c.value(v);
+    c.end(o.count == static_cast<std::int64_t>(o.values.size()));
+  }
+}
+
 std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem) {
   ReferenceMerger m(a);
-  for (const Observation& y : b) {
-    m.begin(y);
-    for (double v : y.values) m.value(v);
-    m.end(y.count == static_cast<std::int64_t>(y.values.size()));
-  }
+  feed(m, b);
   return m.result(problem);
 }
 
@@ -231,11 +235,7 @@ std::string StreamComparator::verdict() const {
 
 std::string compare_streams(const ReferenceStream& ref, const Stream& got) {
   StreamComparator c(ref);
-  for (const Observation& g : got) {
-    c.begin(g);
-    for (double v : g.values) c.value(v);
-    c.end(g.count == static_cast<std::int64_t>(g.values.size()));
-  }
+  feed(c, got);
   return c.verdict();
 }
 

@@ -183,6 +183,13 @@ CaseRun ReachablePrograms::record(const TestJob& job, const Manifest& m, std::ui
   return c;
 }
 
+void ReachablePrograms::record_twice(const TestJob& job, const Manifest& m, std::uint64_t salt, CaseRun& a, CaseRun& b,
+                                     std::optional<ReferenceMerger>& merger) const {
+  a = record(job, m, salt);
+  merger.emplace(std::move(a.channel.observations));
+  b = run(job, m, salt, &*merger);
+}
+
 std::uint64_t fresh_salt() {
   std::uint64_t s = std::strtoull(random_hex(8).c_str(), nullptr, 16);
   return s == 0 ? 1 : s;
@@ -642,12 +649,12 @@ TimedCheck time_check(const Manifest& m, const TestPrograms& student, const Refe
     return t;
   }
   const std::uint64_t salt = fresh_salt();
-  CaseRun a = theirs.record(*job, m, salt);
-  ReferenceMerger merger(std::move(a.channel.observations));
-  CaseRun b = theirs.run(*job, m, salt, &merger);
+  CaseRun a, b;
+  std::optional<ReferenceMerger> merger;
+  theirs.record_twice(*job, m, salt, a, b, merger);
   std::string problem;
   std::optional<ReferenceStream> expected;
-  if (a.result.outcome == Outcome::Pass && b.result.outcome == Outcome::Pass) expected = merger.result(problem);
+  if (a.result.outcome == Outcome::Pass && b.result.outcome == Outcome::Pass) expected = merger->result(problem);
   if (!expected) {
     t.why = "grader problem: the reference does not give one result for the check '" + bm.check + "' " + problem;
     return t;

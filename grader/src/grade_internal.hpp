@@ -6,9 +6,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "mls/grader/differential.hpp"
 #include "mls/grader/grade.hpp"
 #include "mls/grader/result.hpp"
 #include "mls/grader/sandbox.hpp"
@@ -85,6 +87,10 @@ struct ReachablePrograms {
   /// The same, keeping every observation in `CaseRun::channel.observations` (trusted runs: the
   /// reference build's).
   CaseRun record(const TestJob& job, const Manifest& m, std::uint64_t salt) const;
+  /// The reference's two runs of `job`: the first recorded, the second merged into it as it
+  /// arrives (`merger` holds the result, see ReferenceMerger::result).
+  void record_twice(const TestJob& job, const Manifest& m, std::uint64_t salt, CaseRun& a, CaseRun& b,
+                    std::optional<ReferenceMerger>& merger) const;
 };
 
 }  // namespace mls::grader::detail

@@ -143,9 +143,7 @@ std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptio
   // The first run is kept, the second merged into it as it arrives (never held: a test that
   // observes millions of values costs one copy of them).
   auto runs_with = [&](std::size_t i, std::uint64_t salt, CaseRun& a, CaseRun& b, std::optional<ReferenceMerger>& merger) {
-    a = local.record(ref->plan.jobs[i], m, salt);
-    merger.emplace(std::move(a.channel.observations));
-    b = local.run(ref->plan.jobs[i], m, salt, &*merger);
+    local.record_twice(ref->plan.jobs[i], m, salt, a, b, merger);
   };
   for_each_parallel(n, opt.run.jobs, [&](std::size_t i) {
     ReferenceCase& c = ref->cases[i];

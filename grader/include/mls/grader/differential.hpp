@@ -30,6 +30,9 @@ struct ReferenceStream {
   std::vector<bool> unstable;  ///< per observation
   int nondeterministic = 0;    ///< observations whose values differed between the two runs
 };
+/// Hands a whole, already decoded stream to a consumer, as the channel decoder would.
+void feed(ObservationConsumer& c, const Stream& s);
+
 std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem);
 
 /// The same merge with the second run streamed in (an `ObservationConsumer`): the first run's
