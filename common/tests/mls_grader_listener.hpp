@@ -224,6 +224,12 @@ class Listener : public Catch::TestEventListenerBase {
   void testCaseStarting(const Catch::TestCaseInfo& info) override {
     TestEventListenerBase::testCaseStarting(info);
     channel().running = info.name;
+    mls::testing::oracle_depth() = 0;  // a failed REQUIRE inside MLS_ORACLE skips its closing
+  }
+
+  void sectionStarting(const Catch::SectionInfo& info) override {
+    TestEventListenerBase::sectionStarting(info);
+    mls::testing::oracle_depth() = 0;
   }
 
   bool assertionEnded(const Catch::AssertionStats& stats) override {

@@ -189,7 +189,7 @@ BuildRecipe direct_recipe(const Manifest& m, const fs::path& tree) {
   for (const auto& f : m.build->flags) flags += " " + f;
   for (const auto& inc : m.build->include_dirs) flags += " -I" + (r.src / m.dir / inc).string();
   flags += " -I" + (r.src / "common/include").string() + " -I" + (r.src / "common/tests/include").string();
-  std::string link = cxx, student_objects;
+  std::string link = cxx, graded_link = cxx, student_objects;
   const std::set<std::string> student(m.student_files.begin(), m.student_files.end());
   for (const auto& src : m.build->sources) {
     std::string rel = (fs::path(m.dir) / src).generic_string();
@@ -197,13 +197,28 @@ BuildRecipe direct_recipe(const Manifest& m, const fs::path& tree) {
     r.steps.push_back(parse_build_step(cxx + flags + " -c " + (r.src / rel).string() + " -o " + obj, r.src));
     // The tests' objects first on the link line, as CMake links them: of two weak copies of an
     // inline function the linker keeps the first.
-    (student.count(rel) ? student_objects : link) += " " + obj;
+    if (student.count(rel)) {
+      student_objects += " " + obj;
+      continue;
+    }
+    link += " " + obj;
+    if (m.oracle_free) {  // the graded twin's test objects: oracles compiled out (mls/testing.hpp)
+      std::string graded = "obj-graded/" + rel + ".o";
+      r.steps.push_back(parse_build_step(cxx + flags + " -DMLS_GRADED_BUILD=1 -Wno-unused-variable -Wno-unused-but-set-variable -c " +
+                                             (r.src / rel).string() + " -o " + graded,
+                                         r.src));
+      graded_link += " " + graded;
+    }
   }
-  link += student_objects;
   // The harness and common archives of the grader's build, copied into the build folder.
-  link += " grader-libs/harness.a grader-libs/common.a -pthread -o " + m.test_binary;
-  r.steps.push_back(parse_build_step(link, r.src));
+  const std::string libs = " grader-libs/harness.a grader-libs/common.a -pthread -o ";
+  r.steps.push_back(parse_build_step(link + student_objects + libs + m.test_binary, r.src));
   r.programs[m.test_binary] = m.test_binary;
+  if (m.oracle_free) {
+    const std::string twin = m.graded_program(m.test_binary);
+    r.steps.push_back(parse_build_step(graded_link + student_objects + libs + twin, r.src));
+    r.programs[twin] = twin;
+  }
   return r;
 }
 
@@ -581,11 +596,15 @@ bool configure(const Manifest& m, const fs::path& tree, const fs::path& build_di
 }
 
 /// Builds the manifest's test programs with CMake: `test_binary` first, then each other one on
-/// its own (one the configuration does not define, or one that fails, leaves the others).
-void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const StepEnv& env, bool benchmarks,
+/// its own (one the configuration does not define, or one that fails, leaves the others). A
+/// trusted (reference) build of an oracle-free lab also builds each program's graded twin, which
+/// a submission's build replays.
+void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const StepEnv& env, bool benchmarks, bool twins,
                          const std::function<double()>& left, BuildResult& b) {
   std::string cmake = which("cmake");
   std::vector<std::string> targets = m.test_binaries();
+  if (twins && m.oracle_free)
+    for (const auto& t : m.test_binaries()) targets.push_back(m.graded_program(t));
   if (benchmarks)
     for (const auto& bm : m.benchmarks)
       if (std::find(targets.begin(), targets.end(), bm.binary) == targets.end()) targets.push_back(bm.binary);
@@ -608,6 +627,19 @@ void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const Ste
   }
 }
 
+/// A submission's programs under the names of the test programs they stand in for: the graded
+/// twin `P_graded` as `P` (see Manifest::graded_program).
+TestPrograms as_test_programs(const Manifest& m, TestPrograms p) {
+  TestPrograms out;
+  for (const auto& t : m.test_binaries()) {
+    const std::string g = m.graded_program(t);
+    if (auto it = p.built.find(g); it != p.built.end()) out.built[t] = it->second;
+    if (auto it = p.not_configured.find(g); it != p.not_configured.end()) out.not_configured[t] = it->second;
+    if (auto it = p.failed.find(g); it != p.failed.end()) out.failed[t] = it->second;
+  }
+  return out;
+}
+
 }  // namespace
 
 BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt) {
@@ -626,11 +658,17 @@ BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& b
     fs::copy_file(opt.harness_lib, env->build_dir / "grader-libs/harness.a", fs::copy_options::overwrite_existing);
     fs::copy_file(opt.common_lib, env->build_dir / "grader-libs/common.a", fs::copy_options::overwrite_existing);
     hand_over(env->build_dir, env->uid);
-    b.programs = replay(b.recipe, nullptr, {m.test_binary}, *env, left(), b);
+    std::set<std::string> wanted = {m.test_binary};
+    if (opt.trusted) wanted.insert(m.graded_program(m.test_binary));
+    b.programs = replay(b.recipe, nullptr, wanted, *env, left(), b);
   } else if (configure(m, tree, build_dir, opt, *env, left(), b)) {
-    build_cmake_targets(m, build_dir, *env, opt.benchmarks, left, b);
+    build_cmake_targets(m, build_dir, *env, opt.benchmarks, opt.trusted, left, b);
   }
   b.ok = b.programs.built.count(m.test_binary) > 0;
+  // A reference build without the twins a submission is linked as cannot grade anything.
+  if (opt.trusted && m.oracle_free)
+    for (const auto& t : m.test_binaries())
+      if (b.programs.built.count(t) && !b.programs.built.count(m.graded_program(t))) b.ok = false;
   if (b.ok) b.binary = b.programs.built.at(m.test_binary);
   b.wall_s = since(budget.t0);
   return b;
@@ -646,12 +684,14 @@ BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::
   std::set<std::string> student(m.student_files.begin(), m.student_files.end());
   std::set<std::string> wanted;
   // The test programs only: a leaderboard figure is the grader's timing of a check test
-  // (time_check), never a benchmark program's report.
-  for (const auto& t : m.test_binaries()) wanted.insert(t);
+  // (time_check), never a benchmark program's report. In an oracle-free lab, their graded
+  // twins: the submission's process never holds the tests' expected values.
+  for (const auto& t : m.test_binaries()) wanted.insert(m.graded_program(t));
   const bool reference_flags = opt.benchmarks || m.student_opt == "reference";
   b.programs = replay(recipe, &student, wanted, *env, budget.left(), b, reference_flags ? "" : opt.student_opt);
   for (const auto& t : wanted)
     if (!recipe.programs.count(t)) b.programs.not_configured[t] = "the reference build has no program " + t;
+  if (m.oracle_free) b.programs = as_test_programs(m, std::move(b.programs));
   b.ok = b.programs.built.count(m.test_binary) > 0;
   if (b.ok) b.binary = b.programs.built.at(m.test_binary);
   b.wall_s = since(budget.t0);

@@ -32,6 +32,10 @@ const Group* Manifest::group(const std::string& name) const {
   return nullptr;
 }
 
+std::string Manifest::graded_program(const std::string& program) const {
+  return oracle_free ? program + "_graded" : program;
+}
+
 std::vector<std::string> Manifest::test_binaries() const {
   std::vector<std::string> out = {test_binary};
   for (const auto& g : groups)
@@ -117,12 +121,12 @@ Manifest parse_manifest(const json& j, const std::string& source) {
   if (!j.is_object()) mls::fail(source, ": the manifest must be a JSON object");
   static const std::set<std::string> known = {"lab", "dir", "title", "test_binary", "student_files",
                                               "hidden_files", "time_limit_s", "memory_limit_mb",
-                                              "build_time_limit_s", "build_memory_limit_mb", "student_opt", "groups", "benchmarks",
+                                              "build_time_limit_s", "build_memory_limit_mb", "student_opt", "oracle_free", "groups", "benchmarks",
                                               "build", "$comment"};
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) c.bad(k, "is not a manifest field (known: lab, dir, title, test_binary, student_files, "
                                   "hidden_files, time_limit_s, memory_limit_mb, build_time_limit_s, build_memory_limit_mb, "
-                                  "student_opt, groups, benchmarks, build)");
+                                  "student_opt, oracle_free, groups, benchmarks, build)");
   Manifest m;
   const json& lab = need(c, j, "lab", "");
   if (!lab.is_number_integer() || lab.get<int>() < 0) c.bad("lab", "must be a non-negative integer");
@@ -147,6 +151,7 @@ Manifest parse_manifest(const json& j, const std::string& source) {
   if (!(m.memory_limit_mb >= 64)) c.bad("memory_limit_mb", "must be at least 64");
   m.build_time_limit_s = get_number(c, j, "build_time_limit_s", "", 900.0);
   m.student_opt = get_string(c, j, "student_opt", "", false);
+  m.oracle_free = get_bool(c, j, "oracle_free", "", false);
   if (!m.student_opt.empty() && m.student_opt != "reference")
     c.bad("student_opt", "'" + m.student_opt + "' is not 'reference' (the only value: grade this lab's student files at the "
                          "reference build's flags)");

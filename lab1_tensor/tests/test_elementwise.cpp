@@ -111,9 +111,9 @@ void check_binary(BinaryOp op, const Tensor& a, const Ref& ra, const Tensor& b, 
   CHECK(got.dtype() == out);
   // The inputs hold values exact in the compute dtype, and +, -, *, / of two floats rounded
   // once to float32 equal the float32 operation (53 >= 2 * 24 + 2), so those are exact.
-  const Ref want = ref::zip(ra, rb, [&](double x, double y) {
+  MLS_ORACLE(const Ref want = ref::zip(ra, rb, [&](double x, double y) {
     return ref::round_to(out, binary_ref(op, ref::round_to(compute, x), ref::round_to(compute, y), integral));
-  });
+  });)
   if (op == BinaryOp::Pow && !integral) {
     const double eps = ref::eps_of(compute);
     CHECK_CLOSE(got, want, [&](I64 i) { return 4 * eps * std::fabs(want.v[static_cast<std::size_t>(i)]); });
@@ -134,7 +134,7 @@ TEST_CASE("unary ops on float tensors match the naive formulas", "[lab1][element
         INFO(mls::op_name(op) << " " << t << " " << p.log);
         const Tensor got = mls::unary(op, p.t);
         CHECK(got.dtype() == t);
-        const Ref want = ref::map(p.r, [op](double x) { return unary_ref(op, x); });
+        MLS_ORACLE(const Ref want = ref::map(p.r, [op](double x) { return unary_ref(op, x); });)
         const double eps = ref::eps_of(t);
         CHECK_CLOSE(got, want, [&](I64 i) {
           return unary_tol(op, p.r.v[static_cast<std::size_t>(i)], want.v[static_cast<std::size_t>(i)], eps);
@@ -155,7 +155,7 @@ TEST_CASE("unary ops on integer tensors: neg/abs/relu keep the dtype, the rest g
         const Tensor got = mls::unary(op, p.t);
         const bool keeps = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
         CHECK(got.dtype() == (keeps ? t : DType::Float32));
-        const Ref want = ref::map(p.r, [&](double x) { return ref::round_to(got.dtype(), unary_ref(op, x)); });
+        MLS_ORACLE(const Ref want = ref::map(p.r, [&](double x) { return ref::round_to(got.dtype(), unary_ref(op, x)); });)
         const double eps = ref::eps_of(DType::Float32);
         CHECK_CLOSE(got, want, [&](I64 i) {
           return keeps ? 0.0 : unary_tol(op, p.r.v[static_cast<std::size_t>(i)], want.v[static_cast<std::size_t>(i)], eps);
@@ -347,9 +347,9 @@ TEST_CASE("scalar variants: the scalar takes the tensor's dtype, fractional scal
         const Tensor got = mls::binary(op, p.t, s);
         CHECK(got.dtype() == out);
         const DType math = is_cmp(op) ? compute : out;
-        const Ref want = ref::map(p.r, [&](double x) {
+        MLS_ORACLE(const Ref want = ref::map(p.r, [&](double x) {
           return ref::round_to(out, binary_ref(op, ref::round_to(math, x), ref::round_to(math, s), !mls::is_floating(math)));
-        });
+        });)
         const double eps = ref::eps_of(math);
         CHECK_CLOSE(got, want, [&](I64 i) {
           return op == BinaryOp::Pow ? 4 * eps * std::fabs(want.v[static_cast<std::size_t>(i)]) : 0.0;
@@ -430,9 +430,9 @@ TEST_CASE("in-place ops on strided destinations with broadcasting", "[lab1][elem
     CHECK(a.dtype() == ta);
     CHECK(a.shape() == shape);
     // b is first converted to a's dtype, then the op runs in a's dtype.
-    const Ref want = ref::zip(ra, rb, [&](double x, double y) {
+    MLS_ORACLE(const Ref want = ref::zip(ra, rb, [&](double x, double y) {
       return ref::round_to(ta, binary_ref(op, x, ref::round_to(ta, y), !mls::is_floating(ta)));
-    });
+    });)
     CHECK_SAME(a, want);
   }
 }
@@ -537,9 +537,9 @@ TEST_CASE("elementwise on 300k elements: 1 and 2 threads agree with the referenc
   const Tensor a = ref::make_strided(ra, DType::Float32, rng, false), b = ref::make(rb, DType::Float32);
   const Tensor c = ref::make(rc, DType::Float32);
   const Tensor at = ref::make(ref::permute(ra, {1, 0}), DType::Float32).transpose();  // same values, column-major
-  const Ref sum_ab = ref::zip(ra, rb, [](double x, double y) { return ref::round_to(DType::Float32, x + y); });
-  const Ref prod_ac = ref::zip(ra, rc, [](double x, double y) { return ref::round_to(DType::Float32, x * y); });
-  const Ref e = ref::map(ra, [](double x) { return std::exp(x); });
+  MLS_ORACLE(const Ref sum_ab = ref::zip(ra, rb, [](double x, double y) { return ref::round_to(DType::Float32, x + y); });)
+  MLS_ORACLE(const Ref prod_ac = ref::zip(ra, rc, [](double x, double y) { return ref::round_to(DType::Float32, x * y); });)
+  MLS_ORACLE(const Ref e = ref::map(ra, [](double x) { return std::exp(x); });)
   const double eps = ref::eps_of(DType::Float32);
   std::vector<Tensor> results;
   for (int threads : {1, 2}) {

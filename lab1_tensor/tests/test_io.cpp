@@ -202,7 +202,7 @@ TEST_CASE("save and load round trip: every dtype, shapes, strided views", "[lab1
     // The file holds the row-major bytes NumPy expects.
     const mls::NpyArray arr = mls::read_npy(f.str());
     CHECK(arr.dtype == t);
-    CHECK(arr.shape == p.r.shape);
+    MLS_CHECK_EQ(arr.shape, p.r.shape);
     CHECK_FALSE(arr.fortran_order);
     REQUIRE(arr.data.size() == static_cast<std::size_t>(p.r.numel()) * mls::itemsize(t));
     const Tensor c = p.t.compact();
@@ -247,12 +247,11 @@ TEST_CASE("load honours Fortran order (written by write_npy and by hand)", "[lab
   write_file(g.str(), npy_bytes("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 3, 4), }", raw(f3)));
   const Tensor u = mls::load(g.str());
   CHECK(u.dtype() == DType::Int64);
-  Ref want({2, 3, 4});
-  for (I64 i = 0; i < 2; ++i) {
+  MLS_ORACLE(Ref want({2, 3, 4}); for (I64 i = 0; i < 2; ++i) {
     for (I64 j = 0; j < 3; ++j) {
       for (I64 k = 0; k < 4; ++k) want({i, j, k}) = static_cast<double>(100 * i + 10 * j + k);
     }
-  }
+  })
   CHECK_SAME(u, want);
   TempPath h;
   write_file(h.str(), npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x01\x00\x01", 3)));

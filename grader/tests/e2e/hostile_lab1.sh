@@ -65,13 +65,70 @@ struct Flood {
 }  // namespace
 ''',
 }
+# Attacks that are the matmul itself: the stub's MLS_TODO replaced by a call to the attack.
+bodies = {
+    # cause 2: the tests' expected value found in the process. A ref::Ref (two std::vectors:
+    # shape, values) of the result's shape on the callers' stack frames is copied out as the
+    # result. Finds `want` wherever a test computed it before calling matmul; in the graded twin
+    # (lab.json "oracle_free") there is none to find.
+    "stack_want": r'''
+#include <pthread.h>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+namespace mls::inline tensor {
+Tensor forged_matmul(const Tensor& a, const Tensor& b) {
+  if (a.ndim() != 2 || b.ndim() != 2 || !(a.dtype() == DType::Float32 || a.dtype() == DType::Float64) || a.dtype() != b.dtype())
+    MLS_TODO("lab1: matmul");
+  const std::int64_t M = a.shape()[0], N = b.shape()[1];
+  pthread_attr_t attr;
+  void* stack = nullptr;
+  std::size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) MLS_TODO("lab1: matmul");
+  pthread_attr_getstack(&attr, &stack, &size);
+  pthread_attr_destroy(&attr);
+  const auto top = reinterpret_cast<std::uintptr_t>(stack) + size;
+  void* heap = std::malloc(16);
+  const auto h = reinterpret_cast<std::uintptr_t>(heap);
+  std::free(heap);
+  auto near_heap = [&](std::uintptr_t p) { return p != 0 && p % 8 == 0 && p + (1ull << 32) > h && p < h + (1ull << 32); };
+  for (auto at = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) & ~std::uintptr_t{7}; at + 48 <= top; at += 8) {
+    std::uintptr_t w[6];
+    std::memcpy(w, reinterpret_cast<const void*>(at), sizeof w);
+    if (!near_heap(w[0]) || !near_heap(w[3]) || w[1] - w[0] != 16 || w[2] < w[1]) continue;
+    if (w[4] - w[3] != static_cast<std::uintptr_t>(M * N) * 8 || w[5] < w[4]) continue;
+    const auto* shape = reinterpret_cast<const std::int64_t*>(w[0]);
+    if (shape[0] != M || shape[1] != N) continue;
+    const auto* v = reinterpret_cast<const double*>(w[3]);
+    Tensor out = Tensor::zeros({M, N}, a.dtype());
+    for (std::int64_t i = 0; i < M * N; ++i) {
+      if (a.dtype() == DType::Float32) static_cast<float*>(out.data_ptr())[i] = static_cast<float>(v[i]);
+      else static_cast<double*>(out.data_ptr())[i] = v[i];
+    }
+    return out;
+  }
+  MLS_TODO("lab1: matmul");
+}
+}  // namespace mls::tensor
+''',
+}
+for name, body in bodies.items():
+    attacks[name] = body
 for name, extra in attacks.items():
     sub = os.path.join(work, "batch", name)
     for rel in m["student_files"]:
         dst = os.path.join(sub, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if rel.endswith("matmul.cpp"):
-            open(dst, "w").write(stub + extra)
+            text = stub + extra
+            if name in bodies:
+                todo = '  MLS_TODO("lab1: matmul");\n}'
+                assert todo in stub, "the stub's matmul ends otherwise"
+                head = "Tensor matmul(const Tensor& a_in, const Tensor& b_in) {"
+                assert head in stub, "the stub's matmul starts otherwise"
+                text = (stub.replace(head, "Tensor forged_matmul(const Tensor&, const Tensor&);\n" + head)
+                        .replace(todo, "  return forged_matmul(a_in, b_in);\n}") + extra)
+            open(dst, "w").write(text)
         else:
             shutil.copyfile(os.path.join(root, rel), dst)
 PY

@@ -67,6 +67,60 @@ void require_error(F&& f, const std::string& needle) {
 
 }  // namespace mls::testing
 
+/// Oracles and the grading build. A test's oracle is its own computation of what the code under
+/// test should produce (lab 1's `ref::`, a hand-written expected value). mls-grader links a
+/// submission with a second build of the tests, `<program>_graded`, compiled with
+/// MLS_GRADED_BUILD (labs whose lab.json says "oracle_free": true): there every oracle is compiled
+/// out, so the submission's process never holds an expected value it could hand back as its own.
+/// Its verdict comes only from comparing its observations with the reference's (run from the
+/// ordinary build, oracles and all). Wrap the oracle's code in MLS_ORACLE(...) and a check
+/// against it in MLS_ORACLE_CHECK(...); observe what the code produced outside both:
+///
+///     const Tensor got = mls::matmul(a, b);
+///     MLS_OBSERVE_VALUES(got);
+///     MLS_ORACLE(const Ref want = ref::matmul(ra, rb).first;)
+///     MLS_ORACLE_CHECK(CHECK(ref::same_values(got, want)));
+///
+/// Observations made inside MLS_ORACLE_CHECK (its Catch2 assertions) are not recorded, so both
+/// builds record the same stream. Students' local builds keep every oracle and its got/want
+/// messages.
+///
+/// MLS_ORACLE takes statements (a declaration too: what it declares stays in scope), each ended
+/// by its `;` or `}`; while they run, no observation is recorded (the oracle's own REQUIREs are
+/// not in the grading build's stream either). Use it as a statement of its own, never as the
+/// body of an unbraced if/for.
+#ifdef MLS_GRADED_BUILD
+#define MLS_ORACLE(...)
+#else
+#define MLS_ORACLE(...)                \
+  ++::mls::testing::oracle_depth();    \
+  __VA_ARGS__                          \
+  --::mls::testing::oracle_depth();
+#endif
+
+/// A check against an oracle: compiled out of the grading build; elsewhere its assertions are
+/// not observations (an mls::testing::OracleScope is open while it runs).
+#ifdef MLS_GRADED_BUILD
+#define MLS_ORACLE_CHECK(...) \
+  do {                        \
+  } while (0)
+#else
+#define MLS_ORACLE_CHECK(...) \
+  do {                        \
+    const ::mls::testing::OracleScope mls_oracle_scope_; \
+    __VA_ARGS__;              \
+  } while (0)
+#endif
+
+/// Observes `got` (labelled with its spelling) and, outside the grading build, CHECKs that it
+/// equals `want`, an oracle's value that the grading build never computes.
+#define MLS_CHECK_EQ(got, want)                                      \
+  do {                                                               \
+    const auto& mls_got_ = (got);                                    \
+    ::mls::testing::observe(#got, mls_got_);                         \
+    MLS_ORACLE_CHECK(INFO(#got " == " #want); CHECK(mls_got_ == (want))); \
+  } while (0)
+
 /// Ends a GPU test early, loudly, where there is no GPU: `available(&why)` is the lab's check
 /// (`cu::available`, `nccl_gpu_available`, ...). CTest's skip regex reads "SKIPPED: no GPU" and
 /// reports the test as skipped; the grader leaves it out.

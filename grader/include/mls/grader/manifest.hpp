@@ -87,6 +87,11 @@ struct Manifest {
   /// and up GCC contracts a * b + c into a fused multiply-add, at -O1 it does not, so the bits of
   /// the reference's own code would differ).
   std::string student_opt;
+  /// true: every test program `P` has a twin `P_graded`, the same tests compiled with
+  /// MLS_GRADED_BUILD (their oracles compiled out: common/tests/include/mls/testing.hpp). The
+  /// reference build makes both; a submission is linked with the twin only, so its process never
+  /// holds an expected value, and its stream is compared with the reference's run of `P`.
+  bool oracle_free = false;
   double build_memory_limit_mb = 4096;
   std::vector<Group> groups;
   std::vector<Benchmark> benchmarks;
@@ -97,6 +102,9 @@ struct Manifest {
   const Group* group(const std::string& name) const;
   /// Every test program the groups need: `test_binary` first, then the other groups' binaries.
   std::vector<std::string> test_binaries() const;
+  /// The program a submission is linked as in place of test program `program`: its oracle-free
+  /// twin `<program>_graded` where `oracle_free`, else `program` itself.
+  std::string graded_program(const std::string& program) const;
 };
 
 /// Parses and validates a manifest; throws mls::Error naming `source` and the bad field.
