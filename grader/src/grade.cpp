@@ -176,17 +176,22 @@ CaseRun ReachablePrograms::run(const TestJob& job, const Manifest& m, std::uint6
                   channel_limit);
 }
 
-CaseRun ReachablePrograms::record(const TestJob& job, const Manifest& m, std::uint64_t salt) const {
-  StreamRecorder rec;
+CaseRun ReachablePrograms::record(const TestJob& job, const Manifest& m, std::uint64_t salt, ValueSample sample) const {
+  StreamRecorder rec(sample);
   CaseRun c = run(job, m, salt, &rec);
   c.channel.observations = std::move(rec.stream);
   return c;
 }
 
+const ValueSample& grading_sample() {
+  static const ValueSample s = ValueSample::drawn();
+  return s;
+}
+
 void ReachablePrograms::record_twice(const TestJob& job, const Manifest& m, std::uint64_t salt, CaseRun& a, CaseRun& b,
                                      std::optional<ReferenceMerger>& merger) const {
-  a = record(job, m, salt);
-  merger.emplace(std::move(a.channel.observations));
+  a = record(job, m, salt, grading_sample());
+  merger.emplace(std::move(a.channel.observations), grading_sample());
   b = run(job, m, salt, &*merger);
 }
 

@@ -85,12 +85,16 @@ struct ReachablePrograms {
   CaseRun run(const TestJob& job, const Manifest& m, std::uint64_t salt, ObservationConsumer* consumer = nullptr,
               std::size_t channel_limit = kTrustedChannelLimit) const;
   /// The same, keeping every observation in `CaseRun::channel.observations` (trusted runs: the
-  /// reference build's).
-  CaseRun record(const TestJob& job, const Manifest& m, std::uint64_t salt) const;
+  /// reference build's), of each the values `sample` keeps.
+  CaseRun record(const TestJob& job, const Manifest& m, std::uint64_t salt, ValueSample sample = {}) const;
   /// The reference's two runs of `job`: the first recorded, the second merged into it as it
-  /// arrives (`merger` holds the result, see ReferenceMerger::result).
+  /// arrives (`merger` holds the result, see ReferenceMerger::result); large observations sampled
+  /// at this grader process's secret positions (grading_sample).
   void record_twice(const TestJob& job, const Manifest& m, std::uint64_t salt, CaseRun& a, CaseRun& b,
                     std::optional<ReferenceMerger>& merger) const;
 };
+
+/// The secret positions this grader process compares of large observations, drawn once.
+const ValueSample& grading_sample();
 
 }  // namespace mls::grader::detail

@@ -218,15 +218,41 @@ CatchXml parse_catch_xml(std::string_view text) {
 
 namespace gp = grader_protocol;
 
+bool ValueSample::keep(std::size_t index, std::int64_t count, std::int64_t k) const {
+  if (secret == 0 || count <= kWhole) return true;
+  // splitmix64's finaliser over the secret, the observation and the position.
+  std::uint64_t z = secret ^ (static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull) ^
+                    (static_cast<std::uint64_t>(k) * 0xD1B54A32D192ED03ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z % kRate == 0;
+}
+
+std::size_t ValueSample::capacity(std::int64_t count) {
+  if (count <= kWhole) return static_cast<std::size_t>(std::max<std::int64_t>(count, 0));
+  return static_cast<std::size_t>(count / static_cast<std::int64_t>(kRate) + 4096);
+}
+
+ValueSample ValueSample::drawn() {
+  std::uint64_t s = std::strtoull(random_hex(8).c_str(), nullptr, 16);
+  return ValueSample{s == 0 ? 1 : s};
+}
+
 void StreamRecorder::begin(const gp::ObservationRecord& head) {
   stream.push_back(head);
-  // As many as announced (up to 16M values: a header's count is only a claim), so a large
+  stream.back().values.clear();  // a header carries none (feed() hands over whole records)
+  // As many as announced, or sampled (up to 16M: a header's count is only a claim), so a large
   // observation is held once, not in a vector that doubles.
-  stream.back().values.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(head.count, 0, std::int64_t{1} << 24)));
+  stream.back().values.reserve(std::min<std::size_t>(ValueSample::capacity(head.count), std::size_t{1} << 24));
   open_ = true;
+  k_ = 0;
+  ++index_;
 }
 void StreamRecorder::value(double v) {
-  if (open_) stream.back().values.push_back(v);
+  if (!open_) return;
+  gp::ObservationRecord& o = stream.back();
+  if (sample_.keep(index_ - 1, o.count, k_++)) o.values.push_back(v);
 }
 void StreamRecorder::end(bool ok) {
   if (open_ && !ok) {

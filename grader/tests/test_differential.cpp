@@ -231,3 +231,66 @@ TEST_CASE("reference merger: the second run streamed in widens tolerances like t
   CHECK_FALSE(short_run.result(problem));
   CHECK_THAT(problem, Catch::Contains("made 1 and 0 observations"));
 }
+
+namespace {
+/// The reference of `run` as the grader keeps it: recorded with `sample`, the same run merged in.
+ReferenceStream sampled_reference(const Stream& run, ValueSample sample) {
+  StreamRecorder rec(sample);
+  feed(rec, run);
+  ReferenceMerger m(std::move(rec.stream), sample);
+  feed(m, run);
+  std::string problem;
+  auto r = m.result(problem);
+  REQUIRE(r);
+  return std::move(*r);
+}
+
+std::string compare_sampled(const ReferenceStream& ref, const Stream& got) {
+  StreamComparator c(ref);
+  feed(c, got);
+  return c.verdict();
+}
+}  // namespace
+
+TEST_CASE("value sample: small observations whole, large ones at secret positions", "[grader]") {
+  const ValueSample none{}, s{0x1234567887654321ull}, t{0x1111222233334444ull};
+  const std::int64_t big = 4 * ValueSample::kWhole;
+  std::int64_t kept_s = 0, same = 0;
+  for (std::int64_t k = 0; k < ValueSample::kWhole; ++k) CHECK((s.keep(3, ValueSample::kWhole, k) && none.keep(3, big, k)));
+  for (std::int64_t k = 0; k < big; ++k) {
+    kept_s += s.keep(0, big, k);
+    same += s.keep(0, big, k) && t.keep(0, big, k);
+  }
+  // About one in kRate kept; another secret keeps other positions (independent: ~1/kRate^2).
+  const double rate = static_cast<double>(kept_s) / static_cast<double>(big);
+  CHECK(rate > 0.8 / ValueSample::kRate);
+  CHECK(rate < 1.2 / ValueSample::kRate);
+  CHECK(same < kept_s / 8);
+  CHECK(ValueSample::capacity(big) >= static_cast<std::size_t>(kept_s));
+  CHECK(ValueSample::drawn().secret != ValueSample::drawn().secret);
+}
+
+TEST_CASE("value sample: the grader keeps only sampled values, and a result wrong anywhere it cannot predict fails",
+          "[grader]") {
+  const ValueSample sample = ValueSample::drawn();
+  const std::int64_t n = 1 << 20;
+  std::vector<double> want(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) want[static_cast<std::size_t>(i)] = static_cast<double>(i % 1000) * 0.5;
+  const ReferenceStream ref = sampled_reference({obs("y", want)}, sample);
+  CHECK(ref.stream[0].count == n);
+  CHECK(ref.stream[0].values.size() < static_cast<std::size_t>(n / 32));  // bounded memory
+  CHECK(compare_sampled(ref, {obs("y", want)}).empty());
+  // A submission that computes only every 4099th value (the old fixed sample) is caught.
+  std::vector<double> lazy(static_cast<std::size_t>(n), 0.0);
+  for (std::int64_t i = 0; i < n; i += 4099) lazy[static_cast<std::size_t>(i)] = want[static_cast<std::size_t>(i)];
+  CHECK_THAT(compare_sampled(ref, {obs("y", lazy)}), Catch::Contains("compared of 1048576 values"));
+  // So is one wrong in 1% of places; the first difference is named at its real position.
+  std::vector<double> few = want;
+  for (std::int64_t i = 5; i < n; i += 100) few[static_cast<std::size_t>(i)] += 1;
+  const std::string d = compare_sampled(ref, {obs("y", few)});
+  CHECK_THAT(d, Catch::Contains("value ["));
+  CHECK_THAT(d, Catch::Contains("got"));
+  // Counts are compared as announced, not as kept.
+  CHECK_THAT(compare_sampled(ref, {obs("y", std::vector<double>(static_cast<std::size_t>(n - 1), 0.0))}),
+             Catch::Contains("expected 1048576 value(s), got 1048575"));
+}

@@ -26,11 +26,13 @@ int strong_count(const Stream& s);
 /// Streams that differ in length, labels or kinds: std::nullopt and `problem` says where (a test
 /// bug: its observations must not depend on anything but the salt).
 struct ReferenceStream {
-  Stream stream;
+  Stream stream;               ///< each observation's values: those `sample` keeps
+  ValueSample sample;          ///< which values were kept, and are compared
   std::vector<bool> unstable;  ///< per observation
   int nondeterministic = 0;    ///< observations whose values differed between the two runs
 };
-/// Hands a whole, already decoded stream to a consumer, as the channel decoder would.
+/// Hands a whole, already decoded stream to a consumer, as the channel decoder would (a stream
+/// with every value: not one a sampling recorder kept).
 void feed(ObservationConsumer& c, const Stream& s);
 
 std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Stream& b, std::string& problem);
@@ -39,7 +41,8 @@ std::optional<ReferenceStream> merge_reference_runs(const Stream& a, const Strea
 /// stream is moved in and becomes the result; the second is never held.
 class ReferenceMerger : public ObservationConsumer {
  public:
-  explicit ReferenceMerger(Stream first);
+  /// `first`: the first run, recorded with `sample` (StreamRecorder).
+  explicit ReferenceMerger(Stream first, ValueSample sample = {});
   void begin(const Observation& head) override;
   void value(double v) override;
   void end(bool ok) override;
@@ -51,6 +54,7 @@ class ReferenceMerger : public ObservationConsumer {
   void fail(std::string why);
   ReferenceStream r_;
   std::size_t seen_ = 0, k_ = 0;
+  std::int64_t pos_ = 0;   ///< position of the next value of the current observation
   std::int64_t cur_ = -1;  ///< the observation whose values arrive (-1: none compared)
   double spread_ = 0;
   bool differs_ = false;
@@ -60,7 +64,8 @@ class ReferenceMerger : public ObservationConsumer {
 /// Compares a student stream with the reference as it arrives (an `ObservationConsumer` for the
 /// channel decoder: nothing of the student's stream is kept): same number of observations, same
 /// labels and kinds in order, texts and layouts exactly, every value within the reference's
-/// tolerance (|got - want| <= atol + rtol * |want|; exact when both are 0; NaN matches NaN).
+/// tolerance (|got - want| <= atol + rtol * |want|; exact when both are 0; NaN matches NaN): of
+/// a large observation, the values at the reference's secret positions (ValueSample).
 class StreamComparator : public ObservationConsumer {
  public:
   explicit StreamComparator(const ReferenceStream& ref);  ///< `ref` must outlive the comparator
@@ -81,6 +86,7 @@ class StreamComparator : public ObservationConsumer {
   std::string at(std::size_t i) const;
   const ReferenceStream& ref_;
   std::size_t seen_ = 0, cur_index_ = 0, k_ = 0;
+  std::int64_t pos_ = 0, compared_ = 0;  ///< position of the next value; values compared
   const Observation* cur_ = nullptr;  ///< the reference observation whose values arrive
   std::int64_t bad_values_ = 0;
   std::string first_bad_, first_;

@@ -97,18 +97,45 @@ struct ObservationConsumer {
   virtual void malformed() = 0;
 };
 
-/// Keeps every observation (the reference build's runs, and `parse_channel`).
+/// Which values of an observation the grader compares: every value of one of up to `kWhole`
+/// values; of a larger one, the positions a keyed hash of (secret, observation, position) picks,
+/// about one in `kRate`. The secret is drawn in the grader's process (`drawn`) after nothing and
+/// never leaves it, so a test process cannot know which of its values will be compared: a result
+/// must be right everywhere to pass. The reference's runs and every submission's comparison use
+/// the same one. A zero secret compares every value.
+struct ValueSample {
+  static constexpr std::int64_t kWhole = std::int64_t{1} << 16;
+  static constexpr std::uint64_t kRate = 64;
+  std::uint64_t secret = 0;
+  /// Whether value `k` of observation `index` (counted from 0 in its test's stream), which
+  /// announces `count` values, is compared.
+  bool keep(std::size_t index, std::int64_t count, std::int64_t k) const;
+  /// How many values of an observation of `count` values are kept, at most (a reservation).
+  static std::size_t capacity(std::int64_t count);
+  /// A fresh secret from the system's random source.
+  static ValueSample drawn();
+};
+
+/// Keeps every observation (the reference build's runs, and `parse_channel`): of each, the
+/// values `sample` keeps (all of them by default).
 class StreamRecorder : public ObservationConsumer {
  public:
+  explicit StreamRecorder(ValueSample sample = {}) : sample_(sample) {}
   void begin(const grader_protocol::ObservationRecord& head) override;
   void value(double v) override;
   void end(bool ok) override;
-  void malformed() override { ++bad; }
+  void malformed() override {
+    ++bad;
+    ++index_;
+  }
   std::vector<grader_protocol::ObservationRecord> stream;
   int bad = 0;  ///< records that did not decode (left out of `stream`)
 
  private:
+  ValueSample sample_;
   bool open_ = false;
+  std::size_t index_ = 0;  ///< records begun, malformed ones included
+  std::int64_t k_ = 0;     ///< position of the next value in the open record
 };
 
 /// Decodes the result channel as it arrives, in bounded memory whatever the child writes: a
