@@ -71,7 +71,7 @@ BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
   if (m.build)
     for (const auto& lib : {opt.harness_lib, opt.common_lib})
       if (!lib.empty() && fs::exists(lib)) libs += fnv1a_hex(read_file(lib));
-  const std::string key = "lab" + std::to_string(m.lab) + "-" + fnv1a_hex(tree_hash(staging) + libs) + (opt.werror ? "-werror" : "") + (opt.benchmarks ? "-bench" : "") + "-r4";
+  const std::string key = "lab" + std::to_string(m.lab) + "-" + fnv1a_hex(tree_hash(staging) + libs) + (opt.werror ? "-werror" : "") + (opt.benchmarks ? "-bench" : "") + (m.oracle_free ? "-graded" : "") + "-r4";
   fs::path dir = cache / key;
   fs::path stamp = dir / "programs.json";
   // One builder per key: concurrent graders (a parallel test suite, two batches) wait here.

@@ -219,7 +219,7 @@ CatchXml parse_catch_xml(std::string_view text) {
 namespace gp = grader_protocol;
 
 bool ValueSample::keep(std::size_t index, std::int64_t count, std::int64_t k) const {
-  if (secret == 0 || count <= kWhole) return true;
+  if (secret == 0 || count <= kWhole || k < kEdge || k >= count - kEdge) return true;
   // splitmix64's finaliser over the secret, the observation and the position.
   std::uint64_t z = secret ^ (static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull) ^
                     (static_cast<std::uint64_t>(k) * 0xD1B54A32D192ED03ull);
@@ -231,7 +231,7 @@ bool ValueSample::keep(std::size_t index, std::int64_t count, std::int64_t k) co
 
 std::size_t ValueSample::capacity(std::int64_t count) {
   if (count <= kWhole) return static_cast<std::size_t>(std::max<std::int64_t>(count, 0));
-  return static_cast<std::size_t>(count / static_cast<std::int64_t>(kRate) + 4096);
+  return static_cast<std::size_t>(2 * kEdge + count / static_cast<std::int64_t>(kRate) + 4096);
 }
 
 ValueSample ValueSample::drawn() {

@@ -254,43 +254,50 @@ std::string compare_sampled(const ReferenceStream& ref, const Stream& got) {
 
 TEST_CASE("value sample: small observations whole, large ones at secret positions", "[grader]") {
   const ValueSample none{}, s{0x1234567887654321ull}, t{0x1111222233334444ull};
-  const std::int64_t big = 4 * ValueSample::kWhole;
+  const std::int64_t big = 8 * ValueSample::kWhole, edge = ValueSample::kEdge;
   std::int64_t kept_s = 0, same = 0;
   for (std::int64_t k = 0; k < ValueSample::kWhole; ++k) CHECK((s.keep(3, ValueSample::kWhole, k) && none.keep(3, big, k)));
-  for (std::int64_t k = 0; k < big; ++k) {
+  for (std::int64_t k = 0; k < edge; ++k) CHECK((s.keep(1, big, k) && s.keep(1, big, big - 1 - k)));  // both ends whole
+  for (std::int64_t k = edge; k < big - edge; ++k) {
     kept_s += s.keep(0, big, k);
     same += s.keep(0, big, k) && t.keep(0, big, k);
   }
-  // About one in kRate kept; another secret keeps other positions (independent: ~1/kRate^2).
-  const double rate = static_cast<double>(kept_s) / static_cast<double>(big);
+  // About one in kRate of the middle kept; another secret keeps other positions (~1/kRate^2).
+  const double rate = static_cast<double>(kept_s) / static_cast<double>(big - 2 * edge);
   CHECK(rate > 0.8 / ValueSample::kRate);
   CHECK(rate < 1.2 / ValueSample::kRate);
   CHECK(same < kept_s / 8);
-  CHECK(ValueSample::capacity(big) >= static_cast<std::size_t>(kept_s));
+  CHECK(ValueSample::capacity(big) >= static_cast<std::size_t>(kept_s + 2 * edge));
   CHECK(ValueSample::drawn().secret != ValueSample::drawn().secret);
 }
 
 TEST_CASE("value sample: the grader keeps only sampled values, and a result wrong anywhere it cannot predict fails",
           "[grader]") {
   const ValueSample sample = ValueSample::drawn();
-  const std::int64_t n = 1 << 20;
+  const std::int64_t n = 1 << 22;
   std::vector<double> want(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) want[static_cast<std::size_t>(i)] = static_cast<double>(i % 1000) * 0.5;
   const ReferenceStream ref = sampled_reference({obs("y", want)}, sample);
   CHECK(ref.stream[0].count == n);
-  CHECK(ref.stream[0].values.size() < static_cast<std::size_t>(n / 32));  // bounded memory
+  CHECK(ref.stream[0].values.size() < static_cast<std::size_t>(n / 16));  // bounded memory
   CHECK(compare_sampled(ref, {obs("y", want)}).empty());
-  // A submission that computes only every 4099th value (the old fixed sample) is caught.
+  // A submission right at both ends and at every 4099th value only (the old fixed sample) is caught.
   std::vector<double> lazy(static_cast<std::size_t>(n), 0.0);
-  for (std::int64_t i = 0; i < n; i += 4099) lazy[static_cast<std::size_t>(i)] = want[static_cast<std::size_t>(i)];
-  CHECK_THAT(compare_sampled(ref, {obs("y", lazy)}), Catch::Contains("compared of 1048576 values"));
-  // So is one wrong in 1% of places; the first difference is named at its real position.
+  for (std::int64_t i = 0; i < n; ++i)
+    if (i < ValueSample::kEdge || i >= n - ValueSample::kEdge || i % 4099 == 0)
+      lazy[static_cast<std::size_t>(i)] = want[static_cast<std::size_t>(i)];
+  CHECK_THAT(compare_sampled(ref, {obs("y", lazy)}), Catch::Contains("compared of 4194304 values"));
+  // So is one wrong in 1% of the middle; the first difference is named at its real position.
   std::vector<double> few = want;
-  for (std::int64_t i = 5; i < n; i += 100) few[static_cast<std::size_t>(i)] += 1;
+  for (std::int64_t i = ValueSample::kEdge + 5; i < n - ValueSample::kEdge; i += 100) few[static_cast<std::size_t>(i)] += 1;
   const std::string d = compare_sampled(ref, {obs("y", few)});
   CHECK_THAT(d, Catch::Contains("value ["));
   CHECK_THAT(d, Catch::Contains("got"));
+  // And one wrong in the last value (a loop's remainder).
+  std::vector<double> tail = want;
+  tail.back() += 1;
+  CHECK_THAT(compare_sampled(ref, {obs("y", tail)}), Catch::Contains("value [4194303]"));
   // Counts are compared as announced, not as kept.
   CHECK_THAT(compare_sampled(ref, {obs("y", std::vector<double>(static_cast<std::size_t>(n - 1), 0.0))}),
-             Catch::Contains("expected 1048576 value(s), got 1048575"));
+             Catch::Contains("expected 4194304 value(s), got 4194303"));
 }

@@ -25,8 +25,7 @@ struct Graded {
   std::string all;  ///< everything the student sees
 };
 
-Graded grade(const std::string& name, bool differential = true) {
-  Manifest m = hostile_manifest();
+Graded grade(const std::string& name, bool differential = true, const Manifest& m = hostile_manifest()) {
   GradeOptions go = testing::fixture_grade_options();
   go.differential = differential;
   auto t0 = std::chrono::steady_clock::now();
@@ -63,7 +62,7 @@ TEST_CASE("adversarial: hostile: the baseline and the reference score what they 
   Graded base = grade("hostile_baseline");
   INFO(base.all);
   CHECK(base.r.score() == 5);  // add (4) and the big test (1); the truth-only test gives no points
-  CHECK(base.r.max_score() == 12);
+  CHECK(base.r.max_score() == 14);
   bool said = false;
   for (const auto& t : base.r.tests)
     if (t.group == "weak") {
@@ -72,7 +71,7 @@ TEST_CASE("adversarial: hostile: the baseline and the reference score what they 
     }
   CHECK(said);
   Graded ref = grade("correct");
-  CHECK(ref.r.score() == 11);  // all but the truth-only test
+  CHECK(ref.r.score() == 13);  // all but the truth-only test
 }
 
 TEST_CASE("adversarial: hostile, cause 1: an __asm__-labelled libc write() is refused by the link audit", "[grader][adversarial][hostile]") {
@@ -100,6 +99,23 @@ TEST_CASE("adversarial: hostile, cause 2: reaching the harness's channel (nonce,
   CHECK_THAT(g.all, Catch::Contains("mls_grader_harness::channel()") && Catch::Contains("uses a symbol of the tests"));
 }
 
+TEST_CASE("adversarial: hostile, cause 2: the expected value found on the stack: the oracle-free tests hold none",
+          "[grader][adversarial][hostile]") {
+  Graded after = attack_vs("hostile_stack_want", "hostile_stack_control");
+  for (const auto& t : after.r.tests)
+    if (t.group == "oracle") CHECK(t.outcome == Outcome::Fail);
+  // The attack is real: linked with the tests as students build them (oracles in the process),
+  // the same submission takes the oracle test's points.
+  testing::ScopedTmpdir tmp;
+  Manifest with_oracles = hostile_manifest();
+  with_oracles.oracle_free = false;
+  Graded leaky = grade("hostile_stack_want", true, with_oracles), control = grade("hostile_stack_control", true, with_oracles);
+  INFO(leaky.all);
+  std::printf("[hostile table] %-26s tests with oracles %5.2f, oracle-free %5.2f (control %5.2f)\n", "hostile_stack_want",
+              leaky.r.score(), after.r.score(), control.r.score());
+  CHECK(leaky.r.score() == control.r.score() + 2);
+}
+
 TEST_CASE("adversarial: hostile, cause 3: a truth-only test gives no points to a submission that makes it true", "[grader][adversarial][hostile]") {
   Graded g = attack_vs("hostile_truth", "hostile_baseline");
   CHECK(g.r.score() == 0);
@@ -115,7 +131,7 @@ TEST_CASE("adversarial: hostile, cause 4: right on every 4th value only (the old
   for (const auto& t : g.r.tests)
     if (t.group == "big") {
       CHECK(t.outcome == Outcome::Fail);
-      CHECK_THAT(t.message, Catch::Contains("value [1]: expected") && Catch::Contains("more of its 200000 values"));
+      CHECK_THAT(t.message, Catch::Contains("value [1]: expected") && Catch::Contains("compared of 200000 values"));
     }
 }
 

@@ -17,6 +17,7 @@ inline std::vector<float> random_vec(std::size_t n, std::uint64_t seed, const ch
   return v;
 }
 
+#ifndef MLS_GRADED_BUILD  // oracles: compiled out of the grading build (mls/testing.hpp)
 /// Double-precision C = alpha op(A) op(B) + beta C0, plus the error bound of each element:
 /// a float32 dot product of length K has |error| <= gamma_K * sum_k |a_k b_k| with
 /// gamma_K ~ K * eps (Higham, Accuracy and Stability, 3.1); scaling and the beta term add a
@@ -48,5 +49,7 @@ inline Reference reference_sgemm(bool ta, bool tb, long M, long N, long K, float
   }
   return r;
 }
+
+#endif  // MLS_GRADED_BUILD
 
 }  // namespace kernels_test

@@ -18,12 +18,13 @@ using kernels_test::random_vec;
 #define REQUIRE_GPU() MLS_REQUIRE_GPU(cu::available)
 
 namespace {
-long check_sgemm(const std::string& name, int M, int N, int K, float alpha, float beta) {
+/// Runs CUDA kernel `name` on one problem and observes C; outside the grading build, also checks
+/// it against the double-precision reference (computed after the kernel ran).
+void check_sgemm(const std::string& name, int M, int N, int K, float alpha, float beta) {
   const auto A = random_vec(static_cast<size_t>(M) * K, M + N, "A");
   const auto B = random_vec(static_cast<size_t>(K) * N, M + N, "B");
   auto C = random_vec(static_cast<size_t>(M) * N, M + N, "C");
-  const auto ref = kernels_test::reference_sgemm(false, false, M, N, K, alpha, A.data(), K, B.data(),
-                                              N, beta, C.data(), N);
+  const auto C_before = C;
   cu::DeviceBuffer dA(A.size()), dB(B.size()), dC(C.size());
   cu::to_device(dA.get(), A.data(), A.size());
   cu::to_device(dB.get(), B.data(), B.size());
@@ -31,14 +32,17 @@ long check_sgemm(const std::string& name, int M, int N, int K, float alpha, floa
   cu::sgemm(name, M, N, K, alpha, dA.get(), dB.get(), beta, dC.get());
   cu::synchronize();
   cu::to_host(C.data(), dC.get(), C.size());
-  long bad = 0;
-  for (size_t i = 0; i < C.size(); ++i) {
+  const std::string what = name + " C M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  MLS_ORACLE(const auto ref = kernels_test::reference_sgemm(false, false, M, N, K, alpha, A.data(), K, B.data(), N, beta,
+                                                            C_before.data(), N);)
+  double tol = 0;  // within twice the widest bound (the reference's build sets it)
+  MLS_ORACLE(for (double b : ref.bound) tol = std::max(tol, b);)
+  mls::testing::observe(what, C, {0.0, 2 * tol});
+  MLS_ORACLE_CHECK(long bad = 0; for (size_t i = 0; i < C.size(); ++i) {
     if (!(std::fabs(C[i] - ref.value[i]) <= ref.bound[i])) {
-      if (bad++ < 3) UNSCOPED_INFO(name << " M=" << M << " N=" << N << " K=" << K << " C[" << i
-                                        << "]=" << C[i] << " expected " << ref.value[i]);
+      if (bad++ < 3) UNSCOPED_INFO(what << ": C[" << i << "]=" << C[i] << " expected " << ref.value[i]);
     }
-  }
-  return bad;
+  } CHECK(bad == 0));
 }
 }  // namespace
 
@@ -48,8 +52,8 @@ TEST_CASE("cuda sgemm: every kernel on awkward sizes", "[lab4][gpu][cuda_sgemm]"
                           {256, 128, 64}, {257, 260, 300}, {1, 256, 512}};
   for (const auto& name : cu::sgemm_kernels()) {
     for (const auto& s : sizes) {
-      CHECK(check_sgemm(name, s[0], s[1], s[2], 1.5f, -0.5f) == 0);
-      CHECK(check_sgemm(name, s[0], s[1], s[2], 1.0f, 0.0f) == 0);
+      check_sgemm(name, s[0], s[1], s[2], 1.5f, -0.5f);
+      check_sgemm(name, s[0], s[1], s[2], 1.0f, 0.0f);
     }
   }
 }
@@ -76,7 +80,8 @@ TEST_CASE("cuda softmax, layernorm and bias+gelu match the references", "[lab4][
 
     cu::softmax_forward(dy.get(), dx.get(), rows, cols);
     cu::to_host(y.data(), dy.get(), n);
-    for (int r = 0; r < rows; ++r) {
+    mls::testing::observe("softmax " + std::to_string(rows) + "x" + std::to_string(cols), y, {2 * (cols + 16) * eps, 1e-37});
+    MLS_ORACLE_CHECK(for (int r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (int c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
       for (int c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
@@ -84,11 +89,14 @@ TEST_CASE("cuda softmax, layernorm and bias+gelu match the references", "[lab4][
         const double want = std::exp(x[r * cols + c] - mx) / sum;
         CHECK(std::fabs(y[r * cols + c] - want) <= (cols + 16) * eps * want);
       }
-    }
+    });
 
     cu::layernorm_forward(dy.get(), dm.get(), dr.get(), dx.get(), dw.get(), db.get(), rows, cols, 1e-5f);
     cu::to_host(y.data(), dy.get(), n);
-    for (int r = 0; r < rows; ++r) {
+    // (rstd is at most 1/sqrt(1e-5) ~ 316: the bound below, at its widest)
+    mls::testing::observe("layernorm " + std::to_string(rows) + "x" + std::to_string(cols), y,
+                          {0.0, 2 * (cols + 16) * eps * 4 * 317 * 4});
+    MLS_ORACLE_CHECK(for (int r = 0; r < rows; ++r) {
       double m = 0, v = 0;
       for (int c = 0; c < cols; ++c) m += x[r * cols + c];
       m /= cols;
@@ -98,14 +106,15 @@ TEST_CASE("cuda softmax, layernorm and bias+gelu match the references", "[lab4][
         const double norm = (x[r * cols + c] - m) * rs;
         CHECK(std::fabs(y[r * cols + c] - (norm * w[c] + b[c])) <= (cols + 16) * eps * 4 * (1 + rs));
       }
-    }
+    });
 
     cu::bias_gelu_forward(dy.get(), dx.get(), db.get(), rows, cols);
     cu::to_host(y.data(), dy.get(), n);
-    for (size_t i = 0; i < n; ++i) {
+    mls::testing::observe("bias+gelu " + std::to_string(rows) + "x" + std::to_string(cols), y, {0.0, 2 * 16 * eps * 12});
+    MLS_ORACLE_CHECK(for (size_t i = 0; i < n; ++i) {
       const double v = static_cast<double>(x[i]) + b[i % cols];
       const double want = 0.5 * v * (1 + std::tanh(mls::kGeluK * (v + mls::kGeluC * v * v * v)));
       CHECK(std::fabs(y[i] - want) <= 16 * eps * (1 + std::fabs(v)));
-    }
+    });
   }
 }

@@ -12,6 +12,7 @@
 #include "mls/kernels/fused.hpp"
 #include "mls/kernels/sgemm.hpp"
 #include "mls/observe.hpp"
+#include "mls/testing.hpp"  // MLS_ORACLE
 #include "reference.hpp"
 
 using kernels_test::random_vec;
@@ -64,13 +65,12 @@ LayernormRef layernorm_ref(const std::vector<float>& x, const std::vector<float>
 }  // namespace
 
 TEST_CASE("fast_expf is within a few ulp of exp", "[lab4][fused][exp]") {
-  double worst = 0;
-  for (double x = -87.0; x <= 88.0; x += 0.01234) {
+  MLS_ORACLE(double worst = 0; for (double x = -87.0; x <= 88.0; x += 0.01234) {
     const double got = mls::kernels::fast_expf(static_cast<float>(x));
     // exp of the float-rounded argument; relative error bound of a few float ulp.
     const double want_f = std::exp(static_cast<double>(static_cast<float>(x)));
     worst = std::max(worst, std::fabs(got - want_f) / want_f);
-  }
+  })
   {  // values on a coarse grid, each build within 4 ulp of exp
     std::vector<float> xs, ys;
     for (double x = -87.0; x <= 88.0; x += 1.234) xs.push_back(static_cast<float>(x));
@@ -79,7 +79,7 @@ TEST_CASE("fast_expf is within a few ulp of exp", "[lab4][fused][exp]") {
     mls::testing::observe("fast_expf(-1000), (1000), (NaN)", std::vector<float>{mls::kernels::fast_expf(-1000.0f),
         mls::kernels::fast_expf(1000.0f), mls::kernels::fast_expf(std::numeric_limits<float>::quiet_NaN())}, {0.0, 2e-37});
   }
-  CHECK(worst <= 4 * kEps);
+  MLS_ORACLE_CHECK(CHECK(worst <= 4 * kEps));
   CHECK(mls::kernels::fast_expf(-1000.0f) >= 0.0f);
   CHECK(mls::kernels::fast_expf(-1000.0f) < 1e-37f);
   // Like std::exp: overflow is +inf, NaN stays NaN (softmax shifts by the max, so never overflows).
@@ -94,11 +94,11 @@ TEST_CASE("fused E = D + (A + B) * C matches the three-pass version", "[lab4][fu
     std::vector<float> E(n);
     mls::kernels::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
     mls::testing::observe("E", E, {0.0, 2 * 3 * 3 * kEps});
-    for (long i = 0; i < n; ++i) {
+    MLS_ORACLE_CHECK(for (long i = 0; i < n; ++i) {
       const double want = static_cast<double>(D[i]) + (static_cast<double>(A[i]) + B[i]) * C[i];
       // three roundings of values of magnitude <= 3
       CHECK(std::fabs(E[i] - want) <= 3 * 3 * kEps);
-    }
+    });
   }
 }
 
@@ -110,7 +110,7 @@ TEST_CASE("softmax rows sum to 1 and match the reference", "[lab4][fused][softma
     std::vector<float> y(rows * cols);
     mls::kernels::softmax_forward(y.data(), x.data(), rows, cols);
     mls::testing::observe("y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
-    for (long r = 0; r < rows; ++r) {
+    MLS_ORACLE_CHECK(for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
       for (long c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
@@ -124,7 +124,7 @@ TEST_CASE("softmax rows sum to 1 and match the reference", "[lab4][fused][softma
         CHECK(std::fabs(y[r * cols + c] - want) <= (arg + 8 + cols) * kEps * want + 1e-37);
       }
       CHECK(std::fabs(ysum - 1.0) <= 2 * (cols + 8) * kEps);
-    }
+    });
   }
 }
 
@@ -139,9 +139,9 @@ TEST_CASE("layernorm forward and backward match the double reference", "[lab4][f
     std::vector<float> dx(rows * cols, 0.5f), dw(cols, 0.25f), db(cols, -0.25f);  // += check
     mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                                   mean.data(), rstd.data(), rows, cols);
-    std::vector<double> dw_ref(cols, 0.25), db_ref(cols, -0.25);
     double tol_max = 0, rs_max = 0, norm_max = 0;  // the widest bounds of the checks below, for the observations
-    for (long r = 0; r < rows; ++r) {
+    MLS_ORACLE(std::vector<double> dw_ref(cols, 0.25), db_ref(cols, -0.25);)
+    MLS_ORACLE_CHECK(for (long r = 0; r < rows; ++r) {
       double m = 0, v = 0;
       for (long c = 0; c < cols; ++c) m += x[r * cols + c];
       m /= cols;
@@ -172,17 +172,17 @@ TEST_CASE("layernorm forward and backward match the double reference", "[lab4][f
         dw_ref[c] += norm * dy[r * cols + c];
         db_ref[c] += dy[r * cols + c];
       }
-    }
+    });
     mls::testing::observe("mean", mean, {0.0, 2 * tol_max});
     mls::testing::observe("rstd", rstd, {2 * tol_max, 0.0});
     mls::testing::observe("y", y, {0.0, 2 * tol_max * (1 + norm_max)});
     mls::testing::observe("dx", dx, {0.0, 2 * tol_max * rs_max * 4});
     mls::testing::observe("dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
     mls::testing::observe("db", db, {0.0, 2 * (rows + 8) * kEps * 4});
-    for (long c = 0; c < cols; ++c) {
+    MLS_ORACLE_CHECK(for (long c = 0; c < cols; ++c) {
       CHECK(std::fabs(dw[c] - dw_ref[c]) <= (rows + 8) * kEps * 8 * 4);
       CHECK(std::fabs(db[c] - db_ref[c]) <= (rows + 8) * kEps * 4);
-    }
+    });
   }
 }
 
@@ -195,14 +195,14 @@ TEST_CASE("gelu forward and backward match the tanh formula", "[lab4][fused][gel
   mls::kernels::gelu_backward(dx.data(), x.data(), dy.data(), n);
   mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 11});
   mls::testing::observe("dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 11)});
-  for (long i = 0; i < n; ++i) {
+  MLS_ORACLE_CHECK(for (long i = 0; i < n; ++i) {
     const double xi = x[i];
     // GELU loses relative accuracy where 1 + tanh cancels (x << 0); bound by |x| ulps.
     CHECK(std::fabs(y[i] - gelu_ref(xi)) <= 16 * kEps * (1 + std::fabs(xi)));
     const double h = 1e-4;
     const double d = (gelu_ref(xi + h) - gelu_ref(xi - h)) / (2 * h);  // central difference
     CHECK(std::fabs(dx[i] - (1.0 + d * dy[i])) <= 1e-5 + 64 * kEps * (1 + std::fabs(xi)));
-  }
+  });
 }
 
 // ---- the same kernels on every instruction set, on 1-3 threads and past the streaming size ----
@@ -232,13 +232,6 @@ void for_each_isa_and_threads(bool small, F&& body) {
   mls::kernels::set_packed_isa(saved);
 }
 
-/// Every 4099th value (large outputs are observed by sample).
-std::vector<float> sample(const std::vector<float>& v) {
-  std::vector<float> out;
-  for (std::size_t i = 0; i < v.size(); i += 4099) out.push_back(v[i]);
-  return out;
-}
-
 constexpr long kStreamed = (4L << 20) + 5;  // floats: a 16 MiB output and a ragged end
 
 }  // namespace
@@ -252,13 +245,11 @@ TEST_CASE("fused E = D + (A + B) * C on every ISA, threads and streamed sizes",
     for_each_isa_and_threads(n < kStreamed, [&] {
       std::fill(E.begin(), E.end(), std::numeric_limits<float>::quiet_NaN());  // every element must be written
       mls::kernels::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
-      mls::testing::observe("E", sample(E), {0.0, 2 * 3 * 3 * kEps});
-      long bad = 0;
-      for (long i = 0; i < n; ++i) {
+      mls::testing::observe("E", E, {0.0, 2 * 3 * 3 * kEps});
+      MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < n; ++i) {
         const double want = static_cast<double>(D[i]) + (static_cast<double>(A[i]) + B[i]) * C[i];
         bad += std::fabs(E[i] - want) > 3 * 3 * kEps;
-      }
-      CHECK(bad == 0);
+      } CHECK(bad == 0));
     });
   }
 }
@@ -267,26 +258,24 @@ TEST_CASE("softmax on every ISA, threads and streamed sizes", "[lab4][fused][sof
   for (auto [rows, cols] : {std::pair{300L, 100L}, {4097L, 1024L}}) {
     auto x = random_vec(rows * cols, 6, "x");
     for (auto& v : x) v *= 20.0f;
-    std::vector<double> want(rows * cols);
-    for (long r = 0; r < rows; ++r) {
+    MLS_ORACLE(std::vector<double> want(rows * cols); for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
       for (long c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
       for (long c = 0; c < cols; ++c) want[r * cols + c] = std::exp(x[r * cols + c] - mx) / sum;
-    }
-    std::vector<double> tol(rows * cols);  // as the test above: (|x - max| + 8 + cols) eps relative
-    for (long i = 0; i < rows * cols; ++i) {
+    })
+    // As the test above: (|x - max| + 8 + cols) eps relative.
+    MLS_ORACLE(std::vector<double> tol(rows * cols); for (long i = 0; i < rows * cols; ++i) {
       const double arg = std::fabs(std::log(want[i] > 0 ? want[i] : 1e-300));
       tol[i] = (arg + 8 + cols) * kEps * want[i] + 1e-37;
-    }
+    })
     std::vector<float> y(rows * cols);
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::softmax_forward(y.data(), x.data(), rows, cols);
-      mls::testing::observe("y", sample(y), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
-      long bad = 0;
-      for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
-      CHECK(bad == 0);
+      mls::testing::observe("y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+      MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
+                       CHECK(bad == 0));
     });
   }
 }
@@ -297,9 +286,10 @@ TEST_CASE("layernorm on every ISA, threads and streamed sizes", "[lab4][fused][l
                b = random_vec(cols, 7, "b"), dy = random_vec(rows * cols, 7, "dy");
     const float eps = 1e-5f;
     // double reference: y, dx (with dx starting at 0.5), dw, db (starting at 0.25, -0.25)
-    const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
-    const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
-    const double rs_max = ref.rs_max;
+    double rs_max = 0;  // the largest rstd (the observations' tolerances scale with it)
+    MLS_ORACLE(const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
+               const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
+               rs_max = ref.rs_max;)
     const double tol = (cols + 8) * kEps * (1 + rs_max) * 4;
     std::vector<float> y(rows * cols), mean(rows), rstd(rows), dx(rows * cols), dw(cols), db(cols);
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
@@ -311,21 +301,17 @@ TEST_CASE("layernorm on every ISA, threads and streamed sizes", "[lab4][fused][l
       std::fill(db.begin(), db.end(), -0.25f);
       mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(),
                                        w.data(), mean.data(), rstd.data(), rows, cols);
-      mls::testing::observe("y", sample(y), {0.0, 2 * tol * 8});
-      mls::testing::observe("dx", sample(dx), {0.0, 2 * tol * rs_max * 4});
+      mls::testing::observe("y", y, {0.0, 2 * tol * 8});
+      mls::testing::observe("dx", dx, {0.0, 2 * tol * rs_max * 4});
       mls::testing::observe("dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
-      long bad_y = 0, bad_dx = 0, bad_dw = 0;
-      for (long i = 0; i < rows * cols; ++i) {
+      mls::testing::observe("db", db, {0.0, 2 * (rows + 8) * kEps * 4});
+      MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0, bad_dw = 0; for (long i = 0; i < rows * cols; ++i) {
         bad_y += std::fabs(y[i] - y_ref[i]) > tol * (1 + std::fabs(y_ref[i]) + 4);
         bad_dx += std::fabs(dx[i] - dx_ref[i]) > tol * rs_max * 4;
-      }
-      for (long c = 0; c < cols; ++c) {
+      } for (long c = 0; c < cols; ++c) {
         bad_dw += std::fabs(dw[c] - dw_ref[c]) > (rows + 8) * kEps * 8 * 4;
         bad_dw += std::fabs(db[c] - db_ref[c]) > (rows + 8) * kEps * 4;
-      }
-      CHECK(bad_y == 0);
-      CHECK(bad_dx == 0);
-      CHECK(bad_dw == 0);
+      } CHECK(bad_y == 0); CHECK(bad_dx == 0); CHECK(bad_dw == 0));
     });
   }
 }
@@ -339,8 +325,7 @@ TEST_CASE("gelu forward/backward and bias+gelu on every ISA, threads and streame
     x[1] = -1e4f;
     const auto dy = random_vec(n, 8, "dy");
     // references once: y, dx (from 1), and their bounds
-    std::vector<double> y_ref(n), dx_ref(n), tol_y(n), tol_dx(n);
-    for (long i = 0; i < n; ++i) {
+    MLS_ORACLE(std::vector<double> y_ref(n), dx_ref(n), tol_y(n), tol_dx(n); for (long i = 0; i < n; ++i) {
       const double xi = x[i], h = 1e-4;
       y_ref[i] = gelu_ref(xi);
       const double d = std::fabs(xi) > 100 ? (xi > 0 ? 1.0 : 0.0)
@@ -348,22 +333,19 @@ TEST_CASE("gelu forward/backward and bias+gelu on every ISA, threads and streame
       dx_ref[i] = 1.0 + d * dy[i];
       tol_y[i] = 16 * kEps * (1 + std::fabs(xi));
       tol_dx[i] = 1e-5 + 64 * kEps * (1 + std::fabs(xi));
-    }
+    })
     std::vector<float> y(n), dx(n);
     for_each_isa_and_threads(n < kStreamed, [&] {
       std::fill(dx.begin(), dx.end(), 1.0f);
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::gelu_forward(y.data(), x.data(), n);
       mls::kernels::gelu_backward(dx.data(), x.data(), dy.data(), n);
-      mls::testing::observe("y", sample(y), {0.0, 2 * 16 * kEps * 9});
-      mls::testing::observe("dx", sample(dx), {0.0, 2 * (1e-5 + 64 * kEps * 9)});
-      long bad_y = 0, bad_dx = 0;
-      for (long i = 0; i < n; ++i) {
+      mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 9});
+      mls::testing::observe("dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 9)});
+      MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0; for (long i = 0; i < n; ++i) {
         bad_y += std::fabs(y[i] - y_ref[i]) > tol_y[i];
         bad_dx += std::fabs(dx[i] - dx_ref[i]) > tol_dx[i];
-      }
-      CHECK(bad_y == 0);
-      CHECK(bad_dx == 0);
+      } CHECK(bad_y == 0); CHECK(bad_dx == 0));
     });
   }
 }
@@ -373,22 +355,20 @@ TEST_CASE("bias_gelu_forward is gelu(x + bias) per row", "[lab4][fused][gelu]") 
     auto x = random_vec(rows * cols, 9, "x");
     for (auto& v : x) v *= 6.0f;
     const auto bias = random_vec(cols, 9, "bias");
-    std::vector<double> want(rows * cols), tol(rows * cols);
-    for (long r = 0; r < rows; ++r) {
+    MLS_ORACLE(std::vector<double> want(rows * cols), tol(rows * cols); for (long r = 0; r < rows; ++r) {
       for (long c = 0; c < cols; ++c) {
         const double v = static_cast<double>(static_cast<float>(x[r * cols + c] + bias[c]));
         want[r * cols + c] = gelu_ref(v);
         tol[r * cols + c] = 16 * kEps * (1 + std::fabs(v));
       }
-    }
+    })
     std::vector<float> y(rows * cols), z(rows * cols);
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::bias_gelu_forward(y.data(), x.data(), bias.data(), rows, cols);
-      mls::testing::observe("y", sample(y), {0.0, 2 * 16 * kEps * 8});
-      long bad = 0;
-      for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
-      CHECK(bad == 0);
+      mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 8});
+      MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
+                       CHECK(bad == 0));
       // in place: out may alias inp
       z = x;
       mls::kernels::bias_gelu_forward(z.data(), z.data(), bias.data(), rows, cols);
@@ -439,8 +419,7 @@ TEST_CASE("softmax on every row length and alignment", "[lab4][fused][softmax][a
   for (auto [rows, cols] : kShapes) {
     auto x = random_vec(rows * cols, 10, "x");
     for (auto& v : x) v *= 20.0f;
-    std::vector<double> want(rows * cols), tol(rows * cols);
-    for (long r = 0; r < rows; ++r) {
+    MLS_ORACLE(std::vector<double> want(rows * cols), tol(rows * cols); for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
       for (long c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
@@ -449,23 +428,23 @@ TEST_CASE("softmax on every row length and alignment", "[lab4][fused][softmax][a
         want[r * cols + c] = std::exp(-arg) / sum;
         tol[r * cols + c] = (arg + 8 + cols) * kEps * want[r * cols + c] + 1e-37;
       }
-    }
+    })
     for (long offset : kOffsets) {
       INFO(rows << " x " << cols << ", offset " << offset << " floats");
       for_each_isa_and_threads(true, [&] {
         Guarded in(rows * cols, offset, x), y(rows * cols, (offset * 7) % 16, 0.0f);
         mls::kernels::softmax_forward(y.data(), in.data(), rows, cols);
         mls::testing::observe("y", y.values(), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
-        long bad = 0;
-        for (long i = 0; i < rows * cols; ++i) bad += !(std::fabs(y[i] - want[i]) <= tol[i]);
-        CHECK(bad == 0);
+        MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += !(std::fabs(y[i] - want[i]) <= tol[i]);
+                         CHECK(bad == 0));
         CHECK(y.guards_hit() == 0);
         // in place (out == inp); not bit for bit the values above: the row's offset within a
         // cache line decides which lanes sum which elements
         mls::kernels::softmax_forward(in.data(), in.data(), rows, cols);
-        long bad_in_place = 0;
-        for (long i = 0; i < rows * cols; ++i) bad_in_place += !(std::fabs(in[i] - want[i]) <= tol[i]);
-        CHECK(bad_in_place == 0);
+        mls::testing::observe("y in place", in.values(), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+        MLS_ORACLE_CHECK(long bad_in_place = 0;
+                         for (long i = 0; i < rows * cols; ++i) bad_in_place += !(std::fabs(in[i] - want[i]) <= tol[i]);
+                         CHECK(bad_in_place == 0));
         CHECK(in.guards_hit() == 0);
       });
     }
@@ -480,8 +459,7 @@ TEST_CASE("softmax gives exactly 0 for -inf logits (masks)", "[lab4][fused][soft
     Guarded in(rows * cols, 1, x), y(rows * cols, 1, 0.0f);
     mls::kernels::softmax_forward(y.data(), in.data(), rows, cols);
     mls::testing::observe("y", y.values(), {2 * (8 + static_cast<double>(cols)) * kEps, 0.0});
-    long bad = 0;
-    for (long r = 0; r < rows; ++r) {
+    MLS_ORACLE_CHECK(long bad = 0; for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
       for (long c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - mx);
@@ -494,8 +472,7 @@ TEST_CASE("softmax gives exactly 0 for -inf logits (masks)", "[lab4][fused][soft
           bad += !(std::fabs(y[i] - want) <= (8 + cols) * kEps * want * 2);
         }
       }
-    }
-    CHECK(bad == 0);
+    } CHECK(bad == 0));
   });
 }
 
@@ -504,9 +481,10 @@ TEST_CASE("layernorm on every row length and alignment", "[lab4][fused][layernor
     const auto x = random_vec(rows * cols, 12, "x"), w = random_vec(cols, 12, "w"),
                b = random_vec(cols, 12, "b"), dy = random_vec(rows * cols, 12, "dy");
     const float eps = 1e-5f;
-    const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
-    const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
-    const double rs_max = ref.rs_max;
+    double rs_max = 0;  // the largest rstd (the observations' tolerances scale with it)
+    MLS_ORACLE(const auto ref = layernorm_ref(x, w, b, dy, rows, cols, eps);
+               const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
+               rs_max = ref.rs_max;)
     const double tol = (cols + 8) * kEps * (1 + rs_max) * 4;
     for (long offset : kOffsets) {
       INFO(rows << " x " << cols << ", offset " << offset << " floats");
@@ -524,18 +502,16 @@ TEST_CASE("layernorm on every row length and alignment", "[lab4][fused][layernor
         mls::testing::observe("y", y.values(), {0.0, 2 * tol * 8});
         mls::testing::observe("dx", dx.values(), {0.0, 2 * tol * rs_max * 4});
         mls::testing::observe("dw", dw.values(), {0.0, 2 * (rows + 8) * kEps * 8 * 4});
-        long bad_y = 0, bad_dx = 0, bad_dw = 0;
-        for (long i = 0; i < rows * cols; ++i) {
+        mls::testing::observe("db", db.values(), {0.0, 2 * (rows + 8) * kEps * 4});
+        mls::testing::observe("mean", mean.values(), {0.0, 2 * tol});
+        mls::testing::observe("rstd", rstd.values(), {2 * tol, 0.0});
+        MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0, bad_dw = 0; for (long i = 0; i < rows * cols; ++i) {
           bad_y += !(std::fabs(y[i] - y_ref[i]) <= tol * (1 + std::fabs(y_ref[i]) + 4));
           bad_dx += !(std::fabs(dx[i] - dx_ref[i]) <= tol * rs_max * 4);
-        }
-        for (long c = 0; c < cols; ++c) {
+        } for (long c = 0; c < cols; ++c) {
           bad_dw += !(std::fabs(dw[c] - dw_ref[c]) <= (rows + 8) * kEps * 8 * 4);
           bad_dw += !(std::fabs(db[c] - db_ref[c]) <= (rows + 8) * kEps * 4);
-        }
-        CHECK(bad_y == 0);
-        CHECK(bad_dx == 0);
-        CHECK(bad_dw == 0);
+        } CHECK(bad_y == 0); CHECK(bad_dx == 0); CHECK(bad_dw == 0));
         CHECK(y.guards_hit() + mean.guards_hit() + rstd.guards_hit() == 0);
         CHECK(dx.guards_hit() + dw.guards_hit() + db.guards_hit() == 0);
       });
@@ -560,18 +536,14 @@ TEST_CASE("gelu and bias+gelu on every length and alignment", "[lab4][fused][gel
         mls::testing::observe("y", y.values(), {0.0, 2 * 16 * kEps * 9});
         mls::testing::observe("z", z.values(), {0.0, 2 * 16 * kEps * 10});
         mls::testing::observe("dx", dx.values(), {0.0, 2 * (1e-5 + 64 * kEps * 9)});
-        long bad_y = 0, bad_z = 0, bad_dx = 0;
-        for (long i = 0; i < n; ++i) {
+        MLS_ORACLE_CHECK(long bad_y = 0, bad_z = 0, bad_dx = 0; for (long i = 0; i < n; ++i) {
           const double xi = x[i], h = 1e-4;
           bad_y += !(std::fabs(y[i] - gelu_ref(xi)) <= 16 * kEps * (1 + std::fabs(xi)));
           const double d = (gelu_ref(xi + h) - gelu_ref(xi - h)) / (2 * h);
           bad_dx += !(std::fabs(dx[i] - (1.0 + d * dy[i])) <= 1e-5 + 64 * kEps * (1 + std::fabs(xi)));
           const double v = static_cast<double>(static_cast<float>(x[i] + bias[i % cols]));
           bad_z += !(std::fabs(z[i] - gelu_ref(v)) <= 16 * kEps * (1 + std::fabs(v)));
-        }
-        CHECK(bad_y == 0);
-        CHECK(bad_z == 0);
-        CHECK(bad_dx == 0);
+        } CHECK(bad_y == 0); CHECK(bad_z == 0); CHECK(bad_dx == 0));
         CHECK(y.guards_hit() + z.guards_hit() + dx.guards_hit() == 0);
       });
     }

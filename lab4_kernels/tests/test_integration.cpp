@@ -6,6 +6,7 @@
 #include "mls/kernels/sgemm.hpp"
 #include "mls/observe_tensor.hpp"
 #include "mls/tensor/tensor.hpp"
+#include "mls/testing.hpp"  // MLS_ORACLE
 
 TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4][sgemm][registry]") {
   // Every kernel of the ladder directly first: one not written yet throws "not implemented"
@@ -16,8 +17,7 @@ TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4
     INFO("kernel " << k.name);
     mls::kernels::sgemm(k.name, true, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
     mls::testing::observe(std::string("C ") + k.name, std::vector<float>(C, C + 4));
-    CHECK(C[0] == 26.0f);  // op(A) = A^T = [[1, 3], [2, 4]]
-    CHECK(C[3] == 44.0f);
+    MLS_ORACLE_CHECK(CHECK(C[0] == 26.0f); CHECK(C[3] == 44.0f));  // op(A) = A^T = [[1, 3], [2, 4]]
   }
   mls::register_matmul_kernels();
   mls::kernels::register_kernels();
@@ -25,8 +25,6 @@ TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4
   // A strided, batched problem: the transpose reaches the kernel as a trans flag.
   const mls::Tensor a = mls::Tensor::randn({3, 33, 17}, rng);
   const mls::Tensor b = mls::Tensor::randn({3, 31, 17}, rng).transpose(-2, -1);
-  mls::set_sgemm_kernel("lab1_reference");
-  const mls::Tensor expected = mls::matmul(a.to(mls::DType::Float64), b.to(mls::DType::Float64));
   int lab4_kernels = 0;
   for (const auto& k : mls::sgemm_kernels()) {
     if (k.name.rfind("lab4_", 0) != 0) continue;
@@ -35,7 +33,10 @@ TEST_CASE("lab 1 matmul runs on every lab 4 kernel through the registry", "[lab4
     mls::set_sgemm_kernel(k.name);
     const mls::Tensor got = mls::matmul(a, b);
     mls::testing::observe_values(k.name, got, {2e-4, 2e-4});
-    CHECK(mls::allclose(got.to(mls::DType::Float64), expected, 1e-4, 1e-4));
+    // The float64 product through lab 1's reference loop, computed after the kernel ran.
+    MLS_ORACLE_CHECK(mls::set_sgemm_kernel("lab1_reference");
+                     const mls::Tensor expected = mls::matmul(a.to(mls::DType::Float64), b.to(mls::DType::Float64));
+                     CHECK(mls::allclose(got.to(mls::DType::Float64), expected, 1e-4, 1e-4)));
   }
   mls::set_sgemm_kernel("");
   CHECK(lab4_kernels >= 4);

@@ -98,14 +98,16 @@ struct ObservationConsumer {
 };
 
 /// Which values of an observation the grader compares: every value of one of up to `kWhole`
-/// values; of a larger one, the positions a keyed hash of (secret, observation, position) picks,
-/// about one in `kRate`. The secret is drawn in the grader's process (`drawn`) after nothing and
-/// never leaves it, so a test process cannot know which of its values will be compared: a result
-/// must be right everywhere to pass. The reference's runs and every submission's comparison use
-/// the same one. A zero secret compares every value.
+/// values; of a larger one, its first and last `kEdge` values (where a loop's remainder goes
+/// wrong) and, between them, the positions a keyed hash of (secret, observation, position)
+/// picks, about one in `kRate`. The secret is drawn in the grader's process (`drawn`) and never
+/// leaves it, so a test process cannot know which of its middle values will be compared: a
+/// result computed only in part fails. The reference's runs and every submission's comparison
+/// use the same one. A zero secret compares every value.
 struct ValueSample {
-  static constexpr std::int64_t kWhole = std::int64_t{1} << 16;
-  static constexpr std::uint64_t kRate = 64;
+  static constexpr std::int64_t kWhole = std::int64_t{1} << 17;
+  static constexpr std::int64_t kEdge = std::int64_t{1} << 15;
+  static constexpr std::uint64_t kRate = 32;
   std::uint64_t secret = 0;
   /// Whether value `k` of observation `index` (counted from 0 in its test's stream), which
   /// announces `count` values, is compared.
