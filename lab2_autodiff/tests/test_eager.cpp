@@ -11,8 +11,8 @@ TEST_CASE("eager: gradients of a small expression", "[lab2][eager]") {
   const Var y = sum(x * x * 3.0 + exp(x));
   y.backward();
   autodiff_test::observe_var("x.grad", x.grad());
-  const auto g = x.grad().value().to_vector<double>();
-  for (int i = 0; i < 3; ++i) CHECK(g[static_cast<std::size_t>(i)] == Approx(6.0 * (i + 1) + std::exp(i + 1.0)));
+  MLS_ORACLE_CHECK(const auto g = x.grad().value().to_vector<double>();
+                   for (int i = 0; i < 3; ++i) CHECK(g[static_cast<std::size_t>(i)] == Approx(6.0 * (i + 1) + std::exp(i + 1.0))));
 }
 
 TEST_CASE("eager: gradients accumulate across backward calls until zero_grad", "[lab2][eager]") {
@@ -20,12 +20,12 @@ TEST_CASE("eager: gradients accumulate across backward calls until zero_grad", "
   (x * x).backward();
   (x * x).backward();
   autodiff_test::observe_var("x.grad", x.grad());
-  CHECK(x.grad().value().item() == Approx(12.0));
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().item() == Approx(12.0)));
   x.zero_grad();
   CHECK_FALSE(x.grad().defined());
   (x * 2.0).backward();
   autodiff_test::observe_var("x.grad", x.grad());
-  CHECK(x.grad().value().item() == Approx(2.0));
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().item() == Approx(2.0)));
 }
 
 TEST_CASE("eager: a value used twice sums its adjoints", "[lab2][eager]") {
@@ -33,7 +33,7 @@ TEST_CASE("eager: a value used twice sums its adjoints", "[lab2][eager]") {
   const Var y = examples::exp_example(v1);
   y.backward();
   autodiff_test::observe_var("v1.grad", v1.grad());
-  CHECK(v1.grad().value().item() == Approx(2 * std::exp(1.4) + std::exp(0.7)));
+  MLS_ORACLE_CHECK(CHECK(v1.grad().value().item() == Approx(2 * std::exp(1.4) + std::exp(0.7))));
 }
 
 TEST_CASE("eager: no_grad records nothing, leaves without requires_grad get no gradient", "[lab2][eager]") {
@@ -50,7 +50,7 @@ TEST_CASE("eager: no_grad records nothing, leaves without requires_grad get no g
   CHECK_FALSE(c.requires_grad());
   z.backward();
   autodiff_test::observe_var("x.grad", x.grad());
-  CHECK(x.grad().value().item() == Approx(5.0));
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().item() == Approx(5.0)));
   // detach cuts the tape
   const Var d = (x * x).detach();
   CHECK_FALSE(d.requires_grad());
@@ -61,7 +61,7 @@ TEST_CASE("eager: non-scalar output with a grad_output (vector-Jacobian product)
   const Var y = x * x;  // dy/dx = diag(2x)
   y.backward(Tensor::from({10.0, 100.0}));
   autodiff_test::observe_var("x.grad", x.grad(), {});
-  CHECK(x.grad().value().to_vector<double>() == std::vector<double>{20.0, 400.0});
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().to_vector<double>() == std::vector<double>{20.0, 400.0}));
 }
 
 TEST_CASE("eager: retain_graph allows a second backward", "[lab2][eager]") {
@@ -70,7 +70,7 @@ TEST_CASE("eager: retain_graph allows a second backward", "[lab2][eager]") {
   y.backward({}, /*retain_graph=*/true);
   y.backward();
   autodiff_test::observe_var("x.grad", x.grad());
-  CHECK(x.grad().value().item() == Approx(2 * (std::cos(2.0) * 2.0 + std::sin(2.0))));
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().item() == Approx(2 * (std::cos(2.0) * 2.0 + std::sin(2.0)))));
 }
 
 TEST_CASE("eager: second derivative with create_graph", "[lab2][eager]") {
@@ -82,9 +82,8 @@ TEST_CASE("eager: second derivative with create_graph", "[lab2][eager]") {
   x.zero_grad();
   sum(g).backward();
   autodiff_test::observe_var("x.grad", x.grad());
-  const auto h = x.grad().value().to_vector<double>();
-  const std::vector<double> xs{0.5, -1.0, 2.0};
-  for (std::size_t i = 0; i < 3; ++i) CHECK(h[i] == Approx(6 * xs[i] - std::sin(xs[i])));
+  MLS_ORACLE_CHECK(const auto h = x.grad().value().to_vector<double>(); const std::vector<double> xs{0.5, -1.0, 2.0};
+                   for (std::size_t i = 0; i < 3; ++i) CHECK(h[i] == Approx(6 * xs[i] - std::sin(xs[i]))));
 }
 
 TEST_CASE("eager: a deep chain does not overflow the stack", "[lab2][eager]") {
@@ -93,7 +92,7 @@ TEST_CASE("eager: a deep chain does not overflow the stack", "[lab2][eager]") {
   for (int i = 0; i < 20000; ++i) y = y * 1.0001;
   y.backward();
   autodiff_test::observe_var("x.grad", x.grad(), {2e-9, 0.0});
-  CHECK(x.grad().value().item() == Approx(std::pow(1.0001, 20000)).epsilon(1e-9));
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().item() == Approx(std::pow(1.0001, 20000)).epsilon(1e-9)));
 }
 
 TEST_CASE("eager errors: backward on a non-scalar without grad_output", "[lab2][errors]") {
@@ -109,7 +108,7 @@ TEST_CASE("eager errors: gradient of a tensor that does not require one", "[lab2
   Var x(Tensor::scalar(1.0), true), c(Tensor::scalar(2.0));
   (x * c).backward();
   autodiff_test::observe_var("x.grad", x.grad());
-  CHECK(x.grad().value().item() == Approx(2.0));
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().item() == Approx(2.0)));
   require_error([&] { (void)c.grad(); }, "does not require grad");
   require_error([&] { (c * c).backward(); }, "does not require grad");
   require_error([&] { Var(Tensor::from({1, 2}), true); }, "only floating");
@@ -120,6 +119,6 @@ TEST_CASE("eager errors: using a freed graph twice", "[lab2][errors]") {
   const Var y = exp(x) * x;
   y.backward();
   autodiff_test::observe_var("x.grad", x.grad(), {2e-5, 0.0});
-  CHECK(x.grad().value().item() == Approx(3 * std::exp(2.0f)).epsilon(1e-5));
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().item() == Approx(3 * std::exp(2.0f)).epsilon(1e-5)));
   require_error([&] { y.backward(); }, "retain_graph");
 }

@@ -15,11 +15,10 @@ TEST_CASE("nn: Linear and mlp shapes, parameters, seeded init statistics", "[lab
   auto net = nn::mlp({20, 64, 64, 3}, rng);
   MLS_OBSERVE(net->size());
   MLS_OBSERVE(net->parameters().size());
-  CHECK(net->size() == 5);
-  CHECK(net->parameters().size() == 6);
+  MLS_ORACLE_CHECK(CHECK(net->size() == 5); CHECK(net->parameters().size() == 6));
   const Var y = (*net)(Var(Tensor::ones({7, 20})));
   MLS_OBSERVE(y.shape());
-  CHECK(y.shape() == Shape{7, 3});
+  MLS_ORACLE_CHECK(CHECK(y.shape() == Shape{7, 3}));
   sum(y).backward();
   for (auto& p : net->parameters()) CHECK(p.grad().defined());
   net->zero_grad();
@@ -28,27 +27,26 @@ TEST_CASE("nn: Linear and mlp shapes, parameters, seeded init statistics", "[lab
   const Tensor k = nn::kaiming_normal({400, 100}, 400, r1);
   CHECK(equal(k, nn::kaiming_normal({400, 100}, 400, r2)));  // seeded
   MLS_OBSERVE(mls::var(k).item(), {0.1, 0.0});  // each build within 5% of 2 / 400
-  CHECK(mls::var(k).item() == Approx(2.0 / 400).epsilon(0.05));
+  MLS_ORACLE_CHECK(CHECK(mls::var(k).item() == Approx(2.0 / 400).epsilon(0.05)));
   const Tensor xu = nn::xavier_uniform({300, 200}, 300, 200, r1);
-  const double a = std::sqrt(6.0 / 500);
-  CHECK(mls::max(mls::abs(xu)).item() <= a);
+  MLS_OBSERVE(mls::max(mls::abs(xu)).item(), {0.01, 0.0});  // within 1% of the bound sqrt(6 / 500)
+  MLS_ORACLE(const double a = std::sqrt(6.0 / 500);)
+  MLS_ORACLE_CHECK(CHECK(mls::max(mls::abs(xu)).item() <= a));
   MLS_OBSERVE(mls::var(xu).item(), {0.1, 0.0});
-  CHECK(mls::var(xu).item() == Approx(a * a / 3).epsilon(0.05));
+  MLS_ORACLE_CHECK(CHECK(mls::var(xu).item() == Approx(a * a / 3).epsilon(0.05)));
 }
 
 TEST_CASE("nn: SGD with momentum and weight decay matches the update rule", "[lab2][nn]") {
   nn::Parameter p = nn::parameter(Tensor::scalar(1.0, DType::Float64));
   nn::SGD opt({p}, 0.1, 0.9, 0.01);
-  double pv = 1.0, v = 0.0;
+  MLS_ORACLE(double pv = 1.0, v = 0.0;)  // the update rule by hand: the oracle
   for (int i = 0; i < 3; ++i) {
     opt.zero_grad();
     (p * p).backward();  // grad 2p
     opt.step();
-    const double g = 2 * pv + 0.01 * pv;
-    v = i == 0 ? g : 0.9 * v + g;
-    pv -= 0.1 * v;
     autodiff_test::observe_var("p", p);
-    CHECK(p.value().item() == Approx(pv));
+    MLS_ORACLE(const double g = 2 * pv + 0.01 * pv; v = i == 0 ? g : 0.9 * v + g; pv -= 0.1 * v;)
+    MLS_ORACLE_CHECK(CHECK(p.value().item() == Approx(pv)));
   }
 }
 
@@ -58,20 +56,17 @@ TEST_CASE("nn: Adam and AdamW match the update rule", "[lab2][nn]") {
     std::unique_ptr<nn::Optimizer> opt;
     if (decoupled) opt = std::make_unique<nn::AdamW>(std::vector<Var>{p}, 0.1, 0.9, 0.999, 1e-8, 0.1);
     else opt = std::make_unique<nn::Adam>(std::vector<Var>{p}, 0.1, 0.9, 0.999, 1e-8, 0.1);
-    double pv = 2.0, m = 0, v = 0;
+    MLS_ORACLE(double pv = 2.0, m = 0, v = 0;)  // the update rule by hand: the oracle
     for (int t = 1; t <= 3; ++t) {
       opt->zero_grad();
       (p * p * p).backward();  // grad 3p^2
       opt->step();
-      double g = 3 * pv * pv;
-      if (!decoupled) g += 0.1 * pv;
-      m = 0.9 * m + 0.1 * g;
-      v = 0.999 * v + 0.001 * g * g;
-      if (decoupled) pv *= 1 - 0.1 * 0.1;
-      pv -= 0.1 * (m / (1 - std::pow(0.9, t))) / (std::sqrt(v / (1 - std::pow(0.999, t))) + 1e-8);
       INFO("decoupled " << decoupled << " t " << t);
       autodiff_test::observe_var("p", p);
-      CHECK(p.value().item() == Approx(pv));
+      MLS_ORACLE(double g = 3 * pv * pv; if (!decoupled) g += 0.1 * pv; m = 0.9 * m + 0.1 * g;
+                 v = 0.999 * v + 0.001 * g * g; if (decoupled) pv *= 1 - 0.1 * 0.1;
+                 pv -= 0.1 * (m / (1 - std::pow(0.9, t))) / (std::sqrt(v / (1 - std::pow(0.999, t))) + 1e-8);)
+      MLS_ORACLE_CHECK(CHECK(p.value().item() == Approx(pv)));
     }
   }
 }
@@ -88,8 +83,9 @@ TEST_CASE("nn: an MLP learns Gaussian blobs", "[lab2][nn]") {
   }
   CHECK(last < first);
   NoGradGuard ng;
-  MLS_OBSERVE(nn::accuracy((*net)(Var(d.x)).value(), d.labels), {0.0, 0.05});  // each build in [0.95, 1]
-  CHECK(nn::accuracy((*net)(Var(d.x)).value(), d.labels) >= 0.95);
+  const double accuracy = nn::accuracy((*net)(Var(d.x)).value(), d.labels);
+  MLS_OBSERVE(accuracy, {0.0, 0.05});  // each build in [0.95, 1]
+  MLS_ORACLE_CHECK(CHECK(accuracy >= 0.95));
 }
 
 TEST_CASE("data: IDX files round-trip and load as MNIST, then feed a training step", "[lab2][nn]") {
@@ -100,20 +96,21 @@ TEST_CASE("data: IDX files round-trip and load as MNIST, then feed a training st
   const Tensor labels = Tensor::from({7, 0, 9}, {3});
   data::write_idx((dir / "train-images-idx3-ubyte").string(), images);
   data::write_idx((dir / "train-labels-idx1-ubyte").string(), labels);
-  mls::testing::observe_values("read_idx", data::read_idx((dir / "train-images-idx3-ubyte").string()));
-  CHECK(equal(data::read_idx((dir / "train-images-idx3-ubyte").string()), images));
+  const Tensor read = data::read_idx((dir / "train-images-idx3-ubyte").string());
+  mls::testing::observe_values("read_idx", read);
+  MLS_ORACLE_CHECK(CHECK(equal(read, images)));  // the images written: the oracle
   const data::Dataset d = data::load_mnist(dir.string());
   mls::testing::observe_values("x", d.x, autodiff_test::kApprox);
   mls::testing::observe_values("labels", d.labels);
-  CHECK(d.x.shape() == Shape{3, 4});
-  CHECK(d.x.at({0, 1}) == Approx(1.0));
-  CHECK(d.x.at({0, 2}) == Approx(128.0 / 255));
-  CHECK(d.labels.to_vector<std::int64_t>() == std::vector<std::int64_t>{7, 0, 9});
+  MLS_ORACLE_CHECK(CHECK(d.x.shape() == Shape{3, 4}); CHECK(d.x.at({0, 1}) == Approx(1.0));
+                   CHECK(d.x.at({0, 2}) == Approx(128.0 / 255));
+                   CHECK(d.labels.to_vector<std::int64_t>() == std::vector<std::int64_t>{7, 0, 9}));
   Rng rng(1, "idx");
   nn::Linear lin(4, 10, rng);
   const Var loss = softmax_cross_entropy(lin(Var(d.x)), Var(d.labels));
   loss.backward();
-  CHECK(lin.weight.grad().value().shape() == Shape{4, 10});
+  autodiff_test::observe_var("loss", loss);
+  MLS_CHECK_EQ(lin.weight.grad().value().shape(), (Shape{4, 10}));
   CHECK(std::isfinite(loss.value().item()));
   std::filesystem::remove_all(dir);
 }

@@ -69,13 +69,13 @@ TEST_CASE("max/min ties split the gradient equally", "[lab2][opgrad]") {
   Var x(Tensor::from({1.0, 3.0, 3.0, 2.0}), true);
   max(x).backward();
   autodiff_test::observe_var("x.grad", x.grad(), {});
-  CHECK(x.grad().value().to_vector<double>() == std::vector<double>{0.0, 0.5, 0.5, 0.0});
+  MLS_ORACLE_CHECK(CHECK(x.grad().value().to_vector<double>() == std::vector<double>{0.0, 0.5, 0.5, 0.0}));
   Var a(Tensor::from({1.0, 2.0}), true), b(Tensor::from({1.0, 5.0}), true);
   sum(maximum(a, b)).backward();
   autodiff_test::observe_var("a.grad", a.grad(), {});
   autodiff_test::observe_var("b.grad", b.grad(), {});
-  CHECK(a.grad().value().to_vector<double>() == std::vector<double>{0.5, 0.0});
-  CHECK(b.grad().value().to_vector<double>() == std::vector<double>{0.5, 1.0});
+  MLS_ORACLE_CHECK(CHECK(a.grad().value().to_vector<double>() == std::vector<double>{0.5, 0.0});
+                   CHECK(b.grad().value().to_vector<double>() == std::vector<double>{0.5, 1.0}));
 }
 
 TEST_CASE("gradcheck: shape ops", "[lab2][opgrad]") {
@@ -126,8 +126,10 @@ TEST_CASE("gradcheck: fused softmax cross-entropy (class and probability targets
   Var big(Tensor::from({1000.0, -1000.0, 0.0}, {1, 3}), true);
   const Var l = softmax_cross_entropy(big, Var(Tensor::from_vector(std::vector<std::int64_t>{1})));
   l.backward();
-  CHECK(l.value().item() == Approx(2000.0));
-  CHECK(allclose(big.grad().value(), Tensor::from({1.0, -1.0, 0.0}, {1, 3})));
+  autodiff_test::observe_var("loss", l);
+  autodiff_test::observe_var("big.grad", big.grad(), autodiff_test::kAllclose);
+  MLS_ORACLE_CHECK(CHECK(l.value().item() == Approx(2000.0));
+                   CHECK(allclose(big.grad().value(), Tensor::from({1.0, -1.0, 0.0}, {1, 3}))));
 }
 
 TEST_CASE("gradcheck: layer_norm", "[lab2][opgrad]") {
@@ -152,8 +154,10 @@ TEST_CASE("gradcheck: batch_norm in training and inference", "[lab2][opgrad]") {
   Var m(Tensor::zeros({3}, DType::Float64)), v(Tensor::ones({3}, DType::Float64));
   Var xv(x2, true);
   sum(batch_norm(xv, Var(gamma), Var(beta), m, v, true, 0.5) * Var(randn({6, 3}, 107))).backward();
-  CHECK(allclose(m.value(), mls::mul(mls::mean(x2, {0}), 0.5)));
-  CHECK(allclose(v.value(), mls::add(mls::mul(mls::var(x2, {0}, false, 1), 0.5), 0.5)));
+  autodiff_test::observe_var("running mean", m, autodiff_test::kAllclose);
+  autodiff_test::observe_var("running var", v, autodiff_test::kAllclose);
+  MLS_ORACLE_CHECK(CHECK(allclose(m.value(), mls::mul(mls::mean(x2, {0}), 0.5)));
+                   CHECK(allclose(v.value(), mls::add(mls::mul(mls::var(x2, {0}, false, 1), 0.5), 0.5))));
 }
 
 TEST_CASE("gradcheck: embedding (repeated indices accumulate)", "[lab2][opgrad]") {
@@ -161,7 +165,8 @@ TEST_CASE("gradcheck: embedding (repeated indices accumulate)", "[lab2][opgrad]"
   check_grad([](const V& v) { return embedding(v[0], v[1]); }, {randn({5, 3}, 111), idx});
   Var w(Tensor::zeros({5, 2}, DType::Float64), true);
   sum(embedding(w, Var(idx))).backward();
-  CHECK(w.grad().value().to_vector<double>() == std::vector<double>{1, 1, 2, 2, 0, 0, 0, 0, 3, 3});
+  autodiff_test::observe_var("w.grad", w.grad(), {});
+  MLS_ORACLE_CHECK(CHECK(w.grad().value().to_vector<double>() == std::vector<double>{1, 1, 2, 2, 0, 0, 0, 0, 3, 3}));
 }
 
 TEST_CASE("gradcheck: conv2d via im2col, stride and padding", "[lab2][opgrad]") {
@@ -171,14 +176,16 @@ TEST_CASE("gradcheck: conv2d via im2col, stride and padding", "[lab2][opgrad]") 
   check_grad([](const V& v) { return im2col(v[0], 2, 3, 1, 1); }, {x});
   // conv2d equals a direct loop on one output element.
   Var out = conv2d(Var(x), Var(w), 1, 1);
-  double ref = 0;
-  for (int c = 0; c < 2; ++c)
+  const double got = out.value().at({1, 2, 1, 2});
+  MLS_OBSERVE(got, autodiff_test::kApprox);
+  MLS_ORACLE(double ref = 0; for (int c = 0; c < 2; ++c) {
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 3; ++j) {
         const int y = 1 - 1 + i, xx = 2 - 1 + j;
         ref += x.at({1, c, y, xx}) * w.at({2, c, i, j});
       }
-  CHECK(out.value().at({1, 2, 1, 2}) == Approx(ref));
+  })
+  MLS_ORACLE_CHECK(CHECK(got == Approx(ref)));
 }
 
 TEST_CASE("im2col and its gradient (col2im) match naive loops: strides, padding wider than the kernel, 1 and 2 threads",
@@ -189,23 +196,7 @@ TEST_CASE("im2col and its gradient (col2im) match naive loops: strides, padding 
     const Tensor x = randn({g.n, g.c, g.h, g.w}, 141);
     const std::int64_t oh = (g.h + 2 * g.pad - g.kh) / g.stride + 1, ow = (g.w + 2 * g.pad - g.kw) / g.stride + 1;
     const std::int64_t ckk = g.c * g.kh * g.kw;
-    // The naive columns and, for a random G of their shape, the naive col2im (adjoint) of G.
-    const Tensor gcols = randn({g.n, ckk, oh * ow}, 142);
-    std::vector<double> want(static_cast<std::size_t>(g.n * ckk * oh * ow), 0.0);
-    std::vector<double> want_img(static_cast<std::size_t>(x.numel()), 0.0);
-    for (std::int64_t n = 0; n < g.n; ++n)
-      for (std::int64_t c = 0; c < g.c; ++c)
-        for (std::int64_t i = 0; i < g.kh; ++i)
-          for (std::int64_t j = 0; j < g.kw; ++j)
-            for (std::int64_t oy = 0; oy < oh; ++oy)
-              for (std::int64_t ox = 0; ox < ow; ++ox) {
-                const std::int64_t y = oy * g.stride - g.pad + i, xx = ox * g.stride - g.pad + j;
-                const std::int64_t r = (c * g.kh + i) * g.kw + j;
-                if (y < 0 || y >= g.h || xx < 0 || xx >= g.w) continue;
-                want[static_cast<std::size_t>((n * ckk + r) * oh * ow + oy * ow + ox)] = x.at({n, c, y, xx});
-                want_img[static_cast<std::size_t>(((n * g.c + c) * g.h + y) * g.w + xx)] +=
-                    gcols.at({n, r, oy * ow + ox});
-              }
+    const Tensor gcols = randn({g.n, ckk, oh * ow}, 142);  // a random G of the columns' shape
     for (int threads : {1, 2}) {
       INFO("geometry n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " k" << g.kh << "x" << g.kw << " s"
                         << g.stride << " p" << g.pad << ", threads " << threads);
@@ -216,15 +207,31 @@ TEST_CASE("im2col and its gradient (col2im) match naive loops: strides, padding 
       sum(cv * Var(gcols)).backward();
       const Tensor img = xv.grad().value();
       MLS_OBSERVE(img, {1e-12, 1e-12});
-      const std::vector<double> got = img.to_vector<double>();
-      REQUIRE(got.size() == want_img.size());
-      double worst = 0.0;
-      for (std::size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::fabs(got[k] - want_img[k]));
-      CHECK(worst <= 1e-12);
       const Tensor cols = cv.value();
       MLS_OBSERVE(cols);
-      CHECK(cols.shape() == Shape{g.n, ckk, oh * ow});
-      CHECK(cols.to_vector<double>() == want);
+      // The oracle (after the code under test ran): the naive columns and the naive col2im
+      // (adjoint) of G.
+      MLS_ORACLE(std::vector<double> want(static_cast<std::size_t>(g.n * ckk * oh * ow), 0.0);
+                 std::vector<double> want_img(static_cast<std::size_t>(x.numel()), 0.0);
+                 for (std::int64_t n = 0; n < g.n; ++n) {
+                   for (std::int64_t c = 0; c < g.c; ++c)
+                     for (std::int64_t i = 0; i < g.kh; ++i)
+                       for (std::int64_t j = 0; j < g.kw; ++j)
+                         for (std::int64_t oy = 0; oy < oh; ++oy)
+                           for (std::int64_t ox = 0; ox < ow; ++ox) {
+                             const std::int64_t y = oy * g.stride - g.pad + i, xx = ox * g.stride - g.pad + j;
+                             const std::int64_t r = (c * g.kh + i) * g.kw + j;
+                             if (y < 0 || y >= g.h || xx < 0 || xx >= g.w) continue;
+                             want[static_cast<std::size_t>((n * ckk + r) * oh * ow + oy * ow + ox)] = x.at({n, c, y, xx});
+                             want_img[static_cast<std::size_t>(((n * g.c + c) * g.h + y) * g.w + xx)] +=
+                                 gcols.at({n, r, oy * ow + ox});
+                           }
+                 })
+      MLS_ORACLE_CHECK(const std::vector<double> got = img.to_vector<double>(); REQUIRE(got.size() == want_img.size());
+                       double worst = 0.0;
+                       for (std::size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::fabs(got[k] - want_img[k]));
+                       CHECK(worst <= 1e-12); CHECK(cols.shape() == Shape{g.n, ckk, oh * ow});
+                       CHECK(cols.to_vector<double>() == want));
     }
   }
 }
