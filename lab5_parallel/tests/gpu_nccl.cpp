@@ -16,8 +16,9 @@ using namespace mls::parallel::testing;
 TEST_CASE("nccl: world size 1, our algorithms and ncclAllReduce agree", "[lab5][gpu][nccl]") {
   REQUIRE_GPU();
   Communicator c = nccl_world();
-  CHECK(c.backend() == "nccl");
-  CHECK(c.size() == 1);
+  mls::testing::observe("backend", c.backend());
+  MLS_OBSERVE(c.size());
+  MLS_ORACLE_CHECK(CHECK(c.backend() == "nccl"); CHECK(c.size() == 1));
   for (DType dt : all_dtypes())
     for (ReduceOp op : all_ops())
       for (Algo algo : {Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Native}) {
@@ -27,8 +28,10 @@ TEST_CASE("nccl: world size 1, our algorithms and ncclAllReduce agree", "[lab5][
       }
   Tensor b = input_of(0, 77, DType::Float32);
   c.broadcast(b, 0, Algo::Native);
-  CHECK(b.to_vector<double>() == input_of(0, 77, DType::Float32).to_vector<double>());
-  CHECK(c.traffic().total.messages_sent == 0);
+  mls::testing::observe_values("broadcast", b);
+  MLS_OBSERVE(c.traffic().total.messages_sent);
+  MLS_ORACLE_CHECK(CHECK(b.to_vector<double>() == input_of(0, 77, DType::Float32).to_vector<double>());
+                   CHECK(c.traffic().total.messages_sent == 0));
 }
 
 TEST_CASE("nccl: bad ranks are an mls::Error", "[lab5][gpu][nccl]") {

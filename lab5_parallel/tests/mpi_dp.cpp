@@ -3,12 +3,15 @@
 // under mpirun -np 2, see mpi_launch.hpp): the same equalities as on simulated ranks.
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include "mls/observe_tensor.hpp"
 #include "mpi_launch.hpp"
 #include "mls/parallel/data_parallel.hpp"
 #include "mls/parallel/mesh.hpp"
 #include "mls/parallel/mpi.hpp"
 #include "mls/parallel/tensor_parallel.hpp"
+#include "mls/testing.hpp"
 
 using namespace mls;
 using namespace mls::parallel;
@@ -29,18 +32,17 @@ TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B aft
         return l;
       };
       nn::Linear a1 = make("l1", 6, 8), a2 = make("l2", 8, 3);  // this process's replica
-      nn::Linear r1 = make("l1", 6, 8), r2 = make("l2", 8, 3);  // the single-process reference
       std::vector<nn::Parameter> ps = {a1.weight, a1.bias, a2.weight, a2.bias};
-      std::vector<nn::Parameter> rs = {r1.weight, r1.bias, r2.weight, r2.bias};
       DataParallel dp(comm, ps, DataParallelOptions{128, overlap});
       dp.broadcast_parameters(0);
-      nn::SGD opt(ps, 0.1, 0.9), ropt(rs, 0.1, 0.9);
-      for (int s = 0; s < 10; ++s) {
+      nn::SGD opt(ps, 0.1, 0.9);
+      auto batch = [&](int s) {
         Rng rng(17, "mpi-dp-batch-" + std::to_string(s));
-        const Tensor x = Tensor::randn({12, 6}, rng, 0.0, 1.0, dt), y = Tensor::randn({12, 3}, rng, 0.0, 1.0, dt);
-        ropt.zero_grad();
-        autodiff::mse_loss(r2.forward(autodiff::tanh(r1.forward(Var(x)))), Var(y)).backward();
-        ropt.step();
+        const Tensor x = Tensor::randn({12, 6}, rng, 0.0, 1.0, dt);
+        return std::array<Tensor, 2>{x, Tensor::randn({12, 3}, rng, 0.0, 1.0, dt)};
+      };
+      for (int s = 0; s < 10; ++s) {
+        const auto [x, y] = batch(s);
         opt.zero_grad();
         const Var xs(shard_batch(x, comm.rank(), n)), ys(shard_batch(y, comm.rank(), n));
         const Var out = overlap ? autodiff::matmul(autodiff::tanh(autodiff::matmul(xs, dp.hook(0)) + dp.hook(1)), dp.hook(2)) + dp.hook(3)
@@ -52,12 +54,24 @@ TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B aft
       const double tol = dt == DType::Float64 ? 1e-12 : 1e-6;
       INFO(dtype_name(dt) << " overlap " << overlap << " rank " << comm.rank() << " of " << n);
       MLS_OBSERVE(dp.allreduce_calls());
+      MLS_OBSERVE(dp.buckets().size());
       for (const auto& prm : ps) mls::testing::observe_values("parameter", prm.value(), {2 * tol, 2 * tol});
-      CHECK(dp.allreduce_calls() == static_cast<std::int64_t>(dp.buckets().size()) * 10);
-      for (std::size_t k = 0; k < ps.size(); ++k) {
-        const auto g = ps[k].value().to_vector<double>(), w = rs[k].value().to_vector<double>();
-        for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).epsilon(tol).margin(tol));
-      }
+      // the single-process reference on the whole batches, after the data-parallel run
+      MLS_ORACLE(nn::Linear r1 = make("l1", 6, 8), r2 = make("l2", 8, 3);
+                 std::vector<nn::Parameter> rs = {r1.weight, r1.bias, r2.weight, r2.bias};
+                 nn::SGD ropt(rs, 0.1, 0.9);
+                 for (int s = 0; s < 10; ++s) {
+                   const auto [x, y] = batch(s);
+                   ropt.zero_grad();
+                   autodiff::mse_loss(r2.forward(autodiff::tanh(r1.forward(Var(x)))), Var(y)).backward();
+                   ropt.step();
+                 })
+      MLS_ORACLE_CHECK(CHECK(dp.allreduce_calls() == static_cast<std::int64_t>(dp.buckets().size()) * 10);
+                       for (std::size_t k = 0; k < ps.size(); ++k) {
+                         const auto g = ps[k].value().to_vector<double>(), w = rs[k].value().to_vector<double>();
+                         REQUIRE(g.size() == w.size());
+                         for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).epsilon(tol).margin(tol));
+                       });
     }
   }
 }
@@ -71,19 +85,22 @@ TEST_CASE("mpi mesh: the residual MLP stack on dp x tp x pp processes equals one
   StackConfig c;
   c.blocks = pp;
   c.steps = 3;
-  const StackResult ref = train_stack_single(c);
   const StackResult got = train_stack_3d(world, c, dp, tp, pp);
-  const MeshCoord m = Mesh3D::coord_of(world.rank(), tp, pp);
   INFO("rank " << world.rank() << " of " << n << ": " << dp << " x " << tp << " x " << pp);
   mls::testing::observe("losses", got.losses, {2e-12, 0.0});
+  REQUIRE(!got.params.empty());  // guards the [0] below
   for (const Tensor& p : got.params[0]) mls::testing::observe_values("parameter", p, {2e-12, 2e-14});
-  for (std::size_t s = 0; s < ref.losses.size(); ++s) CHECK(got.losses[s] == Approx(ref.losses[s]).epsilon(1e-12));
-  for (std::size_t k = 0; k < 4; ++k) {
-    const std::int64_t dim = ParallelMLP::kShardDims[k];
-    const Tensor& full = ref.params[static_cast<std::size_t>(m.s)][k];
-    const auto w = (dim < 0 ? full : shard(full, dim, m.t, tp)).to_vector<double>();
-    const auto g = got.params[0][k].to_vector<double>();
-    REQUIRE(g.size() == w.size());
-    for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).epsilon(1e-12).margin(1e-14));
-  }
+  MLS_ORACLE(const StackResult ref = train_stack_single(c);  // the single process's run, after the parallel one
+             const MeshCoord m = Mesh3D::coord_of(world.rank(), tp, pp);)
+  MLS_ORACLE_CHECK(REQUIRE(got.losses.size() == ref.losses.size());
+                   for (std::size_t s = 0; s < ref.losses.size(); ++s) CHECK(got.losses[s] == Approx(ref.losses[s]).epsilon(1e-12));
+                   REQUIRE(got.params[0].size() >= 4);
+                   for (std::size_t k = 0; k < 4; ++k) {
+                     const std::int64_t dim = ParallelMLP::kShardDims[k];
+                     const Tensor& full = ref.params[static_cast<std::size_t>(m.s)][k];
+                     const auto w = (dim < 0 ? full : shard(full, dim, m.t, tp)).to_vector<double>();
+                     const auto g = got.params[0][k].to_vector<double>();
+                     REQUIRE(g.size() == w.size());
+                     for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).epsilon(1e-12).margin(1e-14));
+                   });
 }

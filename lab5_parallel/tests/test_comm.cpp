@@ -41,7 +41,7 @@ TEST_CASE("send and recv: tags match FIFO per (source, tag), any order of tags",
     }
   });
   MLS_OBSERVE(got[1]);
-  CHECK(got[1] == std::vector<double>{1, 2, 3, 4, 5, 6});
+  MLS_ORACLE_CHECK(CHECK(got[1] == std::vector<double>{1, 2, 3, 4, 5, 6}));
 }
 
 TEST_CASE("isend and irecv with wait handles, a ring exchange does not deadlock", "[lab5][p2p]") {
@@ -57,7 +57,7 @@ TEST_CASE("isend and irecv with wait handles, a ring exchange does not deadlock"
       got[c.rank()] = in.at({2});
     });
     MLS_OBSERVE(got);
-    for (int r = 0; r < n; ++r) CHECK(got[r] == (r + n - 1) % n);
+    MLS_ORACLE_CHECK(for (int r = 0; r < n; ++r) CHECK(got[r] == (r + n - 1) % n));
   }
 }
 
@@ -85,7 +85,7 @@ TEST_CASE("split: row and column communicators of a 2-D mesh, and a 3-D mesh", "
   MLS_OBSERVE(col_rank);
   MLS_OBSERVE(col_size);
   for (int r = 0; r < 6; ++r) mls::testing::observe("row, column sums", std::vector<double>{rows[r][0], cols[r][0]});
-  for (int r = 0; r < 6; ++r) {
+  MLS_ORACLE_CHECK(for (int r = 0; r < 6; ++r) {
     const int row = r / 3, col = r % 3;
     CHECK(row_size[r] == 3);
     CHECK(col_size[r] == 2);
@@ -93,31 +93,35 @@ TEST_CASE("split: row and column communicators of a 2-D mesh, and a 3-D mesh", "
     CHECK(col_rank[r] == 1 - row);
     CHECK(rows[r][0] == 3 * (3 * row) + 3);
     CHECK(cols[r][0] == col + (col + 3));
-  }
+  });
   // 2 x 2 x 2: split twice; the innermost communicators have 2 ranks and independent traffic.
   std::vector<double> inner(8);
+  std::vector<int> inner_size(8);
   run_simulated(8, [&](Communicator& c) {
     Communicator a = c.split(c.rank() / 4, c.rank());
     Communicator b = a.split(a.rank() / 2, a.rank());
     Tensor t = Tensor::full({2}, c.rank(), DType::Float32);
     b.allreduce(t, ReduceOp::Max);
     inner[c.rank()] = t.at({0});
-    if (b.size() != 2) throw Error("inner size");
+    inner_size[c.rank()] = b.size();
   });
   MLS_OBSERVE(inner);
-  for (int r = 0; r < 8; ++r) CHECK(inner[r] == (r | 1));
+  MLS_OBSERVE(inner_size);
+  MLS_ORACLE_CHECK(for (int r = 0; r < 8; ++r) CHECK(inner[r] == (r | 1));
+                   for (int r = 0; r < 8; ++r) CHECK(inner_size[r] == 2));
 }
 
 TEST_CASE("chunk_bounds: sizes differ by at most one, the first n%N chunks are larger", "[lab5][p2p]") {
   MLS_OBSERVE(chunk_bounds(10, 4));
   MLS_OBSERVE(chunk_bounds(2, 4));
   MLS_OBSERVE(chunk_bounds(0, 3));
-  CHECK(chunk_bounds(10, 4) == std::vector<std::int64_t>{0, 3, 6, 8, 10});
-  CHECK(chunk_bounds(2, 4) == std::vector<std::int64_t>{0, 1, 2, 2, 2});
-  CHECK(chunk_bounds(0, 3) == std::vector<std::int64_t>{0, 0, 0, 0});
+  MLS_ORACLE_CHECK(CHECK(chunk_bounds(10, 4) == std::vector<std::int64_t>{0, 3, 6, 8, 10});
+                   CHECK(chunk_bounds(2, 4) == std::vector<std::int64_t>{0, 1, 2, 2, 2});
+                   CHECK(chunk_bounds(0, 3) == std::vector<std::int64_t>{0, 0, 0, 0}));
   require_error([] { (void)chunk_bounds(5, 0); }, "chunk_bounds: parts must be >= 1");
-  CHECK(parse_algo("ring") == Algo::Ring);
-  CHECK(parse_reduce_op("max") == ReduceOp::Max);
+  mls::testing::observe("parse_algo(\"ring\")", to_string(parse_algo("ring")));
+  mls::testing::observe("parse_reduce_op(\"max\")", to_string(parse_reduce_op("max")));
+  MLS_ORACLE_CHECK(CHECK(parse_algo("ring") == Algo::Ring); CHECK(parse_reduce_op("max") == ReduceOp::Max));
   require_error([] { (void)parse_algo("butterfly"); }, "unknown algorithm 'butterfly'");
   require_error([] { (void)parse_reduce_op("xor"); }, "unknown reduce op 'xor'");
 }
@@ -243,7 +247,7 @@ TEST_CASE("a rank that throws stops every rank promptly, naming the rank", "[lab
     }, quick(60000));  // a hang would take a minute; the abort is immediate
   }, "rank 2 of 4: rank two's model diverged");
   MLS_OBSERVE(stopped.load());
-  CHECK(stopped.load() == 3);
+  MLS_ORACLE_CHECK(CHECK(stopped.load() == 3));
 }
 
 TEST_CASE("a receive that never matches times out with a clear error", "[lab5][plumbing]") {
@@ -355,13 +359,14 @@ TEST_CASE("8 ranks train an MLP at once: shared pool, allocator, RNG streams, gr
 TEST_CASE("make_sim_world: transports driven by the caller's own threads", "[lab5][plumbing]") {
   auto ts = make_sim_world(2);
   Communicator a(std::move(ts[0])), b(std::move(ts[1]));
-  CHECK(a.backend() == "sim");
+  mls::testing::observe("backend", std::string(a.backend()));
+  MLS_ORACLE_CHECK(CHECK(a.backend() == "sim"));
   std::thread th([&] { b.send(Tensor::from({1.f, 2.f}), 0); });
   Tensor t = Tensor::empty({2});
   a.recv(t, 1);
   th.join();
   MLS_OBSERVE_VALUES(t);
-  CHECK(t.to_vector<float>() == std::vector<float>{1.f, 2.f});
+  MLS_ORACLE_CHECK(CHECK(t.to_vector<float>() == std::vector<float>{1.f, 2.f}));
 }
 
 TEST_CASE("ping_pong: iters round trips between ranks 0 and 1, other ranks idle", "[lab5][plumbing]") {
@@ -373,16 +378,16 @@ TEST_CASE("ping_pong: iters round trips between ranks 0 and 1, other ranks idle"
     first[c.rank()] = t.to_vector<float>()[0];
   });
   // Rank 1 last received rank 0's tensor, rank 0 got it back; rank 2 kept its own.
-  CHECK(first == std::vector<float>{0.0f, 0.0f, 2.0f});
+  MLS_OBSERVE(first);
+  MLS_ORACLE_CHECK(CHECK(first == std::vector<float>{0.0f, 0.0f, 2.0f}));
   for (int r : {0, 1, 2}) {
     mls::testing::observe("messages sent, received, bytes sent", std::vector<std::int64_t>{
         static_cast<std::int64_t>(rep.traffic[r].total.messages_sent), static_cast<std::int64_t>(rep.traffic[r].total.messages_recv),
         static_cast<std::int64_t>(rep.traffic[r].total.bytes_sent)});
   }
-  for (int r : {0, 1}) {
+  MLS_ORACLE_CHECK(for (int r : {0, 1}) {
     CHECK(rep.traffic[r].total.messages_sent == 4);
     CHECK(rep.traffic[r].total.messages_recv == 4);
     CHECK(rep.traffic[r].total.bytes_sent == 4 * 5 * 4);
-  }
-  CHECK(rep.traffic[2].total.messages_sent == 0);
+  } CHECK(rep.traffic[2].total.messages_sent == 0));
 }

@@ -36,6 +36,7 @@ std::array<Tensor, 2> batch(int step, DType dt) {
 }
 constexpr int kSteps = 10;
 
+#ifndef MLS_GRADED_BUILD
 std::vector<std::vector<double>> train_single(DType dt) {
   Model m(dt);
   nn::SGD opt(m.params(), 0.1, 0.9);
@@ -49,6 +50,7 @@ std::vector<std::vector<double>> train_single(DType dt) {
   for (auto& p : m.params()) out.push_back(p.value().to_vector<double>());
   return out;
 }
+#endif  // MLS_GRADED_BUILD
 }  // namespace
 
 TEST_CASE("dp: make_buckets groups parameters in backward order", "[lab5][dp]") {
@@ -66,21 +68,22 @@ TEST_CASE("dp: make_buckets groups parameters in backward order", "[lab5][dp]") 
   mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 1)));
   mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 1000)));
   mls::testing::observe("buckets", flat(make_buckets({100, 4, 4, 20}, 24)));
-  CHECK(make_buckets({4, 4, 4, 4}, 8) == B{{3, 2}, {1, 0}});
-  CHECK(make_buckets({4, 4, 4, 4}, 1) == B{{3}, {2}, {1}, {0}});
-  CHECK(make_buckets({4, 4, 4, 4}, 1000) == B{{3, 2, 1, 0}});
-  CHECK(make_buckets({100, 4, 4, 20}, 24) == B{{3, 2}, {1}, {0}});
-  CHECK(make_buckets({}, 8).empty());
+  mls::testing::observe("buckets", flat(make_buckets({}, 8)));
+  MLS_ORACLE_CHECK(CHECK(make_buckets({4, 4, 4, 4}, 8) == B{{3, 2}, {1, 0}});
+                   CHECK(make_buckets({4, 4, 4, 4}, 1) == B{{3}, {2}, {1}, {0}});
+                   CHECK(make_buckets({4, 4, 4, 4}, 1000) == B{{3, 2, 1, 0}});
+                   CHECK(make_buckets({100, 4, 4, 20}, 24) == B{{3, 2}, {1}, {0}});
+                   CHECK(make_buckets({}, 8).empty()));
   mls::testing::require_error([] { make_buckets({4}, 0); }, "make_buckets: bucket_bytes = 0 must be > 0");
   const Tensor t = Tensor::arange(12).reshape({6, 2});
   MLS_OBSERVE_VALUES(shard_batch(t, 1, 3));
-  CHECK(shard_batch(t, 1, 3).to_vector<double>() == std::vector<double>{4, 5, 6, 7});
+  MLS_ORACLE_CHECK(CHECK(shard_batch(t, 1, 3).to_vector<double>() == std::vector<double>{4, 5, 6, 7}));
   mls::testing::require_error([&] { shard_batch(t, 0, 4); }, "shard_batch: a batch of 6 rows does not split into 4 equal shards");
 }
 
 TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD steps", "[lab5][dp]") {
   for (DType dt : {DType::Float64, DType::Float32}) {
-    const auto ref = train_single(dt);
+    MLS_ORACLE(std::vector<std::vector<double>> ref;)  // the single rank's run, after the first parallel one
     const double tol = dt == DType::Float64 ? 1e-12 : 1e-6;
     for (int n : {2, 3, 4}) {
       for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{128}, std::int64_t{1} << 20}) {
@@ -115,15 +118,18 @@ TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD s
                 calls[u], overlapped[u], static_cast<std::int64_t>(nb[u])});
             for (std::size_t k = 0; k < got[u].size(); ++k) mls::testing::observe("parameter", got[u][k], {2 * tol, 2 * tol});
           }
-          for (int r = 0; r < n; ++r) {
+          MLS_ORACLE(if (ref.empty()) ref = train_single(dt);)
+          MLS_ORACLE_CHECK(for (int r = 0; r < n; ++r) {
             const auto u = static_cast<std::size_t>(r);
             CHECK(calls[u] == static_cast<std::int64_t>(nb[u]) * kSteps);
             CHECK(overlapped[u] == (overlap ? calls[u] : 0));
-            for (std::size_t k = 0; k < ref.size(); ++k)
+            REQUIRE(got[u].size() == ref.size());
+            for (std::size_t k = 0; k < ref.size(); ++k) {
+              REQUIRE(got[u][k].size() == ref[k].size());
               for (std::size_t i = 0; i < ref[k].size(); ++i)
                 CHECK(got[u][k][i] == Approx(ref[k][i]).epsilon(tol).margin(tol));
-          }
-          CHECK(nb[0] == (bucket == 1 ? 4u : bucket == 128 ? (dt == DType::Float64 ? 4u : 3u) : 1u));
+            }
+          } CHECK(nb[0] == (bucket == 1 ? 4u : bucket == 128 ? (dt == DType::Float64 ? 4u : 3u) : 1u)));
         }
       }
     }
