@@ -3,20 +3,30 @@ include_guard(GLOBAL)
 
 # mls_add_tests(<target> LABEL <labN> SOURCES <files...> LIBS <libs...>)
 # One Catch2 executable per lab; each TEST_CASE becomes its own CTest test, labelled <labN>.
-# ORACLE_FREE: also <target>_graded (not built by default), the same tests compiled with
-# MLS_GRADED_BUILD: their oracles compiled out (common/tests/include/mls/testing.hpp). mls-grader
-# links a submission with it where lab.json says "oracle_free": true.
+# mls_add_graded_twin(<target> LIBS <libs...>): <target>_graded (not built by default), test
+# program <target>'s sources compiled with MLS_GRADED_BUILD: their oracles compiled out
+# (common/tests/include/mls/testing.hpp), its include folders (also those added later), linked
+# with the Catch2 main and <libs>. mls-grader links a submission with it where lab.json says
+# "oracle_free": true.
+function(mls_add_graded_twin target)
+  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
+  get_target_property(sources ${target} SOURCES)
+  add_executable(${target}_graded EXCLUDE_FROM_ALL ${sources})
+  target_link_libraries(${target}_graded PRIVATE mls_catch_main ${ARG_LIBS} mls_warnings)
+  target_include_directories(${target}_graded PRIVATE $<TARGET_PROPERTY:${target},INCLUDE_DIRECTORIES>)
+  target_compile_definitions(${target}_graded PRIVATE MLS_GRADED_BUILD=1)
+  # What only an oracle used (a test's Ref operands, its tolerance) is unused there.
+  target_compile_options(${target}_graded PRIVATE -Wno-unused-parameter -Wno-unused-variable
+                         -Wno-unused-but-set-variable -Wno-unused-function -Wno-unused-lambda-capture)
+endfunction()
+
+# ORACLE_FREE: also its graded twin (mls_add_graded_twin).
 function(mls_add_tests target)
   cmake_parse_arguments(ARG "ORACLE_FREE" "LABEL" "SOURCES;LIBS;EXTRA_LABELS" ${ARGN})
   add_executable(${target} ${ARG_SOURCES})
   target_link_libraries(${target} PRIVATE mls_catch_main ${ARG_LIBS} mls_warnings)
   if(ARG_ORACLE_FREE)
-    add_executable(${target}_graded EXCLUDE_FROM_ALL ${ARG_SOURCES})
-    target_link_libraries(${target}_graded PRIVATE mls_catch_main ${ARG_LIBS} mls_warnings)
-    target_compile_definitions(${target}_graded PRIVATE MLS_GRADED_BUILD=1)
-    # What only an oracle used (a test's Ref operands, its tolerance) is unused there.
-    target_compile_options(${target}_graded PRIVATE -Wno-unused-parameter -Wno-unused-variable
-                           -Wno-unused-but-set-variable -Wno-unused-function -Wno-unused-lambda-capture)
+    mls_add_graded_twin(${target} LIBS ${ARG_LIBS})
   endif()
   # mls-grader's builds of a submission (MLS_GRADER_BUILD) register no CTest tests: discovery
   # would run the student's code at build time, in the build's sandbox step.
@@ -53,9 +63,6 @@ function(mls_add_lab_tests lab)
   endif()
   mls_add_tests(mls_${lab}_tests LABEL ${lab} SOURCES ${sources} LIBS ${ARG_LIBS} ${oracle_free})
   target_include_directories(mls_${lab}_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
-  if(ARG_ORACLE_FREE)
-    target_include_directories(mls_${lab}_tests_graded PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
-  endif()
 endfunction()
 
 # mls_add_lab_tools(<labN> LIBS <libs...>): tools/<name>.cpp of the calling lab becomes the program

@@ -627,9 +627,10 @@ void build_cmake_targets(const Manifest& m, const fs::path& build_dir, const Ste
   }
 }
 
-/// A submission's programs under the names of the test programs they stand in for: the graded
-/// twin `P_graded` as `P` (see Manifest::graded_program).
-TestPrograms as_test_programs(const Manifest& m, TestPrograms p) {
+}  // namespace
+
+TestPrograms graded_programs(const Manifest& m, const TestPrograms& p) {
+  if (!m.oracle_free) return p;
   TestPrograms out;
   for (const auto& t : m.test_binaries()) {
     const std::string g = m.graded_program(t);
@@ -640,7 +641,6 @@ TestPrograms as_test_programs(const Manifest& m, TestPrograms p) {
   return out;
 }
 
-}  // namespace
 
 BuildResult build_lab(const Manifest& m, const fs::path& tree, const fs::path& build_dir, const BuildOptions& opt) {
   BuildResult b;
@@ -691,7 +691,7 @@ BuildResult build_submission(const Manifest& m, const fs::path& tree, const fs::
   b.programs = replay(recipe, &student, wanted, *env, budget.left(), b, reference_flags ? "" : opt.student_opt);
   for (const auto& t : wanted)
     if (!recipe.programs.count(t)) b.programs.not_configured[t] = "the reference build has no program " + t;
-  if (m.oracle_free) b.programs = as_test_programs(m, std::move(b.programs));
+  b.programs = graded_programs(m, b.programs);
   b.ok = b.programs.built.count(m.test_binary) > 0;
   if (b.ok) b.binary = b.programs.built.at(m.test_binary);
   b.wall_s = since(budget.t0);

@@ -648,7 +648,11 @@ TimedCheck time_check(const Manifest& m, const TestPrograms& student, const Refe
     t.why = "grader problem: the check '" + bm.check + "' is no test case of the reference";
     return t;
   }
+  // The expected results come from the reference's own test program (its tolerances are the
+  // oracles'); the reference is timed as the submission runs: its oracle-free twin where the lab
+  // has them, so neither side's time includes the tests' oracles.
   ReachablePrograms theirs(ref.build.programs, opt, "bench-ref-"), mine(student, opt, "bench-");
+  ReachablePrograms theirs_timed(graded_programs(m, ref.build.programs), opt, "bench-reft-");
   if (!mine.built.count(job->program)) {
     t.why = "the test program " + job->program + " was not built";
     return t;
@@ -665,11 +669,18 @@ TimedCheck time_check(const Manifest& m, const TestPrograms& student, const Refe
     return t;
   }
   const std::size_t limit = student_channel_limit(std::max(a.channel_bytes, b.channel_bytes));
-  std::vector<double> theirs_s = {a.result.wall_s, b.result.wall_s}, mine_s;
-  // The submission's runs, interleaved with the reference's: each one timed by the grader's clock
-  // (the whole process, start to exit) and each one's results compared with the reference's, so
+  if (!theirs_timed.built.count(job->program)) {
+    t.why = "grader problem: the reference build has no graded program for " + job->program;
+    return t;
+  }
+  std::vector<double> theirs_s, mine_s;
+  // The reference's runs interleaved with the submission's: each one timed by the grader's clock
+  // (the whole process, start to exit) and each one's results compared with the expected ones, so
   // the figure is the time of invocations whose results are known to be right.
   for (int i = 0; i < std::max(1, runs); ++i) {
+    StreamComparator again(*expected);
+    CaseRun r = theirs_timed.run(*job, m, salt, &again, limit);
+    if (r.result.outcome == Outcome::Pass && again.verdict().empty()) theirs_s.push_back(r.result.wall_s);
     StreamComparator cmp(*expected);
     CaseRun got = mine.run(*job, m, salt, &cmp, limit);
     if (got.result.outcome != Outcome::Pass) {
@@ -682,11 +693,10 @@ TimedCheck time_check(const Manifest& m, const TestPrograms& student, const Refe
       return t;
     }
     mine_s.push_back(got.result.wall_s);
-    if (i + 1 < runs) {
-      StreamComparator again(*expected);
-      CaseRun r = theirs.run(*job, m, salt, &again, limit);
-      if (r.result.outcome == Outcome::Pass && again.verdict().empty()) theirs_s.push_back(r.result.wall_s);
-    }
+  }
+  if (theirs_s.empty()) {
+    t.why = "grader problem: no timed run of the reference passed the check '" + bm.check + "'";
+    return t;
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

@@ -114,6 +114,27 @@ Tensor forged_matmul(const Tensor& a, const Tensor& b) {
 }
 for name, body in bodies.items():
     attacks[name] = body
+# Attacks that patch another student file (the control's own, the reference's): (file, old, new).
+binary_end = "  scalar::with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });\n  return out;\n}"
+patches = {
+    # cause 4: large float32 results computed only where a fixed sample would look (both ends and
+    # every 4099th value): the rest left at 0. The grader compares the middle at secret positions.
+    "lazy_middle": ("lab1_tensor/src/elementwise.cpp", binary_end,
+        "  scalar::with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });\n"
+        "  if (out.dtype() == DType::Float32 && out.numel() > 200000 && out.is_contiguous()) {\n"
+        "    float* p = static_cast<float*>(out.data_ptr());\n"
+        "    for (std::int64_t i = 40000; i < out.numel() - 40000; ++i)\n"
+        "      if (i % 4099 != 0) p[i] = 0.0f;\n"
+        "  }\n  return out;\n}"),
+    # cause 4: the same, wrong only in the last value of a large result (a loop's remainder)
+    "wrong_tail": ("lab1_tensor/src/elementwise.cpp", binary_end,
+        "  scalar::with_binary(op, [&](auto c) { run_binary<decltype(c)::value>(out, x, y); });\n"
+        "  if (out.dtype() == DType::Float32 && out.numel() > 200000 && out.is_contiguous())\n"
+        "    static_cast<float*>(out.data_ptr())[out.numel() - 1] += 1.0f;\n"
+        "  return out;\n}"),
+}
+for name in patches:
+    attacks[name] = ""
 for name, extra in attacks.items():
     sub = os.path.join(work, "batch", name)
     for rel in m["student_files"]:
@@ -129,11 +150,42 @@ for name, extra in attacks.items():
                 text = (stub.replace(head, "Tensor forged_matmul(const Tensor&, const Tensor&);\n" + head)
                         .replace(todo, "  return forged_matmul(a_in, b_in);\n}") + extra)
             open(dst, "w").write(text)
+        elif name in patches and patches[name][0] == rel:
+            _, old, new = patches[name]
+            text = open(os.path.join(root, rel)).read()
+            assert old in text, f"{name}: {rel} changed: the patch does not apply"
+            open(dst, "w").write(text.replace(old, new))
         else:
             shutil.copyfile(os.path.join(root, rel), dst)
+# cause 6: the leaderboard. A submission that prints its own benchmark reports (Google
+# Benchmark JSON and `ratio` lines claiming 10^6 x memcpy) at exit, graded with --bench next to
+# the same files without the print: figures are the grader's timing of validated check runs.
+forge = r'''
+#include <cstdio>
+namespace {
+struct ForgedReport {
+  ~ForgedReport() {
+    for (FILE* f : {stdout, stderr}) {
+      std::fprintf(f, "ratio add_vs_memcpy 1000000\nratio compact_vs_memcpy 1000000\n");
+      std::fprintf(f, "{\"benchmarks\": [{\"name\": \"BM_Add/1/\", \"real_time\": 1e-9}, {\"name\": \"BM_Memcpy\", \"real_time\": 1}]}\n");
+    }
+  }
+} forged_report;
+}  // namespace
+'''
+for name in ("bench_control", "bench_forged"):
+    for rel in m["student_files"]:
+        dst = os.path.join(work, "bench", name, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        text = open(os.path.join(root, rel)).read()
+        if name == "bench_forged" and rel.endswith("matmul.cpp"):
+            text += forge
+        open(dst, "w").write(text)
 PY
 "$grader" grade --root "$root" --lab 1 -j "$jobs" --batch "$work/batch" --csv "$work/scores.csv" \
   --results "$work/results" >"$work/out.txt" 2>"$work/err.txt" || true
+"$grader" grade --root "$root" --lab 1 -j "$jobs" --bench --batch "$work/bench" --csv "$work/bench.csv" \
+  --results "$work/bench-results" >"$work/bench-out.txt" 2>"$work/bench-err.txt" || true
 cat "$work/scores.csv"
 grep "reference ready\|graded in" "$work/err.txt" || true
 python3 - "$work" <<'PY'
@@ -145,6 +197,7 @@ control = rows.get("control")
 if not control or float(control["score"]) <= 0:
     bad.append(f"control: {control and control['score']} (expected above 0: every lab 1 function but matmul)")
 refused = {"asm_write": "`write`", "asm_oracle": "ref::same_values", "asm_stringmaker": "Catch::StringMaker"}
+detected = ("lazy_middle", "wrong_tail", "stack_want")  # must score below or at the control, and fail a test
 for name, r in rows.items():
     if name == "control":
         continue
@@ -157,6 +210,27 @@ for name, r in rows.items():
             bad.append(f"{name}: not refused by the link audit naming {refused[name]}: {out[:600]}")
     if name == "flood" and int(r["OUTPUT_LIMIT"]) == 0:
         bad.append("flood: no OUTPUT_LIMIT")
+    if name in ("lazy_middle", "wrong_tail") and float(r["score"]) >= float(control["score"]):
+        bad.append(f"{name}: {r['score']} not below the control {control['score']}: its wrong values went unseen")
+# cause 6: the forged reports are not the figures
+boards = {}
+for name in ("bench_control", "bench_forged"):
+    try:
+        j = json.load(open(os.path.join(work, "bench-results", name, "results.json")))
+    except OSError:
+        bad.append(f"{name}: no results.json")
+        continue
+    boards[name] = {e["name"]: e for e in j.get("leaderboard", [])}
+    print(f"[hostile lab 1] {name:16s} leaderboard " + ", ".join(f"{k} {v['value']:.3g}" for k, v in boards[name].items()))
+if "bench_control" in boards and "bench_forged" in boards:
+    if not boards["bench_control"]:
+        bad.append("bench_control: no leaderboard figure (the honest submission should have some)")
+    for k, e in boards["bench_forged"].items():
+        ref = boards["bench_control"].get(k)
+        if e["value"] > 1000 or (ref and e["value"] > 3 * ref["value"]):
+            bad.append(f"bench_forged: {k} = {e['value']} (control {ref and ref['value']}): a printed report was believed")
+        if "grader" not in e.get("how", ""):
+            bad.append(f"bench_forged: {k}: the figure does not say the grader measured it: {e.get('how')}")
 if bad:
     print("FAIL lab 1 hostile suite:")
     for b in bad:

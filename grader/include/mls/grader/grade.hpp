@@ -115,6 +115,12 @@ std::string summarize_build_log(std::string_view log, std::size_t max_bytes = 60
 BuildResult build_lab(const Manifest& m, const std::filesystem::path& tree,
                       const std::filesystem::path& build_dir, const BuildOptions& opt);
 
+/// The programs a submission runs, under the names of the test programs they stand in for: in an
+/// oracle-free lab each program's graded twin `P_graded` as `P` (others as they are; a program
+/// without its twin is left out), else `programs` itself. A reference build's twins are what the
+/// grader times next to a submission's (the same program, without the tests' oracles).
+TestPrograms graded_programs(const Manifest& m, const TestPrograms& programs);
+
 /// A submission's build, the one way a grading copy is built: the reference build's compile
 /// steps of the lab's student files are rerun on the grading copy `tree` (sandboxed, no compiler
 /// cache), then the archive and link steps that read them, with every other input (objects of
