@@ -47,11 +47,11 @@ TEST_CASE("text data: 90/10 split and windows of the right split", "[lab6][data]
   CHECK(std::equal(data.train_tokens().begin(), data.train_tokens().end(), all.begin()));
   CHECK(std::equal(data.val_tokens().begin(), data.val_tokens().end(), all.begin() + static_cast<std::ptrdiff_t>(n - n_val)));
   const Batch b = data.next_train(4, 16);
-  CHECK(b.B == 4);
-  CHECK(b.T == 16);
+  MLS_CHECK_EQ(b.B, 4);
+  MLS_CHECK_EQ(b.T, 16);
   mls::testing::observe("B, T, inputs", std::vector<std::int64_t>{b.B, b.T, static_cast<std::int64_t>(b.inputs.size())});
   MLS_OBSERVE(b.mask);
-  CHECK(b.inputs.size() == 64);
+  MLS_CHECK_EQ(b.inputs.size(), 64);
   check_windows(b, data.train_tokens());
   check_windows(data.next_val(3, 8), data.val_tokens());
   check_windows(data.next_train(2, 1), data.train_tokens());
@@ -85,8 +85,8 @@ TEST_CASE("text data: seeded, and seek restores the stream exactly", "[lab6][dat
   const std::uint64_t pos = a.position();
   MLS_OBSERVE(position_train(pos));
   MLS_OBSERVE(position_val(pos));
-  CHECK(position_train(pos) == 5);
-  CHECK(position_val(pos) == 2);
+  MLS_CHECK_EQ(position_train(pos), 5);
+  MLS_CHECK_EQ(position_val(pos), 2);
   const Batch next_a = a.next_train(4, 12), next_va = a.next_val(2, 12);
   // Same seed: the same batches; another seed: others.
   CHECK(b.next_train(4, 12).inputs == seen[0].inputs);
@@ -125,7 +125,7 @@ TEST_CASE("text files: read, empty, missing, not UTF-8", "[lab6][data_files]") {
   llm_test::TempDir dir("data");
   llm_test::write_file(dir.file("ok.txt"), "h\xc3\xa9llo\n");
   MLS_OBSERVE(read_text_file(dir.file("ok.txt")));
-  CHECK(read_text_file(dir.file("ok.txt")) == "h\xc3\xa9llo\n");
+  MLS_CHECK_EQ(read_text_file(dir.file("ok.txt")), std::string("h\xc3\xa9llo\n"));
   llm_test::write_file(dir.file("empty.txt"), "");
   require_error([&] { read_text_file(dir.file("empty.txt")); }, "empty.txt' is empty");
   require_error([&] { read_text_file(dir.file("missing.txt")); }, "cannot open");
@@ -135,13 +135,13 @@ TEST_CASE("text files: read, empty, missing, not UTF-8", "[lab6][data_files]") {
 }
 
 TEST_CASE("positions pack train and val counts", "[lab6][data_files]") {
-  CHECK(pack_position(0, 0) == 0);
+  MLS_CHECK_EQ(pack_position(0, 0), 0);
   const std::uint64_t p = pack_position(123456789, 4321);
   MLS_OBSERVE(p);
   MLS_OBSERVE(position_train(p));
   MLS_OBSERVE(position_val(p));
-  CHECK(position_train(p) == 123456789);
-  CHECK(position_val(p) == 4321);
+  MLS_CHECK_EQ(position_train(p), 123456789);
+  MLS_CHECK_EQ(position_val(p), 4321);
   require_error([] { pack_position(std::uint64_t{1} << 40, 0); }, "pack_position");
   require_error([] { pack_position(0, std::uint64_t{1} << 24); }, "pack_position");
 }
@@ -150,42 +150,43 @@ TEST_CASE("positions pack train and val counts", "[lab6][data_files]") {
 
 TEST_CASE("sort task: problems, worked example", "[lab6][data_files]") {
   SortTask task(4, 0);
-  CHECK(task.vocab_size() == 12);
-  CHECK(task.prompt_len() == 5);
-  CHECK(task.answer_len() == 4);
-  CHECK(task.seq_len() == 8);
-  CHECK(task.space_size() == 10000);
+  MLS_CHECK_EQ(task.vocab_size(), 12);
+  MLS_CHECK_EQ(task.prompt_len(), 5);
+  MLS_CHECK_EQ(task.answer_len(), 4);
+  MLS_CHECK_EQ(task.seq_len(), 8);
+  MLS_CHECK_EQ(task.space_size(), 10000);
   const Problem p = task.problem(3142);
   MLS_OBSERVE(task.vocab_size());
   MLS_OBSERVE(task.space_size());
   MLS_OBSERVE(task_text(task, p.prompt));
   MLS_OBSERVE(task_text(task, p.answer));
   MLS_OBSERVE(task_text(task, task.problem(7).answer));
-  CHECK(task_text(task, p.prompt) == "3142=");
-  CHECK(task_text(task, p.answer) == "1234");
-  CHECK(task_text(task, task.problem(7).prompt) == "0007=");
-  CHECK(task_text(task, task.problem(7).answer) == "0007");
+  MLS_CHECK_EQ(task_text(task, p.prompt), std::string("3142="));
+  MLS_CHECK_EQ(task_text(task, p.answer), std::string("1234"));
+  MLS_CHECK_EQ(task_text(task, task.problem(7).prompt), std::string("0007="));
+  MLS_CHECK_EQ(task_text(task, task.problem(7).answer), std::string("0007"));
 }
 
 TEST_CASE("addition task: problems, worked example", "[lab6][data_files]") {
   AdditionTask task(3, 0);
-  CHECK(task.prompt_len() == 8);
-  CHECK(task.answer_len() == 4);
-  CHECK(task.space_size() == 1000000);
+  MLS_CHECK_EQ(task.prompt_len(), 8);
+  MLS_CHECK_EQ(task.answer_len(), 4);
+  MLS_CHECK_EQ(task.space_size(), 1000000);
   const Problem p = task.problem(123 * 1000 + 456);
   MLS_OBSERVE(task_text(task, p.prompt));
   MLS_OBSERVE(task_text(task, p.answer));
-  CHECK(task_text(task, p.prompt) == "123+456=");
-  CHECK(task_text(task, p.answer) == "9750");  // 579, reversed, 4 digits
+  MLS_CHECK_EQ(task_text(task, p.prompt), std::string("123+456="));
+  MLS_CHECK_EQ(task_text(task, p.answer), std::string("9750"));  // 579, reversed, 4 digits
   const Problem q = task.problem(999 * 1000 + 999);
-  CHECK(task_text(task, q.answer) == "8991");  // 1998 reversed
+  MLS_CHECK_EQ(task_text(task, q.answer), std::string("8991"));  // 1998 reversed
   // Every problem of a small task against plain arithmetic.
   AdditionTask small(1, 0);
   for (std::uint64_t i = 0; i < small.space_size(); ++i) {
     const Problem r = small.problem(i);
     const std::string ans = task_text(small, r.answer);
     MLS_OBSERVE(ans);
-    CHECK(std::stoi(std::string(ans.rbegin(), ans.rend())) == static_cast<int>(i / 10 + i % 10));
+    // The oracle: plain arithmetic, after the code ran.
+    MLS_ORACLE_CHECK(CHECK(std::stoi(std::string(ans.rbegin(), ans.rend())) == static_cast<int>(i / 10 + i % 10)));
   }
 }
 
@@ -194,7 +195,7 @@ TEST_CASE("tasks: held-out split is disjoint and about 10%", "[lab6][data_files]
   std::int64_t n_val = 0;
   for (std::uint64_t i = 0; i < task.space_size(); ++i) n_val += task.is_val(i);
   MLS_OBSERVE(static_cast<double>(n_val), {0.0, 400.0});  // each build in (800, 1200)
-  CHECK((n_val > 800 && n_val < 1200));
+  MLS_ORACLE_CHECK(CHECK((n_val > 800 && n_val < 1200)));
   mls::Rng rng(5, "t");
   std::set<std::vector<std::int32_t>> train, val;
   for (int i = 0; i < 300; ++i) {
@@ -212,6 +213,8 @@ TEST_CASE("tasks: batches mask the answer and come from the right split", "[lab6
     const Batch v = task->next_val(6, T);
     MLS_OBSERVE(b.mask);
     MLS_OBSERVE(v.mask);
+    MLS_OBSERVE(b.inputs);
+    MLS_OBSERVE(v.inputs);
     for (const Batch* batch : {&b, &v}) {
       for (std::int64_t r = 0; r < batch->B; ++r) {
         std::vector<std::int32_t> seq;
@@ -219,10 +222,12 @@ TEST_CASE("tasks: batches mask the answer and come from the right split", "[lab6
           const auto k = static_cast<std::size_t>(r * T + t);
           seq.push_back(batch->inputs[k]);
           if (t + 1 < task->seq_len()) CHECK(batch->targets[k] == batch->inputs[k + 1]);
-          CHECK(batch->mask[k] == (t >= task->prompt_len() - 1 ? 1.0f : 0.0f));
+          // The oracle: the mask counts the answer's targets only (the masks are observed above).
+          MLS_ORACLE_CHECK(CHECK(batch->mask[k] == (t >= task->prompt_len() - 1 ? 1.0f : 0.0f)));
         }
         seq.push_back(batch->targets[static_cast<std::size_t>(r * T + task->seq_len() - 1)]);
-        for (std::int64_t t = task->seq_len(); t < T; ++t) CHECK(batch->mask[static_cast<std::size_t>(r * T + t)] == 0.0f);
+        MLS_ORACLE_CHECK(for (std::int64_t t = task->seq_len(); t < T; ++t)
+                             CHECK(batch->mask[static_cast<std::size_t>(r * T + t)] == 0.0f));
         // Recover the problem index from the prompt digits and check the answer and the split.
         std::uint64_t index = 0;
         for (std::int64_t t = 0; t + 1 < task->prompt_len(); ++t)
@@ -262,17 +267,17 @@ TEST_CASE("tasks: exact match with an oracle, a wrong and a partial generator", 
     return task.problem(index).answer;
   };
   MLS_OBSERVE(exact_match(task, oracle, 50));
-  CHECK(exact_match(task, oracle, 50) == 1.0);
-  CHECK(exact_match(task, oracle, 50, false) == 1.0);
+  MLS_CHECK_EQ(exact_match(task, oracle, 50), 1.0);
+  MLS_CHECK_EQ(exact_match(task, oracle, 50, false), 1.0);
   const GreedyFn zeros = [](const std::vector<std::int32_t>&, int n_new) { return std::vector<std::int32_t>(static_cast<std::size_t>(n_new), 0); };
-  CHECK(exact_match(task, zeros, 20) == 0.0);
+  MLS_CHECK_EQ(exact_match(task, zeros, 20), 0.0);
   // Right only when the first digit of a is even: about half.
   const GreedyFn half = [&](const std::vector<std::int32_t>& prompt, int n_new) {
     return (prompt[0] - 1) % 2 == 0 ? oracle(prompt, n_new) : std::vector<std::int32_t>{};
   };
   const double h = exact_match(task, half, 400);
   MLS_OBSERVE(h, {0.0, 0.3});  // each build in (0.35, 0.65)
-  CHECK((h > 0.35 && h < 0.65));
+  MLS_ORACLE_CHECK(CHECK((h > 0.35 && h < 0.65)));
   require_error([&] { exact_match(task, oracle, 0); }, "n_problems = 0");
   require_error([] { make_task("reverse", 3, 0); }, "unknown task 'reverse'");
   require_error([] { SortTask(1, 0); }, "n_digits = 1, expected 2..18");

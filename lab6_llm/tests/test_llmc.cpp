@@ -50,22 +50,24 @@ TEST_CASE("llm.c: a hand-written file reads back exactly", "[lab6][interop]") {
   llm_test::observe_config("config", m.config);
   MLS_OBSERVE(m.padded_vocab_size);
   MLS_OBSERVE(m.params);
-  CHECK(m.config == GPTConfig{2, 2, 4, 8, 5});
-  CHECK(m.padded_vocab_size == 8);
-  REQUIRE(static_cast<std::int64_t>(m.params.size()) == num_params(m.config));
-  // Walk the tensors in config.hpp order: each holds 1000 * k + i / 2, and wte has only V rows.
-  const auto shapes = param_shapes(m.config);
-  std::size_t off = 0;
-  for (int k = 0; k < 16; ++k) {
-    const auto n = static_cast<std::size_t>(mls::checked_numel(shapes[static_cast<std::size_t>(k)]));
-    for (std::size_t i = 0; i < n; ++i)
-      REQUIRE(m.params[off + i] == static_cast<float>(1000 * k) + static_cast<float>(i) * 0.5f);
-    off += n;
-  }
-  for (float x : m.params) CHECK(x != 777.0f);  // no padding row came through
+  // The oracles (the file's own layout, written out), after the code ran.
+  MLS_ORACLE_CHECK(
+      CHECK(m.config == GPTConfig{2, 2, 4, 8, 5}); CHECK(m.padded_vocab_size == 8);
+      REQUIRE(static_cast<std::int64_t>(m.params.size()) == num_params(m.config));
+      // Walk the tensors in config.hpp order: each holds 1000 * k + i / 2, and wte has only V rows.
+      const auto shapes = param_shapes(m.config);
+      std::size_t off = 0;
+      for (int k = 0; k < 16; ++k) {
+        const auto n = static_cast<std::size_t>(mls::checked_numel(shapes[static_cast<std::size_t>(k)]));
+        for (std::size_t i = 0; i < n; ++i)
+          REQUIRE(m.params[off + i] == static_cast<float>(1000 * k) + static_cast<float>(i) * 0.5f);
+        off += n;
+      }
+      for (float x : m.params) CHECK(x != 777.0f));  // no padding row came through
   // Writing it back with the same padded size gives the same bytes, except the padding (zeros).
   const std::string again = serialize_llmc(m.config, m.params, 8);
-  CHECK(again == hand_written(8, 5, 2, 2, 4, 8, 0.0f));
+  mls::testing::observe("written back", again);
+  MLS_ORACLE_CHECK(CHECK(again == hand_written(8, 5, 2, 2, 4, 8, 0.0f)));
 }
 
 TEST_CASE("llm.c: round trip through a file, padding to 128", "[lab6][interop]") {
@@ -81,20 +83,21 @@ TEST_CASE("llm.c: round trip through a file, padding to 128", "[lab6][interop]")
   MLS_OBSERVE(llm_test::slurp(dir.file("gpt2_nano.bin")).size());
   MLS_OBSERVE(llmc_padded_vocab(50257));
   CHECK(m.config == cfg);
-  CHECK(m.padded_vocab_size == 128);
+  MLS_ORACLE_CHECK(CHECK(m.padded_vocab_size == 128));
   CHECK(std::memcmp(m.params.data(), params.data(), params.size() * 4) == 0);
   // Size: header + every parameter with wte padded to 128 rows, padding rows zero.
   const std::string bytes = llm_test::slurp(dir.file("gpt2_nano.bin"));
-  CHECK(bytes.size() == 1024 + 4 * static_cast<std::size_t>(num_params(cfg) + (128 - 65) * 48));
-  for (std::size_t i = 1024 + 4 * 65 * 48; i < 1024 + 4 * 128 * 48; ++i) REQUIRE(bytes[i] == 0);
-  CHECK(llmc_padded_vocab(50257) == 50304);
-  CHECK(llmc_padded_vocab(128) == 128);
-  CHECK(llmc_padded_vocab(1) == 128);
+  mls::testing::observe("the file's bytes", bytes);
+  MLS_ORACLE_CHECK(CHECK(bytes.size() == 1024 + 4 * static_cast<std::size_t>(num_params(cfg) + (128 - 65) * 48));
+                   for (std::size_t i = 1024 + 4 * 65 * 48; i < 1024 + 4 * 128 * 48; ++i) REQUIRE(bytes[i] == 0);
+                   CHECK(llmc_padded_vocab(50257) == 50304));
+  MLS_CHECK_EQ(llmc_padded_vocab(128), 128);
+  MLS_CHECK_EQ(llmc_padded_vocab(1), 128);
   // An exact multiple has no padding rows.
   const GPTConfig c2{1, 2, 8, 4, 128};
   const auto p2 = random_params(c2, 2);
   const LlmcModel m2 = parse_llmc(serialize_llmc(c2, p2), "m2");
-  CHECK(m2.padded_vocab_size == 128);
+  MLS_CHECK_EQ(m2.padded_vocab_size, 128);
   CHECK(m2.params == p2);
 }
 
@@ -139,7 +142,7 @@ TEST_CASE("llm.c: init-from either format, with the tokenizer beside the model",
   llm_test::observe_config("config", a.config);
   MLS_OBSERVE(a.params);
   MLS_OBSERVE(a.tokenizer);
-  CHECK(a.format == "llmc");
+  MLS_ORACLE_CHECK(CHECK(a.format == "llmc"));
   CHECK(a.config == cfg);
   CHECK(a.params == params);
   CHECK(a.tokenizer == tok);
@@ -152,7 +155,7 @@ TEST_CASE("llm.c: init-from either format, with the tokenizer beside the model",
   InitFrom b = load_init_from(dir.file("run.ckpt"));
   MLS_OBSERVE(b.format);
   MLS_OBSERVE(b.params);
-  CHECK(b.format == "mls");
+  MLS_ORACLE_CHECK(CHECK(b.format == "mls"));
   CHECK(b.params == params);
   CHECK(b.tokenizer == tok);
   // Without a tokenizer file: no tokenizer; with a mismatched one: an error.

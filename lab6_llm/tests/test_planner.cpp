@@ -62,21 +62,21 @@ TEST_CASE("remat planner: the cheapest candidate equals brute force over every s
     }
     for (int b = 0; b < 5; ++b) {
       in.budget_bytes = lo + (hi - lo) * b / 4.0;
-      const PlanCandidate* best = nullptr;
-      for (const auto& c : all) {
-        if (c.total_bytes > in.budget_bytes) continue;
-        if (!best || c.total_s < best->total_s ||
-            (c.total_s == best->total_s && c.total_bytes < best->total_bytes))
-          best = &c;
-      }
-      REQUIRE(best != nullptr);
       const PlannerResult r = plan_memory(in);
       INFO("L = " << in.cfg.n_layer << ", ranks " << in.ranks << ", budget " << in.budget_bytes
                   << "\n" << explain(in, r));
       CHECK(r.best.fits);
-      CHECK(r.best.total_bytes <= in.budget_bytes);
-      CHECK(r.best.total_s == Approx(best->total_s).epsilon(1e-12));
-      CHECK(r.best.total_s <= best->total_s * (1 + 1e-12));
+      // The oracle: brute force over every candidate, after the planner ran.
+      MLS_ORACLE(const PlanCandidate* best = nullptr;
+                 for (const auto& c : all) {
+                   if (c.total_bytes > in.budget_bytes) continue;
+                   if (!best || c.total_s < best->total_s ||
+                       (c.total_s == best->total_s && c.total_bytes < best->total_bytes))
+                     best = &c;
+                 })
+      MLS_ORACLE_CHECK(REQUIRE(best != nullptr); CHECK(r.best.total_bytes <= in.budget_bytes);
+                       CHECK(r.best.total_s == Approx(best->total_s).epsilon(1e-12));
+                       CHECK(r.best.total_s <= best->total_s * (1 + 1e-12)));
       observe("best stage", r.best.stage);
       observe("best micro-batch", r.best.micro_batch);
       observe("best time", r.best.total_s, {1e-9, 0});
@@ -84,7 +84,7 @@ TEST_CASE("remat planner: the cheapest candidate equals brute force over every s
       ++checked;
     }
   }
-  CHECK(checked == 60);
+  MLS_CHECK_EQ(checked, 60);
 }
 
 TEST_CASE("remat planner: a candidate's bytes are the ZeRO formula plus the remat activations",
@@ -99,19 +99,22 @@ TEST_CASE("remat planner: a candidate's bytes are the ZeRO formula plus the rema
   const double psi = static_cast<double>(num_params(in.cfg));
   for (int stage = 0; stage <= 2; ++stage) {
     const PlanCandidate c = evaluate_candidate(in, stage, 4, sqrt_plan(3));
-    CHECK(c.state_bytes == zero_memory(stage, psi, 4, 8, 4, 4).total);
-    CHECK(c.act_bytes == static_cast<double>(remat_activation_bytes(in.cfg, 4, 32, sqrt_plan(3))));
-    CHECK(c.accum == 2);
-    CHECK(c.recompute_flops == 2.0 * 2.0 * block_forward_flops(in.cfg, 4, 32));
     observe("state bytes", c.state_bytes);
+    observe("activation bytes", c.act_bytes);
+    observe("recompute flops", c.recompute_flops, {1e-12, 0});
+    MLS_CHECK_EQ(c.accum, 2);
+    // The oracle: the formulas, after the code ran.
+    MLS_ORACLE_CHECK(CHECK(c.state_bytes == zero_memory(stage, psi, 4, 8, 4, 4).total);
+                     CHECK(c.act_bytes == static_cast<double>(remat_activation_bytes(in.cfg, 4, 32, sqrt_plan(3))));
+                     CHECK(c.recompute_flops == 2.0 * 2.0 * block_forward_flops(in.cfg, 4, 32)));
     observe("comm s", c.comm_s, {1e-9, 0});
   }
   // One rank sends nothing.
   in.ranks = 1;
   for (int stage = 0; stage <= 3; ++stage) {
     const PlanCandidate c = evaluate_candidate(in, stage, 8, no_remat_plan(3));
-    CHECK(c.comm_s == 0.0);
-    CHECK(c.recompute_flops == 0.0);
+    MLS_CHECK_EQ(c.comm_s, 0.0);
+    MLS_CHECK_EQ(c.recompute_flops, 0.0);
     observe("flops", c.flops);
   }
   require_error([&] { evaluate_candidate(in, 4, 8, no_remat_plan(3)); }, "ZeRO stage 4");
@@ -136,16 +139,16 @@ TEST_CASE("remat planner: a budget too small for any plan is a named error", "[l
   in.ranks = 2;
   const PlannerResult r = plan_memory(in);
   CHECK(r.best.fits);
-  CHECK(r.why.size() == 4);
+  MLS_CHECK_EQ(r.why.size(), 4u);
   observe("choice", r.best.stage);
   observe("remat", r.best.remat);
 }
 
 TEST_CASE("remat planner: sizes parse and print, deeper ZeRO fits larger models", "[lab6][remat][planner]") {
-  CHECK(parse_bytes("512MiB") == 536870912.0);
-  CHECK(parse_bytes("1.5GiB") == 1.5 * 1073741824.0);
-  CHECK(parse_bytes("800MB") == 8e8);
-  CHECK(parse_bytes("1e9") == 1e9);
+  MLS_CHECK_EQ(parse_bytes("512MiB"), 536870912.0);
+  MLS_CHECK_EQ(parse_bytes("1.5GiB"), 1.5 * 1073741824.0);
+  MLS_CHECK_EQ(parse_bytes("800MB"), 8e8);
+  MLS_CHECK_EQ(parse_bytes("1e9"), 1e9);
   observe("parsed", parse_bytes("3KiB"));
   require_error([] { parse_bytes("lots"); }, "'lots'");
   require_error([] { parse_bytes("5 parsecs"); }, "unit ' parsecs'");

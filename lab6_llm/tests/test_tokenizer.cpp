@@ -68,24 +68,26 @@ std::vector<std::int32_t> naive_encode(const std::string& text,
 
 TEST_CASE("char tokenizer: worked example hello", "[lab6][tokenizer]") {
   auto tok = train_char_tokenizer("hello world");
-  CHECK(tok->kind() == "char");
+  mls::testing::observe("kind", std::string(tok->kind()));
+  MLS_ORACLE_CHECK(CHECK(tok->kind() == "char"));
   MLS_OBSERVE(tok->vocab_size());
   MLS_OBSERVE(tok->encode("hello"));
   MLS_OBSERVE(tok->decode({7, 5, 6, 4, 1}));
-  CHECK(tok->vocab_size() == 8);  // ' ' d e h l o r w
-  CHECK(tok->encode("hello") == std::vector<std::int32_t>{3, 2, 4, 4, 5});
-  CHECK(tok->encode("") == std::vector<std::int32_t>{});
-  CHECK(tok->decode({7, 5, 6, 4, 1}) == "world");
+  MLS_OBSERVE(tok->encode(""));
+  MLS_ORACLE_CHECK(CHECK(tok->vocab_size() == 8));  // ' ' d e h l o r w
+  MLS_ORACLE_CHECK(CHECK(tok->encode("hello") == std::vector<std::int32_t>{3, 2, 4, 4, 5}));
+  MLS_ORACLE_CHECK(CHECK(tok->encode("") == std::vector<std::int32_t>{}));
+  MLS_ORACLE_CHECK(CHECK(tok->decode({7, 5, 6, 4, 1}) == "world"));
 }
 
 TEST_CASE("char tokenizer: code points, not bytes", "[lab6][tokenizer]") {
   const std::string text = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80";  // "héllo € 😀"
   auto tok = train_char_tokenizer(text);
-  CHECK(tok->vocab_size() == 7);  // ' ' h l o e-acute euro grin
+  MLS_ORACLE_CHECK(CHECK(tok->vocab_size() == 7));  // ' ' h l o e-acute euro grin
   const auto ids = tok->encode(text);
   MLS_OBSERVE(tok->vocab_size());
   MLS_OBSERVE(ids);
-  CHECK(ids == std::vector<std::int32_t>{1, 4, 2, 2, 3, 0, 5, 0, 6});
+  MLS_ORACLE_CHECK(CHECK(ids == std::vector<std::int32_t>{1, 4, 2, 2, 3, 0, 5, 0, 6}));
   CHECK(tok->decode(ids) == text);
 }
 
@@ -94,11 +96,10 @@ TEST_CASE("char tokenizer: round trip on random UTF-8", "[lab6][tokenizer]") {
     const std::string text = llm_test::random_utf8(2000, seed);
     auto tok = train_char_tokenizer(text);
     const auto ids = tok->encode(text);
-    // Independent count of code points: bytes that are not continuation bytes.
-    std::size_t n_cp = 0;
-    for (char c : text) n_cp += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
     MLS_OBSERVE(ids);  // the vocabulary is the sorted code points: the ids follow from the text
-    CHECK(ids.size() == n_cp);
+    // The oracle: an independent count of code points (bytes that are not continuation bytes).
+    MLS_ORACLE(std::size_t n_cp = 0; for (char c : text) n_cp += (static_cast<unsigned char>(c) & 0xC0) != 0x80;)
+    MLS_ORACLE_CHECK(CHECK(ids.size() == n_cp));
     CHECK(tok->decode(ids) == text);
     for (auto id : ids) CHECK((id >= 0 && id < tok->vocab_size()));
   }
@@ -110,7 +111,8 @@ TEST_CASE("char tokenizer: serialize and load", "[lab6][tokenizer]") {
   auto back = load_tokenizer(tok->serialize());
   MLS_OBSERVE(back->vocab_size());
   MLS_OBSERVE(back->encode(text));
-  CHECK(back->kind() == "char");
+  mls::testing::observe("kind", std::string(back->kind()));
+  MLS_ORACLE_CHECK(CHECK(back->kind() == "char"));
   CHECK(back->vocab_size() == tok->vocab_size());
   CHECK(back->encode(text) == tok->encode(text));
   CHECK(back->serialize() == tok->serialize());
@@ -134,28 +136,29 @@ TEST_CASE("bpe: worked example aaabdaaabac", "[lab6][tokenizer]") {
   MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*tok)));
   MLS_OBSERVE(tok->encode("aaabdaaabac"));
   MLS_OBSERVE(tok->decode({258}));
-  CHECK(tok->kind() == "bpe");
-  CHECK(tok->vocab_size() == 259);
+  mls::testing::observe("kind", std::string(tok->kind()));
+  MLS_ORACLE_CHECK(CHECK(tok->kind() == "bpe"));
+  MLS_ORACLE_CHECK(CHECK(tok->vocab_size() == 259));
   const auto merges = bpe_merges(*tok);
   REQUIRE(merges.size() == 3);
-  CHECK(merges[0] == std::pair<std::int32_t, std::int32_t>{'a', 'a'});
-  CHECK(merges[1] == std::pair<std::int32_t, std::int32_t>{'a', 'b'});
-  CHECK(merges[2] == std::pair<std::int32_t, std::int32_t>{256, 257});
-  CHECK(tok->encode("aaabdaaabac") == std::vector<std::int32_t>{258, 'd', 258, 'a', 'c'});
-  CHECK(tok->decode({258}) == "aaab");
+  MLS_ORACLE_CHECK(CHECK(merges[0] == std::pair<std::int32_t, std::int32_t>{'a', 'a'}));
+  MLS_ORACLE_CHECK(CHECK(merges[1] == std::pair<std::int32_t, std::int32_t>{'a', 'b'}));
+  MLS_ORACLE_CHECK(CHECK(merges[2] == std::pair<std::int32_t, std::int32_t>{256, 257}));
+  MLS_ORACLE_CHECK(CHECK(tok->encode("aaabdaaabac") == std::vector<std::int32_t>{258, 'd', 258, 'a', 'c'}));
+  MLS_ORACLE_CHECK(CHECK(tok->decode({258}) == "aaab"));
 }
 
 TEST_CASE("bpe: stops when no pair repeats", "[lab6][tokenizer]") {
   auto tok = train_bpe_tokenizer("abcdef", 300);
-  CHECK(tok->vocab_size() == 256);
-  CHECK(tok->encode("abc") == std::vector<std::int32_t>{'a', 'b', 'c'});
+  MLS_ORACLE_CHECK(CHECK(tok->vocab_size() == 256));
+  MLS_ORACLE_CHECK(CHECK(tok->encode("abc") == std::vector<std::int32_t>{'a', 'b', 'c'}));
   MLS_OBSERVE(tok->vocab_size());
   MLS_OBSERVE(tok->encode("abc"));
   auto one = train_bpe_tokenizer("", 300);
   MLS_OBSERVE(one->vocab_size());
   MLS_OBSERVE(one->decode(one->encode("xyz")));
-  CHECK(one->vocab_size() == 256);
-  CHECK(one->decode(one->encode("xyz")) == "xyz");
+  MLS_ORACLE_CHECK(CHECK(one->vocab_size() == 256));
+  MLS_ORACLE_CHECK(CHECK(one->decode(one->encode("xyz")) == "xyz"));
 }
 
 TEST_CASE("bpe: overlapping runs merge left to right", "[lab6][tokenizer]") {
@@ -165,23 +168,23 @@ TEST_CASE("bpe: overlapping runs merge left to right", "[lab6][tokenizer]") {
   MLS_OBSERVE(llm_test::flat_pairs(merges));
   MLS_OBSERVE(tok->encode("aaaaa"));
   MLS_OBSERVE(tok->encode("aaa"));
-  CHECK(merges[1] == std::pair<std::int32_t, std::int32_t>{256, 256});
-  CHECK(tok->encode("aaaaa") == std::vector<std::int32_t>{257, 'a'});
-  CHECK(tok->encode("aaa") == std::vector<std::int32_t>{256, 'a'});
+  MLS_ORACLE_CHECK(CHECK(merges[1] == std::pair<std::int32_t, std::int32_t>{256, 256}));
+  MLS_ORACLE_CHECK(CHECK(tok->encode("aaaaa") == std::vector<std::int32_t>{257, 'a'}));
+  MLS_ORACLE_CHECK(CHECK(tok->encode("aaa") == std::vector<std::int32_t>{256, 'a'}));
 }
 
 TEST_CASE("bpe: merges and encoding equal a naive reference on random text", "[lab6][tokenizer]") {
   for (std::uint64_t seed = 0; seed < 4; ++seed) {
     const std::string text = seed % 2 ? llm_test::random_words(400, seed) : llm_test::random_bytes(1500, seed) ;
-    std::vector<std::int32_t> final_ids;
-    const auto expect = naive_bpe(text, 60, &final_ids);
     auto tok = train_bpe_tokenizer(text, 256 + 60);
     MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*tok)));
     MLS_OBSERVE(tok->encode(text));
-    CHECK(bpe_merges(*tok) == expect);
-    CHECK(tok->encode(text) == final_ids);
     const std::string other = llm_test::random_words(100, seed + 100);
-    CHECK(tok->encode(other) == naive_encode(other, expect));
+    MLS_OBSERVE(tok->encode(other));
+    // The oracle: the naive BPE, after the code ran.
+    MLS_ORACLE(std::vector<std::int32_t> final_ids; const auto expect = naive_bpe(text, 60, &final_ids);)
+    MLS_ORACLE_CHECK(CHECK(bpe_merges(*tok) == expect); CHECK(tok->encode(text) == final_ids);
+                     CHECK(tok->encode(other) == naive_encode(other, expect)));
   }
 }
 
@@ -211,7 +214,7 @@ TEST_CASE("bpe: trains 512 tokens on ~1 MB", "[lab6][tokenizer]") {
   auto tok = train_bpe_tokenizer(text, 512);
   MLS_OBSERVE(tok->vocab_size());
   MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*tok)));
-  CHECK(tok->vocab_size() == 512);
+  MLS_CHECK_EQ(tok->vocab_size(), 512);
   const auto ids = tok->encode(text);
   CHECK(ids.size() * 3 < text.size());
   CHECK(tok->decode(ids) == text);
@@ -223,7 +226,8 @@ TEST_CASE("bpe: serialize and load", "[lab6][tokenizer]") {
   auto back = load_tokenizer(tok->serialize());
   MLS_OBSERVE(llm_test::flat_pairs(bpe_merges(*back)));
   MLS_OBSERVE(back->encode(text));
-  CHECK(back->kind() == "bpe");
+  mls::testing::observe("kind", std::string(back->kind()));
+  MLS_ORACLE_CHECK(CHECK(back->kind() == "bpe"));
   CHECK(back->vocab_size() == tok->vocab_size());
   CHECK(bpe_merges(*back) == bpe_merges(*tok));
   CHECK(back->encode(text) == tok->encode(text));
@@ -245,21 +249,21 @@ TEST_CASE("bpe: errors", "[lab6][tokenizer]") {
 TEST_CASE("utf8: decode, validate, append", "[lab6][utf8]") {
   int len = 0;
   mls::testing::observe("code point, length", std::vector<std::int64_t>{static_cast<std::int64_t>(utf8_decode_at("x\xf0\x9f\x98\x80", 1, len, "t")), len});
-  CHECK(utf8_decode_at("a", 0, len, "t") == U'a');
-  CHECK(len == 1);
-  CHECK(utf8_decode_at("\xe2\x82\xac", 0, len, "t") == U'\u20AC');
-  CHECK(len == 3);
-  CHECK(utf8_decode_at("x\xf0\x9f\x98\x80", 1, len, "t") == U'\U0001F600');
-  CHECK(len == 4);
+  MLS_CHECK_EQ(static_cast<std::int64_t>(utf8_decode_at("a", 0, len, "t")), static_cast<std::int64_t>(U'a'));
+  MLS_CHECK_EQ(len, 1);
+  MLS_CHECK_EQ(static_cast<std::int64_t>(utf8_decode_at("\xe2\x82\xac", 0, len, "t")), static_cast<std::int64_t>(U'\u20AC'));
+  MLS_CHECK_EQ(len, 3);
+  MLS_CHECK_EQ(static_cast<std::int64_t>(utf8_decode_at("x\xf0\x9f\x98\x80", 1, len, "t")), static_cast<std::int64_t>(U'\U0001F600'));
+  MLS_CHECK_EQ(len, 4);
   std::string s;
   for (char32_t cp : {U'a', U'\u00E9', U'\u20AC', U'\U0001F600'}) utf8_append(s, cp);
   MLS_OBSERVE(s);
   MLS_OBSERVE(describe_code_point(U'a'));
-  CHECK(s == "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+  MLS_CHECK_EQ(s, std::string("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
   const std::string r = llm_test::random_utf8(1000, 11);
   CHECK_NOTHROW(utf8_validate(r, "t"));
-  CHECK(describe_code_point(U'a') == "'a' (U+0061)");
-  CHECK(describe_code_point(U'\n') == "U+000A");
+  MLS_CHECK_EQ(describe_code_point(U'a'), std::string("'a' (U+0061)"));
+  MLS_CHECK_EQ(describe_code_point(U'\n'), std::string("U+000A"));
 }
 
 TEST_CASE("utf8: every kind of invalid input is an error with its offset", "[lab6][utf8]") {
@@ -282,7 +286,7 @@ TEST_CASE("utf8: every kind of invalid input is an error with its offset", "[lab
     }
   }
   MLS_OBSERVE(errors);
-  CHECK(errors == 20);
+  MLS_CHECK_EQ(errors, 20);
 }
 
 TEST_CASE("tokenizer: training and loading errors", "[lab6][utf8]") {
@@ -305,7 +309,7 @@ TEST_CASE("tokenizer: training and loading errors", "[lab6][utf8]") {
   require_error([&] { load_tokenizer(dup); }, "repeats merge 0");
   auto empty = load_tokenizer("mls-tokenizer 1 bpe\n" + std::string(4, '\0'));
   MLS_OBSERVE(empty->vocab_size());
-  CHECK(empty->vocab_size() == 256);
+  MLS_CHECK_EQ(empty->vocab_size(), 256);
   require_error([] { bpe_merges(*train_char_tokenizer("ab")); }, "of kind 'char', expected 'bpe'");
 }
 

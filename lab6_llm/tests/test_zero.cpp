@@ -56,37 +56,49 @@ float naive_bf16(float x) {
 
 TEST_CASE("zero: the slides' memory table (7.5e9 params, 64 ranks, K = 12)", "[lab6][zero_formula]") {
   const double psi = 7.5e9;
-  const double expect[] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};
   for (int s = 0; s < 4; ++s) {
     const ZeroBytes b = zero_memory(s, psi, 64, 12);
-    CHECK(b.total == Approx(expect[s]).epsilon(1e-12));
-    CHECK(b.params + b.grads + b.optimizer == Approx(b.total));
     observe("total", b.total, {1e-9, 0});
+    observe("params, grads, optimizer", std::vector<double>{b.params, b.grads, b.optimizer}, {1e-9, 0});
+    // The oracle: the slides' table, after the code ran.
+    MLS_ORACLE(const double expect[] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};)
+    MLS_ORACLE_CHECK(CHECK(b.total == Approx(expect[s]).epsilon(1e-12));
+                     CHECK(b.params + b.grads + b.optimizer == Approx(b.total)));
   }
   const std::string t = zero_table(psi, 64, 12);
-  for (const char* gbs : {"120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"}) CHECK(t.find(gbs) != std::string::npos);
   observe("table", t);
-  // Other Psi, N, K against the formulas written out.
+  MLS_ORACLE_CHECK(for (const char* gbs : {"120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"})
+                       CHECK(t.find(gbs) != std::string::npos));
+  // Other Psi, N, K against the formulas written out (oracles).
   for (double P : {1e6, 3.3e8, 1.75e11})
     for (int N : {1, 3, 8, 1024})
       for (double K : {8.0, 12.0, 16.0}) {
-        CHECK(zero_memory(0, P, N, K).total == Approx((4 + K) * P));
-        CHECK(zero_memory(1, P, N, K).total == Approx(4 * P + K * P / N));
-        CHECK(zero_memory(2, P, N, K).total == Approx(2 * P + (2 + K) * P / N));
-        CHECK(zero_memory(3, P, N, K).total == Approx((4 + K) * P / N));
-        CHECK(zero3_peak_bytes(P, N, 1000, K) == Approx((4 + K) * P / N + 2000));
+        observe("totals of stages 0-3, stage 3 peak",
+                std::vector<double>{zero_memory(0, P, N, K).total, zero_memory(1, P, N, K).total,
+                                    zero_memory(2, P, N, K).total, zero_memory(3, P, N, K).total,
+                                    zero3_peak_bytes(P, N, 1000, K)},
+                {1e-9, 0});
+        MLS_ORACLE_CHECK(CHECK(zero_memory(0, P, N, K).total == Approx((4 + K) * P));
+                         CHECK(zero_memory(1, P, N, K).total == Approx(4 * P + K * P / N));
+                         CHECK(zero_memory(2, P, N, K).total == Approx(2 * P + (2 + K) * P / N));
+                         CHECK(zero_memory(3, P, N, K).total == Approx((4 + K) * P / N));
+                         CHECK(zero3_peak_bytes(P, N, 1000, K) == Approx((4 + K) * P / N + 2000)));
       }
-  CHECK(zero_memory(2, 100, 4, 8, 4, 4).grads == 100);
+  MLS_CHECK_EQ(zero_memory(2, 100, 4, 8, 4, 4).grads, 100);
   observe("fp32 stage 1 optimizer", zero_memory(1, 100, 4, 8, 4, 4).optimizer);
 }
 
 TEST_CASE("zero: communication formulas 2psi(N-1)/N and 3psi(N-1)/N, ratio 1.5", "[lab6][zero_formula]") {
   for (double P : {10.0, 7.5e9})
     for (int N : {1, 2, 5, 64}) {
-      for (int s = 0; s < 3; ++s) CHECK(zero_comm_elements(s, P, N) == Approx(2 * P * (N - 1) / N));
-      CHECK(zero_comm_elements(3, P, N) == Approx(3 * P * (N - 1) / N));
-      if (N > 1) CHECK(zero_comm_elements(3, P, N) / zero_comm_elements(2, P, N) == Approx(1.5));
+      observe("stages 0-2 elements",
+              std::vector<double>{zero_comm_elements(0, P, N), zero_comm_elements(1, P, N), zero_comm_elements(2, P, N)},
+              {1e-12, 0});
       observe("stage 3 elements", zero_comm_elements(3, P, N), {1e-12, 0});
+      // The oracle: the formulas written out, after the code ran.
+      MLS_ORACLE_CHECK(for (int s = 0; s < 3; ++s) CHECK(zero_comm_elements(s, P, N) == Approx(2 * P * (N - 1) / N));
+                       CHECK(zero_comm_elements(3, P, N) == Approx(3 * P * (N - 1) / N));
+                       if (N > 1) CHECK(zero_comm_elements(3, P, N) / zero_comm_elements(2, P, N) == Approx(1.5)));
     }
 }
 
@@ -123,16 +135,17 @@ TEST_CASE("zero: units, unit layout and the uneven partition cover every paramet
   const auto mask = unit_decay_mask(cfg);
   std::int64_t decayed = 0;
   for (auto m : mask) decayed += m;
-  std::int64_t expect = 0;
-  const auto shapes = param_shapes(cfg);
-  for (int k = 0; k < kNumParamTensors; ++k)
-    if (param_decays(k)) {
-      std::int64_t n = 1;
-      for (auto d : shapes[k]) n *= d;
-      expect += n;
-    }
-  CHECK(decayed == expect);
   observe("decayed", decayed);
+  // The oracle: the decayed tensors' sizes, after the code ran.
+  MLS_ORACLE(std::int64_t expect = 0;
+             const auto shapes = param_shapes(cfg);
+             for (int k = 0; k < kNumParamTensors; ++k)
+               if (param_decays(k)) {
+                 std::int64_t n = 1;
+                 for (auto d : shapes[k]) n *= d;
+                 expect += n;
+               })
+  MLS_ORACLE_CHECK(CHECK(decayed == expect));
   for (int N : {1, 2, 3, 5, 7}) {
     std::vector<std::int64_t> owner(static_cast<std::size_t>(total), -1);
     std::int64_t sum = 0, lo = total, hi = 0;
@@ -165,23 +178,29 @@ TEST_CASE("zero: units, unit layout and the uneven partition cover every paramet
 
 TEST_CASE("precision: bf16 rounding is round-to-nearest-even against a naive reference", "[lab6][zero_plumbing]") {
   Rng rng(3, "bf16");
-  int mismatches = 0;
+  std::vector<float> xs, rounded;
   for (int i = 0; i < 20000; ++i) {
     const float x = static_cast<float>(rng.normal(0, std::pow(10.0, rng.uniform(-6, 6))));
-    if (round_bf16(x) != naive_bf16(x)) ++mismatches;
+    xs.push_back(x);
+    rounded.push_back(round_bf16(x));
   }
-  CHECK(mismatches == 0);
-  observe("mismatches", mismatches);
+  observe("round_bf16 of 20000 floats", rounded);
+  // The oracle: naive rounding through double arithmetic, after the code ran.
+  MLS_ORACLE(int mismatches = 0;
+             for (std::size_t i = 0; i < xs.size(); ++i)
+               if (rounded[i] != naive_bf16(xs[i])) ++mismatches;)
+  MLS_ORACLE_CHECK(CHECK(mismatches == 0));
   // Exact ties: 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1).
-  CHECK(round_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);
-  CHECK(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
+  MLS_CHECK_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  MLS_CHECK_EQ(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
   CHECK(std::isnan(round_bf16(std::nanf(""))));
   CHECK(std::isinf(round_bf16(INFINITY)));
-  CHECK(from_bf16(to_bf16(-2.5f)) == -2.5f);
+  MLS_CHECK_EQ(from_bf16(to_bf16(-2.5f)), -2.5f);
   observe("bf16(pi)", round_bf16(3.14159265f));
-  CHECK(precision_bytes(Precision::BF16).k == 12);
-  CHECK(precision_bytes(Precision::FP32).k == 8);
-  CHECK(parse_precision("bf16") == Precision::BF16);
+  MLS_CHECK_EQ(precision_bytes(Precision::BF16).k, 12);
+  MLS_CHECK_EQ(precision_bytes(Precision::FP32).k, 8);
+  observe("parse_precision(bf16)", static_cast<std::int64_t>(parse_precision("bf16")));
+  MLS_ORACLE_CHECK(CHECK(parse_precision("bf16") == Precision::BF16));
   observe("avx512_bf16", cpu_has_avx512_bf16());
 }
 
@@ -189,56 +208,73 @@ TEST_CASE("zero: stage 0 on one rank equals the fused trainer bit for bit (fp32)
   const GPTConfig cfg = nano();
   const std::int64_t B = 2, T = 8, steps = 5;
   const double lr = 3e-3;
-  GPTParams ref = init_params(cfg, 1337);
-  GPTGrads g(cfg);
-  AdamWState st(ref.size());
-  GPTActivations a(cfg, B, T), da(cfg, B, T);
-  std::vector<std::int32_t> in(B * T), tg(B * T);
-  std::vector<double> ref_losses;
-  for (std::int64_t s = 0; s < steps; ++s) {
-    zero_batch(cfg, B, T, 1337, s, 0, in.data(), tg.data());
-    ref_losses.push_back(gpt_forward(ref, a, in.data(), tg.data(), nullptr, B, T));
-    g.zero();
-    gpt_backward(ref, g, a, da, in.data(), tg.data(), nullptr);
-    adamw_update(ref, g, st, AdamWOptions{}, lr);
-  }
   ZeroRunOptions o = run_opts(0, Precision::FP32, steps);
   GPTParams got;
   const ZeroRunReport r = run_zero_simulated(1, o, &got);
-  CHECK(std::memcmp(got.data(), ref.data(), sizeof(float) * ref.size()) == 0);
-  for (std::int64_t s = 0; s < steps; ++s) CHECK(r.losses[s] == ref_losses[s]);
   observe("final loss", r.losses.back(), {1e-6, 0});
-  observe("max rel diff", max_rel(got, ref));
+  observe("losses", r.losses, {1e-6, 0});
+  observe("parameters", got.vec(), {1e-6, 1e-7});
+  // The oracle: the fused trainer's steps, after the ZeRO run.
+  MLS_ORACLE(GPTParams ref = init_params(cfg, 1337);
+             GPTGrads g(cfg);
+             AdamWState st(ref.size());
+             GPTActivations a(cfg, B, T), da(cfg, B, T);
+             std::vector<std::int32_t> in(B * T), tg(B * T);
+             std::vector<double> ref_losses;
+             for (std::int64_t s = 0; s < steps; ++s) {
+               zero_batch(cfg, B, T, 1337, s, 0, in.data(), tg.data());
+               ref_losses.push_back(gpt_forward(ref, a, in.data(), tg.data(), nullptr, B, T));
+               g.zero();
+               gpt_backward(ref, g, a, da, in.data(), tg.data(), nullptr);
+               adamw_update(ref, g, st, AdamWOptions{}, lr);
+             })
+  MLS_ORACLE_CHECK(REQUIRE(got.size() == ref.size()); REQUIRE(r.losses.size() == ref_losses.size());
+                   CHECK(std::memcmp(got.data(), ref.data(), sizeof(float) * ref.size()) == 0);
+                   for (std::int64_t s = 0; s < steps; ++s) CHECK(r.losses[s] == ref_losses[s]);
+                   CHECK(max_rel(got, ref) == 0.0));
 }
 
 TEST_CASE("zero: stages 0-3 give the same parameters after 10 steps, 3 ranks, uneven (fp32)", "[lab6][zero]") {
-  GPTParams p0;
-  const ZeroRunReport r0 = run_zero_simulated(3, run_opts(0, Precision::FP32), &p0);
-  CHECK(r0.losses.back() < r0.losses.front());
+  std::vector<GPTParams> ps(4);
+  std::vector<ZeroRunReport> rs;
   for (int s = 1; s <= 3; ++s) {
-    GPTParams ps;
-    const ZeroRunReport rs = run_zero_simulated(3, run_opts(s, Precision::FP32), &ps);
-    INFO("stage " << s);
-    CHECK(max_rel(ps, p0) <= 1e-6);
-    // The reduction order is fixed (the same ring over the same chunks): bit-identical.
-    CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
-    CHECK(rs.losses == r0.losses);
-    observe("max rel diff vs stage 0", max_rel(ps, p0));
-    observe("final loss", rs.losses.back(), {1e-6, 0});
+    rs.push_back(run_zero_simulated(3, run_opts(s, Precision::FP32), &ps[static_cast<std::size_t>(s)]));
+    observe("final loss", rs.back().losses.back(), {1e-6, 0});
+    observe("losses", rs.back().losses, {1e-6, 0});
+    observe("parameters", ps[static_cast<std::size_t>(s)].vec(), {1e-6, 1e-7});
   }
+  // The oracle: stage 0 (plain data parallel), after the sharded runs.
+  MLS_ORACLE(GPTParams p0; const ZeroRunReport r0 = run_zero_simulated(3, run_opts(0, Precision::FP32), &p0);)
+  MLS_ORACLE_CHECK(
+      CHECK(r0.losses.back() < r0.losses.front());
+      for (int s = 1; s <= 3; ++s) {
+        INFO("stage " << s);
+        const GPTParams& q = ps[static_cast<std::size_t>(s)];
+        REQUIRE(q.size() == p0.size());
+        CHECK(max_rel(q, p0) <= 1e-6);
+        // The reduction order is fixed (the same ring over the same chunks): bit-identical.
+        CHECK(std::memcmp(q.data(), p0.data(), sizeof(float) * p0.size()) == 0);
+        CHECK(rs[static_cast<std::size_t>(s - 1)].losses == r0.losses);
+      });
 }
 
 TEST_CASE("precision: ZeRO stages 0-3 agree in bf16 with fp32 master weights, 2 ranks", "[lab6][precision]") {
-  GPTParams p0;
-  const ZeroRunReport r0 = run_zero_simulated(2, run_opts(0, Precision::BF16), &p0);
-  for (std::int64_t i = 0; i < p0.size(); ++i) REQUIRE(round_bf16(p0.data()[i]) == p0.data()[i]);
   for (int s = 1; s <= 3; ++s) {
     GPTParams ps;
     const ZeroRunReport rs = run_zero_simulated(2, run_opts(s, Precision::BF16), &ps);
     INFO("stage " << s);
-    CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
-    CHECK(rs.losses == r0.losses);
     observe("final loss", rs.losses.back(), {1e-6, 0});
+    observe("losses", rs.losses, {1e-6, 0});
+    observe("parameters", ps.vec(), {1e-6, 1e-7});
+    std::int64_t not_bf16 = 0;  // the parameters of a bf16 run are bf16 values
+    for (std::int64_t i = 0; i < ps.size(); ++i) not_bf16 += round_bf16(ps.data()[i]) != ps.data()[i] ? 1 : 0;
+    observe("parameters that are not bf16 values", not_bf16);
+    // The oracle: stage 0 in bf16, after the sharded run.
+    MLS_ORACLE(GPTParams p0; const ZeroRunReport r0 = run_zero_simulated(2, run_opts(0, Precision::BF16), &p0);)
+    MLS_ORACLE_CHECK(for (std::int64_t i = 0; i < p0.size(); ++i) REQUIRE(round_bf16(p0.data()[i]) == p0.data()[i]);
+                     REQUIRE(ps.size() == p0.size());
+                     CHECK(std::memcmp(ps.data(), p0.data(), sizeof(float) * p0.size()) == 0);
+                     CHECK(rs.losses == r0.losses));
   }
 }
 
@@ -260,12 +296,13 @@ TEST_CASE("zero: measured model-state bytes per rank equal the formula exactly",
           observe("params+grads+optimizer", pk[0] + pk[1] + pk[2]);
         }
         CHECK(shards == r.psi);
-        // Against the slides' formula where the shard is psi/N rounded: within one element per unit.
-        const PrecisionBytes b = precision_bytes(p);
-        const ZeroBytes f = zero_memory(s, static_cast<double>(r.psi), N, b.k, b.param, b.grad);
-        const double slack = (b.param + b.grad + b.k) * static_cast<double>(r.psi > 0 ? 5 : 0) +
-                             (s == 3 ? b.param * r.largest_unit : 0);
-        CHECK(std::abs(static_cast<double>(r.peak[0][0] + r.peak[0][1] + r.peak[0][2]) - f.total) <= slack + 1e-9);
+        // The oracle: the slides' formula where the shard is psi/N rounded: within one element per unit.
+        MLS_ORACLE_CHECK(const PrecisionBytes b = precision_bytes(p);
+                         const ZeroBytes f = zero_memory(s, static_cast<double>(r.psi), N, b.k, b.param, b.grad);
+                         const double slack = (b.param + b.grad + b.k) * static_cast<double>(r.psi > 0 ? 5 : 0) +
+                                              (s == 3 ? b.param * r.largest_unit : 0);
+                         CHECK(std::abs(static_cast<double>(r.peak[0][0] + r.peak[0][1] + r.peak[0][2]) - f.total) <=
+                               slack + 1e-9));
         CHECK(memory_table(r).find("NO") == std::string::npos);
       }
 }
@@ -278,10 +315,11 @@ TEST_CASE("zero: counted communication equals 2psi(N-1)/N and 3psi(N-1)/N (ratio
     const double psi = static_cast<double>(r[0].psi);
     for (int s = 0; s <= 3; ++s)
       for (int k = 0; k < N; ++k) {
-        CHECK(static_cast<double>(r[s].elements_sent[k]) == zero_comm_elements(s, psi, N));
         observe("elements sent", r[s].elements_sent[k]);
+        // The oracle: the formula, after the run.
+        MLS_ORACLE_CHECK(CHECK(static_cast<double>(r[s].elements_sent[k]) == zero_comm_elements(s, psi, N)));
       }
-    CHECK(static_cast<double>(r[3].elements_sent[0]) / static_cast<double>(r[0].elements_sent[0]) == 1.5);
+    MLS_CHECK_EQ(static_cast<double>(r[3].elements_sent[0]) / static_cast<double>(r[0].elements_sent[0]), 1.5);
     CHECK(comm_table(r[3]).find("1.000000") != std::string::npos);
   }
   // Uneven (V = 37, N = 3): the sum over ranks is exact; rank r sends all but its own chunk
@@ -292,11 +330,14 @@ TEST_CASE("zero: counted communication equals 2psi(N-1)/N and 3psi(N-1)/N (ratio
     std::int64_t sum = 0;
     for (int k = 0; k < N; ++k) {
       sum += r.elements_sent[k];
-      const std::int64_t own = r.shard_sizes[k], next = r.shard_sizes[(k + 1) % N];
-      if (s < 3) CHECK(r.elements_sent[k] == 2 * r.psi - own - next);
-      if (s == 3) CHECK(r.elements_sent[k] == 3 * r.psi - 2 * next - own);
+      observe("elements sent", r.elements_sent[k]);
+      // The oracle: what each rank of the ring sends, after the run.
+      MLS_ORACLE_CHECK(const std::int64_t own = r.shard_sizes[k]; const std::int64_t next = r.shard_sizes[(k + 1) % N];
+                       if (s < 3) CHECK(r.elements_sent[k] == 2 * r.psi - own - next);
+                       if (s == 3) CHECK(r.elements_sent[k] == 3 * r.psi - 2 * next - own));
     }
-    CHECK(static_cast<double>(sum) == Approx(zero_comm_elements(s, static_cast<double>(r.psi), N) * N).epsilon(1e-12));
+    MLS_ORACLE_CHECK(CHECK(static_cast<double>(sum) ==
+                           Approx(zero_comm_elements(s, static_cast<double>(r.psi), N) * N).epsilon(1e-12)));
     observe("sum over ranks", sum);
   }
 }
@@ -428,32 +469,32 @@ TEST_CASE("zero: the tracker counts lab 1 tensors and the GPT buffers under thei
   {
     mem::TagScope s(mem::Tag::Activation, 2);
     Tensor x = Tensor::empty({256});
-    CHECK(t.current(mem::Tag::Activation, 2) == 1024);
+    MLS_CHECK_EQ(t.current(mem::Tag::Activation, 2), 1024);
     Tensor v = x.view({16, 16});  // a view shares the storage: no new bytes
-    CHECK(t.current(mem::Tag::Activation, 2) == 1024);
+    MLS_CHECK_EQ(t.current(mem::Tag::Activation, 2), 1024);
     {
       mem::TagScope w(mem::Tag::Workspace);
       Tensor y = x.clone();
-      CHECK(t.current(mem::Tag::Workspace, 2) == 1024);
+      MLS_CHECK_EQ(t.current(mem::Tag::Workspace, 2), 1024);
     }
-    CHECK(t.current(mem::Tag::Workspace, 2) == 0);
+    MLS_CHECK_EQ(t.current(mem::Tag::Workspace, 2), 0);
     observe("activation bytes", t.current(mem::Tag::Activation, 2));
   }
-  CHECK(t.current(mem::Tag::Activation, 2) == 0);
-  CHECK(t.peak(mem::Tag::Activation, 2) == 1024);
+  MLS_CHECK_EQ(t.current(mem::Tag::Activation, 2), 0);
+  MLS_CHECK_EQ(t.peak(mem::Tag::Activation, 2), 1024);
   const GPTConfig cfg = nano();
   {
     GPTParams p(cfg);
     GPTGrads g(cfg);
     AdamWState st(p.size());
     GPTActivations a(cfg, 2, 8);
-    CHECK(t.current(mem::Tag::Parameter, 0) == 4 * num_params(cfg));
-    CHECK(t.current(mem::Tag::Gradient, 0) == 4 * num_params(cfg));
-    CHECK(t.current(mem::Tag::OptimizerState, 0) == 8 * num_params(cfg));
-    CHECK(t.current(mem::Tag::Activation, 0) == 4 * a.num_floats());
+    MLS_CHECK_EQ(t.current(mem::Tag::Parameter, 0), 4 * num_params(cfg));
+    MLS_CHECK_EQ(t.current(mem::Tag::Gradient, 0), 4 * num_params(cfg));
+    MLS_CHECK_EQ(t.current(mem::Tag::OptimizerState, 0), 8 * num_params(cfg));
+    MLS_CHECK_EQ(t.current(mem::Tag::Activation, 0), 4 * a.num_floats());
     observe("activations of (2, 8)", t.current(mem::Tag::Activation, 0));
   }
-  CHECK(t.current_total(0) == 0);
+  MLS_CHECK_EQ(t.current_total(0), 0);
   t.reset();
   t.set_enabled(false);
 }
@@ -473,57 +514,68 @@ TEST_CASE("zero remat: stages 0-3 with a sqrt plan give the same parameters as w
   // nano has 3 blocks: sqrt cuts [0,2) [2,3) and recomputes blocks 0 and 1 in every backward.
   for (Precision p : {Precision::FP32, Precision::BF16}) {
     const int N = p == Precision::FP32 ? 3 : 2;  // 3 ranks: uneven units
-    GPTParams ref;
-    const ZeroRunReport r0 = run_zero_simulated(N, run_opts(0, p), &ref);
     for (int s = 0; s <= 3; ++s) {
       ZeroRunOptions o = run_opts(s, p);
-      GPTParams plain, remat;
-      const ZeroRunReport rn = s == 0 ? r0 : run_zero_simulated(N, o, &plain);
-      if (s == 0) plain = ref;
+      GPTParams remat;
       o.zero.remat = "sqrt";
       const ZeroRunReport rs = run_zero_simulated(N, o, &remat);
       INFO("stage " << s << ", " << to_string(p) << "\n" << memory_table(rs));
-      CHECK(rs.plan == "[0,2) [2,3)");
-      CHECK(rs.recomputed_blocks == 2);
-      CHECK(rn.plan == "[0,3)");
-      // The recompute is the same code on the same inputs, and every stage sums each chunk with
-      // the same ring: bit-identical to no remat and to stage 0.
-      CHECK(std::memcmp(remat.data(), plain.data(), sizeof(float) * plain.size()) == 0);
-      CHECK(std::memcmp(remat.data(), ref.data(), sizeof(float) * ref.size()) == 0);
-      CHECK(rs.losses == r0.losses);
+      MLS_CHECK_EQ(rs.plan, std::string("[0,2) [2,3)"));
+      MLS_CHECK_EQ(rs.recomputed_blocks, 2);
       for (int k = 0; k < N; ++k) {
         const auto& pk = rs.peak[static_cast<std::size_t>(k)];
-        const auto& pn = rn.peak[static_cast<std::size_t>(k)];
-        // The activation bytes drop (2 blocks + 2 checkpoints instead of 3 blocks + 1), and the
-        // tracker's peak is exactly the plan's buffers.
-        CHECK(pk[3] < pn[3]);
+        // The tracker's peak is exactly the plan's buffers.
         CHECK(pk[3] == rs.activation_bytes);
-        CHECK(pn[3] == rn.activation_bytes);
         // The model states are untouched: still the formula (stage 3: one gathered unit at a time).
         const ZeroBytes e = expected_bytes(rs, k);
         CHECK(pk[0] == static_cast<std::int64_t>(e.params));
         CHECK(pk[1] == static_cast<std::int64_t>(e.grads));
         CHECK(pk[2] == static_cast<std::int64_t>(e.optimizer));
       }
-      const RematPlan sq = sqrt_plan(3), none = no_remat_plan(3);
-      CHECK(rs.activation_bytes == remat_activation_bytes(o.cfg, o.batch, o.context, sq));
-      CHECK(rn.activation_bytes == remat_activation_bytes(o.cfg, o.batch, o.context, none));
       observe("activation bytes with sqrt", rs.peak[0][3]);
-      observe("activation bytes without", rn.peak[0][3]);
       observe("final loss with sqrt", rs.losses.back(), {1e-6, 0});
+      observe("losses with sqrt", rs.losses, {1e-6, 0});
       observe("parameters with sqrt", remat.vec(), {1e-6, 1e-7});
+      // The oracles: the same stage without remat and stage 0 without remat, after the remat run.
+      MLS_ORACLE(GPTParams ref, plain;
+                 const ZeroRunReport r0 = run_zero_simulated(N, run_opts(0, p), &ref);
+                 ZeroRunOptions on = run_opts(s, p);
+                 const ZeroRunReport rn = s == 0 ? r0 : run_zero_simulated(N, on, &plain);
+                 if (s == 0) plain = ref;)
+      MLS_ORACLE_CHECK(
+          CHECK(rn.plan == "[0,3)");
+          // The recompute is the same code on the same inputs, and every stage sums each chunk with
+          // the same ring: bit-identical to no remat and to stage 0.
+          REQUIRE(remat.size() == plain.size()); REQUIRE(remat.size() == ref.size());
+          CHECK(std::memcmp(remat.data(), plain.data(), sizeof(float) * plain.size()) == 0);
+          CHECK(std::memcmp(remat.data(), ref.data(), sizeof(float) * ref.size()) == 0);
+          CHECK(rs.losses == r0.losses);
+          for (int k = 0; k < N; ++k) {
+            const auto& pk = rs.peak[static_cast<std::size_t>(k)];
+            const auto& pn = rn.peak[static_cast<std::size_t>(k)];
+            // The activation bytes drop (2 blocks + 2 checkpoints instead of 3 blocks + 1).
+            CHECK(pk[3] < pn[3]);
+            CHECK(pn[3] == rn.activation_bytes);
+          }
+          const RematPlan sq = sqrt_plan(3), none = no_remat_plan(3);
+          CHECK(rs.activation_bytes == remat_activation_bytes(o.cfg, o.batch, o.context, sq));
+          CHECK(rn.activation_bytes == remat_activation_bytes(on.cfg, on.batch, on.context, none)));
     }
   }
   // optimal at a budget between the two plans' bytes: the same parameters again.
   ZeroRunOptions o = run_opts(3, Precision::FP32);
   o.zero.remat = "optimal";
   o.zero.remat_budget = remat_activation_bytes(o.cfg, o.batch, o.context, sqrt_plan(3));
-  GPTParams opt, ref;
+  GPTParams opt;
   const ZeroRunReport ro = run_zero_simulated(2, o, &opt);
-  run_zero_simulated(2, run_opts(3, Precision::FP32), &ref);
-  CHECK(std::memcmp(opt.data(), ref.data(), sizeof(float) * ref.size()) == 0);
-  CHECK(ro.peak[0][3] <= o.zero.remat_budget);
   observe("optimal plan", ro.plan);
+  observe("optimal activation bytes", ro.peak[0][3]);
+  observe("parameters with optimal", opt.vec(), {1e-6, 1e-7});
+  CHECK(ro.peak[0][3] <= o.zero.remat_budget);
+  // The oracle: stage 3 without remat, after the remat run.
+  MLS_ORACLE(GPTParams ref; run_zero_simulated(2, run_opts(3, Precision::FP32), &ref);)
+  MLS_ORACLE_CHECK(REQUIRE(opt.size() == ref.size());
+                   CHECK(std::memcmp(opt.data(), ref.data(), sizeof(float) * ref.size()) == 0));
 }
 
 TEST_CASE("zero remat: stage 3 gathers a recomputed block again: traffic = 3psi(N-1)/N + recomputed(N-1)/N",
@@ -536,10 +588,14 @@ TEST_CASE("zero remat: stage 3 gathers a recomputed block again: traffic = 3psi(
       const ZeroUnit b0 = zero_units(o.cfg)[1], b1 = zero_units(o.cfg)[2];
       CHECK(r.recomputed_params == b0.size + b1.size);
       const double psi = static_cast<double>(r.psi);
-      const double expect = s == 3 ? 3 * psi * (N - 1) / N + static_cast<double>(r.recomputed_params) * (N - 1) / N
-                                   : 2 * psi * (N - 1) / N;
-      CHECK(zero_comm_elements_remat(s, psi, N, static_cast<double>(r.recomputed_params)) == Approx(expect));
-      for (int k = 0; k < N; ++k) CHECK(static_cast<double>(r.elements_sent[k]) == expect);
+      observe("recomputed params", r.recomputed_params);
+      observe("elements sent by every rank", r.elements_sent);
+      observe("formula", zero_comm_elements_remat(s, psi, N, static_cast<double>(r.recomputed_params)), {1e-12, 0});
+      // The oracle: the formula written out, after the run.
+      MLS_ORACLE(const double expect = s == 3 ? 3 * psi * (N - 1) / N + static_cast<double>(r.recomputed_params) * (N - 1) / N
+                                              : 2 * psi * (N - 1) / N;)
+      MLS_ORACLE_CHECK(CHECK(zero_comm_elements_remat(s, psi, N, static_cast<double>(r.recomputed_params)) == Approx(expect));
+                       for (int k = 0; k < N; ++k) CHECK(static_cast<double>(r.elements_sent[k]) == expect));
       CHECK(comm_table(r).find(s == 3 ? "re-gathered for the recompute" : "2*psi*(N-1)/N") != std::string::npos);
       observe("elements sent with sqrt", r.elements_sent[0]);
     }
@@ -582,11 +638,12 @@ TEST_CASE("zero: bad input to a run: stage, ranks, backend, precision, remat pla
   require_error([] { zero_run_ranks(ZeroBackend::Nccl, 0, 1); }, "train --ranks 0 but mpirun (NCCL");
   require_error([] { parse_zero_backend("gloo"); }, "train --backend: 'gloo', expected sim, mpi or nccl");
   require_error([] { parse_precision("fp16"); }, "'fp16' is not supported");
-  CHECK(zero_run_ranks(ZeroBackend::Sim, std::nullopt) == 2);
-  CHECK(zero_run_ranks(ZeroBackend::Sim, 5) == 5);
-  CHECK(zero_run_ranks(ZeroBackend::Mpi, std::nullopt, 4) == 4);
-  CHECK(zero_run_ranks(ZeroBackend::Nccl, 2, 2) == 2);
-  CHECK(parse_zero_backend("nccl") == ZeroBackend::Nccl);
+  MLS_CHECK_EQ(zero_run_ranks(ZeroBackend::Sim, std::nullopt), 2);
+  MLS_CHECK_EQ(zero_run_ranks(ZeroBackend::Sim, 5), 5);
+  MLS_CHECK_EQ(zero_run_ranks(ZeroBackend::Mpi, std::nullopt, 4), 4);
+  MLS_CHECK_EQ(zero_run_ranks(ZeroBackend::Nccl, 2, 2), 2);
+  observe("parse_zero_backend(nccl)", static_cast<std::int64_t>(parse_zero_backend("nccl")));
+  MLS_ORACLE_CHECK(CHECK(parse_zero_backend("nccl") == ZeroBackend::Nccl));
   observe("default sim ranks", zero_run_ranks(ZeroBackend::Sim, std::nullopt));
   observe("mpi ranks", zero_run_ranks(ZeroBackend::Mpi, std::nullopt, 4));
   // Ranks that disagree on the recompute plan.

@@ -81,12 +81,22 @@ inline double rel_err(const float* a, const float* b, std::int64_t n) {
   return md / (mb + 1e-12);
 }
 
+/// LAB6_WANT(x): an oracle's value where the build has oracles, nullptr in the grading build
+/// (where `x` is never computed): the `want` of observe_rel.
+#ifdef MLS_GRADED_BUILD
+#define LAB6_WANT(...) nullptr
+#else
+#define LAB6_WANT(...) (__VA_ARGS__)
+#endif
+
 /// Records `got` (n floats) with the tolerance that rel_err(got, want, n) < tol accepts, on both
-/// sides: absolute, 2 tol max |want|.
+/// sides: absolute, 2 tol max |want|. `want` is an oracle's value (LAB6_WANT): in the grading
+/// build it is nullptr and the tolerance 0 (the grader uses the reference build's).
 inline void observe_rel(const std::string& label, const float* got, const float* want, std::int64_t n, double tol) {
   if (!mls::testing::observing()) return;
   double mb = 0;
-  for (std::int64_t i = 0; i < n; ++i) mb = std::max(mb, std::abs(static_cast<double>(want[i])));
+  for (std::int64_t i = 0; want != nullptr && i < n; ++i) mb = std::max(mb, std::abs(static_cast<double>(want[i])));
+  if (want == nullptr) tol = 0;
   mls::testing::observe(label, std::vector<float>(got, got + n), {0.0, 2 * tol * (mb + 1e-12)});
 }
 
