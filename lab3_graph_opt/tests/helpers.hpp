@@ -20,15 +20,6 @@ using namespace mls::graph_opt;
 
 using mls::testing::require_error;
 
-/// Observes `got` (labelled with its spelling) and, outside the grading build, REQUIREs that it
-/// equals `want` (MLS_CHECK_EQ, but ending the test on a mismatch).
-#define LAB3_REQUIRE_EQ(got, want)                                     \
-  do {                                                                 \
-    const auto& lab3_got_ = (got);                                     \
-    ::mls::testing::observe(#got, lab3_got_);                          \
-    MLS_ORACLE_CHECK(INFO(#got " == " #want); REQUIRE(lab3_got_ == (want))); \
-  } while (0)
-
 /// Records a program's outputs: values within twice max_rel_error's tolerance (1024 units of
 /// roundoff of the dtype, relative and absolute), or exactly.
 inline void observe_outputs(const std::string& label, const std::vector<Tensor>& outs, bool exact = false) {

@@ -79,7 +79,7 @@ TEST_CASE("JSON round trip keeps the graph and its values", "[lab3][ir]") {
   }
   // Extension ops survive too.
   Program p = slides_expression(16);
-  LAB3_REQUIRE_EQ(fuse_elementwise(p), 2);
+  MLS_REQUIRE_EQ(fuse_elementwise(p), 2);
   Program q = from_json(to_json(p));
   MLS_OBSERVE(count_op(q, kFusedElementwise));
   MLS_ORACLE_CHECK(CHECK(count_op(q, kFusedElementwise) == 1));
@@ -90,7 +90,7 @@ TEST_CASE("JSON round trip keeps the graph and its values", "[lab3][ir]") {
   }
   MLS_ORACLE_CHECK(CHECK(equivalent(p, q)));
   Program r = resnet_block(1, 4, 6, 6);  // conv2d_bias, from conv+BN folding
-  LAB3_REQUIRE_EQ(fold_conv_batchnorm(r), 2);
+  MLS_REQUIRE_EQ(fold_conv_batchnorm(r), 2);
   Program s = from_json(to_json(r));
   MLS_OBSERVE(count_op(s, kConvBias));
   MLS_ORACLE_CHECK(CHECK(count_op(s, kConvBias) == 2));
@@ -136,7 +136,7 @@ TEST_CASE("arithmetic intensity of E = D + (A+B)*C goes from 1/3 to 3/5 when fus
     if (!n->is_leaf()) unfused.push_back(node_cost(*n).intensity(4));
   mls::testing::observe("unfused intensities", unfused, {1e-5, 0.0});
   MLS_ORACLE_CHECK(for (double i : unfused) CHECK(i == Approx(1.0 / 3.0)));
-  LAB3_REQUIRE_EQ(fuse_elementwise(p), 2);
+  MLS_REQUIRE_EQ(fuse_elementwise(p), 2);
   mls::testing::observe("the output's op", op_of(*p.outputs[0].get()));
   MLS_ORACLE_CHECK(REQUIRE(p.outputs[0].get()->op == kFusedElementwise));
   const NodeCost c = node_cost(*p.outputs[0].get());

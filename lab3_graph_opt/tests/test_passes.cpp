@@ -95,7 +95,7 @@ TEST_CASE("conv + batch norm folding for inference (W2 = W*R, B2 = B*R + P)", "[
   s.output(autodiff::batch_norm(autodiff::conv2d(x, w) + bias, s.constant(Tensor::full({1}, 3.0)), s.constant(Tensor::full({1}, 0.5)),
                           s.constant(Tensor::full({1}, 0.25)), s.constant(Tensor::full({1}, 4.0)), false, 0.1, 0.0));
   auto [t, k] = apply_checked(s, fold_conv_batchnorm);
-  LAB3_REQUIRE_EQ(k, 1);
+  MLS_REQUIRE_EQ(k, 1);
   const Node& conv = *t.outputs[0].get();
   mls::testing::observe("the output's op", op_of(conv));
   MLS_ORACLE_CHECK(REQUIRE(conv.op == kConvBias));
@@ -155,7 +155,7 @@ TEST_CASE("a transposed matmul operand becomes a gemm flag", "[lab3][passes]") {
   auto [q, n] = apply_checked(p, fold_transpose_into_matmul);
   MLS_CHECK_EQ(n, 1);
   MLS_CHECK_EQ(count_op(q, Op::Permute), 0);
-  LAB3_REQUIRE_EQ(count_op(q, kGemm), 1);
+  MLS_REQUIRE_EQ(count_op(q, kGemm), 1);
   Program s;
   const Var a = s.input("a", {3, 5, 4}), b = s.input("b", {3, 6, 5});
   s.output(autodiff::matmul(autodiff::transpose(a), autodiff::transpose(b)));

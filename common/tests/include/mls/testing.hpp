@@ -112,14 +112,19 @@ void require_error(F&& f, const std::string& needle) {
   } while (0)
 #endif
 
-/// Observes `got` (labelled with its spelling) and, outside the grading build, CHECKs that it
-/// equals `want`, an oracle's value that the grading build never computes.
-#define MLS_CHECK_EQ(got, want)                                      \
-  do {                                                               \
-    const auto& mls_got_ = (got);                                    \
-    ::mls::testing::observe(#got, mls_got_);                         \
-    MLS_ORACLE_CHECK(INFO(#got " == " #want); CHECK(mls_got_ == (want))); \
+/// Observes `got` (labelled with its spelling) and, outside the grading build, checks with
+/// Catch2's `assertion` (CHECK or REQUIRE) that it equals `want`, an oracle's value that the
+/// grading build never computes.
+#define MLS_ASSERT_EQ_(assertion, got, want)                              \
+  do {                                                                    \
+    const auto& mls_got_ = (got);                                         \
+    ::mls::testing::observe(#got, mls_got_);                              \
+    MLS_ORACLE_CHECK(INFO(#got " == " #want); assertion(mls_got_ == (want))); \
   } while (0)
+/// MLS_ASSERT_EQ_ with CHECK (the test goes on after a mismatch).
+#define MLS_CHECK_EQ(got, want) MLS_ASSERT_EQ_(CHECK, got, want)
+/// MLS_ASSERT_EQ_ with REQUIRE (a mismatch ends the test: what follows depends on it).
+#define MLS_REQUIRE_EQ(got, want) MLS_ASSERT_EQ_(REQUIRE, got, want)
 
 /// Ends a GPU test early, loudly, where there is no GPU: `available(&why)` is the lab's check
 /// (`cu::available`, `nccl_gpu_available`, ...). CTest's skip regex reads "SKIPPED: no GPU" and
