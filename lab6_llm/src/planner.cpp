@@ -114,6 +114,19 @@ PlanCandidate evaluate_candidate(const PlannerInput& in, int stage, std::int64_t
 
 namespace {
 
+/// The most whole activation bytes a with state + a <= budget, summed as evaluate_candidate
+/// sums them: floor(budget - state) can be one byte short once the subtraction rounds, and then
+/// a budget equal to a candidate's own footprint would not fit it.
+[[maybe_unused]] std::int64_t activation_budget(double state, double budget) {
+  const double left = std::min(budget - state, 9.0e18);
+  auto a = static_cast<std::int64_t>(std::floor(left));
+  if (left < 0x1p52) {  // below 2^52 a byte more or less is representable
+    if (state + static_cast<double>(a + 1) <= budget) ++a;
+    if (a > 0 && state + static_cast<double>(a) > budget) --a;
+  }
+  return a;
+}
+
 /// a is better than b: cheaper; then the larger micro-batch (faster GEMMs, which the model does
 /// not see); then fewer bytes; then the lower stage.
 [[maybe_unused]] bool better(const PlanCandidate& a, const PlanCandidate& b) {
@@ -150,7 +163,7 @@ PlannerResult plan_memory(const PlannerInput& in) {
       if (in.remat) {
         try {
           plan = gpt_optimal_plan(in.cfg, mb, in.context,
-                                  static_cast<std::int64_t>(std::min(left, 9.0e18)));
+                                  activation_budget(probe.state_bytes, in.budget_bytes));
         } catch (const Error&) {
           continue;  // this micro-batch does not fit with any plan
         }

@@ -300,24 +300,6 @@ RematPlan gpt_plan(const std::string& kind, const GPTConfig& cfg, std::int64_t B
   fail("gpt_plan: remat plan '", kind, "', expected none, sqrt or optimal");
 }
 
-ParamPtrs shift_layers(const ParamPtrs& p, const GPTConfig& cfg, std::int64_t l0) {
-  const std::int64_t C = cfg.n_embd;
-  ParamPtrs q = p;
-  q.ln1w += l0 * C;
-  q.ln1b += l0 * C;
-  q.qkvw += l0 * 3 * C * C;
-  q.qkvb += l0 * 3 * C;
-  q.attprojw += l0 * C * C;
-  q.attprojb += l0 * C;
-  q.ln2w += l0 * C;
-  q.ln2b += l0 * C;
-  q.fcw += l0 * 4 * C * C;
-  q.fcb += l0 * 4 * C;
-  q.fcprojw += l0 * 4 * C * C;
-  q.fcprojb += l0 * C;
-  return q;
-}
-
 namespace {
 
 GPTConfig segment_config(const GPTConfig& cfg, const RematPlan& plan) {
@@ -332,48 +314,11 @@ GPTConfig segment_config(const GPTConfig& cfg, const RematPlan& plan) {
 
 }  // namespace
 
-GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::int64_t l) {
-  MLS_CHECK(l >= 0 && l < cfg.n_layer, "block_view: layer ", l, ", expected 0..", cfg.n_layer - 1);
-  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
-  GPTActivations v;
-  v.B = B;
-  v.T = T;
-  v.encoded = a.encoded;
-  v.ln1 = a.ln1 + l * N * C;
-  v.ln1_mean = a.ln1_mean + l * N;
-  v.ln1_rstd = a.ln1_rstd + l * N;
-  v.qkv = a.qkv + l * N * 3 * C;
-  v.atty = a.atty + l * N * C;
-  v.att = a.att + l * B * H * T * T;
-  v.attproj = a.attproj + l * N * C;
-  v.residual2 = a.residual2 + l * N * C;
-  v.ln2 = a.ln2 + l * N * C;
-  v.ln2_mean = a.ln2_mean + l * N;
-  v.ln2_rstd = a.ln2_rstd + l * N;
-  v.fch = a.fch + l * N * 4 * C;
-  v.fch_gelu = a.fch_gelu + l * N * 4 * C;
-  v.fcproj = a.fcproj + l * N * C;
-  v.residual3 = a.residual3 + l * N * C;
-  v.lnf = a.lnf;
-  v.lnf_mean = a.lnf_mean;
-  v.lnf_rstd = a.lnf_rstd;
-  v.logits = a.logits;
-  v.losses = a.losses;
-  return v;
-}
-
 void remat_segment_forward(const GPTConfig& cfg, BlockAccess& acc, RematActivations& ra,
                            std::int64_t k) {
   const RematPlan& plan = ra.plan();
-  const std::int64_t N = ra.B * ra.T, C = cfg.n_embd;
   const std::int64_t s = plan.starts[static_cast<std::size_t>(k)], e = plan.segment_end(k);
-  const float* x = ra.checkpoints.data() + k * N * C;
-  for (std::int64_t j = 0; j < e - s; ++j) {
-    const ParamPtrs p = acc.params(s + j);
-    GPTActivations v = block_view(ra.seg_cfg, ra.seg, j);
-    block_forward(ra.seg_cfg, p, v, 0, j == 0 ? x : ra.seg.residual3 + (j - 1) * N * C);
-    acc.release_params(s + j);
-  }
+  blocks_forward(ra.seg_cfg, acc, ra.seg, s, e, ra.checkpoints.data() + k * ra.B * ra.T * cfg.n_embd);
   ra.blocks_run += e - s;
 }
 
@@ -417,18 +362,8 @@ void remat_blocks_backward(const GPTConfig& cfg, BlockAccess& acc, RematActivati
   const std::int64_t N = ra.B * ra.T, C = cfg.n_embd, m = plan.num_segments();
   for (std::int64_t k = m - 1; k >= 0; --k) {
     if (k + 1 < m) remat_segment_forward(cfg, acc, ra, k);  // recompute (the last one is still there)
-    const std::int64_t s = plan.starts[static_cast<std::size_t>(k)], e = plan.segment_end(k);
-    const float* x = ra.checkpoints.data() + k * N * C;
-    for (std::int64_t j = e - s - 1; j >= 0; --j) {
-      const ParamPtrs p = acc.params(s + j);
-      ParamPtrs g = acc.grads(s + j);
-      const GPTActivations a = block_view(ra.seg_cfg, ra.seg, j);
-      GPTActivations da = block_view(ra.seg_cfg, ra.dseg, j);
-      block_backward(ra.seg_cfg, p, g, a, da, 0, j == 0 ? x : ra.seg.residual3 + (j - 1) * N * C,
-                     dresidual);
-      acc.release_params(s + j);
-      acc.grads_done(s + j);
-    }
+    blocks_backward(ra.seg_cfg, acc, ra.seg, ra.dseg, plan.starts[static_cast<std::size_t>(k)],
+                    plan.segment_end(k), ra.checkpoints.data() + k * N * C, dresidual);
   }
   // END SOLUTION
 }
@@ -443,19 +378,12 @@ double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const st
             ra.T, "), called with (", B, ", ", T, ")");
   MLS_CHECK(ra.plan().n == cfg.n_layer, "gpt_forward_remat: a plan for ", ra.plan().n,
             " layers, the model has ", cfg.n_layer);
-  const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, N = B * T;
+  const std::int64_t V = cfg.vocab_size, N = B * T;
   for (std::int64_t i = 0; i < N; ++i)
     MLS_CHECK(inputs && inputs[i] >= 0 && inputs[i] < V, "gpt_forward_remat: input id at position ",
               i, " out of range, expected 0 <= id < vocab_size = ", V);
-  const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
-  GPTActivations& a = ra.seg;
-  encoder_forward(ra.checkpoints.data(), inputs, p.wte, p.wpe, B, T, C);
-  FlatBlocks blocks(cfg, p, ParamPtrs{});
-  const float* out = remat_blocks_forward(cfg, blocks, ra);
-  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, out, p.lnfw, p.lnfb, N, C);
-  matmul_forward(a.logits, a.lnf, p.wte, nullptr, N, C, V);
-  if (!targets) return 0.0;
-  return crossentropy_forward(a.logits, a.losses, targets, mask, N, V);
+  FlatModel model(cfg, param_views(const_cast<float*>(params.data()), cfg), ParamPtrs{});
+  return model_forward(cfg, model, PassBuffers::recompute(ra), MicroBatch{inputs, targets, mask, B, T});
 }
 
 void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivations& ra,
@@ -465,27 +393,14 @@ void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivatio
   MLS_CHECK(grads.config() == cfg, "gpt_backward_remat: gradients of another config");
   MLS_CHECK(ra.plan().n == cfg.n_layer, "gpt_backward_remat: a plan for ", ra.plan().n,
             " layers, the model has ", cfg.n_layer);
-  const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, B = ra.B, T = ra.T, N = B * T;
+  const std::int64_t V = cfg.vocab_size, N = ra.B * ra.T;
   for (std::int64_t i = 0; i < N; ++i)
     MLS_CHECK(targets && targets[i] >= 0 && targets[i] < V,
               "gpt_backward_remat: target id at position ", i,
               " out of range, expected 0 <= id < vocab_size = ", V);
-  const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
-  ParamPtrs g = grads.views();
-  GPTActivations &a = ra.seg, &da = ra.dseg;
-  const RematPlan& plan = ra.plan();
-  const std::int64_t last_len = plan.segment_end(plan.num_segments() - 1) - plan.starts.back();
-  // The head, as gpt_backward (the last segment is still in ra.seg).
-  crossentropy_backward(da.logits, a.logits, targets, mask, N, V, norm);
-  std::fill(da.lnf, da.lnf + N * C, 0.f);
-  matmul_backward(da.lnf, g.wte, nullptr, da.logits, a.lnf, p.wte, N, C, V);
-  float* dresidual = da.encoded;  // d(residual stream) (B, T, C): no block touches da.encoded
-  std::fill(dresidual, dresidual + N * C, 0.f);
-  layernorm_backward(dresidual, g.lnfw, g.lnfb, da.lnf, a.residual3 + (last_len - 1) * N * C,
-                     p.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
-  FlatBlocks blocks(cfg, p, g);
-  remat_blocks_backward(cfg, blocks, ra, dresidual);
-  encoder_backward(g.wte, g.wpe, dresidual, inputs, B, T, C);
+  FlatModel model(cfg, param_views(const_cast<float*>(params.data()), cfg), grads.views());
+  model_backward(cfg, model, PassBuffers::recompute(ra), MicroBatch{inputs, targets, mask, ra.B, ra.T},
+                 norm);
 }
 
 StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b) {
@@ -495,22 +410,7 @@ StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b) {
   MLS_CHECK(ra.B == opt.micro_batch() && ra.T == opt.context, "remat_train_step: activations for (",
             ra.B, ", ", ra.T, "), expected the micro-batch (", opt.micro_batch(), ", ", opt.context,
             ") = batch ", opt.batch, " / accum ", opt.accum);
-  StepStats s;
-  s.lr = lr_schedule(tr.adam.step, opt.warmup, opt.steps, opt.lr, opt.min_lr);
-  const MicroBatch whole = micro_batch(b, 1, 0);
-  const double norm = mask_sum(whole.mask, b.B * b.T);
-  double num = 0.0;
-  tr.grads.zero();
-  for (std::int64_t k = 0; k < opt.accum; ++k) {
-    const MicroBatch m = micro_batch(b, opt.accum, k);
-    gpt_forward_remat(tr.params, ra, m.inputs, m.targets, m.mask, m.B, m.T);
-    num = masked_loss_sum(ra.seg.losses, m.mask, m.B * m.T, num);
-    gpt_backward_remat(tr.params, tr.grads, ra, m.inputs, m.targets, m.mask, norm);
-  }
-  s.loss = norm > 0 ? num / norm : 0.0;
-  s.grad_norm = clip_grad_norm(tr.grads, opt.grad_clip);
-  adamw_update(tr.params, tr.grads, tr.adam, opt.adamw, s.lr);
-  return s;
+  return tr.step(b, ra);
 }
 
 // ---- the pure chain -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/llm/autodiff_model.hpp"
+#include "mls/llm/remat.hpp"
 
 namespace mls::llm {
 
@@ -24,23 +25,49 @@ void TrainOptions::validate(const GPTConfig& cfg) const {
             ", expected a divisor of the batch (micro-batch = batch / accum)");
 }
 
-MicroBatch micro_batch(const Batch& b, std::int64_t accum, std::int64_t k) {
-  MLS_CHECK(accum >= 1 && b.B % accum == 0, "micro_batch: accum = ", accum,
-            ", expected a divisor of the batch's B = ", b.B);
-  MLS_CHECK(k >= 0 && k < accum, "micro_batch: k = ", k, ", expected 0 <= k < accum = ", accum);
-  const std::int64_t rows = b.B / accum;
-  const std::size_t off = static_cast<std::size_t>(k * rows * b.T);
+MicroBatch batch_view(const Batch& b) {
   MLS_CHECK(b.inputs.size() == static_cast<std::size_t>(b.B * b.T) && b.targets.size() == b.inputs.size() &&
                 (b.mask.empty() || b.mask.size() == b.inputs.size()),
             "micro_batch: a batch of (", b.B, ", ", b.T, ") with ", b.inputs.size(), " inputs, ",
             b.targets.size(), " targets and ", b.mask.size(), " mask values, expected B*T = ", b.B * b.T);
+  return MicroBatch{b.inputs.data(), b.targets.data(), b.mask.empty() ? nullptr : b.mask.data(),
+                    b.B, b.T};
+}
+
+MicroBatch micro_batch(const MicroBatch& whole, std::int64_t accum, std::int64_t k) {
+  MLS_CHECK(accum >= 1 && whole.B % accum == 0, "micro_batch: accum = ", accum,
+            ", expected a divisor of the batch's B = ", whole.B);
+  MLS_CHECK(k >= 0 && k < accum, "micro_batch: k = ", k, ", expected 0 <= k < accum = ", accum);
+  const std::int64_t rows = whole.B / accum, off = k * rows * whole.T;
   MicroBatch m;
-  m.inputs = b.inputs.data() + off;
-  m.targets = b.targets.data() + off;
-  m.mask = b.mask.empty() ? nullptr : b.mask.data() + off;
+  m.inputs = whole.inputs + off;
+  m.targets = whole.targets + off;
+  m.mask = whole.mask ? whole.mask + off : nullptr;
   m.B = rows;
-  m.T = b.T;
+  m.T = whole.T;
   return m;
+}
+
+MicroBatch micro_batch(const Batch& b, std::int64_t accum, std::int64_t k) {
+  MLS_CHECK(accum >= 1 && b.B % accum == 0, "micro_batch: accum = ", accum,
+            ", expected a divisor of the batch's B = ", b.B);
+  MLS_CHECK(k >= 0 && k < accum, "micro_batch: k = ", k, ", expected 0 <= k < accum = ", accum);
+  return micro_batch(batch_view(b), accum, k);
+}
+
+double accumulate_gradients(const GPTConfig& cfg, ModelAccess& acc, const PassBuffers& buf,
+                            const MicroBatch& whole, std::int64_t accum, double norm) {
+  // BEGIN SOLUTION
+  double num = 0.0;
+  for (std::int64_t k = 0; k < accum; ++k) {
+    const MicroBatch m = micro_batch(whole, accum, k);
+    acc.begin_micro_batch(k);
+    model_forward(cfg, acc, buf, m);
+    num = masked_loss_sum(buf.head().losses, m.mask, m.B * m.T, num);
+    model_backward(cfg, acc, buf, m, norm);
+  }
+  return num;
+  // END SOLUTION
 }
 
 Trainer::Trainer(GPTParams p, const TrainOptions& opt)
@@ -51,22 +78,32 @@ Trainer::Trainer(GPTParams p, const TrainOptions& opt)
 }
 
 StepStats Trainer::step(const Batch& b) {
-  // BEGIN SOLUTION
   MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step: batch (", b.B, ", ", b.T,
             "), expected (", opt_.batch, ", ", opt_.context, ")");
+  return step_on(b, PassBuffers::keep(acts, &dacts));
+}
+
+StepStats Trainer::step(const Batch& b, RematActivations& ra) {
+  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step: batch (", b.B, ", ", b.T,
+            "), expected (", opt_.batch, ", ", opt_.context, ")");
+  MLS_CHECK(ra.B == opt_.micro_batch() && ra.T == opt_.context, "Trainer::step: activations for (",
+            ra.B, ", ", ra.T, "), expected the micro-batch (", opt_.micro_batch(), ", ", opt_.context,
+            ") = batch ", opt_.batch, " / accum ", opt_.accum);
+  return step_on(b, PassBuffers::recompute(ra));
+}
+
+StepStats Trainer::step_on(const Batch& b, const PassBuffers& buf) {
+  // BEGIN SOLUTION
   StepStats s;
   s.lr = lr_schedule(adam.step, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
   // Every micro-batch divides by the whole batch's count of targets: the sum of their gradients
   // is the gradient of the whole batch's mean loss (each row gets exactly its accum-1 value).
-  const double norm = mask_sum(b.mask.empty() ? nullptr : b.mask.data(), b.B * b.T);
-  double num = 0.0;
+  const MicroBatch whole = batch_view(b);
+  const double norm = mask_sum(whole.mask, b.B * b.T);
   grads.zero();
-  for (std::int64_t k = 0; k < opt_.accum; ++k) {
-    const MicroBatch m = micro_batch(b, opt_.accum, k);
-    gpt_forward(params, acts, m.inputs, m.targets, m.mask, m.B, m.T);
-    num = masked_loss_sum(acts.losses, m.mask, m.B * m.T, num);
-    gpt_backward(params, grads, acts, dacts, m.inputs, m.targets, m.mask, norm);
-  }
+  const GPTConfig& cfg = params.config();
+  FlatModel model(cfg, params.views(), grads.views());
+  const double num = accumulate_gradients(cfg, model, buf, whole, opt_.accum, norm);
   s.loss = norm > 0 ? num / norm : 0.0;
   s.grad_norm = clip_grad_norm(grads, opt_.grad_clip);
   adamw_update(params, grads, adam, opt_.adamw, s.lr);

@@ -13,6 +13,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
+#include "mls/llm/train.hpp"
 
 namespace mls::llm {
 
@@ -493,16 +494,21 @@ const float* ZeroTrainer::unit_params(int unit) {
   return I.work[u].data();
 }
 
-/// The BlockAccess of ZeroTrainer: block l is unit l + 1; its parameters are gathered (stage 3)
-/// or viewed (bf16: an fp32 copy) for each forward and backward of it, and its gradient goes to
-/// an fp32 bucket handed to finish_unit once the block's backward is done.
-struct ZeroTrainer::Blocks final : BlockAccess {
+/// The ModelAccess of ZeroTrainer: the embeddings are unit 0, block l unit l + 1, the final
+/// layernorm unit L + 1. A unit's parameters are gathered (stage 3) or viewed (bf16: an fp32
+/// copy) when first asked for and dropped when released; its gradient goes to an fp32 bucket of
+/// its own, handed to finish_unit once the unit's backward is done.
+struct ZeroTrainer::Access final : ModelAccess {
   ZeroTrainer& t;
-  mem::Buffer<float> bucket;
-  explicit Blocks(ZeroTrainer& tr) : t(tr) {}
+  std::vector<mem::Buffer<float>> buckets;  // per unit, while its backward runs
+  std::int64_t micro = 0;                   // the micro-batch of the step being run
+  explicit Access(ZeroTrainer& tr) : t(tr), buckets(tr.units_.size()) {}
 
+  int end_unit(ModelEnd e) const {
+    return e == ModelEnd::Embeddings ? 0 : static_cast<int>(t.cfg_.n_layer) + 1;
+  }
   float* acquire(int u) {
-    if (t.impl_->stage == 3) t.gather(u);
+    if (t.impl_->stage == 3 && !t.impl_->gathered[static_cast<std::size_t>(u)]) t.gather(u);
     return const_cast<float*>(t.unit_params(u));
   }
   void done(int u) {
@@ -511,17 +517,36 @@ struct ZeroTrainer::Blocks final : BlockAccess {
     else if (t.impl_->bf16)
       t.impl_->work[static_cast<std::size_t>(u)].clear();
   }
+  float* bucket(int u) {
+    auto& b = buckets[static_cast<std::size_t>(u)];
+    if (b.empty()) b = mem::Buffer<float>(mem::Tag::Workspace, t.units_[static_cast<std::size_t>(u)].size, t.impl_->rank);
+    return b.data();
+  }
+  void bucket_done(int u) {
+    t.finish_unit(u, buckets[static_cast<std::size_t>(u)].data(), micro);
+    buckets[static_cast<std::size_t>(u)].clear();
+  }
+  /// The two ends' tensors in a unit: wte, wpe (embeddings) or lnfw, lnfb (final layernorm).
+  ParamPtrs end_ptrs(ModelEnd e, float* base) const {
+    ParamPtrs p{};
+    if (e == ModelEnd::Embeddings) {
+      p.wte = base;
+      p.wpe = base + t.cfg_.vocab_size * t.cfg_.n_embd;
+    } else {
+      p.lnfw = base;
+      p.lnfb = base + t.cfg_.n_embd;
+    }
+    return p;
+  }
   ParamPtrs params(std::int64_t l) override { return block_ptrs(t.cfg_, acquire(static_cast<int>(l) + 1)); }
   void release_params(std::int64_t l) override { done(static_cast<int>(l) + 1); }
-  ParamPtrs grads(std::int64_t l) override {
-    bucket = mem::Buffer<float>(mem::Tag::Workspace, t.units_[static_cast<std::size_t>(l) + 1].size, t.impl_->rank);
-    return block_ptrs(t.cfg_, bucket.data());
-  }
-  void grads_done(std::int64_t l) override {
-    t.finish_unit(static_cast<int>(l) + 1, bucket.data(), micro);
-    bucket.clear();
-  }
-  std::int64_t micro = 0;  // the micro-batch of the step being run
+  ParamPtrs grads(std::int64_t l) override { return block_ptrs(t.cfg_, bucket(static_cast<int>(l) + 1)); }
+  void grads_done(std::int64_t l) override { bucket_done(static_cast<int>(l) + 1); }
+  ParamPtrs end_params(ModelEnd e) override { return end_ptrs(e, acquire(end_unit(e))); }
+  void release_end(ModelEnd e) override { done(end_unit(e)); }
+  ParamPtrs end_grads(ModelEnd e) override { return end_ptrs(e, bucket(end_unit(e))); }
+  void end_grads_done(ModelEnd e) override { bucket_done(end_unit(e)); }
+  void begin_micro_batch(std::int64_t k) override { micro = k; }
 };
 
 const RematPlan* ZeroTrainer::remat_plan() const { return impl_->ra ? &impl_->ra->plan() : nullptr; }
@@ -530,16 +555,23 @@ std::int64_t ZeroTrainer::blocks_run() const { return impl_->ra ? impl_->ra->blo
 
 ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* targets,
                                 std::int64_t B, std::int64_t T, double lr) {
+  return step(MicroBatch{inputs, targets, nullptr, B, T}, lr);
+}
+
+ZeroStepStats ZeroTrainer::step(const Batch& batch, double lr) { return step(batch_view(batch), lr); }
+
+ZeroStepStats ZeroTrainer::step(const MicroBatch& whole, double lr) {
   Impl& I = *impl_;
   mem::RankScope rs(I.rank);
+  const std::int64_t B = whole.B, T = whole.T;
   MLS_CHECK(B > 0 && T > 0 && T <= cfg_.block_size, "ZeroTrainer::step: B = ", B, ", T = ", T,
             ", expected B > 0 and 0 < T <= block_size = ", cfg_.block_size);
   const std::int64_t A = opts_.accum;
   MLS_CHECK(B % A == 0, "ZeroTrainer::step: accum = ", A, " does not divide B = ", B,
             ", expected a divisor of the batch (micro-batch = B / accum)");
-  const std::int64_t C = cfg_.n_embd, V = cfg_.vocab_size, Bm = B / A, N = Bm * T;
+  const std::int64_t V = cfg_.vocab_size, Bm = B / A;
   for (std::int64_t i = 0; i < B * T; ++i)
-    MLS_CHECK(inputs[i] >= 0 && inputs[i] < V && targets[i] >= 0 && targets[i] < V,
+    MLS_CHECK(whole.inputs[i] >= 0 && whole.inputs[i] < V && whole.targets[i] >= 0 && whole.targets[i] < V,
               "ZeroTrainer::step: token id out of range at position ", i, ", expected 0 <= id < ", V);
   if (!I.ra || I.ra->B != Bm || I.ra->T != T) {  // every rank plans the same (B, T) alike
     I.ra.reset();
@@ -547,55 +579,16 @@ ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* 
   }
   RematActivations& ra = *I.ra;
   ra.reset_counters();
-  GPTActivations &a = ra.seg, &da = ra.dseg;
+  // The gradient is that of the mean loss over every rank's whole batch: sum(mask·loss) over the
+  // ranks / G, G = the mask's sum over the ranks. The ranks' gradients are averaged (divided by
+  // N) after the reduction, so each rank divides its losses by G / N. Without a mask G = N·B·T
+  // is known locally (no collective: G / N = B·T); with one, G is one allreduce, not counted in
+  // the step's traffic (as the loss's allreduce below).
+  const double norm = whole.mask ? global_mask_sum(whole) / I.N : static_cast<double>(B * T);
   const std::int64_t before = comm_->traffic().total.bytes_sent;
   const double comm_before = I.comm_s;
-  const int E = 0, F = static_cast<int>(cfg_.n_layer) + 1;
-  // Each micro-batch's loss is divided by the whole batch's B*T tokens: the micro-batches'
-  // gradients add up to the gradient of the whole batch's mean loss (each row's exactly).
-  const double norm = static_cast<double>(B * T);
-  double loss_sum = 0.0;
-  Blocks blocks(*this);
-  for (std::int64_t k = 0; k < A; ++k) {
-    const std::int32_t* in = inputs + k * N;
-    const std::int32_t* tg = targets + k * N;
-    blocks.micro = k;
-    // ---- forward: the encoder into checkpoint 0, the blocks under the plan, the head ----
-    {
-      float* e = blocks.acquire(E);
-      encoder_forward(ra.checkpoints.data(), in, e, e + V * C, Bm, T, C);
-      blocks.done(E);
-    }
-    const float* out = remat_blocks_forward(cfg_, blocks, ra);
-    {
-      const float* f = blocks.acquire(F);
-      layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, out, f, f + C, N, C);
-      blocks.done(F);
-    }
-    const float* wte = blocks.acquire(E);  // the tied LM head: kept for the head's backward
-    matmul_forward(a.logits, a.lnf, wte, nullptr, N, C, V);
-    crossentropy_forward(a.logits, a.losses, tg, nullptr, N, V);
-    loss_sum = masked_loss_sum(a.losses, nullptr, N, loss_sum);
-    // ---- backward: each unit's gradient goes to an fp32 bucket, then finish_unit ----
-    mem::Buffer<float> bucket_e(mem::Tag::Workspace, units_[0].size, I.rank);
-    crossentropy_backward(da.logits, a.logits, tg, nullptr, N, V, norm);
-    std::fill(da.lnf, da.lnf + N * C, 0.f);
-    matmul_backward(da.lnf, bucket_e.data(), nullptr, da.logits, a.lnf, wte, N, C, V);
-    blocks.done(E);
-    float* dresidual = da.encoded;  // d(residual stream): no block touches da.encoded
-    std::fill(dresidual, dresidual + N * C, 0.f);
-    {
-      const float* f = blocks.acquire(F);
-      mem::Buffer<float> bucket(mem::Tag::Workspace, units_[static_cast<std::size_t>(F)].size, I.rank);
-      layernorm_backward(dresidual, bucket.data(), bucket.data() + C, da.lnf, out, f, a.lnf_mean,
-                         a.lnf_rstd, N, C);
-      blocks.done(F);
-      finish_unit(F, bucket.data(), k);
-    }
-    remat_blocks_backward(cfg_, blocks, ra, dresidual);
-    encoder_backward(bucket_e.data(), bucket_e.data() + V * C, dresidual, in, Bm, T, C);
-    finish_unit(E, bucket_e.data(), k);
-  }
+  Access acc(*this);
+  const double loss_sum = accumulate_gradients(cfg_, acc, PassBuffers::recompute(ra), whole, A, norm);
   reduce_and_update(lr);
   ZeroStepStats st;
   st.bytes_sent = comm_->traffic().total.bytes_sent - before;
@@ -603,11 +596,20 @@ ZeroStepStats ZeroTrainer::step(const std::int32_t* inputs, const std::int32_t* 
   st.comm_wall_s = I.comm_s - comm_before;
   {
     mem::TagScope ts(mem::Tag::Communication, I.rank);
-    Tensor l1 = Tensor::full({1}, loss_sum / norm, DType::Float64);
+    Tensor l1 = Tensor::full({1}, norm > 0 ? loss_sum / norm : 0.0, DType::Float64);
     comm_->allreduce(l1, parallel::ReduceOp::Sum);
     st.loss = l1.data<double>()[0] / I.N;
   }
   return st;
+}
+
+double ZeroTrainer::global_mask_sum(const MicroBatch& whole) {
+  Impl& I = *impl_;
+  mem::TagScope ts(mem::Tag::Communication, I.rank);
+  Tensor t = Tensor::full({1}, mask_sum(whole.mask, whole.B * whole.T), DType::Float64);
+  CommTimer ct(I.comm_s);
+  comm_->allreduce(t, parallel::ReduceOp::Sum);
+  return t.data<double>()[0];
 }
 
 void ZeroTrainer::finish_unit(int unit, float* bucket, std::int64_t micro) {
@@ -768,6 +770,28 @@ GPTParams ZeroTrainer::gather_params() {
     }
   }
   GPTParams out(cfg_);
+  from_unit_layout(cfg_, u.data(), out.data());
+  return out;
+}
+
+GPTGrads ZeroTrainer::gather_grads() {
+  Impl& I = *impl_;
+  mem::RankScope rs(I.rank);
+  mem::UntrackedScope untracked;  // a copy for inspection, not part of the trainer's memory
+  std::vector<float> u(static_cast<std::size_t>(psi_));
+  for (std::size_t k = 0; k < units_.size(); ++k) {
+    const ZeroUnit& U = units_[k];
+    const ShardRange& r = part_.mine[k];
+    Tensor t = Tensor::empty({U.size});
+    float* d = t.data<float>();
+    for (std::int64_t j = r.unit_begin; j < r.unit_end; ++j) {  // this rank's reduced chunk
+      const std::int64_t i = I.stage >= 2 ? r.shard_offset + (j - r.unit_begin) : U.offset + j;
+      d[j] = I.bf16 ? from_bf16(I.g16[i]) : I.g32[i];
+    }
+    comm_->allgather_inplace(t, part_.bounds[k]);
+    std::copy(d, d + U.size, u.begin() + U.offset);
+  }
+  GPTGrads out(cfg_);
   from_unit_layout(cfg_, u.data(), out.data());
   return out;
 }

@@ -35,6 +35,12 @@ struct GPTConfig {
 GPTConfig config_by_name(const std::string& name);
 
 constexpr int kNumParamTensors = 16;
+/// The 16 tensors' indices in that order. The per-layer tensors are kLn1w .. kFcprojb.
+enum ParamTensor : int {
+  kWte, kWpe, kLn1w, kLn1b, kQkvw, kQkvb, kAttprojw, kAttprojb,
+  kLn2w, kLn2b, kFcw, kFcb, kFcprojw, kFcprojb, kLnfw, kLnfb
+};
+static_assert(kLnfb + 1 == kNumParamTensors);
 /// Names in llm.c order: "wte", "wpe", "ln1w", ... "lnfb".
 const std::array<const char*, kNumParamTensors>& param_names();
 /// Shapes of the 16 tensors for `cfg`, in the order above.

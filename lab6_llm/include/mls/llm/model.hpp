@@ -233,7 +233,133 @@ void block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, 
 void block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
                     GPTActivations& da, std::int64_t l, const float* x_in, float* dresidual);
 
-// ---- the whole model -----------------------------------------------------------------------
+// ---- where the parameters are: one block, the two ends ----------------------------------------
+
+/// A view of the parameters (or gradients) of layers l0.. as if they were layers 0..: every
+/// per-layer pointer advanced by l0 layers, the rest unchanged.
+ParamPtrs shift_layers(const ParamPtrs& p, const GPTConfig& cfg, std::int64_t l0);
+
+/// One block's activations (layer l of the stacked buffers of `a`, a GPTActivations of
+/// cfg.n_layer layers) as layer 0 of a view: block_forward / block_backward with l = 0 on the view
+/// compute exactly what they compute with l on `a`. The view owns nothing.
+GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::int64_t l);
+
+/// Where the chain of blocks finds each block's parameters and puts its gradients, one block at a
+/// time. The fused path views its flat buffers (FlatModel); ZeRO (zero.hpp) gathers a unit for
+/// stage 3 and reduces each block's gradient as soon as the block's backward is done. Both run
+/// the same block loop (blocks_forward / blocks_backward), with or without recompute.
+class BlockAccess {
+ public:
+  virtual ~BlockAccess() = default;
+  /// Block l's parameters as layer 0 of a ParamPtrs (only the 12 per-block fields are read).
+  virtual ParamPtrs params(std::int64_t l) = 0;
+  /// Done with block l's parameters until the next params(l) (ZeRO-3: frees the gathered unit).
+  virtual void release_params(std::int64_t /*l*/) {}
+  /// Block l's gradients as layer 0 of a ParamPtrs; block_backward accumulates into them.
+  virtual ParamPtrs grads(std::int64_t l) = 0;
+  /// Block l's gradients are complete (called right after its backward and release_params).
+  virtual void grads_done(std::int64_t /*l*/) {}
+};
+
+/// The model's two ends, outside the chain of blocks: the embeddings (wte, wpe; wte is also the
+/// tied LM head) and the final layernorm (lnfw, lnfb).
+enum class ModelEnd { Embeddings, FinalNorm };
+
+/// BlockAccess for the whole model: the blocks and the two ends, whose parameters and gradients
+/// come as the fields of a ParamPtrs (wte/wpe or lnfw/lnfb). end_params(e) while e is held returns
+/// the same parameters: the forward pass holds the embeddings from the LM head until the backward
+/// pass has used them (model_backward releases them).
+class ModelAccess : public BlockAccess {
+ public:
+  virtual ParamPtrs end_params(ModelEnd e) = 0;
+  virtual void release_end(ModelEnd /*e*/) {}
+  virtual ParamPtrs end_grads(ModelEnd e) = 0;
+  /// The end's gradients are complete (the final layernorm's right after its backward, the
+  /// embeddings' after encoder_backward, the last thing a backward pass does).
+  virtual void end_grads_done(ModelEnd /*e*/) {}
+  /// Micro-batch k of a step begins (accumulate_gradients calls it; ZeRO stores the first
+  /// micro-batch's gradients and adds the later ones).
+  virtual void begin_micro_batch(std::int64_t /*k*/) {}
+};
+
+/// ModelAccess of the fused path: views of one flat parameter buffer and of one gradient buffer
+/// (ParamPtrs{} for a forward pass only). Block l is layer l of them (shift_layers).
+class FlatModel final : public ModelAccess {
+ public:
+  FlatModel(const GPTConfig& cfg, const ParamPtrs& p, const ParamPtrs& g) : cfg_(cfg), p_(p), g_(g) {}
+  ParamPtrs params(std::int64_t l) override { return shift_layers(p_, cfg_, l); }
+  ParamPtrs grads(std::int64_t l) override { return shift_layers(g_, cfg_, l); }
+  ParamPtrs end_params(ModelEnd) override { return p_; }
+  ParamPtrs end_grads(ModelEnd) override { return g_; }
+
+ private:
+  GPTConfig cfg_;
+  ParamPtrs p_, g_;
+};
+
+// ---- the one block loop, the one forward pass, the one backward pass ----------------------------
+
+/// The block loop: blocks [s, e) of the model forward, block s + j on slot j of `seg` (a
+/// GPTActivations of seg_cfg.n_layer >= e - s layers, through block_view), from the residual
+/// stream x; each block's parameters come from acc.params and go back with acc.release_params.
+/// Returns the output of block e - 1 (slot e - s - 1's residual3).
+const float* blocks_forward(const GPTConfig& seg_cfg, BlockAccess& acc, GPTActivations& seg,
+                            std::int64_t s, std::int64_t e, const float* x);
+/// Backward of blocks_forward's blocks, right after it (seg holds their activations): block
+/// s + j for j from e - s - 1 down to 0 with acc.params and acc.grads, then acc.release_params
+/// and acc.grads_done. `dresidual` (B, T, C) holds d(output of block e - 1) and becomes d(x).
+void blocks_backward(const GPTConfig& seg_cfg, BlockAccess& acc, const GPTActivations& seg,
+                     GPTActivations& dseg, std::int64_t s, std::int64_t e, const float* x,
+                     float* dresidual);
+
+class RematActivations;  // remat.hpp: the blocks' activations under a recompute plan
+
+/// What a pass keeps for the backward: either every block's activations (`acts`, with `dacts` for
+/// their gradients: the plain path) or, under a recompute plan, a RematActivations (its checkpoints
+/// and one segment; remat.hpp). Views only.
+struct PassBuffers {
+  GPTActivations* acts = nullptr;
+  GPTActivations* dacts = nullptr;  // null: forward only
+  RematActivations* remat = nullptr;
+  static PassBuffers keep(GPTActivations& acts, GPTActivations* dacts = nullptr);
+  static PassBuffers recompute(RematActivations& ra);
+  std::int64_t B() const;
+  std::int64_t T() const;
+  /// The buffers of the head (encoded, lnf and its statistics, logits, losses) and their gradients.
+  GPTActivations& head() const;
+  GPTActivations& dhead() const;
+  /// Where the encoder writes the blocks' input; the output of the last block after a forward.
+  float* input() const;
+  const float* output(const GPTConfig& cfg) const;
+  /// The running d(residual stream) of the backward pass, (B, T, C).
+  float* dresidual(const GPTConfig& cfg) const;
+};
+
+/// A (B, T) batch as pointers: inputs, targets (B*T each) and an optional mask (null: all ones).
+/// train.hpp's micro_batch cuts a Batch into them.
+struct MicroBatch {
+  const std::int32_t* inputs = nullptr;
+  const std::int32_t* targets = nullptr;
+  const float* mask = nullptr;
+  std::int64_t B = 0, T = 0;
+};
+
+/// THE forward pass (llm.c's gpt2_forward), for every path: the encoder (embeddings) into
+/// buf.input(), the blocks (every activation kept, or under buf.remat's plan), and the head: final
+/// layernorm, the tied LM head and, with targets, the masked cross-entropy (returns the masked
+/// mean loss and leaves the probabilities in head().logits; without targets returns 0 and leaves
+/// the logits). With targets the embeddings stay held for model_backward. Ids are not checked
+/// here (the callers check them and name themselves).
+double model_forward(const GPTConfig& cfg, ModelAccess& acc, const PassBuffers& buf,
+                     const MicroBatch& mb);
+/// THE backward pass of the last model_forward with targets (llm.c's gpt2_backward): the head
+/// (cross-entropy divided by `norm`, or by the micro-batch's mask sum when norm < 0; the LM head;
+/// the final layernorm), the blocks in reverse (recomputing segments under a plan), the encoder.
+/// ACCUMULATES into the gradients acc hands out.
+void model_backward(const GPTConfig& cfg, ModelAccess& acc, const PassBuffers& buf,
+                    const MicroBatch& mb, double norm = -1);
+
+// ---- the whole model on flat buffers ---------------------------------------------------------
 
 /// Forward pass over inputs (B, T). With targets, returns the masked mean loss and leaves the
 /// probabilities in acts.logits; without (nullptr), returns 0 and leaves the logits.

@@ -121,10 +121,6 @@ RematPlan gpt_optimal_plan(const GPTConfig& cfg, std::int64_t B, std::int64_t T,
 RematPlan gpt_plan(const std::string& kind, const GPTConfig& cfg, std::int64_t B, std::int64_t T,
                    std::int64_t budget_bytes = 0);
 
-/// A view of the parameters (or gradients) of layers l0.. as if they were layers 0..: every
-/// per-layer pointer advanced by l0 layers, the rest unchanged.
-ParamPtrs shift_layers(const ParamPtrs& p, const GPTConfig& cfg, std::int64_t l0);
-
 /// The fused path's buffers under a plan: the residual stream at each segment start, ONE
 /// segment's block activations (a GPTActivations of max_segment layers, reused by every
 /// segment) and their gradients' scratch.
@@ -148,43 +144,8 @@ class RematActivations {
   mem::Block ckpt_mem_;  // the checkpoints, counted as activations by the memory tracker
 };
 
-/// One block's activations (layer l of the stacked buffers of `a`, a GPTActivations of
-/// cfg.n_layer layers) as layer 0 of a view: block_forward / block_backward with l = 0 on the view
-/// compute exactly what they compute with l on `a`. The view owns nothing.
-GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::int64_t l);
-
-/// Where the chain of blocks finds each block's parameters and puts its gradients, one block at a
-/// time. The fused path views its flat buffers (FlatBlocks); ZeRO (zero.hpp) gathers a unit for
-/// stage 3 and reduces each block's gradient as soon as the block's backward is done. Both run
-/// the same recompute code below.
-class BlockAccess {
- public:
-  virtual ~BlockAccess() = default;
-  /// Block l's parameters as layer 0 of a ParamPtrs (only the 12 per-block fields are read).
-  virtual ParamPtrs params(std::int64_t l) = 0;
-  /// Done with block l's parameters until the next params(l) (ZeRO-3: frees the gathered unit).
-  virtual void release_params(std::int64_t /*l*/) {}
-  /// Block l's gradients as layer 0 of a ParamPtrs; block_backward accumulates into them.
-  virtual ParamPtrs grads(std::int64_t l) = 0;
-  /// Block l's gradients are complete (called right after its backward and release_params).
-  virtual void grads_done(std::int64_t /*l*/) {}
-};
-
-/// BlockAccess of the fused path: block l is layer l of `p` and `g` (shift_layers).
-class FlatBlocks final : public BlockAccess {
- public:
-  FlatBlocks(const GPTConfig& cfg, const ParamPtrs& p, const ParamPtrs& g) : cfg_(cfg), p_(p), g_(g) {}
-  ParamPtrs params(std::int64_t l) override { return shift_layers(p_, cfg_, l); }
-  ParamPtrs grads(std::int64_t l) override { return shift_layers(g_, cfg_, l); }
-
- private:
-  GPTConfig cfg_;
-  ParamPtrs p_, g_;
-};
-
-/// Runs the blocks of segment k of ra's plan on ra.seg (block s_k + j at slot j, through
-/// block_view), from the checkpoint ra.checkpoints[k]; each block's parameters come from
-/// acc.params and go back with acc.release_params. Counts them in ra.blocks_run.
+/// Runs the blocks of segment k of ra's plan on ra.seg (blocks_forward: block s_k + j at slot j),
+/// from the checkpoint ra.checkpoints[k]. Counts them in ra.blocks_run.
 void remat_segment_forward(const GPTConfig& cfg, BlockAccess& acc, RematActivations& ra,
                            std::int64_t k);
 
@@ -198,28 +159,28 @@ const float* remat_blocks_forward(const GPTConfig& cfg, BlockAccess& acc, RematA
 /// Student: the backward pass of the L blocks under ra's plan, right after remat_blocks_forward
 /// (ra.seg still holds the last segment). `dresidual` (B, T, C) holds d(loss)/d(output of block
 /// L-1) and becomes d(loss)/d(input of block 0). Segment by segment from the last: recompute it
-/// from its checkpoint (not the last one: it is still there), then block_backward its blocks in
-/// reverse on block_view(ra.seg_cfg, ra.seg / ra.dseg, j) with acc.params(l) and acc.grads(l),
-/// then acc.release_params(l) and acc.grads_done(l) for each block.
-/// Hint: block s_k + j of segment k sits at slot j; its input is the checkpoint for j = 0 and
-/// slot j − 1's residual3 otherwise.
+/// from its checkpoint (not the last one: it is still there), then run the block loop's backward
+/// over it (blocks_backward on ra.seg / ra.dseg from its checkpoint: every block in reverse,
+/// with acc.params and acc.grads, then acc.release_params and acc.grads_done).
+/// Hint: remat_segment_forward recomputes segment k; its input is checkpoint k.
 void remat_blocks_backward(const GPTConfig& cfg, BlockAccess& acc, RematActivations& ra,
                            float* dresidual);
 
-/// gpt_forward under the plan (the same loss, bit for bit): the encoder into checkpoint 0,
-/// remat_blocks_forward, and the head (lnf, logits, loss) on its output. Throws like gpt_forward.
+/// gpt_forward under the plan (the same loss, bit for bit): model_forward on
+/// PassBuffers::recompute(ra) (the encoder into checkpoint 0, remat_blocks_forward, the head).
+/// Throws like gpt_forward.
 double gpt_forward_remat(const GPTParams& params, RematActivations& ra, const std::int32_t* inputs,
                          const std::int32_t* targets, const float* mask, std::int64_t B,
                          std::int64_t T);
-/// gpt_backward under the plan: the head's backward, remat_blocks_backward (which recomputes
-/// every segment but the last) with ra.dseg.encoded as the running d(residual), then
-/// encoder_backward. ACCUMULATES into grads, bit-identical to gpt_backward (`norm` as there).
+/// gpt_backward under the plan: model_backward on PassBuffers::recompute(ra) (the head's
+/// backward, remat_blocks_backward, which recomputes every segment but the last, with
+/// ra.dseg.encoded as the running d(residual), then encoder_backward). ACCUMULATES into grads,
+/// bit-identical to gpt_backward (`norm` as there).
 void gpt_backward_remat(const GPTParams& params, GPTGrads& grads, RematActivations& ra,
                         const std::int32_t* inputs, const std::int32_t* targets, const float* mask,
                         double norm = -1);
-/// Trainer::step with the forward and backward under the plan (then clip and AdamW as step),
-/// micro-batch by micro-batch as step: ra is built for the micro-batch
-/// (options().micro_batch(), context).
+/// Trainer::step(b, ra): the one step with the forward and backward under ra's plan. ra is built
+/// for the micro-batch (options().micro_batch(), context); an mls::Error names both otherwise.
 StepStats remat_train_step(Trainer& tr, RematActivations& ra, const Batch& b);
 
 // ---- a pure chain, every buffer counted -----------------------------------------------------

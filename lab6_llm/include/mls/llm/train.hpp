@@ -33,13 +33,23 @@ struct TrainOptions {
 
 /// Micro-batch k of `accum` of a (B, T) batch: its rows [k·B/accum, (k+1)·B/accum), as pointers
 /// into the batch (no copy; mask null where the batch has none). accum must divide B.
-struct MicroBatch {
-  const std::int32_t* inputs = nullptr;
-  const std::int32_t* targets = nullptr;
-  const float* mask = nullptr;
-  std::int64_t B = 0, T = 0;
-};
+/// (MicroBatch, the pointer view of a batch, is model.hpp's.)
 MicroBatch micro_batch(const Batch& b, std::int64_t accum, std::int64_t k);
+/// The same for a batch already given as pointers.
+MicroBatch micro_batch(const MicroBatch& whole, std::int64_t accum, std::int64_t k);
+/// A Batch as pointers (checks that its vectors have B*T entries; mask null when empty).
+MicroBatch batch_view(const Batch& b);
+
+/// Student: the gradient half of every training step — the plain Trainer's, the recompute
+/// path's and ZeroTrainer's. For each of the `accum` micro-batches of `whole` in order
+/// (micro_batch(whole, accum, k)): acc.begin_micro_batch(k), model_forward, add its
+/// masked_loss_sum(buf.head().losses, mask, ...) to the running sum, model_backward(..., norm).
+/// `norm` divides every micro-batch's loss: the whole batch's mask sum, so that the micro-batches'
+/// gradients add up to the whole batch's mean-loss gradient (each row gets exactly the value the
+/// whole batch gives it). Returns the sum of mask·loss over the whole batch, in row order.
+/// buf is sized for one micro-batch (B / accum, T).
+double accumulate_gradients(const GPTConfig& cfg, ModelAccess& acc, const PassBuffers& buf,
+                            const MicroBatch& whole, std::int64_t accum, double norm);
 
 struct StepStats {
   double loss = 0;
@@ -47,20 +57,19 @@ struct StepStats {
   double lr = 0;
 };
 
+class RematActivations;  // remat.hpp
+
 class Trainer {
  public:
   Trainer(GPTParams params, const TrainOptions& opt);
-  /// One step: forward and backward of each of the opt.accum micro-batches (micro_batch(b,
-  /// accum, k), in order, on acts / dacts of (micro_batch(), context)), then clip and AdamW once
-  /// at lr_schedule(adam.step). The batch must be (batch, context). The gradient is that of the
-  /// whole batch's masked mean loss sum(mask·loss) / sum(mask): micro-batches hold different
-  /// numbers of counted targets, so each one's backward divides by the WHOLE batch's mask sum
-  /// (gpt_backward's `norm`), not its own. Returns that loss (the whole batch's).
-  /// Hint: lr from lr_schedule(adam.step, ...); norm = mask_sum over the whole batch;
-  /// grads.zero() once (gpt_backward accumulates); per micro-batch gpt_forward, add its
-  /// masked_loss_sum(acts.losses, ...) and gpt_backward(..., norm); loss = sum / norm (0 when
-  /// norm is 0); clip_grad_norm; adamw_update. With accum = 1 this is the plain step.
+  /// One step: the gradient of the whole batch's masked mean loss sum(mask·loss) / sum(mask)
+  /// from opt.accum micro-batches on acts / dacts of (micro_batch(), context) (every activation
+  /// kept), then clip and AdamW once at lr_schedule(adam.step). The batch must be (batch,
+  /// context). Returns that loss (the whole batch's). Both step()s run step_on.
   StepStats step(const Batch& batch);
+  /// The same step with the blocks under ra's recompute plan (PassBuffers::recompute(ra); ra is
+  /// built for one micro-batch): the same result bit for bit, less activation memory.
+  StepStats step(const Batch& batch, RematActivations& ra);
   /// The same step with the gradients from the autodiff path (lab 2's tape, path (a)): slower,
   /// the same update up to float32 rounding. The tape takes the whole batch at once (accum is
   /// not used).
@@ -75,6 +84,12 @@ class Trainer {
   GPTActivations acts, dacts;  // forward buffers and their gradients for (micro_batch, context)
 
  private:
+  /// Student: the one step on `buf`'s activations.
+  /// Hint: lr from lr_schedule(adam.step, ...); norm = mask_sum over the whole batch;
+  /// grads.zero() once (the backward accumulates); a FlatModel over params and grads;
+  /// accumulate_gradients(..., buf, batch_view(batch), opt_.accum, norm); loss = sum / norm (0
+  /// when norm is 0); clip_grad_norm; adamw_update.
+  StepStats step_on(const Batch& batch, const PassBuffers& buf);
   TrainOptions opt_;
 };
 

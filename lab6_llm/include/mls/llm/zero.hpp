@@ -29,6 +29,7 @@
 
 #include "mls/common/memory.hpp"
 #include "mls/llm/model.hpp"
+#include "mls/llm/data.hpp"
 #include "mls/llm/remat.hpp"
 #include "mls/parallel/comm.hpp"
 
@@ -172,23 +173,32 @@ class ZeroTrainer {
   ZeroTrainer(const ZeroTrainer&) = delete;
   ZeroTrainer& operator=(const ZeroTrainer&) = delete;
 
-  /// One training step on this rank's batch (B, T): forward and backward of each of the
-  /// options().accum micro-batches of B / accum rows (in order; the activations are sized for
-  /// one micro-batch), gradient reduction over the ranks (mean), AdamW at `lr` on this rank's
-  /// part of the optimizer state, and whatever all-gather the stage needs. The gradient is that
-  /// of the mean loss over every rank's whole batch: each micro-batch's loss is divided by the
-  /// whole batch's B·T tokens (crossentropy_backward's norm). accum must divide B (an
-  /// mls::Error otherwise). Collective: every rank calls it with the same B, T.
+  /// One training step on this rank's batch (B, T) — the one step of train.hpp: the gradient from
+  /// accumulate_gradients (each of the options().accum micro-batches of B / accum rows, in order,
+  /// through the recompute path's buffers, sized for one micro-batch), then gradient reduction
+  /// over the ranks (mean), AdamW at `lr` on this rank's part of the optimizer state, and
+  /// whatever all-gather the stage needs. The gradient is that of the masked mean loss over
+  /// every rank's whole batch, sum(mask·loss) / sum(mask) over all ranks' rows — what
+  /// Trainer::step gives for all the ranks' batches as one: with a mask, one allreduce of the
+  /// mask's sum comes first (every rank passes a mask, or none; it is not counted in
+  /// elements_sent); without one the sum is N·B·T. accum must divide B (an mls::Error
+  /// otherwise). Collective: every rank calls it with the same B, T.
   /// Reductions: stages 0 and 1 sum the same numbers in the same order (bit-identical), and so
   /// do stages 2 and 3; with accum = 1 all four are bit-identical. With accum > 1, stages 0-1
   /// sum each rank's micro-batches first and then the ranks, stages 2-3 the ranks first (per
   /// micro-batch) and then the micro-batches: float addition is not associative, so the two
   /// pairs agree to float32 rounding, not bit for bit.
+  ZeroStepStats step(const Batch& batch, double lr);
+  /// The same step on raw (B, T) inputs and targets, no mask.
   ZeroStepStats step(const std::int32_t* inputs, const std::int32_t* targets, std::int64_t B,
                      std::int64_t T, double lr);
   /// Every parameter as fp32 in GPTParams layout (bf16 values where the precision is bf16).
   /// Collective for stage 3 (gathers every unit); local otherwise.
   GPTParams gather_params();
+  /// The last step's gradient (reduced over the ranks: the mean), every element as fp32 in
+  /// GPTParams layout (bf16 values where the precision is bf16). Collective: every rank's chunk of
+  /// every unit is all-gathered (counted in the traffic like any collective).
+  GPTGrads gather_grads();
   /// The fp32 master weights / parameters of this rank's shard (stage >= 1) or of everything
   /// (stage 0), unit layout.
   std::vector<float> master_shard() const;
@@ -239,8 +249,11 @@ class ZeroTrainer {
   /// state by the shard position for stages >= 1, the gradient for stages >= 2, the parameters
   /// for stage 3; the ring with the same chunks makes every stage's sums bit-identical.
   void reduce_and_update(double lr);
+  ZeroStepStats step(const MicroBatch& whole, double lr);
+  /// The sum of the mask over every rank's batch (one allreduce).
+  double global_mask_sum(const MicroBatch& whole);
   struct Impl;
-  struct Blocks;  // the BlockAccess of the remat code: units gathered, buckets reduced
+  struct Access;  // the ModelAccess of the one step: units gathered, buckets reduced
   std::unique_ptr<Impl> impl_;
   parallel::Communicator* comm_;
   GPTConfig cfg_;
