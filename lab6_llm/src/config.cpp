@@ -50,4 +50,24 @@ std::int64_t num_params(const GPTConfig& cfg) {
   return L * (12 * C * C + 13 * C) + V * C + T * C + 2 * C;
 }
 
+GPTConfig ModelSpec::make(std::int64_t vocab) const {
+  GPTConfig c = config_by_name(config);
+  if (n_layer) c.n_layer = n_layer;
+  if (n_head) c.n_head = n_head;
+  if (n_embd) c.n_embd = n_embd;
+  if (block_size) c.block_size = block_size;
+  c.vocab_size = vocab;
+  c.validate();
+  return c;
+}
+
+std::string ModelSpec::args() const {
+  std::string a = "--config " + config;
+  if (n_layer) a += " --n-layer " + std::to_string(n_layer);
+  if (n_head) a += " --n-head " + std::to_string(n_head);
+  if (n_embd) a += " --n-embd " + std::to_string(n_embd);
+  if (block_size) a += " --block-size " + std::to_string(block_size);
+  return a;
+}
+
 }  // namespace mls::llm

@@ -40,6 +40,7 @@
 #include "mls/llm/sample.hpp"
 #include "mls/llm/tokenizer.hpp"
 #include "mls/llm/train.hpp"
+#include "mls/llm/train_run.hpp"
 #include "mls/llm/zero.hpp"
 #ifdef MLS_HAVE_MPI
 #include "mls/parallel/mpi.hpp"
@@ -54,9 +55,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ModelFlags {
-  std::string config = "nano";
-  std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
+struct ModelFlags : ModelSpec {
   void add(CLI::App* app) {
     app->add_option("--config", config,
                     "named config: nano (3 layers, 3 heads, 48 dims, block 32) or small "
@@ -67,78 +66,9 @@ struct ModelFlags {
     app->add_option("--n-embd", n_embd, "override the config's width");
     app->add_option("--block-size", block_size, "override the config's context length");
   }
-  GPTConfig make(std::int64_t vocab) const {
-    GPTConfig c = config_by_name(config);
-    if (n_layer) c.n_layer = n_layer;
-    if (n_head) c.n_head = n_head;
-    if (n_embd) c.n_embd = n_embd;
-    if (block_size) c.block_size = block_size;
-    c.vocab_size = vocab;
-    c.validate();
-    return c;
-  }
-  /// The flags that name this model again (for a printed command line).
-  std::string args() const {
-    std::string a = "--config " + config;
-    if (n_layer) a += " --n-layer " + std::to_string(n_layer);
-    if (n_head) a += " --n-head " + std::to_string(n_head);
-    if (n_embd) a += " --n-embd " + std::to_string(n_embd);
-    if (block_size) a += " --block-size " + std::to_string(block_size);
-    return a;
-  }
 };
 
-std::string fmt(const char* f, double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
-}
-
-void print_counts(const GPTConfig& c, std::int64_t T) {
-  const auto L = c.n_layer, C = c.n_embd, V = c.vocab_size, Tb = c.block_size;
-  std::printf("config: L=%lld H=%lld C=%lld T=%lld V=%lld\n", (long long)L, (long long)c.n_head,
-              (long long)C, (long long)Tb, (long long)V);
-  std::printf(
-      "parameters: L(12C^2 + 13C) + V*C + T*C + 2C = %lld*%lld + %lld + %lld + %lld = %lld\n",
-      (long long)L, (long long)(12 * C * C + 13 * C), (long long)(V * C), (long long)(Tb * C),
-      (long long)(2 * C), (long long)num_params(c));
-  std::printf(
-      "training FLOPs/token: 6N + 12*L*T*C = 6*%lld + 12*%lld*%lld*%lld = %.4g  (N = params - T*C: "
-      "every "
-      "matmul weight, the tied LM head counted once, the position table not)\n",
-      (long long)flops_params(c), (long long)L, (long long)T, (long long)C,
-      train_flops_per_token(c, T));
-}
-
-/// The run's data: a generated task or a text file.
-struct RunData {
-  std::unique_ptr<GeneratedTask> task;
-  std::unique_ptr<TextData> text;
-  std::unique_ptr<Tokenizer> tok;  // for text
-  DataSource& source() {
-    return task ? static_cast<DataSource&>(*task) : static_cast<DataSource&>(*text);
-  }
-  const Tokenizer& tokenizer() const { return task ? task->tokenizer() : *tok; }
-};
-
-double val_loss(Trainer& tr, DataSource& src, std::int64_t batches, std::int64_t B,
-                std::int64_t T) {
-  double s = 0;
-  for (std::int64_t i = 0; i < batches; ++i) s += tr.eval_loss(src.next_val(B, T));
-  return s / static_cast<double>(batches);
-}
-
-GreedyFn greedy_of(const GPTParams& p) {
-  return [&p](const std::vector<std::int32_t>& prompt, int n_new) {
-    SampleOptions g;
-    g.greedy = true;
-    Rng unused(0);
-    return generate(p, prompt, n_new, g,
-                    /*use_cache=*/prompt.size() + static_cast<std::size_t>(n_new) <=
-                        static_cast<std::size_t>(p.config().block_size),
-                    unused);
-  };
-}
+void print_counts(const GPTConfig& c, std::int64_t T) { std::printf("%s", describe_counts(c, T).c_str()); }
 
 // ---- train --remat (lab 6, part 2: rematerialization) ------------------------------------------
 
@@ -155,214 +85,18 @@ struct RematFlags {
   }
 };
 
-/// The plan's buffers for the trainer's (batch, context), or null for "none". Prints the plan,
-/// its bytes against keeping everything, and the recomputed blocks. Frees the trainer's own
-/// full-size activations (the remat step does not use them).
-std::unique_ptr<RematActivations> setup_remat(const RematFlags& f, Trainer& tr) {
-  if (f.kind == "none") return nullptr;
-  const GPTConfig& cfg = tr.params.config();
-  const std::int64_t B = tr.options().micro_batch(), T = tr.options().context;  // one micro-batch
-  const std::int64_t budget = f.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(f.budget));
-  auto ra = std::make_unique<RematActivations>(cfg, B, T, gpt_plan(f.kind, cfg, B, T, budget));
-  const std::int64_t all = remat_activation_bytes(cfg, B, T, no_remat_plan(cfg.n_layer));
-  const RematPlan& p = ra->plan();
-  std::printf(
-      "remat %s: segments %s; activations %s (no remat: %s, %.1f%%); recomputes %lld of %lld "
-      "blocks per micro-batch (+%.1f%% FLOPs)\n",
-      f.kind.c_str(), p.to_string().c_str(), mem::human_bytes(static_cast<double>(ra->bytes())).c_str(),
-      mem::human_bytes(static_cast<double>(all)).c_str(),
-      100.0 * static_cast<double>(ra->bytes()) / static_cast<double>(all),
-      (long long)p.recomputed_layers(), (long long)cfg.n_layer,
-      100.0 * static_cast<double>(p.recomputed_layers()) * block_forward_flops(cfg, B, T) /
-          (static_cast<double>(B * T) * train_flops_per_token(cfg, T)));
-  tr.acts = GPTActivations();
-  tr.dacts = GPTActivations();
-  return ra;
-}
-
 // ---- train ----------------------------------------------------------------------------------
 
-struct TrainFlags {
-  ModelFlags model;
-  std::string data, task = "sort", tokenizer = "char", out = "gpt-run", resume, init_from;
-  std::int64_t digits = 6, vocab = 512, steps = 300, batch = 0, context = 0, warmup = -1, accum = 1;
-  std::int64_t eval_every = 50, eval_batches = 4, ckpt_every = 0, sample_tokens = 200;
-  double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, beta2 = 0.95;
-  std::int64_t stop_after = 0;
-  bool autodiff = false;
-  std::uint64_t seed = 0;
-  RematFlags remat;
+struct TrainFlags : TrainRunOptions {
+  ModelFlags model_flags;
+  RematFlags remat_flags;
 };
 
 int cmd_train(TrainFlags& f) {
-  // -- data and tokenizer
-  RunData rd;
-  Checkpoint resumed;
-  const bool resuming = !f.resume.empty();
-  if (resuming) {
-    resumed = load_checkpoint(f.resume);
-    const auto it = resumed.settings.find("task");
-    if (f.data.empty() && it != resumed.settings.end() && !it->second.empty()) f.task = it->second;
-    const auto dg = resumed.settings.find("digits");
-    if (dg != resumed.settings.end()) f.digits = std::stoll(dg->second);
-    const auto dt = resumed.settings.find("data");
-    if (f.data.empty() && dt != resumed.settings.end()) f.data = dt->second;
-    f.seed = resumed.counter("seed");
-  }
-  std::string init_tokenizer;
-  GPTConfig init_cfg{};
-  std::vector<float> init_params_flat;
-  if (!f.init_from.empty()) {
-    InitFrom init = load_init_from(f.init_from);  // an mls-gpt checkpoint or an llm.c .bin
-    init_cfg = init.config;
-    init_params_flat = std::move(init.params);
-    init_tokenizer = std::move(init.tokenizer);
-  }
-  if (!f.data.empty()) {
-    const std::string text = read_text_file(f.data);
-    if (resuming)
-      rd.tok = load_tokenizer(resumed.tokenizer);
-    else if (!init_tokenizer.empty())
-      rd.tok = load_tokenizer(init_tokenizer);
-    else
-      rd.tok = train_tokenizer(f.tokenizer, text, f.vocab);
-  }
-  // -- config
-  const std::int64_t vocab = f.data.empty() ? 12 : rd.tok->vocab_size();
-  GPTConfig cfg = f.init_from.empty() ? f.model.make(vocab) : init_cfg;
-  if (!f.init_from.empty()) {
-    MLS_CHECK(init_cfg.vocab_size == vocab, "train --init-from: ", f.init_from, " has vocab_size ",
-              init_cfg.vocab_size, ", the data's tokenizer has ", vocab, " tokens");
-  }
-  if (resuming) check_resume_compatible(resumed.config, cfg);
-  if (f.data.empty()) {
-    rd.task = make_task(f.task, f.digits, f.seed);
-    MLS_CHECK(rd.task->vocab_size() == cfg.vocab_size, "train: task vocabulary ",
-              rd.task->vocab_size(), " != config vocab ", cfg.vocab_size);
-  } else {
-    rd.text = std::make_unique<TextData>(read_text_file(f.data), *rd.tok, cfg.block_size, f.seed);
-  }
-  // -- options
-  TrainOptions o;
-  o.batch = f.batch ? f.batch : (f.model.config == "small" ? 12 : 32);
-  o.context = f.context ? f.context : (rd.task ? rd.task->seq_len() : cfg.block_size);
-  o.steps = f.steps;
-  o.warmup = f.warmup >= 0 ? f.warmup : std::max<std::int64_t>(1, f.steps / 20);
-  o.lr = f.lr;
-  o.min_lr = f.min_lr >= 0 ? f.min_lr : f.lr / 10;
-  o.grad_clip = f.grad_clip;
-  o.adamw.weight_decay = f.weight_decay;
-  o.adamw.beta2 = f.beta2;
-  o.accum = f.accum;
-  o.validate(cfg);  // --accum and the rest, before any parameter is made
-  MLS_CHECK(!(f.autodiff && f.accum > 1), "train: --autodiff and --accum ", f.accum,
-            " together, expected one of them (the tape takes the whole batch)");
-  GPTParams params = f.init_from.empty() ? init_params(cfg, f.seed) : GPTParams(cfg);
-  if (!f.init_from.empty()) params.vec() = init_params_flat;
-  Trainer tr(std::move(params), o);
-  MLS_CHECK(!(f.autodiff && f.remat.kind != "none"), "train: --autodiff and --remat ",
-            f.remat.kind, " together, expected one of them");
-  const auto remat = setup_remat(f.remat, tr);
-  std::int64_t start = 0;
-  std::vector<LossRow> rows;
-  fs::create_directories(f.out);
-  const std::string ckpt_path = (fs::path(f.out) / "ckpt.bin").string();
-  const std::string csv_path = (fs::path(f.out) / "loss.csv").string();
-  const std::string svg_path = (fs::path(f.out) / "loss.svg").string();
-  if (resuming) {
-    rd.source().seek(restore_trainer(tr, resumed));
-    start = tr.adam.step;
-    if (fs::exists(csv_path))
-      for (const auto& r : read_loss_csv(csv_path))
-        if (r.step < start) rows.push_back(r);
-    std::printf("resumed from %s at step %lld\n", f.resume.c_str(), (long long)start);
-  }
-  const std::string tok_bytes = rd.tokenizer().serialize();
-  print_counts(cfg, o.context);
-  const int threads = num_threads();
-  const double peak = kernels::peak_gflops_best(threads);
-  std::printf(
-      "data: %s; batch %lld x context %lld (accum %lld: micro-batches of %lld); %lld steps; %d "
-      "thread(s), peak %.1f GFLOP/s (lab 4 roofline); matmul %s\n",
-      rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str()
-              : f.data.c_str(),
-      (long long)o.batch, (long long)o.context, (long long)o.accum, (long long)o.micro_batch(),
-      (long long)o.steps, threads, peak,
-      sgemm_kernel().name.c_str());
-  auto save = [&] {
-    Checkpoint ck = trainer_checkpoint(tr, tok_bytes, rd.source().position());
-    ck.counters["seed"] = f.seed;
-    ck.settings["task"] = rd.task ? f.task : "";
-    ck.settings["digits"] = std::to_string(f.digits);
-    if (!f.data.empty()) ck.settings["data"] = f.data;
-    ck.settings["lr"] = fmt("%g", o.lr);
-    ck.settings["steps"] = std::to_string(o.steps);
-    save_checkpoint(ckpt_path, ck);
-  };
-  ProgressBar bar(std::max<std::int64_t>(
-                      1, (f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps) - start),
-                  "train");
-  const double flops_tok = train_flops_per_token(cfg, o.context);
-  double tok_s_sum = 0, last_loss = 0;
-  std::int64_t timed = 0;
-  const std::int64_t end = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
-  for (std::int64_t s = start; s < end; ++s) {
-    const Batch b = rd.source().next_train(o.batch, o.context);
-    Timer t;
-    const StepStats st = f.autodiff ? tr.step_autodiff(b)
-                         : remat  ? remat_train_step(tr, *remat, b)
-                                  : tr.step(b);
-    const double sec = t.seconds();
-    LossRow r;
-    r.step = s;
-    r.train_loss = st.loss;
-    r.lr = st.lr;
-    r.grad_norm = st.grad_norm;
-    r.tokens_per_s = static_cast<double>(o.batch * o.context) / sec;
-    if (s > start) tok_s_sum += r.tokens_per_s, ++timed;
-    last_loss = st.loss;
-    const bool last = s + 1 == end;
-    if (f.eval_every > 0 && ((s + 1) % f.eval_every == 0 || last))
-      r.val_loss = val_loss(tr, rd.source(), f.eval_batches, o.batch, o.context);
-    rows.push_back(r);
-    std::string status = "step " + std::to_string(s + 1) + " loss " + fmt("%.4f", st.loss) +
-                         (r.val_loss >= 0 ? " val " + fmt("%.4f", r.val_loss) : "") + " | " +
-                         fmt("%.0f", r.tokens_per_s) + " tok/s | MFU " +
-                         fmt("%.1f%%", 100.0 * r.tokens_per_s * flops_tok / (peak * 1e9));
-    bar.update(s + 1 - start, status);
-    if (f.ckpt_every > 0 && (s + 1) % f.ckpt_every == 0 && !last) save();
-  }
-  bar.finish();
-  save();
-  write_loss_csv(csv_path, rows);
-  write_loss_svg(svg_path, rows,
-                 "mls-gpt: " + (rd.task ? f.task + " task" : f.data) + ", " + f.model.config);
-  const double tok_s = timed ? tok_s_sum / static_cast<double>(timed) : 0;
-  std::printf("final loss %.9g; mean %.0f tokens/s, %.3g GFLOP/s, MFU %.1f%% of %.1f GFLOP/s\n",
-              last_loss, tok_s, tok_s * flops_tok * 1e-9, 100.0 * tok_s * flops_tok / (peak * 1e9),
-              peak);
-  std::printf("wrote %s, %s, %s\n", ckpt_path.c_str(), csv_path.c_str(), svg_path.c_str());
-  if (rd.task) {
-    const double em = exact_match(*rd.task, greedy_of(tr.params), 200, true, 1);
-    std::printf("held-out exact match (greedy, 200 problems): %.1f%%\n", 100 * em);
-    Rng r(f.seed, "show");
-    for (int i = 0; i < 3; ++i) {
-      const Problem p = rd.task->sample(r, true);
-      const auto out = greedy_of(tr.params)(p.prompt, static_cast<int>(p.answer.size()));
-      std::printf("  %s%s  (true %s)\n", rd.task->tokenizer().decode(p.prompt).c_str(),
-                  rd.task->tokenizer().decode(out).c_str(),
-                  rd.task->tokenizer().decode(p.answer).c_str());
-    }
-  } else if (f.sample_tokens > 0) {
-    SampleOptions so;
-    so.temperature = 0.8;
-    Rng r(f.seed, "sample");
-    const auto prompt = rd.tok->encode(rd.tok->decode({rd.text->val_tokens().front()}));
-    std::printf("sample: %s", rd.tok->decode(prompt).c_str());
-    generate(tr.params, prompt, f.sample_tokens, so, false, r,
-             [&](std::int32_t t) { std::cout << rd.tok->decode({t}) << std::flush; });
-    std::printf("\n");
-  }
+  f.model = f.model_flags;
+  f.remat = f.remat_flags.kind;
+  f.remat_budget = f.remat_flags.budget;
+  run_training(f);
   return 0;
 }
 
@@ -797,7 +531,7 @@ int main(int argc, char** argv) {
 
   TrainFlags tf;
   auto* train = app.add_subcommand("train", "train a model on a generated task or a text file");
-  tf.model.add(train);
+  tf.model_flags.add(train);
   train->add_option("--data", tf.data, "a UTF-8 text file (default: a generated task)");
   train->add_option("--task", tf.task, "sort | add (without --data)")->capture_default_str();
   train->add_option("--digits", tf.digits, "digits of the task")->capture_default_str();
@@ -839,7 +573,7 @@ int main(int argc, char** argv) {
                     "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
   train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")
       ->capture_default_str();
-  tf.remat.add(train);
+  tf.remat_flags.add(train);
 
   ZeroFlags zf;
   zf.add(train);
@@ -908,7 +642,7 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) set_num_threads(threads);
     if (*train && zf.active())
-      return cmd_train_zero(zf, tf.remat, tf.model, tf.batch, tf.accum, tf.context, tf.steps, tf.lr,
+      return cmd_train_zero(zf, tf.remat_flags, tf.model_flags, tf.batch, tf.accum, tf.context, tf.steps, tf.lr,
                             tf.seed);
     if (*train) return cmd_train(tf);
     if (*ztab) return cmd_zero_table(ztf, ztm);

@@ -34,6 +34,17 @@ struct GPTConfig {
 /// vocab_size is left 0 (set from the tokenizer). Unknown names are an mls::Error listing the known ones.
 GPTConfig config_by_name(const std::string& name);
 
+/// A named config and its overrides (mls-gpt's --config, --n-layer, --n-head, --n-embd,
+/// --block-size; 0 keeps the config's value): a run's model before its vocabulary is known.
+struct ModelSpec {
+  std::string config = "nano";
+  std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
+  /// config_by_name(config) with the overrides and `vocab`, validated.
+  GPTConfig make(std::int64_t vocab) const;
+  /// The flags that name this model again (for a printed command line): "--config nano ...".
+  std::string args() const;
+};
+
 constexpr int kNumParamTensors = 16;
 /// The 16 tensors' indices in that order. The per-layer tensors are kLn1w .. kFcprojb.
 enum ParamTensor : int {
