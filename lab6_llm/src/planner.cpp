@@ -29,10 +29,10 @@ void PlannerInput::validate() const {
   MLS_CHECK(flops_per_s > 0, "planner: flops_per_s = ", flops_per_s, ", expected > 0");
 }
 
-std::string remat_label(const RematPlan& plan) {
-  if (plan == no_remat_plan(plan.n)) return "none";
-  if (plan == sqrt_plan(plan.n)) return "sqrt";
-  return "optimal";
+RecomputeKind remat_label(const RematPlan& plan) {
+  if (plan == no_remat_plan(plan.n)) return RecomputeKind::None;
+  if (plan == sqrt_plan(plan.n)) return RecomputeKind::Sqrt;
+  return RecomputeKind::Optimal;
 }
 
 std::vector<std::int64_t> micro_batches(std::int64_t batch) {

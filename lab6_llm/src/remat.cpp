@@ -9,12 +9,32 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <sstream>
 
 #include "mls/common/error.hpp"
 #include "mls/common/rng.hpp"
 
 namespace mls::llm {
+
+// ---- the kind of a plan ------------------------------------------------------------------------------
+
+RecomputeKind::RecomputeKind(std::string_view name) {
+  if (name == "none")
+    k_ = None;
+  else if (name == "sqrt")
+    k_ = Sqrt;
+  else if (name == "optimal")
+    k_ = Optimal;
+  else
+    fail("remat plan '", name, "', expected none, sqrt or optimal");
+}
+
+const char* RecomputeKind::name() const {
+  return k_ == None ? "none" : k_ == Sqrt ? "sqrt" : "optimal";
+}
+
+std::ostream& operator<<(std::ostream& os, RecomputeKind k) { return os << k.name(); }
 
 // ---- plans --------------------------------------------------------------------------------------
 
@@ -216,14 +236,18 @@ RematPlan optimal_plan(const ChainCosts& costs, std::int64_t budget_bytes) {
   // END SOLUTION
 }
 
-RematPlan make_plan(const std::string& kind, const ChainCosts& costs, std::int64_t budget_bytes) {
+RematPlan make_plan(RecomputeKind kind, const ChainCosts& costs, std::int64_t budget_bytes) {
   costs.validate();
-  if (kind == "none") return no_remat_plan(costs.n());
-  if (kind == "sqrt") return sqrt_plan(costs.n());
-  if (kind == "optimal")
-    return optimal_plan(costs,
-                        budget_bytes > 0 ? budget_bytes : plan_peak_bytes(costs, sqrt_plan(costs.n())));
-  fail("make_plan: remat plan '", kind, "', expected none, sqrt or optimal");
+  switch (kind.kind()) {
+    case RecomputeKind::None:
+      return no_remat_plan(costs.n());
+    case RecomputeKind::Sqrt:
+      return sqrt_plan(costs.n());
+    case RecomputeKind::Optimal:
+      break;
+  }
+  return optimal_plan(costs,
+                      budget_bytes > 0 ? budget_bytes : plan_peak_bytes(costs, sqrt_plan(costs.n())));
 }
 
 // ---- the fused GPT path ---------------------------------------------------------------------------
@@ -288,16 +312,20 @@ RematPlan gpt_optimal_plan(const GPTConfig& cfg, std::int64_t B, std::int64_t T,
   // END SOLUTION
 }
 
-RematPlan gpt_plan(const std::string& kind, const GPTConfig& cfg, std::int64_t B, std::int64_t T,
+RematPlan gpt_plan(RecomputeKind kind, const GPTConfig& cfg, std::int64_t B, std::int64_t T,
                    std::int64_t budget_bytes) {
   cfg.validate();
-  if (kind == "none") return no_remat_plan(cfg.n_layer);
-  if (kind == "sqrt") return sqrt_plan(cfg.n_layer);
-  if (kind == "optimal")
-    return gpt_optimal_plan(
-        cfg, B, T,
-        budget_bytes > 0 ? budget_bytes : remat_activation_bytes(cfg, B, T, sqrt_plan(cfg.n_layer)));
-  fail("gpt_plan: remat plan '", kind, "', expected none, sqrt or optimal");
+  switch (kind.kind()) {
+    case RecomputeKind::None:
+      return no_remat_plan(cfg.n_layer);
+    case RecomputeKind::Sqrt:
+      return sqrt_plan(cfg.n_layer);
+    case RecomputeKind::Optimal:
+      break;
+  }
+  return gpt_optimal_plan(
+      cfg, B, T,
+      budget_bytes > 0 ? budget_bytes : remat_activation_bytes(cfg, B, T, sqrt_plan(cfg.n_layer)));
 }
 
 namespace {

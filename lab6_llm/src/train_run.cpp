@@ -126,7 +126,7 @@ TrainOptions trainer_options(const TrainRunOptions& f, const GPTConfig& cfg, con
   o.validate(cfg);  // --accum and the rest, before any parameter is made
   MLS_CHECK(!(f.autodiff && f.accum > 1), "train: --autodiff and --accum ", f.accum,
             " together, expected one of them (the tape takes the whole batch)");
-  MLS_CHECK(!(f.autodiff && f.remat != "none"), "train: --autodiff and --remat ", f.remat,
+  MLS_CHECK(!(f.autodiff && !(f.remat == RecomputeKind::None)), "train: --autodiff and --remat ", f.remat,
             " together, expected one of them");
   return o;
 }
@@ -135,7 +135,7 @@ TrainOptions trainer_options(const TrainRunOptions& f, const GPTConfig& cfg, con
 /// bytes against keeping everything, and the recomputed blocks. Frees the trainer's own
 /// full-size activations (the step under a plan does not use them).
 std::unique_ptr<RematActivations> setup_remat(const TrainRunOptions& f, Trainer& tr) {
-  if (f.remat == "none") return nullptr;
+  if (f.remat == RecomputeKind::None) return nullptr;
   const GPTConfig& cfg = tr.params.config();
   const std::int64_t B = tr.options().micro_batch(), T = tr.options().context;  // one micro-batch
   const std::int64_t budget =
@@ -146,7 +146,7 @@ std::unique_ptr<RematActivations> setup_remat(const TrainRunOptions& f, Trainer&
   std::printf(
       "remat %s: segments %s; activations %s (no remat: %s, %.1f%%); recomputes %lld of %lld "
       "blocks per micro-batch (+%.1f%% FLOPs)\n",
-      f.remat.c_str(), p.to_string().c_str(), mem::human_bytes(static_cast<double>(ra->bytes())).c_str(),
+      f.remat.name(), p.to_string().c_str(), mem::human_bytes(static_cast<double>(ra->bytes())).c_str(),
       mem::human_bytes(static_cast<double>(all)).c_str(),
       100.0 * static_cast<double>(ra->bytes()) / static_cast<double>(all),
       (long long)p.recomputed_layers(), (long long)cfg.n_layer,

@@ -93,10 +93,9 @@ ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, con
   // Every rank must train the same thing: compare a fingerprint of (config, options, init).
   {
     mem::TagScope ts(mem::Tag::Communication, I.rank);
-    const std::int64_t remat_code = opts.remat == "none" ? 0 : opts.remat == "sqrt" ? 1 : 2;
     const std::int64_t mine[] = {cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd,
                                  opts.stage, static_cast<std::int64_t>(opts.precision),
-                                 remat_code, opts.remat_budget, opts.accum,
+                                 static_cast<std::int64_t>(opts.remat.kind()), opts.remat_budget, opts.accum,
                                  static_cast<std::int64_t>(fnv1a(init.data(), sizeof(float) * static_cast<std::size_t>(init.size())) >> 1)};
     const char* names[] = {"vocab_size", "block_size", "n_layer", "n_head", "n_embd",
                            "stage", "precision", "remat plan (none 0, sqrt 1, optimal 2)",

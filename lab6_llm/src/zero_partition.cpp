@@ -218,8 +218,6 @@ Precision parse_precision(const std::string& s) {
 
 void ZeroOptions::validate() const {
   MLS_CHECK(stage >= 0 && stage <= 3, "ZeRO: stage = ", stage, ", expected 0, 1, 2 or 3");
-  MLS_CHECK(remat == "none" || remat == "sqrt" || remat == "optimal", "ZeRO: remat plan '", remat,
-            "', expected none, sqrt or optimal");
   MLS_CHECK(remat_budget >= 0, "ZeRO: remat budget = ", remat_budget,
             " bytes, expected >= 0 (0: what the sqrt plan needs)");
   MLS_CHECK(accum >= 1, "ZeRO: accum = ", accum, ", expected >= 1 micro-batches per step");

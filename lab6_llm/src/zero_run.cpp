@@ -144,7 +144,7 @@ std::string memory_table(const ZeroRunReport& r) {
     std::snprintf(buf, sizeof buf,
                   "remat %s: segments %s, recomputes %lld blocks per micro-batch; micro-batch %lld x "
                   "accum %lld; activation buffers %lld bytes per rank\n",
-                  r.remat.c_str(), r.plan.c_str(), static_cast<long long>(r.recomputed_blocks),
+                  r.remat.name(), r.plan.c_str(), static_cast<long long>(r.recomputed_blocks),
                   static_cast<long long>(r.micro_batch), static_cast<long long>(r.accum),
                   static_cast<long long>(r.activation_bytes));
     o << buf;

@@ -364,7 +364,7 @@ int cmd_plan(const PlanFlags& f) {
                 "micro-batch %lld, remat %s %s, %s (%s states + %s activations)\n",
                 stage, (long long)L, (long long)L_none, (long long)(64 * L),
                 static_cast<double>(num_params(q.cfg)) / 1e6, (long long)best.micro_batch,
-                best.remat.c_str(), best.plan.to_string().c_str(),
+                best.remat.name(), best.plan.to_string().c_str(),
                 mem::human_bytes(best.total_bytes).c_str(), mem::human_bytes(best.state_bytes).c_str(),
                 mem::human_bytes(best.act_bytes).c_str());
   }

@@ -46,7 +46,7 @@ struct PlanCandidate {
   int stage = 0;
   std::int64_t micro_batch = 1, accum = 1;
   RematPlan plan;
-  std::string remat;  // "none", "sqrt" or "optimal" (a plan that is neither of the first two)
+  RecomputeKind remat;  // none, sqrt or optimal (a plan that is neither of the first two)
   double state_bytes = 0, act_bytes = 0, total_bytes = 0;
   double flops = 0, recompute_flops = 0;
   double compute_s = 0, comm_s = 0, total_s = 0;
@@ -57,7 +57,7 @@ struct PlanCandidate {
 PlanCandidate evaluate_candidate(const PlannerInput& in, int stage, std::int64_t micro_batch,
                                  const RematPlan& plan);
 /// "none" / "sqrt" / "optimal" for a plan of L layers.
-std::string remat_label(const RematPlan& plan);
+RecomputeKind remat_label(const RematPlan& plan);
 /// Micro-batch sizes: the divisors of batch, largest first.
 std::vector<std::int64_t> micro_batches(std::int64_t batch);
 

@@ -21,7 +21,9 @@
 /// residual stream (B, T, C), a block keeps N(18C + 4) + B·H·T² floats) and ChainModel, a pure
 /// chain of dense layers whose every buffer is counted, for exact measurements.
 #include <cstdint>
+#include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mls/common/memory.hpp"
@@ -29,6 +31,27 @@
 #include "mls/llm/train.hpp"
 
 namespace mls::llm {
+
+/// The kind of a recompute plan: none (keep every activation), sqrt (Chen et al.'s √n
+/// segments) or optimal (the fewest recomputed FLOPs within a budget). Made from its name (an
+/// unknown name is an mls::Error naming it and the three), printed and compared by name, so
+/// options read `o.remat = "sqrt"` and `o.remat == "none"`.
+class RecomputeKind {
+ public:
+  enum Kind : std::uint8_t { None, Sqrt, Optimal };
+  constexpr RecomputeKind(Kind k = None) : k_(k) {}  // NOLINT: implicit on purpose
+  RecomputeKind(std::string_view name);              // NOLINT
+  RecomputeKind(const char* name) : RecomputeKind(std::string_view(name)) {}  // NOLINT
+  RecomputeKind(const std::string& name) : RecomputeKind(std::string_view(name)) {}  // NOLINT
+  constexpr Kind kind() const { return k_; }
+  const char* name() const;
+  operator std::string() const { return name(); }  // NOLINT
+  friend bool operator==(RecomputeKind a, RecomputeKind b) { return a.k_ == b.k_; }
+
+ private:
+  Kind k_;
+};
+std::ostream& operator<<(std::ostream& os, RecomputeKind k);
 
 /// Segment starts of a chain of n layers: starts[0] = 0, strictly increasing, all < n.
 struct RematPlan {
@@ -85,7 +108,7 @@ std::int64_t min_peak_bytes(const ChainCosts& costs);
 
 /// "none" | "sqrt" | "optimal" for n layers; "optimal" uses `budget_bytes` (<= 0: the √n plan's
 /// peak, so it never needs more memory than √n and recomputes at most as much).
-RematPlan make_plan(const std::string& kind, const ChainCosts& costs,
+RematPlan make_plan(RecomputeKind kind, const ChainCosts& costs,
                     std::int64_t budget_bytes = 0);
 
 // ---- the fused GPT path under a plan ---------------------------------------------------------
@@ -118,7 +141,7 @@ RematPlan gpt_optimal_plan(const GPTConfig& cfg, std::int64_t B, std::int64_t T,
                            std::int64_t budget_bytes);
 /// "none" | "sqrt" | "optimal" for the fused path; "optimal" with budget_bytes <= 0 uses the √n
 /// plan's remat_activation_bytes (never more memory than √n, never more recompute).
-RematPlan gpt_plan(const std::string& kind, const GPTConfig& cfg, std::int64_t B, std::int64_t T,
+RematPlan gpt_plan(RecomputeKind kind, const GPTConfig& cfg, std::int64_t B, std::int64_t T,
                    std::int64_t budget_bytes = 0);
 
 /// The fused path's buffers under a plan: the residual stream at each segment start, ONE

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "mls/llm/config.hpp"
+#include "mls/llm/remat.hpp"
 
 namespace mls::llm {
 
@@ -33,7 +34,7 @@ struct TrainRunOptions {
   std::int64_t stop_after = 0;   // > 0: stop after this many steps (a checkpoint to resume)
   bool autodiff = false;         // lab 2's tape instead of the fused path
   std::uint64_t seed = 0;
-  std::string remat = "none";    // none | sqrt | optimal
+  RecomputeKind remat;           // none | sqrt | optimal
   std::string remat_budget;      // activation bytes for optimal, e.g. "4MiB" (default: sqrt's)
 };
 

@@ -130,7 +130,7 @@ struct ZeroOptions {
   AdamWOptions adam{};
   /// Recompute plan of the blocks on each rank (gpt_plan): "none", "sqrt" or "optimal" (within
   /// remat_budget bytes of remat_activation_bytes; <= 0: what sqrt needs).
-  std::string remat = "none";
+  RecomputeKind remat = RecomputeKind::None;
   std::int64_t remat_budget = 0;
   /// Gradient accumulation: micro-batches per step (step's B splits into accum micro-batches of
   /// B / accum rows; accum must divide B). Stages 0-1 accumulate the full gradient locally and
@@ -277,7 +277,7 @@ struct ZeroRunReport {
   std::vector<double> modelled_comm_s;                        // per rank, whole run (sim: α-β-γ clock)
   std::vector<double> comm_wall_s;                            // per rank, whole run, measured
   double wall_s = 0;
-  std::string remat = "none";             // the plan's kind
+  RecomputeKind remat;                    // the plan's kind
   std::string plan;                       // its segments, e.g. "[0,2) [2,3)"
   std::int64_t recomputed_blocks = 0;     // per step
   std::int64_t recomputed_params = 0;     // parameters of the recomputed blocks' units
