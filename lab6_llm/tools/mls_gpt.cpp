@@ -90,6 +90,51 @@ struct RematFlags {
 struct TrainFlags : TrainRunOptions {
   ModelFlags model_flags;
   RematFlags remat_flags;
+  void add(CLI::App* app) {
+    model_flags.add(app);
+    app->add_option("--data", data, "a UTF-8 text file (default: a generated task)");
+    app->add_option("--task", task, "sort | add (without --data)")->capture_default_str();
+    app->add_option("--digits", digits, "digits of the task")->capture_default_str();
+    app->add_option("--tokenizer", tokenizer, "char | bpe (text)")->capture_default_str();
+    app->add_option("--vocab", vocab, "BPE vocabulary size")->capture_default_str();
+    app->add_option("--steps", steps, "total optimizer steps")->capture_default_str();
+    app->add_option("--batch", batch,
+                      "batch size B per step (per rank with --zero; default 12 small, 32 otherwise, 4 "
+                      "with --zero)");
+    app->add_option("--accum", accum,
+                      "gradient accumulation: micro-batches per step (a divisor of --batch; the "
+                      "activations are those of one micro-batch of batch/accum)")
+        ->capture_default_str();
+    app->add_option("--context", context,
+                      "sequence length T (default: block size, or the task's length)");
+    app->add_option("--lr", lr, "peak learning rate")->capture_default_str();
+    app->add_option("--min-lr", min_lr, "final learning rate of the cosine (default lr/10)");
+    app->add_option("--warmup", warmup, "linear warmup steps (default steps/20)");
+    app->add_option("--weight-decay", weight_decay, "AdamW's decoupled weight decay")
+        ->capture_default_str();
+    app->add_option("--beta2", beta2, "AdamW's beta2")->capture_default_str();
+    app->add_option("--grad-clip", grad_clip, "clip the global gradient norm (0: off)")
+        ->capture_default_str();
+    app->add_option("--seed", seed, "seed of the init and the data")->capture_default_str();
+    app->add_option("--eval-every", eval_every, "validation every N steps (0: off)")
+        ->capture_default_str();
+    app->add_option("--eval-batches", eval_batches, "validation batches")->capture_default_str();
+    app->add_option("--ckpt-every", ckpt_every,
+                      "checkpoint every N steps (and always at the end)");
+    app->add_option("--out", out, "folder for ckpt.bin, loss.csv, loss.svg")
+        ->capture_default_str();
+    app->add_option("--stop-after", stop_after,
+                      "stop (and checkpoint) after this step; the schedule still "
+                      "runs to --steps (for --resume)");
+    app->add_flag("--autodiff", autodiff,
+                    "gradients from lab 2's tape (path (a)) instead of the fused path");
+    app->add_option("--resume", resume, "continue a run from its checkpoint (bit-identical)");
+    app->add_option("--init-from", init_from,
+                      "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
+    app->add_option("--sample", sample_tokens, "tokens to sample after training a text model")
+        ->capture_default_str();
+    remat_flags.add(app);
+  }
 };
 
 int cmd_train(TrainFlags& f) {
@@ -109,6 +154,23 @@ struct SampleFlags {
   std::uint64_t seed = 0;
   bool greedy = false, no_cache = false, bench = false;
   ModelFlags model;
+  void add(CLI::App* app) {
+    app->add_option("--ckpt", ckpt, "checkpoint");
+    app->add_option("--prompt", prompt, "prompt text");
+    app->add_option("--max-new-tokens,-n", max_new, "tokens to generate")
+        ->capture_default_str();
+    app->add_option("--temperature", temperature, "> 0")->capture_default_str();
+    app->add_option("--top-k", top_k, "0: off")->capture_default_str();
+    app->add_option("--top-p", top_p, "(0, 1]")->capture_default_str();
+    app->add_option("--seed", seed, "sampling seed")->capture_default_str();
+    app->add_flag("--greedy", greedy, "argmax decoding");
+    app->add_flag("--no-kv-cache", no_cache, "recompute the whole context for every token");
+    app->add_flag("--bench", bench,
+                     "generation tokens/s with and without the KV cache (random model)");
+    app->add_option("--bench-context", bench_context, "context of --bench")
+        ->capture_default_str();
+    model.add(app);
+  }
 };
 
 int cmd_sample_bench(SampleFlags& f) {
@@ -531,70 +593,14 @@ int main(int argc, char** argv) {
 
   TrainFlags tf;
   auto* train = app.add_subcommand("train", "train a model on a generated task or a text file");
-  tf.model_flags.add(train);
-  train->add_option("--data", tf.data, "a UTF-8 text file (default: a generated task)");
-  train->add_option("--task", tf.task, "sort | add (without --data)")->capture_default_str();
-  train->add_option("--digits", tf.digits, "digits of the task")->capture_default_str();
-  train->add_option("--tokenizer", tf.tokenizer, "char | bpe (text)")->capture_default_str();
-  train->add_option("--vocab", tf.vocab, "BPE vocabulary size")->capture_default_str();
-  train->add_option("--steps", tf.steps, "total optimizer steps")->capture_default_str();
-  train->add_option("--batch", tf.batch,
-                    "batch size B per step (per rank with --zero; default 12 small, 32 otherwise, 4 "
-                    "with --zero)");
-  train->add_option("--accum", tf.accum,
-                    "gradient accumulation: micro-batches per step (a divisor of --batch; the "
-                    "activations are those of one micro-batch of batch/accum)")
-      ->capture_default_str();
-  train->add_option("--context", tf.context,
-                    "sequence length T (default: block size, or the task's length)");
-  train->add_option("--lr", tf.lr, "peak learning rate")->capture_default_str();
-  train->add_option("--min-lr", tf.min_lr, "final learning rate of the cosine (default lr/10)");
-  train->add_option("--warmup", tf.warmup, "linear warmup steps (default steps/20)");
-  train->add_option("--weight-decay", tf.weight_decay, "AdamW's decoupled weight decay")
-      ->capture_default_str();
-  train->add_option("--beta2", tf.beta2, "AdamW's beta2")->capture_default_str();
-  train->add_option("--grad-clip", tf.grad_clip, "clip the global gradient norm (0: off)")
-      ->capture_default_str();
-  train->add_option("--seed", tf.seed, "seed of the init and the data")->capture_default_str();
-  train->add_option("--eval-every", tf.eval_every, "validation every N steps (0: off)")
-      ->capture_default_str();
-  train->add_option("--eval-batches", tf.eval_batches, "validation batches")->capture_default_str();
-  train->add_option("--ckpt-every", tf.ckpt_every,
-                    "checkpoint every N steps (and always at the end)");
-  train->add_option("--out", tf.out, "folder for ckpt.bin, loss.csv, loss.svg")
-      ->capture_default_str();
-  train->add_option("--stop-after", tf.stop_after,
-                    "stop (and checkpoint) after this step; the schedule still "
-                    "runs to --steps (for --resume)");
-  train->add_flag("--autodiff", tf.autodiff,
-                  "gradients from lab 2's tape (path (a)) instead of the fused path");
-  train->add_option("--resume", tf.resume, "continue a run from its checkpoint (bit-identical)");
-  train->add_option("--init-from", tf.init_from,
-                    "start from a checkpoint's or an llm.c .bin's weights (fine-tune)");
-  train->add_option("--sample", tf.sample_tokens, "tokens to sample after training a text model")
-      ->capture_default_str();
-  tf.remat_flags.add(train);
+  tf.add(train);
 
   ZeroFlags zf;
   zf.add(train);
 
   SampleFlags sf;
   auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming tokens");
-  sample->add_option("--ckpt", sf.ckpt, "checkpoint");
-  sample->add_option("--prompt", sf.prompt, "prompt text");
-  sample->add_option("--max-new-tokens,-n", sf.max_new, "tokens to generate")
-      ->capture_default_str();
-  sample->add_option("--temperature", sf.temperature, "> 0")->capture_default_str();
-  sample->add_option("--top-k", sf.top_k, "0: off")->capture_default_str();
-  sample->add_option("--top-p", sf.top_p, "(0, 1]")->capture_default_str();
-  sample->add_option("--seed", sf.seed, "sampling seed")->capture_default_str();
-  sample->add_flag("--greedy", sf.greedy, "argmax decoding");
-  sample->add_flag("--no-kv-cache", sf.no_cache, "recompute the whole context for every token");
-  sample->add_flag("--bench", sf.bench,
-                   "generation tokens/s with and without the KV cache (random model)");
-  sample->add_option("--bench-context", sf.bench_context, "context of --bench")
-      ->capture_default_str();
-  sf.model.add(sample);
+  sf.add(sample);
 
   std::string ev_ckpt, ev_data;
   std::int64_t ev_batch = 8;
