@@ -77,15 +77,9 @@ Trainer::Trainer(GPTParams p, const TrainOptions& opt)
   dacts = GPTActivations(params.config(), opt.micro_batch(), opt.context);
 }
 
-StepStats Trainer::step(const Batch& b) {
-  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step: batch (", b.B, ", ", b.T,
-            "), expected (", opt_.batch, ", ", opt_.context, ")");
-  return step_on(b, PassBuffers::keep(acts, &dacts));
-}
+StepStats Trainer::step(const Batch& b) { return step_on(b, PassBuffers::keep(acts, &dacts)); }
 
 StepStats Trainer::step(const Batch& b, RematActivations& ra) {
-  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step: batch (", b.B, ", ", b.T,
-            "), expected (", opt_.batch, ", ", opt_.context, ")");
   MLS_CHECK(ra.B == opt_.micro_batch() && ra.T == opt_.context, "Trainer::step: activations for (",
             ra.B, ", ", ra.T, "), expected the micro-batch (", opt_.micro_batch(), ", ", opt_.context,
             ") = batch ", opt_.batch, " / accum ", opt_.accum);
@@ -94,6 +88,8 @@ StepStats Trainer::step(const Batch& b, RematActivations& ra) {
 
 StepStats Trainer::step_on(const Batch& b, const PassBuffers& buf) {
   // BEGIN SOLUTION
+  MLS_CHECK(b.B == opt_.batch && b.T == opt_.context, "Trainer::step: batch (", b.B, ", ", b.T,
+            "), expected (", opt_.batch, ", ", opt_.context, ")");
   StepStats s;
   s.lr = lr_schedule(adam.step, opt_.warmup, opt_.steps, opt_.lr, opt_.min_lr);
   // Every micro-batch divides by the whole batch's count of targets: the sum of their gradients

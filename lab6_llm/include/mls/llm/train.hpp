@@ -84,7 +84,8 @@ class Trainer {
   GPTActivations acts, dacts;  // forward buffers and their gradients for (micro_batch, context)
 
  private:
-  /// Student: the one step on `buf`'s activations.
+  /// Student: the one step on `buf`'s activations. A batch that is not (batch, context) is an
+  /// mls::Error "Trainer::step: batch (B, T), expected (batch, context)".
   /// Hint: lr from lr_schedule(adam.step, ...); norm = mask_sum over the whole batch;
   /// grads.zero() once (the backward accumulates); a FlatModel over params and grads;
   /// accumulate_gradients(..., buf, batch_view(batch), opt_.accum, norm); loss = sum / norm (0
