@@ -1,5 +1,7 @@
 // Building a lab: the instructor's builds (CMake, or a fixture lab's direct compiler calls) and a
 // submission's build, which replays only the reference build's commands that its files change.
+#include "mls/grader/build.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,9 +12,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "grade_internal.hpp"
+#include "build_internal.hpp"
 #include "mls/common/error.hpp"
 #include "mls/grader/link_audit.hpp"
+#include "mls/grader/result.hpp"  // signal_name
 #include "mls/grader/strip.hpp"
 #include "mls/grader/util.hpp"
 

@@ -1,6 +1,8 @@
 // The reference side of differential grading: the instructor's build of a lab (cached by the
 // content of its tree, with the commands a submission's build replays) and its observation
 // streams under the grading's secret salt.
+#include "mls/grader/reference.hpp"
+
 #include <algorithm>
 
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 
 #include "grade_internal.hpp"
 #include "mls/common/error.hpp"
+#include "mls/grader/grade.hpp"  // GradeOptions
 #include "mls/grader/util.hpp"
 
 namespace mls::grader {
