@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/svg.hpp"
 
 namespace mls::mem {
 namespace {
@@ -188,7 +189,7 @@ std::string Tracker::report(bool bytes) const {
 
 std::string Tracker::timeline_svg(int rank, const std::string& title) const {
   const std::vector<Event> ev = events();
-  const int W = 760, H = 420, ml = 80, mr = 170, mt = 36, mb = 46;
+  const double W = 760, H = 420, ml = 80, mr = 170, mt = 36, mb = 46;
   double tmax = 1e-9, ymax = 1;
   for (const Event& e : ev)
     if (e.rank == rank) {
@@ -197,55 +198,34 @@ std::string Tracker::timeline_svg(int rank, const std::string& title) const {
     }
   const double scale = ymax >= (1 << 30) ? 1024.0 * 1024 * 1024 : ymax >= (1 << 20) ? 1024.0 * 1024 : 1024.0;
   const char* unit = scale >= 1024.0 * 1024 * 1024 ? "GiB" : scale >= 1024.0 * 1024 ? "MiB" : "KiB";
-  auto X = [&](double t) { return ml + (W - ml - mr) * t / tmax; };
-  auto Y = [&](double y) { return H - mb - (H - mt - mb) * y / ymax; };
+  // The y axis counts units (KiB, MiB or GiB), so its ticks fall on round numbers of them.
+  const svg::Scale X(0, tmax, ml, W - mr), Y(0, ymax / scale, H - mb, mt);
   static const char* colors[kNumTags + 1] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
                                               "#9467bd", "#8c564b", "#7f7f7f", "#000000"};
-  std::ostringstream s;
-  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n";
-  s << "<text x='" << (ml + W - mr) / 2 << "' y='22' text-anchor='middle' font-size='14'>" << title
-    << "</text>\n";
-  s << "<line x1='" << ml << "' y1='" << H - mb << "' x2='" << W - mr << "' y2='" << H - mb
-    << "' stroke='black'/><line x1='" << ml << "' y1='" << mt << "' x2='" << ml << "' y2='" << H - mb
-    << "' stroke='black'/>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double yv = ymax * i / 4, tv = tmax * i / 4;
-    s << "<text x='" << ml - 6 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f", yv / scale);
-    s << b << "</text><text x='" << X(tv) << "' y='" << H - mb + 16 << "' text-anchor='middle'>";
-    std::snprintf(b, sizeof b, "%.3g", tv);
-    s << b << "</text>\n";
-  }
-  s << "<text x='" << (ml + W - mr) / 2 << "' y='" << H - 10 << "' text-anchor='middle'>seconds</text>\n";
-  s << "<text x='16' y='" << (mt + H - mb) / 2 << "' text-anchor='middle' transform='rotate(-90 16 "
-    << (mt + H - mb) / 2 << ")'>" << unit << " on rank " << rank << "</text>\n";
+  svg::Document d(W, H, {.font_size = 11});
+  d.text((ml + W - mr) / 2, 22, title, {.anchor = svg::Anchor::Middle, .size = 14});
+  d.x_axis(X, H - mb, {.title = "seconds", .title_gap = mb - 10});
+  d.y_axis(Y, ml, {.title = std::string(unit) + " on rank " + std::to_string(rank), .title_gap = ml - 16});
   // One step line per tag (value held until the next event of that tag), and the total.
+  std::vector<svg::LegendEntry> legend;
   for (int t = 0; t <= kNumTags; ++t) {
-    std::ostringstream pts;
+    std::vector<svg::Point> pts{{X(0), Y(0)}};
     double last = 0;
-    bool any = false;
-    pts << X(0) << "," << Y(0);
     for (const Event& e : ev) {
       if (e.rank != rank) continue;
       if (t < kNumTags && static_cast<int>(e.tag) != t) continue;
-      const double v = static_cast<double>(t < kNumTags ? e.current : e.total);
-      pts << " " << X(e.t) << "," << Y(last) << " " << X(e.t) << "," << Y(v);
+      const double v = static_cast<double>(t < kNumTags ? e.current : e.total) / scale;
+      pts.push_back({X(e.t), Y(last)});
+      pts.push_back({X(e.t), Y(v)});
       last = v;
-      any = true;
     }
-    if (!any) continue;
-    pts << " " << X(tmax) << "," << Y(last);
-    s << "<polyline fill='none' stroke='" << colors[t] << "' stroke-width='" << (t == kNumTags ? 2 : 1.3)
-      << "' points='" << pts.str() << "'/>\n";
-    const int ly = mt + 14 * t + 10;
-    s << "<line x1='" << W - mr + 10 << "' y1='" << ly << "' x2='" << W - mr + 28 << "' y2='" << ly
-      << "' stroke='" << colors[t] << "' stroke-width='2'/><text x='" << W - mr + 32 << "' y='" << ly + 4
-      << "'>" << (t < kNumTags ? to_string(static_cast<Tag>(t)) : "total") << "</text>\n";
+    if (pts.size() == 1) continue;
+    pts.push_back({X(tmax), Y(last)});
+    d.polyline(pts, {.stroke = colors[t], .stroke_width = t == kNumTags ? 2 : 1.3});
+    legend.push_back({t < kNumTags ? to_string(static_cast<Tag>(t)) : "total", colors[t]});
   }
-  s << "</svg>\n";
-  return s.str();
+  d.legend(W - mr + 10, mt + 14, legend);
+  return d.str();
 }
 
 Tracker& global() {

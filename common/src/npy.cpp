@@ -12,17 +12,13 @@
 // or read out of bounds.
 #include "mls/common/npy.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <string_view>
 
 #include "mls/common/error.hpp"
+#include "mls/common/file.hpp"
 
 namespace mls {
 namespace {
@@ -288,8 +284,6 @@ std::int64_t data_bytes(const Shape& shape, DType dtype) {
   return numel * isz;
 }
 
-std::string errno_str() { return std::strerror(errno); }
-
 }  // namespace
 
 NpyArray parse_npy(std::span<const std::byte> bytes) {
@@ -392,25 +386,8 @@ std::vector<std::byte> serialize_npy(const NpyArray& array) {
 }
 
 NpyArray read_npy(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MLS_CHECK(fd >= 0, "npy: cannot open '", path, "': ", errno_str());
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  MLS_CHECK(::fstat(fd, &st) == 0, "npy: cannot stat '", path, "': ", errno_str());
-  MLS_CHECK(S_ISREG(st.st_mode), "npy: '", path, "' is not a regular file");
-  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    MLS_CHECK(n >= 0, "npy: cannot read '", path, "': ", errno_str());
-    if (n == 0) break;  // the file shrank while we read it
-    got += static_cast<std::size_t>(n);
-  }
-  bytes.resize(got);
+  const std::string file = read_file(path, "npy");
+  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(file.data()), file.size());
   try {
     return parse_npy(bytes);
   } catch (const Error& e) {
@@ -429,33 +406,7 @@ void write_npy(const std::string& path, const NpyArray& array) {
     if (msg.starts_with("npy: ")) msg.remove_prefix(5);
     fail("npy: '", path, "': ", msg);
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  MLS_CHECK(fd >= 0, "npy: cannot write '", path, "' (temporary file '", tmp, "'): ", errno_str());
-  auto give_up = [&](const char* what) {
-    const std::string reason = errno_str();
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail("npy: cannot ", what, " '", path, "': ", reason);
-  };
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) give_up("write");
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) give_up("sync");
-  if (::close(fd) != 0) {
-    const std::string reason = errno_str();
-    ::unlink(tmp.c_str());
-    fail("npy: cannot write '", path, "': ", reason);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = errno_str();
-    ::unlink(tmp.c_str());
-    fail("npy: cannot rename '", tmp, "' to '", path, "': ", reason);
-  }
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "npy");
 }
 
 }  // namespace mls

@@ -28,42 +28,6 @@ double grader_peak_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MLS_CHECK(in.good(), "read_file: cannot open '", path.string(), "'");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-void write_file_atomic(const fs::path& path, std::string_view text) {
-  fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  std::string leaf = ".";
-  leaf += path.filename().string();
-  leaf += ".XXXXXX";
-  std::string tmpl = (dir / leaf).string();
-  int fd = ::mkstemp(tmpl.data());
-  MLS_CHECK(fd >= 0, "write_file_atomic: cannot create a temporary file beside '", path.string(), "'");
-  std::size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      ::unlink(tmpl.c_str());
-      mls::fail("write_file_atomic: write failed for '", path.string(), "'");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  ::fchmod(fd, 0644);
-  ::fsync(fd);
-  ::close(fd);
-  // rename() replaces a symlink at `path` by our file instead of writing through it.
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
-    ::unlink(tmpl.c_str());
-    mls::fail("write_file_atomic: cannot rename onto '", path.string(), "'");
-  }
-}
-
 namespace {
 
 /// Decodes one strictly valid UTF-8 sequence at `i` (no overlong forms, no surrogates, at most
@@ -241,21 +205,6 @@ std::string_view trim(std::string_view s) {
 }
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 fs::path make_temp_dir(std::string_view prefix) {
   const char* t = std::getenv("TMPDIR");

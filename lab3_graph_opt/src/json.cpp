@@ -5,10 +5,9 @@
 //              {"op": "mul", "inputs": [0, 1], "attrs": {}, "shape": [2, 3], "dtype": "float32"}],
 //    "inputs": [0], "outputs": [2]}
 // Node references are indices into "nodes"; attributes are integers, reals or integer lists.
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "mls/common/file.hpp"
 #include "mls/graph_opt/ir.hpp"
 
 namespace mls::graph_opt {
@@ -127,19 +126,8 @@ Program from_json(const std::string& text) {
   return p;
 }
 
-void save_json(const Program& p, const std::string& path) {
-  std::ofstream f(path);
-  MLS_CHECK(f.good(), "save_json: cannot write '", path, "'");
-  f << to_json(p);
-  MLS_CHECK(f.good(), "save_json: error writing '", path, "'");
-}
+void save_json(const Program& p, const std::string& path) { write_file_atomic(path, to_json(p), "save_json"); }
 
-Program load_json_file(const std::string& path) {
-  std::ifstream f(path);
-  MLS_CHECK(f.good(), "load: cannot read '", path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return from_json(ss.str());
-}
+Program load_json_file(const std::string& path) { return from_json(read_file(path, "load")); }
 
 }  // namespace mls::graph_opt

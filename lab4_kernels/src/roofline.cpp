@@ -71,9 +71,9 @@ double peak_gflops_best(int threads, long iters) {
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/svg.hpp"
 
 namespace mls::kernels {
 
@@ -90,24 +90,6 @@ const Roof& roof_of(int threads, const std::vector<Roof>& roofs, const std::stri
 }
 
 bool positive(double v) { return std::isfinite(v) && v > 0; }
-
-/// Text for an SVG element (names and titles may hold <, > or &).
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else if (c == '\'')
-      out += "&apos;";
-    else
-      out += c;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -181,63 +163,51 @@ std::string roofline_svg(const std::vector<Roof>& roofs, const std::vector<Roofl
     }
     return "#000000";
   };
-  std::ostringstream f;
-  f << "<svg xmlns='http://www.w3.org/2000/svg' width='" << P.width << "' height='" << P.height
-    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' "
-       "fill='white'/>\n";
-  for (double d = P.ai_min; d <= P.ai_max * 1.001; d *= 10) {
-    f << "<line x1='" << num(P.x(d)) << "' y1='" << P.top << "' x2='" << num(P.x(d)) << "' y2='"
-      << P.height - P.bottom << "' stroke='#ddd'/><text x='" << num(P.x(d)) << "' y='"
-      << P.height - P.bottom + 15 << "' text-anchor='middle'>" << d << "</text>\n";
-  }
-  for (double d = P.gflops_min; d <= P.gflops_max * 1.001; d *= 10) {
-    f << "<line x1='" << P.left << "' y1='" << num(P.y(d)) << "' x2='" << P.width - P.right
-      << "' y2='" << num(P.y(d)) << "' stroke='#ddd'/><text x='" << P.left - 5 << "' y='"
-      << num(P.y(d) + 4) << "' text-anchor='end'>" << d << "</text>\n";
-  }
-  int row = 0;
+  auto dash = [](int threads) { return threads == 1 ? "" : "8,4"; };
+  // The same mapping as P.x and P.y (log10 on both axes).
+  const svg::Scale X(P.ai_min, P.ai_max, P.left, P.width - P.right, svg::Scale::Log);
+  const svg::Scale Y(P.gflops_min, P.gflops_max, P.height - P.bottom, P.top, svg::Scale::Log);
+  svg::Document d(P.width, P.height, {.font_size = 11});
+  d.x_axis(X, P.height - P.bottom,
+           {.tick_out = 0, .line = false, .grid = "#ddd", .grid_to = P.top, .label_gap = 15,
+            .title = "arithmetic intensity (flop per compulsory byte)", .title_gap = P.bottom - 10});
+  d.y_axis(Y, P.left,
+           {.tick_out = 0, .line = false, .grid = "#ddd", .grid_to = P.width - P.right, .label_gap = 5,
+            .title = "GFLOP/s", .title_gap = P.left - 15});
+  std::vector<svg::LegendEntry> legend;
   for (const auto& r : roofs) {
     const char* col = color(r.threads);
     const double ridge = r.peak_gflops / r.dram_gbs;
     const double ai0 = std::max(P.ai_min, P.gflops_min / r.dram_gbs);
-    f << "<polyline class='roof' data-threads='" << r.threads << "' fill='none' stroke='" << col
-      << "' stroke-width='2'" << (r.threads == 1 ? "" : " stroke-dasharray='8,4'") << " points='"
-      << num(P.x(ai0)) << "," << num(P.y(ai0 * r.dram_gbs)) << " " << num(P.x(ridge)) << ","
-      << num(P.y(r.peak_gflops)) << " " << num(P.x(P.ai_max)) << "," << num(P.y(r.peak_gflops))
-      << "'/>\n";
+    d.polyline({{X(ai0), Y(ai0 * r.dram_gbs)}, {X(ridge), Y(r.peak_gflops)}, {X(P.ai_max), Y(r.peak_gflops)}},
+               {.cls = "roof", .stroke = col, .stroke_width = 2, .dash = dash(r.threads),
+                .extra = {{"data-threads", r.threads}}});
     if (r.cache_gbs > 0) {
       const double cridge = r.peak_gflops / r.cache_gbs;
       const double c0 = std::max(P.ai_min, P.gflops_min / r.cache_gbs);
-      f << "<polyline class='cache-roof' data-threads='" << r.threads << "' fill='none' stroke='"
-        << col << "' stroke-width='1' stroke-dasharray='2,3' points='" << num(P.x(c0)) << ","
-        << num(P.y(c0 * r.cache_gbs)) << " " << num(P.x(cridge)) << "," << num(P.y(r.peak_gflops))
-        << "'/>\n";
+      d.polyline({{X(c0), Y(c0 * r.cache_gbs)}, {X(cridge), Y(r.peak_gflops)}},
+                 {.cls = "cache-roof", .stroke = col, .stroke_width = 1, .dash = "2,3",
+                  .extra = {{"data-threads", r.threads}}});
     }
-    f << "<text x='" << P.left + 10 << "' y='" << P.top + 14 * (++row) << "' fill='" << col << "'>"
-      << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ": peak " << num(r.peak_gflops)
-      << " GFLOP/s, DRAM " << num(r.dram_gbs) << " GB/s"
-      << (r.cache_gbs > 0 ? ", L2 cache " + num(r.cache_gbs) + " GB/s (dotted, no point uses it)"
-                          : std::string())
-      << "</text>\n";
+    legend.push_back({std::to_string(r.threads) + " thread" + (r.threads == 1 ? "" : "s") + ": peak " +
+                          num(r.peak_gflops) + " GFLOP/s, DRAM " + num(r.dram_gbs) + " GB/s" +
+                          (r.cache_gbs > 0 ? ", L2 cache " + num(r.cache_gbs) + " GB/s (dotted, no point uses it)"
+                                           : std::string()),
+                      col, svg::LegendEntry::Line, dash(r.threads)});
   }
+  d.legend(P.left + 10, P.top + 16, legend, {.row = 15});
   int i = 0;
   for (const auto& p : points) {
     const char* col = color(p.threads);
-    const double cy = P.y(std::max(p.gflops, P.gflops_min));
-    const bool near_right = P.x(p.ai) > P.width - 170;  // label to the left of the dot there
-    f << "<circle class='point' data-threads='" << p.threads << "' cx='" << num(P.x(p.ai))
-      << "' cy='" << num(cy) << "' r='4' fill='" << col << "'/><text x='"
-      << num(P.x(p.ai) + (near_right ? -6 : 6)) << "' y='" << num(cy + (i++ % 2 ? -4 : 10))
-      << (near_right ? "' text-anchor='end" : "") << "' fill='" << col << "'>" << xml_escape(p.name)
-      << " (" << static_cast<int>(std::lround(100 * p.fraction)) << "%)</text>\n";
+    const double cx = X(p.ai), cy = Y(std::max(p.gflops, P.gflops_min));
+    const bool near_right = cx > P.width - 170;  // label to the left of the dot there
+    d.circle(cx, cy, 4, {.cls = "point", .fill = col, .extra = {{"data-threads", p.threads}}});
+    d.text(cx + (near_right ? -6 : 6), cy + (i++ % 2 ? -4 : 10),
+           p.name + " (" + std::to_string(std::lround(100 * p.fraction)) + "%)",
+           {.anchor = near_right ? svg::Anchor::End : svg::Anchor::Start, .fill = col});
   }
-  f << "<text x='" << P.width / 2 << "' y='" << P.height - 10
-    << "' text-anchor='middle'>arithmetic intensity (flop per compulsory byte)</text><text x='15' "
-       "y='"
-    << P.height / 2 << "' transform='rotate(-90 15 " << P.height / 2
-    << ")' text-anchor='middle'>GFLOP/s</text><text x='" << P.width / 2
-    << "' y='18' text-anchor='middle'>" << xml_escape(title) << "</text>\n</svg>\n";
-  return f.str();
+  d.text(P.width / 2, 18, title, {.anchor = svg::Anchor::Middle, .size = 13});
+  return d.str();
 }
 
 }  // namespace mls::kernels

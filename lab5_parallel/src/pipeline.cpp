@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/svg.hpp"
 
 namespace mls::parallel {
 
@@ -213,59 +214,44 @@ std::string schedule_text(const Timeline& t) {
 std::string schedule_svg(const Timeline& t, const std::string& title) {
   const double u = time_unit(t);
   const double unit_px = 34, lane_h = 30, gap = 8, left = 78, top = 54, right = 20;
-  const double width = left + t.total / u * unit_px + right;
+  const double plot_w = t.total / u * unit_px;
   const double lanes_h = t.stages * (lane_h + gap);
-  const double height = top + lanes_h + 64;
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(1);
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-     << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
-  os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg::Document d(left + plot_w + right, top + lanes_h + 64,
+                  {.font_family = "DejaVu Sans, Helvetica, Arial, sans-serif", .font_size = 12, .quote = '"'});
   std::ostringstream head;
   head << std::fixed << std::setprecision(3) << (title.empty() ? "pipeline schedule" : title) << ": p = " << t.stages
        << ", m = " << t.micro << ", bubble " << t.bubble_fraction();
-  os << "<text x=\"" << left << "\" y=\"24\" font-size=\"16\" font-weight=\"bold\">" << head.str() << "</text>\n";
-  // legend
-  const double ly = 36;
-  os << "<rect x=\"" << left << "\" y=\"" << ly << "\" width=\"14\" height=\"10\" fill=\"#3b78c4\"/>"
-     << "<text x=\"" << left + 18 << "\" y=\"" << ly + 9 << "\" font-size=\"11\">forward</text>\n";
-  os << "<rect x=\"" << left + 80 << "\" y=\"" << ly << "\" width=\"14\" height=\"10\" fill=\"#3f9e5a\"/>"
-     << "<text x=\"" << left + 98 << "\" y=\"" << ly + 9 << "\" font-size=\"11\">backward</text>\n";
-  os << "<rect x=\"" << left + 170 << "\" y=\"" << ly << "\" width=\"14\" height=\"10\" fill=\"#eeeeee\" stroke=\"#cccccc\"/>"
-     << "<text x=\"" << left + 188 << "\" y=\"" << ly + 9 << "\" font-size=\"11\">idle (bubble)</text>\n";
+  d.text(left, 24, head.str(), {.size = 16, .weight = "bold"});
+  const char* kForward = "#3b78c4";
+  const char* kBackward = "#3f9e5a";
+  d.legend(left - 3, 45,
+           {{"forward", kForward, svg::LegendEntry::Box},
+            {"backward", kBackward, svg::LegendEntry::Box},
+            {"idle (bubble)", "#eeeeee", svg::LegendEntry::Box, "", "#cccccc"}},
+           {.horizontal = true, .row = 14, .font_size = 11});
   for (int s = 0; s < t.stages; ++s) {
     const double y = top + s * (lane_h + gap);
-    os << "<text x=\"" << left - 10 << "\" y=\"" << y + lane_h / 2 + 5 << "\" font-size=\"13\" text-anchor=\"end\">stage "
-       << s << "</text>\n";
-    os << "<rect x=\"" << left << "\" y=\"" << y << "\" width=\"" << t.total / u * unit_px << "\" height=\"" << lane_h
-       << "\" fill=\"#eeeeee\" stroke=\"#cccccc\"/>\n";
+    d.text(left - 10, y + lane_h / 2 + 5, "stage " + std::to_string(s), {.anchor = svg::Anchor::End, .size = 13});
+    d.rect(left, y, plot_w, lane_h, {.fill = "#eeeeee", .stroke = "#cccccc"});
   }
   for (const auto& sl : t.slots) {
     const double x = left + sl.start / u * unit_px, w = (sl.end - sl.start) / u * unit_px;
     const double y = top + sl.stage * (lane_h + gap);
     const bool f = sl.step.kind == PipeStep::Forward;
-    os << "<rect x=\"" << x + 1 << "\" y=\"" << y + 1 << "\" width=\"" << w - 2 << "\" height=\"" << lane_h - 2
-       << "\" rx=\"3\" fill=\"" << (f ? "#3b78c4" : "#3f9e5a") << "\"><title>stage " << sl.stage << " "
-       << step_str(sl.step) << " [" << sl.start << ", " << sl.end << ")</title></rect>\n";
-    os << "<text x=\"" << x + w / 2 << "\" y=\"" << y + lane_h / 2 + 5 << "\" font-size=\"13\" fill=\"white\" "
-       << "text-anchor=\"middle\">" << step_str(sl.step) << "</text>\n";
+    std::ostringstream tip;
+    tip << std::fixed << std::setprecision(1) << "stage " << sl.stage << " " << step_str(sl.step) << " [" << sl.start
+        << ", " << sl.end << ")";
+    d.rect(x + 1, y + 1, w - 2, lane_h - 2, {.fill = f ? kForward : kBackward, .extra = {{"rx", 3}}, .title = tip.str()});
+    d.text(x + w / 2, y + lane_h / 2 + 5, step_str(sl.step), {.anchor = svg::Anchor::Middle, .size = 13, .fill = "white"});
   }
-  // time axis
-  const double ay = top + lanes_h + 4;
-  os << "<line x1=\"" << left << "\" y1=\"" << ay << "\" x2=\"" << left + t.total / u * unit_px << "\" y2=\"" << ay
-     << "\" stroke=\"#555555\"/>\n";
+  // The time axis, a tick every unit (at most about 20 of them).
   const auto ticks = static_cast<int>(std::llround(t.total / u));
   const int every = std::max(1, ticks / 20);
-  for (int k = 0; k <= ticks; k += every) {
-    const double x = left + k * unit_px;
-    os << "<line x1=\"" << x << "\" y1=\"" << ay << "\" x2=\"" << x << "\" y2=\"" << ay + 5 << "\" stroke=\"#555555\"/>"
-       << "<text x=\"" << x << "\" y=\"" << ay + 18 << "\" font-size=\"11\" text-anchor=\"middle\">" << tick_label(k * u)
-       << "</text>\n";
-  }
-  os << "<text x=\"" << left + t.total / u * unit_px / 2 << "\" y=\"" << ay + 36
-     << "\" font-size=\"12\" text-anchor=\"middle\">time (units of one forward)</text>\n";
-  os << "</svg>\n";
-  return os.str();
+  svg::AxisStyle axis{.label = [u](double k) { return tick_label(k * u); }, .colour = "#555555", .font_size = 11,
+                      .title = "time (units of one forward)", .title_gap = 36};
+  for (int k = 0; k <= ticks; k += every) axis.ticks.push_back(k);
+  d.x_axis(svg::Scale(0, std::max(ticks, 1), left, left + std::max(ticks, 1) * unit_px), top + lanes_h + 4, axis);
+  return d.str();
 }
 
 std::vector<int> partition_layers(int n, int p) {

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "mls/common/error.hpp"
+#include "mls/common/file.hpp"
+#include "mls/common/svg.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/parallel/comm.hpp"
 #include "mls/parallel/cost.hpp"
@@ -167,57 +169,42 @@ int cmd_table(int n, const std::string& sizes_arg, const std::string& which, con
 
 // ---- trace ------------------------------------------------------------------------------------
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  return o;
-}
-
 /// One lane per rank (time runs left to right), an arrow per message labelled with its round.
 std::string trace_svg(const std::vector<TraceEvent>& ev, int n, const std::string& title, double t_end) {
   const double left = 90, right = 40, top = 70, lane = 70, width = 1000;
   const double plot = width - left - right, height = top + lane * (n - 1) + 70;
   if (t_end <= 0) t_end = 1e-9;
-  auto x = [&](double t) { return left + plot * t / t_end; };
+  const svg::Scale x(0, t_end, left, left + plot);
   auto y = [&](int r) { return top + lane * r; };
-  std::ostringstream s;
-  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
-    << "' font-family='sans-serif' font-size='12'>\n"
-    << "<defs><marker id='arrow' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' markerHeight='7' "
-       "orient='auto-start-reverse'><path d='M 0 0 L 10 5 L 0 10 z' fill='#1f5fa8'/></marker></defs>\n"
-    << "<rect width='100%' height='100%' fill='white'/>\n"
-    << "<text x='" << left << "' y='24' font-size='15' font-weight='bold'>" << esc(title) << "</text>\n"
-    << "<text x='" << left << "' y='44' fill='#555'>time runs left to right (α-β-γ model); an arrow is one message, "
-       "labelled with its round</text>\n";
+  const char* kBlue = "#1f5fa8";
+  svg::Document d(width, height);
+  d.arrowhead("arrow", kBlue);
+  d.text(left, 24, title, {.size = 15, .weight = "bold"});
+  d.text(left, 44, "time runs left to right (α-β-γ model); an arrow is one message, labelled with its round",
+         {.fill = "#555"});
   for (int r = 0; r < n; ++r) {
-    s << "<line x1='" << left << "' y1='" << y(r) << "' x2='" << left + plot << "' y2='" << y(r)
-      << "' stroke='#999' stroke-width='1.5'/>\n"
-      << "<text x='" << left - 12 << "' y='" << y(r) + 4 << "' text-anchor='end' font-weight='bold'>rank " << r
-      << "</text>\n";
+    d.line(left, y(r), left + plot, y(r), {.stroke = "#999", .stroke_width = 1.5});
+    d.text(left - 12, y(r) + 4, "rank " + std::to_string(r), {.anchor = svg::Anchor::End, .weight = "bold"});
   }
-  // Time axis.
-  const double axis = y(n - 1) + 35;
-  s << "<line x1='" << left << "' y1='" << axis << "' x2='" << left + plot << "' y2='" << axis << "' stroke='#333'/>\n";
-  for (int k = 0; k <= 5; ++k) {
-    const double t = t_end * k / 5;
-    s << "<line x1='" << x(t) << "' y1='" << axis - 4 << "' x2='" << x(t) << "' y2='" << axis + 4 << "' stroke='#333'/>\n"
-      << "<text x='" << x(t) << "' y='" << axis + 18 << "' text-anchor='middle'>" << micros(t) << " us</text>\n";
-  }
+  svg::AxisStyle axis{.label = [](double t) { return micros(t) + " us"; }, .tick_out = 4, .tick_in = 4,
+                      .colour = "#333"};
+  for (int k = 0; k <= 5; ++k) axis.ticks.push_back(t_end * k / 5);
+  d.x_axis(x, y(n - 1) + 35, axis);
   for (const auto& e : ev) {
     const double x1 = x(e.t_send), y1 = y(e.src), x2 = x(e.t_recv), y2 = y(e.dst);
-    s << "<line x1='" << x1 << "' y1='" << y1 << "' x2='" << x2 << "' y2='" << y2
-      << "' stroke='#1f5fa8' stroke-width='1.6' marker-end='url(#arrow)'><title>round " << e.step << ": rank " << e.src
-      << " -> rank " << e.dst << ", " << e.bytes << " bytes</title></line>\n";
+    d.line(x1, y1, x2, y2,
+           {.stroke = kBlue, .stroke_width = 1.6, .extra = {{"marker-end", "url(#arrow)"}},
+            .title = "round " + std::to_string(e.step) + ": rank " + std::to_string(e.src) + " -> rank " +
+                     std::to_string(e.dst) + ", " + std::to_string(e.bytes) + " bytes"});
     // The label sits in the middle of the first gap between lanes the arrow crosses, so the labels
     // of long arrows (the ring's wrap-around) do not land on those of neighbouring ranks.
     const int span = std::max(1, std::abs(e.dst - e.src));
     const double f = (e.dst > e.src ? 0.38 : 0.62) / span;  // crossing arrows: labels side by side
     const double mx = x1 + (x2 - x1) * f, my = y1 + (y2 - y1) * f;
-    s << "<circle cx='" << mx << "' cy='" << my << "' r='8' fill='white' stroke='#1f5fa8'/>"
-      << "<text x='" << mx << "' y='" << my + 4 << "' text-anchor='middle' font-size='10'>" << e.step << "</text>\n";
+    d.circle(mx, my, 8, {.fill = "white", .stroke = kBlue});
+    d.text(mx, my + 4, std::to_string(e.step), {.anchor = svg::Anchor::Middle, .size = 10});
   }
-  s << "</svg>\n";
-  return s.str();
+  return d.str();
 }
 
 int cmd_trace(const std::string& coll, const std::string& algo, int n, std::int64_t bytes, const std::string& svg,
@@ -246,13 +233,13 @@ int cmd_trace(const std::string& coll, const std::string& algo, int n, std::int6
     std::printf("%6d %5d %5d %10lld %12s %12s\n", e.step, e.src, e.dst, static_cast<long long>(e.bytes),
                 micros(e.t_send).c_str(), micros(e.t_recv).c_str());
   if (!svg.empty()) {
-    std::ofstream f(svg);
-    MLS_CHECK(f.good(), "mls-collectives trace: cannot write '", svg, "'");
-    f << trace_svg(all, n,
-                   coll + " (" + algo + "), " + human(static_cast<double>(bytes)) + " on " + std::to_string(n) +
-                       " ranks: " + std::to_string(all.size()) + " messages in " + std::to_string(rounds.size()) +
-                       " rounds",
-                   r.modelled);
+    write_file_atomic(svg,
+                      trace_svg(all, n,
+                                coll + " (" + algo + "), " + human(static_cast<double>(bytes)) + " on " +
+                                    std::to_string(n) + " ranks: " + std::to_string(all.size()) + " messages in " +
+                                    std::to_string(rounds.size()) + " rounds",
+                                r.modelled),
+                      "mls-collectives trace");
     std::printf("wrote %s\n", svg.c_str());
   }
   return 0;

@@ -1,19 +1,13 @@
 #include "mls/llm/checkpoint.hpp"
 #include "mls/llm/llmc.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
-#include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/file.hpp"
 #include "mls/common/rng.hpp"
 
 namespace mls::llm {
@@ -66,12 +60,6 @@ struct Reader {
     return s;
   }
 };
-
-std::string errno_text(int err) {
-  std::string s = std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) s += " (the disk is full)";
-  return s;
-}
 
 std::string hex64(std::uint64_t v) {
   char buf[24];
@@ -263,72 +251,13 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& source) {
 
 // ---- files ---------------------------------------------------------------------------------------
 
-void write_file_atomic(const std::string& path, std::string_view bytes, const char* op, const WriteFn& write_fn) {
-  namespace fs = std::filesystem;
-  MLS_CHECK(!path.empty(), op, ": empty path");
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  MLS_CHECK(fd >= 0, op, ": cannot write '", path, "': cannot create the temporary file '", tmp, "': ",
-            errno_text(errno));
-  auto give_up = [&](const std::string& what, int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail(op, ": cannot write '", path, "': ", what, ": ", errno_text(err), "; '", path, "' is left as it was");
-  };
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const std::size_t chunk = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 24);
-    errno = 0;
-    const long n = write_fn ? write_fn(fd, bytes.data() + done, chunk) : ::write(fd, bytes.data() + done, chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n == 0 && errno == 0 ? ENOSPC : errno;
-      give_up("writing the temporary file failed after " + std::to_string(done) + " of " +
-                  std::to_string(bytes.size()) + " bytes",
-              err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) give_up("fsync of the temporary file failed", errno);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail(op, ": cannot write '", path, "': closing the temporary file failed: ", errno_text(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail(op, ": cannot write '", path, "': renaming '", tmp, "' over it failed: ", errno_text(err), "; '", path,
-         "' is left as it was");
-  }
-  // Make the rename itself durable.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-std::string read_binary_file(const std::string& path, const char* op) {
-  std::error_code ec;
-  MLS_CHECK(!std::filesystem::is_directory(path, ec), op, ": '", path, "' is a directory, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  MLS_CHECK(in.good(), op, ": cannot open '", path, "': ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MLS_CHECK(!in.bad(), op, ": cannot read '", path, "'");
-  return ss.str();
-}
-
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   ckpt.config.validate();
   write_file_atomic(path, serialize_checkpoint(ckpt), "save_checkpoint");
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  return parse_checkpoint(read_binary_file(path, "load_checkpoint"), path);
+  return parse_checkpoint(read_file(path, "load_checkpoint"), path);
 }
 
 void check_resume_compatible(const GPTConfig& saved, const GPTConfig& requested) {

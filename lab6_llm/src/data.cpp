@@ -2,14 +2,11 @@
 #include "mls/llm/data.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/file.hpp"
 
 namespace mls::llm {
 
@@ -40,14 +37,7 @@ std::uint64_t position_train(std::uint64_t position) { return position & kTrainM
 std::uint64_t position_val(std::uint64_t position) { return position >> kTrainBits; }
 
 std::string read_text_file(const std::string& path) {
-  std::error_code ec;
-  MLS_CHECK(!std::filesystem::is_directory(path, ec), "read_text_file: '", path, "' is a directory, expected a text file");
-  std::ifstream in(path, std::ios::binary);
-  MLS_CHECK(in.good(), "read_text_file: cannot open '", path, "': ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MLS_CHECK(!in.bad(), "read_text_file: cannot read '", path, "'");
-  std::string text = ss.str();
+  std::string text = read_file(path, "read_text_file");
   MLS_CHECK(!text.empty(), "read_text_file: '", path, "' is empty, expected UTF-8 text");
   const std::string op = "read_text_file: '" + path + "'";
   utf8_validate(text, op.c_str());

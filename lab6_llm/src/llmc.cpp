@@ -7,7 +7,8 @@
 #include <fstream>
 
 #include "mls/common/error.hpp"
-#include "mls/llm/checkpoint.hpp"
+#include "mls/common/file.hpp"
+#include "mls/llm/checkpoint.hpp"  // load_init_from reads mls checkpoints too
 #include "mls/llm/tokenizer.hpp"
 
 namespace mls::llm {
@@ -98,7 +99,7 @@ void write_llmc(const std::string& path, const GPTConfig& cfg, const std::vector
   write_file_atomic(path, serialize_llmc(cfg, params, padded_vocab_size), "export llm.c");
 }
 
-LlmcModel read_llmc(const std::string& path) { return parse_llmc(read_binary_file(path, "read llm.c model"), path); }
+LlmcModel read_llmc(const std::string& path) { return parse_llmc(read_file(path, "read llm.c model"), path); }
 
 std::string llmc_tokenizer_path(const std::string& model_path) { return model_path + ".tokenizer"; }
 
@@ -123,7 +124,7 @@ InitFrom load_init_from(const std::string& path) {
     const std::string tok_path = llmc_tokenizer_path(path);
     std::error_code ec;
     if (std::filesystem::exists(tok_path, ec)) {
-      init.tokenizer = read_binary_file(tok_path, "init-from");
+      init.tokenizer = read_file(tok_path, "init-from");
       const auto tok = load_tokenizer(init.tokenizer);
       MLS_CHECK(tok->vocab_size() == init.config.vocab_size, "init-from: the tokenizer '", tok_path, "' has ",
                 tok->vocab_size(), " tokens, the model '", path, "' has a vocabulary of ", init.config.vocab_size);

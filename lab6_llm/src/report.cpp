@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "mls/common/error.hpp"
-#include "mls/llm/checkpoint.hpp"
+#include "mls/common/svg.hpp"
+#include "mls/common/file.hpp"
 #include "mls/llm/data.hpp"
 
 namespace mls::llm {
@@ -31,7 +31,7 @@ void write_loss_csv(const std::string& path, const std::vector<LossRow>& rows) {
 }
 
 std::vector<LossRow> read_loss_csv(const std::string& path) {
-  std::istringstream in(read_binary_file(path, "read_loss_csv"));
+  std::istringstream in(read_file(path, "read_loss_csv"));
   std::string line;
   std::vector<LossRow> rows;
   std::getline(in, line);
@@ -63,82 +63,43 @@ std::vector<LossRow> read_loss_csv(const std::string& path) {
   return rows;
 }
 
-namespace {
-
-/// Axis ticks at 1, 2 or 5 times a power of ten, about five of them, inside [lo, hi].
-std::vector<double> nice_ticks(double lo, double hi) {
-  const double raw = (hi - lo) / 5;
-  const double p = std::pow(10.0, std::floor(std::log10(raw)));
-  const double step = raw / p < 1.5 ? p : raw / p < 3.5 ? 2 * p : raw / p < 7.5 ? 5 * p : 10 * p;
-  std::vector<double> ticks;
-  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + 1e-9 * step; t += step) {
-    ticks.push_back(std::abs(t) < 1e-12 * step ? 0.0 : t);
-  }
-  return ticks;
-}
-
-}  // namespace
-
 std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title) {
   const double W = 640, H = 400, ml = 70, mr = 20, mt = 40, mb = 50;
-  double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  auto has_val = [](const LossRow& r) { return r.val_loss >= 0 && std::isfinite(r.val_loss); };
+  double x0 = 0, x1 = 1, y0 = 1e300, y1 = -1e300;
   if (!rows.empty()) {
     x0 = static_cast<double>(rows.front().step);
     x1 = std::max(x0 + 1, static_cast<double>(rows.back().step));
-    y0 = 1e300;
-    y1 = -1e300;
-    for (const auto& r : rows) {
-      if (std::isfinite(r.train_loss))
-        y0 = std::min(y0, r.train_loss), y1 = std::max(y1, r.train_loss);
-      if (r.val_loss >= 0 && std::isfinite(r.val_loss))
-        y0 = std::min(y0, r.val_loss), y1 = std::max(y1, r.val_loss);
-    }
-    if (!(y1 > y0)) y0 -= 0.5, y1 += 0.5;
-    y0 = std::max(0.0, y0 - 0.05 * (y1 - y0));
   }
-  auto X = [&](double x) { return ml + (x - x0) / (x1 - x0) * (W - ml - mr); };
-  auto Y = [&](double y) { return H - mb - (y - y0) / (y1 - y0) * (H - mt - mb); };
-  std::ostringstream s;
-  s.precision(5);
-  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' "
-       "fill='white'/>\n";
-  s << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='14'>" << title
-    << "</text>\n";
-  s << "<line x1='" << ml << "' y1='" << H - mb << "' x2='" << W - mr << "' y2='" << H - mb
-    << "' stroke='black'/>\n";
-  s << "<line x1='" << ml << "' y1='" << mt << "' x2='" << ml << "' y2='" << H - mb
-    << "' stroke='black'/>\n";
-  for (const double xv : nice_ticks(x0, x1)) {
-    s << "<line x1='" << X(xv) << "' y1='" << H - mb << "' x2='" << X(xv) << "' y2='" << H - mb + 5
-      << "' stroke='black'/>"
-      << "<text x='" << X(xv) << "' y='" << H - mb + 18 << "' text-anchor='middle'>"
-      << std::llround(xv) << "</text>\n";
+  for (const auto& r : rows) {
+    if (std::isfinite(r.train_loss)) y0 = std::min(y0, r.train_loss), y1 = std::max(y1, r.train_loss);
+    if (has_val(r)) y0 = std::min(y0, r.val_loss), y1 = std::max(y1, r.val_loss);
   }
-  for (const double yv : nice_ticks(y0, y1)) {
-    s << "<line x1='" << ml - 5 << "' y1='" << Y(yv) << "' x2='" << W - mr << "' y2='" << Y(yv)
-      << "' stroke='#ddd'/><text x='" << ml - 8 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>"
-      << yv << "</text>\n";
-  }
-  s << "<text x='" << (ml + W - mr) / 2 << "' y='" << H - 10
-    << "' text-anchor='middle'>step</text>\n";
-  s << "<text x='15' y='" << (mt + H - mb) / 2 << "' text-anchor='middle' transform='rotate(-90 15 "
-    << (mt + H - mb) / 2 << ")'>loss (nats/token)</text>\n";
-  s << "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
+  if (y0 > y1) y0 = 0, y1 = 1;  // no finite loss at all: an empty plot
+  if (!(y1 > y0)) y0 -= 0.5, y1 += 0.5;
+  y0 = std::max(0.0, y0 - 0.05 * (y1 - y0));
+  const svg::Scale X(x0, x1, ml, W - mr), Y(y0, y1, H - mb, mt);
+  svg::Document d(W, H);
+  d.text(W / 2, 22, title, {.anchor = svg::Anchor::Middle, .size = 14});
+  d.x_axis(X, H - mb,
+           {.label = [](double v) { return std::to_string(std::llround(v)); }, .title = "step", .title_gap = mb - 10});
+  d.y_axis(Y, ml,
+           {.label = [](double v) {
+              char b[32];
+              std::snprintf(b, sizeof b, "%.5g", v);
+              return std::string(b);
+            },
+            .grid = "#ddd", .grid_to = W - mr, .title = "loss (nats/token)", .title_gap = ml - 15});
+  std::vector<svg::Point> train;
   for (const auto& r : rows)
-    if (std::isfinite(r.train_loss))
-      s << X(static_cast<double>(r.step)) << "," << Y(r.train_loss) << " ";
-  s << "'/>\n";
+    if (std::isfinite(r.train_loss)) train.push_back({X(static_cast<double>(r.step)), Y(r.train_loss)});
+  d.polyline(train, {.stroke = "#1f77b4", .stroke_width = 1.5});
   for (const auto& r : rows)
-    if (r.val_loss >= 0 && std::isfinite(r.val_loss))
-      s << "<circle cx='" << X(static_cast<double>(r.step)) << "' cy='" << Y(r.val_loss)
-        << "' r='3' fill='#d62728'/>\n";
-  s << "<line x1='" << W - mr - 130 << "' y1='" << mt + 10 << "' x2='" << W - mr - 110 << "' y2='"
-    << mt + 10 << "' stroke='#1f77b4' stroke-width='2'/><text x='" << W - mr - 105 << "' y='"
-    << mt + 14 << "'>train</text>\n";
-  s << "<circle cx='" << W - mr - 120 << "' cy='" << mt + 28 << "' r='3' fill='#d62728'/><text x='"
-    << W - mr - 105 << "' y='" << mt + 32 << "'>validation</text>\n</svg>\n";
-  return s.str();
+    if (has_val(r)) d.circle(X(static_cast<double>(r.step)), Y(r.val_loss), 3, {.fill = "#d62728"});
+  d.legend(W - mr - 130, mt + 14,
+           {{"train", "#1f77b4", svg::LegendEntry::Line}, {"validation", "#d62728", svg::LegendEntry::Dot}},
+           {.row = 18});
+  return d.str();
 }
 
 void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows,

@@ -1,6 +1,7 @@
 // Lab 6 checkpoints: bit-exact round trips, atomic writes (the previous file survives an
 // unwritable path or a full disk), and every kind of bad file as a clear mls::Error.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -206,13 +207,21 @@ TEST_CASE("checkpoint: an unwritable path leaves the previous checkpoint", "[lab
   const Checkpoint old = sample_checkpoint(1);
   save_checkpoint(path, old);
   const std::string before = llm_test::slurp(path);
-  // The temporary file's name is taken by a folder: creating it fails.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  llm_test::fs::create_directory(tmp);
-  require_error([&] { save_checkpoint(path, sample_checkpoint(2)); }, "cannot create the temporary file");
+  // Creating the temporary file fails: no file descriptor is left (the temporary's name is unique,
+  // so it cannot be taken ahead; the open-file limit is lowered to the lowest free descriptor).
+  const Checkpoint next = sample_checkpoint(2);
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const int lowest = ::dup(0);
+  REQUIRE(lowest >= 0);
+  ::close(lowest);
+  rlimit none = saved;
+  none.rlim_cur = static_cast<rlim_t>(lowest);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+  require_error([&] { save_checkpoint(path, next); }, "cannot create the temporary file");
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
   CHECK(llm_test::slurp(path) == before);
   check_same(load_checkpoint(path), old);
-  llm_test::fs::remove(tmp);
   // A folder that does not exist.
   require_error([&] { save_checkpoint(dir.file("nope/run.ckpt"), old); }, "No such file or directory");
   // A path whose parent is a file.

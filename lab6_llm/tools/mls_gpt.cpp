@@ -307,7 +307,7 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   b.B = B;
   b.T = T;
   if (!tokens_file.empty()) {
-    const std::string bytes = read_binary_file(tokens_file, "bench");
+    const std::string bytes = read_file(tokens_file, "bench");
     MLS_CHECK(static_cast<std::int64_t>(bytes.size()) == B * (T + 1) * 4, "bench: ", tokens_file,
               " has ", bytes.size(), " bytes, expected B*(T+1) int32 = ", B * (T + 1) * 4);
     const auto* ids = reinterpret_cast<const std::int32_t*>(bytes.data());

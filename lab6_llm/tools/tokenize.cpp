@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     MLS_CHECK(data.empty() != load.empty(), "mls-tokenize: give exactly one of --data FILE and --load FILE");
     std::unique_ptr<Tokenizer> tok;
     if (!load.empty()) {
-      tok = load_tokenizer(read_binary_file(load, "mls-tokenize --load"));
+      tok = load_tokenizer(read_file(load, "mls-tokenize --load"));
       std::printf("loaded %s tokenizer: %lld tokens\n", tok->kind().c_str(), static_cast<long long>(tok->vocab_size()));
     } else {
       const std::string corpus = read_text_file(data);

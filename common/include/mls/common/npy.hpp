@@ -33,7 +33,7 @@ NpyArray parse_npy(std::span<const std::byte> bytes);
 NpyArray read_npy(const std::string& path);
 /// Serialises (format 1.0 when the header fits, else 2.0).
 std::vector<std::byte> serialize_npy(const NpyArray& array);
-/// Writes a .npy file atomically (temporary file, then rename).
+/// Writes a .npy file atomically (mls::write_file_atomic: temporary file, fsync, rename).
 void write_npy(const std::string& path, const NpyArray& array);
 
 }  // namespace mls

@@ -8,6 +8,9 @@
 #include <string_view>
 #include <vector>
 
+#include "mls/common/file.hpp"
+#include "mls/common/svg.hpp"
+
 namespace mls::grader {
 
 /// The grader process's own peak resident memory so far, in MB (its children not counted).
@@ -15,10 +18,11 @@ double grader_peak_mb();
 
 namespace fs = std::filesystem;
 
-/// Reads a whole file; throws mls::Error naming the path when it cannot.
-std::string read_file(const fs::path& path);
-/// Writes `text` to `path` atomically: a temporary file in the same folder, fsync, rename.
-void write_file_atomic(const fs::path& path, std::string_view text);
+/// Whole files come from common (mls/common/file.hpp): read_file (regular files only, a FIFO is
+/// refused without blocking) and write_file_atomic (a unique O_EXCL temporary in the same folder,
+/// mode 0644, fsync, rename over the target, never through a symlink there; folder fsync).
+using mls::read_file;
+using mls::write_file_atomic;
 /// Replaces control characters (except \n and \t) by '?', and invalid UTF-8 bytes by '?';
 /// cuts to `max_bytes`, noting how much was cut.
 std::string sanitize_text(std::string_view text, std::size_t max_bytes = 8192);
@@ -40,8 +44,8 @@ std::vector<std::string> split(std::string_view text, char sep);
 std::string_view trim(std::string_view s);
 /// True when `s` starts with / ends with `prefix`.
 bool starts_with(std::string_view s, std::string_view prefix);
-/// Escapes a string for XML/HTML text and attribute values.
-std::string xml_escape(std::string_view s);
+/// Escapes a string for XML/HTML text and attribute values (common's, mls/common/svg.hpp).
+using mls::xml_escape;
 /// A fresh private folder under $TMPDIR (or /tmp), mode 0755 so a sandboxed uid can enter it.
 fs::path make_temp_dir(std::string_view prefix);
 /// Removes a folder tree, ignoring errors (best effort clean-up).

@@ -13,18 +13,18 @@
 ///             then string name, u32 ndim, i64 dims[ndim], float32 data[numel]);
 ///             a string is a u64 length and its bytes.
 ///
-/// save_checkpoint writes `path.tmp.<pid>` in the same folder, fsyncs it, renames it over `path`
-/// and fsyncs the folder: a crash or a full disk leaves either the old file or the new one, never
-/// a mix. load_checkpoint checks magic, version, size and checksum, each failure an mls::Error
+/// save_checkpoint writes with mls::write_file_atomic (a unique temporary file in the same folder,
+/// fsynced, renamed over `path`, the folder fsynced): a crash or a full disk leaves either the old
+/// file or the new one, never a mix. load_checkpoint checks magic, version, size and checksum, each failure an mls::Error
 /// naming the file and the problem.
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "mls/common/file.hpp"
 #include "mls/common/shape.hpp"
 #include "mls/llm/config.hpp"
 
@@ -84,13 +84,10 @@ void check_resume_compatible(const GPTConfig& saved, const GPTConfig& requested)
 /// The same for two checkpoints, and their tokenizers must be equal too.
 void check_resume_compatible(const Checkpoint& saved, const Checkpoint& requested);
 
-/// Writes `bytes` to `path` atomically (temp file + fsync + rename + folder fsync); `op` names the
-/// operation in error messages. `write_fn` replaces ::write for tests that inject a failure (it
-/// must behave like ::write: bytes written, or -1 with errno set).
-using WriteFn = std::function<long(int fd, const void* data, std::size_t n)>;
-void write_file_atomic(const std::string& path, std::string_view bytes, const char* op,
-                       const WriteFn& write_fn = {});
-/// Reads a whole file; a missing or unreadable file is an mls::Error naming `op` and the path.
-std::string read_binary_file(const std::string& path, const char* op);
+/// Files in and out are common's (mls/common/file.hpp): write_file_atomic (temporary file,
+/// fsync, rename, folder fsync; `write_fn` injects failures in tests) and read_file.
+using mls::read_file;
+using mls::write_file_atomic;
+using mls::WriteFn;
 
 }  // namespace mls::llm

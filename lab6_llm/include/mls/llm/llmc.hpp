@@ -39,7 +39,7 @@ std::string serialize_llmc(const GPTConfig& cfg, const std::vector<float>& param
 /// size that does not match the header is an mls::Error naming `source` and the problem.
 LlmcModel parse_llmc(std::string_view bytes, const std::string& source);
 
-/// write_file_atomic(path, serialize_llmc(...)).
+/// mls::write_file_atomic(path, serialize_llmc(...)).
 void write_llmc(const std::string& path, const GPTConfig& cfg, const std::vector<float>& params,
                 std::int64_t padded_vocab_size = 0);
 LlmcModel read_llmc(const std::string& path);
