@@ -65,34 +65,125 @@ function(mls_add_lab_tests lab)
   target_include_directories(mls_${lab}_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
 endfunction()
 
-# mls_add_lab_tools(<labN> LIBS <libs...>): tools/<name>.cpp of the calling lab becomes the program
-# mls-<name> (underscores as dashes; a name already starting with mls_ keeps one prefix), linked
-# with CLI11; said once where CLI11 is missing.
-function(mls_add_lab_tools lab)
-  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
-  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tools/*.cpp)
-  if(sources AND NOT CLI11_FOUND)
-    message(STATUS "mls: ${lab} tools not built (CLI11 not found: apt-get install libcli11-dev)")
-    return()
-  endif()
-  foreach(src ${sources})
-    get_filename_component(name ${src} NAME_WE)
-    string(REGEX REPLACE "^mls_" "" name ${name})
-    string(REPLACE "_" "-" name ${name})
-    mls_add_tool(mls-${name} SOURCES ${src} LIBS ${ARG_LIBS} CLI11::CLI11)
-  endforeach()
+# ---- tools and benchmarks of a lab: one naming scheme (README, "Layout"; scripts/check_conventions.py)
+#   tools/<name>.cpp             -> mls-<name>          a command-line tool, in bin/   (mls_add_lab_tools)
+#   tools/<name>_oracle.cpp      -> mls-<name>-oracle   the driver of a differential test, in bin/
+#                                                       (mls_add_oracle, not mls_add_lab_tools)
+#   bench/bench_<name>.cpp       -> mls_<labN>_bench_<name>  a Google Benchmark program, in the
+#                                                       lab's build folder, with MLS_BENCH (mls_add_lab_benches)
+#   bench/<name>_bench.cpp       -> mls-<name>-bench    a benchmark driver with its own command line
+#                                                       (run by hand, by a script, under mpirun), in bin/
+#   tools/<backend>/..., bench/<backend>/... (backend: cuda, mpi, nccl): the same, built only where
+#   the lab's backend library mls_<word>_<backend> is, and linked with it.
+# <name> is lower_snake_case; in a program name its underscores become dashes.
+
+# The backend subfolders of a lab's tools/ and bench/, and its word (labN_<word>).
+set(MLS_BACKENDS cuda mpi nccl)
+function(_mls_lab_word out)
+  get_filename_component(dir ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  string(REGEX REPLACE "^lab[0-9]+_" "" word ${dir})
+  set(${out} ${word} PARENT_SCOPE)
 endfunction()
 
-# mls_add_lab_benches(<labN> LIBS <libs...>): bench/bench_<name>.cpp of the calling lab becomes the
-# Google Benchmark program mls_<labN>_bench_<name>.
-function(mls_add_lab_benches lab)
-  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
-  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_*.cpp)
-  foreach(src ${sources})
-    get_filename_component(name ${src} NAME_WE)
-    string(REGEX REPLACE "^bench_" "" name ${name})
-    mls_add_bench(mls_${lab}_bench_${name} SOURCES ${src} LIBS ${ARG_LIBS})
+# Sources of <folder>/<glob> and <folder>/<backend>/<glob>: sets <out>_<i> pairs as a flat list
+# "<file>;<backend library or ->", only for backends whose library is built.
+function(_mls_lab_sources out folder glob)
+  _mls_lab_word(word)
+  set(result "")
+  file(GLOB plain CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${folder}/${glob})
+  foreach(src ${plain})
+    list(APPEND result ${src} -)
   endforeach()
+  foreach(backend ${MLS_BACKENDS})
+    file(GLOB found CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${folder}/${backend}/${glob})
+    if(found AND TARGET mls_${word}_${backend})
+      foreach(src ${found})
+        list(APPEND result ${src} mls_${word}_${backend})
+      endforeach()
+    endif()
+  endforeach()
+  set(${out} ${result} PARENT_SCOPE)
+endfunction()
+
+# A program of bin/ from <src>: linked with <libs>, the backend library (unless "-") and CLI11
+# where found; a source that includes CLI11 is left out, said once per lab, where CLI11 is missing.
+function(_mls_add_bin_program lab target src backend)
+  file(READ ${src} text)
+  string(FIND "${text}" "<CLI/CLI.hpp>" uses_cli)
+  if(NOT uses_cli EQUAL -1 AND NOT CLI11_FOUND)
+    get_property(said GLOBAL PROPERTY mls_${lab}_said_cli11)
+    if(NOT said)
+      message(STATUS "mls: ${lab} tools not built (CLI11 not found: apt-get install libcli11-dev)")
+      set_property(GLOBAL PROPERTY mls_${lab}_said_cli11 ON)
+    endif()
+    return()
+  endif()
+  set(libs ${ARGN})
+  if(NOT backend STREQUAL "-")
+    list(APPEND libs ${backend})
+  endif()
+  if(CLI11_FOUND)
+    list(APPEND libs CLI11::CLI11)
+  endif()
+  mls_add_tool(${target} SOURCES ${src} LIBS ${libs})
+endfunction()
+
+# mls_add_lab_tools(<labN> LIBS <libs...>): tools/<name>.cpp of the calling lab (and
+# tools/<backend>/<name>.cpp where the lab's backend library is built) becomes mls-<name>, linked
+# with <libs> (and CLI11). tools/<name>_oracle.cpp is left to mls_add_oracle.
+# Transitional: a tools/mls_<name>.cpp not yet renamed still becomes mls-<name> (lab 6's mls_gpt.cpp).
+function(mls_add_lab_tools lab)
+  cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
+  _mls_lab_sources(pairs tools "*.cpp")
+  while(pairs)
+    list(POP_FRONT pairs src backend)
+    get_filename_component(name ${src} NAME_WE)
+    if(name MATCHES "_oracle$")
+      continue()
+    endif()
+    string(REGEX REPLACE "^mls_" "" name ${name})
+    string(REPLACE "_" "-" name ${name})
+    _mls_add_bin_program(${lab} mls-${name} ${src} ${backend} ${ARG_LIBS})
+  endwhile()
+endfunction()
+
+# mls_add_lab_benches(<labN> LIBS <libs...> [NEEDS <name> <target> ...]): the calling lab's
+# bench/bench_<name>.cpp becomes the Google Benchmark program mls_<labN>_bench_<name> (built with
+# MLS_BENCH), bench/<name>_bench.cpp the driver mls-<name>-bench in bin/ (always built: scripts
+# and tests run them), each linked with <libs>; bench/<backend>/ as tools/<backend>/. NEEDS: the
+# benchmark <name> (bench_<name> or <name>_bench) is built only where <target> exists (its peer,
+# e.g. mls_openblas) and linked with it.
+function(mls_add_lab_benches lab)
+  cmake_parse_arguments(ARG "" "" "LIBS;NEEDS" ${ARGN})
+  _mls_lab_sources(pairs bench "*.cpp")
+  while(pairs)
+    list(POP_FRONT pairs src backend)
+    get_filename_component(file ${src} NAME_WE)
+    string(REGEX REPLACE "^bench_|_bench$" "" name ${file})
+    set(libs ${ARG_LIBS})
+    list(FIND ARG_NEEDS ${name} at)
+    if(NOT at EQUAL -1)
+      math(EXPR at "${at} + 1")
+      list(GET ARG_NEEDS ${at} needed)
+      if(NOT TARGET ${needed})
+        message(STATUS "mls: ${lab} benchmark ${file} not built (no ${needed})")
+        continue()
+      endif()
+      list(APPEND libs ${needed})
+    endif()
+    if(file MATCHES "^bench_")
+      if(NOT backend STREQUAL "-")
+        list(APPEND libs ${backend})
+      endif()
+      mls_add_bench(mls_${lab}_bench_${name} SOURCES ${src} LIBS ${libs})
+    elseif(file MATCHES "_bench$")
+      string(REPLACE "_" "-" name ${name})
+      _mls_add_bin_program(${lab} mls-${name}-bench ${src} ${backend} ${libs})
+    else()
+      message(FATAL_ERROR "mls: ${src}: a benchmark source is bench_<name>.cpp (Google Benchmark) or "
+                          "<name>_bench.cpp (a driver); see common/cmake/MlsLab.cmake")
+    endif()
+  endwhile()
 endfunction()
 
 # mls_add_bench(<target> SOURCES <files...> LIBS <libs...>): a Google Benchmark program.

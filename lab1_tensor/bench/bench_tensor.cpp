@@ -1,8 +1,8 @@
 // Lab 1 benchmarks. Each one runs its peer (memcpy over the same number of bytes) in the same
 // program right before it, and reports our bandwidth, the peer's and the ratio ours / peer.
 //
-//   build/release/lab1_tensor/mls_lab1_bench                 (all, 1 thread)
-//   build/release/lab1_tensor/mls_lab1_bench --benchmark_filter=Add
+//   build/release/lab1_tensor/mls_lab1_bench_tensor                 (all, 1 thread)
+//   build/release/lab1_tensor/mls_lab1_bench_tensor --benchmark_filter=Add
 // Bytes are counted the same way for both sides: every byte read plus every byte written.
 #include <benchmark/benchmark.h>
 

@@ -255,8 +255,10 @@ void register_elementwise_ops(OpTable& t) {
   unary(Op::Gelu, "gelu", UnaryOp::Gelu, unary_infer, gelu_bwd, "GELU, tanh approximation (as lab 1)");
   auto binary = [&](Op op, const char* name, BinaryOp b, InferFn inf, BackwardFn bwd, const char* doc) {
     const bool cmp = bwd == nullptr;
+    const bool commutative = b == BinaryOp::Add || b == BinaryOp::Mul || b == BinaryOp::Maximum ||
+                             b == BinaryOp::Minimum || b == BinaryOp::Eq || b == BinaryOp::Ne;
     t.add(op, {.name = name, .arity = 2, .differentiable = !cmp, .forward = binary_fwd_of(b), .infer = inf,
-               .backward = bwd, .doc = doc, .elementwise = !cmp, .binary = b});
+               .backward = bwd, .doc = doc, .elementwise = !cmp, .binary = b, .commutative = commutative});
   };
   binary(Op::Add, "add", BinaryOp::Add, binary_infer, add_bwd, "a + b, broadcasting");
   binary(Op::Sub, "sub", BinaryOp::Sub, binary_infer, sub_bwd, "a - b, broadcasting");

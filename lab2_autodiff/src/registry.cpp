@@ -92,6 +92,8 @@ struct Registry {
     MLS_CHECK(def.forward && def.infer, "register_op: op '", def.name, "' needs a forward and an infer function");
     MLS_CHECK(!def.elementwise || (def.unary.has_value() != def.binary.has_value()), "register_op: elementwise op '",
               def.name, "' must name exactly one lab 1 scalar function (unary or binary)");
+    MLS_CHECK(!def.commutative || def.arity == 2, "register_op: op '", def.name, "' is commutative but has arity ",
+              def.arity, ", expected 2");
     for (std::size_t k = 0; k < kMaxOps; ++k) {
       const OpDef* d = slots[k].load(std::memory_order_relaxed);
       MLS_CHECK(!d || d->name != def.name, "register_op: an op named '", def.name, "' is already registered");

@@ -35,7 +35,8 @@ std::int64_t Attrs::i(std::string_view key) const {
 }
 double Attrs::f(std::string_view key) const {
   const AttrValue* v = find(key);
-  MLS_CHECK(v && !std::holds_alternative<std::vector<std::int64_t>>(*v), "attrs: no real attribute '", key, "'");
+  MLS_CHECK(v && (std::holds_alternative<std::int64_t>(*v) || std::holds_alternative<double>(*v)),
+            "attrs: no real attribute '", key, "'");
   if (std::holds_alternative<std::int64_t>(*v)) return static_cast<double>(std::get<std::int64_t>(*v));
   return std::get<double>(*v);
 }
@@ -44,6 +45,11 @@ const std::vector<std::int64_t>& Attrs::ints(std::string_view key) const {
   MLS_CHECK(v && std::holds_alternative<std::vector<std::int64_t>>(*v), "attrs: no integer-list attribute '",
             key, "'");
   return std::get<std::vector<std::int64_t>>(*v);
+}
+const std::vector<std::string>& Attrs::strs(std::string_view key) const {
+  const AttrValue* v = find(key);
+  MLS_CHECK(v && std::holds_alternative<std::vector<std::string>>(*v), "attrs: no string-list attribute '", key, "'");
+  return std::get<std::vector<std::string>>(*v);
 }
 std::string Attrs::str() const {
   std::ostringstream os;
@@ -54,7 +60,13 @@ std::string Attrs::str() const {
     os << k << '=';
     if (std::holds_alternative<std::int64_t>(v)) os << std::get<std::int64_t>(v);
     else if (std::holds_alternative<double>(v)) os << std::get<double>(v);
-    else os << shape_str(std::get<std::vector<std::int64_t>>(v));
+    else if (std::holds_alternative<std::vector<std::int64_t>>(v)) os << shape_str(std::get<std::vector<std::int64_t>>(v));
+    else {
+      const auto& list = std::get<std::vector<std::string>>(v);
+      os << '[';
+      for (std::size_t i = 0; i < list.size(); ++i) os << (i ? ", " : "") << list[i];
+      os << ']';
+    }
   }
   return os.str();
 }

@@ -35,7 +35,16 @@ constexpr std::array<OpInfo, 10> kOps{{{TermOp::Var, "var", 0},
                                        {TermOp::Matmul, "matmul", 2}}};
 
 const OpInfo& info(TermOp op) { return kOps[static_cast<std::size_t>(op)]; }
-bool commutative(TermOp op) { return op == TermOp::Add || op == TermOp::Mul; }
+/// Asks the op registry (lab 2's add and mul are marked commutative; matmul and sub are not).
+bool commutative(TermOp op) {
+  static const std::array<bool, kOps.size()> table = [] {
+    std::array<bool, kOps.size()> t{};
+    for (const OpInfo& o : kOps)
+      t[static_cast<std::size_t>(o.op)] = o.arity == 2 && autodiff::op_def(autodiff::op_from_name(o.name)).commutative;
+    return t;
+  }();
+  return table[static_cast<std::size_t>(op)];
+}
 char var_letter(int i) { return static_cast<char>('A' + i); }
 
 /// out = op(x, y) on n x n row-major matrices (scalars already broadcast to n x n).

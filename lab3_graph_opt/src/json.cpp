@@ -4,7 +4,8 @@
 //              {"op": "constant", "shape": [], "dtype": "float32", "value": [2.0], "inputs": []},
 //              {"op": "mul", "inputs": [0, 1], "attrs": {}, "shape": [2, 3], "dtype": "float32"}],
 //    "inputs": [0], "outputs": [2]}
-// Node references are indices into "nodes"; attributes are integers, reals or integer lists.
+// Node references are indices into "nodes"; attributes are integers, reals, integer lists or
+// string lists (a fused_elementwise node's "code": ["add 0 1", "exp 2"], ops by name).
 #include <nlohmann/json.hpp>
 
 #include "mls/common/file.hpp"
@@ -94,8 +95,9 @@ Program from_json(const std::string& text) {
         for (const auto& [k, v] : j["attrs"].items()) {
           if (v.is_number_integer()) n->attrs.set(k, v.get<std::int64_t>());
           else if (v.is_number_float()) n->attrs.set(k, v.get<double>());
+          else if (v.is_array() && !v.empty() && v[0].is_string()) n->attrs.set(k, v.get<std::vector<std::string>>());
           else if (v.is_array()) n->attrs.set(k, v.get<std::vector<std::int64_t>>());
-          else fail("load: node ", i, ": attribute '", k, "' must be an integer, a real or a list of integers");
+          else fail("load: node ", i, ": attribute '", k, "' must be an integer, a real, a list of integers or a list of strings");
         }
       }
       if (n->op == Op::Constant || n->op == Op::Variable) {

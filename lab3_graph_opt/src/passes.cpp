@@ -57,9 +57,15 @@ namespace {
   }
   std::vector<std::uintptr_t> ins;
   for (const NodePtr& in : n.inputs) ins.push_back(reinterpret_cast<std::uintptr_t>(in.get()));
-  if (n.op == Op::Add || n.op == Op::Mul || n.op == Op::Maximum || n.op == Op::Minimum) std::sort(ins.begin(), ins.end());
+  if (autodiff::op_def(n.op).commutative) std::sort(ins.begin(), ins.end());
   for (auto a : ins) k += std::to_string(a) + ",";
   return k;
+}
+
+/// `pat`, also matching its two operands swapped where the op registry says its op commutes.
+[[maybe_unused]] Pattern commuting(Pattern pat) {
+  if (!pat.any_op && autodiff::op_def(pat.op).commutative) pat.commutative();
+  return pat;
 }
 
 /// Gemm attributes for a plain product (from a matmul) or a copy of a gemm's.
@@ -136,20 +142,20 @@ std::vector<Rule> algebraic_rules() {
   // BEGIN SOLUTION
   using P = Pattern;
   // x op c -> x when c is the identity element and does not change x's shape or dtype.
-  auto identity = [](const char* name, Op op, double unit, bool commute) {
-    P pat = P::of(op, {P::any("x"), P::any("c").constant().where([unit](const Node& n) { return constant_equal_to(n, unit); })},
-                  "root");
-    if (commute) pat.commutative();
+  auto identity = [](const char* name, Op op, double unit) {
+    const P pat = commuting(P::of(
+        op, {P::any("x"), P::any("c").constant().where([unit](const Node& n) { return constant_equal_to(n, unit); })},
+        "root"));
     return Rule{name, pat, [](Program&, const Match& m) {
                   const Var x = m["x"];
                   const Node& r = *m.root;
                   return x.shape() == r.shape && x.dtype() == r.dtype ? x : Var();
                 }};
   };
-  rules.push_back(identity("x*1", Op::Mul, 1.0, true));
-  rules.push_back(identity("x/1", Op::Div, 1.0, false));
-  rules.push_back(identity("x+0", Op::Add, 0.0, true));
-  rules.push_back(identity("x-0", Op::Sub, 0.0, false));
+  rules.push_back(identity("x*1", Op::Mul, 1.0));
+  rules.push_back(identity("x/1", Op::Div, 1.0));
+  rules.push_back(identity("x+0", Op::Add, 0.0));
+  rules.push_back(identity("x-0", Op::Sub, 0.0));
   rules.push_back(Rule{"permute(permute(x))", P::of(Op::Permute, {P::of(Op::Permute, {P::any("x")}, "inner")}),
                        [](Program&, const Match& m) {
                          const auto& p1 = m.nodes.at("inner")->attrs.ints("dims");
@@ -225,7 +231,7 @@ int fold_conv_batchnorm(Program& p) {
     return std::vector<P>{P::any("gamma").constant(), P::any("beta").constant(), P::any("mean").constant(),
                           P::any("var").constant()};
   };
-  std::vector<P> direct{conv()}, biased{P::of(Op::Add, {conv(), P::any("B").constant()}).one_use().commutative()};
+  std::vector<P> direct{conv()}, biased{commuting(P::of(Op::Add, {conv(), P::any("B").constant()}).one_use())};
   for (auto& s : stats()) {
     direct.push_back(s);
     biased.push_back(s);
@@ -336,7 +342,7 @@ int fuse_matmul_epilogue(Program& p) {
     return ins;
   };
   std::vector<Rule> rules;
-  rules.push_back({"matmul+bias", P::of(Op::Add, {product(true), P::any("bias")}).commutative(),
+  rules.push_back({"matmul+bias", commuting(P::of(Op::Add, {product(true), P::any("bias")})),
                    [operands](Program& q, const Match& m) {
                      const Node& mm = *m.nodes.at("mm");
                      const Var bias = m["bias"];
@@ -396,7 +402,7 @@ int fuse_elementwise(Program& p) {
       }
     }
     if (members.size() < 2) continue;
-    // Emit the code: external inputs get slots 0..k-1, each member a triple, post-order.
+    // Emit the code: external inputs get slots 0..k-1, each member an instruction, post-order.
     std::vector<Var> ext;
     std::unordered_map<const Node*, std::int64_t> ext_slot;
     for (const Node* m : order)  // collect externals in schedule order for a stable layout
@@ -406,7 +412,7 @@ int fuse_elementwise(Program& p) {
             ext_slot[in.get()] = static_cast<std::int64_t>(ext.size());
             ext.emplace_back(in);
           }
-    std::vector<std::int64_t> code;
+    std::vector<std::string> code;
     std::unordered_map<const Node*, std::int64_t> slot = ext_slot;
     const auto n_ext = static_cast<std::int64_t>(ext.size());
     std::function<std::int64_t(const Node*)> emit = [&](const Node* n) -> std::int64_t {
@@ -414,8 +420,8 @@ int fuse_elementwise(Program& p) {
       if (f != slot.end()) return f->second;
       const std::int64_t a = emit(n->inputs[0].get());
       const std::int64_t b = n->inputs.size() > 1 ? emit(n->inputs[1].get()) : -1;
-      code.insert(code.end(), {static_cast<std::int64_t>(n->op), a, b});
-      return slot[n] = n_ext + static_cast<std::int64_t>(code.size() / 3) - 1;
+      code.push_back(fused_instruction(n->op, a, b));
+      return slot[n] = n_ext + static_cast<std::int64_t>(code.size()) - 1;
     };
     emit(root);
     const Var fused = p.make(kFusedElementwise, ext, autodiff::Attrs().set("code", code));

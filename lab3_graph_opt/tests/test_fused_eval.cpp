@@ -3,6 +3,7 @@
 // sizes that exercise the register tiles, the tail blocks and the streamed (big) results.
 #include <cmath>
 #include <functional>
+#include <sstream>
 #include <unordered_map>
 
 #include "helpers.hpp"
@@ -50,14 +51,27 @@ std::vector<std::vector<double>> naive_run(const Program& p, const std::vector<T
     for (const NodePtr& in : n->inputs) size = std::max(size, val.at(in.get()).size());
     std::vector<double> out(size);
     if (n->op == kFusedElementwise) {
-      const auto& code = n->attrs.ints("code");
+      // "code": one instruction "<op> <a> [<b>]" per entry, the op by name
+      struct Step {
+        Op op;
+        std::size_t a;
+        long b;
+      };
+      std::vector<Step> steps;
+      for (const std::string& text : n->attrs.strs("code")) {
+        std::istringstream is(text);
+        std::string name;
+        std::size_t a = 0;
+        long b = -1;
+        is >> name >> a >> b;
+        steps.push_back({autodiff::op_from_name(name), a, b});
+      }
       std::vector<double> slot;
       for (std::size_t j = 0; j < size; ++j) {
         slot.clear();
         for (const NodePtr& in : n->inputs) slot.push_back(at(val.at(in.get()), j));
-        for (std::size_t k = 0; k < code.size(); k += 3)
-          slot.push_back(naive_op(static_cast<Op>(code[k]), slot[static_cast<std::size_t>(code[k + 1])],
-                                  code[k + 2] < 0 ? 0.0 : slot[static_cast<std::size_t>(code[k + 2])]));
+        for (const Step& k : steps)
+          slot.push_back(naive_op(k.op, slot[k.a], k.b < 0 ? 0.0 : slot[static_cast<std::size_t>(k.b)]));
         out[j] = slot.back();
       }
     } else {
@@ -167,18 +181,17 @@ TEST_CASE("fused code that reads a value twice, reuses an older result and combi
       Program p;
       const Var x = p.input("x", {n}, dt), y = p.input("y", {n}, dt);
       const Var c1 = p.constant(Tensor::full({}, 0.5, dt)), c2 = p.constant(Tensor::full({1}, -2.0, dt));
-      const auto op = [](Op o) { return static_cast<std::int64_t>(o); };
       // slots: 0 x, 1 y, 2 c1, 3 c2, then one per instruction
-      const std::vector<std::int64_t> c = {
-          op(Op::Mul), 2, 3,    // 4: c1 * c2 (two constants)
-          op(Op::Add), 0, 4,    // 5: x + 4
-          op(Op::Mul), 5, 5,    // 6: 5 * 5 (the running value twice)
-          op(Op::Tanh), 6, -1,  // 7: tanh 6 (through lab 1's loops)
-          op(Op::Sub), 1, 7,    // 8: y - 7
-          op(Op::Maximum), 8, 5,  // 9: max(8, 5): 5 again, saved since instruction 1
-          op(Op::Div), 9, 4,    // 10: 9 / 4
-          op(Op::Abs), 10, -1,  // 11
-          op(Op::Add), 11, 6,   // 12: 11 + 6 (saved)
+      const std::vector<std::string> c = {
+          "mul 2 3",      // 4: c1 * c2 (two constants)
+          "add 0 4",      // 5: x + 4
+          "mul 5 5",      // 6: 5 * 5 (the running value twice)
+          "tanh 6",       // 7: tanh 6 (through lab 1's loops)
+          "sub 1 7",      // 8: y - 7
+          "maximum 8 5",  // 9: max(8, 5): 5 again, saved since instruction 1
+          "div 9 4",      // 10: 9 / 4
+          "abs 10",       // 11
+          "add 11 6",     // 12: 11 + 6 (saved)
       };
       p.output(p.make(kFusedElementwise, {x, y, c1, c2}, autodiff::Attrs().set("code", c)));
       verify(p);

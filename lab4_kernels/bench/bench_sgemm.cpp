@@ -10,8 +10,8 @@
 //   ratio sgemm_lab4_packed_vs_openblas_n1024_t1 0.98     (ours / OpenBLAS GFLOP/s: higher wins)
 // Times are taken by hand (UseManualTime) so the GFLOP/s and the ratio use the same clock.
 //
-//   build/ci/lab4_kernels/mls_lab4_bench --benchmark_filter='n:1024/t:1'
-//   build/ci/lab4_kernels/mls_lab4_bench --benchmark_filter=sgemm_tf   (a transformer's shapes)
+//   build/ci/lab4_kernels/mls_lab4_bench_sgemm --benchmark_filter='n:1024/t:1'
+//   build/ci/lab4_kernels/mls_lab4_bench_sgemm --benchmark_filter=sgemm_tf   (a transformer's shapes)
 //   /usr/bin/python3 lab4_kernels/bench/collect.py --out lab4_bench.json
 #include <benchmark/benchmark.h>
 

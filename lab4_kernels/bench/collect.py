@@ -58,7 +58,7 @@ def main():
               "sgemm": [], "fused": [], "best": {}}
 
     extra = ["--benchmark_filter=" + args.filter] if args.filter else []
-    data = run_bench(os.path.join(bdir, "mls_lab4_bench"), extra)
+    data = run_bench(os.path.join(bdir, "mls_lab4_bench_sgemm"), extra)
     result["context"] = data.get("context", {})
     peers = {}
     rows = []

@@ -10,7 +10,7 @@ build=${1:?usage: compare_mpi.sh BUILD_DIR [NP]}
 np=${2:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 run="$here/../tests/run_mpi.sh"
-for p in mls-collectives mls-lab5-bench-mpi; do
+for p in mls-collectives mls-mpi-allreduce-bench; do
   if [ ! -x "$build/bin/$p" ]; then
     echo "compare_mpi.sh: $build/bin/$p not found (build with MPI: libopenmpi-dev)" >&2
     exit 1
@@ -19,4 +19,4 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$run" "$np" "$build/bin/mls-collectives" calibrate --out "$tmp/cost.json"
-"$run" "$np" "$build/bin/mls-lab5-bench-mpi" --model "$tmp/cost.json"
+"$run" "$np" "$build/bin/mls-mpi-allreduce-bench" --model "$tmp/cost.json"

@@ -59,8 +59,9 @@ const char* op_name(Op op);
 /// Looks an op up by name; throws `mls::Error` for an unknown name.
 Op op_from_name(std::string_view name);
 
-/// One attribute value: an integer (also bools and dtypes), a real, or a list of integers.
-using AttrValue = std::variant<std::int64_t, double, std::vector<std::int64_t>>;
+/// One attribute value: an integer (also bools and dtypes), a real, a list of integers, or a list
+/// of strings (e.g. lab 3's fused programs, whose instructions name their ops).
+using AttrValue = std::variant<std::int64_t, double, std::vector<std::int64_t>, std::vector<std::string>>;
 
 /// Named attributes of a node (axes, keepdim, shape, eps, ...), in insertion order.
 class Attrs {
@@ -74,6 +75,8 @@ class Attrs {
   double f(std::string_view key) const;
   /// The integer list `key`.
   const std::vector<std::int64_t>& ints(std::string_view key) const;
+  /// The string list `key`.
+  const std::vector<std::string>& strs(std::string_view key) const;
   const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
   /// "axes=[1], keepdim=1" (empty when there are none).
   std::string str() const;
@@ -146,6 +149,9 @@ struct OpDef {
   bool elementwise = false;
   std::optional<UnaryOp> unary{};
   std::optional<BinaryOp> binary{};
+  /// Two inputs that may be swapped without changing the result (add, mul, maximum, minimum, eq,
+  /// ne): CSE sorts their inputs, rewrite rules on them also try the swapped operands.
+  bool commutative = false;
   bool view = false;         // moves no data (reshape, permute, ...): free in a cost model
   FlopsFn flops = nullptr;   // nullptr: one operation per output element
 };

@@ -32,12 +32,13 @@ using autodiff::Op;
 using autodiff::Var;
 
 /// Fused elementwise loop (slides 002): inputs are the external values of a fused chain or
-/// tree, attribute "code" a flat list of triples [opcode, a, b] (opcode: an `Op` whose registry
-/// entry is `elementwise`, evaluated with its lab 1 scalar function; a, b: slot indices,
-/// 0..n_inputs-1 the inputs, n_inputs+k the result of triple k; b=-1 for unary ops). The last
-/// triple is the node's value. Evaluated in one pass over the output, a tile of a few vectors at a
-/// time with the running value kept in registers (big results streamed out with non-temporal
-/// stores). Registered by lab 3 at
+/// tree, attribute "code" a list of instructions "<op> <a> [<b>]" (`fused_instruction`), e.g.
+/// {"add 0 1", "exp 2"}: op names an `Op` by its registered name (files store names, never op
+/// numbers) whose registry entry is `elementwise`, evaluated with its lab 1 scalar function; a, b
+/// are slot indices, 0..n_inputs-1 the inputs, n_inputs+k the result of instruction k; b only for
+/// binary ops. The last instruction is the node's value. Evaluated in one pass over the output, a
+/// tile of a few vectors at a time with the running value kept in registers (big results streamed
+/// out with non-temporal stores). Registered by lab 3 at
 /// static initialisation (its identifier is not a constant: files store the name).
 extern const Op kFusedElementwise;
 /// matmul(op_a(A), op_b(B)) [+ bias] [then act]: attributes trans_a, trans_b (0/1: op = swap the
@@ -111,6 +112,10 @@ DotGraph to_dot(const Program& p, const std::string& title = "graph");
 
 /// The expression a fused elementwise node computes, e.g. "add(in2, mul(add(in0, in1), in3))".
 std::string fused_expression(const Node& n);
+/// One instruction of a fused_elementwise node's "code": "<op name> <a>" for a unary op,
+/// "<op name> <a> <b>" for a binary one (b < 0: none), e.g. fused_instruction(Op::Add, 0, 1) ==
+/// "add 0 1".
+std::string fused_instruction(Op op, std::int64_t a, std::int64_t b = -1);
 
 /// Serialises the program to JSON text (format "mls-graph", version 1): nodes in graph order
 /// with op, name, inputs (indices), attributes, shape, dtype, and the values of constants and

@@ -1,8 +1,8 @@
 // NCCL backend (where a GPU is lent): allreduce bus bandwidth of ncclAllReduce and of our ring
 // over NCCL send/recv, 1 KiB to 256 MiB, as nccl-tests define them (algbw = bytes / time,
 // busbw = algbw * 2(n-1)/n). One process per GPU:
-//   build/ci/bin/mls-lab5-bench-nccl                    # world size 1 (one GPU)
-//   mpirun -np 2 build/ci/bin/mls-lab5-bench-nccl       # two GPUs (id through mls_nccl_id.bin)
+//   build/ci/bin/mls-nccl-allreduce-bench                    # world size 1 (one GPU)
+//   mpirun -np 2 build/ci/bin/mls-nccl-allreduce-bench       # two GPUs (id through mls_nccl_id.bin)
 // Prints one line per size: ratio nccl_allreduce_<bytes> <ours / ncclAllReduce time>.
 // Tensors are CPU tensors staged through device buffers, so both sides include the copies.
 #include <algorithm>

@@ -1,7 +1,7 @@
 // Lab 4: the CUDA SGEMM ladder against cuBLAS (FP32, default math, no TF32), timed with CUDA
 // events. Prints GFLOP/s and the ratio to cuBLAS for n = 2048, 4096, 8192 (or the sizes given).
 //
-//   build/ci/bin/mls-lab4-gpu-bench [n ...] [--json out.json]
+//   build/ci/bin/mls-cuda-sgemm-bench [n ...] [--json out.json]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,12 +67,12 @@ int main(int argc, char** argv) {
     json += "]}\n";
     if (json_path) {
       FILE* f = std::fopen(json_path, "w");
-      MLS_CHECK(f != nullptr, "mls-lab4-gpu-bench: cannot write ", json_path);
+      MLS_CHECK(f != nullptr, "mls-cuda-sgemm-bench: cannot write ", json_path);
       std::fputs(json.c_str(), f);
       std::fclose(f);
     }
   } catch (const mls::Error& e) {
-    std::fprintf(stderr, "mls-lab4-gpu-bench: %s\n", e.what());
+    std::fprintf(stderr, "mls-cuda-sgemm-bench: %s\n", e.what());
     return 1;
   }
   return 0;

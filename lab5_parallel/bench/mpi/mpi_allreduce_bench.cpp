@@ -4,7 +4,7 @@
 // --model is given, and one line per size:
 //   ratio allreduce_<bytes> <our time / MPI_Allreduce time>
 //
-//   mpirun -np 2 build/ci/bin/mls-lab5-bench-mpi [--model cost.json] [--max-bytes 67108864]
+//   mpirun -np 2 build/ci/bin/mls-mpi-allreduce-bench [--model cost.json] [--max-bytes 67108864]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

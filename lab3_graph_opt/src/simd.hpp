@@ -1,0 +1,31 @@
+// Lab 3's SIMD helpers shared by its fused elementwise evaluator (fused.cpp) and its conv2d_bias
+// kernel (conv_bias.cpp): 64-byte vectors and the pick of a loop's AVX-512, AVX2 or baseline build.
+#pragma once
+
+#include <cstdint>
+
+namespace mls::graph_opt::simd {
+
+/// 64-byte vectors (GCC/Clang vector extension): one AVX-512 register, two AVX2 ones.
+template <class T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(64)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(64)));
+};
+template <class T>
+using Vec = typename VecOf<T>::type;
+
+/// The AVX-512 build of a loop where the CPU has AVX-512, else the AVX2 (+FMA) one, else the baseline.
+template <class Fn>
+Fn pick_isa(Fn avx512, Fn avx2, Fn baseline) {
+  static const bool has512 = __builtin_cpu_supports("avx512f");
+  static const bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has512 ? avx512 : has2 ? avx2 : baseline;
+}
+
+}  // namespace mls::graph_opt::simd
