@@ -131,7 +131,6 @@ endfunction()
 # mls_add_lab_tools(<labN> LIBS <libs...>): tools/<name>.cpp of the calling lab (and
 # tools/<backend>/<name>.cpp where the lab's backend library is built) becomes mls-<name>, linked
 # with <libs> (and CLI11). tools/<name>_oracle.cpp is left to mls_add_oracle.
-# Transitional: a tools/mls_<name>.cpp not yet renamed still becomes mls-<name> (lab 6's mls_gpt.cpp).
 function(mls_add_lab_tools lab)
   cmake_parse_arguments(ARG "" "" "LIBS" ${ARGN})
   _mls_lab_sources(pairs tools "*.cpp")
@@ -141,7 +140,6 @@ function(mls_add_lab_tools lab)
     if(name MATCHES "_oracle$")
       continue()
     endif()
-    string(REGEX REPLACE "^mls_" "" name ${name})
     string(REPLACE "_" "-" name ${name})
     _mls_add_bin_program(${lab} mls-${name} ${src} ${backend} ${ARG_LIBS})
   endwhile()
