@@ -22,7 +22,7 @@ and, per lab:
   - the handout handouts/labN/README.md with a "Your tasks" table.
 common/: CMakeLists.txt, cmake/ (Mls*.cmake), include/mls/common/, src/, tests/, fuzz/; the library
 mls_common (alias mls::common); code in namespace mls[::...].
-grader/: CMakeLists.txt, include/mls/grader/, src/, tests/, tools/ (tools/<name>.cpp -> mls-<name>);
+grader/: CMakeLists.txt, README.md (the map), include/mls/grader/, src/, tests/, tools/ (tools/<name>.cpp -> mls-<name>);
 the library mls_grader_lib; code in namespace mls::grader[::...].
 
 Prints each violation as "<file>:<line>: <rule>"; exit status 1 if there is any.
@@ -392,7 +392,9 @@ else:
 # ---- grader/ -------------------------------------------------------------------------------------
 grader = os.path.join(root, "grader")
 if os.path.isdir(grader):
-    check_entries(grader, {"CMakeLists.txt", "include/", "src/", "tests/", "tools/"}, "grader/")
+    check_entries(grader, {"CMakeLists.txt", "README.md", "include/", "src/", "tests/", "tools/"}, "grader/")
+    if not os.path.isfile(os.path.join(grader, "README.md")):
+        problem(grader, 0, "grader/ needs its README.md, the map of the folder (as every lab's)")
     inc = os.path.join(grader, "include", "mls")
     if os.path.isdir(inc):
         for d in sorted(os.listdir(inc)):

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "mls/common/error.hpp"
+#include "mls/common/file.hpp"
 
 extern char** environ;
 
@@ -146,11 +147,7 @@ std::string DotGraph::str() const {
 }
 
 void DotGraph::write(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  MLS_CHECK(out.is_open(), "dot: cannot open '", path, "' for writing: ", std::strerror(errno));
-  out << str();
-  out.flush();
-  MLS_CHECK(out.good(), "dot: cannot write '", path, "'");
+  write_file_atomic(path, str(), "dot: cannot open '" + path + "' for writing");
 }
 
 bool render_svg(const std::string& dot_path, const std::string& svg_path) {

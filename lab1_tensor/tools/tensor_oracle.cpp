@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "mls/common/file.hpp"
 #include "mls/tensor/tensor.hpp"
 
 namespace {
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
       meta["registers"][std::to_string(k)] = r;
       mls::save(out + "/r" + std::to_string(k) + ".npy", t);
     }
-    std::ofstream(out + "/meta.json") << meta.dump() << "\n";
+    mls::write_file_atomic(out + "/meta.json", meta.dump() + "\n", "mls-tensor-oracle");
   } catch (const std::exception& e) {
     std::cerr << "mls-tensor-oracle: " << e.what() << "\n";
     return 1;

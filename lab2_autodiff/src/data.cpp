@@ -1,8 +1,10 @@
 // Datasets: two spirals, blobs, and the IDX (MNIST) file format.
 #include "mls/autodiff/data.hpp"
+#include "mls/common/file.hpp"
 
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <numbers>
 #include <vector>
 
@@ -98,8 +100,7 @@ void write_idx(const std::string& path, const Tensor& t) {
   MLS_CHECK(t.dtype() == DType::Int32 || t.dtype() == DType::Float32, "write_idx: need int32 (as ubyte) or float32, got ",
             t.dtype());
   MLS_CHECK(t.ndim() >= 1, "write_idx: need at least 1 dim");
-  std::ofstream out(path, std::ios::binary);
-  MLS_CHECK(out.good(), "write_idx: cannot write ", path);
+  std::ostringstream out(std::ios::binary);
   const bool bytes = t.dtype() == DType::Int32;
   write_be32(out, (bytes ? 0x08u : 0x0Du) << 8 | static_cast<std::uint32_t>(t.ndim()));
   for (std::int64_t d : t.shape()) write_be32(out, static_cast<std::uint32_t>(d));
@@ -113,7 +114,7 @@ void write_idx(const std::string& path, const Tensor& t) {
     const auto* p = static_cast<const std::uint32_t*>(c.data_ptr());
     for (std::int64_t i = 0; i < c.numel(); ++i) write_be32(out, p[i]);
   }
-  MLS_CHECK(out.good(), "write_idx: writing ", path, " failed");
+  write_file_atomic(path, out.str(), "write_idx");
 }
 
 Dataset load_mnist(const std::string& dir, bool train) {

@@ -19,6 +19,7 @@
 #include "mls/autodiff/forward.hpp"
 #include "mls/autodiff/graph.hpp"
 #include "mls/autodiff/var.hpp"
+#include "mls/common/file.hpp"
 
 namespace {
 
@@ -204,7 +205,7 @@ int main(int argc, char** argv) {
     });
     json meta;
     meta["errors"] = errors;
-    std::ofstream(out + "/meta.json") << meta.dump() << "\n";
+    mls::write_file_atomic(out + "/meta.json", meta.dump() + "\n", "mls-autodiff-oracle");
   } catch (const std::exception& e) {
     std::cerr << "mls-autodiff-oracle: " << e.what() << "\n";
     return 1;

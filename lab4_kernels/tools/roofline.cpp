@@ -41,6 +41,7 @@
 
 #include "mls/common/alloc.hpp"
 #include "mls/common/error.hpp"
+#include "mls/common/file.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/common/timer.hpp"
@@ -270,10 +271,11 @@ int main(int argc, char** argv) {
     std::printf("ratio %s %.4f\n", key.c_str(), p.fraction);
   }
   if (!svg.empty()) {
-    std::ofstream(svg) << mls::kernels::roofline_svg(
-        roofs, pts,
-        "lab 4 roofline (this machine, measured; 1 thread solid, " + std::to_string(threads) +
-            " threads dashed)");
+    mls::write_file_atomic(svg,
+                           mls::kernels::roofline_svg(roofs, pts,
+                                                      "lab 4 roofline (this machine, measured; 1 thread solid, " +
+                                                          std::to_string(threads) + " threads dashed)"),
+                           "mls-roofline --svg");
     std::printf("\nwrote %s\n", svg.c_str());
   }
   if (refused > 0) {

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "mls/common/error.hpp"
-#include "mls/common/file.hpp"
 #include "mls/common/svg.hpp"
+#include "mls/common/file.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/parallel/comm.hpp"
 #include "mls/parallel/cost.hpp"
@@ -315,9 +315,7 @@ int cmd_calibrate(const std::string& out) {
               "  gamma = %.3g s per reduced float32\n",
               how.c_str(), m.alpha, m.beta, m.beta > 0 ? 1e-9 / m.beta : 0.0, m.gamma);
   if (!out.empty()) {
-    std::ofstream f(out);
-    MLS_CHECK(f.good(), "mls-collectives calibrate: cannot write '", out, "'");
-    f << m.to_json() << "\n";
+    mls::write_file_atomic(out, m.to_json() + "\n", "mls-collectives calibrate");
     std::printf("wrote %s (use it with --model %s)\n", out.c_str(), out.c_str());
   }
   return 0;

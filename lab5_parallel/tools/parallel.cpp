@@ -19,6 +19,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/common/timer.hpp"
+#include "mls/common/file.hpp"
 #include "mls/parallel/mesh.hpp"
 #include "mls/parallel/pipeline.hpp"
 #include "mls/parallel/tensor_parallel.hpp"
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
       const Timeline t = simulate_schedule(make_schedule(p, m, c.schedule));
       std::cout << to_string(c.schedule) << ", p = " << p << ", m = " << m << "\n" << schedule_text(t);
       if (!svg.empty()) {
-        std::ofstream(svg) << schedule_svg(t, to_string(c.schedule));
+        mls::write_file_atomic(svg, schedule_svg(t, to_string(c.schedule)), "mls-parallel --svg");
         std::cout << "wrote " << svg << "\n";
       }
       return 0;
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
                   to_string(c.schedule), st.bubble, bubble_fraction(d.pp, c.micro_batches), st.peak_live_micro);
       if (!svg.empty()) {
         const Timeline t = simulate_schedule(make_schedule(d.pp, c.micro_batches, c.schedule));
-        std::ofstream(svg) << schedule_svg(t, to_string(c.schedule));
+        mls::write_file_atomic(svg, schedule_svg(t, to_string(c.schedule)), "mls-parallel --svg");
         std::printf("wrote %s\n", svg.c_str());
       }
     }

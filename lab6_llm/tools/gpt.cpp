@@ -27,6 +27,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
+#include "mls/common/file.hpp"
 #include "mls/common/progress.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/kernels/roofline.hpp"
@@ -496,9 +497,9 @@ int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, s
     std::printf("\n%s\n%s", memory_table(r).c_str(), comm_table(r).c_str());
     std::printf("wall %.3f s (%.2f ms per step)\n", r.wall_s, 1e3 * r.wall_s / std::max<std::int64_t>(1, o.steps));
     if (!z.timeline.empty()) {
-      std::ofstream f(z.timeline);
-      MLS_CHECK(f.good(), "train --mem-timeline: cannot write ", z.timeline);
-      f << mem::global().timeline_svg(0, "memory of rank 0: ZeRO stage " + std::to_string(r.stage));
+      write_file_atomic(z.timeline,
+                        mem::global().timeline_svg(0, "memory of rank 0: ZeRO stage " + std::to_string(r.stage)),
+                        "train --mem-timeline");
       std::printf("wrote %s\n", z.timeline.c_str());
     }
   };
