@@ -20,7 +20,7 @@ and, per lab:
     and its other programs test programs mls_labN_*; no two programs of bin/ share a name;
   - namespaces mls::<word>[::...] in include/, src/, tools/, bench/; test helpers in <word>_test;
   - the handout handouts/labN/README.md with a "Your tasks" table.
-common/: CMakeLists.txt, cmake/ (Mls*.cmake), include/mls/common/, src/, tests/, fuzz/; the library
+common/: CMakeLists.txt, README.md (the map), cmake/ (Mls*.cmake), include/mls/common/, src/, tests/, fuzz/; the library
 mls_common (alias mls::common); code in namespace mls[::...].
 grader/: CMakeLists.txt, README.md (the map), include/mls/grader/, src/, tests/, tools/ (tools/<name>.cpp -> mls-<name>);
 the library mls_grader_lib; code in namespace mls::grader[::...].
@@ -370,7 +370,9 @@ for lab in labs:
 # ---- common/ -------------------------------------------------------------------------------------
 common = os.path.join(root, "common")
 if os.path.isdir(common):
-    check_entries(common, {"CMakeLists.txt", "cmake/", "include/", "src/", "tests/", "fuzz/"}, "common/")
+    check_entries(common, {"CMakeLists.txt", "README.md", "cmake/", "include/", "src/", "tests/", "fuzz/"}, "common/")
+    if not os.path.isfile(os.path.join(common, "README.md")):
+        problem(common, 0, "common/ needs its README.md, the map of the folder (as every lab's)")
     inc = os.path.join(common, "include", "mls")
     if os.path.isdir(inc):
         for d in sorted(os.listdir(inc)):
