@@ -9,6 +9,7 @@
 
 #include "grade_internal.hpp"
 #include "mls/grader/differential.hpp"
+#include "mls/grader/feedback.hpp"
 #include "mls/grader/intake.hpp"
 #include "mls/grader/strip.hpp"
 #include "mls/grader/util.hpp"
@@ -89,11 +90,17 @@ LabResult run_differential(const TestPrograms& student, const Manifest& m, const
           t.outcome = Outcome::Fail;
           t.message = "differs from the reference build: " + diff;
         }
+      } else if (t.outcome == Outcome::Fail && !local_only && rc.ok) {
+        // The student's own checks failed too: what differed from the reference comes first
+        // (in the graded twin the checks have no expected values to print), then their text.
+        if (std::string diff = cmp.verdict(); !diff.empty())
+          t.message = "differs from the reference build: " + diff + "\n" + t.message;
       } else if (t.outcome == Outcome::Skipped && rc.outcome != Outcome::Skipped) {
         t.outcome = Outcome::Fail;
         t.message = "the test reported a skip, but the reference build ran it";
       }
     }
+    add_feedback(t, rerun_command(m, j.program, j.name, opt.preset));
     if (local_only) {
       t.max_score = 0;
       t.message = "local_only group: judged in the student's own process, 0 points in grade" +

@@ -126,8 +126,9 @@ std::shared_ptr<Reference> built_reference(const Manifest& m, const GradeOptions
   bo.benchmarks = bo.benchmarks || opt.bench;  // grade --bench links the benchmark programs too
   ref->build = build_reference(m, bo);
   if (!ref->build.ok)
-    mls::fail("the reference build of lab ", m.lab, " failed (a grader or course problem, not the submission's):\n",
-              summarize_build_log(ref->build.log));
+    throw ReferenceBuildFailed("the reference build of lab " + std::to_string(m.lab) +
+                               " failed (a grader or course problem, not the submission's):\n" +
+                               summarize_build_log(ref->build.log));
   return ref;
 }
 

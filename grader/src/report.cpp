@@ -57,7 +57,9 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
     tj["status"] = t.outcome == Outcome::Pass ? "passed" : "failed";
     std::string o = std::string(to_string(t.outcome)) + " (" + fmt(t.wall_s, 2) + " s)";
     if (!t.message.empty()) o += "\n" + t.message;
-    tj["output"] = sanitize_text(o, 4000);
+    // A failed test's message is its feedback (feedback.hpp: what differed first, a few lines,
+    // the command that runs it locally); any output is held to 2 KB, its first lines kept.
+    tj["output"] = sanitize_text(o, 2048);
     tj["visibility"] = to_string(t.visibility);
     tj["tags"] = json::array({t.group, to_string(t.outcome)});
     j["tests"].push_back(tj);

@@ -144,6 +144,15 @@ CatchXml parse_catch_xml(std::string_view text) {
   std::string capture;           // text of the element whose content we keep
   std::string capture_what;
   std::string pending_original;
+  // The INFO(...) messages Catch2 prints (as <Info>) before the failed assertion they explain,
+  // e.g. lab 1's "sum N=2 ...: element 0: got 1.293907, want 2.255238" before `CHECK(ok_)`.
+  std::vector<std::string> pending_info;
+  auto with_info = [&](std::string s) {
+    std::string info;
+    for (const auto& m : pending_info) info += (info.empty() ? "" : "; ") + m;
+    pending_info.clear();
+    return info.empty() ? s : info + (s.empty() ? "" : ": " + s);
+  };
   std::size_t i = 0;
   while (i < text.size()) {
     std::size_t lt = text.find('<', i);
@@ -178,7 +187,7 @@ CatchXml parse_catch_xml(std::string_view text) {
         pending_original.clear();
       } else if (current && ((expr_failed && (t.name == "Original" || t.name == "Expanded")) ||
                              t.name == "Exception" || t.name == "FatalErrorCondition" || t.name == "Failure" ||
-                             t.name == "Warning")) {
+                             t.name == "Warning" || t.name == "Info")) {
         capture_what = t.name;
         capture.clear();
       }
@@ -192,16 +201,27 @@ CatchXml parse_catch_xml(std::string_view text) {
         std::string s(trim(capture));
         if (capture_what == "Original") {
           pending_original = s;
+        } else if (capture_what == "Info") {
+          if (pending_info.size() < 8) pending_info.push_back(s.substr(0, 2000));
         } else if (capture_what == "Warning" && current) {
           current->warnings.push_back(s);
         } else if (capture_what == "Expanded" && current) {
-          current->failures.push_back(pending_original + (s != pending_original ? "  with expansion: " + s : ""));
+          // With an INFO message, the message says what differed; an expansion that is only a
+          // truth value (`CHECK(ok_)` expands to "false") adds nothing to it.
+          if (!pending_info.empty() && (s == "false" || s == "true" || s == pending_original))
+            current->failures.push_back(with_info(""));
+          else
+            current->failures.push_back(
+                with_info(pending_original + (s != pending_original ? "  with expansion: " + s : "")));
         } else if (current) {
-          current->failures.push_back(capture_what + ": " + s);
+          current->failures.push_back(with_info(capture_what + ": " + s));
         }
         capture_what.clear();
       }
-      if (t.name == "Expression") expr_failed = false;
+      if (t.name == "Expression") {
+        expr_failed = false;
+        pending_info.clear();
+      }
       if (t.name == "TestCase") current = nullptr;
       if (t.name == "Catch") x.complete = true;
       while (!stack.empty()) {

@@ -1,14 +1,18 @@
 // mls-grader: the instructor's grader and the student's local test runner.
 //
 // Exit codes (every command):
-//   0  success (test/bench: every test passed; grade: results written; check-handouts: all good)
-//   1  tests failed, or check-handouts found a problem
-//   2  usage error: bad arguments, unknown lab, invalid manifest, bad marker in a source
-//   3  the lab did not build (test, bench, check-handouts on the reference)
+//   0  success (test/bench/grade: every test passed, results written; check-handouts: all good)
+//   1  tests failed (grade: a test of the submission, or of any submission of a batch, did not
+//      pass, a submission that does not build included; its results are written), or
+//      check-handouts found a problem
+//   2  usage error: bad arguments, a path argument that does not exist (checked before any
+//      work), unknown lab, invalid manifest, bad marker in a source
+//   3  the lab did not build (test, bench, check-handouts; grade: the reference did not build)
 //   4  internal error of the grader
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -43,6 +47,38 @@ struct Common {
   std::string build_dir;
   int jobs = 2;
 };
+
+/// A path argument that must exist: a usage error naming the flag and the path otherwise.
+void require_dir(const char* flag, const std::string& p) {
+  std::error_code ec;
+  if (!p.empty() && !fs::is_directory(p, ec))
+    throw UsageError(std::string(flag) + " " + p + ": " + (fs::exists(p, ec) ? "not a folder" : "no such folder"));
+}
+void require_file(const char* flag, const std::string& p) {
+  std::error_code ec;
+  if (!p.empty() && !fs::is_regular_file(p, ec))
+    throw UsageError(std::string(flag) + " " + p + ": " + (fs::exists(p, ec) ? "not a file" : "no such file"));
+}
+/// An output path: its folder must exist (the file itself need not).
+void require_parent(const char* flag, const std::string& p) {
+  if (p.empty()) return;
+  fs::path parent = fs::path(p).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    throw UsageError(std::string(flag) + " " + p + ": its folder " + parent.string() + " does not exist");
+}
+/// The options every command with a lab takes.
+void validate_common(const Common& c) {
+  require_dir("--root", c.root);
+  require_file("--manifest", c.manifest);
+  require_dir("--build-dir", c.build_dir);
+}
+
+/// 0 when every test passed (GPU tests SKIPPED where there is no GPU count as passed), else 1.
+int tests_exit_code(const LabResult& r) {
+  int ok = r.count(Outcome::Pass) + r.count(Outcome::Skipped);
+  return ok == static_cast<int>(r.tests.size()) && r.count(Outcome::Pass) > 0 ? 0 : 1;
+}
 
 fs::path root_of(const Common& c) {
   return find_repo_root(c.root.empty() ? std::nullopt : std::optional<fs::path>(c.root));
@@ -137,6 +173,9 @@ int cmd_list(const Common& c) {
 }
 
 int cmd_test(const Common& c, const std::string& filter, const std::string& results, const std::string& junit) {
+  validate_common(c);
+  require_parent("--results", results);
+  require_parent("--junit", junit);
   Manifest m = manifest_of(c);
   BuildOptions bo = build_options(c);
   BuildResult b = build_in_tree(m, bo);
@@ -144,6 +183,7 @@ int cmd_test(const Common& c, const std::string& filter, const std::string& resu
   ro.jobs = c.jobs;
   ro.filter = filter;
   ro.on_result = progress;
+  ro.preset = c.preset;
   std::vector<std::string> notes;
   LabResult r = run_lab_tests(b.programs, m, ro, &notes);
   r.submission = "working tree";
@@ -160,8 +200,7 @@ int cmd_test(const Common& c, const std::string& filter, const std::string& resu
       ++manifest_problems;
     }
   // GPU tests SKIPPED where there is no GPU do not fail the run (the table says so).
-  int ok = r.count(Outcome::Pass) + r.count(Outcome::Skipped);
-  return ok == static_cast<int>(r.tests.size()) && r.count(Outcome::Pass) > 0 && manifest_problems == 0 ? 0 : 1;
+  return tests_exit_code(r) == 0 && manifest_problems == 0 ? 0 : 1;
 }
 
 /// The reference side of `grade`: built (or reused from the cache) and run once, shared by every
@@ -229,6 +268,14 @@ int cmd_audit(const Common& c) {
 int cmd_grade(const Common& c, const std::string& submission, const std::string& batch, const std::string& results,
               const std::string& junit, const std::string& csv, bool keep_temp, bool local_verdict, bool bench,
               int repetitions, int parallel, const std::string& student_opt) {
+  // Every path is checked before any work (the reference build takes minutes).
+  validate_common(c);
+  if (submission.empty() == batch.empty()) throw UsageError("give exactly one of --submission DIR or --batch DIR");
+  require_dir("--submission", submission);
+  require_dir("--batch", batch);
+  require_parent("--results", results);
+  require_parent("--junit", junit);
+  require_parent("--csv", csv);
   Manifest m = manifest_of(c);
   GradeOptions go;
   go.build = build_options(c);
@@ -240,16 +287,21 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   go.build.benchmarks = bench;  // the reference build then has the benchmark programs too
   go.bench_repetitions = repetitions;
   go.build.student_opt = student_opt == "reference" ? "" : student_opt;
-  if (submission.empty() == batch.empty()) throw UsageError("give exactly one of --submission DIR or --batch DIR");
-  if (go.differential) go.reference = reference_for(m, go);
+  if (go.differential) {
+    try {
+      go.reference = reference_for(m, go);
+    } catch (const ReferenceBuildFailed& e) {
+      throw BuildFailed(e.what());
+    }
+  }
   if (!submission.empty()) {
     LabResult r = grade_submission(m, submission, go);
     std::cout << format_table(r, m, colour());
-    std::string f = format_failures(r, 300);
+    std::string f = format_failures(r, 2048);
     if (!f.empty()) std::cout << "\n" << f;
     if (!r.output.empty()) std::cout << "\n" << sanitize_text(r.output, 64000);
     write_outputs(r, m, results, junit);
-    return 0;
+    return tests_exit_code(r);
   }
   std::vector<fs::path> subs;
   for (const auto& e : fs::directory_iterator(batch)) {
@@ -279,7 +331,9 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   std::string out = csv.empty() ? "scores.csv" : csv;
   write_file_atomic(out, to_csv(all));
   std::printf("wrote %s (%zu submissions)\n", out.c_str(), all.size());
-  return 0;
+  int rc = 0;
+  for (const auto& r : all) rc = std::max(rc, tests_exit_code(r));
+  return rc;
 }
 
 int cmd_handout(const Common& c, const std::string& out, bool strip_previous) {
@@ -572,6 +626,15 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
+    // Path arguments are checked before any work: a usage error (2) naming the flag and the path.
+    if (!*lb) validate_common(c);
+    if (*handout) require_parent("--out", out);
+    if (*bench) require_parent("--results", results);
+    if (*lb) {
+      for (const auto& f : inputs) require_file("--in", f);
+      require_parent("--html", html);
+      require_parent("--md", md);
+    }
     if (*list) return cmd_list(c);
     if (*test) return cmd_test(c, filter, results, junit);
     if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp, local_verdict, grade_bench, reps, parallel, student_opt);

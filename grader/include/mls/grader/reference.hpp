@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mls/common/error.hpp"
 #include "mls/grader/build.hpp"
 #include "mls/grader/differential.hpp"
 #include "mls/grader/manifest.hpp"
@@ -45,11 +46,17 @@ std::filesystem::path reference_cache_dir(const BuildOptions& opt);
 BuildResult build_reference(const Manifest& m, const BuildOptions& opt);
 
 struct GradeOptions;  // grade.hpp
+
+/// The reference build of a lab failed: a grader or course problem, not the submission's
+/// (`mls-grader grade` exits 3: the lab did not build).
+struct ReferenceBuildFailed : mls::Error {
+  using mls::Error::Error;
+};
 /// The reference build of lab `m` (cached; with the benchmark programs for `grade --bench`), not
 /// yet run; throws when it does not build (a grader or course problem, not the submission's).
 std::shared_ptr<Reference> built_reference(const Manifest& m, const GradeOptions& opt);
 /// Builds (or reuses) the reference and runs each of its test cases twice with the salt
-/// (`opt.salt`, or a fresh secret one); throws mls::Error when the reference does not build.
+/// (`opt.salt`, or a fresh secret one); throws ReferenceBuildFailed when the reference does not build.
 std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt);
 
 }  // namespace mls::grader

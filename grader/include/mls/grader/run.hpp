@@ -20,6 +20,9 @@ struct RunOptions {
   std::string filter;       ///< extra Catch2 spec; only tests matching it are run
   std::function<void(const TestResult&)> on_result;  ///< progress callback (any thread)
   std::optional<bool> gpu_present;  ///< does this machine have a GPU? (default: machine_has_gpu())
+  /// The preset of the student's own build, in the command a failed test's feedback names
+  /// (`rerun_command`).
+  std::string preset = "release";
 };
 
 /// Lists the test cases matching `spec` through the harness channel (the listing is done by the
