@@ -1,0 +1,106 @@
+// The exit codes of the built `mls-grader` (handouts/README.md: 0 success; 1 tests failed; 2 usage
+// or manifest error, a path argument that does not exist included, said before any work; 3 the
+// lab did not build; 4 internal error), on the fixture lab so that each run takes about a second.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+
+#include "helpers.hpp"
+
+using namespace mls::grader;
+
+#ifdef MLS_GRADER_EXE
+namespace {
+
+struct Ran {
+  int code = -1;
+  double seconds = 0;
+  std::string err;
+};
+
+/// Runs `mls-grader <args>` from the repository root; stdout is dropped, stderr kept.
+Ran grader(const std::string& args, const fs::path& tmp) {
+  fs::path err = tmp / "stderr.txt";
+  std::string cmd = "cd '" + testing::repo_root().string() + "' && '" MLS_GRADER_EXE "' " + args + " >/dev/null 2>'" +
+                    err.string() + "'";
+  auto t0 = std::chrono::steady_clock::now();
+  int st = std::system(cmd.c_str());
+  Ran r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.err = read_file(err);
+  return r;
+}
+
+const std::string kFixture = "--manifest grader/tests/fixture_lab/lab.json -j 2 ";
+
+}  // namespace
+
+TEST_CASE("exit codes: a path argument that does not exist is a usage error (2), named, before any work",
+          "[grader][exit_codes]") {
+  testing::ScopedTmpdir tmp;
+  const std::string sub = testing::submission("correct").string();
+  struct Case {
+    std::string args, flag, path;
+  };
+  const std::vector<Case> cases = {
+      {"grade " + kFixture + "--submission /no/such/dir", "--submission", "/no/such/dir"},
+      {"grade " + kFixture + "--batch /no/such/dir", "--batch", "/no/such/dir"},
+      {"grade --root /no/such/root --lab 1 --submission " + sub, "--root", "/no/such/root"},
+      {"grade --manifest /no/such/lab.json --submission " + sub, "--manifest", "/no/such/lab.json"},
+      {"grade " + kFixture + "--submission " + sub + " --results /no/such/dir/results.json", "--results",
+       "/no/such/dir"},
+      {"grade " + kFixture + "--submission " + sub + " --junit /no/such/dir/j.xml", "--junit", "/no/such/dir"},
+      {"grade " + kFixture + "--batch " + testing::submission("").string() + " --csv /no/such/dir/s.csv", "--csv",
+       "/no/such/dir"},
+      {"test " + kFixture + "--results /no/such/dir/r.json", "--results", "/no/such/dir"},
+      {"leaderboard --in /no/such/results.json", "--in", "/no/such/results.json"},
+  };
+  for (const auto& c : cases) {
+    Ran r = grader(c.args, tmp.dir);
+    INFO(c.args << "\n" << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.seconds < 1.0);
+    CHECK_THAT(r.err, Catch::Contains(c.flag) && Catch::Contains(c.path));
+    CHECK_THAT(r.err, !Catch::Contains("preparing the reference") && !Catch::Contains("internal error"));
+  }
+  // A bad argument of another kind is 2 too.
+  CHECK(grader("grade " + kFixture, tmp.dir).code == 2);
+  CHECK(grader("no-such-command", tmp.dir).code == 2);
+}
+
+TEST_CASE("exit codes: grade and test exit 0 when every test passes, 1 when one fails", "[grader][exit_codes]") {
+  testing::ScopedTmpdir tmp;
+  Ran pass = grader("grade " + kFixture + "--submission " + testing::submission("correct").string() + " --results " +
+                        (tmp.dir / "r.json").string(),
+                    tmp.dir);
+  INFO(pass.err);
+  CHECK(pass.code == 0);  // the GPU test SKIPPED (no GPU) does not fail it
+  CHECK(fs::exists(tmp.dir / "r.json"));
+  Ran fail = grader("grade " + kFixture + "--submission " + testing::submission("partial").string() + " --results " +
+                        (tmp.dir / "p.json").string(),
+                    tmp.dir);
+  INFO(fail.err);
+  CHECK(fail.code == 1);
+  CHECK(fs::exists(tmp.dir / "p.json"));  // the results are written all the same
+  // A submission that does not build scored 0: its tests failed.
+  CHECK(grader("grade " + kFixture + "--submission " + testing::submission("no_compile").string(), tmp.dir).code == 1);
+  // A batch: 1 when any submission has a test that did not pass, 0 when all pass.
+  fs::path batch = tmp.dir / "batch";
+  for (const char* s : {"correct", "partial"}) {
+    fs::create_directories(batch / s);
+    fs::copy(testing::submission(s), batch / s, fs::copy_options::recursive);
+  }
+  Ran b = grader("grade " + kFixture + "--batch " + batch.string() + " --csv " + (tmp.dir / "s.csv").string(), tmp.dir);
+  INFO(b.err);
+  CHECK(b.code == 1);
+  CHECK(fs::exists(tmp.dir / "s.csv"));
+  fs::remove_all(batch / "partial");
+  CHECK(grader("grade " + kFixture + "--batch " + batch.string() + " --csv " + (tmp.dir / "s2.csv").string(), tmp.dir)
+            .code == 0);
+  // `test` on the working tree: the fixture's reference passes.
+  CHECK(grader("test " + kFixture, tmp.dir).code == 0);
+}
+#endif
