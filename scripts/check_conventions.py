@@ -417,6 +417,21 @@ if os.path.isdir(grader):
 else:
     problem(grader, 0, "no grader/ folder")
 
+# ---- test names: CTest's discovery splits a name at ';' (the grader says so for labs; here for all) ----
+for top in [os.path.join(root, d) for d in sorted(os.listdir(root))]:
+    tests = os.path.join(top, "tests")
+    if not os.path.isdir(tests) or os.path.basename(top) == "build":
+        continue
+    for dirpath, _, files in os.walk(tests):
+        for f in files:
+            if not f.endswith(".cpp"):
+                continue
+            path = os.path.join(dirpath, f)
+            for i, line in enumerate(read(path).splitlines(), 1):
+                m = re.search(r'TEST_CASE\(\s*"((?:[^"\\]|\\.)*)"', line)
+                if m and ";" in m.group(1):
+                    problem(path, i, "a test case's name has a ';': CTest splits discovered names there and cannot run it (use ',')")
+
 for note in notes:
     print("note:", note)
 for p in problems:

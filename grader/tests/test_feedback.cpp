@@ -54,7 +54,7 @@ TEST_CASE("feedback: each line and the whole are capped, the first lines kept", 
   CHECK_THAT(g, Catch::StartsWith("a\n") && Catch::EndsWith("run it locally: cmd"));
 }
 
-TEST_CASE("feedback: only failures get it; the command names the ordinary program and the escaped test", "[grader][feedback]") {
+TEST_CASE("feedback: only failures get it, and the command names the ordinary program and the escaped test", "[grader][feedback]") {
   Manifest m;
   m.dir = "lab1_tensor";
   CHECK(rerun_command(m, "mls_lab1_tests", "sum, with [brackets]") ==
