@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   std::int64_t batch = 128;
   bool serve = false;
   std::string matmul = "auto";
-  app.add_option("--threads", threads, "threads")->capture_default_str();
+  app.add_option("--threads", threads, "threads (>= 1)")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--steps", steps, "timed steps")->capture_default_str();
   app.add_option("--batch", batch, "batch size")->capture_default_str();
   app.add_option("--matmul", matmul, "SGEMM kernel: a registered name, or auto (see the source)")->capture_default_str();

@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   std::string svg;
   app.add_option("--threads", threads,
                  "the second thread count (roofs, packed_mt and the fused kernels)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 4096));
   app.add_option("--n", n, "SGEMM size (square)")->check(CLI::Range(16L, 8192L));
   app.add_option("--svg", svg, "write the roofline plot to this SVG file");
   CLI11_PARSE(app, argc, argv);

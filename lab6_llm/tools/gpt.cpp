@@ -590,7 +590,8 @@ int main(int argc, char** argv) {
   CLI::App app{"mls-gpt: a mini GPT trained from scratch (lab 6)."};
   app.require_subcommand(1);
   int threads = 0;
-  app.add_option("--threads", threads, "threads (default: MLS_NUM_THREADS or all cores)");
+  app.add_option("--threads", threads, "threads, >= 1 (default: MLS_NUM_THREADS or all cores)")
+      ->check(CLI::Range(1, 4096));
 
   TrainFlags tf;
   auto* train = app.add_subcommand("train", "train a model on a generated task or a text file");
