@@ -339,15 +339,22 @@ int main(int argc, char** argv) {
   auto* table = app.add_subcommand("table", "per algorithm and size: messages, bytes, steps, simulated and formula time");
   table->add_option("--ranks", ranks, "simulated ranks")->check(CLI::Range(1, 64));
   table->add_option("--sizes", sizes, "comma-separated sizes in bytes (K, M, G suffixes)");
-  table->add_option("--collective", which, "a collective, or all");
+  table->add_option("--collective", which,
+                    "allreduce | broadcast | reduce | allgather | reduce_scatter | all_to_all | gather | scatter, or all")
+      ->capture_default_str();
   add_model(table);
 
   std::string algo = "ring", svg;
   std::string bytes_arg = "4096";
   int trace_ranks = 4;
   auto* trace = app.add_subcommand("trace", "every message of one collective, as text and an SVG timeline");
-  trace->add_option("--collective", which, "the collective");
-  trace->add_option("--algo", algo, "its algorithm");
+  trace->add_option("--collective", which,
+                    "allreduce | broadcast | reduce | allgather | reduce_scatter | all_to_all | gather | scatter")
+      ->capture_default_str();
+  trace->add_option("--algo", algo,
+                    "its algorithm: allreduce ring | recursive_doubling | rabenseifner; broadcast tree | linear; "
+                    "reduce tree; allgather, reduce_scatter ring; all_to_all pairwise; gather, scatter linear")
+      ->capture_default_str();
   trace->add_option("--ranks", trace_ranks, "simulated ranks")->check(CLI::Range(1, 32));
   trace->add_option("--bytes", bytes_arg, "bytes (K, M suffixes)");
   trace->add_option("--svg", svg, "write the timeline here");
@@ -368,7 +375,16 @@ int main(int argc, char** argv) {
       if (which != "all") (void)algorithms_of(which);
       return cmd_table(ranks, sizes, which, m);
     }
-    if (*trace) return cmd_trace(which, algo, trace_ranks, parse_bytes(bytes_arg), svg, m);
+    if (*trace) {
+      // Both names checked before any rank starts, with the choices in the message.
+      const std::vector<std::string> algos = algorithms_of(which);
+      if (std::find(algos.begin(), algos.end(), algo) == algos.end()) {
+        std::string list;
+        for (const auto& a : algos) list += (list.empty() ? "" : ", ") + a;
+        fail("trace: ", which, " has no algorithm '", algo, "', expected one of: ", list);
+      }
+      return cmd_trace(which, algo, trace_ranks, parse_bytes(bytes_arg), svg, m);
+    }
     if (*cal) return cmd_calibrate(out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-collectives: %s\n", e.what());
