@@ -368,16 +368,21 @@ for lab in labs:
         problem(handout, 0, 'the handout has no "Your tasks" table')
 
 # ---- common/ -------------------------------------------------------------------------------------
-common = os.path.join(root, "common")
-if os.path.isdir(common):
-    check_entries(common, {"CMakeLists.txt", "README.md", "cmake/", "include/", "src/", "tests/", "fuzz/"}, "common/")
-    if not os.path.isfile(os.path.join(common, "README.md")):
-        problem(common, 0, "common/ needs its README.md, the map of the folder (as every lab's)")
-    inc = os.path.join(common, "include", "mls")
+def check_component(folder, word, extra):
+    """common/ or grader/: its entries (README.md, the map, among them) and include/mls/<word>/ only."""
+    check_entries(folder, {"CMakeLists.txt", "README.md", "include/", "src/", "tests/"} | extra, f"{word}/")
+    if not os.path.isfile(os.path.join(folder, "README.md")):
+        problem(folder, 0, f"{word}/ needs its README.md, the map of the folder (as every lab's)")
+    inc = os.path.join(folder, "include", "mls")
     if os.path.isdir(inc):
         for d in sorted(os.listdir(inc)):
-            if d != "common":
-                problem(os.path.join(inc, d), 0, f"headers of common/ belong in include/mls/common/, not include/mls/{d}")
+            if d != word:
+                problem(os.path.join(inc, d), 0, f"headers of {word}/ belong in include/mls/{word}/, not include/mls/{d}")
+
+
+common = os.path.join(root, "common")
+if os.path.isdir(common):
+    check_component(common, "common", {"cmake/", "fuzz/"})
     for f in sorted(os.listdir(os.path.join(common, "cmake"))) if os.path.isdir(os.path.join(common, "cmake")) else []:
         if not re.fullmatch(r"Mls[A-Z]\w*\.cmake", f):
             problem(os.path.join(common, "cmake", f), 0, "common/cmake/ holds the CMake helpers Mls<Name>.cmake")
@@ -394,14 +399,7 @@ else:
 # ---- grader/ -------------------------------------------------------------------------------------
 grader = os.path.join(root, "grader")
 if os.path.isdir(grader):
-    check_entries(grader, {"CMakeLists.txt", "README.md", "include/", "src/", "tests/", "tools/"}, "grader/")
-    if not os.path.isfile(os.path.join(grader, "README.md")):
-        problem(grader, 0, "grader/ needs its README.md, the map of the folder (as every lab's)")
-    inc = os.path.join(grader, "include", "mls")
-    if os.path.isdir(inc):
-        for d in sorted(os.listdir(inc)):
-            if d != "grader":
-                problem(os.path.join(inc, d), 0, f"headers of grader/ belong in include/mls/grader/, not include/mls/{d}")
+    check_component(grader, "grader", {"tools/"})
     check_tools("grader", None, grader, None)
     cm = os.path.join(grader, "CMakeLists.txt")
     if os.path.exists(cm):
