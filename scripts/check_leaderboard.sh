@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Renders a leaderboard from sample results (grader/tests/data/*.json) and checks in headless
 # Chromium that the page shows the table: one row per submission, ranked, sortable. Writes a
-# screenshot. Skips (exit 0, saying so) where Chromium is not installed (apt-get install chromium).
+# screenshot. Skips (exit 0, saying so) where Chromium is not installed (apt-get install chromium),
+# fails there when MLS_REQUIRE_CHROMIUM=1 (CI: .ci/run installs it with scripts/setup.sh --bench).
 #   scripts/check_leaderboard.sh [BUILD_DIR]      (default build/release)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build/release}"
 browser="$(command -v chromium || command -v chromium-browser || true)"
 if [ -z "$browser" ]; then
-  echo "check_leaderboard: skipped: chromium is not installed (apt-get install chromium)"
+  if [ "${MLS_REQUIRE_CHROMIUM:-0}" = 1 ]; then
+    echo "check_leaderboard: FAILED: chromium is not installed and MLS_REQUIRE_CHROMIUM=1 (scripts/setup.sh --bench installs it)"
+    exit 1
+  fi
+  echo "check_leaderboard: skipped: chromium is not installed (apt-get install chromium, or scripts/setup.sh --bench)"
   exit 0
 fi
 out="$(mktemp -d)"

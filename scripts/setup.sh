@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages mlsys-labs needs, skipping what is already there.
 #   scripts/setup.sh            build + test dependencies
-#   scripts/setup.sh --bench    also the peers of the Python comparison scripts (NumPy, PyTorch)
+#   scripts/setup.sh --bench    also the peers of the Python comparison scripts (NumPy, PyTorch) and
+#                               Chromium (the leaderboard page rendered headless)
 #   scripts/setup.sh --fuzz     also clang's libFuzzer runtime
 set -euo pipefail
 
@@ -12,7 +13,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-numpy
       graphviz libopenmpi-dev openmpi-bin ccache)
 for arg in "$@"; do
   case "$arg" in
-    --bench) pkgs+=(python3-torch) ;;
+    --bench) pkgs+=(python3-torch chromium) ;;   # chromium: scripts/check_leaderboard.sh renders the page
     --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
     *) echo "setup.sh: unknown option '$arg' (expected --bench or --fuzz)" >&2; exit 2 ;;
   esac

@@ -102,6 +102,20 @@ std::string summarize_build_log(std::string_view log, std::size_t max_bytes) {
 }
 
 
+std::vector<std::string> reference_tree_parts(const fs::path& root, const Manifest& m) {
+  std::vector<std::string> parts;
+  for (const auto& e : fs::directory_iterator(root)) {
+    std::string name = e.path().filename().string();
+    if (name.empty() || name[0] == '.' || name == "build") continue;
+    auto st = e.symlink_status();
+    int n = lab_number_of_dir(name);
+    if (fs::is_regular_file(st) || (fs::is_directory(st) && (name == "common" || (n >= 0 && n <= m.lab))))
+      parts.push_back(name);
+  }
+  std::sort(parts.begin(), parts.end());
+  return parts;
+}
+
 void copy_reference_tree(const fs::path& root, const Manifest& m, const fs::path& dest) {
   fs::create_directories(dest);
   if (m.build) {
@@ -110,16 +124,9 @@ void copy_reference_tree(const fs::path& root, const Manifest& m, const fs::path
     copy_tree(root / "common" / "tests" / "include", dest / "common" / "tests" / "include");  // mls/observe.hpp
     return;
   }
-  for (const auto& e : fs::directory_iterator(root)) {
-    std::string name = e.path().filename().string();
-    if (name.empty() || name[0] == '.' || name == "build") continue;
-    auto st = e.symlink_status();
-    if (fs::is_regular_file(st)) {
-      fs::copy_file(e.path(), dest / name, fs::copy_options::overwrite_existing);
-    } else if (fs::is_directory(st)) {
-      int n = lab_number_of_dir(name);
-      if (name == "common" || (n >= 0 && n <= m.lab)) copy_tree(e.path(), dest / name, {"build", ".git", "__pycache__"});
-    }
+  for (const auto& name : reference_tree_parts(root, m)) {
+    if (fs::is_regular_file(fs::symlink_status(root / name))) fs::copy_file(root / name, dest / name, fs::copy_options::overwrite_existing);
+    else copy_tree(root / name, dest / name, {"build", ".git", "__pycache__"});
   }
 }
 

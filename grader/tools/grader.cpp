@@ -21,6 +21,7 @@
 #include "mls/common/error.hpp"
 #include "mls/grader/bench.hpp"
 #include "mls/grader/grade.hpp"
+#include "mls/grader/gradescope.hpp"
 #include "mls/grader/intake.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/report.hpp"
@@ -507,6 +508,25 @@ int cmd_bench(const Common& c, int repetitions, const std::string& results) {
   return failed ? 1 : 0;
 }
 
+int cmd_gradescope(const Common& c, const std::string& out) {
+  if (!c.manifest.empty()) throw UsageError("gradescope: give --lab N (an autograder is made for a lab of the course, not --manifest)");
+  if (c.lab < 0) throw UsageError("gradescope: give --lab N");
+  if (fs::path(out).extension() != ".zip") throw UsageError("--out " + out + ": the autograder archive must end in .zip");
+  fs::path root = root_of(c);
+  Manifest m = find_lab(root, c.lab);
+  std::vector<ZipEntry> entries = autograder_entries(root, m);
+  std::string bytes = zip_archive(entries);
+  write_file_atomic(out, bytes, "mls-grader gradescope");
+  std::printf("wrote %s: the autograder of lab %d (%zu files, %.1f MB): setup.sh, run_autograder, and course/ with\n"
+              "the reference solution and hidden tests of labs up to %d (readable by root only once setup.sh runs).\n"
+              "Upload it as the autograder of a Gradescope programming assignment (base image Ubuntu 22.04);\n"
+              "each submission is graded by `mls-grader grade --lab %d%s`. Try it first in a fresh root:\n"
+              "  scripts/check_gradescope.sh %d\n",
+              out.c_str(), m.lab, entries.size(), static_cast<double>(bytes.size()) / 1e6, m.lab, m.lab,
+              m.benchmarks.empty() ? "" : " --bench", m.lab);
+  return 0;
+}
+
 int cmd_leaderboard(const std::vector<std::string>& in, const std::string& html, const std::string& md, const std::string& title) {
   std::vector<LeaderboardRow> rows;
   for (const auto& f : in) {
@@ -611,6 +631,12 @@ int main(int argc, char** argv) {
   bench->add_option("--repetitions", reps, "repetitions; the median is reported")->check(CLI::Range(1, 100));
   bench->add_option("--results", results, "write results.json with the leaderboard entries");
 
+  std::string zip_out;
+  auto* gs = app.add_subcommand("gradescope", "write the Gradescope autograder archive of a lab (setup.sh, run_autograder, "
+                                              "the course tree the grader needs)");
+  add_common(gs, true);
+  gs->add_option("--out", zip_out, "the .zip to write (e.g. autograder_lab1.zip)")->required();
+
   std::vector<std::string> inputs;
   std::string html, md, title = "mlsys-labs leaderboard";
   auto* lb = app.add_subcommand("leaderboard", "render results.json files as a sortable HTML page and Markdown");
@@ -630,6 +656,7 @@ int main(int argc, char** argv) {
     if (!*lb) validate_common(c);
     if (*handout) require_parent("--out", out);
     if (*bench) require_parent("--results", results);
+    if (*gs) require_parent("--out", zip_out);
     if (*lb) {
       for (const auto& f : inputs) require_file("--in", f);
       require_parent("--html", html);
@@ -642,6 +669,7 @@ int main(int argc, char** argv) {
     if (*handout) return cmd_handout(c, out, strip_previous);
     if (*check) return cmd_check_handouts(c, keep);
     if (*bench) return cmd_bench(c, reps, results);
+    if (*gs) return cmd_gradescope(c, zip_out);
     if (*lb) return cmd_leaderboard(inputs, html, md, title);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "mls-grader: %s\n", e.what());

@@ -128,6 +128,11 @@ BuildResult build_submission(const Manifest& m, const std::filesystem::path& tre
                              const std::filesystem::path& build_dir, const BuildRecipe& recipe,
                              const BuildOptions& opt);
 
+/// The top-level entries of `root` a reference build of lab `m` needs (not a direct build): its
+/// regular files (CMakeLists.txt, CMakePresets.json, ...), common/ and the folders of labs up to
+/// m.lab; never a name starting with '.', nor build/. Sorted.
+std::vector<std::string> reference_tree_parts(const std::filesystem::path& root, const Manifest& m);
+
 /// Copies the reference repository parts needed to build lab `m` (root files, common/, labs up
 /// to m.lab) into `dest`; for a lab with a direct build, only its folder.
 void copy_reference_tree(const std::filesystem::path& root, const Manifest& m,
