@@ -80,7 +80,7 @@ bool step(BuildResult& b, const SandboxResult& r, const std::string& what) {
 
 using namespace detail;
 
-std::string summarize_build_log(std::string_view log, std::size_t max_bytes) {
+std::string first_build_errors(std::string_view log) {
   std::string errors;
   int n = 0;
   for (const auto& line : split(log, '\n')) {
@@ -94,6 +94,11 @@ std::string summarize_build_log(std::string_view log, std::size_t max_bytes) {
       ++n;
     }
   }
+  return errors;
+}
+
+std::string summarize_build_log(std::string_view log, std::size_t max_bytes) {
+  const std::string errors = first_build_errors(log);
   std::string out;
   if (!errors.empty()) out = "First errors:\n" + errors + "\n";
   std::size_t room = max_bytes > out.size() ? max_bytes - out.size() : 0;

@@ -18,11 +18,11 @@ namespace mls::grader {
 
 namespace detail {
 
-LabResult zero_result(const Manifest& m, const std::string& why, double t) {
+LabResult zero_result(const Manifest& m, const std::string& why, const std::string& headline, double t) {
   LabResult r;
   r.lab = m.lab;
   r.title = m.title;
-  r.output = why;
+  r.headline = headline;
   r.execution_time_s = t;
   for (const auto& g : m.groups) {
     TestResult tr;
@@ -31,7 +31,7 @@ LabResult zero_result(const Manifest& m, const std::string& why, double t) {
     tr.visibility = g.visibility;
     tr.outcome = Outcome::NoResult;
     tr.max_score = g.points;
-    tr.message = "not run: " + why.substr(0, 300);
+    tr.message = "not run: " + why + (headline.empty() ? "" : " (see the top of the report)");
     r.tests.push_back(tr);
   }
   return r;
@@ -116,6 +116,7 @@ LabResult run_differential(const TestPrograms& student, const Manifest& m, const
   res.tests = ref.plan.decided;
   res.tests.insert(res.tests.end(), results.begin(), results.end());
   res.execution_time_s = since(t0);
+  count_points(res, m, grading_machine(opt, ref.build.programs));
   return res;
 }
 
@@ -187,6 +188,7 @@ LabResult redact_result(LabResult r, const GradeOptions& opt, const fs::path& su
     pairs.push_back({temp.string(), "<grading>"});
   }
   r.output = redact(std::move(r.output), pairs);
+  r.headline = redact(std::move(r.headline), pairs);
   for (auto& t : r.tests) {
     t.message = redact(std::move(t.message), pairs);
     t.name = redact(std::move(t.name), pairs);
@@ -273,43 +275,57 @@ LabResult grade_submission(const Manifest& m, const fs::path& submission, const 
   std::string raw_name = abs_sub.filename().string();
   if (raw_name.empty()) raw_name = abs_sub.parent_path().filename().string();
   fs::path temp;
+  // The reference this grading compares with: its build says which programs are not configured
+  // (the machine's part of the maximum, with the GPU and mpirun probes).
+  std::shared_ptr<const Reference> ref = opt.reference;
+  std::string notes;  // the intake's, once, after the headline and before the run's own output
   auto finish = [&](LabResult r) {
     r.submission = display_name(raw_name, 120);
     r.execution_time_s = since(t0);
     r.isolation = isolation_line();
+    r.output = notes + r.output;
+    count_points(r, m, grading_machine(opt.run, ref ? ref->build.programs : TestPrograms{}));
     if (!temp.empty() && !opt.keep_temp && !opt.batch_tree) remove_tree(temp);
     return redact_result(std::move(r), opt, abs_sub, temp);
   };
   IntakeReport in = take_in(m, submission);
-  std::string notes;
   for (const auto& n : in.notes) notes += "intake: " + n + "\n";
   if (!in.ok()) {
-    std::string why = "the submission was rejected:\n";
+    std::string why = "The submission was rejected:\n";
     for (const auto& e : in.errors) why += "  " + e + "\n";
-    return finish(zero_result(m, notes + why, since(t0)));
+    return finish(zero_result(m, "the submission was rejected", why, since(t0)));
   }
   try {
-    std::shared_ptr<const Reference> ref = reference_of(m, opt);
+    ref = reference_of(m, opt);
     temp = grading_copy(m, opt, in);
     auto tb = Clock::now();
     BuildOptions bo = submission_build_options(opt, abs_sub);
     bo.benchmarks = opt.bench;
     BuildResult b = build_submission(m, temp / "src", temp / "build", ref->build.recipe, bo);
-    if (!b.ok) return finish(zero_result(m, notes + "the submission did not build:\n" + summarize_build_log(b.log), since(t0)));
+    if (!b.ok) {
+      // The compiler's first errors, once, at the top (without them: the end of the log).
+      const std::string errors = first_build_errors(b.log);
+      return finish(zero_result(m, "the submission did not build",
+                                "The submission did not build. " +
+                                    (errors.empty() ? summarize_build_log(b.log, 3000)
+                                                    : "The compiler's first errors:\n" + sanitize_text(errors, 4000)),
+                                since(t0)));
+    }
     double build_s = since(tb);
     LabResult r;
     try {
       r = run_submission(b.programs, m, *ref, opt);
     } catch (const std::exception& e) {
-      r = zero_result(m, e.what(), since(t0));
+      r = zero_result(m, "grader error (not the submission's)", std::string("grader error: ") + e.what() + "\n", since(t0));
     }
     char timing[200];
     std::snprintf(timing, sizeof timing, "grading: build %.1f s (student files only), tests %.1f s; grader peak memory %.0f MB\n",
                   build_s, since(tb) - build_s, grader_peak_mb());
-    r.output = notes + r.output + timing;
+    r.output += timing;
     return finish(r);
   } catch (const std::exception& e) {
-    return finish(zero_result(m, notes + "grader error: " + e.what(), since(t0)));
+    return finish(zero_result(m, "grader error (not the submission's)", std::string("grader error: ") + e.what() + "\n",
+                              since(t0)));
   }
 }
 
@@ -352,7 +368,8 @@ std::vector<LabResult> grade_batch(const Manifest& m, const std::vector<fs::path
     try {
       r = grade_submission(m, submissions[i], *lo);
     } catch (const std::exception& e) {  // grade_submission does not throw for a submission
-      r = zero_result(m, std::string("grader error: ") + e.what(), 0);
+      r = zero_result(m, "grader error (not the submission's)", std::string("grader error: ") + e.what() + "\n", 0);
+      count_points(r, m, grading_machine(lo->run, shared.reference->build.programs));
     }
     std::lock_guard<std::mutex> lock(mutex);
     results[i] = std::move(r);

@@ -30,8 +30,10 @@ inline std::size_t student_channel_limit(std::size_t reference_bytes) {
   return std::min(kTrustedChannelLimit, std::max<std::size_t>(4u << 20, 3 * reference_bytes + (1u << 20)));
 }
 
-/// A result with every group NO_RESULT, saying why (the submission was rejected or did not build).
-LabResult zero_result(const Manifest& m, const std::string& why, double t);
+/// A result with every group NO_RESULT: each entry says `why` in a line ("the submission did not
+/// build"); `headline` (the compiler's first errors, the intake's refusals) is the result's
+/// `headline`, said once at the top of the report, never per entry.
+LabResult zero_result(const Manifest& m, const std::string& why, const std::string& headline, double t);
 /// The head of a run's result: the lab, built, the isolation line.
 LabResult built_result(const Manifest& m);
 /// A fresh, secret, nonzero salt.

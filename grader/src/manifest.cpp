@@ -1,6 +1,7 @@
 #include "mls/grader/manifest.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -20,10 +21,22 @@ const char* to_string(Visibility v) {
   return "visible";
 }
 
+double round_points(double v) { return std::round(v * 100.0) / 100.0; }
+
+std::vector<double> split_points(double points, std::size_t n) {
+  std::vector<double> shares;
+  if (n == 0) return shares;
+  const auto hundredths = static_cast<long long>(std::llround(points * 100.0));
+  const auto count = static_cast<long long>(n);
+  for (long long i = 0; i < count; ++i)
+    shares.push_back(static_cast<double>(hundredths / count + (i < hundredths % count ? 1 : 0)) / 100.0);
+  return shares;
+}
+
 double Manifest::total_points() const {
   double t = 0;
   for (const auto& g : groups) t += g.points;
-  return t;
+  return round_points(t);
 }
 
 const Group* Manifest::group(const std::string& name) const {
@@ -178,6 +191,9 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     if (trim(gr.match).empty()) c.bad(p + "match", "must not be empty");
     gr.points = get_number(c, g, "points", p, std::nullopt);
     if (!(gr.points >= 0)) c.bad(p + "points", "must be >= 0");
+    if (std::abs(gr.points * 100.0 - std::round(gr.points * 100.0)) > 1e-6)
+      c.bad(p + "points", "must have at most 2 decimal places (each test's share is in hundredths of a point), not " +
+                              json(gr.points).dump());
     gr.visibility = parse_visibility(c, p + "visibility", get_string(c, g, "visibility", p, false, "visible"));
     gr.binary = get_string(c, g, "binary", p, false, m.test_binary);
     if (trim(gr.binary).empty()) c.bad(p + "binary", "must not be empty");

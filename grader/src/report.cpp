@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "mls/common/error.hpp"
 #include "mls/grader/util.hpp"
 
 namespace mls::grader {
@@ -18,27 +19,44 @@ std::string fmt(double v, int prec = 2) {
   std::snprintf(buf, sizeof buf, "%.*f", prec, v);
   return buf;
 }
-double round2(double v) { return std::round(v * 10000.0) / 10000.0; }
+double round4(double v) { return std::round(v * 10000.0) / 10000.0; }
 const Outcome kOutcomes[] = {Outcome::Pass, Outcome::Fail, Outcome::Crash, Outcome::Timeout,
                              Outcome::Memory, Outcome::OutputLimit, Outcome::NoResult, Outcome::NotImplemented,
                              Outcome::Skipped};
-/// "(21 points of GPU tests skipped: no GPU)" or "".
-std::string skipped_note(const LabResult& r) {
-  int n = r.count(Outcome::Skipped);
+/// "(21.00 points of GPU tests not counted: this machine cannot run them; ...)" or "".
+std::string uncounted_note(const LabResult& r, const Manifest& m) {
+  int n = 0;
+  bool gpu = false, mpi = false;
+  for (const auto& t : r.tests) {
+    if (t.counts()) continue;
+    ++n;
+    const Group* g = m.group(t.group);
+    gpu = gpu || (g && g->gpu);
+    mpi = mpi || (g && g->mpi);
+  }
   if (n == 0) return "";
-  return "(" + fmt(r.skipped_points()) + " points of GPU tests skipped: no GPU; " + std::to_string(n) +
-         " test(s) or group(s) SKIPPED, left out of the maximum)";
+  const char* what = gpu && mpi ? "GPU and MPI" : mpi ? "MPI" : "GPU";
+  return "(" + fmt(r.uncounted_points()) + " points of " + what +
+         " tests not counted: this machine cannot run them; left out of the maximum)";
+}
+/// The headline of a result (a build's first errors), once, ending with a blank line; or "".
+std::string headline_block(const LabResult& r) {
+  if (r.headline.empty()) return "";
+  std::string h = sanitize_text(r.headline, 6000);
+  while (!h.empty() && h.back() == '\n') h.pop_back();
+  return h + "\n\n";
 }
 }  // namespace
 
 json to_gradescope(const LabResult& r, const Manifest& m) {
   json j;
-  j["score"] = round2(r.score());
-  j["execution_time"] = round2(r.execution_time_s);
-  std::string skip = skipped_note(r);
+  j["score"] = round_points(r.score());
+  j["execution_time"] = round4(r.execution_time_s);
+  std::string note = uncounted_note(r, m);
+  // The first lines: the isolation level, the score, then what to read first (a build's errors).
   std::string out = (r.isolation.empty() ? "" : r.isolation + "\n") + "Lab " + std::to_string(r.lab) + ": " + r.title +
-                    "\nScore " + fmt(r.score()) + " / " + fmt(r.max_score()) + (skip.empty() ? "" : "  " + skip) + "\n" +
-                    r.output;
+                    "\nScore " + fmt(r.score()) + " / " + fmt(r.max_score()) + (note.empty() ? "" : "  " + note) + "\n" +
+                    headline_block(r) + r.output;
   j["output"] = sanitize_text(out, 16000);
   j["tests"] = json::array();
   int number = 0;
@@ -51,17 +69,25 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
     int gi = group_index.count(t.group) ? group_index[t.group] : 0;
     tj["name"] = sanitize_text(t.group + ": " + t.name, 500);
     tj["number"] = std::to_string(gi) + "." + std::to_string(++within[t.group]);
-    tj["score"] = round2(t.score);
-    // A SKIPPED test's points are left out of the maximum (Gradescope sums these).
-    tj["max_score"] = t.outcome == Outcome::Skipped ? 0.0 : round2(t.max_score);
-    tj["status"] = t.outcome == Outcome::Pass ? "passed" : "failed";
     std::string o = std::string(to_string(t.outcome)) + " (" + fmt(t.wall_s, 2) + " s)";
+    if (t.counts()) {
+      // Shares in hundredths (split_points): the max_scores of a group add up to its points.
+      tj["score"] = round_points(t.score);
+      tj["max_score"] = round_points(t.max_score);
+      tj["status"] = t.outcome == Outcome::Pass ? "passed" : "failed";
+    } else {
+      // Not counted on this machine (a SKIPPED GPU test): Gradescope's informational test case,
+      // with no score, no max_score and no status, so it is shown but neither passed nor
+      // failed, and adds nothing to the total (the spec's "status" is only "passed"/"failed").
+      o += ", not counted (neither passed nor failed)";
+    }
     if (!t.message.empty()) o += "\n" + t.message;
     // A failed test's message is its feedback (feedback.hpp: what differed first, a few lines,
     // the command that runs it locally); any output is held to 2 KB, its first lines kept.
     tj["output"] = sanitize_text(o, 2048);
     tj["visibility"] = to_string(t.visibility);
     tj["tags"] = json::array({t.group, to_string(t.outcome)});
+    if (!t.counts()) tj["tags"].push_back("not counted");
     j["tests"].push_back(tj);
   }
   j["leaderboard"] = json::array();
@@ -69,7 +95,7 @@ json to_gradescope(const LabResult& r, const Manifest& m) {
     j["leaderboard"].push_back({{"name", e.name}, {"value", e.value}, {"order", e.order}, {"how", e.how}});
   j["extra_data"] = {{"lab", r.lab},
                      {"submission", sanitize_text(r.submission, 300)},
-                     {"max_score", round2(r.max_score())},
+                     {"max_score", round_points(r.max_score())},
                      {"isolation", sanitize_text(r.isolation, 1000)}};
   return j;
 }
@@ -85,6 +111,7 @@ std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
   if (!r.isolation.empty()) os << sanitize_text(r.isolation, 1000) << "\n";
   os << bold << "Lab " << r.lab << ": " << r.title
      << (r.submission.empty() ? "" : "  [" + sanitize_text(display_name(r.submission, 120), 200) + "]") << reset << "\n";
+  if (!r.headline.empty()) os << red << headline_block(r) << reset;
   std::snprintf(line, sizeof line, "%-22s %7s %15s %8s  %s\n", "group", "passed", "points", "time s", "outcomes");
   os << line;
   std::vector<std::string> order;
@@ -95,14 +122,17 @@ std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
     int n = 0, passed = 0;
     double s = 0, mx = 0, time = 0;
     std::map<Outcome, int> counts;
-    int skipped = 0;
+    int uncounted = 0;
     for (const auto& t : r.tests) {
       if (t.group != g) continue;
       ++n;
       passed += t.outcome == Outcome::Pass;
-      skipped += t.outcome == Outcome::Skipped;
-      s += t.score;
-      if (t.outcome != Outcome::Skipped) mx += t.max_score;
+      if (t.counts()) {
+        s += t.score;
+        mx += t.max_score;
+      } else {
+        ++uncounted;
+      }
       time += t.wall_s;
       counts[t.outcome]++;
     }
@@ -110,18 +140,18 @@ std::string format_table(const LabResult& r, const Manifest& m, bool colour) {
     std::string oc;
     for (Outcome o : kOutcomes)
       if (counts[o]) oc += std::string(oc.empty() ? "" : " ") + to_string(o) + "=" + std::to_string(counts[o]);
-    const char* c = passed == n ? green : skipped > 0 && passed + skipped == n ? yellow : red;
-    if (skipped) oc += " (skipped: no GPU on this machine)";
+    const char* c = passed == n ? green : uncounted == n ? yellow : red;
+    if (uncounted) oc += " (not counted: this machine cannot run them)";
     std::snprintf(line, sizeof line, "%-22.22s %s%3d/%-3d%s %7s/%-7s %8.2f  %s\n", g.c_str(), c, passed, n, reset,
                   fmt(s).c_str(), fmt(mx).c_str(), time, oc.c_str());
     os << line;
   }
   int n = static_cast<int>(r.tests.size()), passed = r.count(Outcome::Pass);
-  std::string skip = skipped_note(r);
+  std::string note = uncounted_note(r, m);
   std::snprintf(line, sizeof line, "%s%-22s %3d/%-3d %7s/%-7s %8.2f%s%s%s%s\n", bold, "total", passed, n, fmt(r.score()).c_str(),
-                fmt(r.max_score()).c_str(), r.execution_time_s, reset, skip.empty() ? "" : "  ", yellow, skip.c_str());
+                fmt(r.max_score()).c_str(), r.execution_time_s, reset, note.empty() ? "" : "  ", yellow, note.c_str());
   os << line;
-  if (!skip.empty()) os << reset;
+  if (!note.empty()) os << reset;
   return os.str();
 }
 
@@ -189,35 +219,57 @@ std::string csv_field(const std::string& s) {
 }
 }  // namespace
 
-std::string to_csv(const std::vector<LabResult>& results) {
+std::string to_csv(const std::vector<LabResult>& results, const Manifest& m) {
   std::string out = "submission,lab,score,max_score,built";
   for (Outcome o : kOutcomes) out += std::string(",") + to_string(o);
+  for (const auto& g : m.groups) out += "," + csv_field("group:" + g.name);
   out += "\n";
   for (const auto& r : results) {
     out += csv_field(sanitize_text(r.submission, 300)) + "," + std::to_string(r.lab) + "," + fmt(r.score()) + "," + fmt(r.max_score()) + "," +
            (r.built ? "yes" : "no");
     for (Outcome o : kOutcomes) out += "," + std::to_string(r.count(o));
+    // The points earned in each group (0 where the group does not count on this machine).
+    for (const auto& g : m.groups) {
+      double earned = 0;
+      for (const auto& t : r.tests)
+        if (t.group == g.name && t.counts()) earned += t.score;
+      out += "," + fmt(round_points(earned));
+    }
     out += "\n";
   }
   return out;
 }
 
 LeaderboardRow leaderboard_row_from_results(const json& j, const std::string& fallback_name) {
+  // What every results.json of mls-grader has (to_gradescope): anything else is refused, with
+  // what it lacks, rather than shown as a row of lab 0.
+  if (!j.is_object())
+    mls::fail("not a results.json of mls-grader (grade, test or bench --results): a JSON ", j.type_name(),
+              ", not an object with score, tests and extra_data");
+  const json* x = j.contains("extra_data") && j["extra_data"].is_object() ? &j["extra_data"] : nullptr;
+  std::vector<std::string> missing;
+  if (!j.contains("score") || !j["score"].is_number()) missing.push_back("score (a number)");
+  if (!j.contains("tests") || !j["tests"].is_array()) missing.push_back("tests (an array)");
+  if (!x) missing.push_back("extra_data (an object with lab and max_score)");
+  if (x && !(x->contains("lab") && (*x)["lab"].is_number_integer() && (*x)["lab"].get<long long>() >= 0 &&
+             (*x)["lab"].get<long long>() <= 1000000))
+    missing.push_back("extra_data.lab (the lab number, an integer >= 0)");
+  if (x && !(x->contains("max_score") && (*x)["max_score"].is_number())) missing.push_back("extra_data.max_score (a number)");
+  if (j.contains("leaderboard") && !j["leaderboard"].is_array()) missing.push_back("leaderboard (an array, when present)");
+  if (!missing.empty()) {
+    std::string what;
+    for (const auto& s : missing) what += (what.empty() ? "" : ", ") + s;
+    mls::fail("not a results.json of mls-grader (grade, test or bench --results): missing or of the wrong type: ", what);
+  }
   LeaderboardRow row;
   row.submission = fallback_name;
-  if (j.contains("extra_data") && j["extra_data"].is_object()) {
-    const json& x = j["extra_data"];
-    if (x.contains("submission") && x["submission"].is_string() && !x["submission"].get<std::string>().empty())
-      row.submission = x["submission"].get<std::string>();
-  }
+  if (x->contains("submission") && (*x)["submission"].is_string() && !(*x)["submission"].get<std::string>().empty())
+    row.submission = (*x)["submission"].get<std::string>();
   row.submission = sanitize_text(display_name(row.submission, 120), 300);
-  if (j.contains("extra_data") && j["extra_data"].is_object()) {
-    const json& x = j["extra_data"];
-    if (x.contains("lab") && x["lab"].is_number_integer()) row.lab = x["lab"].get<int>();
-    if (x.contains("max_score") && x["max_score"].is_number()) row.max_score = x["max_score"].get<double>();
-  }
-  if (j.contains("score") && j["score"].is_number()) row.score = j["score"].get<double>();
-  if (j.contains("leaderboard") && j["leaderboard"].is_array()) {
+  row.lab = (*x)["lab"].get<int>();
+  row.max_score = (*x)["max_score"].get<double>();
+  row.score = j["score"].get<double>();
+  if (j.contains("leaderboard")) {
     for (const auto& e : j["leaderboard"]) {
       if (!e.is_object() || !e.contains("name") || !e.contains("value") || !e["value"].is_number()) continue;
       LeaderboardEntry le;
@@ -277,6 +329,9 @@ std::vector<LabTable> tables(const std::vector<LeaderboardRow>& rows) {
   return out;
 }
 
+/// A row's score, one format in every rendering: "7.00 / 99.00".
+std::string score_cell(const LeaderboardRow& r) { return fmt(r.score) + " / " + fmt(r.max_score); }
+
 std::string value_of(const LeaderboardRow* r, const std::string& col, bool& has) {
   for (const auto& e : r->entries)
     if (e.name == col) {
@@ -310,8 +365,7 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
     os << "</tr></thead><tbody>\n";
     int rank = 0;
     for (const auto* r : t.rows) {
-      os << "<tr><td>" << ++rank << "</td><td>" << xml_escape(r->submission) << "</td><td>" << fmt(r->score)
-         << (r->max_score > 0 ? " / " + fmt(r->max_score) : "") << "</td>";
+      os << "<tr><td>" << ++rank << "</td><td>" << xml_escape(r->submission) << "</td><td>" << score_cell(*r) << "</td>";
       for (const auto& c : t.columns) {
         bool has;
         std::string v = value_of(r, c, has);
@@ -368,7 +422,7 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows, const 
     os << "\n";
     int rank = 0;
     for (const auto* r : t.rows) {
-      os << "| " << ++rank << " | " << md(r->submission) << " | " << fmt(r->score) << " |";
+      os << "| " << ++rank << " | " << md(r->submission) << " | " << score_cell(*r) << " |";
       for (const auto& c : t.columns) {
         bool has;
         std::string v = value_of(r, c, has);

@@ -37,20 +37,21 @@ Outcome outcome_from_string(std::string_view s) {
 
 double LabResult::score() const {
   double s = 0;
-  for (const auto& t : tests) s += t.score;
-  return s;
+  for (const auto& t : tests)
+    if (t.counts()) s += t.score;
+  return round_points(s);
 }
 double LabResult::max_score() const {
   double s = 0;
   for (const auto& t : tests)
-    if (t.outcome != Outcome::Skipped) s += t.max_score;
-  return s;
+    if (t.counts()) s += t.max_score;
+  return round_points(s);
 }
-double LabResult::skipped_points() const {
+double LabResult::uncounted_points() const {
   double s = 0;
   for (const auto& t : tests)
-    if (t.outcome == Outcome::Skipped) s += t.max_score;
-  return s;
+    if (!t.counts()) s += t.max_score;
+  return round_points(s);
 }
 int LabResult::count(Outcome o) const {
   return static_cast<int>(std::count_if(tests.begin(), tests.end(), [o](const TestResult& t) { return t.outcome == o; }));

@@ -89,8 +89,9 @@ bool note_expected_in_handout(const Manifest& m, const std::string& note) {
 namespace detail {
 
 ReachablePrograms::ReachablePrograms(const TestPrograms& p, const RunOptions& opt, const std::string& tag) : built(p.built) {
-  gpu_here = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
-  mpi_here = machine_has_mpirun();
+  const Machine here = grading_machine(opt, p);
+  gpu_here = here.gpu;
+  mpi_here = here.mpi;
   for (const auto& [name, path] : built) sanitized[name] = binary_uses_sanitizer(path);
   if (!(isolation().level == Isolation::Uid && ::geteuid() == 0)) return;
   copies = make_temp_dir("mls-grader-bin");
@@ -192,6 +193,36 @@ LabResult built_result(const Manifest& m) {
 
 }  // namespace detail
 
+std::string Machine::why_not(const Group& g) const {
+  if (!g.needs_machine()) return "";
+  if (not_configured.count(g.binary))
+    return "the build configuration has no test program " + g.binary + " (" + (g.gpu ? "no CUDA" : "no MPI") + ")";
+  if (g.gpu && !gpu) return "this machine has no GPU";
+  if (g.mpi && !mpi) return "this machine has no mpirun";
+  return "";
+}
+
+Machine grading_machine(const RunOptions& opt, const TestPrograms& programs) {
+  Machine here;
+  here.gpu = opt.gpu_present ? *opt.gpu_present : machine_has_gpu();
+  here.mpi = machine_has_mpirun();
+  for (const auto& [program, why] : programs.not_configured) here.not_configured.insert(program);
+  return here;
+}
+
+void count_points(LabResult& r, const Manifest& m, const Machine& here) {
+  for (auto& t : r.tests) {
+    const Group* g = m.group(t.group);
+    const std::string why = g ? here.why_not(*g) : "";
+    t.counted = why.empty();
+    if (t.counted) continue;
+    t.score = 0;
+    const std::string note = "not counted: " + why + "; the group's points are left out of this run's maximum";
+    if (t.outcome != Outcome::Skipped && t.message.find(note) == std::string::npos)
+      t.message += (t.message.empty() ? "" : "\n") + note;
+  }
+}
+
 TestPlan plan_tests(const TestPrograms& programs, const Manifest& m, const RunOptions& opt) {
   TestPlan plan;
   ReachablePrograms local(programs, opt, "list-");
@@ -238,9 +269,9 @@ TestPlan plan_tests(const TestPrograms& programs, const Manifest& m, const RunOp
       std::vector<std::string> names = list_tests(binary, g->match, m);
       for (const auto& n : names) owner[n].push_back(g->name);
       if (names.empty()) plan.notes.push_back(empty_group_note(*g));
-      for (const auto& n : names)
-        if (opt.filter.empty() || filtered.count(n))
-          plan.jobs.push_back({n, g->name, g->points / static_cast<double>(names.size()), bin_name});
+      const std::vector<double> shares = split_points(g->points, names.size());
+      for (std::size_t k = 0; k < names.size(); ++k)
+        if (opt.filter.empty() || filtered.count(names[k])) plan.jobs.push_back({names[k], g->name, shares[k], bin_name});
     }
     std::map<std::string, std::string> by_normal;  // Catch2 matches names ignoring case and outer spaces
     for (const auto& n : list_tests(binary, "", m)) {
@@ -299,6 +330,7 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
   res.output = plan.output;
   if (notes) notes->insert(notes->end(), plan.notes.begin(), plan.notes.end());
   for (const auto& msg : plan.notes) res.output += msg + "\n";
+  count_points(res, m, grading_machine(opt, programs));
   return res;
 }
 

@@ -42,13 +42,15 @@ LabResult grade_and_check(const fs::path& sub, const std::map<std::string, Outco
   return r;
 }
 
+/// Grades `sub`, which scores 0 for `why` (said once, in the result's headline).
 LabResult grade_zero(const fs::path& sub, const std::string& why) {
   Manifest m = testing::fixture_manifest();
   LabResult r = grade_submission(m, sub, testing::fixture_grade_options());
-  INFO(r.output);
+  INFO(r.headline << r.output);
   CHECK(r.score() == 0);
-  CHECK(r.max_score() == m.total_points());
-  CHECK_THAT(r.output, Catch::Contains(why));
+  // The maximum of a submission that passes: the GPU group is not counted on this machine.
+  CHECK(r.max_score() == 10);
+  CHECK_THAT(r.headline, Catch::Contains(why));
   return r;
 }
 
@@ -58,9 +60,9 @@ TEST_CASE("adversarial: the correct submission scores full marks", "[grader][adv
   LabResult r = grade_and_check(testing::submission("correct"), {});
   CHECK(r.score() == 10);
   CHECK(r.max_score() == 10);  // the 3 points of the SKIPPED GPU group are left out
-  CHECK(r.skipped_points() == 3);
+  CHECK(r.uncounted_points() == 3);
   CHECK_THAT(format_table(r, testing::fixture_manifest(), false),
-             Catch::Contains("SKIPPED=1") && Catch::Contains("(3.00 points of GPU tests skipped: no GPU"));
+             Catch::Contains("SKIPPED=1") && Catch::Contains("(3.00 points of GPU tests not counted"));
 }
 
 TEST_CASE("adversarial: the reference solution scores full marks, the empty submission is NOT_IMPLEMENTED",
@@ -75,8 +77,51 @@ TEST_CASE("adversarial: the reference solution scores full marks, the empty subm
 
 TEST_CASE("adversarial: a submission that does not compile scores 0 with the compiler errors", "[grader][adversarial]") {
   LabResult r = grade_zero(testing::submission("no_compile"), "did not build");
-  CHECK_THAT(r.output, Catch::Contains("error: expected ';'"));
+  CHECK_THAT(r.headline, Catch::Contains("error: expected ';'"));
   CHECK_FALSE(r.built);
+}
+
+namespace {
+std::size_t occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("adversarial: a compile error comes first, once, and no test repeats the intake notes",
+          "[grader][adversarial]") {
+  // no_compile with an extra file: the intake names it in a note.
+  testing::ScopedTmpdir tmp;
+  fs::path sub = tmp.dir / "no_compile";
+  fs::create_directories(sub);
+  fs::copy_file(testing::submission("no_compile") / "student.cpp", sub / "student.cpp");
+  testing::put(sub, "notes.txt", "my notes");
+  Manifest m = testing::fixture_manifest();
+  LabResult r = grade_submission(m, sub, testing::fixture_grade_options());
+  const std::string error = "error: expected ';'";
+  INFO(r.headline << "\n---\n" << r.output);
+  REQUIRE_THAT(r.output, Catch::Contains("intake: ") && Catch::Contains("notes.txt"));
+  for (const auto& t : r.tests) {
+    INFO(t.name << ": " << t.message);
+    CHECK_THAT(t.message, Catch::StartsWith("not run: the submission did not build") && !Catch::Contains("intake") &&
+                              !Catch::Contains(error));
+  }
+  // The terminal report: the compiler's errors right under the title, before the table.
+  std::string table = format_table(r, m, false) + format_failures(r) + r.output;
+  CHECK(occurrences(table, error) == 1);
+  CHECK(occurrences(table, "notes.txt") == 1);
+  CHECK(table.find(error) < table.find("group "));
+  CHECK(split(table, '\n')[2] == "The submission did not build. The compiler's first errors:");
+  // results.json: the errors at the top of the output (after the isolation line and the score), once.
+  nlohmann::json j = to_gradescope(r, m);
+  const std::string out = j["output"].get<std::string>();
+  CHECK(occurrences(out, error) == 1);
+  CHECK(occurrences(out, "notes.txt") == 1);
+  CHECK(out.find(error) < out.find("intake: "));
+  CHECK_THAT(split(out, '\n')[2], Catch::StartsWith("Score 0.00 / 10.00"));
+  CHECK_THAT(split(out, '\n')[3], Catch::StartsWith("The submission did not build"));
+  for (const auto& t : j["tests"]) CHECK_THAT(t["output"].get<std::string>(), !Catch::Contains(error) && !Catch::Contains("intake"));
 }
 
 TEST_CASE("adversarial: a segfault loses only that test", "[grader][adversarial]") {

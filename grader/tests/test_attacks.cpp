@@ -97,7 +97,7 @@ TEST_CASE("adversarial: attack, a student file that includes the reference by it
   if (sub.empty()) return;
   Graded g = grade_attack(sub, testing::fixture_manifest(), tmp);
   CHECK_FALSE(g.r.built);
-  CHECK_THAT(g.r.output, Catch::Contains("did not build") && Catch::Contains("No such file or directory"));
+  CHECK_THAT(g.r.headline, Catch::Contains("did not build") && Catch::Contains("No such file or directory"));
   // The instructor's absolute paths are not in anything the student sees.
   CHECK_THAT(g.all, !Catch::Contains(testing::repo_root().string()) && !Catch::Contains(tmp.dir.string()));
 }
@@ -210,7 +210,7 @@ TEST_CASE("adversarial: attack, a build that needs gigabytes is stopped at the b
   testing::ScopedTmpdir tmp;
   Graded g = grade_attack(testing::submission("build_memory"), testing::fixture_manifest(), tmp);
   CHECK_FALSE(g.r.built);
-  CHECK_THAT(g.r.output, Catch::Contains("did not build") && Catch::Contains("First errors"));
+  CHECK_THAT(g.r.headline, Catch::Contains("did not build") && Catch::Contains("first errors"));
   CHECK(g.seconds < 120);
 }
 

@@ -5,6 +5,8 @@
 #include "helpers.hpp"
 #include "mls/grader/report.hpp"
 
+#include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace mls::grader {
@@ -167,6 +169,51 @@ TEST_CASE("grade --batch: submissions graded two at a time score as one at a tim
     CHECK(done == std::vector<std::size_t>{0, 1, 2, 3, 4});
   }
   CHECK(grade_batch(m, {}, go, 2).empty());
+}
+
+TEST_CASE("grade --batch: one max_score for a build failure and a pass, per-test points that add up exactly",
+          "[grader][build]") {
+  // The fixture lab with 1 point over 3 tests (0.34, 0.33, 0.33) and its GPU group, which this
+  // machine does not count (no GPU).
+  auto j = nlohmann::json::parse(read_file(testing::fixture_manifest_path()));
+  j["groups"][0]["match"] = "[add],mul small";
+  j["groups"][0]["points"] = 1;
+  j["groups"][1]["match"] = "mul zero";
+  Manifest m = parse_manifest(j, "fixture with a group of thirds");
+  m.path = testing::fixture_manifest_path();
+  testing::ScopedTmpdir tmp;
+  GradeOptions go = testing::fixture_grade_options();
+  go.reference = prepare_reference(m, go);
+  auto rs = grade_batch(m, {testing::submission("correct"), testing::submission("no_compile")}, go, 2);
+  REQUIRE(rs.size() == 2);
+  INFO(format_table(rs[0], m, false) << format_table(rs[1], m, false));
+  CHECK(rs[0].score() == 7);
+  CHECK(rs[1].score() == 0);
+  CHECK_FALSE(rs[1].built);
+  CHECK(rs[0].max_score() == 7);  // 1 + 4 + 2: the GPU group's 3 points are not counted here
+  CHECK(rs[1].max_score() == 7);
+  // scores.csv: one max_score, and the points earned per group.
+  const auto lines = split(to_csv(rs, m), '\n');
+  REQUIRE(lines.size() >= 3);
+  CHECK_THAT(lines[0], Catch::EndsWith(",group:add,group:mul,group:sum,group:gpu"));
+  CHECK_THAT(lines[1], Catch::StartsWith("correct,99,7.00,7.00,yes,") && Catch::EndsWith(",1.00,4.00,2.00,0.00"));
+  CHECK_THAT(lines[2], Catch::StartsWith("no_compile,99,0.00,7.00,no,") && Catch::EndsWith(",0.00,0.00,0.00,0.00"));
+  // results.json: the printed max_scores add up exactly, per group and in all.
+  for (const auto& r : rs) {
+    nlohmann::json res = nlohmann::json::parse(to_gradescope(r, m).dump());
+    std::map<std::string, long long> per_group;
+    long long all = 0;
+    for (const auto& t : res["tests"]) {
+      if (!t.contains("max_score")) continue;  // not counted (the GPU group)
+      const long long h = std::llround(t["max_score"].get<double>() * 100);
+      CHECK(std::abs(t["max_score"].get<double>() * 100 - static_cast<double>(h)) < 1e-9);
+      per_group[t["tags"][0].get<std::string>()] += h;
+      all += h;
+    }
+    CHECK(per_group == std::map<std::string, long long>{{"add", 100}, {"mul", 400}, {"sum", 200}});
+    CHECK(all == 700);
+    CHECK(res["extra_data"]["max_score"] == 7.0);
+  }
 }
 
 namespace {

@@ -112,7 +112,7 @@ Scores grade_both(const std::string& name) {
   std::printf("[adversarial table] %-28s before %5.1f%%  after %5.1f%%\n", name.c_str(),
               100 * before.score() / before.max_score(), 100 * after.score() / after.max_score());
   // Built and failing every test, or rejected by the link audit before it was linked.
-  if (!after.built) CHECK_THAT(after.output, Catch::Contains("error: link audit:"));
+  if (!after.built) CHECK_THAT(after.headline, Catch::Contains("error: link audit:"));
   CHECK(after.count(Outcome::Pass) == 0);
   CHECK(testing::processes_mentioning(tmp.dir.string()) == 0);
   return {before.score(), after.score(), after.max_score()};

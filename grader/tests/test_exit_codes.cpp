@@ -103,4 +103,33 @@ TEST_CASE("exit codes: grade and test exit 0 when every test passes, 1 when one 
   // `test` on the working tree: the fixture's reference passes.
   CHECK(grader("test " + kFixture, tmp.dir).code == 0);
 }
+
+TEST_CASE("exit codes: leaderboard refuses a JSON that is not a grader result (2), naming the file and what it lacks",
+          "[grader][exit_codes][leaderboard]") {
+  testing::ScopedTmpdir tmp;
+  testing::put(tmp.dir, "empty/results.json", "{}");
+  testing::put(tmp.dir, "list/results.json", "[1, 2, 3]");
+  testing::put(tmp.dir, "broken/results.json", "{\"score\": ");
+  testing::put(tmp.dir, "alice/results.json",
+               R"({"score": 7, "tests": [], "leaderboard": [], "extra_data": {"lab": 99, "max_score": 10}})");
+  const std::string good = (tmp.dir / "alice/results.json").string();
+  for (const char* bad : {"empty", "list", "broken"}) {
+    const std::string f = (tmp.dir / bad / "results.json").string();
+    Ran r = grader("leaderboard --in " + good + " --in " + f + " --md " + (tmp.dir / "board.md").string(), tmp.dir);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--in " + f + ": ") && !Catch::Contains("internal error"));
+    CHECK_FALSE(fs::exists(tmp.dir / "board.md"));  // nothing rendered
+  }
+  Ran empty = grader("leaderboard --in " + (tmp.dir / "empty/results.json").string(), tmp.dir);
+  CHECK_THAT(empty.err, Catch::Contains("not a results.json of mls-grader") && Catch::Contains("score (a number)") &&
+                            Catch::Contains("extra_data"));
+  Ran ok = grader("leaderboard --in " + good + " --md " + (tmp.dir / "board.md").string() + " --html " +
+                      (tmp.dir / "board.html").string(),
+                  tmp.dir);
+  INFO(ok.err);
+  CHECK(ok.code == 0);
+  CHECK_THAT(read_file(tmp.dir / "board.md"), Catch::Contains("| 1 | alice | 7.00 / 10.00 |"));
+  CHECK_THAT(read_file(tmp.dir / "board.html"), Catch::Contains("<td>alice</td><td>7.00 / 10.00</td>"));
+}
 #endif

@@ -67,7 +67,7 @@ TEST_CASE("classify: a GPU test that reports no GPU is SKIPPED without a GPU, FA
   CHECK(outcome_from_string("SKIPPED") == Outcome::Skipped);
 }
 
-TEST_CASE("report: SKIPPED tests score 0 and leave the maximum, loudly", "[grader][report][gpu]") {
+TEST_CASE("report: SKIPPED tests score 0 and leave the maximum, loudly, neutral in Gradescope", "[grader][report][gpu]") {
   Manifest m = testing::fixture_manifest();
   LabResult r;
   r.lab = 99;
@@ -77,17 +77,74 @@ TEST_CASE("report: SKIPPED tests score 0 and leave the maximum, loudly", "[grade
                      "skipped: no GPU on this machine"});
   CHECK(r.score() == 4);
   CHECK(r.max_score() == 4);
-  CHECK(r.skipped_points() == 3);
+  CHECK(r.uncounted_points() == 3);
   std::string t = format_table(r, m, false);
-  CHECK_THAT(t, Catch::Contains("SKIPPED=1") && Catch::Contains("(3.00 points of GPU tests skipped: no GPU"));
+  CHECK_THAT(t, Catch::Contains("SKIPPED=1") && Catch::Contains("(3.00 points of GPU tests not counted"));
   json j = to_gradescope(r, m);
-  CHECK(j["tests"][1]["max_score"] == 0.0);
-  CHECK(j["tests"][1]["score"] == 0.0);
-  CHECK_THAT(j["tests"][1]["output"].get<std::string>(),
-             Catch::StartsWith("SKIPPED") && Catch::Contains("skipped: no GPU on this machine"));
-  CHECK_THAT(j["output"].get<std::string>(), Catch::Contains("Score 4.00 / 4.00  (3.00 points of GPU tests skipped"));
+  CHECK(j["tests"][0]["status"] == "passed");
+  CHECK(j["tests"][0]["max_score"] == 4.0);
+  // Gradescope's informational test case: shown (visible), neither passed nor failed (no
+  // status), not counted (no score, no max_score), and its output says so.
+  const json& skipped = j["tests"][1];
+  CHECK_FALSE(skipped.contains("status"));
+  CHECK_FALSE(skipped.contains("score"));
+  CHECK_FALSE(skipped.contains("max_score"));
+  CHECK(skipped["visibility"] == "visible");
+  CHECK_THAT(skipped["output"].get<std::string>(),
+             Catch::StartsWith("SKIPPED") && Catch::Contains("not counted (neither passed nor failed)") &&
+                 Catch::Contains("skipped: no GPU on this machine"));
+  CHECK(skipped["tags"] == json::array({"gpu", "SKIPPED", "not counted"}));
+  CHECK_THAT(j["output"].get<std::string>(), Catch::Contains("Score 4.00 / 4.00  (3.00 points of GPU tests not counted"));
   CHECK_THAT(to_junit(r, m), Catch::Contains("<skipped message=") && Catch::Contains("failures=\"0\" skipped=\"1\""));
-  CHECK_THAT(to_csv({r}), Catch::Contains(",SKIPPED"));
+  CHECK_THAT(to_csv({r}, m), Catch::Contains(",SKIPPED"));
+}
+
+TEST_CASE("count: a group the machine cannot run is not counted, whatever its tests did", "[grader][report][gpu]") {
+  Manifest m = testing::fixture_manifest();
+  auto result = [] {
+    LabResult r;
+    r.tests.push_back({"add small", "add", Visibility::Visible, Outcome::Fail, 0, 4, 0.01, "wrong"});
+    r.tests.push_back({"gpu kernel", "gpu", Visibility::Visible, Outcome::Crash, 0, 3, 0.01, "crashed"});
+    return r;
+  };
+  Machine none;  // no GPU, no mpirun
+  LabResult r = result();
+  count_points(r, m, none);
+  CHECK(r.tests[0].counted);
+  CHECK_FALSE(r.tests[1].counted);
+  CHECK(r.max_score() == 4);
+  CHECK(r.uncounted_points() == 3);
+  CHECK_THAT(r.tests[1].message, Catch::Contains("crashed") && Catch::Contains("not counted: this machine has no GPU"));
+  count_points(r, m, none);  // once is enough: said once
+  CHECK(split(r.tests[1].message, '\n').size() == 2);
+  // A PASS of a group that does not count scores nothing.
+  r = result();
+  r.tests[1].outcome = Outcome::Pass;
+  r.tests[1].score = 3;
+  count_points(r, m, none);
+  CHECK(r.tests[1].score == 0);
+  CHECK(r.score() == 0);
+  // With a GPU the group counts, unless its program is not configured.
+  Machine gpu;
+  gpu.gpu = true;
+  r = result();
+  count_points(r, m, gpu);
+  CHECK(r.max_score() == 7);
+  gpu.not_configured.insert(m.test_binary);
+  r = result();
+  count_points(r, m, gpu);
+  CHECK(r.max_score() == 4);
+  CHECK_THAT(r.tests[1].message, Catch::Contains("no test program fixture_tests (no CUDA)"));
+  // An MPI group counts where mpirun is.
+  Manifest mpi = m;
+  mpi.groups.back().gpu = false;
+  mpi.groups.back().mpi = true;
+  r = result();
+  count_points(r, mpi, Machine{true, false, {}});
+  CHECK_THAT(r.tests[1].message, Catch::Contains("not counted: this machine has no mpirun"));
+  r = result();
+  count_points(r, mpi, Machine{false, true, {}});
+  CHECK(r.max_score() == 7);
 }
 
 TEST_CASE("manifest: group binary, gpu and given", "[grader][manifest][gpu]") {
@@ -196,7 +253,7 @@ TEST_CASE("run: a GPU group's test program that is not configured is SKIPPED, an
   CHECK(cuda->outcome == Outcome::Skipped);
   CHECK_THAT(cuda->message, Catch::Contains("skipped") && Catch::Contains("no CUDA"));
   CHECK(extra->outcome == Outcome::NoResult);
-  CHECK(r.skipped_points() == 5);
+  CHECK(r.uncounted_points() == 5);
   CHECK(r.max_score() == 11);  // add 4 + mul 4 + sum 2 + extra 1; cuda left out
   HandoutJudgement jr = judge_reference(m, r, notes);
   CHECK(has(jr.problems, "manifest: group 'extra' needs the test program"));

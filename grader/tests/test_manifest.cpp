@@ -61,6 +61,13 @@ TEST_CASE("manifest: errors name the field", "[grader][manifest]") {
   j = valid();
   j["groups"] = json::array();
   CHECK_THAT(error_of(j), Catch::Contains("groups"));
+  // Points in hundredths (each test's share is): a third of a hundredth is refused.
+  j = valid();
+  j["groups"][0]["points"] = 2.505;
+  CHECK_THAT(error_of(j), Catch::Contains("groups[0].points") && Catch::Contains("at most 2 decimal places") &&
+                              Catch::Contains("2.505"));
+  j["groups"][0]["points"] = 2.55;
+  CHECK(error_of(j).empty());
 }
 
 TEST_CASE("manifest: the fixture lab loads and labs are discovered by folder", "[grader][manifest]") {

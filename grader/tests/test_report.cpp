@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "helpers.hpp"
+#include "mls/common/error.hpp"
 #include "mls/grader/bench.hpp"
 #include "mls/grader/report.hpp"
 
@@ -49,9 +52,52 @@ TEST_CASE("report: table, failures, JUnit XML and CSV", "[grader][report]") {
   std::string x = to_junit(r, m);
   CHECK_THAT(x, Catch::Contains("<testcase classname=\"lab99.add\" name=\"add &lt;neg&gt;\"") &&
                     Catch::Contains("<failure type=\"CRASH\"") && Catch::Contains("tests=\"3\" failures=\"2\""));
-  std::string csv = to_csv({r});
+  std::string csv = to_csv({r}, m);
   CHECK_THAT(csv, Catch::StartsWith("submission,lab,score,max_score,built,PASS,FAIL,CRASH") &&
                       Catch::Contains("alice,99,2.00,6.00,no,1,0,1,1,"));
+  // One column per group of the manifest, named in the header: the points earned in it.
+  const auto lines = split(csv, '\n');
+  REQUIRE(lines.size() >= 2);
+  CHECK_THAT(lines[0], Catch::EndsWith(",SKIPPED,group:add,group:mul,group:sum,group:gpu"));
+  CHECK_THAT(lines[1], Catch::EndsWith(",2.00,0.00,0.00,0.00"));
+  CHECK(split(lines[0], ',').size() == split(lines[1], ',').size());
+}
+
+TEST_CASE("report: a group's points are split in hundredths that add up exactly", "[grader][report]") {
+  CHECK(split_points(1, 3) == std::vector<double>{0.34, 0.33, 0.33});
+  CHECK(split_points(4, 2) == std::vector<double>{2, 2});
+  CHECK(split_points(2, 0).empty());
+  CHECK(split_points(0, 3) == std::vector<double>{0, 0, 0});
+  for (double points : {1.0, 2.5, 7.0, 10.0, 15.0, 33.33, 99.0}) {
+    for (std::size_t n = 1; n <= 41; ++n) {
+      INFO(points << " points over " << n << " tests");
+      long long sum = 0;
+      for (double share : split_points(points, n)) {
+        const long long hundredths = std::llround(share * 100);
+        CHECK(std::abs(share * 100 - static_cast<double>(hundredths)) < 1e-9);  // at most 2 decimals
+        sum += hundredths;
+      }
+      CHECK(sum == std::llround(points * 100));
+    }
+  }
+  // In results.json: the printed max_scores of 7 points over 3 tests add up to 7.00, and the
+  // total is the manifest's.
+  Manifest m = testing::fixture_manifest();
+  LabResult r;
+  r.lab = 99;
+  const auto shares = split_points(7, 3);
+  for (std::size_t k = 0; k < shares.size(); ++k)
+    r.tests.push_back({"t" + std::to_string(k), "add", Visibility::Visible, Outcome::Pass, shares[k], shares[k], 0, ""});
+  json j = json::parse(to_gradescope(r, m).dump());
+  long long sum = 0;
+  for (const auto& t : j["tests"]) {
+    const std::string printed = t["max_score"].dump();
+    CHECK(printed.size() <= 4);  // "2.34": two decimals at most
+    sum += std::llround(t["max_score"].get<double>() * 100);
+  }
+  CHECK(sum == 700);
+  CHECK(j["score"].dump() == "7.0");
+  CHECK(j["extra_data"]["max_score"].dump() == "7.0");
 }
 
 TEST_CASE("leaderboard: HTML (sortable, no external assets) and Markdown, ranked by the metric's order",
@@ -64,7 +110,8 @@ TEST_CASE("leaderboard: HTML (sortable, no external assets) and Markdown, ranked
     r.leaderboard[0].value = v;
     rows.push_back(leaderboard_row_from_results(to_gradescope(r, m), "fallback"));
   }
-  rows.push_back(leaderboard_row_from_results(json::parse(R"({"score": 1})"), "dave"));
+  rows.push_back(leaderboard_row_from_results(
+      json::parse(R"({"score": 1, "tests": [], "extra_data": {"lab": 99, "max_score": 6}})"), "dave"));
   CHECK(rows[3].submission == "dave");
   std::string html = leaderboard_html(rows, "Board");
   CHECK_THAT(html, Catch::Contains("<table class=\"board\"") && Catch::Contains("&lt;carol&gt;") &&
@@ -73,7 +120,34 @@ TEST_CASE("leaderboard: HTML (sortable, no external assets) and Markdown, ranked
   CHECK(html.find("bob") < html.find("alice"));
   CHECK(html.find("alice") < html.find("&lt;carol&gt;"));
   std::string md = leaderboard_markdown(rows, "Board");
-  CHECK_THAT(md, Catch::Contains("| rank | submission | score | speed |") && Catch::Contains("| 1 | bob | 2.00 | 2.5 |"));
+  CHECK_THAT(md, Catch::Contains("| rank | submission | score | speed |"));
+  // One score format in both: score / maximum.
+  CHECK_THAT(md, Catch::Contains("| 1 | bob | 2.00 / 6.00 | 2.5 |") && Catch::Contains("| dave | 1.00 / 6.00 |"));
+  CHECK_THAT(html, Catch::Contains("<td>bob</td><td>2.00 / 6.00</td>") && Catch::Contains("<td>dave</td><td>1.00 / 6.00</td>"));
+}
+
+TEST_CASE("leaderboard: a JSON that is not a grader result is refused, naming what it lacks", "[grader][report][leaderboard]") {
+  auto error_of = [](const std::string& text) {
+    try {
+      leaderboard_row_from_results(json::parse(text), "x");
+    } catch (const mls::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(error_of("{}"), Catch::Contains("not a results.json of mls-grader") && Catch::Contains("score (a number)") &&
+                                 Catch::Contains("tests (an array)") && Catch::Contains("extra_data (an object"));
+  CHECK_THAT(error_of("[1, 2]"), Catch::Contains("a JSON array"));
+  CHECK_THAT(error_of("3"), Catch::Contains("a JSON number"));
+  CHECK_THAT(error_of(R"({"score": 1, "tests": [], "extra_data": {"lab": "one", "max_score": 6}})"),
+             Catch::Contains("extra_data.lab") && !Catch::Contains("max_score (a number)") && !Catch::Contains("score (a number)"));
+  CHECK_THAT(error_of(R"({"score": 1, "tests": [], "extra_data": {"lab": 1}})"), Catch::Contains("extra_data.max_score"));
+  CHECK_THAT(error_of(R"({"score": "7", "tests": [], "extra_data": {"lab": 1, "max_score": 6}})"),
+             Catch::Contains("score (a number)"));
+  CHECK_THAT(error_of(R"({"score": 1, "tests": [], "extra_data": {"lab": 1, "max_score": 6}, "leaderboard": {}})"),
+             Catch::Contains("leaderboard (an array"));
+  // What to_gradescope writes is a grader result.
+  CHECK(error_of(to_gradescope(sample(), testing::fixture_manifest()).dump()).empty());
 }
 
 TEST_CASE("bench: median of a Google Benchmark report, ratio against the peer", "[grader][bench]") {

@@ -330,7 +330,7 @@ int cmd_grade(const Common& c, const std::string& submission, const std::string&
   std::fprintf(stderr, "mls-grader: %zu submission(s) graded in %.1f s (after the reference)\n", subs.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_batch).count());
   std::string out = csv.empty() ? "scores.csv" : csv;
-  write_file_atomic(out, to_csv(all));
+  write_file_atomic(out, to_csv(all, m));
   std::printf("wrote %s (%zu submissions)\n", out.c_str(), all.size());
   int rc = 0;
   for (const auto& r : all) rc = std::max(rc, tests_exit_code(r));
@@ -534,11 +534,16 @@ int cmd_leaderboard(const std::vector<std::string>& in, const std::string& html,
     try {
       j = nlohmann::json::parse(read_file(f));
     } catch (const nlohmann::json::exception& e) {
-      throw UsageError(f + ": not valid JSON: " + e.what());
+      throw UsageError("--in " + f + ": not valid JSON: " + e.what());
     }
     fs::path p(f);
-    rows.push_back(leaderboard_row_from_results(j, p.parent_path().filename().string().empty() ? p.stem().string()
-                                                                                               : p.parent_path().filename().string()));
+    try {
+      rows.push_back(leaderboard_row_from_results(j, p.parent_path().filename().string().empty()
+                                                         ? p.stem().string()
+                                                         : p.parent_path().filename().string()));
+    } catch (const mls::Error& e) {
+      throw UsageError("--in " + f + ": " + e.what());
+    }
   }
   if (html.empty() && md.empty()) std::cout << leaderboard_markdown(rows, title);
   if (!html.empty()) write_file_atomic(html, leaderboard_html(rows, title));

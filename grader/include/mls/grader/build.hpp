@@ -100,6 +100,9 @@ struct BuildResult {
   BuildRecipe recipe;       ///< the reference build's commands (build_reference, direct builds)
 };
 
+/// The first error lines of a compiler log (errors, undefined references, the link audit's, a
+/// step killed by its limits: at most 25 lines), "" when it has none.
+std::string first_build_errors(std::string_view log);
 /// The first error lines of a compiler log, then its tail (what a student needs to see).
 std::string summarize_build_log(std::string_view log, std::size_t max_bytes = 6000);
 

@@ -107,6 +107,15 @@ struct Manifest {
   std::string graded_program(const std::string& program) const;
 };
 
+/// Points are counted in hundredths: a group's `points` has at most 2 decimal places (the
+/// manifest's check), and so has every test's share of them.
+/// `v` rounded to hundredths of a point (a sum of shares, a score to print or write).
+double round_points(double v);
+/// A group's `points` split among its `n` test cases: each share in hundredths, the first
+/// (points x 100 mod n) shares one hundredth more than the rest, so that the shares, printed with
+/// 2 decimals, add up to exactly `points` (1 point over 3 tests: 0.34, 0.33, 0.33). Empty for n = 0.
+std::vector<double> split_points(double points, std::size_t n);
+
 /// Parses and validates a manifest; throws mls::Error naming `source` and the bad field.
 Manifest parse_manifest(const nlohmann::json& j, const std::string& source = "lab.json");
 /// Reads and parses a manifest file.

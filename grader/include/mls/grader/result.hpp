@@ -13,7 +13,8 @@ namespace mls::grader {
 
 /// SKIPPED: a GPU test on a machine without a GPU (it reported "SKIPPED: no GPU", or its test
 /// program is not configured there, e.g. no CUDA). It scores 0 and its points are left out of
-/// the run's maximum; nothing else is ever skipped.
+/// the run's maximum (it is in a group the machine does not count: `TestResult::counted`);
+/// nothing else is ever skipped.
 enum class Outcome { Pass, Fail, Crash, Timeout, Memory, OutputLimit, NoResult, NotImplemented, Skipped };
 const char* to_string(Outcome o);
 Outcome outcome_from_string(std::string_view s);  ///< inverse of to_string; throws on unknown
@@ -26,6 +27,13 @@ struct TestResult {
   double score = 0, max_score = 0;
   double wall_s = 0;
   std::string message;   ///< why (assertion text, signal, ...), sanitized and capped
+  /// Whether its points are in the maximum: false for every test of a group this machine cannot
+  /// run (a GPU or MPI group without a GPU or mpirun, or whose program is not configured;
+  /// `count_points`, run.hpp), whatever the test did, so that the maximum depends only on the
+  /// manifest and the machine. A test that does not count scores 0.
+  bool counted = true;
+  /// Counted, and not SKIPPED (a SKIPPED test never counts).
+  bool counts() const { return counted && outcome != Outcome::Skipped; }
 };
 
 struct LeaderboardEntry {
@@ -40,14 +48,20 @@ struct LabResult {
   std::string title;
   std::string submission;        ///< name of the submission (folder name) or "reference"
   bool built = false;
-  std::string output;            ///< top-level message: build errors, intake notes
+  /// What a student must read first, said once at the top of every report (the score table,
+  /// results.json's output): the compiler's first errors of a submission that did not build,
+  /// why a submission was rejected. Each test entry then says only that it was not run.
+  std::string headline;
+  std::string output;            ///< top-level message: intake notes, timings, notes of the run
   std::string isolation;         ///< the sandbox's isolation level (`isolation_line()`), first in every report
   std::vector<TestResult> tests;
   std::vector<LeaderboardEntry> leaderboard;
   double execution_time_s = 0;
-  double score() const;
-  double max_score() const;        ///< without the points of SKIPPED tests
-  double skipped_points() const;   ///< points of SKIPPED tests (left out of max_score)
+  double score() const;            ///< of the tests that count, in hundredths
+  /// The points of the tests that count (`TestResult::counts`), in hundredths: the same for every
+  /// submission of a lab graded on one machine.
+  double max_score() const;
+  double uncounted_points() const;  ///< the points of the tests that do not count (left out of max_score)
   int count(Outcome o) const;
 };
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,13 +26,35 @@ struct RunOptions {
   std::string preset = "release";
 };
 
+/// What the grading machine offers the groups that need one (`Group::needs_machine`), and so
+/// which groups count in a run's maximum: the same for every submission graded on it.
+struct Machine {
+  bool gpu = false;  ///< a GPU (`RunOptions::gpu_present`, else `machine_has_gpu()`)
+  bool mpi = false;  ///< `mpirun` (`machine_has_mpirun()`)
+  /// The test programs the build configuration does not define (no CUDA, no MPI found):
+  /// `TestPrograms::not_configured` of the reference build (of the tree, for `test`).
+  std::set<std::string> not_configured;
+  /// Why group `g` cannot be run here ("" when it can): it needs a GPU or `mpirun` the machine
+  /// lacks, or its program is not configured. Such a group's points are not counted.
+  std::string why_not(const Group& g) const;
+  bool counts(const Group& g) const { return why_not(g).empty(); }
+};
+/// This machine, as a run with `opt` sees it, for the programs `programs` of a build.
+Machine grading_machine(const RunOptions& opt, const TestPrograms& programs);
+/// Marks every test of `r` counted or not by its group (`Machine::counts`), whatever the test
+/// did: a test that does not count scores 0, and one that was not SKIPPED says why it does not
+/// count. So the maximum (`LabResult::max_score`) depends on the manifest and the machine only,
+/// never on the submission (one that does not build has the maximum of one that passes).
+void count_points(LabResult& r, const Manifest& m, const Machine& here);
+
 /// Lists the test cases matching `spec` through the harness channel (the listing is done by the
 /// harness inside the sandbox, so a student's prints cannot forge it). Throws mls::Error when
 /// the binary has no harness listener or the listing fails.
 std::vector<std::string> list_tests(const std::filesystem::path& binary, const std::string& spec,
                                     const Manifest& m);
 
-/// One test case to run: its name, its group, its share of the group's points, its program.
+/// One test case to run: its name, its group, its share of the group's points (`split_points`),
+/// its program.
 struct TestJob {
   std::string name;
   std::string group;
