@@ -22,7 +22,7 @@ trap 'rm -rf "$out"' EXIT
   --md "$out/board.md" --title "Leaderboard check"
 flags=(--headless --no-sandbox --disable-gpu --user-data-dir="$out/profile")
 "$browser" "${flags[@]}" --dump-dom "file://$out/board.html" > "$out/dom.html" 2>/dev/null
-"$browser" "${flags[@]}" --window-size=1200,600 --screenshot="$out/board.png" "file://$out/board.html" >/dev/null 2>&1
+"$browser" "${flags[@]}" --window-size=1400,700 --screenshot="$out/board.png" "file://$out/board.html" >/dev/null 2>&1
 rows=$(grep -o '<tr' "$out/dom.html" | wc -l)
 n=$(ls "$root"/grader/tests/data/*.json | wc -l)
 size=$(stat -c %s "$out/board.png" 2>/dev/null || echo 0)

@@ -329,6 +329,18 @@ std::vector<LabTable> tables(const std::vector<LeaderboardRow>& rows) {
   return out;
 }
 
+/// How each column was measured, said once for the columns that share it (in column order).
+std::vector<std::pair<std::vector<std::string>, std::string>> legend(const LabTable& t) {
+  std::vector<std::pair<std::vector<std::string>, std::string>> out;
+  for (const auto& c : t.columns) {
+    const std::string how = t.how.count(c) ? t.how.at(c) : "measured how is not recorded (an older results.json)";
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.second == how; });
+    if (it == out.end()) out.push_back({{c}, how});
+    else it->first.push_back(c);
+  }
+  return out;
+}
+
 /// A row's score, one format in every rendering: "7.00 / 99.00".
 std::string score_cell(const LeaderboardRow& r) { return fmt(r.score) + " / " + fmt(r.max_score); }
 
@@ -374,9 +386,11 @@ std::string leaderboard_html(const std::vector<LeaderboardRow>& rows, const std:
       os << "</tr>\n";
     }
     os << "</tbody></table>\n";
-    for (const auto& c : t.columns)
-      os << "<p><b>" << xml_escape(c) << "</b>: "
-         << xml_escape(t.how.count(c) ? t.how.at(c) : "measured how is not recorded (an older results.json)") << "</p>\n";
+    for (const auto& [cols, how] : legend(t)) {
+      os << "<p>";
+      for (std::size_t i = 0; i < cols.size(); ++i) os << (i ? ", " : "") << "<b>" << xml_escape(cols[i]) << "</b>";
+      os << ": " << xml_escape(how) << "</p>\n";
+    }
   }
   os << "<script>\n"
      << "document.querySelectorAll('table.board').forEach(function(table){\n"
@@ -431,9 +445,11 @@ std::string leaderboard_markdown(const std::vector<LeaderboardRow>& rows, const 
       os << "\n";
     }
     os << "\n";
-    for (const auto& c : t.columns)
-      os << "- **" << md(c) << "**: " << md(t.how.count(c) ? t.how.at(c) : "measured how is not recorded (an older results.json)")
-         << "\n";
+    for (const auto& [cols, how] : legend(t)) {
+      os << "- ";
+      for (std::size_t i = 0; i < cols.size(); ++i) os << (i ? ", " : "") << "**" << md(cols[i]) << "**";
+      os << ": " << md(how) << "\n";
+    }
     os << "\n";
   }
   return os.str();

@@ -126,6 +126,21 @@ TEST_CASE("leaderboard: HTML (sortable, no external assets) and Markdown, ranked
   CHECK_THAT(html, Catch::Contains("<td>bob</td><td>2.00 / 6.00</td>") && Catch::Contains("<td>dave</td><td>1.00 / 6.00</td>"));
 }
 
+TEST_CASE("leaderboard: columns measured the same way share one line of explanation", "[grader][report][leaderboard]") {
+  LeaderboardRow r;
+  r.lab = 1;
+  r.submission = "alice";
+  r.score = r.max_score = 1;
+  for (const char* name : {"a_vs_reference", "b_vs_reference", "c_vs_peer"})
+    r.entries.push_back({name, 1.0, "desc", std::string(name) == "c_vs_peer" ? "the peer's time" : "the grader's clock"});
+  const std::string html = leaderboard_html({r}, "Board");
+  const std::string md = leaderboard_markdown({r}, "Board");
+  CHECK_THAT(html, Catch::Contains("<p><b>a_vs_reference</b>, <b>b_vs_reference</b>: the grader's clock</p>") &&
+                       Catch::Contains("<p><b>c_vs_peer</b>: the peer's time</p>"));
+  CHECK_THAT(md, Catch::Contains("- **a_vs_reference**, **b_vs_reference**: the grader's clock\n") &&
+                     Catch::Contains("- **c_vs_peer**: the peer's time\n"));
+}
+
 TEST_CASE("leaderboard: a JSON that is not a grader result is refused, naming what it lacks", "[grader][report][leaderboard]") {
   auto error_of = [](const std::string& text) {
     try {
