@@ -48,6 +48,7 @@ bind() { mkdir -p "$rootfs$2"; mount "${@:3}" "$1" "$rootfs$2"; mounts+=("$rootf
 bind proc /proc -t proc
 bind sysfs /sys -t sysfs
 bind /dev /dev --bind
+bind devpts /dev/pts -t devpts
 bind tmpfs /dev/shm -t tmpfs
 cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
 in_root() {

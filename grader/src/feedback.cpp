@@ -53,10 +53,12 @@ void add_feedback(TestResult& t, std::string_view rerun, FeedbackLimits lim) {
   t.message = format_feedback(t.message, rerun, lim);
 }
 
-std::string rerun_command(const Manifest& m, std::string_view program, std::string_view test_name,
-                          std::string_view preset) {
+std::string rerun_command(const Manifest& m, std::string_view group, std::string_view program,
+                          std::string_view test_name, std::string_view preset) {
   std::string dir = m.dir.empty() ? "" : m.dir + "/";
-  return "build/" + std::string(preset) + "/" + dir + std::string(program) + " \"" +
+  const Group* g = m.group(std::string(group));
+  const std::string launcher = g && !g->run_with.empty() ? g->run_with + " " : "";
+  return launcher + "build/" + std::string(preset) + "/" + dir + std::string(program) + " \"" +
          escape_test_name(std::string(test_name)) + "\"";
 }
 

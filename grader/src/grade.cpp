@@ -100,7 +100,7 @@ LabResult run_differential(const TestPrograms& student, const Manifest& m, const
         t.message = "the test reported a skip, but the reference build ran it";
       }
     }
-    add_feedback(t, rerun_command(m, j.program, j.name, opt.preset));
+    add_feedback(t, rerun_command(m, j.group, j.program, j.name, opt.preset));
     if (local_only) {
       t.max_score = 0;
       t.message = "local_only group: judged in the student's own process, 0 points in grade" +

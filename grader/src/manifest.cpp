@@ -180,10 +180,11 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     const json& g = groups[i];
     if (!g.is_object()) c.bad(p.substr(0, p.size() - 1), "must be an object");
     static const std::set<std::string> known_group = {"name", "match", "points", "visibility", "binary",
-                                                      "gpu", "mpi", "given", "judge", "$comment"};
+                                                      "gpu", "mpi", "given", "judge", "run_with", "$comment"};
     for (const auto& [k, v] : g.items())
       if (!known_group.count(k))
-        c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, mpi, given, judge)");
+        c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, mpi, given, judge, "
+                     "run_with)");
     Group gr;
     gr.name = get_string(c, g, "name", p);
     if (!names.insert(gr.name).second) c.bad(p + "name", "'" + gr.name + "' is used twice");
@@ -201,6 +202,9 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     gr.mpi = get_bool(c, g, "mpi", p, false);
     if (gr.gpu && gr.mpi) c.bad(p + "mpi", "a group is gpu or mpi, not both");
     gr.given = get_bool(c, g, "given", p, false);
+    gr.run_with = get_string(c, g, "run_with", p, false, "");
+    if (g.contains("run_with") && (trim(gr.run_with).empty() || gr.run_with.find_first_of("\"\n\r") != std::string::npos))
+      c.bad(p + "run_with", "must be one line of command words, without quotes (e.g. \"lab5_parallel/tests/run_mpi.sh 2\")");
     const std::string judge = get_string(c, g, "judge", p, false, "differential");
     if (judge == "differential") gr.judge = Judge::Differential;
     else if (judge == "local_only") gr.judge = Judge::LocalOnly;

@@ -316,7 +316,7 @@ LabResult run_lab_tests(const TestPrograms& programs, const Manifest& m, const R
   for_each_parallel(plan.jobs.size(), opt.jobs, [&](std::size_t i) {
     const TestJob& j = plan.jobs[i];
     TestResult t = local.run(j, m, 0).result;
-    add_feedback(t, rerun_command(m, j.program, j.name, opt.preset));
+    add_feedback(t, rerun_command(m, j.group, j.program, j.name, opt.preset));
     t.score = t.outcome == Outcome::Pass ? j.points : 0;
     results[i] = t;
     if (opt.on_result) {

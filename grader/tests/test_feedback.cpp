@@ -6,6 +6,7 @@
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/result.hpp"
 #include "mls/grader/util.hpp"
+#include "helpers.hpp"
 
 using namespace mls::grader;
 
@@ -57,9 +58,9 @@ TEST_CASE("feedback: each line and the whole are capped, the first lines kept", 
 TEST_CASE("feedback: only failures get it, and the command names the ordinary program and the escaped test", "[grader][feedback]") {
   Manifest m;
   m.dir = "lab1_tensor";
-  CHECK(rerun_command(m, "mls_lab1_tests", "sum, with [brackets]") ==
+  CHECK(rerun_command(m, "g", "mls_lab1_tests", "sum, with [brackets]") ==
         "build/release/lab1_tensor/mls_lab1_tests \"sum\\, with \\[brackets\\]\"");
-  CHECK(rerun_command(m, "mls_lab1_tests", "t", "asan") == "build/asan/lab1_tensor/mls_lab1_tests \"t\"");
+  CHECK(rerun_command(m, "g", "mls_lab1_tests", "t", "asan") == "build/asan/lab1_tensor/mls_lab1_tests \"t\"");
   TestResult fail;
   fail.outcome = Outcome::Fail;
   fail.message = "x\nx";
@@ -72,6 +73,26 @@ TEST_CASE("feedback: only failures get it, and the command names the ordinary pr
     add_feedback(t, "cmd");
     CHECK(t.message == "x\nx");
   }
+}
+
+TEST_CASE("feedback: an MPI test's local command is the one the lab documents (run_mpi.sh), not the bare program",
+          "[grader][feedback]") {
+  // Lab 5 as it is: its MPI groups name tests/run_mpi.sh 2 (lab.json run_with).
+  const Manifest m = find_lab(testing::repo_root(), 5);
+  CHECK(rerun_command(m, "mpi_train", "mls_lab5_mpi_tests", "mpi: data parallel, 2 ranks") ==
+        "lab5_parallel/tests/run_mpi.sh 2 build/release/lab5_parallel/mls_lab5_mpi_tests \"mpi: data parallel\\, 2 ranks\"");
+  CHECK(rerun_command(m, "mpi", "mls_lab5_mpi_tests", "t") ==
+        "lab5_parallel/tests/run_mpi.sh 2 build/release/lab5_parallel/mls_lab5_mpi_tests \"t\"");
+  // The simulated ranks' groups: the program alone; a test in no group too.
+  CHECK(rerun_command(m, "tp", "mls_lab5_tests", "t") == "build/release/lab5_parallel/mls_lab5_tests \"t\"");
+  CHECK(rerun_command(m, "(no group)", "mls_lab5_tests", "t") == "build/release/lab5_parallel/mls_lab5_tests \"t\"");
+  // And it reaches the feedback's last line.
+  TestResult t;
+  t.outcome = Outcome::Fail;
+  t.message = "differs from the reference build: observation 1 of 4, 'rank 1: losses' ...";
+  add_feedback(t, rerun_command(m, "mpi_train", "mls_lab5_mpi_tests", "t"));
+  CHECK_THAT(t.message, Catch::EndsWith("run it locally: lab5_parallel/tests/run_mpi.sh 2 "
+                                        "build/release/lab5_parallel/mls_lab5_mpi_tests \"t\""));
 }
 
 TEST_CASE("xml: a failed check's INFO messages come with it, not a bare truth value", "[grader][feedback]") {

@@ -68,6 +68,32 @@ TEST_CASE("manifest: errors name the field", "[grader][manifest]") {
                               Catch::Contains("2.505"));
   j["groups"][0]["points"] = 2.55;
   CHECK(error_of(j).empty());
+  j = valid();
+  j["groups"][0]["run_with"] = "run.sh \"2\"";
+  CHECK_THAT(error_of(j), Catch::Contains("groups[0].run_with") && Catch::Contains("without quotes"));
+  j["groups"][0]["run_with"] = " ";
+  CHECK_THAT(error_of(j), Catch::Contains("groups[0].run_with"));
+  j["groups"][0]["run_with"] = 2;
+  CHECK_THAT(error_of(j), Catch::Contains("groups[0].run_with") && Catch::Contains("must be a string"));
+}
+
+TEST_CASE("manifest: a group's run_with is read, and lab 5's MPI groups run through run_mpi.sh", "[grader][manifest]") {
+  json j = valid();
+  j["groups"][1]["run_with"] = "lab1_tensor/tests/run.sh 2";
+  Manifest m = parse_manifest(j);
+  CHECK(m.groups[0].run_with.empty());
+  CHECK(m.groups[1].run_with == "lab1_tensor/tests/run.sh 2");
+  // Every group that runs under mpirun says how to run it by hand, with a launcher that exists.
+  const Manifest lab5 = find_lab(testing::repo_root(), 5);
+  int mpi_groups = 0;
+  for (const auto& g : lab5.groups) {
+    if (!g.mpi) continue;
+    ++mpi_groups;
+    INFO("group " << g.name);
+    CHECK(g.run_with == "lab5_parallel/tests/run_mpi.sh 2");
+    CHECK(std::filesystem::exists(testing::repo_root() / "lab5_parallel/tests/run_mpi.sh"));
+  }
+  CHECK(mpi_groups == 2);
 }
 
 TEST_CASE("manifest: the fixture lab loads and labs are discovered by folder", "[grader][manifest]") {

@@ -4,6 +4,8 @@
 // NumPy 1.24 gives for the same program.
 #include <cmath>
 #include <limits>
+#include <sstream>
+#include <string>
 
 #include "generators.hpp"
 #include "mls/testing.hpp"
@@ -204,7 +206,9 @@ TEST_CASE("gelu in float32 keeps its relative accuracy for large negative inputs
     INFO("x = " << x);
     // A few ulps, plus exp's condition number 2|u| for the rounding of its argument.
     const double rtol = (4.0 + 2.0 * std::abs(static_cast<double>(u))) * 1.2e-7;
-    MLS_OBSERVE(got, {2 * rtol, 0.0});
+    std::ostringstream label;
+    label << "gelu(x = " << x << ", float32)";
+    mls::testing::observe(label.str(), got, {2 * rtol, 0.0});
     MLS_ORACLE(const auto want = static_cast<double>(0.5L * xl * (1.0L + std::tanh(u)));)  // 64-bit mantissa: ample here
     MLS_ORACLE_CHECK(CHECK(std::abs(got - want) <= rtol * std::abs(want)));
   }

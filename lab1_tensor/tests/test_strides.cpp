@@ -210,8 +210,8 @@ TEST_CASE("broadcast_shapes follows NumPy's rule and names the op on failure", "
       }
     };
     const std::string got = outcome(a, b), swapped = outcome(b, a);
-    MLS_OBSERVE(got);
-    MLS_OBSERVE(swapped);
+    mls::testing::observe("broadcast_shapes(" + ref::dims_str(a) + ", " + ref::dims_str(b) + ")", got);
+    mls::testing::observe("broadcast_shapes(" + ref::dims_str(b) + ", " + ref::dims_str(a) + ")", swapped);
     MLS_ORACLE(const auto want = ref::broadcast(a, b); compatible += want.has_value();)
     MLS_ORACLE_CHECK(CHECK(got == (want ? ref::dims_str(*want) : "mls::Error")); CHECK(swapped == got));
   }

@@ -177,7 +177,7 @@ TEST_CASE("gradcheck: conv2d via im2col, stride and padding", "[lab2][opgrad]") 
   // conv2d equals a direct loop on one output element.
   Var out = conv2d(Var(x), Var(w), 1, 1);
   const double got = out.value().at({1, 2, 1, 2});
-  MLS_OBSERVE(got, autodiff_test::kApprox);
+  mls::testing::observe("conv2d(x, w, stride 1, padding 1) at [1, 2, 1, 2]", got, autodiff_test::kApprox);
   MLS_ORACLE(double ref = 0; for (int c = 0; c < 2; ++c) {
     for (int i = 0; i < 3; ++i)
       for (int j = 0; j < 3; ++j) {

@@ -47,8 +47,8 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 }
 #endif  // MLS_GRADED_BUILD
 
-void observe_hvp(const std::vector<double>& got) {
-  mls::testing::observe("got", got, {2.4e-5, 2e-12});  // Approx(want).margin(1e-12), on both sides
+void observe_hvp(const std::string& label, const std::vector<double>& got) {
+  mls::testing::observe(label, got, {2.4e-5, 2e-12});  // Approx(want).margin(1e-12), on both sides
 }
 
 }  // namespace
@@ -68,8 +68,8 @@ TEST_CASE("softmax_cross_entropy: Hessian-vector products through soft targets, 
     t.zero_grad();
     (sum(gx * Var(vx)) + sum(gt * Var(vt))).backward();
     const std::vector<double> eager_x = x.grad().value().to_vector<double>(), eager_t = t.grad().value().to_vector<double>();
-    observe_hvp(eager_x);
-    observe_hvp(eager_t);
+    observe_hvp("softmax_cross_entropy(x, t) Hessian-vector product, eager, d/dx, shape " + shape_str(s), eager_x);
+    observe_hvp("softmax_cross_entropy(x, t) Hessian-vector product, eager, d/dt, shape " + shape_str(s), eager_t);
 
     // Define-then-run: gradients of gradients.
     Graph g;
@@ -79,8 +79,8 @@ TEST_CASE("softmax_cross_entropy: Hessian-vector products through soft targets, 
     const std::vector<Var> d2 = gradients(dot, {xp, tp});
     const std::vector<Tensor> r = Executor(g).run({d2[0], d2[1]}, {{xp, x0}, {tp, t0}});
     const std::vector<double> graph_x = r[0].to_vector<double>(), graph_t = r[1].to_vector<double>();
-    observe_hvp(graph_x);
-    observe_hvp(graph_t);
+    observe_hvp("softmax_cross_entropy(x, t) Hessian-vector product, graph, d/dx, shape " + shape_str(s), graph_x);
+    observe_hvp("softmax_cross_entropy(x, t) Hessian-vector product, graph, d/dt, shape " + shape_str(s), graph_t);
     MLS_ORACLE(const auto [hx, ht] = ce_hvp(x0, t0, vx, vt);)
     MLS_ORACLE_CHECK(check_close(eager_x, hx); check_close(eager_t, ht); check_close(graph_x, hx); check_close(graph_t, ht));
   }

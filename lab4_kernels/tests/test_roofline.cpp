@@ -1,11 +1,16 @@
 // Lab 4: the roofline model of mls-roofline (mls/kernels/roofline.hpp) on given measurements:
 // arithmetic, refusal of points above their roof, and where the SVG puts roofs and points.
-// No timing: every measurement here is made up.
+// No timing: every measurement here is made up (the peak cache's measurement is injected).
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "mls/common/file.hpp"
 #include "mls/kernels/roofline.hpp"
 #include "mls/testing.hpp"
 
@@ -172,4 +177,114 @@ TEST_CASE("roofline: the SVG draws one roof per thread count and every point und
     CHECK(rx == Approx(plot.x(roofs[k].peak_gflops / roofs[k].dram_gbs)).margin(0.06));
     CHECK(ry == Approx(plot.y(roofs[k].peak_gflops)).margin(0.06));
   }
+}
+
+namespace {
+/// A fresh folder under the temporary directory, removed at the end of the test.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& tag)
+      : path(std::filesystem::temp_directory_path() / ("mls_lab4_" + tag + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+}  // namespace
+
+TEST_CASE("roofline: the peak is measured once per machine and thread count, then read from its cache",
+          "[lab4][roofline]") {
+  using mls::kernels::peak_gflops_cached;
+  ScratchDir dir("peak_cache");
+  int measured = 0;
+  double next = 129.0;  // what the (made-up) measurement returns
+  mls::kernels::PeakCacheOptions o;
+  o.dir = dir.path / "mlsys-labs";  // made on first use
+  o.cpu = "AMD EPYC 7B13 64-Core Processor";
+  o.avx512 = true;
+  o.measure = [&](int) {
+    ++measured;
+    return next;
+  };
+  const auto first = peak_gflops_cached(1, o);
+  MLS_OBSERVE(first.gflops);
+  MLS_OBSERVE(first.file.filename().string());
+  CHECK(measured == 1);
+  CHECK_FALSE(first.from_cache);
+  CHECK(first.file.filename() == "peak-gflops-AMD_EPYC_7B13_64_Core_Processor-avx512-t1.txt");
+  CHECK_THAT(first.source, Catch::StartsWith("measured now, cached in "));
+  // The next run reads it: the same peak, whatever a measurement would say now.
+  next = 232.0;
+  const auto second = peak_gflops_cached(1, o);
+  MLS_OBSERVE(second.gflops);
+  CHECK(measured == 1);
+  CHECK(second.from_cache);
+  CHECK(second.gflops == first.gflops);
+  CHECK_THAT(second.source, Catch::StartsWith("cached in ") && Catch::Contains("mls-roofline re-measures"));
+  // Another thread count, another CPU or vector width: another key, measured.
+  CHECK(peak_gflops_cached(2, o).gflops == 232.0);
+  o.avx512 = false;
+  CHECK(peak_gflops_cached(1, o).gflops == 232.0);
+  CHECK(measured == 3);
+  o.avx512 = true;
+  // mls-roofline re-measures and keeps the larger: the best this machine has reached.
+  o.remeasure = true;
+  next = 240.0;
+  CHECK(peak_gflops_cached(1, o).gflops == 240.0);
+  next = 100.0;
+  const auto lower = peak_gflops_cached(1, o);
+  CHECK(lower.gflops == 240.0);
+  CHECK_THAT(lower.source, Catch::Contains("this run measured 100.0 GFLOP/s, below it"));
+  o.remeasure = false;
+  CHECK(peak_gflops_cached(1, o).gflops == 240.0);
+  CHECK(measured == 5);
+  // A foreign or damaged file is measured again and rewritten.
+  mls::write_file_atomic(first.file, "mlsys-labs peak_gflops 1\ncpu another CPU\nisa avx512\nthreads 1\ngflops 999\n");
+  next = 150.0;
+  CHECK(peak_gflops_cached(1, o).gflops == 150.0);
+  mls::write_file_atomic(first.file, "garbage");
+  CHECK(peak_gflops_cached(1, o).gflops == 150.0);
+  CHECK(peak_gflops_cached(1, o).from_cache);
+  CHECK(measured == 7);
+}
+
+TEST_CASE("roofline: the peak cache lives in XDG_CACHE_HOME or ~/.cache, and an unwritable one is measured, not fatal",
+          "[lab4][roofline]") {
+  ScratchDir dir("peak_cache_fallback");
+  std::filesystem::create_directories(dir.path);
+  mls::write_file_atomic(dir.path / "file", "not a folder");
+  mls::kernels::PeakCacheOptions o;
+  o.dir = dir.path / "file" / "mlsys-labs";  // under a regular file: cannot be made
+  o.cpu = "Test CPU";
+  o.measure = [](int) { return 50.0; };
+  const auto r = mls::kernels::peak_gflops_cached(1, o);
+  MLS_OBSERVE(r.gflops);
+  CHECK(r.gflops == 50.0);
+  CHECK_FALSE(r.from_cache);
+  CHECK_THAT(r.source, Catch::StartsWith("measured now, not cached (") && Catch::Contains("varies run to run"));
+  o.measure = [](int) { return std::nan(""); };
+  mls::testing::require_error([&] { mls::kernels::peak_gflops_cached(1, o); }, "the measured peak of 1 thread(s) is nan");
+  mls::testing::require_error([&] { mls::kernels::peak_gflops_cached(0, o); }, "peak_gflops_cached: threads = 0, expected >= 1");
+  MLS_OBSERVE(mls::kernels::peak_cache_name("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", false, 4));
+  CHECK(mls::kernels::peak_cache_name("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", false, 4) ==
+        "peak-gflops-Intel_R_Xeon_R_Platinum_8481C_CPU_2_70GHz-avx2-t4.txt");
+  // Where it lives: $XDG_CACHE_HOME/mlsys-labs, else $HOME/.cache/mlsys-labs, else nowhere.
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string saved_xdg = xdg ? xdg : "", saved_home = home ? home : "";
+  ::setenv("XDG_CACHE_HOME", "/x/cache", 1);
+  ::setenv("HOME", "/h", 1);
+  CHECK(mls::kernels::default_peak_cache_dir() == "/x/cache/mlsys-labs");
+  ::unsetenv("XDG_CACHE_HOME");
+  CHECK(mls::kernels::default_peak_cache_dir() == "/h/.cache/mlsys-labs");
+  ::unsetenv("HOME");
+  CHECK(mls::kernels::default_peak_cache_dir().empty());
+  o.dir.clear();
+  o.measure = [](int) { return 60.0; };
+  CHECK_THAT(mls::kernels::peak_gflops_cached(1, o).source, Catch::StartsWith("measured now, not cached (no $XDG_CACHE_HOME"));
+  if (xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
+  if (home) ::setenv("HOME", saved_home.c_str(), 1);
+  CHECK_FALSE(mls::kernels::cpu_model_name().empty());
 }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mls/common/error.hpp"
 #include "mls/parallel/data_parallel.hpp"
@@ -96,9 +98,49 @@ class ResidualStage : public autodiff::nn::Module {
 };
 }  // namespace
 
+namespace {
+/// The divisors of n, as "1, 2, 4, 8 or 16" (the values a knob that must divide n may take; the
+/// first 12, then "...").
+std::string divisors_text(std::int64_t n) {
+  std::vector<std::int64_t> ds;
+  bool more = false;
+  for (std::int64_t k = 1; k <= n; ++k)
+    if (n % k == 0) {
+      if (ds.size() == 12) {
+        more = true;
+        break;
+      }
+      ds.push_back(k);
+    }
+  std::string out;
+  for (std::size_t i = 0; i < ds.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == ds.size() && !more ? " or " : ", ") + std::to_string(ds[i]);
+  return more ? out + ", ..." : out;
+}
+}  // namespace
+
+void validate_stack_3d(const StackConfig& c, int dp, int tp, int pp, const StackNames& n) {
+  const std::string& op = n.op;
+  for (const auto& [name, v] : {std::pair<const std::string&, std::int64_t>{n.dp, dp}, {n.tp, tp}, {n.pp, pp},
+                                {n.d_model, c.d_model}, {n.d_hidden, c.d_hidden}, {n.batch, c.batch},
+                                {n.micro, c.micro_batches}, {n.bucket_bytes, c.bucket_bytes}})
+    MLS_CHECK(v >= 1, op, ": ", name, " ", v, " must be >= 1");
+  MLS_CHECK(c.steps >= 0, op, ": ", n.steps, " ", c.steps, " must be >= 0");
+  MLS_CHECK(std::isfinite(c.lr), op, ": ", n.lr, " ", c.lr, " must be a finite number");
+  MLS_CHECK(c.d_hidden % tp == 0, op, ": ", n.tp, " ", tp, " must divide ", n.d_hidden, " ", c.d_hidden,
+            " (the tensor-parallel ranks split the MLP's hidden units equally): tensor-parallel sizes ",
+            divisors_text(c.d_hidden), " fit, or a ", n.d_hidden, " that is a multiple of ", tp);
+  MLS_CHECK(c.batch % dp == 0, op, ": ", n.batch, " ", c.batch, " must split evenly over ", n.dp, " ", dp,
+            " data-parallel replicas: use a ", n.batch, " that is a multiple of ", dp);
+  const std::int64_t rows = c.batch / dp;
+  MLS_CHECK(rows % c.micro_batches == 0, op, ": ", n.micro, " ", c.micro_batches, " must divide the ", rows,
+            " rows of each data-parallel replica (", n.batch, " ", c.batch, " / dp ", dp,
+            ") into equal micro-batches: ", n.micro, " ", divisors_text(rows), " fits");
+  MLS_CHECK(c.blocks == pp, op, ": the stack has ", c.blocks, " blocks, expected one per stage (", n.pp, " ", pp, ")");
+}
+
 StackResult train_stack_3d(Communicator& world, const StackConfig& c, int dp, int tp, int pp, PipelineStats* stats) {
-  MLS_CHECK(c.blocks == pp, "train_stack_3d: the stack has ", c.blocks, " blocks, expected one per stage (pp = ", pp,
-            ")");
+  validate_stack_3d(c, dp, tp, pp);
   Mesh3D mesh(world, dp, tp, pp);
   const MeshCoord me = mesh.coord();
   const auto w = stack_block_weights(c, me.s);

@@ -208,49 +208,75 @@ std::string schedule_text(const Timeline& t) {
   os << std::fixed << std::setprecision(4) << "F = forward, B = backward, . = idle; total " << t.total
      << ", bubble " << t.bubble_fraction() << " (closed form (p-1)/(m+p-1) = "
      << bubble_fraction(std::max(1, t.stages), std::max(1, t.micro)) << ")\n";
+  os << "peak live micro-batches per stage:";
+  for (int live : t.peak_live) os << ' ' << live;
+  os << '\n';
   return os.str();
 }
 
 std::string schedule_svg(const Timeline& t, const std::string& title) {
-  const double u = time_unit(t);
-  const double unit_px = 34, lane_h = 30, gap = 8, left = 78, top = 54, right = 20;
-  const double plot_w = t.total / u * unit_px;
-  const double lanes_h = t.stages * (lane_h + gap);
-  svg::Document d(left + plot_w + right, top + lanes_h + 64,
+  return schedule_comparison_svg({t}, {title});
+}
+
+std::string schedule_comparison_svg(const std::vector<Timeline>& ts, const std::vector<std::string>& titles) {
+  MLS_CHECK(!ts.empty() && titles.size() == ts.size(), "schedule_comparison_svg: ", ts.size(), " timelines and ",
+            titles.size(), " titles, expected one title per timeline and at least one timeline");
+  // One time unit and one scale for every panel, so that the same width means the same time.
+  double u = std::numeric_limits<double>::infinity(), total = 0;
+  for (const auto& t : ts) {
+    u = std::min(u, time_unit(t));
+    total = std::max(total, t.total);
+  }
+  const double unit_px = 34, lane_h = 30, gap = 8, left = 78, top = 54, right = 160;
+  const double plot_w = total / u * unit_px;
+  auto panel_h = [&](const Timeline& t) { return top + t.stages * (lane_h + gap) + 64; };
+  double height = 0;
+  for (const auto& t : ts) height += panel_h(t);
+  svg::Document d(left + plot_w + right, height,
                   {.font_family = "DejaVu Sans, Helvetica, Arial, sans-serif", .font_size = 12, .quote = '"'});
-  std::ostringstream head;
-  head << std::fixed << std::setprecision(3) << (title.empty() ? "pipeline schedule" : title) << ": p = " << t.stages
-       << ", m = " << t.micro << ", bubble " << t.bubble_fraction();
-  d.text(left, 24, head.str(), {.size = 16, .weight = "bold"});
   const char* kForward = "#3b78c4";
   const char* kBackward = "#3f9e5a";
-  d.legend(left - 3, 45,
-           {{"forward", kForward, svg::LegendEntry::Box},
-            {"backward", kBackward, svg::LegendEntry::Box},
-            {"idle (bubble)", "#eeeeee", svg::LegendEntry::Box, "", "#cccccc"}},
-           {.horizontal = true, .row = 14, .font_size = 11});
-  for (int s = 0; s < t.stages; ++s) {
-    const double y = top + s * (lane_h + gap);
-    d.text(left - 10, y + lane_h / 2 + 5, "stage " + std::to_string(s), {.anchor = svg::Anchor::End, .size = 13});
-    d.rect(left, y, plot_w, lane_h, {.fill = "#eeeeee", .stroke = "#cccccc"});
+  double y0 = 0;
+  for (std::size_t k = 0; k < ts.size(); ++k) {
+    const Timeline& t = ts[k];
+    std::ostringstream head;
+    head << std::fixed << std::setprecision(3) << (titles[k].empty() ? "pipeline schedule" : titles[k])
+         << ": p = " << t.stages << ", m = " << t.micro << ", bubble " << t.bubble_fraction();
+    d.text(left, y0 + 24, head.str(), {.size = 16, .weight = "bold"});
+    d.legend(left - 3, y0 + 45,
+             {{"forward", kForward, svg::LegendEntry::Box},
+              {"backward", kBackward, svg::LegendEntry::Box},
+              {"idle (bubble)", "#eeeeee", svg::LegendEntry::Box, "", "#cccccc"}},
+             {.horizontal = true, .row = 14, .font_size = 11});
+    const double lanes_h = t.stages * (lane_h + gap);
+    d.text(left + plot_w + 10, y0 + top - 8, "peak live micro-batches", {.size = 11, .fill = "#555555"});
+    for (int s = 0; s < t.stages; ++s) {
+      const double y = y0 + top + s * (lane_h + gap);
+      d.text(left - 10, y + lane_h / 2 + 5, "stage " + std::to_string(s), {.anchor = svg::Anchor::End, .size = 13});
+      d.rect(left, y, t.total / u * unit_px, lane_h, {.fill = "#eeeeee", .stroke = "#cccccc"});
+      // The activations this stage keeps at once: what GPipe and 1F1B differ in.
+      const int live = s < static_cast<int>(t.peak_live.size()) ? t.peak_live[static_cast<std::size_t>(s)] : 0;
+      d.text(left + plot_w + 10, y + lane_h / 2 + 5, std::to_string(live), {.size = 13});
+    }
+    for (const auto& sl : t.slots) {
+      const double x = left + sl.start / u * unit_px, w = (sl.end - sl.start) / u * unit_px;
+      const double y = y0 + top + sl.stage * (lane_h + gap);
+      const bool f = sl.step.kind == PipeStep::Forward;
+      std::ostringstream tip;
+      tip << std::fixed << std::setprecision(1) << "stage " << sl.stage << " " << step_str(sl.step) << " ["
+          << sl.start << ", " << sl.end << ")";
+      d.rect(x + 1, y + 1, w - 2, lane_h - 2, {.fill = f ? kForward : kBackward, .extra = {{"rx", 3}}, .title = tip.str()});
+      d.text(x + w / 2, y + lane_h / 2 + 5, step_str(sl.step), {.anchor = svg::Anchor::Middle, .size = 13, .fill = "white"});
+    }
+    // The time axis, a tick every unit (at most about 20 of them).
+    const auto ticks = static_cast<int>(std::llround(total / u));
+    const int every = std::max(1, ticks / 20);
+    svg::AxisStyle axis{.label = [u](double v) { return tick_label(v * u); }, .colour = "#555555", .font_size = 11,
+                        .title = "time (units of one forward)", .title_gap = 36};
+    for (int v = 0; v <= ticks; v += every) axis.ticks.push_back(v);
+    d.x_axis(svg::Scale(0, std::max(ticks, 1), left, left + std::max(ticks, 1) * unit_px), y0 + top + lanes_h + 4, axis);
+    y0 += panel_h(t);
   }
-  for (const auto& sl : t.slots) {
-    const double x = left + sl.start / u * unit_px, w = (sl.end - sl.start) / u * unit_px;
-    const double y = top + sl.stage * (lane_h + gap);
-    const bool f = sl.step.kind == PipeStep::Forward;
-    std::ostringstream tip;
-    tip << std::fixed << std::setprecision(1) << "stage " << sl.stage << " " << step_str(sl.step) << " [" << sl.start
-        << ", " << sl.end << ")";
-    d.rect(x + 1, y + 1, w - 2, lane_h - 2, {.fill = f ? kForward : kBackward, .extra = {{"rx", 3}}, .title = tip.str()});
-    d.text(x + w / 2, y + lane_h / 2 + 5, step_str(sl.step), {.anchor = svg::Anchor::Middle, .size = 13, .fill = "white"});
-  }
-  // The time axis, a tick every unit (at most about 20 of them).
-  const auto ticks = static_cast<int>(std::llround(t.total / u));
-  const int every = std::max(1, ticks / 20);
-  svg::AxisStyle axis{.label = [u](double k) { return tick_label(k * u); }, .colour = "#555555", .font_size = 11,
-                      .title = "time (units of one forward)", .title_gap = 36};
-  for (int k = 0; k <= ticks; k += every) axis.ticks.push_back(k);
-  d.x_axis(svg::Scale(0, std::max(ticks, 1), left, left + std::max(ticks, 1) * unit_px), top + lanes_h + 4, axis);
   return d.str();
 }
 

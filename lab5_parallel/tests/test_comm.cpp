@@ -40,7 +40,7 @@ TEST_CASE("send and recv: tags match FIFO per (source, tag), any order of tags",
       got[1] = concat({a, b, d}).to_vector<double>();
     }
   });
-  MLS_OBSERVE(got[1]);
+  mls::testing::observe("rank 1: recv(tag 5), recv(tag 7), recv(tag 5) of sends tagged 5, 7, 5", got[1]);
   MLS_ORACLE_CHECK(CHECK(got[1] == std::vector<double>{1, 2, 3, 4, 5, 6}));
 }
 
@@ -56,7 +56,7 @@ TEST_CASE("isend and irecv with wait handles, a ring exchange does not deadlock"
       rr.wait();  // a second wait is a no-op
       got[c.rank()] = in.at({2});
     });
-    MLS_OBSERVE(got);
+    mls::testing::observe("irecv from the left neighbour on a ring of " + std::to_string(n) + " ranks, per rank", got);
     MLS_ORACLE_CHECK(for (int r = 0; r < n; ++r) CHECK(got[r] == (r + n - 1) % n));
   }
 }

@@ -109,3 +109,32 @@ TEST_CASE("mesh: other shapes of the mesh (1 x 2 x 4, 4 x 1 x 2, 2 x 4 x 1) matc
     }
   }
 }
+
+TEST_CASE("mesh: a configuration that does not fit the mesh is refused up front, naming the knob and what fits",
+          "[lab5][plumbing]") {
+  StackConfig c;  // d_hidden 16, batch 16, micro_batches 2
+  c.blocks = 1;
+  CHECK_NOTHROW(validate_stack_3d(c, 1, 4, 1));
+  mls::testing::require_error([&] { validate_stack_3d(c, 1, 3, 1); },
+                              "train_stack_3d: tp 3 must divide d_hidden 16 (the tensor-parallel ranks split the MLP's "
+                              "hidden units equally): tensor-parallel sizes 1, 2, 4, 8 or 16 fit");
+  mls::testing::require_error([&] { validate_stack_3d(c, 3, 1, 1); }, "batch 16 must split evenly over dp 3");
+  c.micro_batches = 3;
+  mls::testing::require_error([&] { validate_stack_3d(c, 2, 1, 1); },
+                              "micro_batches 3 must divide the 8 rows of each data-parallel replica (batch 16 / dp 2)");
+  c.micro_batches = 2;
+  mls::testing::require_error([&] { validate_stack_3d(c, 1, 1, 2); }, "the stack has 1 blocks, expected one per stage (pp 2)");
+  c.d_model = 0;
+  mls::testing::require_error([&] { validate_stack_3d(c, 1, 1, 1); }, "d_model 0 must be >= 1");
+  c.d_model = 8;
+  // A tool names its flags; the ranks are checked before any of them starts (train_stack_3d too).
+  StackNames flags;
+  flags.op = "mls-parallel";
+  flags.tp = "--ranks";
+  flags.d_hidden = "--d-hidden";
+  mls::testing::require_error([&] { validate_stack_3d(c, 1, 3, 1, flags); }, "mls-parallel: --ranks 3 must divide --d-hidden 16");
+  mls::testing::require_error([&] { run_simulated(3, [&](Communicator& w) { train_stack_3d(w, c, 1, 3, 1); }); },
+                              "train_stack_3d: tp 3 must divide d_hidden 16");
+  c.d_hidden = 4096;  // more than 12 divisors: the first 12, then "..."
+  mls::testing::require_error([&] { validate_stack_3d(c, 1, 3, 1); }, "sizes 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, ... fit");
+}

@@ -129,6 +129,29 @@ TEST_CASE("schedule: text and SVG drawings", "[lab5][schedule]") {
                    CHECK(boxes == 4 * 16));
 }
 
+TEST_CASE("schedule: GPipe and 1F1B drawn in one SVG, one panel each on one time scale, peak live per stage",
+          "[lab5][schedule]") {
+  const Timeline g = simulate_schedule(make_schedule(4, 8, ScheduleKind::GPipe));
+  const Timeline o = simulate_schedule(make_schedule(4, 8, ScheduleKind::OneFOneB));
+  const std::string svg = schedule_comparison_svg({g, o}, {"gpipe", "1f1b"});
+  MLS_OBSERVE(svg);
+  std::size_t boxes = 0;
+  for (std::size_t pos = 0; (pos = svg.find("rx=\"3\"", pos)) != std::string::npos; ++pos) ++boxes;
+  MLS_OBSERVE(boxes);
+  const std::string txt = schedule_text(o);
+  MLS_OBSERVE(txt.substr(txt.rfind("peak live")));
+  MLS_ORACLE_CHECK(CHECK(boxes == 2 * 4 * 16);
+                   CHECK(svg.find("gpipe: p = 4, m = 8, bubble 0.273") != std::string::npos);
+                   CHECK(svg.find("1f1b: p = 4, m = 8, bubble 0.273") != std::string::npos);
+                   CHECK(svg.find("gpipe: p = 4") < svg.find("1f1b: p = 4"));  // GPipe above 1F1B
+                   CHECK(svg.find("peak live micro-batches") != std::string::npos);
+                   CHECK(txt.find("peak live micro-batches per stage: 4 3 2 1\n") != std::string::npos));
+  // The single drawing is the one-panel case.
+  MLS_ORACLE_CHECK(CHECK(schedule_svg(o, "1f1b") == schedule_comparison_svg({o}, {"1f1b"})));
+  require_error([&] { schedule_comparison_svg({g, o}, {"gpipe"}); }, "schedule_comparison_svg: 2 timelines and 1 titles");
+  require_error([] { schedule_comparison_svg({}, {}); }, "at least one timeline");
+}
+
 TEST_CASE("schedule: bad inputs are errors", "[lab5][train_errors]") {
   MLS_OBSERVE(make_schedule(2, 2, ScheduleKind::GPipe).size());  // your code first
   MLS_ORACLE_CHECK(CHECK(make_schedule(2, 2, ScheduleKind::GPipe).size() == 2));

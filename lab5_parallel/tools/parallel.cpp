@@ -5,7 +5,8 @@
 //   mls-parallel --mode dp --ranks 4
 //   mls-parallel --mode 3d --ranks 8 --dims 2,2,2 --check
 //   mls-parallel --mode pp --ranks 4 --micro 8 --schedule gpipe --svg pipeline.svg
-//   mls-parallel --mode schedule -p 4 -m 8 --schedule 1f1b --svg 1f1b.svg   (no training)
+//   mls-parallel --mode schedule -p 4 -m 8 --svg schedules.svg   (no training: GPipe and 1F1B)
+//   mls-parallel --mode schedule -p 4 -m 8 --schedule 1f1b --svg 1f1b.svg   (one of them)
 //   mpirun -np 2 mls-parallel --mode dp --backend mpi
 #include <CLI/CLI.hpp>
 
@@ -45,7 +46,11 @@ Dims dims_for(const std::string& mode, int n, const std::string& spec) {
     char c1 = 0, c2 = 0;
     std::istringstream is(spec);
     is >> d.dp >> c1 >> d.tp >> c2 >> d.pp;
-    MLS_CHECK(is && c1 == ',' && c2 == ',', "mls-parallel: --dims '", spec, "' is not dp,tp,pp");
+    MLS_CHECK(is && c1 == ',' && c2 == ',' && is.peek() == std::char_traits<char>::eof(), "mls-parallel: --dims '", spec,
+              "' is not dp,tp,pp (three counts, e.g. 2,2,2)");
+    MLS_CHECK(d.dp >= 1 && d.tp >= 1 && d.pp >= 1, "mls-parallel: --dims ", spec, ": every count must be >= 1");
+    MLS_CHECK(d.dp * d.tp * d.pp == n, "mls-parallel: --dims ", spec, " makes ", d.dp * d.tp * d.pp, " ranks, but ",
+              "there are ", n, " (--ranks, or the process count under mpirun)");
   } else {  // the most cubic factorisation, tensor parallel first
     d = {1, 1, 1};
     int rest = n;
@@ -57,8 +62,28 @@ Dims dims_for(const std::string& mode, int n, const std::string& spec) {
       rest /= f;
     }
   }
-  MLS_CHECK(d.dp * d.tp * d.pp == n, "mls-parallel: dims ", d.dp, " x ", d.tp, " x ", d.pp, " do not make ", n, " ranks");
   return d;
+}
+
+/// The flags that set each knob of the stack in `mode`, for validate_stack_3d's messages.
+/// Under mpirun the ranks are the processes (`mpi`), not --ranks.
+StackNames flag_names(const std::string& mode, int ranks, const Dims& d, const std::string& dims_spec, bool mpi) {
+  StackNames n{.op = "mls-parallel", .dp = "dp", .tp = "tp", .pp = "pp", .d_model = "--d-model",
+               .d_hidden = "--d-hidden", .batch = "--batch", .micro = "--micro", .steps = "--steps",
+               .bucket_bytes = "--bucket-bytes", .lr = "--lr"};
+  const std::string all = mpi ? "mpirun -np" : "--ranks";
+  if (mode == "dp") n.dp = all;
+  if (mode == "tp") n.tp = all;
+  if (mode == "pp") n.pp = all;
+  if (mode == "3d") {
+    const std::string dims = std::to_string(d.dp) + "," + std::to_string(d.tp) + "," + std::to_string(d.pp);
+    const std::string from = dims_spec.empty() ? "--dims " + dims + " (the default for " + all + " " + std::to_string(ranks) + ")"
+                                               : "--dims " + dims_spec;
+    n.dp = from + ": dp";
+    n.tp = from + ": tp";
+    n.pp = from + ": pp";
+  }
+  return n;
 }
 
 std::string human_bytes(std::int64_t b) {
@@ -105,22 +130,24 @@ int main(int argc, char** argv) {
   int ranks = 4, p = 4, m = 8;
   StackConfig c;
   bool check = false, quiet_traffic = false;
-  app.add_option("--mode", mode, "dp | tp | pp | 3d | schedule")->check(CLI::IsMember({"dp", "tp", "pp", "3d", "schedule"}));
+  app.add_option("--mode", mode, "dp | tp | pp | 3d | schedule (schedule: draws GPipe and 1F1B, no training)")
+      ->check(CLI::IsMember({"dp", "tp", "pp", "3d", "schedule"}));
   app.add_option("--backend", backend, "sim | mpi | nccl")->check(CLI::IsMember({"sim", "mpi", "nccl"}));
-  app.add_option("--ranks", ranks, "simulated ranks (sim); under mpirun the process count");
+  app.add_option("--ranks", ranks, "simulated ranks (sim); under mpirun the process count")->check(CLI::Range(1, 4096));
   app.add_option("--dims", dims_spec, "3d: dp,tp,pp (default: a factorisation of --ranks)");
   app.add_option("--steps", c.steps, "SGD steps");
   app.add_option("--batch", c.batch, "global batch (rows)");
   app.add_option("--d-model", c.d_model, "model width D");
   app.add_option("--d-hidden", c.d_hidden, "MLP hidden width H (divisible by tp)");
   app.add_option("--micro", c.micro_batches, "pipeline micro-batches per data-parallel replica");
-  app.add_option("--schedule", schedule, "gpipe | 1f1b")->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--schedule", schedule, "gpipe | 1f1b (schedule mode: draw only this one; default both)")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--bucket-bytes", c.bucket_bytes, "data-parallel gradient bucket size");
   app.add_option("--lr", c.lr, "SGD learning rate");
   app.add_option("--dtype", dtype, "float32 | float64")->check(CLI::IsMember({"float32", "float64"}));
   app.add_option("--svg", svg, "pp/3d/schedule: write the pipeline timeline as SVG to this file");
-  app.add_option("-p", p, "schedule mode: stages");
-  app.add_option("-m", m, "schedule mode: micro-batches");
+  app.add_option("-p", p, "schedule mode: stages")->check(CLI::Range(1, 64));
+  app.add_option("-m", m, "schedule mode: micro-batches")->check(CLI::Range(1, 256));
   app.add_flag("--check", check, "compare the parameters with a single-rank run");
   app.add_flag("--no-traffic", quiet_traffic, "do not print the traffic table");
   CLI11_PARSE(app, argc, argv);
@@ -128,12 +155,30 @@ int main(int argc, char** argv) {
   try {
     c.schedule = schedule_kind_from_string(schedule);
     c.dtype = dtype == "float32" ? DType::Float32 : DType::Float64;
+    // A flag of another mode would be ignored: say so instead.
+    MLS_CHECK(mode == "3d" || app.count("--dims") == 0, "mls-parallel: --dims is for --mode 3d (--mode ", mode,
+              " puts all --ranks on one axis)");
+    for (const char* f : {"-p", "-m"})
+      MLS_CHECK(mode == "schedule" || app.count(f) == 0, "mls-parallel: ", f, " is for --mode schedule; --mode ", mode,
+                " takes --ranks (stages in pp) and --micro");
+    for (const char* f : {"--ranks", "--micro"})
+      MLS_CHECK(mode != "schedule" || app.count(f) == 0, "mls-parallel: --mode schedule takes -p (stages) and -m ",
+                "(micro-batches), not ", f);
     if (mode == "schedule") {
-      const Timeline t = simulate_schedule(make_schedule(p, m, c.schedule));
-      std::cout << to_string(c.schedule) << ", p = " << p << ", m = " << m << "\n" << schedule_text(t);
+      // Both schedules, GPipe then 1F1B, unless --schedule names one: the same bubble, different memory.
+      std::vector<ScheduleKind> kinds = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+      if (app.count("--schedule")) kinds = {c.schedule};
+      std::vector<Timeline> ts;
+      std::vector<std::string> titles;
+      for (ScheduleKind k : kinds) {
+        ts.push_back(simulate_schedule(make_schedule(p, m, k)));
+        titles.push_back(to_string(k));
+        std::cout << (ts.size() > 1 ? "\n" : "") << to_string(k) << ", p = " << p << ", m = " << m << "\n"
+                  << schedule_text(ts.back());
+      }
       if (!svg.empty()) {
-        mls::write_file_atomic(svg, schedule_svg(t, to_string(c.schedule)), "mls-parallel --svg");
-        std::cout << "wrote " << svg << "\n";
+        mls::write_file_atomic(svg, schedule_comparison_svg(ts, titles), "mls-parallel --svg");
+        std::cout << "wrote " << svg << (ts.size() > 1 ? " (gpipe above 1f1b, one time scale)" : "") << "\n";
       }
       return 0;
     }
@@ -163,6 +208,7 @@ int main(int argc, char** argv) {
     if (backend == "sim") {
       d = dims_for(mode, ranks, dims_spec);
       c.blocks = d.pp;
+      validate_stack_3d(c, d.dp, d.tp, d.pp, flag_names(mode, ranks, d, dims_spec, false));  // before any rank starts
       results.resize(static_cast<std::size_t>(ranks));
       pstats.resize(static_cast<std::size_t>(ranks));
       run_simulated(ranks, body);
@@ -173,6 +219,7 @@ int main(int argc, char** argv) {
       me = world.rank();
       d = dims_for(mode, ranks, dims_spec);
       c.blocks = d.pp;
+      validate_stack_3d(c, d.dp, d.tp, d.pp, flag_names(mode, ranks, d, dims_spec, true));  // the same on every rank
       results.resize(static_cast<std::size_t>(ranks));
       pstats.resize(static_cast<std::size_t>(ranks));
       body(world);

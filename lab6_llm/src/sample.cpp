@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/fused.hpp"
@@ -134,6 +137,21 @@ std::vector<float> forward_last(const GPTParams& params, const std::vector<std::
   return std::vector<float>(last, last + cfg.vocab_size);
 }
 
+std::string generation_note(const GPTConfig& cfg, std::int64_t prompt_tokens, std::int64_t max_new, bool use_cache) {
+  const std::int64_t T = cfg.block_size, room = std::max<std::int64_t>(0, T - prompt_tokens);
+  if (prompt_tokens + max_new <= T || max_new <= 0) return "";
+  std::ostringstream os;
+  os << "the model's context length (block size) is " << T << " tokens and the prompt has " << prompt_tokens << ": ";
+  if (use_cache && room > 0)
+    os << "the KV cache serves the first " << room << " of the " << max_new << " new tokens; the other "
+       << max_new - room << " slide the context over the last " << T
+       << " tokens, recomputing it for each (slower: as without the cache, the same tokens)";
+  else
+    os << (room > 0 ? "after the first " + std::to_string(room) + " of the " + std::to_string(max_new) + " new tokens, " : "")
+       << "each new token sees only the last " << T << " tokens (a sliding window)";
+  return os.str();
+}
+
 std::vector<std::int32_t> generate(const GPTParams& params, const std::vector<std::int32_t>& prompt,
                                    std::int64_t max_new, const SampleOptions& opt, bool use_cache,
                                    Rng& rng, const std::function<void(std::int32_t)>& on_token) {
@@ -142,35 +160,34 @@ std::vector<std::int32_t> generate(const GPTParams& params, const std::vector<st
   if (!opt.greedy) validate_sample_options(opt, V);
   MLS_CHECK(n > 0, "generate: empty prompt, expected at least one token");
   MLS_CHECK(max_new >= 0, "generate: max_new = ", max_new, ", expected >= 0");
-  if (use_cache) {
+  if (use_cache)
     MLS_CHECK(n <= cfg.block_size, "generate: a prompt of ", n,
               " tokens is longer than the block size ", cfg.block_size,
-              " (the KV cache holds block_size positions)");
-    MLS_CHECK(n + max_new <= cfg.block_size, "generate: prompt ", n, " + ", max_new,
-              " new tokens exceed the block size ", cfg.block_size,
-              " with the KV cache (generate fewer tokens or without the cache)");
-  }
+              " (the KV cache holds block_size positions; shorten the prompt or generate without the cache)");
   std::vector<std::int32_t> out;
   if (max_new == 0) return out;
+  std::vector<std::int32_t> ctx = prompt;
+  std::vector<float> logits(static_cast<std::size_t>(V));
+  std::optional<KVCache> cache;
   if (use_cache) {
-    KVCache cache(cfg);
-    std::vector<float> logits(static_cast<std::size_t>(V));
-    for (auto t : prompt) forward_cached(params, cache, t, logits.data());
-    for (std::int64_t i = 0; i < max_new; ++i) {
-      const std::int32_t t = sample_token(logits.data(), V, opt, rng);
-      out.push_back(t);
-      if (on_token) on_token(t);
-      if (i + 1 < max_new) forward_cached(params, cache, t, logits.data());
-    }
+    cache.emplace(cfg);
+    for (auto t : prompt) forward_cached(params, *cache, t, logits.data());
   } else {
-    std::vector<std::int32_t> ctx = prompt;
-    for (std::int64_t i = 0; i < max_new; ++i) {
-      const std::vector<float> logits = forward_last(params, ctx);
-      const std::int32_t t = sample_token(logits.data(), V, opt, rng);
-      out.push_back(t);
-      ctx.push_back(t);
-      if (on_token) on_token(t);
-    }
+    logits = forward_last(params, ctx);
+  }
+  for (std::int64_t i = 0; i < max_new; ++i) {
+    const std::int32_t t = sample_token(logits.data(), V, opt, rng);
+    out.push_back(t);
+    ctx.push_back(t);
+    if (on_token) on_token(t);
+    if (i + 1 == max_new) break;
+    // The cache serves positions 0..block_size-1. Past them the window slides: every position
+    // shifts (absolute position embeddings), so no cached key stays valid and the last
+    // block_size tokens are recomputed, as without the cache.
+    if (cache && cache->size() < cfg.block_size)
+      forward_cached(params, *cache, t, logits.data());
+    else
+      logits = forward_last(params, ctx);
   }
   return out;
 }

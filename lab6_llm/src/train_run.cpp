@@ -169,10 +169,9 @@ GreedyFn greedy_of(const GPTParams& p) {
     SampleOptions g;
     g.greedy = true;
     Rng unused(0);
+    // The cache holds prompts up to the block size; past it generate slides the window itself.
     return generate(p, prompt, n_new, g,
-                    /*use_cache=*/prompt.size() + static_cast<std::size_t>(n_new) <=
-                        static_cast<std::size_t>(p.config().block_size),
-                    unused);
+                    /*use_cache=*/prompt.size() <= static_cast<std::size_t>(p.config().block_size), unused);
   };
 }
 
@@ -195,7 +194,7 @@ void show_results(const TrainRunOptions& f, RunData& rd, const GPTParams& params
     Rng r(f.seed, "sample");
     const auto prompt = rd.tok->encode(rd.tok->decode({rd.text->val_tokens().front()}));
     std::printf("sample: %s", rd.tok->decode(prompt).c_str());
-    generate(params, prompt, f.sample_tokens, so, false, r,
+    generate(params, prompt, f.sample_tokens, so, true, r,
              [&](std::int32_t t) { std::cout << rd.tok->decode({t}) << std::flush; });
     std::printf("\n");
   }
@@ -292,13 +291,15 @@ TrainRunResult run_training(TrainRunOptions f) {
   const std::string tok_bytes = rd.tokenizer().serialize();
   std::printf("%s", describe_counts(cfg, o.context).c_str());
   const int threads = num_threads();
-  const double peak = kernels::peak_gflops_best(threads);
+  // MFU divides by lab 4's peak, measured once per machine and cached: it compares across runs.
+  const kernels::CachedPeak pk = kernels::peak_gflops_cached(threads);
+  const double peak = pk.gflops;
   std::printf(
       "data: %s; batch %lld x context %lld (accum %lld: micro-batches of %lld); %lld steps; %d "
-      "thread(s), peak %.1f GFLOP/s (lab 4 roofline); matmul %s\n",
+      "thread(s), peak %.1f GFLOP/s (lab 4 roofline, %s); matmul %s\n",
       rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str() : f.data.c_str(),
       (long long)o.batch, (long long)o.context, (long long)o.accum, (long long)o.micro_batch(),
-      (long long)o.steps, threads, peak, sgemm_kernel().name.c_str());
+      (long long)o.steps, threads, peak, pk.source.c_str(), sgemm_kernel().name.c_str());
   auto save = [&] {
     Checkpoint ck = trainer_checkpoint(tr, tok_bytes, rd.source().position());
     ck.counters["seed"] = f.seed;

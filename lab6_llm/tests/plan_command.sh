@@ -4,6 +4,10 @@
 # Usage: plan_command.sh <path to mls-gpt>
 set -euo pipefail
 gpt="$1"
+# mls-gpt train keeps the machine's FMA peak in $XDG_CACHE_HOME/mlsys-labs: this run's own folder
+XDG_CACHE_HOME=$(mktemp -d)
+export XDG_CACHE_HOME
+trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 plan=$("$gpt" plan --mem-budget 1MiB --ranks 2 --batch 8 --context 16)
 echo "$plan"
 line=$(printf '%s\n' "$plan" | sed -n 's/^  mls-gpt train /train /p')

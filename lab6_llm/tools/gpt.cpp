@@ -158,7 +158,9 @@ struct SampleFlags {
   void add(CLI::App* app) {
     app->add_option("--ckpt", ckpt, "checkpoint");
     app->add_option("--prompt", prompt, "prompt text");
-    app->add_option("--max-new-tokens,-n", max_new, "tokens to generate")
+    app->add_option("--max-new-tokens,-n", max_new,
+                    "tokens to generate (past the model's context length the window slides; said up front)")
+        ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
     app->add_option("--temperature", temperature, "> 0")->capture_default_str();
     app->add_option("--top-k", top_k, "0: off")->capture_default_str();
@@ -219,24 +221,17 @@ int cmd_sample(SampleFlags& f) {
   const std::string text = f.prompt.empty() ? tok->decode({0}) : f.prompt;
   std::vector<std::int32_t> prompt =
       cache ? encode_prompt(*tok, text, ck.config.block_size) : tok->encode(text);
-  std::int64_t n = f.max_new;
-  if (cache) {
-    const std::int64_t room = ck.config.block_size - static_cast<std::int64_t>(prompt.size());
-    if (n > room) {
-      std::fprintf(
-          stderr,
-          "sample: the KV cache holds %lld positions: generating %lld tokens (use --no-kv-cache "
-          "for more)\n",
-          (long long)ck.config.block_size, (long long)room);
-      n = room;
-    }
-  }
+  const std::int64_t n = f.max_new;
+  // Said before any text: past the context length the window slides (generate does it).
+  if (const std::string note = generation_note(ck.config, static_cast<std::int64_t>(prompt.size()), n, cache);
+      !note.empty())
+    std::fprintf(stderr, "sample: %s\n", note.c_str());
   Rng r(f.seed, "sample");
   std::cout << tok->decode(prompt) << std::flush;
   Timer t;
   const auto out = generate(p, prompt, n, so, cache, r,
                             [&](std::int32_t id) { std::cout << tok->decode({id}) << std::flush; });
-  std::cout << "\n";
+  std::cout << std::endl;  // before the figures on stderr
   std::fprintf(stderr, "%zu tokens, %.0f tok/s (%s)\n", out.size(),
                static_cast<double>(out.size()) / t.seconds(), cache ? "KV cache" : "recompute");
   return 0;
@@ -342,12 +337,13 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
     if (s >= 3) best = std::min(best, t.seconds());
   }
   const double tok_s = static_cast<double>(B * T) / best, flops = train_flops_per_token(cfg, T);
-  const double peak = kernels::peak_gflops_best(num_threads());
+  const kernels::CachedPeak pk = kernels::peak_gflops_cached(num_threads());  // once per machine
+  const double peak = pk.gflops;
   std::printf(
       "loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d "
-      "thread(s))\n",
+      "thread(s))\npeak %s\n",
       loss0, best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak,
-      num_threads());
+      num_threads(), pk.source.c_str());
   return 0;
 }
 

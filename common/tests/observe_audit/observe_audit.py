@@ -66,8 +66,9 @@ def main():
     for n in stale:
         print(f"ALLOW-LISTED BUT NOW STRONG (remove it from {os.path.basename(allow_path)}): {n}")
     if weak or stale:
-        print("Record what the code under test produced next to the test's checks: MLS_OBSERVE(got), "
-              "mls::testing::observe(label, value, {rtol, atol}) (common/tests/include/mls/observe.hpp), "
+        print("Record what the code under test produced next to the test's checks: "
+              "mls::testing::observe(label, value, {rtol, atol}) with a label that names the function and the case, "
+              "or MLS_OBSERVE(expression) (common/tests/include/mls/observe.hpp), "
               "or add the test to the allow-list with the reason it cannot have one.")
         sys.exit(1)
 

@@ -7,9 +7,13 @@
 /// `CHECK(err < tol)`), it records the value the student's code produced:
 ///
 ///     const Tensor got = mls::softmax(x, -1);
-///     MLS_OBSERVE(got);                              // label "got", exact unless a tolerance
-///     mls::testing::observe("softmax", got, {1e-6, 1e-7});
+///     mls::testing::observe("softmax(x, -1), x " + shape_str(x.shape()), got, {1e-6, 1e-7});
+///     MLS_OBSERVE(mls::softmax(x, -1));              // label: the expression, exact unless a tolerance
 ///     CHECK(mls::allclose(got, want));
+///
+/// The label is what the grader's feedback names when a value differs ("differs from the
+/// reference build: observation 2 of 5, '<label>' ..."): name the function and the case, e.g.
+/// "gelu(x = -4, float32)" or "broadcast_shapes([3, 1], [7, 1])", not a bare "got".
 ///
 /// Outside `mls-grader` an observation costs nothing and checks nothing. Under `mls-grader`
 /// (graded mode) it is written to the result channel; the grader runs the same test in the
@@ -165,6 +169,7 @@ inline void observe(std::string_view label, const std::vector<T>& v, Tolerance t
 
 }  // namespace mls::testing
 
-/// Records `expr` under its own spelling as the label, e.g. MLS_OBSERVE(got) or
-/// MLS_OBSERVE(loss, {1e-5, 1e-6}).
+/// Records `expr` under its own spelling as the label, e.g. MLS_OBSERVE(mls::sum(x, {0})) or
+/// MLS_OBSERVE(loss, {1e-5, 1e-6}); where the spelling would be a bare variable ("got"), name the
+/// function and the case with mls::testing::observe(label, value).
 #define MLS_OBSERVE(expr, ...) ::mls::testing::observe(#expr, (expr) __VA_OPT__(, ) __VA_ARGS__)

@@ -97,5 +97,6 @@ inline void observe_values(std::string_view label, const mls::Tensor& t, Toleran
 }  // namespace mls::testing
 
 /// Records tensor `expr` under its own spelling with observe_values (dtype, shape, values; not
-/// the layout), e.g. MLS_OBSERVE_VALUES(got) or MLS_OBSERVE_VALUES(got, {1e-6, 1e-7}).
+/// the layout), e.g. MLS_OBSERVE_VALUES(mls::matmul(a, b)) or MLS_OBSERVE_VALUES(c, {1e-6, 1e-7}); for
+/// a bare variable ("got") prefer observe_values(label, value) with a label naming the function and case.
 #define MLS_OBSERVE_VALUES(expr, ...) ::mls::testing::observe_values(#expr, (expr) __VA_OPT__(, ) __VA_ARGS__)

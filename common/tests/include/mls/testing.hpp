@@ -77,7 +77,7 @@ void require_error(F&& f, const std::string& needle) {
 /// against it in MLS_ORACLE_CHECK(...); observe what the code produced outside both:
 ///
 ///     const Tensor got = mls::matmul(a, b);
-///     MLS_OBSERVE_VALUES(got);
+///     mls::testing::observe_values("matmul(a, b), " + case_name, got);  // names the function and the case
 ///     MLS_ORACLE(const Ref want = ref::matmul(ra, rb).first;)
 ///     MLS_ORACLE_CHECK(CHECK(ref::same_values(got, want)));
 ///

@@ -23,11 +23,12 @@ struct FeedbackLimits {
 /// locally)" when some are left out, and "run it locally: <rerun>". Pure: no I/O.
 std::string format_feedback(std::string_view message, std::string_view rerun, FeedbackLimits lim = {});
 
-/// The command that runs one test case of lab `m` in a student's own build, as the handouts
-/// write it: `build/<preset>/<lab dir>/<program> "<escaped test name>"` (the ordinary program,
-/// whose checks print got/want).
-std::string rerun_command(const Manifest& m, std::string_view program, std::string_view test_name,
-                          std::string_view preset = "release");
+/// The command that runs one test case of group `group` of lab `m` in a student's own build, as
+/// the handouts write it: `build/<preset>/<lab dir>/<program> "<escaped test name>"` (the ordinary
+/// program, whose checks print got/want), after the group's `run_with` where it has one (lab 5's
+/// MPI tests: `lab5_parallel/tests/run_mpi.sh 2 build/...`, every rank's output in full).
+std::string rerun_command(const Manifest& m, std::string_view group, std::string_view program,
+                          std::string_view test_name, std::string_view preset = "release");
 
 /// A test that failed, crashed, ran out of memory or of time gets `format_feedback` of its
 /// message with `rerun`; any other outcome is left as it is.

@@ -46,6 +46,10 @@ struct Group {
   /// Tests of code the handout gives complete (manifest `given`): they may pass in the handout.
   bool given = false;
   Judge judge = Judge::Differential;
+  /// The command that runs the group's program by hand, before the program's path (manifest
+  /// `run_with`, relative to the repository root; e.g. lab 5's MPI tests: "lab5_parallel/tests/run_mpi.sh 2").
+  /// The feedback's "run it locally" command starts with it (rerun_command). Empty: the program alone.
+  std::string run_with{};
 };
 
 /// A benchmark that feeds the leaderboard.

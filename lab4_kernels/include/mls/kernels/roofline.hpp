@@ -1,7 +1,7 @@
 #pragma once
 /// Lab 4: the roofline model (slides 002): this machine's compute roof, the memory roofs, and
 /// kernels placed under them. Shared by mls-roofline and the tools that report a model-FLOP
-/// utilisation (lab 6's mls-gpt).
+/// utilisation (lab 6's mls-gpt), which read the peak from one cache (peak_gflops_cached).
 ///
 /// Honesty rules the model enforces (a student reads the picture to decide what to optimise):
 ///   - a kernel's bytes are its compulsory traffic (every input read once, every output written
@@ -13,6 +13,8 @@
 ///     its GFLOP/s and the roof), never a dot drawn above the line;
 ///   - a cache roof (working set inside L2), when given, is drawn as its own labelled line and
 ///     no point is placed against it.
+#include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,35 @@ namespace mls::kernels {
 double peak_gflops(bool avx512, int threads, long iters = 20'000'000);
 /// peak_gflops with the widest vectors this CPU has.
 double peak_gflops_best(int threads, long iters = 20'000'000);
+
+/// The peak, measured once per machine and kept, so that figures divided by it (lab 6's MFU)
+/// compare across runs: a measurement on a shared machine varies by 2x run to run. The cache is a
+/// small text file per (CPU model, vector width, thread count) in `dir`, written atomically
+/// (write_file_atomic); a missing, unreadable or foreign file is measured again and rewritten,
+/// and where the folder cannot be written the peak is measured and used uncached (the source
+/// says why). mls-roofline re-measures (`remeasure`) and keeps the larger: the cached peak is
+/// the best this machine has reached.
+struct PeakCacheOptions {
+  std::filesystem::path dir{};                 ///< empty: default_peak_cache_dir()
+  bool remeasure = false;                      ///< measure even when cached; keep the larger
+  std::function<double(int threads)> measure{};  ///< empty: the best of 5 peak_gflops_best(threads)
+  std::string cpu{};                           ///< empty: cpu_model_name()
+  bool avx512 = false;                         ///< part of the key; set from the CPU when cpu is empty
+};
+struct CachedPeak {
+  double gflops = 0;
+  std::filesystem::path file{};  ///< the cache file (empty: no cache folder)
+  bool from_cache = false;       ///< read from `file`, not measured in this run
+  std::string source{};          ///< for a report: "cached in <file>", "measured now, cached in <file>", ...
+};
+/// $XDG_CACHE_HOME/mlsys-labs, else $HOME/.cache/mlsys-labs, else empty (no cache).
+std::filesystem::path default_peak_cache_dir();
+/// The CPU's "model name" from /proc/cpuinfo ("unknown CPU" where there is none).
+std::string cpu_model_name();
+/// The cache file name of a key: "peak-gflops-<cpu, letters and digits>-<avx512|avx2>-t<threads>.txt".
+std::string peak_cache_name(const std::string& cpu, bool avx512, int threads);
+/// The peak of `threads` threads (>= 1; mls::Error otherwise), from the cache or measured.
+CachedPeak peak_gflops_cached(int threads, const PeakCacheOptions& opt = {});
 
 /// Relative amount a measured point may exceed its roof by (timing noise) before it is an error.
 inline constexpr double kRoofSlack = 0.05;

@@ -14,6 +14,7 @@
 /// matching shards of a single-rank run on the whole batch.
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mls/parallel/comm.hpp"
@@ -80,8 +81,25 @@ void add_traffic(Traffic& into, const Traffic& from);
 /// The reference: the whole stack on one rank, the whole batch, `steps` SGD steps.
 StackResult train_stack_single(const StackConfig& c);
 
+/// What validate_stack_3d's messages call each knob: the StackConfig fields and mesh sizes by
+/// default; a tool passes its flags (mls-parallel: "--ranks", "--d-hidden", "--batch", ...).
+struct StackNames {
+  std::string op = "train_stack_3d";
+  std::string dp = "dp", tp = "tp", pp = "pp";
+  std::string d_model = "d_model", d_hidden = "d_hidden", batch = "batch", micro = "micro_batches";
+  std::string steps = "steps", bucket_bytes = "bucket_bytes", lr = "lr";
+};
+
+/// Checks, before any rank starts, that `c` can train on a dp x tp x pp mesh: dp, tp, pp,
+/// d_model, d_hidden, batch, micro_batches and bucket_bytes >= 1, steps >= 0, lr finite; tp
+/// divides d_hidden (each tensor-parallel rank holds d_hidden / tp hidden units); dp divides batch
+/// (each replica takes batch / dp rows); micro_batches divides batch / dp (equal micro-batches);
+/// c.blocks == pp (one block per stage). Throws mls::Error "<op>: <name> <value> must ..." naming
+/// the knob, its value and what is expected (with values that would work).
+void validate_stack_3d(const StackConfig& c, int dp, int tp, int pp, const StackNames& names = {});
+
 /// The same training on a 3-D mesh: this rank's stage block (shards of tp), its data shard, pipeline
-/// micro-batches over pp, gradients averaged over dp. c.blocks must equal pp.
+/// micro-batches over pp, gradients averaged over dp. Checks `c` first (validate_stack_3d).
 /// `stats` (if given) receives the pipeline statistics of the last step.
 StackResult train_stack_3d(Communicator& world, const StackConfig& c, int dp, int tp, int pp,
                            PipelineStats* stats = nullptr);

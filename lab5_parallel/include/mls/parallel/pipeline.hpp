@@ -84,11 +84,18 @@ struct Timeline {
 Timeline simulate_schedule(const PipelineSchedule& s, double t_fwd = 1.0, double t_bwd = 1.0);
 
 /// A text timeline: one line per stage, one character per time unit ("F3", "B3" cells of width
-/// 2 per unit for unit steps), '.' for idle, and a legend with the bubble.
+/// 2 per unit for unit steps), '.' for idle, a legend with the bubble, and each stage's peak
+/// number of live micro-batches.
 std::string schedule_text(const Timeline& t);
 /// An SVG timeline: one lane per stage, forward boxes blue, backward boxes green, micro-batch
-/// number in each box, a time axis, and the bubble in the title.
+/// number in each box, a time axis, the bubble in the title, and at the right of each lane the
+/// stage's peak number of live micro-batches (its activation memory).
 std::string schedule_svg(const Timeline& t, const std::string& title = "");
+/// Several timelines in one SVG, one panel each (drawn as schedule_svg) stacked top to bottom on
+/// one time scale, so that schedules compare at a glance: `mls-parallel --mode schedule` draws
+/// GPipe above 1F1B for the same p and m (the same bubble; the peak live micro-batches differ).
+/// Throws mls::Error unless there is one title per timeline and at least one timeline.
+std::string schedule_comparison_svg(const std::vector<Timeline>& ts, const std::vector<std::string>& titles);
 
 // ---- the distributed executor ---------------------------------------------------------------------
 /// The loss of the last stage on one micro-batch: output and target -> scalar (a mean).

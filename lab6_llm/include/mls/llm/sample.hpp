@@ -7,6 +7,7 @@
 /// attention row over the cached keys: O(N + T·C·L) per token.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "mls/common/rng.hpp"
@@ -63,9 +64,17 @@ void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token,
 /// tokens) with gpt_forward.
 std::vector<float> forward_last(const GPTParams& params, const std::vector<std::int32_t>& context);
 
-/// Generates up to `max_new` tokens after `prompt` (non-empty), calling on_token for each as it
-/// comes. With the cache, prompt.size() + max_new must fit in block_size (an mls::Error says so
-/// otherwise); without it the context slides over the last block_size tokens.
+/// What generate will do when prompt + max_new tokens exceed the context length, to say before it
+/// starts (mls-gpt sample prints it first, on stderr): how many new tokens the KV cache serves and
+/// how many slide the window; "" when everything fits.
+std::string generation_note(const GPTConfig& cfg, std::int64_t prompt_tokens, std::int64_t max_new, bool use_cache);
+
+/// Generates `max_new` tokens after `prompt` (non-empty), calling on_token for each as it comes.
+/// Each token sees at most the last block_size tokens (the model's context length): past it the
+/// context slides. With the cache the prompt must fit in block_size (an mls::Error says so
+/// otherwise); the cache serves the positions up to block_size, and past them every token
+/// recomputes the window (forward_last: a shifted window moves every position, so no cached key
+/// stays valid). With or without the cache: the same tokens.
 std::vector<std::int32_t> generate(const GPTParams& params, const std::vector<std::int32_t>& prompt,
                                    std::int64_t max_new, const SampleOptions& opt, bool use_cache,
                                    Rng& rng,
