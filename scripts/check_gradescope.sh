@@ -28,6 +28,7 @@ grader="$(realpath "${3:-$root/build/release/bin/mls-grader}")"
 [ -x "$grader" ] || { echo "check_gradescope.sh: no mls-grader at $grader (build it: cmake --build --preset release --target mls-grader)" >&2; exit 2; }
 work="$(mktemp -d /var/tmp/mls-gradescope.XXXXXX)"
 out="${OUT:-$work}"
+mkdir -p "$out"
 say() { echo "check_gradescope: $*"; }
 
 if [ -z "$rootfs" ]; then

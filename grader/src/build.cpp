@@ -130,7 +130,7 @@ void copy_reference_tree(const fs::path& root, const Manifest& m, const fs::path
     return;
   }
   for (const auto& name : reference_tree_parts(root, m)) {
-    if (fs::is_regular_file(fs::symlink_status(root / name))) fs::copy_file(root / name, dest / name, fs::copy_options::overwrite_existing);
+    if (fs::is_regular_file(fs::symlink_status(root / name))) copy_file_readable(root / name, dest / name);
     else copy_tree(root / name, dest / name, {"build", ".git", "__pycache__"});
   }
 }

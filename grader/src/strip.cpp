@@ -235,10 +235,13 @@ HandoutReport make_handout(const fs::path& root, const std::vector<Manifest>& la
         mls::fail("handout: ", rel, " has solution markers but is not a student file of any lab manifest; "
                   "add it to student_files or remove the markers");
     }
-    fs::copy_file(src, dst, fs::copy_options::overwrite_existing);
+    copy_file_readable(src, dst);
   }
   for (const auto& s : to_strip)
     MLS_CHECK(fs::exists(out / s), "handout: student file ", s, " of lab ", lab_of_student[s], " does not exist");
+  // Folders everyone may enter whatever the umask (the grading copy is built by a sandboxed uid).
+  for (auto it = fs::recursive_directory_iterator(out); it != fs::recursive_directory_iterator(); ++it)
+    if (fs::is_directory(it->symlink_status())) fs::permissions(it->path(), fs::perms(0755));
   return rep;
 }
 

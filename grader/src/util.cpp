@@ -251,8 +251,15 @@ void remove_tree(const fs::path& p) noexcept {
   }
 }
 
+void copy_file_readable(const fs::path& from, const fs::path& to) {
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  const bool exec = (fs::status(from).permissions() & fs::perms::owner_exec) != fs::perms::none;
+  fs::permissions(to, fs::perms(exec ? 0755 : 0644));
+}
+
 void copy_tree(const fs::path& from, const fs::path& to, const std::vector<std::string>& skip_names) {
   fs::create_directories(to);
+  fs::permissions(to, fs::perms(0755));
   for (const auto& e : fs::directory_iterator(from)) {
     std::string name = e.path().filename().string();
     bool skip = false;
@@ -263,7 +270,7 @@ void copy_tree(const fs::path& from, const fs::path& to, const std::vector<std::
     if (fs::is_directory(st)) {
       copy_tree(e.path(), to / name, skip_names);
     } else if (fs::is_regular_file(st)) {
-      fs::copy_file(e.path(), to / name, fs::copy_options::overwrite_existing);
+      copy_file_readable(e.path(), to / name);
     }
   }
 }

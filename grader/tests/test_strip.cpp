@@ -1,4 +1,7 @@
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "helpers.hpp"
 #include "mls/common/error.hpp"
@@ -139,4 +142,41 @@ TEST_CASE("handout: lab numbers come from folder names", "[grader][strip][handou
   CHECK(lab_number_of_dir("lab") == -1);
   CHECK(lab_number_of_dir("labs") == -1);
   CHECK(lab_number_of_dir("common") == -1);
+}
+
+TEST_CASE("handout: a private checkout (files 0600, folders 0700, umask 077) gives trees everyone can read",
+          "[grader][strip][handout]") {
+  // The Gradescope setup makes the course root-only; the grading copy and the reference copy are
+  // built and read by a sandboxed uid, so their modes must not follow the checkout's.
+  fs::path root = make_temp_dir("mls-grader-test");
+  fs::path out = make_temp_dir("mls-grader-test-out");
+  remove_tree(out);
+  testing::put(root, "CMakeLists.txt", "project(x)\n");
+  testing::put(root, "common/include/a.hpp", "#pragma once\n");
+  testing::put(root, "lab1_a/src/a.cpp", "int f() {\n  " MLS_BEGIN "\n  return 1;\n  " MLS_END "\n}\n");
+  testing::put(root, "lab1_a/tests/run.sh", "#!/bin/sh\n");
+  testing::put(root, "lab1_a/lab.json",
+               nlohmann::json({{"lab", 1}, {"dir", "lab1_a"}, {"title", "t"}, {"test_binary", "t"},
+                               {"student_files", {"lab1_a/src/a.cpp"}},
+                               {"groups", {{{"name", "g"}, {"match", "[g]"}, {"points", 1}}}}})
+                   .dump());
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it)
+    fs::permissions(it->path(), fs::perms(it->is_directory() ? 0700 : 0600));
+  fs::permissions(root / "lab1_a/tests/run.sh", fs::perms(0700));
+  const mode_t old = ::umask(077);
+  make_handout(root, discover_labs(root), 1, out);
+  copy_tree(root, out / "copy");
+  ::umask(old);
+  auto mode = [](const fs::path& p) { return static_cast<unsigned>(fs::status(p).permissions()) & 0777u; };
+  for (const fs::path& base : {out, out / "copy"}) {
+    INFO(base);
+    CHECK(mode(base / "lab1_a") == 0755u);
+    CHECK(mode(base / "lab1_a/src") == 0755u);
+    CHECK(mode(base / "common/include/a.hpp") == 0644u);
+    CHECK(mode(base / "CMakeLists.txt") == 0644u);
+    CHECK(mode(base / "lab1_a/tests/run.sh") == 0755u);
+    CHECK(mode(base / "lab1_a/src/a.cpp") == 0644u);
+  }
+  remove_tree(out);
+  remove_tree(root);
 }

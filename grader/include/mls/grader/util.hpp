@@ -50,8 +50,12 @@ using mls::xml_escape;
 fs::path make_temp_dir(std::string_view prefix);
 /// Removes a folder tree, ignoring errors (best effort clean-up).
 void remove_tree(const fs::path& p) noexcept;
+/// Copies one regular file; the copy is readable by everyone (mode 0644, 0755 where the owner may
+/// execute the original) whatever the original's mode, so a sandboxed uid can read the grader's
+/// trees even when the course checkout is private (e.g. made root-only by the Gradescope setup).
+void copy_file_readable(const fs::path& from, const fs::path& to);
 /// Copies a folder tree (regular files and folders only; symlinks are skipped), skipping any
-/// entry whose name is in `skip_names`.
+/// entry whose name is in `skip_names`; files as copy_file_readable, folders mode 0755.
 void copy_tree(const fs::path& from, const fs::path& to, const std::vector<std::string>& skip_names = {});
 /// The repository root: `hint` if given, else walks up from the current folder looking for
 /// CMakePresets.json beside common/; falls back to the folder compiled in.
