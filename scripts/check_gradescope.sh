@@ -115,14 +115,15 @@ for name in reference stubs forged; do
   read -r s m < <(python3 -c "
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(r['score'], sum(t.get('max_score', 0) for t in r.get('tests', [])))" "$out/results-$name.json")
+print(r['score'], round(sum(t.get('max_score', 0) for t in r.get('tests', [])), 6))" "$out/results-$name.json")
   score[$name]=$s
   max[$name]=$m
   say "$name: $s / $m ($((SECONDS - start)) s)"
 done
-awk -v a="${score[reference]:-x}" -v b="${max[reference]:-y}" 'BEGIN { exit !(a == b && b > 0) }' ||
+# Per-test maxima are hundredths: their float sum may differ from the maximum in the last digits.
+awk -v a="${score[reference]:--1}" -v b="${max[reference]:-0}" 'BEGIN { d = a - b; exit !(b > 0 && d < 1e-6 && d > -1e-6) }' ||
   { say "FAILED: the reference's files must score the maximum"; failed=1; }
-awk -v a="${score[forged]:-x}" -v b="${score[stubs]:-y}" 'BEGIN { exit !(a == b) }' ||
+awk -v a="${score[forged]:--1}" -v b="${score[stubs]:--2}" 'BEGIN { exit !(a == b) }' ||
   { say "FAILED: the forged submission must score what the stubs score"; failed=1; }
 if grep -q -e FORGED -e LEAKED "$out/results-forged.json" 2>/dev/null; then
   say "FAILED: the forged submission's claim or the reference's text reached results.json"; failed=1
