@@ -155,11 +155,11 @@ void ReferenceMerger::end(bool ok) {
   if (!ok) fail("a reference run wrote a malformed observation record");
   if (cur_ < 0) return;
   if (differs_) {
-    Observation& x = r_.stream[static_cast<std::size_t>(cur_)];
+    const auto i = static_cast<std::size_t>(cur_);
+    Observation& x = r_.stream[i];
     x.atol = std::max(x.atol, 2 * spread_);
-    nondeterministic(static_cast<std::size_t>(cur_), first_diff_ + (r_.unstable[static_cast<std::size_t>(cur_)]
-                                                                       ? " (not finite: compared by label and kind only)"
-                                                                       : " (tolerance widened to atol " + num(x.atol) + ")"));
+    nondeterministic(i, first_diff_ + (r_.unstable[i] ? " (not finite: compared by label and kind only)"
+                                                      : " (tolerance widened to atol " + num(x.atol) + ")"));
   }
   cur_ = -1;
 }

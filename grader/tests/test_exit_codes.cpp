@@ -105,14 +105,15 @@ TEST_CASE("exit codes: grade and test exit 0 when every test passes, 1 when one 
   CHECK(grader("test " + kFixture, tmp.dir).code == 0);
 }
 
-TEST_CASE("exit codes: audit --fail-on nondeterministic exits 1 on a value that differs between two runs and names it",
+TEST_CASE("exit codes: audit --fail-on nondeterministic exits 1 on a value that differs between two runs, and names it",
           "[grader][exit_codes]") {
   testing::ScopedTmpdir tmp;
   const std::string audit = "audit --manifest grader/tests/fixture_lab/lab_audit.json -j 2 --no-predictable";
-  Ran strict = grader(audit + " --fail-on nondeterministic", tmp.dir);
+  // --in-tree: the working tree's build (the fixture's direct build), as `test` runs it.
+  Ran strict = grader(audit + " --in-tree --fail-on nondeterministic", tmp.dir);
   INFO(strict.out << strict.err);
   CHECK(strict.code == 1);
-  CHECK_THAT(strict.out, Catch::StartsWith("isolation: "));
+  CHECK_THAT(strict.out, Catch::StartsWith("isolation: ") && Catch::Contains("(the working tree's build; "));
   // The two runs' values are named, side by side.
   CHECK_THAT(strict.out, Catch::Contains("nondeterministic: observation 1 of 2, 'std::random_device' (i64): value [0]: "));
   CHECK_THAT(strict.out, Catch::Contains("audit: 1 nondeterministic observation(s) in 1 test(s)"));
@@ -125,6 +126,7 @@ TEST_CASE("exit codes: audit --fail-on nondeterministic exits 1 on a value that 
   Ran plain = grader(audit, tmp.dir);
   INFO(plain.out << plain.err);
   CHECK(plain.code == 0);
+  CHECK_THAT(plain.out, Catch::Contains("(the cached reference build; "));
   CHECK_THAT(plain.out, Catch::Contains("audit: 1 nondeterministic observation(s) in 1 test(s)") &&
                             Catch::Contains("informational"));
   // Another kind is a usage error, named.

@@ -4,7 +4,8 @@
 //   0  success (test/bench/grade: every test passed, results written; check-handouts: all good)
 //   1  tests failed (grade: a test of the submission, or of any submission of a batch, did not
 //      pass, a submission that does not build included; its results are written), or
-//      check-handouts found a problem
+//      check-handouts found a problem, or audit found a weak or unusable test (with --fail-on
+//      nondeterministic, a nondeterministic observation too)
 //   2  usage error: bad arguments, a path argument that does not exist (checked before any
 //      work), unknown lab, invalid manifest, bad marker in a source
 //   3  the lab did not build (test, bench, check-handouts; grade: the reference did not build)
@@ -222,6 +223,7 @@ std::shared_ptr<const Reference> reference_for(const Manifest& m, const GradeOpt
 struct AuditOptions {
   bool fail_on_nondeterministic = false;  ///< --fail-on nondeterministic
   bool second_salt = true;                ///< false: --no-predictable
+  bool in_tree = false;                   ///< --in-tree: the working tree's build, not the cached reference copy
 };
 
 int cmd_audit(const Common& c, const AuditOptions& a) {
@@ -230,7 +232,17 @@ int cmd_audit(const Common& c, const AuditOptions& a) {
   go.build = build_options(c);
   go.run.jobs = c.jobs;
   std::printf("%s\n", isolation_line().c_str());
-  auto ref = prepare_reference(m, go);
+  // The reference's programs: the cached reference build (as `grade` runs them), or with
+  // --in-tree the working tree's own (as `test` and `check-handouts` do: no second build).
+  std::optional<BuildResult> in_tree;
+  if (a.in_tree) in_tree = build_in_tree(m, go.build);
+  auto prepare = [&](const GradeOptions& o) {
+    if (!in_tree) return prepare_reference(m, o);
+    auto r = std::make_shared<Reference>();
+    r->build = *in_tree;
+    return record_reference(m, o, r);
+  };
+  auto ref = prepare(go);
   // A second preparation under another salt: a test whose stream is the same under both does not
   // depend on the salt (fixed inputs: error checks, worked examples), so a submission could write
   // that stream itself without running the code (handouts/README.md, "What it trades").
@@ -238,11 +250,12 @@ int cmd_audit(const Common& c, const AuditOptions& a) {
   if (a.second_salt) {
     GradeOptions other = go;
     other.salt = ref->salt ^ 0x9e3779b97f4a7c15ull;
-    ref2 = prepare_reference(m, other);
+    ref2 = prepare(other);
   }
   int weak = 0, bad = 0, predictable = 0, nondet_tests = 0, nondet = 0;
-  std::printf("lab %d: %zu tests, reference prepared in %.1f s (salt secret, two runs each%s)\n", m.lab,
-              ref->cases.size(), ref->seconds, a.second_salt ? ", then under a second salt" : "");
+  std::printf("lab %d: %zu tests, reference prepared in %.1f s (%s; salt secret, two runs each%s)\n", m.lab,
+              ref->cases.size(), ref->seconds, in_tree ? "the working tree's build" : "the cached reference build",
+              a.second_salt ? ", then under a second salt" : "");
   for (std::size_t i = 0; i < ref->cases.size(); ++i) {
     const auto& job = ref->plan.jobs[i];
     const auto& rc = ref->cases[i];
@@ -620,6 +633,9 @@ int main(int argc, char** argv) {
   bool no_predictable = false;
   audit->add_flag("--no-predictable", no_predictable,
                   "skip the runs under a second salt that find the predictable tests (half the time)");
+  audit->add_flag("--in-tree", audit_opt.in_tree,
+                  "run the working tree's build (build/<preset> or --build-dir, as `test` does) instead of the "
+                  "cached reference copy: no second build");
 
   std::string out;
   bool strip_previous = false;
