@@ -1,34 +1,20 @@
 // Tests of the Graphviz DOT writer (common/src/dot.cpp).
-#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 
 #include "mls/common/dot.hpp"
 #include "mls/common/error.hpp"
+#include "mls/testing.hpp"
 
 namespace {
 
-/// A unique scratch directory, removed at the end of the scope.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::random_device rd;
-    path = std::filesystem::temp_directory_path() /
-           ("mls_dot_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using mls::testing::TempDir;
 
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

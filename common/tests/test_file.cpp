@@ -20,20 +20,9 @@ using mls::testing::require_error;
 
 namespace {
 
-/// A fresh folder (mkdtemp), removed with everything in it.
-struct Folder {
-  fs::path path;
-  Folder() {
-    std::string tmpl = (fs::temp_directory_path() / "mls_file_test_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~Folder() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+/// A fresh folder (mls::testing::TempDir), removed with everything in it.
+struct Folder : mls::testing::TempDir {
+  Folder() : TempDir("file") {}
   /// The names in the folder, sorted ("a b c").
   std::string names() const {
     std::vector<std::string> v;

@@ -1,16 +1,15 @@
 // Tests of the .npy reader and writer (common/src/npy.cpp).
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "mls/common/error.hpp"
 #include "mls/common/npy.hpp"
+#include "mls/testing.hpp"
 
 namespace {
 
@@ -65,20 +64,7 @@ void check_same(const NpyArray& a, const NpyArray& b) {
   CHECK(a.data == b.data);
 }
 
-/// A unique scratch directory, removed at the end of the scope.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::random_device rd;
-    path = std::filesystem::temp_directory_path() /
-           ("mls_npy_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using mls::testing::TempDir;
 
 }  // namespace
 

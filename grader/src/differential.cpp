@@ -53,6 +53,35 @@ std::string tolerance(const Observation& o) {
   return "tolerance rtol " + num(o.rtol) + ", atol " + num(o.atol);
 }
 
+/// `s` from `from`, at most `n` characters, line breaks and tabs escaped, "..." where cut.
+std::string excerpt(const std::string& s, std::size_t from, std::size_t n) {
+  std::string out = from > 0 ? "..." : "";
+  for (std::size_t i = from; i < s.size() && i < from + n; ++i) {
+    if (s[i] == '\n') out += "\\n";
+    else if (s[i] == '\t') out += "\\t";
+    else out += s[i];
+  }
+  if (s.size() > from + n) out += "...";
+  return out;
+}
+
+/// Two texts side by side from a little before their first difference.
+std::string text_difference(const std::string& a, const std::string& b) {
+  std::size_t p = 0;
+  while (p < a.size() && p < b.size() && a[p] == b[p]) ++p;
+  const std::size_t from = p > 24 ? p - 24 : 0;
+  return "\"" + excerpt(a, from, 72) + "\" vs \"" + excerpt(b, from, 72) + "\" (from character " + std::to_string(p + 1) + ")";
+}
+
+/// What differs between two observations with the same label and kind but another layout or text.
+std::string layout_difference(const Observation& x, const Observation& y) {
+  if (x.text != y.text) return (x.kind == "tensor" ? "dtype " : "") + text_difference(x.text, y.text);
+  if (x.shape != y.shape) return "shape " + ints(x.shape) + " vs " + ints(y.shape);
+  if (x.strides != y.strides) return "strides " + ints(x.strides) + " vs " + ints(y.strides);
+  if (x.offset != y.offset) return "offset " + std::to_string(x.offset) + " vs " + std::to_string(y.offset);
+  return std::to_string(x.count) + " vs " + std::to_string(y.count) + " values";
+}
+
 }  // namespace
 
 std::string describe(const Observation& o) {
@@ -78,6 +107,14 @@ void ReferenceMerger::fail(std::string why) {
   if (problem_.empty()) problem_ = std::move(why);
 }
 
+void ReferenceMerger::nondeterministic(std::size_t i, const std::string& what) {
+  ++r_.nondeterministic;
+  if (r_.differences.size() >= ReferenceStream::kMaxDifferences) return;
+  const Observation& x = r_.stream[i];
+  r_.differences.push_back("observation " + std::to_string(i + 1) + " of " + std::to_string(r_.stream.size()) + ", '" +
+                           excerpt(x.label, 0, 160) + "' (" + x.kind + "): " + what);
+}
+
 void ReferenceMerger::begin(const Observation& y) {
   const std::size_t i = seen_++;
   cur_ = -1;
@@ -90,7 +127,7 @@ void ReferenceMerger::begin(const Observation& y) {
                            x.count == y.count;
   if (!layout_same) {
     r_.unstable[i] = true;
-    ++r_.nondeterministic;
+    nondeterministic(i, layout_difference(x, y));
     return;
   }
   if (x.kind == "text") return;
@@ -99,6 +136,7 @@ void ReferenceMerger::begin(const Observation& y) {
   pos_ = 0;
   spread_ = 0;
   differs_ = false;
+  first_diff_.clear();
 }
 
 void ReferenceMerger::value(double v) {
@@ -107,6 +145,7 @@ void ReferenceMerger::value(double v) {
   if (!r_.sample.keep(static_cast<std::size_t>(cur_), x.count, pos_++) || k_ >= x.values.size()) return;
   const double u = x.values[k_++];
   if (u == v || (std::isnan(u) && std::isnan(v))) return;
+  if (!differs_) first_diff_ = position(x, static_cast<std::size_t>(pos_ - 1)) + ": " + num(u) + " vs " + num(v);
   differs_ = true;
   if (std::isfinite(u) && std::isfinite(v)) spread_ = std::max(spread_, std::fabs(u - v));
   else r_.unstable[static_cast<std::size_t>(cur_)] = true;
@@ -116,9 +155,11 @@ void ReferenceMerger::end(bool ok) {
   if (!ok) fail("a reference run wrote a malformed observation record");
   if (cur_ < 0) return;
   if (differs_) {
-    ++r_.nondeterministic;
-    Observation& x = r_.stream[static_cast<std::size_t>(cur_)];
+    const auto i = static_cast<std::size_t>(cur_);
+    Observation& x = r_.stream[i];
     x.atol = std::max(x.atol, 2 * spread_);
+    nondeterministic(i, first_diff_ + (r_.unstable[i] ? " (not finite: compared by label and kind only)"
+                                                      : " (tolerance widened to atol " + num(x.atol) + ")"));
   }
   cur_ = -1;
 }

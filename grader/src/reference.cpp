@@ -134,7 +134,13 @@ std::shared_ptr<Reference> built_reference(const Manifest& m, const GradeOptions
 
 std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt) {
   auto t0 = Clock::now();
-  std::shared_ptr<Reference> ref = built_reference(m, opt);
+  std::shared_ptr<Reference> ref = record_reference(m, opt, built_reference(m, opt));
+  ref->seconds = since(t0);
+  return ref;
+}
+
+std::shared_ptr<Reference> record_reference(const Manifest& m, const GradeOptions& opt, std::shared_ptr<Reference> ref) {
+  auto t0 = Clock::now();
   ref->salt = opt.salt ? opt.salt : fresh_salt();
   RunOptions ro = opt.run;
   ro.filter.clear();

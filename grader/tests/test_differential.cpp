@@ -232,6 +232,39 @@ TEST_CASE("reference merger: the second run streamed in widens tolerances like t
   CHECK_THAT(problem, Catch::Contains("made 1 and 0 observations"));
 }
 
+TEST_CASE("reference merger: each nondeterministic observation says what differed between the two runs", "[grader]") {
+  auto text = [](const std::string& label, const std::string& t) {
+    Observation o;
+    o.label = label;
+    o.kind = "text";
+    o.text = t;
+    return o;
+  };
+  std::string problem;
+  const std::string head = "cannot open '/tmp/mls-grader-run-abcdef/mls_lab1_err_";
+  auto merged = merge_reference_runs(
+      {obs("loss", {1.0, 2.0, 3.0}), text("path", head + "4242_0.npy'"), obs("same", {7})},
+      {obs("loss", {1.0, 2.5, 3.0}), text("path", head + "5151_0.npy'"), obs("same", {7})}, problem);
+  REQUIRE(merged);
+  CHECK(merged->nondeterministic == 2);
+  REQUIRE(merged->differences.size() == 2);
+  CHECK(merged->differences[0] == "observation 1 of 3, 'loss' (f64): value [1]: 2 vs 2.5 (tolerance widened to atol 1)");
+  // A text: both runs from a little before the first difference.
+  CHECK(merged->differences[1] ==
+        "observation 2 of 3, 'path' (text): \"...run-abcdef/mls_lab1_err_4242_0.npy'\" vs "
+        "\"...run-abcdef/mls_lab1_err_5151_0.npy'\" (from character 54)");
+  // At most kMaxDifferences lines, however many observations differ.
+  Stream a, b;
+  for (int i = 0; i < 9; ++i) {
+    a.push_back(obs("v", {double(i)}));
+    b.push_back(obs("v", {double(i) + 1}));
+  }
+  auto many = merge_reference_runs(a, b, problem);
+  REQUIRE(many);
+  CHECK(many->nondeterministic == 9);
+  CHECK(many->differences.size() == ReferenceStream::kMaxDifferences);
+}
+
 namespace {
 /// The reference of `run` as the grader keeps it: recorded with `sample`, the same run merged in.
 ReferenceStream sampled_reference(const Stream& run, ValueSample sample) {

@@ -17,19 +17,20 @@ namespace {
 struct Ran {
   int code = -1;
   double seconds = 0;
-  std::string err;
+  std::string out, err;
 };
 
-/// Runs `mls-grader <args>` from the repository root; stdout is dropped, stderr kept.
+/// Runs `mls-grader <args>` from the repository root; stdout and stderr kept.
 Ran grader(const std::string& args, const fs::path& tmp) {
-  fs::path err = tmp / "stderr.txt";
-  std::string cmd = "cd '" + testing::repo_root().string() + "' && '" MLS_GRADER_EXE "' " + args + " >/dev/null 2>'" +
-                    err.string() + "'";
+  fs::path out = tmp / "stdout.txt", err = tmp / "stderr.txt";
+  std::string cmd = "cd '" + testing::repo_root().string() + "' && '" MLS_GRADER_EXE "' " + args + " >'" +
+                    out.string() + "' 2>'" + err.string() + "'";
   auto t0 = std::chrono::steady_clock::now();
   int st = std::system(cmd.c_str());
   Ran r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_file(out);
   r.err = read_file(err);
   return r;
 }
@@ -131,5 +132,35 @@ TEST_CASE("exit codes: leaderboard refuses a JSON that is not a grader result (2
   CHECK(ok.code == 0);
   CHECK_THAT(read_file(tmp.dir / "board.md"), Catch::Contains("| 1 | alice | 7.00 / 10.00 |"));
   CHECK_THAT(read_file(tmp.dir / "board.html"), Catch::Contains("<td>alice</td><td>7.00 / 10.00</td>"));
+}
+
+TEST_CASE("exit codes: audit --fail-on nondeterministic exits 1 on a value that differs between two runs, and names it",
+          "[grader][exit_codes]") {
+  testing::ScopedTmpdir tmp;
+  const std::string audit = "audit --manifest grader/tests/fixture_lab/lab_audit.json -j 2 --no-predictable";
+  // --in-tree: the working tree's build (the fixture's direct build), as `test` runs it.
+  Ran strict = grader(audit + " --in-tree --fail-on nondeterministic", tmp.dir);
+  INFO(strict.out << strict.err);
+  CHECK(strict.code == 1);
+  CHECK_THAT(strict.out, Catch::StartsWith("isolation: ") && Catch::Contains("(the working tree's build; "));
+  // The two runs' values are named, side by side.
+  CHECK_THAT(strict.out, Catch::Contains("nondeterministic: observation 1 of 2, 'std::random_device' (i64): value [0]: "));
+  CHECK_THAT(strict.out, Catch::Contains("audit: 1 nondeterministic observation(s) in 1 test(s)"));
+  // The file the test made is named the same in both runs (<tmp>, no pid, no random folder name);
+  // the pointer comparison is a truth value: 1 strong (the error), 2 weak, nothing nondeterministic.
+  CHECK_THAT(strict.out, Catch::Contains("paths: a file the test made, named in an error, and a pointer comparison  "
+                                         "(1 strong, 2 weak)"));
+  CHECK_THAT(strict.out, !Catch::Contains("UNUSABLE") && !Catch::Contains("predictable test(s)"));
+  // Without --fail-on, nondeterminism is reported, not a failure.
+  Ran plain = grader(audit, tmp.dir);
+  INFO(plain.out << plain.err);
+  CHECK(plain.code == 0);
+  CHECK_THAT(plain.out, Catch::Contains("(the cached reference build; "));
+  CHECK_THAT(plain.out, Catch::Contains("audit: 1 nondeterministic observation(s) in 1 test(s)") &&
+                            Catch::Contains("informational"));
+  // Another kind is a usage error, named.
+  Ran bad = grader(audit + " --fail-on weak", tmp.dir);
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err + bad.out, Catch::Contains("--fail-on") && Catch::Contains("weak"));
 }
 #endif

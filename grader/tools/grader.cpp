@@ -4,7 +4,8 @@
 //   0  success (test/bench/grade: every test passed, results written; check-handouts: all good)
 //   1  tests failed (grade: a test of the submission, or of any submission of a batch, did not
 //      pass, a submission that does not build included; its results are written), or
-//      check-handouts found a problem
+//      check-handouts found a problem, or audit found a weak or unusable test (with --fail-on
+//      nondeterministic, a nondeterministic observation too)
 //   2  usage error: bad arguments, a path argument that does not exist (checked before any
 //      work), unknown lab, invalid manifest, bad marker in a source
 //   3  the lab did not build (test, bench, check-handouts; grade: the reference did not build)
@@ -219,21 +220,43 @@ std::shared_ptr<const Reference> reference_for(const Manifest& m, const GradeOpt
   return ref;
 }
 
-int cmd_audit(const Common& c) {
+/// `audit`'s options beyond the common ones.
+struct AuditOptions {
+  bool fail_on_nondeterministic = false;  ///< --fail-on nondeterministic
+  bool second_salt = true;                ///< false: --no-predictable
+  bool in_tree = false;                   ///< --in-tree: the working tree's build, not the cached reference copy
+};
+
+int cmd_audit(const Common& c, const AuditOptions& a) {
   Manifest m = manifest_of(c);
   GradeOptions go;
   go.build = build_options(c);
   go.run.jobs = c.jobs;
-  auto ref = prepare_reference(m, go);
+  std::printf("%s\n", isolation_line().c_str());
+  // The reference's programs: the cached reference build (as `grade` runs them), or with
+  // --in-tree the working tree's own (as `test` and `check-handouts` do: no second build).
+  std::optional<BuildResult> in_tree;
+  if (a.in_tree) in_tree = build_in_tree(m, go.build);
+  auto prepare = [&](const GradeOptions& o) {
+    if (!in_tree) return prepare_reference(m, o);
+    auto r = std::make_shared<Reference>();
+    r->build = *in_tree;
+    return record_reference(m, o, r);
+  };
+  auto ref = prepare(go);
   // A second preparation under another salt: a test whose stream is the same under both does not
   // depend on the salt (fixed inputs: error checks, worked examples), so a submission could write
   // that stream itself without running the code (handouts/README.md, "What it trades").
-  GradeOptions other = go;
-  other.salt = ref->salt ^ 0x9e3779b97f4a7c15ull;
-  auto ref2 = prepare_reference(m, other);
-  int weak = 0, bad = 0, predictable = 0;
-  std::printf("lab %d: %zu tests, reference prepared in %.1f s (salt secret, two runs each, then under a second salt)\n",
-              m.lab, ref->cases.size(), ref->seconds);
+  std::shared_ptr<Reference> ref2;
+  if (a.second_salt) {
+    GradeOptions other = go;
+    other.salt = ref->salt ^ 0x9e3779b97f4a7c15ull;
+    ref2 = prepare(other);
+  }
+  int weak = 0, bad = 0, predictable = 0, nondet_tests = 0, nondet = 0;
+  std::printf("lab %d: %zu tests, reference prepared in %.1f s (%s; salt secret, two runs each%s)\n", m.lab,
+              ref->cases.size(), ref->seconds, in_tree ? "the working tree's build" : "the cached reference build",
+              a.second_salt ? ", then under a second salt" : "");
   for (std::size_t i = 0; i < ref->cases.size(); ++i) {
     const auto& job = ref->plan.jobs[i];
     const auto& rc = ref->cases[i];
@@ -249,21 +272,31 @@ int cmd_audit(const Common& c) {
       continue;
     }
     int strong = strong_count(rc.stream.stream), total = static_cast<int>(rc.stream.stream.size());
-    const auto& rc2 = ref2->cases[i];
-    const bool fixed = rc2.ok && compare_streams(rc.stream, rc2.stream.stream).empty();
+    const bool fixed = ref2 && ref2->cases[i].ok && compare_streams(rc.stream, ref2->cases[i].stream.stream).empty();
     const char* tag = local ? "LOCAL_ONLY" : strong == 0 ? "WEAK" : "ok";
     if (strong == 0 && !local) ++weak;
     if (fixed && !local) ++predictable;
+    if (rc.stream.nondeterministic) {
+      ++nondet_tests;
+      nondet += rc.stream.nondeterministic;
+    }
     std::printf("  %-10s %s: %s  (%d strong, %d weak%s%s%s)\n", tag, job.group.c_str(), job.name.c_str(), strong,
                 total - strong, rc.salt == 0 ? ", unsalted: fails under a salt" : "",
                 rc.stream.nondeterministic ? (", " + std::to_string(rc.stream.nondeterministic) + " nondeterministic").c_str() : "",
                 fixed ? ", predictable: the same under another salt" : "");
+    for (const auto& d : rc.stream.differences) std::printf("      nondeterministic: %s\n", d.c_str());
   }
   std::printf("audit: %d weak test(s) (only truth values: forgeable), %d unusable; mark a group \"judge\": \"local_only\" "
               "or add observations\n", weak, bad);
-  std::printf("audit: %d predictable test(s) (their stream does not depend on the salt: fixed inputs; informational)\n",
-              predictable);
-  return weak || bad ? 1 : 0;
+  std::printf("audit: %d nondeterministic observation(s) in %d test(s) (values that differ between two runs with the same "
+              "salt: compared loosely or by label only; %s)\n", nondet, nondet_tests,
+              a.fail_on_nondeterministic ? "--fail-on nondeterministic: each is a problem, make the test observe only "
+                                           "what its inputs decide (no pid, path, address, time or thread order)"
+                                         : "informational");
+  if (ref2)
+    std::printf("audit: %d predictable test(s) (their stream does not depend on the salt: fixed inputs; informational)\n",
+                predictable);
+  return weak || bad || (a.fail_on_nondeterministic && nondet_tests) ? 1 : 0;
 }
 
 int cmd_grade(const Common& c, const std::string& submission, const std::string& batch, const std::string& results,
@@ -616,6 +649,18 @@ int main(int argc, char** argv) {
   auto* audit = app.add_subcommand("audit", "run the reference's tests twice with a secret salt and list the tests whose "
                                             "observations are weak (truth values only), nondeterministic or unusable");
   add_common(audit, true);
+  AuditOptions audit_opt;
+  std::string fail_on;
+  audit->add_option("--fail-on", fail_on,
+                    "also exit 1 on this kind of finding: 'nondeterministic' (an observation whose values differ "
+                    "between two runs with the same salt: a pid, path, address, time or thread order in it)")
+      ->check(CLI::IsMember({"nondeterministic"}));
+  bool no_predictable = false;
+  audit->add_flag("--no-predictable", no_predictable,
+                  "skip the runs under a second salt that find the predictable tests (half the time)");
+  audit->add_flag("--in-tree", audit_opt.in_tree,
+                  "run the working tree's build (build/<preset> or --build-dir, as `test` does) instead of the "
+                  "cached reference copy: no second build");
 
   std::string out;
   bool strip_previous = false;
@@ -670,7 +715,11 @@ int main(int argc, char** argv) {
     if (*list) return cmd_list(c);
     if (*test) return cmd_test(c, filter, results, junit);
     if (*grade) return cmd_grade(c, submission, batch, results, junit, csv, keep_temp, local_verdict, grade_bench, reps, parallel, student_opt);
-    if (*audit) return cmd_audit(c);
+    if (*audit) {
+      audit_opt.fail_on_nondeterministic = fail_on == "nondeterministic";
+      audit_opt.second_salt = !no_predictable;
+      return cmd_audit(c, audit_opt);
+    }
     if (*handout) return cmd_handout(c, out, strip_previous);
     if (*check) return cmd_check_handouts(c, keep);
     if (*bench) return cmd_bench(c, reps, results);

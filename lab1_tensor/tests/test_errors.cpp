@@ -1,7 +1,4 @@
 // Bad input: every misuse throws mls::Error with a message naming the op and the values.
-#include <unistd.h>
-
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -34,13 +31,6 @@ using ref::I64;
   } while (0)
 
 namespace {
-
-std::string temp_file(const char* tag) {
-  static std::atomic<int> counter{0};
-  return (std::filesystem::temp_directory_path() /
-          ("mls_lab1_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + tag))
-      .string();
-}
 
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -266,10 +256,10 @@ TEST_CASE("errors: split and chunk name themselves when the axis is out of range
 }
 
 TEST_CASE("errors: .npy files that are missing, truncated, corrupt or unsupported", "[lab1][errors]") {
-  const std::string missing = temp_file("_missing.npy");
+  const std::string missing = mls::testing::fresh_temp_path("missing.npy");
   CHECK_MLS_ERROR(mls::load(missing), "npy: cannot open '" + missing + "'");
   CHECK_MLS_ERROR(mls::save("/nonexistent-dir/x.npy", Tensor::ones({2})), "npy: cannot write '/nonexistent-dir/x.npy'");
-  const std::string path = temp_file(".npy");
+  const std::string path = mls::testing::fresh_temp_path("x.npy");
   mls::save(path, Tensor::arange(10, DType::Int64));
   const std::string good = read_all(path);
   REQUIRE(good.size() > 80);
@@ -383,7 +373,7 @@ TEST_CASE("errors: an undefined (default-constructed) tensor is refused by every
   CHECK_MLS_ERROR(mls::chunk(u, 2), "chunk: tensor is undefined");
   CHECK_MLS_ERROR(mls::allclose(u, x), "allclose: tensor is undefined");
   CHECK_MLS_ERROR(mls::equal(x, u), "equal: tensor is undefined");
-  CHECK_MLS_ERROR(mls::save(temp_file(".npy"), u), "save: tensor is undefined");
+  CHECK_MLS_ERROR(mls::save(mls::testing::fresh_temp_path("x.npy"), u), "save: tensor is undefined");
   CHECK(mls::to_string(u) == "tensor(undefined)");  // printing is allowed, and says so
 }
 

@@ -1,7 +1,4 @@
 // Printing, allclose/equal, and .npy save/load (C and Fortran order).
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +6,7 @@
 
 #include "generators.hpp"
 #include "mls/common/npy.hpp"
+#include "mls/testing.hpp"
 
 using mls::DType;
 using mls::Tensor;
@@ -18,14 +16,9 @@ using ref::Ref;
 
 namespace {
 
-/// A fresh path in the temp directory, unique per process and call; removed at scope exit.
+/// A fresh path in this process's test folder (mls::testing::fresh_temp_path); removed at scope exit.
 struct TempPath {
-  std::filesystem::path path;
-  TempPath() {
-    static std::atomic<int> counter{0};
-    path = std::filesystem::temp_directory_path() /
-           ("mls_lab1_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".npy");
-  }
+  std::filesystem::path path = mls::testing::fresh_temp_path("io.npy");
   ~TempPath() {
     std::error_code ec;
     std::filesystem::remove(path, ec);

@@ -89,8 +89,8 @@ TEST_CASE("nn: an MLP learns Gaussian blobs", "[lab2][nn]") {
 }
 
 TEST_CASE("data: IDX files round-trip and load as MNIST, then feed a training step", "[lab2][nn]") {
-  const auto dir = std::filesystem::temp_directory_path() / "mls_lab2_idx_test";
-  std::filesystem::create_directories(dir);
+  const mls::testing::TempDir tmp("idx");
+  const auto& dir = tmp.path;
   // 3 images of 2x2 and their labels, as the MNIST files name them.
   const Tensor images = Tensor::from({0, 255, 128, 1, 2, 3, 4, 5, 250, 251, 252, 253}, {3, 2, 2});
   const Tensor labels = Tensor::from({7, 0, 9}, {3});
@@ -112,7 +112,6 @@ TEST_CASE("data: IDX files round-trip and load as MNIST, then feed a training st
   autodiff_test::observe_var("loss", loss);
   MLS_CHECK_EQ(lin.weight.grad().value().shape(), (Shape{4, 10}));
   CHECK(std::isfinite(loss.value().item()));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("nn errors: bad layer input, bad optimizer settings, bad IDX files", "[lab2][errors]") {
@@ -125,7 +124,7 @@ TEST_CASE("nn errors: bad layer input, bad optimizer settings, bad IDX files", "
   require_error([&] { nn::SGD({lin.weight}, -1.0); }, "SGD: need lr > 0");
   require_error([&] { nn::Adam({lin.weight}, 0.1, 1.0); }, "Adam: need");
   require_error([&] { nn::Activation("swish"); }, "unknown kind 'swish'");
-  const auto path = (std::filesystem::temp_directory_path() / "mls_lab2_bad.idx").string();
+  const std::string path = mls::testing::temp_path("bad.idx");
   {
     std::FILE* f = std::fopen(path.c_str(), "wb");
     const unsigned char bad[] = {0x12, 0x34, 0x08, 0x01, 0, 0, 0, 9, 1, 2};

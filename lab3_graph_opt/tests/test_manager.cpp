@@ -56,7 +56,7 @@ TEST_CASE("the pass manager refuses a pass that breaks the verifier and names it
 
 TEST_CASE("dump-after writes the graph after the named pass", "[lab3][manager]") {
   Program p = slides_expression(4);
-  const std::string path = (std::filesystem::temp_directory_path() / "lab3_dump_after_test.dot").string();
+  const std::string path = mls::testing::temp_path("dump_after.dot");
   std::remove(path.c_str());
   PassManager pm;
   pm.add_pipeline("fuse-elementwise,dce").dump_after("fuse-elementwise", path);

@@ -2,8 +2,6 @@
 // Shared helpers of the lab 6 tests.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -87,23 +85,9 @@ inline std::string random_words(std::size_t n_words, std::uint64_t seed) {
   return s;
 }
 
-/// A fresh empty folder under the temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() /
-           ("mls-lab6-" + tag + "-" + std::to_string(::getpid()) + "-" +
-            std::to_string(reinterpret_cast<std::uintptr_t>(this) & 0xFFFFFF));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+/// A fresh empty folder in the test process's own folder, removed at the end of the test; paths
+/// in it read the same in every run once written through mls::testing::without_temp_dir.
+using mls::testing::TempDir;
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -2,10 +2,16 @@
 /// Helpers shared by the test programs of every lab (linked through mls_catch_main).
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <system_error>
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "mls/common/error.hpp"
@@ -13,27 +19,100 @@
 
 namespace mls::testing {
 
-/// `text` with the temporary folder's path replaced by "<tmp>", and this process's id inside such
-/// a path by "<pid>": an observation label that names a file the test made there is the same in
-/// every run (mls-grader gives each run its own TMPDIR; without a PID namespace, at the `uid`
-/// isolation level, each run also has another pid).
-inline std::string without_temp_dir(std::string text) {
+namespace detail {
+
+/// Removes the folder `path` with everything in it, folders a test made read-only included
+/// (opened up first); errors are ignored (a test's cleanup).
+inline void remove_tree(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_directory(ec)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::remove_all(path, ec);
+}
+
+/// The folder test_temp_dir() made, and the process that made it ("" and 0 before its first use).
+struct TestTempDir {
+  std::string path;
+  pid_t owner = 0;
+  ~TestTempDir() {
+    if (!path.empty() && owner == ::getpid()) remove_tree(path);  // a forked child leaves its parent's folder alone
+  }
+};
+inline TestTempDir& test_temp_dir_state() {
+  static TestTempDir dir;
+  return dir;
+}
+
+/// The temporary folder (TMPDIR, else /tmp) without a trailing '/'; "" when there is none.
+inline std::string system_temp_dir() {
   std::error_code ec;
   std::string tmp = std::filesystem::temp_directory_path(ec).string();
   while (!ec && tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
-  if (ec || tmp.size() <= 1) return text;
-  for (std::size_t at = text.find(tmp); at != std::string::npos; at = text.find(tmp, at + 5)) text.replace(at, tmp.size(), "<tmp>");
-  const std::string pid = std::to_string(::getpid());
-  auto digit = [&](std::size_t i) { return i < text.size() && text[i] >= '0' && text[i] <= '9'; };
-  for (std::size_t at = text.find("<tmp>/"); at != std::string::npos; at = text.find("<tmp>/", at + 1)) {
-    std::size_t end = text.find_first_of(" '\"\n", at);
-    if (end == std::string::npos) end = text.size();
-    for (std::size_t p = text.find(pid, at); p != std::string::npos && p < end; p = text.find(pid, p + 1)) {
-      if (digit(p - 1) || digit(p + pid.size())) continue;  // part of a longer number
-      text.replace(p, pid.size(), "<pid>");
-      end = end + 5 - pid.size();
-    }
-  }
+  return ec || tmp.size() <= 1 ? std::string() : tmp;
+}
+
+/// Every `from` in `text` replaced by `to`.
+inline void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+}
+
+}  // namespace detail
+
+/// This process's folder for the files its tests make: `$TMPDIR/mls-test-XXXXXX` (mkdtemp), made
+/// on first use and removed, with everything in it, when the process exits. Each process has its
+/// own (tests run side by side, MPI ranks), so the names inside need no pid, time or address, and
+/// without_temp_dir() writes the folder as "<tmp>": a path a test makes here reads the same in every
+/// run of the test, wherever and under whatever pid it runs (mls-grader compares two runs of the
+/// reference, each with its own TMPDIR, and at its `uid` level each with another pid).
+inline const std::string& test_temp_dir() {
+  static const std::string& dir = []() -> const std::string& {
+    detail::TestTempDir& d = detail::test_temp_dir_state();
+    const std::string base = detail::system_temp_dir();
+    std::string tmpl = (base.empty() ? std::string("/tmp") : base) + "/mls-test-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr)
+      throw mls::Error("test_temp_dir: cannot make a folder from '" + tmpl + "': " + std::strerror(errno));
+    d.owner = ::getpid();
+    d.path = tmpl;
+    return d.path;
+  }();
+  return dir;
+}
+
+/// A path named `name` in test_temp_dir() (nothing is created): choose names that differ within
+/// a test; fresh_temp_path() numbers them for you.
+inline std::string temp_path(std::string_view name) { return test_temp_dir() + "/" + std::string(name); }
+
+/// A path in test_temp_dir() that no earlier call of this process returned: `name` after a count
+/// ("3-x.npy"). The count is the process's, so call it from the test's own thread (not from
+/// threads whose order varies): mls-grader runs each test case in a process of its own, where the
+/// same test makes the same names in every run.
+inline std::string fresh_temp_path(std::string_view name) {
+  static std::atomic<long> count{0};
+  return temp_path(std::to_string(++count) + "-" + std::string(name));
+}
+
+/// A fresh, empty folder in test_temp_dir() (named by fresh_temp_path(tag)), removed with
+/// everything in it at the end of its scope.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(std::string_view tag = "dir") : path(fresh_temp_path(tag)) { std::filesystem::create_directories(path); }
+  ~TempDir() { detail::remove_tree(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  /// The path of `name` in the folder (nothing is created).
+  std::string file(std::string_view name) const { return (path / name).string(); }
+};
+
+/// `text` with test_temp_dir()'s path and the temporary folder's path each replaced by "<tmp>":
+/// an observation label or value that names a file a test made reads the same in every run
+/// (mls-grader gives each run its own TMPDIR).
+inline std::string without_temp_dir(std::string text) {
+  detail::replace_all(text, detail::test_temp_dir_state().path, "<tmp>");
+  detail::replace_all(text, detail::system_temp_dir(), "<tmp>");
   return text;
 }
 

@@ -30,6 +30,12 @@ struct ReferenceStream {
   ValueSample sample;          ///< which values were kept, and are compared
   std::vector<bool> unstable;  ///< per observation
   int nondeterministic = 0;    ///< observations whose values differed between the two runs
+  /// What differed between the two runs, one line per nondeterministic observation (the first
+  /// kMaxDifferences of them), e.g. `observation 3 of 7, 'path' (text): "<tmp>/a_81" vs
+  /// "<tmp>/a_94" (from character 8)`: what `mls-grader audit` prints, so a test's
+  /// nondeterminism can be traced to its source (a pid, a path, an address, a time, threads).
+  std::vector<std::string> differences;
+  static constexpr std::size_t kMaxDifferences = 5;
 };
 /// Hands a whole, already decoded stream to a consumer, as the channel decoder would (a stream
 /// with every value: not one a sampling recorder kept).
@@ -52,12 +58,14 @@ class ReferenceMerger : public ObservationConsumer {
 
  private:
   void fail(std::string why);
+  void nondeterministic(std::size_t i, const std::string& what);
   ReferenceStream r_;
   std::size_t seen_ = 0, k_ = 0;
   std::int64_t pos_ = 0;   ///< position of the next value of the current observation
   std::int64_t cur_ = -1;  ///< the observation whose values arrive (-1: none compared)
   double spread_ = 0;
   bool differs_ = false;
+  std::string first_diff_;  ///< the current observation's first differing value, both runs'
   std::string problem_;
 };
 

@@ -58,5 +58,9 @@ std::shared_ptr<Reference> built_reference(const Manifest& m, const GradeOptions
 /// Builds (or reuses) the reference and runs each of its test cases twice with the salt
 /// (`opt.salt`, or a fresh secret one); throws ReferenceBuildFailed when the reference does not build.
 std::shared_ptr<Reference> prepare_reference(const Manifest& m, const GradeOptions& opt);
+/// The runs of prepare_reference on programs already built (`ref->build`): its test plan and each
+/// test case run twice with the salt; `ref->seconds` is the runs' time. `audit --in-tree` passes
+/// the working tree's build.
+std::shared_ptr<Reference> record_reference(const Manifest& m, const GradeOptions& opt, std::shared_ptr<Reference> ref);
 
 }  // namespace mls::grader
