@@ -6,7 +6,7 @@
 
 and, per lab:
   - the folder holds CMakeLists.txt, lab.json, README.md, include/mls/<word>/, src/, tests/, bench/,
-    tools/ and nothing else;
+    tools/, optionally data/ (with a README.md naming the source of its files), and nothing else;
   - lab.json: the keys the grader's manifest parser knows (read from grader/src/manifest.cpp), every
     key it requires, "lab" = N, "dir" = the folder, "test_binary" = mls_labN_tests, every group's
     program a test program of the lab, every benchmark's program one the lab's bench/ builds, and
@@ -86,11 +86,12 @@ def check_namespaces(folder, allowed, what):
 
 def check_entries(folder, allowed, what):
     """`folder` holds only the entries `allowed` (names; a trailing / marks a folder)."""
+    names = {a.rstrip("?") for a in allowed}  # a trailing ? marks an entry that may be missing
     for e in sorted(os.listdir(folder)):
         if e.startswith("."):
             continue
         is_dir = os.path.isdir(os.path.join(folder, e))
-        if (e + "/" if is_dir else e) not in allowed:
+        if (e + "/" if is_dir else e) not in names:
             problem(os.path.join(folder, e), 0, f"{what} holds only {', '.join(sorted(allowed))}; not {e}{'/' if is_dir else ''}")
     for a in allowed:
         if a.endswith("?"):
@@ -323,12 +324,16 @@ def check_manifest(lab, n, base, gbench, drivers, cm_text):
 
 
 # ---- the labs -----------------------------------------------------------------------------------
-LAB_ENTRIES = {"CMakeLists.txt", "lab.json", "README.md", "include/", "src/", "tests/", "bench/", "tools/"}
+# data/ (optional): small files the examples and tests read (each with a README.md naming its source).
+LAB_ENTRIES = {"CMakeLists.txt", "lab.json", "README.md", "include/", "src/", "tests/", "bench/", "tools/", "data/?"}
 labs = sorted(d for d in os.listdir(root) if re.fullmatch(r"lab\d_\w+", d) and os.path.isdir(os.path.join(root, d)))
 for lab in labs:
     n, word = int(lab[3]), lab[5:]
     base = os.path.join(root, lab)
     check_entries(base, LAB_ENTRIES, f"a lab folder ({lab}/)")
+    data = os.path.join(base, "data")
+    if os.path.isdir(data) and not os.path.isfile(os.path.join(data, "README.md")):
+        problem(data, 0, "a lab's data/ has a README.md naming where its files come from and their licence")
     # headers: include/mls/<word>/ and nothing else
     inc = os.path.join(base, "include", "mls")
     if os.path.isdir(inc):

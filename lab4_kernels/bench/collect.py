@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Runs the lab 4 CPU benchmarks and writes one JSON file for the grader's leaderboard.
 
-    /usr/bin/python3 lab4_kernels/bench/collect.py [--build build/ci] [--out lab4_bench.json]
+    /usr/bin/python3 lab4_kernels/bench/collect.py [--build build/release] [--out lab4_bench.json]
         [--filter REGEX] [--no-fused]
 
 Output (stdlib only):
@@ -25,10 +25,14 @@ import sys
 
 
 def run_bench(binary, extra):
+    if not os.path.exists(binary):
+        sys.exit(f"collect: {binary} not found; build the {os.path.basename(binary)} target or pass --build")
     cmd = [binary, "--benchmark_format=json"] + extra
     print("running:", " ".join(cmd), file=sys.stderr)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"collect: {os.path.basename(binary)} failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout)
 
 
 def cpu_name():
@@ -46,7 +50,8 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(root, "build", "ci"))
+    ap.add_argument("--build", default=os.path.join(root, "build", "release"),
+                    help="CMake build folder (default build/release)")
     ap.add_argument("--out", default="lab4_bench.json")
     ap.add_argument("--filter", default="", help="--benchmark_filter for the sgemm program")
     ap.add_argument("--no-fused", action="store_true", help="skip the memory-bound kernels")

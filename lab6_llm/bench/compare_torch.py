@@ -131,10 +131,12 @@ def torch_ms(folder, intra, blas, steps):
 def ours_ms(binary, folder, threads, steps):
     env = dict(os.environ, MLS_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                OMP_NUM_THREADS=str(threads))
-    out = subprocess.run([binary, "--threads", str(threads), "bench", "--batch", str(B), "--steps", str(steps),
-                          "--init-from", os.path.join(folder, "model.bin"), "--tokens",
-                          os.path.join(folder, "tokens.bin")], check=True, capture_output=True, text=True,
-                         env=env).stdout
+    p = subprocess.run([binary, "--threads", str(threads), "bench", "--batch", str(B), "--steps", str(steps),
+                        "--init-from", os.path.join(folder, "model.bin"), "--tokens",
+                        os.path.join(folder, "tokens.bin")], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"compare_torch: {binary} bench failed (exit {p.returncode}): {p.stderr.strip()}")
+    out = p.stdout
     get = lambda k: float(re.search(k + r" ([0-9.]+)", out).group(1))
     return {"loss0": get("loss0"), "best_ms": get("best_ms"), "tokens_per_s": get("tokens_per_s"),
             "mfu": get("mfu"), "text": out}
@@ -158,6 +160,7 @@ def main():
     print(f"torch {torch.__version__}; GPT small: L={L} H={H} C={C} T={T} V={V}, batch {B}; best of {args.steps} steps")
     with tempfile.TemporaryDirectory() as folder:
         make_inputs(folder)
+        ours_ms(binary, folder, 1, 1)  # our side runs at all (e.g. every function written) before torch is timed
         for n in [int(t) for t in args.threads.split(",")]:
             settings = sorted({(i, b) for i in (1, n) for b in (1, n)})
             runs = {s: torch_ms(folder, s[0], s[1], args.steps) for s in settings}

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "mls/common/error.hpp"
 #include "mls/common/file.hpp"
@@ -37,6 +38,11 @@ std::uint64_t position_train(std::uint64_t position) { return position & kTrainM
 std::uint64_t position_val(std::uint64_t position) { return position >> kTrainBits; }
 
 std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec)
+    fail("read_text_file: cannot open '", path, "': no such file; expected a UTF-8 text file (the repository ships ",
+         kShippedText, ", the first 64 KB of tiny-shakespeare; the whole text is ", kTinyShakespeareUrl,
+         ", see lab6_llm/data/README.md)");
   std::string text = read_file(path, "read_text_file");
   MLS_CHECK(!text.empty(), "read_text_file: '", path, "' is empty, expected UTF-8 text");
   const std::string op = "read_text_file: '" + path + "'";

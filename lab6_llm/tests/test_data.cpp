@@ -128,7 +128,10 @@ TEST_CASE("text files: read, empty, missing, not UTF-8", "[lab6][data_files]") {
   MLS_CHECK_EQ(read_text_file(dir.file("ok.txt")), std::string("h\xc3\xa9llo\n"));
   llm_test::write_file(dir.file("empty.txt"), "");
   require_error([&] { read_text_file(dir.file("empty.txt")); }, "empty.txt' is empty");
-  require_error([&] { read_text_file(dir.file("missing.txt")); }, "cannot open");
+  require_error([&] { read_text_file(dir.file("missing.txt")); }, "missing.txt': no such file");
+  // A missing text names the shipped excerpt and where the whole tiny-shakespeare is.
+  require_error([&] { read_text_file(dir.file("missing.txt")); }, kShippedText);
+  require_error([&] { read_text_file(dir.file("missing.txt")); }, kTinyShakespeareUrl);
   llm_test::write_file(dir.file("bin.dat"), std::string("abc\x00\xff", 5));
   require_error([&] { read_text_file(dir.file("bin.dat")); }, "bin.dat': invalid UTF-8: byte 0xff at byte offset 4");
   require_error([&] { read_text_file(dir.path.string()); }, "is a directory");

@@ -41,8 +41,17 @@ std::uint64_t pack_position(std::uint64_t train_batches, std::uint64_t val_batch
 std::uint64_t position_train(std::uint64_t position);
 std::uint64_t position_val(std::uint64_t position);
 
+/// The text the repository ships for the examples and tests (relative to the repository root):
+/// the first 65,535 bytes of tiny-shakespeare (lab6_llm/data/README.md).
+inline constexpr const char* kShippedText = "lab6_llm/data/tinyshakespeare_64k.txt";
+/// Where the whole tiny-shakespeare comes from (Karpathy's char-rnn; 1,115,394 bytes, its sha256
+/// in lab6_llm/data/README.md): the text of the write-up's figures, not in the repository.
+inline constexpr const char* kTinyShakespeareUrl =
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt";
+
 /// Reads a text file for training: it must exist, be non-empty and valid UTF-8; each failure is
-/// an mls::Error naming the file (and the byte offset of bad UTF-8).
+/// an mls::Error naming the file (and the byte offset of bad UTF-8). A file that does not exist
+/// is an error that also names the shipped excerpt and where the whole tiny-shakespeare is.
 std::string read_text_file(const std::string& path);
 
 /// A text corpus as two token streams: the first 90% of the tokens for training, the last 10% for
