@@ -262,7 +262,7 @@ std::string student_readme(const Manifest& m, const std::vector<Manifest>& labs,
         ": <function>` until you replace it, so every test fails cleanly at first and turns green as you go.";
   if (!earlier.empty())
     md += " " + join_and(earlier) + (earlier.size() == 1 ? " is" : " are") +
-          " given complete: the reference solutions this lab builds on.";
+          " given complete, as reference solutions: a lab builds on the earlier labs' reference, never on your own.";
   md += " `common/` is the code every lab shares, `grader/` the grader you run yourself.\n\n";
   md += "The write-up, what to build function by function with hints, is [`" + handout + "`](" + handout +
         "); each function's doc comment says what it must do, the shapes and a hint.\n\n";
@@ -317,7 +317,7 @@ std::string student_readme(const Manifest& m, const std::vector<Manifest>& labs,
   md += std::string(kCheckedCommandsMarker) + "\n```\n";
   for (const auto& c : commands) md += c + "\n";
   md += "```\n\n";
-  md += "The first two lines configure this lab and the earlier labs in the tree, and build only the programs "
+  md += "The first two lines configure this lab with the earlier labs it builds on, and build only the programs "
         "named. `ctest -L " + label + "` runs every test of the lab, one line each. Run the test program "
         "(`" + program + "`) yourself to see a test's checks in full, with what each one got and wanted; "
         "Catch2's `-a` stops at the first failed check, `-x N` after N, and `--list-tests \"[group]\"` lists "

@@ -231,7 +231,7 @@ TEST_CASE("handout: the student README says how to build, test, score and submit
 
   std::string md = student_readme(m, {m1, m}, writeup, sources);
   CHECK_THAT(md, Catch::StartsWith("# Lab 2: Things\n"));
-  CHECK_THAT(md, Catch::Contains("`lab1_a/` is given complete") && Catch::Contains("handouts/lab2/README.md"));
+  CHECK_THAT(md, Catch::Contains("`lab1_a/` is given complete, as reference solutions") && Catch::Contains("handouts/lab2/README.md"));
   CHECK_THAT(md, Catch::Contains("MLS_TODO(\"lab2: <function>\")"));
   // The commands: the write-up's checked block, then one test by name, -a and -x N; one grader line.
   auto blocks = checked_command_blocks(md);
