@@ -49,6 +49,18 @@ function(mls_add_tests target)
   endif()
 endfunction()
 
+# mls_add_script_test(<name> LABEL <labN> TOOL <target> SCRIPT <tests/x.sh> [ARGS <args...>]): a CTest
+# that runs `bash <script> <tool's file> <args...>` (a tool used as its write-up uses it), labelled
+# <labN>, 120 s; registered only where <target> is built.
+function(mls_add_script_test name)
+  cmake_parse_arguments(ARG "" "LABEL;TOOL;SCRIPT" "ARGS" ${ARGN})
+  if(NOT TARGET ${ARG_TOOL})
+    return()
+  endif()
+  add_test(NAME "${name}" COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_SCRIPT} $<TARGET_FILE:${ARG_TOOL}> ${ARG_ARGS})
+  set_tests_properties("${name}" PROPERTIES LABELS ${ARG_LABEL} TIMEOUT 120)
+endfunction()
+
 # mls_add_lab_tests(<labN> LIBS <libs...>): tests/test_*.cpp of the calling lab become one Catch2
 # program, mls_<labN>_tests (tests/ on its include path), each TEST_CASE a CTest test labelled <labN>.
 function(mls_add_lab_tests lab)
