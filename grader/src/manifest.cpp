@@ -180,11 +180,12 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     const json& g = groups[i];
     if (!g.is_object()) c.bad(p.substr(0, p.size() - 1), "must be an object");
     static const std::set<std::string> known_group = {"name", "match", "points", "visibility", "binary",
-                                                      "gpu", "mpi", "given", "judge", "run_with", "$comment"};
+                                                      "gpu", "mpi", "given", "judge", "run_with", "functions",
+                                                      "needs", "$comment"};
     for (const auto& [k, v] : g.items())
       if (!known_group.count(k))
         c.bad(p + k, "is not a group field (known: name, match, points, visibility, binary, gpu, mpi, given, judge, "
-                     "run_with)");
+                     "run_with, functions, needs)");
     Group gr;
     gr.name = get_string(c, g, "name", p);
     if (!names.insert(gr.name).second) c.bad(p + "name", "'" + gr.name + "' is used twice");
@@ -205,12 +206,23 @@ Manifest parse_manifest(const json& j, const std::string& source) {
     gr.run_with = get_string(c, g, "run_with", p, false, "");
     if (g.contains("run_with") && (trim(gr.run_with).empty() || gr.run_with.find_first_of("\"\n\r") != std::string::npos))
       c.bad(p + "run_with", "must be one line of command words, without quotes (e.g. \"lab5_parallel/tests/run_mpi.sh 2\")");
+    gr.functions = get_strings(c, g, "functions", p, false);
+    gr.needs = get_strings(c, g, "needs", p, false);
+    for (const auto& f : gr.functions)
+      if (trim(f).empty() || f.find_first_of(" \t\n\"") != std::string::npos)
+        c.bad(p + "functions", "'" + f + "' is not a function name (the name MLS_TODO gives a region, e.g. \"Tensor::permute\")");
     const std::string judge = get_string(c, g, "judge", p, false, "differential");
     if (judge == "differential") gr.judge = Judge::Differential;
     else if (judge == "local_only") gr.judge = Judge::LocalOnly;
     else c.bad(p + "judge", "must be 'differential' or 'local_only', not '" + judge + "'");
     m.groups.push_back(gr);
   }
+  for (std::size_t i = 0; i < m.groups.size(); ++i)
+    for (const auto& n : m.groups[i].needs)
+      if (n == m.groups[i].name || !names.count(n))
+        c.bad("groups[" + std::to_string(i) + "].needs",
+              "'" + n + "' is " + (n == m.groups[i].name ? "the group itself" : "not a group of this lab") +
+                  " (needs names other groups)");
   if (j.contains("benchmarks")) {
     const json& bs = j.at("benchmarks");
     if (!bs.is_array()) c.bad("benchmarks", "must be an array");

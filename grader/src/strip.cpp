@@ -80,8 +80,27 @@ std::string enclosing_function(const std::vector<std::string>& lines, std::size_
       }
       sig += std::string(ls) + " ";
     }
+    // Attributes are not the signature: `__attribute__((target("avx2"))) static void f(`.
+    for (std::size_t a; (a = sig.find("__attribute__")) != std::string::npos;) {
+      std::size_t i = sig.find('(', a);
+      if (i == std::string::npos) break;
+      int depth = 0;
+      std::size_t j = i;
+      for (; j < sig.size(); ++j) {
+        if (sig[j] == '(') ++depth;
+        else if (sig[j] == ')' && --depth == 0) break;
+      }
+      sig.erase(a, j + 1 - a);
+    }
     std::size_t paren = sig.find('(');
-    if (paren == std::string::npos) return "";  // namespace, class, struct, enum: not inside a function
+    if (paren == std::string::npos) {
+      // `} else {`, `do {`, `try {`: a block inside the function, keep walking back; a namespace,
+      // class, struct or enum: not inside a function.
+      std::string_view st = trim(sig);
+      const bool block = st.find("else") != std::string_view::npos || st == "do {" || st == "try {" || st == "{";
+      if (block) continue;
+      return "";
+    }
     std::size_t e = paren;
     while (e > 0 && sig[e - 1] == ' ') --e;
     std::size_t b = e;
@@ -107,10 +126,11 @@ std::string enclosing_function(const std::vector<std::string>& lines, std::size_
   return "";
 }
 
-StripResult strip_solutions(std::string_view text, std::string_view file, std::string_view lab_prefix) {
+StripResult strip_solutions(std::string_view text, std::string_view file, std::string_view lab_prefix,
+                            const std::function<bool(const std::string&)>& which) {
   std::vector<std::string> lines = split_lines(text);
   StripResult r;
-  std::string out;
+  std::string out, kept;  // kept: the current region's lines, for a region `which` leaves as it is
   std::size_t begin_line = 0;
   bool inside = false;
   for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -122,6 +142,7 @@ StripResult strip_solutions(std::string_view text, std::string_view file, std::s
                   " is not closed)");
       inside = true;
       begin_line = i;
+      kept.clear();
       continue;
     }
     if (is_end_marker(line)) {
@@ -137,17 +158,26 @@ StripResult strip_solutions(std::string_view text, std::string_view file, std::s
         fn = base + ":" + std::to_string(begin_line + 1);
       }
       r.functions.push_back(fn);
-      out += indent + "MLS_TODO(\"" + std::string(lab_prefix) + ": " + fn + "\");\n";
       ++r.regions;
+      if (which && !which(fn)) {
+        out += kept;  // kept whole, without its marker lines
+        continue;
+      }
+      r.stubbed.push_back(fn);
+      out += indent + "MLS_TODO(\"" + std::string(lab_prefix) + ": " + fn + "\");\n";
       continue;
     }
-    if (inside) continue;
+    if (inside) {
+      kept += line;
+      kept += '\n';
+      continue;
+    }
     out += line;
     if (!last) out += '\n';
   }
   if (inside) mls::fail(file, ":", begin_line + 1, ": '", kBegin, "' is never closed by '", kEnd, "'");
   const int header_lab = lines.empty() ? -1 : student_header_lab(lines[0]);
-  if (r.regions > 0 && header_lab >= 0) out = with_first_line(out, handout_student_header(header_lab, true, lab_prefix));
+  if (!r.stubbed.empty() && header_lab >= 0) out = with_first_line(out, handout_student_header(header_lab, true, lab_prefix));
   r.text = std::move(out);
   return r;
 }
@@ -340,6 +370,16 @@ std::string student_readme(const Manifest& m, const std::vector<Manifest>& labs,
     if (g.mpi) notes.push_back("runs under `mpirun`");
     if (!g.binary.empty() && g.binary != m.test_binary) notes.push_back("program `" + g.binary + "`");
     if (g.judge == Judge::LocalOnly) notes.push_back("judged by your own process: 0 points when graded");
+    if (!g.functions.empty()) {
+      std::string fs_text;
+      for (const auto& f : g.functions) fs_text += (fs_text.empty() ? "`" : ", `") + f + "`";
+      notes.push_back("yours: " + fs_text);
+    }
+    if (!g.needs.empty()) {
+      std::string ns;
+      for (const auto& x : g.needs) ns += (ns.empty() ? "" : ", ") + x;
+      notes.push_back("needs the groups " + ns + " first");
+    }
     any_hidden = any_hidden || g.visibility == Visibility::Hidden;
     any_after = any_after || g.visibility == Visibility::AfterDueDate;
     any_machine = any_machine || g.needs_machine();
@@ -353,6 +393,9 @@ std::string student_readme(const Manifest& m, const std::vector<Manifest>& labs,
   }
   md += "| **total** | | **" + format_points(m.total_points()) + "** | | |\n\n";
   md += "A group's points are split evenly among its tests.";
+  if (std::any_of(m.groups.begin(), m.groups.end(), [](const Group& g) { return !g.functions.empty(); }))
+    md += " \"yours\" names the functions a group's tests check; a group that needs others also calls their "
+          "functions, so it passes once those do (`mls-grader check-groups --lab " + n + "` checks this table).";
   if (any_hidden) md += " A hidden group's tests are not in this tree: they run when your files are graded.";
   if (any_after) md += " An after_due_date group's results are shown after the due date.";
   if (any_machine)

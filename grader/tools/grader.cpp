@@ -23,6 +23,7 @@
 #include "mls/grader/bench.hpp"
 #include "mls/grader/grade.hpp"
 #include "mls/grader/gradescope.hpp"
+#include "mls/grader/group_check.hpp"
 #include "mls/grader/intake.hpp"
 #include "mls/grader/manifest.hpp"
 #include "mls/grader/report.hpp"
@@ -541,6 +542,29 @@ int cmd_bench(const Common& c, int repetitions, const std::string& results) {
   return failed ? 1 : 0;
 }
 
+/// `check-groups`: the static check of the groups' functions, then (unless --static) one variant per
+/// group graded against the reference (group_check.hpp).
+int cmd_check_groups(const Common& c, const std::vector<std::string>& only, bool static_only, int parallel) {
+  Manifest m = manifest_of(c);
+  const fs::path root = root_of(c);
+  const auto regions = solution_regions(m, root);
+  const auto problems = check_group_functions(m, regions);
+  std::printf("lab %d: %zu solution regions, %zu groups; every region in one group's functions: %s\n", m.lab,
+              regions.size(), m.groups.size(), problems.empty() ? "yes" : "NO");
+  for (const auto& p : problems) std::printf("  %s\n", p.c_str());
+  if (!problems.empty() || static_only) return problems.empty() ? 0 : 1;
+  GradeOptions go;
+  go.build = build_options(c);
+  go.run.jobs = c.jobs;
+  go.reference = reference_for(m, go);
+  const int lanes = parallel > 0 ? parallel : (c.jobs >= 2 ? 2 : 1);
+  const auto verdicts = check_groups(m, root, go, only, lanes, [](const GroupVerdict& v) {
+    std::fprintf(stderr, "mls-grader: %s %s\n", v.group.c_str(), v.skipped ? "skipped" : v.ok() ? "ok" : "FAILED");
+  });
+  std::printf("%s", format_group_verdicts(verdicts).c_str());
+  return std::all_of(verdicts.begin(), verdicts.end(), [](const GroupVerdict& v) { return v.ok(); }) ? 0 : 1;
+}
+
 int cmd_gradescope(const Common& c, const std::string& out) {
   if (!c.manifest.empty()) throw UsageError("gradescope: give --lab N (an autograder is made for a lab of the course, not --manifest)");
   if (c.lab < 0) throw UsageError("gradescope: give --lab N");
@@ -681,6 +705,15 @@ int main(int argc, char** argv) {
   bench->add_option("--repetitions", reps, "repetitions; the median is reported")->check(CLI::Range(1, 100));
   bench->add_option("--results", results, "write results.json with the leaderboard entries");
 
+  std::vector<std::string> only_groups;
+  bool static_only = false;
+  auto* cg = app.add_subcommand("check-groups", "each test group needs only its own functions: the reference with one "
+                                                "group's functions stubbed fails only that group's tests and its dependents'");
+  add_common(cg, true);
+  cg->add_option("--group", only_groups, "check only these groups (default: every group that names functions)");
+  cg->add_flag("--static", static_only, "only check that every solution region belongs to one group (no build)");
+  cg->add_option("--parallel", parallel, "variants graded at once (default: 2 when -j >= 2, else 1)")->check(CLI::Range(1, 64));
+
   std::string zip_out;
   auto* gs = app.add_subcommand("gradescope", "write the Gradescope autograder archive of a lab (setup.sh, run_autograder, "
                                               "the course tree the grader needs)");
@@ -724,6 +757,7 @@ int main(int argc, char** argv) {
     if (*check) return cmd_check_handouts(c, keep);
     if (*bench) return cmd_bench(c, reps, results);
     if (*gs) return cmd_gradescope(c, zip_out);
+    if (*cg) return cmd_check_groups(c, only_groups, static_only, parallel);
     if (*lb) return cmd_leaderboard(inputs, html, md, title);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "mls-grader: %s\n", e.what());

@@ -50,6 +50,14 @@ struct Group {
   /// `run_with`, relative to the repository root; e.g. lab 5's MPI tests: "lab5_parallel/tests/run_mpi.sh 2").
   /// The feedback's "run it locally" command starts with it (rerun_command). Empty: the program alone.
   std::string run_with{};
+  /// The student functions whose code the group's tests check (manifest `functions`: the names
+  /// `MLS_TODO` gives their regions, e.g. "Tensor::permute"). `mls-grader check-groups` stubs only
+  /// these in the reference and expects only this group's tests, and those of the groups that
+  /// name it in `needs`, to fail.
+  std::vector<std::string> functions{};
+  /// Groups whose functions this group's tests also call (manifest `needs`): a student must finish
+  /// those first. Shown in the points table of the student README.
+  std::vector<std::string> needs{};
 };
 
 /// A benchmark that feeds the leaderboard.

@@ -6,6 +6,7 @@
 /// `strip_solutions` replaces each one with `MLS_TODO("<lab>: <function>");` at the indentation of
 /// the BEGIN line, where <function> is read from the enclosing signature (else `<file>:<line>`).
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@ struct StripResult {
   std::string text;
   int regions = 0;
   std::vector<std::string> functions;  ///< the name given to each region, in order
+  std::vector<std::string> stubbed;    ///< the regions replaced by MLS_TODO (all of them without a filter)
 };
 
 /// True when the line is a marker line (the BEGIN / END SOLUTION comments, any indentation).
@@ -46,7 +48,10 @@ std::string handout_student_header(int lab, bool stripped, std::string_view lab_
 /// when the file has a region.
 /// Throws mls::Error "<file>:<line>: ..." on a nested BEGIN, an END without BEGIN or a BEGIN
 /// without END.
-StripResult strip_solutions(std::string_view text, std::string_view file, std::string_view lab_prefix);
+/// `which` (when set) picks the regions to strip by their function's name; the other regions keep
+/// their code, without their marker lines (the group check: one group's functions stubbed).
+StripResult strip_solutions(std::string_view text, std::string_view file, std::string_view lab_prefix,
+                            const std::function<bool(const std::string&)>& which = {});
 
 /// The reference solution of an earlier lab as it goes into a later lab's handout: the code is
 /// kept, only the BEGIN / END SOLUTION marker lines are removed (so no marker text leaks), and
