@@ -60,6 +60,8 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd) {
   sigset_t none, all;
   sigemptyset(&none);
   sigfillset(&all);
+  sigdelset(&all, SIGKILL);
+  sigdelset(&all, SIGSTOP);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setpgroup(&attr, 0);

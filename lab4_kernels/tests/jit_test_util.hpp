@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace mls::testing::jit {
+namespace kernels_test {
 
 /// Sets (or, with nullopt, unsets) an environment variable for a scope; restores it after.
 class EnvGuard {
@@ -77,4 +77,4 @@ inline std::vector<int> run_in_processes(int n, const std::function<bool(int)>& 
   return codes;
 }
 
-}  // namespace mls::testing::jit
+}  // namespace kernels_test

@@ -19,8 +19,8 @@
 
 namespace fs = std::filesystem;
 namespace jit = mls::kernels::jit;
-using mls::testing::jit::EnvGuard;
-using mls::testing::jit::run_in_processes;
+using kernels_test::EnvGuard;
+using kernels_test::run_in_processes;
 
 namespace {
 

@@ -16,8 +16,8 @@
 namespace fs = std::filesystem;
 using mls::kernels::TuningDb;
 using mls::kernels::TuningRecord;
-using mls::testing::jit::EnvGuard;
-using mls::testing::jit::run_in_processes;
+using kernels_test::EnvGuard;
+using kernels_test::run_in_processes;
 using nlohmann::json;
 
 namespace {
