@@ -91,9 +91,10 @@ std::string structural_key(const Expr& e) {
 void Affine::add(const Term& t, std::int64_t scale) {
   const std::int64_t c = t.coeff * scale;
   if (c == 0) return;
-  for (auto& x : terms)
-    if (x.key == t.key) {
-      x.coeff += c;
+  for (auto it = terms.begin(); it != terms.end(); ++it)
+    if (it->key == t.key) {
+      it->coeff += c;
+      if (it->coeff == 0) terms.erase(it);
       return;
     }
   Term n = t;
@@ -143,16 +144,22 @@ Affine to_affine(const Expr& e) {
 }
 
 Expr from_affine(const Affine& a) {
-  Expr out;
-  for (const auto& t : a.terms) {
-    if (t.coeff == 0) continue;
-    if (!out.defined()) {
-      out = t.coeff == 1 ? t.atom : node(DType::Int, Binary{BinaryOp::Mul, t.atom, Expr(t.coeff)});
-      continue;
-    }
+  // The first positive term leads (x - y rather than y*-1 + x); the others keep their order.
+  std::vector<const Term*> order;
+  for (const auto& t : a.terms)
+    if (t.coeff > 0 && order.empty()) order.push_back(&t);
+  for (const auto& t : a.terms)
+    if (t.coeff != 0 && (order.empty() || &t != order[0])) order.push_back(&t);
+  auto scaled = [](const Term& t) {
     const std::int64_t c = t.coeff > 0 ? t.coeff : -t.coeff;
-    Expr term = c == 1 ? t.atom : node(DType::Int, Binary{BinaryOp::Mul, t.atom, Expr(c)});
-    out = node(DType::Int, Binary{t.coeff > 0 ? BinaryOp::Add : BinaryOp::Sub, out, term});
+    return c == 1 ? t.atom : node(DType::Int, Binary{BinaryOp::Mul, t.atom, Expr(c)});
+  };
+  Expr out;
+  for (const Term* t : order) {
+    if (!out.defined())
+      out = t->coeff > 0 ? scaled(*t) : node(DType::Int, Unary{UnaryOp::Neg, scaled(*t)});
+    else
+      out = node(DType::Int, Binary{t->coeff > 0 ? BinaryOp::Add : BinaryOp::Sub, out, scaled(*t)});
   }
   if (!out.defined()) return Expr(a.constant);
   if (a.constant > 0) return node(DType::Int, Binary{BinaryOp::Add, out, Expr(a.constant)});

@@ -31,7 +31,7 @@ Var::Var(std::string name)
     : node_(std::make_shared<const VarNode>(VarNode{std::move(name), g_next_var_id++})) {}
 
 IterVar::IterVar(Var var, std::int64_t extent, IterKind kind)
-    : node_(std::make_shared<const IterVarNode>(IterVarNode{std::move(var), extent, kind, nullptr})) {}
+    : node_(std::make_shared<const IterVarNode>(IterVarNode{std::move(var), extent, kind, {}})) {}
 
 Expr Expr::make_int(std::int64_t v) { return node(DType::Int, IntImm{v}); }
 Expr Expr::make_float(float v) { return node(DType::Float, FloatImm{v}); }
@@ -72,7 +72,10 @@ Expr make_unary(UnaryOp op, Expr a) {
     case UnaryOp::Abs:
       MLS_CHECK(a.dtype() != DType::Bool, "te: '", detail::op_name(op),
                 "' needs an int or float operand, got bool");
-      return node(a.dtype(), Unary{op, std::move(a)});
+      {
+        const DType t = a.dtype();
+        return node(t, Unary{op, std::move(a)});
+      }
     case UnaryOp::ToFloat:
       MLS_CHECK(a.dtype() != DType::Bool, "te: 'float' needs an int operand, got bool");
       return promote_to_float(a);
@@ -203,8 +206,8 @@ void check_body(const std::string& name, const Expr& body, const std::vector<Ite
   const auto* r = body.as<Reduce>();
   if (r) {
     for (const auto& a : r->axes) {
-      MLS_CHECK(a.get()->owner == nullptr, "compute '", name, "': reduction axis '", a.name(),
-                "' already belongs to compute '", static_cast<const ComputeOp*>(a.get()->owner)->name,
+      MLS_CHECK(a.get()->owner.empty(), "compute '", name, "': reduction axis '", a.name(),
+                "' already belongs to compute '", a.get()->owner,
                 "'; make one reduce_axis per compute");
       allowed.insert(a.var().get());
     }
@@ -246,9 +249,9 @@ Tensor compute(const std::string& name, std::vector<std::int64_t> shape,
             shape.size(), " indices, one per dimension of ", detail::shape_text(shape), "?)");
   check_body(name, body, axes);
   auto op = std::make_shared<ComputeOp>(ComputeOp{name, axes, body});
-  for (const auto& a : axes) a.get()->owner = op.get();
+  for (const auto& a : axes) a.get()->owner = name;
   if (const auto* r = body.as<Reduce>())
-    for (const auto& a : r->axes) a.get()->owner = op.get();
+    for (const auto& a : r->axes) a.get()->owner = name;
   return Tensor(std::make_shared<const BufferNode>(BufferNode{name, std::move(shape), Scope::Global, op}));
 }
 

@@ -171,21 +171,25 @@ void for_each_expr(const Stmt& s, const std::function<void(const Expr&)>& f) {
 // ---- printer ------------------------------------------------------------------------------
 
 namespace {
-/// Gives each variable a printed name, unique in one text: name, name_1, name_2, ...
+/// Gives each loop variable a printed name, unique among the loops around it: name, name_1, ...
 class Names {
  public:
-  std::string operator()(const VarNode* v) {
+  std::string operator()(const VarNode* v) const {
     auto it = names_.find(v);
-    if (it != names_.end()) return it->second;
-    std::string n = v->name;
-    for (int i = 1; used_.count(n); ++i) n = v->name + "_" + std::to_string(i);
-    used_.insert(n);
-    return names_[v] = n;
+    return it == names_.end() ? v->name : it->second;
   }
+  /// A loop binds `v` while its body prints.
+  void enter(const VarNode* v) {
+    std::string n = v->name;
+    for (int i = 1; active_.count(n); ++i) n = v->name + "_" + std::to_string(i);
+    active_.insert(n);
+    names_[v] = n;
+  }
+  void leave(const VarNode* v) { active_.erase(names_.at(v)); }
 
  private:
   std::map<const VarNode*, std::string> names_;
-  std::set<std::string> used_;
+  std::set<std::string> active_;
 };
 
 class Printer {
@@ -205,8 +209,10 @@ class Printer {
       const auto* m = f->min.as<IntImm>();
       std::string range = m && m->value == 0 ? expr(f->extent)
                                              : expr(f->min) + ", " + expr(detail::simplify(f->min + f->extent));
+      names_.enter(f->var.get());
       os_ << pad << "for " << names_(f->var.get()) << " in " << kind << "(" << range << "):\n";
       stmt(f->body, depth + 1);
+      names_.leave(f->var.get());
     } else if (const auto* st = s.as<Store>()) {
       std::string lhs = st->buffer->name;
       for (const auto& i : st->indices) lhs += "[" + expr(i) + "]";

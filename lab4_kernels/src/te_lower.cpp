@@ -8,7 +8,8 @@
 // such a stage is then region.min + (its value from the leaves); a Local stage stores into a
 // tile of the region's shape at the relative index, and its consumer's loads subtract the
 // region's min. A reduction's init runs over the data-parallel loops inside its first reduction
-// loop, just before that loop. Tails are guards that interval bounds could not prove away.
+// loop, just before that loop. Tails are guards that interval bounds could not prove away. A loop
+// of one iteration is left out (its variable is 0).
 #include <algorithm>
 
 #include "mls/common/error.hpp"
@@ -119,7 +120,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
   for (const auto& l : st.leaves) {
     n.ext.push_back(ext.at(l.get()));
     n.vars.push_back(l.var());
-    val[l.get()] = Expr(l.var());
+    val[l.get()] = n.ext.back() == 1 ? Expr(0) : Expr(l.var());  // a loop of one iteration is elided
     ranges[l.var().get()] = {0, n.ext.back() - 1};
   }
   for (auto it = st.relations.rbegin(); it != st.relations.rend(); ++it) {
@@ -154,16 +155,16 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     const Expr abs = simplify(inf.min[i] + rel);
     sub[st.root[i].var().get()] = abs;
     n.store_idx.push_back(inf.relative ? rel : abs);
-    guard_lt(rel, inf.extent[i], true);
     if (st.attach) {
       guard_ge0(abs);
       guard_lt(abs, st.root[i].extent(), true);
     }
   }
-  for (const auto& r : st.reduce) {
-    sub[r.var().get()] = val.at(r.get());
-    guard_lt(val.at(r.get()), r.extent(), false);
-  }
+  for (const auto& r : st.reduce) sub[r.var().get()] = val.at(r.get());
+  // Each split's parent (a root axis or an inner part split again) stays below its extent.
+  for (const auto& rel : st.relations)
+    if (const auto* s = std::get_if<SplitRel>(&rel))
+      guard_lt(val.at(s->parent.get()), ext.at(s->parent.get()), s->parent.kind() == IterKind::DataPar);
   const auto* red = st.body.as<Reduce>();
   n.is_reduce = red != nullptr;
   if (red) n.combiner = red->combiner;
@@ -334,6 +335,7 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
     if (g.level == q && (!init || g.data)) cond = cond.defined() ? (cond && g.cond) : g.cond;
   if (cond.defined()) s = make_if(cond, s);
   scope_.erase(leaf.var().get());
+  if (n.ext[static_cast<std::size_t>(q)] == 1) return s;
   auto kind = st.kinds.find(leaf.get());
   return make_for(leaf.var(), Expr(0), Expr(n.ext[static_cast<std::size_t>(q)]),
                   kind == st.kinds.end() ? ForKind::Serial : kind->second, s);

@@ -347,9 +347,18 @@ Tensor Schedule::rfactor(const Tensor& t, const IterVar& axis) {
     val[leaf.get()] = Expr(nv);
     ranges[nv.var().get()] = {0, nv.extent() - 1};
   }
+  // r's value from its parts; a part past its extent (a split's tail) must not count.
+  Expr in_range;
   for (auto it = c.relations.rbegin(); it != c.relations.rend(); ++it)
-    if (const auto* s = std::get_if<SplitRel>(&*it); s && val.count(s->outer.get()) && val.count(s->inner.get()))
-      val[s->parent.get()] = detail::simplify(val[s->outer.get()] * Expr(s->factor) + val[s->inner.get()]);
+    if (const auto* s = std::get_if<SplitRel>(&*it); s && val.count(s->outer.get()) && val.count(s->inner.get())) {
+      const Expr v = detail::simplify(val[s->outer.get()] * Expr(s->factor) + val[s->inner.get()]);
+      val[s->parent.get()] = v;
+      const auto b = detail::bound(v, ranges);
+      if (!b || b->hi >= s->parent.extent()) {
+        const Expr cond = v < Expr(s->parent.extent());
+        in_range = in_range.defined() ? (in_range && cond) : cond;
+      }
+    }
   detail::VarMap sub;
   sub[r.var().get()] = val.at(r.get());
   for (const auto& o : red->axes) {
@@ -369,8 +378,7 @@ Tensor Schedule::rfactor(const Tensor& t, const IterVar& axis) {
     rf_idx.emplace_back(d);
   }
   Expr src = detail::substitute(red->source, sub);
-  const auto b = detail::bound(val.at(r.get()), ranges);
-  if (!b || b->hi >= r.extent()) src = select(val.at(r.get()) < Expr(r.extent()), src, Expr(red->combiner.init));
+  if (in_range.defined()) src = select(in_range, src, Expr(red->combiner.init));
   st->body = new_reduce.empty() ? src : reduce(red->combiner, src, new_reduce);
   st->reduce = new_reduce;
   st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, shape, Scope::Global, nullptr});

@@ -5,8 +5,8 @@
 /// A statement is an immutable tree of `StmtNode`s, each a `std::variant` of plain structs
 /// (For, Store, Allocate, Seq, IfThenElse, Call); expressions are mls/kernels/te.hpp's `Expr`
 /// (Load reads a buffer; Reduce never appears in the IR). Invariants of what `lower` emits:
-///   - every For has min 0 and a constant extent (IntImm >= 1); its variable is bound by no other
-///     For around it;
+///   - every For has min 0 and a constant extent (IntImm >= 2: a loop of one iteration is left
+///     out, its variable replaced by 0); its variable is bound by no other For around it;
 ///   - tails (an extent that a split factor does not divide) are IfThenElse guards without an
 ///     else branch, placed just inside the loop of the last variable they read; a guard that
 ///     bounds analysis proves always true is left out;
@@ -143,8 +143,8 @@ void for_each_expr(const Stmt& s, const std::function<void(const Expr&)>& f);
 ///             for k in range(1024):
 ///                 C[y][x] += A[k][y] * B[k][x]
 /// Loop kinds print as parallel(n), vectorized(n), unrolled(n); a Call as
-/// `name(CL[0:8][0:8], ...)`; an Allocate as `AL = allocate((8, 8), local)`. Two variables with
-/// one name print as name, name_1, ...
+/// `name(CL[0:8][0:8], ...)`; an Allocate as `AL = allocate((8, 8), local)`. A loop whose
+/// variable's name an enclosing loop already uses prints it as name_1 (name_2, ...).
 std::string to_string(const Stmt& s);
 /// The signature line, then the body.
 std::string to_string(const LoweredFunc& f);

@@ -59,13 +59,13 @@ class Var {
 /// Data-parallel (an output index) or reduction (summed over) axis.
 enum class IterKind { DataPar, Reduce };
 
-/// An axis: a variable with its range [0, extent) and its kind. `owner` is the compute (or
-/// schedule stage) the axis belongs to, set once; a reduction axis serves one compute only.
+/// An axis: a variable with its range [0, extent) and its kind. `owner` names the compute the
+/// axis belongs to ("" until `compute` claims it); a reduction axis serves one compute only.
 struct IterVarNode {
   Var var;
   std::int64_t extent = 0;
   IterKind kind = IterKind::DataPar;
-  mutable const void* owner = nullptr;
+  mutable std::string owner;
 };
 
 /// Handle to an axis; copies share the axis. Converts to an Expr (its variable).
