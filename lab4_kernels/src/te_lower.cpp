@@ -44,6 +44,35 @@ std::string names_of(const std::vector<IterVar>& v) {
   return s;
 }
 
+/// The extent of every axis of `st` (forward through its relations, from the root extents of
+/// `inf`) and the value of every axis in terms of the leaf variables (backward).
+void axis_values(const StageImpl& st, const StageInfo& inf, std::map<const IterVarNode*, std::int64_t>& ext,
+                 std::map<const IterVarNode*, Expr>& val) {
+  for (std::size_t i = 0; i < st.root.size(); ++i) ext[st.root[i].get()] = inf.extent[i];
+  for (const auto& r : st.reduce) ext[r.get()] = r.extent();
+  for (const auto& rel : st.relations) {
+    if (const auto* s = std::get_if<SplitRel>(&rel)) {
+      ext[s->outer.get()] = (ext.at(s->parent.get()) + s->factor - 1) / s->factor;
+      ext[s->inner.get()] = s->factor;
+    } else {
+      const auto& f = std::get<FuseRel>(rel);
+      ext[f.fused.get()] = ext.at(f.outer.get()) * ext.at(f.inner.get());
+    }
+  }
+  for (const auto& l : st.leaves)  // a loop of one iteration is elided: its variable is 0
+    val[l.get()] = ext.at(l.get()) == 1 ? Expr(0) : Expr(l.var());
+  for (auto it = st.relations.rbegin(); it != st.relations.rend(); ++it) {
+    if (const auto* s = std::get_if<SplitRel>(&*it)) {
+      val[s->parent.get()] = simplify(val.at(s->outer.get()) * Expr(s->factor) + val.at(s->inner.get()));
+    } else {
+      const auto& f = std::get<FuseRel>(*it);
+      const Expr e(ext.at(f.inner.get()));
+      val[f.outer.get()] = simplify(val.at(f.fused.get()) / e);
+      val[f.inner.get()] = simplify(val.at(f.fused.get()) % e);
+    }
+  }
+}
+
 class Lowerer {
  public:
   explicit Lowerer(const ScheduleImpl& s) : s_(s) {}
@@ -56,6 +85,7 @@ class Lowerer {
   Stmt build(Nest& n, const std::vector<int>& positions, std::size_t k, bool init);
   Stmt innermost(const Nest& n, bool init) const;
   Stmt init_nest(Nest& n);
+  void check_tensorize(Nest& n) const;
   Stmt tensorized(const Nest& n, CallPart part) const;
 
   const ScheduleImpl& s_;
@@ -102,36 +132,14 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
   Nest n;
   n.st = &st;
   const std::size_t nl = st.leaves.size();
-  // Leaf extents (forward through the relations) and root values (backward).
   std::map<const IterVarNode*, std::int64_t> ext;
-  for (std::size_t i = 0; i < st.root.size(); ++i) ext[st.root[i].get()] = inf.extent[i];
-  for (const auto& r : st.reduce) ext[r.get()] = r.extent();
-  for (const auto& rel : st.relations) {
-    if (const auto* s = std::get_if<SplitRel>(&rel)) {
-      ext[s->outer.get()] = (ext.at(s->parent.get()) + s->factor - 1) / s->factor;
-      ext[s->inner.get()] = s->factor;
-    } else {
-      const auto& f = std::get<FuseRel>(rel);
-      ext[f.fused.get()] = ext.at(f.outer.get()) * ext.at(f.inner.get());
-    }
-  }
   std::map<const IterVarNode*, Expr> val;
+  axis_values(st, inf, ext, val);
   detail::Ranges ranges = scope_;
   for (const auto& l : st.leaves) {
     n.ext.push_back(ext.at(l.get()));
     n.vars.push_back(l.var());
-    val[l.get()] = n.ext.back() == 1 ? Expr(0) : Expr(l.var());  // a loop of one iteration is elided
     ranges[l.var().get()] = {0, n.ext.back() - 1};
-  }
-  for (auto it = st.relations.rbegin(); it != st.relations.rend(); ++it) {
-    if (const auto* s = std::get_if<SplitRel>(&*it)) {
-      val[s->parent.get()] = simplify(val.at(s->outer.get()) * Expr(s->factor) + val.at(s->inner.get()));
-    } else {
-      const auto& f = std::get<FuseRel>(*it);
-      const Expr e(ext.at(f.inner.get()));
-      val[f.outer.get()] = simplify(val.at(f.fused.get()) / e);
-      val[f.inner.get()] = simplify(val.at(f.fused.get()) % e);
-    }
   }
   // Guards: a leaf value past its axis's extent (a tail), a window past the tensor.
   auto level_of = [&](const Expr& e) {
@@ -195,23 +203,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     for (std::size_t d = 0; d < l.indices.size(); ++d) idx.push_back(simplify(l.indices[d] - pi.min[d]));
     return Tensor(pi.actual).load(idx);
   });
-  if (st.intrinsic) {
-    std::size_t t = 0;
-    while (t < nl && !st.leaves[t].same_as(st.tensorize_axis)) ++t;
-    MLS_CHECK(t < nl, "tensorize: axis '", st.tensorize_axis.name(), "' of stage '", st.name,
-              "' was split or fused away since (its axes: ", names_of(st.leaves), ")");
-    n.tensorize_pos = static_cast<int>(t);
-    for (const auto& g : n.guards)
-      MLS_CHECK(g.level < n.tensorize_pos, "tensorize: stage '", st.name, "' has a tail inside the tile from axis '",
-                st.leaves[t].name(), "' (guard ", to_string(g.cond), "): the tile's extents must divide the axes");
-    for (std::size_t q = t; q < nl; ++q)
-      MLS_CHECK(n.children[q].empty(), "tensorize: stage '", n.children[q].front()->name,
-                "' is computed inside the tile of '", st.name, "' (at axis '", st.leaves[q].name(), "')");
-    tensorized(n, CallPart::Update);  // the pattern checks, before anything is emitted
-    MLS_CHECK(!n.is_reduce || n.first_reduce <= n.tensorize_pos || st.intrinsic->reset,
-              "tensorize: the tile of stage '", st.name, "' from axis '", st.leaves[t].name(),
-              "' holds the start of its reduction, and intrinsic '", st.intrinsic->name, "' has no reset");
-  }
+  if (st.intrinsic) check_tensorize(n);
   std::vector<int> all(nl);
   for (std::size_t i = 0; i < nl; ++i) all[i] = static_cast<int>(i);
   Stmt body = build(n, all, 0, false);
@@ -221,6 +213,26 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     if (g.level < 0) top.push_back(g.cond);
   for (std::size_t i = 0; i < top.size(); ++i) body = make_if(top[top.size() - 1 - i], body);
   return body;
+}
+
+void Lowerer::check_tensorize(Nest& n) const {
+  const StageImpl& st = *n.st;
+  const std::size_t nl = st.leaves.size();
+  std::size_t t = 0;
+  while (t < nl && !st.leaves[t].same_as(st.tensorize_axis)) ++t;
+  MLS_CHECK(t < nl, "tensorize: axis '", st.tensorize_axis.name(), "' of stage '", st.name,
+            "' was split or fused away since (its axes: ", names_of(st.leaves), ")");
+  n.tensorize_pos = static_cast<int>(t);
+  for (const auto& g : n.guards)
+    MLS_CHECK(g.level < n.tensorize_pos, "tensorize: stage '", st.name, "' has a tail inside the tile from axis '",
+              st.leaves[t].name(), "' (guard ", to_string(g.cond), "): the tile's extents must divide the axes");
+  for (std::size_t q = t; q < nl; ++q)
+    MLS_CHECK(n.children[q].empty(), "tensorize: stage '", n.children[q].front()->name,
+              "' is computed inside the tile of '", st.name, "' (at axis '", st.leaves[q].name(), "')");
+  tensorized(n, CallPart::Update);  // the pattern checks, before anything is emitted
+  MLS_CHECK(!n.is_reduce || n.first_reduce <= n.tensorize_pos || st.intrinsic->reset,
+            "tensorize: the tile of stage '", st.name, "' from axis '", st.leaves[t].name(),
+            "' holds the start of its reduction, and intrinsic '", st.intrinsic->name, "' has no reset");
 }
 
 void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& c, std::size_t pos) {

@@ -367,7 +367,7 @@ Tensor Schedule::rfactor(const Tensor& t, const IterVar& axis) {
     sub[o.var().get()] = Expr(new_reduce.back());
   }
   auto st = std::make_unique<StageImpl>();
-  st->name = c.name + ".rf";
+  st->name = c.name + "_rf";
   std::vector<std::int64_t> shape{axis.extent()};
   st->root.push_back(a1);
   std::vector<Expr> rf_idx{Expr()};

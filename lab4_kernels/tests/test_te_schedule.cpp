@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -276,7 +277,7 @@ TEST_CASE("te schedule: compute_at, cache_read, cache_write and rfactor", "[te][
     s[R].parallel(R.axis(0));
     const std::string text = to_string(lower(s).body);
     INFO(text);
-    REQUIRE(text.find("R.rf = allocate((8, 3), global)") != std::string::npos);
+    REQUIRE(text.find("R_rf = allocate((8, 3), global)") != std::string::npos);
     REQUIRE(text.find("for ki in vectorized(8):") != std::string::npos);
     REQUIRE(text.find("select(ko*8 + ki < 29, A[i][ko*8 + ki], 0.0)") != std::string::npos);
     check_schedule(s, {A}, 29);
@@ -424,6 +425,9 @@ void transform(Stage st, mls::Rng& rng, int steps, std::ostringstream& log) {
 
 TEST_CASE("te schedule: fuzz, random legal schedules equal the naive evaluation", "[te][schedule][fuzz]") {
   mls::Rng rng(2024, "te-fuzz");
+  const std::vector<std::string> kPrimitives = {".split(", ".reorder(", ".fuse(", ".unroll(", ".vectorize(",
+                                                ".parallel(", "compute_at(", "cache_read(", "cache_write(", "rfactor("};
+  std::map<std::string, int> cases_with;  // how many cases used each primitive
   for (int iter = 0; iter < 200; ++iter) {
     Problem p = make_problem(rng);
     Schedule s(p.outputs);
@@ -471,12 +475,14 @@ TEST_CASE("te schedule: fuzz, random legal schedules equal the naive evaluation"
       const Tensor in = p.inputs[0];
       const auto axes = s[cons].leaf_axes();
       const IterVar at = axes[static_cast<std::size_t>(pick(rng, static_cast<std::int64_t>(axes.size())))];
-      log << "cache_read(" << in.name() << ", " << cons.name() << ", " << at.name() << ") ";
       bool reads = false;
       for_each_expr(cons.op()->body, [&](const Expr& e) {
         if (const auto* l = e.as<Load>()) reads = reads || l->buffer == in.buffer();
       });
-      if (reads) transform(s[s.cache_read(in, s[cons], at)], rng, static_cast<int>(pick(rng, 3)), log);
+      if (reads) {
+        log << "cache_read(" << in.name() << ", " << cons.name() << ", " << at.name() << ") ";
+        transform(s[s.cache_read(in, s[cons], at)], rng, static_cast<int>(pick(rng, 3)), log);
+      }
     }
     INFO("case " << iter << ": " << log.str());
     const auto in = random_inputs(p.inputs, static_cast<std::uint64_t>(iter));
@@ -486,5 +492,10 @@ TEST_CASE("te schedule: fuzz, random legal schedules equal the naive evaluation"
     const auto want = run_naive(p.inputs, in, p.outputs);
     for (std::size_t i = 0; i < got.size(); ++i)
       require_close(got[i], want[i], reduction_tol(p.reduce) * static_cast<double>(p.reduce), p.outputs[i].name());
+    for (const auto& name : kPrimitives) cases_with[name] += log.str().find(name) != std::string::npos;
+  }
+  for (const auto& name : kPrimitives) {
+    INFO("cases with " << name << ": " << cases_with[name]);
+    CHECK(cases_with[name] >= 10);
   }
 }

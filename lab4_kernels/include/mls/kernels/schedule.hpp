@@ -13,7 +13,7 @@
 ///     LoweredFunc f = lower(s, "matmul");
 ///
 /// Every illegal request is an mls::Error "<primitive>: ... axis '<name>' of stage '<stage>' ...
-/// <reason>". Handles (Stage, IterVar) stay valid while their Schedule lives. An axis given
+/// <reason>". Copies of a Schedule share its stages; Stage handles keep them alive. An axis given
 /// to a primitive must be a current leaf of that stage. Split factors need not divide extents:
 /// the tail is guarded.
 #include <cstdint>
@@ -101,8 +101,8 @@ class Schedule {
   /// stage. Call it before scheduling `t`'s reduction axes. Returns the local tensor.
   Tensor cache_write(const Tensor& t, std::string name = "");
   /// Makes the reduction leaf `axis` of `t`'s stage (a reduction axis, or a split part of one)
-  /// data-parallel: a new stage `<t>.rf`, with `axis` as its first dimension, computes the partial
-  /// results, and `t`'s stage reduces them over that dimension. Returns the `.rf` tensor.
+  /// data-parallel: a new stage `<t>_rf`, with `axis` as its first dimension, computes the partial
+  /// results, and `t`'s stage reduces them over that dimension. Returns the `_rf` tensor.
   Tensor rfactor(const Tensor& t, const IterVar& axis);
 
  private:
