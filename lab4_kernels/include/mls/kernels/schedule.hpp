@@ -1,0 +1,116 @@
+#pragma once
+/// Lab 4 part 2, ML compilation: schedules (TVM's `te.create_schedule`) and lowering.
+///
+/// A schedule keeps, for every computed tensor, a stage: its loop axes and how they were
+/// transformed (split, fuse, reorder), loop kinds, where it is computed (compute_at), and tiles
+/// replaced by intrinsics (tensorize). None of this changes what is computed, only the loop nest
+/// `lower` emits. The slide's tiled matmul:
+///
+///     Schedule s({C});
+///     auto t = s[C].tile(C.axis(0), C.axis(1), 8, 8);      // yo, xo, yi, xi
+///     auto [ko, ki] = s[C].split(C.reduce_axis(0), 8);
+///     s[C].reorder({t.outer0, t.outer1, ko, t.inner0, t.inner1, ki});
+///     LoweredFunc f = lower(s, "matmul");
+///
+/// Every illegal request is an mls::Error "<primitive>: ... axis '<name>' of stage '<stage>' ...
+/// <reason>". Copies of a Schedule share its stages; Stage handles keep them alive. An axis given
+/// to a primitive must be a current leaf of that stage. Split factors need not divide extents:
+/// the tail is guarded.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mls/kernels/loop_ir.hpp"
+#include "mls/kernels/te.hpp"
+
+namespace mls::kernels::te {
+
+class Schedule;
+struct ScheduleImpl;
+struct StageImpl;
+
+/// The four axes of `Stage::tile`.
+struct TileAxes {
+  IterVar outer0, outer1, inner0, inner1;
+};
+
+/// Handle to one stage of a schedule.
+class Stage {
+ public:
+  /// The stage's name (its tensor's).
+  const std::string& name() const;
+  /// Its current loop axes, outermost first.
+  std::vector<IterVar> leaf_axes() const;
+  /// Its root axes: data-parallel ones, then reduction ones.
+  std::vector<IterVar> root_axes() const;
+
+  /// axis -> (outer, inner) with inner of extent `factor` (> 0) and outer ceil(extent / factor);
+  /// names default to <axis>o, <axis>i (y -> yo, yi).
+  std::pair<IterVar, IterVar> split(const IterVar& axis, std::int64_t factor,
+                                    std::string outer_name = "", std::string inner_name = "");
+  /// Splits `a` by fa and `b` by fb and orders the four as (ao, bo, ai, bi) where they were.
+  TileAxes tile(const IterVar& a, const IterVar& b, std::int64_t fa, std::int64_t fb);
+  /// Puts `axes` in this order in the positions they occupy now (the others stay where they are).
+  /// The axes: distinct leaves of this stage.
+  void reorder(const std::vector<IterVar>& axes);
+  /// One axis of extent ea * eb for `outer` immediately followed by `inner` (both leaves, next
+  /// to each other, both data-parallel or both reduction).
+  IterVar fuse(const IterVar& outer, const IterVar& inner, std::string name = "");
+  void unroll(const IterVar& axis);
+  /// Data-parallel axes only (a reduction axis: rfactor it first).
+  void vectorize(const IterVar& axis);
+  /// Data-parallel axes only (a reduction axis: rfactor it first).
+  void parallel(const IterVar& axis);
+  /// Computes this stage inside `consumer`'s loop `axis`, only the region that one iteration of
+  /// it reads (its buffer stays where it is). This stage must be read by `consumer` and by no
+  /// other stage.
+  void compute_at(const Stage& consumer, const IterVar& axis);
+  /// Replaces the loops from `axis` inwards by one call of `intrinsic` per tile. Checked when
+  /// the schedule is lowered: the tile's axes (kinds and extents, in order) must be the
+  /// intrinsic's, the compute its pattern, every index affine in the tile's axes, no tail and
+  /// no stage computed inside the tile.
+  void tensorize(const IterVar& axis, const Intrinsic& intrinsic);
+
+ private:
+  friend class Schedule;
+  Stage(std::shared_ptr<ScheduleImpl> s, StageImpl* node) : s_(std::move(s)), node_(node) {}
+  std::shared_ptr<ScheduleImpl> s_;
+  StageImpl* node_;
+};
+
+/// The stages of every computed tensor `outputs` depend on, each with the default schedule:
+/// its data-parallel axes, then its reduction axes, as loops in that order.
+class Schedule {
+ public:
+  explicit Schedule(const std::vector<Tensor>& outputs);
+  /// The stage computing `t` (a tensor of this schedule, not a placeholder).
+  Stage operator[](const Tensor& t) const;
+  /// The output tensors.
+  const std::vector<Tensor>& outputs() const;
+
+  /// A local copy `<t>L` of the window of `t` that one iteration of `consumer`'s loop `axis`
+  /// reads (the slide's dma_copy2d into AL), computed at that loop; `consumer` reads the copy
+  /// instead. Returns the copy's tensor (a handle for `s[...]`; its buffer's real shape is the
+  /// window, known when lowering).
+  Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis,
+                    std::string name = "");
+  /// Computes `t` into a local buffer `<t>L` (the slide's CL) and makes `t`'s own stage a copy of
+  /// it; `t`'s data-parallel axes stay with that copy stage, its reduction axes move to the new
+  /// stage. Call it before scheduling `t`'s reduction axes. Returns the local tensor.
+  Tensor cache_write(const Tensor& t, std::string name = "");
+  /// Makes the reduction leaf `axis` of `t`'s stage (a reduction axis, or a split part of one)
+  /// data-parallel: a new stage `<t>_rf`, with `axis` as its first dimension, computes the partial
+  /// results, and `t`'s stage reduces them over that dimension. Returns the `_rf` tensor.
+  Tensor rfactor(const Tensor& t, const IterVar& axis);
+
+ private:
+  friend LoweredFunc lower(const Schedule& s, const std::string& name);
+  std::shared_ptr<ScheduleImpl> s_;
+};
+
+/// The loop nest of a schedule, as the function `name(inputs..., outputs...)`.
+LoweredFunc lower(const Schedule& s, const std::string& name = "main");
+
+}  // namespace mls::kernels::te

@@ -1,0 +1,462 @@
+// Lowering: a schedule -> its loop nest (mls/kernels/loop_ir.hpp).
+//
+// Each stage becomes a nest of its leaf loops. The value of each root axis is rebuilt from the
+// leaves through the stage's relations (split: outer * factor + inner; fuse: fused // e, fused %
+// e). A stage computed at a consumer's loop covers only the window (region) of its tensor that
+// one iteration of that loop reads: region bounds come from the affine form of the consumer's
+// load indices, the loops inside the attach point ranging over their extents. A root axis of
+// such a stage is then region.min + (its value from the leaves); a Local stage stores into a
+// tile of the region's shape at the relative index, and its consumer's loads subtract the
+// region's min. A reduction's init runs over the data-parallel loops inside its first reduction
+// loop, just before that loop. Tails are guards that interval bounds could not prove away. A loop
+// of one iteration is left out (its variable is 0).
+#include <algorithm>
+
+#include "mls/common/error.hpp"
+#include "mls/kernels/schedule.hpp"
+#include "te_internal.hpp"
+#include "te_schedule_impl.hpp"
+
+namespace mls::kernels::te {
+
+namespace {
+using detail::simplify;
+
+/// The window of a stage's tensor that one iteration of its attach loop covers.
+struct StageInfo {
+  Buffer actual;                     // where the stage stores
+  std::vector<Expr> min;             // per root (buffer) dimension
+  std::vector<std::int64_t> extent;  // per root dimension
+  bool relative = false;             // a Local tile of the window: indices minus `min`
+};
+
+/// A condition that must hold for the innermost statement to run, and the leaf position of the
+/// innermost loop whose variable it reads (-1: none of the stage's own loops).
+struct Guard {
+  Expr cond;
+  int level = -1;
+  bool data = true;  // from a data-parallel axis (the init nest needs these only)
+};
+
+std::string names_of(const std::vector<IterVar>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i].name();
+  return s;
+}
+
+/// The extent of every axis of `st` (forward through its relations, from the root extents of
+/// `inf`) and the value of every axis in terms of the leaf variables (backward).
+void axis_values(const StageImpl& st, const StageInfo& inf, std::map<const IterVarNode*, std::int64_t>& ext,
+                 std::map<const IterVarNode*, Expr>& val) {
+  for (std::size_t i = 0; i < st.root.size(); ++i) ext[st.root[i].get()] = inf.extent[i];
+  for (const auto& r : st.reduce) ext[r.get()] = r.extent();
+  for (const auto& rel : st.relations) {
+    if (const auto* s = std::get_if<SplitRel>(&rel)) {
+      ext[s->outer.get()] = (ext.at(s->parent.get()) + s->factor - 1) / s->factor;
+      ext[s->inner.get()] = s->factor;
+    } else {
+      const auto& f = std::get<FuseRel>(rel);
+      ext[f.fused.get()] = ext.at(f.outer.get()) * ext.at(f.inner.get());
+    }
+  }
+  for (const auto& l : st.leaves)  // a loop of one iteration is elided: its variable is 0
+    val[l.get()] = ext.at(l.get()) == 1 ? Expr(0) : Expr(l.var());
+  for (auto it = st.relations.rbegin(); it != st.relations.rend(); ++it) {
+    if (const auto* s = std::get_if<SplitRel>(&*it)) {
+      val[s->parent.get()] = simplify(val.at(s->outer.get()) * Expr(s->factor) + val.at(s->inner.get()));
+    } else {
+      const auto& f = std::get<FuseRel>(*it);
+      const Expr e(ext.at(f.inner.get()));
+      val[f.outer.get()] = simplify(val.at(f.fused.get()) / e);
+      val[f.inner.get()] = simplify(val.at(f.fused.get()) % e);
+    }
+  }
+}
+
+class Lowerer {
+ public:
+  explicit Lowerer(const ScheduleImpl& s) : s_(s) {}
+  Stmt run();
+
+ private:
+  struct Nest;  // the per-stage state of one lower_stage call
+  Stmt lower_stage(const StageImpl& st);
+  void infer_region(const StageImpl& st, const Nest& n, const StageImpl& child, std::size_t pos);
+  Stmt build(Nest& n, const std::vector<int>& positions, std::size_t k, bool init);
+  Stmt innermost(const Nest& n, bool init) const;
+  Stmt init_nest(Nest& n);
+  void check_tensorize(Nest& n) const;
+  Stmt tensorized(const Nest& n, CallPart part) const;
+
+  const ScheduleImpl& s_;
+  std::map<const StageImpl*, StageInfo> info_;
+  detail::Ranges scope_;  // ranges of the loops around the stage being lowered
+};
+
+struct Lowerer::Nest {
+  const StageImpl* st = nullptr;
+  std::vector<std::int64_t> ext;      // per leaf
+  std::vector<Var> vars;              // per leaf
+  std::vector<Guard> guards;
+  std::vector<std::vector<const StageImpl*>> children;  // per leaf position
+  std::vector<Expr> store_idx;
+  Expr src;                           // the value (or the reduction's source), loads redirected
+  Combiner combiner;
+  bool is_reduce = false;
+  int first_reduce = 0;               // position of the first reduction leaf (n if none)
+  int tensorize_pos = -1;
+};
+
+Stmt Lowerer::run() {
+  std::vector<Stmt> body;
+  for (const auto& st : s_.stages)
+    if (!st->attach) body.push_back(lower_stage(*st));
+  Stmt s = make_seq(body);
+  for (auto it = s_.stages.rbegin(); it != s_.stages.rend(); ++it) {
+    const StageImpl& st = **it;
+    MLS_CHECK(info_.count(&st), "lower: stage '", st.name, "' is computed at '", st.attach->name,
+              "', which was not lowered");
+    if (!st.is_output && !info_.at(&st).relative) s = make_allocate(info_.at(&st).actual, s);
+  }
+  return s;
+}
+
+Stmt Lowerer::lower_stage(const StageImpl& st) {
+  StageInfo& inf = info_[&st];
+  if (!st.attach) {
+    inf.actual = st.buffer;
+    inf.extent.clear();
+    for (const auto& r : st.root) inf.extent.push_back(r.extent());
+    inf.min.assign(st.root.size(), Expr(0));
+  }
+  Nest n;
+  n.st = &st;
+  const std::size_t nl = st.leaves.size();
+  std::map<const IterVarNode*, std::int64_t> ext;
+  std::map<const IterVarNode*, Expr> val;
+  axis_values(st, inf, ext, val);
+  detail::Ranges ranges = scope_;
+  for (const auto& l : st.leaves) {
+    n.ext.push_back(ext.at(l.get()));
+    n.vars.push_back(l.var());
+    ranges[l.var().get()] = {0, n.ext.back() - 1};
+  }
+  // Guards: a leaf value past its axis's extent (a tail), a window past the tensor.
+  auto level_of = [&](const Expr& e) {
+    int lv = -1;
+    for (const auto* v : detail::vars_of(e))
+      for (std::size_t i = 0; i < nl; ++i)
+        if (n.vars[i].get() == v) lv = std::max(lv, static_cast<int>(i));
+    return lv;
+  };
+  auto guard_lt = [&](const Expr& e, std::int64_t limit, bool data) {
+    auto b = detail::bound(e, ranges);
+    if (!b || b->hi >= limit) n.guards.push_back({e < Expr(limit), level_of(e), data});
+  };
+  auto guard_ge0 = [&](const Expr& e) {
+    auto b = detail::bound(e, ranges);
+    if (!b || b->lo < 0) n.guards.push_back({e >= Expr(0), level_of(e), true});
+  };
+  detail::VarMap sub;
+  for (std::size_t i = 0; i < st.root.size(); ++i) {
+    const Expr rel = val.at(st.root[i].get());
+    const Expr abs = simplify(inf.min[i] + rel);
+    sub[st.root[i].var().get()] = abs;
+    n.store_idx.push_back(inf.relative ? rel : abs);
+    if (st.attach) {
+      guard_ge0(abs);
+      guard_lt(abs, st.root[i].extent(), true);
+    }
+  }
+  for (const auto& r : st.reduce) sub[r.var().get()] = val.at(r.get());
+  // Each split's parent (a root axis or an inner part split again) stays below its extent.
+  for (const auto& rel : st.relations)
+    if (const auto* s = std::get_if<SplitRel>(&rel))
+      guard_lt(val.at(s->parent.get()), ext.at(s->parent.get()), s->parent.kind() == IterKind::DataPar);
+  const auto* red = st.body.as<Reduce>();
+  n.is_reduce = red != nullptr;
+  if (red) n.combiner = red->combiner;
+  n.src = detail::substitute(red ? red->source : st.body, sub);
+  n.first_reduce = static_cast<int>(nl);
+  for (std::size_t i = 0; i < nl; ++i)
+    if (st.leaves[i].kind() == IterKind::Reduce) {
+      n.first_reduce = static_cast<int>(i);
+      break;
+    }
+  // The stages computed inside this one: their windows, then this stage's loads of them.
+  n.children.resize(nl);
+  for (const auto& c : s_.stages) {
+    if (c->attach != &st) continue;
+    std::size_t pos = 0;
+    while (pos < nl && !st.leaves[pos].same_as(c->attach_axis)) ++pos;
+    MLS_CHECK(pos < nl, "compute_at: stage '", c->name, "' is computed at axis '",
+              c->attach_axis.name(), "' of '", st.name, "', which was split or fused away since (its axes: ",
+              names_of(st.leaves), ")");
+    infer_region(st, n, *c, pos);
+    n.children[pos].push_back(c.get());
+  }
+  n.src = detail::rewrite_loads(n.src, [&](const Load& l) -> Expr {
+    const StageImpl* p = producer_of(s_, st, l.buffer.get());
+    if (!p || !info_.count(p) || !info_.at(p).relative) return Expr();
+    const StageInfo& pi = info_.at(p);
+    std::vector<Expr> idx;
+    for (std::size_t d = 0; d < l.indices.size(); ++d) idx.push_back(simplify(l.indices[d] - pi.min[d]));
+    return Tensor(pi.actual).load(idx);
+  });
+  if (st.intrinsic) check_tensorize(n);
+  std::vector<int> all(nl);
+  for (std::size_t i = 0; i < nl; ++i) all[i] = static_cast<int>(i);
+  Stmt body = build(n, all, 0, false);
+  if (n.is_reduce && n.first_reduce == 0) body = make_seq({init_nest(n), body});
+  std::vector<Expr> top;
+  for (const auto& g : n.guards)
+    if (g.level < 0) top.push_back(g.cond);
+  for (std::size_t i = 0; i < top.size(); ++i) body = make_if(top[top.size() - 1 - i], body);
+  return body;
+}
+
+void Lowerer::check_tensorize(Nest& n) const {
+  const StageImpl& st = *n.st;
+  const std::size_t nl = st.leaves.size();
+  std::size_t t = 0;
+  while (t < nl && !st.leaves[t].same_as(st.tensorize_axis)) ++t;
+  MLS_CHECK(t < nl, "tensorize: axis '", st.tensorize_axis.name(), "' of stage '", st.name,
+            "' was split or fused away since (its axes: ", names_of(st.leaves), ")");
+  n.tensorize_pos = static_cast<int>(t);
+  for (const auto& g : n.guards)
+    MLS_CHECK(g.level < n.tensorize_pos, "tensorize: stage '", st.name, "' has a tail inside the tile from axis '",
+              st.leaves[t].name(), "' (guard ", to_string(g.cond), "): the tile's extents must divide the axes");
+  for (std::size_t q = t; q < nl; ++q)
+    MLS_CHECK(n.children[q].empty(), "tensorize: stage '", n.children[q].front()->name,
+              "' is computed inside the tile of '", st.name, "' (at axis '", st.leaves[q].name(), "')");
+  tensorized(n, CallPart::Update);  // the pattern checks, before anything is emitted
+  MLS_CHECK(!n.is_reduce || n.first_reduce <= n.tensorize_pos || st.intrinsic->reset,
+            "tensorize: the tile of stage '", st.name, "' from axis '", st.leaves[t].name(),
+            "' holds the start of its reduction, and intrinsic '", st.intrinsic->name, "' has no reset");
+}
+
+void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& c, std::size_t pos) {
+  detail::Ranges inner;
+  std::vector<const VarNode*> inner_vars;
+  for (std::size_t i = pos + 1; i < n.vars.size(); ++i) {
+    inner[n.vars[i].get()] = {0, n.ext[i] - 1};
+    inner_vars.push_back(n.vars[i].get());
+  }
+  const std::size_t nd = c.root.size();
+  struct Dim {
+    detail::Affine outer;
+    std::int64_t lo = 0, hi = 0;
+    bool full = false;
+  };
+  std::vector<Dim> dims(nd);
+  bool any = false;
+  auto is_inner = [&](const VarNode* v) {
+    return std::find(inner_vars.begin(), inner_vars.end(), v) != inner_vars.end();
+  };
+  for_each_expr(n.src, [&](const Expr& e) {
+    const auto* l = e.as<Load>();
+    if (!l || producer_of(s_, st, l->buffer.get()) != &c) return;
+    for (std::size_t d = 0; d < nd; ++d) {
+      Dim cur;
+      for (const auto& t : detail::to_affine(l->indices[d]).terms) {
+        if (t.var && is_inner(t.var)) {
+          const std::int64_t span = t.coeff * inner.at(t.var).hi;
+          cur.lo += std::min<std::int64_t>(0, span);
+          cur.hi += std::max<std::int64_t>(0, span);
+        } else if (!detail::uses_any(t.atom, inner_vars)) {
+          cur.outer.add(t, 1);
+        } else if (auto b = detail::bound(t.atom, inner); b && !detail::vars_of(t.atom).empty() &&
+                   std::all_of(detail::vars_of(t.atom).begin(), detail::vars_of(t.atom).end(), is_inner)) {
+          const std::int64_t x = t.coeff * b->lo, y = t.coeff * b->hi;
+          cur.lo += std::min(x, y);
+          cur.hi += std::max(x, y);
+        } else {
+          cur.full = true;
+        }
+      }
+      cur.outer.constant = detail::to_affine(l->indices[d]).constant;
+      if (!any) {
+        dims[d] = cur;
+        continue;
+      }
+      Dim& acc = dims[d];
+      if (acc.full || cur.full) {
+        acc.full = true;
+        continue;
+      }
+      detail::Affine diff = cur.outer;
+      for (const auto& t : acc.outer.terms) diff.add(t, -1);
+      diff.constant -= acc.outer.constant;
+      if (!diff.terms.empty()) {
+        acc.full = true;
+        continue;
+      }
+      acc.lo = std::min(acc.lo, cur.lo + diff.constant);
+      acc.hi = std::max(acc.hi, cur.hi + diff.constant);
+    }
+    any = true;
+  });
+  MLS_CHECK(any, "compute_at: stage '", c.name, "' is computed at '", st.name, "', which does not read it");
+  StageInfo& ci = info_[&c];
+  ci.min.clear();
+  ci.extent.clear();
+  for (std::size_t d = 0; d < nd; ++d) {
+    if (dims[d].full) {
+      ci.min.emplace_back(0);
+      ci.extent.push_back(c.root[d].extent());
+    } else {
+      ci.min.push_back(simplify(detail::from_affine(dims[d].outer) + Expr(dims[d].lo)));
+      ci.extent.push_back(dims[d].hi - dims[d].lo + 1);
+    }
+  }
+  ci.relative = c.buffer->scope == Scope::Local;
+  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, Scope::Local, nullptr})
+                          : c.buffer;
+}
+
+/// The loops positions[k..] of a stage; the update nest (all leaves) or the init nest (the
+/// data-parallel leaves inside the first reduction loop).
+Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, bool init) {
+  const StageImpl& st = *n.st;
+  if (k < positions.size() && n.tensorize_pos >= 0 && positions[k] >= n.tensorize_pos) {
+    if (!init) {
+      // The reduction starts inside the tile: its init is the intrinsic's reset.
+      if (n.is_reduce && n.first_reduce > n.tensorize_pos)
+        return make_seq({tensorized(n, CallPart::Reset), tensorized(n, CallPart::Update)});
+      return tensorized(n, CallPart::Update);
+    }
+    if (st.intrinsic->reset) return tensorized(n, CallPart::Reset);
+  }
+  if (k == positions.size()) return innermost(n, init);
+  const int q = positions[k];
+  const IterVar& leaf = st.leaves[static_cast<std::size_t>(q)];
+  scope_[leaf.var().get()] = {0, n.ext[static_cast<std::size_t>(q)] - 1};
+  std::vector<Stmt> body;
+  if (!init) {
+    for (const StageImpl* c : n.children[static_cast<std::size_t>(q)]) body.push_back(lower_stage(*c));
+    if (n.is_reduce && q + 1 == n.first_reduce) body.push_back(init_nest(n));
+  }
+  body.push_back(build(n, positions, k + 1, init));
+  Stmt s = make_seq(body);
+  // Local tiles computed here live in this loop's body.
+  if (!init)
+    for (const StageImpl* c : n.children[static_cast<std::size_t>(q)])
+      if (info_.at(c).relative) s = make_allocate(info_.at(c).actual, s);
+  Expr cond;
+  for (const auto& g : n.guards)
+    if (g.level == q && (!init || g.data)) cond = cond.defined() ? (cond && g.cond) : g.cond;
+  if (cond.defined()) s = make_if(cond, s);
+  scope_.erase(leaf.var().get());
+  if (n.ext[static_cast<std::size_t>(q)] == 1) return s;
+  auto kind = st.kinds.find(leaf.get());
+  return make_for(leaf.var(), Expr(0), Expr(n.ext[static_cast<std::size_t>(q)]),
+                  kind == st.kinds.end() ? ForKind::Serial : kind->second, s);
+}
+
+Stmt Lowerer::innermost(const Nest& n, bool init) const {
+  const Buffer& buf = info_.at(n.st).actual;
+  if (init) return make_store(buf, n.store_idx, Expr(n.combiner.init));
+  if (!n.is_reduce) return make_store(buf, n.store_idx, n.src);
+  const Expr acc = Tensor(buf).load(n.store_idx);
+  const Expr v = n.combiner.op == BinaryOp::Add   ? acc + n.src
+                 : n.combiner.op == BinaryOp::Mul ? acc * n.src
+                 : n.combiner.op == BinaryOp::Max ? max(acc, n.src)
+                                                  : min(acc, n.src);
+  return make_store(buf, n.store_idx, v);
+}
+
+Stmt Lowerer::init_nest(Nest& n) {
+  std::vector<int> ip;
+  for (std::size_t i = static_cast<std::size_t>(n.first_reduce) + 1; i < n.st->leaves.size(); ++i)
+    if (n.st->leaves[i].kind() == IterKind::DataPar) ip.push_back(static_cast<int>(i));
+  return build(n, ip, 0, true);
+}
+
+Stmt Lowerer::tensorized(const Nest& n, CallPart part) const {
+  const StageImpl& st = *n.st;
+  const Intrinsic& in = *st.intrinsic;
+  const std::size_t t0 = static_cast<std::size_t>(n.tensorize_pos);
+  const std::size_t nl = st.leaves.size();
+  std::vector<std::size_t> data, red;
+  std::vector<IterVar> tile_axes;
+  for (std::size_t q = t0; q < nl; ++q) {
+    (st.leaves[q].kind() == IterKind::Reduce ? red : data).push_back(q);
+    tile_axes.push_back(st.leaves[q]);
+  }
+  const bool gemm = in.pattern == IntrinsicPattern::Gemm;
+  const std::size_t want_data = gemm ? 2 : in.tile.size(), want_red = gemm ? 1 : 0;
+  MLS_CHECK(data.size() == want_data && red.size() == want_red, "tensorize: the tile of stage '",
+            st.name, "' from axis '", st.leaves[t0].name(), "' has axes (", names_of(tile_axes), "): ",
+            data.size(), " data-parallel and ", red.size(), " reduction; intrinsic '", in.name, "' (",
+            gemm ? "gemm" : "copy", ") needs ", want_data, " data-parallel and ", want_red, " reduction");
+  std::vector<std::size_t> axis_leaf = data;  // intrinsic axis -> leaf position
+  if (gemm) axis_leaf.push_back(red[0]);
+  std::string have, want;
+  for (std::size_t i = 0; i < axis_leaf.size(); ++i) {
+    have += (i ? "x" : "") + std::to_string(n.ext[axis_leaf[i]]);
+    want += (i ? "x" : "") + std::to_string(in.tile[i]);
+  }
+  MLS_CHECK(have == want, "tensorize: the tile of stage '", st.name, "' from axis '", st.leaves[t0].name(),
+            "' is ", have, " (", names_of(tile_axes), "); intrinsic '", in.name, "' computes ", want);
+  std::vector<Expr> operands;  // loads after the output
+  const auto* mul = n.src.as<Binary>();
+  if (gemm) {
+    MLS_CHECK(n.is_reduce && n.combiner.op == BinaryOp::Add && mul && mul->op == BinaryOp::Mul &&
+                  mul->a.as<Load>() && mul->b.as<Load>(),
+              "tensorize: stage '", st.name, "' computes ", n.is_reduce ? "a reduction of " : "",
+              to_string(n.src), ", not a sum of a product of two loads (intrinsic '", in.name, "' is a gemm)");
+    operands = {mul->a, mul->b};
+  } else {
+    MLS_CHECK(!n.is_reduce && n.src.as<Load>(), "tensorize: stage '", st.name, "' computes ",
+              to_string(n.src), ", not a copy of one load (intrinsic '", in.name, "' is a copy)");
+    operands = {n.src};
+  }
+  detail::VarMap zero;
+  std::map<const VarNode*, std::size_t> axis_of;
+  std::vector<const VarNode*> tile_vars;
+  for (std::size_t a = 0; a < axis_leaf.size(); ++a) {
+    const VarNode* v = n.vars[axis_leaf[a]].get();
+    axis_of[v] = a;
+    tile_vars.push_back(v);
+    zero[v] = Expr(0);
+  }
+  auto arg = [&](const Buffer& b, const std::vector<Expr>& idx) {
+    TileArg ta{b, {}, {}};
+    for (const auto& e : idx) {
+      std::vector<std::int64_t> row(axis_leaf.size(), 0);
+      for (const auto& t : detail::to_affine(e).terms) {
+        if (t.var && axis_of.count(t.var)) {
+          row[axis_of.at(t.var)] += t.coeff;
+        } else {
+          MLS_CHECK(!detail::uses_any(t.atom, tile_vars), "tensorize: index ", to_string(e), " of '", b->name,
+                    "' in stage '", st.name, "' is not affine in the tile's axes (", names_of(tile_axes), ")");
+        }
+      }
+      ta.base.push_back(simplify(detail::substitute(e, zero)));
+      ta.coeff.push_back(std::move(row));
+    }
+    return ta;
+  };
+  Call c{st.intrinsic, part, {}, in.tile};
+  c.args.push_back(arg(info_.at(&st).actual, n.store_idx));
+  if (part == CallPart::Update)  // a reset writes its output only
+    for (const auto& o : operands) c.args.push_back(arg(o.as<Load>()->buffer, o.as<Load>()->indices));
+  return Stmt(std::make_shared<const StmtNode>(StmtNode{std::move(c)}));
+}
+
+}  // namespace
+
+LoweredFunc lower(const Schedule& s, const std::string& name) {
+  const ScheduleImpl& impl = *s.s_;
+  Lowerer l(impl);
+  LoweredFunc f;
+  f.name = name;
+  for (const Tensor& t : topo_order(impl.outputs))
+    if (!t.op()) f.args.push_back(t.buffer());
+  for (const Tensor& t : impl.outputs)
+    if (std::find(f.args.begin(), f.args.end(), t.buffer()) == f.args.end()) f.args.push_back(t.buffer());
+  f.body = l.run();
+  return f;
+}
+
+}  // namespace mls::kernels::te

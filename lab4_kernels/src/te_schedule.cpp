@@ -1,0 +1,411 @@
+// Schedules: stages and the schedule primitives, each checking its request.
+#include <algorithm>
+#include <set>
+
+#include "mls/common/error.hpp"
+#include "mls/kernels/schedule.hpp"
+#include "te_internal.hpp"
+#include "te_schedule_impl.hpp"
+
+namespace mls::kernels::te {
+
+StageImpl* producer_of(const ScheduleImpl& sched, const StageImpl& s, const BufferNode* b) {
+  auto it = s.redirect.find(b);
+  if (it != s.redirect.end()) return it->second;
+  for (const auto& st : sched.stages)
+    if (st->buffer.get() == b) return st.get();
+  return nullptr;
+}
+
+bool reads(const ScheduleImpl& sched, const StageImpl& s, const StageImpl& p) {
+  bool found = false;
+  for_each_expr(s.body, [&](const Expr& e) {
+    if (const auto* l = e.as<Load>())
+      found = found || producer_of(sched, s, l->buffer.get()) == &p;
+  });
+  return found;
+}
+
+namespace {
+std::string names_of(const std::vector<IterVar>& axes) {
+  std::string s;
+  for (std::size_t i = 0; i < axes.size(); ++i) s += (i ? ", " : "") + axes[i].name();
+  return s;
+}
+
+std::size_t index_of(const std::vector<IterVar>& v, const IterVar& a) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i].same_as(a)) return i;
+  return v.size();
+}
+
+/// The position of `axis` among the leaves of `st`; mls::Error naming `primitive` otherwise.
+std::size_t leaf_pos(const StageImpl& st, const char* primitive, const IterVar& axis) {
+  MLS_CHECK(axis.defined(), primitive, ": the axis given for stage '", st.name, "' is undefined");
+  MLS_CHECK(index_of(st.all, axis) < st.all.size(), primitive, ": axis '", axis.name(),
+            "' does not belong to stage '", st.name, "' (its axes: ", names_of(st.leaves), ")");
+  const std::size_t p = index_of(st.leaves, axis);
+  MLS_CHECK(p < st.leaves.size(), primitive, ": axis '", axis.name(), "' of stage '", st.name,
+            "' was already split or fused away (its axes now: ", names_of(st.leaves), ")");
+  return p;
+}
+
+IterVar fresh(const std::string& name, std::int64_t extent, IterKind kind) {
+  return IterVar(Var(name), extent, kind);
+}
+
+void insert_before(ScheduleImpl& s, const StageImpl* before, std::unique_ptr<StageImpl> st) {
+  auto it = std::find_if(s.stages.begin(), s.stages.end(),
+                         [&](const auto& x) { return x.get() == before; });
+  s.stages.insert(it, std::move(st));
+}
+
+StageImpl& stage_of(const ScheduleImpl& s, const Tensor& t, const char* primitive) {
+  MLS_CHECK(t.defined(), primitive, ": the tensor is undefined");
+  for (const auto& st : s.stages)
+    if (st->buffer == t.buffer()) return *st;
+  MLS_CHECK(t.op() != nullptr, primitive, ": '", t.name(), "' is a placeholder: it has no stage");
+  fail(primitive, ": '", t.name(), "' is not computed by this schedule");
+}
+
+/// Stages computed inside `st`.
+std::vector<const StageImpl*> attached_to(const ScheduleImpl& s, const StageImpl& st) {
+  std::vector<const StageImpl*> out;
+  for (const auto& x : s.stages)
+    if (x->attach == &st) out.push_back(x.get());
+  return out;
+}
+}  // namespace
+
+// ---- Stage --------------------------------------------------------------------------------
+
+const std::string& Stage::name() const { return node_->name; }
+std::vector<IterVar> Stage::leaf_axes() const { return node_->leaves; }
+std::vector<IterVar> Stage::root_axes() const {
+  std::vector<IterVar> v = node_->root;
+  v.insert(v.end(), node_->reduce.begin(), node_->reduce.end());
+  return v;
+}
+
+std::pair<IterVar, IterVar> Stage::split(const IterVar& axis, std::int64_t factor,
+                                         std::string outer_name, std::string inner_name) {
+  StageImpl& st = *node_;
+  const std::size_t p = leaf_pos(st, "split", axis);
+  MLS_CHECK(factor > 0, "split: factor ", factor, " for axis '", axis.name(), "' of stage '",
+            st.name, "' must be > 0");
+  IterVar outer = fresh(outer_name.empty() ? axis.name() + "o" : outer_name,
+                        (axis.extent() + factor - 1) / factor, axis.kind());
+  IterVar inner = fresh(inner_name.empty() ? axis.name() + "i" : inner_name, factor, axis.kind());
+  st.relations.emplace_back(SplitRel{axis, outer, inner, factor});
+  st.leaves[p] = outer;
+  st.leaves.insert(st.leaves.begin() + static_cast<std::ptrdiff_t>(p) + 1, inner);
+  st.all.push_back(outer);
+  st.all.push_back(inner);
+  st.kinds.erase(axis.get());
+  return {outer, inner};
+}
+
+TileAxes Stage::tile(const IterVar& a, const IterVar& b, std::int64_t fa, std::int64_t fb) {
+  leaf_pos(*node_, "tile", a);
+  leaf_pos(*node_, "tile", b);
+  MLS_CHECK(!a.same_as(b), "tile: axis '", a.name(), "' of stage '", node_->name, "' is given twice");
+  MLS_CHECK(fa > 0 && fb > 0, "tile: factors ", fa, " and ", fb, " for axes '", a.name(), "' and '",
+            b.name(), "' of stage '", node_->name, "' must be > 0");
+  auto [ao, ai] = split(a, fa);
+  auto [bo, bi] = split(b, fb);
+  reorder({ao, bo, ai, bi});
+  return {ao, bo, ai, bi};
+}
+
+void Stage::reorder(const std::vector<IterVar>& axes) {
+  StageImpl& st = *node_;
+  std::vector<std::size_t> pos;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    pos.push_back(leaf_pos(st, "reorder", axes[i]));
+    for (std::size_t j = 0; j < i; ++j)
+      MLS_CHECK(!axes[i].same_as(axes[j]), "reorder: axis '", axes[i].name(), "' of stage '",
+                st.name, "' is given twice");
+  }
+  std::sort(pos.begin(), pos.end());
+  for (std::size_t i = 0; i < axes.size(); ++i) st.leaves[pos[i]] = axes[i];
+}
+
+IterVar Stage::fuse(const IterVar& outer, const IterVar& inner, std::string name) {
+  StageImpl& st = *node_;
+  const std::size_t po = leaf_pos(st, "fuse", outer);
+  const std::size_t pi = leaf_pos(st, "fuse", inner);
+  MLS_CHECK(pi == po + 1, "fuse: axes '", outer.name(), "' and '", inner.name(), "' of stage '",
+            st.name, "' are not adjacent, outer then inner (its axes: ", names_of(st.leaves),
+            "); reorder them first");
+  MLS_CHECK(outer.kind() == inner.kind(), "fuse: axis '", outer.name(), "' of stage '", st.name,
+            "' is ", outer.kind() == IterKind::Reduce ? "a reduction" : "data-parallel", " and '",
+            inner.name(), "' is not: only axes of one kind fuse");
+  IterVar fused = fresh(name.empty() ? outer.name() + "_" + inner.name() : name,
+                        outer.extent() * inner.extent(), outer.kind());
+  st.relations.emplace_back(FuseRel{outer, inner, fused});
+  st.leaves[po] = fused;
+  st.leaves.erase(st.leaves.begin() + static_cast<std::ptrdiff_t>(pi));
+  st.all.push_back(fused);
+  st.kinds.erase(outer.get());
+  st.kinds.erase(inner.get());
+  return fused;
+}
+
+void Stage::unroll(const IterVar& axis) {
+  leaf_pos(*node_, "unroll", axis);
+  node_->kinds[axis.get()] = ForKind::Unrolled;
+}
+
+void Stage::vectorize(const IterVar& axis) {
+  leaf_pos(*node_, "vectorize", axis);
+  MLS_CHECK(axis.kind() == IterKind::DataPar, "vectorize: axis '", axis.name(), "' of stage '",
+            node_->name, "' is a reduction axis: rfactor it first (Schedule::rfactor)");
+  node_->kinds[axis.get()] = ForKind::Vectorized;
+}
+
+void Stage::parallel(const IterVar& axis) {
+  leaf_pos(*node_, "parallel", axis);
+  MLS_CHECK(axis.kind() == IterKind::DataPar, "parallel: axis '", axis.name(), "' of stage '",
+            node_->name, "' is a reduction axis: rfactor it first (Schedule::rfactor)");
+  node_->kinds[axis.get()] = ForKind::Parallel;
+}
+
+void Stage::compute_at(const Stage& consumer, const IterVar& axis) {
+  StageImpl& st = *node_;
+  MLS_CHECK(consumer.s_ == s_, "compute_at: stage '", consumer.name(), "' belongs to another schedule");
+  MLS_CHECK(consumer.node_ != node_, "compute_at: stage '", st.name, "' cannot be computed inside itself");
+  leaf_pos(*consumer.node_, "compute_at", axis);
+  MLS_CHECK(!st.is_output, "compute_at: '", st.name,
+            "' is an output of the schedule: it must be computed whole, not only where '",
+            consumer.name(), "' reads it");
+  MLS_CHECK(reads(*s_, *consumer.node_, st), "compute_at: stage '", consumer.name(),
+            "' does not read '", st.name, "'");
+  for (const auto& other : s_->stages)
+    MLS_CHECK(other.get() == consumer.node_ || other.get() == node_ || !reads(*s_, *other, st),
+              "compute_at: '", st.name, "' is also read by stage '", other->name,
+              "'; compute_at needs a single consumer");
+  st.attach = consumer.node_;
+  st.attach_axis = axis;
+}
+
+void Stage::tensorize(const IterVar& axis, const Intrinsic& intrinsic) {
+  leaf_pos(*node_, "tensorize", axis);
+  MLS_CHECK(intrinsic.update != nullptr, "tensorize: intrinsic '", intrinsic.name,
+            "' has no implementation (update)");
+  node_->tensorize_axis = axis;
+  node_->intrinsic = std::make_shared<const Intrinsic>(intrinsic);
+}
+
+// ---- Schedule -----------------------------------------------------------------------------
+
+Schedule::Schedule(const std::vector<Tensor>& outputs) : s_(std::make_shared<ScheduleImpl>()) {
+  MLS_CHECK(!outputs.empty(), "schedule: no output tensors given");
+  s_->outputs = outputs;
+  std::set<const BufferNode*> outs;
+  for (const auto& t : outputs) {
+    MLS_CHECK(t.defined(), "schedule: an output tensor is undefined");
+    MLS_CHECK(t.op() != nullptr, "schedule: output '", t.name(), "' is a placeholder, not a compute");
+    outs.insert(t.buffer().get());
+  }
+  for (const Tensor& t : topo_order(outputs)) {
+    if (!t.op()) continue;
+    auto st = std::make_unique<StageImpl>();
+    st->name = t.name();
+    st->buffer = t.buffer();
+    st->root = t.op()->axes;
+    if (const auto* r = t.op()->body.as<Reduce>()) st->reduce = r->axes;
+    st->body = t.op()->body;
+    st->leaves = st->root;
+    st->leaves.insert(st->leaves.end(), st->reduce.begin(), st->reduce.end());
+    st->all = st->leaves;
+    st->is_output = outs.count(t.buffer().get()) > 0;
+    s_->stages.push_back(std::move(st));
+  }
+}
+
+Stage Schedule::operator[](const Tensor& t) const { return Stage(s_, &stage_of(*s_, t, "schedule[]")); }
+
+const std::vector<Tensor>& Schedule::outputs() const { return s_->outputs; }
+
+Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, std::string name) {
+  MLS_CHECK(t.defined(), "cache_read: the tensor is undefined");
+  MLS_CHECK(consumer.s_ == s_, "cache_read: stage '", consumer.name(), "' belongs to another schedule");
+  StageImpl& c = *consumer.node_;
+  leaf_pos(c, "cache_read", axis);
+  auto it = c.redirect.find(t.buffer().get());
+  MLS_CHECK(it == c.redirect.end(), "cache_read: stage '", c.name, "' already reads '", t.name(),
+            "' through '", it == c.redirect.end() ? "" : it->second->name, "'");
+  bool direct = false;
+  for_each_expr(c.body, [&](const Expr& e) {
+    if (const auto* l = e.as<Load>()) direct = direct || l->buffer == t.buffer();
+  });
+  MLS_CHECK(direct, "cache_read: stage '", c.name, "' does not read '", t.name(), "'");
+  auto st = std::make_unique<StageImpl>();
+  st->name = name.empty() ? t.name() + "L" : std::move(name);
+  st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, t.shape(), Scope::Local, nullptr});
+  std::vector<Expr> idx;
+  for (std::size_t d = 0; d < t.ndim(); ++d) {
+    st->root.push_back(fresh("ax" + std::to_string(d), t.shape()[d], IterKind::DataPar));
+    idx.emplace_back(st->root.back());
+  }
+  st->body = t.load(idx);
+  st->leaves = st->all = st->root;
+  st->cache_of = t.buffer().get();
+  st->attach = &c;
+  st->attach_axis = axis;
+  Tensor out(st->buffer);
+  c.redirect[t.buffer().get()] = st.get();
+  insert_before(*s_, &c, std::move(st));
+  return out;
+}
+
+Tensor Schedule::cache_write(const Tensor& t, std::string name) {
+  StageImpl& c = stage_of(*s_, t, "cache_write");
+  for (const auto& r : c.reduce)
+    MLS_CHECK(index_of(c.leaves, r) < c.leaves.size() && !c.kinds.count(r.get()), "cache_write: reduction axis '",
+              r.name(), "' of stage '", c.name, "' is already scheduled; call cache_write first");
+  MLS_CHECK(attached_to(*s_, c).empty(), "cache_write: stage '", c.name,
+            "' already has stages computed inside it; call cache_write first");
+  MLS_CHECK(!c.intrinsic, "cache_write: stage '", c.name, "' is tensorized; call cache_write first");
+  auto st = std::make_unique<StageImpl>();
+  st->name = name.empty() ? c.name + "L" : std::move(name);
+  st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, t.shape(), Scope::Local, nullptr});
+  detail::VarMap sub;
+  std::vector<Expr> idx;
+  for (const auto& r : c.root) {
+    st->root.push_back(fresh(r.name(), r.extent(), IterKind::DataPar));
+    sub[r.var().get()] = Expr(st->root.back());
+    idx.emplace_back(r);
+  }
+  st->reduce = c.reduce;
+  st->body = detail::substitute(c.body, sub);
+  st->leaves = st->root;
+  st->leaves.insert(st->leaves.end(), c.reduce.begin(), c.reduce.end());
+  st->all = st->leaves;
+  st->redirect = std::move(c.redirect);
+  c.redirect.clear();
+  for (const auto& r : c.reduce) {
+    c.leaves.erase(c.leaves.begin() + static_cast<std::ptrdiff_t>(index_of(c.leaves, r)));
+    c.all.erase(c.all.begin() + static_cast<std::ptrdiff_t>(index_of(c.all, r)));
+  }
+  c.reduce.clear();
+  c.body = Tensor(st->buffer).load(idx);
+  Tensor out(st->buffer);
+  insert_before(*s_, &c, std::move(st));
+  return out;
+}
+
+namespace {
+/// The root axes `a` derives from, and whether a fuse lies on the way.
+void roots_of(const StageImpl& st, const IterVar& a, std::vector<IterVar>& roots, bool& fused) {
+  for (const auto& rel : st.relations) {
+    if (const auto* s = std::get_if<SplitRel>(&rel); s && (s->outer.same_as(a) || s->inner.same_as(a))) {
+      roots_of(st, s->parent, roots, fused);
+      return;
+    }
+    if (const auto* f = std::get_if<FuseRel>(&rel); f && f->fused.same_as(a)) {
+      fused = true;
+      roots_of(st, f->outer, roots, fused);
+      roots_of(st, f->inner, roots, fused);
+      return;
+    }
+  }
+  if (index_of(roots, a) == roots.size()) roots.push_back(a);
+}
+}  // namespace
+
+Tensor Schedule::rfactor(const Tensor& t, const IterVar& axis) {
+  StageImpl& c = stage_of(*s_, t, "rfactor");
+  leaf_pos(c, "rfactor", axis);
+  MLS_CHECK(axis.kind() == IterKind::Reduce, "rfactor: axis '", axis.name(), "' of stage '", c.name,
+            "' is not a reduction axis");
+  MLS_CHECK(attached_to(*s_, c).empty(), "rfactor: stage '", c.name,
+            "' already has stages computed inside it; call rfactor first");
+  MLS_CHECK(!c.intrinsic, "rfactor: stage '", c.name, "' is tensorized; call rfactor first");
+  std::vector<IterVar> roots;
+  bool fused = false;
+  roots_of(c, axis, roots, fused);
+  MLS_CHECK(!fused && roots.size() == 1, "rfactor: axis '", axis.name(), "' of stage '", c.name,
+            "' comes from a fuse; rfactor needs a reduction axis or a split part of one");
+  const IterVar r = roots[0];
+  const auto* red = c.body.as<Reduce>();
+  // The leaves under r (no fuse among them), each with a fresh variable in the new stage.
+  IterVar a1 = fresh(axis.name(), axis.extent(), IterKind::DataPar);
+  std::vector<IterVar> new_reduce;
+  std::map<const IterVarNode*, Expr> val;
+  detail::Ranges ranges;
+  for (const auto& leaf : c.leaves) {
+    if (leaf.kind() != IterKind::Reduce) continue;
+    std::vector<IterVar> lr;
+    bool lf = false;
+    roots_of(c, leaf, lr, lf);
+    if (index_of(lr, r) == lr.size()) continue;
+    MLS_CHECK(!lf, "rfactor: reduction axis '", r.name(), "' of stage '", c.name,
+              "' was fused (axis '", leaf.name(), "'); rfactor needs splits only");
+    IterVar nv = leaf.same_as(axis) ? a1 : fresh(leaf.name(), leaf.extent(), IterKind::Reduce);
+    if (!leaf.same_as(axis)) new_reduce.push_back(nv);
+    val[leaf.get()] = Expr(nv);
+    ranges[nv.var().get()] = {0, nv.extent() - 1};
+  }
+  // r's value from its parts; a part past its extent (a split's tail) must not count.
+  Expr in_range;
+  for (auto it = c.relations.rbegin(); it != c.relations.rend(); ++it)
+    if (const auto* s = std::get_if<SplitRel>(&*it); s && val.count(s->outer.get()) && val.count(s->inner.get())) {
+      const Expr v = detail::simplify(val[s->outer.get()] * Expr(s->factor) + val[s->inner.get()]);
+      val[s->parent.get()] = v;
+      const auto b = detail::bound(v, ranges);
+      if (!b || b->hi >= s->parent.extent()) {
+        const Expr cond = v < Expr(s->parent.extent());
+        in_range = in_range.defined() ? (in_range && cond) : cond;
+      }
+    }
+  detail::VarMap sub;
+  sub[r.var().get()] = val.at(r.get());
+  for (const auto& o : red->axes) {
+    if (o.same_as(r)) continue;
+    new_reduce.push_back(fresh(o.name(), o.extent(), IterKind::Reduce));
+    sub[o.var().get()] = Expr(new_reduce.back());
+  }
+  auto st = std::make_unique<StageImpl>();
+  st->name = c.name + "_rf";
+  std::vector<std::int64_t> shape{axis.extent()};
+  st->root.push_back(a1);
+  std::vector<Expr> rf_idx{Expr()};
+  for (const auto& d : c.root) {
+    st->root.push_back(fresh(d.name(), d.extent(), IterKind::DataPar));
+    sub[d.var().get()] = Expr(st->root.back());
+    shape.push_back(d.extent());
+    rf_idx.emplace_back(d);
+  }
+  Expr src = detail::substitute(red->source, sub);
+  if (in_range.defined()) src = select(in_range, src, Expr(red->combiner.init));
+  st->body = new_reduce.empty() ? src : reduce(red->combiner, src, new_reduce);
+  st->reduce = new_reduce;
+  st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, shape, Scope::Global, nullptr});
+  st->leaves = st->root;
+  st->leaves.insert(st->leaves.end(), new_reduce.begin(), new_reduce.end());
+  st->all = st->leaves;
+  st->redirect = std::move(c.redirect);
+  // The original stage now reduces the partial results over the new axis.
+  IterVar a2 = fresh(axis.name(), axis.extent(), IterKind::Reduce);
+  rf_idx[0] = Expr(a2);
+  c.redirect.clear();
+  c.body = reduce(red->combiner, Tensor(st->buffer).load(rf_idx), {a2});
+  c.reduce = {a2};
+  std::erase_if(c.leaves, [](const IterVar& x) { return x.kind() == IterKind::Reduce; });
+  std::erase_if(c.all, [](const IterVar& x) { return x.kind() == IterKind::Reduce; });
+  std::erase_if(c.relations, [](const Relation& rel) {
+    const auto* s = std::get_if<SplitRel>(&rel);
+    const auto* f = std::get_if<FuseRel>(&rel);
+    return (s ? s->parent : f->outer).kind() == IterKind::Reduce;
+  });
+  for (auto it = c.kinds.begin(); it != c.kinds.end();)
+    it = it->first->kind == IterKind::Reduce ? c.kinds.erase(it) : std::next(it);
+  c.leaves.push_back(a2);
+  c.all.push_back(a2);
+  Tensor out(st->buffer);
+  insert_before(*s_, &c, std::move(st));
+  return out;
+}
+
+}  // namespace mls::kernels::te

@@ -1,0 +1,53 @@
+#pragma once
+// The state behind Schedule and Stage (shared by te_schedule.cpp and te_lower.cpp).
+#include <map>
+#include <memory>
+#include <variant>
+#include <vector>
+
+#include "mls/kernels/schedule.hpp"
+
+namespace mls::kernels::te {
+
+/// parent -> (outer, inner): parent = outer * factor + inner.
+struct SplitRel {
+  IterVar parent, outer, inner;
+  std::int64_t factor;
+};
+/// (outer, inner) -> fused: outer = fused // extent(inner), inner = fused % extent(inner).
+struct FuseRel {
+  IterVar outer, inner, fused;
+};
+using Relation = std::variant<SplitRel, FuseRel>;
+
+struct StageImpl {
+  std::string name;
+  Buffer buffer;               // the stage's tensor (nominal shape; a cache tile's real shape is its window)
+  std::vector<IterVar> root;   // data-parallel root axes, one per buffer dimension
+  std::vector<IterVar> reduce; // reduction root axes (empty: no reduction)
+  Expr body;                   // over the root variables; a Reduce over `reduce` when that is non-empty
+  std::vector<IterVar> leaves; // current loops, outermost first
+  std::vector<Relation> relations;  // in the order they were made
+  std::vector<IterVar> all;    // every axis the stage has had (to tell "split away" from "not ours")
+  std::map<const IterVarNode*, ForKind> kinds;
+  IterVar tensorize_axis;
+  std::shared_ptr<const Intrinsic> intrinsic;
+  StageImpl* attach = nullptr;  // computed inside this stage's loop `attach_axis`
+  IterVar attach_axis;
+  std::map<const BufferNode*, StageImpl*> redirect;  // loads of a buffer read this cache instead
+  const BufferNode* cache_of = nullptr;  // cache_read: the buffer it copies
+  bool is_output = false;
+};
+
+struct ScheduleImpl {
+  std::vector<Tensor> outputs;
+  std::vector<std::unique_ptr<StageImpl>> stages;  // producers before consumers
+};
+
+/// The stage whose loads of `b` it reads: its cache when `s` redirects `b`, else the stage
+/// computing `b` (null for a placeholder).
+StageImpl* producer_of(const ScheduleImpl& sched, const StageImpl& s, const BufferNode* b);
+/// Whether `s` reads stage `p`.
+bool reads(const ScheduleImpl& sched, const StageImpl& s, const StageImpl& p);
+
+}  // namespace mls::kernels::te
