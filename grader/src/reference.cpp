@@ -71,9 +71,15 @@ BuildResult build_reference(const Manifest& m, const BuildOptions& opt) {
   copy_reference_tree(opt.root, m, staging);
   // A direct build links the grader's harness and common archives: they are part of the key.
   std::string libs;
-  if (m.build)
+  if (m.build) {
     for (const auto& lib : {opt.harness_lib, opt.common_lib})
       if (!lib.empty() && fs::exists(lib)) libs += fnv1a_hex(read_file(lib));
+    // The manifest's recipe too: its lab.json may live outside the tree (--manifest FILE).
+    for (const auto* list : {&m.build->sources, &m.build->include_dirs, &m.build->flags})
+      for (const auto& s : *list) libs += s + "\n";
+  }
+  libs += m.test_binary + "\n";
+  for (const auto& s : m.student_files) libs += s + "\n";
   const std::string key = "lab" + std::to_string(m.lab) + "-" + fnv1a_hex(tree_hash(staging) + libs) + (opt.werror ? "-werror" : "") + (opt.benchmarks ? "-bench" : "") + (m.oracle_free ? "-graded" : "") + "-r4";
   fs::path dir = cache / key;
   fs::path stamp = dir / "programs.json";

@@ -105,6 +105,32 @@ TEST_CASE("exit codes: grade and test exit 0 when every test passes, 1 when one 
   CHECK(grader("test " + kFixture, tmp.dir).code == 0);
 }
 
+TEST_CASE("exit codes: a reference that does not build is 3, with the compiler's error", "[grader][exit_codes]") {
+  testing::ScopedTmpdir tmp;
+  nlohmann::json j = nlohmann::json::parse(read_file(testing::fixture_manifest_path()));
+  j["build"]["flags"] = {"-DMLS_FIXTURE_BROKEN_REFERENCE"};
+  write_file_atomic(tmp.dir / "lab.json", j.dump(2));
+  Ran r = grader("grade --manifest " + (tmp.dir / "lab.json").string() + " -j 2 --submission " +
+                     testing::submission("correct").string(),
+                 tmp.dir);
+  INFO(r.out << r.err);
+  CHECK(r.code == 3);
+  CHECK_THAT(r.err, Catch::Contains("does not build, on purpose"));
+}
+
+TEST_CASE("exit codes: check-groups is 0 when each group needs only its functions, 2 on an unknown group",
+          "[grader][exit_codes][groups]") {
+  testing::ScopedTmpdir tmp;
+  Ran ok = grader("check-groups " + kFixture, tmp.dir);
+  INFO(ok.out << ok.err);
+  CHECK(ok.code == 0);
+  CHECK_THAT(ok.out, Catch::Contains("every region in one group's functions: yes") &&
+                         Catch::Contains("3 group(s) checked, 0 with problems"));
+  Ran bad = grader("check-groups " + kFixture + "--group nope", tmp.dir);
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("has no group 'nope'"));
+}
+
 TEST_CASE("exit codes: leaderboard refuses a JSON that is not a grader result (2), naming the file and what it lacks",
           "[grader][exit_codes][leaderboard]") {
   testing::ScopedTmpdir tmp;

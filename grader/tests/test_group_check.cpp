@@ -82,7 +82,7 @@ TEST_CASE("check-groups: every region in exactly one group, every named function
                                      Catch::Contains("names 'ghost', which is no solution region"));
 }
 
-TEST_CASE("check-groups: needs are followed transitively; unknown needs are manifest errors", "[grader][groups]") {
+TEST_CASE("check-groups: needs are followed transitively, unknown needs are manifest errors", "[grader][groups]") {
   Manifest m = three_groups();
   CHECK(groups_affected_by(m, "base") == std::set<std::string>{"base", "mid", "top"});
   CHECK(groups_affected_by(m, "mid") == std::set<std::string>{"mid", "top"});

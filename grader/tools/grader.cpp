@@ -546,6 +546,9 @@ int cmd_bench(const Common& c, int repetitions, const std::string& results) {
 /// group graded against the reference (group_check.hpp).
 int cmd_check_groups(const Common& c, const std::vector<std::string>& only, bool static_only, int parallel) {
   Manifest m = manifest_of(c);
+  for (const auto& g : only)
+    if (std::none_of(m.groups.begin(), m.groups.end(), [&](const Group& x) { return x.name == g; }))
+      throw UsageError("--group " + g + ": lab " + std::to_string(m.lab) + " has no group '" + g + "'");
   const fs::path root = root_of(c);
   const auto regions = solution_regions(m, root);
   const auto problems = check_group_functions(m, regions);

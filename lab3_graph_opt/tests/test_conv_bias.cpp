@@ -168,7 +168,7 @@ namespace {
 std::vector<double> values(const Tensor& t) { return t.to(DType::Float64).compact().to_vector<double>(); }
 }  // namespace
 
-TEST_CASE("lab 2's float32 conv2d runs conv2d_bias's kernel through run and PlannedExecutor on random shapes", "[lab3][passes]") {
+TEST_CASE("lab 2's float32 conv2d runs conv2d_bias's kernel through run and PlannedExecutor on random shapes", "[lab3][memory]") {
   const ConvKernelChoice default_choice("");  // whatever MLS_CONV2D says
   const mls::Conv2dKernel k = lab3_conv_kernel();
   MLS_OBSERVE(k.priority);

@@ -52,7 +52,7 @@ TEST_CASE("allreduce Rabenseifner: every op and dtype, N = 1..8, sizes smaller t
   check_allreduce(Algo::Rabenseifner);
 }
 
-TEST_CASE("allreduce auto: the model's choice gives the same result as ring", "[lab5][allreduce_ring]") {
+TEST_CASE("allreduce auto: the model's choice gives the same result as ring", "[lab5][model]") {
   std::vector<std::vector<double>> got(5), ring(5);
   run_simulated(5, [&](Communicator& c) {
     Tensor t = input_of(c.rank(), 1000, DType::Float64);

@@ -284,7 +284,7 @@ TEST_CASE("fused path: results do not depend on the thread count", "[lab6][model
 }
 
 TEST_CASE("adamw_update matches lab 2's AdamW, the schedule warms up and decays",
-          "[lab6][model][adamw]") {
+          "[lab6][train][adamw]") {
   GPTConfig cfg{1, 1, 2, 2, 3};
   Rng rng(2, "adamw");
   GPTParams p = random_params(cfg, rng);

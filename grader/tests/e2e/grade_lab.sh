@@ -1,9 +1,12 @@
 #!/bin/bash
 # End-to-end differential grading of one lab (CTest `grader e2e: lab N`, labels grader and slow):
-# a batch of two submissions, the reference solution's student files and an empty folder (the
-# handout's MLS_TODO stubs), graded by `mls-grader grade --batch` with differential verdicts.
+# a batch of three submissions, the reference solution's student files, an empty folder (the
+# handout's MLS_TODO stubs) and the reference with one planted wrong value (planted.json), graded
+# by `mls-grader grade --batch` with differential verdicts.
 # The reference must score 100%; the stubs 0, except in groups the manifest marks `given` (code the
-# handout gives complete; local_only groups are worth 0 points anyway).
+# handout gives complete; local_only groups are worth 0 points anyway); the planted bug must fail a
+# test of its function's group whose feedback names the function and shows what it got and what
+# was wanted within its first 5 lines (issue 27: feedback a student can act on).
 # Usage: grade_lab.sh <mls-grader> <repo root> <lab number> [jobs] [isolation]
 # isolation: "machine" (the default: the strongest level the machine permits) or "uid" (the level of
 # a root without namespaces, e.g. a Docker container without CAP_SYS_ADMIN, forced with
@@ -24,14 +27,25 @@ esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/mls-grader-e2e-lab$lab.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 manifest=$(ls "$root"/lab${lab}_*/lab.json)
-mkdir -p "$work/batch/reference" "$work/batch/stubs"
-python3 - "$manifest" "$root" "$work/batch/reference" <<'PY'
+planted_json=$(dirname "$0")/planted.json
+mkdir -p "$work/batch/reference" "$work/batch/stubs" "$work/batch/planted"
+python3 - "$manifest" "$root" "$work/batch" "$planted_json" "$lab" <<'PY'
 import json, os, shutil, sys
 m = json.load(open(sys.argv[1]))
+root, batch, lab = sys.argv[2], sys.argv[3], sys.argv[5]
 for rel in m["student_files"]:
-    dst = os.path.join(sys.argv[3], rel)
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    shutil.copyfile(os.path.join(sys.argv[2], rel), dst)
+    for sub in ("reference", "planted"):
+        dst = os.path.join(batch, sub, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(os.path.join(root, rel), dst)
+plant = json.load(open(sys.argv[4]))[lab]
+path = os.path.join(batch, "planted", plant["file"])
+text = open(path).read()
+at = text.find(plant["function"] + "(")
+at = text.find(plant["find"], at) if at >= 0 else -1
+if at < 0:
+    sys.exit(f"planted.json: lab {lab}: '{plant['find']}' not found in {plant['function']} of {plant['file']}")
+open(path, "w").write(text[:at] + plant["replace"] + text[at + len(plant["find"]):])
 PY
 t0=$(date +%s)
 "$grader" grade --root "$root" --lab "$lab" -j "$jobs" --batch "$work/batch" --csv "$work/scores.csv" \
@@ -46,8 +60,8 @@ if [ "$level" = uid ] && ! grep -q "isolation: uid " "$work/err.txt"; then
   echo "FAIL: graded at another isolation level than uid"; grep -m1 "isolation: " "$work/err.txt"; exit 1
 fi
 grep "reference ready\|graded in" "$work/err.txt" || true
-python3 - "$work" "$lab" "$manifest" <<'PY'
-import csv, json, sys, os
+PLANTED_JSON=$planted_json python3 - "$work" "$lab" "$manifest" <<'PY'
+import csv, json, sys, os, re
 work, lab, manifest = sys.argv[1], sys.argv[2], sys.argv[3]
 given = {g["name"] for g in json.load(open(manifest))["groups"] if g.get("given")}
 rows = {r["submission"]: r for r in csv.DictReader(open(os.path.join(work, "scores.csv")))}
@@ -70,6 +84,29 @@ for name in ("reference", "stubs"):
             else: bad.append(f"{name}: {t.get('name')}: {score}/{top} (a stub must score 0)")
 if not stub or abs(float(stub["score"]) - stub_given) > 0.01:  # the CSV has 2 decimals
     bad.append(f"stubs: {stub and stub['score']} (expected {stub_given:g}: the given groups {sorted(given)} only)")
+# The planted bug: a failed test of its function's group, whose feedback names the function and
+# shows the two values (got / want, or the submission's / the reference's) in its first 5 lines.
+plant = json.load(open(os.environ["PLANTED_JSON"]))[lab]
+groups = [g["name"] for g in json.load(open(manifest))["groups"] if plant["function"] in g.get("functions", [])]
+p = os.path.join(work, "results", "planted", "results.json")
+first = None
+if os.path.exists(p):
+    for t in json.load(open(p)).get("tests", []):
+        if (t.get("tags") or ["?"])[0] in groups and t.get("score", 0) < t.get("max_score", 0):
+            first = t
+            break
+if not groups:
+    bad.append(f"planted: {plant['function']} is in no group's functions")
+elif first is None:
+    bad.append(f"planted: no test of {groups} failed with the planted bug in {plant['function']}")
+else:
+    head = "\n".join(first.get("output", "").splitlines()[:5])
+    two_values = re.search(r"got .*\bwant\b|want .*\bgot\b|expected .*\bgot\b|submission.*reference", head, re.S)
+    if plant["names"] not in head or not two_values:
+        bad.append(f"planted: the feedback of '{first.get('name')}' does not name '{plant['names']}' and show got/want "
+                   f"within 5 lines:\n" + head)
+    else:
+        print(f"planted bug in {plant['function']}: '{first.get('name')}' says:\n  " + head.replace("\n", "\n  "))
 if bad:
     print("FAIL lab " + lab + ":\n  " + "\n  ".join(bad[:60]))
     sys.exit(1)

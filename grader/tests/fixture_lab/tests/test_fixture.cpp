@@ -7,6 +7,9 @@
 #include <catch2/catch.hpp>
 
 #include "fixture.hpp"
+#ifdef MLS_FIXTURE_BROKEN_REFERENCE
+#error "the fixture's reference does not build, on purpose (exit code 3: grader/tests/test_exit_codes.cpp)"
+#endif
 #include "mls/common/rng.hpp"
 #include "mls/observe.hpp"
 
