@@ -45,20 +45,24 @@ inline void observe_var(std::string_view label, const mls::autodiff::Var& v, mls
 /// input, within a float64 tolerance. Only while observing (graded mode). These are check_grad's
 /// observations: gradcheck (the numeric oracle) runs only outside the grading build, so both
 /// reverse modes it compares are observed here. An exception (mls::NotImplemented from a stub, an
-/// mls::Error) propagates and fails the test with its own message, as gradcheck's did.
+/// mls::Error) propagates and fails the test with its own message, as gradcheck's did. Each label
+/// starts with the name of f's last op ("sin: d/dx0").
 inline void observe_grad(const mls::autodiff::GradFn& f, const std::vector<mls::Tensor>& inputs) {
   if (!mls::testing::observing()) return;
+  std::string op;
   {
     std::vector<mls::autodiff::Var> leaves;
     for (const mls::Tensor& t : inputs) leaves.emplace_back(t, mls::is_floating(t.dtype()));
     const mls::autodiff::Var out = f(leaves);
-    mls::testing::observe_values("f(x)", out.value(), {1e-9, 1e-12});
+    // Labels name f's last op ("sin: d/dx0"): a student's feedback names the gradient that differs.
+    op = out.node() ? std::string(mls::autodiff::op_name(out.node()->op)) + ": " : std::string();
+    mls::testing::observe_values(op + "f(x)", out.value(), {1e-9, 1e-12});
     mls::Rng rng(97, "lab2-test-observe-grad");
     out.backward(mls::Tensor::randn(out.shape(), rng, 0.0, 1.0, out.value().dtype()));
     for (std::size_t i = 0; i < leaves.size(); ++i) {
       if (!leaves[i].requires_grad()) continue;
       const mls::autodiff::Var g = leaves[i].grad();
-      mls::testing::observe_values("d/dx" + std::to_string(i), g.defined() ? g.value() : mls::Tensor(), {1e-7, 1e-10});
+      mls::testing::observe_values(op + "d/dx" + std::to_string(i), g.defined() ? g.value() : mls::Tensor(), {1e-7, 1e-10});
     }
   }
   // The same in a graph: placeholders fed with the inputs, gradients() of sum(f(x) * w), the same w.
@@ -77,11 +81,11 @@ inline void observe_grad(const mls::autodiff::GradFn& f, const std::vector<mls::
   std::vector<mls::autodiff::Var> fetch{out};
   fetch.insert(fetch.end(), grads.begin(), grads.end());
   const std::vector<mls::Tensor> vals = mls::autodiff::Executor(g).run(fetch, feeds);
-  mls::testing::observe_values("graph f(x)", vals.at(0), {1e-9, 1e-12});
+  mls::testing::observe_values(op + "graph f(x)", vals.at(0), {1e-9, 1e-12});
   std::size_t k = 1;
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (mls::is_floating(inputs[i].dtype()))
-      mls::testing::observe_values("graph d/dx" + std::to_string(i), vals.at(k++), {1e-7, 1e-10});
+      mls::testing::observe_values(op + "graph d/dx" + std::to_string(i), vals.at(k++), {1e-7, 1e-10});
 }
 
 /// Observes f's value and gradients in both reverse modes (observe_grad); outside the grading

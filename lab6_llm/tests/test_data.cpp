@@ -151,7 +151,7 @@ TEST_CASE("positions pack train and val counts", "[lab6][data_files]") {
 
 // ---- generated tasks ---------------------------------------------------------------------------
 
-TEST_CASE("sort task: problems, worked example", "[lab6][data_files]") {
+TEST_CASE("sort task: problems, worked example", "[lab6][data]") {
   SortTask task(4, 0);
   MLS_CHECK_EQ(task.vocab_size(), 12);
   MLS_CHECK_EQ(task.prompt_len(), 5);
@@ -170,7 +170,7 @@ TEST_CASE("sort task: problems, worked example", "[lab6][data_files]") {
   MLS_CHECK_EQ(task_text(task, task.problem(7).answer), std::string("0007"));
 }
 
-TEST_CASE("addition task: problems, worked example", "[lab6][data_files]") {
+TEST_CASE("addition task: problems, worked example", "[lab6][data]") {
   AdditionTask task(3, 0);
   MLS_CHECK_EQ(task.prompt_len(), 8);
   MLS_CHECK_EQ(task.answer_len(), 4);

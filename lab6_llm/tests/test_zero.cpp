@@ -676,7 +676,7 @@ TEST_CASE("zero remat: stage 3 gathers a recomputed block again: traffic = 3psi(
   require_error([] { zero_comm_elements_remat(3, 100, 2, 101); }, "101 recomputed parameters of psi = 100");
 }
 
-TEST_CASE("zero: bad input to a run: stage, ranks, backend, precision, remat plan and budget", "[lab6][zero_plumbing]") {
+TEST_CASE("zero: bad input to a run: stage, ranks, backend, precision, remat plan and budget", "[lab6][zero]") {
   auto with = [](auto change) {
     ZeroRunOptions o = run_opts(2, Precision::FP32, 1);
     change(o);
