@@ -93,7 +93,7 @@ TEST_CASE("fused E = D + (A + B) * C matches the three-pass version", "[lab4][fu
                D = random_vec(n, 1, "D");
     std::vector<float> E(n);
     mls::kernels::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
-    mls::testing::observe("E", E, {0.0, 2 * 3 * 3 * kEps});
+    mls::testing::observe("fused_add_mul_add: E", E, {0.0, 2 * 3 * 3 * kEps});
     MLS_ORACLE_CHECK(for (long i = 0; i < n; ++i) {
       const double want = static_cast<double>(D[i]) + (static_cast<double>(A[i]) + B[i]) * C[i];
       // three roundings of values of magnitude <= 3
@@ -109,7 +109,7 @@ TEST_CASE("softmax rows sum to 1 and match the reference", "[lab4][fused][softma
     x[0] = 80.0f;                  // exp(80) alone would overflow a naive float sum
     std::vector<float> y(rows * cols);
     mls::kernels::softmax_forward(y.data(), x.data(), rows, cols);
-    mls::testing::observe("y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+    mls::testing::observe("softmax_forward: y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
     MLS_ORACLE_CHECK(for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
@@ -173,12 +173,12 @@ TEST_CASE("layernorm forward and backward match the double reference", "[lab4][f
         db_ref[c] += dy[r * cols + c];
       }
     });
-    mls::testing::observe("mean", mean, {0.0, 2 * tol_max});
-    mls::testing::observe("rstd", rstd, {2 * tol_max, 0.0});
-    mls::testing::observe("y", y, {0.0, 2 * tol_max * (1 + norm_max)});
-    mls::testing::observe("dx", dx, {0.0, 2 * tol_max * rs_max * 4});
-    mls::testing::observe("dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
-    mls::testing::observe("db", db, {0.0, 2 * (rows + 8) * kEps * 4});
+    mls::testing::observe("layernorm_forward: mean", mean, {0.0, 2 * tol_max});
+    mls::testing::observe("layernorm_forward: rstd", rstd, {2 * tol_max, 0.0});
+    mls::testing::observe("layernorm_forward: y", y, {0.0, 2 * tol_max * (1 + norm_max)});
+    mls::testing::observe("layernorm_backward: dx", dx, {0.0, 2 * tol_max * rs_max * 4});
+    mls::testing::observe("layernorm_backward: dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
+    mls::testing::observe("layernorm_backward: db", db, {0.0, 2 * (rows + 8) * kEps * 4});
     MLS_ORACLE_CHECK(for (long c = 0; c < cols; ++c) {
       CHECK(std::fabs(dw[c] - dw_ref[c]) <= (rows + 8) * kEps * 8 * 4);
       CHECK(std::fabs(db[c] - db_ref[c]) <= (rows + 8) * kEps * 4);
@@ -193,8 +193,8 @@ TEST_CASE("gelu forward and backward match the tanh formula", "[lab4][fused][gel
   std::vector<float> y(n), dx(n, 1.0f);
   mls::kernels::gelu_forward(y.data(), x.data(), n);
   mls::kernels::gelu_backward(dx.data(), x.data(), dy.data(), n);
-  mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 11});
-  mls::testing::observe("dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 11)});
+  mls::testing::observe("gelu_forward: y", y, {0.0, 2 * 16 * kEps * 11});
+  mls::testing::observe("gelu_backward: dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 11)});
   MLS_ORACLE_CHECK(for (long i = 0; i < n; ++i) {
     const double xi = x[i];
     // GELU loses relative accuracy where 1 + tanh cancels (x << 0); bound by |x| ulps.
@@ -245,7 +245,7 @@ TEST_CASE("fused E = D + (A + B) * C on every ISA, threads and streamed sizes",
     for_each_isa_and_threads(n < kStreamed, [&] {
       std::fill(E.begin(), E.end(), std::numeric_limits<float>::quiet_NaN());  // every element must be written
       mls::kernels::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
-      mls::testing::observe("E", E, {0.0, 2 * 3 * 3 * kEps});
+      mls::testing::observe("fused_add_mul_add: E", E, {0.0, 2 * 3 * 3 * kEps});
       MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < n; ++i) {
         const double want = static_cast<double>(D[i]) + (static_cast<double>(A[i]) + B[i]) * C[i];
         bad += std::fabs(E[i] - want) > 3 * 3 * kEps;
@@ -273,7 +273,7 @@ TEST_CASE("softmax on every ISA, threads and streamed sizes", "[lab4][fused][sof
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::softmax_forward(y.data(), x.data(), rows, cols);
-      mls::testing::observe("y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+      mls::testing::observe("softmax_forward: y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
       MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
                        CHECK(bad == 0));
     });
@@ -301,10 +301,10 @@ TEST_CASE("layernorm on every ISA, threads and streamed sizes", "[lab4][fused][l
       std::fill(db.begin(), db.end(), -0.25f);
       mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(),
                                        w.data(), mean.data(), rstd.data(), rows, cols);
-      mls::testing::observe("y", y, {0.0, 2 * tol * 8});
-      mls::testing::observe("dx", dx, {0.0, 2 * tol * rs_max * 4});
-      mls::testing::observe("dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
-      mls::testing::observe("db", db, {0.0, 2 * (rows + 8) * kEps * 4});
+      mls::testing::observe("layernorm_forward: y", y, {0.0, 2 * tol * 8});
+      mls::testing::observe("layernorm_backward: dx", dx, {0.0, 2 * tol * rs_max * 4});
+      mls::testing::observe("layernorm_backward: dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
+      mls::testing::observe("layernorm_backward: db", db, {0.0, 2 * (rows + 8) * kEps * 4});
       MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0, bad_dw = 0; for (long i = 0; i < rows * cols; ++i) {
         bad_y += std::fabs(y[i] - y_ref[i]) > tol * (1 + std::fabs(y_ref[i]) + 4);
         bad_dx += std::fabs(dx[i] - dx_ref[i]) > tol * rs_max * 4;
@@ -340,8 +340,8 @@ TEST_CASE("gelu forward/backward and bias+gelu on every ISA, threads and streame
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::gelu_forward(y.data(), x.data(), n);
       mls::kernels::gelu_backward(dx.data(), x.data(), dy.data(), n);
-      mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 9});
-      mls::testing::observe("dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 9)});
+      mls::testing::observe("gelu_forward: y", y, {0.0, 2 * 16 * kEps * 9});
+      mls::testing::observe("gelu_backward: dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 9)});
       MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0; for (long i = 0; i < n; ++i) {
         bad_y += std::fabs(y[i] - y_ref[i]) > tol_y[i];
         bad_dx += std::fabs(dx[i] - dx_ref[i]) > tol_dx[i];
@@ -366,7 +366,7 @@ TEST_CASE("bias_gelu_forward is gelu(x + bias) per row", "[lab4][fused][gelu]") 
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::bias_gelu_forward(y.data(), x.data(), bias.data(), rows, cols);
-      mls::testing::observe("y", y, {0.0, 2 * 16 * kEps * 8});
+      mls::testing::observe("bias_gelu_forward: y", y, {0.0, 2 * 16 * kEps * 8});
       MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
                        CHECK(bad == 0));
       // in place: out may alias inp
@@ -434,14 +434,14 @@ TEST_CASE("softmax on every row length and alignment", "[lab4][fused][softmax][a
       for_each_isa_and_threads(true, [&] {
         Guarded in(rows * cols, offset, x), y(rows * cols, (offset * 7) % 16, 0.0f);
         mls::kernels::softmax_forward(y.data(), in.data(), rows, cols);
-        mls::testing::observe("y", y.values(), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+        mls::testing::observe("softmax_forward: y", y.values(), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
         MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += !(std::fabs(y[i] - want[i]) <= tol[i]);
                          CHECK(bad == 0));
         CHECK(y.guards_hit() == 0);
         // in place (out == inp); not bit for bit the values above: the row's offset within a
         // cache line decides which lanes sum which elements
         mls::kernels::softmax_forward(in.data(), in.data(), rows, cols);
-        mls::testing::observe("y in place", in.values(), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+        mls::testing::observe("softmax_forward: y in place", in.values(), {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
         MLS_ORACLE_CHECK(long bad_in_place = 0;
                          for (long i = 0; i < rows * cols; ++i) bad_in_place += !(std::fabs(in[i] - want[i]) <= tol[i]);
                          CHECK(bad_in_place == 0));
@@ -458,7 +458,7 @@ TEST_CASE("softmax gives exactly 0 for -inf logits (masks)", "[lab4][fused][soft
   for_each_isa_and_threads(true, [&] {
     Guarded in(rows * cols, 1, x), y(rows * cols, 1, 0.0f);
     mls::kernels::softmax_forward(y.data(), in.data(), rows, cols);
-    mls::testing::observe("y", y.values(), {2 * (8 + static_cast<double>(cols)) * kEps, 0.0});
+    mls::testing::observe("softmax_forward: y", y.values(), {2 * (8 + static_cast<double>(cols)) * kEps, 0.0});
     MLS_ORACLE_CHECK(long bad = 0; for (long r = 0; r < rows; ++r) {
       double mx = -1e300, sum = 0;
       for (long c = 0; c < cols; ++c) mx = std::max(mx, static_cast<double>(x[r * cols + c]));
@@ -499,12 +499,12 @@ TEST_CASE("layernorm on every row length and alignment", "[lab4][fused][layernor
                                         bin.data(), rows, cols, eps);
         mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dyin.data(), xin.data(),
                                          win.data(), mean.data(), rstd.data(), rows, cols);
-        mls::testing::observe("y", y.values(), {0.0, 2 * tol * 8});
-        mls::testing::observe("dx", dx.values(), {0.0, 2 * tol * rs_max * 4});
-        mls::testing::observe("dw", dw.values(), {0.0, 2 * (rows + 8) * kEps * 8 * 4});
-        mls::testing::observe("db", db.values(), {0.0, 2 * (rows + 8) * kEps * 4});
-        mls::testing::observe("mean", mean.values(), {0.0, 2 * tol});
-        mls::testing::observe("rstd", rstd.values(), {2 * tol, 0.0});
+        mls::testing::observe("layernorm_forward: y", y.values(), {0.0, 2 * tol * 8});
+        mls::testing::observe("layernorm_backward: dx", dx.values(), {0.0, 2 * tol * rs_max * 4});
+        mls::testing::observe("layernorm_backward: dw", dw.values(), {0.0, 2 * (rows + 8) * kEps * 8 * 4});
+        mls::testing::observe("layernorm_backward: db", db.values(), {0.0, 2 * (rows + 8) * kEps * 4});
+        mls::testing::observe("layernorm_forward: mean", mean.values(), {0.0, 2 * tol});
+        mls::testing::observe("layernorm_forward: rstd", rstd.values(), {2 * tol, 0.0});
         MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0, bad_dw = 0; for (long i = 0; i < rows * cols; ++i) {
           bad_y += !(std::fabs(y[i] - y_ref[i]) <= tol * (1 + std::fabs(y_ref[i]) + 4));
           bad_dx += !(std::fabs(dx[i] - dx_ref[i]) <= tol * rs_max * 4);
