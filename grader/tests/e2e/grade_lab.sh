@@ -84,29 +84,33 @@ for name in ("reference", "stubs"):
             else: bad.append(f"{name}: {t.get('name')}: {score}/{top} (a stub must score 0)")
 if not stub or abs(float(stub["score"]) - stub_given) > 0.01:  # the CSV has 2 decimals
     bad.append(f"stubs: {stub and stub['score']} (expected {stub_given:g}: the given groups {sorted(given)} only)")
-# The planted bug: a failed test of its function's group, whose feedback names the function and
+# The planted bug: some failed test of its function's group has feedback that names the function and
 # shows the two values (got / want, or the submission's / the reference's) in its first 5 lines.
 plant = json.load(open(os.environ["PLANTED_JSON"]))[lab]
 groups = [g["name"] for g in json.load(open(manifest))["groups"] if plant["function"] in g.get("functions", [])]
 p = os.path.join(work, "results", "planted", "results.json")
-first = None
+failed = []
 if os.path.exists(p):
-    for t in json.load(open(p)).get("tests", []):
-        if (t.get("tags") or ["?"])[0] in groups and t.get("score", 0) < t.get("max_score", 0):
-            first = t
-            break
+    failed = [t for t in json.load(open(p)).get("tests", [])
+              if (t.get("tags") or ["?"])[0] in groups and t.get("score", 0) < t.get("max_score", 0)]
+def says_it(t):
+    head = "\n".join(t.get("output", "").splitlines()[:5])
+    two_values = re.search(r"got .*\bwant\b|want .*\bgot\b|expected .*\bgot\b|submission.*reference", head, re.S)
+    return head if plant["names"] in head and two_values else None
 if not groups:
     bad.append(f"planted: {plant['function']} is in no group's functions")
-elif first is None:
+elif not failed:
     bad.append(f"planted: no test of {groups} failed with the planted bug in {plant['function']}")
 else:
-    head = "\n".join(first.get("output", "").splitlines()[:5])
-    two_values = re.search(r"got .*\bwant\b|want .*\bgot\b|expected .*\bgot\b|submission.*reference", head, re.S)
-    if plant["names"] not in head or not two_values:
-        bad.append(f"planted: the feedback of '{first.get('name')}' does not name '{plant['names']}' and show got/want "
-                   f"within 5 lines:\n" + head)
+    named = [(t, says_it(t)) for t in failed if says_it(t)]
+    if not named:
+        head = "\n".join(failed[0].get("output", "").splitlines()[:5])
+        bad.append(f"planted: none of the {len(failed)} failed test(s) of {groups} names '{plant['names']}' and shows "
+                   f"got/want within 5 lines; the first says:\n" + head)
     else:
-        print(f"planted bug in {plant['function']}: '{first.get('name')}' says:\n  " + head.replace("\n", "\n  "))
+        t, head = named[0]
+        print(f"planted bug in {plant['function']}: {len(failed)} test(s) of {groups} failed, {len(named)} naming it; "
+              f"'{t.get('name')}' says:\n  " + head.replace("\n", "\n  "))
 if bad:
     print("FAIL lab " + lab + ":\n  " + "\n  ".join(bad[:60]))
     sys.exit(1)
