@@ -518,10 +518,10 @@ const char* const kPrelude = R"(#include <cstdint>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"  // vector arguments wider than the ISA's registers
-#endif
 // The lowering writes every element of a local tile before reading it, under guards a compiler
 // cannot always follow (a tail's `if` around the copy): its "may be used uninitialized" is noise.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // ---- helpers of the generated code -------------------------------------------------------------
 typedef void (*mls_range_body_fn)(void* ctx, std::int64_t begin, std::int64_t end);
@@ -541,17 +541,17 @@ static inline void mls_parallel(mls_parallel_for_fn parallel_for, void* host, st
 }
 
 // Integer division and modulo rounding towards minus infinity (Python's // and %).
-static inline std::int64_t mls_floordiv(std::int64_t a, std::int64_t b) {
+[[maybe_unused]] static inline std::int64_t mls_floordiv(std::int64_t a, std::int64_t b) {
     const std::int64_t q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-static inline std::int64_t mls_floormod(std::int64_t a, std::int64_t b) {
+[[maybe_unused]] static inline std::int64_t mls_floormod(std::int64_t a, std::int64_t b) {
     const std::int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-static inline std::int64_t mls_min(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-static inline std::int64_t mls_max(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
-static inline std::int64_t mls_abs(std::int64_t a) { return a < 0 ? -a : a; }
+[[maybe_unused]] static inline std::int64_t mls_min(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+[[maybe_unused]] static inline std::int64_t mls_max(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
+[[maybe_unused]] static inline std::int64_t mls_abs(std::int64_t a) { return a < 0 ? -a : a; }
 
 // A heap array for the lifetime of a scope.
 struct mls_heap {

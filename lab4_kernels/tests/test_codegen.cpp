@@ -364,7 +364,7 @@ TEST_CASE("codegen: matmul layouts, elementwise chain, softmax, layernorm and co
   CHECK(has(src, "// lane by lane"));  // the conv's padded loads, the transposed B's gathers
 }
 
-TEST_CASE("codegen: parallel loops at 1 and 2 threads; racy ones run serially", "[codegen][parallel]") {
+TEST_CASE("codegen: parallel loops at 1 and 2 threads, racy ones run serially", "[codegen][parallel]") {
   // The exp-sum S is computed inside Y's column loop, which is parallel: every column's iteration
   // recomputes S[i] from 0, so the loop must run serially (and still give the right result).
   const std::int64_t rows = 4, cols = 23;

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mls/kernels/jit.hpp"
