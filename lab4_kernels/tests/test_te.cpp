@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "te_check.hpp"
+#include "te_workloads.hpp"
 
 using namespace mls::kernels::te;
 using kernels_test::numel;
@@ -264,51 +265,17 @@ TEST_CASE("te: naive evaluation and the interpreter reject bad bindings and out-
 
 TEST_CASE("te: the slide's three matmul loop nests, printed and equal", "[te][slide]") {
   // C[y][x] = sum_k A[k][y] * B[k][x]; printed at the slide's 1024, interpreted at 64 and 40.
-  struct Mm {
-    Tensor A, B, C;
-    IterVar k;
-  };
-  auto make = [](std::int64_t n) {
-    Mm m;
-    m.A = placeholder("A", {n, n});
-    m.B = placeholder("B", {n, n});
-    m.k = reduce_axis(n, "k");
-    m.C = compute("C", {n, n}, [&](Var y, Var x) { return sum(m.A(m.k, y) * m.B(m.k, x), {m.k}); }, {"y", "x"});
-    return m;
-  };
-  auto plain = [](const Mm& m) { return Schedule({m.C}); };
-  auto tiled = [](const Mm& m) {
-    Schedule s({m.C});
-    TileAxes t = s[m.C].tile(m.C.axis(0), m.C.axis(1), 8, 8);
-    auto [ko, ki] = s[m.C].split(m.k, 8);
-    s[m.C].reorder({t.outer0, t.outer1, ko, t.inner0, t.inner1, ki});
-    return s;
-  };
-  auto tensorized = [](const Mm& m) {
-    Schedule s({m.C});
-    Tensor CL = s.cache_write(m.C);
-    TileAxes t = s[m.C].tile(m.C.axis(0), m.C.axis(1), 8, 8);
-    s[CL].compute_at(s[m.C], t.outer1);
-    auto [ko, ki] = s[CL].split(m.k, 8);
-    const auto ax = s[CL].root_axes();
-    s[CL].reorder({ko, ax[0], ax[1], ki});
-    Tensor AL = s.cache_read(m.A, s[CL], ko);
-    Tensor BL = s.cache_read(m.B, s[CL], ko);
-    const Intrinsic dma = copy_intrinsic({8, 8}, "dma_copy2d");
-    s[AL].tensorize(s[AL].leaf_axes()[0], dma);
-    s[BL].tensorize(s[BL].leaf_axes()[0], dma);
-    s[CL].tensorize(ax[0], gemm_intrinsic(8, 8, 8, "fused_gemm8x8_add"));
-    s[m.C].tensorize(t.inner0, dma);
-    return s;
-  };
-  const Mm big = make(1024);
-  REQUIRE(to_string(lower(plain(big)).body) ==
+  using kernels_test::slide_plain;
+  using kernels_test::slide_tensorized;
+  using kernels_test::slide_tiled;
+  const auto big = kernels_test::slide_matmul(1024);
+  REQUIRE(to_string(lower(slide_plain(big)).body) ==
           "for y in range(1024):\n"
           "    for x in range(1024):\n"
           "        C[y][x] = 0.0\n"
           "        for k in range(1024):\n"
           "            C[y][x] += A[k][y] * B[k][x]\n");
-  REQUIRE(to_string(lower(tiled(big)).body) ==
+  REQUIRE(to_string(lower(slide_tiled(big)).body) ==
           "for yo in range(128):\n"
           "    for xo in range(128):\n"
           "        for yi in range(8):\n"
@@ -319,7 +286,7 @@ TEST_CASE("te: the slide's three matmul loop nests, printed and equal", "[te][sl
           "                for xi in range(8):\n"
           "                    for ki in range(8):\n"
           "                        C[yo*8 + yi][xo*8 + xi] += A[ko*8 + ki][yo*8 + yi] * B[ko*8 + ki][xo*8 + xi]\n");
-  const std::string t3 = to_string(lower(tensorized(big), "matmul"));
+  const std::string t3 = to_string(lower(slide_tensorized(big), "matmul"));
   REQUIRE(t3 ==
           "def matmul(A: float32[1024, 1024], B: float32[1024, 1024], C: float32[1024, 1024]):\n"
           "    for yo in range(128):\n"
@@ -334,12 +301,12 @@ TEST_CASE("te: the slide's three matmul loop nests, printed and equal", "[te][sl
           "                fused_gemm8x8_add(CL[0:8][0:8], AL[0:8][0:8], BL[0:8][0:8])\n"
           "            dma_copy2d(C[yo*8:yo*8 + 8][xo*8:xo*8 + 8], CL[0:8][0:8])\n");
   for (std::int64_t n : {64, 40}) {
-    const Mm m = make(n);
+    const auto m = kernels_test::slide_matmul(n);
     const auto in = random_inputs({m.A, m.B}, static_cast<std::uint64_t>(n));
     const auto naive = run_naive({m.A, m.B}, in, {m.C});
     // One order of additions for every element in all four: the results are identical.
-    REQUIRE(run_schedule(plain(m), {m.A, m.B}, in)[0] == naive[0]);
-    REQUIRE(run_schedule(tiled(m), {m.A, m.B}, in)[0] == naive[0]);
-    REQUIRE(run_schedule(tensorized(m), {m.A, m.B}, in)[0] == naive[0]);
+    REQUIRE(run_schedule(slide_plain(m), {m.A, m.B}, in)[0] == naive[0]);
+    REQUIRE(run_schedule(slide_tiled(m), {m.A, m.B}, in)[0] == naive[0]);
+    REQUIRE(run_schedule(slide_tensorized(m), {m.A, m.B}, in)[0] == naive[0]);
   }
 }

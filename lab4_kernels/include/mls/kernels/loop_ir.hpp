@@ -53,6 +53,13 @@ struct Intrinsic {
   IntrinsicFn update = nullptr;    // the computation on one tile
   std::string reset_name;          // Gemm: the zero-fill of the output tile ("" = none)
   IntrinsicFn reset = nullptr;
+  /// C++ statements a code generator (mls/kernels/codegen.hpp) makes the body of `name`: they read
+  /// `ptrs`, `strides` and `extents` exactly as `update` does (the call site passes the strides and
+  /// extents as compile-time constants, so a body may test them and specialise). "" = the code
+  /// generator's plain loops of the pattern. The interpreter always runs `update`.
+  std::string update_source;
+  /// The same for `reset` ("" = plain loops).
+  std::string reset_source;
 };
 
 /// out[i, j] += sum_k a[i, j, k] b[i, j, k] on an M x N x K tile, reset "fill_zero<M>x<N>".

@@ -1,0 +1,164 @@
+#pragma once
+/// Lab 4 part 2, ML compilation: code generation. A lowered loop nest (mls/kernels/loop_ir.hpp)
+/// becomes one self-contained C++ translation unit, which the JIT (mls/kernels/jit.hpp) compiles
+/// and loads; the result runs on real float arrays.
+///
+///     LoweredFunc f = lower(s, "matmul");
+///     std::cout << generate_cpp(f);                       // read what the schedule became
+///     JitKernel k = compile(f);                            // system compiler, disk cache, dlopen
+///     k.run({a, b, c});                                    // spans in the order of f.args
+///
+/// The generated function (every buffer's shape is compiled in):
+///
+///     extern "C" void <name>(float* const* args, mls_parallel_for_fn parallel_for, void* host);
+///
+///   args          one pointer per argument of the LoweredFunc (placeholders, then outputs), each a
+///                 compact row-major array of its buffer's shape; the arrays must not overlap.
+///   parallel_for  the host's parallel loop: parallel_for(host, n, body, ctx) calls
+///                 body(ctx, begin, end) on disjoint ranges covering [0, n) and returns when all are
+///                 done (JitKernel passes one over common's thread pool, mls/common/parallel.hpp).
+///                 Null: every parallel loop runs serially. The generated code depends on no ABI
+///                 of the project: only on this C signature.
+///
+/// How each loop kind is written:
+///   Serial      a plain `for` with the IR's variable name.
+///   Unrolled    `#pragma GCC unroll n` (n the extent, at most CodegenOptions::max_unroll).
+///   Parallel    the body as a lambda given to parallel_for through a trampoline. A parallel loop
+///               whose iterations may write the same element (a producer computed at a loop inside
+///               it, recomputed by each iteration) runs serially, with a comment saying why.
+///   Vectorized  chunks of W lanes with GCC vector extensions (`float
+///               __attribute__((vector_size(4 W)))`, W = 16 with AVX-512F, 8 with AVX2, else 4, or
+///               CodegenOptions::vector_lanes), unaligned loads and stores through memcpy, then a
+///               scalar tail. A load contiguous in the loop's variable is one vector load, one that
+///               does not depend on it a broadcast, any other a per-lane gather; a guard that
+///               depends on it (a tail of a split) runs the chunk's lanes one by one where it does
+///               not hold for all of them. A body the lanes cannot run side by side (an allocation,
+///               an intrinsic call, a store not contiguous in the variable, an element read at
+///               another index than the one written) stays a scalar loop, with a comment saying why.
+///   Local buffers (cache_read/cache_write tiles) are stack arrays up to max_stack_bytes, heap
+///   arrays above; intermediates of Scope::Global are heap arrays. A tensor intrinsic's call is a
+///   call of a static inline function made from its `update_source` / `reset_source` (or the plain
+///   loops of its pattern), with the strides and extents as constants.
+/// Without -ffp-contract=off in the compile flags the compiler may fuse a*b + c into one FMA, so
+/// results may differ from the interpreter by rounding; with it, they are the interpreter's bit for
+/// bit (the generated code does every float operation in the IR's order).
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mls/kernels/jit.hpp"
+#include "mls/kernels/loop_ir.hpp"
+#include "mls/kernels/schedule.hpp"
+
+namespace mls::kernels::te {
+
+/// What the generated source looks like.
+struct CodegenOptions {
+  /// Lanes of a vectorized loop's chunks: 0 = from the CPU (jit::cpu_info(): 16 with AVX-512F,
+  /// 8 with AVX2, else 4); 1 = no SIMD (vectorized loops are scalar loops); else 4, 8 or 16.
+  int vector_lanes = 0;
+  /// `#pragma GCC unroll` count of an unrolled loop: its extent, at most this (>= 1).
+  int max_unroll = 32;
+  /// A Local buffer up to this size is a stack array, a larger one a heap array (>= 0).
+  std::int64_t max_stack_bytes = 64 * 1024;
+  /// A comment at the top with the loop nest as `to_string(LoweredFunc)` prints it.
+  bool comment_loop_nest = true;
+};
+
+/// The lanes `options` asks for on this CPU (resolves vector_lanes = 0); mls::Error for a value
+/// other than 0, 1, 4, 8, 16.
+int resolved_vector_lanes(const CodegenOptions& options);
+
+/// The C identifier a name of the IR becomes in generated code: characters other than letters,
+/// digits and '_' become '_', a leading digit gets a '_' before it, and a C++ keyword, `main`, a
+/// name of the generated code's own (args, ptrs, strides, extents, parallel_for, host) or one
+/// starting with `mls_` gets a '_' after it. The exported symbol of a LoweredFunc `f` is
+/// c_identifier(f.name).
+std::string c_identifier(const std::string& name);
+
+/// The C++ translation unit of `f` (see the top of this file), readable: the IR's loop variable and
+/// buffer names (made C identifiers, unique where they nest), four spaces per level.
+/// mls::Error "generate_cpp: ..." for a buffer neither an argument nor allocated around its use, a
+/// variable used outside its loop, a loop variable bound twice, or a Reduce left in the IR.
+std::string generate_cpp(const LoweredFunc& f, const CodegenOptions& options = {});
+/// One translation unit exporting every function of `fs` (one compiler run); mls::Error when two
+/// of them have the same symbol.
+std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& options = {});
+/// The same as generate_cpp (the name students look for).
+inline std::string print_cpp(const LoweredFunc& f, const CodegenOptions& options = {}) {
+  return generate_cpp(f, options);
+}
+
+/// The C++ statements of an intrinsic's update (or reset) body: its own source when it has one,
+/// else the plain loops of its pattern (which compute exactly what gemm_intrinsic's and
+/// copy_intrinsic's reference functions compute, in the same order).
+std::string intrinsic_source(const Intrinsic& in, CallPart part);
+
+/// A register-blocked gemm micro-kernel intrinsic `gemm<mr>x<nr>x<k>_regblock`: the tile {mr, nr,
+/// k} of Gemm, its update an mr x (nr / lanes) block of vector accumulators over the k loop
+/// (one broadcast of a[i][k] times `nr / lanes` vector loads of b's row k per row i), in the GCC
+/// vector extensions of the generated code. That path needs the output and b contiguous along the
+/// tile's j axis (a packed or row-major B: strides known when the call is compiled); any other
+/// layout runs the plain loops. The interpreter runs the reference gemm. mls::Error unless
+/// mr, k >= 1 and nr a positive multiple of `lanes` (0 = resolved_vector_lanes({})).
+Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t k, int lanes = 0);
+
+/// The generated function's types (the top of this file).
+using RangeBodyFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end);
+using ParallelForFn = void (*)(void* host, std::int64_t n, RangeBodyFn body, void* ctx);
+using KernelFn = void (*)(float* const* args, ParallelForFn parallel_for, void* host);
+
+/// The host's parallel_for over common's pool: mls::parallel_for(0, n, 1, ...) (at most one chunk
+/// per thread of mls::num_threads()). `host` is unused.
+void pool_parallel_for(void* host, std::int64_t n, RangeBodyFn body, void* ctx);
+
+/// A compiled, loaded loop nest. Copies share the loaded library.
+class JitKernel {
+ public:
+  JitKernel() = default;
+  JitKernel(LoweredFunc func, std::string source, jit::LoadedModule module, KernelFn fn)
+      : func_(std::move(func)), source_(std::move(source)), module_(std::move(module)), fn_(fn) {}
+  /// The loop nest it was made from.
+  const LoweredFunc& func() const { return func_; }
+  /// The translation unit it was compiled from (shared by the kernels of one compile_all).
+  const std::string& source() const { return source_; }
+  const jit::LoadedModule& module() const { return module_; }
+  /// The raw entry point (unchecked).
+  KernelFn fn() const { return fn_; }
+  explicit operator bool() const { return fn_ != nullptr; }
+
+  /// Runs on `args`, one span per argument of func() in order, each exactly its buffer's size, no
+  /// two overlapping. threads: 0 = mls::num_threads(); 1 = parallel loops run serially (no pool);
+  /// n > 1 = the pool at n threads for this call (a ThreadCountGuard: do not run two kernels
+  /// with different thread counts at once). mls::Error "JitKernel::run: ..." naming the kernel and
+  /// the buffer for a count, size or overlap that is wrong, or an empty kernel.
+  void run(std::span<const std::span<float>> args, int threads = 0) const;
+  /// The same with the arguments found in `buffers` (each must be bound).
+  void run(const Bindings& buffers, int threads = 0) const;
+
+ private:
+  LoweredFunc func_;
+  std::string source_;
+  jit::LoadedModule module_;
+  KernelFn fn_ = nullptr;
+};
+
+/// generate_cpp + jit::compile_shared + the symbol. When $MLS_CODEGEN_DUMP names a folder, the
+/// source is also written there as <name>.cpp (mls::write_file_atomic). Errors: generate_cpp's, the
+/// JIT's (a compile error shows the numbered source).
+JitKernel compile(const LoweredFunc& f, const CodegenOptions& options = {},
+                  const jit::CompileOptions& jit_options = {});
+/// lower(s, name), then compile.
+JitKernel compile(const Schedule& s, const std::string& name, const CodegenOptions& options = {},
+                  const jit::CompileOptions& jit_options = {});
+/// Every function of `fs` in one translation unit and one compiler run; kernels in the order of fs.
+std::vector<JitKernel> compile_all(std::span<const LoweredFunc> fs, const CodegenOptions& options = {},
+                                   const jit::CompileOptions& jit_options = {});
+
+/// compile(f) then run on `buffers`: `interpret(f, buffers)`'s compiled twin.
+void run_jit(const LoweredFunc& f, const Bindings& buffers, int threads = 0,
+             const CodegenOptions& options = {}, const jit::CompileOptions& jit_options = {});
+
+}  // namespace mls::kernels::te

@@ -1,0 +1,245 @@
+// The C++ code generator's vectorized loops: chunks of W lanes in GCC vector extensions, per-lane
+// code where a load is not contiguous or a guard does not hold for every lane, a scalar tail.
+#include <functional>
+
+#include "codegen_internal.hpp"
+#include "mls/common/error.hpp"
+
+namespace mls::kernels::te::codegen_detail {
+
+namespace {
+/// The structural keys of an index list (equal lists address the same element).
+std::string index_key(const std::vector<Expr>& idx) {
+  std::string k;
+  for (const auto& i : idx) k += detail::structural_key(i) + "|";
+  return k;
+}
+}  // namespace
+
+std::string Emitter::vector_obstacle(const For& f) const {
+  const VarNode* v = f.var.get();
+  const std::string vn = v->name;
+  std::string why;
+  struct Access {
+    const BufferNode* buffer;
+    std::string key;
+  };
+  std::vector<Access> loads, stores;
+  auto collect_loads = [&](const Expr& e) {
+    for_each_expr(e, [&](const Expr& x) {
+      if (const auto* l = x.as<Load>()) loads.push_back({l->buffer.get(), index_key(l->indices)});
+    });
+  };
+  std::function<void(const Stmt&)> walk = [&](const Stmt& s) {
+    if (!why.empty() || !s.defined()) return;
+    if (const auto* x = s.as<For>()) {
+      if (detail::uses_any(x->min, {v}) || detail::uses_any(x->extent, {v}))
+        why = "the bounds of loop '" + x->var.name() + "' depend on " + vn;
+      walk(x->body);
+    } else if (const auto* x = s.as<Allocate>()) {
+      why = "buffer '" + x->buffer->name + "' is allocated in its body";
+    } else if (const auto* x = s.as<Call>()) {
+      why = "intrinsic '" + x->intrinsic->name + "' is called in its body";
+    } else if (const auto* x = s.as<Seq>()) {
+      for (const auto& c : x->stmts) walk(c);
+    } else if (const auto* x = s.as<IfThenElse>()) {
+      if (detail::uses_any(x->cond, {v})) {
+        if (x->else_case.defined())
+          why = "the condition " + to_string(x->cond) + " on " + vn + " has an else branch";
+        else if (!interval_condition(x->cond, v))
+          why = "the condition " + to_string(x->cond) + " does not hold on an interval of " + vn;
+      }
+      collect_loads(x->cond);
+      walk(x->then_case);
+      walk(x->else_case);
+    } else if (const auto* x = s.as<Store>()) {
+      if (!contiguous_in(x->indices, v))
+        why = "its store to '" + x->buffer->name + "' is not contiguous in " + vn;
+      stores.push_back({x->buffer.get(), index_key(x->indices)});
+      collect_loads(x->value);
+    }
+  };
+  walk(f.body);
+  if (!why.empty()) return why;
+  // Lanes run side by side only if no lane reads or writes an element another lane writes: every
+  // access of a buffer written here is at the one element written.
+  for (const auto& st : stores) {
+    for (const auto* list : {&loads, &stores})
+      for (const auto& a : *list)
+        if (a.buffer == st.buffer && a.key != st.key)
+          return "'" + st.buffer->name + "' is read or written at another element than the one stored";
+  }
+  return "";
+}
+
+void Emitter::vector_loop(const For& f, int depth, const std::string& v) {
+  const auto* mn = f.min.as<IntImm>();
+  const auto* ex = f.extent.as<IntImm>();
+  const std::string ext = expr(f.extent).s;
+  std::string why;
+  int w = m_.lanes;
+  if (!mn || !ex) {
+    why = "its bounds are not constants";
+  } else {
+    while (w > 1 && w > ex->value) w /= 2;
+    if (m_.lanes == 1)
+      why = "no SIMD: vector_lanes 1";
+    else if (w < 4)
+      why = "its extent is under 4 lanes";
+  }
+  if (why.empty()) why = vector_obstacle(f);
+  ++in_vectorized_;
+  if (!why.empty()) {
+    line(depth, "// " + v + " in vectorized(" + ext + "): a scalar loop, " + why);
+    serial_loop(f, depth, v);
+    --in_vectorized_;
+    return;
+  }
+  const std::int64_t lo = mn->value, e = ex->value, main = e - e % w;
+  line(depth, "// " + v + " in vectorized(" + ext + "): chunks of " + std::to_string(w) + " lanes (mls_f32x" +
+                  std::to_string(w) + ")" + (main < e ? ", then a scalar tail" : ""));
+  line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo) + "; " + v + " < " + c_int_literal(lo + main) +
+                  "; " + v + " += " + std::to_string(w) + ") {");
+  vec_var_ = f.var.get();
+  vec_loop_var_ = f.var;
+  vec_lanes_ = w;
+  stmt(f.body, depth + 1, true);
+  vec_var_ = nullptr;
+  line(depth, "}");
+  if (main < e) {
+    line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo + main) + "; " + v + " < " +
+                    c_int_literal(lo + e) + "; ++" + v + ") {");
+    stmt(f.body, depth + 1, true);
+    line(depth, "}");
+  }
+  --in_vectorized_;
+}
+
+std::string Emitter::splat(const CText& t, bool vec) const {
+  return vec ? t.s : "mls_splat<" + vtype() + ">(" + t.s + ")";
+}
+
+CText Emitter::lanewise(const Expr& e) {
+  const VarNode* v = vec_var_;
+  const std::string base = var(v);
+  const std::string t = fresh("mls_t");
+  std::string lane = base + "_lane";
+  for (int i = 1; taken_.count(lane) || active_.count(lane); ++i) lane = base + "_lane_" + std::to_string(i);
+  names_[v].push_back(lane);
+  active_.insert(lane);
+  vec_var_ = nullptr;
+  const std::string value = expr(e).s;
+  vec_var_ = v;
+  active_.erase(lane);
+  names_[v].pop_back();
+  pre_.push_back(vtype() + " " + t + " = {};  // lane by lane");
+  pre_.push_back("for (std::int64_t " + lane + " = " + base + "; " + lane + " < " + base + " + " +
+                 std::to_string(vec_lanes_) + "; ++" + lane + ") " + t + "[" + lane + " - " + base + "] = " + value +
+                 ";");
+  return {t, 16};
+}
+
+CText Emitter::vexpr(const Expr& e, bool& vec) {
+  vec = detail::uses_any(e, {vec_var_});
+  if (!vec) return expr(e);
+  if (const auto* l = e.as<Load>()) {
+    if (contiguous_in(l->indices, vec_var_))
+      return {"mls_load<" + vtype() + ">(&" + element(l->buffer.get(), l->indices, "load") + ")", 16};
+    return lanewise(e);
+  }
+  if (e.dtype() != DType::Float) return lanewise(e);
+  if (const auto* b = e.as<Binary>()) {
+    bool va = false, vb = false;
+    const char* op = b->op == BinaryOp::Add   ? " + "
+                     : b->op == BinaryOp::Sub ? " - "
+                     : b->op == BinaryOp::Mul ? " * "
+                     : b->op == BinaryOp::Div ? " / "
+                                              : nullptr;
+    if (op) {
+      const int p = b->op == BinaryOp::Add || b->op == BinaryOp::Sub ? 12 : 13;
+      const CText a = vexpr(b->a, va), c = vexpr(b->b, vb);
+      return {wrap(a, p) + op + wrap(c, p + 1), p};
+    }
+    if (b->op == BinaryOp::Min || b->op == BinaryOp::Max) {
+      const CText a = vexpr(b->a, va), c = vexpr(b->b, vb);
+      return {std::string(b->op == BinaryOp::Min ? "mls_vmin(" : "mls_vmax(") + splat(a, va) + ", " + splat(c, vb) + ")",
+              16};
+    }
+    return lanewise(e);
+  }
+  if (const auto* u = e.as<Unary>()) {
+    if (u->op == UnaryOp::ToFloat) return lanewise(e);
+    bool va = false;
+    const CText a = vexpr(u->a, va);
+    switch (u->op) {
+      case UnaryOp::Neg: return {a.s[0] == '-' ? "-(" + a.s + ")" : "-" + wrap(a, 15), 15};
+      case UnaryOp::Exp: return {"mls_vexp(" + splat(a, va) + ")", 16};
+      case UnaryOp::Sqrt: return {"mls_vsqrt(" + splat(a, va) + ")", 16};
+      case UnaryOp::Rsqrt: return {"mls_vrsqrt(" + splat(a, va) + ")", 16};
+      case UnaryOp::Abs: return {"mls_vabs(" + splat(a, va) + ")", 16};
+      default: return lanewise(e);
+    }
+  }
+  if (const auto* s = e.as<Select>()) {
+    // Only the chosen branch may be evaluated (a load of the other may be out of bounds): a
+    // condition on the lanes, or a branch needing per-lane statements, makes it per-lane.
+    if (detail::uses_any(s->cond, {vec_var_})) return lanewise(e);
+    const std::size_t mark = pre_.size();
+    bool va = false, vb = false;
+    const CText a = vexpr(s->then_value, va), b = vexpr(s->else_value, vb);
+    if (pre_.size() != mark) {
+      pre_.resize(mark);
+      return lanewise(e);
+    }
+    return {wrap(expr(s->cond), 4) + " ? " + splat(a, va) + " : " + splat(b, vb), 3};
+  }
+  return lanewise(e);
+}
+
+void Emitter::vstore(const Store& st, int depth) {
+  pre_.clear();
+  const std::string lhs = element(st.buffer.get(), st.indices, "store");
+  std::string value;
+  bool vec = false;
+  if (const auto* b = st.value.as<Binary>(); b && (b->op == BinaryOp::Add || b->op == BinaryOp::Mul)) {
+    if (const auto* l = b->a.as<Load>(); l && l->buffer == st.buffer && index_key(l->indices) == index_key(st.indices)) {
+      const CText rhs = vexpr(b->b, vec);
+      value = "mls_load<" + vtype() + ">(&" + lhs + ")" + (b->op == BinaryOp::Add ? " + " : " * ") + wrap(rhs, 14);
+    }
+  }
+  if (value.empty()) {
+    const CText rhs = vexpr(st.value, vec);
+    value = splat(rhs, vec);
+  }
+  for (const auto& p : pre_) line(depth, p);
+  pre_.clear();
+  line(depth, "mls_store(&" + lhs + ", " + value + ");");
+}
+
+void Emitter::vif(const IfThenElse& i, int depth) {
+  const VarNode* v = vec_var_;
+  const std::string base = var(v);
+  // The condition at the chunk's last lane, v + (lanes - 1).
+  const Expr at_last =
+      detail::simplify(detail::substitute(i.cond, {{v, Expr(vec_loop_var_) + Expr(vec_lanes_ - 1)}}));
+  line(depth, "if (" + wrap(expr(i.cond), 6) + " && " + wrap(expr(at_last), 6) + ") {  // every lane");
+  stmt(i.then_case, depth + 1, true);
+  line(depth, "} else {  // lane by lane");
+  std::string lane = base + "_lane";
+  for (int k = 1; taken_.count(lane) || active_.count(lane); ++k) lane = base + "_lane_" + std::to_string(k);
+  line(depth + 1, "for (std::int64_t " + lane + " = " + base + "; " + lane + " < " + base + " + " +
+                      std::to_string(vec_lanes_) + "; ++" + lane + ") {");
+  names_[v].push_back(lane);
+  active_.insert(lane);
+  vec_var_ = nullptr;
+  line(depth + 2, "if (" + expr(i.cond).s + ") {");
+  stmt(i.then_case, depth + 3, true);
+  line(depth + 2, "}");
+  vec_var_ = v;
+  active_.erase(lane);
+  names_[v].pop_back();
+  line(depth + 1, "}");
+  line(depth, "}");
+}
+
+}  // namespace mls::kernels::te::codegen_detail
