@@ -7,7 +7,9 @@
 # 2. runs every `gpu`-labelled test (lab 4's CUDA SGEMM ladder and fused kernels, lab 5's NCCL
 #    backend at world size 1, lab 6's ZeRO on NCCL);
 # 3. runs the GPU benchmarks: lab 4's ladder against cuBLAS at n = 1024, 2048, 4096, 8192
-#    (mls-cuda-sgemm-bench), and ncclAllReduce against our ring over NCCL at world size 1
+#    (mls-cuda-sgemm-bench), lab 4's fused kernels (softmax, layernorm, bias+GELU at 4096x1024,
+#    16384x1024, 4096x4096) against a device-to-device copy of the same bytes
+#    (mls-cuda-fused-bench), and ncclAllReduce against our ring over NCCL at world size 1
 #    (mls-nccl-allreduce-bench);
 # 4. writes a summary table and the benchmarks' `ratio ...` lines, with every log, to $OUT (default:
 #    BUILD_DIR/gpu_check).
@@ -17,9 +19,8 @@
 #
 # A GPU build needs only these targets (MLS_GPU_TARGETS for ../shared/gpu/on-device.sh, or
 # `cmake --build BUILD_DIR --target ...`):
-#   mls_lab4_gpu_tests mls_lab5_gpu_tests mls_lab6_gpu_tests mls-cuda-sgemm-bench mls-nccl-allreduce-bench
-# Not measured yet: the fused CUDA kernels against a device-to-device copy (no benchmark program
-# exists for them; their correctness is in the gpu tests).
+#   mls_lab4_gpu_tests mls_lab5_gpu_tests mls_lab6_gpu_tests mls-cuda-sgemm-bench
+#   mls-cuda-fused-bench mls-nccl-allreduce-bench
 set -uo pipefail
 B="${1:?usage: scripts/gpu_check.sh BUILD_DIR}"
 [ -d "$B" ] || { echo "gpu_check: no build folder '$B' (build first: cmake --preset release && cmake --build --preset release)" >&2; exit 2; }
@@ -38,17 +39,22 @@ else
   say "device: nvidia-smi not found"
 fi
 
-# -- is there a usable GPU? (the CUDA benchmark says so on a tiny size)
+# -- is there a usable GPU? (a CUDA benchmark says so on a tiny size: whichever was built)
 probe=$(find "$B" -name mls-cuda-sgemm-bench -type f -perm -u+x | head -1)
+probe_args=(64)
+if [ -z "$probe" ]; then
+  probe=$(find "$B" -name mls-cuda-fused-bench -type f -perm -u+x | head -1)
+  probe_args=(8x8 --reps 1 --batch 1)
+fi
 if [ -n "$probe" ]; then
-  timeout 60 "$probe" 64 > "$OUT/probe.log" 2>&1
+  timeout 60 "$probe" "${probe_args[@]}" > "$OUT/probe.log" 2>&1
   if grep -q "SKIPPED: no GPU" "$OUT/probe.log"; then
     say "no usable GPU: $(grep -m1 -o "SKIPPED: no GPU.*" "$OUT/probe.log")"
     say "(the gpu tests would all be SKIPPED; nothing to check here)"
     exit 3
   fi
 else
-  say "mls-cuda-sgemm-bench not built: CUDA was not found at configure time, or the target was not built"
+  say "mls-cuda-sgemm-bench and mls-cuda-fused-bench not built: CUDA was not found at configure time, or the targets were not built"
 fi
 
 # -- the gpu tests
@@ -78,9 +84,10 @@ run_bench() {  # name, timeout, program, args...
   timeout "$limit" "$bin" "$@" > "$OUT/$name.log" 2>&1
   local r=$?
   if [ $r -ne 0 ]; then say "$name: exit $r (see $name.log)"; status=1; fi
-  grep -E "^device:|GFLOP|^ratio " "$OUT/$name.log" | tee -a "$summary"
+  grep -E "^device:|GFLOP|GB/s|^ratio " "$OUT/$name.log" | tee -a "$summary"
 }
 run_bench sgemm 180 mls-cuda-sgemm-bench 1024 2048 4096 8192 --json "$OUT/sgemm.json"
+run_bench fused 90 mls-cuda-fused-bench --json "$OUT/fused.json"
 run_bench nccl_allreduce 120 mls-nccl-allreduce-bench
 
 say "== gpu_check: status $status; logs in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -16,6 +16,7 @@
 /// | vec4       | tile2d with float4 global loads and a transposed A tile (needs N%4 == 0 and K%4 == 0; falls back to tile2d otherwise) |
 /// | cublas     | the peer: cublasSgemm, default math mode (no TF32)                    |
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,17 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int rows, int cols, float eps);
 /// out[r, c] = gelu_tanh(inp[r, c] + bias[c]) in one pass. inp, out: (rows, cols); bias: (cols,).
 void bias_gelu_forward(float* out, const float* inp, const float* bias, int rows, int cols);
+
+/// Timing of work on the default stream with CUDA events (src/cuda_timing.cu), for benchmarks:
+/// one untimed batch (the warm-up), then `reps` batches of `batch` back-to-back calls of `fn`
+/// (which enqueues work on the default stream), each batch between two events, all enqueued
+/// before one synchronisation, so the GPU never waits for the host between calls. Returns the
+/// milliseconds of one call in each batch (`reps` values; report their median). reps < 1 or
+/// batch < 1 is an mls::Error.
+std::vector<double> time_batches_ms(const std::function<void()>& fn, int reps, int batch);
+/// Copies `count` floats from `src` to `dst`, both on the device, with cudaMemcpyAsync on the
+/// default stream (returns before the copy is done): the peer of the memory-bound kernels.
+void copy_device_async(float* dst, const float* src, std::size_t count);
 
 /// Device memory helpers for tests and benchmarks (checked).
 float* device_alloc(std::size_t count);
