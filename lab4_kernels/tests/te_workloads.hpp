@@ -58,4 +58,23 @@ inline te::Schedule slide_tensorized(const SlideMatmul& m) {
   return s;
 }
 
+/// A row sum R(i) = sum_k A(i, k) of A [3, 29] whose reduction is split by 8 and rfactored: the
+/// partial sums R_rf vectorized over the inner part, R parallel over its rows.
+struct RfactorRowSum {
+  te::Tensor A, R, RF;
+  te::IterVar k;
+  te::Schedule s;
+};
+inline RfactorRowSum rfactor_row_sum() {
+  te::Tensor A = te::placeholder("A", {3, 29});
+  te::IterVar k = te::reduce_axis(29, "k");
+  te::Tensor R = te::compute("R", {3}, [&](te::Var i) { return te::sum(A(i, k), {k}); });
+  te::Schedule s({R});
+  auto split = s[R].split(k, 8);
+  te::Tensor RF = s.rfactor(R, split.second);
+  s[RF].vectorize(s[RF].leaf_axes()[0]);
+  s[R].parallel(R.axis(0));
+  return {A, R, RF, k, s};
+}
+
 }  // namespace kernels_test

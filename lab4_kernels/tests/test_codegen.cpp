@@ -252,15 +252,8 @@ TEST_CASE("codegen: every primitive's code compiles with -Wall -Wextra -Werror a
     jobs.push_back(job(s, "cache_write_compute_at", {m.A, m.B}, 11));
   }
   {
-    Tensor A = placeholder("A", {3, 29});
-    IterVar k = reduce_axis(29, "k");
-    Tensor R = compute("R", {3}, [&](Var i) { return sum(A(i, k), {k}); });
-    Schedule s({R});
-    auto [ko, ki] = s[R].split(k, 8);
-    Tensor RF = s.rfactor(R, ki);
-    s[RF].vectorize(s[RF].leaf_axes()[0]);
-    s[R].parallel(R.axis(0));
-    jobs.push_back(job(s, "rfactor", {A}, 29));
+    auto w = kernels_test::rfactor_row_sum();
+    jobs.push_back(job(w.s, "rfactor", {w.A}, 29));
   }
   {
     Mm m = matmul(12, 8, 6);

@@ -13,6 +13,7 @@
 
 #include "mls/common/rng.hpp"
 #include "te_check.hpp"
+#include "te_workloads.hpp"
 #include "te_fuzz.hpp"
 
 using namespace mls::kernels::te;
@@ -268,14 +269,10 @@ TEST_CASE("te schedule: compute_at, cache_read, cache_write and rfactor", "[te][
     check_schedule(s2, {X, W}, 18);
   }
   SECTION("rfactor: a split reduction made parallel and vectorized") {
-    Tensor A = placeholder("A", {3, 29});
-    IterVar k = reduce_axis(29, "k");
-    Tensor R = compute("R", {3}, [&](Var i) { return sum(A(i, k), {k}); });
-    Schedule s({R});
-    auto [ko, ki] = s[R].split(k, 8);
-    Tensor RF = s.rfactor(R, ki);
-    s[RF].vectorize(s[RF].leaf_axes()[0]);
-    s[R].parallel(R.axis(0));
+    auto w = kernels_test::rfactor_row_sum();
+    Tensor A = w.A, R = w.R;
+    IterVar k = w.k;
+    Schedule& s = w.s;
     const std::string text = to_string(lower(s).body);
     INFO(text);
     REQUIRE(text.find("R_rf = allocate((8, 3), global)") != std::string::npos);
