@@ -174,9 +174,16 @@ Bench::Bench(const SgemmShape& shape, int threads, std::uint64_t seed) : shape_(
   for (float x : b_) bmax = std::max(bmax, std::fabs(x));
   // Both sides round each of K products and sums: 4 K eps |a| |b| bounds their difference.
   tolerance_ = 4.0 * static_cast<double>(shape.k) * std::numeric_limits<float>::epsilon() * amax * bmax + 1e-30;
-  std::vector<double> times;
+  // Per run: the median of 5 batches of about 10 ms each (a single run of a small problem is noise).
   run_anchor();
-  for (int i = 0; i < 5; ++i) times.push_back(bench::seconds_of([&] { run_anchor(); }));
+  const double once = bench::seconds_of([&] { run_anchor(); });
+  const int calls = static_cast<int>(std::clamp(10e-3 / std::max(once, 1e-9), 1.0, 10000.0));
+  std::vector<double> times;
+  for (int i = 0; i < 5; ++i)
+    times.push_back(bench::seconds_of([&] {
+                      for (int c = 0; c < calls; ++c) run_anchor();
+                    }) /
+                    calls);
   std::sort(times.begin(), times.end());
   anchor_seconds_ = times[2];
 }

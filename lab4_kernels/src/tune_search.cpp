@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <unordered_set>
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/tune.hpp"
@@ -125,14 +126,10 @@ Tuner::Tuner(SgemmShape shape, TuneOptions options)
   if (options_.strategy == Strategy::Grid) {
     // A grid over the budget: `trials` points evenly spaced through the enumeration (all of them
     // when there are no more), distinct plans only.
-    std::vector<SgemmKnobs> all, distinct;
-    std::vector<std::string> keys;
-    for (auto& k : space_.enumerate()) {
-      std::string key = plan_key(k, shape_, space_.lanes);
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
-      keys.push_back(std::move(key));
-      distinct.push_back(std::move(k));
-    }
+    std::vector<SgemmKnobs> distinct;
+    std::unordered_set<std::string> keys;
+    for (auto& k : space_.enumerate())
+      if (keys.insert(plan_key(k, shape_, space_.lanes)).second) distinct.push_back(std::move(k));
     const std::size_t n = distinct.size(), t = static_cast<std::size_t>(options_.trials);
     for (std::size_t i = 0; i < std::min(n, t); ++i) grid_.push_back(distinct[n <= t ? i : i * n / t]);
   }
@@ -140,7 +137,7 @@ Tuner::Tuner(SgemmShape shape, TuneOptions options)
 
 std::optional<SgemmKnobs> Tuner::propose(const std::vector<Trial>& done, Rng& rng) {
   auto fresh = [&](const SgemmKnobs& k) {
-    return std::find(seen_.begin(), seen_.end(), plan_key(k, shape_, space_.lanes)) == seen_.end();
+    return !seen_.count(plan_key(k, shape_, space_.lanes));
   };
   auto random_fresh = [&]() -> std::optional<SgemmKnobs> {
     for (int attempt = 0; attempt < 2000; ++attempt) {
@@ -184,7 +181,7 @@ std::optional<SgemmKnobs> Tuner::propose(const std::vector<Trial>& done, Rng& rn
   std::vector<std::string> pool_keys;
   auto add = [&](const SgemmKnobs& k) {
     std::string key = plan_key(k, shape_, space_.lanes);
-    if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) return;
+    if (seen_.count(key)) return;
     if (std::find(pool_keys.begin(), pool_keys.end(), key) != pool_keys.end()) return;
     pool_keys.push_back(std::move(key));
     pool.push_back(k);
@@ -223,7 +220,7 @@ TuneResult Tuner::run() {
     if (options_.budget_s > 0 && elapsed() > options_.budget_s) break;
     const std::optional<SgemmKnobs> next = propose(r.trials, rng);
     if (!next) break;
-    seen_.push_back(plan_key(*next, shape_, space_.lanes));
+    seen_.insert(plan_key(*next, shape_, space_.lanes));
     Trial t = bench.measure(*next, build, options_.measure);
     t.index = i;
     if (t.status == TrialStatus::Ok && (!r.found || t.seconds < r.best_seconds)) {

@@ -413,3 +413,31 @@ TEST_CASE("tune: with MLS_TUNE=1 the tuned kernel tunes a new shape first and re
   CHECK_FALSE(scan.records.empty());
   CHECK(scan.records.size() <= 2);
 }
+
+TEST_CASE("tune: the tuning plot draws one step line per strategy and the hand-written kernel's line",
+          "[lab4][tune][svg]") {
+  const std::string svg = tune::tuning_curve_svg({{"grid", {0, 10, 10, 30}}, {"guided", {20, 40, 40, 40}}}, 25.0,
+                                                 "lab4_packed", "SGEMM 64x64x64 <1 thread>");
+  auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("<polyline") == 2);
+  CHECK(count("data-strategy='grid'") == 1);
+  CHECK(count("data-strategy='guided'") == 1);
+  CHECK(count("class='reference'") == 1);
+  CHECK_THAT(svg, Contains("guided (best 40.0 GFLOP/s)"));
+  CHECK_THAT(svg, Contains("lab4_packed (25.0 GFLOP/s)"));
+  CHECK_THAT(svg, Contains("SGEMM 64x64x64 &lt;1 thread&gt;"));  // escaped
+  // grid: nothing before trial 2, then a step at trial 4: (2, 10) (4, 10) (4, 30).
+  const std::size_t grid = svg.find("data-strategy='grid'");
+  const std::size_t start = svg.rfind("points='", grid);
+  const std::string points = svg.substr(start, svg.find('\'', start + 8) - start);
+  CHECK(std::count(points.begin(), points.end(), ',') == 3);
+  REQUIRE_THROWS_WITH(tune::tuning_curve_svg({}, 0, "", ""), Contains("tuning_curve_svg: no curves to draw"));
+  REQUIRE_THROWS_WITH(tune::tuning_curve_svg({{"random", {}}}, 0, "", ""),
+                      Contains("tuning_curve_svg: curve 'random' has no trials"));
+  REQUIRE_THROWS_WITH(tune::tuning_curve_svg({{"random", {1, std::nan("")}}}, 0, "", ""),
+                      Contains("tuning_curve_svg: curve 'random' has GFLOP/s nan"));
+}

@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -237,7 +238,8 @@ class Bench {
   Bench(const SgemmShape& shape, int threads, std::uint64_t seed = 1);
   const SgemmShape& shape() const { return shape_; }
   int threads() const { return threads_; }
-  /// Seconds of one run of the anchor (the hand-written packed kernel), median of 5.
+  /// Seconds of one run of the anchor (the hand-written packed kernel): the median of 5 batches of
+  /// about 10 ms each.
   double anchor_seconds() const { return anchor_seconds_; }
   /// Runs the anchor once (into a scratch C).
   void run_anchor();
@@ -336,9 +338,20 @@ class Tuner {
   TuneOptions options_;
   KnobSpace space_;
   std::vector<SgemmKnobs> grid_;
-  std::vector<std::string> seen_;  ///< plan_key of every candidate proposed
+  std::set<std::string> seen_;  ///< plan_key of every candidate proposed
   CostModel model_;
 };
+
+/// One strategy's best-so-far curve, for the tuning plot.
+struct TuningCurve {
+  std::string label;               ///< e.g. "guided"
+  std::vector<double> best_so_far; ///< TuneResult::best_so_far
+};
+/// An SVG of best-so-far GFLOP/s against trial (a step line per curve, its best in the legend) and
+/// the hand-written kernel's GFLOP/s as a dashed line (`reference_gflops` 0: none). mls::Error
+/// "tuning_curve_svg: ..." for no curves, an empty curve, or a negative or non-finite value.
+std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double reference_gflops,
+                             const std::string& reference_label, const std::string& title);
 
 // ---- the `tuned` kernel of the registry ------------------------------------------------------------
 
