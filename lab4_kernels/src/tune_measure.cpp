@@ -262,19 +262,23 @@ Trial Bench::measure(const SgemmKnobs& knobs, const CandidateBuilder& build, con
                 " x the anchor's " + std::to_string(anchor_seconds_) + " s";
     return t;
   }
-  double ratio = 0;
   try {
-    ratio = bench::interleaved_ratio([&] { run_anchor(); }, [&] { fn(a_.data(), b_.data(), c.data(), 0); },
-                                     options.repeat, options.batch_seconds);
+    t.seconds = time(fn, options.repeat, options.batch_seconds);
   } catch (const std::exception& e) {
     t.status = TrialStatus::Failed;
     t.message = short_message(e.what());
     return t;
   }
   t.status = TrialStatus::Ok;
-  t.seconds = ratio * anchor_seconds_;
   t.gflops = sgemm_flops(shape_) / t.seconds * 1e-9;
   return t;
+}
+
+double Bench::time(const CandidateFn& fn, int repeat, double batch_seconds) {
+  ThreadCountGuard guard(threads_);
+  const double ratio = bench::interleaved_ratio([&] { run_anchor(); }, [&] { fn(a_.data(), b_.data(), c_.data(), 0); },
+                                                repeat, batch_seconds);
+  return ratio * anchor_seconds_;
 }
 
 }  // namespace mls::kernels::tune

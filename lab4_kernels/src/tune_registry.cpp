@@ -23,6 +23,7 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
     SgemmShape shape;
     SgemmKnobs knobs;
     double seconds;
+    bool confirmed;
   };
   std::vector<Candidate> usable;
   for (const auto& r : records) {
@@ -33,7 +34,8 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
       if (!(s["m"].is_number_integer() && s["n"].is_number_integer() && s["k"].is_number_integer())) continue;
       const SgemmShape rs{s["m"].get<long>(), s["n"].get<long>(), s["k"].get<long>()};
       if (rs.m < 1 || rs.n < 1 || rs.k < 1) continue;
-      usable.push_back({rs, knobs_from_json(r.schedule), r.seconds});
+      const bool confirmed = r.schedule.is_object() && r.schedule.value("measure", std::string()) == "confirmed";
+      usable.push_back({rs, knobs_from_json(r.schedule), r.seconds, confirmed});
     } catch (const std::exception&) {
       continue;  // another template's schedule, or knobs this CPU cannot take
     }
@@ -43,6 +45,7 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
     return std::fabs(std::log(static_cast<double>(s.m) / shape.m)) + std::fabs(std::log(static_cast<double>(s.n) / shape.n)) +
            std::fabs(std::log(static_cast<double>(s.k) / shape.k));
   };
+  // The nearest shape (the shape itself at distance 0), then its confirmed records, then the fastest.
   const Candidate* best = nullptr;
   for (const auto& c : usable) {
     if (!best) {
@@ -50,7 +53,11 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
       continue;
     }
     const double dc = distance(c.shape), db = distance(best->shape);
-    if (dc < db - 1e-12 || (std::fabs(dc - db) <= 1e-12 && c.seconds < best->seconds)) best = &c;
+    if (dc < db - 1e-12) {
+      best = &c;
+    } else if (std::fabs(dc - db) <= 1e-12 && c.shape == best->shape) {
+      if ((c.confirmed && !best->confirmed) || (c.confirmed == best->confirmed && c.seconds < best->seconds)) best = &c;
+    }
   }
   return KnobChoice{best->knobs, best->shape == shape ? "db" : "nearest " + to_string(best->shape)};
 }

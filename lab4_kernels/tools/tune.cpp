@@ -71,6 +71,9 @@ tune::TuneResult run_strategy(const Args& a, tune::Strategy strategy) {
     if (t.status != tune::TrialStatus::Ok)
       std::printf("  refused: %s: %s: %s\n", tune::to_string(t.knobs).c_str(), tune::to_string(t.status).c_str(),
                   t.message.c_str());
+  for (const auto& t : r.confirmed)
+    std::printf("  timed again: %s: %.1f GFLOP/s (%.1f in the search)\n", tune::to_string(t.knobs).c_str(), t.gflops,
+                r.trials[static_cast<std::size_t>(t.index)].gflops);
   return r;
 }
 

@@ -248,6 +248,9 @@ class Bench {
   /// Checks, guards and times one candidate (see MeasureOptions). Never throws for a bad
   /// candidate: the status says what happened.
   Trial measure(const SgemmKnobs& knobs, const CandidateBuilder& build, const MeasureOptions& options);
+  /// Seconds per run of a candidate that passed measure(): its interleaved ratio to the anchor
+  /// (`repeat` rounds of `batch_seconds` batches) times the anchor's time.
+  double time(const CandidateFn& fn, int repeat, double batch_seconds);
 
  private:
   SgemmShape shape_;
@@ -308,11 +311,19 @@ struct TuneOptions {
   CandidateBuilder builder{}; ///< default jit_builder(jit)
   bool record = true;         ///< append each Ok trial to the tuning database
   std::filesystem::path db_path{};  ///< "": default_tuning_db_path()
+  /// After the search, the `confirm` fastest candidates are timed again with 3x the rounds and 4x
+  /// the batch (one noisy lucky measurement must not win: the best of many noisy times is biased
+  /// low); the best is chosen among them. 0: no confirmation.
+  int confirm = 3;
   double epsilon = 0.1;       ///< guided: chance of a random proposal instead of the model's best
   int proposals = 64;         ///< guided: candidates scored by the model each round
   /// Called after each trial (a progress bar).
   std::function<void(const Trial& t, const std::vector<double>& best_so_far)> on_trial{};
 };
+
+/// The tuning database's `schedule` object of a trial: to_json(knobs) and "measure": "search" (a
+/// time of the search) or "confirmed" (timed again after it, see TuneOptions::confirm).
+nlohmann::json schedule_json(const SgemmKnobs& k, bool confirmed);
 
 /// What a tuning run found.
 struct TuneResult {
@@ -320,8 +331,9 @@ struct TuneResult {
   SgemmKnobs best;             ///< the fastest Ok candidate (the space's default when none)
   double best_seconds = 0, best_gflops = 0;
   double anchor_seconds = 0;   ///< the hand-written packed kernel's time on the same operands
-  std::vector<Trial> trials;
-  std::vector<double> best_so_far;  ///< best GFLOP/s after each trial (0 before the first Ok)
+  std::vector<Trial> trials;        ///< as measured in the search
+  std::vector<Trial> confirmed;     ///< the fastest trials timed again (TuneOptions::confirm)
+  std::vector<double> best_so_far;  ///< best GFLOP/s after each trial in the search (0 before the first Ok)
   double wall_seconds = 0;
 };
 
@@ -334,6 +346,8 @@ class Tuner {
  private:
   /// The next candidate not measured yet (none when the strategy has nothing left).
   std::optional<SgemmKnobs> propose(const std::vector<Trial>& done, Rng& rng);
+  /// Times the fastest trials again (TuneOptions::confirm) and picks the best among them.
+  void confirm(TuneResult& r, Bench& bench, const CandidateBuilder& build, const TuningDb* db) const;
   SgemmShape shape_;
   TuneOptions options_;
   KnobSpace space_;
@@ -364,8 +378,9 @@ struct KnobChoice {
   std::string source;
 };
 /// The fastest record among `records` of op "sgemm", this template, `cpu_key` and `threads`, of
-/// `shape` when there is one, else of the nearest shape; none when no record qualifies (records of
-/// knobs that do not parse are skipped).
+/// `shape` when there is one, else of the nearest shape; among that shape's records the confirmed
+/// ones ("measure": "confirmed") are preferred where there are any. None when no record qualifies
+/// (records of knobs that do not parse are skipped).
 std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records, const SgemmShape& shape, int threads,
                                        std::string_view cpu_key);
 
