@@ -1,13 +1,13 @@
 #pragma once
 /// Hand-timed Google Benchmark iterations, for the benchmark programs of every lab (include it only
 /// from a program linked with benchmark::benchmark; the common library itself does not use it).
+/// The interleaved timing (seconds_of, interleaved_ratio) lives in mls/common/interleaved_timing.hpp,
+/// which needs no Google Benchmark (lab 4's autotuner times candidates with it); included here.
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
+#include "mls/common/interleaved_timing.hpp"  // seconds_of, interleaved_ratio
+
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
 
 namespace mls::bench {
 
@@ -26,60 +26,6 @@ double timed_iterations(benchmark::State& state, F&& fn) {
     seconds += s;
   }
   return seconds;
-}
-
-/// Seconds one call of `fn` takes.
-template <class F>
-double seconds_of(F&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  benchmark::ClobberMemory();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-/// The ratio time(run_b) / time(run_a) of two programs doing the same work, measured so that a
-/// shared machine's noise falls on both alike: after a warm-up run of each, `repeat` rounds each
-/// time a batch of run_a and a batch of run_b back to back (alternating which goes first), and
-/// the median of the per-round ratios is returned. A batch repeats a run until it lasts about
-/// `batch_seconds` (so microsecond kernels are not timed one call at a time). Where a and b run
-/// on different thread pools (ours and OpenBLAS's), give `warm_seconds`: each batch is then
-/// preceded by untimed runs of its own for that long, so the other pool's threads have gone
-/// idle and this one's are awake, as they are in a program that uses one library.
-/// `MLS_BENCH_REPEAT` overrides `repeat`; `MLS_BENCH_DEBUG=1` prints each round. (A slow pair,
-/// over 0.1 s a run, gets at most 3 rounds.)
-template <class A, class B>
-double interleaved_ratio(A&& run_a, B&& run_b, int repeat = 9, double batch_seconds = 2e-3,
-                         double warm_seconds = 0) {
-  if (const char* env = std::getenv("MLS_BENCH_REPEAT"); env && *env) repeat = std::max(1, std::atoi(env));
-  const double once = std::max(seconds_of(run_a), seconds_of(run_b));
-  if (once > 0.1) repeat = std::min(repeat, 3);
-  auto calls_for = [once](double seconds) {
-    return static_cast<int>(std::clamp(seconds / std::max(once, 1e-9), 1.0, 1e6));
-  };
-  const int calls = calls_for(batch_seconds), warm_calls = warm_seconds > 0 ? calls_for(warm_seconds) : 0;
-  auto batch = [&](auto& f) {
-    for (int i = 0; i < warm_calls; ++i) f();
-    return seconds_of([&] {
-      for (int i = 0; i < calls; ++i) f();
-    });
-  };
-  std::vector<double> ratios;
-  for (int r = 0; r < repeat; ++r) {
-    double ta = 0, tb = 0;
-    if (r % 2 == 0) {
-      ta = batch(run_a);
-      tb = batch(run_b);
-    } else {
-      tb = batch(run_b);
-      ta = batch(run_a);
-    }
-    ratios.push_back(tb / ta);
-    if (std::getenv("MLS_BENCH_DEBUG"))
-      std::fprintf(stderr, "  round %d: a %.1f us  b %.1f us\n", r, ta / calls * 1e6, tb / calls * 1e6);
-  }
-  std::sort(ratios.begin(), ratios.end());
-  const std::size_t m = ratios.size() / 2;
-  return ratios.size() % 2 ? ratios[m] : 0.5 * (ratios[m - 1] + ratios[m]);
 }
 
 }  // namespace mls::bench

@@ -1,0 +1,412 @@
+#pragma once
+/// Lab 4 part 2, ML compilation: the autotuner (issue 28, section 4). A schedule TEMPLATE for SGEMM
+/// C = A·B (row-major, M x K times K x N) whose knobs span a search space; strategies that search
+/// it (grid, random, guided by a cost model fitted online); a Tuner that measures candidates with
+/// the project's interleaved timing and keeps what it found in the tuning database; and the
+/// `tuned` SGEMM kernel of the registry (MLS_MATMUL=tuned) that runs the best schedule known.
+///
+///     SgemmKnobs k = KnobSpace::sgemm(1).default_knobs();
+///     te::LoweredFunc f = instantiate(k, 1024, 1024, 1024).func;   // the loop nest: te::to_string(f)
+///     CompiledSgemm g = compile_sgemm(k, 1024, 1024, 1024);          // through codegen and the JIT
+///     TuneResult r = Tuner({1024, 1024, 1024}, {.strategy = Strategy::Guided, .trials = 64}).run();
+///
+/// The template (what `instantiate` schedules): axes y (rows of C), x (columns), k (reduction):
+///   y -> yp (panels of MR rows) -> yc (blocks of about MC rows), yr (panels in a block); yi (MR)
+///   x -> xp (panels of NR columns) -> xc (blocks of about NC), xr;                        xi (NR)
+///   k -> ko (blocks of KC), ki (KC)
+///   loops: the three block loops {xc, ko, yc} in `order`, then xr, yr, and the MR x NR x KC tile
+///   as one call of a register-blocked micro-kernel (te::gemm_regblock_intrinsic, its k loop
+///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
+///   later of its loops xc/ko when `pack_b`, A's MC x KC block at the later of yc/ko when `pack_a`,
+///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`).
+/// The micro-kernel's tile must have no tail, so M is cut into ceil(P / (MC/MR)) blocks of equal
+/// whole panels (P the panels of MR rows), N likewise, K into ceil(K / KC) blocks of equal depth.
+/// Where that is not exact the compiled kernel works on a zero-padded problem (Mp x Np x Kp,
+/// each a whole number of blocks: at most a panel per block more) and CompiledSgemm copies
+/// the operands in and out ("staging"); it stages too for transposes, leading dimensions other
+/// than the compact ones, alpha != 1 or beta != 0 — so a compiled kernel honours the whole
+/// SgemmFn contract (mls/common/kernels.hpp).
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mls/common/rng.hpp"
+#include "mls/kernels/codegen.hpp"
+#include "mls/kernels/jit.hpp"
+#include "mls/kernels/tuning_db.hpp"
+
+namespace mls::kernels::tune {
+
+/// The schedule format of the SGEMM template, stored as "template" in every knob object.
+inline constexpr const char* kSgemmTemplate = "sgemm.v1";
+
+// ---- knobs --------------------------------------------------------------------------------------
+
+/// One point of the SGEMM template's space. Block sizes are targets: instantiate() rounds MC to a
+/// multiple of MR and NC to one of NR and balances the blocks (plan_sgemm).
+struct SgemmKnobs {
+  int mc = 64;    ///< rows of A's block (about): its copy is MC x KC
+  int kc = 256;   ///< depth of a block: the micro-kernel's k extent
+  int nc = 512;   ///< columns of B's block (about): its copy is KC x NC
+  int mr = 8;     ///< micro-kernel rows (>= 1)
+  int nr = 32;    ///< micro-kernel columns: a multiple of the vector lanes
+  /// The outer block loops, outermost first: a permutation of "nkm" (n = xc, k = ko, m = yc);
+  /// "nkm" is Goto/BLIS's order.
+  std::string order = "nkm";
+  /// The parallel loop: "none", "m" (yc), "n" (xc), "mr" (yr) or "nr" (xr).
+  std::string parallel = "none";
+  bool pack_a = true;  ///< copy A's MC x KC block into a local buffer (else read A in place)
+  bool pack_b = true;  ///< copy B's KC x NC block into a local buffer (else read B in place)
+  int unroll = 1;      ///< `#pragma GCC unroll` of the micro-kernel's k loop (1: none)
+  friend bool operator==(const SgemmKnobs&, const SgemmKnobs&) = default;
+};
+
+/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1".
+std::string to_string(const SgemmKnobs& k);
+/// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
+nlohmann::json to_json(const SgemmKnobs& k);
+/// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
+/// or mistyped field, another template, or a value the template cannot take (check_knobs).
+SgemmKnobs knobs_from_json(const nlohmann::json& j);
+/// mls::Error "sgemm knobs: <knob> <value> ..." unless every block size and mr >= 1, nr a positive
+/// multiple of `lanes` (0: the CPU's, te::resolved_vector_lanes), order a permutation of "nkm",
+/// parallel one of the five names, unroll in 1..64.
+void check_knobs(const SgemmKnobs& k, int lanes = 0);
+
+/// The knob space: the values each knob may take. Points of the space are the cross product,
+/// less those whose micro-kernel does not fit the vector registers (valid()).
+struct KnobSpace {
+  std::vector<int> mc, kc, nc, mr, nr;
+  std::vector<std::string> order, parallel;
+  std::vector<bool> pack_a, pack_b;
+  std::vector<int> unroll;
+  int lanes = 16;           ///< vector lanes of the CPU (nr values are multiples of it)
+  int vector_registers = 32;  ///< accumulators + b vectors + 1 must fit: MR * NR/lanes + NR/lanes + 1 <= this
+
+  /// The full SGEMM space on this CPU for `threads` threads (parallel is "none" at one thread;
+  /// "m", "n", "mr", "nr" at more), lanes and registers from the CPU (AVX-512: 16 lanes, 32
+  /// registers; AVX2: 8, 16; else 4, 16). `lanes` != 0 overrides the CPU's.
+  static KnobSpace sgemm(int threads, int lanes = 0);
+  /// A small space (two values of a few knobs) for tests and demonstrations.
+  static KnobSpace small(int threads, int lanes = 0);
+
+  /// Points of the cross product (valid or not).
+  std::size_t cross_size() const;
+  /// Point `index` of the cross product (mixed radix, `unroll` fastest, `order` slowest).
+  SgemmKnobs at(std::size_t index) const;
+  /// Every value of `k` is one of the space's and its micro-kernel fits the registers.
+  bool valid(const SgemmKnobs& k) const;
+  /// The valid points, in the order of at().
+  std::vector<SgemmKnobs> enumerate() const;
+  /// A valid point drawn uniformly (each knob uniform, redrawn until valid).
+  SgemmKnobs sample(Rng& rng) const;
+  /// The valid points one step away: one knob moved to the value before or after it in its list
+  /// (order and parallel: any other value).
+  std::vector<SgemmKnobs> neighbours(const SgemmKnobs& k) const;
+  /// The template's default for this space: the values nearest to MC 64, KC 256, NC 512, MR 8,
+  /// NR 2 vectors, "nkm", parallel "m" (or "none"), both packed, unroll 1 (bench_codegen's
+  /// hand-picked schedule), made valid.
+  SgemmKnobs default_knobs() const;
+  /// mls::Error "KnobSpace: ..." for an empty value list, a value check_knobs refuses, or no
+  /// valid point.
+  void check() const;
+};
+
+// ---- the template -------------------------------------------------------------------------------
+
+/// The shape of one SGEMM problem, C (M x N) = A (M x K) · B (K x N).
+struct SgemmShape {
+  long m = 0, n = 0, k = 0;
+  friend bool operator==(const SgemmShape&, const SgemmShape&) = default;
+};
+/// "1024x1024x1024" (m x n x k).
+std::string to_string(const SgemmShape& s);
+/// {"m": m, "n": n, "k": k} (the tuning database's shape object).
+nlohmann::json to_json(const SgemmShape& s);
+/// 2 m n k.
+double sgemm_flops(const SgemmShape& s);
+
+/// What the template makes of knobs on a shape: the padded problem and the real block sizes.
+struct SgemmPlan {
+  SgemmKnobs knobs;
+  SgemmShape shape;     ///< the problem asked for
+  SgemmShape padded;    ///< the compiled kernel's problem: whole blocks of MC, NC, KC
+  long mc = 0, nc = 0, kc = 0;  ///< MC (a multiple of MR), NC (of NR), KC (divides padded.k)
+  int lanes = 16;
+  /// Whether the problem needs padding (staged copies even for compact operands).
+  bool pads() const { return !(padded == shape); }
+};
+/// The plan of `knobs` for a problem (check_knobs first; every extent >= 1): b = ceil(P / (MC/MR))
+/// blocks of ceil(P / b) panels of MR rows (P = ceil(M / MR)), likewise for NC, and ceil(K / KC)
+/// blocks of equal depth.
+SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0);
+
+/// The micro-kernel of a plan: te::gemm_regblock_intrinsic(mr, nr, kc) with `#pragma GCC unroll
+/// <unroll>` before its k loop when unroll > 1 (name suffix "_u<unroll>").
+te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes = 0);
+
+/// The template instantiated: the schedule of C = A·B on the padded problem, and its loop nest.
+struct SgemmInstance {
+  SgemmPlan plan;
+  te::Tensor A, B, C;   ///< padded.m x padded.k, padded.k x padded.n, padded.m x padded.n
+  te::Schedule schedule;
+  te::LoweredFunc func;
+};
+/// Schedules and lowers the template (see the top of this file). `name` "" gives a name made of
+/// the shape and the knobs (a C identifier, unique per plan).
+SgemmInstance instantiate(const SgemmKnobs& knobs, long m, long n, long k, int lanes = 0, std::string name = "");
+
+/// A compiled SGEMM of one plan, for the whole SgemmFn contract on its shape. Copies share the
+/// compiled code; run() is safe from several threads at once.
+class CompiledSgemm {
+ public:
+  CompiledSgemm() = default;
+  CompiledSgemm(SgemmPlan plan, te::JitKernel kernel) : plan_(std::move(plan)), kernel_(std::move(kernel)) {}
+  const SgemmPlan& plan() const { return plan_; }
+  const te::JitKernel& kernel() const { return kernel_; }
+  explicit operator bool() const { return static_cast<bool>(kernel_); }
+  /// C = alpha op(A) op(B) + beta C (the SgemmFn contract) on the plan's M, N, K; the operands go
+  /// straight to the kernel when they are its compact, unpadded arrays and alpha = 1, beta = 0,
+  /// else through staged copies. threads: as te::JitKernel::run. mls::Error "CompiledSgemm: ..."
+  /// for another shape or too small leading dimensions.
+  void run(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
+           const float* B, long ldb, float beta, float* C, long ldc, int threads = 0) const;
+  /// C = A·B with compact operands (A M x K, B K x N, C M x N).
+  void run(const float* A, const float* B, float* C, int threads = 0) const;
+
+ private:
+  SgemmPlan plan_;
+  te::JitKernel kernel_;
+};
+
+/// instantiate + te::compile (one compiler run, or the JIT's cache). Errors: the JIT's.
+CompiledSgemm compile_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, const jit::CompileOptions& options = {});
+/// Every knob set for one shape in one translation unit (one compiler run); in the order of `knobs`.
+std::vector<CompiledSgemm> compile_sgemm_all(const std::vector<SgemmKnobs>& knobs, const SgemmShape& shape,
+                                             const jit::CompileOptions& options = {});
+
+// ---- measuring candidates -----------------------------------------------------------------------
+
+/// Runs C = A·B on compact operands of the tuner's shape at `threads` (0: mls::num_threads()).
+using CandidateFn = std::function<void(const float* A, const float* B, float* C, int threads)>;
+/// Makes the runnable candidate of knobs (compiles it); throws on failure (a compile error).
+using CandidateBuilder = std::function<CandidateFn(const SgemmKnobs&, const SgemmShape&)>;
+/// The default builder: compile_sgemm with `options`.
+CandidateBuilder jit_builder(const jit::CompileOptions& options = {});
+
+/// What happened to one candidate.
+enum class TrialStatus { Ok, CompileError, Crashed, TimedOut, Wrong, Failed };
+/// "ok", "compile-error", "crashed", "timed-out", "wrong", "failed".
+std::string to_string(TrialStatus s);
+
+/// One measured (or refused) candidate.
+struct Trial {
+  int index = 0;            ///< 0-based, in the order measured
+  SgemmKnobs knobs;
+  TrialStatus status = TrialStatus::Failed;
+  double seconds = 0;       ///< per run (Ok only): the interleaved ratio to the anchor times its time
+  double gflops = 0;        ///< Ok only
+  double compile_seconds = 0;
+  std::string message;      ///< why it was refused (first line of the error, the signal, ...)
+};
+
+/// How candidates are checked and timed.
+struct MeasureOptions {
+  /// Run each candidate's first run in a forked child (one thread) first: a crash or a hang kills
+  /// only the child. Off: the first run is in this process (a crash is fatal).
+  bool fork_guard = true;
+  double timeout_s = 30;         ///< the child is killed after this, the candidate TimedOut
+  /// A candidate whose first in-process run takes more than this many times the anchor's is
+  /// TimedOut (not timed further).
+  double slow_factor = 20;
+  int repeat = 3;                ///< rounds of interleaved_ratio against the anchor
+  double batch_seconds = 5e-3;   ///< interleaved_ratio's batch
+};
+
+/// The problem a tuner measures on: seeded random operands, the reference product (lab4_packed,
+/// or lab4_packed_mt at more threads) and the anchor time. Made once per tuning.
+class Bench {
+ public:
+  Bench(const SgemmShape& shape, int threads, std::uint64_t seed = 1);
+  const SgemmShape& shape() const { return shape_; }
+  int threads() const { return threads_; }
+  /// Seconds of one run of the anchor (the hand-written packed kernel): the median of 5 batches of
+  /// about 10 ms each.
+  double anchor_seconds() const { return anchor_seconds_; }
+  /// Runs the anchor once (into a scratch C).
+  void run_anchor();
+  /// The largest |got - reference| over the tolerance 4 K eps max|A| max|B| (<= 1 is right).
+  double error_of(const std::vector<float>& got) const;
+  /// Checks, guards and times one candidate (see MeasureOptions). Never throws for a bad
+  /// candidate: the status says what happened.
+  Trial measure(const SgemmKnobs& knobs, const CandidateBuilder& build, const MeasureOptions& options);
+  /// Seconds per run of a candidate that passed measure(): its interleaved ratio to the anchor
+  /// (`repeat` rounds of `batch_seconds` batches) times the anchor's time.
+  double time(const CandidateFn& fn, int repeat, double batch_seconds);
+
+ private:
+  SgemmShape shape_;
+  int threads_;
+  std::vector<float> a_, b_, c_, ref_, anchor_c_;
+  double tolerance_ = 0, anchor_seconds_ = 0;
+};
+
+/// Runs `fn` in a forked child with a wall-clock limit: Ok when it returned true, Wrong when it
+/// returned false, Failed when it threw (the message), Crashed on a signal (named), TimedOut when
+/// killed at the limit. The child runs one thread (no pool: call nothing parallel in it).
+Trial run_guarded(const std::function<bool(std::string& message)>& fn, double timeout_s);
+
+// ---- search -------------------------------------------------------------------------------------
+
+enum class Strategy { Grid, Random, Guided };
+/// "grid", "random", "guided".
+std::string to_string(Strategy s);
+/// The strategy of a name; mls::Error "tune: unknown strategy '<s>' (grid, random, guided)".
+Strategy strategy_from_string(std::string_view s);
+
+/// The guided strategy's cost model: ridge regression of log(seconds) on knob features
+/// (sgemm_features), refitted after every measurement.
+class CostModel {
+ public:
+  explicit CostModel(double ridge = 1.0) : ridge_(ridge) {}
+  /// Fits on (features, log seconds) pairs; with fewer than 2 samples it predicts their mean.
+  void fit(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
+  /// The predicted log seconds.
+  double predict(const std::vector<double>& x) const;
+  bool fitted() const { return !w_.empty(); }
+
+ private:
+  double ridge_;
+  std::vector<double> mean_, scale_, w_;
+  double bias_ = 0;
+};
+/// Features of knobs on a shape: log2 of each block size and micro-kernel extent, unroll, one-hot
+/// order and parallel, the packing flags, register use, padding waste, log2 of the A block, B
+/// block and B panel bytes.
+std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape, int lanes);
+/// A key per distinct compiled schedule: knobs whose plans on `shape` are the same (block targets
+/// rounded to the same blocks) have the same key.
+std::string plan_key(const SgemmKnobs& k, const SgemmShape& shape, int lanes = 0);
+/// Solves the symmetric positive definite system a x = b (Cholesky); mls::Error when it is not.
+std::vector<double> solve_spd(std::vector<double> a, std::vector<double> b, std::size_t n);
+
+/// What a tuning run does.
+struct TuneOptions {
+  Strategy strategy = Strategy::Guided;
+  int trials = 64;            ///< candidates measured (refused ones count), >= 1
+  double budget_s = 0;        ///< wall-clock budget in seconds (0: none); the run stops after it
+  std::uint64_t seed = 1;     ///< operands, sampling, the model's exploration
+  int threads = 1;            ///< the thread count measured at (>= 1)
+  std::optional<KnobSpace> space{};   ///< default KnobSpace::sgemm(threads)
+  MeasureOptions measure{};
+  jit::CompileOptions jit{};  ///< for the default builder
+  CandidateBuilder builder{}; ///< default jit_builder(jit)
+  bool record = true;         ///< append each Ok trial to the tuning database
+  std::filesystem::path db_path{};  ///< "": default_tuning_db_path()
+  /// After the search, the `confirm` fastest candidates are timed again with 3x the rounds and 4x
+  /// the batch (one noisy lucky measurement must not win: the best of many noisy times is biased
+  /// low); the best is chosen among them. 0: no confirmation.
+  int confirm = 3;
+  double epsilon = 0.1;       ///< guided: chance of a random proposal instead of the model's best
+  int proposals = 64;         ///< guided: candidates scored by the model each round
+  /// Called after each trial (a progress bar).
+  std::function<void(const Trial& t, const std::vector<double>& best_so_far)> on_trial{};
+};
+
+/// The tuning database's `schedule` object of a trial: to_json(knobs) and "measure": "search" (a
+/// time of the search) or "confirmed" (timed again after it, see TuneOptions::confirm).
+nlohmann::json schedule_json(const SgemmKnobs& k, bool confirmed);
+
+/// What a tuning run found.
+struct TuneResult {
+  bool found = false;          ///< some candidate was Ok
+  SgemmKnobs best;             ///< the fastest Ok candidate (the space's default when none)
+  double best_seconds = 0, best_gflops = 0;
+  double anchor_seconds = 0;   ///< the hand-written packed kernel's time on the same operands
+  std::vector<Trial> trials;        ///< as measured in the search
+  std::vector<Trial> confirmed;     ///< the fastest trials timed again (TuneOptions::confirm)
+  std::vector<double> best_so_far;  ///< best GFLOP/s after each trial in the search (0 before the first Ok)
+  double wall_seconds = 0;
+};
+
+/// Runs a strategy on one shape at one thread count (see TuneOptions).
+class Tuner {
+ public:
+  Tuner(SgemmShape shape, TuneOptions options);
+  TuneResult run();
+
+ private:
+  /// The next candidate not measured yet (none when the strategy has nothing left).
+  std::optional<SgemmKnobs> propose(const std::vector<Trial>& done, Rng& rng);
+  /// Times the fastest trials again (TuneOptions::confirm) and picks the best among them.
+  void confirm(TuneResult& r, Bench& bench, const CandidateBuilder& build, const TuningDb* db) const;
+  SgemmShape shape_;
+  TuneOptions options_;
+  KnobSpace space_;
+  std::vector<SgemmKnobs> grid_;
+  std::set<std::string> seen_;  ///< plan_key of every candidate proposed
+  CostModel model_;
+};
+
+/// One strategy's best-so-far curve, for the tuning plot.
+struct TuningCurve {
+  std::string label;               ///< e.g. "guided"
+  std::vector<double> best_so_far; ///< TuneResult::best_so_far
+};
+/// An SVG of best-so-far GFLOP/s against trial (a step line per curve, its best in the legend) and
+/// the hand-written kernel's GFLOP/s as a dashed line (`reference_gflops` 0: none). mls::Error
+/// "tuning_curve_svg: ..." for no curves, an empty curve, or a negative or non-finite value.
+std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double reference_gflops,
+                             const std::string& reference_label, const std::string& title);
+
+// ---- the `tuned` kernel of the registry ------------------------------------------------------------
+
+/// Which knobs the `tuned` kernel uses for a shape at `threads` on this CPU, and where they came
+/// from: "db" (the database's fastest record of the shape), "nearest <m>x<n>x<k>" (the fastest
+/// record of the nearest shape measured at that thread count: the smallest sum of |log| ratios of
+/// m, n, k), "tuned" (MLS_TUNE=1 tuned it now), or "default".
+struct KnobChoice {
+  SgemmKnobs knobs;
+  std::string source;
+};
+/// The fastest record among `records` of op "sgemm", this template, `cpu_key` and `threads`, of
+/// `shape` when there is one, else of the nearest shape; among that shape's records the confirmed
+/// ones ("measure": "confirmed") are preferred where there are any. None when no record qualifies
+/// (records of knobs that do not parse are skipped).
+std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records, const SgemmShape& shape, int threads,
+                                       std::string_view cpu_key);
+
+/// The `tuned` SgemmFn: C = alpha op(A) op(B) + beta C with the best known schedule of the shape at
+/// mls::num_threads() threads (choose_knobs on the database, $MLS_TUNING_DB; with MLS_TUNE=1 a
+/// shape with no record of its own is tuned first: MLS_TUNE_TRIALS candidates, default 24, guided;
+/// else the space's default). Compiled kernels are kept per (knobs, shape). Problems below
+/// tuned_min_flops(), K = 0, and any failure to compile (no compiler, a compile error: one line on
+/// stderr, the first time) run lab4_packed (lab4_packed_mt at more than one thread).
+void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
+                 const float* B, long ldb, float beta, float* C, long ldc);
+/// Registers "tuned" (priority -100: never the default) with common's registry. Called by a
+/// provider in every program linked with lab 4; safe to call more than once.
+void register_tuned_kernel();
+/// Problems with 2 M N K below this run the hand-written kernel (default 2^21: compiling a kernel
+/// for a tiny product costs more than it can save). Tests set 0.
+double tuned_min_flops();
+void set_tuned_min_flops(double flops);
+/// The last warning the `tuned` kernel printed ("" when none), and how many times it fell back to
+/// the hand-written kernel after a failure.
+std::string tuned_last_warning();
+std::int64_t tuned_fallbacks();
+/// The knobs the `tuned` kernel chose for a shape at a thread count in this process (none before
+/// its first call on that shape, or for a problem it sent to the hand-written kernel by size).
+std::optional<KnobChoice> tuned_choice(const SgemmShape& shape, int threads);
+/// Forgets the compiled kernels, the knob choices and the warnings (as a new process would start).
+void reset_tuned_state();
+
+}  // namespace mls::kernels::tune

@@ -1,0 +1,284 @@
+// Measuring candidates: the operands and reference of one tuning problem, a candidate's first run
+// in a forked child (a crash or a hang kills only the child), the checked first run here, and the
+// interleaved timing against the hand-written packed kernel (the anchor).
+//
+// Why fork: a generated kernel is code nobody has run yet. A schedule the template cannot build is
+// an mls::Error, and a compile error is one too (the JIT's), but a bad kernel can also crash the
+// process (an out-of-bounds store in a micro-kernel) or never end. The child runs it once on the
+// real operands with one thread (after fork only the calling thread exists: the child never
+// touches common's pool), checks the result against the reference and reports through a pipe; the
+// parent kills it after MeasureOptions::timeout_s. Only a candidate that passed runs in this
+// process, first once at the tuner's thread count (checked again: threads must not change the
+// result), then in the interleaved rounds.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "mls/common/error.hpp"
+#include "mls/common/interleaved_timing.hpp"
+#include "mls/common/parallel.hpp"
+#include "mls/kernels/sgemm.hpp"
+#include "mls/kernels/tune.hpp"
+
+namespace mls::kernels::tune {
+
+std::string to_string(TrialStatus s) {
+  switch (s) {
+    case TrialStatus::Ok: return "ok";
+    case TrialStatus::CompileError: return "compile-error";
+    case TrialStatus::Crashed: return "crashed";
+    case TrialStatus::TimedOut: return "timed-out";
+    case TrialStatus::Wrong: return "wrong";
+    case TrialStatus::Failed: return "failed";
+  }
+  return "?";
+}
+
+namespace {
+
+/// The first `lines` non-empty lines of an error message joined by " | ", at most 400 characters.
+std::string short_message(const std::string& what, int lines = 2) {
+  std::string s;
+  std::size_t pos = 0;
+  for (int i = 0; i < lines && pos < what.size();) {
+    const std::size_t end = what.find('\n', pos);
+    const std::string line = what.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (!line.empty()) {
+      s += (s.empty() ? "" : " | ") + line;
+      ++i;
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  if (s.size() > 400) s = s.substr(0, 400) + "...";
+  return s;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Trial run_guarded(const std::function<bool(std::string& message)>& fn, double timeout_s) {
+  MLS_CHECK(timeout_s > 0, "run_guarded: timeout_s ", timeout_s, " must be > 0");
+  Trial t;
+  int fds[2];
+  MLS_CHECK(::pipe(fds) == 0, "run_guarded: pipe failed: ", std::strerror(errno));
+  std::fflush(nullptr);  // nothing buffered is written twice
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    fail("run_guarded: fork failed: ", std::strerror(err));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    // The parent's handlers (a test framework's, a tool's) must not run here: a crash is reported
+    // by the signal it dies of.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS}) ::signal(sig, SIG_DFL);
+    std::string message;
+    int code = 2;
+    try {
+      code = fn(message) ? 0 : 1;
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "an exception that is not a std::exception";
+    }
+    const char* p = message.data();
+    std::size_t left = std::min<std::size_t>(message.size(), 4096);
+    while (left > 0) {
+      const ssize_t w = ::write(fds[1], p, left);
+      if (w <= 0) break;
+      p += w;
+      left -= static_cast<std::size_t>(w);
+    }
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  std::string message;
+  const double deadline = now_seconds() + timeout_s;
+  bool timed_out = false;
+  for (;;) {
+    const double left = deadline - now_seconds();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min(left * 1000 + 1, 1000.0)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char buf[512];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n > 0) {
+      message.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // EOF: the child has exited (or closed the pipe)
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    t.status = TrialStatus::TimedOut;
+    t.message = "its first run did not end within " + std::to_string(timeout_s) + " s (killed)";
+  } else if (WIFSIGNALED(status)) {
+    t.status = TrialStatus::Crashed;
+    t.message = std::string("its first run crashed: signal ") + std::to_string(WTERMSIG(status)) + " (" +
+                strsignal(WTERMSIG(status)) + ")";
+  } else {
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    t.status = code == 0 ? TrialStatus::Ok : code == 1 ? TrialStatus::Wrong : TrialStatus::Failed;
+    t.message = short_message(message);
+  }
+  return t;
+}
+
+// ---- the problem of one tuning run -----------------------------------------------------------------
+
+namespace {
+const char* anchor_name(int threads) { return threads > 1 ? "lab4_packed_mt" : "lab4_packed"; }
+}  // namespace
+
+Bench::Bench(const SgemmShape& shape, int threads, std::uint64_t seed) : shape_(shape), threads_(threads) {
+  MLS_CHECK(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "tune: shape ", to_string(shape),
+            " must have every extent >= 1");
+  MLS_CHECK(threads >= 1, "tune: threads ", threads, " must be >= 1");
+  Rng rng(seed, "tune_operands");
+  a_.resize(static_cast<std::size_t>(shape.m * shape.k));
+  b_.resize(static_cast<std::size_t>(shape.k * shape.n));
+  for (auto& x : a_) x = static_cast<float>(rng.uniform(-1, 1));
+  for (auto& x : b_) x = static_cast<float>(rng.uniform(-1, 1));
+  c_.assign(static_cast<std::size_t>(shape.m * shape.n), 0.0f);
+  ref_ = c_;
+  anchor_c_ = c_;
+  ThreadCountGuard guard(threads_);
+  sgemm(anchor_name(threads_), false, false, shape.m, shape.n, shape.k, 1.0f, a_.data(), shape.k, b_.data(), shape.n,
+        0.0f, ref_.data(), shape.n);
+  float amax = 0, bmax = 0;
+  for (float x : a_) amax = std::max(amax, std::fabs(x));
+  for (float x : b_) bmax = std::max(bmax, std::fabs(x));
+  // Both sides round each of K products and sums: 4 K eps |a| |b| bounds their difference.
+  tolerance_ = 4.0 * static_cast<double>(shape.k) * std::numeric_limits<float>::epsilon() * amax * bmax + 1e-30;
+  // Per run: the median of 5 batches of about 10 ms each (a single run of a small problem is noise).
+  run_anchor();
+  const double once = bench::seconds_of([&] { run_anchor(); });
+  const int calls = static_cast<int>(std::clamp(10e-3 / std::max(once, 1e-9), 1.0, 10000.0));
+  std::vector<double> times;
+  for (int i = 0; i < 5; ++i)
+    times.push_back(bench::seconds_of([&] {
+                      for (int c = 0; c < calls; ++c) run_anchor();
+                    }) /
+                    calls);
+  std::sort(times.begin(), times.end());
+  anchor_seconds_ = times[2];
+}
+
+void Bench::run_anchor() {
+  ThreadCountGuard guard(threads_);
+  sgemm(anchor_name(threads_), false, false, shape_.m, shape_.n, shape_.k, 1.0f, a_.data(), shape_.k, b_.data(),
+        shape_.n, 0.0f, anchor_c_.data(), shape_.n);
+}
+
+double Bench::error_of(const std::vector<float>& got) const {
+  if (got.size() != ref_.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - ref_[i]);
+    if (!(d <= tolerance_ * 1e30)) return std::numeric_limits<double>::infinity();  // NaN or inf
+    worst = std::max(worst, d / tolerance_);
+  }
+  return worst;
+}
+
+Trial Bench::measure(const SgemmKnobs& knobs, const CandidateBuilder& build, const MeasureOptions& options) {
+  Trial t;
+  t.knobs = knobs;
+  CandidateFn fn;
+  const double t0 = now_seconds();
+  try {
+    fn = build(knobs, shape_);
+    MLS_CHECK(static_cast<bool>(fn), "tune: the builder returned no function for ", to_string(knobs));
+  } catch (const std::exception& e) {
+    t.status = TrialStatus::CompileError;
+    t.message = short_message(e.what());
+    return t;
+  }
+  t.compile_seconds = now_seconds() - t0;
+  auto wrong = [&](double err) {
+    return "result differs from lab4_packed: largest error " + std::to_string(err) + " x the tolerance " +
+           std::to_string(tolerance_);
+  };
+  std::vector<float>& c = c_;
+  if (options.fork_guard) {
+    const Trial g = run_guarded(
+        [&](std::string& message) {
+          std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+          fn(a_.data(), b_.data(), c.data(), 1);
+          const double err = error_of(c);
+          if (err <= 1) return true;
+          message = wrong(err);
+          return false;
+        },
+        options.timeout_s);
+    if (g.status != TrialStatus::Ok) {
+      t.status = g.status;
+      t.message = g.message;
+      return t;
+    }
+  }
+  ThreadCountGuard guard(threads_);
+  std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+  double first = 0;
+  try {
+    first = bench::seconds_of([&] { fn(a_.data(), b_.data(), c.data(), 0); });
+  } catch (const std::exception& e) {
+    t.status = TrialStatus::Failed;
+    t.message = short_message(e.what());
+    return t;
+  }
+  if (const double err = error_of(c); !(err <= 1)) {
+    t.status = TrialStatus::Wrong;
+    t.message = wrong(err) + " (at " + std::to_string(threads_) + " threads)";
+    return t;
+  }
+  if (first > options.slow_factor * std::max(anchor_seconds_, 1e-6) && first > 1e-3) {
+    t.status = TrialStatus::TimedOut;
+    t.message = "its first run took " + std::to_string(first) + " s, over " + std::to_string(options.slow_factor) +
+                " x the anchor's " + std::to_string(anchor_seconds_) + " s";
+    return t;
+  }
+  try {
+    t.seconds = time(fn, options.repeat, options.batch_seconds);
+  } catch (const std::exception& e) {
+    t.status = TrialStatus::Failed;
+    t.message = short_message(e.what());
+    return t;
+  }
+  t.status = TrialStatus::Ok;
+  t.gflops = sgemm_flops(shape_) / t.seconds * 1e-9;
+  return t;
+}
+
+double Bench::time(const CandidateFn& fn, int repeat, double batch_seconds) {
+  ThreadCountGuard guard(threads_);
+  const double ratio = bench::interleaved_ratio([&] { run_anchor(); }, [&] { fn(a_.data(), b_.data(), c_.data(), 0); },
+                                                repeat, batch_seconds);
+  return ratio * anchor_seconds_;
+}
+
+}  // namespace mls::kernels::tune

@@ -1,0 +1,392 @@
+// The SGEMM template's knobs and knob space: text and JSON forms, checks, enumeration, sampling,
+// neighbours; the plan (padded problem and real block sizes) of knobs on a shape.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "mls/common/error.hpp"
+#include "mls/kernels/tune.hpp"
+
+namespace mls::kernels::tune {
+
+namespace {
+
+const std::vector<std::string>& parallel_names() {
+  static const std::vector<std::string> names = {"none", "m", "n", "mr", "nr"};
+  return names;
+}
+const std::vector<std::string>& orders() {
+  static const std::vector<std::string> names = {"nkm", "nmk", "knm", "kmn", "mnk", "mkn"};
+  return names;
+}
+
+long ceil_div(long a, long b) { return (a + b - 1) / b; }
+
+template <class T>
+std::size_t index_of(const std::vector<T>& v, const T& x) {
+  return static_cast<std::size_t>(std::find(v.begin(), v.end(), x) - v.begin());
+}
+
+/// The value of `v` nearest to `want` (by |log| ratio for numbers).
+int nearest(const std::vector<int>& v, int want) {
+  int best = v.front();
+  for (int x : v)
+    if (std::fabs(std::log(static_cast<double>(x) / want)) < std::fabs(std::log(static_cast<double>(best) / want)))
+      best = x;
+  return best;
+}
+
+int cpu_lanes(int lanes) { return lanes != 0 ? lanes : te::resolved_vector_lanes({}); }
+
+}  // namespace
+
+// ---- knobs --------------------------------------------------------------------------------------
+
+std::string to_string(const SgemmKnobs& k) {
+  return "mc=" + std::to_string(k.mc) + " kc=" + std::to_string(k.kc) + " nc=" + std::to_string(k.nc) +
+         " mr=" + std::to_string(k.mr) + " nr=" + std::to_string(k.nr) + " order=" + k.order +
+         " parallel=" + k.parallel + " pack_a=" + (k.pack_a ? "1" : "0") + " pack_b=" + (k.pack_b ? "1" : "0") +
+         " unroll=" + std::to_string(k.unroll);
+}
+
+nlohmann::json to_json(const SgemmKnobs& k) {
+  return {{"template", kSgemmTemplate}, {"mc", k.mc}, {"kc", k.kc}, {"nc", k.nc}, {"mr", k.mr},
+          {"nr", k.nr}, {"order", k.order}, {"parallel", k.parallel}, {"pack_a", k.pack_a},
+          {"pack_b", k.pack_b}, {"unroll", k.unroll}};
+}
+
+SgemmKnobs knobs_from_json(const nlohmann::json& j) {
+  MLS_CHECK(j.is_object(), "sgemm knobs: expected a JSON object, got ", j.dump());
+  auto field = [&](const char* name) -> const nlohmann::json& {
+    MLS_CHECK(j.contains(name), "sgemm knobs: field '", name, "' is missing in ", j.dump());
+    return j.at(name);
+  };
+  const auto& t = field("template");
+  MLS_CHECK(t.is_string() && t.get<std::string>() == kSgemmTemplate, "sgemm knobs: template ", t.dump(),
+            " is not '", kSgemmTemplate, "'");
+  auto integer = [&](const char* name) {
+    const auto& v = field(name);
+    MLS_CHECK(v.is_number_integer(), "sgemm knobs: field '", name, "' must be an integer, got ", v.dump());
+    const auto x = v.get<std::int64_t>();
+    MLS_CHECK(x >= -(1 << 30) && x <= (1 << 30), "sgemm knobs: field '", name, "' ", x, " is out of range");
+    return static_cast<int>(x);
+  };
+  auto text = [&](const char* name) {
+    const auto& v = field(name);
+    MLS_CHECK(v.is_string(), "sgemm knobs: field '", name, "' must be a string, got ", v.dump());
+    return v.get<std::string>();
+  };
+  auto flag = [&](const char* name) {
+    const auto& v = field(name);
+    MLS_CHECK(v.is_boolean(), "sgemm knobs: field '", name, "' must be true or false, got ", v.dump());
+    return v.get<bool>();
+  };
+  SgemmKnobs k;
+  k.mc = integer("mc");
+  k.kc = integer("kc");
+  k.nc = integer("nc");
+  k.mr = integer("mr");
+  k.nr = integer("nr");
+  k.order = text("order");
+  k.parallel = text("parallel");
+  k.pack_a = flag("pack_a");
+  k.pack_b = flag("pack_b");
+  k.unroll = integer("unroll");
+  check_knobs(k);
+  return k;
+}
+
+void check_knobs(const SgemmKnobs& k, int lanes) {
+  lanes = cpu_lanes(lanes);
+  MLS_CHECK(k.mc >= 1 && k.kc >= 1 && k.nc >= 1, "sgemm knobs: block sizes mc ", k.mc, ", kc ", k.kc, ", nc ", k.nc,
+            " must be >= 1");
+  MLS_CHECK(k.mr >= 1 && k.mr <= 64, "sgemm knobs: mr ", k.mr, " must be in 1..64");
+  MLS_CHECK(k.nr >= lanes && k.nr % lanes == 0 && k.nr <= 16 * lanes, "sgemm knobs: nr ", k.nr,
+            " must be a multiple of the ", lanes, " vector lanes (at most ", 16 * lanes, ")");
+  std::string sorted = k.order;
+  std::sort(sorted.begin(), sorted.end());
+  MLS_CHECK(sorted == "kmn", "sgemm knobs: order '", k.order, "' is not a permutation of 'nkm' (n = xc, k = ko, m = yc)");
+  MLS_CHECK(index_of(parallel_names(), k.parallel) < parallel_names().size(), "sgemm knobs: parallel '", k.parallel,
+            "' is not one of none, m, n, mr, nr");
+  MLS_CHECK(k.unroll >= 1 && k.unroll <= 64, "sgemm knobs: unroll ", k.unroll, " must be in 1..64");
+}
+
+// ---- the space ----------------------------------------------------------------------------------
+
+namespace {
+/// Vector registers of the CPU: 32 with AVX-512, else 16.
+int cpu_registers(int lanes) { return lanes >= 16 ? 32 : 16; }
+}  // namespace
+
+KnobSpace KnobSpace::sgemm(int threads, int lanes) {
+  MLS_CHECK(threads >= 1, "KnobSpace::sgemm: threads ", threads, " must be >= 1");
+  KnobSpace s;
+  s.lanes = cpu_lanes(lanes);
+  s.vector_registers = cpu_registers(s.lanes);
+  s.mc = {32, 64, 96, 128, 192, 256};
+  s.kc = {64, 128, 192, 256, 384, 512};
+  s.nc = {128, 256, 512, 1024, 2048};
+  s.mr = {1, 2, 4, 6, 8, 12, 14, 16};
+  s.nr = {s.lanes, 2 * s.lanes, 3 * s.lanes, 4 * s.lanes};
+  s.order = orders();
+  s.parallel = threads == 1 ? std::vector<std::string>{"none"} : std::vector<std::string>{"m", "n", "mr", "nr"};
+  s.pack_a = {true, false};
+  s.pack_b = {true, false};
+  s.unroll = {1, 2, 4, 8};
+  return s;
+}
+
+KnobSpace KnobSpace::small(int threads, int lanes) {
+  MLS_CHECK(threads >= 1, "KnobSpace::small: threads ", threads, " must be >= 1");
+  KnobSpace s;
+  s.lanes = cpu_lanes(lanes);
+  s.vector_registers = cpu_registers(s.lanes);
+  s.mc = {8, 24};
+  s.kc = {8, 32};
+  s.nc = {s.lanes, 2 * s.lanes};
+  s.mr = {3, 4};
+  s.nr = {s.lanes};
+  s.order = {"nkm", "mkn", "knm"};
+  s.parallel = threads == 1 ? std::vector<std::string>{"none"} : std::vector<std::string>{"m", "nr"};
+  s.pack_a = {true, false};
+  s.pack_b = {true, false};
+  s.unroll = {1, 4};
+  return s;
+}
+
+std::size_t KnobSpace::cross_size() const {
+  return mc.size() * kc.size() * nc.size() * mr.size() * nr.size() * order.size() * parallel.size() *
+         pack_a.size() * pack_b.size() * unroll.size();
+}
+
+SgemmKnobs KnobSpace::at(std::size_t index) const {
+  MLS_CHECK(index < cross_size(), "KnobSpace::at: index ", index, " is past the ", cross_size(), " points");
+  SgemmKnobs k;
+  auto digit = [&index](std::size_t radix) {
+    const std::size_t d = index % radix;
+    index /= radix;
+    return d;
+  };
+  k.unroll = unroll[digit(unroll.size())];
+  k.nc = nc[digit(nc.size())];
+  k.kc = kc[digit(kc.size())];
+  k.mc = mc[digit(mc.size())];
+  k.nr = nr[digit(nr.size())];
+  k.mr = mr[digit(mr.size())];
+  k.pack_b = pack_b[digit(pack_b.size())];
+  k.pack_a = pack_a[digit(pack_a.size())];
+  k.parallel = parallel[digit(parallel.size())];
+  k.order = order[digit(order.size())];
+  return k;
+}
+
+bool KnobSpace::valid(const SgemmKnobs& k) const {
+  auto in = [](const auto& list, const auto& x) { return std::find(list.begin(), list.end(), x) != list.end(); };
+  if (!(in(mc, k.mc) && in(kc, k.kc) && in(nc, k.nc) && in(mr, k.mr) && in(nr, k.nr) && in(order, k.order) &&
+        in(parallel, k.parallel) && in(pack_a, k.pack_a) && in(pack_b, k.pack_b) && in(unroll, k.unroll)))
+    return false;
+  const int nv = k.nr / lanes;
+  return k.nr % lanes == 0 && k.mr * nv + nv + 1 <= vector_registers;
+}
+
+std::vector<SgemmKnobs> KnobSpace::enumerate() const {
+  std::vector<SgemmKnobs> out;
+  const std::size_t n = cross_size();
+  for (std::size_t i = 0; i < n; ++i) {
+    SgemmKnobs k = at(i);
+    if (valid(k)) out.push_back(std::move(k));
+  }
+  return out;
+}
+
+SgemmKnobs KnobSpace::sample(Rng& rng) const {
+  auto pick = [&rng](const auto& list) { return list[static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(list.size())))]; };
+  for (int attempt = 0; attempt < 10000; ++attempt) {
+    SgemmKnobs k;
+    k.mc = pick(mc);
+    k.kc = pick(kc);
+    k.nc = pick(nc);
+    k.mr = pick(mr);
+    k.nr = pick(nr);
+    k.order = pick(order);
+    k.parallel = pick(parallel);
+    k.pack_a = pick(pack_a);
+    k.pack_b = pick(pack_b);
+    k.unroll = pick(unroll);
+    if (valid(k)) return k;
+  }
+  fail("KnobSpace::sample: no valid point found in 10000 draws (mr x nr never fits ", vector_registers,
+       " vector registers?)");
+}
+
+std::vector<SgemmKnobs> KnobSpace::neighbours(const SgemmKnobs& k) const {
+  std::vector<SgemmKnobs> out;
+  auto add = [&](SgemmKnobs n) {
+    if (!(n == k) && valid(n) && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(std::move(n));
+  };
+  // A numeric knob moves one step along its list.
+  auto step = [&](const std::vector<int>& list, int SgemmKnobs::*field) {
+    const std::size_t i = index_of(list, k.*field);
+    if (i >= list.size()) return;
+    for (std::size_t j : {i - 1, i + 1}) {
+      if (j >= list.size()) continue;  // i - 1 wraps around for i = 0
+      SgemmKnobs n = k;
+      n.*field = list[j];
+      add(n);
+    }
+  };
+  step(mc, &SgemmKnobs::mc);
+  step(kc, &SgemmKnobs::kc);
+  step(nc, &SgemmKnobs::nc);
+  step(mr, &SgemmKnobs::mr);
+  step(nr, &SgemmKnobs::nr);
+  step(unroll, &SgemmKnobs::unroll);
+  for (const auto& o : order) {
+    SgemmKnobs n = k;
+    n.order = o;
+    add(n);
+  }
+  for (const auto& p : parallel) {
+    SgemmKnobs n = k;
+    n.parallel = p;
+    add(n);
+  }
+  for (bool a : pack_a) {
+    SgemmKnobs n = k;
+    n.pack_a = a;
+    add(n);
+  }
+  for (bool b : pack_b) {
+    SgemmKnobs n = k;
+    n.pack_b = b;
+    add(n);
+  }
+  return out;
+}
+
+SgemmKnobs KnobSpace::default_knobs() const {
+  check();
+  SgemmKnobs k;
+  k.mc = nearest(mc, 64);
+  k.kc = nearest(kc, 256);
+  k.nc = nearest(nc, 512);
+  k.mr = nearest(mr, 8);
+  k.nr = nearest(nr, 2 * lanes);
+  k.order = index_of(order, std::string("nkm")) < order.size() ? "nkm" : order.front();
+  k.parallel = index_of(parallel, std::string("m")) < parallel.size() ? "m" : parallel.front();
+  k.pack_a = pack_a.front();
+  k.pack_b = pack_b.front();
+  k.unroll = nearest(unroll, 1);
+  if (valid(k)) return k;
+  // Too many accumulators for the registers: the largest mr below that fits, else any valid point.
+  std::vector<int> rows = mr;
+  std::sort(rows.rbegin(), rows.rend());
+  for (int r : rows) {
+    SgemmKnobs n = k;
+    n.mr = r;
+    if (r <= k.mr && valid(n)) return n;
+  }
+  return enumerate().front();
+}
+
+void KnobSpace::check() const {
+  auto nonempty = [](const auto& list, const char* name) {
+    MLS_CHECK(!list.empty(), "KnobSpace: knob '", name, "' has no values");
+  };
+  nonempty(mc, "mc");
+  nonempty(kc, "kc");
+  nonempty(nc, "nc");
+  nonempty(mr, "mr");
+  nonempty(nr, "nr");
+  nonempty(order, "order");
+  nonempty(parallel, "parallel");
+  nonempty(pack_a, "pack_a");
+  nonempty(pack_b, "pack_b");
+  nonempty(unroll, "unroll");
+  MLS_CHECK(lanes == 4 || lanes == 8 || lanes == 16, "KnobSpace: lanes ", lanes, " is not 4, 8 or 16");
+  SgemmKnobs k;
+  for (int x : mc) k.mc = x, check_knobs(k, lanes);
+  for (int x : kc) k.kc = x, check_knobs(k, lanes);
+  for (int x : nc) k.nc = x, check_knobs(k, lanes);
+  for (int x : mr) k.mr = x, check_knobs(k, lanes);
+  k.mr = 1;
+  for (int x : nr) k.nr = x, check_knobs(k, lanes);
+  k.nr = lanes;
+  for (const auto& x : order) k.order = x, check_knobs(k, lanes);
+  for (const auto& x : parallel) k.parallel = x, check_knobs(k, lanes);
+  for (int x : unroll) k.unroll = x, check_knobs(k, lanes);
+  const int min_mr = *std::min_element(mr.begin(), mr.end()), min_nr = *std::min_element(nr.begin(), nr.end());
+  MLS_CHECK(min_mr * (min_nr / lanes) + min_nr / lanes + 1 <= vector_registers, "KnobSpace: no valid point: mr ",
+            min_mr, " x nr ", min_nr, " needs more than ", vector_registers, " vector registers");
+}
+
+// ---- shapes and plans ---------------------------------------------------------------------------
+
+std::string to_string(const SgemmShape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
+nlohmann::json to_json(const SgemmShape& s) { return {{"m", s.m}, {"n", s.n}, {"k", s.k}}; }
+
+double sgemm_flops(const SgemmShape& s) { return 2.0 * static_cast<double>(s.m) * s.n * s.k; }
+
+namespace {
+/// Panels of `unit` covering `extent`, grouped in balanced blocks of about `target`: the block
+/// size (a multiple of unit) and the padded extent (a whole number of blocks: the lowering guards a
+/// block tail on the root axis, inside the micro-kernel's tile, which tensorize refuses).
+std::pair<long, long> balanced_blocks(long extent, long unit, long target) {
+  const long panels = ceil_div(extent, unit);
+  const long per_target = std::max(1L, target / unit);
+  const long blocks = ceil_div(panels, per_target);
+  const long per_block = ceil_div(panels, blocks);
+  return {per_block * unit, blocks * per_block * unit};
+}
+}  // namespace
+
+SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes) {
+  lanes = cpu_lanes(lanes);
+  check_knobs(knobs, lanes);
+  MLS_CHECK(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "plan_sgemm: shape ", to_string(shape),
+            " must have every extent >= 1");
+  SgemmPlan p;
+  p.knobs = knobs;
+  p.shape = shape;
+  p.lanes = lanes;
+  std::tie(p.mc, p.padded.m) = balanced_blocks(shape.m, knobs.mr, knobs.mc);
+  std::tie(p.nc, p.padded.n) = balanced_blocks(shape.n, knobs.nr, knobs.nc);
+  const long kblocks = ceil_div(shape.k, knobs.kc);
+  p.kc = ceil_div(shape.k, kblocks);
+  p.padded.k = kblocks * p.kc;
+  return p;
+}
+
+// ---- features of the cost model -----------------------------------------------------------------
+
+std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape, int lanes) {
+  const SgemmPlan p = plan_sgemm(k, shape, lanes);
+  std::vector<double> f;
+  auto lg = [](double x) { return std::log2(std::max(1.0, x)); };
+  f.push_back(lg(static_cast<double>(p.mc)));
+  f.push_back(lg(static_cast<double>(p.kc)));
+  f.push_back(lg(static_cast<double>(p.nc)));
+  f.push_back(lg(k.mr));
+  f.push_back(lg(k.nr / p.lanes));
+  f.push_back(lg(k.unroll));
+  for (const auto& o : orders()) f.push_back(k.order == o ? 1.0 : 0.0);
+  for (const auto& n : parallel_names()) f.push_back(k.parallel == n ? 1.0 : 0.0);
+  f.push_back(k.pack_a ? 1.0 : 0.0);
+  f.push_back(k.pack_b ? 1.0 : 0.0);
+  const double nv = static_cast<double>(k.nr) / p.lanes;
+  f.push_back(k.mr * nv + nv + 1);                                      // registers
+  f.push_back(1.0 / k.mr + 1.0 / nv);                                   // loads per FMA
+  f.push_back(sgemm_flops(p.padded) / sgemm_flops(shape) - 1.0);        // padding waste
+  f.push_back(lg(4.0 * p.mc * p.kc));                                   // A block bytes (L2)
+  f.push_back(lg(4.0 * p.kc * p.nc));                                   // B block bytes (L3)
+  f.push_back(lg(4.0 * p.kc * k.nr));                                   // B panel bytes (L1)
+  const double l1 = lg(4.0 * p.kc * k.nr) - 15, l2 = lg(4.0 * p.mc * p.kc) - 20;
+  f.push_back(l1 * l1);
+  f.push_back(l2 * l2);
+  return f;
+}
+
+}  // namespace mls::kernels::tune

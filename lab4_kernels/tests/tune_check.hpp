@@ -1,0 +1,86 @@
+#pragma once
+// Helpers of the autotuner's tests: a private tuning database and JIT cache per test, the naive
+// product, and checks of a template instance (interpreted or compiled) against it.
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "jit_test_util.hpp"
+#include "mls/kernels/tune.hpp"
+#include "mls/testing.hpp"
+#include "reference.hpp"
+
+namespace kernels_test {
+
+namespace tune = mls::kernels::tune;
+
+/// MLS_TUNING_DB and MLS_JIT_CACHE in a temporary folder of the test's own for its scope (never the
+/// user's cache), and the `tuned` kernel's state forgotten before and after.
+struct TuneEnv {
+  mls::testing::TempDir dir{"tune"};
+  EnvGuard db{"MLS_TUNING_DB", dir.file("tuning.jsonl")};
+  EnvGuard cache{"MLS_JIT_CACHE", dir.file("jit")};
+  EnvGuard tune{"MLS_TUNE", std::nullopt};
+  TuneEnv() { tune::reset_tuned_state(); }
+  ~TuneEnv() { tune::reset_tuned_state(); }
+  std::string db_path() const { return dir.file("tuning.jsonl"); }
+};
+
+/// Compile options for the tests: the process's cache folder (MLS_JIT_CACHE), -O1 (quick compiles).
+inline mls::kernels::jit::CompileOptions quick_jit() {
+  mls::kernels::jit::CompileOptions o;
+  o.opt_level = "-O1";
+  return o;
+}
+
+/// Random operands of a shape (A m x k, B k x n), in [-1, 1).
+struct Operands {
+  std::vector<float> a, b;
+  Operands(const tune::SgemmShape& s, std::uint64_t seed)
+      : a(random_vec(static_cast<std::size_t>(s.m * s.k), seed, "A")),
+        b(random_vec(static_cast<std::size_t>(s.k * s.n), seed, "B")) {}
+};
+
+/// `v` (rows x cols) zero-padded to prows x pcols.
+inline std::vector<float> padded(const std::vector<float>& v, long rows, long cols, long prows, long pcols) {
+  std::vector<float> out(static_cast<std::size_t>(prows * pcols), 0.0f);
+  for (long i = 0; i < rows; ++i)
+    for (long j = 0; j < cols; ++j) out[i * pcols + j] = v[i * cols + j];
+  return out;
+}
+
+#ifndef MLS_GRADED_BUILD
+/// |got - want| within the reference's bound, element by element (got: m x n with leading dimension ld).
+inline void require_matches(const std::vector<float>& got, long ld, const Reference& want, long m, long n,
+                            const std::string& what) {
+  for (long i = 0; i < m; ++i) {
+    for (long j = 0; j < n; ++j) {
+      const double g = got[i * ld + j], w = want.value[i * n + j];
+      if (std::fabs(g - w) <= want.bound[i * n + j]) continue;
+      INFO(what << ": C[" << i << "][" << j << "] = " << g << ", want " << w << " (bound " << want.bound[i * n + j] << ")");
+      REQUIRE(std::fabs(g - w) <= want.bound[i * n + j]);
+    }
+  }
+}
+
+/// The interpreted loop nest of `knobs` on shape `s` (operands padded as CompiledSgemm pads them)
+/// equals the naive product.
+inline void check_interpreted(const tune::SgemmKnobs& knobs, const tune::SgemmShape& s, std::uint64_t seed) {
+  namespace te = mls::kernels::te;
+  const tune::SgemmInstance inst = tune::instantiate(knobs, s.m, s.n, s.k);
+  const tune::SgemmShape& p = inst.plan.padded;
+  const Operands in(s, seed);
+  std::vector<float> a = padded(in.a, s.m, s.k, p.m, p.k), b = padded(in.b, s.k, s.n, p.k, p.n);
+  std::vector<float> c(static_cast<std::size_t>(p.m * p.n), std::numeric_limits<float>::quiet_NaN());
+  te::Bindings bind;
+  bind.bind(inst.A, a).bind(inst.B, b).bind(inst.C, c);
+  te::interpret(inst.func, bind);
+  const Reference want = reference_sgemm(false, false, s.m, s.n, s.k, 1.0f, in.a.data(), s.k, in.b.data(), s.n, 0.0f,
+                                         nullptr, s.n);
+  require_matches(c, p.n, want, s.m, s.n, tune::to_string(s) + " " + tune::to_string(knobs));
+}
+#endif
+
+}  // namespace kernels_test
