@@ -8,6 +8,10 @@
 #include "mls/grader/report.hpp"
 #include "mls/grader/strip.hpp"
 
+// The marker comments, split so that this file has none of its own.
+#define MLS_BEGIN "// BEGIN " "SOLUTION"
+#define MLS_END "// END " "SOLUTION"
+
 using namespace mls::grader;
 
 namespace {
@@ -38,21 +42,21 @@ TestResult test(const std::string& name, const std::string& group, Outcome o, bo
 TEST_CASE("strip: a region's function is named past attributes and else-blocks", "[grader][strip][groups]") {
   const std::vector<std::string> attr = {
       "[[maybe_unused]] __attribute__((target(\"avx512f\"))) static void ukernel_avx512(",
-      "    const float* a, float* c) {", "  // BEGIN SOLUTION", "  c[0] = a[0];", "  // END SOLUTION", "}"};
+      "    const float* a, float* c) {", "  " MLS_BEGIN, "  c[0] = a[0];", "  " MLS_END, "}"};
   CHECK(enclosing_function(attr, 2) == "ukernel_avx512");
   const std::vector<std::string> els = {"void Var::backward(int g) const {", "  if (g) {", "    g = 1;", "  } else {",
-                                        "    g = 2;", "  }", "  // BEGIN SOLUTION"};
+                                        "    g = 2;", "  }", "  " MLS_BEGIN};
   CHECK(enclosing_function(els, 6) == "Var::backward");
-  const std::vector<std::string> inner_else = {"int f(int x) {", "  if (x) {", "  } else {", "    // BEGIN SOLUTION"};
+  const std::vector<std::string> inner_else = {"int f(int x) {", "  if (x) {", "  } else {", "    " MLS_BEGIN};
   CHECK(enclosing_function(inner_else, 3) == "f");
-  CHECK(enclosing_function({"namespace a {", "// BEGIN SOLUTION"}, 1).empty());
+  CHECK(enclosing_function({"namespace a {", MLS_BEGIN}, 1).empty());
 }
 
 TEST_CASE("strip: a filter stubs only the picked functions and keeps the others' code without markers",
           "[grader][strip][groups]") {
   const std::string text =
-      "int f() {\n  // BEGIN SOLUTION\n  return 1;\n  // END SOLUTION\n}\n"
-      "int g() {\n  // BEGIN SOLUTION\n  return 2;\n  // END SOLUTION\n}\n";
+      "int f() {\n  " MLS_BEGIN "\n  return 1;\n  " MLS_END "\n}\n"
+      "int g() {\n  " MLS_BEGIN "\n  return 2;\n  " MLS_END "\n}\n";
   StripResult s = strip_solutions(text, "a.cpp", "lab7", [](const std::string& fn) { return fn == "g"; });
   CHECK(s.functions == std::vector<std::string>{"f", "g"});
   CHECK(s.stubbed == std::vector<std::string>{"g"});
