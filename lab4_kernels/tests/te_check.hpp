@@ -28,17 +28,25 @@ inline std::vector<std::vector<float>> random_inputs(const std::vector<te::Tenso
   return v;
 }
 
-/// The outputs of `f` interpreted on `in` (outputs start as NaN: every element must be written).
-inline std::vector<std::vector<float>> run_lowered(const te::LoweredFunc& f, const std::vector<te::Tensor>& inputs,
-                                                   std::vector<std::vector<float>> in,
-                                                   const std::vector<te::Tensor>& outputs) {
+/// The outputs of `run(bindings)` with `inputs` bound to `in` and `outputs` to fresh buffers that
+/// start as NaN (every element must be written).
+template <class Run>
+std::vector<std::vector<float>> run_bound(const std::vector<te::Tensor>& inputs, std::vector<std::vector<float>>& in,
+                                          const std::vector<te::Tensor>& outputs, Run&& run) {
   std::vector<std::vector<float>> out;
   for (const auto& t : outputs) out.emplace_back(numel(t), std::numeric_limits<float>::quiet_NaN());
   te::Bindings b;
   for (std::size_t i = 0; i < inputs.size(); ++i) b.bind(inputs[i], in[i]);
   for (std::size_t i = 0; i < outputs.size(); ++i) b.bind(outputs[i], out[i]);
-  te::interpret(f, b);
+  run(b);
   return out;
+}
+
+/// The outputs of `f` interpreted on `in`.
+inline std::vector<std::vector<float>> run_lowered(const te::LoweredFunc& f, const std::vector<te::Tensor>& inputs,
+                                                   std::vector<std::vector<float>> in,
+                                                   const std::vector<te::Tensor>& outputs) {
+  return run_bound(inputs, in, outputs, [&](te::Bindings& b) { te::interpret(f, b); });
 }
 
 inline std::vector<std::vector<float>> run_schedule(const te::Schedule& s, const std::vector<te::Tensor>& inputs,
@@ -50,13 +58,7 @@ inline std::vector<std::vector<float>> run_schedule(const te::Schedule& s, const
 inline std::vector<std::vector<float>> run_naive(const std::vector<te::Tensor>& inputs,
                                                  std::vector<std::vector<float>> in,
                                                  const std::vector<te::Tensor>& outputs) {
-  std::vector<std::vector<float>> out;
-  for (const auto& t : outputs) out.emplace_back(numel(t), std::numeric_limits<float>::quiet_NaN());
-  te::Bindings b;
-  for (std::size_t i = 0; i < inputs.size(); ++i) b.bind(inputs[i], in[i]);
-  for (std::size_t i = 0; i < outputs.size(); ++i) b.bind(outputs[i], out[i]);
-  te::evaluate_naive(outputs, b);
-  return out;
+  return run_bound(inputs, in, outputs, [&](te::Bindings& b) { te::evaluate_naive(outputs, b); });
 }
 
 /// |got - want| <= tol * (1 + |want|) everywhere (and no NaN).

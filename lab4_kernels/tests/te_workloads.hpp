@@ -77,4 +77,18 @@ inline RfactorRowSum rfactor_row_sum() {
   return {A, R, RF, k, s};
 }
 
+/// Row softmax of X [rows, cols] as three computes: M (row max), S (sum of exp(x - M)), Y = exp(x - M) / S.
+struct RowSoftmax {
+  te::Tensor X, M, S, Y;
+};
+inline RowSoftmax row_softmax(std::int64_t rows, std::int64_t cols) {
+  RowSoftmax w;
+  w.X = te::placeholder("X", {rows, cols});
+  te::IterVar j1 = te::reduce_axis(cols, "j1"), j2 = te::reduce_axis(cols, "j2");
+  w.M = te::compute("M", {rows}, [&](te::Var i) { return te::max_reduce(w.X(i, j1), {j1}); });
+  w.S = te::compute("S", {rows}, [&](te::Var i) { return te::sum(te::exp(w.X(i, j2) - w.M(i)), {j2}); });
+  w.Y = te::compute("Y", {rows, cols}, [&](te::Var i, te::Var j) { return te::exp(w.X(i, j) - w.M(i)) / w.S(i); });
+  return w;
+}
+
 }  // namespace kernels_test

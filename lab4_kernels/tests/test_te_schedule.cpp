@@ -227,11 +227,8 @@ TEST_CASE("te schedule: tails are guarded and correct", "[te][schedule][tails]")
 TEST_CASE("te schedule: compute_at, cache_read, cache_write and rfactor", "[te][schedule]") {
   SECTION("softmax: the exp-sum computed per row inside the divide") {
     const std::int64_t rows = 5, cols = 13;
-    Tensor X = placeholder("X", {rows, cols});
-    IterVar j1 = reduce_axis(cols, "j1"), j2 = reduce_axis(cols, "j2");
-    Tensor M = compute("M", {rows}, [&](Var i) { return max_reduce(X(i, j1), {j1}); });
-    Tensor S = compute("S", {rows}, [&](Var i) { return sum(exp(X(i, j2) - M(i)), {j2}); });
-    Tensor Y = compute("Y", {rows, cols}, [&](Var i, Var j) { return exp(X(i, j) - M(i)) / S(i); });
+    const auto w = kernels_test::row_softmax(rows, cols);
+    const Tensor &X = w.X, &S = w.S, &Y = w.Y;
     Schedule s({Y});
     s[S].compute_at(s[Y], Y.axis(0));
     const std::string text = to_string(lower(s).body);
