@@ -3,9 +3,12 @@
 // Row-major, dense, no transposes. Every CUDA and cuBLAS call goes through MLS_CUDA_CHECK /
 // MLS_CUBLAS_CHECK, which throw mls::Error with the call, the place and CUDA's message.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <cmath>
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -209,6 +212,296 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 }
 
+// 7. warp tiling (the last FP32 rung): the block tile (BM x BN) is split into warp tiles
+// (WM x WN), and a warp's 32 lanes, as 4 rows x 8 columns, each own a TM x TN thread tile
+// repeated WMITER x WNITER times inside the warp tile. A warp then reads a compact part of shared
+// memory (broadcasts, no bank conflicts), and every thread keeps (WMITER*TM) x (WNITER*TN) sums
+// in registers. Shared memory is double-buffered: the next BK slice of A and B travels from
+// global memory into registers while this slice is multiplied, then into the other buffer (one
+// __syncthreads per slice). kVec: float4 global loads and stores (N % 4 == 0, K % 4 == 0, 16-byte
+// aligned pointers); otherwise scalar, bounds-checked loads.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, bool kVec>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    sgemm_warptile(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
+                   float* C) {
+  constexpr int kWarpsN = BN / WN, kThreads = (BM / WM) * kWarpsN * 32;
+  constexpr int kLaneRows = 4, kLaneCols = 8;  // the 32 lanes of a warp
+  constexpr int kSubM = kLaneRows * TM, kSubN = kLaneCols * TN;
+  constexpr int WMITER = WM / kSubM, WNITER = WN / kSubN;
+  constexpr int kLoadA = BM * BK / 4 / kThreads, kLoadB = BK * BN / 4 / kThreads;  // float4s
+  static_assert(WM % kSubM == 0 && WN % kSubN == 0 && TM % 4 == 0 && TN % 4 == 0, "tile shapes");
+  static_assert(kLoadA * 4 * kThreads == BM * BK && kLoadB * 4 * kThreads == BK * BN, "loads");
+  __shared__ __align__(16) float As[2][BK][BM];  // transposed: a column of the A slice is contiguous
+  __shared__ __align__(16) float Bs[2][BK][BN];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wrow = (warp / kWarpsN) * WM, wcol = (warp % kWarpsN) * WN;
+  const int lrow = (lane / kLaneCols) * TM, lcol = (lane % kLaneCols) * TN;
+  const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+
+  float4 pa[kLoadA], pb[kLoadB];  // the slice in flight
+  auto fetch = [&](int k0) {
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int i = tid + l * kThreads, r = i / (BK / 4), c = (i % (BK / 4)) * 4;
+      const int gr = row0 + r, gc = k0 + c;
+      if (kVec) {
+        pa[l] = (gr < M && gc < K) ? *reinterpret_cast<const float4*>(&A[static_cast<size_t>(gr) * K + gc])
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      } else {
+        const float* a = &A[static_cast<size_t>(gr) * K + gc];
+        const bool in = gr < M;
+        pa[l] = make_float4(in && gc < K ? a[0] : 0.f, in && gc + 1 < K ? a[1] : 0.f,
+                            in && gc + 2 < K ? a[2] : 0.f, in && gc + 3 < K ? a[3] : 0.f);
+      }
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int i = tid + l * kThreads, r = i / (BN / 4), c = (i % (BN / 4)) * 4;
+      const int gr = k0 + r, gc = col0 + c;
+      if (kVec) {
+        pb[l] = (gr < K && gc < N) ? *reinterpret_cast<const float4*>(&B[static_cast<size_t>(gr) * N + gc])
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      } else {
+        const float* b = &B[static_cast<size_t>(gr) * N + gc];
+        const bool in = gr < K;
+        pb[l] = make_float4(in && gc < N ? b[0] : 0.f, in && gc + 1 < N ? b[1] : 0.f,
+                            in && gc + 2 < N ? b[2] : 0.f, in && gc + 3 < N ? b[3] : 0.f);
+      }
+    }
+  };
+  auto stash = [&](int buf) {
+#pragma unroll
+    for (int l = 0; l < kLoadA; ++l) {
+      const int i = tid + l * kThreads, r = i / (BK / 4), c = (i % (BK / 4)) * 4;
+      As[buf][c + 0][r] = pa[l].x;
+      As[buf][c + 1][r] = pa[l].y;
+      As[buf][c + 2][r] = pa[l].z;
+      As[buf][c + 3][r] = pa[l].w;
+    }
+#pragma unroll
+    for (int l = 0; l < kLoadB; ++l) {
+      const int i = tid + l * kThreads, r = i / (BN / 4), c = (i % (BN / 4)) * 4;
+      *reinterpret_cast<float4*>(&Bs[buf][r][c]) = pb[l];
+    }
+  };
+
+  float acc[WMITER * TM][WNITER * TN] = {};
+  float ra[WMITER * TM], rb[WNITER * TN];
+  fetch(0);
+  stash(0);
+  __syncthreads();
+  int buf = 0;
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    const bool more = k0 + BK < K;
+    if (more) fetch(k0 + BK);  // in flight during the multiply below
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+#pragma unroll
+      for (int wm = 0; wm < WMITER; ++wm) {
+#pragma unroll
+        for (int i = 0; i < TM; i += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(&As[buf][k][wrow + wm * kSubM + lrow + i]);
+          ra[wm * TM + i] = v.x, ra[wm * TM + i + 1] = v.y, ra[wm * TM + i + 2] = v.z, ra[wm * TM + i + 3] = v.w;
+        }
+      }
+#pragma unroll
+      for (int wn = 0; wn < WNITER; ++wn) {
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][k][wcol + wn * kSubN + lcol + j]);
+          rb[wn * TN + j] = v.x, rb[wn * TN + j + 1] = v.y, rb[wn * TN + j + 2] = v.z, rb[wn * TN + j + 3] = v.w;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < WMITER * TM; ++i) {
+#pragma unroll
+        for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += ra[i] * rb[j];
+      }
+    }
+    // Nobody reads buffer buf^1 now: every thread finished its multiply of it before the
+    // __syncthreads that ended the previous slice.
+    if (more) stash(buf ^ 1);
+    __syncthreads();
+    buf ^= 1;
+  }
+
+#pragma unroll
+  for (int wm = 0; wm < WMITER; ++wm) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int r = row0 + wrow + wm * kSubM + lrow + i;
+      if (r >= M) continue;
+#pragma unroll
+      for (int wn = 0; wn < WNITER; ++wn) {
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+          const int c = col0 + wcol + wn * kSubN + lcol + j;
+          const float* s = &acc[wm * TM + i][wn * TN + j];
+          float* dst = &C[static_cast<size_t>(r) * N + c];
+          if (kVec) {
+            if (c >= N) continue;  // N % 4 == 0: the 4 columns are all in or all out
+            float4 out = make_float4(alpha * s[0], alpha * s[1], alpha * s[2], alpha * s[3]);
+            if (beta != 0.0f) {
+              const float4 old = *reinterpret_cast<const float4*>(dst);
+              out.x += beta * old.x, out.y += beta * old.y, out.z += beta * old.z, out.w += beta * old.w;
+            }
+            *reinterpret_cast<float4*>(dst) = out;
+          } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              if (c + q < N) dst[q] = epilogue(s[q], alpha, beta, &dst[q]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- tensor cores: bf16 inputs, fp32 accumulation -----------------------------------------
+
+// 8. WMMA: each warp multiplies 16x16x16 bf16 fragments on the tensor cores (wmma::mma_sync)
+// into fp32 accumulator fragments. Block tile 128x128, K slices of 32; 8 warps as 2 x 4, each a
+// 64x32 warp tile = 4 x 2 fragments. The A and B slices go global -> shared memory with cp.async
+// (no registers in between) into a 2-stage pipeline: slice s+1 is copied while slice s is
+// multiplied. Rows of the shared tiles are padded by 8 bf16 (16 bytes) against bank conflicts.
+// The accumulators leave through a per-warp 16x16 fp32 scratch in shared memory, so the
+// epilogue (alpha, beta, bounds) is plain code. kAsync: 16-byte cp.async copies (K % 8 == 0,
+// N % 8 == 0, 16-byte aligned pointers); otherwise element-wise loads with bounds checks.
+constexpr int kWmmaBM = 128, kWmmaBN = 128, kWmmaBK = 32, kWmmaThreads = 256;
+constexpr int kWmmaPadA = kWmmaBK + 8, kWmmaPadB = kWmmaBN + 8;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool in) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = in ? 16 : 0;  // 0: fill the 16 bytes with zeros
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+#else
+  (void)smem, (void)gmem, (void)in;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+template <bool kAsync>
+__global__ void __launch_bounds__(kWmmaThreads)
+    gemm_bf16_wmma(int M, int N, int K, float alpha, const __nv_bfloat16* A,
+                   const __nv_bfloat16* B, float beta, float* C) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using namespace nvcuda;
+  constexpr int BM = kWmmaBM, BN = kWmmaBN, BK = kWmmaBK;
+  constexpr int kStageA = BM * kWmmaPadA, kStageB = BK * kWmmaPadB;  // bf16 per stage
+  // 2 stages of A and B (2 * (10240 + 4352) * 2 bytes = 58,368 bytes): dynamic shared memory.
+  extern __shared__ __align__(16) unsigned char wmma_smem[];
+  __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(wmma_smem);
+  __nv_bfloat16* Bs = As + 2 * kStageA;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wrow = (warp / 4) * 64, wcol = (warp % 4) * 32;
+  const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+  const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+
+  auto load = [&](int stage, int k0) {
+    __nv_bfloat16* as = As + stage * kStageA;
+    __nv_bfloat16* bs = Bs + stage * kStageB;
+    if (kAsync) {
+      // A slice: 128 rows x 32 = 512 chunks of 8; B slice: 32 rows x 128 = 512 chunks.
+#pragma unroll
+      for (int l = 0; l < 2; ++l) {
+        const int i = tid + l * kWmmaThreads, r = i / 4, c = (i % 4) * 8;
+        const bool in = row0 + r < M && k0 + c < K;
+        cp_async16(&as[r * kWmmaPadA + c], in ? &A[static_cast<size_t>(row0 + r) * K + k0 + c] : A, in);
+      }
+#pragma unroll
+      for (int l = 0; l < 2; ++l) {
+        const int i = tid + l * kWmmaThreads, r = i / 16, c = (i % 16) * 8;
+        const bool in = k0 + r < K && col0 + c < N;
+        cp_async16(&bs[r * kWmmaPadB + c], in ? &B[static_cast<size_t>(k0 + r) * N + col0 + c] : B, in);
+      }
+    } else {
+      for (int i = tid; i < BM * BK; i += kWmmaThreads) {
+        const int r = i / BK, c = i % BK;
+        as[r * kWmmaPadA + c] = (row0 + r < M && k0 + c < K) ? A[static_cast<size_t>(row0 + r) * K + k0 + c] : zero;
+      }
+      for (int i = tid; i < BK * BN; i += kWmmaThreads) {
+        const int r = i / BN, c = i % BN;
+        bs[r * kWmmaPadB + c] = (k0 + r < K && col0 + c < N) ? B[static_cast<size_t>(k0 + r) * N + col0 + c] : zero;
+      }
+    }
+  };
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  }
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[4];
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[2];
+
+  const int slices = (K + BK - 1) / BK;
+  load(0, 0);
+  cp_async_commit();
+  for (int s = 0; s < slices; ++s) {
+    const int stage = s & 1;
+    if (s + 1 < slices) load(stage ^ 1, (s + 1) * BK);  // stage^1 was released by the last sync
+    cp_async_commit();
+    cp_async_wait<1>();  // every group but the newest (slice s+1) has landed: slice s is here
+    __syncthreads();
+    const __nv_bfloat16* as = As + stage * kStageA;
+    const __nv_bfloat16* bs = Bs + stage * kStageB;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], &as[(wrow + i * 16) * kWmmaPadA + kk], kWmmaPadA);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &bs[kk * kWmmaPadB + wcol + j * 16], kWmmaPadB);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      }
+    }
+    __syncthreads();  // this stage is free for slice s+2
+  }
+  cp_async_wait<0>();
+
+  // Epilogue through a per-warp 16x16 fp32 scratch (reuses the pipeline's shared memory).
+  __syncthreads();
+  float* scratch = reinterpret_cast<float*>(wmma_smem) + warp * 16 * 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      for (int e = lane; e < 256; e += 32) {
+        const int r = row0 + wrow + i * 16 + e / 16, c = col0 + wcol + j * 16 + e % 16;
+        if (r < M && c < N) {
+          float* dst = &C[static_cast<size_t>(r) * N + c];
+          *dst = epilogue(scratch[e], alpha, beta, dst);
+        }
+      }
+      __syncwarp();
+    }
+  }
+#else
+  (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)B, (void)beta, (void)C;
+#endif
+}
+
+constexpr int kWmmaSmemBytes = 2 * (kWmmaBM * kWmmaPadA + kWmmaBK * kWmmaPadB) * 2;
+
 // ---- memory-bound kernels ------------------------------------------------------------------
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -279,6 +572,17 @@ __global__ void bias_gelu_kernel(float* out, const float* inp, const float* bias
 }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+[[maybe_unused]] bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+/// Compute capability of device 0 as 10 * major + minor (e.g. 90 for an H100).
+int compute_capability() {
+  static const int cc = [] {
+    cudaDeviceProp prop{};
+    MLS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    return 10 * prop.major + prop.minor;
+  }();
+  return cc;
+}
 
 cublasHandle_t cublas_handle() {
   static std::once_flag once;
@@ -313,7 +617,7 @@ std::string device_name() {
 }
 
 std::vector<std::string> sgemm_kernels() {
-  return {"naive", "coalesced", "smem", "tile1d", "tile2d", "vec4", "cublas"};
+  return {"naive", "coalesced", "smem", "tile1d", "tile2d", "vec4", "warptile", "cublas"};
 }
 
 void sgemm(std::string_view name, int M, int N, int K, float alpha, const float* A,
@@ -358,24 +662,77 @@ void sgemm(std::string_view name, int M, int N, int K, float alpha, const float*
     sgemm_vec4<128, 128, 8, 8, 8><<<grid, 256>>>(M, N, K, alpha, A, B, beta, C);
     MLS_CUDA_CHECK_LAUNCH("sgemm_vec4");
     // END SOLUTION
+  } else if (name == "warptile") {
+    // BEGIN SOLUTION
+    const dim3 grid(ceil_div(N, 128), ceil_div(M, 128));
+    if (N % 4 == 0 && K % 4 == 0 && aligned16(A) && aligned16(B) && aligned16(C)) {
+      sgemm_warptile<128, 128, 16, 64, 64, 8, 4, true><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+    } else {
+      sgemm_warptile<128, 128, 16, 64, 64, 8, 4, false><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+    }
+    MLS_CUDA_CHECK_LAUNCH("sgemm_warptile");
+    // END SOLUTION
   } else if (name == "cublas") {
     // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
     MLS_CUBLAS_CHECK(cublasSgemm(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, N,
                                  A, K, &beta, C, N));
   } else {
     fail("cuda::sgemm: unknown kernel '", name,
-         "'; expected naive, coalesced, smem, tile1d, tile2d, vec4 or cublas");
+         "'; expected naive, coalesced, smem, tile1d, tile2d, vec4, warptile or cublas");
   }
 }
 
-double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A, const float* B,
-                     float* C, int reps) {
-  sgemm(name, M, N, K, 1.0f, A, B, 0.0f, C);  // warm-up
+std::vector<std::string> gemm_bf16_kernels() { return {"wmma", "cublas"}; }
+
+void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
+               const std::uint16_t* B, float beta, float* C) {
+  MLS_CHECK(M >= 0 && N >= 0 && K >= 0, "cuda::gemm_bf16[", name, "]: sizes must be >= 0, got M=", M,
+            " N=", N, " K=", K);
+  MLS_CHECK((A && B && C) || M == 0 || N == 0, "cuda::gemm_bf16[", name, "]: null device pointer");
+  if (M == 0 || N == 0) return;
+  const auto* a = reinterpret_cast<const __nv_bfloat16*>(A);
+  const auto* b = reinterpret_cast<const __nv_bfloat16*>(B);
+  if (name == "wmma") {
+    const int cc = compute_capability();
+    MLS_CHECK(cc >= 80, "cuda::gemm_bf16[wmma]: needs bf16 tensor cores (compute capability 8.0 or newer); this GPU is ",
+              cc / 10, ".", cc % 10);
+    // BEGIN SOLUTION
+    const dim3 grid(ceil_div(N, kWmmaBN), ceil_div(M, kWmmaBM));
+    if (K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B)) {
+      static std::once_flag once;
+      std::call_once(once, [] {
+        MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWmmaSmemBytes));
+      });
+      gemm_bf16_wmma<true><<<grid, kWmmaThreads, kWmmaSmemBytes>>>(M, N, K, alpha, a, b, beta, C);
+    } else {
+      static std::once_flag once;
+      std::call_once(once, [] {
+        MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWmmaSmemBytes));
+      });
+      gemm_bf16_wmma<false><<<grid, kWmmaThreads, kWmmaSmemBytes>>>(M, N, K, alpha, a, b, beta, C);
+    }
+    MLS_CUDA_CHECK_LAUNCH("gemm_bf16_wmma");
+    // END SOLUTION
+  } else if (name == "cublas") {
+    // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
+    MLS_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, b, CUDA_R_16BF, N, a,
+                                  CUDA_R_16BF, K, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected wmma or cublas");
+  }
+}
+
+namespace {
+/// Milliseconds of one call of `fn` (enqueues work on the default stream): one warm-up, then
+/// `reps` calls between two CUDA events.
+template <class Fn>
+double time_ms(Fn&& fn, int reps) {
+  fn();  // warm-up
   cudaEvent_t start, stop;
   MLS_CUDA_CHECK(cudaEventCreate(&start));
   MLS_CUDA_CHECK(cudaEventCreate(&stop));
   MLS_CUDA_CHECK(cudaEventRecord(start));
-  for (int r = 0; r < reps; ++r) sgemm(name, M, N, K, 1.0f, A, B, 0.0f, C);
+  for (int r = 0; r < reps; ++r) fn();
   MLS_CUDA_CHECK(cudaEventRecord(stop));
   MLS_CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0;
@@ -383,6 +740,17 @@ double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A,
   MLS_CUDA_CHECK(cudaEventDestroy(start));
   MLS_CUDA_CHECK(cudaEventDestroy(stop));
   return ms / reps;
+}
+}  // namespace
+
+double time_gemm_bf16_ms(std::string_view name, int M, int N, int K, const std::uint16_t* A,
+                         const std::uint16_t* B, float* C, int reps) {
+  return time_ms([&] { gemm_bf16(name, M, N, K, 1.0f, A, B, 0.0f, C); }, reps);
+}
+
+double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A, const float* B,
+                     float* C, int reps) {
+  return time_ms([&] { sgemm(name, M, N, K, 1.0f, A, B, 0.0f, C); }, reps);
 }
 
 void softmax_forward(float* out, const float* inp, int rows, int cols) {
@@ -412,20 +780,20 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int rows
   // END SOLUTION
 }
 
-float* device_alloc(std::size_t count) {
+void* device_alloc_bytes(std::size_t bytes) {
   void* p = nullptr;
-  if (count == 0) return nullptr;
-  MLS_CUDA_CHECK(cudaMalloc(&p, count * sizeof(float)));
-  return static_cast<float*>(p);
+  if (bytes == 0) return nullptr;
+  MLS_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
 }
-void device_free(float* p) {
+void device_free_bytes(void* p) {
   if (p) cudaFree(p);  // never throws (destructors)
 }
-void to_device(float* dst, const float* src, std::size_t count) {
-  MLS_CUDA_CHECK(cudaMemcpy(dst, src, count * sizeof(float), cudaMemcpyHostToDevice));
+void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) MLS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
-void to_host(float* dst, const float* src, std::size_t count) {
-  MLS_CUDA_CHECK(cudaMemcpy(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost));
+void copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) MLS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 void synchronize() { MLS_CUDA_CHECK(cudaDeviceSynchronize()); }
 

@@ -3,10 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "mls/common/bf16.hpp"
 #include "mls/common/fastmath.hpp"
 #include "mls/kernels/cuda.hpp"
 #include "mls/testing.hpp"
@@ -18,28 +20,49 @@ using kernels_test::random_vec;
 #define REQUIRE_GPU() MLS_REQUIRE_GPU(cu::available)
 
 namespace {
+enum class Precision { fp32, bf16 };
+
 /// Runs CUDA kernel `name` on one problem and observes C; outside the grading build, also checks
-/// it against the double-precision reference (computed after the kernel ran).
-void check_sgemm(const std::string& name, int M, int N, int K, float alpha, float beta) {
-  const auto A = random_vec(static_cast<size_t>(M) * K, M + N, "A");
-  const auto B = random_vec(static_cast<size_t>(K) * N, M + N, "B");
+/// it against the double-precision reference (computed after the kernel ran). bf16: A and B are
+/// rounded to bf16 and the kernel is a gemm_bf16 one; the reference multiplies the rounded values
+/// (a product of two bf16 values is exact in fp32, so the fp32 bounds hold).
+void check_sgemm(const std::string& name, int M, int N, int K, float alpha, float beta,
+                 Precision precision = Precision::fp32) {
+  auto A = random_vec(static_cast<size_t>(M) * K, M + N, "A");
+  auto B = random_vec(static_cast<size_t>(K) * N, M + N, "B");
   auto C = random_vec(static_cast<size_t>(M) * N, M + N, "C");
   const auto C_before = C;
-  cu::DeviceBuffer dA(A.size()), dB(B.size()), dC(C.size());
-  cu::to_device(dA.get(), A.data(), A.size());
-  cu::to_device(dB.get(), B.data(), B.size());
+  cu::DeviceBuffer dC(C.size());
   cu::to_device(dC.get(), C.data(), C.size());
-  cu::sgemm(name, M, N, K, alpha, dA.get(), dB.get(), beta, dC.get());
-  cu::synchronize();
+  if (precision == Precision::fp32) {
+    cu::DeviceBuffer dA(A.size()), dB(B.size());
+    cu::to_device(dA.get(), A.data(), A.size());
+    cu::to_device(dB.get(), B.data(), B.size());
+    cu::sgemm(name, M, N, K, alpha, dA.get(), dB.get(), beta, dC.get());
+    cu::synchronize();
+  } else {
+    std::vector<std::uint16_t> A16(A.size()), B16(B.size());
+    for (size_t i = 0; i < A.size(); ++i) A16[i] = mls::to_bf16(A[i]), A[i] = mls::from_bf16(A16[i]);
+    for (size_t i = 0; i < B.size(); ++i) B16[i] = mls::to_bf16(B[i]), B[i] = mls::from_bf16(B16[i]);
+    cu::DeviceArray<std::uint16_t> dA(A.size()), dB(B.size());
+    cu::to_device(dA.get(), A16.data(), A16.size());
+    cu::to_device(dB.get(), B16.data(), B16.size());
+    cu::gemm_bf16(name, M, N, K, alpha, dA.get(), dB.get(), beta, dC.get());
+    cu::synchronize();
+  }
   cu::to_host(C.data(), dC.get(), C.size());
-  const std::string what = name + " C M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  const std::string what = (precision == Precision::bf16 ? "bf16 " : "") + name + " C M=" + std::to_string(M) +
+                           " N=" + std::to_string(N) + " K=" + std::to_string(K);
   MLS_ORACLE(const auto ref = kernels_test::reference_sgemm(false, false, M, N, K, alpha, A.data(), K, B.data(), N, beta,
                                                             C_before.data(), N);)
+  // Tensor cores add in fp32 with truncation rather than round-to-nearest (Fasi et al., "Numerical
+  // behavior of NVIDIA tensor cores", 2021): allow twice the round-to-nearest bound, and twice again.
+  const double slack = precision == Precision::bf16 ? 4.0 : 1.0;
   double tol = 0;  // within twice the widest bound (the reference's build sets it)
-  MLS_ORACLE(for (double b : ref.bound) tol = std::max(tol, b);)
+  MLS_ORACLE(for (double b : ref.bound) tol = std::max(tol, slack * b);)
   mls::testing::observe(what, C, {0.0, 2 * tol});
   MLS_ORACLE_CHECK(long bad = 0; for (size_t i = 0; i < C.size(); ++i) {
-    if (!(std::fabs(C[i] - ref.value[i]) <= ref.bound[i])) {
+    if (!(std::fabs(C[i] - ref.value[i]) <= slack * ref.bound[i])) {
       if (bad++ < 3) UNSCOPED_INFO(what << ": C[" << i << "]=" << C[i] << " expected " << ref.value[i]);
     }
   } CHECK(bad == 0));
@@ -58,12 +81,30 @@ TEST_CASE("cuda sgemm: every kernel on awkward sizes", "[lab4][gpu][cuda_sgemm]"
   }
 }
 
+TEST_CASE("cuda bf16 gemm on the tensor cores: every kernel on awkward and aligned sizes", "[lab4][gpu][cuda_bf16]") {
+  REQUIRE_GPU();
+  // awkward sizes take the element-wise loads; multiples of 8 take cp.async (several K slices,
+  // several block tiles, partial ones at the edges)
+  const int sizes[][3] = {{1, 1, 1}, {7, 7, 7}, {31, 33, 17}, {33, 31, 65}, {127, 129, 257},
+                          {256, 128, 64}, {136, 264, 200}, {1, 256, 512}, {300, 8, 96}};
+  for (const auto& name : cu::gemm_bf16_kernels()) {
+    for (const auto& s : sizes) {
+      check_sgemm(name, s[0], s[1], s[2], 1.5f, -0.5f, Precision::bf16);
+      check_sgemm(name, s[0], s[1], s[2], 1.0f, 0.0f, Precision::bf16);
+    }
+  }
+}
+
 TEST_CASE("cuda sgemm: bad arguments throw", "[lab4][gpu][cuda_errors]") {
   REQUIRE_GPU();
   CHECK_THROWS_WITH(cu::sgemm("tile9d", 1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),
                     Catch::Matchers::Contains("unknown kernel 'tile9d'"));
   CHECK_THROWS_WITH(cu::sgemm("naive", -1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),
                     Catch::Matchers::Contains("M=-1"));
+  CHECK_THROWS_WITH(cu::gemm_bf16("mma9", 1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),
+                    Catch::Matchers::Contains("unknown kernel 'mma9'"));
+  CHECK_THROWS_WITH(cu::gemm_bf16("wmma", 2, -3, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),
+                    Catch::Matchers::Contains("N=-3"));
 }
 
 TEST_CASE("cuda softmax, layernorm and bias+gelu match the references", "[lab4][gpu][cuda_fused]") {

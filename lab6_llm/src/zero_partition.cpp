@@ -182,21 +182,6 @@ Partition make_partition(const std::vector<ZeroUnit>& units, int ranks, int rank
 
 // ---- bf16 ---------------------------------------------------------------------------------------
 
-std::uint16_t to_bf16(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<std::uint16_t>((u >> 16) | 0x40);
-  const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>((u + rounding) >> 16);
-}
-
-float from_bf16(std::uint16_t b) {
-  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
 bool cpu_has_avx512_bf16() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;

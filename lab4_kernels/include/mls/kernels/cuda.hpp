@@ -14,8 +14,18 @@
 /// | tile1d     | 64x64 block tile, each thread computes 8 elements of a column (TM=8)   |
 /// | tile2d     | 128x128 block tile, each thread an 8x8 register tile (outer products)  |
 /// | vec4       | tile2d with float4 global loads and a transposed A tile (needs N%4 == 0 and K%4 == 0; falls back to tile2d otherwise) |
+/// | warptile   | block tile -> warp tile -> thread tile (128x128 -> 64x64 -> 2x2 of 8x4), double-buffered shared memory: the next K slice loads while this one multiplies (float4 where N%4 == 0, K%4 == 0 and the pointers are 16-byte aligned) |
 /// | cublas     | the peer: cublasSgemm, default math mode (no TF32)                    |
+///
+/// Tensor cores (`gemm_bf16`): C (fp32) = alpha * A (bf16) * B (bf16) + beta * C, products and
+/// sums in fp32. bf16 values travel as their 16-bit patterns (`mls::to_bf16`, mls/common/bf16.hpp).
+///
+/// | kernel     | what it teaches                                                       |
+/// |------------|-----------------------------------------------------------------------|
+/// | wmma       | 128x128x32 block tile, 8 warps of 64x32, each 4x2 WMMA 16x16x16 bf16 fragments with fp32 accumulators; A and B slices copied with cp.async into a 2-stage shared-memory pipeline (K%8 == 0, N%8 == 0, 16-byte aligned; plain loads otherwise). Needs compute capability 8.0+ |
+/// | cublas     | the peer: cublasGemmEx, bf16 inputs, fp32 output and compute (CUBLAS_COMPUTE_32F) |
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -40,6 +50,17 @@ void sgemm(std::string_view name, int M, int N, int K, float alpha, const float*
 double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A, const float* B,
                      float* C, int reps);
 
+/// Tensor-core kernel names, ending with "cublas" (cublasGemmEx in bf16).
+std::vector<std::string> gemm_bf16_kernels();
+/// C = alpha * A * B + beta * C with A (M x K) and B (K x N) in bf16 (bit patterns, row-major,
+/// device), C fp32. Asynchronous on the default stream. Throws on an unknown name, negative sizes,
+/// or a GPU below compute capability 8.0 for "wmma".
+void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
+               const std::uint16_t* B, float beta, float* C);
+/// Average milliseconds of `reps` runs of `gemm_bf16(name, ...)` after one warm-up (CUDA events).
+double time_gemm_bf16_ms(std::string_view name, int M, int N, int K, const std::uint16_t* A,
+                         const std::uint16_t* B, float* C, int reps);
+
 /// Row-wise softmax, inp/out (rows, cols) on the device; one block per row.
 void softmax_forward(float* out, const float* inp, int rows, int cols);
 /// Layernorm forward (see fused.hpp); one warp per row. mean, rstd: (rows,).
@@ -60,25 +81,33 @@ std::vector<double> time_batches_ms(const std::function<void()>& fn, int reps, i
 void copy_device_async(float* dst, const float* src, std::size_t count);
 
 /// Device memory helpers for tests and benchmarks (checked).
-float* device_alloc(std::size_t count);
-void device_free(float* p);
-void to_device(float* dst, const float* src, std::size_t count);
-void to_host(float* dst, const float* src, std::size_t count);
+void* device_alloc_bytes(std::size_t bytes);
+void device_free_bytes(void* p);  // never throws (destructors)
+void copy_to_device(void* dst, const void* src, std::size_t bytes);
+void copy_to_host(void* dst, const void* src, std::size_t bytes);
+inline float* device_alloc(std::size_t count) { return static_cast<float*>(device_alloc_bytes(count * sizeof(float))); }
+inline void device_free(float* p) { device_free_bytes(p); }
+template <class T>
+void to_device(T* dst, const T* src, std::size_t count) { copy_to_device(dst, src, count * sizeof(T)); }
+template <class T>
+void to_host(T* dst, const T* src, std::size_t count) { copy_to_host(dst, src, count * sizeof(T)); }
 void synchronize();
 
-/// Owns `count` floats of device memory.
-class DeviceBuffer {
+/// Owns `count` elements of type T in device memory.
+template <class T>
+class DeviceArray {
  public:
-  explicit DeviceBuffer(std::size_t count) : ptr_(device_alloc(count)), count_(count) {}
-  ~DeviceBuffer() { device_free(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* get() const { return ptr_; }
+  explicit DeviceArray(std::size_t count) : ptr_(static_cast<T*>(device_alloc_bytes(count * sizeof(T)))), count_(count) {}
+  ~DeviceArray() { device_free_bytes(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() const { return ptr_; }
   std::size_t size() const { return count_; }
 
  private:
-  float* ptr_;
+  T* ptr_;
   std::size_t count_;
 };
+using DeviceBuffer = DeviceArray<float>;
 
 }  // namespace mls::kernels::cuda

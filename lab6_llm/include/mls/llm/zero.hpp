@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "mls/common/bf16.hpp"
 #include "mls/common/memory.hpp"
 #include "mls/llm/model.hpp"
 #include "mls/llm/data.hpp"
@@ -109,11 +110,10 @@ Partition make_partition(const std::vector<ZeroUnit>& units, int ranks, int rank
 
 // ---- bf16 --------------------------------------------------------------------------------------
 
-/// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN), and back (exact).
-std::uint16_t to_bf16(float x);
-float from_bf16(std::uint16_t b);
-/// Rounds x to the nearest bf16 value, as a float.
-inline float round_bf16(float x) { return from_bf16(to_bf16(x)); }
+/// fp32 <-> bf16 (round-to-nearest-even, exact back): common's, one definition for labs 4 and 6.
+using mls::from_bf16;
+using mls::round_bf16;
+using mls::to_bf16;
 /// Whether this CPU reports AVX-512 BF16 (avx512_bf16 in /proc/cpuinfo's flags).
 bool cpu_has_avx512_bf16();
 
