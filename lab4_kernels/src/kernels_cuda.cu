@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -362,15 +363,16 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 // ---- tensor cores: bf16 inputs, fp32 accumulation -----------------------------------------
 
 // 8. WMMA: each warp multiplies 16x16x16 bf16 fragments on the tensor cores (wmma::mma_sync)
-// into fp32 accumulator fragments. Block tile 128x128, K slices of 32; 8 warps as 2 x 4, each a
-// 64x32 warp tile = 4 x 2 fragments. The A and B slices go global -> shared memory with cp.async
-// (no registers in between) into a 2-stage pipeline: slice s+1 is copied while slice s is
-// multiplied. Rows of the shared tiles are padded by 8 bf16 (16 bytes) against bank conflicts.
-// The accumulators leave through a per-warp 16x16 fp32 scratch in shared memory, so the
-// epilogue (alpha, beta, bounds) is plain code. kAsync: 16-byte cp.async copies (K % 8 == 0,
-// N % 8 == 0, 16-byte aligned pointers); otherwise element-wise loads with bounds checks.
-constexpr int kWmmaBM = 128, kWmmaBN = 128, kWmmaBK = 32, kWmmaThreads = 256;
-constexpr int kWmmaPadA = kWmmaBK + 8, kWmmaPadB = kWmmaBN + 8;
+// into fp32 accumulator fragments. A block computes a BM x BN tile of C from K slices of 32; its
+// warps each own a WM x WN warp tile = (WM/16) x (WN/16) fragments (64 x 64: 16 accumulators, and
+// 8 fragment loads feed 16 mma per 16-deep step). The A and B slices go global -> shared memory
+// with cp.async (no registers in between) into a kStages-deep ring: slices s+1 .. s+kStages-1 are
+// in flight while slice s is multiplied, with one __syncthreads per slice. Rows of the shared
+// tiles are padded by 8 bf16 (16 bytes) against bank conflicts. The accumulators leave through a
+// per-warp 16x16 fp32 scratch in shared memory, so the epilogue (alpha, beta, bounds) is plain
+// code. kAsync: 16-byte cp.async copies (K % 8 == 0, N % 8 == 0, 16-byte aligned pointers);
+// otherwise element-wise loads with bounds checks.
+constexpr int kWmmaBK = 32, kWmmaPadA = kWmmaBK + 8;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool in) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -393,96 +395,105 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-template <bool kAsync>
-__global__ void __launch_bounds__(kWmmaThreads)
+template <int BM, int BN, int WM, int WN, int kStages>
+struct WmmaShape {
+  static constexpr int kWarps = (BM / WM) * (BN / WN), kThreads = kWarps * 32;
+  static constexpr int kPadB = BN + 8;
+  static constexpr int kStageA = BM * kWmmaPadA, kStageB = kWmmaBK * kPadB;  // bf16 per stage
+  static constexpr int kSmemBytes = kStages * (kStageA + kStageB) * 2;
+  static_assert(kWarps * 256 * 4 <= kSmemBytes, "the epilogue's scratch reuses the ring");
+};
+
+template <int BM, int BN, int WM, int WN, int kStages, bool kAsync>
+__global__ void __launch_bounds__(WmmaShape<BM, BN, WM, WN, kStages>::kThreads)
     gemm_bf16_wmma(int M, int N, int K, float alpha, const __nv_bfloat16* A,
                    const __nv_bfloat16* B, float beta, float* C) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace nvcuda;
-  constexpr int BM = kWmmaBM, BN = kWmmaBN, BK = kWmmaBK;
-  constexpr int kStageA = BM * kWmmaPadA, kStageB = BK * kWmmaPadB;  // bf16 per stage
-  // 2 stages of A and B (2 * (10240 + 4352) * 2 bytes = 58,368 bytes): dynamic shared memory.
+  using S = WmmaShape<BM, BN, WM, WN, kStages>;
+  constexpr int BK = kWmmaBK, kThreads = S::kThreads, FM = WM / 16, FN = WN / 16;
   extern __shared__ __align__(16) unsigned char wmma_smem[];
   __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(wmma_smem);
-  __nv_bfloat16* Bs = As + 2 * kStageA;
+  __nv_bfloat16* Bs = As + kStages * S::kStageA;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wrow = (warp / 4) * 64, wcol = (warp % 4) * 32;
+  const int wrow = (warp / (BN / WN)) * WM, wcol = (warp % (BN / WN)) * WN;
   const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
   const __nv_bfloat16 zero = __float2bfloat16(0.0f);
 
   auto load = [&](int stage, int k0) {
-    __nv_bfloat16* as = As + stage * kStageA;
-    __nv_bfloat16* bs = Bs + stage * kStageB;
+    __nv_bfloat16* as = As + stage * S::kStageA;
+    __nv_bfloat16* bs = Bs + stage * S::kStageB;
     if (kAsync) {
-      // A slice: 128 rows x 32 = 512 chunks of 8; B slice: 32 rows x 128 = 512 chunks.
+      // chunks of 8 bf16: the A slice is BM rows x 4, the B slice 32 rows x BN/8
 #pragma unroll
-      for (int l = 0; l < 2; ++l) {
-        const int i = tid + l * kWmmaThreads, r = i / 4, c = (i % 4) * 8;
+      for (int i = tid; i < BM * (BK / 8); i += kThreads) {
+        const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
         const bool in = row0 + r < M && k0 + c < K;
         cp_async16(&as[r * kWmmaPadA + c], in ? &A[static_cast<size_t>(row0 + r) * K + k0 + c] : A, in);
       }
 #pragma unroll
-      for (int l = 0; l < 2; ++l) {
-        const int i = tid + l * kWmmaThreads, r = i / 16, c = (i % 16) * 8;
+      for (int i = tid; i < BK * (BN / 8); i += kThreads) {
+        const int r = i / (BN / 8), c = (i % (BN / 8)) * 8;
         const bool in = k0 + r < K && col0 + c < N;
-        cp_async16(&bs[r * kWmmaPadB + c], in ? &B[static_cast<size_t>(k0 + r) * N + col0 + c] : B, in);
+        cp_async16(&bs[r * S::kPadB + c], in ? &B[static_cast<size_t>(k0 + r) * N + col0 + c] : B, in);
       }
     } else {
-      for (int i = tid; i < BM * BK; i += kWmmaThreads) {
+      for (int i = tid; i < BM * BK; i += kThreads) {
         const int r = i / BK, c = i % BK;
         as[r * kWmmaPadA + c] = (row0 + r < M && k0 + c < K) ? A[static_cast<size_t>(row0 + r) * K + k0 + c] : zero;
       }
-      for (int i = tid; i < BK * BN; i += kWmmaThreads) {
+      for (int i = tid; i < BK * BN; i += kThreads) {
         const int r = i / BN, c = i % BN;
-        bs[r * kWmmaPadB + c] = (k0 + r < K && col0 + c < N) ? B[static_cast<size_t>(k0 + r) * N + col0 + c] : zero;
+        bs[r * S::kPadB + c] = (k0 + r < K && col0 + c < N) ? B[static_cast<size_t>(k0 + r) * N + col0 + c] : zero;
       }
     }
   };
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < FM; ++i) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
   }
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[4];
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[2];
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[FM];
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[FN];
 
   const int slices = (K + BK - 1) / BK;
-  load(0, 0);
-  cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < slices) load(s, s * BK);
+    cp_async_commit();  // (an empty group past the end keeps the count uniform)
+  }
   for (int s = 0; s < slices; ++s) {
-    const int stage = s & 1;
-    if (s + 1 < slices) load(stage ^ 1, (s + 1) * BK);  // stage^1 was released by the last sync
+    cp_async_wait<kStages - 2>();  // groups 0..s have landed: slice s is here
+    __syncthreads();               // ... for every thread; and everyone is done with slice s-1
+    const int next = s + kStages - 1;
+    if (next < slices) load(next % kStages, next * BK);  // into the stage slice s-1 used
     cp_async_commit();
-    cp_async_wait<1>();  // every group but the newest (slice s+1) has landed: slice s is here
-    __syncthreads();
-    const __nv_bfloat16* as = As + stage * kStageA;
-    const __nv_bfloat16* bs = Bs + stage * kStageB;
+    const __nv_bfloat16* as = As + (s % kStages) * S::kStageA;
+    const __nv_bfloat16* bs = Bs + (s % kStages) * S::kStageB;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], &as[(wrow + i * 16) * kWmmaPadA + kk], kWmmaPadA);
+      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], &as[(wrow + i * 16) * kWmmaPadA + kk], kWmmaPadA);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &bs[kk * kWmmaPadB + wcol + j * 16], kWmmaPadB);
+      for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(fb[j], &bs[kk * S::kPadB + wcol + j * 16], S::kPadB);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < FM; ++i) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
       }
     }
-    __syncthreads();  // this stage is free for slice s+2
   }
   cp_async_wait<0>();
+  __syncthreads();  // the ring is free: the epilogue's scratch reuses it
 
-  // Epilogue through a per-warp 16x16 fp32 scratch (reuses the pipeline's shared memory).
-  __syncthreads();
   float* scratch = reinterpret_cast<float*>(wmma_smem) + warp * 16 * 16;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < FM; ++i) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < FN; ++j) {
       wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
       __syncwarp();
       for (int e = lane; e < 256; e += 32) {
@@ -500,7 +511,26 @@ __global__ void __launch_bounds__(kWmmaThreads)
 #endif
 }
 
-constexpr int kWmmaSmemBytes = 2 * (kWmmaBM * kWmmaPadA + kWmmaBK * kWmmaPadB) * 2;
+/// Launches one WMMA configuration (the first launch of each raises its dynamic shared memory
+/// limit above the default 48 KiB).
+template <int BM, int BN, int WM, int WN, int kStages>
+void launch_wmma(int M, int N, int K, float alpha, const __nv_bfloat16* A, const __nv_bfloat16* B,
+                 float beta, float* C, bool async) {
+  using S = WmmaShape<BM, BN, WM, WN, kStages>;
+  const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, WM, WN, kStages, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, WM, WN, kStages, false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  });
+  if (async) {
+    gemm_bf16_wmma<BM, BN, WM, WN, kStages, true><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
+  } else {
+    gemm_bf16_wmma<BM, BN, WM, WN, kStages, false><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
+  }
+}
 
 // ---- memory-bound kernels ------------------------------------------------------------------
 
@@ -558,6 +588,140 @@ __global__ void layernorm_kernel(float* out, float* mean, float* rstd, const flo
     mean[row] = m;
     rstd[row] = rs;
   }
+}
+
+// Rows held in registers: a row is read from global memory once and written once (the kernels
+// above read it two or three times). kThreads threads share a row (32: a warp, reductions with
+// shuffles; 256: a block, reductions through shared memory), each holding kVec float4s:
+// element c of the row is at v[c / (4 * kThreads)] of thread (c / 4) % kThreads, so a warp's
+// float4 loads are contiguous. Needs cols % 4 == 0, 16-byte aligned rows, and
+// cols <= 4 * kThreads * kVec.
+template <int kThreads, bool kMax>
+__device__ __forceinline__ float row_reduce(float v, float* shared) {
+  if constexpr (kThreads == 32) {
+    return kMax ? warp_max(v) : warp_sum(v);
+  } else {
+    return block_reduce<kMax>(v, shared);
+  }
+}
+
+template <int kThreads, int kVec>
+__device__ __forceinline__ void load_row(float4 (&v)[kVec], const float* x, int cols, int t, float fill) {
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int c = (q * kThreads + t) * 4;
+    v[q] = c < cols ? *reinterpret_cast<const float4*>(&x[c]) : make_float4(fill, fill, fill, fill);
+  }
+}
+
+template <int kThreads, int kVec>
+__global__ void __launch_bounds__(256) softmax_rows_kernel(float* out, const float* inp, int rows, int cols) {
+  __shared__ float shared[32];
+  const int row = blockIdx.x * (blockDim.x / kThreads) + threadIdx.x / kThreads, t = threadIdx.x % kThreads;
+  if (row >= rows) return;  // kThreads == 256: the whole block; 32: the whole warp
+  const float* x = inp + static_cast<size_t>(row) * cols;
+  float4 v[kVec];
+  load_row<kThreads>(v, x, cols, t, -INFINITY);
+  float mx = -INFINITY;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) mx = fmaxf(mx, fmaxf(fmaxf(v[q].x, v[q].y), fmaxf(v[q].z, v[q].w)));
+  mx = row_reduce<kThreads, true>(mx, shared);
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    v[q] = make_float4(expf(v[q].x - mx), expf(v[q].y - mx), expf(v[q].z - mx), expf(v[q].w - mx));
+    if ((q * kThreads + t) * 4 < cols) sum += (v[q].x + v[q].y) + (v[q].z + v[q].w);
+  }
+  sum = row_reduce<kThreads, false>(sum, shared);
+  const float inv = 1.0f / sum;
+  float* y = out + static_cast<size_t>(row) * cols;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int c = (q * kThreads + t) * 4;
+    if (c < cols) *reinterpret_cast<float4*>(&y[c]) = make_float4(v[q].x * inv, v[q].y * inv, v[q].z * inv, v[q].w * inv);
+  }
+}
+
+template <int kThreads, int kVec>
+__global__ void __launch_bounds__(256) layernorm_rows_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                                             const float* weight, const float* bias, int rows,
+                                                             int cols, float eps) {
+  __shared__ float shared[32];
+  const int row = blockIdx.x * (blockDim.x / kThreads) + threadIdx.x / kThreads, t = threadIdx.x % kThreads;
+  if (row >= rows) return;
+  float4 v[kVec];
+  load_row<kThreads>(v, inp + static_cast<size_t>(row) * cols, cols, t, 0.0f);
+  float s = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) s += (v[q].x + v[q].y) + (v[q].z + v[q].w);
+  const float m = row_reduce<kThreads, false>(s, shared) / cols;
+  float var = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    if ((q * kThreads + t) * 4 < cols) {
+      const float a = v[q].x - m, b = v[q].y - m, c = v[q].z - m, d = v[q].w - m;
+      var += (a * a + b * b) + (c * c + d * d);
+    }
+  }
+  const float rs = rsqrtf(row_reduce<kThreads, false>(var, shared) / cols + eps);
+  float* y = out + static_cast<size_t>(row) * cols;
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) {
+    const int c = (q * kThreads + t) * 4;
+    if (c < cols) {
+      const float4 w = *reinterpret_cast<const float4*>(&weight[c]);
+      const float4 b = *reinterpret_cast<const float4*>(&bias[c]);
+      *reinterpret_cast<float4*>(&y[c]) =
+          make_float4((v[q].x - m) * rs * w.x + b.x, (v[q].y - m) * rs * w.y + b.y,
+                      (v[q].z - m) * rs * w.z + b.z, (v[q].w - m) * rs * w.w + b.w);
+    }
+  }
+  if (t == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+/// Picks the row kernel for `cols` (cols % 4 == 0, aligned): a warp per row up to 1024 columns,
+/// a 256-thread block per row up to 8192, with the fewest float4s per thread that hold the row.
+/// Returns false when no row kernel fits (the caller falls back to the kernels above).
+template <template <int, int> class Launch, class... Args>
+bool launch_rows(int rows, int cols, Args... args) {
+  const int rows_per_warp_block = 8;  // 256 threads = 8 warps = 8 rows
+  const int warp_grid = (rows + rows_per_warp_block - 1) / rows_per_warp_block;
+  if (cols <= 128) return Launch<32, 1>::run(warp_grid, args...), true;
+  if (cols <= 256) return Launch<32, 2>::run(warp_grid, args...), true;
+  if (cols <= 512) return Launch<32, 4>::run(warp_grid, args...), true;
+  if (cols <= 1024) return Launch<32, 8>::run(warp_grid, args...), true;
+  if (cols <= 2048) return Launch<256, 2>::run(rows, args...), true;
+  if (cols <= 4096) return Launch<256, 4>::run(rows, args...), true;
+  if (cols <= 8192) return Launch<256, 8>::run(rows, args...), true;
+  return false;
+}
+template <int kThreads, int kVec>
+struct SoftmaxRows {
+  static void run(int grid, float* out, const float* inp, int rows, int cols) {
+    softmax_rows_kernel<kThreads, kVec><<<grid, 256>>>(out, inp, rows, cols);
+  }
+};
+template <int kThreads, int kVec>
+struct LayernormRows {
+  static void run(int grid, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                  const float* bias, int rows, int cols, float eps) {
+    layernorm_rows_kernel<kThreads, kVec><<<grid, 256>>>(out, mean, rstd, inp, weight, bias, rows, cols, eps);
+  }
+};
+
+/// bias + GELU on float4s (cols % 4 == 0, aligned): the 4 elements share one row.
+__global__ void bias_gelu_vec4_kernel(float4* out, const float4* inp, const float4* bias, long n4, int cols4) {
+  const long i = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
+  if (i >= n4) return;
+  const float4 x = inp[i], b = bias[i % cols4];
+  auto gelu = [](float v) {
+    const float u = static_cast<float>(mls::kGeluK) * (v + static_cast<float>(mls::kGeluC) * v * v * v);
+    return 0.5f * v * (1.0f + tanhf(u));
+  };
+  out[i] = make_float4(gelu(x.x + b.x), gelu(x.y + b.y), gelu(x.z + b.z), gelu(x.w + b.w));
 }
 
 __global__ void bias_gelu_kernel(float* out, const float* inp, const float* bias, int rows,
@@ -622,6 +786,11 @@ std::vector<std::string> sgemm_kernels() {
 
 void sgemm(std::string_view name, int M, int N, int K, float alpha, const float* A,
            const float* B, float beta, float* C) {
+  const auto known = sgemm_kernels();
+  if (std::find(known.begin(), known.end(), name) == known.end()) {
+    fail("cuda::sgemm: unknown kernel '", name,
+         "'; expected naive, coalesced, smem, tile1d, tile2d, vec4, warptile or cublas");
+  }
   MLS_CHECK(M >= 0 && N >= 0 && K >= 0, "cuda::sgemm[", name, "]: sizes must be >= 0, got M=", M,
             " N=", N, " K=", K);
   MLS_CHECK((A && B && C) || M == 0 || N == 0, "cuda::sgemm[", name, "]: null device pointer");
@@ -686,6 +855,9 @@ std::vector<std::string> gemm_bf16_kernels() { return {"wmma", "cublas"}; }
 
 void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
                const std::uint16_t* B, float beta, float* C) {
+  if (name != "wmma" && name != "cublas" && name.rfind("wmma_", 0) != 0) {
+    fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected wmma or cublas");
+  }
   MLS_CHECK(M >= 0 && N >= 0 && K >= 0, "cuda::gemm_bf16[", name, "]: sizes must be >= 0, got M=", M,
             " N=", N, " K=", K);
   MLS_CHECK((A && B && C) || M == 0 || N == 0, "cuda::gemm_bf16[", name, "]: null device pointer");
@@ -697,22 +869,18 @@ void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const st
     MLS_CHECK(cc >= 80, "cuda::gemm_bf16[wmma]: needs bf16 tensor cores (compute capability 8.0 or newer); this GPU is ",
               cc / 10, ".", cc % 10);
     // BEGIN SOLUTION
-    const dim3 grid(ceil_div(N, kWmmaBN), ceil_div(M, kWmmaBM));
-    if (K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B)) {
-      static std::once_flag once;
-      std::call_once(once, [] {
-        MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWmmaSmemBytes));
-      });
-      gemm_bf16_wmma<true><<<grid, kWmmaThreads, kWmmaSmemBytes>>>(M, N, K, alpha, a, b, beta, C);
-    } else {
-      static std::once_flag once;
-      std::call_once(once, [] {
-        MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWmmaSmemBytes));
-      });
-      gemm_bf16_wmma<false><<<grid, kWmmaThreads, kWmmaSmemBytes>>>(M, N, K, alpha, a, b, beta, C);
-    }
+    const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
+    launch_wmma<128, 256, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     MLS_CUDA_CHECK_LAUNCH("gemm_bf16_wmma");
     // END SOLUTION
+  } else if (name.rfind("wmma_", 0) == 0) {  // other shapes of the WMMA kernel (benchmarks: mls-cuda-sgemm-bench --bf16)
+    const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
+    if (name == "wmma_128x128x4") launch_wmma<128, 128, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_128x256x4") launch_wmma<128, 256, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_256x128x3") launch_wmma<256, 128, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_128x128w32x3") launch_wmma<128, 128, 64, 32, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else fail("cuda::gemm_bf16: unknown kernel '", name, "'");
+    MLS_CUDA_CHECK_LAUNCH("gemm_bf16_wmma");
   } else if (name == "cublas") {
     // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
     MLS_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, b, CUDA_R_16BF, N, a,
@@ -756,7 +924,9 @@ double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A,
 void softmax_forward(float* out, const float* inp, int rows, int cols) {
   if (rows <= 0 || cols <= 0) return;
   // BEGIN SOLUTION
-  softmax_kernel<<<rows, 256>>>(out, inp, cols);
+  if (!(cols % 4 == 0 && aligned16(out) && aligned16(inp) && launch_rows<SoftmaxRows>(rows, cols, out, inp, rows, cols))) {
+    softmax_kernel<<<rows, 256>>>(out, inp, cols);
+  }
   MLS_CUDA_CHECK_LAUNCH("softmax_kernel");
   // END SOLUTION
 }
@@ -765,7 +935,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int rows, int cols, float eps) {
   if (rows <= 0 || cols <= 0) return;
   // BEGIN SOLUTION
-  layernorm_kernel<<<ceil_div(rows, 8), 256>>>(out, mean, rstd, inp, weight, bias, rows, cols, eps);
+  const bool vec = cols % 4 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias);
+  if (!(vec && launch_rows<LayernormRows>(rows, cols, out, mean, rstd, inp, weight, bias, rows, cols, eps))) {
+    layernorm_kernel<<<ceil_div(rows, 8), 256>>>(out, mean, rstd, inp, weight, bias, rows, cols, eps);
+  }
   MLS_CUDA_CHECK_LAUNCH("layernorm_kernel");
   // END SOLUTION
 }
@@ -774,8 +947,15 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int rows
   if (rows <= 0 || cols <= 0) return;
   // BEGIN SOLUTION
   const long n = static_cast<long>(rows) * cols;
-  const int blocks = static_cast<int>(std::min<long>((n + 255) / 256, 65535));
-  bias_gelu_kernel<<<blocks, 256>>>(out, inp, bias, rows, cols);
+  if (cols % 4 == 0 && aligned16(out) && aligned16(inp) && aligned16(bias)) {
+    const long n4 = n / 4;
+    bias_gelu_vec4_kernel<<<static_cast<unsigned>((n4 + 255) / 256), 256>>>(
+        reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(inp), reinterpret_cast<const float4*>(bias), n4,
+        cols / 4);
+  } else {
+    const int blocks = static_cast<int>(std::min<long>((n + 255) / 256, 65535));
+    bias_gelu_kernel<<<blocks, 256>>>(out, inp, bias, rows, cols);
+  }
   MLS_CUDA_CHECK_LAUNCH("bias_gelu_kernel");
   // END SOLUTION
 }

@@ -3,10 +3,13 @@
 // busbw = algbw * 2(n-1)/n). One process per GPU:
 //   build/ci/bin/mls-nccl-allreduce-bench                    # world size 1 (one GPU)
 //   mpirun -np 2 build/ci/bin/mls-nccl-allreduce-bench       # two GPUs (id through mls_nccl_id.bin)
-// Prints one line per size: ratio nccl_allreduce_<bytes> <ours / ncclAllReduce time>.
+// Prints a table, then one line per size:
+//   ratio nccl_allreduce_ring_<bytes>_vs_nccl <ncclAllReduce time / our ring's time>  (>= 1: ours as fast)
 // Tensors are CPU tensors staged through device buffers, so both sides include the copies.
 #include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "mls/common/timer.hpp"
 #include "mls/parallel/comm.hpp"
@@ -25,6 +28,7 @@ int main() {
   const int n = c.size();
   if (c.rank() == 0)
     std::printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "nccl us", "ours us", "nccl busbw", "ours busbw", "ratio");
+  std::vector<std::pair<std::int64_t, double>> ratios;
   for (std::int64_t bytes = 1024; bytes <= (256LL << 20); bytes *= 4) {
     Tensor a = Tensor::zeros({bytes / 4}), b = Tensor::zeros({bytes / 4});
     auto time = [&](auto f) {
@@ -44,6 +48,10 @@ int main() {
     if (c.rank() == 0)
       std::printf("%12lld %12.2f %12.2f %12.3f %12.3f %8.3f\n", static_cast<long long>(bytes), tn * 1e6, to * 1e6,
                   static_cast<double>(bytes) / tn / 1e9 * f, static_cast<double>(bytes) / to / 1e9 * f, to / tn);
+    ratios.emplace_back(bytes, tn / to);
+  }
+  if (c.rank() == 0) {
+    for (const auto& [bytes, r] : ratios) std::printf("ratio nccl_allreduce_ring_%lld_vs_nccl %.4f\n", static_cast<long long>(bytes), r);
   }
   return 0;
 }
