@@ -372,7 +372,6 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 // per-warp 16x16 fp32 scratch in shared memory, so the epilogue (alpha, beta, bounds) is plain
 // code. kAsync: 16-byte cp.async copies (K % 8 == 0, N % 8 == 0, 16-byte aligned pointers);
 // otherwise element-wise loads with bounds checks.
-constexpr int kWmmaBK = 32, kWmmaPadA = kWmmaBK + 8;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool in) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -395,23 +394,23 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-template <int BM, int BN, int WM, int WN, int kStages>
+template <int BM, int BN, int BK, int WM, int WN, int kStages>
 struct WmmaShape {
   static constexpr int kWarps = (BM / WM) * (BN / WN), kThreads = kWarps * 32;
-  static constexpr int kPadB = BN + 8;
-  static constexpr int kStageA = BM * kWmmaPadA, kStageB = kWmmaBK * kPadB;  // bf16 per stage
+  static constexpr int kPadA = BK + 8, kPadB = BN + 8;
+  static constexpr int kStageA = BM * kPadA, kStageB = BK * kPadB;  // bf16 per stage
   static constexpr int kSmemBytes = kStages * (kStageA + kStageB) * 2;
   static_assert(kWarps * 256 * 4 <= kSmemBytes, "the epilogue's scratch reuses the ring");
 };
 
-template <int BM, int BN, int WM, int WN, int kStages, bool kAsync>
-__global__ void __launch_bounds__(WmmaShape<BM, BN, WM, WN, kStages>::kThreads)
+template <int BM, int BN, int BK, int WM, int WN, int kStages, bool kAsync>
+__global__ void __launch_bounds__(WmmaShape<BM, BN, BK, WM, WN, kStages>::kThreads)
     gemm_bf16_wmma(int M, int N, int K, float alpha, const __nv_bfloat16* A,
                    const __nv_bfloat16* B, float beta, float* C) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace nvcuda;
-  using S = WmmaShape<BM, BN, WM, WN, kStages>;
-  constexpr int BK = kWmmaBK, kThreads = S::kThreads, FM = WM / 16, FN = WN / 16;
+  using S = WmmaShape<BM, BN, BK, WM, WN, kStages>;
+  constexpr int kThreads = S::kThreads, kPadA = S::kPadA, FM = WM / 16, FN = WN / 16;
   extern __shared__ __align__(16) unsigned char wmma_smem[];
   __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(wmma_smem);
   __nv_bfloat16* Bs = As + kStages * S::kStageA;
@@ -430,7 +429,7 @@ __global__ void __launch_bounds__(WmmaShape<BM, BN, WM, WN, kStages>::kThreads)
       for (int i = tid; i < BM * (BK / 8); i += kThreads) {
         const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
         const bool in = row0 + r < M && k0 + c < K;
-        cp_async16(&as[r * kWmmaPadA + c], in ? &A[static_cast<size_t>(row0 + r) * K + k0 + c] : A, in);
+        cp_async16(&as[r * kPadA + c], in ? &A[static_cast<size_t>(row0 + r) * K + k0 + c] : A, in);
       }
 #pragma unroll
       for (int i = tid; i < BK * (BN / 8); i += kThreads) {
@@ -441,7 +440,7 @@ __global__ void __launch_bounds__(WmmaShape<BM, BN, WM, WN, kStages>::kThreads)
     } else {
       for (int i = tid; i < BM * BK; i += kThreads) {
         const int r = i / BK, c = i % BK;
-        as[r * kWmmaPadA + c] = (row0 + r < M && k0 + c < K) ? A[static_cast<size_t>(row0 + r) * K + k0 + c] : zero;
+        as[r * kPadA + c] = (row0 + r < M && k0 + c < K) ? A[static_cast<size_t>(row0 + r) * K + k0 + c] : zero;
       }
       for (int i = tid; i < BK * BN; i += kThreads) {
         const int r = i / BN, c = i % BN;
@@ -476,7 +475,7 @@ __global__ void __launch_bounds__(WmmaShape<BM, BN, WM, WN, kStages>::kThreads)
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
 #pragma unroll
-      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], &as[(wrow + i * 16) * kWmmaPadA + kk], kWmmaPadA);
+      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], &as[(wrow + i * 16) * kPadA + kk], kPadA);
 #pragma unroll
       for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(fb[j], &bs[kk * S::kPadB + wcol + j * 16], S::kPadB);
 #pragma unroll
@@ -513,22 +512,22 @@ __global__ void __launch_bounds__(WmmaShape<BM, BN, WM, WN, kStages>::kThreads)
 
 /// Launches one WMMA configuration (the first launch of each raises its dynamic shared memory
 /// limit above the default 48 KiB).
-template <int BM, int BN, int WM, int WN, int kStages>
+template <int BM, int BN, int BK, int WM, int WN, int kStages>
 void launch_wmma(int M, int N, int K, float alpha, const __nv_bfloat16* A, const __nv_bfloat16* B,
                  float beta, float* C, bool async) {
-  using S = WmmaShape<BM, BN, WM, WN, kStages>;
+  using S = WmmaShape<BM, BN, BK, WM, WN, kStages>;
   const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
   static std::once_flag once;
   std::call_once(once, [] {
-    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, WM, WN, kStages, true>,
+    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, WM, WN, kStages, false>,
+    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
   });
   if (async) {
-    gemm_bf16_wmma<BM, BN, WM, WN, kStages, true><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
+    gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, true><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
   } else {
-    gemm_bf16_wmma<BM, BN, WM, WN, kStages, false><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
+    gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, false><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
   }
 }
 
@@ -870,15 +869,17 @@ void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const st
               cc / 10, ".", cc % 10);
     // BEGIN SOLUTION
     const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
-    launch_wmma<128, 256, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    launch_wmma<128, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
     MLS_CUDA_CHECK_LAUNCH("gemm_bf16_wmma");
     // END SOLUTION
   } else if (name.rfind("wmma_", 0) == 0) {  // other shapes of the WMMA kernel (benchmarks: mls-cuda-sgemm-bench --bf16)
     const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
-    if (name == "wmma_128x128x4") launch_wmma<128, 128, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "wmma_128x256x4") launch_wmma<128, 256, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "wmma_256x128x3") launch_wmma<256, 128, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "wmma_128x128w32x3") launch_wmma<128, 128, 64, 32, 3>(M, N, K, alpha, a, b, beta, C, async);
+    if (name == "wmma_128x128x32x3") launch_wmma<128, 128, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_128x128x32x5") launch_wmma<128, 128, 32, 64, 64, 5>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_128x128x64x3") launch_wmma<128, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_128x128x64x4") launch_wmma<128, 128, 64, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_64x128x32x4") launch_wmma<64, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_128x256x32x3") launch_wmma<128, 256, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     else fail("cuda::gemm_bf16: unknown kernel '", name, "'");
     MLS_CUDA_CHECK_LAUNCH("gemm_bf16_wmma");
   } else if (name == "cublas") {

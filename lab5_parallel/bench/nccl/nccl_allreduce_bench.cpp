@@ -50,7 +50,12 @@ int main() {
                   static_cast<double>(bytes) / tn / 1e9 * f, static_cast<double>(bytes) / to / 1e9 * f, to / tn);
     ratios.emplace_back(bytes, tn / to);
   }
-  if (c.rank() == 0) {
+  if (c.rank() == 0 && n == 1) {
+    // one rank: our ring returns at once (nothing to exchange), ncclAllReduce still stages the
+    // tensor through the device; a ratio would compare nothing with a copy
+    std::printf("world size 1: our ring exchanges nothing; ncclAllReduce's time is the host<->device staging. "
+                "Ratios need two or more GPUs (mpirun -np 2).\n");
+  } else if (c.rank() == 0) {
     for (const auto& [bytes, r] : ratios) std::printf("ratio nccl_allreduce_ring_%lld_vs_nccl %.4f\n", static_cast<long long>(bytes), r);
   }
   return 0;
