@@ -869,14 +869,14 @@ void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const st
               cc / 10, ".", cc % 10);
     // BEGIN SOLUTION
     const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
-    launch_wmma<128, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    launch_wmma<128, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     MLS_CUDA_CHECK_LAUNCH("gemm_bf16_wmma");
     // END SOLUTION
   } else if (name.rfind("wmma_", 0) == 0) {  // other shapes of the WMMA kernel (benchmarks: mls-cuda-sgemm-bench --bf16)
     const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
-    if (name == "wmma_128x128x32x3") launch_wmma<128, 128, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    if (name == "wmma_128x128x32x4") launch_wmma<128, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "wmma_128x128x32x3") launch_wmma<128, 128, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "wmma_128x128x32x5") launch_wmma<128, 128, 32, 64, 64, 5>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "wmma_128x128x64x3") launch_wmma<128, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "wmma_128x128x64x4") launch_wmma<128, 128, 64, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "wmma_64x128x32x4") launch_wmma<64, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "wmma_128x256x32x3") launch_wmma<128, 256, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);

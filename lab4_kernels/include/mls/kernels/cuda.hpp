@@ -22,7 +22,7 @@
 ///
 /// | kernel     | what it teaches                                                       |
 /// |------------|-----------------------------------------------------------------------|
-/// | wmma       | 128x128 block tile, K slices of 32, 4 warps of 64x64 (4x4 WMMA 16x16x16 bf16 fragments, fp32 accumulators); the slices copied with cp.async into a 4-deep shared-memory ring (K%8 == 0, N%8 == 0, 16-byte aligned; plain loads otherwise). Needs compute capability 8.0+ |
+/// | wmma       | 128x128 block tile, K slices of 64, 4 warps of 64x64 (4x4 WMMA 16x16x16 bf16 fragments, fp32 accumulators); the slices copied with cp.async into a 3-deep shared-memory ring (the best of 7 shapes on an H200) (K%8 == 0, N%8 == 0, 16-byte aligned; plain loads otherwise). Needs compute capability 8.0+ |
 /// | cublas     | the peer: cublasGemmEx, bf16 inputs, fp32 output and compute (CUBLAS_COMPUTE_32F) |
 #include <cstddef>
 #include <cstdint>
