@@ -4,8 +4,8 @@
 #   scripts/gpu_check.sh BUILD_DIR          e.g. scripts/gpu_check.sh build/release
 #
 # 1. prints the device (nvidia-smi -L, else what the CUDA benchmark reports);
-# 2. runs every `gpu`-labelled test (lab 4's CUDA SGEMM ladder and fused kernels, lab 5's NCCL
-#    backend at world size 1, lab 6's ZeRO on NCCL);
+# 2. runs every `gpu`-labelled test (lab 4's CUDA SGEMM ladder and fused kernels, lab 4 part 2's
+#    generated CUDA kernels, lab 5's NCCL backend at world size 1, lab 6's ZeRO on NCCL);
 # 3. runs the GPU benchmarks: lab 4's ladder against cuBLAS at n = 1024, 2048, 4096, 8192
 #    (mls-cuda-sgemm-bench), lab 4's fused kernels (softmax, layernorm, bias+GELU at 4096x1024,
 #    16384x1024, 4096x4096) against a device-to-device copy of the same bytes
@@ -19,8 +19,10 @@
 #
 # A GPU build needs only these targets (MLS_GPU_TARGETS for ../shared/gpu/on-device.sh, or
 # `cmake --build BUILD_DIR --target ...`):
-#   mls_lab4_gpu_tests mls_lab5_gpu_tests mls_lab6_gpu_tests mls-cuda-sgemm-bench
-#   mls-cuda-fused-bench mls-nccl-allreduce-bench
+#   mls_lab4_gpu_tests mls_lab4_te_gpu_tests mls_lab5_gpu_tests mls_lab6_gpu_tests
+#   mls-cuda-sgemm-bench mls-cuda-fused-bench mls-nccl-allreduce-bench
+# (mls_lab4_te_gpu_tests: lab 4 part 2's generated CUDA kernels, NVRTC-compiled, against the
+# interpreter; its NVRTC-only twin mls_lab4_nvrtc_tests needs no GPU and is not labelled gpu.)
 set -uo pipefail
 B="${1:?usage: scripts/gpu_check.sh BUILD_DIR}"
 [ -d "$B" ] || { echo "gpu_check: no build folder '$B' (build first: cmake --preset release && cmake --build --preset release)" >&2; exit 2; }

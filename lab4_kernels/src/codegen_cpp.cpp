@@ -273,12 +273,14 @@ CText Emitter::expr(const Expr& e) {
 // ---- expressions, shared with the CUDA generator ---------------------------------------------------
 
 const Dialect& cpp_dialect() {
-  static const Dialect d{"generate_cpp", "std::int64_t", "__builtin_expf", "__builtin_sqrtf", "__builtin_fabsf",
-                         "__builtin_fminf", "__builtin_fmaxf"};
+  static const Dialect d{"generate_cpp",    "std::int64_t",    "__builtin_expf",     "__builtin_sqrtf",
+                         "__builtin_fabsf", "__builtin_fminf", "__builtin_fmaxf",    "__builtin_inff()",
+                         "__builtin_nanf(\"\")"};
   return d;
 }
 const Dialect& cuda_dialect() {
-  static const Dialect d{"generate_cuda", "long long", "expf", "sqrtf", "fabsf", "fminf", "fmaxf"};
+  static const Dialect d{"generate_cuda", "long long", "expf", "sqrtf", "fabsf", "fminf", "fmaxf",
+                         "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)"};
   return d;
 }
 
@@ -328,6 +330,8 @@ CText c_expr(const Expr& e, const ExprContext& cx) {
   MLS_CHECK(e.defined(), d.who, ": an undefined expression in '", cx.func, "'");
   if (const auto* x = e.as<IntImm>()) return {c_int_literal(x->value), x->value < 0 ? 15 : 16};
   if (const auto* x = e.as<FloatImm>()) {
+    if (std::isnan(x->value)) return {d.nan, 16};
+    if (std::isinf(x->value)) return x->value > 0 ? CText{d.inf, 16} : CText{std::string("-") + d.inf, 15};
     std::string s = c_float_literal(x->value);
     return {s, s[0] == '-' ? 15 : 16};
   }

@@ -56,6 +56,8 @@ struct Dialect {
   const char* fabs;
   const char* fmin;
   const char* fmax;
+  const char* inf;  ///< +infinity and a quiet NaN: "__builtin_inff()", "__builtin_nanf(\"\")" (C++),
+  const char* nan;  ///< "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)" (CUDA)
 };
 const Dialect& cpp_dialect();
 const Dialect& cuda_dialect();
