@@ -134,6 +134,7 @@ CudaJitKernel compile_cuda(const LoweredFunc& f, const NvrtcOptions& options) {
   std::string why;
   MLS_CHECK(cuda::available(&why), "compile_cuda: no usable GPU for '", f.name, "': ", why,
             " (nvrtc_compile checks a source without one)");
+  check_runtime(cudaSetDevice(0), "cudaSetDevice(0)");  // device 0's primary context, current on this thread
   CudaJitKernel k;
   k.func_ = f;
   k.cuda_ = generate_cuda(f);
@@ -161,6 +162,7 @@ void CudaJitKernel::run_device(std::span<float* const> args) const {
   MLS_CHECK(module_, "CudaJitKernel::run: the kernel is empty (default-constructed, not compiled)");
   MLS_CHECK(args.size() == cuda_.num_args, "CudaJitKernel::run: '", func_.name, "' takes ", cuda_.num_args,
             " device arrays, got ", args.size());
+  check_runtime(cudaSetDevice(0), "cudaSetDevice(0)");
   std::vector<std::unique_ptr<cuda::DeviceBuffer>> workspace;
   std::vector<float*> ptrs(args.begin(), args.end());
   for (std::size_t i = cuda_.num_args; i < cuda_.params.size(); ++i) {
