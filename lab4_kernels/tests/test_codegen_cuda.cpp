@@ -8,6 +8,7 @@
 #include "mls/common/error.hpp"
 #include "mls/kernels/codegen.hpp"
 #include "mls/kernels/codegen_cuda.hpp"
+#include "cuda_emulator.hpp"
 #include "te_check.hpp"
 #include "te_cuda_workloads.hpp"
 #include "te_workloads.hpp"
@@ -277,4 +278,28 @@ TEST_CASE("shared cache_read on the CPU: the C++ generator makes it a local tile
   CHECK_THAT(src, Contains("float A_shared[64];  // A_shared: (8, 8), shared (local on the CPU)"));
   const auto in = random_inputs({m.A, m.B}, 7);
   require_close(run_schedule(s, {m.A, m.B}, in)[0], run_naive({m.A, m.B}, in, {m.C})[0], reduction_tol(24), "mm");
+}
+
+TEST_CASE("generate_cuda's source, emulated on the CPU (a thread per CUDA thread), equals the interpreter",
+          "[lab4][te_cuda][emulated]") {
+  // A C++ compiler runs (the JIT's); the threads of each block race for real, __syncthreads() is a barrier.
+  std::uint64_t seed = 500;
+  const std::vector<CudaWorkload> workloads = {
+      cuda_matmul(37, 50, 29), cuda_matmul(1, 1, 1),    cuda_matmul(19, 23, 29, 8), cuda_matmul_local(17, 31, 13),
+      cuda_matmul_local(1, 1, 1), cuda_softmax(45, 19), cuda_softmax(1, 1),         cuda_elementwise(13, 21),
+      cuda_elementwise(1, 1)};
+  for (const CudaWorkload& w : workloads) {
+    const te::LoweredFunc f = te::lower(w.schedule, w.name);
+    const te::CudaSource cu = te::generate_cuda(f);
+    const auto in = random_inputs(w.inputs, seed++);
+    const auto want = run_lowered(f, w.inputs, in, w.outputs);
+    auto in_copy = in;
+    const auto got = run_bound(w.inputs, in_copy, w.outputs, [&](te::Bindings& b) {
+      std::vector<std::span<float>> args;
+      for (const auto& a : f.args) args.push_back(*b.find(a.get()));
+      emulate_cuda(cu, args);
+    });
+    for (std::size_t o = 0; o < got.size(); ++o)
+      require_close(got[o], want[o], reduction_tol(w.reduction), "emulated " + w.name + " " + w.outputs[o].name());
+  }
 }
