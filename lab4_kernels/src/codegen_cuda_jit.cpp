@@ -158,10 +158,13 @@ CudaJitKernel compile_cuda(const LoweredFunc& f, const NvrtcOptions& options) {
   return k;
 }
 
-void CudaJitKernel::run_device(std::span<float* const> args) const {
+void CudaJitKernel::run_device(std::span<float* const> args, bool synchronize) const {
   MLS_CHECK(module_, "CudaJitKernel::run: the kernel is empty (default-constructed, not compiled)");
   MLS_CHECK(args.size() == cuda_.num_args, "CudaJitKernel::run: '", func_.name, "' takes ", cuda_.num_args,
             " device arrays, got ", args.size());
+  MLS_CHECK(synchronize || cuda_.params.size() == cuda_.num_args, "CudaJitKernel::run: '", func_.name, "' has a ",
+            "workspace of ", cuda_.params.size() - cuda_.num_args, " buffers, freed after the call: it cannot return "
+            "before its kernels are done (synchronize = false)");
   check_runtime(cudaSetDevice(0), "cudaSetDevice(0)");
   std::vector<std::unique_ptr<cuda::DeviceBuffer>> workspace;
   std::vector<float*> ptrs(args.begin(), args.end());
@@ -183,6 +186,7 @@ void CudaJitKernel::run_device(std::span<float* const> args) const {
     MLS_CHECK(r == CUDA_SUCCESS, "cuda_jit: cuLaunchKernel: ", cu_error(r), " (kernel '", info.name, "' of '",
               func_.name, "', ", d.to_string(), ")");
   }
+  if (!synchronize) return;
   const cudaError_t s = cudaDeviceSynchronize();
   MLS_CHECK(s == cudaSuccess, "cuda_jit: cudaDeviceSynchronize after the kernels of '", func_.name, "': ",
             cudaGetErrorString(s));

@@ -117,7 +117,7 @@ TEST_CASE("generate_cuda: the slide's matmul with bound loops and shared tiles o
   CHECK(s.find("#include") == std::string::npos);
 }
 
-TEST_CASE("generate_cuda: the matmul with a local accumulator; its shared tiles are the block's", "[lab4][te_cuda]") {
+TEST_CASE("generate_cuda: the matmul with a local accumulator, its shared tiles the block's", "[lab4][te_cuda]") {
   const CudaWorkload w = cuda_matmul_local(37, 50, 29);
   const te::CudaSource cu = te::generate_cuda(te::lower(w.schedule, "matmul"));
   INFO(cu.source);

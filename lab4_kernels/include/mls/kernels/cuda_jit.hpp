@@ -1,6 +1,6 @@
 #pragma once
 /// Lab 4 part 2, ML compilation: run-time compilation of generated CUDA source (built only where CUDA
-/// is found: library mls_kernels_te_cuda). generate_cuda's source (mls/kernels/codegen_cuda.hpp) is
+/// is found: library mls_kernels_nvrtc). generate_cuda's source (mls/kernels/codegen_cuda.hpp) is
 /// compiled by NVRTC into PTX, which the CUDA driver loads (cuModuleLoadData, cuModuleGetFunction)
 /// and launches (cuLaunchKernel) on device arrays:
 ///
@@ -72,10 +72,11 @@ class CudaJitKernel {
 
   /// Runs on device arrays: one pointer per argument of func() (placeholders, then outputs), each of
   /// its buffer's size. The workspace (intermediates) is allocated for the call. Returns when the
-  /// kernels are done. mls::Error "CudaJitKernel::run: ..." for a wrong count of pointers or an
-  /// empty kernel; "cuda_jit: cuLaunchKernel: ..." naming the kernel and its launch for a failed
-  /// launch.
-  void run_device(std::span<float* const> args) const;
+  /// kernels are done; synchronize = false: as soon as they are enqueued on the default stream (for
+  /// timing; a function with a workspace is refused then). mls::Error "CudaJitKernel::run: ..." for a
+  /// wrong count of pointers or an empty kernel; "cuda_jit: cuLaunchKernel: ..." naming the kernel
+  /// and its launch for a failed launch.
+  void run_device(std::span<float* const> args, bool synchronize = true) const;
   /// Runs on host arrays: copies each to the device, runs, copies every argument back (an input
   /// comes back unchanged). One span per argument, each exactly its buffer's size.
   void run(std::span<const std::span<float>> args) const;
