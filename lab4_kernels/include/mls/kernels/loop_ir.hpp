@@ -11,7 +11,7 @@
 ///     else branch, placed just inside the loop of the last variable they read; a guard that
 ///     bounds analysis proves always true is left out;
 ///   - every buffer is a function argument (placeholders, then outputs) or made by an Allocate
-///     (intermediates at the top, cache tiles of Scope::Local inside the loop they live in),
+///     (intermediates at the top, cache tiles of Scope::Local or Shared inside the loop they live in),
 ///     read and written only inside that Allocate;
 ///   - a Call is a tensorized tile: each operand an affine window of a buffer (see TileArg).
 /// Loop kinds are hints to a code generator; the interpreter runs every loop serially in order.
