@@ -75,7 +75,7 @@ inline void emulate_cuda(const te::CudaSource& cu, std::span<const std::span<flo
     unit += "); }\n";
   }
   mls::kernels::jit::CompileOptions options;
-  options.extra_flags = {"-Wno-unused-parameter", "-pthread"};
+  options.extra_flags = {"-Wno-unused-parameter", "-Wno-unknown-pragmas", "-pthread"};  // #pragma unroll is CUDA's
   options.opt_level = "-O1";
   const auto module = mls::kernels::jit::compile_shared(unit, options);
   using Launch = void (*)(void (*)(float* const*), float* const*, const long long*, const long long*);

@@ -22,8 +22,9 @@ struct CudaWorkload {
 
 /// C (m x n) = A (m x k) * B (k x n): blocks of tile x tile outputs (blockIdx.y, blockIdx.x), a
 /// thread per output (threadIdx.y, threadIdx.x), k in slices of `tile` with the slices of A and B in
-/// shared memory (tails guarded on every axis).
-inline CudaWorkload cuda_matmul(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t tile = 16) {
+/// shared memory (tails guarded on every axis). `unroll`: the slice's loop ki unrolled too.
+inline CudaWorkload cuda_matmul(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t tile = 16,
+                                bool unroll = false) {
   te::Tensor A = te::placeholder("A", {m, k});
   te::Tensor B = te::placeholder("B", {k, n});
   te::IterVar r = te::reduce_axis(k, "k");
@@ -40,7 +41,8 @@ inline CudaWorkload cuda_matmul(std::int64_t m, std::int64_t n, std::int64_t k, 
   s[C].bind(ji, te::ThreadTag::ThreadX);
   s.cache_read(A, s[C], ko, te::Scope::Shared);
   s.cache_read(B, s[C], ko, te::Scope::Shared);
-  return {"matmul", {A, B}, {C}, s, k};
+  if (unroll) s[C].unroll(ki);
+  return {unroll ? "matmul_unrolled" : "matmul", {A, B}, {C}, s, k};
 }
 
 /// The same matmul with each thread's sum in a local accumulator CL (cache_write) computed at the

@@ -115,6 +115,8 @@ TEST_CASE("generate_cuda: the slide's matmul with bound loops and shared tiles o
   CHECK(guard != std::string::npos);
   CHECK(guard > fill);
   CHECK(s.find("#include") == std::string::npos);
+  const std::string unrolled = te::generate_cuda(te::lower(cuda_matmul(37, 50, 29, 16, true).schedule, "mm")).source;
+  CHECK_THAT(unrolled, Contains("#pragma unroll\n") && Contains("for (long long ki = 0; ki < 16; ++ki) {"));
 }
 
 TEST_CASE("generate_cuda: the matmul with a local accumulator, its shared tiles the block's", "[lab4][te_cuda]") {
@@ -285,7 +287,7 @@ TEST_CASE("generate_cuda's source, emulated on the CPU (a thread per CUDA thread
   // A C++ compiler runs (the JIT's); the threads of each block race for real, __syncthreads() is a barrier.
   std::uint64_t seed = 500;
   const std::vector<CudaWorkload> workloads = {
-      cuda_matmul(37, 50, 29), cuda_matmul(1, 1, 1),    cuda_matmul(19, 23, 29, 8), cuda_matmul_local(17, 31, 13),
+      cuda_matmul(37, 50, 29), cuda_matmul(1, 1, 1),    cuda_matmul(19, 23, 29, 8, true), cuda_matmul_local(17, 31, 13),
       cuda_matmul_local(1, 1, 1), cuda_softmax(45, 19), cuda_softmax(1, 1),         cuda_elementwise(13, 21),
       cuda_elementwise(1, 1)};
   for (const CudaWorkload& w : workloads) {

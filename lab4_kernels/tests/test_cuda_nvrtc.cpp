@@ -48,6 +48,7 @@ TEST_CASE("nvrtc: every generated kernel compiles (matmul, softmax, elementwise)
   REQUIRE_NVRTC();
   check_compiles(cuda_matmul(37, 50, 29));
   check_compiles(cuda_matmul(64, 64, 64, 32), {"compute_90", false, {}});
+  check_compiles(cuda_matmul(37, 50, 29, 16, true));
   check_compiles(cuda_matmul_local(37, 50, 29));
   check_compiles(cuda_matmul_local(1, 1, 1, 32));
   check_compiles(cuda_softmax(45, 19));

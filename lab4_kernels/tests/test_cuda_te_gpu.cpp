@@ -66,6 +66,7 @@ TEST_CASE("cuda te: matmul with shared tiles of A and B, awkward sizes, tiles 16
       check_on_gpu(cuda_matmul(s[0], s[1], s[2], tile), seed++, size);
       check_on_gpu(cuda_matmul_local(s[0], s[1], s[2], tile), seed++, size);
     }
+  check_on_gpu(cuda_matmul(37, 50, 29, 16, true), seed++, "m=37 n=50 k=29 tile=16 (ki unrolled)");
 }
 
 TEST_CASE("cuda te: softmax rows (three kernels, a workspace)", "[lab4][gpu][te_cuda]") {
