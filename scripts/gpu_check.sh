@@ -4,13 +4,14 @@
 #   scripts/gpu_check.sh BUILD_DIR          e.g. scripts/gpu_check.sh build/release
 #
 # 1. prints the device (nvidia-smi -L, else what the CUDA benchmark reports);
-# 2. runs every `gpu`-labelled test (lab 4's CUDA SGEMM ladder and fused kernels, lab 5's NCCL
-#    backend at world size 1, lab 6's ZeRO on NCCL);
+# 2. runs every `gpu`-labelled test (lab 4's CUDA SGEMM ladder and fused kernels, lab 4 part 2's
+#    generated CUDA kernels, lab 5's NCCL backend at world size 1, lab 6's ZeRO on NCCL);
 # 3. runs the GPU benchmarks: lab 4's ladder against cuBLAS at n = 1024, 2048, 4096, 8192, and its
 #    bf16 tensor-core rung against cublasGemmEx (mls-cuda-sgemm-bench), lab 4's fused kernels (softmax, layernorm, bias+GELU at 4096x1024,
 #    16384x1024, 4096x4096) against a device-to-device copy of the same bytes
-#    (mls-cuda-fused-bench), and ncclAllReduce against our ring over NCCL at world size 1
-#    (mls-nccl-allreduce-bench);
+#    (mls-cuda-fused-bench), ncclAllReduce against our ring over NCCL at world size 1
+#    (mls-nccl-allreduce-bench), and lab 4 part 2's generated CUDA matmul against cuBLAS at n = 1024,
+#    2048 (mls-te-cuda-bench);
 # 4. writes a summary table and the benchmarks' `ratio ...` lines, with every log, to $OUT (default:
 #    BUILD_DIR/gpu_check).
 # Exit status: 0 when every gpu test passed, 1 when one failed or a step failed, 3 when there is no
@@ -19,8 +20,10 @@
 #
 # A GPU build needs only these targets (MLS_GPU_TARGETS for ../shared/gpu/on-device.sh, or
 # `cmake --build BUILD_DIR --target ...`):
-#   mls_lab4_gpu_tests mls_lab5_gpu_tests mls_lab6_gpu_tests mls-cuda-sgemm-bench
-#   mls-cuda-fused-bench mls-nccl-allreduce-bench
+#   mls_lab4_gpu_tests mls_lab4_te_gpu_tests mls_lab5_gpu_tests mls_lab6_gpu_tests
+#   mls-cuda-sgemm-bench mls-cuda-fused-bench mls-nccl-allreduce-bench mls-te-cuda-bench
+# (mls_lab4_te_gpu_tests: lab 4 part 2's generated CUDA kernels, NVRTC-compiled, against the
+# interpreter; its NVRTC-only twin mls_lab4_nvrtc_tests needs no GPU and is not labelled gpu.)
 set -uo pipefail
 B="${1:?usage: scripts/gpu_check.sh BUILD_DIR}"
 [ -d "$B" ] || { echo "gpu_check: no build folder '$B' (build first: cmake --preset release && cmake --build --preset release)" >&2; exit 2; }
@@ -89,6 +92,7 @@ run_bench() {  # name, timeout, program, args...
 run_bench sgemm 180 mls-cuda-sgemm-bench 1024 2048 4096 8192 --json "$OUT/sgemm.json"
 run_bench fused 90 mls-cuda-fused-bench --json "$OUT/fused.json"
 run_bench nccl_allreduce 120 mls-nccl-allreduce-bench
+run_bench te_cuda 90 mls-te-cuda-bench 1024 2048
 
 say "== gpu_check: status $status; logs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 grep -h "^ratio " "$OUT"/*.log 2>/dev/null

@@ -261,38 +261,38 @@ std::string Emitter::element(const BufferNode* b, const std::vector<Expr>& idx, 
 }
 
 CText Emitter::expr(const Expr& e) {
-  MLS_CHECK(e.defined(), "generate_cpp: an undefined expression in '", f_.name, "'");
-  if (const auto* x = e.as<IntImm>()) return {c_int_literal(x->value), x->value < 0 ? 15 : 16};
-  if (const auto* x = e.as<FloatImm>()) {
-    std::string s = c_float_literal(x->value);
-    return {s, s[0] == '-' ? 15 : 16};
-  }
-  if (const auto* x = e.as<VarRef>()) return {var(x->var.get()), 16};
-  if (const auto* x = e.as<Load>()) return {element(x->buffer.get(), x->indices, "load"), 16};
-  if (const auto* x = e.as<Binary>()) return binary(*x, e.dtype());
-  if (const auto* x = e.as<Select>())
-    return {wrap(expr(x->cond), 4) + " ? " + wrap(expr(x->then_value), 4) + " : " + wrap(expr(x->else_value), 4), 3};
-  if (const auto* x = e.as<Unary>()) {
-    const CText a = expr(x->a);
-    const bool is_float = x->a.dtype() == DType::Float;
-    switch (x->op) {
-      case UnaryOp::Neg: return {a.s[0] == '-' ? "-(" + a.s + ")" : "-" + wrap(a, 15), 15};
-      case UnaryOp::Not: return {"!" + wrap(a, 15), 15};
-      case UnaryOp::Exp: return {"__builtin_expf(" + a.s + ")", 16};
-      case UnaryOp::Sqrt: return {"__builtin_sqrtf(" + a.s + ")", 16};
-      case UnaryOp::Rsqrt: return {"1.0f / __builtin_sqrtf(" + a.s + ")", 13};
-      case UnaryOp::Abs: return {(is_float ? "__builtin_fabsf(" : "mls_abs(") + a.s + ")", 16};
-      case UnaryOp::ToFloat: return {"static_cast<float>(" + a.s + ")", 16};
-    }
-  }
-  fail("generate_cpp: ", to_string(e), " in '", f_.name, "' cannot be compiled (a reduction: lower the schedule first)");
+  ExprContext cx;
+  cx.dialect = &cpp_dialect();
+  cx.var = [this](const VarNode* v) { return var(v); };
+  cx.load = [this](const Load& l) { return element(l.buffer.get(), l.indices, "load"); };
+  cx.ranges = &ranges_;
+  cx.func = f_.name;
+  return c_expr(e, cx);
 }
 
-CText Emitter::binary(const Binary& b, DType t) {
+// ---- expressions, shared with the CUDA generator ---------------------------------------------------
+
+const Dialect& cpp_dialect() {
+  static const Dialect d{"generate_cpp",    "std::int64_t",    "__builtin_expf",     "__builtin_sqrtf",
+                         "__builtin_fabsf", "__builtin_fminf", "__builtin_fmaxf",    "__builtin_inff()",
+                         "__builtin_nanf(\"\")"};
+  return d;
+}
+const Dialect& cuda_dialect() {
+  static const Dialect d{"generate_cuda", "long long", "expf", "sqrtf", "fabsf", "fminf", "fmaxf",
+                         "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)"};
+  return d;
+}
+
+namespace {
+CText c_binary(const Binary& b, const ExprContext& cx) {
   const bool int_ops = b.a.dtype() != DType::Float;
-  auto call = [&](const char* fn) { return CText{std::string(fn) + "(" + expr(b.a).s + ", " + expr(b.b).s + ")", 16}; };
+  const Dialect& d = *cx.dialect;
+  auto call = [&](const char* fn) {
+    return CText{std::string(fn) + "(" + c_expr(b.a, cx).s + ", " + c_expr(b.b, cx).s + ")", 16};
+  };
   auto infix = [&](const char* op, int p, int left_min, int right_min) {
-    return CText{wrap(expr(b.a), left_min) + op + wrap(expr(b.b), right_min), p};
+    return CText{wrap(c_expr(b.a, cx), left_min) + op + wrap(c_expr(b.b, cx), right_min), p};
   };
   switch (b.op) {
     case BinaryOp::Add: return infix(" + ", 12, 12, 13);
@@ -303,15 +303,15 @@ CText Emitter::binary(const Binary& b, DType t) {
       if (!int_ops) return infix(" / ", 13, 13, 14);
       // Floor division is C's truncation where the dividend is never negative.
       const auto* c = b.b.as<IntImm>();
-      const auto lo = detail::bound(b.a, ranges_);
+      const auto lo = cx.ranges ? detail::bound(b.a, *cx.ranges) : std::nullopt;
       if (c && c->value > 0 && lo && lo->lo >= 0) {  // parenthesised: (i / 3)*16 reads better than i / 3*16
         const CText q = infix(b.op == BinaryOp::Div ? " / " : " % ", 13, 13, 14);
         return {"(" + q.s + ")", 16};
       }
       return call(b.op == BinaryOp::Div ? "mls_floordiv" : "mls_floormod");
     }
-    case BinaryOp::Min: return call(int_ops ? "mls_min" : "__builtin_fminf");
-    case BinaryOp::Max: return call(int_ops ? "mls_max" : "__builtin_fmaxf");
+    case BinaryOp::Min: return call(int_ops ? "mls_min" : d.fmin);
+    case BinaryOp::Max: return call(int_ops ? "mls_max" : d.fmax);
     case BinaryOp::Lt: return infix(" < ", 10, 11, 11);
     case BinaryOp::Le: return infix(" <= ", 10, 11, 11);
     case BinaryOp::Gt: return infix(" > ", 10, 11, 11);
@@ -322,6 +322,41 @@ CText Emitter::binary(const Binary& b, DType t) {
     case BinaryOp::Or: return infix(" || ", 4, 6, 6);  // && inside || parenthesised (-Wparentheses)
   }
   return {};
+}
+}  // namespace
+
+CText c_expr(const Expr& e, const ExprContext& cx) {
+  const Dialect& d = *cx.dialect;
+  MLS_CHECK(e.defined(), d.who, ": an undefined expression in '", cx.func, "'");
+  if (const auto* x = e.as<IntImm>()) return {c_int_literal(x->value), x->value < 0 ? 15 : 16};
+  if (const auto* x = e.as<FloatImm>()) {
+    if (std::isnan(x->value)) return {d.nan, 16};
+    if (std::isinf(x->value)) return x->value > 0 ? CText{d.inf, 16} : CText{std::string("-") + d.inf, 15};
+    std::string s = c_float_literal(x->value);
+    return {s, s[0] == '-' ? 15 : 16};
+  }
+  if (const auto* x = e.as<VarRef>()) return {cx.var(x->var.get()), 16};
+  if (const auto* x = e.as<Load>()) return {cx.load(*x), 16};
+  if (const auto* x = e.as<Binary>()) return c_binary(*x, cx);
+  if (const auto* x = e.as<Select>())
+    return {wrap(c_expr(x->cond, cx), 4) + " ? " + wrap(c_expr(x->then_value, cx), 4) + " : " +
+                wrap(c_expr(x->else_value, cx), 4),
+            3};
+  if (const auto* x = e.as<Unary>()) {
+    const CText a = c_expr(x->a, cx);
+    const bool is_float = x->a.dtype() == DType::Float;
+    auto fn = [&](const char* f) { return std::string(f) + "(" + a.s + ")"; };
+    switch (x->op) {
+      case UnaryOp::Neg: return {a.s[0] == '-' ? "-(" + a.s + ")" : "-" + wrap(a, 15), 15};
+      case UnaryOp::Not: return {"!" + wrap(a, 15), 15};
+      case UnaryOp::Exp: return {fn(d.exp), 16};
+      case UnaryOp::Sqrt: return {fn(d.sqrt), 16};
+      case UnaryOp::Rsqrt: return {"1.0f / " + fn(d.sqrt), 13};
+      case UnaryOp::Abs: return {fn(is_float ? d.fabs : "mls_abs"), 16};
+      case UnaryOp::ToFloat: return {"static_cast<float>(" + a.s + ")", 16};
+    }
+  }
+  fail(d.who, ": ", to_string(e), " in '", cx.func, "' cannot be compiled (a reduction: lower the schedule first)");
 }
 
 // ---- statements ----------------------------------------------------------------------------------
@@ -356,6 +391,9 @@ void Emitter::loop(const For& f, int depth) {
   auto it = names_.find(v);
   MLS_CHECK(it == names_.end() || it->second.empty(), "generate_cpp: loop variable '", v->name, "' of '", f_.name,
             "' is bound twice in nested loops");
+  MLS_CHECK(f.kind != ForKind::ThreadBinding, "generate_cpp: loop '", v->name, "' of '", f_.name, "' is bound to ",
+            thread_tag_name(f.thread), ": bind is for CUDA (generate_cuda); on the CPU use parallel, or the "
+            "interpreter");
   const auto* mn = f.min.as<IntImm>();
   const auto* ex = f.extent.as<IntImm>();
   const std::int64_t lo = mn && ex ? mn->value : 1, hi = mn && ex ? mn->value + ex->value - 1 : 0;
@@ -453,8 +491,9 @@ void Emitter::allocate(const Allocate& a, int depth, bool whole_block) {
   if (!whole_block) line(depth++, "{");
   std::string shape;
   for (std::size_t d = 0; d < bv.shape.size(); ++d) shape += (d ? ", " : "") + std::to_string(bv.shape[d]);
-  const bool local = a.buffer->scope == Scope::Local;
-  const std::string note = "  // " + a.buffer->name + ": (" + shape + ")" + (local ? ", local" : "");
+  const bool local = a.buffer->scope != Scope::Global;  // a shared tile is a local one on the CPU
+  const std::string note = "  // " + a.buffer->name + ": (" + shape + ")" +
+                           (a.buffer->scope == Scope::Shared ? ", shared (local on the CPU)" : local ? ", local" : "");
   if (local && bv.size * 4 <= m_.options.max_stack_bytes) {
     line(depth, "alignas(64) float " + bv.ident + "[" + std::to_string(bv.size) + "];" + note);
   } else {

@@ -4,6 +4,7 @@
 // codegen_jit.cpp. The small pure functions at the top have their own tests
 // (tests/test_codegen.cpp).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -45,6 +46,36 @@ struct CText {
 /// `t` parenthesised when its precedence is below `min_prec`.
 std::string wrap(const CText& t, int min_prec);
 
+/// The spellings in which the C++ and the CUDA generators differ (everything else of an
+/// expression's text is theirs in common: c_expr).
+struct Dialect {
+  const char* who;       ///< starts error messages: "generate_cpp", "generate_cuda"
+  const char* int_type;  ///< the index type: "std::int64_t", "long long"
+  const char* exp;       ///< float functions: "__builtin_expf", "expf", ...
+  const char* sqrt;
+  const char* fabs;
+  const char* fmin;
+  const char* fmax;
+  const char* inf;  ///< +infinity and a quiet NaN: "__builtin_inff()", "__builtin_nanf(\"\")" (C++),
+  const char* nan;  ///< "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)" (CUDA)
+};
+const Dialect& cpp_dialect();
+const Dialect& cuda_dialect();
+
+/// What printing an expression needs from its emitter: the name of a variable, the text of a
+/// loaded element, the ranges of the loops around (a floor division of a value never negative is
+/// C's `/`), the function's name (for errors). The generated code provides mls_floordiv,
+/// mls_floormod, mls_min, mls_max and mls_abs on the index type.
+struct ExprContext {
+  const Dialect* dialect = nullptr;
+  std::function<std::string(const VarNode*)> var;
+  std::function<std::string(const Load&)> load;
+  const detail::Ranges* ranges = nullptr;
+  std::string func;
+};
+/// The C/C++/CUDA text of a scalar expression (Int, Float or Bool) with its precedence.
+CText c_expr(const Expr& e, const ExprContext& cx);
+
 // ---- the emitter -------------------------------------------------------------------------------
 
 /// What the functions of one translation unit share: options, and the intrinsics' functions.
@@ -85,7 +116,6 @@ class Emitter {
   Expr flat_index(const BufVar& bv, const std::vector<Expr>& idx) const;
   std::string element(const BufferNode* b, const std::vector<Expr>& idx, const char* what);
   CText expr(const Expr& e);
-  CText binary(const Binary& b, DType t);
   void line(int depth, const std::string& text);
   void stmt(const Stmt& s, int depth, bool whole_block);
   void loop(const For& f, int depth);

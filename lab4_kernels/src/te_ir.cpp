@@ -81,10 +81,25 @@ Intrinsic copy_intrinsic(std::vector<std::int64_t> extents, std::string name) {
 
 // ---- builders and walkers -----------------------------------------------------------------
 
-Stmt make_for(Var var, Expr min, Expr extent, ForKind kind, Stmt body) {
+const char* thread_tag_name(ThreadTag tag) {
+  switch (tag) {
+    case ThreadTag::BlockX: return "blockIdx.x";
+    case ThreadTag::BlockY: return "blockIdx.y";
+    case ThreadTag::BlockZ: return "blockIdx.z";
+    case ThreadTag::ThreadX: return "threadIdx.x";
+    case ThreadTag::ThreadY: return "threadIdx.y";
+    case ThreadTag::ThreadZ: return "threadIdx.z";
+    case ThreadTag::None: break;
+  }
+  return "none";
+}
+
+Stmt make_for(Var var, Expr min, Expr extent, ForKind kind, Stmt body, ThreadTag thread) {
   MLS_CHECK(var.defined() && min.defined() && extent.defined() && body.defined(),
             "make_for: an operand is undefined");
-  return snode(For{std::move(var), std::move(min), std::move(extent), kind, std::move(body)});
+  MLS_CHECK((kind == ForKind::ThreadBinding) == (thread != ThreadTag::None), "make_for: loop '", var.name(),
+            "' has thread tag ", thread_tag_name(thread), ": a ThreadBinding loop needs a tag, any other none");
+  return snode(For{std::move(var), std::move(min), std::move(extent), kind, std::move(body), thread});
 }
 Stmt make_store(Buffer buffer, std::vector<Expr> indices, Expr value) {
   MLS_CHECK(buffer && value.defined(), "make_store: an operand is undefined");
@@ -202,13 +217,15 @@ class Printer {
   void stmt(const Stmt& s, int depth) {
     const std::string pad(4 * depth, ' ');
     if (const auto* f = s.as<For>()) {
-      const char* kind = f->kind == ForKind::Parallel     ? "parallel"
-                         : f->kind == ForKind::Vectorized ? "vectorized"
-                         : f->kind == ForKind::Unrolled   ? "unrolled"
-                                                          : "range";
+      const char* kind = f->kind == ForKind::Parallel        ? "parallel"
+                         : f->kind == ForKind::Vectorized    ? "vectorized"
+                         : f->kind == ForKind::Unrolled      ? "unrolled"
+                         : f->kind == ForKind::ThreadBinding ? "thread_binding"
+                                                             : "range";
       const auto* m = f->min.as<IntImm>();
       std::string range = m && m->value == 0 ? expr(f->extent)
                                              : expr(f->min) + ", " + expr(detail::simplify(f->min + f->extent));
+      if (f->kind == ForKind::ThreadBinding) range += std::string(", \"") + thread_tag_name(f->thread) + "\"";
       names_.enter(f->var.get());
       os_ << pad << "for " << names_(f->var.get()) << " in " << kind << "(" << range << "):\n";
       stmt(f->body, depth + 1);
@@ -223,7 +240,10 @@ class Printer {
         shape += (d ? ", " : "") + std::to_string(a->buffer->shape[d]);
       if (a->buffer->shape.size() == 1) shape += ",";
       os_ << pad << a->buffer->name << " = allocate((" << shape << "), "
-          << (a->buffer->scope == Scope::Local ? "local" : "global") << ")\n";
+          << (a->buffer->scope == Scope::Local    ? "local"
+              : a->buffer->scope == Scope::Shared ? "shared"
+                                                  : "global")
+          << ")\n";
       stmt(a->body, depth);
     } else if (const auto* q = s.as<Seq>()) {
       for (const auto& c : q->stmts) stmt(c, depth);

@@ -73,6 +73,28 @@ void axis_values(const StageImpl& st, const StageInfo& inf, std::map<const IterV
   }
 }
 
+/// The launch rule of bound loops (Stage::bind): a stage's bound loops are its outermost ones, and a
+/// stage computed inside another binds none.
+void check_launch_rule(const StageImpl& st, const std::vector<std::int64_t>& ext) {
+  const IterVar* unbound = nullptr;  // the outermost unbound loop (of more than one iteration)
+  for (std::size_t i = 0; i < st.leaves.size(); ++i) {
+    const IterVar& l = st.leaves[i];
+    const ThreadTag tag = bound_tag(st, l);
+    if (tag == ThreadTag::None) {
+      if (!unbound && ext[i] > 1) unbound = &l;
+      continue;
+    }
+    MLS_CHECK(!st.attach, "bind: axis '", l.name(), "' of stage '", st.name, "' is bound to ", thread_tag_name(tag),
+              ", but the stage is computed inside '", st.attach ? st.attach->name : "",
+              "' (compute_at or cache_read), whose threads run it: bind the loops of '",
+              st.attach ? st.attach->name : "", "' instead");
+    MLS_CHECK(!unbound, "bind: axis '", l.name(), "' of stage '", st.name, "' is bound to ", thread_tag_name(tag),
+              " but lies inside the unbound loop '", unbound ? unbound->name() : "", "' (its axes: ",
+              names_of(st.leaves), "): a kernel launches its bound loops as the grid, so they must be the "
+              "stage's outermost loops; reorder them outwards");
+  }
+}
+
 class Lowerer {
  public:
   explicit Lowerer(const ScheduleImpl& s) : s_(s) {}
@@ -91,6 +113,7 @@ class Lowerer {
   const ScheduleImpl& s_;
   std::map<const StageImpl*, StageInfo> info_;
   detail::Ranges scope_;  // ranges of the loops around the stage being lowered
+  detail::Ranges thread_scope_;  // those of them bound to threadIdx
 };
 
 struct Lowerer::Nest {
@@ -141,6 +164,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     n.vars.push_back(l.var());
     ranges[l.var().get()] = {0, n.ext.back() - 1};
   }
+  check_launch_rule(st, n.ext);
   // Guards: a leaf value past its axis's extent (a tail), a window past the tensor.
   auto level_of = [&](const Expr& e) {
     int lv = -1;
@@ -242,6 +266,19 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
     inner[n.vars[i].get()] = {0, n.ext[i] - 1};
     inner_vars.push_back(n.vars[i].get());
   }
+  // A shared tile serves every thread of the block: the loops bound to threadIdx around the attach
+  // point vary over it too (this stage's, and those of the stages it is computed in).
+  if (c.buffer->scope == Scope::Shared) {
+    for (std::size_t i = 0; i <= pos && i < n.vars.size(); ++i)
+      if (is_thread_index(bound_tag(st, st.leaves[i]))) {
+        inner[n.vars[i].get()] = {0, n.ext[i] - 1};
+        inner_vars.push_back(n.vars[i].get());
+      }
+    for (const auto& [v, r] : thread_scope_) {
+      inner[v] = r;
+      inner_vars.push_back(v);
+    }
+  }
   const std::size_t nd = c.root.size();
   struct Dim {
     detail::Affine outer;
@@ -309,8 +346,8 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
       ci.extent.push_back(dims[d].hi - dims[d].lo + 1);
     }
   }
-  ci.relative = c.buffer->scope == Scope::Local;
-  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, Scope::Local, nullptr})
+  ci.relative = c.buffer->scope != Scope::Global;
+  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, c.buffer->scope, nullptr})
                           : c.buffer;
 }
 
@@ -331,6 +368,7 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
   const int q = positions[k];
   const IterVar& leaf = st.leaves[static_cast<std::size_t>(q)];
   scope_[leaf.var().get()] = {0, n.ext[static_cast<std::size_t>(q)] - 1};
+  if (is_thread_index(bound_tag(st, leaf))) thread_scope_[leaf.var().get()] = scope_[leaf.var().get()];
   std::vector<Stmt> body;
   if (!init) {
     for (const StageImpl* c : n.children[static_cast<std::size_t>(q)]) body.push_back(lower_stage(*c));
@@ -347,10 +385,12 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
     if (g.level == q && (!init || g.data)) cond = cond.defined() ? (cond && g.cond) : g.cond;
   if (cond.defined()) s = make_if(cond, s);
   scope_.erase(leaf.var().get());
+  thread_scope_.erase(leaf.var().get());
   if (n.ext[static_cast<std::size_t>(q)] == 1) return s;
   auto kind = st.kinds.find(leaf.get());
+  const ThreadTag tag = bound_tag(st, leaf);
   return make_for(leaf.var(), Expr(0), Expr(n.ext[static_cast<std::size_t>(q)]),
-                  kind == st.kinds.end() ? ForKind::Serial : kind->second, s);
+                  kind == st.kinds.end() ? ForKind::Serial : kind->second, s, tag);
 }
 
 Stmt Lowerer::innermost(const Nest& n, bool init) const {

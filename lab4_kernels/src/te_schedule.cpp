@@ -17,6 +17,13 @@ StageImpl* producer_of(const ScheduleImpl& sched, const StageImpl& s, const Buff
   return nullptr;
 }
 
+ThreadTag bound_tag(const StageImpl& st, const IterVar& axis) {
+  auto k = st.kinds.find(axis.get());
+  if (k == st.kinds.end() || k->second != ForKind::ThreadBinding) return ThreadTag::None;
+  auto t = st.tags.find(axis.get());
+  return t == st.tags.end() ? ThreadTag::None : t->second;
+}
+
 bool reads(const ScheduleImpl& sched, const StageImpl& s, const StageImpl& p) {
   bool found = false;
   for_each_expr(s.body, [&](const Expr& e) {
@@ -170,6 +177,25 @@ void Stage::parallel(const IterVar& axis) {
   node_->kinds[axis.get()] = ForKind::Parallel;
 }
 
+void Stage::bind(const IterVar& axis, ThreadTag tag) {
+  StageImpl& st = *node_;
+  leaf_pos(st, "bind", axis);
+  MLS_CHECK(tag != ThreadTag::None, "bind: axis '", axis.name(), "' of stage '", st.name,
+            "': ThreadTag::None is not a GPU index (blockIdx.x/y/z, threadIdx.x/y/z)");
+  MLS_CHECK(axis.kind() == IterKind::DataPar, "bind: axis '", axis.name(), "' of stage '", st.name,
+            "' is a reduction axis: its iterations add into one element, which threads cannot do "
+            "side by side (rfactor it first, Schedule::rfactor)");
+  MLS_CHECK(st.buffer->scope != Scope::Shared, "bind: stage '", st.name, "' is a shared-memory copy (cache_read "
+            "with Scope::Shared): the code generator spreads its iterations over the block's threads; bind the "
+            "loops of its consumer (axis '", axis.name(), "')");
+  for (const auto& l : st.leaves)
+    MLS_CHECK(l.same_as(axis) || bound_tag(st, l) != tag, "bind: axis '", axis.name(), "' of stage '", st.name,
+              "' cannot be bound to ", thread_tag_name(tag), ": axis '", l.name(),
+              "' of the same stage already is (one loop per GPU index in a kernel)");
+  st.kinds[axis.get()] = ForKind::ThreadBinding;
+  st.tags[axis.get()] = tag;
+}
+
 void Stage::compute_at(const Stage& consumer, const IterVar& axis) {
   StageImpl& st = *node_;
   MLS_CHECK(consumer.s_ == s_, "compute_at: stage '", consumer.name(), "' belongs to another schedule");
@@ -228,7 +254,14 @@ Stage Schedule::operator[](const Tensor& t) const { return Stage(s_, &stage_of(*
 const std::vector<Tensor>& Schedule::outputs() const { return s_->outputs; }
 
 Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, std::string name) {
+  return cache_read(t, consumer, axis, Scope::Local, std::move(name));
+}
+
+Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope,
+                            std::string name) {
   MLS_CHECK(t.defined(), "cache_read: the tensor is undefined");
+  MLS_CHECK(scope != Scope::Global, "cache_read: scope global for '", t.name(),
+            "' is not a cache (main memory is where it is already): use Scope::Local or Scope::Shared");
   MLS_CHECK(consumer.s_ == s_, "cache_read: stage '", consumer.name(), "' belongs to another schedule");
   StageImpl& c = *consumer.node_;
   leaf_pos(c, "cache_read", axis);
@@ -241,8 +274,8 @@ Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVa
   });
   MLS_CHECK(direct, "cache_read: stage '", c.name, "' does not read '", t.name(), "'");
   auto st = std::make_unique<StageImpl>();
-  st->name = name.empty() ? t.name() + "L" : std::move(name);
-  st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, t.shape(), Scope::Local, nullptr});
+  st->name = !name.empty() ? std::move(name) : t.name() + (scope == Scope::Shared ? "_shared" : "L");
+  st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, t.shape(), scope, nullptr});
   std::vector<Expr> idx;
   for (std::size_t d = 0; d < t.ndim(); ++d) {
     st->root.push_back(fresh("ax" + std::to_string(d), t.shape()[d], IterKind::DataPar));

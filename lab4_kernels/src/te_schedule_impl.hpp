@@ -30,6 +30,7 @@ struct StageImpl {
   std::vector<Relation> relations;  // in the order they were made
   std::vector<IterVar> all;    // every axis the stage has had (to tell "split away" from "not ours")
   std::map<const IterVarNode*, ForKind> kinds;
+  std::map<const IterVarNode*, ThreadTag> tags;  // bind: valid where kinds says ThreadBinding
   IterVar tensorize_axis;
   std::shared_ptr<const Intrinsic> intrinsic;
   StageImpl* attach = nullptr;  // computed inside this stage's loop `attach_axis`
@@ -47,6 +48,8 @@ struct ScheduleImpl {
 /// The stage whose loads of `b` it reads: its cache when `s` redirects `b`, else the stage
 /// computing `b` (null for a placeholder).
 StageImpl* producer_of(const ScheduleImpl& sched, const StageImpl& s, const BufferNode* b);
+/// The thread tag of leaf `axis` of `st` (ThreadTag::None unless it is bound).
+ThreadTag bound_tag(const StageImpl& st, const IterVar& axis);
 /// Whether `s` reads stage `p`.
 bool reads(const ScheduleImpl& sched, const StageImpl& s, const StageImpl& p);
 

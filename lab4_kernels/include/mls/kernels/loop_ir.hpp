@@ -11,7 +11,7 @@
 ///     else branch, placed just inside the loop of the last variable they read; a guard that
 ///     bounds analysis proves always true is left out;
 ///   - every buffer is a function argument (placeholders, then outputs) or made by an Allocate
-///     (intermediates at the top, cache tiles of Scope::Local inside the loop they live in),
+///     (intermediates at the top, cache tiles of Scope::Local or Shared inside the loop they live in),
 ///     read and written only inside that Allocate;
 ///   - a Call is a tensorized tile: each operand an affine window of a buffer (see TileArg).
 /// Loop kinds are hints to a code generator; the interpreter runs every loop serially in order.
@@ -26,8 +26,19 @@
 
 namespace mls::kernels::te {
 
-/// How a loop is to run.
-enum class ForKind { Serial, Parallel, Vectorized, Unrolled };
+/// How a loop is to run. ThreadBinding: the loop is a GPU index (For::thread says which): each
+/// iteration runs on its own thread or block (generate_cuda); the interpreter runs it serially,
+/// which is its reference semantics.
+enum class ForKind { Serial, Parallel, Vectorized, Unrolled, ThreadBinding };
+
+/// The GPU index a ThreadBinding loop stands for (CUDA's blockIdx.x/y/z and threadIdx.x/y/z).
+enum class ThreadTag { None, BlockX, BlockY, BlockZ, ThreadX, ThreadY, ThreadZ };
+/// "blockIdx.x", ..., "threadIdx.z"; "none" for ThreadTag::None.
+const char* thread_tag_name(ThreadTag tag);
+/// Whether `tag` is one of threadIdx.x/y/z (a thread of a block; else a block of the grid).
+inline bool is_thread_index(ThreadTag tag) {
+  return tag == ThreadTag::ThreadX || tag == ThreadTag::ThreadY || tag == ThreadTag::ThreadZ;
+}
 
 /// Which computation a tensor intrinsic performs on its tile.
 ///   Gemm (tile {M, N, K}): operands (out, a, b); out[i, j] += sum_k a[i, j, k] * b[i, j, k]
@@ -86,8 +97,16 @@ class Stmt {
   std::shared_ptr<const StmtNode> node_;
 };
 
-/// for var in range(min, min + extent): body.
-struct For { Var var; Expr min; Expr extent; ForKind kind = ForKind::Serial; Stmt body; };
+/// for var in range(min, min + extent): body. `thread`: the GPU index of a ThreadBinding loop
+/// (ThreadTag::None for every other kind).
+struct For {
+  Var var;
+  Expr min;
+  Expr extent;
+  ForKind kind = ForKind::Serial;
+  Stmt body;
+  ThreadTag thread = ThreadTag::None;
+};
 /// buffer[indices...] = value.
 struct Store { Buffer buffer; std::vector<Expr> indices; Expr value; };
 /// `buffer` exists (uninitialised) while `body` runs.
@@ -121,8 +140,8 @@ const T* Stmt::as() const {
   return node_ ? std::get_if<T>(&node_->v) : nullptr;
 }
 
-/// Node builders.
-Stmt make_for(Var var, Expr min, Expr extent, ForKind kind, Stmt body);
+/// Node builders. make_for: `thread` is required for ForKind::ThreadBinding (and only there).
+Stmt make_for(Var var, Expr min, Expr extent, ForKind kind, Stmt body, ThreadTag thread = ThreadTag::None);
 Stmt make_store(Buffer buffer, std::vector<Expr> indices, Expr value);
 Stmt make_allocate(Buffer buffer, Stmt body);
 /// A Seq of the defined statements (nested Seqs flattened); the statement itself when one.
@@ -149,8 +168,8 @@ void for_each_expr(const Stmt& s, const std::function<void(const Expr&)>& f);
 ///             C[y][x] = 0.0
 ///             for k in range(1024):
 ///                 C[y][x] += A[k][y] * B[k][x]
-/// Loop kinds print as parallel(n), vectorized(n), unrolled(n); a Call as
-/// `name(CL[0:8][0:8], ...)`; an Allocate as `AL = allocate((8, 8), local)`. A loop whose
+/// Loop kinds print as parallel(n), vectorized(n), unrolled(n), thread_binding(n, "threadIdx.x");
+/// a Call as `name(CL[0:8][0:8], ...)`; an Allocate as `AL = allocate((8, 8), local)` (or shared). A loop whose
 /// variable's name an enclosing loop already uses prints it as name_1 (name_2, ...).
 std::string to_string(const Stmt& s);
 /// The signature line, then the body.

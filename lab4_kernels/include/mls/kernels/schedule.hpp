@@ -63,6 +63,15 @@ class Stage {
   void vectorize(const IterVar& axis);
   /// Data-parallel axes only (a reduction axis: rfactor it first).
   void parallel(const IterVar& axis);
+  /// Makes loop `axis` a GPU index (CUDA: blockIdx.x/y/z, threadIdx.x/y/z): generate_cuda runs
+  /// each iteration on its own block or thread; the interpreter runs it as a serial loop; the C++
+  /// generator refuses it ("bind is for CUDA"). mls::Error "bind: ..." for a reduction axis
+  /// (rfactor it first), ThreadTag::None, a tag this stage already binds to another axis, a stage
+  /// that is a shared-memory copy (the code generator spreads its iterations over the block's
+  /// threads). The launch rule, checked when lowering: a stage's bound loops are its outermost
+  /// loops (no unbound loop of more than one iteration around a bound one), and a stage computed
+  /// inside another (compute_at, cache_read) binds none: it runs inside its consumer's threads.
+  void bind(const IterVar& axis, ThreadTag tag);
   /// Computes this stage inside `consumer`'s loop `axis`, only the region that one iteration of
   /// it reads (its buffer stays where it is). This stage must be read by `consumer` and by no
   /// other stage.
@@ -95,6 +104,16 @@ class Schedule {
   /// instead. Returns the copy's tensor (a handle for `s[...]`; its buffer's real shape is the
   /// window, known when lowering).
   Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis,
+                    std::string name = "");
+  /// The same with the copy's scope: Scope::Local (the default above) or Scope::Shared (default
+  /// name `<t>_shared`): a GPU block's shared tile. Its window is what one iteration of `axis`
+  /// reads across all the threads of the block: the consumer's loops bound to threadIdx around
+  /// `axis` count as varying, like the loops inside it. generate_cuda declares it __shared__, has
+  /// the block's threads fill it together (a loop strided by the block's size over the window's
+  /// elements), with __syncthreads() after the fill (before anyone reads it) and after the
+  /// consumer's statements that read it (before the next fill). On the CPU it is a local tile.
+  /// mls::Error for Scope::Global (not a cache).
+  Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope,
                     std::string name = "");
   /// Computes `t` into a local buffer `<t>L` (the slide's CL) and makes `t`'s own stage a copy of
   /// it; `t`'s data-parallel axes stay with that copy stage, its reduction axes move to the new

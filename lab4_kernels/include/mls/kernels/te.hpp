@@ -85,9 +85,11 @@ class IterVar {
   std::shared_ptr<const IterVarNode> node_;
 };
 
-/// Where a buffer lives: main memory (inputs, outputs, intermediates) or a small local buffer
-/// (a cache tile: the slide's AL, BL, CL).
-enum class Scope { Global, Local };
+/// Where a buffer lives: main memory (inputs, outputs, intermediates), a small local buffer
+/// (a cache tile: the slide's AL, BL, CL), or a GPU block's shared memory (a tile the threads of
+/// one block fill together and all read: `Schedule::cache_read(..., Scope::Shared)`; on the CPU a
+/// shared tile is a local one).
+enum class Scope { Global, Local, Shared };
 
 struct ComputeOp;
 /// A float32 array, row-major and compact. `op` is the compute that defines it (null for a
