@@ -548,7 +548,7 @@ std::optional<StepEnv> step_env(const Manifest& m, const fs::path& tree, const f
                                 double budget, BuildResult& b) {
   fs::create_directories(build_dir);
   StepEnv env;
-  env.sandbox = !fs::equivalent(tree, opt.root) && !opt.trusted;
+  env.sandbox = !fs::equivalent(tree, opt.root) && !opt.trusted && !opt.generated_from_reference;
   env.tree = fs::absolute(tree).lexically_normal();
   env.build_dir = fs::absolute(build_dir).lexically_normal();
   env.memory_mb = m.build_memory_limit_mb;
@@ -603,8 +603,9 @@ bool configure(const Manifest& m, const fs::path& tree, const fs::path& build_di
                                    std::string("-DMLS_BENCH=") + (opt.benchmarks ? "ON" : "OFF"), "-DMLS_HANDOUT_TESTS=OFF", "-DMLS_GRADER_BUILD=ON",
                                    "-DMLS_LABS=" + cmake_list(parts)};
   if (!opt.release_opt.empty()) argv.push_back("-DMLS_RELEASE_OPT=" + opt.release_opt);
-  // The trusted reference build may use the user's ccache (a student build never does).
-  if (opt.trusted && which("ccache") != "ccache") {
+  // The trusted reference build and a handout generated from it may use the user's ccache (a
+  // student build never does).
+  if ((opt.trusted || opt.generated_from_reference) && which("ccache") != "ccache") {
     argv.push_back("-DCMAKE_CXX_COMPILER_LAUNCHER=" + which("ccache"));
     argv.push_back("-DCMAKE_C_COMPILER_LAUNCHER=" + which("ccache"));
     const char* home = std::getenv("HOME");

@@ -48,6 +48,11 @@ struct BuildOptions {
   /// instead of -O3 when not empty (check-handouts builds a handout at -O1: it only checks that
   /// the tree builds with -Werror and that every test fails cleanly).
   std::string release_opt;
+  /// A tree the grader generated from the instructor's own sources (check-handouts' handout: the
+  /// reference with the solutions stripped, no student's file in it): built like the reference,
+  /// as the grader's user with the user's ccache (the earlier labs' files, the same in every
+  /// handout, compile once), but with the manifest's programs only and a submission's time limit.
+  bool generated_from_reference = false;
 };
 
 /// The test programs of a build (CMake target -> binary), and why the others are missing.
