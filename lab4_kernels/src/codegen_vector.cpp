@@ -75,10 +75,10 @@ std::string Emitter::vector_obstacle(const For& f) const {
 
 /// A loop `for v in vectorized(e)` (v the loop's C name) as C++: when it cannot run in lanes (no
 /// constant bounds, under 4 lanes, vector_obstacle), a scalar loop with a comment saying why
-/// (given). Yours: one loop over chunks of w lanes, `for (v = lo; v < lo + main; v += w)`, whose
+/// (given). Yours: one loop over chunks of w lanes, `for (v = lo; v < lo + chunked; v += w)`, whose
 /// body is f.body emitted with vec_var_ (this loop's variable), vec_loop_var_ and vec_lanes_ set,
 /// so that stores (vstore), expressions (vexpr) and guards (vif) in it work on w lanes starting at
-/// v; then, when w does not divide e, the scalar tail `for (v = lo + main; v < lo + e; ++v)`: the
+/// v; then, when w does not divide e, the scalar tail `for (v = lo + chunked; v < lo + e; ++v)`: the
 /// same body emitted again with vec_var_ null (scalar code). Hint: stmt(body, depth + 1, true)
 /// emits a body; c_int_literal(n) writes n.
 void Emitter::vector_loop(const For& f, int depth, const std::string& v) {
@@ -104,12 +104,12 @@ void Emitter::vector_loop(const For& f, int depth, const std::string& v) {
     --in_vectorized_;
     return;
   }
-  const std::int64_t e = ex->value, main = e - e % w;
+  const std::int64_t e = ex->value, chunked = e - e % w;
   line(depth, "// " + v + " in vectorized(" + ext + "): chunks of " + std::to_string(w) + " lanes (mls_f32x" +
-                  std::to_string(w) + ")" + (main < e ? ", then a scalar tail" : ""));
+                  std::to_string(w) + ")" + (chunked < e ? ", then a scalar tail" : ""));
   // BEGIN SOLUTION
   const std::int64_t lo = mn->value;
-  line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo) + "; " + v + " < " + c_int_literal(lo + main) +
+  line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo) + "; " + v + " < " + c_int_literal(lo + chunked) +
                   "; " + v + " += " + std::to_string(w) + ") {");
   vec_var_ = f.var.get();
   vec_loop_var_ = f.var;
@@ -117,8 +117,8 @@ void Emitter::vector_loop(const For& f, int depth, const std::string& v) {
   stmt(f.body, depth + 1, true);
   vec_var_ = nullptr;
   line(depth, "}");
-  if (main < e) {
-    line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo + main) + "; " + v + " < " +
+  if (chunked < e) {
+    line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo + chunked) + "; " + v + " < " +
                     c_int_literal(lo + e) + "; ++" + v + ") {");
     stmt(f.body, depth + 1, true);
     line(depth, "}");

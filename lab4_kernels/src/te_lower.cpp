@@ -133,6 +133,9 @@ Stmt Lowerer::run() {
   return s;
 }
 
+/// The loop nest of one stage (and of the stages computed inside it): its leaves as loops, the
+/// root axes' values from axis_values, the guards its tails need, its store. Yours, one line in
+/// it: the guard of a split's tail (below, "Yours"); the rest is given.
 Stmt Lowerer::lower_stage(const StageImpl& st) {
   StageInfo& inf = info_[&st];
   if (!st.attach) {

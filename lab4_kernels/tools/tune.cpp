@@ -6,10 +6,11 @@
 //       --strategy guided [--seed S] [--budget-s T] [--svg curve.svg] [--db PATH]    (one line)
 //   build/release/bin/mls-tune sgemm --m 256 --n 256 --k 256 --trials 30 --strategy all --svg c.svg
 //   build/release/bin/mls-tune nests [--n 1024]          the slide's three loop nests (slides 001)
-//   build/release/bin/mls-tune steps --m 256 --n 256 --k 256 [--run]
+//   build/release/bin/mls-tune steps --m 256 --n 256 --k 256 [--run] [--cpp S]
 //       the SGEMM template built up one idea at a time (the handout's worked schedule): each step's
 //       primitives and loop nest; --run compiles them (one unit), checks each against the first and
-//       times one run of each against lab4_packed on the same (padded) problem
+//       times the best of 3 runs of each against lab4_packed on the same (padded) problem; --cpp S
+//       prints step S's generated C++
 //
 // Prints the best knobs, the lowered loop nest of the best (te::to_string), its GFLOP/s, and at the
 // end, measured interleaved (mls/common/interleaved_timing.hpp), one line each:
@@ -178,7 +179,7 @@ double best_seconds(F&& fn, int runs) {
 }
 
 /// `mls-tune steps`: the worked schedule, printed; with `run`, compiled, checked and timed once.
-int print_steps(long m, long n, long k, bool run) {
+int print_steps(long m, long n, long k, bool run, int cpp) {
   const std::vector<tune::ScheduleStep> steps = tune::sgemm_steps(m, n, k);
   const tune::SgemmKnobs kn = tune::KnobSpace::sgemm(1).default_knobs();
   const tune::SgemmPlan p = tune::plan_sgemm(kn, {m, n, k});
@@ -188,6 +189,11 @@ int print_steps(long m, long n, long k, bool run) {
   for (std::size_t i = 0; i < steps.size(); ++i) {
     fs.push_back(te::lower(steps[i].schedule, "step" + std::to_string(i + 1)));
     std::printf("==== %s\n%s\n\n%s\n", steps[i].title.c_str(), steps[i].code.c_str(), te::to_string(fs.back()).c_str());
+  }
+  if (cpp > 0) {
+    MLS_CHECK(cpp <= static_cast<int>(fs.size()), "mls-tune steps: --cpp ", cpp, " is not a step (1..", fs.size(), ")");
+    std::printf("==== the C++ of step %d (te::generate_cpp)\n%s\n", cpp,
+                te::generate_cpp(fs[static_cast<std::size_t>(cpp - 1)]).c_str());
   }
   if (!run) return 0;
   const tune::SgemmShape& s = p.padded;
@@ -249,10 +255,12 @@ int main(int argc, char** argv) {
   steps->add_option("--n", sn, "columns of C")->capture_default_str()->check(CLI::Range(1L, 1L << 14));
   steps->add_option("--k", sk, "the reduction")->capture_default_str()->check(CLI::Range(1L, 1L << 14));
   steps->add_flag("--run", steps_run, "compile every step (one unit), check it against step 1, time one thread");
+  int steps_cpp = 0;
+  steps->add_option("--cpp", steps_cpp, "also print the generated C++ of this step (1..6)")->check(CLI::Range(1, 6));
   CLI11_PARSE(app, argc, argv);
   try {
     if (nests->parsed()) return print_nests(nests_n);
-    if (steps->parsed()) return print_steps(sm, sn, sk, steps_run);
+    if (steps->parsed()) return print_steps(sm, sn, sk, steps_run, steps_cpp);
     return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-tune: %s\n", e.what());
