@@ -45,8 +45,9 @@ std::string default_name(const SgemmPlan& p) {
 ///   2. the loops: the block loops {xc, ko, yc} in knobs.order (n = xc, k = ko, m = yc), then xr,
 ///      yr, yi, xi, ki (one reorder);
 ///   3. pack_b: B's block copied at the later (inner) of its loops xc/ko (cache_read of B at that
-///      axis, named "BL"), pack_a: A's at the later of yc/ko ("AL"); each copy's innermost loop
-///      vectorized (s[BL].leaf_axes().back());
+///      axis, named "BL"), then pack_a: A's at the later of yc/ko ("AL"), in that order (where both
+///      copies sit at one loop, the order of the calls is the order of the copies in the nest, and
+///      the tests compare nests); each copy's innermost loop vectorized (s[BL].leaf_axes().back());
 ///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, plan kc, unroll, lanes);
 ///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing).
 /// Hint: each of p.mc / knobs.mr and p.nc / knobs.nr is a whole number of panels.
