@@ -1,4 +1,5 @@
-// The C++ code generator's vectorized loops: chunks of W lanes in GCC vector extensions, per-lane
+// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
+// Lab 4 part 2. The C++ code generator's vectorized loops: chunks of W lanes in GCC vector extensions, per-lane
 // code where a load is not contiguous or a guard does not hold for every lane, a scalar tail.
 #include <functional>
 
@@ -72,6 +73,14 @@ std::string Emitter::vector_obstacle(const For& f) const {
   return "";
 }
 
+/// A loop `for v in vectorized(e)` (v the loop's C name) as C++: when it cannot run in lanes (no
+/// constant bounds, under 4 lanes, vector_obstacle), a scalar loop with a comment saying why
+/// (given). Yours: one loop over chunks of w lanes, `for (v = lo; v < lo + chunked; v += w)`, whose
+/// body is f.body emitted with vec_var_ (this loop's variable), vec_loop_var_ and vec_lanes_ set,
+/// so that stores (vstore), expressions (vexpr) and guards (vif) in it work on w lanes starting at
+/// v; then, when w does not divide e, the scalar tail `for (v = lo + chunked; v < lo + e; ++v)`: the
+/// same body emitted again with vec_var_ null (scalar code). Hint: stmt(body, depth + 1, true)
+/// emits a body; c_int_literal(n) writes n.
 void Emitter::vector_loop(const For& f, int depth, const std::string& v) {
   const auto* mn = f.min.as<IntImm>();
   const auto* ex = f.extent.as<IntImm>();
@@ -95,10 +104,12 @@ void Emitter::vector_loop(const For& f, int depth, const std::string& v) {
     --in_vectorized_;
     return;
   }
-  const std::int64_t lo = mn->value, e = ex->value, main = e - e % w;
+  const std::int64_t e = ex->value, chunked = e - e % w;
   line(depth, "// " + v + " in vectorized(" + ext + "): chunks of " + std::to_string(w) + " lanes (mls_f32x" +
-                  std::to_string(w) + ")" + (main < e ? ", then a scalar tail" : ""));
-  line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo) + "; " + v + " < " + c_int_literal(lo + main) +
+                  std::to_string(w) + ")" + (chunked < e ? ", then a scalar tail" : ""));
+  // BEGIN SOLUTION
+  const std::int64_t lo = mn->value;
+  line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo) + "; " + v + " < " + c_int_literal(lo + chunked) +
                   "; " + v + " += " + std::to_string(w) + ") {");
   vec_var_ = f.var.get();
   vec_loop_var_ = f.var;
@@ -106,12 +117,13 @@ void Emitter::vector_loop(const For& f, int depth, const std::string& v) {
   stmt(f.body, depth + 1, true);
   vec_var_ = nullptr;
   line(depth, "}");
-  if (main < e) {
-    line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo + main) + "; " + v + " < " +
+  if (chunked < e) {
+    line(depth, "for (std::int64_t " + v + " = " + c_int_literal(lo + chunked) + "; " + v + " < " +
                     c_int_literal(lo + e) + "; ++" + v + ") {");
     stmt(f.body, depth + 1, true);
     line(depth, "}");
   }
+  // END SOLUTION
   --in_vectorized_;
 }
 
@@ -139,9 +151,19 @@ CText Emitter::lanewise(const Expr& e) {
   return {t, 16};
 }
 
+/// Expression `e` in a chunk of vec_lanes_ lanes of vec_var_: `vec` says whether the result is a
+/// vector (mls_f32x<W>, vtype()) or one scalar for all lanes (e does not read vec_var_: the
+/// scalar code of expr(e)). Yours: a load contiguous in vec_var_ (contiguous_in) is one
+/// `mls_load<vtype()>(&element)` (element(buffer, indices, "load") is the C++ of the element at
+/// the chunk's first lane); any other load, and any expression that is not float, is lanewise(e)
+/// (computed lane by lane into a temporary); + - * / of two operands are the same operators on
+/// vectors (a scalar operand is broadcast by GCC: wrap() keeps precedence right); min/max are
+/// mls_vmin/mls_vmax of two vectors (splat a scalar operand); other binary operators lanewise.
+/// Unary operators and select are given below.
 CText Emitter::vexpr(const Expr& e, bool& vec) {
   vec = detail::uses_any(e, {vec_var_});
   if (!vec) return expr(e);
+  // BEGIN SOLUTION
   if (const auto* l = e.as<Load>()) {
     if (contiguous_in(l->indices, vec_var_))
       return {"mls_load<" + vtype() + ">(&" + element(l->buffer.get(), l->indices, "load") + ")", 16};
@@ -167,6 +189,7 @@ CText Emitter::vexpr(const Expr& e, bool& vec) {
     }
     return lanewise(e);
   }
+  // END SOLUTION
   if (const auto* u = e.as<Unary>()) {
     if (u->op == UnaryOp::ToFloat) return lanewise(e);
     bool va = false;
@@ -196,7 +219,14 @@ CText Emitter::vexpr(const Expr& e, bool& vec) {
   return lanewise(e);
 }
 
+/// A store in a chunk: `mls_store(&element, value);` with element the store's element at the
+/// chunk's first lane (element(buffer, indices, "store"); vector_obstacle made sure it is
+/// contiguous) and value a vector: vexpr of the stored value, splat when it is a scalar. The
+/// statements vexpr asked for (pre_: lane-by-lane temporaries) go first. A reduction's update
+/// `X[i] = X[i] + v` (or `*`, the stored element read back at the same indices: index_key equal)
+/// reads the chunk once: `mls_load<vtype()>(&element) + v`. Yours, all of it.
 void Emitter::vstore(const Store& st, int depth) {
+  // BEGIN SOLUTION
   pre_.clear();
   const std::string lhs = element(st.buffer.get(), st.indices, "store");
   std::string value;
@@ -214,6 +244,7 @@ void Emitter::vstore(const Store& st, int depth) {
   for (const auto& p : pre_) line(depth, p);
   pre_.clear();
   line(depth, "mls_store(&" + lhs + ", " + value + ");");
+  // END SOLUTION
 }
 
 void Emitter::vif(const IfThenElse& i, int depth) {

@@ -1,4 +1,7 @@
-// Lowering: a schedule -> its loop nest (mls/kernels/loop_ir.hpp).
+// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
+// Lab 4 part 2. Lowering: a schedule -> its loop nest (mls/kernels/loop_ir.hpp). Yours: what a
+// split means in the loop nest (axis_values: the extents of its parts, the value of the axis it
+// split; Lowerer::lower_stage: the guard of its tail). The rest is given.
 //
 // Each stage becomes a nest of its leaf loops. The value of each root axis is rebuilt from the
 // leaves through the stage's relations (split: outer * factor + inner; fuse: fused // e, fused %
@@ -46,30 +49,39 @@ std::string names_of(const std::vector<IterVar>& v) {
 
 /// The extent of every axis of `st` (forward through its relations, from the root extents of
 /// `inf`) and the value of every axis in terms of the leaf variables (backward).
+/// Yours, the two split branches. Forward: a split's parts get their extents from the parent's
+/// (which may be a window's, not the axis's own: use ext, never IterVar::extent): inner `factor`,
+/// outer ceil(parent / factor). Backward (relations newest first, so a part split again already
+/// has its value): parent = simplify(outer * factor + inner), written in that order (the printed
+/// nests read `yo*8 + yi`). Fuse, given, shows both directions.
 void axis_values(const StageImpl& st, const StageInfo& inf, std::map<const IterVarNode*, std::int64_t>& ext,
                  std::map<const IterVarNode*, Expr>& val) {
   for (std::size_t i = 0; i < st.root.size(); ++i) ext[st.root[i].get()] = inf.extent[i];
   for (const auto& r : st.reduce) ext[r.get()] = r.extent();
   for (const auto& rel : st.relations) {
-    if (const auto* s = std::get_if<SplitRel>(&rel)) {
-      ext[s->outer.get()] = (ext.at(s->parent.get()) + s->factor - 1) / s->factor;
-      ext[s->inner.get()] = s->factor;
-    } else {
-      const auto& f = std::get<FuseRel>(rel);
-      ext[f.fused.get()] = ext.at(f.outer.get()) * ext.at(f.inner.get());
+    if (const auto* f = std::get_if<FuseRel>(&rel)) {
+      ext[f->fused.get()] = ext.at(f->outer.get()) * ext.at(f->inner.get());
+      continue;
     }
+    [[maybe_unused]] const SplitRel& s = std::get<SplitRel>(rel);
+    // BEGIN SOLUTION
+    ext[s.outer.get()] = (ext.at(s.parent.get()) + s.factor - 1) / s.factor;
+    ext[s.inner.get()] = s.factor;
+    // END SOLUTION
   }
   for (const auto& l : st.leaves)  // a loop of one iteration is elided: its variable is 0
     val[l.get()] = ext.at(l.get()) == 1 ? Expr(0) : Expr(l.var());
   for (auto it = st.relations.rbegin(); it != st.relations.rend(); ++it) {
-    if (const auto* s = std::get_if<SplitRel>(&*it)) {
-      val[s->parent.get()] = simplify(val.at(s->outer.get()) * Expr(s->factor) + val.at(s->inner.get()));
-    } else {
-      const auto& f = std::get<FuseRel>(*it);
-      const Expr e(ext.at(f.inner.get()));
-      val[f.outer.get()] = simplify(val.at(f.fused.get()) / e);
-      val[f.inner.get()] = simplify(val.at(f.fused.get()) % e);
+    if (const auto* f = std::get_if<FuseRel>(&*it)) {
+      const Expr e(ext.at(f->inner.get()));
+      val[f->outer.get()] = simplify(val.at(f->fused.get()) / e);
+      val[f->inner.get()] = simplify(val.at(f->fused.get()) % e);
+      continue;
     }
+    [[maybe_unused]] const SplitRel& s = std::get<SplitRel>(*it);
+    // BEGIN SOLUTION
+    val[s.parent.get()] = simplify(val.at(s.outer.get()) * Expr(s.factor) + val.at(s.inner.get()));
+    // END SOLUTION
   }
 }
 
@@ -144,6 +156,9 @@ Stmt Lowerer::run() {
   return s;
 }
 
+/// The loop nest of one stage (and of the stages computed inside it): its leaves as loops, the
+/// root axes' values from axis_values, the guards its tails need, its store. Yours, one line in
+/// it: the guard of a split's tail (below, "Yours"); the rest is given.
 Stmt Lowerer::lower_stage(const StageImpl& st) {
   StageInfo& inf = info_[&st];
   if (!st.attach) {
@@ -194,9 +209,17 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
   }
   for (const auto& r : st.reduce) sub[r.var().get()] = val.at(r.get());
   // Each split's parent (a root axis or an inner part split again) stays below its extent.
-  for (const auto& rel : st.relations)
-    if (const auto* s = std::get_if<SplitRel>(&rel))
-      guard_lt(val.at(s->parent.get()), ext.at(s->parent.get()), s->parent.kind() == IterKind::DataPar);
+  for (const auto& rel : st.relations) {
+    const auto* s = std::get_if<SplitRel>(&rel);
+    if (!s) continue;
+    // Yours: the tail of a split whose factor does not divide its parent's extent. Hint:
+    // guard_lt(value, limit, data) adds the guard `value < limit` unless interval bounds prove it
+    // (so an exact split gets none); `data`: the parent is data-parallel (a reduction's init nest
+    // needs only those guards).
+    // BEGIN SOLUTION
+    guard_lt(val.at(s->parent.get()), ext.at(s->parent.get()), s->parent.kind() == IterKind::DataPar);
+    // END SOLUTION
+  }
   const auto* red = st.body.as<Reduce>();
   n.is_reduce = red != nullptr;
   if (red) n.combiner = red->combiner;

@@ -1,4 +1,7 @@
-// Schedules: stages and the schedule primitives, each checking its request.
+// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
+// Lab 4 part 2. Schedules: stages and the schedule primitives, each checking its request. Yours:
+// the loop transformations split, tile and reorder (what they do to the stage's leaf axes and its
+// relations; te_lower.cpp turns the relations back into index expressions).
 #include <algorithm>
 #include <set>
 
@@ -94,12 +97,19 @@ std::vector<IterVar> Stage::root_axes() const {
   return v;
 }
 
+/// split: `axis` (a leaf at position p) becomes two leaves at p and p + 1, outer then inner:
+/// inner of extent `factor` and outer of extent ceil(extent / factor), both of axis's kind, named
+/// `outer_name`/`inner_name` or <axis>o/<axis>i. The stage records SplitRel{axis, outer, inner,
+/// factor} in `relations` (lowering rebuilds axis = outer * factor + inner from it), adds both to
+/// `all` (the axes it ever had) and forgets any loop kind given to `axis` (`kinds`).
+/// Hint: fresh(name, extent, kind) makes an axis; st.leaves is a std::vector<IterVar>.
 std::pair<IterVar, IterVar> Stage::split(const IterVar& axis, std::int64_t factor,
                                          std::string outer_name, std::string inner_name) {
   StageImpl& st = *node_;
-  const std::size_t p = leaf_pos(st, "split", axis);
+  [[maybe_unused]] const std::size_t p = leaf_pos(st, "split", axis);
   MLS_CHECK(factor > 0, "split: factor ", factor, " for axis '", axis.name(), "' of stage '",
             st.name, "' must be > 0");
+  // BEGIN SOLUTION
   IterVar outer = fresh(outer_name.empty() ? axis.name() + "o" : outer_name,
                         (axis.extent() + factor - 1) / factor, axis.kind());
   IterVar inner = fresh(inner_name.empty() ? axis.name() + "i" : inner_name, factor, axis.kind());
@@ -110,20 +120,29 @@ std::pair<IterVar, IterVar> Stage::split(const IterVar& axis, std::int64_t facto
   st.all.push_back(inner);
   st.kinds.erase(axis.get());
   return {outer, inner};
+  // END SOLUTION
 }
 
+/// tile: split `a` by fa and `b` by fb, then order the four new leaves (ao, bo, ai, bi) in the
+/// positions they occupy (the slide's yo, xo, yi, xi). Hint: split and reorder do all of it.
 TileAxes Stage::tile(const IterVar& a, const IterVar& b, std::int64_t fa, std::int64_t fb) {
   leaf_pos(*node_, "tile", a);
   leaf_pos(*node_, "tile", b);
   MLS_CHECK(!a.same_as(b), "tile: axis '", a.name(), "' of stage '", node_->name, "' is given twice");
   MLS_CHECK(fa > 0 && fb > 0, "tile: factors ", fa, " and ", fb, " for axes '", a.name(), "' and '",
             b.name(), "' of stage '", node_->name, "' must be > 0");
+  // BEGIN SOLUTION
   auto [ao, ai] = split(a, fa);
   auto [bo, bi] = split(b, fb);
   reorder({ao, bo, ai, bi});
   return {ao, bo, ai, bi};
+  // END SOLUTION
 }
 
+/// reorder: the leaves `axes` (checked: leaves of this stage, each once) take the positions they
+/// occupy now, sorted, in the order given; the other leaves keep their places. E.g. leaves
+/// (yo, yi, xo, xi) and reorder({yo, xo, yi, xi}): positions {0, 1, 2, 3} get yo, xo, yi, xi.
+/// Hint: `pos` holds each axis's position; sort it, then assign.
 void Stage::reorder(const std::vector<IterVar>& axes) {
   StageImpl& st = *node_;
   std::vector<std::size_t> pos;
@@ -133,8 +152,10 @@ void Stage::reorder(const std::vector<IterVar>& axes) {
       MLS_CHECK(!axes[i].same_as(axes[j]), "reorder: axis '", axes[i].name(), "' of stage '",
                 st.name, "' is given twice");
   }
+  // BEGIN SOLUTION
   std::sort(pos.begin(), pos.end());
   for (std::size_t i = 0; i < axes.size(); ++i) st.leaves[pos[i]] = axes[i];
+  // END SOLUTION
 }
 
 IterVar Stage::fuse(const IterVar& outer, const IterVar& inner, std::string name) {

@@ -1,5 +1,7 @@
-// The SGEMM schedule template: knobs -> schedule -> loop nest -> compiled kernel, and the staged
-// runs that make one compiled kernel honour the whole SgemmFn contract.
+// Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
+// Lab 4 part 2. The SGEMM schedule template: knobs -> schedule -> loop nest -> compiled kernel, and the staged
+// runs that make one compiled kernel honour the whole SgemmFn contract. Yours: where the knobs
+// become a schedule (instantiate).
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -35,6 +37,20 @@ std::string default_name(const SgemmPlan& p) {
 
 }  // namespace
 
+/// The template (the top of mls/kernels/tune.hpp has its picture). Given: the plan (block sizes
+/// MC, NC, KC that tile the padded problem exactly), the compute C = A·B on it and its schedule.
+/// Yours, the knobs made schedule primitives, in this order:
+///   1. y -> (yp, yi) by MR, yp -> (yc, yr) by MC/MR; x -> (xp, xi) by NR, xp -> (xc, xr) by NC/NR;
+///      k -> (ko, ki) by KC, with those names (the printed nest and the tests read them);
+///   2. the loops: the block loops {xc, ko, yc} in knobs.order (n = xc, k = ko, m = yc), then xr,
+///      yr, yi, xi, ki (one reorder);
+///   3. pack_b: B's block copied at the later (inner) of its loops xc/ko (cache_read of B at that
+///      axis, named "BL"), then pack_a: A's at the later of yc/ko ("AL"), in that order (where both
+///      copies sit at one loop, the order of the calls is the order of the copies in the nest, and
+///      the tests compare nests); each copy's innermost loop vectorized (s[BL].leaf_axes().back());
+///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, plan kc, unroll, lanes);
+///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing).
+/// Hint: each of p.mc / knobs.mr and p.nc / knobs.nr is a whole number of panels.
 SgemmInstance instantiate(const SgemmKnobs& knobs, long m, long n, long k, int lanes, std::string name) {
   const SgemmPlan p = plan_sgemm(knobs, {m, n, k}, lanes);
   const std::int64_t M = p.padded.m, N = p.padded.n, K = p.padded.k;
@@ -44,6 +60,7 @@ SgemmInstance instantiate(const SgemmKnobs& knobs, long m, long n, long k, int l
       "C", {M, N}, [&](te::Var y, te::Var x) { return te::sum(A(y, kk) * B(kk, x), {kk}); }, {"y", "x"});
   te::Schedule s({C});
   te::Stage st = s[C];
+  // BEGIN SOLUTION
   // Panels first, then blocks of panels: a block's tail guard sits on the panel loop (yr, xr).
   auto [yp, yi] = st.split(C.axis(0), knobs.mr, "yp", "yi");
   auto [yc, yr] = st.split(yp, p.mc / knobs.mr, "yc", "yr");
@@ -71,6 +88,7 @@ SgemmInstance instantiate(const SgemmKnobs& knobs, long m, long n, long k, int l
   if (knobs.parallel == "n") st.parallel(xc);
   if (knobs.parallel == "mr") st.parallel(yr);
   if (knobs.parallel == "nr") st.parallel(xr);
+  // END SOLUTION
   te::LoweredFunc f = te::lower(s, name.empty() ? default_name(p) : name);
   return SgemmInstance{p, A, B, C, s, std::move(f)};
 }

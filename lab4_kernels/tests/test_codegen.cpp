@@ -20,7 +20,6 @@
 #include "te_workloads.hpp"
 
 using namespace mls::kernels::te;
-using Catch::Contains;
 using kernels_test::codegen_jit_options;
 using kernels_test::random_inputs;
 using kernels_test::reduction_tol;
@@ -46,7 +45,8 @@ Job job(const Schedule& s, const std::string& name, std::vector<Tensor> inputs, 
 
 /// Compiles every job in one unit with exact float semantics and checks each against the
 /// interpreter bit for bit at 1 and 2 threads; then compiles them again with the default flags
-/// (FMA allowed) and checks them against the naive evaluation within rounding. Returns the source.
+/// (FMA allowed) and checks them against the naive evaluation within rounding. The compiled
+/// results are observed (within the rounding of the job's reduction). Returns the source.
 std::string check_jobs(const std::vector<Job>& jobs, const CodegenOptions& options = {}, bool also_fast = true) {
   std::vector<LoweredFunc> fs;
   for (const auto& j : jobs) fs.push_back(j.f);
@@ -57,17 +57,19 @@ std::string check_jobs(const std::vector<Job>& jobs, const CodegenOptions& optio
     const Job& j = jobs[i];
     INFO(to_string(j.f));
     const auto in = random_inputs(j.inputs, 7 + i);
-    const auto want = run_lowered(j.f, j.inputs, in, j.outputs);
+    const double tol = reduction_tol(j.reduce) * static_cast<double>(j.reduce);
+    MLS_ORACLE(const auto want = run_lowered(j.f, j.inputs, in, j.outputs);)
     for (int threads : {1, 2}) {
       const auto got = run_compiled(exact[i], j.inputs, in, j.outputs, threads);
-      for (std::size_t o = 0; o < got.size(); ++o)
-        require_identical(got[o], want[o], j.f.name + " " + j.outputs[o].name() + " at " + std::to_string(threads) + " threads");
+      kernels_test::observe_outputs(j.f.name + " at " + std::to_string(threads) + " threads", j.outputs, got, tol);
+      MLS_ORACLE_CHECK(for (std::size_t o = 0; o < got.size(); ++o) require_identical(
+          got[o], want[o], j.f.name + " " + j.outputs[o].name() + " at " + std::to_string(threads) + " threads"));
     }
     if (!also_fast) continue;
-    const auto naive = run_naive(j.inputs, in, j.outputs);
     const auto got = run_compiled(fast[i], j.inputs, in, j.outputs, 2);
-    for (std::size_t o = 0; o < got.size(); ++o)
-      require_close(got[o], naive[o], reduction_tol(j.reduce) * static_cast<double>(j.reduce), j.f.name + " (-O3)");
+    kernels_test::observe_outputs(j.f.name + " (-O3)", j.outputs, got, tol);
+    MLS_ORACLE(const auto naive = run_naive(j.inputs, in, j.outputs);)
+    MLS_ORACLE_CHECK(for (std::size_t o = 0; o < got.size(); ++o) require_close(got[o], naive[o], tol, j.f.name + " (-O3)"));
   }
   return exact.front().source();
 }
@@ -93,7 +95,7 @@ Mm matmul(std::int64_t m, std::int64_t n, std::int64_t kk, bool ta = false, bool
 
 // ---- the pure functions ------------------------------------------------------------------------------
 
-TEST_CASE("codegen: C identifiers and literals", "[codegen][unit]") {
+TEST_CASE("codegen: C identifiers and literals", "[codegen][unit][base]") {
   CHECK(c_identifier("yo") == "yo");
   CHECK(c_identifier("y.x fused") == "y_x_fused");
   CHECK(c_identifier("3d") == "_3d");
@@ -126,7 +128,7 @@ TEST_CASE("codegen: C identifiers and literals", "[codegen][unit]") {
   }
 }
 
-TEST_CASE("codegen: contiguity, interval conditions and disjoint writes", "[codegen][unit]") {
+TEST_CASE("codegen: contiguity, interval conditions and disjoint writes", "[codegen][unit][base]") {
   Var i("i"), j("j"), v("v");
   const VarNode* vn = v.get();
   CHECK(cd::contiguous_in({Expr(i), Expr(j) * 8 + Expr(v)}, vn));
@@ -157,14 +159,14 @@ TEST_CASE("codegen: contiguity, interval conditions and disjoint writes", "[code
   CHECK(cd::wrap({"a * b", 13}, 13) == "a * b");
 }
 
-TEST_CASE("codegen: intrinsic sources", "[codegen][unit][tensorize]") {
+TEST_CASE("codegen: intrinsic sources", "[codegen][unit][tensorize][base]") {
   const Intrinsic g = gemm_intrinsic(4, 4, 4);
   CHECK(has(intrinsic_source(g, CallPart::Update), "acc += ptrs[1]"));
   CHECK(has(intrinsic_source(g, CallPart::Reset), "= 0.0f"));
   const Intrinsic c = copy_intrinsic({2, 3, 4});
   CHECK(has(intrinsic_source(c, CallPart::Update), "ptrs[0][t0 * strides[0] + t1 * strides[1] + t2 * strides[2]] = "
                                                    "ptrs[1][t0 * strides[3] + t1 * strides[4] + t2 * strides[5]]"));
-  REQUIRE_THROWS_WITH(intrinsic_source(c, CallPart::Reset), Contains("intrinsic_source: copy intrinsic 'copy2x3x4' has no reset"));
+  LAB4_REQUIRE_ERROR(intrinsic_source(c, CallPart::Reset), "intrinsic_source: copy intrinsic 'copy2x3x4' has no reset");
   Intrinsic own = g;
   own.update_source = "ptrs[0][0] = 1.0f;\n";
   CHECK(intrinsic_source(own, CallPart::Update) == own.update_source);
@@ -172,14 +174,14 @@ TEST_CASE("codegen: intrinsic sources", "[codegen][unit][tensorize]") {
   CHECK(r.name == "gemm4x32x16_regblock");
   CHECK(r.tile == std::vector<std::int64_t>{4, 32, 16});
   CHECK(has(r.update_source, "vec acc[4][2];"));
-  REQUIRE_THROWS_WITH(gemm_regblock_intrinsic(4, 24, 16, 16),
-                      Contains("gemm_regblock_intrinsic: tile 4x24x16 needs mr, k >= 1 and nr a positive multiple of 16 lanes"));
-  REQUIRE_THROWS_WITH(gemm_regblock_intrinsic(4, 24, 16, 3), Contains("gemm_regblock_intrinsic: lanes 3 is not 4, 8 or 16"));
+  LAB4_REQUIRE_ERROR(gemm_regblock_intrinsic(4, 24, 16, 16),
+                      "gemm_regblock_intrinsic: tile 4x24x16 needs mr, k >= 1 and nr a positive multiple of 16 lanes");
+  LAB4_REQUIRE_ERROR(gemm_regblock_intrinsic(4, 24, 16, 3), "gemm_regblock_intrinsic: lanes 3 is not 4, 8 or 16");
 }
 
 // ---- whole kernels -----------------------------------------------------------------------------------
 
-TEST_CASE("codegen: the slide's three matmul nests compile and equal the interpreter", "[codegen][slide]") {
+TEST_CASE("codegen: the slide's three matmul nests compile and equal the interpreter", "[codegen][slide][kernels]") {
   for (std::int64_t n : {64, 40}) {
     const auto m = kernels_test::slide_matmul(n);
     const std::vector<Job> jobs = {job(kernels_test::slide_plain(m), "plain", {m.A, m.B}, n),
@@ -196,15 +198,18 @@ TEST_CASE("codegen: the slide's three matmul nests compile and equal the interpr
     CHECK(has(src, "extern \"C\" void tensorized(float* const* args, mls_parallel_for_fn, void*) {"));
     // The three give the naive product exactly (one order of additions everywhere).
     const auto in = random_inputs({m.A, m.B}, 3);
-    const auto naive = run_naive({m.A, m.B}, in, {m.C});
+    MLS_ORACLE(const auto naive = run_naive({m.A, m.B}, in, {m.C});)
     std::vector<LoweredFunc> fs = {jobs[0].f, jobs[1].f, jobs[2].f};
-    for (const auto& k : compile_all(fs, {}, codegen_jit_options(true)))
-      require_identical(run_compiled(k, {m.A, m.B}, in, {m.C})[0], naive[0], k.func().name);
+    for (const auto& k : compile_all(fs, {}, codegen_jit_options(true))) {
+      const auto got = run_compiled(k, {m.A, m.B}, in, {m.C});
+      kernels_test::observe_outputs("slide " + k.func().name + " n " + std::to_string(n) + ", exact", {m.C}, got);
+      MLS_ORACLE_CHECK(require_identical(got[0], naive[0], k.func().name));
+    }
   }
 }
 
 TEST_CASE("codegen: every primitive's code compiles with -Wall -Wextra -Werror and equals the interpreter",
-          "[codegen][primitives]") {
+          "[codegen][primitives][kernels]") {
   std::vector<Job> jobs;
   auto mm = [] { return matmul(13, 7, 11); };
   {
@@ -287,7 +292,7 @@ TEST_CASE("codegen: every primitive's code compiles with -Wall -Wextra -Werror a
   CHECK(has(src, "copy3x4(ptrs, strides, extents);"));
 }
 
-TEST_CASE("codegen: matmul layouts, elementwise chain, softmax, layernorm and conv2d", "[codegen][workloads]") {
+TEST_CASE("codegen: matmul layouts, elementwise chain, softmax, layernorm and conv2d", "[codegen][workloads][kernels]") {
   std::vector<Job> jobs;
   for (const auto& [ta, tb] : {std::pair{false, false}, {true, false}, {false, true}}) {
     for (const auto& [m, n, k] : {std::tuple{1, 1, 1}, {17, 31, 13}, {16, 33, 7}}) {
@@ -354,7 +359,7 @@ TEST_CASE("codegen: matmul layouts, elementwise chain, softmax, layernorm and co
   CHECK(has(src, "// lane by lane"));  // the conv's padded loads, the transposed B's gathers
 }
 
-TEST_CASE("codegen: parallel loops at 1 and 2 threads, racy ones run serially", "[codegen][parallel]") {
+TEST_CASE("codegen: parallel loops at 1 and 2 threads, racy ones run serially", "[codegen][parallel][base]") {
   // The exp-sum S is computed inside Y's column loop, which is parallel: every column's iteration
   // recomputes S[i] from 0, so the loop must run serially (and still give the right result).
   const std::int64_t rows = 4, cols = 23;
@@ -418,7 +423,7 @@ TEST_CASE("codegen: vector lanes 1, 4, 8 and 16 and every vector path give the i
 }
 
 TEST_CASE("codegen: a tensorized matmul with a register-blocked micro-kernel equals the naive product",
-          "[codegen][tensorize]") {
+          "[codegen][tensorize][kernels]") {
   const int lanes = resolved_vector_lanes({});
   const std::int64_t mr = 4, nr = 2 * lanes, kc = 8;
   const std::int64_t m = 3 * mr, n = 2 * nr, k = 3 * kc;
@@ -437,57 +442,61 @@ TEST_CASE("codegen: a tensorized matmul with a register-blocked micro-kernel equ
   CHECK(has(kern.source(), "gemm4x" + std::to_string(nr) + "x8_regblock(ptrs, strides, extents);"));
   CHECK(has(kern.source(), "vec acc[4][2];"));
   const auto in = random_inputs({mm.A, mm.B}, 11);
-  const auto naive = run_naive({mm.A, mm.B}, in, {mm.C});
-  for (int threads : {1, 2})
-    require_close(run_compiled(kern, {mm.A, mm.B}, in, {mm.C}, threads)[0], naive[0], reduction_tol(k) * k, "C");
+  MLS_ORACLE(const auto naive = run_naive({mm.A, mm.B}, in, {mm.C});)
+  for (int threads : {1, 2}) {
+    const auto got = run_compiled(kern, {mm.A, mm.B}, in, {mm.C}, threads);
+    kernels_test::observe_outputs("regblock at " + std::to_string(threads) + " threads", {mm.C}, got,
+                                  reduction_tol(k) * k);
+    MLS_ORACLE_CHECK(require_close(got[0], naive[0], reduction_tol(k) * k, "C"));
+  }
 }
 
 // ---- errors ------------------------------------------------------------------------------------------
 
-TEST_CASE("codegen: bad IR, options and runs are named errors", "[codegen][errors]") {
+TEST_CASE("codegen: bad IR, options and runs are named errors", "[codegen][errors][base]") {
   Tensor A = placeholder("A", {4}), C = placeholder("C", {4});
   Var i("i"), j("j");
   auto fn = [&](Stmt body, std::vector<Buffer> args) { return LoweredFunc{"bad", std::move(args), std::move(body)}; };
   const Stmt unbound = make_store(C.buffer(), {Expr(j)}, Expr(1.0f));
-  REQUIRE_THROWS_WITH(generate_cpp(fn(make_for(i, 0, 4, ForKind::Serial, unbound), {C.buffer()})),
-                      Contains("generate_cpp: variable 'j' of 'bad' is not bound by any loop around it"));
+  LAB4_REQUIRE_ERROR(generate_cpp(fn(make_for(i, 0, 4, ForKind::Serial, unbound), {C.buffer()})),
+                      "generate_cpp: variable 'j' of 'bad' is not bound by any loop around it");
   const Stmt twice = make_for(i, 0, 4, ForKind::Serial, make_for(i, 0, 4, ForKind::Serial, unbound));
-  REQUIRE_THROWS_WITH(generate_cpp(fn(twice, {C.buffer()})),
-                      Contains("generate_cpp: loop variable 'i' of 'bad' is bound twice in nested loops"));
+  LAB4_REQUIRE_ERROR(generate_cpp(fn(twice, {C.buffer()})),
+                      "generate_cpp: loop variable 'i' of 'bad' is bound twice in nested loops");
   const Stmt store_a = make_for(i, 0, 4, ForKind::Serial, make_store(A.buffer(), {Expr(i)}, Expr(1.0f)));
-  REQUIRE_THROWS_WITH(generate_cpp(fn(store_a, {C.buffer()})),
-                      Contains("generate_cpp: buffer 'A' (store in 'bad') is neither an argument of the function nor allocated in it"));
+  LAB4_REQUIRE_ERROR(generate_cpp(fn(store_a, {C.buffer()})),
+                      "generate_cpp: buffer 'A' (store in 'bad') is neither an argument of the function nor allocated in it");
   const Buffer tmp = std::make_shared<const BufferNode>(BufferNode{"T", {4}, Scope::Local, nullptr});
   const Stmt after = make_seq({make_allocate(tmp, make_for(i, 0, 4, ForKind::Serial, make_store(tmp, {Expr(i)}, Expr(0.0f)))),
                                make_for(i, 0, 4, ForKind::Serial, make_store(C.buffer(), {Expr(i)}, Tensor(tmp)(i)))});
-  REQUIRE_THROWS_WITH(generate_cpp(fn(after, {C.buffer()})),
-                      Contains("generate_cpp: buffer 'T' (load in 'bad') is used outside its allocation"));
+  LAB4_REQUIRE_ERROR(generate_cpp(fn(after, {C.buffer()})),
+                      "generate_cpp: buffer 'T' (load in 'bad') is used outside its allocation");
   IterVar r = reduce_axis(4, "r");
   const Stmt reduce = make_store(C.buffer(), {Expr(0)}, sum(A(r), {r}));
-  REQUIRE_THROWS_WITH(generate_cpp(fn(reduce, {A.buffer(), C.buffer()})), Contains("cannot be compiled (a reduction: lower the schedule first)"));
+  LAB4_REQUIRE_ERROR(generate_cpp(fn(reduce, {A.buffer(), C.buffer()})), "cannot be compiled (a reduction: lower the schedule first)");
   const LoweredFunc ok = fn(make_for(i, 0, 4, ForKind::Serial, make_store(C.buffer(), {Expr(i)}, A(i) * 2.0f)), {A.buffer(), C.buffer()});
   CodegenOptions bad;
   bad.vector_lanes = 3;
-  REQUIRE_THROWS_WITH(generate_cpp(ok, bad), Contains("generate_cpp: vector_lanes 3 is not 0 (from the CPU), 1 (no SIMD), 4, 8 or 16"));
+  LAB4_REQUIRE_ERROR(generate_cpp(ok, bad), "generate_cpp: vector_lanes 3 is not 0 (from the CPU), 1 (no SIMD), 4, 8 or 16");
   bad = {};
   bad.max_unroll = 0;
-  REQUIRE_THROWS_WITH(generate_cpp(ok, bad), Contains("generate_cpp: max_unroll 0 must be >= 1"));
+  LAB4_REQUIRE_ERROR(generate_cpp(ok, bad), "generate_cpp: max_unroll 0 must be >= 1");
   const std::vector<LoweredFunc> two = {ok, ok};
-  REQUIRE_THROWS_WITH(generate_cpp(two), Contains("generate_cpp: two functions are named 'bad' (symbol 'bad')"));
+  LAB4_REQUIRE_ERROR(generate_cpp(two), "generate_cpp: two functions are named 'bad' (symbol 'bad')");
 
   // Runs.
-  REQUIRE_THROWS_WITH(JitKernel().run(std::vector<std::span<float>>{}), Contains("JitKernel::run: the kernel is empty"));
+  LAB4_REQUIRE_ERROR(JitKernel().run(std::vector<std::span<float>>{}), "JitKernel::run: the kernel is empty");
   const JitKernel k = compile(ok, {}, codegen_jit_options());
   std::vector<float> a(4, 1.0f), c(4), small(3), big(8);
   using Spans = std::vector<std::span<float>>;
-  REQUIRE_THROWS_WITH(k.run(Spans{a}), Contains("JitKernel::run: 'bad' takes 2 buffers (A, C), got 1"));
-  REQUIRE_THROWS_WITH(k.run(Spans{a, small}), Contains("JitKernel::run: buffer 'C' of 'bad' has 3 floats, its shape [4] needs 4"));
-  REQUIRE_THROWS_WITH(k.run(Spans{std::span<float>(big).first(4), std::span<float>(big).subspan(2, 4)}),
-                      Contains("JitKernel::run: buffers 'A' and 'C' of 'bad' overlap"));
-  REQUIRE_THROWS_WITH(k.run(Spans{a, c}, -1), Contains("JitKernel::run: threads -1 must be >= 0"));
+  LAB4_REQUIRE_ERROR(k.run(Spans{a}), "JitKernel::run: 'bad' takes 2 buffers (A, C), got 1");
+  LAB4_REQUIRE_ERROR(k.run(Spans{a, small}), "JitKernel::run: buffer 'C' of 'bad' has 3 floats, its shape [4] needs 4");
+  LAB4_REQUIRE_ERROR(k.run(Spans{std::span<float>(big).first(4), std::span<float>(big).subspan(2, 4)}),
+                      "JitKernel::run: buffers 'A' and 'C' of 'bad' overlap");
+  LAB4_REQUIRE_ERROR(k.run(Spans{a, c}, -1), "JitKernel::run: threads -1 must be >= 0");
   Bindings b;
   b.bind(A, a);
-  REQUIRE_THROWS_WITH(k.run(b), Contains("JitKernel::run: argument 'C' of 'bad' is not bound"));
+  LAB4_REQUIRE_ERROR(k.run(b), "JitKernel::run: argument 'C' of 'bad' is not bound");
   k.run(Spans{a, c});
   CHECK(c == std::vector<float>(4, 2.0f));
   // run_jit: interpret()'s compiled twin.
@@ -496,10 +505,12 @@ TEST_CASE("codegen: bad IR, options and runs are named errors", "[codegen][error
   CHECK(c2 == c);
 }
 
-TEST_CASE("codegen: MLS_CODEGEN_DUMP writes the generated source", "[codegen]") {
+TEST_CASE("codegen: MLS_CODEGEN_DUMP writes the generated source", "[codegen][base]") {
   mls::testing::TempDir dir("dump");
   kernels_test::EnvGuard env("MLS_CODEGEN_DUMP", dir.file("src"));
   const auto m = kernels_test::slide_matmul(8);
   const JitKernel k = compile(kernels_test::slide_plain(m), "dumped", {}, codegen_jit_options());
-  CHECK(mls::read_file(dir.path / "src" / "dumped.cpp") == k.source());
+  const std::string dumped = mls::read_file(dir.path / "src" / "dumped.cpp");
+  mls::testing::observe("the dumped source of 'dumped'", dumped);
+  CHECK((dumped == k.source()));
 }

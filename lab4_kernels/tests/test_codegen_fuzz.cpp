@@ -1,4 +1,5 @@
-// Lab 4 part 2: code generation fuzzed. Random legal schedules (te_fuzz.hpp, the generator of the
+// Lab 4 part 2, a hidden test (lab.json "hidden_files": left out of the handout): code generation
+// fuzzed. Random legal schedules (te_fuzz.hpp, the generator of the
 // interpreter's fuzz test) on random shapes with 1 and primes, compiled in units of 50 with
 // -Werror and -ffp-contract=off, give the interpreter's results bit for bit at 1 and 2 threads.
 #include <catch2/catch.hpp>
@@ -46,17 +47,25 @@ TEST_CASE("codegen fuzz: random legal schedules compile and equal the interprete
       INFO("case " << iter << ": " << c.log);
       INFO(one);
       const auto in = kernels_test::random_inputs(c.p.inputs, static_cast<std::uint64_t>(iter));
-      const auto want = kernels_test::run_lowered(f, c.p.inputs, in, c.p.outputs);
+      MLS_ORACLE(const auto want = kernels_test::run_lowered(f, c.p.inputs, in, c.p.outputs);)
+      const double tol = kernels_test::reduction_tol(c.p.reduce) * static_cast<double>(c.p.reduce);
       for (int threads : {1, 2}) {
         const auto got = kernels_test::run_compiled(kernels[static_cast<std::size_t>(i)], c.p.inputs, in, c.p.outputs, threads);
-        for (std::size_t o = 0; o < got.size(); ++o)
-          kernels_test::require_identical(got[o], want[o], c.p.outputs[o].name() + " at " + std::to_string(threads) + " threads");
+        kernels_test::observe_outputs("case " + std::to_string(iter) + " (" + c.p.what + ") at " + std::to_string(threads) +
+                                          " threads",
+                                      c.p.outputs, got, tol);
+        MLS_ORACLE_CHECK(for (std::size_t o = 0; o < got.size(); ++o) kernels_test::require_identical(
+            got[o], want[o], c.p.outputs[o].name() + " at " + std::to_string(threads) + " threads"));
       }
       for (const auto& [path, text] : kPaths) functions_with[path] += one.find(text) != std::string::npos;
     }
   }
-  for (const auto& [path, text] : kPaths) {
-    INFO("functions with " << path << " ('" << text << "'): " << functions_with[path]);
-    CHECK(functions_with[path] >= 1);
+  // The coverage of this seed's cases (a rare path may be missed by the cases another salt draws:
+  // under mls-grader, whose secret salt changes every draw, it is not checked).
+  if (mls::rng_salt() == 0) {
+    for (const auto& [path, text] : kPaths) {
+      INFO("functions with " << path << " ('" << text << "'): " << functions_with[path]);
+      CHECK(functions_with[path] >= 1);
+    }
   }
 }

@@ -2,12 +2,17 @@
 // substitution, simplification, affine forms and interval bounds.
 #include <catch2/catch.hpp>
 
+#include <optional>
+#include <string>
+
+#include "error_check.hpp"
+#include "mls/observe.hpp"
 #include "te_internal.hpp"
 
 using namespace mls::kernels::te;
 namespace d = mls::kernels::te::detail;
 
-TEST_CASE("te analysis: floor division and modulo follow Python", "[te][analysis]") {
+TEST_CASE("te analysis: floor division and modulo follow Python", "[te][analysis][base]") {
   for (std::int64_t a = -9; a <= 9; ++a)
     for (std::int64_t b : {-4, -3, -1, 1, 2, 5}) {
       const std::int64_t q = d::floordiv(a, b), r = d::floormod(a, b);
@@ -17,11 +22,11 @@ TEST_CASE("te analysis: floor division and modulo follow Python", "[te][analysis
     }
   REQUIRE(d::floordiv(-7, 2) == -4);
   REQUIRE(d::floormod(-7, 2) == 1);
-  REQUIRE_THROWS_WITH(d::floordiv(3, 0), Catch::Contains("integer division by zero (3 // 0)"));
-  REQUIRE_THROWS_WITH(d::floormod(3, 0), Catch::Contains("integer modulo by zero (3 % 0)"));
+  LAB4_REQUIRE_ERROR(d::floordiv(3, 0), "integer division by zero (3 // 0)");
+  LAB4_REQUIRE_ERROR(d::floormod(3, 0), "integer modulo by zero (3 % 0)");
 }
 
-TEST_CASE("te analysis: substitution and simplification", "[te][analysis]") {
+TEST_CASE("te analysis: substitution and simplification", "[te][analysis][base]") {
   Var yo("yo"), yi("yi"), x("x");
   const Expr y = yo * 8 + yi;
   REQUIRE(to_string(d::simplify(y - yo * 8)) == "yi");
@@ -39,7 +44,7 @@ TEST_CASE("te analysis: substitution and simplification", "[te][analysis]") {
   REQUIRE_FALSE(d::uses_any(y, {x.get()}));
 }
 
-TEST_CASE("te analysis: affine forms keep non-affine parts as atoms", "[te][analysis]") {
+TEST_CASE("te analysis: affine forms keep non-affine parts as atoms", "[te][analysis][base]") {
   Var a("a"), b("b");
   const d::Affine f = d::to_affine(a * 3 - (b - 2) * 2 + a * b + (a / 4) + (a / 4) * 2);
   REQUIRE(f.constant == 4);
@@ -54,9 +59,18 @@ TEST_CASE("te analysis: affine forms keep non-affine parts as atoms", "[te][anal
   REQUIRE(d::structural_key(a) != d::structural_key(Expr(Var("a"))));
 }
 
-TEST_CASE("te analysis: interval bounds", "[te][analysis]") {
+TEST_CASE("te analysis: interval bounds", "[te][analysis][base]") {
   Var i("i"), j("j");
   const d::Ranges r{{i.get(), {0, 7}}, {j.get(), {0, 3}}};
+  // Each bound observed as "[lo, hi]" (or "none") for mls-grader.
+  auto seen = [&](const char* what, const std::optional<d::Interval>& b) {
+    mls::testing::observe(std::string("bound(") + what + ")",
+                          b ? "[" + std::to_string(b->lo) + ", " + std::to_string(b->hi) + "]" : std::string("none"));
+  };
+  seen("i*4 + j", d::bound(i * 4 + j, r));
+  seen("i - j*2", d::bound(i - j * 2, r));
+  seen("(j + 8) % 16", d::bound((j + 8) % 16, r));
+  seen("i // j", d::bound(i / j, r));
   auto b = d::bound(i * 4 + j, r);
   REQUIRE((b && b->lo == 0 && b->hi == 31));
   b = d::bound(i - j * 2, r);

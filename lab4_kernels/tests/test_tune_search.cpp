@@ -76,6 +76,11 @@ void check_tuned_against_packed(const SgemmShape& s, std::uint64_t seed) {
         const auto B = kernels_test::random_vec(static_cast<std::size_t>((tb ? s.n : s.k) * ldb), seed, "B");
         std::vector<float> got = kernels_test::random_vec(static_cast<std::size_t>(s.m * ldc), seed, "C"), want = got;
         tuned(ta, tb, s.m, s.n, s.k, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+        INFO("the tuned kernel's last warning: " << tune::tuned_last_warning());
+        kernels_test::observe_product("tuned " + tune::to_string(s) + " ta " + std::to_string(ta) + " tb " +
+                                          std::to_string(tb) + " alpha " + std::to_string(alpha) + " beta " +
+                                          std::to_string(beta),
+                                      got, ldc, s.m, s.n, s.k + 2);
         packed(ta, tb, s.m, s.n, s.k, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
         // Both round K products and sums (in other orders): 4 (K + 2) eps |alpha| + the beta term.
         const double tol = 4.0 * (s.k + 2) * std::numeric_limits<float>::epsilon() * (1.0 + std::fabs(beta));
@@ -92,7 +97,7 @@ void check_tuned_against_packed(const SgemmShape& s, std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("tune: a guarded first run reports a crash, a hang, a throw and a wrong result", "[lab4][tune][guard]") {
+TEST_CASE("tune: a guarded first run reports a crash, a hang, a throw and a wrong result", "[lab4][tune][guard][base]") {
   std::string seen;
   tune::Trial t = tune::run_guarded([](std::string&) { return true; }, 10);
   CHECK(t.status == TrialStatus::Ok);
@@ -123,12 +128,12 @@ TEST_CASE("tune: a guarded first run reports a crash, a hang, a throw and a wron
       0.3);
   CHECK(t.status == TrialStatus::TimedOut);
   CHECK_THAT(t.message, Contains("its first run did not end within 0.3"));
-  REQUIRE_THROWS_WITH(tune::run_guarded([](std::string&) { return true; }, 0), Contains("run_guarded: timeout_s 0 must be > 0"));
+  LAB4_REQUIRE_ERROR(tune::run_guarded([](std::string&) { return true; }, 0), "run_guarded: timeout_s 0 must be > 0");
   CHECK(tune::to_string(TrialStatus::CompileError) == "compile-error");
 }
 
 TEST_CASE("tune: candidates that fail to compile, crash, hang or are wrong are recorded and skipped",
-          "[lab4][tune][guard]") {
+          "[lab4][tune][guard][search]") {
   TuneEnv env;
   const SgemmShape shape{13, 2 * lanes(), 11};
   // One behaviour per value of mc in a space of five points.
@@ -162,6 +167,7 @@ TEST_CASE("tune: candidates that fail to compile, crash, hang or are wrong are r
   int reported = 0;
   o.on_trial = [&](const tune::Trial&, const std::vector<double>&) { ++reported; };
   const tune::TuneResult r = tune::Tuner(shape, o).run();
+  INFO("the candidate that passes: " << tune::to_string(r.trials.back().status) << " " << r.trials.back().message);
   REQUIRE(r.trials.size() == 5);  // the grid has five points
   CHECK(reported == 5);
   std::map<int, tune::Trial> by_mc;
@@ -179,7 +185,7 @@ TEST_CASE("tune: candidates that fail to compile, crash, hang or are wrong are r
   // Only the candidate that passed is in the database: its time in the search, and confirmed.
   REQUIRE(r.confirmed.size() == 1);
   CHECK(r.confirmed[0].knobs == r.best);
-  CHECK(r.best_seconds == r.confirmed[0].seconds);
+  CHECK((r.best_seconds == r.confirmed[0].seconds));  // a truth: times differ from run to run
   const auto scan = TuningDb(env.db_path()).scan();
   REQUIRE(scan.records.size() == 2);
   for (const auto& rec : scan.records) {
@@ -210,13 +216,13 @@ TEST_CASE("tune: candidates that fail to compile, crash, hang or are wrong are r
   CHECK_THAT(s.message, Contains("its first run took"));
 }
 
-TEST_CASE("tune: the cost model and its linear algebra", "[lab4][tune][model]") {
+TEST_CASE("tune: the cost model and its linear algebra", "[lab4][tune][model][base]") {
   // 4 x + 2 y = 10, 2 x + 3 y = 11 -> x = 1, y = 3.
   const auto x = tune::solve_spd({4, 2, 2, 3}, {10, 11}, 2);
   CHECK(x[0] == Approx(1.0));
   CHECK(x[1] == Approx(3.0));
-  REQUIRE_THROWS_WITH(tune::solve_spd({1, 2, 2, 1}, {1, 1}, 2), Contains("solve_spd: the matrix is not positive definite"));
-  REQUIRE_THROWS_WITH(tune::solve_spd({1, 2, 2}, {1, 1}, 2), Contains("solve_spd: a has 3 entries"));
+  LAB4_REQUIRE_ERROR(tune::solve_spd({1, 2, 2, 1}, {1, 1}, 2), "solve_spd: the matrix is not positive definite");
+  LAB4_REQUIRE_ERROR(tune::solve_spd({1, 2, 2}, {1, 1}, 2), "solve_spd: a has 3 entries");
   // A model of y = 2 a - b + 3 from 30 noiseless points predicts new points closely.
   mls::Rng rng(9, "model");
   std::vector<std::vector<double>> xs;
@@ -242,20 +248,20 @@ TEST_CASE("tune: the cost model and its linear algebra", "[lab4][tune][model]") 
   }
 }
 
-TEST_CASE("tune: strategy names and tuner options are checked", "[lab4][tune][errors]") {
+TEST_CASE("tune: strategy names and tuner options are checked", "[lab4][tune][errors][base]") {
   CHECK(tune::strategy_from_string("guided") == tune::Strategy::Guided);
   CHECK(tune::to_string(tune::Strategy::Random) == "random");
-  REQUIRE_THROWS_WITH(tune::strategy_from_string("annealing"), Contains("tune: unknown strategy 'annealing' (grid, random, guided)"));
+  LAB4_REQUIRE_ERROR(tune::strategy_from_string("annealing"), "tune: unknown strategy 'annealing' (grid, random, guided)");
   tune::TuneOptions o;
   o.trials = 0;
-  REQUIRE_THROWS_WITH(tune::Tuner({8, 8, 8}, o), Contains("tune: trials 0 must be >= 1"));
+  LAB4_REQUIRE_ERROR(tune::Tuner({8, 8, 8}, o), "tune: trials 0 must be >= 1");
   o.trials = 1;
-  REQUIRE_THROWS_WITH(tune::Tuner({0, 8, 8}, o), Contains("tune: shape 0x8x8 must have every extent >= 1"));
+  LAB4_REQUIRE_ERROR(tune::Tuner({0, 8, 8}, o), "tune: shape 0x8x8 must have every extent >= 1");
   o.threads = 0;
-  REQUIRE_THROWS_WITH(tune::Tuner({8, 8, 8}, o), Contains("threads 0 must be >= 1"));
+  LAB4_REQUIRE_ERROR(tune::Tuner({8, 8, 8}, o), "threads 0 must be >= 1");
   o.threads = 1;
   o.budget_s = -1;
-  REQUIRE_THROWS_WITH(tune::Tuner({8, 8, 8}, o), Contains("tune: budget -1 s must be >= 0"));
+  LAB4_REQUIRE_ERROR(tune::Tuner({8, 8, 8}, o), "tune: budget -1 s must be >= 0");
 }
 
 TEST_CASE("tune: grid, random and guided each run a few trials on a tiny shape and return a valid best",
@@ -274,6 +280,7 @@ TEST_CASE("tune: grid, random and guided each run a few trials on a tiny shape a
     o.measure = quick_measure();
     o.seed = 11;
     const tune::TuneResult r = tune::Tuner(shape, o).run();
+    INFO("the first trial: " << tune::to_string(r.trials.at(0).status) << " " << r.trials.at(0).message);
     REQUIRE(r.trials.size() == 4);
     REQUIRE(r.best_so_far.size() == 4);
     REQUIRE(r.found);
@@ -307,7 +314,7 @@ TEST_CASE("tune: grid, random and guided each run a few trials on a tiny shape a
 }
 
 TEST_CASE("tune: the knobs of the tuned kernel come from this CPU's records, else the nearest shape",
-          "[lab4][tune][db]") {
+          "[lab4][tune][db][base]") {
   auto record = [](const std::string& cpu, SgemmShape s, int threads, double seconds, int mc) {
     SgemmKnobs k;
     k.mc = mc;
@@ -363,7 +370,7 @@ TEST_CASE("tune: the knobs of the tuned kernel come from this CPU's records, els
 }
 
 TEST_CASE("tune: the tuned kernel through the registry equals lab4_packed on random shapes and transposes",
-          "[lab4][tune][registry][jit]") {
+          "[lab4][tune][registry][jit][search]") {
   TuneEnv env;
   KernelChoiceGuard restore;
   mls::set_sgemm_kernel("tuned");
@@ -397,11 +404,11 @@ TEST_CASE("tune: the tuned kernel through the registry equals lab4_packed on ran
   CHECK_FALSE(tune::tuned_choice({5, 7, 3}, 1));
   CHECK(tune::tuned_fallbacks() == 0);
   CHECK(tune::tuned_last_warning().empty());
-  REQUIRE_THROWS_WITH(tune::set_tuned_min_flops(-1), Contains("set_tuned_min_flops: -1 must be finite and >= 0"));
+  LAB4_REQUIRE_ERROR(tune::set_tuned_min_flops(-1), "set_tuned_min_flops: -1 must be finite and >= 0");
 }
 
 TEST_CASE("tune: the tuned kernel falls back to lab4_packed with a warning when the compiler is missing",
-          "[lab4][tune][registry]") {
+          "[lab4][tune][registry][search]") {
   TuneEnv env;
   KernelChoiceGuard restore;
   EnvGuard cxx("MLS_JIT_CXX", "/nonexistent/c++");
@@ -415,7 +422,7 @@ TEST_CASE("tune: the tuned kernel falls back to lab4_packed with a warning when 
   CHECK(tune::tuned_fallbacks() == 8);  // every call of check_tuned_against_packed fell back
 }
 
-TEST_CASE("tune: with MLS_TUNE=1 the tuned kernel tunes a new shape first and records it", "[lab4][tune][registry][jit]") {
+TEST_CASE("tune: with MLS_TUNE=1 the tuned kernel tunes a new shape first and records it", "[lab4][tune][registry][jit][search]") {
   TuneEnv env;
   KernelChoiceGuard restore;
   EnvGuard tune_on("MLS_TUNE", "1"), trials("MLS_TUNE_TRIALS", "2");
@@ -433,7 +440,7 @@ TEST_CASE("tune: with MLS_TUNE=1 the tuned kernel tunes a new shape first and re
 }
 
 TEST_CASE("tune: the tuning plot draws one step line per strategy and the hand-written kernel's line",
-          "[lab4][tune][svg]") {
+          "[lab4][tune][svg][base]") {
   const std::string svg = tune::tuning_curve_svg({{"grid", {0, 10, 10, 30}}, {"guided", {20, 40, 40, 40}}}, 25.0,
                                                  "lab4_packed", "SGEMM 64x64x64 <1 thread>");
   auto count = [&](const std::string& what) {
@@ -453,9 +460,9 @@ TEST_CASE("tune: the tuning plot draws one step line per strategy and the hand-w
   const std::size_t start = svg.rfind("points='", grid);
   const std::string points = svg.substr(start, svg.find('\'', start + 8) - start);
   CHECK(std::count(points.begin(), points.end(), ',') == 3);
-  REQUIRE_THROWS_WITH(tune::tuning_curve_svg({}, 0, "", ""), Contains("tuning_curve_svg: no curves to draw"));
-  REQUIRE_THROWS_WITH(tune::tuning_curve_svg({{"random", {}}}, 0, "", ""),
-                      Contains("tuning_curve_svg: curve 'random' has no trials"));
-  REQUIRE_THROWS_WITH(tune::tuning_curve_svg({{"random", {1, std::nan("")}}}, 0, "", ""),
-                      Contains("tuning_curve_svg: curve 'random' has GFLOP/s nan"));
+  LAB4_REQUIRE_ERROR(tune::tuning_curve_svg({}, 0, "", ""), "tuning_curve_svg: no curves to draw");
+  LAB4_REQUIRE_ERROR(tune::tuning_curve_svg({{"random", {}}}, 0, "", ""),
+                      "tuning_curve_svg: curve 'random' has no trials");
+  LAB4_REQUIRE_ERROR(tune::tuning_curve_svg({{"random", {1, std::nan("")}}}, 0, "", ""),
+                      "tuning_curve_svg: curve 'random' has GFLOP/s nan");
 }

@@ -3,12 +3,15 @@
 // product, and checks of a template instance (interpreted or compiled) against it.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "error_check.hpp"
 #include "jit_test_util.hpp"
 #include "mls/kernels/tune.hpp"
+#include "mls/observe.hpp"
 #include "mls/testing.hpp"
 #include "reference.hpp"
 
@@ -51,8 +54,25 @@ inline std::vector<float> padded(const std::vector<float>& v, long rows, long co
   return out;
 }
 
+/// The rounding bound of C = A·B for operands in [-1, 1) (reference.hpp's bound with |a b| <= 1):
+/// 2 (k + 4) eps k.
+inline double product_tol(long k) {
+  return 2.0 * static_cast<double>(k + 4) * std::numeric_limits<float>::epsilon() * static_cast<double>(k);
+}
+
+/// Observes C (the m x n corner of `got`, leading dimension ld) as `what`, equal to the reference
+/// build's within product_tol(k).
+inline void observe_product(const std::string& what, const std::vector<float>& got, long ld, long m, long n, long k) {
+  std::vector<float> c;
+  c.reserve(static_cast<std::size_t>(m * n));
+  for (long i = 0; i < m; ++i)
+    for (long j = 0; j < n; ++j) c.push_back(got[i * ld + j]);
+  mls::testing::observe(what, c, {0.0, product_tol(k)});
+}
+
 #ifndef MLS_GRADED_BUILD
-/// |got - want| within the reference's bound, element by element (got: m x n with leading dimension ld).
+/// The oracle check: |got - want| within the reference's bound, element by element (got: m x n
+/// with leading dimension ld).
 inline void require_matches(const std::vector<float>& got, long ld, const Reference& want, long m, long n,
                             const std::string& what) {
   for (long i = 0; i < m; ++i) {
@@ -64,9 +84,10 @@ inline void require_matches(const std::vector<float>& got, long ld, const Refere
     }
   }
 }
+#endif
 
-/// The interpreted loop nest of `knobs` on shape `s` (operands padded as CompiledSgemm pads them)
-/// equals the naive product.
+/// The interpreted loop nest of `knobs` on shape `s` (operands padded as CompiledSgemm pads them),
+/// observed, and checked against the naive product.
 inline void check_interpreted(const tune::SgemmKnobs& knobs, const tune::SgemmShape& s, std::uint64_t seed) {
   namespace te = mls::kernels::te;
   const tune::SgemmInstance inst = tune::instantiate(knobs, s.m, s.n, s.k);
@@ -77,10 +98,36 @@ inline void check_interpreted(const tune::SgemmKnobs& knobs, const tune::SgemmSh
   te::Bindings bind;
   bind.bind(inst.A, a).bind(inst.B, b).bind(inst.C, c);
   te::interpret(inst.func, bind);
-  const Reference want = reference_sgemm(false, false, s.m, s.n, s.k, 1.0f, in.a.data(), s.k, in.b.data(), s.n, 0.0f,
-                                         nullptr, s.n);
-  require_matches(c, p.n, want, s.m, s.n, tune::to_string(s) + " " + tune::to_string(knobs));
+  const std::string what = tune::to_string(s) + " " + tune::to_string(knobs) + ", interpreted";
+  observe_product(what, c, p.n, s.m, s.n, s.k);
+  MLS_ORACLE(const Reference want = reference_sgemm(false, false, s.m, s.n, s.k, 1.0f, in.a.data(), s.k, in.b.data(),
+                                                    s.n, 0.0f, nullptr, s.n);)
+  MLS_ORACLE_CHECK(require_matches(c, p.n, want, s.m, s.n, what));
 }
-#endif
+
+/// The loops of a loop nest, outermost first, each as name(extent) with its kind when not serial
+/// ("yc(2, parallel)"), a nest in [...]: the structure the template's knobs make, without the
+/// index expressions.
+inline std::string loop_structure(const mls::kernels::te::Stmt& s) {
+  namespace te = mls::kernels::te;
+  if (!s.defined()) return "";
+  if (const auto* f = s.as<te::For>()) {
+    static const char* kinds[] = {"", ", parallel", ", vectorized", ", unrolled"};
+    const std::string inner = loop_structure(f->body);
+    return f->var.name() + "(" + te::to_string(f->extent) + kinds[static_cast<int>(f->kind)] + ")" +
+           (inner.empty() ? "" : " [" + inner + "]");
+  }
+  if (const auto* q = s.as<te::Seq>()) {
+    std::string out;
+    for (const auto& c : q->stmts) {
+      const std::string one = loop_structure(c);
+      if (!one.empty()) out += (out.empty() ? "" : " ") + one;
+    }
+    return out;
+  }
+  if (const auto* a = s.as<te::Allocate>()) return loop_structure(a->body);
+  if (const auto* i = s.as<te::IfThenElse>()) return loop_structure(i->then_case) + loop_structure(i->else_case);
+  return "";
+}
 
 }  // namespace kernels_test

@@ -5,6 +5,12 @@
 //   build/release/bin/mls-tune sgemm --m 1024 --n 1024 --k 1024 --threads 2 --trials 200
 //       --strategy guided [--seed S] [--budget-s T] [--svg curve.svg] [--db PATH]    (one line)
 //   build/release/bin/mls-tune sgemm --m 256 --n 256 --k 256 --trials 30 --strategy all --svg c.svg
+//   build/release/bin/mls-tune nests [--n 1024]          the slide's three loop nests (slides 001)
+//   build/release/bin/mls-tune steps --m 256 --n 256 --k 256 [--run] [--cpp S]
+//       the SGEMM template built up one idea at a time (the handout's worked schedule): each step's
+//       primitives and loop nest; --run compiles them (one unit), checks each against the first and
+//       times the best of 3 runs of each against lab4_packed on the same (padded) problem; --cpp S
+//       prints step S's generated C++
 //
 // Prints the best knobs, the lowered loop nest of the best (te::to_string), its GFLOP/s, and at the
 // end, measured interleaved (mls/common/interleaved_timing.hpp), one line each:
@@ -18,7 +24,11 @@
 #include <cblas.h>
 #endif
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -147,10 +157,77 @@ int run(const Args& a) {
   return 0;
 }
 
+/// `mls-tune nests`: the slide's three loop nests.
+int print_nests(long n) {
+  for (const auto& st : tune::slide_steps(n)) {
+    std::printf("==== %s\n%s\n\n", st.title.c_str(), st.code.c_str());
+    std::printf("%s\n", te::to_string(te::lower(st.schedule, "matmul")).c_str());
+  }
+  return 0;
+}
+
+/// Seconds of the fastest of `runs` calls of fn.
+template <class F>
+double best_seconds(F&& fn, int runs) {
+  double best = 1e300;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+/// `mls-tune steps`: the worked schedule, printed; with `run`, compiled, checked and timed once.
+int print_steps(long m, long n, long k, bool run, int cpp) {
+  const std::vector<tune::ScheduleStep> steps = tune::sgemm_steps(m, n, k);
+  const tune::SgemmKnobs kn = tune::KnobSpace::sgemm(1).default_knobs();
+  const tune::SgemmPlan p = tune::plan_sgemm(kn, {m, n, k});
+  std::printf("SGEMM %s (padded to %s): MR %d, NR %d, MC %ld, KC %ld, NC %ld\n\n", tune::to_string(p.shape).c_str(),
+              tune::to_string(p.padded).c_str(), kn.mr, kn.nr, p.mc, p.kc, p.nc);
+  std::vector<te::LoweredFunc> fs;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    fs.push_back(te::lower(steps[i].schedule, "step" + std::to_string(i + 1)));
+    std::printf("==== %s\n%s\n\n%s\n", steps[i].title.c_str(), steps[i].code.c_str(), te::to_string(fs.back()).c_str());
+  }
+  if (cpp > 0) {
+    MLS_CHECK(cpp <= static_cast<int>(fs.size()), "mls-tune steps: --cpp ", cpp, " is not a step (1..", fs.size(), ")");
+    std::printf("==== the C++ of step %d (te::generate_cpp)\n%s\n", cpp,
+                te::generate_cpp(fs[static_cast<std::size_t>(cpp - 1)]).c_str());
+  }
+  if (!run) return 0;
+  const tune::SgemmShape& s = p.padded;
+  mls::Rng rng(1, "mls_tune_steps");
+  std::vector<float> A(static_cast<std::size_t>(s.m * s.k)), B(static_cast<std::size_t>(s.k * s.n)),
+      C(static_cast<std::size_t>(s.m * s.n)), first;
+  for (auto& x : A) x = static_cast<float>(rng.uniform(-1, 1));
+  for (auto& x : B) x = static_cast<float>(rng.uniform(-1, 1));
+  const std::vector<te::JitKernel> kernels = te::compile_all(fs);
+  mls::ThreadCountGuard one(1);
+  const double flops = tune::sgemm_flops(s);
+  const double packed = best_seconds(
+      [&] {
+        mls::kernels::sgemm("lab4_packed", false, false, s.m, s.n, s.k, 1.0f, A.data(), s.k, B.data(), s.n, 0.0f,
+                            C.data(), s.n);
+      },
+      3);
+  std::printf("lab4_packed: %.2f GFLOP/s (1 thread, the best of 3 runs)\n", flops / packed * 1e-9);
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const std::vector<std::span<float>> args = {A, B, C};
+    const double t = best_seconds([&] { kernels[i].run(args, 1); }, i == 0 ? 1 : 3);
+    double err = 0;
+    if (i == 0) first = C;
+    for (std::size_t j = 0; j < C.size(); ++j) err = std::max(err, static_cast<double>(std::fabs(C[j] - first[j])));
+    std::printf("step %zu: %8.2f GFLOP/s (%.2f x lab4_packed), max |C - step 1's| %.2g\n", i + 1, flops / t * 1e-9,
+                packed / t, err);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mls-tune: autotune lab 4's SGEMM schedule template for one shape (the tuning database feeds MLS_MATMUL=tuned)"};
+  CLI::App app{"mls-tune: autotune lab 4's SGEMM schedule template for one shape (the tuning database feeds MLS_MATMUL=tuned); print the slide's loop nests and the worked schedule"};
   app.require_subcommand(1);
   Args a;
   CLI::App* sgemm = app.add_subcommand("sgemm", "tune C = A·B (row-major, M x K times K x N)");
@@ -168,8 +245,22 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e9));
   sgemm->add_option("--svg", a.svg, "write best-so-far GFLOP/s against trial to this SVG file");
   sgemm->add_option("--db", a.db, "tuning database (default: $MLS_TUNING_DB, else the user's cache folder)");
+  long nests_n = 1024;
+  CLI::App* nests = app.add_subcommand("nests", "print the slide's three loop nests of one matmul (slides 001)");
+  nests->add_option("--n", nests_n, "matrix size (a multiple of 8)")->capture_default_str()->check(CLI::Range(8L, 1L << 20));
+  long sm = 256, sn = 256, sk = 256;
+  bool steps_run = false;
+  CLI::App* steps = app.add_subcommand("steps", "print the SGEMM template built up one idea at a time (--run: compile and time each)");
+  steps->add_option("--m", sm, "rows of C")->capture_default_str()->check(CLI::Range(1L, 1L << 14));
+  steps->add_option("--n", sn, "columns of C")->capture_default_str()->check(CLI::Range(1L, 1L << 14));
+  steps->add_option("--k", sk, "the reduction")->capture_default_str()->check(CLI::Range(1L, 1L << 14));
+  steps->add_flag("--run", steps_run, "compile every step (one unit), check it against step 1, time one thread");
+  int steps_cpp = 0;
+  steps->add_option("--cpp", steps_cpp, "also print the generated C++ of this step (1..6)")->check(CLI::Range(1, 6));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (nests->parsed()) return print_nests(nests_n);
+    if (steps->parsed()) return print_steps(sm, sn, sk, steps_run, steps_cpp);
     return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-tune: %s\n", e.what());

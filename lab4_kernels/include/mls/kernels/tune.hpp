@@ -193,6 +193,31 @@ CompiledSgemm compile_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, co
 std::vector<CompiledSgemm> compile_sgemm_all(const std::vector<SgemmKnobs>& knobs, const SgemmShape& shape,
                                              const jit::CompileOptions& options = {});
 
+// ---- worked examples: the schedules of the handout, one idea at a time ---------------------------
+
+/// One schedule of a worked example: what it adds (`title`), the primitives that make it from the
+/// step before (`code`, as C++), and the schedule of C = op(A)·B on A, B, C.
+struct ScheduleStep {
+  std::string title;
+  std::string code;
+  te::Tensor A, B, C;
+  te::Schedule schedule;
+};
+/// The slide's three loop nests of C[y][x] = sum_k A[k][y] B[k][x] on n x n matrices (slides 001,
+/// "Low-level Program Variants"): plain; tiled 8x8x8; tiles of C accumulated in a local CL, 8x8
+/// tiles of A and B copied into AL, BL by a `dma_copy2d` intrinsic, multiplied by
+/// `fused_gemm8x8_add`. n: a multiple of 8 (mls::Error otherwise).
+std::vector<ScheduleStep> slide_steps(long n);
+/// The SGEMM template (instantiate) built up one idea at a time on C = A·B of the plan of `knobs`
+/// for m x n x k (its padded problem, KnobSpace::default_knobs() when `knobs` is empty): 1 the
+/// default loops; 2 k outside x (i-k-j); 3 MR x NR register tiles, their columns vectorized; 4
+/// MC/KC/NC cache blocks in Goto's order; 5 A's and B's blocks packed (cache_read, vectorized
+/// copies); 6 the MR x NR x KC tile tensorized with the register-blocked micro-kernel: the
+/// template itself (knobs.order "nkm", no parallel loop, unroll 1). Every step computes the same
+/// product.
+std::vector<ScheduleStep> sgemm_steps(long m, long n, long k, const std::optional<SgemmKnobs>& knobs = std::nullopt,
+                                      int lanes = 0);
+
 // ---- measuring candidates -----------------------------------------------------------------------
 
 /// Runs C = A·B on compact operands of the tuner's shape at `threads` (0: mls::num_threads()).
@@ -319,6 +344,11 @@ struct TuneOptions {
   int proposals = 64;         ///< guided: candidates scored by the model each round
   /// Called after each trial (a progress bar).
   std::function<void(const Trial& t, const std::vector<double>& best_so_far)> on_trial{};
+  /// A synthetic cost in place of compiling and timing (tests and demonstrations of a strategy):
+  /// the trial of a candidate (status, seconds, GFLOP/s; its knobs and index are filled in after).
+  /// Set, the tuner makes no Bench (no operands, no anchor: anchor_seconds 0), confirms nothing and
+  /// records nothing in the database.
+  std::function<Trial(const SgemmKnobs&)> evaluate{};
 };
 
 /// The tuning database's `schedule` object of a trial: to_json(knobs) and "measure": "search" (a
@@ -346,6 +376,14 @@ class Tuner {
  private:
   /// The next candidate not measured yet (none when the strategy has nothing left).
   std::optional<SgemmKnobs> propose(const std::vector<Trial>& done, Rng& rng);
+  /// The guided strategy's next candidate, given the trials `done` so far (in order): a valid,
+  /// fresh point, the default first (src/tune_search.cpp says how; a student function of lab 4).
+  std::optional<SgemmKnobs> propose_guided(const std::vector<Trial>& done, Rng& rng);
+  /// No candidate with the plan of `k` (plan_key) was proposed yet.
+  bool fresh(const SgemmKnobs& k) const;
+  /// A random fresh point (2000 draws, then the first fresh one of the enumeration); none when
+  /// every plan of the space was proposed.
+  std::optional<SgemmKnobs> random_fresh(Rng& rng) const;
   /// Times the fastest trials again (TuneOptions::confirm) and picks the best among them.
   void confirm(TuneResult& r, Bench& bench, const CandidateBuilder& build, const TuningDb* db) const;
   SgemmShape shape_;
