@@ -100,6 +100,28 @@ void CompiledSgemm::run(const float* A, const float* B, float* C, int threads) c
   run(false, false, s.m, s.n, s.k, 1.0f, A, s.k, B, s.n, 0.0f, C, s.n, threads);
 }
 
+namespace {
+/// `stage` (rows_p x cols_p, compact) = op(X) (rows x cols; X[r * ld + c], or X[c * ld + r] when
+/// `trans`), zero-padded. Transposes go in 16 x 16 blocks, so both sides stay in a few cache lines;
+/// only the padding is zeroed.
+void stage_operand(std::vector<float>& stage, const float* X, long ld, bool trans, long rows, long cols, long rows_p,
+                   long cols_p) {
+  stage.resize(static_cast<std::size_t>(rows_p * cols_p));
+  float* s = stage.data();
+  if (!trans) {
+    for (long r = 0; r < rows; ++r) std::copy(X + r * ld, X + r * ld + cols, s + r * cols_p);
+  } else {
+    constexpr long kB = 16;
+    for (long r0 = 0; r0 < rows; r0 += kB)
+      for (long c0 = 0; c0 < cols; c0 += kB)
+        for (long c = c0; c < std::min(cols, c0 + kB); ++c)
+          for (long r = r0; r < std::min(rows, r0 + kB); ++r) s[r * cols_p + c] = X[c * ld + r];
+  }
+  for (long r = 0; r < rows; ++r) std::fill(s + r * cols_p + cols, s + (r + 1) * cols_p, 0.0f);
+  std::fill(s + rows * cols_p, s + rows_p * cols_p, 0.0f);
+}
+}  // namespace
+
 void CompiledSgemm::run(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
                         const float* B, long ldb, float beta, float* C, long ldc, int threads) const {
   MLS_CHECK(kernel_, "CompiledSgemm: the kernel is empty (default-constructed, not compiled)");
@@ -116,15 +138,11 @@ void CompiledSgemm::run(bool trans_a, bool trans_b, long M, long N, long K, floa
   float* b = const_cast<float*>(B);
   float* c = C;
   if (trans_a || lda != K || p.m != M || p.k != K) {
-    a_stage.assign(static_cast<std::size_t>(p.m * p.k), 0.0f);
-    for (long i = 0; i < M; ++i)
-      for (long k = 0; k < K; ++k) a_stage[i * p.k + k] = trans_a ? A[k * lda + i] : A[i * lda + k];
+    stage_operand(a_stage, A, lda, trans_a, M, K, p.m, p.k);
     a = a_stage.data();
   }
   if (trans_b || ldb != N || p.k != K || p.n != N) {
-    b_stage.assign(static_cast<std::size_t>(p.k * p.n), 0.0f);
-    for (long k = 0; k < K; ++k)
-      for (long j = 0; j < N; ++j) b_stage[k * p.n + j] = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+    stage_operand(b_stage, B, ldb, trans_b, K, N, p.k, p.n);
     b = b_stage.data();
   }
   const bool stage_c = alpha != 1.0f || beta != 0.0f || ldc != N || p.m != M || p.n != N;
