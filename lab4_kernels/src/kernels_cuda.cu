@@ -891,35 +891,15 @@ void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const st
   }
 }
 
-namespace {
-/// Milliseconds of one call of `fn` (enqueues work on the default stream): one warm-up, then
-/// `reps` calls between two CUDA events.
-template <class Fn>
-double time_ms(Fn&& fn, int reps) {
-  fn();  // warm-up
-  cudaEvent_t start, stop;
-  MLS_CUDA_CHECK(cudaEventCreate(&start));
-  MLS_CUDA_CHECK(cudaEventCreate(&stop));
-  MLS_CUDA_CHECK(cudaEventRecord(start));
-  for (int r = 0; r < reps; ++r) fn();
-  MLS_CUDA_CHECK(cudaEventRecord(stop));
-  MLS_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  MLS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  MLS_CUDA_CHECK(cudaEventDestroy(start));
-  MLS_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / reps;
-}
-}  // namespace
 
 double time_gemm_bf16_ms(std::string_view name, int M, int N, int K, const std::uint16_t* A,
                          const std::uint16_t* B, float* C, int reps) {
-  return time_ms([&] { gemm_bf16(name, M, N, K, 1.0f, A, B, 0.0f, C); }, reps);
+  return time_batches_ms([&] { gemm_bf16(name, M, N, K, 1.0f, A, B, 0.0f, C); }, 1, reps).front();
 }
 
 double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A, const float* B,
                      float* C, int reps) {
-  return time_ms([&] { sgemm(name, M, N, K, 1.0f, A, B, 0.0f, C); }, reps);
+  return time_batches_ms([&] { sgemm(name, M, N, K, 1.0f, A, B, 0.0f, C); }, 1, reps).front();
 }
 
 void softmax_forward(float* out, const float* inp, int rows, int cols) {

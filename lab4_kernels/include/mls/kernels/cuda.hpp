@@ -45,8 +45,8 @@ std::vector<std::string> sgemm_kernels();
 /// or negative sizes.
 void sgemm(std::string_view name, int M, int N, int K, float alpha, const float* A,
            const float* B, float beta, float* C);
-/// Average milliseconds of `reps` runs of `sgemm(name, ...)` after one warm-up, timed with CUDA
-/// events.
+/// Average milliseconds of `reps` runs of `sgemm(name, ...)` after a warm-up of as many, timed with
+/// CUDA events (time_batches_ms with one batch of `reps`).
 double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A, const float* B,
                      float* C, int reps);
 
@@ -57,7 +57,7 @@ std::vector<std::string> gemm_bf16_kernels();
 /// or a GPU below compute capability 8.0 for "wmma".
 void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
                const std::uint16_t* B, float beta, float* C);
-/// Average milliseconds of `reps` runs of `gemm_bf16(name, ...)` after one warm-up (CUDA events).
+/// Average milliseconds of `reps` runs of `gemm_bf16(name, ...)`, as time_sgemm_ms.
 double time_gemm_bf16_ms(std::string_view name, int M, int N, int K, const std::uint16_t* A,
                          const std::uint16_t* B, float* C, int reps);
 
