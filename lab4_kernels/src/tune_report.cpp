@@ -1,5 +1,6 @@
 // The tuning plot: best-so-far GFLOP/s against trial, one line per strategy, with the hand-written
-// kernel's GFLOP/s as a dashed reference (mls-tune --svg).
+// kernel's GFLOP/s as a dashed reference (mls-tune --svg); and the comparison of strategies over
+// seeds (mls-tune sgemm --strategy compare).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -65,6 +66,59 @@ std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double refe
   d.legend(width - right - 260, height - bottom - 16.0 * static_cast<double>(legend.size()), legend, {.row = 16});
   d.text(width / 2, 22, title, {.anchor = svg::Anchor::Middle, .size = 13});
   return d.str();
+}
+
+int trials_to_reach(const std::vector<double>& best_so_far, double target) {
+  for (std::size_t i = 0; i < best_so_far.size(); ++i)
+    if (best_so_far[i] >= target) return static_cast<int>(i + 1);
+  return 0;
+}
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+StrategyComparison compare_strategies(
+    const std::vector<std::pair<std::string, std::vector<std::vector<double>>>>& curves, double fraction) {
+  MLS_CHECK(!curves.empty(), "compare_strategies: no strategy to compare");
+  MLS_CHECK(fraction > 0 && fraction <= 1, "compare_strategies: fraction ", fraction, " must be in (0, 1]");
+  StrategyComparison c;
+  for (const auto& [name, runs] : curves) {
+    MLS_CHECK(!runs.empty(), "compare_strategies: strategy '", name, "' has no runs");
+    for (const auto& r : runs) {
+      MLS_CHECK(!r.empty(), "compare_strategies: a run of strategy '", name, "' has no trials");
+      c.best_gflops = std::max(c.best_gflops, r.back());
+    }
+  }
+  MLS_CHECK(c.best_gflops > 0, "compare_strategies: no trial passed in any run");
+  c.target = fraction * c.best_gflops;
+  for (const auto& [name, runs] : curves) {
+    StrategyComparison::Row row;
+    row.strategy = name;
+    std::size_t longest = 0;
+    for (const auto& r : runs) longest = std::max(longest, r.size());
+    row.trials = static_cast<int>(longest);
+    std::vector<double> counted;
+    for (const auto& r : runs) {
+      const int t = trials_to_reach(r, c.target);
+      row.trials_to_target.push_back(t);
+      counted.push_back(t > 0 ? t : row.trials + 1);
+    }
+    row.median = median_of(counted);
+    for (std::size_t i = 0; i < longest; ++i) {
+      std::vector<double> at;
+      for (const auto& r : runs) at.push_back(i < r.size() ? r[i] : r.back());  // a shorter run keeps its best
+      row.median_curve.push_back(median_of(at));
+    }
+    c.rows.push_back(std::move(row));
+  }
+  return c;
 }
 
 }  // namespace mls::kernels::tune

@@ -466,3 +466,33 @@ TEST_CASE("tune: the tuning plot draws one step line per strategy and the hand-w
   LAB4_REQUIRE_ERROR(tune::tuning_curve_svg({{"random", {1, std::nan("")}}}, 0, "", ""),
                       "tuning_curve_svg: curve 'random' has GFLOP/s nan");
 }
+
+TEST_CASE("tune: strategies compared over seeds: trials to 95% of the best found, medians, median curves",
+          "[lab4][tune][svg][base]") {
+  CHECK(tune::trials_to_reach({0, 5, 9, 10}, 9) == 3);
+  CHECK(tune::trials_to_reach({0, 5, 9, 10}, 10.5) == 0);
+  CHECK(tune::trials_to_reach({10}, 10) == 1);
+  // Best found 100 (random's seed 2): target 95. guided reaches it at 2, 3, 1 -> median 2; random at
+  // 6, never (counts as 7 = its longest run + 1), 4 -> median 6.
+  const auto c = tune::compare_strategies({{"guided", {{50, 96, 96}, {50, 60, 97}, {95, 95, 95}}},
+                                           {"random", {{10, 20, 30, 40, 50, 99}, {10, 20, 90, 90, 90, 94}, {1, 2, 3, 100}}}});
+  CHECK(c.best_gflops == 100);
+  CHECK(c.target == Approx(95));
+  REQUIRE(c.rows.size() == 2);
+  CHECK(c.rows[0].strategy == "guided");
+  CHECK(c.rows[0].trials_to_target == std::vector<int>{2, 3, 1});
+  CHECK(c.rows[0].median == 2);
+  CHECK(c.rows[1].trials_to_target == std::vector<int>{6, 0, 4});
+  CHECK(c.rows[1].trials == 6);
+  CHECK(c.rows[1].median == 6);
+  // Pointwise medians; the 4-trial run keeps its best (100) for trials 5 and 6.
+  CHECK(c.rows[0].median_curve == std::vector<double>{50, 95, 96});
+  CHECK(c.rows[1].median_curve == std::vector<double>{10, 20, 30, 90, 90, 99});
+  // An even number of seeds: the mean of the middle two.
+  CHECK(tune::compare_strategies({{"a", {{1, 2}, {1, 1}}}}, 1.0).rows[0].median == 2.5);  // 2 and never (3)
+  LAB4_REQUIRE_ERROR(tune::compare_strategies({}), "compare_strategies: no strategy to compare");
+  LAB4_REQUIRE_ERROR(tune::compare_strategies({{"a", {}}}), "compare_strategies: strategy 'a' has no runs");
+  LAB4_REQUIRE_ERROR(tune::compare_strategies({{"a", {{}}}}), "compare_strategies: a run of strategy 'a' has no trials");
+  LAB4_REQUIRE_ERROR(tune::compare_strategies({{"a", {{0, 0}}}}), "compare_strategies: no trial passed in any run");
+  LAB4_REQUIRE_ERROR(tune::compare_strategies({{"a", {{1}}}}, 0.0), "compare_strategies: fraction 0 must be in (0, 1]");
+}

@@ -17,7 +17,13 @@
 //   ratio tuned_vs_packed_<m>x<n>x<k>_t<threads> <x>     (tuned / lab4_packed GFLOP/s: > 1 wins)
 //   ratio tuned_vs_openblas_<m>x<n>x<k>_t<threads> <x>   (where OpenBLAS is found)
 // --strategy all runs grid, random and guided with the same budget; --svg draws best-so-far
-// GFLOP/s against trial for each strategy run. Every candidate's first run is in a forked child
+// GFLOP/s against trial for each strategy run. --strategy compare runs random and guided with
+// --seeds seeds each (seed, seed+1, ...) and prints, per strategy, the trials each run needed to
+// reach 95% of the best GFLOP/s any run found and their median (a run that never reached it counts
+// as trials + 1), then
+//   ratio guided_vs_random_trials_to_95pct_<m>x<n>x<k>_t<threads> <x>  (random's median / guided's:
+//                                                                      the goal is >= 4)
+// --svg then draws each strategy's pointwise median curve. Every candidate's first run is in a forked child
 // (a crash or a hang is recorded and skipped) and its result is checked against lab4_packed.
 #include <CLI/CLI.hpp>
 #ifdef MLS_HAVE_OPENBLAS
@@ -52,19 +58,20 @@ struct Args {
   std::string strategy = "guided";
   std::uint64_t seed = 1;
   double budget_s = 0;
+  int seeds = 5;
   std::string svg, db;
 };
 
 /// One strategy's run, with a progress bar.
-tune::TuneResult run_strategy(const Args& a, tune::Strategy strategy) {
+tune::TuneResult run_strategy(const Args& a, tune::Strategy strategy, std::uint64_t seed) {
   tune::TuneOptions o;
   o.strategy = strategy;
   o.trials = a.trials;
   o.budget_s = a.budget_s;
-  o.seed = a.seed;
+  o.seed = seed;
   o.threads = a.threads;
   o.db_path = a.db;
-  mls::ProgressBar bar(a.trials, "tune " + tune::to_string(strategy));
+  mls::ProgressBar bar(a.trials, "tune " + tune::to_string(strategy) + (a.strategy == "compare" ? " seed " + std::to_string(seed) : ""));
   int refused = 0;
   o.on_trial = [&](const tune::Trial& t, const std::vector<double>& best) {
     if (t.status != tune::TrialStatus::Ok) ++refused;
@@ -120,7 +127,46 @@ void report_ratios(const Args& a, const tune::SgemmKnobs& best) {
 #endif
 }
 
+/// `--strategy compare`: random and guided over `seeds` seeds each; trials to 95% of the best found.
+int compare(const Args& a) {
+  const tune::SgemmShape shape{a.m, a.n, a.k};
+  std::printf("mls-tune sgemm %s, %d thread%s: random and guided, %d trials each, seeds %llu..%llu\n",
+              tune::to_string(shape).c_str(), a.threads, a.threads == 1 ? "" : "s", a.trials,
+              static_cast<unsigned long long>(a.seed), static_cast<unsigned long long>(a.seed + a.seeds - 1));
+  std::vector<std::pair<std::string, std::vector<std::vector<double>>>> runs;
+  double anchor_gflops = 0;
+  for (auto s : {tune::Strategy::Random, tune::Strategy::Guided}) {
+    runs.push_back({tune::to_string(s), {}});
+    for (int i = 0; i < a.seeds; ++i) {
+      const tune::TuneResult r = run_strategy(a, s, a.seed + static_cast<std::uint64_t>(i));
+      anchor_gflops = tune::sgemm_flops(shape) / r.anchor_seconds * 1e-9;
+      runs.back().second.push_back(r.best_so_far);
+    }
+  }
+  const tune::StrategyComparison c = tune::compare_strategies(runs, 0.95);
+  std::printf("best found %.1f GFLOP/s; target (95%%) %.1f GFLOP/s; trials to reach it per seed (-: never):\n",
+              c.best_gflops, c.target);
+  for (const auto& row : c.rows) {
+    std::printf("  %-7s", row.strategy.c_str());
+    for (int t : row.trials_to_target) t > 0 ? std::printf(" %4d", t) : std::printf("    -");
+    std::printf("   median %.1f%s\n", row.median, row.median > row.trials ? " (not within the budget)" : "");
+  }
+  std::printf("ratio guided_vs_random_trials_to_95pct_%s_t%d %.4f\n", tune::to_string(shape).c_str(), a.threads,
+              c.rows[0].median / c.rows[1].median);
+  if (!a.svg.empty()) {
+    std::vector<tune::TuningCurve> curves;
+    for (const auto& row : c.rows) curves.push_back({row.strategy + " (median of " + std::to_string(a.seeds) + ")", row.median_curve});
+    const std::string title = "SGEMM " + tune::to_string(shape) + ", " + std::to_string(a.threads) + " thread" +
+                              (a.threads == 1 ? "" : "s") + ": median best GFLOP/s so far over " +
+                              std::to_string(a.seeds) + " seeds";
+    mls::write_file_atomic(a.svg, tune::tuning_curve_svg(curves, anchor_gflops, "lab4_packed", title), "mls-tune");
+    std::printf("wrote %s\n", a.svg.c_str());
+  }
+  return 0;
+}
+
 int run(const Args& a) {
+  if (a.strategy == "compare") return compare(a);
   std::vector<tune::Strategy> strategies;
   if (a.strategy == "all")
     strategies = {tune::Strategy::Grid, tune::Strategy::Random, tune::Strategy::Guided};
@@ -135,7 +181,7 @@ int run(const Args& a) {
   tune::TuneResult best;
   double anchor_gflops = 0;
   for (auto s : strategies) {
-    tune::TuneResult r = run_strategy(a, s);
+    tune::TuneResult r = run_strategy(a, s, a.seed);
     anchor_gflops = tune::sgemm_flops(shape) / r.anchor_seconds * 1e-9;
     curves.push_back({tune::to_string(s), r.best_so_far});
     if (r.found && (!best.found || r.best_seconds < best.best_seconds)) best = r;
@@ -236,9 +282,14 @@ int main(int argc, char** argv) {
   sgemm->add_option("--k", a.k, "the reduction")->capture_default_str()->check(CLI::Range(1L, 1L << 20));
   sgemm->add_option("--threads", a.threads, "threads to tune for")->capture_default_str()->check(CLI::Range(1, 4096));
   sgemm->add_option("--trials", a.trials, "candidates per strategy")->capture_default_str()->check(CLI::Range(1, 1000000));
-  sgemm->add_option("--strategy", a.strategy, "grid, random, guided, or all (the three with the same budget)")
+  sgemm->add_option("--strategy", a.strategy,
+                    "grid, random, guided, all (the three with the same budget) or compare (random and guided "
+                    "over --seeds seeds: trials to 95% of the best found)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"grid", "random", "guided", "all"}));
+      ->check(CLI::IsMember({"grid", "random", "guided", "all", "compare"}));
+  sgemm->add_option("--seeds", a.seeds, "--strategy compare: runs per strategy (seeds --seed, --seed + 1, ...)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   sgemm->add_option("--seed", a.seed, "operands, sampling and the model's exploration")->capture_default_str();
   sgemm->add_option("--budget-s", a.budget_s, "wall-clock budget per strategy in seconds (0: none)")
       ->capture_default_str()

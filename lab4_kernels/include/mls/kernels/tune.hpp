@@ -405,6 +405,31 @@ struct TuningCurve {
 std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double reference_gflops,
                              const std::string& reference_label, const std::string& title);
 
+/// Trials (1-based) until a best-so-far curve first reaches `target` GFLOP/s; 0 when it never does.
+int trials_to_reach(const std::vector<double>& best_so_far, double target);
+
+/// How fast strategies approach the best schedule, over several seeds each (the search
+/// goal: guided reaches 95% of the best found in at most a quarter of the trials random needs).
+struct StrategyComparison {
+  double best_gflops = 0;  ///< the best of every run of every strategy
+  double target = 0;       ///< fraction x best_gflops
+  struct Row {
+    std::string strategy;
+    std::vector<int> trials_to_target;  ///< per seed, in order; 0: never reached in its trials
+    int trials = 0;                     ///< the longest of its runs
+    /// The median over seeds, a run that never reached the target counting as trials + 1 (so a
+    /// median above `trials` means "not within the budget").
+    double median = 0;
+    std::vector<double> median_curve;   ///< the pointwise median of the seeds' best-so-far curves
+  };
+  std::vector<Row> rows;  ///< in the order of the input
+};
+/// Compares per-seed best-so-far curves of each strategy (pairs of name and curves, one curve per
+/// seed). mls::Error "compare_strategies: ..." for no strategy, a strategy with no curves or an empty
+/// curve, a fraction outside (0, 1], or no trial passing in any run.
+StrategyComparison compare_strategies(
+    const std::vector<std::pair<std::string, std::vector<std::vector<double>>>>& curves, double fraction = 0.95);
+
 // ---- the `tuned` kernel of the registry ------------------------------------------------------------
 
 /// Which knobs the `tuned` kernel uses for a shape at `threads` on this CPU, and where they came
