@@ -34,6 +34,9 @@ thread_local bool t_in_parallel = false;
 thread_local int t_budget = 0;
 /// True while the thread runs a task of run_dag: a nested run_dag runs inline.
 thread_local bool t_in_dag = false;
+/// True while the thread runs a task of a run_dag spread over the pool (which holds the pool's
+/// lock until every task is done, so set_num_threads would wait for ever: it throws instead).
+thread_local bool t_in_pooled_task = false;
 
 /// How long a thread spins on an atomic before it sleeps: a pool worker waiting for the next region,
 /// and a caller waiting for its region's last chunk. Kernels run regions back to back (a GEMM packs
@@ -211,6 +214,8 @@ IntraOpBudget::~IntraOpBudget() { t_budget = saved_; }
 
 void set_num_threads(int n) {
   MLS_CHECK(n >= 1, "set_num_threads: got ", n, ", expected a count >= 1");
+  MLS_CHECK(!t_in_pooled_task, "set_num_threads: called from a task of run_dag (", n,
+            " threads asked); the thread count can only change between runs");
   Pool::instance().set_threads(n);
 }
 
@@ -282,13 +287,15 @@ class InDegreeScheduler final : public DagScheduler {
 class TaskScope {
  public:
   TaskScope(int budget, Pool* pool)
-      : in_parallel_(t_in_parallel), budget_(t_budget), in_dag_(t_in_dag), pool_(t_pool) {
+      : in_parallel_(t_in_parallel), budget_(t_budget), in_dag_(t_in_dag), pooled_(t_in_pooled_task), pool_(t_pool) {
+    t_in_pooled_task = true;
     t_in_parallel = false;
     t_budget = budget;
     t_in_dag = true;
     t_pool = pool;
   }
   ~TaskScope() {
+    t_in_pooled_task = pooled_;
     t_in_parallel = in_parallel_;
     t_budget = budget_;
     t_in_dag = in_dag_;
@@ -301,6 +308,7 @@ class TaskScope {
   bool in_parallel_;
   int budget_;
   bool in_dag_;
+  bool pooled_;
   Pool* pool_;
 };
 

@@ -192,6 +192,9 @@ TEST_CASE("run_dag: bad input is a named mls::Error", "[common][parallel]") {
   }
   CHECK_THROWS_AS(mls::run_dag({{}, {2}, {1}}, 2, nothing), mls::Error);
   CHECK_THROWS_WITH(mls::IntraOpBudget(0), Catch::Contains("IntraOpBudget: got 0 threads, expected a count >= 1"));
+  // Changing the thread count from a task would wait for ever on the pool the run holds: it throws.
+  CHECK_THROWS_WITH(mls::run_dag({{}, {}}, 2, [](const mls::TaskContext&) { mls::set_num_threads(3); }),
+                    Catch::Contains("set_num_threads: called from a task of run_dag (3 threads asked)"));
   // An empty graph runs nothing.
   int ran = 0;
   mls::run_dag({}, 3, [&](const mls::TaskContext&) { ++ran; });

@@ -74,18 +74,20 @@ class DagScheduler {
 /// workers are threads of common's pool (worker 0 is the caller), each taking the next ready task
 /// as soon as it is free, and calling `fn` with the task, the worker and its intra-op budget.
 ///
-/// The budget rule (the two levels never oversubscribe the cores): with T = num_threads(), a task
-/// that starts while k tasks could run at once (k = min(workers, running + ready), itself
-/// included) gets b = T / k threads for its own `parallel_for` (at least 1, and no more than the
-/// threads the running tasks leave free), kept until it ends. So a chain runs each node on all T
-/// threads, two independent branches on T/2 each, and the running tasks' budgets add up to at
-/// most max(T, workers). Nested calls (a task calling `run_dag`) run their tasks one at a time on
-/// the calling thread. `workers` = 1 runs the tasks in ready order on the caller, each with the
-/// full budget T.
+/// The budget rule (the two levels never oversubscribe the cores): with T = the caller's
+/// `intra_op_threads()` (num_threads() unless the caller runs under a budget itself), a task that
+/// starts while k tasks could run at once (k = min(workers, running + ready), itself included)
+/// gets b = T / k threads for its own `parallel_for` (at least 1, and no more than the threads the
+/// running tasks leave free), kept until it ends. So a chain runs each node on all T threads, two
+/// independent branches on T/2 each, and the running tasks' budgets add up to at most
+/// max(T, workers). `num_threads()` is T's source and does not change inside a task. Nested calls
+/// (a task calling `run_dag`) run their tasks one at a time on the calling thread. `workers` = 1
+/// runs the tasks in ready order on the caller, each with the full budget T.
 ///
-/// The first exception a task throws is rethrown once the tasks already running have finished
-/// (no new task starts after it). Throws `mls::Error` for `workers` < 1 and when tasks remain that
-/// can never become ready (a cycle): nothing hangs.
+/// A task may not call `set_num_threads` when workers > 1 (it throws `mls::Error`: the run holds
+/// the pool until its last task ends). The first exception a task throws is rethrown once the
+/// tasks already running have finished (no new task starts after it). Throws `mls::Error` for
+/// `workers` < 1 and when tasks remain that can never become ready (a cycle): nothing hangs.
 void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn);
 
 /// `run_dag` over a list of dependencies: deps[i] lists the tasks that must finish before task i
