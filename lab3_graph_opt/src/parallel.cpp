@@ -66,8 +66,7 @@ std::vector<Node*> parallel_tasks(const Program& p) {
   return tasks;
 }
 
-std::vector<std::vector<int>> task_deps(const Program& p, const std::vector<Node*>& tasks) {
-  (void)p;
+std::vector<std::vector<int>> task_deps(const std::vector<Node*>& tasks) {
   std::unordered_map<const Node*, int> task_of;
   for (std::size_t i = 0; i < tasks.size(); ++i) task_of[tasks[i]] = static_cast<int>(i);
   std::vector<std::vector<int>> deps(tasks.size());
@@ -133,7 +132,7 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers) : p_(&p), work
               " is an assign (a side effect whose order matters); run it with the sequential executor");
   }
   tasks_ = parallel_tasks(p);
-  deps_ = task_deps(p, tasks_);
+  deps_ = task_deps(tasks_);
   trace_.workers = workers_;
 }
 

@@ -44,7 +44,7 @@ const char* fill_of(const Node& n) {
 
 std::vector<std::vector<Node*>> schedule_levels(const Program& p) {
   const std::vector<Node*> tasks = parallel_tasks(p);
-  const std::vector<std::vector<int>> deps = task_deps(p, tasks);
+  const std::vector<std::vector<int>> deps = task_deps(tasks);
   std::vector<int> level(tasks.size(), 0);
   std::vector<std::vector<Node*>> levels;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -64,7 +64,7 @@ double estimated_seconds(const NodeCost& c, double flops_per_s, double bytes_per
 
 CriticalPath critical_path(const Program& p) {
   const std::vector<Node*> tasks = parallel_tasks(p);
-  const std::vector<std::vector<int>> deps = task_deps(p, tasks);
+  const std::vector<std::vector<int>> deps = task_deps(tasks);
   const std::size_t n = tasks.size();
   CriticalPath cp;
   std::vector<double> best(n, 0.0);  // costliest chain ending at task i, i included

@@ -91,7 +91,7 @@ TEST_CASE("the slides' MXNet example: B and C become ready together and share a 
   MLS_OBSERVE(levels);
   MLS_ORACLE_CHECK(CHECK(waves == std::vector<int>{0, 1, 1, 3}); CHECK(levels == std::vector<int>{0, 1, 1, 2}));
   // The queue itself: after A finishes, B and C can both be taken before either finishes.
-  ReadyQueue q(task_deps(p, tasks));
+  ReadyQueue q(task_deps(tasks));
   std::vector<int> taken{q.take(), q.take()};  // A, then nothing is ready
   q.finish(a);
   const int ready_after_a = q.ready();

@@ -156,6 +156,13 @@ int parallel(Program p, const std::string& name, const std::string& passes, int 
   std::printf("== %s: operator-parallel schedule (passes: %s) ==\n%s", name.c_str(), passes.empty() ? "none" : passes.c_str(),
               levels_text(p).c_str());
   std::printf("%s", trace_summary(p, ex.trace()).c_str());
+  try {  // the sequential memory plan, for comparison (the parallel executor reuses no planned buffer)
+    const MemoryPlan plan = plan_memory(p);
+    std::printf("sequential memory plan: %zu bytes in buffers, %zu live at most (the parallel run's peak above: values\n"
+                "  freed after their last reader, no buffer reuse)\n", plan.peak_bytes, plan.live_bytes_max);
+  } catch (const Error& e) {
+    std::printf("sequential memory plan: none (%s)\n", e.what());
+  }
   const double seq = 1e3 * time_min([&] { (void)run(p, feeds); }, repeats);
   const double par = 1e3 * time_min([&] { (void)ex.run(feeds); }, repeats);
   std::printf("time (min of %d): sequential %.3f ms, parallel %.3f ms, ratio %.3f (%d threads, %d workers)\n", repeats, seq, par,

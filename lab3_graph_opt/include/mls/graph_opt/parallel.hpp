@@ -42,6 +42,7 @@ class ReadyQueue final : public DagScheduler {
   /// Hint: keep, per task, its consumers (one entry per edge) and how many input edges are
   /// still unfinished.
   explicit ReadyQueue(const std::vector<std::vector<int>>& deps);
+  /// Number of tasks.
   int size() const override { return static_cast<int>(waiting_.size()); }
   /// The oldest ready task (first in, first out), removed from the queue; -1 when none is ready.
   int take() override;
@@ -49,6 +50,7 @@ class ReadyQueue final : public DagScheduler {
   /// from `task`; a consumer with none left joins the queue (in the order of `task`'s edges),
   /// and its ready wave becomes the number of tasks finished so far, this one included.
   void finish(int task) override;
+  /// Number of tasks ready and not yet taken.
   int ready() const override { return static_cast<int>(queue_.size()); }
   /// Per task, when it became ready: 0 for tasks ready at the start, k when the k-th finish
   /// released it (-1: not yet ready). Tasks with the same wave were ready at the same time.
@@ -86,8 +88,8 @@ struct ScheduleTrace {
 /// The tasks of the parallel executor: the program's scheduled non-leaf nodes, in schedule order.
 std::vector<Node*> parallel_tasks(const Program& p);
 /// For each task (parallel_tasks order), the tasks it reads: its non-leaf inputs, one entry per
-/// input edge.
-std::vector<std::vector<int>> task_deps(const Program& p, const std::vector<Node*>& tasks);
+/// input edge (the `deps` of a ReadyQueue).
+std::vector<std::vector<int>> task_deps(const std::vector<Node*>& tasks);
 
 /// The ASAP levels of the schedule: level 0 holds the non-leaf nodes that read only leaves, level
 /// k the nodes whose latest non-leaf input is on level k-1. Nodes on one level never depend on
@@ -107,6 +109,7 @@ struct CriticalPath {
   /// total work / critical path: how many workers the program can keep busy on average.
   double parallelism() const { return seconds > 0 ? total_seconds / seconds : 1.0; }
 };
+/// The critical path of `p`'s scheduled nodes, each node's time from `estimated_seconds`.
 CriticalPath critical_path(const Program& p);
 
 /// A text summary of a run: workers and threads; the levels (how many, the widest); the critical
@@ -133,7 +136,9 @@ class ParallelExecutor {
   const ScheduleTrace& trace() const { return trace_; }
   /// The last run's most bytes of intermediate values alive at once.
   std::size_t peak_bytes() const { return trace_.peak_bytes; }
+  /// Workers running nodes at once.
   int workers() const { return workers_; }
+  /// The nodes it runs (`parallel_tasks`): trace events and ready waves are indexed like this.
   const std::vector<Node*>& tasks() const { return tasks_; }
 
  private:
