@@ -7,7 +7,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <queue>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +30,13 @@ int default_threads() {
 
 /// True on pool workers and on a caller while it runs a parallel region: nested calls run inline.
 thread_local bool t_in_parallel = false;
+/// The calling thread's intra-op budget (0: none, num_threads() applies).
+thread_local int t_budget = 0;
+/// True while the thread runs a task of run_dag: a nested run_dag runs inline.
+thread_local bool t_in_dag = false;
+/// True while the thread runs a task of a run_dag spread over the pool (which holds the pool's
+/// lock until every task is done, so set_num_threads would wait for ever: it throws instead).
+thread_local bool t_in_pooled_task = false;
 
 /// How long a thread spins on an atomic before it sleeps: a pool worker waiting for the next region,
 /// and a caller waiting for its region's last chunk. Kernels run regions back to back (a GEMM packs
@@ -75,6 +85,17 @@ class Pool {
   static Pool& instance() {
     static Pool pool;
     return pool;
+  }
+  /// The pool of run_dag's worker `slot`: the helpers its tasks' parallel_for calls use, so the
+  /// tasks of different workers run their regions at the same time (the global pool runs one
+  /// region at a time, and run_dag's workers are that region). Only run_dag, which holds the
+  /// global pool, uses them, so each slot has one user at a time.
+  static Pool& slot(int slot) {
+    static std::mutex m;
+    static std::vector<std::unique_ptr<Pool>> pools;
+    std::lock_guard<std::mutex> lock(m);
+    while (static_cast<int>(pools.size()) <= slot) pools.push_back(std::unique_ptr<Pool>(new Pool()));
+    return *pools[static_cast<std::size_t>(slot)];
   }
   int threads() const { return threads_.load(); }
   void set_threads(int n) {
@@ -173,12 +194,28 @@ class Pool {
   std::exception_ptr error_;
 };
 
+/// The pool the calling thread's parallel_for posts to (nullptr: the global one).
+thread_local Pool* t_pool = nullptr;
+
 }  // namespace
 
 int num_threads() { return Pool::instance().threads(); }
 
+int intra_op_threads() {
+  const int n = num_threads();
+  return t_budget > 0 ? std::min(t_budget, n) : n;
+}
+
+IntraOpBudget::IntraOpBudget(int threads) : saved_(t_budget) {
+  MLS_CHECK(threads >= 1, "IntraOpBudget: got ", threads, " threads, expected a count >= 1");
+  t_budget = threads;
+}
+IntraOpBudget::~IntraOpBudget() { t_budget = saved_; }
+
 void set_num_threads(int n) {
   MLS_CHECK(n >= 1, "set_num_threads: got ", n, ", expected a count >= 1");
+  MLS_CHECK(!t_in_pooled_task, "set_num_threads: called from a task of run_dag (", n,
+            " threads asked); the thread count can only change between runs");
   Pool::instance().set_threads(n);
 }
 
@@ -188,7 +225,7 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
   grain = std::max<std::int64_t>(grain, 1);
   const std::int64_t n = end - begin;
   const std::int64_t max_chunks = (n + grain - 1) / grain;
-  const int chunks = static_cast<int>(std::min<std::int64_t>(max_chunks, num_threads()));
+  const int chunks = static_cast<int>(std::min<std::int64_t>(max_chunks, intra_op_threads()));
   if (chunks <= 1 || t_in_parallel) {
     body(begin, end);
     return;
@@ -198,11 +235,207 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
     InParallel() { t_in_parallel = true; }
     ~InParallel() { t_in_parallel = false; }
   } in_parallel;
-  Pool::instance().run(chunks, [&](int c) {
+  (t_pool ? *t_pool : Pool::instance()).run(chunks, [&](int c) {
     const std::int64_t b = begin + c * step;
     const std::int64_t e = std::min(end, b + step);
     if (b < e) body(b, e);
   });
+}
+
+}  // namespace mls
+
+// ---- run_dag ------------------------------------------------------------------------------------
+namespace mls {
+namespace {
+
+/// The scheduler of run_dag(deps, ...): in-degree counting, ready tasks in index order.
+class InDegreeScheduler final : public DagScheduler {
+ public:
+  explicit InDegreeScheduler(const std::vector<std::vector<int>>& deps)
+      : consumers_(deps.size()), pending_(deps.size(), 0) {
+    const int n = static_cast<int>(deps.size());
+    for (int i = 0; i < n; ++i)
+      for (int d : deps[static_cast<std::size_t>(i)]) {
+        MLS_CHECK(d >= 0 && d < n, "run_dag: task ", i, " depends on task ", d, ", outside [0, ", n, ")");
+        MLS_CHECK(d != i, "run_dag: task ", i, " depends on itself");
+        consumers_[static_cast<std::size_t>(d)].push_back(i);
+        ++pending_[static_cast<std::size_t>(i)];
+      }
+    for (int i = 0; i < n; ++i)
+      if (pending_[static_cast<std::size_t>(i)] == 0) ready_.push(i);
+  }
+  int size() const override { return static_cast<int>(pending_.size()); }
+  int take() override {
+    if (ready_.empty()) return -1;
+    const int t = ready_.top();
+    ready_.pop();
+    return t;
+  }
+  void finish(int task) override {
+    for (int c : consumers_[static_cast<std::size_t>(task)])
+      if (--pending_[static_cast<std::size_t>(c)] == 0) ready_.push(c);
+  }
+  int ready() const override { return static_cast<int>(ready_.size()); }
+
+ private:
+  std::vector<std::vector<int>> consumers_;
+  std::vector<int> pending_;
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready_;
+};
+
+/// Thread-local state of one task: its budget and its worker's pool; restored afterwards.
+class TaskScope {
+ public:
+  TaskScope(int budget, Pool* pool)
+      : in_parallel_(t_in_parallel), budget_(t_budget), in_dag_(t_in_dag), pooled_(t_in_pooled_task), pool_(t_pool) {
+    t_in_pooled_task = true;
+    t_in_parallel = false;
+    t_budget = budget;
+    t_in_dag = true;
+    t_pool = pool;
+  }
+  ~TaskScope() {
+    t_in_pooled_task = pooled_;
+    t_in_parallel = in_parallel_;
+    t_budget = budget_;
+    t_in_dag = in_dag_;
+    t_pool = pool_;
+  }
+  TaskScope(const TaskScope&) = delete;
+  TaskScope& operator=(const TaskScope&) = delete;
+
+ private:
+  bool in_parallel_;
+  int budget_;
+  bool in_dag_;
+  bool pooled_;
+  Pool* pool_;
+};
+
+/// One run: the scheduler behind a lock, the running count and the free threads of the budget.
+class DagRun {
+ public:
+  DagRun(DagScheduler& sched, int workers, int threads, const std::function<void(const TaskContext&)>& fn)
+      : sched_(sched), fn_(fn), n_(sched.size()), workers_(workers), threads_(threads), free_(threads) {}
+
+  /// Worker `w`: takes ready tasks until every task is done, or a task failed, or none can start.
+  /// `pooled`: the worker is one of several (tasks get their budget and the worker's own pool);
+  /// otherwise the caller runs every task itself, each under the caller's own budget.
+  void work(int w, bool pooled) {
+    for (;;) {
+      int task = -1, budget = 1;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        for (;;) {
+          if (stop_ || done_ == n_) return;
+          task = sched_.take();
+          if (task >= 0) break;
+          if (running_ == 0) {  // nothing ready, nothing running that could make anything ready
+            fail_locked(std::make_exception_ptr(Error(
+                "run_dag: " + std::to_string(n_ - done_) + " of " + std::to_string(n_) +
+                " tasks can never start (their dependencies form a cycle, or the scheduler lost them)")));
+            return;
+          }
+          const std::uint32_t seen = version_.load(std::memory_order_acquire);
+          lock.unlock();
+          (void)wait_change(version_, seen);
+          lock.lock();
+        }
+        if (task >= n_) {
+          fail_locked(std::make_exception_ptr(
+              Error("run_dag: the scheduler gave task " + std::to_string(task) + ", outside [0, " + std::to_string(n_) + ")")));
+          return;
+        }
+        ++running_;
+        const int k = std::max(1, std::min(workers_, running_ + sched_.ready()));
+        budget = pooled ? std::max(1, std::min(threads_ / k, free_)) : intra_op_threads();
+        free_ -= budget;
+      }
+      std::exception_ptr error;
+      try {
+        if (pooled) {
+          TaskScope scope(budget, &Pool::slot(w));
+          fn_(TaskContext{task, w, budget});
+        } else {
+          fn_(TaskContext{task, w, budget});
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        --running_;
+        free_ += budget;
+        if (error) {
+          fail_locked(error);
+        } else {
+          try {
+            sched_.finish(task);
+            ++done_;
+          } catch (...) {
+            fail_locked(std::current_exception());
+          }
+        }
+      }
+      bump();
+    }
+  }
+
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void fail_locked(std::exception_ptr e) {
+    if (!error_) error_ = std::move(e);
+    stop_ = true;
+    bump();
+  }
+  void bump() {
+    version_.fetch_add(1, std::memory_order_acq_rel);
+    version_.notify_all();
+  }
+
+  DagScheduler& sched_;
+  const std::function<void(const TaskContext&)>& fn_;
+  const int n_, workers_, threads_;
+  std::mutex m_;
+  int running_ = 0, done_ = 0, free_;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::atomic<std::uint32_t> version_{0};
+};
+
+}  // namespace
+
+void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn) {
+  MLS_CHECK(workers >= 1, "run_dag: workers is ", workers, ", expected a count >= 1");
+  const int n = sched.size();
+  if (n <= 0) return;
+  const bool nested = t_in_parallel || t_in_dag;
+  workers = nested ? 1 : std::min(workers, n);
+  DagRun run(sched, workers, intra_op_threads(), fn);
+  if (workers == 1) {
+    struct InDag {
+      bool saved = t_in_dag;
+      InDag() { t_in_dag = true; }
+      ~InDag() { t_in_dag = saved; }
+    } in_dag;
+    run.work(0, false);
+  } else {
+    struct InParallel {
+      InParallel() { t_in_parallel = true; }
+      ~InParallel() { t_in_parallel = false; }
+    } in_parallel;
+    Pool::instance().run(workers, [&](int w) { run.work(w, true); });
+  }
+  run.rethrow();
+}
+
+void run_dag(const std::vector<std::vector<int>>& deps, int workers, const std::function<void(const TaskContext&)>& fn) {
+  MLS_CHECK(workers >= 1, "run_dag: workers is ", workers, ", expected a count >= 1");
+  InDegreeScheduler sched(deps);
+  run_dag(sched, workers, fn);
 }
 
 }  // namespace mls

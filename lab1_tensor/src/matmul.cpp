@@ -46,10 +46,19 @@ void sgemm_reference(bool trans_a, bool trans_b, long M, long N, long K, float a
 #ifdef MLS_HAVE_OPENBLAS
 void sgemm_openblas(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
                     const float* B, long ldb, float beta, float* C, long ldc) {
+  // OpenBLAS's own threads follow the caller's intra-op budget (all of num_threads() outside
+  // mls::run_dag; a task's share inside it), so two tasks multiplying at once do not both start
+  // num_threads() threads. Its results do not depend on the thread count (it splits M and N,
+  // never K: lab 3's parallel executor tests check it).
+  static std::mutex set_mutex;
   static int threads = -1;
-  if (threads != num_threads()) {
-    threads = num_threads();
-    openblas_set_num_threads(threads);
+  {
+    const int want = intra_op_threads();
+    std::lock_guard<std::mutex> lock(set_mutex);
+    if (threads != want) {
+      threads = want;
+      openblas_set_num_threads(threads);
+    }
   }
   if (M == 0 || N == 0) return;
   if (K == 0) {  // BLAS leaves C * beta; make beta == 0 never read C.

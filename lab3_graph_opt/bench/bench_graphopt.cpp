@@ -9,7 +9,11 @@
 // ratios is printed) at 1 and 2 threads, as lines a script can parse:
 //   ratio chain_fused_vs_unfused_t1 <v>   ratio chain_fused_vs_unfused_t2 <v>
 //   ratio resnet_folded_vs_unfolded_t1 <v>   ratio resnet_folded_vs_unfolded_t2 <v>
-// They are printed when the --benchmark_filter (default: all) matches BM_Chain / BM_Resnet.
+//   ratio parallel_vs_sequential_inception_t2 <v>   ratio parallel_vs_sequential_heads_t2 <v>
+//     (the parallel executor on 2 workers / lab 2's sequential executor, both on 2 threads, on an
+//     Inception-style block and on multi-head attention with each head a branch; goal <= 0.65)
+// They are printed when the --benchmark_filter (default: all) matches BM_Chain / BM_Resnet /
+// BM_Parallel.
 // MLS_BENCH_REPEAT sets the repetitions (default 9).
 #include <benchmark/benchmark.h>
 
@@ -26,6 +30,7 @@
 
 #include "mls/graph_opt/memory.hpp"
 #include "mls/graph_opt/models.hpp"
+#include "mls/graph_opt/parallel.hpp"
 #include "mls/graph_opt/passes.hpp"
 
 using namespace mls;
@@ -77,10 +82,31 @@ BENCHMARK_CAPTURE(memory_plan, attention, std::string("attention"), false);
 BENCHMARK_CAPTURE(memory_plan, mlp, std::string("mlp"), false);
 BENCHMARK_CAPTURE(memory_plan, attention_optimised, std::string("attention"), true);
 BENCHMARK_CAPTURE(memory_plan, mlp_optimised, std::string("mlp"), true);
+// Operator parallelism: graphs with independent branches, sequential executor vs parallel executor.
+Program parallel_model(const std::string& name) {
+  if (name == "inception") return inception_block(4, 32, 16, 16);
+  return multihead_attention(128, 256, 8);
+}
+void parallel_exec(benchmark::State& state, const std::string& model, int workers) {
+  ThreadCountGuard guard(2);
+  const Program p = parallel_model(model);
+  const auto feeds = random_feeds(p, 1);
+  ParallelExecutor ex(p, std::max(workers, 1));
+  for (auto _ : state) benchmark::DoNotOptimize(workers == 0 ? run(p, feeds) : ex.run(feeds));
+  state.counters["GFLOP/s"] = benchmark::Counter(program_cost(p).flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["nodes"] = static_cast<double>(p.size());
+}
+BENCHMARK_CAPTURE(parallel_exec, BM_ParallelInceptionSequential, std::string("inception"), 0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(parallel_exec, BM_ParallelInceptionW2, std::string("inception"), 2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(parallel_exec, BM_ParallelHeadsSequential, std::string("heads"), 0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(parallel_exec, BM_ParallelHeadsW2, std::string("heads"), 2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void print_ratios(const std::string& filter) {
   const std::regex re(filter.empty() || filter == "all" ? "." : filter);
   const bool chain_on = std::regex_search("BM_ChainFused", re) || std::regex_search("BM_ChainUnfused", re);
   const bool resnet_on = std::regex_search("BM_ResnetFolded", re) || std::regex_search("BM_ResnetUnfolded", re);
+  const bool parallel_on = std::regex_search("parallel_exec/BM_ParallelInceptionW2", re) ||
+                           std::regex_search("parallel_exec/BM_ParallelHeadsW2", re);
   // base / optimised program of the same model, their ratio at 1 and 2 threads
   auto pair = [&](const char* name, const Program& base, const Program& optimised) {
     const auto feeds = random_feeds(base, 1);
@@ -101,6 +127,18 @@ void print_ratios(const std::string& filter) {
     Program folded = resnet_block(8, 32, 32, 32);
     PassManager().add_pipeline("conv-bn,dce").run(folded);
     pair("resnet_folded_vs_unfolded", resnet_block(8, 32, 32, 32), folded);
+  }
+  if (parallel_on) {
+    ThreadCountGuard guard(2);
+    for (const char* model : {"inception", "heads"}) {
+      const Program p = parallel_model(model);
+      const auto feeds = random_feeds(p, 1);
+      ParallelExecutor ex(p, 2);
+      const double r = mls::bench::interleaved_ratio([&] { benchmark::DoNotOptimize(run(p, feeds)); },
+                                                     [&] { benchmark::DoNotOptimize(ex.run(feeds)); });
+      std::printf("ratio parallel_vs_sequential_%s_t2 %.3f\n", model, r);
+      std::fflush(stdout);
+    }
   }
 }
 

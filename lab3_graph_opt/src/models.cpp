@@ -2,6 +2,8 @@
 #include "mls/graph_opt/models.hpp"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "mls/common/rng.hpp"
 
@@ -91,11 +93,55 @@ Program slides_expression(std::int64_t n) {
   return p;
 }
 
+Program inception_block(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::uint64_t seed) {
+  MLS_CHECK(n >= 1 && c >= 4 && c % 4 == 0 && h >= 1 && w >= 1, "inception_block: need n, h, w >= 1 and c a multiple of 4, got n ",
+            n, ", c ", c, ", h ", h, ", w ", w);
+  Rng rng(seed, "lab3-inception");
+  Program p;
+  const Var x = p.input("x", {n, c, h, w});
+  // relu(conv_k(in) + bias): a k x k conv from cin to cout channels, padded to keep h, w.
+  auto conv = [&](const Var& in, std::int64_t cin, std::int64_t cout, std::int64_t k, const std::string& name) {
+    const double s = 1.0 / std::sqrt(static_cast<double>(cin * k * k));
+    const Var y = autodiff::conv2d(in, p.constant(randn(rng, {cout, cin, k, k}, s), "W" + name), 1, k / 2);
+    return autodiff::relu(y + p.constant(randn(rng, {1, cout, 1, 1}, 0.1), "B" + name)).set_name(name);
+  };
+  const Var b1 = conv(x, c, c, 1, "b1_1x1");
+  const Var b2 = conv(conv(x, c, c / 2, 1, "b2_1x1"), c / 2, c, 3, "b2_3x3");
+  const Var b3 = conv(conv(x, c, c / 4, 1, "b3_1x1"), c / 4, c / 2, 5, "b3_5x5");
+  const Var b4 = conv(x, c, c / 2, 3, "b4_3x3");
+  p.output(autodiff::concat({b1, b2, b3, b4}, 1).set_name("out"));
+  return p;
+}
+
+Program multihead_attention(std::int64_t t, std::int64_t d, std::int64_t heads, std::uint64_t seed) {
+  MLS_CHECK(t >= 1 && heads >= 1 && d >= heads && d % heads == 0, "multihead_attention: need t >= 1 and d a multiple of heads, got t ", t,
+            ", d ", d, ", heads ", heads);
+  Rng rng(seed, "lab3-heads");
+  Program p;
+  const std::int64_t dh = d / heads;
+  const double s = 1.0 / std::sqrt(static_cast<double>(d));
+  const Var x = p.input("x", {t, d});
+  auto W = [&](const std::string& name, std::int64_t r, std::int64_t c) { return p.constant(randn(rng, {r, c}, s), name); };
+  std::vector<Var> outs;
+  for (std::int64_t i = 0; i < heads; ++i) {
+    const std::string h = std::to_string(i);
+    const Var q = autodiff::matmul(x, W("Wq" + h, d, dh)).set_name("q" + h);
+    const Var k = autodiff::matmul(x, W("Wk" + h, d, dh)).set_name("k" + h);
+    const Var v = autodiff::matmul(x, W("Wv" + h, d, dh)).set_name("v" + h);
+    const Var att = autodiff::softmax(autodiff::matmul(q, autodiff::transpose(k)) * (1.0 / std::sqrt(static_cast<double>(dh))), -1);
+    outs.push_back(autodiff::matmul(att, v).set_name("head" + h));
+  }
+  p.output((x + autodiff::matmul(autodiff::concat(outs, 1), W("Wo", d, d))).set_name("out"));
+  return p;
+}
+
 Program build_model(const std::string& name) {
   if (name == "resnet") return resnet_block();
   if (name == "attention") return attention_block();
   if (name == "mlp") return mlp();
-  fail("build_model: unknown model '", name, "' (known: resnet, attention, mlp)");
+  if (name == "inception") return inception_block();
+  if (name == "heads") return multihead_attention();
+  fail("build_model: unknown model '", name, "' (known: resnet, attention, mlp, inception, heads)");
 }
 
 }  // namespace mls::graph_opt

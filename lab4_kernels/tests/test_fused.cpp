@@ -591,3 +591,38 @@ TEST_CASE("fused kernels give the same bits wherever the rows sit in memory",
     }
   });
 }
+
+TEST_CASE("fused kernels give the same bits at every intra-op budget", "[lab4][fused][same_bits]") {
+  // Lab 3's parallel executor runs nodes side by side, each with a share of the threads
+  // (mls::IntraOpBudget) while num_threads() stays the same; its outputs must equal the sequential
+  // executor's bit for bit, so the kernels (layernorm backward's per-thread partial sums
+  // included) may not depend on how many threads share them.
+  mls::ThreadCountGuard guard(4);
+  const long rows = 1031, cols = 257;  // enough rows for every thread to get some
+  const auto x = random_vec(rows * cols, 15, "x"), w = random_vec(cols, 15, "w"), b = random_vec(cols, 15, "b"),
+             dy = random_vec(rows * cols, 15, "dy");
+  auto outputs = [&] {
+    std::vector<float> sm(rows * cols), y(rows * cols), mean(rows), rstd(rows), dx(rows * cols, 0.0f), dw(cols, 0.0f),
+        db(cols, 0.0f), g(rows * cols), dg(rows * cols, 0.0f);
+    mls::kernels::softmax_forward(sm.data(), x.data(), rows, cols);
+    mls::kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, cols, 1e-5f);
+    mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                                     rows, cols);
+    mls::kernels::bias_gelu_forward(g.data(), x.data(), b.data(), rows, cols);
+    mls::kernels::gelu_backward(dg.data(), x.data(), dy.data(), rows * cols);
+    return std::vector<std::vector<float>>{sm, y, mean, rstd, dx, dw, db, g, dg};
+  };
+  const auto full = outputs();
+  mls::testing::observe("dweight at budget 4", full[5], {1e-3, 1e-4});
+  mls::testing::observe("dbias at budget 4", full[6], {1e-3, 1e-4});
+  for (int budget : {1, 2, 3}) {
+    mls::IntraOpBudget cap(budget);
+    const auto got = outputs();
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      INFO("budget " << budget << ", output " << k << " (softmax, y, mean, rstd, dx, dw, db, bias+gelu, gelu')");
+      const bool same = got[k] == full[k];
+      mls::testing::observe("output " + std::to_string(k) + " same bits at budget " + std::to_string(budget), same);
+      CHECK(same);
+    }
+  }
+}

@@ -67,6 +67,32 @@ TEST_CASE("sgemm lab4_packed_mt: 1, 2 and 3 threads", "[lab4][sgemm][packed_mt]"
   }
 }
 
+TEST_CASE("sgemm lab4_packed_mt: the same bits at every intra-op budget", "[lab4][sgemm][packed_mt]") {
+  // Lab 3's parallel executor runs nodes side by side, each with a share of the threads
+  // (mls::IntraOpBudget); its outputs must equal the sequential executor's bit for bit, so a
+  // product may not depend on how many threads share it. num_threads() stays 4 throughout.
+  mls::ThreadCountGuard guard(4);
+  using kernels_test::Case;
+  for (const Case c : {Case{40, 700, 200}, Case{700, 40, 200}, Case{100, 530, 1030}, Case{13, 17, 1}}) {
+    const auto A = kernels_test::random_vec(c.M * c.K, 31, "A"), B = kernels_test::random_vec(c.K * c.N, 31, "B");
+    auto product = [&] {
+      std::vector<float> C(static_cast<std::size_t>(c.M * c.N), 0.0f);
+      mls::kernels::sgemm("lab4_packed_mt", false, false, c.M, c.N, c.K, 1.0f, A.data(), c.K, B.data(), c.N, 0.0f, C.data(), c.N);
+      return C;
+    };
+    const std::vector<float> full = product();
+    const std::string what = "lab4_packed_mt C M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K);
+    mls::testing::observe(what + " at budget 4", full, {1e-4, 1e-4});
+    for (int budget : {1, 2, 3}) {
+      INFO(what << ", budget " << budget);
+      mls::IntraOpBudget cap(budget);
+      const bool same = product() == full;
+      mls::testing::observe(what + " same bits at budget " + std::to_string(budget), same);
+      CHECK(same);
+    }
+  }
+}
+
 TEST_CASE("sgemm: bad arguments throw mls::Error naming the kernel and the values",
           "[lab4][sgemm][errors]") {
   std::vector<float> A(64, 1.0f), B(64, 1.0f), C(64, 0.0f);

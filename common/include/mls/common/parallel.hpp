@@ -4,8 +4,13 @@
 /// The number of threads is `MLS_NUM_THREADS` if set, else the number of cores; tests and
 /// benchmarks can change it with `set_num_threads`. Work smaller than `grain` runs inline, and
 /// nested calls from inside a worker run serially, so kernels may call `parallel_for` freely.
+///
+/// Two levels of parallelism: `run_dag` runs independent tasks (a graph's ready nodes) on the
+/// pool's threads at once, and gives each task an intra-op budget (`intra_op_threads()`) that its
+/// own `parallel_for` calls honour, so tasks times budgets never exceed the threads.
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace mls {
 
@@ -19,6 +24,77 @@ void set_num_threads(int n);
 /// An exception thrown by any chunk is rethrown here (the first one).
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& body);
+
+/// Threads the calling thread's `parallel_for` may use: `num_threads()`, or fewer inside a task
+/// of `run_dag` (its intra-op budget) or under an `IntraOpBudget`. `num_threads()` itself never
+/// changes inside a task, so a kernel that sizes its work by `num_threads()` (partial sums per
+/// thread, a choice of kernel) computes the same partition, and the same bits, at any budget;
+/// only how many threads share its chunks changes.
+int intra_op_threads();
+
+/// RAII: caps the calling thread's `parallel_for` at `threads` threads (>= 1; more than
+/// `num_threads()` is clamped to it) for a scope, and restores the previous cap afterwards.
+/// `run_dag` sets one around every task; tests use it to check that a kernel's result does not
+/// depend on its budget. Throws `mls::Error` for `threads` < 1.
+class IntraOpBudget {
+ public:
+  explicit IntraOpBudget(int threads);
+  ~IntraOpBudget();
+  IntraOpBudget(const IntraOpBudget&) = delete;
+  IntraOpBudget& operator=(const IntraOpBudget&) = delete;
+
+ private:
+  int saved_;
+};
+
+/// Where a task of `run_dag` runs.
+struct TaskContext {
+  int task = 0;           // the task's index
+  int worker = 0;         // 0..workers-1: which of run_dag's workers runs it
+  int intra_threads = 1;  // its intra-op budget: threads its own parallel_for calls may use
+};
+
+/// The scheduling state of one `run_dag` run: which tasks may start now. `run_dag` calls these
+/// under its own lock, one call at a time, so an implementation needs no locking of its own.
+class DagScheduler {
+ public:
+  virtual ~DagScheduler() = default;
+  /// Number of tasks (0..size()-1).
+  virtual int size() const = 0;
+  /// Takes a task whose predecessors have all finished (it leaves the ready set), or returns -1
+  /// when none is ready now.
+  virtual int take() = 0;
+  /// Records that `task` finished: the tasks waiting only on it become ready.
+  virtual void finish(int task) = 0;
+  /// Number of tasks ready and not yet taken.
+  virtual int ready() const = 0;
+};
+
+/// Runs every task of `sched` once, each after its predecessors, `workers` at a time (>= 1): the
+/// workers are threads of common's pool (worker 0 is the caller), each taking the next ready task
+/// as soon as it is free, and calling `fn` with the task, the worker and its intra-op budget.
+///
+/// The budget rule (the two levels never oversubscribe the cores): with T = the caller's
+/// `intra_op_threads()` (num_threads() unless the caller runs under a budget itself), a task that
+/// starts while k tasks could run at once (k = min(workers, running + ready), itself included)
+/// gets b = T / k threads for its own `parallel_for` (at least 1, and no more than the threads the
+/// running tasks leave free), kept until it ends. So a chain runs each node on all T threads, two
+/// independent branches on T/2 each, and the running tasks' budgets add up to at most
+/// max(T, workers). `num_threads()` is T's source and does not change inside a task. Nested calls
+/// (a task calling `run_dag`) run their tasks one at a time on the calling thread. `workers` = 1
+/// runs the tasks in ready order on the caller, each with the full budget T.
+///
+/// A task may not call `set_num_threads` when workers > 1 (it throws `mls::Error`: the run holds
+/// the pool until its last task ends). The first exception a task throws is rethrown once the
+/// tasks already running have finished (no new task starts after it). Throws `mls::Error` for
+/// `workers` < 1 and when tasks remain that can never become ready (a cycle): nothing hangs.
+void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn);
+
+/// `run_dag` over a list of dependencies: deps[i] lists the tasks that must finish before task i
+/// starts (indices in [0, deps.size()), duplicates allowed); tasks start in index order among
+/// those ready. Throws `mls::Error` naming the task for an index out of range or a task that
+/// depends on itself, and for a cycle.
+void run_dag(const std::vector<std::vector<int>>& deps, int workers, const std::function<void(const TaskContext&)>& fn);
 
 /// RAII: sets the thread count for a scope and restores it afterwards.
 class ThreadCountGuard {

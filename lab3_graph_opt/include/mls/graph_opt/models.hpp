@@ -21,7 +21,18 @@ Program mlp(std::int64_t n = 64, std::int64_t d = 128, std::uint64_t seed = 3);
 Program elementwise_chain(std::int64_t n, int ops = 6);
 /// The slides' E = D + (A + B) * C over four inputs of shape [n].
 Program slides_expression(std::int64_t n);
-/// The model called "resnet", "attention", "mlp"; throws `mls::Error` for another name.
+/// Inception-style block (independent branches for the parallel executor): four branches over
+/// x [n, c, h, w] of different widths, each conv followed by a bias and relu: a 1x1 conv to c
+/// channels; a 1x1 to c/2 then a 3x3 to c; a 1x1 to c/4 then a 5x5 to c/2; a 3x3 to c/2; the four
+/// concatenated along the channels ([n, 3c, h, w]). c must be a multiple of 4.
+Program inception_block(std::int64_t n = 2, std::int64_t c = 16, std::int64_t h = 16, std::int64_t w = 16,
+                        std::uint64_t seed = 4);
+/// Multi-head self-attention with each head a separate branch: for head i, q_i, k_i, v_i =
+/// x Wq_i, x Wk_i, x Wv_i ([t, d/heads] each), o_i = softmax(q_i k_i^T / sqrt(d/heads)) v_i; the
+/// heads concatenated, times Wo, plus x; x [t, d], d a multiple of heads.
+Program multihead_attention(std::int64_t t = 32, std::int64_t d = 32, std::int64_t heads = 4, std::uint64_t seed = 5);
+/// The model called "resnet", "attention", "mlp", "inception" or "heads" (the last two: the
+/// parallel executor's examples); throws `mls::Error` for another name.
 Program build_model(const std::string& name);
 
 }  // namespace mls::graph_opt

@@ -1,0 +1,248 @@
+// run_dag (independent tasks on common's pool, with an intra-op budget) and IntraOpBudget.
+// Catch2 is not thread-safe: tasks record what they saw, the test thread checks it.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "mls/common/error.hpp"
+#include "mls/common/parallel.hpp"
+#include "mls/common/rng.hpp"
+
+namespace {
+
+/// A random DAG of n tasks: task i depends on each earlier task with probability p (seeded).
+std::vector<std::vector<int>> random_dag(int n, double p, std::uint64_t seed) {
+  mls::Rng rng(seed, "run_dag-test");
+  std::vector<std::vector<int>> deps(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < i; ++j)
+      if (rng.uniform_double() < p) deps[static_cast<std::size_t>(i)].push_back(j);
+  return deps;
+}
+
+/// What a run saw: each task's start and end on one global sequence, its worker and budget.
+struct Observed {
+  std::vector<int> starts, ends, runs, budgets, workers;
+  bool budget_seen = true;  // intra_op_threads() inside each task was its budget
+  explicit Observed(int n)
+      : starts(static_cast<std::size_t>(n), -1), ends(static_cast<std::size_t>(n), -1), runs(static_cast<std::size_t>(n), 0),
+        budgets(static_cast<std::size_t>(n), 0), workers(static_cast<std::size_t>(n), -1) {}
+};
+
+Observed run_observed(const std::vector<std::vector<int>>& deps, int workers) {
+  const int n = static_cast<int>(deps.size());
+  Observed o(n);
+  std::mutex m;
+  int clock = 0;
+  mls::run_dag(deps, workers, [&](const mls::TaskContext& c) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      o.starts[static_cast<std::size_t>(c.task)] = clock++;
+      ++o.runs[static_cast<std::size_t>(c.task)];
+      o.budgets[static_cast<std::size_t>(c.task)] = c.intra_threads;
+      o.workers[static_cast<std::size_t>(c.task)] = c.worker;
+    }
+    const bool budget_ok = mls::intra_op_threads() == c.intra_threads;
+    std::lock_guard<std::mutex> lock(m);
+    o.budget_seen &= budget_ok;
+    o.ends[static_cast<std::size_t>(c.task)] = clock++;
+  });
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("run_dag: every task runs once, after all of its dependencies, at 1, 2 and 4 workers", "[common][parallel]") {
+  mls::ThreadCountGuard threads(4);
+  for (int n : {1, 2, 7, 31, 64}) {
+    for (double p : {0.0, 0.1, 0.5}) {
+      const auto deps = random_dag(n, p, static_cast<std::uint64_t>(n) * 100 + static_cast<std::uint64_t>(p * 10));
+      for (int workers : {1, 2, 4}) {
+        INFO("n " << n << " p " << p << " workers " << workers);
+        const Observed o = run_observed(deps, workers);
+        REQUIRE(o.budget_seen);
+        for (int i = 0; i < n; ++i) {
+          const auto ii = static_cast<std::size_t>(i);
+          REQUIRE(o.runs[ii] == 1);
+          REQUIRE(o.workers[ii] >= 0);
+          REQUIRE(o.workers[ii] < workers);
+          REQUIRE(o.budgets[ii] >= 1);
+          REQUIRE(o.budgets[ii] <= 4);
+          for (int d : deps[ii]) REQUIRE(o.ends[static_cast<std::size_t>(d)] < o.starts[ii]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("run_dag: one worker runs ready tasks in index order, each with the whole budget", "[common][parallel]") {
+  mls::ThreadCountGuard threads(3);
+  // 0 -> {1, 2}, {1, 2} -> 3, 4 alone.
+  const std::vector<std::vector<int>> deps{{}, {0}, {0}, {1, 2}, {}};
+  std::vector<int> order, budgets, workers;
+  mls::run_dag(deps, 1, [&](const mls::TaskContext& c) {
+    order.push_back(c.task);
+    budgets.push_back(c.intra_threads);
+    workers.push_back(c.worker);
+  });
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(budgets == std::vector<int>(5, 3));
+  CHECK(workers == std::vector<int>(5, 0));
+}
+
+TEST_CASE("run_dag: the intra-op budget splits the threads among tasks that can run at once", "[common][parallel]") {
+  mls::ThreadCountGuard threads(4);
+  SECTION("a chain: each task alone gets every thread") {
+    const std::vector<std::vector<int>> deps{{}, {0}, {1}, {2}};
+    const Observed o = run_observed(deps, 2);
+    CHECK(o.budgets == std::vector<int>{4, 4, 4, 4});
+  }
+  // Independent tasks that wait for each other (so they are all running at once; the wait gives
+  // up after a few seconds, so a scheduler that runs them one at a time fails instead of hanging).
+  auto meet = [](std::atomic<int>& started, int n) {
+    ++started;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (started.load() < n && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    return started.load() >= n;
+  };
+  SECTION("two independent tasks on two workers: half each") {
+    std::atomic<int> started{0}, met{0};
+    std::vector<int> budgets(2, 0);
+    mls::run_dag(std::vector<std::vector<int>>(2), 2, [&](const mls::TaskContext& c) {
+      budgets[static_cast<std::size_t>(c.task)] = c.intra_threads;
+      met += meet(started, 2);
+    });
+    CHECK(met.load() == 2);
+    CHECK(budgets == std::vector<int>{2, 2});
+  }
+  SECTION("four independent tasks on four workers: one each; their parallel_for stays in budget") {
+    std::atomic<int> max_chunks{0}, started{0}, met{0};
+    const std::vector<std::vector<int>> deps(4);
+    std::vector<int> budgets(4, 0);
+    mls::run_dag(deps, 4, [&](const mls::TaskContext& c) {
+      budgets[static_cast<std::size_t>(c.task)] = c.intra_threads;
+      met += meet(started, 4);
+      std::atomic<int> chunks{0};
+      mls::parallel_for(0, 1000, 1, [&](std::int64_t, std::int64_t) { ++chunks; });
+      int seen = max_chunks.load();
+      while (chunks > seen && !max_chunks.compare_exchange_weak(seen, chunks.load())) {}
+    });
+    CHECK(met.load() == 4);
+    CHECK(budgets == std::vector<int>{1, 1, 1, 1});
+    CHECK(max_chunks.load() == 1);
+  }
+  SECTION("the running tasks' budgets never add up to more than the threads") {
+    const auto deps = random_dag(40, 0.15, 9);
+    std::atomic<int> in_use{0}, worst{0}, bad_cover{0};
+    mls::run_dag(deps, 3, [&](const mls::TaskContext& c) {
+      const int now = in_use += c.intra_threads;
+      int seen = worst.load();
+      while (now > seen && !worst.compare_exchange_weak(seen, now)) {}
+      // a task's parallel_for uses its budget: every index covered once
+      std::vector<std::atomic<int>> hits(257);
+      mls::parallel_for(0, 257, 1, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) ++hits[static_cast<std::size_t>(i)];
+      });
+      for (auto& h : hits) bad_cover += h.load() != 1;
+      in_use -= c.intra_threads;
+    });
+    CHECK(bad_cover.load() == 0);
+    CHECK(worst.load() <= 4);
+    CHECK(worst.load() >= 1);
+  }
+}
+
+TEST_CASE("run_dag: the first exception is rethrown, later tasks do not start, nothing hangs", "[common][parallel]") {
+  mls::ThreadCountGuard threads(2);
+  for (int workers : {1, 2, 4}) {
+    INFO("workers " << workers);
+    // 0 -> 1 -> 2 -> 3 and 4, 5 independent; task 1 throws.
+    const std::vector<std::vector<int>> deps{{}, {0}, {1}, {2}, {}, {}};
+    std::vector<std::atomic<int>> ran(6);
+    CHECK_THROWS_WITH(mls::run_dag(deps, workers,
+                                   [&](const mls::TaskContext& c) {
+                                     ++ran[static_cast<std::size_t>(c.task)];
+                                     if (c.task == 1) throw std::runtime_error("task 1 failed");
+                                   }),
+                      "task 1 failed");
+    CHECK(ran[1].load() == 1);
+    CHECK(ran[2].load() == 0);
+    CHECK(ran[3].load() == 0);
+    // The pool is usable afterwards.
+    std::atomic<int> count{0};
+    mls::run_dag(deps, workers, [&](const mls::TaskContext&) { ++count; });
+    CHECK(count.load() == 6);
+  }
+}
+
+TEST_CASE("run_dag: bad input is a named mls::Error", "[common][parallel]") {
+  auto nothing = [](const mls::TaskContext&) {};
+  CHECK_THROWS_WITH(mls::run_dag({{}, {}}, 0, nothing), Catch::Contains("run_dag: workers is 0, expected a count >= 1"));
+  CHECK_THROWS_WITH(mls::run_dag({{}, {5}}, 2, nothing), Catch::Contains("run_dag: task 1 depends on task 5, outside [0, 2)"));
+  CHECK_THROWS_WITH(mls::run_dag({{0}}, 2, nothing), Catch::Contains("run_dag: task 0 depends on itself"));
+  for (int workers : {1, 2}) {
+    CHECK_THROWS_WITH(mls::run_dag({{}, {2}, {1}, {0}}, workers, nothing),
+                      Catch::Contains("run_dag: 2 of 4 tasks can never start"));
+  }
+  CHECK_THROWS_AS(mls::run_dag({{}, {2}, {1}}, 2, nothing), mls::Error);
+  CHECK_THROWS_WITH(mls::IntraOpBudget(0), Catch::Contains("IntraOpBudget: got 0 threads, expected a count >= 1"));
+  // Changing the thread count from a task would wait for ever on the pool the run holds: it throws.
+  CHECK_THROWS_WITH(mls::run_dag({{}, {}}, 2, [](const mls::TaskContext&) { mls::set_num_threads(3); }),
+                    Catch::Contains("set_num_threads: called from a task of run_dag (3 threads asked)"));
+  // An empty graph runs nothing.
+  int ran = 0;
+  mls::run_dag({}, 3, [&](const mls::TaskContext&) { ++ran; });
+  CHECK(ran == 0);
+}
+
+TEST_CASE("run_dag: a task may call run_dag and parallel_for (nested calls run on its thread)", "[common][parallel]") {
+  mls::ThreadCountGuard threads(2);
+  std::atomic<int> inner{0}, not_worker0{0};
+  std::atomic<std::int64_t> sum{0};
+  mls::run_dag(std::vector<std::vector<int>>(3), 2, [&](const mls::TaskContext&) {
+    mls::run_dag({{}, {0}, {0}}, 2, [&](const mls::TaskContext& c) {
+      ++inner;
+      not_worker0 += c.worker != 0;
+      mls::parallel_for(0, 100, 1, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) sum += i;
+      });
+    });
+  });
+  CHECK(inner.load() == 9);
+  CHECK(not_worker0.load() == 0);
+  CHECK(sum.load() == 9 * 4950);
+}
+
+TEST_CASE("IntraOpBudget caps parallel_for and leaves num_threads alone", "[common][parallel]") {
+  mls::ThreadCountGuard threads(4);
+  auto chunks_of = [] {
+    std::atomic<int> chunks{0};
+    mls::parallel_for(0, 1000, 1, [&](std::int64_t, std::int64_t) { ++chunks; });
+    return chunks.load();
+  };
+  CHECK(mls::intra_op_threads() == 4);
+  CHECK(chunks_of() == 4);
+  {
+    mls::IntraOpBudget budget(2);
+    CHECK(mls::num_threads() == 4);
+    CHECK(mls::intra_op_threads() == 2);
+    CHECK(chunks_of() == 2);
+    {
+      mls::IntraOpBudget one(1);
+      CHECK(mls::intra_op_threads() == 1);
+      CHECK(chunks_of() == 1);
+    }
+    CHECK(mls::intra_op_threads() == 2);
+  }
+  {
+    mls::IntraOpBudget more(16);  // clamped to num_threads()
+    CHECK(mls::intra_op_threads() == 4);
+  }
+  CHECK(mls::intra_op_threads() == 4);
+}

@@ -1,0 +1,152 @@
+#pragma once
+/// Operator-parallel execution (slides 003, "parallel scheduling", after MXNet's dependency
+/// engine): nodes whose inputs are all computed do not depend on each other, so they may run at
+/// the same time. In the slides' example
+///
+///   A = ones * 2;  C = A + 2;  B = A + 1;  D = B * C
+///
+/// B and C both wait only for A: when A finishes, both become ready and two workers run them
+/// together; D waits for both. The executor keeps a ready queue of nodes whose inputs are done (a
+/// count of unfinished inputs per node, decremented as each input finishes) and W workers take
+/// nodes from it (common's `mls::run_dag`). Each node is computed by the same code as in the
+/// sequential executor, so the outputs are bit-identical to `run` at any W; each node's own
+/// kernels get an intra-op share of the threads (`mls::intra_op_threads()`), which changes how
+/// many threads share a kernel's chunks but never the kernel's arithmetic.
+///
+///   ParallelExecutor ex(prog, 2);               // 2 workers
+///   auto outs = ex.run(feeds);                  // == run(prog, feeds), bit for bit
+///   std::cout << trace_summary(prog, ex.trace());
+///   write_file_atomic("trace.svg", trace_svg(prog, ex.trace()));
+///
+/// Memory: values are allocated as nodes compute them and freed when their last reader finishes
+/// (no buffer of a memory plan is reused: a planned reuse is only safe when no reader of the old
+/// value can still be running, which a sequential plan does not know); `peak_bytes()` reports the
+/// most bytes of intermediate values alive at once in the last run.
+#include <cstddef>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "mls/common/parallel.hpp"
+#include "mls/graph_opt/ir.hpp"
+
+namespace mls::graph_opt {
+
+/// The ready queue of the parallel executor: in-degree counting over a task graph (student code).
+/// `run_dag` calls its methods under one lock, so it needs no locking of its own.
+class ReadyQueue final : public DagScheduler {
+ public:
+  /// deps[i] lists the tasks task i reads (each listed entry is one input edge; an index may
+  /// repeat, as in x * x). Every task with no deps is ready at once, in index order. Throws
+  /// `mls::Error` for an index outside [0, deps.size()) or a task that reads itself.
+  /// Hint: keep, per task, its consumers (one entry per edge) and how many input edges are
+  /// still unfinished.
+  explicit ReadyQueue(const std::vector<std::vector<int>>& deps);
+  /// Number of tasks.
+  int size() const override { return static_cast<int>(waiting_.size()); }
+  /// The oldest ready task (first in, first out), removed from the queue; -1 when none is ready.
+  int take() override;
+  /// `task` has finished: each of its consumers has one unfinished input edge fewer per edge
+  /// from `task`; a consumer with none left joins the queue (in the order of `task`'s edges),
+  /// and its ready wave becomes the number of tasks finished so far, this one included.
+  void finish(int task) override;
+  /// Number of tasks ready and not yet taken.
+  int ready() const override { return static_cast<int>(queue_.size()); }
+  /// Per task, when it became ready: 0 for tasks ready at the start, k when the k-th finish
+  /// released it (-1: not yet ready). Tasks with the same wave were ready at the same time.
+  const std::vector<int>& ready_wave() const { return wave_; }
+  /// Number of tasks finished so far.
+  int finished() const { return finished_; }
+
+ private:
+  std::vector<std::vector<int>> consumers_;  // per task: the tasks reading it, one entry per edge
+  std::vector<int> waiting_;                 // per task: input edges not yet finished
+  std::deque<int> queue_;                    // ready tasks, oldest first
+  std::vector<int> wave_;
+  int finished_ = 0;
+};
+
+/// One node as the parallel executor ran it.
+struct TraceEvent {
+  const Node* node = nullptr;
+  int task = 0;           // index into the executor's tasks (schedule order)
+  int worker = 0;         // which worker ran it (0..workers-1)
+  int intra_threads = 1;  // its intra-op budget
+  int wave = 0;           // ReadyQueue::ready_wave: nodes with one wave were ready together
+  int level = 0;          // schedule_levels' level
+  double start_us = 0, end_us = 0;  // from the start of the run
+};
+/// What one run of the parallel executor did.
+struct ScheduleTrace {
+  int workers = 1;
+  int threads = 1;                  // num_threads() during the run
+  std::vector<TraceEvent> events;   // one per task, in task order
+  double wall_us = 0;               // the whole run
+  std::size_t peak_bytes = 0;       // most bytes of intermediate values alive at once
+};
+
+/// The tasks of the parallel executor: the program's scheduled non-leaf nodes, in schedule order.
+std::vector<Node*> parallel_tasks(const Program& p);
+/// For each task (parallel_tasks order), the tasks it reads: its non-leaf inputs, one entry per
+/// input edge (the `deps` of a ReadyQueue).
+std::vector<std::vector<int>> task_deps(const std::vector<Node*>& tasks);
+
+/// The ASAP levels of the schedule: level 0 holds the non-leaf nodes that read only leaves, level
+/// k the nodes whose latest non-leaf input is on level k-1. Nodes on one level never depend on
+/// each other: they may all run at once (the slides' B and C share a level).
+std::vector<std::vector<Node*>> schedule_levels(const Program& p);
+
+/// Estimated time of a node from its cost (a roofline: the slower of its flops at `flops_per_s`
+/// and its bytes at `bytes_per_s`; one core's rough figures), in seconds.
+double estimated_seconds(const NodeCost& c, double flops_per_s = 50e9, double bytes_per_s = 20e9);
+
+/// The critical path of a program: the chain of dependent nodes with the largest estimated time.
+struct CriticalPath {
+  std::vector<const Node*> nodes;  // the costliest chain, first to last
+  double seconds = 0;              // its estimated time
+  double total_seconds = 0;        // the estimated time of every node
+  std::size_t depth = 0;           // the longest chain in nodes (the number of levels)
+  /// total work / critical path: how many workers the program can keep busy on average.
+  double parallelism() const { return seconds > 0 ? total_seconds / seconds : 1.0; }
+};
+/// The critical path of `p`'s scheduled nodes, each node's time from `estimated_seconds`.
+CriticalPath critical_path(const Program& p);
+
+/// A text summary of a run: workers and threads; the levels (how many, the widest); the critical
+/// path in nodes and estimated time, the total work and the parallelism; the measured wall time,
+/// the busy time per worker and the overlap (busy time / wall time); the peak bytes.
+std::string trace_summary(const Program& p, const ScheduleTrace& t);
+/// The levels as text, one line per level: "level 1: %5 add 'B', %6 add 'C'".
+std::string levels_text(const Program& p);
+/// The schedule as an SVG picture (common's svg writer): one lane per worker, time to the right,
+/// each node a box from its start to its end labelled with its node reference and op (a tooltip
+/// gives its name, shape, time, budget and wave).
+std::string trace_svg(const Program& p, const ScheduleTrace& t);
+
+/// Runs a program's ready nodes concurrently on W workers; outputs bit-identical to `run`.
+class ParallelExecutor {
+ public:
+  /// Throws `mls::Error` for `workers` < 1, a program whose outputs need a placeholder that is
+  /// not one of its inputs, or an assign node (a side effect: its order matters).
+  explicit ParallelExecutor(const Program& p, int workers = num_threads());
+  /// Outputs for one feed per program input (the dtype and shape of each placeholder; throws
+  /// `mls::Error` naming the input otherwise, or when the count differs). Records the trace.
+  std::vector<Tensor> run(const std::vector<Tensor>& feeds);
+  /// The last run's schedule.
+  const ScheduleTrace& trace() const { return trace_; }
+  /// The last run's most bytes of intermediate values alive at once.
+  std::size_t peak_bytes() const { return trace_.peak_bytes; }
+  /// Workers running nodes at once.
+  int workers() const { return workers_; }
+  /// The nodes it runs (`parallel_tasks`): trace events and ready waves are indexed like this.
+  const std::vector<Node*>& tasks() const { return tasks_; }
+
+ private:
+  const Program* p_;
+  int workers_;
+  std::vector<Node*> tasks_;
+  std::vector<std::vector<int>> deps_;
+  ScheduleTrace trace_;
+};
+
+}  // namespace mls::graph_opt

@@ -1,0 +1,309 @@
+// Operator-parallel execution: the ready queue, the parallel executor (bit-identical to the
+// sequential one), the schedule levels, the critical path and the trace.
+#include <cstring>
+
+#include "helpers.hpp"
+#include "mls/common/rng.hpp"
+#include "mls/graph_opt/parallel.hpp"
+
+using namespace graph_opt_test;
+
+namespace {
+
+/// The slides' example (MXNet's dependency engine): A = ones * 2; C = A + 2; B = A + 1; D = B * C.
+Program mxnet_example() {
+  Program p;
+  const Var ones = p.input("ones", {2, 2});
+  const Var a = (ones * 2.0).set_name("A");
+  const Var c = (a + 2.0).set_name("C");
+  const Var b = (a + 1.0).set_name("B");
+  p.output((b * c).set_name("D"));
+  return p;
+}
+
+/// True when the two lists hold the same tensors bit for bit.
+bool same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].shape() != b[i].shape() || a[i].dtype() != b[i].dtype()) return false;
+    const Tensor x = a[i].compact(), y = b[i].compact();
+    if (std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<std::size_t>(x.numel()) * itemsize(x.dtype())) != 0) return false;
+  }
+  return true;
+}
+
+/// The task named `name` in `tasks` (-1 when none).
+int task_named(const std::vector<Node*>& tasks, const std::string& name) {
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    if (tasks[i]->name == name) return static_cast<int>(i);
+  return -1;
+}
+
+/// A random program over [m, m] values (seeded): elementwise ops, matmuls, softmax, transposes (views),
+/// sums with keepdim; several outputs.
+Program random_program(std::uint64_t seed, std::int64_t m, int nodes) {
+  Rng rng(seed, "lab3-parallel-random");
+  Program p;
+  std::vector<Var> vals{p.input("x", {m, m}), p.input("y", {m, m})};
+  vals.push_back(p.constant(Tensor::randn({m, m}, rng, 0.0, 0.5), "W"));
+  auto pick = [&] { return vals[static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(vals.size())))]; };
+  for (int i = 0; i < nodes; ++i) {
+    const Var a = pick(), b = pick();
+    Var v;
+    switch (rng.randint(0, 9)) {
+      case 0: v = a + b; break;
+      case 1: v = a * b; break;
+      case 2: v = a - b * 0.5; break;
+      case 3: v = autodiff::relu(a); break;
+      case 4: v = autodiff::tanh(a); break;
+      case 5: v = autodiff::matmul(a, b) * (1.0 / static_cast<double>(m)); break;
+      case 6: v = autodiff::softmax(a, -1); break;
+      case 7: v = autodiff::transpose(a); break;
+      default: v = a + autodiff::sum(b, {1}, true); break;
+    }
+    vals.push_back(v);
+  }
+  p.output(vals.back());
+  p.output(vals[vals.size() / 2 + 1]);
+  p.output(autodiff::tanh(vals[vals.size() - 2]));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("the slides' MXNet example: B and C become ready together and share a level", "[lab3][parallel]") {
+  Program p = mxnet_example();
+  ParallelExecutor ex(p, 2);
+  const auto& tasks = ex.tasks();
+  REQUIRE(tasks.size() == 4);  // A, B, C, D (the scalar constants are leaves)
+  const int a = task_named(tasks, "A"), b = task_named(tasks, "B"), c = task_named(tasks, "C"), d = task_named(tasks, "D");
+  REQUIRE(std::min({a, b, c, d}) >= 0);
+  const std::vector<Tensor> got = ex.run({Tensor::ones({2, 2})});
+  observe_outputs("D", got, true);
+  MLS_ORACLE_CHECK(REQUIRE(got.size() == 1); CHECK(got[0].to_vector<float>() == std::vector<float>(4, 12.0f)));  // (2+1)*(2+2)
+  const ScheduleTrace& t = ex.trace();
+  REQUIRE(t.events.size() == 4);
+  auto ev = [&](int i) { return t.events[static_cast<std::size_t>(i)]; };
+  // From the trace: B and C were released by the same finish (A's) and sit on one level; D waits for both.
+  const std::vector<int> waves{ev(a).wave, ev(b).wave, ev(c).wave, ev(d).wave};
+  const std::vector<int> levels{ev(a).level, ev(b).level, ev(c).level, ev(d).level};
+  MLS_OBSERVE(waves);
+  MLS_OBSERVE(levels);
+  MLS_ORACLE_CHECK(CHECK(waves == std::vector<int>{0, 1, 1, 3}); CHECK(levels == std::vector<int>{0, 1, 1, 2}));
+  // The queue itself: after A finishes, B and C can both be taken before either finishes.
+  ReadyQueue q(task_deps(tasks));
+  std::vector<int> taken{q.take(), q.take()};  // A, then nothing is ready
+  q.finish(a);
+  const int ready_after_a = q.ready();
+  taken.push_back(q.take());
+  taken.push_back(q.take());  // both of B and C out at once: two workers run them together
+  taken.push_back(q.take());  // D waits
+  q.finish(b);
+  taken.push_back(q.take());
+  q.finish(c);
+  taken.push_back(q.take());
+  MLS_OBSERVE(ready_after_a);
+  MLS_OBSERVE(taken);
+  MLS_ORACLE_CHECK(CHECK(ready_after_a == 2); CHECK(taken == std::vector<int>{a, -1, std::min(b, c), std::max(b, c), -1, -1, d}));
+  const auto lv = schedule_levels(p);
+  std::string names;  // level by level, names sorted within a level: "A|BC|D"
+  for (const auto& l : lv) {
+    std::string s;
+    for (const Node* n : l) s += n->name;
+    std::sort(s.begin(), s.end());
+    names += (names.empty() ? "" : "|") + s;
+  }
+  MLS_OBSERVE(names);
+  MLS_ORACLE_CHECK(CHECK(names == "A|BC|D"));
+}
+
+TEST_CASE("ReadyQueue: in-degree counting on random DAGs, several tasks out at once", "[lab3][parallel]") {
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u}) {
+    for (int n : {1, 2, 13, 47}) {
+      INFO("seed " << seed << " n " << n);
+      Rng rng(seed * 100 + static_cast<std::uint64_t>(n), "lab3-ready-queue");
+      std::vector<std::vector<int>> deps(static_cast<std::size_t>(n));
+      for (int i = 1; i < n; ++i)
+        for (int k = rng.randint(0, 4); k > 0; --k) deps[static_cast<std::size_t>(i)].push_back(static_cast<int>(rng.randint(0, i)));
+      const int width = static_cast<int>(rng.randint(1, 4));  // tasks out at once (workers)
+      ReadyQueue q(deps);
+      std::vector<int> finish_pos(static_cast<std::size_t>(n), 0), order, out;
+      int finished = 0;
+      std::int64_t violations = 0;  // a task taken before one of its inputs finished, or taken twice
+      std::vector<bool> taken(static_cast<std::size_t>(n), false);
+      while (finished < n) {
+        for (int t; static_cast<int>(out.size()) < width && (t = q.take()) >= 0;) {
+          violations += taken[static_cast<std::size_t>(t)];
+          taken[static_cast<std::size_t>(t)] = true;
+          for (int d : deps[static_cast<std::size_t>(t)]) violations += finish_pos[static_cast<std::size_t>(d)] == 0;
+          out.push_back(t);
+          order.push_back(t);
+        }
+        REQUIRE(!out.empty());  // something is always runnable in a DAG
+        const auto k = static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(out.size())));  // any may finish first
+        const int t = out[k];
+        out.erase(out.begin() + static_cast<std::ptrdiff_t>(k));
+        finish_pos[static_cast<std::size_t>(t)] = ++finished;
+        q.finish(t);
+      }
+      MLS_OBSERVE(order);
+      MLS_OBSERVE(q.ready_wave());
+      MLS_OBSERVE(violations);
+      MLS_ORACLE_CHECK(CHECK(violations == 0); CHECK(q.finished() == n); CHECK(q.take() == -1);
+                       // wave: when the last input finished (0: no inputs)
+                       for (int i = 0; i < n; ++i) {
+                         int want = 0;
+                         for (int d : deps[static_cast<std::size_t>(i)]) want = std::max(want, finish_pos[static_cast<std::size_t>(d)]);
+                         CHECK(q.ready_wave()[static_cast<std::size_t>(i)] == want);
+                       });
+    }
+  }
+}
+
+TEST_CASE("parallel executor: bit-identical to the sequential executor on every model, 1, 2 and 4 workers", "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  std::vector<std::pair<std::string, Program>> models;
+  for (const char* name : {"resnet", "attention", "mlp", "inception", "heads"}) {
+    models.emplace_back(name, build_model(name));
+    Program opt = build_model(name);
+    PassManager().add_pipeline(default_pipeline()).run(opt);  // gemm, conv_bias and fused nodes
+    models.emplace_back(std::string(name) + " optimised", std::move(opt));
+  }
+  models.emplace_back("slides expression n=7", slides_expression(7));
+  models.emplace_back("inception c=4 h=5 w=3", inception_block(1, 4, 5, 3, 9));
+  models.emplace_back("heads t=13 d=6 heads=3", multihead_attention(13, 6, 3, 9));
+  for (auto& [name, p] : models) {
+    const auto feeds = random_feeds(p, 21);
+    for (int workers : {1, 2, 4}) {
+      INFO(name << ", " << workers << " workers");
+      ParallelExecutor ex(p, workers);
+      const std::vector<Tensor> got = ex.run(feeds);
+      observe_outputs(name, got, true);
+      MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
+      REQUIRE(ex.trace().events.size() == ex.tasks().size());
+      MLS_OBSERVE(ex.tasks().size());
+    }
+  }
+}
+
+TEST_CASE("parallel executor: bit-identical on random DAGs (seeded, awkward sizes) at 1, 2 and 4 workers", "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    for (std::int64_t m : {1, 7, 13}) {
+      Program p = random_program(seed, m, 12 + static_cast<int>(seed) * 3);
+      verify(p);
+      const auto feeds = random_feeds(p, seed);
+      for (int workers : {1, 2, 4}) {
+        INFO("seed " << seed << " m " << m << " workers " << workers << "\n" << print(p));
+        ParallelExecutor ex(p, workers);
+        const std::vector<Tensor> got = ex.run(feeds);
+        observe_outputs("random " + std::to_string(seed) + " m " + std::to_string(m), got, true);
+        MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
+        // A second run of the same executor gives the same bits.
+        MLS_ORACLE_CHECK(CHECK(same_bits(ex.run(feeds), got)));
+      }
+    }
+  }
+}
+
+TEST_CASE("intra-op budgets change no node's result (what makes the parallel executor bit-identical)", "[lab3][parallel]") {
+  // Nodes big enough that the kernels split their work: long reductions, wide elementwise ops,
+  // GEMMs (OpenBLAS's threads follow the budget) and convolutions.
+  ThreadCountGuard threads(4);
+  Program big;
+  {
+    const Var x = big.input("x", {1, 300007});
+    const Var a = big.input("a", {257, 131}), b = big.input("b", {131, 263});
+    const Var s = autodiff::sum(x, {1}, true);             // one long row: partial sums per thread
+    const Var e = autodiff::tanh(x * 1.5 + 0.25);          // elementwise over 300k values
+    const Var m = autodiff::softmax(autodiff::matmul(a, b), -1);
+    big.output(s);
+    big.output(e);
+    big.output(m);
+    big.output(autodiff::sum(m, {0}));
+  }
+  std::vector<std::pair<std::string, Program>> programs;
+  programs.emplace_back("big", std::move(big));
+  programs.emplace_back("resnet", resnet_block(2, 8, 16, 16));
+  Program folded = resnet_block(2, 8, 16, 16);
+  PassManager().add_pipeline(default_pipeline()).run(folded);
+  programs.emplace_back("resnet optimised", std::move(folded));
+  programs.emplace_back("inception", inception_block(2, 16, 24, 24));
+  for (auto& [name, p] : programs) {
+    const auto feeds = random_feeds(p, 5);
+    const std::vector<Tensor> full = ParallelExecutor(p, 1).run(feeds);  // one worker: every node on 4 threads
+    observe_outputs(name, full, true);
+    for (int budget : {1, 2, 3}) {
+      INFO(name << ", budget " << budget);
+      IntraOpBudget cap(budget);
+      const std::vector<Tensor> got = ParallelExecutor(p, 1).run(feeds);
+      const bool same = same_bits(got, full);
+      MLS_OBSERVE(same);
+      CHECK(same);
+    }
+  }
+}
+
+TEST_CASE("parallel executor: peak bytes, a failing node, and bad input named", "[lab3][parallel]") {
+  Program chain = elementwise_chain(1000, 6);
+  ParallelExecutor one(chain, 1);
+  const auto feeds = random_feeds(chain, 3);
+  observe_outputs("chain", one.run(feeds), true);
+  // One worker on a chain: at most an input and its result alive at once.
+  MLS_OBSERVE(one.peak_bytes());
+  MLS_ORACLE_CHECK(CHECK(one.peak_bytes() == 2 * 1000 * 4));
+  // A node that fails at run time (shapes only known from the feeds): the error comes back, nothing hangs.
+  Program bad;
+  const Var x = bad.input("x", {-1, 4}), y = bad.input("y", {-1, 4});
+  bad.output(autodiff::relu(x) + autodiff::tanh(y));
+  for (int workers : {1, 2}) {
+    ParallelExecutor ex(bad, workers);
+    require_error([&] { ex.run({Tensor::ones({2, 4}), Tensor::ones({3, 4})}); }, "add");
+    observe_outputs("after a failed run", ex.run({Tensor::ones({2, 4}), Tensor::ones({2, 4})}), true);
+  }
+  require_error([&] { ParallelExecutor(chain, 0); }, "ParallelExecutor: workers is 0, expected a count >= 1");
+  require_error([&] { ParallelExecutor(chain, -3); }, "ParallelExecutor: workers is -3");
+  ParallelExecutor two(chain, 2);
+  require_error([&] { two.run({}); }, "ParallelExecutor::run: the program has 1 inputs, 0 fed");
+  require_error([&] { two.run({Tensor::ones({999})}); }, "ParallelExecutor::run: input 0 'x' expects float32 [1000], fed float32 [999]");
+  Program missing;
+  const Var z = missing.graph->placeholder("z", {3});  // needed, but not an input of the program
+  missing.output(autodiff::relu(z));
+  require_error([&] { ParallelExecutor(missing, 2); }, "placeholder 'z' (%0) is needed by the outputs but is not an input of the program");
+  using Deps = std::vector<std::vector<int>>;
+  require_error([] { ReadyQueue(Deps{{}, {2}}); }, "ReadyQueue: task 1 reads task 2, outside [0, 2)");
+  require_error([] { ReadyQueue(Deps{{0}}); }, "ReadyQueue: task 0 reads itself");
+  ReadyQueue q(Deps{{}, {0}});
+  require_error([&] { q.finish(5); }, "ReadyQueue::finish: task 5 is outside [0, 2)");
+}
+
+TEST_CASE("schedule trace: critical path, summary and SVG of the MXNet example", "[lab3][parallel]") {
+  Program p = mxnet_example();
+  ParallelExecutor ex(p, 2);
+  observe_outputs("D", ex.run({Tensor::ones({2, 2})}), true);
+  const CriticalPath cp = critical_path(p);
+  std::vector<std::string> path;
+  for (const Node* n : cp.nodes) path.push_back(n->name);
+  MLS_OBSERVE(path.size());
+  MLS_OBSERVE(cp.depth);
+  MLS_OBSERVE(cp.parallelism(), {1e-12, 1e-12});
+  // A (36 B), B and C (36 B each), D (48 B): the path has 120 of 156 bytes' worth of time.
+  MLS_ORACLE_CHECK(CHECK(cp.depth == 3); CHECK(path.size() == 3); CHECK(path.front() == "A"); CHECK(path.back() == "D");
+                   CHECK(cp.parallelism() == Approx(156.0 / 120.0)));
+  const std::string summary = trace_summary(p, ex.trace());
+  INFO(summary);
+  const bool summary_ok = summary.find("4 nodes on 2 workers") != std::string::npos &&
+                          summary.find("levels: 3 (widest 2 nodes)") != std::string::npos &&
+                          summary.find("critical path: 3 nodes") != std::string::npos &&
+                          summary.find("parallelism 1.30") != std::string::npos;
+  MLS_OBSERVE(summary_ok);
+  CHECK(summary_ok);
+  const std::string levels = levels_text(p);
+  MLS_OBSERVE(levels.substr(0, levels.find('\n')));
+  const std::string svg = trace_svg(p, ex.trace());
+  std::size_t boxes = 0;
+  for (std::size_t at = 0; (at = svg.find("<title>", at)) != std::string::npos; ++at) ++boxes;
+  MLS_OBSERVE(boxes);
+  MLS_ORACLE_CHECK(CHECK(boxes == 4); CHECK(svg.find("worker 1") != std::string::npos);
+                   CHECK(svg.find("&#39;B&#39;") != std::string::npos));
+}
