@@ -5,6 +5,7 @@
 //   mls-opt --model attention --passes merge-matmuls,fold-transpose,epilogue --dump-after epilogue
 //   mls-opt --load g.json --save g_opt.json
 //   mls-opt --discover [--max-ops 3] [--show-rules 20]   # TASO-style rule discovery and search
+//   mls-opt compile --model mlp|attention|slides [--svg-dir D]   # compile(fn) on an eager model
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <iostream>
 
 #include "mls/common/timer.hpp"
+#include "mls/graph_opt/compile.hpp"
 #include "mls/graph_opt/discover.hpp"
 #include "mls/graph_opt/memory.hpp"
 #include "mls/graph_opt/models.hpp"
@@ -151,8 +153,16 @@ int main(int argc, char** argv) {
   app.add_flag("--discover", disc, "discover rewrite rules (TASO-style), report them and run the search examples");
   app.add_option("--max-ops", max_ops, "with --discover: expressions of up to this many ops")->capture_default_str();
   app.add_option("--show-rules", show_rules, "with --discover: print this many of the rules")->capture_default_str();
+  std::string compile_model = "mlp", svg_dir;
+  CLI::App* compile_cmd = app.add_subcommand("compile", "compile(fn) on an eager model: captured graph, guards, passes, memory, drawings");
+  compile_cmd->add_option("-m,--model", compile_model, "mlp, attention or slides")->capture_default_str();
+  compile_cmd->add_option("--svg-dir", svg_dir, "write DOT and SVG drawings (traced, compiled forward and backward) here");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*compile_cmd) {
+      std::cout << compile_report(compile_model, svg_dir);
+      return 0;
+    }
     if (list) {
       for (const PassInfo& p : all_passes()) std::printf("%-18s %s\n", p.name.c_str(), p.help.c_str());
       return 0;
