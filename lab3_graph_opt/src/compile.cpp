@@ -360,7 +360,12 @@ std::vector<Var> CompiledFunction::run_version(const std::shared_ptr<CompiledVer
       continue;
     }
     // Output k's backward: the backward program with adjoint g for output k and zeros for the others.
-    auto backward = [v, feeds, results, k, planned = options_.planned](const Var& g, const std::vector<bool>& needs) {
+    auto backward = [v, feeds, results, k, planned = options_.planned, name](const Var& g, const std::vector<bool>& needs) {
+      // backward(create_graph=true) records the gradient computation (grad mode on): a compiled
+      // backward is one program, not differentiable ops, so it cannot give gradients of gradients.
+      MLS_CHECK(!autodiff::grad_enabled(), name, ": backward(create_graph=true) through a compiled function is not "
+                "supported (its backward is a compiled program, not differentiable ops); call the eager function "
+                "for gradients of gradients");
       std::vector<Tensor> bfeeds;
       bfeeds.reserve(v->backward_sources.size());
       for (const auto& [kind, i] : v->backward_sources) {

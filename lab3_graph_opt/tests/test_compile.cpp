@@ -143,6 +143,14 @@ TEST_CASE("compile: two outputs, each with its own adjoint, give eager's gradien
   (autodiff::sum(out[0] * 3.0) + autodiff::sum(out[1])).backward();
   MLS_OBSERVE_VALUES(got, kTol);
   CHECK(max_rel_error({got}, {a.grad().value()}) <= 1.0);
+  // an output that is an input as it is: its gradient is the adjoint itself
+  a.zero_grad();
+  auto identity = compile([](Var x) { return x; });
+  (identity(a) * 2.0).backward(Tensor::ones({4, 3}));
+  MLS_OBSERVE_VALUES(a.grad().value());
+  CHECK(max_rel_error({a.grad().value()}, {Tensor::full({4, 3}, 2.0)}) <= 1.0);
+  // gradients of gradients need the eager function
+  require_error([&] { cf({a})[1].backward(Tensor::ones({3}), false, /*create_graph=*/true); }, "create_graph=true");
 }
 
 TEST_CASE("compile: a new shape recompiles, the old shape is a cache hit again", "[lab3][compile]") {
