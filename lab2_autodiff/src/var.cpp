@@ -86,7 +86,12 @@ NodePtr new_node(Op op) {
 const char* describe(const Node& n) { return n.name.empty() ? op_name(n.op) : n.name.c_str(); }
 }  // namespace
 
+static thread_local const TraceHooks* g_trace = nullptr;
+
 bool grad_enabled() { return g_grad_enabled; }
+const TraceHooks* trace_hooks() { return g_trace; }
+TraceScope::TraceScope(const TraceHooks& hooks) : saved_(g_trace) { g_trace = &hooks; }
+TraceScope::~TraceScope() { g_trace = saved_; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 
 Var::Var(Tensor value, bool requires_grad) {
@@ -109,6 +114,7 @@ const Shape& Var::shape() const { return checked(node_, "shape").shape; }
 DType Var::dtype() const { return checked(node_, "dtype").dtype; }
 const Tensor& Var::value() const {
   const Node& n = checked(node_, "value");
+  if (!n.value.defined() && n.graph && g_trace && g_trace->host_read) g_trace->host_read(n, "Var::value()");
   MLS_CHECK(n.value.defined(), "value: node '", describe(n), "' (", op_name(n.op),
             ") is a graph node without a value; run it with an Executor");
   return n.value;
@@ -146,6 +152,9 @@ const std::string& Var::name() const { return checked(node_, "name").name; }
 // ---- apply: one entry point for eager and graph ops ----------------------------------------------
 Var apply(Op op, std::vector<Var> inputs, Attrs attrs) {
   const OpDef& def = op_def(op);
+  if (g_trace && g_trace->graph && g_trace->lift)  // tracing: every op becomes a node of the traced graph
+    for (Var& v : inputs)
+      if (v.defined() && v.get()->graph == nullptr) v = g_trace->lift(v);
   MLS_CHECK(def.arity < 0 || static_cast<int>(inputs.size()) == def.arity, def.name, ": expected ", def.arity,
             " inputs, got ", inputs.size());
   Graph* graph = nullptr;
@@ -274,6 +283,7 @@ std::vector<Node*> topo_sort(std::span<const Var> outputs) {
 /// Reverse mode on the eager tape: seed, walk the tape backwards summing adjoints, accumulate into leaves (var.hpp).
 void Var::backward(const Tensor& grad_output, bool retain_graph, bool create_graph) const {
   const Node& root = checked(node_, "backward");
+  if (root.graph && g_trace && g_trace->host_read) g_trace->host_read(root, "Var::backward()");
   MLS_CHECK(root.graph == nullptr, "backward: '", describe(root),
             "' is a graph node; use gradients() and an Executor in define-then-run mode");
   MLS_CHECK(root.requires_grad, "backward: '", describe(root), "' (", op_name(root.op),

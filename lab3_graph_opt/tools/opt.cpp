@@ -6,6 +6,7 @@
 //   mls-opt --load g.json --save g_opt.json
 //   mls-opt --discover [--max-ops 3] [--show-rules 20]   # TASO-style rule discovery and search
 //   mls-opt parallel --model inception --threads 2 --svg trace.svg   # operator-parallel schedule
+//   mls-opt compile --model mlp|attention|slides [--svg-dir D]   # compile(fn) on an eager model
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "mls/common/file.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/common/timer.hpp"
+#include "mls/graph_opt/compile.hpp"
 #include "mls/graph_opt/discover.hpp"
 #include "mls/graph_opt/memory.hpp"
 #include "mls/graph_opt/models.hpp"
@@ -206,8 +208,16 @@ int main(int argc, char** argv) {
   par->add_option("-w,--workers", workers, "workers running nodes at once (0: as many as threads)")->capture_default_str();
   par->add_option("--svg", svg, "write the schedule as an SVG picture (one lane per worker)");
   par->add_option("-r,--repeats", repeats, "timing repeats")->capture_default_str();
+  std::string compile_model = "mlp", svg_dir;
+  CLI::App* compile_cmd = app.add_subcommand("compile", "compile(fn) on an eager model: captured graph, guards, passes, memory, drawings");
+  compile_cmd->add_option("-m,--model", compile_model, "mlp, attention or slides")->capture_default_str();
+  compile_cmd->add_option("--svg-dir", svg_dir, "write DOT and SVG drawings (traced, compiled forward and backward) here");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*compile_cmd) {
+      std::cout << compile_report(compile_model, svg_dir);
+      return 0;
+    }
     if (par->parsed()) {
       if (!load.empty()) return parallel(load_json_file(load), std::filesystem::path(load).stem().string(), par_passes, threads, workers, svg, repeats);
       return parallel(build_model(par_model), par_model, par_passes, threads, workers, svg, repeats);

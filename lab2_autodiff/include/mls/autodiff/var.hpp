@@ -109,6 +109,30 @@ struct CustomGrad {
 Var custom(std::string name, std::vector<Var> inputs, Tensor value,
            std::function<std::vector<Var>(const Var& g, const std::vector<bool>& needs)> backward);
 
+/// Tracing (lab 3's `compile`): while a `TraceHooks` is installed on a thread (`TraceScope`),
+/// apply() builds every op as a node of `graph`, handing each eager input to `lift`, which returns
+/// the node of `graph` standing for it (a constant, or a placeholder fed at each call); and reading
+/// a graph node's value on the host (Var::value, Var::backward) calls `host_read`, which throws an
+/// error naming the tracer and the node.
+struct TraceHooks {
+  Graph* graph = nullptr;
+  std::function<Var(const Var& eager)> lift;
+  std::function<void(const Node& node, const char* what)> host_read;
+};
+/// The hooks installed on this thread (nullptr when none).
+const TraceHooks* trace_hooks();
+/// RAII scope that installs `hooks` on this thread (restoring the previous ones at its end).
+class TraceScope {
+ public:
+  explicit TraceScope(const TraceHooks& hooks);
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  const TraceHooks* saved_;
+};
+
 /// Nodes reachable from `outputs` through input edges, each after all of its inputs (a
 /// topological order). Throws `mls::Error` naming a node on a cycle.
 std::vector<Node*> topo_sort(std::span<const Var> outputs);
