@@ -26,6 +26,8 @@ void register_reduce_ops(OpTable& t);       // ops_reduce.cpp
 void register_shape_ops(OpTable& t);        // ops_shape.cpp
 void register_nn_ops(OpTable& t);           // ops_nn.cpp
 void register_loss_ops(OpTable& t);         // ops_loss.cpp
+void register_pool_ops(OpTable& t);         // ops_pool.cpp (pooling, conv_transpose2d)
+void register_sparse_ops(OpTable& t);       // ops_graph.cpp (spmm family, dropout)
 
 /// True when no size is -1.
 inline bool known(const Shape& s) {

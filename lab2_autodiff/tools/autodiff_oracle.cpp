@@ -19,6 +19,7 @@
 #include "mls/autodiff/forward.hpp"
 #include "mls/autodiff/graph.hpp"
 #include "mls/autodiff/var.hpp"
+#include "mls/autodiff/workload.hpp"
 #include "mls/common/file.hpp"
 
 namespace {
@@ -104,6 +105,21 @@ std::vector<Var> build(const json& prog, const std::vector<Var>& leaves) {
     } else if (name == "embedding") {
       r = embedding(x[0], konst(Tensor::from_vector(ints(op.at("indices")), ints(op.at("ishape")))));
     } else if (name == "conv2d") r = conv2d(x[0], x[1], I("stride"), I("pad"));
+    else if (name == "max_pool2d") r = max_pool2d(x[0], I("k"), I("k"), I("stride"), I("pad"));
+    else if (name == "avg_pool2d") r = avg_pool2d(x[0], I("k"), I("k"), I("stride"), I("pad"), op.at("include_pad").get<bool>());
+    else if (name == "conv_transpose2d") r = conv_transpose2d(x[0], x[1], I("stride"), I("pad"), I("opad"));
+    else if (name == "lstm_cell") {
+      const LstmState st = lstm_cell(x[0], {x[1], x[2]}, x[3], x[4], x[5], x[6]);
+      r = concat({st.h, st.c}, 1);
+    } else if (name == "gru_cell") r = gru_cell(x[0], x[1], x[2], x[3], x[4], x[5]);
+    else if (name == "spmm") {
+      const auto col = ints(op.at("col_idx"));
+      const CsrMatrix a(I("rows"), I("cols"), ints(op.at("row_ptr")), col,
+                        Tensor::zeros({static_cast<std::int64_t>(col.size())}, DType::Float64));
+      r = spmm(a, x[0], x[1]);
+    } else if (name == "dropout") {
+      r = dropout(x[0], op.at("p").get<double>(), op.at("seed").get<std::uint64_t>(), op.at("offset").get<std::uint64_t>());
+    }
     else fail("oracle: unknown op '", name, "'");
     n.push_back(r);
   }

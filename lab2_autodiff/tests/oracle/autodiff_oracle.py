@@ -3,7 +3,8 @@
 
 A seeded generator writes random expression DAGs in float64 over every differentiable op
 (elementwise, broadcasting binaries, where, reductions, shape ops, matmul, the softmax family, the
-fused losses, the norms, embedding, conv2d). `mls-autodiff-oracle` runs each DAG eagerly and as a
+fused losses, the norms, embedding, conv2d, and the workload tour: max/avg pooling, conv_transpose2d,
+LSTM and GRU cells against PyTorch's own, CSR spmm, dropout with the same Philox mask). `mls-autodiff-oracle` runs each DAG eagerly and as a
 graph and writes: every node's value, dL/dleaf (eager and graph) for L = sum(last * weights), the
 Hessian-vector product H·v (eager create_graph and graph gradients-of-gradients), and the forward-
 mode tangent J·v of the last node. PyTorch computes the same with torch.autograd. Tolerances come
@@ -110,10 +111,50 @@ def torch_build(prog, leaves):
             r = F.embedding(idx, x[0])
         elif name == "conv2d":
             r = F.conv2d(x[0], x[1], stride=op["stride"], padding=op["pad"])
+        elif name == "max_pool2d":
+            r = F.max_pool2d(x[0], op["k"], op["stride"], op["pad"])
+        elif name == "avg_pool2d":
+            r = F.avg_pool2d(x[0], op["k"], op["stride"], op["pad"], count_include_pad=op["include_pad"])
+        elif name == "conv_transpose2d":
+            r = F.conv_transpose2d(x[0], x[1], stride=op["stride"], padding=op["pad"], output_padding=op["opad"])
+        elif name == "lstm_cell":  # PyTorch's own cell (gate order i, f, g, o); h' and c' side by side
+            h, c = torch._VF.lstm_cell(x[0], (x[1], x[2]), x[3], x[4], x[5], x[6])
+            r = torch.cat([h, c], 1)
+        elif name == "gru_cell":
+            r = torch._VF.gru_cell(x[0], x[1], x[2], x[3], x[4], x[5])
+        elif name == "spmm":  # the CSR matrix made dense by index_put (differentiable in the values)
+            rows = [i for i in range(op["rows"]) for _ in range(op["row_ptr"][i + 1] - op["row_ptr"][i])]
+            a = torch.zeros(op["rows"], op["cols"], dtype=torch.float64).index_put(
+                (torch.tensor(rows, dtype=torch.int64), torch.tensor(op["col_idx"], dtype=torch.int64)), x[0],
+                accumulate=True)
+            r = a @ x[1]
+        elif name == "dropout":  # the same counter-based mask, recomputed here from (seed, offset, index)
+            m = torch.tensor(dropout_mask(op["seed"], op["offset"], x[0].numel(), op["p"]), dtype=torch.float64)
+            r = x[0] * m.reshape(x[0].shape) * (1.0 / (1.0 - op["p"]))
         else:
             raise KeyError(name)
         n.append(r)
     return n
+
+
+def philox4x32(c, k):
+    """One Philox-4x32-10 block, as common's mls::philox4x32."""
+    m = 0xFFFFFFFF
+    c, k = list(c), list(k)
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [((p1 >> 32) ^ c[1] ^ k[0]) & m, p1 & m, ((p0 >> 32) ^ c[3] ^ k[1]) & m, p0 & m]
+        k = [(k[0] + 0x9E3779B9) & m, (k[1] + 0xBB67AE85) & m]
+    return c
+
+
+def dropout_mask(seed, offset, n, p):
+    """Keep element i when word i % 4 of the block (i / 4, offset) under key seed, over 2^32, is >= p."""
+    out = []
+    for b in range((n + 3) // 4):
+        w = philox4x32([b & 0xFFFFFFFF, b >> 32, offset & 0xFFFFFFFF, offset >> 32], [seed & 0xFFFFFFFF, seed >> 32])
+        out += [1.0 if w[j] * 2.0 ** -32 >= p else 0.0 for j in range(4)]
+    return out[:n]
 
 
 def torch_run(prog):
@@ -188,7 +229,10 @@ class Gen:
         k = self.pick()
         s = self.shape[k]
         nd = len(s)
-        kind = r.choices(["unary", "binary", "reduce", "shape", "linalg", "nn", "leaf"], [20, 22, 12, 16, 8, 10, 6])[0]
+        kind = r.choices(["unary", "binary", "reduce", "shape", "linalg", "nn", "leaf", "tour"],
+                         [20, 22, 12, 16, 8, 10, 6, 8])[0]
+        if kind == "tour":
+            return self.tour(k)
         if kind == "leaf":
             sub = [d if r.random() < 0.6 else 1 for d in s][r.randrange(nd + 1):] if nd else []
             return self.leaf(sub if r.random() < 0.7 else self.rand_shape(), positive=r.random() < 0.3)
@@ -339,6 +383,69 @@ class Gen:
             oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
             return self.add({"op": fn, "in": [x, w], "stride": stride, "pad": pad}, [n, o, oh, ow])
         return None
+
+
+    def node_of(self, k, shape):
+        """Node k (sometimes) when it has `shape`'s rank and sizes (None: any), else a new leaf of that
+        rank (sizes 1..4 where None)."""
+        s = self.shape[k]
+        if len(s) == len(shape) and all(w is None or a == w for a, w in zip(s, shape)) and self.r.random() < 0.6:
+            return k, s
+        leaf = self.leaf([w if w is not None else self.r.randint(1, 4) for w in shape])
+        return leaf, self.shape[leaf]
+
+    def tour(self, k):
+        """The workload tour's ops: pooling, conv_transpose2d, LSTM/GRU cells, spmm, dropout."""
+        r = self.r
+        fn = r.choice(["max_pool2d", "avg_pool2d", "conv_transpose2d", "lstm_cell", "gru_cell", "spmm", "dropout"])
+        if fn in ("max_pool2d", "avg_pool2d"):
+            x, s = self.node_of(k, [None, None, None, None])
+            kk = r.randint(1, 3)
+            pad = r.randint(0, kk // 2)
+            stride = r.randint(1, 2)
+            if min(s[2], s[3]) + 2 * pad < kk:
+                return None
+            oh, ow = (s[2] + 2 * pad - kk) // stride + 1, (s[3] + 2 * pad - kk) // stride + 1
+            op = {"op": fn, "in": [x], "k": kk, "stride": stride, "pad": pad}
+            if fn == "avg_pool2d":
+                op["include_pad"] = r.random() < 0.5
+            return self.add(op, [s[0], s[1], oh, ow], self.pos[x] and fn == "avg_pool2d")
+        if fn == "conv_transpose2d":
+            x, s = self.node_of(k, [None, None, None, None])
+            co, kh = r.randint(1, 2), r.randint(1, 3)
+            w = self.leaf([s[1], co, kh, kh])
+            x = x + 1 if x >= w else x  # the new leaf shifted the op ids
+            stride = r.randint(1, 2)
+            pad, opad = r.randint(0, 1), r.randint(0, stride - 1)
+            oh, ow = (s[2] - 1) * stride - 2 * pad + kh + opad, (s[3] - 1) * stride - 2 * pad + kh + opad
+            if min(oh, ow) < 1:
+                return None
+            return self.add({"op": fn, "in": [x, w], "stride": stride, "pad": pad, "opad": opad}, [s[0], co, oh, ow])
+        if fn in ("lstm_cell", "gru_cell"):
+            x, s = self.node_of(k, [None, None])
+            b, hs, g = s[0], r.randint(1, 3), 4 if fn == "lstm_cell" else 3
+            ids = [x]
+            state = [[b, hs], [b, hs]] if fn == "lstm_cell" else [[b, hs]]  # a GRU has no cell state
+            for shape in state + [[g * hs, s[1]], [g * hs, hs], [g * hs], [g * hs]]:
+                leaf = self.leaf(shape)
+                ids = [i + 1 if i >= leaf else i for i in ids] + [leaf]
+            return self.add({"op": fn, "in": ids}, [b, 2 * hs if fn == "lstm_cell" else hs])
+        if fn == "spmm":
+            x, s = self.node_of(k, [None, None])
+            rows = r.randint(1, 4)
+            ptr, cols = [0], []
+            for _ in range(rows):
+                cols += [r.randrange(s[0]) for _ in range(r.randint(0, 3))]  # unsorted, repeats allowed
+                ptr.append(len(cols))
+            if not cols:
+                return None
+            v = self.leaf([len(cols)])
+            x = x + 1 if x >= v else x
+            return self.add({"op": fn, "in": [v, x], "rows": rows, "cols": s[0], "row_ptr": ptr, "col_idx": cols},
+                            [rows, s[1]])
+        p = r.choice([0.0, 0.2, 0.5])
+        return self.add({"op": "dropout", "in": [k], "p": p, "seed": r.randrange(1 << 40), "offset": r.randrange(1 << 20)},
+                        self.shape[k])
 
 
 def bshape(a, b):

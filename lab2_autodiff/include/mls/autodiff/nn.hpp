@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mls/autodiff/var.hpp"
+#include "mls/autodiff/workload.hpp"
 
 namespace mls::autodiff::nn {
 
@@ -90,6 +91,128 @@ class Sequential : public Module {
 /// after the last), initialised from `rng`.
 std::shared_ptr<Sequential> mlp(const std::vector<std::int64_t>& sizes, Rng& rng, const std::string& activation = "relu",
                                 DType dtype = DType::Float32);
+
+// ---- the workload tour's layers (nn_layers.cpp; the ops are in workload.hpp) ---------------------
+/// 2-D convolution, weight [out, in, k, k] (Kaiming), bias [out] (zeros) added per channel.
+class Conv2d : public Module {
+ public:
+  Conv2d(std::int64_t in, std::int64_t out, std::int64_t k, Rng& rng, std::int64_t stride = 1, std::int64_t pad = 0,
+         bool with_bias = true, DType dtype = DType::Float32);
+  Var forward(const Var& x) override;
+  std::vector<Parameter> parameters() override;
+  std::string name() const override;
+  Parameter weight, bias;
+
+ private:
+  std::int64_t in_, out_, k_, stride_, pad_;
+};
+
+/// Transposed convolution ("up-conv"), weight [in, out, k, k] (PyTorch's layout), bias [out].
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(std::int64_t in, std::int64_t out, std::int64_t k, Rng& rng, std::int64_t stride = 1,
+                  std::int64_t pad = 0, std::int64_t output_padding = 0, bool with_bias = true,
+                  DType dtype = DType::Float32);
+  Var forward(const Var& x) override;
+  std::vector<Parameter> parameters() override;
+  std::string name() const override;
+  Parameter weight, bias;
+
+ private:
+  std::int64_t in_, out_, k_, stride_, pad_, output_padding_;
+};
+
+/// max_pool2d with a k x k window (stride 0: k).
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(std::int64_t k, std::int64_t stride = 0, std::int64_t pad = 0);
+  Var forward(const Var& x) override;
+  std::string name() const override;
+
+ private:
+  std::int64_t k_, stride_, pad_;
+};
+
+/// avg_pool2d with a k x k window (stride 0: k).
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(std::int64_t k, std::int64_t stride = 0, std::int64_t pad = 0, bool count_include_pad = true);
+  Var forward(const Var& x) override;
+  std::string name() const override;
+
+ private:
+  std::int64_t k_, stride_, pad_;
+  bool count_include_pad_;
+};
+
+/// Dropout in training mode, the identity in inference mode (train(false)). Each forward call
+/// draws a fresh mask: the op's offset is the number of earlier calls, so the mask of one call is
+/// a pure function of (seed, call, element) and its backward recomputes it.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p, std::uint64_t seed = 0);
+  Var forward(const Var& x) override;
+  std::string name() const override;
+  /// Forward calls so far (the next call's offset).
+  std::uint64_t calls() const { return calls_; }
+
+ private:
+  double p_;
+  std::uint64_t seed_, calls_ = 0;
+};
+
+/// An LSTM cell (lstm_cell) with PyTorch's parameters and initialisation U(-1/sqrt(H), 1/sqrt(H)):
+/// w_ih [4H, I], w_hh [4H, H], b_ih and b_hh [4H].
+class LSTMCell : public Module {
+ public:
+  LSTMCell(std::int64_t input, std::int64_t hidden, Rng& rng, DType dtype = DType::Float32);
+  /// One step from `state`.
+  LstmState step(const Var& x, const LstmState& state);
+  /// Zeros for a batch of `batch` (h and c [batch, H]).
+  LstmState zero_state(std::int64_t batch) const;
+  /// One step from the zero state; returns h.
+  Var forward(const Var& x) override;
+  std::vector<Parameter> parameters() override;
+  std::string name() const override;
+  Parameter w_ih, w_hh, b_ih, b_hh;
+
+ private:
+  std::int64_t input_, hidden_;
+  DType dtype_;
+};
+
+/// A GRU cell (gru_cell): w_ih [3H, I], w_hh [3H, H], b_ih and b_hh [3H], U(-1/sqrt(H), 1/sqrt(H)).
+class GRUCell : public Module {
+ public:
+  GRUCell(std::int64_t input, std::int64_t hidden, Rng& rng, DType dtype = DType::Float32);
+  /// One step from hidden state h [B, H].
+  Var step(const Var& x, const Var& h);
+  /// One step from a zero state.
+  Var forward(const Var& x) override;
+  std::vector<Parameter> parameters() override;
+  std::string name() const override;
+  Parameter w_ih, w_hh, b_ih, b_hh;
+
+ private:
+  std::int64_t input_, hidden_;
+  DType dtype_;
+};
+
+/// A graph convolution (Kipf and Welling): Â (x W) + b for node features x [nodes, in], with the
+/// normalised adjacency Â fixed at construction (e.g. gcn_normalize(A)); W [in, out] (Xavier).
+class GCNLayer : public Module {
+ public:
+  GCNLayer(CsrMatrix a_hat, std::int64_t in, std::int64_t out, Rng& rng, bool with_bias = true,
+           DType dtype = DType::Float32);
+  Var forward(const Var& x) override;
+  std::vector<Parameter> parameters() override;
+  std::string name() const override;
+  Parameter weight, bias;
+
+ private:
+  CsrMatrix a_hat_;
+  std::int64_t in_, out_;
+};
 
 // ---- optimizers -----------------------------------------------------------------------------------
 class Optimizer {

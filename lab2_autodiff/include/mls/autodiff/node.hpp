@@ -51,6 +51,9 @@ enum class Op : std::uint16_t {
   Col2Im, Conv2d, ReluBackward,
   // eager only: a forward computed by the caller and a backward callback (see mls::autodiff::custom)
   Custom,
+  // the rest of the workload tour (ops_pool.cpp, ops_graph.cpp; declared in workload.hpp)
+  MaxPool2d, MaxPool2dBackward, MaxPool2dSelect, AvgPool2d, AvgPool2dBackward, ConvTranspose2d,
+  Spmm, SpmmT, Sddmm, Dropout,
   Count_  // number of built-in ops (not an op); registered ops follow
 };
 
