@@ -25,25 +25,23 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
     double seconds;
     bool confirmed;
   };
+  const SgemmShape want = shape.key();
   std::vector<Candidate> usable;
   for (const auto& r : records) {
     if (r.op != "sgemm" || r.cpu_key != cpu_key || r.threads != threads) continue;
     try {
-      const auto& s = r.shape;
-      if (!(s.is_object() && s.contains("m") && s.contains("n") && s.contains("k"))) continue;
-      if (!(s["m"].is_number_integer() && s["n"].is_number_integer() && s["k"].is_number_integer())) continue;
-      const SgemmShape rs{s["m"].get<long>(), s["n"].get<long>(), s["k"].get<long>()};
-      if (rs.m < 1 || rs.n < 1 || rs.k < 1) continue;
+      const SgemmShape rs = shape_from_json(r.shape);  // no flags: an old record, no transposes, beta 0
+      if (rs.trans_a != want.trans_a || rs.trans_b != want.trans_b || rs.beta != want.beta) continue;
       const bool confirmed = r.schedule.is_object() && r.schedule.value("measure", std::string()) == "confirmed";
       usable.push_back({rs, knobs_from_json(r.schedule), r.seconds, confirmed});
     } catch (const std::exception&) {
-      continue;  // another template's schedule, or knobs this CPU cannot take
+      continue;  // a malformed shape, another template's schedule, or knobs this CPU cannot take
     }
   }
   if (usable.empty()) return std::nullopt;
   auto distance = [&](const SgemmShape& s) {
-    return std::fabs(std::log(static_cast<double>(s.m) / shape.m)) + std::fabs(std::log(static_cast<double>(s.n) / shape.n)) +
-           std::fabs(std::log(static_cast<double>(s.k) / shape.k));
+    return std::fabs(std::log(static_cast<double>(s.m) / want.m)) + std::fabs(std::log(static_cast<double>(s.n) / want.n)) +
+           std::fabs(std::log(static_cast<double>(s.k) / want.k));
   };
   // The nearest shape (the shape itself at distance 0), then its confirmed records, then the fastest.
   const Candidate* best = nullptr;
@@ -59,7 +57,7 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
       if ((c.confirmed && !best->confirmed) || (c.confirmed == best->confirmed && c.seconds < best->seconds)) best = &c;
     }
   }
-  return KnobChoice{best->knobs, best->shape == shape ? "db" : "nearest " + to_string(best->shape)};
+  return KnobChoice{best->knobs, best->shape == want ? "db" : "nearest " + to_string(best->shape)};
 }
 
 namespace {
@@ -73,6 +71,7 @@ struct State {
   bool warned = false;
   std::int64_t fallbacks = 0;
   double min_flops = static_cast<double>(1 << 21);
+  jit::CompileOptions compile{};
 };
 
 State& state() {
@@ -111,6 +110,7 @@ KnobChoice knobs_for(State& s, const SgemmShape& shape, int threads) {
                  threads, trials);
     try {
       TuneOptions o;
+      o.jit = s.compile;
       o.trials = trials;
       o.threads = threads;
       const TuneResult r = Tuner(shape, o).run();
@@ -136,27 +136,39 @@ void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha
   if (M == 0 || N == 0) return;
   State& s = state();
   const int threads = num_threads();
-  const SgemmShape shape{M, N, K};
+  // The problem compiled: the call's transposes and leading dimensions; beta 1 for any beta but 0
+  // (C scaled in place first). alpha != 1 is staged: C compact, beta 0.
+  const bool plain = alpha == 1.0f;
+  const SgemmShape problem = SgemmShape{M,
+                                        N,
+                                        K,
+                                        trans_a,
+                                        trans_b,
+                                        plain && beta != 0.0f ? 1 : 0,
+                                        lda,
+                                        ldb,
+                                        plain ? ldc : 0}
+                                 .canonical();
   CompiledSgemm kernel;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (K == 0 || sgemm_flops(shape) < s.min_flops) {
+    if (K == 0 || sgemm_flops(problem) < s.min_flops) {
       kernel = CompiledSgemm();
     } else {
-      const std::string choice_key = to_string(shape) + " t" + std::to_string(threads);
+      const std::string choice_key = to_string(problem.key()) + " t" + std::to_string(threads);
       auto c = s.choices.find(choice_key);
-      if (c == s.choices.end()) c = s.choices.emplace(choice_key, knobs_for(s, shape, threads)).first;
-      const std::string key = to_string(shape) + " " + plan_key(c->second.knobs, shape);
+      if (c == s.choices.end()) c = s.choices.emplace(choice_key, knobs_for(s, problem.key(), threads)).first;
+      const std::string key = to_string(problem) + " " + plan_key(c->second.knobs, problem);
       if (auto k = s.kernels.find(key); k != s.kernels.end()) {
         kernel = k->second;
       } else if (!s.failed.count(key)) {
         try {
-          kernel = compile_sgemm(c->second.knobs, shape);
+          kernel = compile_sgemm(c->second.knobs, problem, s.compile);
           s.kernels.emplace(key, kernel);
         } catch (const std::exception& e) {
           s.failed.insert(key);
-          warn(s, "tuned: warning: cannot compile the SGEMM kernel for " + to_string(shape) + " (" + first_line(e.what()) +
-                      "); using lab4_packed");
+          warn(s, "tuned: warning: cannot compile the SGEMM kernel for " + to_string(problem) + " (" +
+                      first_line(e.what()) + "); using lab4_packed");
         }
       }
       if (!kernel) ++s.fallbacks;
@@ -195,20 +207,32 @@ std::int64_t tuned_fallbacks() {
 
 std::optional<KnobChoice> tuned_choice(const SgemmShape& shape, int threads) {
   std::lock_guard<std::mutex> lock(state().mu);
-  const auto it = state().choices.find(to_string(shape) + " t" + std::to_string(threads));
+  const auto it = state().choices.find(to_string(shape.key()) + " t" + std::to_string(threads));
   if (it == state().choices.end()) return std::nullopt;
   return it->second;
+}
+
+jit::CompileOptions tuned_compile_options() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().compile;
+}
+
+void set_tuned_compile_options(const jit::CompileOptions& options) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().compile = options;
 }
 
 void reset_tuned_state() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
+  s.compile = {};
   s.choices.clear();
   s.kernels.clear();
   s.failed.clear();
   s.last_warning.clear();
   s.warned = false;
   s.fallbacks = 0;
+  detail::reset_staged_calls();
 }
 
 }  // namespace mls::kernels::tune

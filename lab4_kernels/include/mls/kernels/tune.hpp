@@ -122,76 +122,156 @@ struct KnobSpace {
 
 // ---- the template -------------------------------------------------------------------------------
 
-/// The shape of one SGEMM problem, C (M x N) = A (M x K) · B (K x N).
+/// One SGEMM problem: C = op(A)·op(B) (beta 0) or C += op(A)·op(B) (beta 1), C M x N. op(A) is A,
+/// stored M x K, or with trans_a the transpose of A stored K x M; op(B) is B, stored K x N, or with
+/// trans_b the transpose of B stored N x K. Every matrix is row-major with a leading dimension (the
+/// floats from one row to the next): lda, ldb, ldc, 0 meaning compact (the stored row's length). The
+/// tuning database's key is m, n, k, trans_a, trans_b and beta (to_json): the leading dimensions are
+/// built into a compiled kernel but do not change which knobs are fast. Brace-initialised {m, n, k}:
+/// no transposes, beta 0, compact.
 struct SgemmShape {
   long m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int beta = 0;                    ///< 0: C = op(A)·op(B); 1: C += op(A)·op(B)
+  long lda = 0, ldb = 0, ldc = 0;  ///< leading dimensions; 0: compact
   friend bool operator==(const SgemmShape&, const SgemmShape&) = default;
+  /// The leading dimensions in effect: lda, else K (M with trans_a); ldb, else N (K with trans_b); ldc, else N.
+  long a_ld() const { return lda ? lda : (trans_a ? m : k); }
+  long b_ld() const { return ldb ? ldb : (trans_b ? k : n); }
+  long c_ld() const { return ldc ? ldc : n; }
+  /// The same problem with every compact leading dimension written as 0 (equal problems compare equal).
+  SgemmShape canonical() const;
+  /// The tuning key: the same flags and extents, compact leading dimensions.
+  SgemmShape key() const;
 };
-/// "1024x1024x1024" (m x n x k).
+/// "1024x1024x1024" (m x n x k), then what is not the default: " trans_a", " trans_b", " beta=1",
+/// " lda=<lda>" ... (e.g. "768x384x128 trans_b beta=1").
 std::string to_string(const SgemmShape& s);
-/// {"m": m, "n": n, "k": k} (the tuning database's shape object).
+/// The tuning database's shape object: {"m", "n", "k", "trans_a", "trans_b", "beta"}.
 nlohmann::json to_json(const SgemmShape& s);
+/// The tuning key of a database shape object; a record written before the flags existed (no
+/// "trans_a", "trans_b", "beta") is a problem without transposes, beta 0. mls::Error
+/// "sgemm shape: ..." naming the field for a missing extent, an extent < 1, a mistyped flag or a
+/// beta other than 0 or 1.
+SgemmShape shape_from_json(const nlohmann::json& j);
 /// 2 m n k.
 double sgemm_flops(const SgemmShape& s);
 
-/// What the template makes of knobs on a shape: the padded problem and the real block sizes.
+/// One compiled kernel of a plan: the template on the block C[row0 : row0 + m][col0 : col0 + n] of
+/// the problem over its k range [k0, k0 + k), reading A, B and C where they lie (the pointers
+/// offset, the problem's leading dimensions).
+struct SgemmPiece {
+  long row0 = 0, col0 = 0, k0 = 0;
+  /// The piece's problem: its m x n x k, the problem's flags and leading dimensions, and beta 1 on
+  /// a k range after the first (it adds to what the first range wrote).
+  SgemmShape shape;
+  /// The plan's knobs as this piece uses them: mr, nr the edge's extent on an edge piece (nr below
+  /// the vector lanes: a narrow edge, plain loops), pack_b on whenever B is transposed.
+  SgemmKnobs knobs;
+  long mc = 0, nc = 0, kc = 0;  ///< MC (a multiple of mr), NC (of nr), KC (divides the piece's k)
+  int lanes = 16;
+};
+/// "rows 0:96 cols 0:512 k 0:256 beta=0 mr=8 nr=32 mc=96 nc=512 kc=256".
+std::string to_string(const SgemmPiece& p);
+
+/// What the template makes of knobs on a problem: its pieces, each a kernel the micro-kernel tiles
+/// exactly, none copying an operand. The main piece (rows a whole number of mr panels, columns of nr
+/// panels, k a whole number of equal KC blocks) is first; where the problem has an edge, the pieces
+/// after it cover it: the last M % mr rows (mr = that remainder), the last N % nr columns (nr = their
+/// whole vectors, then a narrow piece of the last N % lanes), and where K is not a whole number of
+/// equal blocks (ceil(K / KC) blocks of floor(K / blocks)), the last K % blocks of k as pieces of their
+/// own that add to C (beta 1). Blocks: b = ceil(P / (MC/mr)) blocks of ceil(P / b) panels (P: the
+/// panels), the last block shorter (a guard on the panel loop, outside the tile).
 struct SgemmPlan {
   SgemmKnobs knobs;
-  SgemmShape shape;     ///< the problem asked for
-  SgemmShape padded;    ///< the compiled kernel's problem: whole blocks of MC, NC, KC
-  long mc = 0, nc = 0, kc = 0;  ///< MC (a multiple of MR), NC (of NR), KC (divides padded.k)
+  SgemmShape shape;                  ///< the problem
+  std::vector<SgemmPiece> pieces;    ///< in the order they run (a k range after the first runs last)
+  long mc = 0, nc = 0, kc = 0;       ///< the first piece's block sizes
   int lanes = 16;
-  /// Whether the problem needs padding (staged copies even for compact operands).
-  bool pads() const { return !(padded == shape); }
+  /// Whether the problem has edges (more than one piece).
+  bool edges() const { return pieces.size() > 1; }
 };
-/// The plan of `knobs` for a problem (check_knobs first; every extent >= 1): b = ceil(P / (MC/MR))
-/// blocks of ceil(P / b) panels of MR rows (P = ceil(M / MR)), likewise for NC, and ceil(K / KC)
-/// blocks of equal depth.
+/// The plan of `knobs` for a problem (check_knobs first; every extent >= 1, beta 0 or 1, leading
+/// dimensions 0 or at least the compact ones; mls::Error "plan_sgemm: ..." otherwise).
 SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0);
+/// The problem rounded up to whole tiles: M to a multiple of mr, N of nr, K to ceil(K / KC) blocks of
+/// ceil(K / blocks) (compact, no flags): the worked steps' problem (sgemm_steps), one piece, the same
+/// product on zero-padded operands.
+SgemmShape padded_to_tiles(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0);
 
-/// The micro-kernel of a plan: te::gemm_regblock_intrinsic(mr, nr, kc) with `#pragma GCC unroll
-/// <unroll>` before its k loop when unroll > 1 (name suffix "_u<unroll>").
+/// The micro-kernel of a piece: te::gemm_regblock_intrinsic(mr, nr, kc) with `#pragma GCC unroll
+/// <unroll>` before its k loop when unroll > 1 (name suffix "_u<unroll>"); te::gemm_intrinsic's plain
+/// loops when nr is not a multiple of the lanes (a narrow edge; unroll ignored).
 te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes = 0);
 
-/// The template instantiated: the schedule of C = A·B on the padded problem, and its loop nest.
+/// The template instantiated on one piece: the schedule of C (+)= op(A)·op(B) on the piece's
+/// operands, and its loop nest.
 struct SgemmInstance {
-  SgemmPlan plan;
-  te::Tensor A, B, C;   ///< padded.m x padded.k, padded.k x padded.n, padded.m x padded.n
+  SgemmPiece piece;
+  te::Tensor A, B, C;   ///< as the piece reads them: A m x k (k x m with trans_a), B k x n (n x k), C m x n, strided
   te::Schedule schedule;
   te::LoweredFunc func;
 };
-/// Schedules and lowers the template (see the top of this file). `name` "" gives a name made of
-/// the shape and the knobs (a C identifier, unique per plan).
+/// Schedules and lowers the template on one piece (see the top of this file). `name` "" gives a name
+/// made of the piece's problem and knobs (a C identifier, unique per piece).
+SgemmInstance instantiate(const SgemmPiece& piece, std::string name = "");
+/// The template on a problem its micro-kernel tiles exactly (a plan of one piece); mls::Error
+/// "instantiate: ..." naming the pieces of a problem with edges (instantiate_all takes those).
+SgemmInstance instantiate(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0, std::string name = "");
+/// The same on m x n x k (no transposes, beta 0, compact).
 SgemmInstance instantiate(const SgemmKnobs& knobs, long m, long n, long k, int lanes = 0, std::string name = "");
+/// Every piece of the plan of `knobs` on `shape`, instantiated, in the plan's order.
+std::vector<SgemmInstance> instantiate_all(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0);
 
-/// A compiled SGEMM of one plan, for the whole SgemmFn contract on its shape. Copies share the
-/// compiled code; run() is safe from several threads at once.
+/// A compiled SGEMM of one plan: a kernel per piece. Copies share the compiled code; run() is safe
+/// from several threads at once.
 class CompiledSgemm {
  public:
   CompiledSgemm() = default;
-  CompiledSgemm(SgemmPlan plan, te::JitKernel kernel) : plan_(std::move(plan)), kernel_(std::move(kernel)) {}
+  /// `kernels`: one per piece of `plan`, in its order (mls::Error otherwise).
+  CompiledSgemm(SgemmPlan plan, std::vector<te::JitKernel> kernels);
   const SgemmPlan& plan() const { return plan_; }
-  const te::JitKernel& kernel() const { return kernel_; }
-  explicit operator bool() const { return static_cast<bool>(kernel_); }
-  /// C = alpha op(A) op(B) + beta C (the SgemmFn contract) on the plan's M, N, K; the operands go
-  /// straight to the kernel when they are its compact, unpadded arrays and alpha = 1, beta = 0,
-  /// else through staged copies. threads: as te::JitKernel::run. mls::Error "CompiledSgemm: ..."
-  /// for another shape or too small leading dimensions.
+  /// The kernels, one per piece.
+  const std::vector<te::JitKernel>& kernels() const { return kernels_; }
+  /// The first piece's kernel.
+  const te::JitKernel& kernel() const { return kernels_.front(); }
+  explicit operator bool() const { return !kernels_.empty(); }
+  /// C = alpha op(A) op(B) + beta C (the SgemmFn contract) on the plan's M, N, K. The pieces run on
+  /// the operands where they lie when the call is the plan's problem: its transposes and leading
+  /// dimensions, alpha = 1 and beta = the plan's (a plan with beta 1 takes any beta: C is scaled in
+  /// place first, or zeroed for 0). Anything else goes through staged copies in the plan's layout
+  /// (counted by tuned_staged_calls()). threads: as te::JitKernel::run. mls::Error "CompiledSgemm:
+  /// ..." for another M, N, K or too small leading dimensions.
   void run(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
            const float* B, long ldb, float beta, float* C, long ldc, int threads = 0) const;
-  /// C = A·B with compact operands (A M x K, B K x N, C M x N).
+  /// The plan's own problem (its transposes, leading dimensions and beta; alpha 1).
   void run(const float* A, const float* B, float* C, int threads = 0) const;
 
  private:
+  /// Every piece on the plan's layout, no checks.
+  void run_pieces(const float* A, const float* B, float* C, int threads) const;
   SgemmPlan plan_;
-  te::JitKernel kernel_;
+  std::vector<te::JitKernel> kernels_;
 };
+
+/// CompiledSgemm::run calls (the `tuned` kernel's among them) that copied an operand into the
+/// compiled layout (a transpose or leading dimension the plan does not have, alpha != 1, or beta != 0
+/// on a beta-0 plan), since the process started or reset_tuned_state().
+std::int64_t tuned_staged_calls();
+namespace detail {
+/// Sets tuned_staged_calls() to 0 (reset_tuned_state calls it).
+void reset_staged_calls();
+}  // namespace detail
 
 /// instantiate + te::compile (one compiler run, or the JIT's cache). Errors: the JIT's.
 CompiledSgemm compile_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, const jit::CompileOptions& options = {});
 /// Every knob set for one shape in one translation unit (one compiler run); in the order of `knobs`.
 std::vector<CompiledSgemm> compile_sgemm_all(const std::vector<SgemmKnobs>& knobs, const SgemmShape& shape,
                                              const jit::CompileOptions& options = {});
+/// Every (knobs, problem) job in one translation unit (one compiler run; a piece two jobs share is
+/// compiled once); in the order of `jobs`.
+std::vector<CompiledSgemm> compile_sgemm_jobs(const std::vector<std::pair<SgemmKnobs, SgemmShape>>& jobs,
+                                              const jit::CompileOptions& options = {});
 
 // ---- worked examples: the schedules of the handout, one idea at a time ---------------------------
 
@@ -256,10 +336,12 @@ struct MeasureOptions {
   double batch_seconds = 5e-3;   ///< interleaved_ratio's batch
 };
 
-/// The problem a tuner measures on: seeded random operands, the reference product (lab4_packed,
-/// or lab4_packed_mt at more threads) and the anchor time. Made once per tuning.
+/// The problem a tuner measures on: seeded random operands, compact, in the layout of the problem's
+/// transposes (and, for beta 1, a random C to add to), the reference result (lab4_packed, or
+/// lab4_packed_mt at more threads, on the same flags) and the anchor time. Made once per tuning.
 class Bench {
  public:
+  /// On shape.key() (compact leading dimensions).
   Bench(const SgemmShape& shape, int threads, std::uint64_t seed = 1);
   const SgemmShape& shape() const { return shape_; }
   int threads() const { return threads_; }
@@ -278,9 +360,12 @@ class Bench {
   double time(const CandidateFn& fn, int repeat, double batch_seconds);
 
  private:
+  /// C before a checked run: NaN everywhere for beta 0 (every element must be written), the
+  /// starting C for beta 1.
+  void reset_c(std::vector<float>& c) const;
   SgemmShape shape_;
   int threads_;
-  std::vector<float> a_, b_, c_, ref_, anchor_c_;
+  std::vector<float> a_, b_, c0_, c_, ref_, anchor_c_;
   double tolerance_ = 0, anchor_seconds_ = 0;
 };
 
@@ -444,7 +529,12 @@ std::int64_t tuned_fallbacks();
 /// The knobs the `tuned` kernel chose for a shape at a thread count in this process (none before
 /// its first call on that shape, or for a problem it sent to the hand-written kernel by size).
 std::optional<KnobChoice> tuned_choice(const SgemmShape& shape, int threads);
-/// Forgets the compiled kernels, the knob choices and the warnings (as a new process would start).
+/// How the `tuned` kernel compiles (default jit::CompileOptions{}: -O3, the JIT's cache). Tests set
+/// quicker options.
+jit::CompileOptions tuned_compile_options();
+void set_tuned_compile_options(const jit::CompileOptions& options);
+/// Forgets the compiled kernels, the knob choices, the warnings, the counters and the compile
+/// options (as a new process would start).
 void reset_tuned_state();
 
 }  // namespace mls::kernels::tune
