@@ -1,14 +1,15 @@
 #pragma once
 /// Lab 4 part 2, ML compilation: the autotuner (issue 28, section 4). A schedule TEMPLATE for SGEMM
-/// C = A·B (row-major, M x K times K x N) whose knobs span a search space; strategies that search
-/// it (grid, random, guided by a cost model fitted online); a Tuner that measures candidates with
-/// the project's interleaved timing and keeps what it found in the tuning database; and the
-/// `tuned` SGEMM kernel of the registry (MLS_MATMUL=tuned) that runs the best schedule known.
+/// C (+)= op(A)·op(B) (row-major, transposes, leading dimensions; see SgemmShape) whose knobs span a
+/// search space; strategies that search it (grid, random, guided by a cost model fitted online); a
+/// Tuner that measures candidates with the project's interleaved timing and keeps what it found in
+/// the tuning database; and the `tuned` SGEMM kernel of the registry (MLS_MATMUL=tuned) that runs
+/// the best schedule known.
 ///
 ///     SgemmKnobs k = KnobSpace::sgemm(1).default_knobs();
 ///     te::LoweredFunc f = instantiate(k, 1024, 1024, 1024).func;   // the loop nest: te::to_string(f)
-///     CompiledSgemm g = compile_sgemm(k, 1024, 1024, 1024);          // through codegen and the JIT
-///     TuneResult r = Tuner({1024, 1024, 1024}, {.strategy = Strategy::Guided, .trials = 64}).run();
+///     CompiledSgemm g = compile_sgemm(k, {1024, 1024, 1024});        // through codegen and the JIT
+///     TuneResult r = Tuner({768, 384, 128, false, true, 1}, {.strategy = Strategy::Guided, .trials = 64}).run();
 ///
 /// The template (what `instantiate` schedules): axes y (rows of C), x (columns), k (reduction):
 ///   y -> yp (panels of MR rows) -> yc (blocks of about MC rows), yr (panels in a block); yi (MR)
@@ -19,13 +20,23 @@
 ///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
 ///   later of its loops xc/ko when `pack_b`, A's MC x KC block at the later of yc/ko when `pack_a`,
 ///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`).
-/// The micro-kernel's tile must have no tail, so M is cut into ceil(P / (MC/MR)) blocks of equal
-/// whole panels (P the panels of MR rows), N likewise, K into ceil(K / KC) blocks of equal depth.
-/// Where that is not exact the compiled kernel works on a zero-padded problem (Mp x Np x Kp,
-/// each a whole number of blocks: at most a panel per block more) and CompiledSgemm copies
-/// the operands in and out ("staging"); it stages too for transposes, leading dimensions other
-/// than the compact ones, alpha != 1 or beta != 0 — so a compiled kernel honours the whole
-/// SgemmFn contract (mls/common/kernels.hpp).
+/// The operands are read and written where they lie, never copied whole: the tensor expression
+/// indexes A(k, y) when trans_a and B(x, k) when trans_b on strided placeholders (te::
+/// strided_placeholder: the leading dimensions), so the packing copies read transposed panels
+/// directly (B's copy stores rows of k whatever B's layout: cache_read with a layout; a transposed
+/// B is always packed); C is a strided output (te::with_strides), and beta 1 is an accumulating
+/// reduction (te::sum_into: no reset, the micro-kernel's first k block starts from C).
+/// The micro-kernel's tile must have no tail, so a plan (plan_sgemm) cuts the problem into pieces
+/// the tile divides: the main piece (whole MR panels, whole NR panels, K in equal KC blocks; its
+/// blocks of panels balanced, the last shorter: a guard outside the tile), then, where the problem
+/// has edges, pieces for the last M % MR rows (a micro-kernel of that many rows), the last N % NR
+/// columns (a micro-kernel of their whole vectors, then plain loops for the last N % lanes), and the
+/// last K % blocks of k (pieces that add to C). Each piece is a kernel of its own on the operands'
+/// corner (CompiledSgemm::run offsets the pointers); no operand is copied.
+/// CompiledSgemm stages (copies into its layout) only a call it was not compiled for: another
+/// transpose or leading dimension, alpha != 1, or beta != 0 on a beta-0 plan (a beta-1 plan takes
+/// any beta: C scaled in place first); tuned_staged_calls() counts those. The `tuned` kernel
+/// compiles the call's own problem, so only alpha != 1 is staged there.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -289,7 +300,7 @@ struct ScheduleStep {
 /// `fused_gemm8x8_add`. n: a multiple of 8 (mls::Error otherwise).
 std::vector<ScheduleStep> slide_steps(long n);
 /// The SGEMM template (instantiate) built up one idea at a time on C = A·B of the plan of `knobs`
-/// for m x n x k (its padded problem, KnobSpace::default_knobs() when `knobs` is empty): 1 the
+/// for m x n x k (padded_to_tiles: zero-padded operands, KnobSpace::default_knobs() when `knobs` is empty): 1 the
 /// default loops; 2 k outside x (i-k-j); 3 MR x NR register tiles, their columns vectorized; 4
 /// MC/KC/NC cache blocks in Goto's order; 5 A's and B's blocks packed (cache_read, vectorized
 /// copies); 6 the MR x NR x KC tile tensorized with the register-blocked micro-kernel: the
@@ -399,7 +410,7 @@ class CostModel {
   double bias_ = 0;
 };
 /// Features of knobs on a shape: log2 of each block size and micro-kernel extent, unroll, one-hot
-/// order and parallel, the packing flags, register use, padding waste, log2 of the A block, B
+/// order and parallel, the packing flags, register use, the share of the edge pieces' flops, log2 of the A block, B
 /// block and B panel bytes.
 std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape, int lanes);
 /// A key per distinct compiled schedule: knobs whose plans on `shape` are the same (block targets
@@ -452,9 +463,10 @@ struct TuneResult {
   double wall_seconds = 0;
 };
 
-/// Runs a strategy on one shape at one thread count (see TuneOptions).
+/// Runs a strategy on one problem at one thread count (see TuneOptions).
 class Tuner {
  public:
+  /// On shape.key(): its extents, transposes and beta, compact operands (the database's key).
   Tuner(SgemmShape shape, TuneOptions options);
   TuneResult run();
 
@@ -500,17 +512,22 @@ struct KnobChoice {
   SgemmKnobs knobs;
   std::string source;
 };
-/// The fastest record among `records` of op "sgemm", this template, `cpu_key` and `threads`, of
-/// `shape` when there is one, else of the nearest shape; among that shape's records the confirmed
-/// ones ("measure": "confirmed") are preferred where there are any. None when no record qualifies
-/// (records of knobs that do not parse are skipped).
+/// The fastest record among `records` of op "sgemm", this template, `cpu_key`, `threads` and the
+/// problem's flags (trans_a, trans_b, beta: shape_from_json, a record without them is a problem
+/// without transposes, beta 0), of `shape` when there is one, else of the nearest shape with the
+/// same flags; among that shape's records the confirmed ones ("measure": "confirmed") are
+/// preferred where there are any. Leading dimensions play no part. None when no record qualifies
+/// (records whose shape or knobs do not parse are skipped).
 std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records, const SgemmShape& shape, int threads,
                                        std::string_view cpu_key);
 
-/// The `tuned` SgemmFn: C = alpha op(A) op(B) + beta C with the best known schedule of the shape at
-/// mls::num_threads() threads (choose_knobs on the database, $MLS_TUNING_DB; with MLS_TUNE=1 a
-/// shape with no record of its own is tuned first: MLS_TUNE_TRIALS candidates, default 24, guided;
-/// else the space's default). Compiled kernels are kept per (knobs, shape). Problems below
+/// The `tuned` SgemmFn: C = alpha op(A) op(B) + beta C with the best known schedule of the problem
+/// (its m, n, k, transposes and beta: 1 for any beta but 0) at mls::num_threads() threads
+/// (choose_knobs on the database, $MLS_TUNING_DB; with MLS_TUNE=1 a problem with no record of its
+/// own is tuned first, with its flags: MLS_TUNE_TRIALS candidates, default 24, guided; else the
+/// nearest tuned shape's knobs, else the space's default). The call's own problem (its transposes
+/// and leading dimensions) is compiled, so the operands are read where they lie; alpha != 1 runs
+/// through a copy of C. Compiled kernels are kept per (problem, plan). Problems below
 /// tuned_min_flops(), K = 0, and any failure to compile (no compiler, a compile error: one line on
 /// stderr, the first time) run lab4_packed (lab4_packed_mt at more than one thread).
 void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
