@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 
@@ -62,11 +63,24 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
 
 namespace {
 
+/// A call's problem at a thread count: the fast lookup of its kernel.
+struct CallKey {
+  long m, n, k;
+  bool trans_a, trans_b;
+  int beta;
+  long lda, ldb, ldc;
+  int threads;
+  friend auto operator<=>(const CallKey&, const CallKey&) = default;
+};
+
 struct State {
   std::mutex mu;
   std::map<std::string, KnobChoice> choices;      // "<shape> t<threads>"
-  std::map<std::string, CompiledSgemm> kernels;   // plan_key + shape
+  std::map<std::string, std::shared_ptr<const CompiledSgemm>> kernels;  // problem + plan_key
   std::set<std::string> failed;                   // kernels that did not compile
+  /// The kernel of each problem seen at each thread count (null: it did not compile), so a call
+  /// finds it without making keys of strings.
+  std::map<CallKey, std::shared_ptr<const CompiledSgemm>> by_call;
   std::string last_warning;
   bool warned = false;
   std::int64_t fallbacks = 0;
@@ -149,11 +163,18 @@ void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha
                                         ldb,
                                         plain ? ldc : 0}
                                  .canonical();
-  CompiledSgemm kernel;
+  std::shared_ptr<const CompiledSgemm> kernel;
+  bool small = false;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (K == 0 || sgemm_flops(problem) < s.min_flops) {
-      kernel = CompiledSgemm();
+    small = K == 0 || sgemm_flops(problem) < s.min_flops;
+  }
+  if (small) return fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    const CallKey call{M, N, K, problem.trans_a, problem.trans_b, problem.beta, problem.lda, problem.ldb, problem.ldc, threads};
+    if (auto hit = s.by_call.find(call); hit != s.by_call.end()) {
+      kernel = hit->second;
     } else {
       const std::string choice_key = to_string(problem.key()) + " t" + std::to_string(threads);
       auto c = s.choices.find(choice_key);
@@ -163,7 +184,7 @@ void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha
         kernel = k->second;
       } else if (!s.failed.count(key)) {
         try {
-          kernel = compile_sgemm(c->second.knobs, problem, s.compile);
+          kernel = std::make_shared<const CompiledSgemm>(compile_sgemm(c->second.knobs, problem, s.compile));
           s.kernels.emplace(key, kernel);
         } catch (const std::exception& e) {
           s.failed.insert(key);
@@ -171,11 +192,12 @@ void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha
                       first_line(e.what()) + "); using lab4_packed");
         }
       }
-      if (!kernel) ++s.fallbacks;
+      s.by_call.emplace(call, kernel);
     }
+    if (!kernel) ++s.fallbacks;
   }
   if (!kernel) return fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  kernel.run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads == 1 ? 1 : 0);
+  kernel->run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads == 1 ? 1 : 0);
 }
 
 void register_tuned_kernel() {
@@ -229,6 +251,7 @@ void reset_tuned_state() {
   s.choices.clear();
   s.kernels.clear();
   s.failed.clear();
+  s.by_call.clear();
   s.last_warning.clear();
   s.warned = false;
   s.fallbacks = 0;
