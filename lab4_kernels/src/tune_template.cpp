@@ -56,6 +56,27 @@ te::Tensor operand(const char* name, long rows, long cols, long ld) {
   return ld == cols ? te::placeholder(name, {rows, cols}) : te::strided_placeholder(name, {rows, cols}, {ld, 1});
 }
 
+/// The compute of a piece: C (+)= op(A)·op(B) on A m x k (k x m with trans_a), B k x n (n x k with
+/// trans_b) and C m x n, each where it lies (its leading dimension); beta 1 sums into C (no reset).
+struct PieceCompute {
+  te::Tensor A, B, C;
+  te::IterVar k;
+};
+PieceCompute piece_compute(const SgemmShape& sh) {
+  const std::int64_t M = sh.m, N = sh.n, K = sh.k;
+  PieceCompute pc;
+  pc.A = sh.trans_a ? operand("A", K, M, sh.a_ld()) : operand("A", M, K, sh.a_ld());
+  pc.B = sh.trans_b ? operand("B", N, K, sh.b_ld()) : operand("B", K, N, sh.b_ld());
+  pc.k = te::reduce_axis(K, "k");
+  auto body = [&](te::Var y, te::Var x) {
+    const te::Expr prod = (sh.trans_a ? pc.A(pc.k, y) : pc.A(y, pc.k)) * (sh.trans_b ? pc.B(x, pc.k) : pc.B(pc.k, x));
+    return sh.beta ? te::sum_into(prod, {pc.k}) : te::sum(prod, {pc.k});
+  };
+  pc.C = te::compute("C", {M, N}, body, {"y", "x"});
+  if (sh.c_ld() != N) pc.C = te::with_strides(pc.C, {sh.c_ld(), 1});
+  return pc;
+}
+
 }  // namespace
 
 /// The template (the top of mls/kernels/tune.hpp has its picture). Given: the piece (block sizes
@@ -76,23 +97,13 @@ te::Tensor operand(const char* name, long rows, long cols, long ld) {
 /// Hint: each of p.mc / knobs.mr and p.nc / knobs.nr is a whole number of panels.
 SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   const SgemmPiece& p = piece;
-  const SgemmKnobs& knobs = p.knobs;
-  const SgemmShape& sh = p.shape;
-  const std::int64_t M = sh.m, N = sh.n, K = sh.k;
+  [[maybe_unused]] const SgemmKnobs& knobs = p.knobs;
   // A is M x K (K x M with trans_a), B K x N (N x K with trans_b), C M x N, each with its leading dimension.
-  const te::Tensor A = sh.trans_a ? operand("A", K, M, sh.a_ld()) : operand("A", M, K, sh.a_ld());
-  const te::Tensor B = sh.trans_b ? operand("B", N, K, sh.b_ld()) : operand("B", K, N, sh.b_ld());
-  te::IterVar kk = te::reduce_axis(K, "k");
-  te::Tensor C = te::compute(
-      "C", {M, N},
-      [&](te::Var y, te::Var x) {
-        const te::Expr prod = (sh.trans_a ? A(kk, y) : A(y, kk)) * (sh.trans_b ? B(x, kk) : B(kk, x));
-        return sh.beta ? te::sum_into(prod, {kk}) : te::sum(prod, {kk});  // beta 1: C's own value is where the sum starts
-      },
-      {"y", "x"});
-  if (sh.c_ld() != N) C = te::with_strides(C, {sh.c_ld(), 1});
+  const PieceCompute pc = piece_compute(p.shape);
+  const te::Tensor &A = pc.A, &B = pc.B, &C = pc.C;
+  [[maybe_unused]] const te::IterVar& kk = pc.k;
   // B's copy holds rows of k (BL[k][x]) whatever B's layout: the micro-kernel reads a row of B's block contiguous.
-  const std::vector<int> b_layout = sh.trans_b ? std::vector<int>{1, 0} : std::vector<int>{0, 1};
+  const std::vector<int> b_layout = p.shape.trans_b ? std::vector<int>{1, 0} : std::vector<int>{0, 1};
   te::Schedule s({C});
   te::Stage st = s[C];
   // BEGIN SOLUTION
