@@ -1,8 +1,10 @@
 // Lab 4 part 2: the autotuner's SGEMM template (mls/kernels/tune.hpp): knobs and their JSON form,
-// the knob space (enumerate, sample, neighbours), plans, the micro-kernel's unroll, and every knob
-// combination of small spaces equal to the naive product on awkward shapes (1, primes,
-// non-multiples), interpreted and compiled; staged runs (transposes, leading dimensions,
-// alpha/beta). Kernels compile into the test's own cache folder.
+// the knob space (enumerate, sample, neighbours), plans and their pieces, problems and their
+// database keys, the micro-kernel's unroll, and every knob combination of small spaces equal to
+// the naive product on awkward shapes (1, primes, non-multiples), interpreted and compiled; every
+// transpose, beta and leading dimension run in place (nothing staged) on shapes with every kind of
+// edge; staged runs (a call in another layout, alpha/beta). Kernels compile into the test's own
+// cache folder.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -241,6 +243,13 @@ TEST_CASE("tune: every knob combination of a small space equals the naive produc
       if (threads == 2 && s != 2) continue;  // the parallel loop kinds: one shape is enough for the interpreter
       for (std::size_t i = 0; i < all.size(); ++i) kernels_test::check_interpreted(all[i], shapes[s], 100 + s);
     }
+  }
+  // Every transpose, beta and leading dimension, packed and read in place, on a shape with every edge.
+  for (int flags = 0; flags < 16; ++flags) {
+    const bool ta = flags & 1, tb = flags & 2, beta = flags & 4, pad = flags & 8;
+    const SgemmShape s{17, 19, 23, ta, tb, beta, pad ? (ta ? 17 : 23) + 2 : 0, pad ? (tb ? 23 : 19) + 1 : 0, pad ? 22 : 0};
+    SgemmKnobs k{8, 8, 2 * lanes(), 4, lanes(), flags % 3 ? "nkm" : "kmn", "none", flags % 2 == 0, flags % 4 < 2, 1};
+    kernels_test::check_interpreted(k, s, 200 + flags);
   }
 }
 

@@ -1,8 +1,10 @@
 // Lab 4 part 2: the autotuner's search and its `tuned` kernel (mls/kernels/tune.hpp): guarded first
 // runs (a crash, a hang, a throw, a wrong result), candidates that fail being recorded and skipped,
-// the cost model, the three strategies on a tiny shape, the database lookup (other CPUs ignored,
-// the nearest shape), and the registry's `tuned` kernel against lab4_packed, its fallback without
-// a compiler, and MLS_TUNE=1. No timing assertions. The database and the JIT cache of every test
+// the cost model, the three strategies on a tiny shape, a tuner on a transposed beta-1 problem,
+// the database lookup (other CPUs ignored, the nearest shape, the flags in the key, records from
+// before the flags), and the registry's `tuned` kernel against lab4_packed, in place with every
+// flag through mls::kernels::sgemm (nothing staged), its fallback without a compiler, and
+// MLS_TUNE=1 (each problem tuned with its flags). No timing assertions. The database and the JIT cache of every test
 // are in its own temporary folder (TuneEnv).
 #include <catch2/catch.hpp>
 
