@@ -12,6 +12,14 @@
 //
 //   build/ci/lab4_kernels/mls_lab4_bench_sgemm --benchmark_filter='n:1024/t:1'
 //   build/ci/lab4_kernels/mls_lab4_bench_sgemm --benchmark_filter=sgemm_tf   (a transformer's shapes)
+//
+// `tuned` (at n = 1024 and 2048, and on the transformer's shapes) is the autotuner's kernel as every
+// lab gets it (MLS_MATMUL=tuned, mls/kernels/tune.hpp): the tuning database's knobs for the problem
+// (with its transposes and beta), compiled on its first call (the warm-up run, not timed), run on
+// the operands where they lie. A problem with no record of its own takes the nearest tuned shape's
+// knobs (same flags, same thread count), else the template's default knobs; so tune first
+// (`mls-tune sgemm --transformer --threads T`, `mls-tune sgemm --m 1024 ...`) for figures worth
+// quoting. It runs lab4_packed (lab4_packed_mt) only where it cannot compile.
 //   /usr/bin/python3 lab4_kernels/bench/collect.py --out lab4_bench.json
 #include <benchmark/benchmark.h>
 
@@ -26,9 +34,11 @@
 #include <utility>
 #include <vector>
 
+#include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/kernels/sgemm.hpp"
+#include "mls/kernels/transformer_gemms.hpp"
 
 namespace {
 
@@ -104,10 +114,13 @@ void add(const std::string& name, mls::SgemmFn fn, long n, int threads) {
       ->MinTime(0.3);
 }
 
-// ---- the GEMMs of a transformer layer (lab 6's `small` GPT: 768 tokens, C = 128) ----------------
+// ---- the GEMMs of a transformer layer (mls/kernels/transformer_gemms.hpp: lab 6's `small` GPT) ---
 // For a linear layer y = x·Wᵀ with x (M, K) and W (N, K): forward (no trans, trans B), input
-// gradient dx = dy·W (no trans, no trans) and weight gradient dW = dyᵀ·x (trans A, no trans).
-// Named sgemm_tf/<kernel>/<op>:<M>x<N>x<K>/t:<threads>, with vs_openblas as above.
+// gradient dx = dy·W (no trans, no trans) and weight gradient dW = dyᵀ·x (trans A, no trans), each
+// adding to C (beta 1). Named sgemm_tf/<kernel>/<op>:<M>x<N>x<K>/t:<threads>, with vs_openblas as
+// above; the kernels: OpenBLAS, lab4_packed (lab4_packed_mt at 2 threads) and `tuned` (the
+// autotuner's: the tuning database's knobs for the problem with its flags, run on the operands where
+// they lie; see its note at the top of this file).
 
 void openblas_sgemm_t(bool ta, bool tb, long M, long N, long K, float alpha, const float* A,
                       long lda, const float* B, long ldb, float beta, float* C, long ldc) {
@@ -145,45 +158,33 @@ void run_tf(benchmark::State& state, const std::string& name, mls::SgemmFn fn, b
   state.SetLabel(name);
 }
 
+/// The registry's `tuned` kernel (the autotuner's: mls/kernels/tune.hpp), or null.
+mls::SgemmFn tuned_kernel() {
+  for (const auto& k : mls::sgemm_kernels())
+    if (k.name == "tuned") return k.fn;
+  return nullptr;
+}
+
 void add_transformer_shapes() {
-  struct Layer {
-    long N, K;  // W is N x K
-  };
-  const long M = 768;  // 12 x 64 tokens
-  const Layer layers[] = {{384, 128}, {128, 128}, {512, 128}, {128, 512}};  // qkv, proj, fc, fcproj
-  for (const auto& l : layers) {
-    // (op, trans_a, trans_b, rows, cols, depth) of C = op(A)·op(B)
-    const struct {
-      const char* op;
-      bool ta, tb;
-      long m, n, k;
-    } ops[] = {{"fwd", false, true, M, l.N, l.K},
-               {"dx", false, false, M, l.K, l.N},
-               {"dW", true, false, l.N, l.K, M}};
-    for (const auto& o : ops) {
-      for (int threads : {1, 2}) {
-        const std::string key = std::string(o.op) + ":" + std::to_string(o.m) + "x" +
-                                std::to_string(o.n) + "x" + std::to_string(o.k) +
-                                "/t:" + std::to_string(threads);
-        const std::string ours = threads > 1 ? "lab4_packed_mt" : "lab4_packed";
-        for (const auto& [name, fn] :
-             {std::pair<std::string, mls::SgemmFn>{"openblas", &openblas_sgemm_t},
-              std::pair<std::string, mls::SgemmFn>{ours, nullptr}}) {
-          mls::SgemmFn f = fn;
-          if (!f) {
-            for (const auto& k : mls::kernels::cpu_kernels())
-              if (k.name == ours) f = k.fn;
-          }
-          const bool ta = o.ta, tb = o.tb;
-          const long m = o.m, n = o.n, kk = o.k;
-          benchmark::RegisterBenchmark(("sgemm_tf/" + name + "/" + key).c_str(),
-                                       [=](benchmark::State& s) {
-                                         run_tf(s, name, f, ta, tb, m, n, kk, threads, key);
-                                       })
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond)
-              ->MinTime(0.1);
-        }
+  for (const mls::kernels::TransformerGemm& g : mls::kernels::transformer_gemms()) {
+    for (int threads : {1, 2}) {
+      const std::string key = g.key() + "/t:" + std::to_string(threads);
+      const std::string ours = threads > 1 ? "lab4_packed_mt" : "lab4_packed";
+      mls::SgemmFn packed = nullptr;
+      for (const auto& k : mls::kernels::cpu_kernels())
+        if (k.name == ours) packed = k.fn;
+      for (const auto& [name, fn] : {std::pair<std::string, mls::SgemmFn>{"openblas", &openblas_sgemm_t},
+                                     std::pair<std::string, mls::SgemmFn>{ours, packed},
+                                     std::pair<std::string, mls::SgemmFn>{"tuned", tuned_kernel()}}) {
+        if (!fn) continue;
+        const mls::SgemmFn f = fn;
+        const bool ta = g.trans_a, tb = g.trans_b;
+        const long m = g.m, n = g.n, kk = g.k;
+        benchmark::RegisterBenchmark(("sgemm_tf/" + name + "/" + key).c_str(),
+                                     [=](benchmark::State& s) { run_tf(s, name, f, ta, tb, m, n, kk, threads, key); })
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.1);
       }
     }
   }
@@ -205,6 +206,7 @@ int main(int argc, char** argv) {
         if (auto it = max_n.find(name); it != max_n.end() && n > it->second) continue;
         add(name, k.fn, n, threads);
       }
+      if (n >= 1024 && tuned_kernel()) add("tuned", tuned_kernel(), n, threads);
     }
   }
   add_transformer_shapes();

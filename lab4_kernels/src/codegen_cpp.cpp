@@ -194,11 +194,8 @@ Emitter::Emitter(const LoweredFunc& f, Module& m) : f_(f), m_(m) {
     BufVar bv;
     bv.ident = fresh(c_identifier(b->name));
     bv.shape = b->shape;
-    bv.strides.assign(b->shape.size(), 1);
-    for (std::size_t d = b->shape.size(); d-- > 0;) {
-      bv.strides[d] = bv.size;
-      bv.size *= b->shape[d];
-    }
+    bv.strides = buffer_strides(*b);
+    bv.size = buffer_span(*b);
     bv.is_arg = bv.live = is_arg;
     bufs_[b.get()] = std::move(bv);
   };
@@ -248,8 +245,8 @@ BufVar& Emitter::buf(const BufferNode* b, const char* what) {
 }
 
 Expr Emitter::flat_index(const BufVar& bv, const std::vector<Expr>& idx) const {
-  Expr acc = idx.empty() ? Expr(0) : idx[0];
-  for (std::size_t d = 1; d < idx.size(); ++d) acc = acc * Expr(bv.shape[d]) + idx[d];
+  Expr acc = idx.empty() ? Expr(0) : idx[0] * Expr(bv.strides[0]);
+  for (std::size_t d = 1; d < idx.size(); ++d) acc = acc + idx[d] * Expr(bv.strides[d]);
   return detail::simplify(acc);
 }
 
@@ -546,7 +543,7 @@ std::string Emitter::function() {
     const BufVar& bv = bufs_.at(f_.args[i].get());
     if (!bv.used) continue;
     head += indent(1) + "float* const __restrict " + bv.ident + " = args[" + std::to_string(i) + "];  // " +
-            f_.args[i]->name + ": float32" + detail::shape_text(bv.shape) + "\n";
+            f_.args[i]->name + ": float32" + detail::layout_text(*f_.args[i]) + "\n";
   }
   return head + out_ + "}\n";
 }

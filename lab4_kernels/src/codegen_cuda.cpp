@@ -125,6 +125,7 @@ struct BufState {
   std::vector<std::int64_t> shape;
   std::int64_t size = 1;
   bool live = false;
+  std::vector<std::int64_t> strides = {};  // buffer_strides
 };
 
 /// Emits one kernel: a top-level nest of the function.
@@ -225,8 +226,8 @@ std::string CudaEmitter::element(const BufferNode* b, const std::vector<Expr>& i
   BufState& bs = buf(b, what);
   MLS_CHECK(idx.size() == bs.shape.size(), "generate_cuda: ", idx.size(), " indices for buffer '", b->name,
             "' of shape ", detail::shape_text(bs.shape));
-  Expr flat = idx.empty() ? Expr(0) : idx[0];
-  for (std::size_t d = 1; d < idx.size(); ++d) flat = flat * Expr(bs.shape[d]) + idx[d];
+  Expr flat = idx.empty() ? Expr(0) : idx[0] * Expr(bs.strides[0]);
+  for (std::size_t d = 1; d < idx.size(); ++d) flat = flat + idx[d] * Expr(bs.strides[d]);
   return bs.ident + "[" + expr(detail::simplify(flat)).s + "]";
 }
 
@@ -440,8 +441,7 @@ void CudaEmitter::fill(const Stmt& s, int depth) {
 
 std::string CudaEmitter::kernel(const Stmt& nest) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    BufState bs{param_idents_[i], params_[i]->shape, 1, true};
-    for (auto e : bs.shape) bs.size *= e;
+    BufState bs{param_idents_[i], params_[i]->shape, buffer_span(*params_[i]), true, buffer_strides(*params_[i])};
     bufs_[params_[i].get()] = bs;
   }
   // The launch: the bound loops at the top of the nest, and the guards between them.
@@ -480,8 +480,8 @@ std::string CudaEmitter::kernel(const Stmt& nest) {
   for_each_stmt(body, [&](const Stmt& s) {
     const auto* a = s.as<Allocate>();
     if (!a || bufs_.count(a->buffer.get())) return;
-    BufState bs{fresh(cuda_identifier(a->buffer->name)), a->buffer->shape, 1, false};
-    for (auto e : bs.shape) bs.size *= e;
+    BufState bs{fresh(cuda_identifier(a->buffer->name)), a->buffer->shape, buffer_span(*a->buffer), false,
+                buffer_strides(*a->buffer)};
     if (a->buffer->scope == Scope::Shared) {
       info_.shared_bytes += 4 * bs.size;
       decls.push_back("__shared__ float " + bs.ident + "[" + std::to_string(bs.size) + "];  // " + a->buffer->name +

@@ -169,8 +169,7 @@ void CudaJitKernel::run_device(std::span<float* const> args, bool synchronize) c
   std::vector<std::unique_ptr<cuda::DeviceBuffer>> workspace;
   std::vector<float*> ptrs(args.begin(), args.end());
   for (std::size_t i = cuda_.num_args; i < cuda_.params.size(); ++i) {
-    std::size_t n = 1;
-    for (auto e : cuda_.params[i]->shape) n *= static_cast<std::size_t>(e);
+    const auto n = static_cast<std::size_t>(buffer_span(*cuda_.params[i]));
     workspace.push_back(std::make_unique<cuda::DeviceBuffer>(n));
     ptrs.push_back(workspace.back()->get());
   }
@@ -199,8 +198,7 @@ void CudaJitKernel::run(std::span<const std::span<float>> args) const {
   std::vector<std::unique_ptr<cuda::DeviceBuffer>> dev;
   std::vector<float*> ptrs;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    std::size_t n = 1;
-    for (auto e : cuda_.params[i]->shape) n *= static_cast<std::size_t>(e);
+    const auto n = static_cast<std::size_t>(buffer_span(*cuda_.params[i]));
     MLS_CHECK(args[i].size() == n, "CudaJitKernel::run: buffer '", cuda_.params[i]->name, "' of '", func_.name,
               "' has ", args[i].size(), " floats, its shape needs ", n);
     dev.push_back(std::make_unique<cuda::DeviceBuffer>(n));

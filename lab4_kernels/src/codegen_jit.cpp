@@ -123,10 +123,9 @@ void JitKernel::run(std::span<const std::span<float>> args, int threads) const {
   MLS_CHECK(threads >= 0, "JitKernel::run: threads ", threads, " must be >= 0 (0: mls::num_threads())");
   std::vector<float*> ptrs;
   for (std::size_t i = 0; i < fa.size(); ++i) {
-    std::int64_t n = 1;
-    for (auto e : fa[i]->shape) n *= e;
+    const std::int64_t n = buffer_span(*fa[i]);
     MLS_CHECK(static_cast<std::int64_t>(args[i].size()) == n, "JitKernel::run: buffer '", fa[i]->name, "' of '",
-              func_.name, "' has ", args[i].size(), " floats, its shape ", detail::shape_text(fa[i]->shape), " needs ", n);
+              func_.name, "' has ", args[i].size(), " floats, its shape ", detail::layout_text(*fa[i]), " needs ", n);
     for (std::size_t j = 0; j < i; ++j) {
       const float *a = args[i].data(), *b = args[j].data();
       MLS_CHECK(a + args[i].size() <= b || b + args[j].size() <= a, "JitKernel::run: buffers '", fa[j]->name, "' and '",

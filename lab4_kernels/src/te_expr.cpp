@@ -151,6 +151,9 @@ Expr reduce(Combiner combiner, const Expr& source, const std::vector<IterVar>& a
 Expr sum(const Expr& source, const std::vector<IterVar>& axes) {
   return reduce({BinaryOp::Add, 0.0f}, source, axes);
 }
+Expr sum_into(const Expr& source, const std::vector<IterVar>& axes) {
+  return reduce({BinaryOp::Add, 0.0f, true}, source, axes);
+}
 Expr max_reduce(const Expr& source, const std::vector<IterVar>& axes) {
   return reduce({BinaryOp::Max, -std::numeric_limits<float>::infinity()}, source, axes);
 }
@@ -226,6 +229,55 @@ void check_body(const std::string& name, const Expr& body, const std::vector<Ite
 Tensor placeholder(const std::string& name, std::vector<std::int64_t> shape) {
   check_shape("placeholder", name, shape);
   return Tensor(std::make_shared<const BufferNode>(BufferNode{name, std::move(shape), Scope::Global, nullptr}));
+}
+
+namespace {
+/// The checks of a buffer's strides (see BufferNode).
+void check_strides(const char* what, const std::string& name, const std::vector<std::int64_t>& shape,
+                   const std::vector<std::int64_t>& strides) {
+  MLS_CHECK(strides.size() == shape.size(), what, " '", name, "': ", strides.size(), " strides ",
+            detail::shape_text(strides), " for the ", shape.size(), " dimensions of ", detail::shape_text(shape));
+  MLS_CHECK(strides.back() == 1, what, " '", name, "': strides ", detail::shape_text(strides),
+            " must end in 1 (the elements of a row are contiguous)");
+  std::int64_t span = shape.back();  // the floats the dimensions after d span
+  for (std::size_t d = shape.size() - 1; d-- > 0;) {
+    MLS_CHECK(strides[d] >= span, what, " '", name, "': stride ", strides[d], " of dimension ", d, " in ",
+              detail::shape_text(strides), " is below ", span, ", the span of the dimensions after it in shape ",
+              detail::shape_text(shape), " (its rows would overlap)");
+    span = strides[d] * (shape[d] - 1) + span;
+  }
+}
+}  // namespace
+
+Tensor strided_placeholder(const std::string& name, std::vector<std::int64_t> shape, std::vector<std::int64_t> strides) {
+  check_shape("placeholder", name, shape);
+  check_strides("placeholder", name, shape, strides);
+  return Tensor(std::make_shared<const BufferNode>(
+      BufferNode{name, std::move(shape), Scope::Global, nullptr, std::move(strides)}));
+}
+
+Tensor with_strides(const Tensor& t, std::vector<std::int64_t> strides) {
+  MLS_CHECK(t.defined(), "with_strides: the tensor is undefined");
+  check_strides("with_strides", t.name(), t.shape(), strides);
+  const BufferNode& b = *t.buffer();
+  return Tensor(std::make_shared<const BufferNode>(BufferNode{b.name, b.shape, b.scope, b.op, std::move(strides)}));
+}
+
+std::vector<std::int64_t> buffer_strides(const BufferNode& b) {
+  if (!b.strides.empty()) return b.strides;
+  std::vector<std::int64_t> s(b.shape.size(), 1);
+  for (std::size_t d = b.shape.size(); d-- > 1;) s[d - 1] = s[d] * b.shape[d];
+  return s;
+}
+
+std::int64_t buffer_span(const BufferNode& b) {
+  std::int64_t n = 1;
+  if (b.strides.empty()) {
+    for (auto e : b.shape) n *= e;
+    return n;
+  }
+  for (std::size_t d = 0; d < b.shape.size(); ++d) n += (b.shape[d] - 1) * b.strides[d];
+  return n;
 }
 
 Tensor compute(const std::string& name, std::vector<std::int64_t> shape,
@@ -341,6 +393,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
+std::string layout_text(const BufferNode& b) {
+  return shape_text(b.shape) + (b.strides.empty() ? "" : " (strides " + shape_text(b.strides) + ")");
+}
+
 namespace {
 std::string float_text(float v) {
   if (std::isnan(v)) return "nan";
@@ -411,7 +467,7 @@ std::string expr_text(const Expr& e, const std::function<std::string(const VarNo
                           : n.combiner.op == BinaryOp::Max ? "max_reduce"
                           : n.combiner.op == BinaryOp::Min ? "min_reduce"
                                                            : "prod_reduce";
-          std::string s = std::string(f) + "(" + expr_text(n.source, name) + ", axis=[";
+          std::string s = std::string(f) + (n.combiner.accumulate ? "_into(" : "(") + expr_text(n.source, name) + ", axis=[";
           for (std::size_t i = 0; i < n.axes.size(); ++i)
             s += (i ? ", " : "") + name(n.axes[i].var().get());
           return s + "])";

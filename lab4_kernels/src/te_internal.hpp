@@ -140,6 +140,8 @@ const char* op_name(UnaryOp op);
 const char* dtype_name(DType t);
 /// "[2, 3]".
 std::string shape_text(const std::vector<std::int64_t>& shape);
+/// A buffer's shape, with its strides when it has its own: "[2, 3]", "[2, 3] (strides [5, 1])".
+std::string layout_text(const BufferNode& b);
 
 /// Python-like text of `e`; `name` gives each variable's printed name.
 std::string expr_text(const Expr& e, const std::function<std::string(const VarNode*)>& name);

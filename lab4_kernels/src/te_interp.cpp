@@ -70,7 +70,7 @@ class Machine {
       const std::span<float>* s = b.find(info.node);
       MLS_CHECK(s, "interpret: buffer '", info.node->name, "' is not bound");
       MLS_CHECK(static_cast<std::int64_t>(s->size()) == info.size, "interpret: buffer '", info.node->name,
-                "' is bound to ", s->size(), " floats, its shape ", detail::shape_text(info.node->shape),
+                "' is bound to ", s->size(), " floats, its shape ", detail::layout_text(*info.node),
                 " needs ", info.size);
       info.data = s->data();
     }
@@ -87,11 +87,8 @@ class Machine {
     if (it != buf_ids_.end()) return it->second;
     BufInfo info;
     info.node = b.get();
-    info.strides.assign(b->shape.size(), 1);
-    for (std::size_t d = b->shape.size(); d-- > 0;) {
-      info.strides[d] = info.size;
-      info.size *= b->shape[d];
-    }
+    info.strides = buffer_strides(*b);
+    info.size = buffer_span(*b);
     bufs_.push_back(std::move(info));
     return buf_ids_[b.get()] = static_cast<int>(bufs_.size()) - 1;
   }
@@ -349,6 +346,7 @@ class Naive {
  public:
   std::unordered_map<const BufferNode*, float*> data;
   std::unordered_map<const VarNode*, std::int64_t> env;
+  float prior = 0;  // the output element's value before its compute (an accumulating reduction starts there)
 
   std::int64_t ev_i(const Expr& e) {
     if (const auto* x = e.as<IntImm>()) return x->value;
@@ -376,18 +374,19 @@ class Naive {
     if (const auto* x = e.as<Select>()) return ev_i(x->cond) ? ev_f(x->then_value) : ev_f(x->else_value);
     if (const auto* x = e.as<Load>()) {
       const auto& shape = x->buffer->shape;
+      const std::vector<std::int64_t> strides = buffer_strides(*x->buffer);
       std::int64_t off = 0;
       std::vector<std::int64_t> idx;
       for (const auto& i : x->indices) idx.push_back(ev_i(i));
       for (std::size_t d = 0; d < shape.size(); ++d) {
         MLS_CHECK(idx[d] >= 0 && idx[d] < shape[d], "evaluate_naive: load ", x->buffer->name, index_text(idx),
                   " is out of bounds of shape ", detail::shape_text(shape));
-        off = off * shape[d] + idx[d];
+        off += idx[d] * strides[d];
       }
       return data.at(x->buffer.get())[off];
     }
     if (const auto* x = e.as<Reduce>()) {
-      float acc = x->combiner.init;
+      float acc = x->combiner.accumulate ? prior : x->combiner.init;
       std::vector<std::int64_t> pt(x->axes.size(), 0);
       for (const auto& a : x->axes) env[a.var().get()] = 0;
       while (true) {
@@ -415,13 +414,15 @@ void evaluate_naive(const std::vector<Tensor>& outputs, const Bindings& buffers)
               t.defined() ? t.name() : "?", "' is not bound");
   const std::vector<Tensor> order = topo_order(outputs);
   for (const Tensor& t : order) {
-    std::int64_t size = 1;
-    for (auto e : t.shape()) size *= e;
+    const std::int64_t size = buffer_span(*t.buffer());
     const std::span<float>* s = buffers.find(t.buffer().get());
     MLS_CHECK(s || t.op(), "evaluate_naive: placeholder '", t.name(), "' is not bound");
+    const auto* red = t.op() ? t.op()->body.as<Reduce>() : nullptr;
+    MLS_CHECK(s || !red || !red->combiner.accumulate, "evaluate_naive: '", t.name(),
+              "' accumulates into its own value (sum_into) but is not bound: only an output can");
     if (s) {
       MLS_CHECK(static_cast<std::int64_t>(s->size()) == size, "evaluate_naive: buffer '", t.name(),
-                "' is bound to ", s->size(), " floats, its shape ", detail::shape_text(t.shape()), " needs ", size);
+                "' is bound to ", s->size(), " floats, its shape ", detail::layout_text(*t.buffer()), " needs ", size);
       nv.data[t.buffer().get()] = s->data();
     } else {
       temps.emplace_back(static_cast<std::size_t>(size));
@@ -432,10 +433,16 @@ void evaluate_naive(const std::vector<Tensor>& outputs, const Bindings& buffers)
     if (!t.op()) continue;
     const auto& axes = t.op()->axes;
     float* out = nv.data.at(t.buffer().get());
+    const std::vector<std::int64_t> strides = buffer_strides(*t.buffer());
     std::vector<std::int64_t> pt(axes.size(), 0);
-    for (std::int64_t flat = 0;; ++flat) {
-      for (std::size_t d = 0; d < axes.size(); ++d) nv.env[axes[d].var().get()] = pt[d];
-      out[flat] = nv.ev_f(t.op()->body);
+    for (;;) {
+      std::int64_t off = 0;
+      for (std::size_t d = 0; d < axes.size(); ++d) {
+        nv.env[axes[d].var().get()] = pt[d];
+        off += pt[d] * strides[d];
+      }
+      nv.prior = out[off];
+      out[off] = nv.ev_f(t.op()->body);
       std::size_t d = pt.size();
       while (d-- > 0) {
         if (++pt[d] < axes[d].extent()) break;

@@ -305,7 +305,8 @@ std::string to_string(const LoweredFunc& f) {
   Printer p;
   std::string head = "def " + f.name + "(";
   for (std::size_t i = 0; i < f.args.size(); ++i)
-    head += (i ? ", " : "") + f.args[i]->name + ": float32" + detail::shape_text(f.args[i]->shape);
+    head += (i ? ", " : "") + f.args[i]->name + ": float32" + detail::shape_text(f.args[i]->shape) +
+            (f.args[i]->strides.empty() ? "" : " strides " + detail::shape_text(f.args[i]->strides));
   head += "):\n";
   p.stmt(f.body, 1);
   return head + p.text();

@@ -14,6 +14,7 @@
 // loop, just before that loop. Tails are guards that interval bounds could not prove away. A loop
 // of one iteration is left out (its variable is 0).
 #include <algorithm>
+#include <set>
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/schedule.hpp"
@@ -40,6 +41,12 @@ struct Guard {
   int level = -1;
   bool data = true;  // from a data-parallel axis (the init nest needs these only)
 };
+
+/// The dimension of the tensor a stage copies that the stage's dimension d holds (cache_read's
+/// layout; d itself for every other stage).
+std::size_t source_dim(const StageImpl& st, std::size_t d) {
+  return st.layout.empty() ? d : static_cast<std::size_t>(st.layout[d]);
+}
 
 std::string names_of(const std::vector<IterVar>& v) {
   std::string s;
@@ -138,6 +145,7 @@ struct Lowerer::Nest {
   Expr src;                           // the value (or the reduction's source), loads redirected
   Combiner combiner;
   bool is_reduce = false;
+  bool has_init = false;              // a reduction that starts from its init (not sum_into's output)
   int first_reduce = 0;               // position of the first reduction leaf (n if none)
   int tensorize_pos = -1;
 };
@@ -188,7 +196,21 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
         if (n.vars[i].get() == v) lv = std::max(lv, static_cast<int>(i));
     return lv;
   };
+  // The parent of an exact split (its factor divides its extent) needs no guard: the outer part
+  // stays below its own extent (its loop's range, or the guard of its own split), so
+  // outer * factor + inner stays below outer's extent * factor, the parent's. (Interval bounds
+  // cannot see this once the outer part is split again: yp = yc * 4 + yr ranges past yp's extent.)
+  // A condition that is also the guard of an inexact split (the same value and limit: an outer part
+  // of one iteration folded away) stays.
+  std::set<std::string> implied, kept;
+  for (const auto& rel : st.relations)
+    if (const auto* s = std::get_if<SplitRel>(&rel)) {
+      const std::int64_t e = ext.at(s->parent.get());
+      (e % s->factor == 0 ? implied : kept).insert(detail::structural_key(val.at(s->parent.get())) + " < " + std::to_string(e));
+    }
+  for (const auto& k : kept) implied.erase(k);
   auto guard_lt = [&](const Expr& e, std::int64_t limit, bool data) {
+    if (implied.count(detail::structural_key(e) + " < " + std::to_string(limit))) return;
     auto b = detail::bound(e, ranges);
     if (!b || b->hi >= limit) n.guards.push_back({e < Expr(limit), level_of(e), data});
   };
@@ -223,6 +245,9 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
   const auto* red = st.body.as<Reduce>();
   n.is_reduce = red != nullptr;
   if (red) n.combiner = red->combiner;
+  n.has_init = red && !red->combiner.accumulate;
+  MLS_CHECK(n.has_init || !red || st.is_output, "lower: stage '", st.name,
+            "' accumulates into its own value (sum_into) but is not an output: only an output has a value before it");
   n.src = detail::substitute(red ? red->source : st.body, sub);
   n.first_reduce = static_cast<int>(nl);
   for (std::size_t i = 0; i < nl; ++i)
@@ -246,15 +271,16 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     const StageImpl* p = producer_of(s_, st, l.buffer.get());
     if (!p || !info_.count(p) || !info_.at(p).relative) return Expr();
     const StageInfo& pi = info_.at(p);
-    std::vector<Expr> idx;
-    for (std::size_t d = 0; d < l.indices.size(); ++d) idx.push_back(simplify(l.indices[d] - pi.min[d]));
+    std::vector<Expr> idx;  // the copy's dimension d reads the tensor's dimension p->layout[d]
+    for (std::size_t d = 0; d < l.indices.size(); ++d)
+      idx.push_back(simplify(l.indices[source_dim(*p, d)] - pi.min[d]));
     return Tensor(pi.actual).load(idx);
   });
   if (st.intrinsic) check_tensorize(n);
   std::vector<int> all(nl);
   for (std::size_t i = 0; i < nl; ++i) all[i] = static_cast<int>(i);
   Stmt body = build(n, all, 0, false);
-  if (n.is_reduce && n.first_reduce == 0) body = make_seq({init_nest(n), body});
+  if (n.has_init && n.first_reduce == 0) body = make_seq({init_nest(n), body});
   std::vector<Expr> top;
   for (const auto& g : n.guards)
     if (g.level < 0) top.push_back(g.cond);
@@ -277,7 +303,7 @@ void Lowerer::check_tensorize(Nest& n) const {
     MLS_CHECK(n.children[q].empty(), "tensorize: stage '", n.children[q].front()->name,
               "' is computed inside the tile of '", st.name, "' (at axis '", st.leaves[q].name(), "')");
   tensorized(n, CallPart::Update);  // the pattern checks, before anything is emitted
-  MLS_CHECK(!n.is_reduce || n.first_reduce <= n.tensorize_pos || st.intrinsic->reset,
+  MLS_CHECK(!n.has_init || n.first_reduce <= n.tensorize_pos || st.intrinsic->reset,
             "tensorize: the tile of stage '", st.name, "' from axis '", st.leaves[t].name(),
             "' holds the start of its reduction, and intrinsic '", st.intrinsic->name, "' has no reset");
 }
@@ -318,7 +344,8 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
     if (!l || producer_of(s_, st, l->buffer.get()) != &c) return;
     for (std::size_t d = 0; d < nd; ++d) {
       Dim cur;
-      for (const auto& t : detail::to_affine(l->indices[d]).terms) {
+      const Expr& index = l->indices[source_dim(c, d)];
+      for (const auto& t : detail::to_affine(index).terms) {
         if (t.var && is_inner(t.var)) {
           const std::int64_t span = t.coeff * inner.at(t.var).hi;
           cur.lo += std::min<std::int64_t>(0, span);
@@ -334,7 +361,7 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
           cur.full = true;
         }
       }
-      cur.outer.constant = detail::to_affine(l->indices[d]).constant;
+      cur.outer.constant = detail::to_affine(index).constant;
       if (!any) {
         dims[d] = cur;
         continue;
@@ -381,7 +408,7 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
   if (k < positions.size() && n.tensorize_pos >= 0 && positions[k] >= n.tensorize_pos) {
     if (!init) {
       // The reduction starts inside the tile: its init is the intrinsic's reset.
-      if (n.is_reduce && n.first_reduce > n.tensorize_pos)
+      if (n.has_init && n.first_reduce > n.tensorize_pos)
         return make_seq({tensorized(n, CallPart::Reset), tensorized(n, CallPart::Update)});
       return tensorized(n, CallPart::Update);
     }
@@ -395,7 +422,7 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
   std::vector<Stmt> body;
   if (!init) {
     for (const StageImpl* c : n.children[static_cast<std::size_t>(q)]) body.push_back(lower_stage(*c));
-    if (n.is_reduce && q + 1 == n.first_reduce) body.push_back(init_nest(n));
+    if (n.has_init && q + 1 == n.first_reduce) body.push_back(init_nest(n));
   }
   body.push_back(build(n, positions, k + 1, init));
   Stmt s = make_seq(body);

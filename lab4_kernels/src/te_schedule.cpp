@@ -280,7 +280,22 @@ Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVa
 
 Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope,
                             std::string name) {
+  return cache_read(t, consumer, axis, scope, {}, std::move(name));
+}
+
+Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope,
+                            std::vector<int> layout, std::string name) {
   MLS_CHECK(t.defined(), "cache_read: the tensor is undefined");
+  if (layout.empty())
+    for (std::size_t d = 0; d < t.ndim(); ++d) layout.push_back(static_cast<int>(d));
+  std::vector<int> sorted = layout;
+  std::sort(sorted.begin(), sorted.end());
+  bool permutation = sorted.size() == t.ndim();
+  for (std::size_t d = 0; permutation && d < sorted.size(); ++d) permutation = sorted[d] == static_cast<int>(d);
+  std::string layout_text;
+  for (std::size_t d = 0; d < layout.size(); ++d) layout_text += (d ? ", " : "") + std::to_string(layout[d]);
+  MLS_CHECK(permutation, "cache_read: layout [", layout_text, "] for '", t.name(), "' is not a permutation of its ",
+            t.ndim(), " dimensions");
   MLS_CHECK(scope != Scope::Global, "cache_read: scope global for '", t.name(),
             "' is not a cache (main memory is where it is already): use Scope::Local or Scope::Shared");
   MLS_CHECK(consumer.s_ == s_, "cache_read: stage '", consumer.name(), "' belongs to another schedule");
@@ -296,13 +311,17 @@ Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVa
   MLS_CHECK(direct, "cache_read: stage '", c.name, "' does not read '", t.name(), "'");
   auto st = std::make_unique<StageImpl>();
   st->name = !name.empty() ? std::move(name) : t.name() + (scope == Scope::Shared ? "_shared" : "L");
-  st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, t.shape(), scope, nullptr});
-  std::vector<Expr> idx;
+  // The copy's dimension d is t's dimension layout[d]: its root axis d walks that dimension.
+  std::vector<std::int64_t> shape;
+  for (int d : layout) shape.push_back(t.shape()[static_cast<std::size_t>(d)]);
+  st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, shape, scope, nullptr});
+  std::vector<Expr> idx(t.ndim());
   for (std::size_t d = 0; d < t.ndim(); ++d) {
-    st->root.push_back(fresh("ax" + std::to_string(d), t.shape()[d], IterKind::DataPar));
-    idx.emplace_back(st->root.back());
+    st->root.push_back(fresh("ax" + std::to_string(d), shape[d], IterKind::DataPar));
+    idx[static_cast<std::size_t>(layout[d])] = Expr(st->root.back());
   }
   st->body = t.load(idx);
+  st->layout = layout;
   st->leaves = st->all = st->root;
   st->cache_of = t.buffer().get();
   st->attach = &c;
@@ -321,6 +340,9 @@ Tensor Schedule::cache_write(const Tensor& t, std::string name) {
   MLS_CHECK(attached_to(*s_, c).empty(), "cache_write: stage '", c.name,
             "' already has stages computed inside it; call cache_write first");
   MLS_CHECK(!c.intrinsic, "cache_write: stage '", c.name, "' is tensorized; call cache_write first");
+  const auto* acc = c.body.as<Reduce>();
+  MLS_CHECK(!acc || !acc->combiner.accumulate, "cache_write: stage '", c.name,
+            "' accumulates into its output (sum_into): a local copy would start from nothing");
   auto st = std::make_unique<StageImpl>();
   st->name = name.empty() ? c.name + "L" : std::move(name);
   st->buffer = std::make_shared<const BufferNode>(BufferNode{st->name, t.shape(), Scope::Local, nullptr});
@@ -376,6 +398,9 @@ Tensor Schedule::rfactor(const Tensor& t, const IterVar& axis) {
   MLS_CHECK(attached_to(*s_, c).empty(), "rfactor: stage '", c.name,
             "' already has stages computed inside it; call rfactor first");
   MLS_CHECK(!c.intrinsic, "rfactor: stage '", c.name, "' is tensorized; call rfactor first");
+  const auto* acc = c.body.as<Reduce>();
+  MLS_CHECK(!acc || !acc->combiner.accumulate, "rfactor: stage '", c.name,
+            "' accumulates into its output (sum_into): its partial sums would each start from it");
   std::vector<IterVar> roots;
   bool fused = false;
   roots_of(c, axis, roots, fused);

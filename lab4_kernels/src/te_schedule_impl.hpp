@@ -37,6 +37,7 @@ struct StageImpl {
   IterVar attach_axis;
   std::map<const BufferNode*, StageImpl*> redirect;  // loads of a buffer read this cache instead
   const BufferNode* cache_of = nullptr;  // cache_read: the buffer it copies
+  std::vector<int> layout;     // cache_read: dimension d of the copy is dimension layout[d] of the tensor (empty: same order)
   bool is_output = false;
 };
 

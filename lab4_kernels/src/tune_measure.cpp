@@ -154,26 +154,33 @@ namespace {
 const char* anchor_name(int threads) { return threads > 1 ? "lab4_packed_mt" : "lab4_packed"; }
 }  // namespace
 
-Bench::Bench(const SgemmShape& shape, int threads, std::uint64_t seed) : shape_(shape), threads_(threads) {
+Bench::Bench(const SgemmShape& shape, int threads, std::uint64_t seed) : shape_(shape.key()), threads_(threads) {
   MLS_CHECK(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "tune: shape ", to_string(shape),
             " must have every extent >= 1");
+  MLS_CHECK(shape.beta == 0 || shape.beta == 1, "tune: beta ", shape.beta, " of ", to_string(shape), " must be 0 or 1");
   MLS_CHECK(threads >= 1, "tune: threads ", threads, " must be >= 1");
   Rng rng(seed, "tune_operands");
+  // Compact operands in the problem's layout (A K x M with trans_a, B N x K with trans_b).
   a_.resize(static_cast<std::size_t>(shape.m * shape.k));
   b_.resize(static_cast<std::size_t>(shape.k * shape.n));
   for (auto& x : a_) x = static_cast<float>(rng.uniform(-1, 1));
   for (auto& x : b_) x = static_cast<float>(rng.uniform(-1, 1));
-  c_.assign(static_cast<std::size_t>(shape.m * shape.n), 0.0f);
-  ref_ = c_;
-  anchor_c_ = c_;
+  c0_.assign(static_cast<std::size_t>(shape.m * shape.n), 0.0f);
+  if (shape_.beta == 1)  // C += A·B starts from these
+    for (auto& x : c0_) x = static_cast<float>(rng.uniform(-1, 1));
+  c_ = c0_;
+  ref_ = c0_;
+  anchor_c_ = c0_;
   ThreadCountGuard guard(threads_);
-  sgemm(anchor_name(threads_), false, false, shape.m, shape.n, shape.k, 1.0f, a_.data(), shape.k, b_.data(), shape.n,
-        0.0f, ref_.data(), shape.n);
-  float amax = 0, bmax = 0;
+  sgemm(anchor_name(threads_), shape_.trans_a, shape_.trans_b, shape_.m, shape_.n, shape_.k, 1.0f, a_.data(),
+        shape_.a_ld(), b_.data(), shape_.b_ld(), static_cast<float>(shape_.beta), ref_.data(), shape_.n);
+  float amax = 0, bmax = 0, cmax = 0;
   for (float x : a_) amax = std::max(amax, std::fabs(x));
   for (float x : b_) bmax = std::max(bmax, std::fabs(x));
-  // Both sides round each of K products and sums: 4 K eps |a| |b| bounds their difference.
-  tolerance_ = 4.0 * static_cast<double>(shape.k) * std::numeric_limits<float>::epsilon() * amax * bmax + 1e-30;
+  for (float x : c0_) cmax = std::max(cmax, std::fabs(x));
+  // Both sides round each of K products and sums, and the sum onto C: 4 K eps |a| |b| + 4 eps |c| bounds their difference.
+  const double eps = std::numeric_limits<float>::epsilon();
+  tolerance_ = 4.0 * static_cast<double>(shape.k) * eps * amax * bmax + 4.0 * eps * cmax + 1e-30;
   // Per run: the median of 5 batches of about 10 ms each (a single run of a small problem is noise).
   run_anchor();
   const double once = bench::seconds_of([&] { run_anchor(); });
@@ -190,8 +197,15 @@ Bench::Bench(const SgemmShape& shape, int threads, std::uint64_t seed) : shape_(
 
 void Bench::run_anchor() {
   ThreadCountGuard guard(threads_);
-  sgemm(anchor_name(threads_), false, false, shape_.m, shape_.n, shape_.k, 1.0f, a_.data(), shape_.k, b_.data(),
-        shape_.n, 0.0f, anchor_c_.data(), shape_.n);
+  sgemm(anchor_name(threads_), shape_.trans_a, shape_.trans_b, shape_.m, shape_.n, shape_.k, 1.0f, a_.data(),
+        shape_.a_ld(), b_.data(), shape_.b_ld(), static_cast<float>(shape_.beta), anchor_c_.data(), shape_.n);
+}
+
+void Bench::reset_c(std::vector<float>& c) const {
+  if (shape_.beta == 1)
+    c = c0_;
+  else
+    std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());  // every element must be written
 }
 
 double Bench::error_of(const std::vector<float>& got) const {
@@ -227,7 +241,7 @@ Trial Bench::measure(const SgemmKnobs& knobs, const CandidateBuilder& build, con
   if (options.fork_guard) {
     const Trial g = run_guarded(
         [&](std::string& message) {
-          std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+          reset_c(c);
           fn(a_.data(), b_.data(), c.data(), 1);
           const double err = error_of(c);
           if (err <= 1) return true;
@@ -242,7 +256,7 @@ Trial Bench::measure(const SgemmKnobs& knobs, const CandidateBuilder& build, con
     }
   }
   ThreadCountGuard guard(threads_);
-  std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+  reset_c(c);
   double first = 0;
   try {
     first = bench::seconds_of([&] { fn(a_.data(), b_.data(), c.data(), 0); });

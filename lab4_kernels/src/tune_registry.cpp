@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 
@@ -25,25 +26,23 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
     double seconds;
     bool confirmed;
   };
+  const SgemmShape want = shape.key();
   std::vector<Candidate> usable;
   for (const auto& r : records) {
     if (r.op != "sgemm" || r.cpu_key != cpu_key || r.threads != threads) continue;
     try {
-      const auto& s = r.shape;
-      if (!(s.is_object() && s.contains("m") && s.contains("n") && s.contains("k"))) continue;
-      if (!(s["m"].is_number_integer() && s["n"].is_number_integer() && s["k"].is_number_integer())) continue;
-      const SgemmShape rs{s["m"].get<long>(), s["n"].get<long>(), s["k"].get<long>()};
-      if (rs.m < 1 || rs.n < 1 || rs.k < 1) continue;
+      const SgemmShape rs = shape_from_json(r.shape);  // no flags: an old record, no transposes, beta 0
+      if (rs.trans_a != want.trans_a || rs.trans_b != want.trans_b || rs.beta != want.beta) continue;
       const bool confirmed = r.schedule.is_object() && r.schedule.value("measure", std::string()) == "confirmed";
       usable.push_back({rs, knobs_from_json(r.schedule), r.seconds, confirmed});
     } catch (const std::exception&) {
-      continue;  // another template's schedule, or knobs this CPU cannot take
+      continue;  // a malformed shape, another template's schedule, or knobs this CPU cannot take
     }
   }
   if (usable.empty()) return std::nullopt;
   auto distance = [&](const SgemmShape& s) {
-    return std::fabs(std::log(static_cast<double>(s.m) / shape.m)) + std::fabs(std::log(static_cast<double>(s.n) / shape.n)) +
-           std::fabs(std::log(static_cast<double>(s.k) / shape.k));
+    return std::fabs(std::log(static_cast<double>(s.m) / want.m)) + std::fabs(std::log(static_cast<double>(s.n) / want.n)) +
+           std::fabs(std::log(static_cast<double>(s.k) / want.k));
   };
   // The nearest shape (the shape itself at distance 0), then its confirmed records, then the fastest.
   const Candidate* best = nullptr;
@@ -59,20 +58,34 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
       if ((c.confirmed && !best->confirmed) || (c.confirmed == best->confirmed && c.seconds < best->seconds)) best = &c;
     }
   }
-  return KnobChoice{best->knobs, best->shape == shape ? "db" : "nearest " + to_string(best->shape)};
+  return KnobChoice{best->knobs, best->shape == want ? "db" : "nearest " + to_string(best->shape)};
 }
 
 namespace {
 
+/// A call's problem at a thread count: the fast lookup of its kernel.
+struct CallKey {
+  long m, n, k;
+  bool trans_a, trans_b;
+  int beta;
+  long lda, ldb, ldc;
+  int threads;
+  friend auto operator<=>(const CallKey&, const CallKey&) = default;
+};
+
 struct State {
   std::mutex mu;
   std::map<std::string, KnobChoice> choices;      // "<shape> t<threads>"
-  std::map<std::string, CompiledSgemm> kernels;   // plan_key + shape
+  std::map<std::string, std::shared_ptr<const CompiledSgemm>> kernels;  // problem + plan_key
   std::set<std::string> failed;                   // kernels that did not compile
+  /// The kernel of each problem seen at each thread count (null: it did not compile), so a call
+  /// finds it without making keys of strings.
+  std::map<CallKey, std::shared_ptr<const CompiledSgemm>> by_call;
   std::string last_warning;
   bool warned = false;
   std::int64_t fallbacks = 0;
   double min_flops = static_cast<double>(1 << 21);
+  jit::CompileOptions compile{};
 };
 
 State& state() {
@@ -111,6 +124,7 @@ KnobChoice knobs_for(State& s, const SgemmShape& shape, int threads) {
                  threads, trials);
     try {
       TuneOptions o;
+      o.jit = s.compile;
       o.trials = trials;
       o.threads = threads;
       const TuneResult r = Tuner(shape, o).run();
@@ -136,34 +150,54 @@ void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha
   if (M == 0 || N == 0) return;
   State& s = state();
   const int threads = num_threads();
-  const SgemmShape shape{M, N, K};
-  CompiledSgemm kernel;
+  // The problem compiled: the call's transposes and leading dimensions; beta 1 for any beta but 0
+  // (C scaled in place first). alpha != 1 is staged: C compact, beta 0.
+  const bool plain = alpha == 1.0f;
+  const SgemmShape problem = SgemmShape{M,
+                                        N,
+                                        K,
+                                        trans_a,
+                                        trans_b,
+                                        plain && beta != 0.0f ? 1 : 0,
+                                        lda,
+                                        ldb,
+                                        plain ? ldc : 0}
+                                 .canonical();
+  std::shared_ptr<const CompiledSgemm> kernel;
+  bool small = false;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (K == 0 || sgemm_flops(shape) < s.min_flops) {
-      kernel = CompiledSgemm();
+    small = K == 0 || sgemm_flops(problem) < s.min_flops;
+  }
+  if (small) return fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    const CallKey call{M, N, K, problem.trans_a, problem.trans_b, problem.beta, problem.lda, problem.ldb, problem.ldc, threads};
+    if (auto hit = s.by_call.find(call); hit != s.by_call.end()) {
+      kernel = hit->second;
     } else {
-      const std::string choice_key = to_string(shape) + " t" + std::to_string(threads);
+      const std::string choice_key = to_string(problem.key()) + " t" + std::to_string(threads);
       auto c = s.choices.find(choice_key);
-      if (c == s.choices.end()) c = s.choices.emplace(choice_key, knobs_for(s, shape, threads)).first;
-      const std::string key = to_string(shape) + " " + plan_key(c->second.knobs, shape);
+      if (c == s.choices.end()) c = s.choices.emplace(choice_key, knobs_for(s, problem.key(), threads)).first;
+      const std::string key = to_string(problem) + " " + plan_key(c->second.knobs, problem);
       if (auto k = s.kernels.find(key); k != s.kernels.end()) {
         kernel = k->second;
       } else if (!s.failed.count(key)) {
         try {
-          kernel = compile_sgemm(c->second.knobs, shape);
+          kernel = std::make_shared<const CompiledSgemm>(compile_sgemm(c->second.knobs, problem, s.compile));
           s.kernels.emplace(key, kernel);
         } catch (const std::exception& e) {
           s.failed.insert(key);
-          warn(s, "tuned: warning: cannot compile the SGEMM kernel for " + to_string(shape) + " (" + first_line(e.what()) +
-                      "); using lab4_packed");
+          warn(s, "tuned: warning: cannot compile the SGEMM kernel for " + to_string(problem) + " (" +
+                      first_line(e.what()) + "); using lab4_packed");
         }
       }
-      if (!kernel) ++s.fallbacks;
+      s.by_call.emplace(call, kernel);
     }
+    if (!kernel) ++s.fallbacks;
   }
   if (!kernel) return fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  kernel.run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads == 1 ? 1 : 0);
+  kernel->run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads == 1 ? 1 : 0);
 }
 
 void register_tuned_kernel() {
@@ -195,20 +229,33 @@ std::int64_t tuned_fallbacks() {
 
 std::optional<KnobChoice> tuned_choice(const SgemmShape& shape, int threads) {
   std::lock_guard<std::mutex> lock(state().mu);
-  const auto it = state().choices.find(to_string(shape) + " t" + std::to_string(threads));
+  const auto it = state().choices.find(to_string(shape.key()) + " t" + std::to_string(threads));
   if (it == state().choices.end()) return std::nullopt;
   return it->second;
+}
+
+jit::CompileOptions tuned_compile_options() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().compile;
+}
+
+void set_tuned_compile_options(const jit::CompileOptions& options) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().compile = options;
 }
 
 void reset_tuned_state() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
+  s.compile = {};
   s.choices.clear();
   s.kernels.clear();
   s.failed.clear();
+  s.by_call.clear();
   s.last_warning.clear();
   s.warned = false;
   s.fallbacks = 0;
+  detail::reset_staged_calls();
 }
 
 }  // namespace mls::kernels::tune

@@ -112,18 +112,23 @@ nlohmann::json schedule_json(const SgemmKnobs& k, bool confirmed) {
 }
 
 std::string plan_key(const SgemmKnobs& k, const SgemmShape& shape, int lanes) {
-  const SgemmPlan p = plan_sgemm(k, shape, lanes);
-  SgemmKnobs e = k;
-  e.mc = static_cast<int>(p.mc);
-  e.nc = static_cast<int>(p.nc);
-  e.kc = static_cast<int>(p.kc);
-  return to_string(e);
+  // Every piece's knobs as it uses them, block targets replaced by the real blocks.
+  std::string key;
+  for (const SgemmPiece& piece : plan_sgemm(k, shape, lanes).pieces) {
+    SgemmKnobs e = piece.knobs;
+    e.mc = static_cast<int>(piece.mc);
+    e.nc = static_cast<int>(piece.nc);
+    e.kc = static_cast<int>(piece.kc);
+    key += (key.empty() ? "" : "; ") + to_string(e);
+  }
+  return key;
 }
 
 Tuner::Tuner(SgemmShape shape, TuneOptions options)
-    : shape_(shape), options_(std::move(options)), space_(options_.space ? *options_.space : KnobSpace::sgemm(options_.threads)) {
+    : shape_(shape.key()), options_(std::move(options)), space_(options_.space ? *options_.space : KnobSpace::sgemm(options_.threads)) {
   MLS_CHECK(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "tune: shape ", to_string(shape),
             " must have every extent >= 1");
+  MLS_CHECK(shape.beta == 0 || shape.beta == 1, "tune: beta ", shape.beta, " of ", to_string(shape), " must be 0 or 1");
   MLS_CHECK(options_.trials >= 1, "tune: trials ", options_.trials, " must be >= 1");
   MLS_CHECK(options_.threads >= 1, "tune: threads ", options_.threads, " must be >= 1");
   MLS_CHECK(options_.budget_s >= 0, "tune: budget ", options_.budget_s, " s must be >= 0 (0: none)");

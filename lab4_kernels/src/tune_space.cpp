@@ -1,5 +1,6 @@
 // The SGEMM template's knobs and knob space: text and JSON forms, checks, enumeration, sampling,
-// neighbours; the plan (padded problem and real block sizes) of knobs on a shape.
+// neighbours; problems (shapes with their transposes, beta and leading dimensions) and the plan of
+// knobs on one: its pieces, each a kernel the micro-kernel tiles exactly.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -322,42 +323,152 @@ void KnobSpace::check() const {
 
 // ---- shapes and plans ---------------------------------------------------------------------------
 
-std::string to_string(const SgemmShape& s) {
-  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+SgemmShape SgemmShape::canonical() const {
+  SgemmShape c = *this;
+  c.lda = a_ld() == (trans_a ? m : k) ? 0 : lda;
+  c.ldb = b_ld() == (trans_b ? k : n) ? 0 : ldb;
+  c.ldc = c_ld() == n ? 0 : ldc;
+  return c;
 }
 
-nlohmann::json to_json(const SgemmShape& s) { return {{"m", s.m}, {"n", s.n}, {"k", s.k}}; }
+SgemmShape SgemmShape::key() const { return {m, n, k, trans_a, trans_b, beta}; }
+
+std::string to_string(const SgemmShape& s) {
+  const SgemmShape c = s.canonical();
+  std::string t = std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+  if (s.trans_a) t += " trans_a";
+  if (s.trans_b) t += " trans_b";
+  if (s.beta != 0) t += " beta=" + std::to_string(s.beta);
+  if (c.lda) t += " lda=" + std::to_string(c.lda);
+  if (c.ldb) t += " ldb=" + std::to_string(c.ldb);
+  if (c.ldc) t += " ldc=" + std::to_string(c.ldc);
+  return t;
+}
+
+nlohmann::json to_json(const SgemmShape& s) {
+  return {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"trans_a", s.trans_a}, {"trans_b", s.trans_b}, {"beta", s.beta}};
+}
+
+SgemmShape shape_from_json(const nlohmann::json& j) {
+  MLS_CHECK(j.is_object(), "sgemm shape: expected a JSON object, got ", j.dump());
+  SgemmShape s;
+  for (auto [name, field] : {std::pair{"m", &SgemmShape::m}, std::pair{"n", &SgemmShape::n}, std::pair{"k", &SgemmShape::k}}) {
+    MLS_CHECK(j.contains(name), "sgemm shape: field '", name, "' is missing in ", j.dump());
+    const auto& v = j.at(name);
+    MLS_CHECK(v.is_number_integer() && v.get<std::int64_t>() >= 1, "sgemm shape: field '", name,
+              "' must be an integer >= 1, got ", v.dump());
+    s.*field = v.get<long>();
+  }
+  for (auto [name, field] : {std::pair{"trans_a", &SgemmShape::trans_a}, std::pair{"trans_b", &SgemmShape::trans_b}}) {
+    if (!j.contains(name)) continue;  // a record from before the flags: no transposes
+    MLS_CHECK(j.at(name).is_boolean(), "sgemm shape: field '", name, "' must be true or false, got ", j.at(name).dump());
+    s.*field = j.at(name).get<bool>();
+  }
+  if (j.contains("beta")) {
+    const auto& b = j.at("beta");
+    MLS_CHECK(b.is_number_integer() && (b.get<std::int64_t>() == 0 || b.get<std::int64_t>() == 1),
+              "sgemm shape: field 'beta' must be 0 or 1, got ", b.dump());
+    s.beta = b.get<int>();
+  }
+  return s;
+}
 
 double sgemm_flops(const SgemmShape& s) { return 2.0 * static_cast<double>(s.m) * s.n * s.k; }
 
+std::string to_string(const SgemmPiece& p) {
+  return "rows " + std::to_string(p.row0) + ":" + std::to_string(p.row0 + p.shape.m) + " cols " + std::to_string(p.col0) +
+         ":" + std::to_string(p.col0 + p.shape.n) + " k " + std::to_string(p.k0) + ":" + std::to_string(p.k0 + p.shape.k) +
+         " beta=" + std::to_string(p.shape.beta) + " mr=" + std::to_string(p.knobs.mr) + " nr=" + std::to_string(p.knobs.nr) +
+         " mc=" + std::to_string(p.mc) + " nc=" + std::to_string(p.nc) + " kc=" + std::to_string(p.kc);
+}
+
 namespace {
-/// Panels of `unit` covering `extent`, grouped in balanced blocks of about `target`: the block
-/// size (a multiple of unit) and the padded extent (a whole number of blocks: the lowering guards a
-/// block tail on the root axis, inside the micro-kernel's tile, which tensorize refuses).
-std::pair<long, long> balanced_blocks(long extent, long unit, long target) {
+/// Panels of `unit` covering `extent` (a whole number of them), grouped in balanced blocks of about
+/// `target`: the block size, a multiple of unit (the last block may hold fewer panels: the lowering
+/// guards it on the panel loop, outside the micro-kernel's tile).
+long balanced_block(long extent, long unit, long target) {
   const long panels = ceil_div(extent, unit);
   const long per_target = std::max(1L, target / unit);
   const long blocks = ceil_div(panels, per_target);
-  const long per_block = ceil_div(panels, blocks);
-  return {per_block * unit, blocks * per_block * unit};
+  return ceil_div(panels, blocks) * unit;
+}
+
+void check_problem(const SgemmShape& s) {
+  MLS_CHECK(s.m >= 1 && s.n >= 1 && s.k >= 1, "plan_sgemm: shape ", to_string(s), " must have every extent >= 1");
+  MLS_CHECK(s.beta == 0 || s.beta == 1, "plan_sgemm: beta ", s.beta, " of ", to_string(s),
+            " must be 0 (C = op(A)·op(B)) or 1 (C += op(A)·op(B))");
+  const long ca = s.trans_a ? s.m : s.k, cb = s.trans_b ? s.k : s.n;
+  MLS_CHECK((s.lda == 0 || s.lda >= ca) && (s.ldb == 0 || s.ldb >= cb) && (s.ldc == 0 || s.ldc >= s.n),
+            "plan_sgemm: leading dimensions lda ", s.lda, ", ldb ", s.ldb, ", ldc ", s.ldc, " of ", to_string(s),
+            " must be 0 (compact) or at least ", ca, ", ", cb, ", ", s.n);
 }
 }  // namespace
 
 SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes) {
   lanes = cpu_lanes(lanes);
   check_knobs(knobs, lanes);
-  MLS_CHECK(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "plan_sgemm: shape ", to_string(shape),
-            " must have every extent >= 1");
+  check_problem(shape);
   SgemmPlan p;
   p.knobs = knobs;
   p.shape = shape;
   p.lanes = lanes;
-  std::tie(p.mc, p.padded.m) = balanced_blocks(shape.m, knobs.mr, knobs.mc);
-  std::tie(p.nc, p.padded.n) = balanced_blocks(shape.n, knobs.nr, knobs.nc);
-  const long kblocks = ceil_div(shape.k, knobs.kc);
-  p.kc = ceil_div(shape.k, kblocks);
-  p.padded.k = kblocks * p.kc;
+  const long mr = knobs.mr, nr = knobs.nr, M = shape.m, N = shape.n, K = shape.k;
+  // Rows: whole panels of mr, then the rest as one panel. Columns: whole panels of nr, then the
+  // rest's whole vectors as one panel, then the rest (narrow: plain loops).
+  struct Range {
+    long begin, extent, unit;
+  };
+  std::vector<Range> rows, cols, ks;
+  const long mm = M / mr * mr, nm = N / nr * nr, nv = (N - nm) / lanes * lanes;
+  if (mm > 0) rows.push_back({0, mm, mr});
+  if (M > mm) rows.push_back({mm, M - mm, M - mm});
+  if (nm > 0) cols.push_back({0, nm, nr});
+  if (nv > 0) cols.push_back({nm, nv, nv});
+  if (N > nm + nv) cols.push_back({nm + nv, N - nm - nv, N - nm - nv});
+  // k: ceil(K / KC) blocks of floor(K / blocks), then the rest (fewer than `blocks`) in one block.
+  const long kblocks = ceil_div(K, knobs.kc), kc = K / kblocks, km = kblocks * kc;
+  ks.push_back({0, km, kc});
+  if (K > km) ks.push_back({km, K - km, K - km});
+  for (std::size_t q = 0; q < ks.size(); ++q) {
+    for (const Range& r : rows) {
+      for (const Range& c : cols) {
+        SgemmPiece piece;
+        piece.row0 = r.begin;
+        piece.col0 = c.begin;
+        piece.k0 = ks[q].begin;
+        piece.shape = shape;
+        piece.shape.lda = shape.a_ld();  // the whole problem's rows, whatever the piece's extents
+        piece.shape.ldb = shape.b_ld();
+        piece.shape.ldc = shape.c_ld();
+        piece.shape.m = r.extent;
+        piece.shape.n = c.extent;
+        piece.shape.k = ks[q].extent;
+        if (q > 0) piece.shape.beta = 1;  // adds to what the first k range wrote
+        piece.knobs = knobs;
+        piece.knobs.mr = static_cast<int>(r.unit);
+        piece.knobs.nr = static_cast<int>(c.unit);
+        if (shape.trans_b) piece.knobs.pack_b = true;  // the micro-kernel reads B's rows of k: the copy transposes
+        piece.mc = balanced_block(r.extent, r.unit, knobs.mc);
+        piece.nc = balanced_block(c.extent, c.unit, knobs.nc);
+        piece.kc = ks[q].unit;
+        piece.lanes = lanes;
+        p.pieces.push_back(piece);
+      }
+    }
+  }
+  p.mc = p.pieces.front().mc;
+  p.nc = p.pieces.front().nc;
+  p.kc = p.pieces.front().kc;
   return p;
+}
+
+SgemmShape padded_to_tiles(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes) {
+  lanes = cpu_lanes(lanes);
+  check_knobs(knobs, lanes);
+  check_problem(shape);
+  const long kblocks = ceil_div(shape.k, knobs.kc);
+  return {ceil_div(shape.m, knobs.mr) * knobs.mr, ceil_div(shape.n, knobs.nr) * knobs.nr,
+          kblocks * ceil_div(shape.k, kblocks)};
 }
 
 // ---- features of the cost model -----------------------------------------------------------------
@@ -379,7 +490,7 @@ std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape,
   const double nv = static_cast<double>(k.nr) / p.lanes;
   f.push_back(k.mr * nv + nv + 1);                                      // registers
   f.push_back(1.0 / k.mr + 1.0 / nv);                                   // loads per FMA
-  f.push_back(sgemm_flops(p.padded) / sgemm_flops(shape) - 1.0);        // padding waste
+  f.push_back(1.0 - sgemm_flops(p.pieces.front().shape) / sgemm_flops(shape));  // the share of the edges
   f.push_back(lg(4.0 * p.mc * p.kc));                                   // A block bytes (L2)
   f.push_back(lg(4.0 * p.kc * p.nc));                                   // B block bytes (L3)
   f.push_back(lg(4.0 * p.kc * k.nr));                                   // B panel bytes (L1)

@@ -62,8 +62,10 @@ std::vector<ScheduleStep> sgemm_steps(long m, long n, long k, const std::optiona
   kn.parallel = "none";
   kn.unroll = 1;
   kn.pack_a = kn.pack_b = true;
-  const SgemmPlan p = plan_sgemm(kn, {m, n, k}, lanes);
-  const std::int64_t M = p.padded.m, N = p.padded.n, K = p.padded.k, mr = kn.mr, nr = kn.nr;
+  // The problem rounded up to whole tiles (zero-padded operands: the same product), one piece.
+  const SgemmShape padded = padded_to_tiles(kn, {m, n, k}, lanes);
+  const SgemmPiece p = plan_sgemm(kn, padded, lanes).pieces.front();
+  const std::int64_t M = padded.m, N = padded.n, K = padded.k, mr = kn.mr, nr = kn.nr;
   std::vector<ScheduleStep> out;
   for (int step = 1; step <= 6; ++step) {
     te::Tensor A = te::placeholder("A", {M, K}), B = te::placeholder("B", {K, N});

@@ -514,3 +514,47 @@ TEST_CASE("codegen: MLS_CODEGEN_DUMP writes the generated source", "[codegen][ba
   mls::testing::observe("the dumped source of 'dumped'", dumped);
   CHECK((dumped == k.source()));
 }
+
+TEST_CASE("codegen: strided operands and an accumulating output compile and equal the interpreter", "[codegen][strides][base]") {
+  // C (ldc) (+)= op(A) (lda) op(B) (ldb), every operand where it lies: rows padded by 3 floats.
+  std::vector<LoweredFunc> fs;
+  struct Case {
+    Tensor A, B, C;
+    long m, n, ldc;
+  };
+  std::vector<Case> cases;
+  for (int flags = 0; flags < 8; ++flags) {
+    const bool ta = flags & 1, tb = flags & 2, acc = flags & 4;
+    const long m = 5 + flags, n = 3 + 2 * flags, k = 7;
+    const Tensor A = strided_placeholder("A", ta ? std::vector<std::int64_t>{k, m} : std::vector<std::int64_t>{m, k},
+                                         {(ta ? m : k) + 3, 1});
+    const Tensor B = strided_placeholder("B", tb ? std::vector<std::int64_t>{n, k} : std::vector<std::int64_t>{k, n},
+                                         {(tb ? k : n) + 3, 1});
+    IterVar r = reduce_axis(k, "k");
+    const Tensor C = with_strides(compute("C", {m, n}, [&](Var y, Var x) {
+      const Expr p = (ta ? A(r, y) : A(y, r)) * (tb ? B(x, r) : B(r, x));
+      return acc ? sum_into(p, {r}) : sum(p, {r});
+    }, {"y", "x"}), {n + 3, 1});
+    fs.push_back(lower(Schedule({C}), "strided" + std::to_string(flags)));
+    cases.push_back({A, B, C, m, n, n + 3});
+  }
+  const std::vector<JitKernel> ks = compile_all(fs, {}, codegen_jit_options(true));
+  CHECK(has(ks.front().source(), "// A: float32[5, 7] (strides [10, 1])"));
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    auto span_of = [](const Tensor& t) { return static_cast<std::size_t>(buffer_span(*t.buffer())); };
+    std::vector<float> a = kernels_test::random_vec(span_of(c.A), i, "A"), b = kernels_test::random_vec(span_of(c.B), i, "B");
+    std::vector<float> want = kernels_test::random_vec(span_of(c.C), i, "C");
+    for (long y = 0; y + 1 < c.m; ++y)
+      for (long x = c.n; x < c.ldc; ++x) want[static_cast<std::size_t>(y * c.ldc + x)] = 7.0f;  // the gaps stay
+    std::vector<float> got = want;
+    interpret(fs[i], Bindings().bind(c.A, a).bind(c.B, b).bind(c.C, want));
+    ks[i].run(Bindings().bind(c.A, a).bind(c.B, b).bind(c.C, got), 1);
+    mls::testing::observe(fs[i].name + " compiled", got, {1e-5, 1e-5});
+    INFO(fs[i].name);
+    CHECK(kernels_test::identical(got, want));
+  }
+  std::vector<float> small(10), c(cases[0].ldc * cases[0].m);
+  LAB4_REQUIRE_ERROR(ks[0].run(std::vector<std::span<float>>{small, small, c}),
+                     "JitKernel::run: buffer 'A' of 'strided0' has 10 floats, its shape [5, 7] (strides [10, 1]) needs 47");
+}

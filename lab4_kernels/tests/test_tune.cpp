@@ -1,8 +1,10 @@
 // Lab 4 part 2: the autotuner's SGEMM template (mls/kernels/tune.hpp): knobs and their JSON form,
-// the knob space (enumerate, sample, neighbours), plans, the micro-kernel's unroll, and every knob
-// combination of small spaces equal to the naive product on awkward shapes (1, primes,
-// non-multiples), interpreted and compiled; staged runs (transposes, leading dimensions,
-// alpha/beta). Kernels compile into the test's own cache folder.
+// the knob space (enumerate, sample, neighbours), plans and their pieces, problems and their
+// database keys, the micro-kernel's unroll, and every knob combination of small spaces equal to
+// the naive product on awkward shapes (1, primes, non-multiples), interpreted and compiled; every
+// transpose, beta and leading dimension run in place (nothing staged) on shapes with every kind of
+// edge; staged runs (a call in another layout, alpha/beta). Kernels compile into the test's own
+// cache folder.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -148,36 +150,77 @@ TEST_CASE("tune: the knob space enumerates, samples and steps to valid points on
   LAB4_REQUIRE_ERROR(KnobSpace::sgemm(0), "KnobSpace::sgemm: threads 0 must be >= 1");
 }
 
-TEST_CASE("tune: plans pad to the micro-kernel and balance the blocks", "[lab4][tune][plan][base]") {
-  SgemmKnobs k{96, 256, 512, 12, 32, "nkm", "none", true, true, 1};
-  // 1024 rows: 86 panels of 12, blocks of 8 panels -> 11 blocks of 8 panels (96 rows), 1056 rows.
+TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly, and balance the blocks",
+          "[lab4][tune][plan][base]") {
+  const SgemmKnobs k{96, 256, 512, 12, 32, "nkm", "none", true, true, 1};
+  auto extents = [](const tune::SgemmPiece& p) {
+    return std::to_string(p.row0) + "+" + std::to_string(p.shape.m) + " " + std::to_string(p.col0) + "+" +
+           std::to_string(p.shape.n) + " " + std::to_string(p.k0) + "+" + std::to_string(p.shape.k) + " b" +
+           std::to_string(p.shape.beta) + " mr" + std::to_string(p.knobs.mr) + " nr" + std::to_string(p.knobs.nr) +
+           " mc" + std::to_string(p.mc) + " nc" + std::to_string(p.nc) + " kc" + std::to_string(p.kc);
+  };
+  auto all = [&](const tune::SgemmPlan& p) {
+    std::string out;
+    for (const auto& q : p.pieces) out += (out.empty() ? "" : " | ") + extents(q);
+    return out;
+  };
+  // 1024 rows: 85 panels of 12 (1020 rows) in 11 blocks of 8 panels (96 rows, the last shorter),
+  // then the last 4 rows as a piece of their own (mr 4). K in 4 blocks of 256.
   tune::SgemmPlan p = tune::plan_sgemm(k, {1024, 1024, 1024}, 16);
-  CHECK(p.padded == SgemmShape{1056, 1024, 1024});
-  CHECK(p.mc == 96);
-  CHECK(p.nc == 512);
-  CHECK(p.kc == 256);
-  CHECK(p.pads());
-  // K = 1000 in ceil(1000 / 256) = 4 blocks of 250: no padding; N = 700 -> 22 panels of 32 in 2 blocks of 11.
+  CHECK(all(p) == "0+1020 0+1024 0+1024 b0 mr12 nr32 mc96 nc512 kc256 | 1020+4 0+1024 0+1024 b0 mr4 nr32 mc4 nc512 kc256");
+  CHECK(p.edges());
+  CHECK((p.mc == 96 && p.nc == 512 && p.kc == 256));
+  // K = 1000 in 4 blocks of 250; N = 700: 21 panels of 32 (2 blocks of 11), then 16 (one vector)
+  // and 12 more (narrow: plain loops). 24 rows: 2 panels, one block.
   p = tune::plan_sgemm(k, {24, 700, 1000}, 16);
-  CHECK(p.padded == SgemmShape{24, 704, 1000});
-  // 9 panels of 32 in blocks of 16: 1 block of 9 panels (no more padding); 5 panels of 12 in blocks of 8 panels: 1 block.
-  CHECK(tune::plan_sgemm(k, {60, 288, 8}, 16).padded == SgemmShape{60, 288, 8});
-  // 13 panels, blocks of 8 -> 2 blocks of 7 panels: 14 panels (one more).
-  CHECK(tune::plan_sgemm(k, {156, 32, 8}, 16).padded == SgemmShape{168, 32, 8});
-  CHECK(p.kc == 250);
-  CHECK(p.nc == 352);
-  CHECK(p.mc == 24);  // the whole (2-panel) M in one block
-  // A prime K: 1021 in 4 blocks of 256 (3 zeros of padding).
+  CHECK(all(p) == "0+24 0+672 0+1000 b0 mr12 nr32 mc24 nc352 kc250 | 0+24 672+16 0+1000 b0 mr12 nr16 mc24 nc16 kc250 | "
+                  "0+24 688+12 0+1000 b0 mr12 nr12 mc24 nc12 kc250");
+  // A prime K: 4 blocks of 255, then k 1020..1021 as pieces that add to C (beta 1).
   p = tune::plan_sgemm(k, {12, 32, 1021}, 16);
-  CHECK(p.padded == SgemmShape{12, 32, 1024});
-  CHECK(p.kc == 256);
-  CHECK_FALSE(tune::plan_sgemm(k, {12, 32, 256}, 16).pads());
-  // Blocks smaller than a panel are one panel.
-  k.mc = 4;
-  CHECK(tune::plan_sgemm(k, {100, 32, 8}, 16).mc == 12);
+  CHECK(all(p) == "0+12 0+32 0+1020 b0 mr12 nr32 mc12 nc32 kc255 | 0+12 0+32 1020+1 b1 mr12 nr32 mc12 nc32 kc1");
+  // No edges: one piece. 13 panels in blocks of 8 -> 2 blocks of 7 panels (the last one shorter, no padding).
+  p = tune::plan_sgemm(k, {156, 32, 256}, 16);
+  CHECK_FALSE(p.edges());
+  CHECK(all(p) == "0+156 0+32 0+256 b0 mr12 nr32 mc84 nc32 kc256");
+  // Blocks smaller than a panel are one panel; a transposed B is always packed.
+  SgemmKnobs small = k;
+  small.mc = 4;
+  small.pack_b = false;
+  CHECK(tune::plan_sgemm(small, {96, 32, 8}, 16).mc == 12);
+  const SgemmShape tb{96, 32, 8, false, true, 1};
+  CHECK(tune::plan_sgemm(small, tb, 16).pieces.front().knobs.pack_b);
+  CHECK_FALSE(tune::plan_sgemm(small, {96, 32, 8}, 16).pieces.front().knobs.pack_b);
+  // Fewer rows than a panel, fewer columns than a vector: one piece of the whole.
+  CHECK(all(tune::plan_sgemm(k, {5, 7, 3}, 16)) == "0+5 0+7 0+3 b0 mr5 nr7 mc5 nc7 kc3");
+  // The worked steps' problem: whole tiles, equal K blocks.
+  CHECK(tune::padded_to_tiles(k, {1024, 700, 1021}, 16) == SgemmShape{1032, 704, 1024});
   LAB4_REQUIRE_ERROR(tune::plan_sgemm(k, {0, 32, 8}, 16), "plan_sgemm: shape 0x32x8 must have every extent >= 1");
-  CHECK(tune::to_string(SgemmShape{2, 3, 4}) == "2x3x4");
+  LAB4_REQUIRE_ERROR(tune::plan_sgemm(k, {2, 3, 4, false, false, 2}, 16), "plan_sgemm: beta 2 of 2x3x4 beta=2 must be 0");
+  LAB4_REQUIRE_ERROR(tune::plan_sgemm(k, {2, 3, 4, true, false, 0, 1}, 16),
+                     "plan_sgemm: leading dimensions lda 1, ldb 0, ldc 0 of 2x3x4 trans_a lda=1 must be 0 (compact) or at least 2, 3, 3");
   CHECK(tune::sgemm_flops({2, 3, 4}) == 48.0);
+}
+
+TEST_CASE("tune: problems print, compare and key the tuning database with their flags", "[lab4][tune][plan][base]") {
+  CHECK(tune::to_string(SgemmShape{2, 3, 4}) == "2x3x4");
+  const SgemmShape s{768, 384, 128, false, true, 1, 128, 0, 400};
+  CHECK(tune::to_string(s) == "768x384x128 trans_b beta=1 ldc=400");  // lda = K is compact
+  CHECK(s.canonical() == SgemmShape{768, 384, 128, false, true, 1, 0, 0, 400});
+  CHECK(s.key() == SgemmShape{768, 384, 128, false, true, 1});
+  CHECK((s.a_ld() == 128 && s.b_ld() == 128 && s.c_ld() == 400));
+  CHECK(SgemmShape{5, 6, 7, true, false}.a_ld() == 5);
+  const nlohmann::json j = tune::to_json(s);
+  CHECK(j == nlohmann::json{{"m", 768}, {"n", 384}, {"k", 128}, {"trans_a", false}, {"trans_b", true}, {"beta", 1}});
+  CHECK(tune::shape_from_json(j) == s.key());
+  // A record from before the flags: no transposes, beta 0.
+  CHECK(tune::shape_from_json({{"m", 64}, {"n", 32}, {"k", 16}}) == SgemmShape{64, 32, 16});
+  LAB4_REQUIRE_ERROR(tune::shape_from_json({{"m", 64}, {"n", 32}}), "sgemm shape: field 'k' is missing");
+  LAB4_REQUIRE_ERROR(tune::shape_from_json({{"m", 64}, {"n", 0}, {"k", 1}}), "sgemm shape: field 'n' must be an integer >= 1, got 0");
+  LAB4_REQUIRE_ERROR(tune::shape_from_json({{"m", 1}, {"n", 1}, {"k", 1}, {"trans_b", 1}}),
+                     "sgemm shape: field 'trans_b' must be true or false, got 1");
+  LAB4_REQUIRE_ERROR(tune::shape_from_json({{"m", 1}, {"n", 1}, {"k", 1}, {"beta", 0.5}}),
+                     "sgemm shape: field 'beta' must be 0 or 1, got 0.5");
+  LAB4_REQUIRE_ERROR(tune::shape_from_json(nlohmann::json::array()), "sgemm shape: expected a JSON object");
 }
 
 TEST_CASE("tune: the micro-kernel's k loop is unrolled as asked", "[lab4][tune][plan][base]") {
@@ -200,6 +243,13 @@ TEST_CASE("tune: every knob combination of a small space equals the naive produc
       if (threads == 2 && s != 2) continue;  // the parallel loop kinds: one shape is enough for the interpreter
       for (std::size_t i = 0; i < all.size(); ++i) kernels_test::check_interpreted(all[i], shapes[s], 100 + s);
     }
+  }
+  // Every transpose, beta and leading dimension, packed and read in place, on a shape with every edge.
+  for (int flags = 0; flags < 16; ++flags) {
+    const bool ta = flags & 1, tb = flags & 2, beta = flags & 4, pad = flags & 8;
+    const SgemmShape s{17, 19, 23, ta, tb, beta, pad ? (ta ? 17 : 23) + 2 : 0, pad ? (tb ? 23 : 19) + 1 : 0, pad ? 22 : 0};
+    SgemmKnobs k{8, 8, 2 * lanes(), 4, lanes(), flags % 3 ? "nkm" : "kmn", "none", flags % 2 == 0, flags % 4 < 2, 1};
+    kernels_test::check_interpreted(k, s, 200 + flags);
   }
 }
 
@@ -230,8 +280,14 @@ TEST_CASE("tune: every knob combination of a tiny space compiles and equals the 
     space.kc = {8};
     space.nc = {space.lanes};
     space.mr = {3};
+    if (threads == 2) {  // the parallel loops; the other knobs at one thread
+      space.order = {"nkm"};
+      space.pack_a = space.pack_b = {true};
+      space.unroll = {1};
+    }
     const auto all = space.enumerate();
-    for (const SgemmShape& s : awkward_shapes()) {
+    // 1, and a problem with a row edge, a narrow column edge and a k remainder (8 pieces).
+    for (const SgemmShape& s : {SgemmShape{1, 1, 1}, SgemmShape{17, 19, 23}}) {
       const auto compiled = tune::compile_sgemm_all(all, s, kernels_test::quick_jit());
       REQUIRE(compiled.size() == all.size());
       const kernels_test::Operands in(s, 7);
@@ -254,8 +310,10 @@ TEST_CASE("tune: a compiled kernel honours transposes, leading dimensions, alpha
   const SgemmShape s{19, 2 * lanes() + 3, 29};
   SgemmKnobs k{8, 16, lanes(), 4, lanes(), "nkm", "none", true, false, 2};
   const tune::CompiledSgemm g = tune::compile_sgemm(k, s, kernels_test::quick_jit());
-  CHECK(g.plan().pads());
+  CHECK(g.plan().edges());
   const long pad = 3;
+  const std::int64_t staged_before = tune::tuned_staged_calls();
+  int calls = 0;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{-0.5f, 2.0f}}) {
@@ -267,6 +325,7 @@ TEST_CASE("tune: a compiled kernel honours transposes, leading dimensions, alpha
                                                                    ldb, beta, C.data(), ldc);)
         if (beta == 0.0f) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());  // not read
         g.run(ta, tb, s.m, s.n, s.k, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        ++calls;
         INFO("ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta);
         kernels_test::observe_product("staged, ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " alpha " +
                                           std::to_string(alpha) + " beta " + std::to_string(beta),
@@ -275,12 +334,63 @@ TEST_CASE("tune: a compiled kernel honours transposes, leading dimensions, alpha
       }
     }
   }
+  CHECK(tune::tuned_staged_calls() - staged_before == calls);  // none in g's layout: every one staged
   std::vector<float> x(1000);
   LAB4_REQUIRE_ERROR(g.run(false, false, 2, 2, 2, 1.0f, x.data(), 2, x.data(), 2, 0.0f, x.data(), 2),
                       "CompiledSgemm: compiled for " + tune::to_string(s) + " (m x n x k), called with 2x2x2");
   LAB4_REQUIRE_ERROR(g.run(false, false, s.m, s.n, s.k, 1.0f, x.data(), 2, x.data(), s.n, 0.0f, x.data(), s.n),
                       "CompiledSgemm: leading dimensions lda 2");
   LAB4_REQUIRE_ERROR(tune::CompiledSgemm().run(x.data(), x.data(), x.data()), "CompiledSgemm: the kernel is empty");
+  LAB4_REQUIRE_ERROR(tune::CompiledSgemm(g.plan(), {}), "CompiledSgemm: 0 kernels for the");
+}
+
+TEST_CASE("tune: every transpose, beta and leading dimension runs in place and equals the naive product",
+          "[lab4][tune][template][jit][flags]") {
+  TuneEnv env;
+  const int L = lanes();
+  const SgemmKnobs packed{8, 8, 2 * L, 3, 2 * L, "nkm", "none", true, true, 1};
+  const SgemmKnobs direct{8, 8, 2 * L, 3, 2 * L, "knm", "none", false, false, 2};  // A read in place (B: packed when transposed)
+  // Every kind of edge: 8 rows = 2 panels of 3 and 2; 3L + 5 columns = a panel of 2L, one vector
+  // and 5 narrow; k 17 = 3 blocks of 5 and 2 more (pieces that add to C): 12 pieces.
+  const std::vector<SgemmShape> shapes = {{1, 1, 1}, {8, 3 * L + 5, 17}};
+  REQUIRE(tune::plan_sgemm(packed, shapes[1]).pieces.size() == 12);
+  std::vector<std::pair<SgemmKnobs, SgemmShape>> jobs;
+  for (int flags = 0; flags < 16; ++flags) {
+    const bool ta = flags & 1, tb = flags & 2, beta = flags & 4;
+    const long pad = (flags & 8) ? 3 : 0;
+    for (const SgemmShape& s : shapes) {
+      const SgemmShape p{s.m, s.n, s.k, ta, tb, beta, pad ? (ta ? s.m : s.k) + pad : 0, pad ? (tb ? s.k : s.n) + pad : 0,
+                         pad ? s.n + pad : 0};
+      jobs.emplace_back(packed, p);
+      if (pad && s.m > 1) jobs.emplace_back(direct, p);
+    }
+  }
+  jit::CompileOptions quick = kernels_test::quick_jit();
+  quick.opt_level = "-O0";  // hundreds of small functions: the test is about results
+  const std::vector<tune::CompiledSgemm> compiled = tune::compile_sgemm_jobs(jobs, quick);
+  REQUIRE(compiled.size() == jobs.size());
+  const std::int64_t staged = tune::tuned_staged_calls();
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const auto& [knobs, s] = jobs[i];
+    const kernels_test::Operands in(s, 50 + i);
+    std::vector<float> c = kernels_test::starting_c(s, in);
+    // Through the SgemmFn entry: the call is the plan's problem, so nothing is staged.
+    compiled[i].run(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, in.a.data(), s.a_ld(), in.b.data(), s.b_ld(),
+                    static_cast<float>(s.beta), c.data(), s.c_ld(), i % 3 == 0 ? 2 : 1);
+    const std::string what = tune::to_string(s) + " " + tune::to_string(knobs);
+    kernels_test::observe_product("in place " + what, c, s.c_ld(), s.m, s.n, s.k + 1);
+    MLS_ORACLE(const auto want = kernels_test::reference_of(s, in);)
+    MLS_ORACLE_CHECK(kernels_test::require_matches(c, s.c_ld(), want, s.m, s.n, what));
+  }
+  CHECK(tune::tuned_staged_calls() == staged);
+  // The loop nest reads the operands where they lie: strided, B^T packed as rows of k.
+  const SgemmShape nt{6, 2 * L, 8, false, true, 1, 0, 0, 2 * L + 4};
+  const std::string text = te::to_string(tune::instantiate(packed, nt).func);
+  INFO(text);
+  CHECK(text.find("C: float32[6, " + std::to_string(2 * L) + "] strides [" + std::to_string(2 * L + 4) + ", 1]") !=
+        std::string::npos);
+  CHECK(text.find("BL[ax0][ax1] = B[ax1][ax0]") != std::string::npos);  // the copy transposes
+  CHECK(text.find("fill_zero") == std::string::npos);  // beta 1: no reset
 }
 
 TEST_CASE("tune: every step of the worked schedule computes the product, the last is the template, the slide's nests",
@@ -295,7 +405,7 @@ TEST_CASE("tune: every step of the worked schedule computes the product, the las
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& st = steps[i];
     INFO(st.title);
-    const long M = st.C.shape()[0], N = st.C.shape()[1], K = st.A.shape()[1];
+    const long M = st.C.shape()[0], N = st.C.shape()[1], K = st.A.shape()[1];  // padded_to_tiles
     std::vector<float> a = kernels_test::padded(in.a, s.m, s.k, M, K), b = kernels_test::padded(in.b, s.k, s.n, K, N);
     std::vector<float> c(static_cast<std::size_t>(M * N), std::numeric_limits<float>::quiet_NaN());
     te::Bindings bind;
@@ -312,7 +422,9 @@ TEST_CASE("tune: every step of the worked schedule computes the product, the las
   t.unroll = 1;
   const std::string last = te::to_string(te::lower(steps.back().schedule).body);
   mls::testing::observe("the loops of step 6", kernels_test::loop_structure(te::lower(steps.back().schedule).body));
-  CHECK((last == te::to_string(tune::instantiate(t, s.m, s.n, s.k).func.body)));
+  const SgemmShape padded = tune::padded_to_tiles(t, s);
+  CHECK(steps.back().C.shape() == std::vector<std::int64_t>{padded.m, padded.n});
+  CHECK((last == te::to_string(tune::instantiate(t, padded).func.body)));
   // The slide's nests, as the te tests schedule them (tests/te_workloads.hpp).
   const auto slide = tune::slide_steps(64);
   const auto m = kernels_test::slide_matmul(64);

@@ -1,8 +1,10 @@
 // Lab 4 part 2: the autotuner's search and its `tuned` kernel (mls/kernels/tune.hpp): guarded first
 // runs (a crash, a hang, a throw, a wrong result), candidates that fail being recorded and skipped,
-// the cost model, the three strategies on a tiny shape, the database lookup (other CPUs ignored,
-// the nearest shape), and the registry's `tuned` kernel against lab4_packed, its fallback without
-// a compiler, and MLS_TUNE=1. No timing assertions. The database and the JIT cache of every test
+// the cost model, the three strategies on a tiny shape, a tuner on a transposed beta-1 problem,
+// the database lookup (other CPUs ignored, the nearest shape, the flags in the key, records from
+// before the flags), and the registry's `tuned` kernel against lab4_packed, in place with every
+// flag through mls::kernels::sgemm (nothing staged), its fallback without a compiler, and
+// MLS_TUNE=1 (each problem tuned with its flags). No timing assertions. The database and the JIT cache of every test
 // are in its own temporary folder (TuneEnv).
 #include <catch2/catch.hpp>
 
@@ -367,6 +369,31 @@ TEST_CASE("tune: the knobs of the tuned kernel come from this CPU's records, els
   CHECK(c->source == "nearest 64x64x64");
   CHECK_FALSE(tune::choose_knobs(rs, {64, 64, 64}, 4, me));
   CHECK_FALSE(tune::choose_knobs(rs, {64, 64, 64}, 1, "yet-another-cpu"));
+  // The transposes and beta are part of the key: a record of a transposed problem serves only it; a
+  // record written before the flags (a shape of m, n, k only) is a problem without them, beta 0.
+  TuningRecord old = record(me, {64, 64, 64}, 1, 0.0001, 99);
+  old.shape = nlohmann::json{{"m", 64}, {"n", 64}, {"k", 64}};
+  std::vector<TuningRecord> flagged = rs;
+  flagged.push_back(old);
+  flagged.push_back(record(me, {64, 64, 64, false, true, 1}, 1, 0.00001, 12));
+  flagged.push_back(record(me, {64, 64, 64, true, false, 1}, 2, 0.00001, 13));
+  TuningRecord bad_flag = record(me, {64, 64, 64, false, true, 1}, 1, 1e-9, 14);
+  bad_flag.shape["beta"] = 2;
+  flagged.push_back(bad_flag);  // skipped
+  c = tune::choose_knobs(flagged, {64, 64, 64}, 1, me);
+  REQUIRE(c);
+  CHECK(c->knobs.mc == 99);
+  CHECK(c->source == "db");
+  c = tune::choose_knobs(flagged, {64, 64, 64, false, true, 1, 70, 0, 80}, 1, me);  // leading dimensions are not in the key
+  REQUIRE(c);
+  CHECK(c->knobs.mc == 12);
+  CHECK(c->source == "db");
+  c = tune::choose_knobs(flagged, {100, 64, 64, false, true, 1}, 1, me);
+  REQUIRE(c);
+  CHECK(c->knobs.mc == 12);
+  CHECK(c->source == "nearest 64x64x64 trans_b beta=1");
+  CHECK_FALSE(tune::choose_knobs(flagged, {64, 64, 64, true, false, 1}, 1, me));  // only at 2 threads
+  CHECK_FALSE(tune::choose_knobs(flagged, {64, 64, 64, false, true, 0}, 1, me));
 }
 
 TEST_CASE("tune: the tuned kernel through the registry equals lab4_packed on random shapes and transposes",
@@ -375,6 +402,7 @@ TEST_CASE("tune: the tuned kernel through the registry equals lab4_packed on ran
   KernelChoiceGuard restore;
   mls::set_sgemm_kernel("tuned");
   REQUIRE(mls::sgemm_kernel().name == "tuned");
+  tune::set_tuned_compile_options(kernels_test::quick_jit());
   // A record of this CPU for one shape: the kernel must use its knobs.
   const SgemmShape recorded{29, 31, 17};
   SgemmKnobs mine{16, 8, 2 * lanes(), 2, lanes(), "mkn", "none", false, true, 2};
@@ -427,6 +455,7 @@ TEST_CASE("tune: with MLS_TUNE=1 the tuned kernel tunes a new shape first and re
   KernelChoiceGuard restore;
   EnvGuard tune_on("MLS_TUNE", "1"), trials("MLS_TUNE_TRIALS", "2");
   mls::set_sgemm_kernel("tuned");
+  tune::set_tuned_compile_options(kernels_test::quick_jit());
   mls::ThreadCountGuard one(1);
   tune::set_tuned_min_flops(0);
   const SgemmShape s{21, lanes() + 3, 13};
@@ -434,9 +463,82 @@ TEST_CASE("tune: with MLS_TUNE=1 the tuned kernel tunes a new shape first and re
   const auto choice = tune::tuned_choice(s, 1);
   REQUIRE(choice);
   CHECK(choice->source == "tuned");
+  // Each problem was tuned with its flags (the four transposes, beta 0: alpha != 1 runs beta 0 staged):
+  // two candidates each, timed in the search and confirmed.
   const auto scan = TuningDb(env.db_path()).scan();
-  CHECK_FALSE(scan.records.empty());
-  CHECK(scan.records.size() <= 4);  // two candidates, each timed in the search and confirmed
+  std::map<std::string, int> per_problem;
+  for (const auto& r : scan.records) ++per_problem[tune::to_string(tune::shape_from_json(r.shape))];
+  CHECK(per_problem.size() == 4);
+  for (const auto& [problem, n] : per_problem) {
+    INFO(problem);
+    CHECK((n >= 1 && n <= 4));
+  }
+  CHECK(per_problem.count(tune::to_string(SgemmShape{s.m, s.n, s.k, true, true})));
+  CHECK(tune::tuned_choice({s.m, s.n, s.k, false, true}, 1)->source == "tuned");
+}
+
+TEST_CASE("tune: a tuner measures and records a problem with its transposes and beta", "[lab4][tune][search][jit][flags]") {
+  TuneEnv env;
+  const SgemmShape shape{19, lanes() + 3, 11, false, true, 1};  // C += A·B^T
+  tune::TuneOptions o;
+  o.strategy = tune::Strategy::Random;
+  o.trials = 2;
+  o.space = KnobSpace::small(1);
+  o.jit = kernels_test::quick_jit();
+  o.measure = quick_measure();
+  o.confirm = 1;
+  const tune::TuneResult r = tune::Tuner(shape, o).run();
+  for (const auto& t : r.trials) {
+    INFO(tune::to_string(t.knobs) << ": " << tune::to_string(t.status) << " " << t.message);
+    CHECK(t.status == TrialStatus::Ok);  // checked against lab4_packed on the same flags, C added to
+  }
+  REQUIRE(r.found);
+  const auto records = TuningDb(env.db_path()).scan().records;
+  REQUIRE(records.size() == 3);
+  for (const auto& rec : records) CHECK(tune::shape_from_json(rec.shape) == shape);
+  const auto choice = tune::choose_knobs(records, shape, 1, jit::cpu_key());
+  REQUIRE(choice);
+  CHECK(choice->knobs == r.best);
+}
+
+TEST_CASE("tune: the tuned kernel runs lab 6's GEMMs in place with every flag through mls::kernels::sgemm",
+          "[lab4][tune][registry][jit][search][flags]") {
+  TuneEnv env;
+  mls::ThreadCountGuard one(1);
+  tune::set_tuned_min_flops(0);
+  tune::set_tuned_compile_options(kernels_test::quick_jit());
+  // Edges of every kind for the space's default knobs (a row, column and k remainder).
+  const long M = 13, N = 2 * lanes() + 7, K = 19;
+  for (int flags = 0; flags < 8; ++flags) {
+    const bool ta = flags & 1, tb = flags & 2;
+    const float beta = (flags & 4) ? 1.0f : 0.0f;
+    const long pad = flags % 3;  // compact, or rows 1 or 2 floats longer
+    const SgemmShape s{M, N, K, ta, tb, beta != 0, (ta ? M : K) + pad, (tb ? K : N) + pad, N + pad};
+    const kernels_test::Operands in(s, 30 + flags);
+    std::vector<float> c = kernels_test::starting_c(s, in);
+    mls::kernels::sgemm("tuned", ta, tb, M, N, K, 1.0f, in.a.data(), s.lda, in.b.data(), s.ldb, beta, c.data(), s.ldc);
+    INFO(tune::to_string(s) << "; the tuned kernel's last warning: " << tune::tuned_last_warning());
+    kernels_test::observe_product("tuned in place " + tune::to_string(s), c, s.ldc, M, N, K + 1);
+    MLS_ORACLE(const auto want = kernels_test::reference_of(s, in);)
+    MLS_ORACLE_CHECK(kernels_test::require_matches(c, s.ldc, want, M, N, tune::to_string(s)));
+  }
+  CHECK(tune::tuned_fallbacks() == 0);
+  CHECK(tune::tuned_staged_calls() == 0);  // every operand read where it lay, C added to in place
+  // beta 2 with alpha 1: C scaled in place, then added to (a beta-1 kernel): no copy either.
+  const SgemmShape s{M, N, K, false, true, 1};
+  const kernels_test::Operands in(s, 40);
+  std::vector<float> c = in.c0;
+  mls::kernels::sgemm("tuned", false, true, M, N, K, 1.0f, in.a.data(), K, in.b.data(), K, 2.0f, c.data(), N);
+  CHECK(tune::tuned_staged_calls() == 0);
+  MLS_ORACLE(const auto want = kernels_test::reference_sgemm(false, true, M, N, K, 1.0f, in.a.data(), K, in.b.data(), K,
+                                                             2.0f, in.c0.data(), N);)
+  MLS_ORACLE_CHECK(kernels_test::require_matches(c, N, want, M, N, "beta 2"));
+  // alpha != 1 is staged (C through a copy), and counted.
+  mls::kernels::sgemm("tuned", false, true, M, N, K, 0.5f, in.a.data(), K, in.b.data(), K, 1.0f, c.data(), N);
+  CHECK(tune::tuned_staged_calls() == 1);
+  CHECK(tune::tuned_compile_options().opt_level == "-O1");
+  tune::reset_tuned_state();
+  CHECK(tune::tuned_compile_options().opt_level == "-O3");  // the default again
 }
 
 TEST_CASE("tune: the tuning plot draws one step line per strategy and the hand-written kernel's line",

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,13 +39,29 @@ inline mls::kernels::jit::CompileOptions quick_jit() {
   return o;
 }
 
-/// Random operands of a shape (A m x k, B k x n), in [-1, 1).
+/// Random operands of a problem in [-1, 1), in its layout: A m x k (k x m with trans_a), B k x n
+/// (n x k with trans_b), each with its leading dimension, and a starting C (m x n, ldc: the value
+/// a beta-1 problem adds to).
 struct Operands {
-  std::vector<float> a, b;
+  std::vector<float> a, b, c0;
   Operands(const tune::SgemmShape& s, std::uint64_t seed)
-      : a(random_vec(static_cast<std::size_t>(s.m * s.k), seed, "A")),
-        b(random_vec(static_cast<std::size_t>(s.k * s.n), seed, "B")) {}
+      : a(random_vec(static_cast<std::size_t>(((s.trans_a ? s.k : s.m) - 1) * s.a_ld() + (s.trans_a ? s.m : s.k)), seed, "A")),
+        b(random_vec(static_cast<std::size_t>(((s.trans_b ? s.n : s.k) - 1) * s.b_ld() + (s.trans_b ? s.k : s.n)), seed, "B")),
+        c0(random_vec(static_cast<std::size_t>((s.m - 1) * s.c_ld() + s.n), seed, "C")) {}
 };
+
+/// The starting C of a run of problem `s`: c0 for beta 1, NaN for beta 0 (every element must be written).
+inline std::vector<float> starting_c(const tune::SgemmShape& s, const Operands& in) {
+  return s.beta ? in.c0 : std::vector<float>(in.c0.size(), std::numeric_limits<float>::quiet_NaN());
+}
+
+#ifndef MLS_GRADED_BUILD
+/// The naive C (+)= op(A) op(B) of problem `s` on `in`.
+inline Reference reference_of(const tune::SgemmShape& s, const Operands& in) {
+  return reference_sgemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, in.a.data(), s.a_ld(), in.b.data(), s.b_ld(),
+                         static_cast<float>(s.beta), in.c0.data(), s.c_ld());
+}
+#endif
 
 /// `v` (rows x cols) zero-padded to prows x pcols.
 inline std::vector<float> padded(const std::vector<float>& v, long rows, long cols, long prows, long pcols) {
@@ -86,23 +103,29 @@ inline void require_matches(const std::vector<float>& got, long ld, const Refere
 }
 #endif
 
-/// The interpreted loop nest of `knobs` on shape `s` (operands padded as CompiledSgemm pads them),
-/// observed, and checked against the naive product.
+/// The interpreted loop nests of every piece of the plan of `knobs` on problem `s` (each piece on
+/// its corner of the operands, where they lie), observed, and checked against the naive product.
 inline void check_interpreted(const tune::SgemmKnobs& knobs, const tune::SgemmShape& s, std::uint64_t seed) {
   namespace te = mls::kernels::te;
-  const tune::SgemmInstance inst = tune::instantiate(knobs, s.m, s.n, s.k);
-  const tune::SgemmShape& p = inst.plan.padded;
   const Operands in(s, seed);
-  std::vector<float> a = padded(in.a, s.m, s.k, p.m, p.k), b = padded(in.b, s.k, s.n, p.k, p.n);
-  std::vector<float> c(static_cast<std::size_t>(p.m * p.n), std::numeric_limits<float>::quiet_NaN());
-  te::Bindings bind;
-  bind.bind(inst.A, a).bind(inst.B, b).bind(inst.C, c);
-  te::interpret(inst.func, bind);
+  std::vector<float> a = in.a, b = in.b, c = starting_c(s, in);
+  const long lda = s.a_ld(), ldb = s.b_ld(), ldc = s.c_ld();
+  for (const tune::SgemmInstance& inst : tune::instantiate_all(knobs, s)) {
+    const tune::SgemmPiece& p = inst.piece;
+    auto window = [](std::vector<float>& v, long offset, const te::Tensor& t) {
+      return std::span<float>(v).subspan(static_cast<std::size_t>(offset),
+                                         static_cast<std::size_t>(te::buffer_span(*t.buffer())));
+    };
+    te::Bindings bind;
+    bind.bind(inst.A, window(a, s.trans_a ? p.k0 * lda + p.row0 : p.row0 * lda + p.k0, inst.A))
+        .bind(inst.B, window(b, s.trans_b ? p.col0 * ldb + p.k0 : p.k0 * ldb + p.col0, inst.B))
+        .bind(inst.C, window(c, p.row0 * ldc + p.col0, inst.C));
+    te::interpret(inst.func, bind);
+  }
   const std::string what = tune::to_string(s) + " " + tune::to_string(knobs) + ", interpreted";
-  observe_product(what, c, p.n, s.m, s.n, s.k);
-  MLS_ORACLE(const Reference want = reference_sgemm(false, false, s.m, s.n, s.k, 1.0f, in.a.data(), s.k, in.b.data(),
-                                                    s.n, 0.0f, nullptr, s.n);)
-  MLS_ORACLE_CHECK(require_matches(c, p.n, want, s.m, s.n, what));
+  observe_product(what, c, ldc, s.m, s.n, s.k + s.beta);
+  MLS_ORACLE(const Reference want = reference_of(s, in);)
+  MLS_ORACLE_CHECK(require_matches(c, ldc, want, s.m, s.n, what));
 }
 
 /// The loops of a loop nest, outermost first, each as name(extent) with its kind when not serial

@@ -4,6 +4,12 @@
 //
 //   build/release/bin/mls-tune sgemm --m 1024 --n 1024 --k 1024 --threads 2 --trials 200
 //       --strategy guided [--seed S] [--budget-s T] [--svg curve.svg] [--db PATH]    (one line)
+//       [--trans-a] [--trans-b] [--beta 0|1]      the problem's flags (C = op(A)·op(B), or += with beta 1)
+//   build/release/bin/mls-tune sgemm --transformer [--threads T] [--trials N]
+//       the 12 GEMMs of lab 4's bench (sgemm_tf: a transformer layer's forward, dx and dW, beta 1), each
+//       tuned with its flags and recorded, then one table (tuned, lab4_packed(_mt), OpenBLAS GFLOP/s and
+//       the interleaved ratios) and the lines ratio tuned_vs_openblas_<op>_<m>x<n>x<k>_t<T> <x>,
+//       ratio tuned_vs_packed_<op>_<m>x<n>x<k>_t<T> <x> (op: fwd, dx, dW)
 //   build/release/bin/mls-tune sgemm --m 256 --n 256 --k 256 --trials 30 --strategy all --svg c.svg
 //   build/release/bin/mls-tune nests [--n 1024]          the slide's three loop nests (slides 001)
 //   build/release/bin/mls-tune steps --m 256 --n 256 --k 256 [--run] [--cpp S]
@@ -16,6 +22,7 @@
 // end, measured interleaved (mls/common/interleaved_timing.hpp), one line each:
 //   ratio tuned_vs_packed_<m>x<n>x<k>_t<threads> <x>     (tuned / lab4_packed GFLOP/s: > 1 wins)
 //   ratio tuned_vs_openblas_<m>x<n>x<k>_t<threads> <x>   (where OpenBLAS is found)
+// (with "<op>_" before the shape where the problem has flags: nt_b1_768x384x128, ...).
 // --strategy all runs grid, random and guided with the same budget; --svg draws best-so-far
 // GFLOP/s against trial for each strategy run. --strategy compare runs random and guided with
 // --seeds seeds each (seed, seed+1, ...) and prints, per strategy, the trials each run needed to
@@ -45,6 +52,7 @@
 #include "mls/common/progress.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/kernels/sgemm.hpp"
+#include "mls/kernels/transformer_gemms.hpp"
 #include "mls/kernels/tune.hpp"
 
 namespace {
@@ -54,16 +62,21 @@ namespace te = mls::kernels::te;
 
 struct Args {
   long m = 1024, n = 1024, k = 1024;
+  bool trans_a = false, trans_b = false;
+  int beta = 0;
   int threads = 1, trials = 64;
   std::string strategy = "guided";
   std::uint64_t seed = 1;
   double budget_s = 0;
   int seeds = 5;
   std::string svg, db;
+  bool transformer = false;
+  tune::SgemmShape shape() const { return {m, n, k, trans_a, trans_b, beta}; }
 };
 
-/// One strategy's run, with a progress bar.
-tune::TuneResult run_strategy(const Args& a, tune::Strategy strategy, std::uint64_t seed) {
+/// One strategy's run on `shape` with `seed`, with a progress bar.
+tune::TuneResult run_strategy(const Args& a, const tune::SgemmShape& shape, tune::Strategy strategy,
+                              std::uint64_t seed) {
   tune::TuneOptions o;
   o.strategy = strategy;
   o.trials = a.trials;
@@ -79,10 +92,10 @@ tune::TuneResult run_strategy(const Args& a, tune::Strategy strategy, std::uint6
     std::snprintf(status, sizeof status, "best %.1f GFLOP/s, %d refused", best.back(), refused);
     bar.update(t.index + 1, status);
   };
-  tune::TuneResult r = tune::Tuner({a.m, a.n, a.k}, o).run();
+  tune::TuneResult r = tune::Tuner(shape, o).run();
   char done[128];
   std::snprintf(done, sizeof done, "%zu trials in %.1f s, best %.1f GFLOP/s (lab4_packed %.1f)", r.trials.size(),
-                r.wall_seconds, r.best_gflops, tune::sgemm_flops({a.m, a.n, a.k}) / r.anchor_seconds * 1e-9);
+                r.wall_seconds, r.best_gflops, tune::sgemm_flops(shape) / r.anchor_seconds * 1e-9);
   bar.finish(done);
   for (const auto& t : r.trials)
     if (t.status != tune::TrialStatus::Ok)
@@ -94,34 +107,92 @@ tune::TuneResult run_strategy(const Args& a, tune::Strategy strategy, std::uint6
   return r;
 }
 
-/// Interleaved ratios of the best schedule against lab4_packed and OpenBLAS, printed as ratio lines.
-void report_ratios(const Args& a, const tune::SgemmKnobs& best) {
-  const tune::SgemmShape shape{a.m, a.n, a.k};
-  const tune::CompiledSgemm g = tune::compile_sgemm(best, shape);
-  mls::Rng rng(a.seed, "mls_tune_ratio");
-  std::vector<float> A(static_cast<std::size_t>(a.m * a.k)), B(static_cast<std::size_t>(a.k * a.n)),
-      C(static_cast<std::size_t>(a.m * a.n));
-  for (auto& x : A) x = static_cast<float>(rng.uniform(-1, 1));
-  for (auto& x : B) x = static_cast<float>(rng.uniform(-1, 1));
-  mls::ThreadCountGuard guard(a.threads);
-  auto tuned = [&] { g.run(A.data(), B.data(), C.data(), 0); };
-  auto packed = [&] {
-    mls::kernels::sgemm(a.threads > 1 ? "lab4_packed_mt" : "lab4_packed", false, false, a.m, a.n, a.k, 1.0f, A.data(),
-                        a.k, B.data(), a.n, 0.0f, C.data(), a.n);
-  };
-  const std::string tag = std::to_string(a.m) + "x" + std::to_string(a.n) + "x" + std::to_string(a.k) + "_t" +
-                          std::to_string(a.threads);
-  // time(peer) / time(tuned): the tuned kernel's speed relative to the peer's.
-  std::printf("ratio tuned_vs_packed_%s %.4f\n", tag.c_str(), mls::bench::interleaved_ratio(tuned, packed, 5, 20e-3));
+/// Compact operands of a problem in its layout (A K x M with trans_a, B N x K with trans_b), seeded,
+/// and C (random: a beta-1 problem adds to it).
+struct Problem {
+  tune::SgemmShape s;
+  std::vector<float> A, B, C;
+  Problem(const tune::SgemmShape& shape, std::uint64_t seed)
+      : s(shape), A(static_cast<std::size_t>(shape.m * shape.k)), B(static_cast<std::size_t>(shape.k * shape.n)),
+        C(static_cast<std::size_t>(shape.m * shape.n)) {
+    mls::Rng rng(seed, "mls_tune_ratio");
+    for (auto* v : {&A, &B, &C})
+      for (auto& x : *v) x = static_cast<float>(rng.uniform(-1, 1));
+  }
+  /// Runs lab4_packed (lab4_packed_mt at more than one thread) on it.
+  void packed(int threads) {
+    mls::kernels::sgemm(threads > 1 ? "lab4_packed_mt" : "lab4_packed", s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f,
+                        A.data(), s.a_ld(), B.data(), s.b_ld(), static_cast<float>(s.beta), C.data(), s.n);
+  }
 #ifdef MLS_HAVE_OPENBLAS
-  openblas_set_num_threads(a.threads);
-  auto openblas = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(a.m), static_cast<int>(a.n),
-                static_cast<int>(a.k), 1.0f, A.data(), static_cast<int>(a.k), B.data(), static_cast<int>(a.n), 0.0f,
-                C.data(), static_cast<int>(a.n));
-  };
-  std::printf("ratio tuned_vs_openblas_%s %.4f\n", tag.c_str(),
-              mls::bench::interleaved_ratio(tuned, openblas, 5, 20e-3, 30e-3));
+  void openblas() {
+    cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, A.data(),
+                static_cast<int>(s.a_ld()), B.data(), static_cast<int>(s.b_ld()), static_cast<float>(s.beta), C.data(),
+                static_cast<int>(s.n));
+  }
+#endif
+};
+
+/// Seconds per call of fn: the median of 5 batches of about 20 ms (after one warm-up call).
+template <class F>
+double seconds_per_call(F&& fn) {
+  fn();
+  const double once = mls::bench::seconds_of(fn);
+  const int calls = static_cast<int>(std::clamp(20e-3 / std::max(once, 1e-9), 1.0, 100000.0));
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i)
+    t.push_back(mls::bench::seconds_of([&] {
+                  for (int c = 0; c < calls; ++c) fn();
+                }) /
+                calls);
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+/// What report() measured for one problem: GFLOP/s of each side, and the interleaved ratios
+/// (the peer's time over the tuned kernel's: > 1, tuned is faster).
+struct Measured {
+  double tuned_gflops = 0, packed_gflops = 0, openblas_gflops = 0;
+  double vs_packed = 0, vs_openblas = 0;  // 0: not measured
+};
+
+/// The compiled best schedule of a problem against lab4_packed(_mt) and OpenBLAS, each on the same
+/// operands at `threads` threads.
+Measured measure(const tune::SgemmShape& shape, const tune::SgemmKnobs& best, int threads, std::uint64_t seed) {
+  const tune::CompiledSgemm g = tune::compile_sgemm(best, shape);
+  Problem p(shape, seed);
+  mls::ThreadCountGuard guard(threads);
+  const double flops = tune::sgemm_flops(shape) * 1e-9;
+  auto tuned = [&] { g.run(p.A.data(), p.B.data(), p.C.data(), 0); };
+  auto packed = [&] { p.packed(threads); };
+  Measured m;
+  m.tuned_gflops = flops / seconds_per_call(tuned);
+  m.packed_gflops = flops / seconds_per_call(packed);
+  // time(peer) / time(tuned): the tuned kernel's speed relative to the peer's.
+  m.vs_packed = mls::bench::interleaved_ratio(tuned, packed, 5, 20e-3);
+#ifdef MLS_HAVE_OPENBLAS
+  openblas_set_num_threads(threads);
+  auto openblas = [&] { p.openblas(); };
+  m.openblas_gflops = flops / seconds_per_call(openblas);
+  m.vs_openblas = mls::bench::interleaved_ratio(tuned, openblas, 5, 20e-3, 30e-3);
+#endif
+  return m;
+}
+
+/// The ratio lines' name of a problem: "<m>x<n>x<k>_t<threads>", after "<op>_" where the problem has
+/// transposes or beta 1 (op: "nt_b1", ...; `op` given: that name, e.g. "fwd").
+std::string ratio_tag(const tune::SgemmShape& s, int threads, std::string op = "") {
+  if (op.empty() && (s.trans_a || s.trans_b || s.beta))
+    op = std::string(s.trans_a ? "t" : "n") + (s.trans_b ? "t" : "n") + (s.beta ? "_b1" : "");
+  return (op.empty() ? "" : op + "_") + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+         "_t" + std::to_string(threads);
+}
+
+void print_ratios(const Measured& m, const std::string& tag) {
+  std::printf("ratio tuned_vs_packed_%s %.4f\n", tag.c_str(), m.vs_packed);
+#ifdef MLS_HAVE_OPENBLAS
+  std::printf("ratio tuned_vs_openblas_%s %.4f\n", tag.c_str(), m.vs_openblas);
 #else
   std::printf("(no OpenBLAS in this build: ratio tuned_vs_openblas_%s not measured)\n", tag.c_str());
 #endif
@@ -129,7 +200,7 @@ void report_ratios(const Args& a, const tune::SgemmKnobs& best) {
 
 /// `--strategy compare`: random and guided over `seeds` seeds each; trials to 95% of the best found.
 int compare(const Args& a) {
-  const tune::SgemmShape shape{a.m, a.n, a.k};
+  const tune::SgemmShape shape = a.shape();
   std::printf("mls-tune sgemm %s, %d thread%s: random and guided, %d trials each, seeds %llu..%llu\n",
               tune::to_string(shape).c_str(), a.threads, a.threads == 1 ? "" : "s", a.trials,
               static_cast<unsigned long long>(a.seed), static_cast<unsigned long long>(a.seed + a.seeds - 1));
@@ -138,7 +209,7 @@ int compare(const Args& a) {
   for (auto s : {tune::Strategy::Random, tune::Strategy::Guided}) {
     runs.push_back({tune::to_string(s), {}});
     for (int i = 0; i < a.seeds; ++i) {
-      const tune::TuneResult r = run_strategy(a, s, a.seed + static_cast<std::uint64_t>(i));
+      const tune::TuneResult r = run_strategy(a, shape, s, a.seed + static_cast<std::uint64_t>(i));
       anchor_gflops = tune::sgemm_flops(shape) / r.anchor_seconds * 1e-9;
       runs.back().second.push_back(r.best_so_far);
     }
@@ -151,7 +222,7 @@ int compare(const Args& a) {
     for (int t : row.trials_to_target) t > 0 ? std::printf(" %4d", t) : std::printf("    -");
     std::printf("   median %.1f%s\n", row.median, row.median > row.trials ? " (not within the budget)" : "");
   }
-  std::printf("ratio guided_vs_random_trials_to_95pct_%s_t%d %.4f\n", tune::to_string(shape).c_str(), a.threads,
+  std::printf("ratio guided_vs_random_trials_to_95pct_%s %.4f\n", ratio_tag(shape, a.threads).c_str(),
               c.rows[0].median / c.rows[1].median);
   if (!a.svg.empty()) {
     std::vector<tune::TuningCurve> curves;
@@ -172,7 +243,7 @@ int run(const Args& a) {
     strategies = {tune::Strategy::Grid, tune::Strategy::Random, tune::Strategy::Guided};
   else
     strategies = {tune::strategy_from_string(a.strategy)};
-  const tune::SgemmShape shape{a.m, a.n, a.k};
+  const tune::SgemmShape shape = a.shape();
   std::printf("mls-tune sgemm %s, %d thread%s, %d trials per strategy%s; database %s\n", tune::to_string(shape).c_str(),
               a.threads, a.threads == 1 ? "" : "s", a.trials,
               a.budget_s > 0 ? (", budget " + std::to_string(a.budget_s) + " s").c_str() : "",
@@ -181,7 +252,7 @@ int run(const Args& a) {
   tune::TuneResult best;
   double anchor_gflops = 0;
   for (auto s : strategies) {
-    tune::TuneResult r = run_strategy(a, s, a.seed);
+    tune::TuneResult r = run_strategy(a, shape, s, a.seed);
     anchor_gflops = tune::sgemm_flops(shape) / r.anchor_seconds * 1e-9;
     curves.push_back({tune::to_string(s), r.best_so_far});
     if (r.found && (!best.found || r.best_seconds < best.best_seconds)) best = r;
@@ -198,8 +269,48 @@ int run(const Args& a) {
   }
   std::printf("best: %s\n%.1f GFLOP/s (%.3f ms)\n", tune::to_string(best.best).c_str(), best.best_gflops,
               best.best_seconds * 1e3);
-  std::printf("loop nest of the best:\n%s\n", te::to_string(tune::instantiate(best.best, a.m, a.n, a.k).func).c_str());
-  report_ratios(a, best.best);
+  const std::vector<tune::SgemmInstance> pieces = tune::instantiate_all(best.best, shape);
+  std::printf("loop nest of the best%s:\n%s\n",
+              pieces.size() > 1 ? (" (its first piece of " + std::to_string(pieces.size()) + ": the edges are pieces of their own)").c_str() : "",
+              te::to_string(pieces.front().func).c_str());
+  print_ratios(measure(shape, best.best, a.threads, a.seed), ratio_tag(shape, a.threads));
+  return 0;
+}
+
+/// `mls-tune sgemm --transformer`: the 12 GEMMs of lab 4's bench (mls/kernels/transformer_gemms.hpp)
+/// tuned one after the other (guided, `trials` each, recorded), then one table and the ratio lines.
+int run_transformer(const Args& a) {
+  const auto gemms = mls::kernels::transformer_gemms();
+  std::printf("mls-tune sgemm --transformer: the %zu GEMMs of a transformer layer (lab 6's small GPT), %d thread%s, "
+              "%d trials each; database %s\n",
+              gemms.size(), a.threads, a.threads == 1 ? "" : "s", a.trials,
+              (a.db.empty() ? mls::kernels::default_tuning_db_path().string() : a.db).c_str());
+  std::vector<Measured> rows;
+  std::vector<tune::SgemmKnobs> bests;
+  for (const auto& g : gemms) {
+    const tune::SgemmShape shape{g.m, g.n, g.k, g.trans_a, g.trans_b, 1};
+    std::printf("== %s (%s, %s)\n", g.key().c_str(), g.layer.c_str(), tune::to_string(shape).c_str());
+    const tune::TuneResult r =
+        run_strategy(a, shape, tune::strategy_from_string(a.strategy == "all" ? "guided" : a.strategy), a.seed);
+    bests.push_back(r.found ? r.best : tune::KnobSpace::sgemm(a.threads).default_knobs());
+    if (!r.found) std::printf("  no candidate passed: the default knobs are measured\n");
+    rows.push_back(measure(shape, bests.back(), a.threads, a.seed));
+  }
+  const char* packed = a.threads > 1 ? "lab4_packed_mt" : "lab4_packed";
+  std::printf("\n%-18s %-8s %10s %15s %10s %12s %14s  %s\n", "gemm", "layer", "tuned", packed, "OpenBLAS",
+              "tuned/packed", "tuned/OpenBLAS", "best knobs");
+  std::printf("%-18s %-8s %10s %15s %10s %12s %14s\n", "", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "(interleaved)",
+              "(interleaved)");
+  for (std::size_t i = 0; i < gemms.size(); ++i) {
+    const Measured& m = rows[i];
+    std::printf("%-18s %-8s %10.1f %15.1f %10.1f %12.3f %14.3f  %s\n", gemms[i].key().c_str(), gemms[i].layer.c_str(),
+                m.tuned_gflops, m.packed_gflops, m.openblas_gflops, m.vs_packed, m.vs_openblas,
+                tune::to_string(bests[i]).c_str());
+  }
+  for (std::size_t i = 0; i < gemms.size(); ++i) {
+    const tune::SgemmShape s{gemms[i].m, gemms[i].n, gemms[i].k};
+    print_ratios(rows[i], ratio_tag(s, a.threads, gemms[i].op));
+  }
   return 0;
 }
 
@@ -228,9 +339,10 @@ double best_seconds(F&& fn, int runs) {
 int print_steps(long m, long n, long k, bool run, int cpp) {
   const std::vector<tune::ScheduleStep> steps = tune::sgemm_steps(m, n, k);
   const tune::SgemmKnobs kn = tune::KnobSpace::sgemm(1).default_knobs();
-  const tune::SgemmPlan p = tune::plan_sgemm(kn, {m, n, k});
-  std::printf("SGEMM %s (padded to %s): MR %d, NR %d, MC %ld, KC %ld, NC %ld\n\n", tune::to_string(p.shape).c_str(),
-              tune::to_string(p.padded).c_str(), kn.mr, kn.nr, p.mc, p.kc, p.nc);
+  const tune::SgemmShape padded = tune::padded_to_tiles(kn, {m, n, k});
+  const tune::SgemmPlan p = tune::plan_sgemm(kn, padded);
+  std::printf("SGEMM %s (padded to %s): MR %d, NR %d, MC %ld, KC %ld, NC %ld\n\n", tune::to_string(tune::SgemmShape{m, n, k}).c_str(),
+              tune::to_string(padded).c_str(), kn.mr, kn.nr, p.mc, p.kc, p.nc);
   std::vector<te::LoweredFunc> fs;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     fs.push_back(te::lower(steps[i].schedule, "step" + std::to_string(i + 1)));
@@ -242,7 +354,7 @@ int print_steps(long m, long n, long k, bool run, int cpp) {
                 te::generate_cpp(fs[static_cast<std::size_t>(cpp - 1)]).c_str());
   }
   if (!run) return 0;
-  const tune::SgemmShape& s = p.padded;
+  const tune::SgemmShape& s = padded;
   mls::Rng rng(1, "mls_tune_steps");
   std::vector<float> A(static_cast<std::size_t>(s.m * s.k)), B(static_cast<std::size_t>(s.k * s.n)),
       C(static_cast<std::size_t>(s.m * s.n)), first;
@@ -296,6 +408,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e9));
   sgemm->add_option("--svg", a.svg, "write best-so-far GFLOP/s against trial to this SVG file");
   sgemm->add_option("--db", a.db, "tuning database (default: $MLS_TUNING_DB, else the user's cache folder)");
+  sgemm->add_flag("--trans-a", a.trans_a, "A is stored K x M (C = A^T·B)");
+  sgemm->add_flag("--trans-b", a.trans_b, "B is stored N x K (C = A·B^T)");
+  sgemm->add_option("--beta", a.beta, "0: C = op(A)·op(B); 1: C += op(A)·op(B)")->capture_default_str()->check(CLI::IsMember({0, 1}));
+  sgemm->add_flag("--transformer", a.transformer,
+                  "tune the 12 GEMMs of a transformer layer (lab 4's bench sgemm_tf: fwd, dx, dW of qkv, proj, fc, "
+                  "fcproj; beta 1) at --threads with --trials each, then print one table and the ratio lines");
   long nests_n = 1024;
   CLI::App* nests = app.add_subcommand("nests", "print the slide's three loop nests of one matmul (slides 001)");
   nests->add_option("--n", nests_n, "matrix size (a multiple of 8)")->capture_default_str()->check(CLI::Range(8L, 1L << 20));
@@ -312,6 +430,12 @@ int main(int argc, char** argv) {
   try {
     if (nests->parsed()) return print_nests(nests_n);
     if (steps->parsed()) return print_steps(sm, sn, sk, steps_run, steps_cpp);
+    if (a.transformer) {
+      MLS_CHECK(a.strategy != "all", "mls-tune sgemm --transformer: --strategy all is for one shape (its plot); give one strategy");
+      MLS_CHECK(!a.trans_a && !a.trans_b && a.beta == 0 && a.svg.empty(),
+                "mls-tune sgemm --transformer: the GEMMs bring their own flags; --trans-a, --trans-b, --beta and --svg are for one shape");
+      return run_transformer(a);
+    }
     return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-tune: %s\n", e.what());

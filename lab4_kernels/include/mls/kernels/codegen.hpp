@@ -13,7 +13,8 @@
 ///     extern "C" void <name>(float* const* args, mls_parallel_for_fn parallel_for, void* host);
 ///
 ///   args          one pointer per argument of the LoweredFunc (placeholders, then outputs), each a
-///                 compact row-major array of its buffer's shape; the arrays must not overlap.
+///                 row-major array of its buffer's shape, compact or with the buffer's strides
+///                 (te::buffer_strides, compiled in); the arrays must not overlap.
 ///   parallel_for  the host's parallel loop: parallel_for(host, n, body, ctx) calls
 ///                 body(ctx, begin, end) on disjoint ranges covering [0, n) and returns when all are
 ///                 done (JitKernel passes one over common's thread pool, mls/common/parallel.hpp).
@@ -129,8 +130,8 @@ class JitKernel {
   KernelFn fn() const { return fn_; }
   explicit operator bool() const { return fn_ != nullptr; }
 
-  /// Runs on `args`, one span per argument of func() in order, each exactly its buffer's size, no
-  /// two overlapping. threads: 0 = mls::num_threads(); 1 = parallel loops run serially (no pool);
+  /// Runs on `args`, one span per argument of func() in order, each exactly its buffer's size
+  /// (te::buffer_span: the product of the shape when compact), no two overlapping. threads: 0 = mls::num_threads(); 1 = parallel loops run serially (no pool);
   /// n > 1 = the pool at n threads for this call (a ThreadCountGuard: do not run two kernels
   /// with different thread counts at once). mls::Error "JitKernel::run: ..." naming the kernel and
   /// the buffer for a count, size or overlap that is wrong, or an empty kernel.

@@ -115,6 +115,14 @@ class Schedule {
   /// mls::Error for Scope::Global (not a cache).
   Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope,
                     std::string name = "");
+  /// The same with the copy's dimensions in another order: dimension d of the copy is dimension
+  /// layout[d] of `t` (a permutation of 0..ndim-1; empty: the same order). The copy transposes as it
+  /// packs: `cache_read(B, s[C], ko, Scope::Local, {1, 0}, "BL")` of a B read as B[x][k] stores BL[k][x],
+  /// rows of k, so an intrinsic that wants B's columns contiguous reads them so, and the consumer's
+  /// loads B[x][k] become BL[k - k0][x - x0]. mls::Error "cache_read: layout ..." for a list that is
+  /// not a permutation.
+  Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope, std::vector<int> layout,
+                    std::string name = "");
   /// Computes `t` into a local buffer `<t>L` (the slide's CL) and makes `t`'s own stage a copy of
   /// it; `t`'s data-parallel axes stay with that copy stage, its reduction axes move to the new
   /// stage. Call it before scheduling `t`'s reduction axes. Returns the local tensor.

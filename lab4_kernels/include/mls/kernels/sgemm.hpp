@@ -96,7 +96,8 @@ void register_implemented(int priority_offset, bool keep_existing);
 }  // namespace detail
 
 /// The checked entry point: validates the arguments, then runs the kernel called `name`
-/// (a name from `cpu_kernels()`, with or without the "lab4_" prefix). Throws `mls::Error`
+/// (a name from `cpu_kernels()`, with or without the "lab4_" prefix, or the exact name of another
+/// kernel of common's registry: "tuned", the autotuner's). Throws `mls::Error`
 /// naming the kernel and the values on negative sizes, too-small leading dimensions, null
 /// pointers with nonzero sizes or an unknown name.
 void sgemm(std::string_view name, bool trans_a, bool trans_b, long M, long N, long K, float alpha,

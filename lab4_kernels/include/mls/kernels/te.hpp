@@ -92,15 +92,28 @@ class IterVar {
 enum class Scope { Global, Local, Shared };
 
 struct ComputeOp;
-/// A float32 array, row-major and compact. `op` is the compute that defines it (null for a
-/// placeholder and for a buffer the lowering made).
+/// A float32 array, row-major. `op` is the compute that defines it (null for a placeholder and
+/// for a buffer the lowering made). `strides` (in floats, one per dimension) place element
+/// [i0][i1]... at sum(i_d * strides[d]); empty means compact (each stride the product of the
+/// extents after it). A strided buffer is an operand read or written where it lies: a row of a
+/// larger matrix (BLAS's leading dimension), never a copy. Its last stride is 1 and each stride is
+/// at least the span of the dimensions after it (rows never overlap): strided_placeholder and
+/// with_strides check this.
 struct BufferNode {
   std::string name;
   std::vector<std::int64_t> shape;
   Scope scope = Scope::Global;
   std::shared_ptr<const ComputeOp> op;
+  std::vector<std::int64_t> strides = {};
 };
 using Buffer = std::shared_ptr<const BufferNode>;
+
+/// The strides of `b` (its own, or the compact ones when it has none).
+std::vector<std::int64_t> buffer_strides(const BufferNode& b);
+/// The floats `b` spans from its first element to its last, inclusive: the product of the shape
+/// when compact, 1 + sum((shape[d] - 1) * strides[d]) when strided (a span bound to it must have
+/// exactly this size).
+std::int64_t buffer_span(const BufferNode& b);
 
 struct ExprNode;
 /// Handle to an immutable expression; copies share the tree. Built from int / float literals,
@@ -136,10 +149,13 @@ class Expr {
 enum class BinaryOp { Add, Sub, Mul, Div, Mod, Min, Max, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
 enum class UnaryOp { Neg, Exp, Sqrt, Rsqrt, Abs, Not, ToFloat };
 
-/// How a reduction combines: acc = op(acc, value), starting from `init` (Add with 0 for sum).
+/// How a reduction combines: acc = op(acc, value), starting from `init` (Add with 0 for sum), or
+/// from the output's own value when `accumulate` (C += sum ...: BLAS's beta = 1; the output is
+/// read, so it must be bound, never a temporary, and the lowering emits no init for it).
 struct Combiner {
   BinaryOp op = BinaryOp::Add;
   float init = 0.0f;
+  bool accumulate = false;
 };
 
 struct IntImm { std::int64_t value; };
@@ -209,6 +225,9 @@ Expr max_reduce(const Expr& source, const std::vector<IterVar>& axes);
 Expr min_reduce(const Expr& source, const std::vector<IterVar>& axes);
 /// Any reduction: `combiner.op` must be Add, Mul, Min or Max.
 Expr reduce(Combiner combiner, const Expr& source, const std::vector<IterVar>& axes);
+/// out += sum over `axes` of `source` (combiner (Add, 0, accumulate)): the output's own value is
+/// where the sum starts. Only as the whole body of the compute of an output.
+Expr sum_into(const Expr& source, const std::vector<IterVar>& axes);
 
 /// What defines a computed tensor: out[axes...] = body (body may be a Reduce).
 struct ComputeOp {
@@ -248,6 +267,17 @@ class Tensor {
 
 /// An input tensor: `shape` non-empty, every extent >= 1.
 Tensor placeholder(const std::string& name, std::vector<std::int64_t> shape);
+/// An input tensor stored with `strides` (see BufferNode): a matrix read in place with a leading
+/// dimension, `strided_placeholder("A", {M, K}, {lda, 1})`. mls::Error "placeholder '<name>': ..."
+/// unless there is one stride per dimension, the last is 1 and each is >= the span of the
+/// dimensions after it.
+Tensor strided_placeholder(const std::string& name, std::vector<std::int64_t> shape,
+                           std::vector<std::int64_t> strides);
+/// The same tensor stored with `strides`: a new buffer (a new identity) with `t`'s name, shape and
+/// defining op. For a placeholder, or for an output no other compute reads (a compute's loads keep
+/// naming the old buffer): C = with_strides(compute(...), {ldc, 1}) writes C in place with a leading
+/// dimension. Errors as strided_placeholder's, naming `t`.
+Tensor with_strides(const Tensor& t, std::vector<std::int64_t> strides);
 
 /// out[i...] = f(i...) for every index of `shape`. `f` receives one Var per dimension, named
 /// `axis_names[d]` (default i, j, l, m, ...). The body must be Float; a Reduce may only be the
@@ -285,10 +315,12 @@ std::vector<Tensor> topo_order(const std::vector<Tensor>& outputs);
 /// Readable text of an expression, Python-like: `A[k][y] * B[k][x]`, `sum(..., axis=[k])`.
 std::string to_string(const Expr& e);
 
-/// The storage a program reads and writes: a span of floats per buffer (row-major, compact).
+/// The storage a program reads and writes: a span of floats per buffer (row-major; its
+/// buffer_span floats, compact or strided).
 class Bindings {
  public:
-  /// Binds `t`'s buffer to `data` (its size must be the product of the shape; checked on use).
+  /// Binds `t`'s buffer to `data` (its size must be buffer_span: the product of the shape when
+  /// compact; checked on use).
   Bindings& bind(const Tensor& t, std::span<float> data) { return bind(t.buffer(), data); }
   Bindings& bind(const Buffer& b, std::span<float> data);
   /// The span bound to `b`, or null when there is none.

@@ -1,14 +1,15 @@
 #pragma once
 /// Lab 4 part 2, ML compilation: the autotuner (issue 28, section 4). A schedule TEMPLATE for SGEMM
-/// C = A·B (row-major, M x K times K x N) whose knobs span a search space; strategies that search
-/// it (grid, random, guided by a cost model fitted online); a Tuner that measures candidates with
-/// the project's interleaved timing and keeps what it found in the tuning database; and the
-/// `tuned` SGEMM kernel of the registry (MLS_MATMUL=tuned) that runs the best schedule known.
+/// C (+)= op(A)·op(B) (row-major, transposes, leading dimensions; see SgemmShape) whose knobs span a
+/// search space; strategies that search it (grid, random, guided by a cost model fitted online); a
+/// Tuner that measures candidates with the project's interleaved timing and keeps what it found in
+/// the tuning database; and the `tuned` SGEMM kernel of the registry (MLS_MATMUL=tuned) that runs
+/// the best schedule known.
 ///
 ///     SgemmKnobs k = KnobSpace::sgemm(1).default_knobs();
 ///     te::LoweredFunc f = instantiate(k, 1024, 1024, 1024).func;   // the loop nest: te::to_string(f)
-///     CompiledSgemm g = compile_sgemm(k, 1024, 1024, 1024);          // through codegen and the JIT
-///     TuneResult r = Tuner({1024, 1024, 1024}, {.strategy = Strategy::Guided, .trials = 64}).run();
+///     CompiledSgemm g = compile_sgemm(k, {1024, 1024, 1024});        // through codegen and the JIT
+///     TuneResult r = Tuner({768, 384, 128, false, true, 1}, {.strategy = Strategy::Guided, .trials = 64}).run();
 ///
 /// The template (what `instantiate` schedules): axes y (rows of C), x (columns), k (reduction):
 ///   y -> yp (panels of MR rows) -> yc (blocks of about MC rows), yr (panels in a block); yi (MR)
@@ -19,13 +20,23 @@
 ///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
 ///   later of its loops xc/ko when `pack_b`, A's MC x KC block at the later of yc/ko when `pack_a`,
 ///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`).
-/// The micro-kernel's tile must have no tail, so M is cut into ceil(P / (MC/MR)) blocks of equal
-/// whole panels (P the panels of MR rows), N likewise, K into ceil(K / KC) blocks of equal depth.
-/// Where that is not exact the compiled kernel works on a zero-padded problem (Mp x Np x Kp,
-/// each a whole number of blocks: at most a panel per block more) and CompiledSgemm copies
-/// the operands in and out ("staging"); it stages too for transposes, leading dimensions other
-/// than the compact ones, alpha != 1 or beta != 0 — so a compiled kernel honours the whole
-/// SgemmFn contract (mls/common/kernels.hpp).
+/// The operands are read and written where they lie, never copied whole: the tensor expression
+/// indexes A(k, y) when trans_a and B(x, k) when trans_b on strided placeholders (te::
+/// strided_placeholder: the leading dimensions), so the packing copies read transposed panels
+/// directly (B's copy stores rows of k whatever B's layout: cache_read with a layout; a transposed
+/// B is always packed); C is a strided output (te::with_strides), and beta 1 is an accumulating
+/// reduction (te::sum_into: no reset, the micro-kernel's first k block starts from C).
+/// The micro-kernel's tile must have no tail, so a plan (plan_sgemm) cuts the problem into pieces
+/// the tile divides: the main piece (whole MR panels, whole NR panels, K in equal KC blocks; its
+/// blocks of panels balanced, the last shorter: a guard outside the tile), then, where the problem
+/// has edges, pieces for the last M % MR rows (a micro-kernel of that many rows), the last N % NR
+/// columns (a micro-kernel of their whole vectors, then plain loops for the last N % lanes), and the
+/// last K % blocks of k (pieces that add to C). Each piece is a kernel of its own on the operands'
+/// corner (CompiledSgemm::run offsets the pointers); no operand is copied.
+/// CompiledSgemm stages (copies into its layout) only a call it was not compiled for: another
+/// transpose or leading dimension, alpha != 1, or beta != 0 on a beta-0 plan (a beta-1 plan takes
+/// any beta: C scaled in place first); tuned_staged_calls() counts those. The `tuned` kernel
+/// compiles the call's own problem, so only alpha != 1 is staged there.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -122,76 +133,156 @@ struct KnobSpace {
 
 // ---- the template -------------------------------------------------------------------------------
 
-/// The shape of one SGEMM problem, C (M x N) = A (M x K) · B (K x N).
+/// One SGEMM problem: C = op(A)·op(B) (beta 0) or C += op(A)·op(B) (beta 1), C M x N. op(A) is A,
+/// stored M x K, or with trans_a the transpose of A stored K x M; op(B) is B, stored K x N, or with
+/// trans_b the transpose of B stored N x K. Every matrix is row-major with a leading dimension (the
+/// floats from one row to the next): lda, ldb, ldc, 0 meaning compact (the stored row's length). The
+/// tuning database's key is m, n, k, trans_a, trans_b and beta (to_json): the leading dimensions are
+/// built into a compiled kernel but do not change which knobs are fast. Brace-initialised {m, n, k}:
+/// no transposes, beta 0, compact.
 struct SgemmShape {
   long m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int beta = 0;                    ///< 0: C = op(A)·op(B); 1: C += op(A)·op(B)
+  long lda = 0, ldb = 0, ldc = 0;  ///< leading dimensions; 0: compact
   friend bool operator==(const SgemmShape&, const SgemmShape&) = default;
+  /// The leading dimensions in effect: lda, else K (M with trans_a); ldb, else N (K with trans_b); ldc, else N.
+  long a_ld() const { return lda ? lda : (trans_a ? m : k); }
+  long b_ld() const { return ldb ? ldb : (trans_b ? k : n); }
+  long c_ld() const { return ldc ? ldc : n; }
+  /// The same problem with every compact leading dimension written as 0 (equal problems compare equal).
+  SgemmShape canonical() const;
+  /// The tuning key: the same flags and extents, compact leading dimensions.
+  SgemmShape key() const;
 };
-/// "1024x1024x1024" (m x n x k).
+/// "1024x1024x1024" (m x n x k), then what is not the default: " trans_a", " trans_b", " beta=1",
+/// " lda=<lda>" ... (e.g. "768x384x128 trans_b beta=1").
 std::string to_string(const SgemmShape& s);
-/// {"m": m, "n": n, "k": k} (the tuning database's shape object).
+/// The tuning database's shape object: {"m", "n", "k", "trans_a", "trans_b", "beta"}.
 nlohmann::json to_json(const SgemmShape& s);
+/// The tuning key of a database shape object; a record written before the flags existed (no
+/// "trans_a", "trans_b", "beta") is a problem without transposes, beta 0. mls::Error
+/// "sgemm shape: ..." naming the field for a missing extent, an extent < 1, a mistyped flag or a
+/// beta other than 0 or 1.
+SgemmShape shape_from_json(const nlohmann::json& j);
 /// 2 m n k.
 double sgemm_flops(const SgemmShape& s);
 
-/// What the template makes of knobs on a shape: the padded problem and the real block sizes.
+/// One compiled kernel of a plan: the template on the block C[row0 : row0 + m][col0 : col0 + n] of
+/// the problem over its k range [k0, k0 + k), reading A, B and C where they lie (the pointers
+/// offset, the problem's leading dimensions).
+struct SgemmPiece {
+  long row0 = 0, col0 = 0, k0 = 0;
+  /// The piece's problem: its m x n x k, the problem's flags and leading dimensions, and beta 1 on
+  /// a k range after the first (it adds to what the first range wrote).
+  SgemmShape shape;
+  /// The plan's knobs as this piece uses them: mr, nr the edge's extent on an edge piece (nr below
+  /// the vector lanes: a narrow edge, plain loops), pack_b on whenever B is transposed.
+  SgemmKnobs knobs;
+  long mc = 0, nc = 0, kc = 0;  ///< MC (a multiple of mr), NC (of nr), KC (divides the piece's k)
+  int lanes = 16;
+};
+/// "rows 0:96 cols 0:512 k 0:256 beta=0 mr=8 nr=32 mc=96 nc=512 kc=256".
+std::string to_string(const SgemmPiece& p);
+
+/// What the template makes of knobs on a problem: its pieces, each a kernel the micro-kernel tiles
+/// exactly, none copying an operand. The main piece (rows a whole number of mr panels, columns of nr
+/// panels, k a whole number of equal KC blocks) is first; where the problem has an edge, the pieces
+/// after it cover it: the last M % mr rows (mr = that remainder), the last N % nr columns (nr = their
+/// whole vectors, then a narrow piece of the last N % lanes), and where K is not a whole number of
+/// equal blocks (ceil(K / KC) blocks of floor(K / blocks)), the last K % blocks of k as pieces of their
+/// own that add to C (beta 1). Blocks: b = ceil(P / (MC/mr)) blocks of ceil(P / b) panels (P: the
+/// panels), the last block shorter (a guard on the panel loop, outside the tile).
 struct SgemmPlan {
   SgemmKnobs knobs;
-  SgemmShape shape;     ///< the problem asked for
-  SgemmShape padded;    ///< the compiled kernel's problem: whole blocks of MC, NC, KC
-  long mc = 0, nc = 0, kc = 0;  ///< MC (a multiple of MR), NC (of NR), KC (divides padded.k)
+  SgemmShape shape;                  ///< the problem
+  std::vector<SgemmPiece> pieces;    ///< in the order they run (a k range after the first runs last)
+  long mc = 0, nc = 0, kc = 0;       ///< the first piece's block sizes
   int lanes = 16;
-  /// Whether the problem needs padding (staged copies even for compact operands).
-  bool pads() const { return !(padded == shape); }
+  /// Whether the problem has edges (more than one piece).
+  bool edges() const { return pieces.size() > 1; }
 };
-/// The plan of `knobs` for a problem (check_knobs first; every extent >= 1): b = ceil(P / (MC/MR))
-/// blocks of ceil(P / b) panels of MR rows (P = ceil(M / MR)), likewise for NC, and ceil(K / KC)
-/// blocks of equal depth.
+/// The plan of `knobs` for a problem (check_knobs first; every extent >= 1, beta 0 or 1, leading
+/// dimensions 0 or at least the compact ones; mls::Error "plan_sgemm: ..." otherwise).
 SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0);
+/// The problem rounded up to whole tiles: M to a multiple of mr, N of nr, K to ceil(K / KC) blocks of
+/// ceil(K / blocks) (compact, no flags): the worked steps' problem (sgemm_steps), one piece, the same
+/// product on zero-padded operands.
+SgemmShape padded_to_tiles(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0);
 
-/// The micro-kernel of a plan: te::gemm_regblock_intrinsic(mr, nr, kc) with `#pragma GCC unroll
-/// <unroll>` before its k loop when unroll > 1 (name suffix "_u<unroll>").
+/// The micro-kernel of a piece: te::gemm_regblock_intrinsic(mr, nr, kc) with `#pragma GCC unroll
+/// <unroll>` before its k loop when unroll > 1 (name suffix "_u<unroll>"); te::gemm_intrinsic's plain
+/// loops when nr is not a multiple of the lanes (a narrow edge; unroll ignored).
 te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes = 0);
 
-/// The template instantiated: the schedule of C = A·B on the padded problem, and its loop nest.
+/// The template instantiated on one piece: the schedule of C (+)= op(A)·op(B) on the piece's
+/// operands, and its loop nest.
 struct SgemmInstance {
-  SgemmPlan plan;
-  te::Tensor A, B, C;   ///< padded.m x padded.k, padded.k x padded.n, padded.m x padded.n
+  SgemmPiece piece;
+  te::Tensor A, B, C;   ///< as the piece reads them: A m x k (k x m with trans_a), B k x n (n x k), C m x n, strided
   te::Schedule schedule;
   te::LoweredFunc func;
 };
-/// Schedules and lowers the template (see the top of this file). `name` "" gives a name made of
-/// the shape and the knobs (a C identifier, unique per plan).
+/// Schedules and lowers the template on one piece (see the top of this file). `name` "" gives a name
+/// made of the piece's problem and knobs (a C identifier, unique per piece).
+SgemmInstance instantiate(const SgemmPiece& piece, std::string name = "");
+/// The template on a problem its micro-kernel tiles exactly (a plan of one piece); mls::Error
+/// "instantiate: ..." naming the pieces of a problem with edges (instantiate_all takes those).
+SgemmInstance instantiate(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0, std::string name = "");
+/// The same on m x n x k (no transposes, beta 0, compact).
 SgemmInstance instantiate(const SgemmKnobs& knobs, long m, long n, long k, int lanes = 0, std::string name = "");
+/// Every piece of the plan of `knobs` on `shape`, instantiated, in the plan's order.
+std::vector<SgemmInstance> instantiate_all(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes = 0);
 
-/// A compiled SGEMM of one plan, for the whole SgemmFn contract on its shape. Copies share the
-/// compiled code; run() is safe from several threads at once.
+/// A compiled SGEMM of one plan: a kernel per piece. Copies share the compiled code; run() is safe
+/// from several threads at once.
 class CompiledSgemm {
  public:
   CompiledSgemm() = default;
-  CompiledSgemm(SgemmPlan plan, te::JitKernel kernel) : plan_(std::move(plan)), kernel_(std::move(kernel)) {}
+  /// `kernels`: one per piece of `plan`, in its order (mls::Error otherwise).
+  CompiledSgemm(SgemmPlan plan, std::vector<te::JitKernel> kernels);
   const SgemmPlan& plan() const { return plan_; }
-  const te::JitKernel& kernel() const { return kernel_; }
-  explicit operator bool() const { return static_cast<bool>(kernel_); }
-  /// C = alpha op(A) op(B) + beta C (the SgemmFn contract) on the plan's M, N, K; the operands go
-  /// straight to the kernel when they are its compact, unpadded arrays and alpha = 1, beta = 0,
-  /// else through staged copies. threads: as te::JitKernel::run. mls::Error "CompiledSgemm: ..."
-  /// for another shape or too small leading dimensions.
+  /// The kernels, one per piece.
+  const std::vector<te::JitKernel>& kernels() const { return kernels_; }
+  /// The first piece's kernel.
+  const te::JitKernel& kernel() const { return kernels_.front(); }
+  explicit operator bool() const { return !kernels_.empty(); }
+  /// C = alpha op(A) op(B) + beta C (the SgemmFn contract) on the plan's M, N, K. The pieces run on
+  /// the operands where they lie when the call is the plan's problem: its transposes and leading
+  /// dimensions, alpha = 1 and beta = the plan's (a plan with beta 1 takes any beta: C is scaled in
+  /// place first, or zeroed for 0). Anything else goes through staged copies in the plan's layout
+  /// (counted by tuned_staged_calls()). threads: as te::JitKernel::run. mls::Error "CompiledSgemm:
+  /// ..." for another M, N, K or too small leading dimensions.
   void run(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
            const float* B, long ldb, float beta, float* C, long ldc, int threads = 0) const;
-  /// C = A·B with compact operands (A M x K, B K x N, C M x N).
+  /// The plan's own problem (its transposes, leading dimensions and beta; alpha 1).
   void run(const float* A, const float* B, float* C, int threads = 0) const;
 
  private:
+  /// Every piece on the plan's layout, no checks.
+  void run_pieces(const float* A, const float* B, float* C, int threads) const;
   SgemmPlan plan_;
-  te::JitKernel kernel_;
+  std::vector<te::JitKernel> kernels_;
 };
+
+/// CompiledSgemm::run calls (the `tuned` kernel's among them) that copied an operand into the
+/// compiled layout (a transpose or leading dimension the plan does not have, alpha != 1, or beta != 0
+/// on a beta-0 plan), since the process started or reset_tuned_state().
+std::int64_t tuned_staged_calls();
+namespace detail {
+/// Sets tuned_staged_calls() to 0 (reset_tuned_state calls it).
+void reset_staged_calls();
+}  // namespace detail
 
 /// instantiate + te::compile (one compiler run, or the JIT's cache). Errors: the JIT's.
 CompiledSgemm compile_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, const jit::CompileOptions& options = {});
 /// Every knob set for one shape in one translation unit (one compiler run); in the order of `knobs`.
 std::vector<CompiledSgemm> compile_sgemm_all(const std::vector<SgemmKnobs>& knobs, const SgemmShape& shape,
                                              const jit::CompileOptions& options = {});
+/// Every (knobs, problem) job in one translation unit (one compiler run; a piece two jobs share is
+/// compiled once); in the order of `jobs`.
+std::vector<CompiledSgemm> compile_sgemm_jobs(const std::vector<std::pair<SgemmKnobs, SgemmShape>>& jobs,
+                                              const jit::CompileOptions& options = {});
 
 // ---- worked examples: the schedules of the handout, one idea at a time ---------------------------
 
@@ -209,7 +300,7 @@ struct ScheduleStep {
 /// `fused_gemm8x8_add`. n: a multiple of 8 (mls::Error otherwise).
 std::vector<ScheduleStep> slide_steps(long n);
 /// The SGEMM template (instantiate) built up one idea at a time on C = A·B of the plan of `knobs`
-/// for m x n x k (its padded problem, KnobSpace::default_knobs() when `knobs` is empty): 1 the
+/// for m x n x k (padded_to_tiles: zero-padded operands, KnobSpace::default_knobs() when `knobs` is empty): 1 the
 /// default loops; 2 k outside x (i-k-j); 3 MR x NR register tiles, their columns vectorized; 4
 /// MC/KC/NC cache blocks in Goto's order; 5 A's and B's blocks packed (cache_read, vectorized
 /// copies); 6 the MR x NR x KC tile tensorized with the register-blocked micro-kernel: the
@@ -256,10 +347,12 @@ struct MeasureOptions {
   double batch_seconds = 5e-3;   ///< interleaved_ratio's batch
 };
 
-/// The problem a tuner measures on: seeded random operands, the reference product (lab4_packed,
-/// or lab4_packed_mt at more threads) and the anchor time. Made once per tuning.
+/// The problem a tuner measures on: seeded random operands, compact, in the layout of the problem's
+/// transposes (and, for beta 1, a random C to add to), the reference result (lab4_packed, or
+/// lab4_packed_mt at more threads, on the same flags) and the anchor time. Made once per tuning.
 class Bench {
  public:
+  /// On shape.key() (compact leading dimensions).
   Bench(const SgemmShape& shape, int threads, std::uint64_t seed = 1);
   const SgemmShape& shape() const { return shape_; }
   int threads() const { return threads_; }
@@ -278,9 +371,12 @@ class Bench {
   double time(const CandidateFn& fn, int repeat, double batch_seconds);
 
  private:
+  /// C before a checked run: NaN everywhere for beta 0 (every element must be written), the
+  /// starting C for beta 1.
+  void reset_c(std::vector<float>& c) const;
   SgemmShape shape_;
   int threads_;
-  std::vector<float> a_, b_, c_, ref_, anchor_c_;
+  std::vector<float> a_, b_, c0_, c_, ref_, anchor_c_;
   double tolerance_ = 0, anchor_seconds_ = 0;
 };
 
@@ -314,7 +410,7 @@ class CostModel {
   double bias_ = 0;
 };
 /// Features of knobs on a shape: log2 of each block size and micro-kernel extent, unroll, one-hot
-/// order and parallel, the packing flags, register use, padding waste, log2 of the A block, B
+/// order and parallel, the packing flags, register use, the share of the edge pieces' flops, log2 of the A block, B
 /// block and B panel bytes.
 std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape, int lanes);
 /// A key per distinct compiled schedule: knobs whose plans on `shape` are the same (block targets
@@ -367,9 +463,10 @@ struct TuneResult {
   double wall_seconds = 0;
 };
 
-/// Runs a strategy on one shape at one thread count (see TuneOptions).
+/// Runs a strategy on one problem at one thread count (see TuneOptions).
 class Tuner {
  public:
+  /// On shape.key(): its extents, transposes and beta, compact operands (the database's key).
   Tuner(SgemmShape shape, TuneOptions options);
   TuneResult run();
 
@@ -440,17 +537,22 @@ struct KnobChoice {
   SgemmKnobs knobs;
   std::string source;
 };
-/// The fastest record among `records` of op "sgemm", this template, `cpu_key` and `threads`, of
-/// `shape` when there is one, else of the nearest shape; among that shape's records the confirmed
-/// ones ("measure": "confirmed") are preferred where there are any. None when no record qualifies
-/// (records of knobs that do not parse are skipped).
+/// The fastest record among `records` of op "sgemm", this template, `cpu_key`, `threads` and the
+/// problem's flags (trans_a, trans_b, beta: shape_from_json, a record without them is a problem
+/// without transposes, beta 0), of `shape` when there is one, else of the nearest shape with the
+/// same flags; among that shape's records the confirmed ones ("measure": "confirmed") are
+/// preferred where there are any. Leading dimensions play no part. None when no record qualifies
+/// (records whose shape or knobs do not parse are skipped).
 std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records, const SgemmShape& shape, int threads,
                                        std::string_view cpu_key);
 
-/// The `tuned` SgemmFn: C = alpha op(A) op(B) + beta C with the best known schedule of the shape at
-/// mls::num_threads() threads (choose_knobs on the database, $MLS_TUNING_DB; with MLS_TUNE=1 a
-/// shape with no record of its own is tuned first: MLS_TUNE_TRIALS candidates, default 24, guided;
-/// else the space's default). Compiled kernels are kept per (knobs, shape). Problems below
+/// The `tuned` SgemmFn: C = alpha op(A) op(B) + beta C with the best known schedule of the problem
+/// (its m, n, k, transposes and beta: 1 for any beta but 0) at mls::num_threads() threads
+/// (choose_knobs on the database, $MLS_TUNING_DB; with MLS_TUNE=1 a problem with no record of its
+/// own is tuned first, with its flags: MLS_TUNE_TRIALS candidates, default 24, guided; else the
+/// nearest tuned shape's knobs, else the space's default). The call's own problem (its transposes
+/// and leading dimensions) is compiled, so the operands are read where they lie; alpha != 1 runs
+/// through a copy of C. Compiled kernels are kept per (problem, plan). Problems below
 /// tuned_min_flops(), K = 0, and any failure to compile (no compiler, a compile error: one line on
 /// stderr, the first time) run lab4_packed (lab4_packed_mt at more than one thread).
 void sgemm_tuned(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
@@ -469,7 +571,12 @@ std::int64_t tuned_fallbacks();
 /// The knobs the `tuned` kernel chose for a shape at a thread count in this process (none before
 /// its first call on that shape, or for a problem it sent to the hand-written kernel by size).
 std::optional<KnobChoice> tuned_choice(const SgemmShape& shape, int threads);
-/// Forgets the compiled kernels, the knob choices and the warnings (as a new process would start).
+/// How the `tuned` kernel compiles (default jit::CompileOptions{}: -O3, the JIT's cache). Tests set
+/// quicker options.
+jit::CompileOptions tuned_compile_options();
+void set_tuned_compile_options(const jit::CompileOptions& options);
+/// Forgets the compiled kernels, the knob choices, the warnings, the counters and the compile
+/// options (as a new process would start).
 void reset_tuned_state();
 
 }  // namespace mls::kernels::tune
