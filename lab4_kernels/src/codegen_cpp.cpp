@@ -262,7 +262,7 @@ std::string Emitter::element(const BufferNode* b, const std::vector<Expr>& idx, 
 
 CText Emitter::expr(const Expr& e) {
   ExprContext cx;
-  cx.dialect = &cpp_dialect();
+  cx.dialect = m_.options.fast_exp ? &cpp_fast_exp_dialect() : &cpp_dialect();
   cx.var = [this](const VarNode* v) { return var(v); };
   cx.load = [this](const Load& l) { return element(l.buffer.get(), l.indices, "load"); };
   cx.ranges = &ranges_;
@@ -629,16 +629,12 @@ MLS_LANEWISE(mls_vsqrt, __builtin_sqrtf(x))
 MLS_LANEWISE(mls_vrsqrt, 1.0f / __builtin_sqrtf(x))
 MLS_LANEWISE(mls_vabs, __builtin_fabsf(x))
 #undef MLS_LANEWISE
+// fminf / fmaxf lane by lane, as vector selects (the libm calls do not vectorize): the smaller
+// (larger) of a and b, b when they are equal, the other one when one is NaN.
 template <class V>
-static inline V mls_vmin(V a, V b) {
-    for (unsigned l = 0; l < sizeof(V) / sizeof(float); ++l) a[l] = __builtin_fminf(a[l], b[l]);
-    return a;
-}
+static inline V mls_vmin(V a, V b) { return (a < b || b != b) ? a : b; }
 template <class V>
-static inline V mls_vmax(V a, V b) {
-    for (unsigned l = 0; l < sizeof(V) / sizeof(float); ++l) a[l] = __builtin_fmaxf(a[l], b[l]);
-    return a;
-}
+static inline V mls_vmax(V a, V b) { return (a > b || b != b) ? a : b; }
 
 )";
 }  // namespace
@@ -687,7 +683,8 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
           (m.lanes == 1 ? " (no SIMD)" : "") + ". Exported: ";
   for (std::size_t i = 0; i < fs.size(); ++i) head += (i ? ", " : "") + c_identifier(fs[i].name);
   head += ".\n";
-  return head + codegen_detail::kPrelude + m.intrinsic_text + functions;
+  return head + codegen_detail::kPrelude + (options.fast_exp ? codegen_detail::fast_exp_prelude() : "") +
+         m.intrinsic_text + functions;
 }
 
 std::string generate_cpp(const LoweredFunc& f, const CodegenOptions& options) {

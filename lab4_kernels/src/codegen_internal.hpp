@@ -60,6 +60,11 @@ struct Dialect {
   const char* nan;  ///< "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)" (CUDA)
 };
 const Dialect& cpp_dialect();
+/// The C++ dialect with exp as the generated unit's polynomial `mls_expf` (CodegenOptions::fast_exp).
+const Dialect& cpp_fast_exp_dialect();
+/// The helpers of CodegenOptions::fast_exp (`mls_expf`, `mls_vexp_fast`), after the prelude
+/// (src/codegen_fastmath.cpp).
+const char* fast_exp_prelude();
 const Dialect& cuda_dialect();
 
 /// What printing an expression needs from its emitter: the name of a variable, the text of a

@@ -38,7 +38,13 @@ struct StageImpl {
   std::map<const BufferNode*, StageImpl*> redirect;  // loads of a buffer read this cache instead
   const BufferNode* cache_of = nullptr;  // cache_read: the buffer it copies
   bool is_output = false;
+  Scope scope = Scope::Global;  // set_scope (a cache's scope is its buffer's)
 };
+
+/// Where a stage's values live: its cache's scope (cache_read, cache_write), else set_scope's.
+inline Scope stage_scope(const StageImpl& st) {
+  return st.buffer->scope != Scope::Global ? st.buffer->scope : st.scope;
+}
 
 struct ScheduleImpl {
   std::vector<Tensor> outputs;
