@@ -23,6 +23,10 @@ const char* fast_exp_prelude() {
 // AVX-512 the 16-lane version scales with vscalefps (overflow and underflow for free).
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's _mm512_undefined_ps() reads itself on purpose ("__m512 __Y = __Y"): not our variable.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #endif
 typedef std::int32_t mls_i32x4 __attribute__((vector_size(16)));
 typedef std::int32_t mls_i32x8 __attribute__((vector_size(32)));
