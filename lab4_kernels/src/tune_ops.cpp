@@ -184,11 +184,13 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
       k.push_back({"fuse", {0, 1}, false});
       k.push_back({"hold", {0, 1}, false});
       k.push_back({"unroll", {1, 2, 4}, true});
+      k.push_back({"stream", {0, 1}, false});
       if (kind == OpKind::LayerNormBwd) k.push_back({"blocks", {1, 2, 4, 8, 16, 32, 64}, true});
       break;
     case OpKind::AddMulAdd:
       k.push_back({"block", {1024, 4096, 16384, 65536}, true});
       k.push_back({"unroll", {1, 2, 4}, true});
+      k.push_back({"stream", {0, 1}, false});
       break;
     case OpKind::Conv2d:
       k.push_back({"order", {0, 1}, false});
@@ -200,17 +202,21 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
 }
 
 /// The hand-picked schedule of each template at `threads` threads: the value wanted for each knob
-/// (the space's nearest is taken).
-OpKnobs template_default(OpKind kind, int lanes, int threads) {
+/// (the space's nearest is taken). Outputs of 16 MiB or more are streamed, as the hand-written
+/// kernels stream them (fused.hpp).
+OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
   const int par = threads > 1 ? 1 : 0;
-  switch (kind) {
+  const int stream = 4.0 * static_cast<double>(p.kind == OpKind::AddMulAdd ? p.n : p.rows * p.cols) >= 16.0 * (1 << 20);
+  switch (p.kind) {
     case OpKind::Softmax:
     case OpKind::LayerNormFwd:
-      return {{"lanes", lanes}, {"parallel", par}, {"acc", 2}, {"fuse", 1}, {"hold", 1}, {"unroll", 1}};
+      return {{"lanes", lanes}, {"parallel", par}, {"acc", 2}, {"fuse", 1}, {"hold", 1}, {"unroll", 1},
+              {"stream", stream}};
     case OpKind::LayerNormBwd:
-      return {{"lanes", lanes}, {"parallel", par}, {"acc", 2}, {"fuse", 1},
-              {"hold", 1},      {"unroll", 1},     {"blocks", threads}};
-    case OpKind::AddMulAdd: return {{"lanes", lanes}, {"parallel", par}, {"block", 16384}, {"unroll", 2}};
+      return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},
+              {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"blocks", threads}};
+    case OpKind::AddMulAdd:
+      return {{"lanes", lanes}, {"parallel", par}, {"block", 16384}, {"unroll", 2}, {"stream", stream}};
     case OpKind::Conv2d: return {{"lanes", lanes}, {"parallel", par}, {"order", 1}, {"pad_copy", 1}, {"ob", 1}};
   }
   return {};
@@ -316,6 +322,7 @@ OpSpace OpSpace::small(const OpProblem& problem, int threads, int lanes) {
     else if (k.name == "unroll") k.values = {1, 2};
     else if (k.name == "blocks") k.values = {k.values.front()};
     else if (k.name == "block") k.values = {1024, 4096};
+    else if (k.name == "stream") k.values = {1};
     else if (k.name == "ob") k.values = {1, 2};
   }
   return s;
@@ -354,7 +361,7 @@ bool OpSpace::valid(const OpKnobs& k) const {
 
 OpKnobs OpSpace::default_knobs() const {
   check();
-  const OpKnobs want = template_default(problem.kind, lanes, threads);
+  const OpKnobs want = template_default(problem, lanes, threads);
   OpKnobs k;
   for (const auto& x : knobs) {
     const int w = want.count(x.name) ? want.at(x.name) : x.values.front();
@@ -405,7 +412,7 @@ void OpSpace::check() const {
   for (const auto& k : knobs) {
     MLS_CHECK(!k.values.empty(), "OpSpace: knob '", k.name, "' has no values");
     for (int v : k.values) {
-      OpKnobs one = template_default(problem.kind, lanes, threads);
+      OpKnobs one = template_default(problem, lanes, threads);
       one[k.name] = v;
       if (one.count("lanes") && one.at("lanes") > lanes) one["lanes"] = lanes;
       if (k.name == "lanes") MLS_CHECK(v <= lanes, "OpSpace: lanes ", v, " is more than the space's ", lanes);

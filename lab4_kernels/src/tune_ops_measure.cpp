@@ -27,7 +27,7 @@ OpArrays make_op_arrays(const OpProblem& p, std::uint64_t seed) {
   for (const auto& arg : op_args(p)) {
     std::size_t n = 1;
     for (auto d : arg.shape) n *= static_cast<std::size_t>(d);
-    std::vector<float>& v = a[arg.name];
+    OpArray& v = a[arg.name];
     v.assign(n, 0.0f);
     if (arg.output) continue;
     Rng rng(seed, "op_" + arg.name);

@@ -381,6 +381,12 @@ OpInstance instantiate_op(const OpProblem& p, const OpKnobs& k, std::string name
   te::CodegenOptions cg;
   cg.vector_lanes = k.at("lanes");
   cg.fast_exp = true;
+  if (plan.count("stream") && plan.at("stream"))  // the big output (y, out, dinp, e): written once
+    for (const auto& a : op_args(p))
+      if (a.output) {
+        cg.stream_stores = {a.name};
+        break;
+      }
   return OpInstance{p, k, std::move(args), std::move(s), std::move(f), cg};
 }
 

@@ -71,6 +71,13 @@ struct CodegenOptions {
   /// scale by vscalefps) instead of `__builtin_expf`, a libm call per lane that the compiler does not
   /// vectorize without -ffast-math. Off: the interpreter's expf, so results can match it bit for bit.
   bool fast_exp = false;
+  /// Buffers (function arguments, by name) whose plain stores in a vectorized loop are non-temporal
+  /// (`mls_stream`: _mm512_stream_ps / _mm256_stream_ps where the chunk's address is aligned to its
+  /// width, else an ordinary store), for results written once and read much later: the store skips
+  /// the read-for-ownership of each line and leaves the caches to data that is used again. A
+  /// reduction's update (read back) stays an ordinary store. Every parallel range and the function
+  /// end with a store fence (sfence), so what a thread streamed is visible when the call returns.
+  std::vector<std::string> stream_stores{};
 };
 
 /// The lanes `options` asks for on this CPU (resolves vector_lanes = 0); mls::Error for a value

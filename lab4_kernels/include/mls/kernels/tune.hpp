@@ -524,10 +524,12 @@ struct TuningCurve {
   std::vector<double> best_so_far; ///< TuneResult::best_so_far
 };
 /// An SVG of best-so-far GFLOP/s against trial (a step line per curve, its best in the legend) and
-/// the hand-written kernel's GFLOP/s as a dashed line (`reference_gflops` 0: none). mls::Error
-/// "tuning_curve_svg: ..." for no curves, an empty curve, or a negative or non-finite value.
+/// the hand-written kernel's GFLOP/s as a dashed line (`reference_gflops` 0: none); `unit` names
+/// the figure ("GB/s" for the operators' tuners). mls::Error "tuning_curve_svg: ..." for no
+/// curves, an empty curve, or a negative or non-finite value.
 std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double reference_gflops,
-                             const std::string& reference_label, const std::string& title);
+                             const std::string& reference_label, const std::string& title,
+                             const std::string& unit = "GFLOP/s");
 
 // ---- the `tuned` kernel of the registry ------------------------------------------------------------
 

@@ -47,6 +47,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -201,8 +202,23 @@ struct OpInstance {
 /// check_op_knobs first). `name` "" gives one made of the op, the shape and the knobs.
 OpInstance instantiate_op(const OpProblem& p, const OpKnobs& k, std::string name = "");
 
+/// An allocator of 64-byte aligned storage (a cache line: a streamed store needs its vector aligned,
+/// and a vector load that splits no line is faster).
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+};
+/// One array of an operator, 64-byte aligned.
+using OpArray = std::vector<float, CacheLineAllocator<float>>;
 /// The arrays of one problem by name (op_args): inputs, outputs.
-using OpArrays = std::map<std::string, std::vector<float>>;
+using OpArrays = std::map<std::string, OpArray>;
 /// Arrays of the right sizes: inputs seeded uniform in [-1, 1) (layernorm_bwd's rstd in [0.5, 2)),
 /// outputs 0.
 OpArrays make_op_arrays(const OpProblem& p, std::uint64_t seed);
