@@ -178,7 +178,7 @@ TEST_CASE("tune ops: operators, problems, arrays and their errors", "[tune_ops][
   REQUIRE_THROWS_WITH(tune::row_problem(OpKind::Conv2d, 2, 2), Catch::Contains("row_problem: conv2d is not a row operator"));
 }
 
-TEST_CASE("tune ops: knobs, their JSON and spaces; bad knobs are named errors", "[tune_ops][knobs]") {
+TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "[tune_ops][knobs]") {
   for (const OpProblem& p : awkward_problems()) {
     for (int threads : {1, 2}) {
       const OpSpace space = OpSpace::full(p, threads, 16);
@@ -405,7 +405,7 @@ TEST_CASE("tune ops: compute_at with other readers inside the loop, outputs at a
                                                           "windows (i*2 + [0, 1) in dimension 0) do not cover it"));
 }
 
-TEST_CASE("tune ops: the search on a synthetic cost; the database lookup of op records", "[tune_ops][search]") {
+TEST_CASE("tune ops: the search on a synthetic cost, the database lookup of op records", "[tune_ops][search]") {
   const OpProblem p = tune::row_problem(OpKind::LayerNormFwd, 64, 1000);
   const OpSpace space = OpSpace::full(p, 2, 16);
   // A made-up cost: fastest at acc 2, fuse 1, hold 1, lanes 16, unroll 2, parallel 1.
@@ -472,7 +472,7 @@ TEST_CASE("tune ops: the search on a synthetic cost; the database lookup of op r
   CHECK(tune::best_op_knobs(records, p, 2, "other-cpu-1234"));
 }
 
-TEST_CASE("tune ops: each strategy tunes a tiny problem end to end; failures are recorded, never fatal",
+TEST_CASE("tune ops: each strategy tunes a tiny problem end to end, failures are recorded, never fatal",
           "[tune_ops][tuner]") {
   OpsEnv env;
   const OpProblem p = tune::row_problem(OpKind::Softmax, 33, 70);
