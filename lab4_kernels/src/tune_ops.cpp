@@ -323,6 +323,7 @@ OpSpace OpSpace::small(const OpProblem& problem, int threads, int lanes) {
     else if (k.name == "blocks") k.values = {k.values.front()};
     else if (k.name == "block") k.values = {1024, 4096};
     else if (k.name == "stream") k.values = {1};
+    else if (k.name == "parallel") k.values = {threads > 1 ? 1 : 0};
     else if (k.name == "ob") k.values = {1, 2};
   }
   return s;

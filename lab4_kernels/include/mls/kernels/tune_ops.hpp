@@ -149,7 +149,9 @@ struct OpSpace {
   /// The template's full space for `threads` threads (the knobs of the top of this file; lanes 4
   /// to the CPU's, or `lanes` when not 0).
   static OpSpace full(const OpProblem& problem, int threads, int lanes = 0);
-  /// A small space (two values of a few knobs) for tests and demonstrations.
+  /// A small space for tests and demonstrations: lanes 8 (or the CPU's, when fewer), acc 0 and 2,
+  /// unroll 1 and 2, fuse and hold both ways, streamed stores, the rows parallel at more than one
+  /// thread; add_mul_add blocks 1024 and 4096, conv2d ob 1 and 2.
   static OpSpace small(const OpProblem& problem, int threads, int lanes = 0);
 
   /// Points of the cross product (all valid: every point is a schedule the template can build).
