@@ -259,7 +259,7 @@ std::string Emitter::element(const BufferNode* b, const std::vector<Expr>& idx, 
 
 CText Emitter::expr(const Expr& e) {
   ExprContext cx;
-  cx.dialect = &cpp_dialect();
+  cx.dialect = m_.options.fast_exp ? &cpp_fast_exp_dialect() : &cpp_dialect();
   cx.var = [this](const VarNode* v) { return var(v); };
   cx.load = [this](const Load& l) { return element(l.buffer.get(), l.indices, "load"); };
   cx.ranges = &ranges_;
@@ -270,8 +270,8 @@ CText Emitter::expr(const Expr& e) {
 // ---- expressions, shared with the CUDA generator ---------------------------------------------------
 
 const Dialect& cpp_dialect() {
-  static const Dialect d{"generate_cpp",    "std::int64_t",    "__builtin_expf",     "__builtin_sqrtf",
-                         "__builtin_fabsf", "__builtin_fminf", "__builtin_fmaxf",    "__builtin_inff()",
+  static const Dialect d{"generate_cpp",    "std::int64_t", "__builtin_expf",   "__builtin_sqrtf",
+                         "__builtin_fabsf", "mls_fminf",    "mls_fmaxf",        "__builtin_inff()",
                          "__builtin_nanf(\"\")"};
   return d;
 }
@@ -364,7 +364,12 @@ void Emitter::stmt(const Stmt& s, int depth, bool whole_block) {
   if (const auto* f = s.as<For>()) {
     loop(*f, depth);
   } else if (const auto* st = s.as<Store>()) {
-    vec_var_ ? vstore(*st, depth) : store(*st, depth);
+    if (!vec_var_)
+      store(*st, depth);
+    else if (streamed(*st))
+      vstore_streamed(*st, depth);
+    else
+      vstore(*st, depth);
   } else if (const auto* a = s.as<Allocate>()) {
     allocate(*a, depth, whole_block);
   } else if (const auto* q = s.as<Seq>()) {
@@ -467,6 +472,7 @@ void Emitter::parallel_loop(const For& f, int depth, const std::string& v) {
   line(depth + 1, "for (std::int64_t " + v + " = " + off + b + "; " + v + " < " + off + e + "; ++" + v + ") {");
   stmt(f.body, depth + 2, true);
   line(depth + 1, "}");
+  if (streams_in(f.body)) line(depth + 1, "mls_stream_fence();  // this thread's non-temporal stores, done");
   line(depth, "};");
   line(depth, "mls_parallel(parallel_for, host, " + ext + ", " + body + ");");
 }
@@ -545,7 +551,7 @@ std::string Emitter::function() {
     head += indent(1) + "float* const __restrict " + bv.ident + " = args[" + std::to_string(i) + "];  // " +
             f_.args[i]->name + ": float32" + detail::layout_text(*f_.args[i]) + "\n";
   }
-  return head + out_ + "}\n";
+  return head + out_ + (uses_stream_ ? indent(1) + "mls_stream_fence();\n" : "") + "}\n";
 }
 
 namespace {
@@ -626,16 +632,15 @@ MLS_LANEWISE(mls_vsqrt, __builtin_sqrtf(x))
 MLS_LANEWISE(mls_vrsqrt, 1.0f / __builtin_sqrtf(x))
 MLS_LANEWISE(mls_vabs, __builtin_fabsf(x))
 #undef MLS_LANEWISE
+// fminf / fmaxf as selects (glibc's: the smaller / larger of a and b, a when they are equal, the
+// other one when one is NaN), on floats and lane by lane on vectors: no libm call, so a loop of
+// them vectorizes.
+[[maybe_unused]] static inline float mls_fminf(float a, float b) { return (a <= b || b != b) ? a : b; }
+[[maybe_unused]] static inline float mls_fmaxf(float a, float b) { return (a >= b || b != b) ? a : b; }
 template <class V>
-static inline V mls_vmin(V a, V b) {
-    for (unsigned l = 0; l < sizeof(V) / sizeof(float); ++l) a[l] = __builtin_fminf(a[l], b[l]);
-    return a;
-}
+static inline V mls_vmin(V a, V b) { return (a <= b || b != b) ? a : b; }
 template <class V>
-static inline V mls_vmax(V a, V b) {
-    for (unsigned l = 0; l < sizeof(V) / sizeof(float); ++l) a[l] = __builtin_fmaxf(a[l], b[l]);
-    return a;
-}
+static inline V mls_vmax(V a, V b) { return (a >= b || b != b) ? a : b; }
 
 )";
 }  // namespace
@@ -684,7 +689,8 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
           (m.lanes == 1 ? " (no SIMD)" : "") + ". Exported: ";
   for (std::size_t i = 0; i < fs.size(); ++i) head += (i ? ", " : "") + c_identifier(fs[i].name);
   head += ".\n";
-  return head + codegen_detail::kPrelude + m.intrinsic_text + functions;
+  return head + codegen_detail::kPrelude + (options.fast_exp ? codegen_detail::fast_exp_prelude() : "") +
+         (options.stream_stores.empty() ? "" : codegen_detail::stream_prelude()) + m.intrinsic_text + functions;
 }
 
 std::string generate_cpp(const LoweredFunc& f, const CodegenOptions& options) {

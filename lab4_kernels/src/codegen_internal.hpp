@@ -60,6 +60,13 @@ struct Dialect {
   const char* nan;  ///< "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)" (CUDA)
 };
 const Dialect& cpp_dialect();
+/// The C++ dialect with exp as the generated unit's polynomial `mls_expf` (CodegenOptions::fast_exp).
+const Dialect& cpp_fast_exp_dialect();
+/// The helpers of CodegenOptions::fast_exp (`mls_expf`, `mls_vexp_fast`), after the prelude
+/// (src/codegen_fastmath.cpp).
+const char* fast_exp_prelude();
+/// The helpers of CodegenOptions::stream_stores (`mls_stream`, `mls_stream_fence`), after the prelude.
+const char* stream_prelude();
 const Dialect& cuda_dialect();
 
 /// What printing an expression needs from its emitter: the name of a variable, the text of a
@@ -130,6 +137,10 @@ class Emitter {
   void vector_loop(const For& f, int depth, const std::string& v);
   std::string vector_obstacle(const For& f) const;
   void vstore(const Store& st, int depth);
+  // codegen_fastmath.cpp: non-temporal stores (CodegenOptions::stream_stores)
+  bool streamed(const Store& st) const;
+  bool streams_in(const Stmt& s) const;
+  void vstore_streamed(const Store& st, int depth);
   void vif(const IfThenElse& i, int depth);
   CText vexpr(const Expr& e, bool& vec);
   CText lanewise(const Expr& e);
@@ -145,6 +156,7 @@ class Emitter {
   std::set<std::string> taken_;                             // buffers', helpers' and reserved names
   detail::Ranges ranges_;
   bool uses_parallel_ = false;
+  bool uses_stream_ = false;     // a non-temporal store was emitted (the function ends with a fence)
   int in_vectorized_ = 0;        // vectorized loops around (their nested ones run serially)
   const VarNode* vec_var_ = nullptr;  // emitting a chunk of this variable's vectorized loop
   Var vec_loop_var_;                  // its Var

@@ -196,7 +196,8 @@ CText Emitter::vexpr(const Expr& e, bool& vec) {
     const CText a = vexpr(u->a, va);
     switch (u->op) {
       case UnaryOp::Neg: return {a.s[0] == '-' ? "-(" + a.s + ")" : "-" + wrap(a, 15), 15};
-      case UnaryOp::Exp: return {"mls_vexp(" + splat(a, va) + ")", 16};
+      case UnaryOp::Exp:  // the unit's polynomial with CodegenOptions::fast_exp, else expf lane by lane
+        return {(m_.options.fast_exp ? "mls_vexp_fast(" : "mls_vexp(") + splat(a, va) + ")", 16};
       case UnaryOp::Sqrt: return {"mls_vsqrt(" + splat(a, va) + ")", 16};
       case UnaryOp::Rsqrt: return {"mls_vrsqrt(" + splat(a, va) + ")", 16};
       case UnaryOp::Abs: return {"mls_vabs(" + splat(a, va) + ")", 16};

@@ -123,6 +123,8 @@ class Lowerer {
   struct Nest;  // the per-stage state of one lower_stage call
   Stmt lower_stage(const StageImpl& st);
   void infer_region(const StageImpl& st, const Nest& n, const StageImpl& child, std::size_t pos);
+  void check_reads(const StageImpl& st, const StageInfo& inf) const;
+  void check_cover(const StageImpl& st, const Nest& n, const StageImpl& c, std::size_t pos) const;
   Stmt build(Nest& n, const std::vector<int>& positions, std::size_t k, bool init);
   Stmt innermost(const Nest& n, bool init) const;
   Stmt init_nest(Nest& n);
@@ -267,6 +269,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     infer_region(st, n, *c, pos);
     n.children[pos].push_back(c.get());
   }
+  check_reads(st, inf);
   n.src = detail::rewrite_loads(n.src, [&](const Load& l) -> Expr {
     const StageImpl* p = producer_of(s_, st, l.buffer.get());
     if (!p || !info_.count(p) || !info_.at(p).relative) return Expr();
@@ -396,9 +399,78 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
       ci.extent.push_back(dims[d].hi - dims[d].lo + 1);
     }
   }
-  ci.relative = c.buffer->scope != Scope::Global;
-  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, c.buffer->scope, nullptr})
+  ci.relative = stage_scope(c) != Scope::Global;
+  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, stage_scope(c), nullptr})
                           : c.buffer;
+  if (c.is_output) check_cover(st, n, c, pos);
+}
+
+/// A stage computed at a loop of one consumer may be read by other stages computed inside that
+/// loop (Stage::compute_at): each of their loads must fall in the window one iteration computed.
+/// Checked on the reader's root values (its region, reduction axes whole), which its guards keep
+/// in range, so a tail of the reader does not count.
+void Lowerer::check_reads(const StageImpl& st, const StageInfo& inf) const {
+  detail::VarMap sub;
+  detail::Ranges ranges = scope_;
+  std::vector<Var> offsets;
+  for (std::size_t i = 0; i < st.root.size(); ++i) {
+    offsets.emplace_back(st.root[i].name());
+    sub[st.root[i].var().get()] = simplify(inf.min[i] + Expr(offsets.back()));
+    ranges[offsets.back().get()] = {0, inf.extent[i] - 1};
+  }
+  for (const auto& r : st.reduce) ranges[r.var().get()] = {0, r.extent() - 1};
+  const auto* red = st.body.as<Reduce>();
+  for_each_expr(red ? red->source : st.body, [&](const Expr& e) {
+    const auto* l = e.as<Load>();
+    const StageImpl* p = l ? producer_of(s_, st, l->buffer.get()) : nullptr;
+    if (!p || !p->attach || p->attach == &st) return;
+    MLS_CHECK(info_.count(p), "compute_at: stage '", st.name, "' reads '", p->name, "', computed at loop '",
+              p->attach_axis.name(), "' of '", p->attach->name, "', which has not run before it");
+    const StageInfo& pi = info_.at(p);
+    for (std::size_t d = 0; d < l->indices.size(); ++d) {
+      const Expr off = simplify(detail::substitute(l->indices[d], sub) - pi.min[d]);
+      const auto b = detail::bound(off, ranges);
+      MLS_CHECK(b && b->lo >= 0 && b->hi < pi.extent[d], "compute_at: stage '", st.name, "' reads '", p->name,
+                "' at ", to_string(l->indices[d]), " (dimension ", d, "), outside the window computed at loop '",
+                p->attach_axis.name(), "' of '", p->attach->name, "' (", to_string(pi.min[d]), " + [0, ",
+                pi.extent[d], "))");
+    }
+  });
+}
+
+/// An output computed at a loop (Stage::compute_at) must be covered whole by the windows of that
+/// loop's iterations: in each dimension the window is the whole extent, or its start is a sum of
+/// loop variables (loops at or around the attach point, from 0) with coefficients that count them
+/// in mixed radix, window by window: c1 = extent of the window, c(k+1) = ck * (iterations of k),
+/// c(last) * (its iterations) >= the dimension.
+void Lowerer::check_cover(const StageImpl& st, const Nest& n, const StageImpl& c, std::size_t pos) const {
+  detail::Ranges ranges = scope_;
+  for (std::size_t i = 0; i <= pos && i < n.vars.size(); ++i) ranges[n.vars[i].get()] = {0, n.ext[i] - 1};
+  const StageInfo& ci = info_.at(&c);
+  for (std::size_t d = 0; d < ci.min.size(); ++d) {
+    const std::int64_t full = c.root[d].extent();
+    const detail::Affine a = detail::to_affine(ci.min[d]);
+    bool ok = a.terms.empty() && a.constant == 0 && ci.extent[d] >= full;
+    if (!ok && a.constant == 0 && !a.terms.empty()) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> steps;  // (coefficient, iterations)
+      ok = true;
+      for (const auto& t : a.terms) {
+        auto r = t.var ? ranges.find(t.var) : ranges.end();
+        ok = ok && r != ranges.end() && r->second.lo == 0 && t.coeff > 0;
+        if (ok) steps.emplace_back(t.coeff, r->second.hi + 1);
+      }
+      std::sort(steps.begin(), steps.end());
+      std::int64_t next = ci.extent[d];
+      for (const auto& [coeff, iters] : steps) {
+        ok = ok && coeff == next;
+        next = coeff * iters;
+      }
+      ok = ok && next >= full;
+    }
+    MLS_CHECK(ok, "compute_at: output '", c.name, "' is computed at loop '", c.attach_axis.name(), "' of '",
+              st.name, "', whose windows (", to_string(ci.min[d]), " + [0, ", ci.extent[d], ") in dimension ", d,
+              ") do not cover it: an output must be computed whole");
+  }
 }
 
 /// The loops positions[k..] of a stage; the update nest (all leaves) or the init nest (the

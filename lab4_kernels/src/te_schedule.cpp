@@ -217,22 +217,44 @@ void Stage::bind(const IterVar& axis, ThreadTag tag) {
   st.tags[axis.get()] = tag;
 }
 
+namespace {
+/// Whether stage `r` is computed inside loop `pos` of `c` (attached to `c` at that loop or one
+/// inside it, or to a stage that is, at any depth).
+bool computed_inside(const StageImpl& r, const StageImpl& c, std::size_t pos) {
+  for (const StageImpl* a = &r; a->attach; a = a->attach)
+    if (a->attach == &c) return index_of(c.leaves, a->attach_axis) >= pos;
+  return false;
+}
+}  // namespace
+
 void Stage::compute_at(const Stage& consumer, const IterVar& axis) {
   StageImpl& st = *node_;
   MLS_CHECK(consumer.s_ == s_, "compute_at: stage '", consumer.name(), "' belongs to another schedule");
   MLS_CHECK(consumer.node_ != node_, "compute_at: stage '", st.name, "' cannot be computed inside itself");
-  leaf_pos(*consumer.node_, "compute_at", axis);
-  MLS_CHECK(!st.is_output, "compute_at: '", st.name,
+  const std::size_t pos = leaf_pos(*consumer.node_, "compute_at", axis);
+  const bool read = reads(*s_, *consumer.node_, st);
+  MLS_CHECK(!st.is_output || read, "compute_at: '", st.name,
             "' is an output of the schedule: it must be computed whole, not only where '",
             consumer.name(), "' reads it");
-  MLS_CHECK(reads(*s_, *consumer.node_, st), "compute_at: stage '", consumer.name(),
-            "' does not read '", st.name, "'");
+  MLS_CHECK(read, "compute_at: stage '", consumer.name(), "' does not read '", st.name, "'");
   for (const auto& other : s_->stages)
-    MLS_CHECK(other.get() == consumer.node_ || other.get() == node_ || !reads(*s_, *other, st),
+    MLS_CHECK(other.get() == consumer.node_ || other.get() == node_ || !reads(*s_, *other, st) ||
+                  computed_inside(*other, *consumer.node_, pos),
               "compute_at: '", st.name, "' is also read by stage '", other->name,
-              "'; compute_at needs a single consumer");
+              "'; compute_at needs a single consumer (or the other readers computed inside loop '",
+              axis.name(), "' of '", consumer.name(), "' first)");
   st.attach = consumer.node_;
   st.attach_axis = axis;
+}
+
+void Stage::set_scope(Scope scope) {
+  StageImpl& st = *node_;
+  MLS_CHECK(scope != Scope::Shared, "set_scope: shared scope for stage '", st.name,
+            "': a shared tile is made by cache_read(..., Scope::Shared)");
+  MLS_CHECK(scope == Scope::Global || !st.is_output, "set_scope: '", st.name,
+            "' is an output of the schedule: it lives in main memory (global)");
+  MLS_CHECK(st.buffer->scope != Scope::Shared, "set_scope: stage '", st.name, "' is a shared-memory copy");
+  st.scope = scope;
 }
 
 void Stage::tensorize(const IterVar& axis, const Intrinsic& intrinsic) {

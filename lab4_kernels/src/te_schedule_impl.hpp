@@ -39,7 +39,13 @@ struct StageImpl {
   const BufferNode* cache_of = nullptr;  // cache_read: the buffer it copies
   std::vector<int> layout;     // cache_read: dimension d of the copy is dimension layout[d] of the tensor (empty: same order)
   bool is_output = false;
+  Scope scope = Scope::Global;  // set_scope (a cache's scope is its buffer's)
 };
+
+/// Where a stage's values live: its cache's scope (cache_read, cache_write), else set_scope's.
+inline Scope stage_scope(const StageImpl& st) {
+  return st.buffer->scope != Scope::Global ? st.buffer->scope : st.scope;
+}
 
 struct ScheduleImpl {
   std::vector<Tensor> outputs;

@@ -1,5 +1,5 @@
-// The tuning plot: best-so-far GFLOP/s against trial, one line per strategy, with the hand-written
-// kernel's GFLOP/s as a dashed reference (mls-tune --svg); and the comparison of strategies over
+// The tuning plot: best-so-far GFLOP/s (or GB/s) against trial, one line per strategy, with the
+// hand-written kernel's as a dashed reference (mls-tune --svg); and the comparison of strategies over
 // seeds (mls-tune sgemm --strategy compare).
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 namespace mls::kernels::tune {
 
 std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double reference_gflops,
-                             const std::string& reference_label, const std::string& title) {
+                             const std::string& reference_label, const std::string& title, const std::string& unit) {
   MLS_CHECK(!curves.empty(), "tuning_curve_svg: no curves to draw");
   std::size_t trials = 0;
   double top = reference_gflops;
@@ -20,11 +20,11 @@ std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double refe
     MLS_CHECK(!c.best_so_far.empty(), "tuning_curve_svg: curve '", c.label, "' has no trials");
     trials = std::max(trials, c.best_so_far.size());
     for (double g : c.best_so_far) {
-      MLS_CHECK(std::isfinite(g) && g >= 0, "tuning_curve_svg: curve '", c.label, "' has GFLOP/s ", g);
+      MLS_CHECK(std::isfinite(g) && g >= 0, "tuning_curve_svg: curve '", c.label, "' has ", unit, " ", g);
       top = std::max(top, g);
     }
   }
-  MLS_CHECK(std::isfinite(reference_gflops) && reference_gflops >= 0, "tuning_curve_svg: reference GFLOP/s ",
+  MLS_CHECK(std::isfinite(reference_gflops) && reference_gflops >= 0, "tuning_curve_svg: reference ", unit, " ",
             reference_gflops, " must be finite and >= 0");
   if (top <= 0) top = 1;
   const double width = 720, height = 420, left = 70, right = 20, plot_top = 40, bottom = 50;
@@ -32,7 +32,7 @@ std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double refe
   const svg::Scale Y(0, top * 1.08, height - bottom, plot_top);
   svg::Document d(width, height, {.font_size = 11});
   d.x_axis(X, height - bottom, {.grid = "#eee", .grid_to = plot_top, .title = "trial", .title_gap = 36});
-  d.y_axis(Y, left, {.grid = "#ddd", .grid_to = width - right, .title = "best GFLOP/s so far", .title_gap = 45});
+  d.y_axis(Y, left, {.grid = "#ddd", .grid_to = width - right, .title = "best " + unit + " so far", .title_gap = 45});
   static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
   std::vector<svg::LegendEntry> legend;
   for (std::size_t i = 0; i < curves.size(); ++i) {
@@ -51,15 +51,15 @@ std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double refe
     if (!pts.empty() && pts.back().x < x_end) pts.push_back({x_end, pts.back().y});
     const char* col = kColors[i % 5];
     d.polyline(pts, {.cls = "curve", .stroke = col, .stroke_width = 2, .extra = {{"data-strategy", c.label}}});
-    char best[64];
-    std::snprintf(best, sizeof best, " (best %.1f GFLOP/s)", c.best_so_far.back());
+    char best[96];
+    std::snprintf(best, sizeof best, " (best %.1f %s)", c.best_so_far.back(), unit.c_str());
     legend.push_back({c.label + best, col, svg::LegendEntry::Line});
   }
   if (reference_gflops > 0) {
     d.line(left, Y(reference_gflops), width - right, Y(reference_gflops),
            {.cls = "reference", .stroke = "#555", .stroke_width = 1, .dash = "6,4"});
-    char ref[64];
-    std::snprintf(ref, sizeof ref, " (%.1f GFLOP/s)", reference_gflops);
+    char ref[96];
+    std::snprintf(ref, sizeof ref, " (%.1f %s)", reference_gflops, unit.c_str());
     legend.push_back({reference_label + ref, "#555", svg::LegendEntry::Line, "6,4"});
   }
   // Bottom right: the curves climb from the left and end high.

@@ -1,7 +1,8 @@
 // Student file of lab 4: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 4 part 2. Search: the three strategies (grid, random, guided by a ridge-regression cost model fitted
-// online), and the Tuner that runs one of them on one shape, appending what it measured to the
-// tuning database. Yours: the guided strategy (Tuner::propose_guided); grid and random are given.
+// online) as one Search over any template's space (SGEMM's, the operators' of tune_ops.hpp), and the
+// SGEMM Tuner that runs it on one shape, appending what it measured to the tuning database. Yours:
+// the guided strategy (Search::propose_guided); grid and random are given.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -124,42 +125,39 @@ std::string plan_key(const SgemmKnobs& k, const SgemmShape& shape, int lanes) {
   return key;
 }
 
-Tuner::Tuner(SgemmShape shape, TuneOptions options)
-    : shape_(shape.key()), options_(std::move(options)), space_(options_.space ? *options_.space : KnobSpace::sgemm(options_.threads)) {
-  MLS_CHECK(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "tune: shape ", to_string(shape),
-            " must have every extent >= 1");
-  MLS_CHECK(shape.beta == 0 || shape.beta == 1, "tune: beta ", shape.beta, " of ", to_string(shape), " must be 0 or 1");
+// ---- the search -----------------------------------------------------------------------------------
+
+Search::Search(SearchSpace space, SearchOptions options) : space_(std::move(space)), options_(options) {
   MLS_CHECK(options_.trials >= 1, "tune: trials ", options_.trials, " must be >= 1");
-  MLS_CHECK(options_.threads >= 1, "tune: threads ", options_.threads, " must be >= 1");
   MLS_CHECK(options_.budget_s >= 0, "tune: budget ", options_.budget_s, " s must be >= 0 (0: none)");
   MLS_CHECK(options_.epsilon >= 0 && options_.epsilon <= 1, "tune: epsilon ", options_.epsilon, " must be in [0, 1]");
   MLS_CHECK(options_.proposals >= 1, "tune: proposals ", options_.proposals, " must be >= 1");
   space_.check();
   if (options_.strategy == Strategy::Grid) {
     // A grid over the budget: `trials` points evenly spaced through the enumeration (all of them
-    // when there are no more), distinct plans only.
-    std::vector<SgemmKnobs> distinct;
+    // when there are no more), distinct keys only.
+    std::vector<Point> distinct;
     std::unordered_set<std::string> keys;
-    for (auto& k : space_.enumerate())
-      if (keys.insert(plan_key(k, shape_, space_.lanes)).second) distinct.push_back(std::move(k));
+    for (auto& p : space_.enumerate())
+      if (keys.insert(space_.key_of(p)).second) distinct.push_back(std::move(p));
     const std::size_t n = distinct.size(), t = static_cast<std::size_t>(options_.trials);
     for (std::size_t i = 0; i < std::min(n, t); ++i) grid_.push_back(distinct[n <= t ? i : i * n / t]);
   }
 }
 
-bool Tuner::fresh(const SgemmKnobs& k) const { return !seen_.count(plan_key(k, shape_, space_.lanes)); }
+bool Search::fresh(const Point& p) const { return !seen_.count(space_.key_of(p)); }
 
-std::optional<SgemmKnobs> Tuner::random_fresh(Rng& rng) const {
+std::optional<Point> Search::random_fresh(Rng& rng) const {
   for (int attempt = 0; attempt < 2000; ++attempt) {
-    SgemmKnobs k = space_.sample(rng);
-    if (fresh(k)) return k;
+    Point p = space_.sample(rng);
+    if (fresh(p)) return p;
   }
-  for (auto& k : space_.enumerate())  // a nearly exhausted space: the first left
-    if (fresh(k)) return k;
+  for (auto& p : space_.enumerate())  // a nearly exhausted space: the first left
+    if (fresh(p)) return p;
   return std::nullopt;
 }
 
-std::optional<SgemmKnobs> Tuner::propose(const std::vector<Trial>& done, Rng& rng) {
+std::optional<Point> Search::propose(const std::vector<SearchTrial>& done, Rng& rng) {
   switch (options_.strategy) {
     case Strategy::Grid:
       if (done.size() < grid_.size()) return grid_[done.size()];
@@ -174,24 +172,27 @@ std::optional<SgemmKnobs> Tuner::propose(const std::vector<Trial>& done, Rng& rn
 
 /// The guided strategy (after Ansor / MetaSchedule: a cost model fitted online steers the search
 /// to where the measured schedules were fast). Must: return a valid point of space_ that is
-/// fresh (no plan proposed before: seen_, fresh()), none only when none is left; the space's
-/// default first (the hand-picked schedule: the search starts from it); draw every random choice
-/// from `rng` (a run is reproducible from its seed). Should: find the fast region of the space in
-/// far fewer trials than random search (the tests measure it on a synthetic cost).
+/// fresh (no key proposed before: seen_, fresh()), none only when none is left; the space's
+/// default point first (the hand-picked schedule: the search starts from it); draw every random
+/// choice from `rng` (a run is reproducible from its seed). Should: find the fast region of the
+/// space in far fewer trials than random search (the tests measure it on a synthetic cost).
+/// The same code serves every template: a point is one value index per knob, and the space says
+/// what the points mean (SearchSpace: features_of, key_of, neighbours, sample).
 /// The reference's recipe (yours may differ):
 ///   1. the default first; random_fresh until warm = clamp(trials / 8, 2, 8) trials are done;
-///   2. fit model_ (CostModel: ridge regression) on every trial's sgemm_features(knobs, shape_,
-///      space_.lanes) against log(seconds); a refused trial (status not Ok) counts as twice the
-///      slowest Ok time (left out while no trial is Ok);
-///   3. a pool of fresh candidates (no plan twice: plan_key): the neighbours (space_.neighbours)
-///      of the up to 4 fastest Ok trials, fastest first, until the pool holds proposals / 2 + 1,
-///      then space_.sample draws up to options_.proposals (at most 4 x proposals draws);
+///   2. fit model_ (CostModel: ridge regression) on every trial's space_.features_of(point)
+///      against log(seconds); a refused trial (status not Ok) counts as twice the slowest Ok time
+///      (left out while no trial is Ok);
+///   3. a pool of fresh candidates (no key twice: space_.key_of): the neighbours
+///      (space_.neighbours) of the up to 4 fastest Ok trials, fastest first, until the pool holds
+///      proposals / 2 + 1, then space_.sample draws up to options_.proposals (at most 4 x
+///      proposals draws);
 ///   4. an empty pool: random_fresh; with probability options_.epsilon a random member of the
 ///      pool (exploration); else the member with the lowest predicted log time.
-std::optional<SgemmKnobs> Tuner::propose_guided(const std::vector<Trial>& done, Rng& rng) {
+std::optional<Point> Search::propose_guided(const std::vector<SearchTrial>& done, Rng& rng) {
   // BEGIN SOLUTION
   const std::size_t warm = static_cast<std::size_t>(std::clamp(options_.trials / 8, 2, 8));
-  if (done.empty() && fresh(space_.default_knobs())) return space_.default_knobs();
+  if (done.empty() && fresh(space_.default_point)) return space_.default_point;
   if (done.size() < warm) return random_fresh(rng);
   std::vector<std::vector<double>> x;
   std::vector<double> y;
@@ -200,26 +201,26 @@ std::optional<SgemmKnobs> Tuner::propose_guided(const std::vector<Trial>& done, 
     if (t.status == TrialStatus::Ok) worst = std::max(worst, std::log(t.seconds));
   for (const auto& t : done) {
     if (t.status != TrialStatus::Ok && worst < -1e299) continue;
-    x.push_back(sgemm_features(t.knobs, shape_, space_.lanes));
+    x.push_back(space_.features_of(t.point));
     y.push_back(t.status == TrialStatus::Ok ? std::log(t.seconds) : worst + std::log(2.0));  // refused: slow
   }
   model_.fit(x, y);
-  std::vector<const Trial*> ok;
+  std::vector<const SearchTrial*> ok;
   for (const auto& t : done)
     if (t.status == TrialStatus::Ok) ok.push_back(&t);
-  std::sort(ok.begin(), ok.end(), [](const Trial* a, const Trial* b) { return a->seconds < b->seconds; });
-  std::vector<SgemmKnobs> pool;
+  std::sort(ok.begin(), ok.end(), [](const SearchTrial* a, const SearchTrial* b) { return a->seconds < b->seconds; });
+  std::vector<Point> pool;
   std::vector<std::string> pool_keys;
-  auto add = [&](const SgemmKnobs& k) {
-    std::string key = plan_key(k, shape_, space_.lanes);
+  auto add = [&](const Point& p) {
+    std::string key = space_.key_of(p);
     if (seen_.count(key)) return;
     if (std::find(pool_keys.begin(), pool_keys.end(), key) != pool_keys.end()) return;
     pool_keys.push_back(std::move(key));
-    pool.push_back(k);
+    pool.push_back(p);
   };
   const std::size_t half = static_cast<std::size_t>(options_.proposals) / 2 + 1;
   for (std::size_t i = 0; i < std::min<std::size_t>(4, ok.size()) && pool.size() < half; ++i)
-    for (const auto& n : space_.neighbours(ok[i]->knobs)) add(n);
+    for (const auto& n : space_.neighbours(ok[i]->point)) add(n);
   for (int attempt = 0; attempt < 4 * options_.proposals && static_cast<int>(pool.size()) < options_.proposals; ++attempt)
     add(space_.sample(rng));
   if (pool.empty()) return random_fresh(rng);
@@ -228,19 +229,109 @@ std::optional<SgemmKnobs> Tuner::propose_guided(const std::vector<Trial>& done, 
   std::size_t best = 0;
   double best_pred = 1e300;
   for (std::size_t i = 0; i < pool.size(); ++i) {
-    const double p = model_.predict(sgemm_features(pool[i], shape_, space_.lanes));
+    const double p = model_.predict(space_.features_of(pool[i]));
     if (p < best_pred) best_pred = p, best = i;
   }
   return pool[best];
   // END SOLUTION
 }
 
-TuneResult Tuner::run() {
+SearchResult Search::run(const SearchCallbacks& cb) {
+  MLS_CHECK(static_cast<bool>(cb.evaluate), "tune: the search has no evaluate callback");
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  SearchResult r;
+  r.best = space_.default_point;
+  seen_.clear();
+  Rng rng(options_.seed, "tune_search_" + to_string(options_.strategy));
+  for (int i = 0; i < options_.trials; ++i) {
+    if (options_.budget_s > 0 && elapsed() > options_.budget_s) break;
+    const std::optional<Point> next = propose(r.trials, rng);
+    if (!next) break;
+    seen_.insert(space_.key_of(*next));
+    SearchTrial t = cb.evaluate(*next);
+    t.point = *next;
+    t.index = i;
+    if (t.status == TrialStatus::Ok && (!r.found || t.seconds < r.best_seconds)) {
+      r.found = true;
+      r.best = t.point;
+      r.best_seconds = t.seconds;
+      r.best_rate = t.rate;
+    }
+    r.best_so_far.push_back(r.found ? r.best_rate : 0.0);
+    if (t.status == TrialStatus::Ok && cb.record) cb.record(t, false);
+    r.trials.push_back(std::move(t));
+    if (cb.on_trial) cb.on_trial(r.trials.back(), r.best_so_far);
+  }
+  if (cb.retime) confirm(r, cb);
+  r.wall_seconds = elapsed();
+  return r;
+}
+
+void Search::confirm(SearchResult& r, const SearchCallbacks& cb) const {
+  std::vector<const SearchTrial*> ok;
+  for (const auto& t : r.trials)
+    if (t.status == TrialStatus::Ok) ok.push_back(&t);
+  std::sort(ok.begin(), ok.end(), [](const SearchTrial* a, const SearchTrial* b) { return a->seconds < b->seconds; });
+  ok.resize(std::min(ok.size(), static_cast<std::size_t>(std::max(0, options_.confirm))));
+  for (const SearchTrial* t : ok) {
+    const std::optional<double> seconds = cb.retime(t->point);
+    if (!seconds) continue;  // it passed once; keep the search's time
+    SearchTrial c = *t;
+    c.seconds = *seconds;
+    c.rate = cb.rate_of ? cb.rate_of(c.seconds) : 0.0;
+    r.confirmed.push_back(c);
+    if (cb.record) cb.record(c, true);
+  }
+  if (r.confirmed.empty()) return;
+  const auto best = std::min_element(r.confirmed.begin(), r.confirmed.end(),
+                                     [](const SearchTrial& a, const SearchTrial& b) { return a.seconds < b.seconds; });
+  r.best = best->point;
+  r.best_seconds = best->seconds;
+  r.best_rate = best->rate;
+}
+
+// ---- the SGEMM tuner: the search over the SGEMM space ------------------------------------------------
+
+namespace {
+Trial sgemm_trial(const KnobSpace& space, const SearchTrial& t) {
+  Trial o;
+  o.index = t.index;
+  o.knobs = sgemm_knobs_at(space, t.point);
+  o.status = t.status;
+  o.seconds = t.seconds;
+  o.gflops = t.rate;
+  o.compile_seconds = t.compile_seconds;
+  o.message = t.message;
+  return o;
+}
+SearchTrial search_trial(const Trial& t) {
+  SearchTrial o;
+  o.status = t.status;
+  o.seconds = t.seconds;
+  o.rate = t.gflops;
+  o.compile_seconds = t.compile_seconds;
+  o.message = t.message;
+  return o;
+}
+}  // namespace
+
+Tuner::Tuner(SgemmShape shape, TuneOptions options)
+    : shape_(shape.key()), options_(std::move(options)), space_(options_.space ? *options_.space : KnobSpace::sgemm(options_.threads)) {
+  MLS_CHECK(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "tune: shape ", to_string(shape),
+            " must have every extent >= 1");
+  MLS_CHECK(shape.beta == 0 || shape.beta == 1, "tune: beta ", shape.beta, " of ", to_string(shape), " must be 0 or 1");
+  MLS_CHECK(options_.trials >= 1, "tune: trials ", options_.trials, " must be >= 1");
+  MLS_CHECK(options_.threads >= 1, "tune: threads ", options_.threads, " must be >= 1");
+  MLS_CHECK(options_.budget_s >= 0, "tune: budget ", options_.budget_s, " s must be >= 0 (0: none)");
+  MLS_CHECK(options_.epsilon >= 0 && options_.epsilon <= 1, "tune: epsilon ", options_.epsilon, " must be in [0, 1]");
+  MLS_CHECK(options_.proposals >= 1, "tune: proposals ", options_.proposals, " must be >= 1");
+  space_.check();
+}
+
+TuneResult Tuner::run() {
   TuneResult r;
   r.best = space_.default_knobs();
-  seen_.clear();
   // A synthetic cost (TuneOptions::evaluate) needs no operands, no anchor and no compiler.
   const bool synthetic = static_cast<bool>(options_.evaluate);
   std::optional<Bench> bench;
@@ -254,69 +345,54 @@ TuneResult Tuner::run() {
   std::optional<TuningDb> db;
   if (options_.record && !synthetic) db.emplace(options_.db_path.empty() ? default_tuning_db_path() : options_.db_path);
   bool db_warned = false;
-  Rng rng(options_.seed, "tune_search_" + to_string(options_.strategy));
-  for (int i = 0; i < options_.trials; ++i) {
-    if (options_.budget_s > 0 && elapsed() > options_.budget_s) break;
-    const std::optional<SgemmKnobs> next = propose(r.trials, rng);
-    if (!next) break;
-    seen_.insert(plan_key(*next, shape_, space_.lanes));
-    Trial t = synthetic ? options_.evaluate(*next) : bench->measure(*next, build, options_.measure);
-    t.knobs = *next;
-    t.index = i;
-    if (t.status == TrialStatus::Ok && (!r.found || t.seconds < r.best_seconds)) {
-      r.found = true;
-      r.best = t.knobs;
-      r.best_seconds = t.seconds;
-      r.best_gflops = t.gflops;
-    }
-    r.best_so_far.push_back(r.found ? r.best_gflops : 0.0);
-    if (t.status == TrialStatus::Ok && db) {
+  const double flops = sgemm_flops(shape_);
+  SearchCallbacks cb;
+  cb.evaluate = [&](const Point& p) {
+    const SgemmKnobs k = sgemm_knobs_at(space_, p);
+    return search_trial(synthetic ? options_.evaluate(k) : bench->measure(k, build, options_.measure));
+  };
+  if (bench) {
+    cb.retime = [&](const Point& p) -> std::optional<double> {
       try {
-        db->append(make_tuning_record("sgemm", to_json(shape_), options_.threads, schedule_json(t.knobs, false), t.seconds,
-                                      t.gflops));
+        return bench->time(build(sgemm_knobs_at(space_, p), shape_), 3 * options_.measure.repeat,
+                           4 * options_.measure.batch_seconds);
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+    };
+  }
+  cb.rate_of = [&](double seconds) { return flops / seconds * 1e-9; };
+  if (db) {
+    cb.record = [&](const SearchTrial& t, bool confirmed) {
+      try {
+        db->append(make_tuning_record("sgemm", to_json(shape_), options_.threads,
+                                      schedule_json(sgemm_knobs_at(space_, t.point), confirmed), t.seconds, t.rate));
       } catch (const std::exception& e) {
         if (!db_warned) std::fprintf(stderr, "tune: warning: not recorded in the tuning database: %s\n", e.what());
         db_warned = true;
       }
-    }
-    r.trials.push_back(std::move(t));
-    if (options_.on_trial) options_.on_trial(r.trials.back(), r.best_so_far);
+    };
   }
-  if (bench) confirm(r, *bench, build, db ? &*db : nullptr);
-  r.wall_seconds = elapsed();
+  if (options_.on_trial)
+    cb.on_trial = [&](const SearchTrial& t, const std::vector<double>& best) { options_.on_trial(sgemm_trial(space_, t), best); };
+  SearchOptions so;
+  so.strategy = options_.strategy;
+  so.trials = options_.trials;
+  so.budget_s = options_.budget_s;
+  so.seed = options_.seed;
+  so.confirm = bench ? options_.confirm : 0;
+  so.epsilon = options_.epsilon;
+  so.proposals = options_.proposals;
+  const SearchResult s = Search(sgemm_search_space(space_, shape_), so).run(cb);
+  r.found = s.found;
+  if (s.found) r.best = sgemm_knobs_at(space_, s.best);
+  r.best_seconds = s.best_seconds;
+  r.best_gflops = s.best_rate;
+  for (const auto& t : s.trials) r.trials.push_back(sgemm_trial(space_, t));
+  for (const auto& t : s.confirmed) r.confirmed.push_back(sgemm_trial(space_, t));
+  r.best_so_far = s.best_so_far;
+  r.wall_seconds = s.wall_seconds;
   return r;
-}
-
-void Tuner::confirm(TuneResult& r, Bench& bench, const CandidateBuilder& build, const TuningDb* db) const {
-  std::vector<const Trial*> ok;
-  for (const auto& t : r.trials)
-    if (t.status == TrialStatus::Ok) ok.push_back(&t);
-  std::sort(ok.begin(), ok.end(), [](const Trial* a, const Trial* b) { return a->seconds < b->seconds; });
-  ok.resize(std::min(ok.size(), static_cast<std::size_t>(std::max(0, options_.confirm))));
-  for (const Trial* t : ok) {
-    Trial c = *t;
-    try {
-      c.seconds = bench.time(build(c.knobs, shape_), 3 * options_.measure.repeat, 4 * options_.measure.batch_seconds);
-    } catch (const std::exception& e) {
-      continue;  // it passed once; keep the search's time
-    }
-    c.gflops = sgemm_flops(shape_) / c.seconds * 1e-9;
-    r.confirmed.push_back(c);
-    if (db) {
-      try {
-        db->append(make_tuning_record("sgemm", to_json(shape_), options_.threads, schedule_json(c.knobs, true), c.seconds,
-                                      c.gflops));
-      } catch (const std::exception&) {
-        // warned about in the search already
-      }
-    }
-  }
-  if (r.confirmed.empty()) return;
-  const auto best = std::min_element(r.confirmed.begin(), r.confirmed.end(),
-                                     [](const Trial& a, const Trial& b) { return a.seconds < b.seconds; });
-  r.best = best->knobs;
-  r.best_seconds = best->seconds;
-  r.best_gflops = best->gflops;
 }
 
 }  // namespace mls::kernels::tune

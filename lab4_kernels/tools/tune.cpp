@@ -1,6 +1,7 @@
 // mls-tune: searches the SGEMM schedule template's knobs for one shape and thread count (lab 4
 // part 2, issue 28), records every measured schedule in the tuning database (the `tuned` kernel,
-// MLS_MATMUL=tuned, reads it), and reports the best against the hand-written and OpenBLAS kernels.
+// MLS_MATMUL=tuned, reads it), and reports the best against the hand-written and OpenBLAS kernels;
+// the same for the memory-bound operators' templates and a direct convolution (tune_ops.hpp).
 //
 //   build/release/bin/mls-tune sgemm --m 1024 --n 1024 --k 1024 --threads 2 --trials 200
 //       --strategy guided [--seed S] [--budget-s T] [--svg curve.svg] [--db PATH]    (one line)
@@ -32,6 +33,18 @@
 //                                                                      the issue's goal is >= 4)
 // --svg then draws each strategy's pointwise median curve. Every candidate's first run is in a forked child
 // (a crash or a hang is recorded and skipped) and its result is checked against lab4_packed.
+//
+//   build/release/bin/mls-tune softmax --rows 4096 --cols 1024 [same options as sgemm]
+//   build/release/bin/mls-tune layernorm --rows 4096 --cols 1024 [--backward] [...]
+//   build/release/bin/mls-tune fused --n 4194304 [...]                 E = D + (A + B) * C
+//   build/release/bin/mls-tune conv2d --n 1 --c 64 --h 56 --w 56 --k 64 --kh 3 --stride 1 --pad 1 [...]
+// tune an operator template (the same search; candidates checked against the hand-written kernel
+// of fused.hpp, conv2d against a direct loop) and print the best knobs, its loop nest, its GB/s and
+//   ratio tuned_<op>_vs_copy_<shape>_t<threads> <x>    (tuned / a streamed copy of the same bytes)
+//   ratio tuned_<op>_vs_fused_<shape>_t<threads> <x>   (tuned / the hand-written kernel; conv2d:
+//                                                        tuned_conv2d_vs_direct_...)
+// where <shape> is ROWSxCOLS, N, or n<N>_c<C>_h<H>_w<W>_k<K>_kh<KH>_s<S>_p<P>; --svg draws
+// best-so-far GB/s against trial with the hand-written kernel's GB/s dashed.
 #include <CLI/CLI.hpp>
 #ifdef MLS_HAVE_OPENBLAS
 #include <cblas.h>
@@ -54,6 +67,7 @@
 #include "mls/kernels/sgemm.hpp"
 #include "mls/kernels/transformer_gemms.hpp"
 #include "mls/kernels/tune.hpp"
+#include "mls/kernels/tune_ops.hpp"
 
 namespace {
 
@@ -64,6 +78,7 @@ struct Args {
   long m = 1024, n = 1024, k = 1024;
   bool trans_a = false, trans_b = false;
   int beta = 0;
+  tune::OpProblem op;  // the operator subcommands' problem
   int threads = 1, trials = 64;
   std::string strategy = "guided";
   std::uint64_t seed = 1;
@@ -73,6 +88,12 @@ struct Args {
   bool transformer = false;
   tune::SgemmShape shape() const { return {m, n, k, trans_a, trans_b, beta}; }
 };
+
+/// The search's strategies of --strategy.
+std::vector<tune::Strategy> strategies_of(const std::string& s) {
+  if (s == "all") return {tune::Strategy::Grid, tune::Strategy::Random, tune::Strategy::Guided};
+  return {tune::strategy_from_string(s)};
+}
 
 /// One strategy's run on `shape` with `seed`, with a progress bar.
 tune::TuneResult run_strategy(const Args& a, const tune::SgemmShape& shape, tune::Strategy strategy,
@@ -238,11 +259,7 @@ int compare(const Args& a) {
 
 int run(const Args& a) {
   if (a.strategy == "compare") return compare(a);
-  std::vector<tune::Strategy> strategies;
-  if (a.strategy == "all")
-    strategies = {tune::Strategy::Grid, tune::Strategy::Random, tune::Strategy::Guided};
-  else
-    strategies = {tune::strategy_from_string(a.strategy)};
+  const std::vector<tune::Strategy> strategies = strategies_of(a.strategy);
   const tune::SgemmShape shape = a.shape();
   std::printf("mls-tune sgemm %s, %d thread%s, %d trials per strategy%s; database %s\n", tune::to_string(shape).c_str(),
               a.threads, a.threads == 1 ? "" : "s", a.trials,
@@ -311,6 +328,80 @@ int run_transformer(const Args& a) {
     const tune::SgemmShape s{gemms[i].m, gemms[i].n, gemms[i].k};
     print_ratios(rows[i], ratio_tag(s, a.threads, gemms[i].op));
   }
+  return 0;
+}
+
+// ---- the operator templates ------------------------------------------------------------------
+
+/// One strategy's run on an operator, with a progress bar.
+tune::OpTuneResult run_op_strategy(const Args& a, tune::Strategy strategy) {
+  tune::OpTuneOptions o;
+  o.strategy = strategy;
+  o.trials = a.trials;
+  o.budget_s = a.budget_s;
+  o.seed = a.seed;
+  o.threads = a.threads;
+  o.db_path = a.db;
+  mls::ProgressBar bar(a.trials, "tune " + tune::op_name(a.op.kind) + " " + tune::to_string(strategy));
+  int refused = 0;
+  o.on_trial = [&](const tune::OpTrial& t, const std::vector<double>& best) {
+    if (t.status != tune::TrialStatus::Ok) ++refused;
+    char status[96];
+    std::snprintf(status, sizeof status, "best %.1f GB/s, %d refused", best.back(), refused);
+    bar.update(t.index + 1, status);
+  };
+  tune::OpTuneResult r = tune::OpTuner(a.op, o).run();
+  char done[160];
+  std::snprintf(done, sizeof done, "%zu trials in %.1f s, best %.1f GB/s (hand-written %.1f)", r.trials.size(),
+                r.wall_seconds, r.best_gbs, tune::op_bytes(a.op) / r.anchor_seconds * 1e-9);
+  bar.finish(done);
+  for (const auto& t : r.trials)
+    if (t.status != tune::TrialStatus::Ok)
+      std::printf("  refused: %s: %s: %s\n", tune::to_string(t.knobs).c_str(), tune::to_string(t.status).c_str(),
+                  t.message.c_str());
+  for (const auto& t : r.confirmed)
+    std::printf("  timed again: %s: %.1f GB/s (%.1f in the search)\n", tune::to_string(t.knobs).c_str(), t.gbs,
+                r.trials[static_cast<std::size_t>(t.index)].gbs);
+  return r;
+}
+
+/// `mls-tune softmax|layernorm|fused|conv2d`: the search, the best, its loop nest, the ratio lines.
+int run_op(const Args& a) {
+  const tune::OpProblem& p = a.op;
+  tune::check_problem(p);
+  const std::string op = tune::op_name(p.kind);
+  std::printf("mls-tune %s %s, %d thread%s, %d trials per strategy%s; %.1f MB moved per run; database %s\n", op.c_str(),
+              tune::to_string(p).c_str(), a.threads, a.threads == 1 ? "" : "s", a.trials,
+              a.budget_s > 0 ? (", budget " + std::to_string(a.budget_s) + " s").c_str() : "", tune::op_bytes(p) * 1e-6,
+              (a.db.empty() ? mls::kernels::default_tuning_db_path().string() : a.db).c_str());
+  std::vector<tune::TuningCurve> curves;
+  tune::OpTuneResult best;
+  double hand_gbs = 0;
+  for (auto s : strategies_of(a.strategy)) {
+    tune::OpTuneResult r = run_op_strategy(a, s);
+    hand_gbs = tune::op_bytes(p) / r.anchor_seconds * 1e-9;
+    curves.push_back({tune::to_string(s), r.best_so_far});
+    if (r.found && (!best.found || r.best_seconds < best.best_seconds)) best = r;
+  }
+  const char* peer = p.kind == tune::OpKind::Conv2d ? "direct loop" : "hand-written";
+  if (!a.svg.empty()) {
+    const std::string title = op + " " + tune::to_string(p) + ", " + std::to_string(a.threads) + " thread" +
+                              (a.threads == 1 ? "" : "s") + ": best GB/s so far per trial";
+    mls::write_file_atomic(a.svg, tune::tuning_curve_svg(curves, hand_gbs, peer, title, "GB/s"), "mls-tune");
+    std::printf("wrote %s\n", a.svg.c_str());
+  }
+  if (!best.found) {
+    std::fprintf(stderr, "mls-tune: no candidate passed (every one was refused; see above)\n");
+    return 1;
+  }
+  const tune::CompiledOp compiled = tune::compile_op(p, best.best);
+  std::printf("best: %s\n%.2f GB/s, %.2f GFLOP/s (%.4f ms)\n", tune::to_string(best.best).c_str(), best.best_gbs,
+              tune::op_flops(p) / best.best_seconds * 1e-9, best.best_seconds * 1e3);
+  std::printf("loop nest of the best:\n%s\n", te::to_string(compiled.kernel().func()).c_str());
+  const tune::OpComparison c = tune::compare_op(compiled, a.threads, a.seed);
+  std::printf("tuned %.2f GB/s, streamed copy of the same bytes %.2f GB/s, %s %.2f GB/s (interleaved)\n", c.gbs,
+              c.copy_gbs, peer, c.hand_gbs);
+  std::fputs(tune::op_ratio_lines(p, a.threads, c).c_str(), stdout);
   return 0;
 }
 
@@ -385,7 +476,7 @@ int print_steps(long m, long n, long k, bool run, int cpp) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mls-tune: autotune lab 4's SGEMM schedule template for one shape (the tuning database feeds MLS_MATMUL=tuned); print the slide's loop nests and the worked schedule"};
+  CLI::App app{"mls-tune: autotune lab 4's SGEMM schedule template for one shape (the tuning database feeds MLS_MATMUL=tuned) or an operator's template (softmax, layernorm, fused, conv2d); print the slide's loop nests and the worked schedule"};
   app.require_subcommand(1);
   Args a;
   CLI::App* sgemm = app.add_subcommand("sgemm", "tune C = A·B (row-major, M x K times K x N)");
@@ -414,6 +505,45 @@ int main(int argc, char** argv) {
   sgemm->add_flag("--transformer", a.transformer,
                   "tune the 12 GEMMs of a transformer layer (lab 4's bench sgemm_tf: fwd, dx, dW of qkv, proj, fc, "
                   "fcproj; beta 1) at --threads with --trials each, then print one table and the ratio lines");
+  // The operator subcommands: their shape options, then the search's (as sgemm's).
+  auto search_options = [&](CLI::App* c) {
+    c->add_option("--threads", a.threads, "threads to tune for")->capture_default_str()->check(CLI::Range(1, 4096));
+    c->add_option("--trials", a.trials, "candidates per strategy")->capture_default_str()->check(CLI::Range(1, 1000000));
+    c->add_option("--strategy", a.strategy, "grid, random, guided, or all (the three with the same budget)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"grid", "random", "guided", "all"}));
+    c->add_option("--seed", a.seed, "arrays, sampling and the model's exploration")->capture_default_str();
+    c->add_option("--budget-s", a.budget_s, "wall-clock budget per strategy in seconds (0: none)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e9));
+    c->add_option("--svg", a.svg, "write best-so-far GB/s against trial to this SVG file");
+    c->add_option("--db", a.db, "tuning database (default: $MLS_TUNING_DB, else the user's cache folder)");
+  };
+  long rows = 4096, cols = 1024;
+  bool backward = false;
+  CLI::App* softmax = app.add_subcommand("softmax", "tune row softmax of a rows x cols matrix (vs fused.hpp's softmax_forward)");
+  CLI::App* layernorm = app.add_subcommand("layernorm", "tune layernorm forward (or --backward) over rows x cols (vs fused.hpp's)");
+  for (CLI::App* c : {softmax, layernorm}) {
+    c->add_option("--rows", rows, "rows")->capture_default_str()->check(CLI::Range(1L, 1L << 30));
+    c->add_option("--cols", cols, "columns (the reduction)")->capture_default_str()->check(CLI::Range(1L, 1L << 30));
+    search_options(c);
+  }
+  layernorm->add_flag("--backward", backward, "the backward kernel (dinp, dweight, dbias accumulated)");
+  long fused_n = 1L << 22;
+  CLI::App* fused = app.add_subcommand("fused", "tune E = D + (A + B) * C on n floats (vs fused.hpp's fused_add_mul_add)");
+  fused->add_option("--n", fused_n, "elements")->capture_default_str()->check(CLI::Range(1L, 1L << 30));
+  search_options(fused);
+  tune::OpProblem conv = tune::conv2d_problem(1, 64, 56, 56, 64, 3, 1, 1);
+  CLI::App* conv2d = app.add_subcommand("conv2d", "tune a direct 2-D convolution, NCHW (vs a direct loop)");
+  conv2d->add_option("--n", conv.n, "batch")->capture_default_str()->check(CLI::Range(1L, 1L << 20));
+  conv2d->add_option("--c", conv.c, "input channels")->capture_default_str()->check(CLI::Range(1L, 1L << 20));
+  conv2d->add_option("--h", conv.h, "input height")->capture_default_str()->check(CLI::Range(1L, 1L << 20));
+  conv2d->add_option("--w", conv.w, "input width")->capture_default_str()->check(CLI::Range(1L, 1L << 20));
+  conv2d->add_option("--k", conv.k, "output channels")->capture_default_str()->check(CLI::Range(1L, 1L << 20));
+  conv2d->add_option("--kh", conv.kh, "kernel height and width")->capture_default_str()->check(CLI::Range(1L, 1L << 10));
+  conv2d->add_option("--stride", conv.stride, "stride")->capture_default_str()->check(CLI::Range(1L, 1L << 10));
+  conv2d->add_option("--pad", conv.pad, "zero padding")->capture_default_str()->check(CLI::Range(0L, 1L << 10));
+  search_options(conv2d);
   long nests_n = 1024;
   CLI::App* nests = app.add_subcommand("nests", "print the slide's three loop nests of one matmul (slides 001)");
   nests->add_option("--n", nests_n, "matrix size (a multiple of 8)")->capture_default_str()->check(CLI::Range(8L, 1L << 20));
@@ -431,10 +561,26 @@ int main(int argc, char** argv) {
     if (nests->parsed()) return print_nests(nests_n);
     if (steps->parsed()) return print_steps(sm, sn, sk, steps_run, steps_cpp);
     if (a.transformer) {
-      MLS_CHECK(a.strategy != "all", "mls-tune sgemm --transformer: --strategy all is for one shape (its plot); give one strategy");
+      MLS_CHECK(a.strategy != "all" && a.strategy != "compare", "mls-tune sgemm --transformer: --strategy ", a.strategy,
+                " is for one shape; give one strategy");
       MLS_CHECK(!a.trans_a && !a.trans_b && a.beta == 0 && a.svg.empty(),
                 "mls-tune sgemm --transformer: the GEMMs bring their own flags; --trans-a, --trans-b, --beta and --svg are for one shape");
       return run_transformer(a);
+    }
+    if (softmax->parsed() || layernorm->parsed()) {
+      const tune::OpKind kind = softmax->parsed() ? tune::OpKind::Softmax
+                                : backward        ? tune::OpKind::LayerNormBwd
+                                                  : tune::OpKind::LayerNormFwd;
+      a.op = tune::row_problem(kind, rows, cols);
+      return run_op(a);
+    }
+    if (fused->parsed()) {
+      a.op = tune::elementwise_problem(fused_n);
+      return run_op(a);
+    }
+    if (conv2d->parsed()) {
+      a.op = conv;
+      return run_op(a);
     }
     return run(a);
   } catch (const std::exception& e) {

@@ -66,6 +66,19 @@ struct CodegenOptions {
   std::int64_t max_stack_bytes = 64 * 1024;
   /// A comment at the top with the loop nest as `to_string(LoweredFunc)` prints it.
   bool comment_loop_nest = true;
+  /// exp as a polynomial written in the generated unit (`mls_expf`, and `mls_vexp_fast` on vectors:
+  /// mls::fast_expf's algorithm, within 2 ulp of expf over the normal range, +inf above
+  /// log(FLT_MAX), 0 (or a denormal) below log(FLT_MIN), NaN kept; with AVX-512 the 16-lane chunks
+  /// scale by vscalefps) instead of `__builtin_expf`, a libm call per lane that the compiler does not
+  /// vectorize without -ffast-math. Off: the interpreter's expf, so results can match it bit for bit.
+  bool fast_exp = false;
+  /// Buffers (function arguments, by name) whose plain stores in a vectorized loop are non-temporal
+  /// (`mls_stream`: _mm512_stream_ps / _mm256_stream_ps where the chunk's address is aligned to its
+  /// width, else an ordinary store), for results written once and read much later: the store skips
+  /// the read-for-ownership of each line and leaves the caches to data that is used again. A
+  /// reduction's update (read back) stays an ordinary store. Every parallel range and the function
+  /// end with a store fence (sfence), so what a thread streamed is visible when the call returns.
+  std::vector<std::string> stream_stores{};
 };
 
 /// The lanes `options` asks for on this CPU (resolves vector_lanes = 0); mls::Error for a value

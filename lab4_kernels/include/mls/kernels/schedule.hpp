@@ -73,9 +73,19 @@ class Stage {
   /// inside another (compute_at, cache_read) binds none: it runs inside its consumer's threads.
   void bind(const IterVar& axis, ThreadTag tag);
   /// Computes this stage inside `consumer`'s loop `axis`, only the region that one iteration of
-  /// it reads (its buffer stays where it is). This stage must be read by `consumer` and by no
-  /// other stage.
+  /// it reads (its buffer stays where it is, unless set_scope made it a local tile of that region).
+  /// This stage must be read by `consumer`; any other stage reading it must already be computed
+  /// inside that loop (compute_at of the other readers first, at `axis` or a loop inside it, at any
+  /// depth), and `lower` checks that each of their loads falls in the region one iteration
+  /// computed. An output may be computed at a loop when the regions of the loop's iterations cover
+  /// it (a row computed per iteration of the row loop: checked by `lower`).
   void compute_at(const Stage& consumer, const IterVar& axis);
+  /// Where the stage's values live (TVM's set_scope): Scope::Local makes a stage computed at a loop
+  /// (compute_at) a local tile of the region one iteration computes, allocated inside that loop
+  /// (a stack array in generated code), instead of a region of a whole buffer in main memory;
+  /// Scope::Global (the default) is the whole buffer. mls::Error for an output (it lives in main
+  /// memory) and for Scope::Shared (a shared tile is a cache_read).
+  void set_scope(Scope scope);
   /// Replaces the loops from `axis` inwards by one call of `intrinsic` per tile. Checked when
   /// the schedule is lowered: the tile's axes (kinds and extents, in order) must be the
   /// intrinsic's, the compute its pattern, every index affine in the tile's axes, no tail and

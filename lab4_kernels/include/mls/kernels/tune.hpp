@@ -419,6 +419,135 @@ std::string plan_key(const SgemmKnobs& k, const SgemmShape& shape, int lanes = 0
 /// Solves the symmetric positive definite system a x = b (Cholesky); mls::Error when it is not.
 std::vector<double> solve_spd(std::vector<double> a, std::vector<double> b, std::size_t n);
 
+// ---- one search for every template --------------------------------------------------------------
+
+/// A point of a template's knob space as the search sees it: one index per knob into that knob's
+/// list of values (SGEMM's KnobSpace, an operator's OpSpace).
+using Point = std::vector<int>;
+
+/// One knob as the search sees it: how many values it has, and whether they are ordered (a step to
+/// a neighbour is to the value before or after) or categories (a neighbour is any other value).
+struct KnobDim {
+  std::string name;
+  int size = 1;
+  bool ordered = true;
+};
+
+/// A template's knob space on one problem, as the strategies see it: the knobs, which points are
+/// valid, the cost model's features of a point and a key per distinct compiled schedule. The
+/// hooks left empty get the generic behaviour (below). Copies share nothing but the hooks.
+struct SearchSpace {
+  std::vector<KnobDim> dims;
+  std::function<bool(const Point&)> valid{};                    ///< empty: every point in range
+  std::function<std::vector<double>(const Point&)> features{};  ///< empty: one-hot of each knob's index
+  std::function<std::string(const Point&)> key{};               ///< empty: the indices
+  std::function<Point(Rng&)> sample_fn{};                       ///< empty: each index uniform, redrawn until valid
+  std::function<std::vector<Point>(const Point&)> neighbours_fn{};  ///< empty: one knob one step
+  Point default_point{};  ///< where the guided strategy starts (valid)
+
+  /// Points of the cross product.
+  std::size_t cross_size() const;
+  /// Point `index` of the cross product (mixed radix, the last knob fastest).
+  Point at(std::size_t index) const;
+  /// Every index in range and valid().
+  bool is_valid(const Point& p) const;
+  /// The valid points, in the order of at().
+  std::vector<Point> enumerate() const;
+  /// A valid point at random (sample_fn, or each index uniform in knob order, redrawn until valid:
+  /// mls::Error after 10000 draws).
+  Point sample(Rng& rng) const;
+  /// The valid points one step away (neighbours_fn, or: an ordered knob to the value before or
+  /// after, a categorical one to any other value), without `p` and without repeats.
+  std::vector<Point> neighbours(const Point& p) const;
+  /// features(p), or the one-hot of each knob's index.
+  std::vector<double> features_of(const Point& p) const;
+  /// key(p), or the indices joined.
+  std::string key_of(const Point& p) const;
+  /// mls::Error "SearchSpace: ..." for no knobs, a knob with no values, or a default point that is
+  /// not valid.
+  void check() const;
+};
+
+/// What the search does (the strategy's part of TuneOptions).
+struct SearchOptions {
+  Strategy strategy = Strategy::Guided;
+  int trials = 64;         ///< candidates proposed (refused ones count), >= 1
+  double budget_s = 0;     ///< wall-clock budget in seconds (0: none)
+  std::uint64_t seed = 1;  ///< sampling and the model's exploration (Rng stream "tune_search_<strategy>")
+  int confirm = 3;         ///< the fastest trials timed again at the end (SearchCallbacks::retime)
+  double epsilon = 0.1;    ///< guided: chance of a random proposal instead of the model's best
+  int proposals = 64;      ///< guided: candidates scored by the model each round
+};
+
+/// One candidate of the search: its point and what measuring it gave.
+struct SearchTrial {
+  int index = 0;  ///< 0-based, in the order proposed
+  Point point;
+  TrialStatus status = TrialStatus::Failed;
+  double seconds = 0;  ///< per run (Ok only)
+  double rate = 0;     ///< the figure of merit (GFLOP/s, GB/s; Ok only): higher is better
+  double compile_seconds = 0;
+  std::string message;
+};
+
+/// What the search calls. `evaluate` is required; the others may be empty.
+struct SearchCallbacks {
+  /// Measures a point (status, seconds, rate, message); the search fills in index and point.
+  std::function<SearchTrial(const Point&)> evaluate;
+  /// Times a point that passed again, longer (the confirmation); none: keep the search's time.
+  std::function<std::optional<double>(const Point&)> retime{};
+  /// The rate of a time (for the confirmations).
+  std::function<double(double seconds)> rate_of{};
+  /// Each Ok trial (confirmed false) and each confirmation (true): the tuning database.
+  std::function<void(const SearchTrial&, bool confirmed)> record{};
+  /// After each trial: the trial and the best rate so far after each trial.
+  std::function<void(const SearchTrial&, const std::vector<double>& best_so_far)> on_trial{};
+};
+
+/// What a search found.
+struct SearchResult {
+  bool found = false;  ///< some trial was Ok
+  Point best;          ///< the fastest Ok point (the default point when none)
+  double best_seconds = 0, best_rate = 0;
+  std::vector<SearchTrial> trials, confirmed;
+  std::vector<double> best_so_far;  ///< best rate after each trial (0 before the first Ok)
+  double wall_seconds = 0;
+};
+
+/// The strategies (grid, random, guided), for any template: the SGEMM Tuner and the operators'
+/// OpTuner (mls/kernels/tune_ops.hpp) run this one search over their SearchSpace.
+class Search {
+ public:
+  /// mls::Error "tune: ..." for trials < 1, a negative budget, epsilon outside [0, 1], proposals
+  /// < 1, or a space that does not pass check().
+  Search(SearchSpace space, SearchOptions options);
+  const SearchSpace& space() const { return space_; }
+  /// Proposes, measures (callbacks.evaluate) and records until `trials` points were proposed, the
+  /// budget is spent or the strategy has nothing left; then times the `confirm` fastest again
+  /// (callbacks.retime, 3x the rounds: one noisy lucky measurement must not win) and picks the
+  /// best among them.
+  SearchResult run(const SearchCallbacks& callbacks);
+
+ private:
+  /// The next candidate not measured yet (none when the strategy has nothing left).
+  std::optional<Point> propose(const std::vector<SearchTrial>& done, Rng& rng);
+  /// The guided strategy's next candidate, given the trials `done` so far (in order): a valid,
+  /// fresh point, the default first (src/tune_search.cpp says how; a student function of lab 4).
+  std::optional<Point> propose_guided(const std::vector<SearchTrial>& done, Rng& rng);
+  /// No candidate with the key of `p` (SearchSpace::key_of) was proposed yet.
+  bool fresh(const Point& p) const;
+  /// A random fresh point (2000 draws, then the first fresh one of the enumeration); none when
+  /// every key of the space was proposed.
+  std::optional<Point> random_fresh(Rng& rng) const;
+  /// Times the fastest trials again (SearchOptions::confirm) and picks the best among them.
+  void confirm(SearchResult& r, const SearchCallbacks& cb) const;
+  SearchSpace space_;
+  SearchOptions options_;
+  std::vector<Point> grid_;
+  std::set<std::string> seen_;  ///< key of every point proposed
+  CostModel model_;
+};
+
 /// What a tuning run does.
 struct TuneOptions {
   Strategy strategy = Strategy::Guided;
@@ -463,7 +592,8 @@ struct TuneResult {
   double wall_seconds = 0;
 };
 
-/// Runs a strategy on one problem at one thread count (see TuneOptions).
+/// Runs a strategy on one shape at one thread count (see TuneOptions): the one Search over the
+/// SGEMM space (sgemm_search_space), each point measured by a Bench and recorded as op "sgemm".
 class Tuner {
  public:
   /// On shape.key(): its extents, transposes and beta, compact operands (the database's key).
@@ -471,25 +601,19 @@ class Tuner {
   TuneResult run();
 
  private:
-  /// The next candidate not measured yet (none when the strategy has nothing left).
-  std::optional<SgemmKnobs> propose(const std::vector<Trial>& done, Rng& rng);
-  /// The guided strategy's next candidate, given the trials `done` so far (in order): a valid,
-  /// fresh point, the default first (src/tune_search.cpp says how; a student function of lab 4).
-  std::optional<SgemmKnobs> propose_guided(const std::vector<Trial>& done, Rng& rng);
-  /// No candidate with the plan of `k` (plan_key) was proposed yet.
-  bool fresh(const SgemmKnobs& k) const;
-  /// A random fresh point (2000 draws, then the first fresh one of the enumeration); none when
-  /// every plan of the space was proposed.
-  std::optional<SgemmKnobs> random_fresh(Rng& rng) const;
-  /// Times the fastest trials again (TuneOptions::confirm) and picks the best among them.
-  void confirm(TuneResult& r, Bench& bench, const CandidateBuilder& build, const TuningDb* db) const;
   SgemmShape shape_;
   TuneOptions options_;
   KnobSpace space_;
-  std::vector<SgemmKnobs> grid_;
-  std::set<std::string> seen_;  ///< plan_key of every candidate proposed
-  CostModel model_;
 };
+
+/// The SGEMM space as the search sees it: the knobs slowest first as in KnobSpace::at (order,
+/// parallel, pack_a, pack_b, mr, nr, mc, kc, nc, unroll), KnobSpace's own validity, sampling and
+/// neighbours, sgemm_features, plan_key (knobs with the same plan are one point), the default knobs.
+SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape);
+/// The knobs of a point of sgemm_search_space(space, ...), and back (mls::Error "KnobSpace: ..." for
+/// a value not in the space or an index out of range).
+SgemmKnobs sgemm_knobs_at(const KnobSpace& space, const Point& p);
+Point sgemm_point_of(const KnobSpace& space, const SgemmKnobs& k);
 
 /// One strategy's best-so-far curve, for the tuning plot.
 struct TuningCurve {
@@ -497,10 +621,12 @@ struct TuningCurve {
   std::vector<double> best_so_far; ///< TuneResult::best_so_far
 };
 /// An SVG of best-so-far GFLOP/s against trial (a step line per curve, its best in the legend) and
-/// the hand-written kernel's GFLOP/s as a dashed line (`reference_gflops` 0: none). mls::Error
-/// "tuning_curve_svg: ..." for no curves, an empty curve, or a negative or non-finite value.
+/// the hand-written kernel's GFLOP/s as a dashed line (`reference_gflops` 0: none); `unit` names
+/// the figure ("GB/s" for the operators' tuners). mls::Error "tuning_curve_svg: ..." for no
+/// curves, an empty curve, or a negative or non-finite value.
 std::string tuning_curve_svg(const std::vector<TuningCurve>& curves, double reference_gflops,
-                             const std::string& reference_label, const std::string& title);
+                             const std::string& reference_label, const std::string& title,
+                             const std::string& unit = "GFLOP/s");
 
 /// Trials (1-based) until a best-so-far curve first reaches `target` GFLOP/s; 0 when it never does.
 int trials_to_reach(const std::vector<double>& best_so_far, double target);

@@ -1,0 +1,160 @@
+// The generated code's own exp (CodegenOptions::fast_exp): mls::fast_expf's algorithm
+// (mls/common/fastmath.hpp) in GCC vector extensions, so that a vectorized loop computing exp stays
+// vectorized without -ffast-math (expf is a libm call per lane); and its non-temporal stores
+// (CodegenOptions::stream_stores).
+#include <algorithm>
+
+#include "codegen_internal.hpp"
+
+namespace mls::kernels::te::codegen_detail {
+
+const Dialect& cpp_fast_exp_dialect() {
+  static const Dialect d = [] {
+    Dialect x = cpp_dialect();
+    x.exp = "mls_expf";
+    return x;
+  }();
+  return d;
+}
+
+const char* fast_exp_prelude() {
+  return R"(// ---- exp as a polynomial (CodegenOptions::fast_exp) -----------------------------------------
+// mls::fast_expf's algorithm: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (Cody-Waite:
+// ln2 in two parts, the first exact in n * hi), Cephes' polynomial for exp(r) (in Horner form),
+// then the result scaled by 2^n. Within 2 ulp of expf over the normal range; +inf above log(FLT_MAX), 0 (AVX-512:
+// a denormal, then 0) below log(FLT_MIN), NaN kept. Plain float arithmetic on vectors, so it stays in SIMD registers; with
+// AVX-512 the 16-lane version scales with vscalefps (overflow and underflow for free).
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's _mm512_undefined_ps() reads itself on purpose ("__m512 __Y = __Y"): not our variable.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#endif
+typedef std::int32_t mls_i32x4 __attribute__((vector_size(16)));
+typedef std::int32_t mls_i32x8 __attribute__((vector_size(32)));
+typedef std::int32_t mls_i32x16 __attribute__((vector_size(64)));
+template <class V>
+struct mls_int_vec;
+template <>
+struct mls_int_vec<mls_f32x4> { typedef mls_i32x4 type; };
+template <>
+struct mls_int_vec<mls_f32x8> { typedef mls_i32x8 type; };
+template <>
+struct mls_int_vec<mls_f32x16> { typedef mls_i32x16 type; };
+// exp(r) for |r| <= ln2 / 2: Cephes' coefficients, evaluated as one degree-7 polynomial in Horner
+// form (seven multiply-adds; the last two add r and 1).
+template <class V>
+static inline V mls_exp_reduced(V r) {
+    V p = mls_splat<V>(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r + 1.0f;
+    return p * r + 1.0f;
+}
+template <class V>
+[[maybe_unused]] static inline V mls_vexp_fast(V x) {
+    typedef typename mls_int_vec<V>::type I;
+    const V hi = mls_splat<V>(88.7228394f), lo = mls_splat<V>(-87.3365479f);
+    // n = round(x / ln2) by the 1.5 * 2^23 trick: the sum's low mantissa bits hold n.
+    const V s = x * 1.44269504088896341f + 12582912.0f;
+    const V n = s - 12582912.0f;
+    V r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    V out = (V)((I)mls_exp_reduced(r) + ((I)s << 23));
+    out = x > hi ? mls_splat<V>(__builtin_inff()) : out;  // out of range (the lanes there are garbage)
+    out = x < lo ? mls_splat<V>(0.0f) : out;
+    return x != x ? x : out;
+}
+#if defined(__AVX512F__)
+template <>
+[[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
+    // x clamped to [-104, 89] (vmaxps/vminps return their second operand for a NaN: x's lane), then
+    // vscalefps: 2^n past the float range gives a denormal, 0 or +inf by itself.
+    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    return (mls_f32x16)_mm512_scalef_ps((__m512)mls_exp_reduced((mls_f32x16)r), n);
+}
+#endif
+// The same on one float (scalar code, a vectorized loop's tail).
+[[maybe_unused]] static inline float mls_expf(float x) { return mls_vexp_fast(mls_splat<mls_f32x4>(x))[0]; }
+
+)";
+}
+
+const char* stream_prelude() {
+  return R"(// ---- non-temporal stores (CodegenOptions::stream_stores) ----------------------------------------
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+// Stores a chunk with a non-temporal store where its address is aligned to the chunk's width (and
+// the CPU has that width), else with an ordinary one.
+template <class V>
+static inline void mls_stream(float* p, V v) {
+#if defined(__AVX512F__)
+    if constexpr (sizeof(V) == 64) {
+        if ((reinterpret_cast<std::uintptr_t>(p) & 63) == 0) return _mm512_stream_ps(p, (__m512)v);
+    }
+#endif
+#if defined(__AVX__)
+    if constexpr (sizeof(V) == 32) {
+        if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0) return _mm256_stream_ps(p, (__m256)v);
+    }
+#endif
+#if defined(__SSE__)
+    if constexpr (sizeof(V) == 16) {
+        if ((reinterpret_cast<std::uintptr_t>(p) & 15) == 0) return _mm_stream_ps(p, (__m128)v);
+    }
+#endif
+    mls_store(p, v);
+}
+// Orders this thread's non-temporal stores before what follows (another thread may read them next).
+[[maybe_unused]] static inline void mls_stream_fence() {
+#if defined(__SSE__)
+    _mm_sfence();
+#endif
+}
+
+)";
+}
+
+bool Emitter::streamed(const Store& st) const {
+  const auto& names = m_.options.stream_stores;
+  if (std::find(names.begin(), names.end(), st.buffer->name) == names.end()) return false;
+  const auto it = bufs_.find(st.buffer.get());
+  if (it == bufs_.end() || !it->second.is_arg) return false;
+  bool reads_it = false;  // a reduction's update reads the element back: not streamed
+  for_each_expr(st.value, [&](const Expr& e) {
+    if (const auto* l = e.as<Load>()) reads_it = reads_it || l->buffer == st.buffer;
+  });
+  return !reads_it;
+}
+
+bool Emitter::streams_in(const Stmt& s) const {
+  if (m_.options.stream_stores.empty()) return false;
+  bool any = false;
+  for_each_stmt(s, [&](const Stmt& x) {
+    if (const auto* st = x.as<Store>()) any = any || streamed(*st);
+  });
+  return any;
+}
+
+void Emitter::vstore_streamed(const Store& st, int depth) {
+  pre_.clear();
+  const std::string lhs = element(st.buffer.get(), st.indices, "store");
+  bool vec = false;
+  const CText rhs = vexpr(st.value, vec);
+  const std::string value = splat(rhs, vec);
+  for (const auto& p : pre_) line(depth, p);
+  pre_.clear();
+  line(depth, "mls_stream(&" + lhs + ", " + value + ");");
+  uses_stream_ = true;
+}
+
+}  // namespace mls::kernels::te::codegen_detail

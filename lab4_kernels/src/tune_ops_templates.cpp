@@ -1,0 +1,393 @@
+// The operator templates (mls/kernels/tune_ops.hpp): each a tensor expression and a schedule whose
+// primitives the knobs choose, lowered, and compiled through te::compile like any schedule.
+//
+// Row reductions vectorize through lane-wise partial results (row_reduce): the partials P(i, l) of
+// W = acc * lanes lanes are a local tile (set_scope) computed at the reduction's row, their loop over
+// the row's W-wide steps (jo) outside the vectorized lanes (l), optionally unrolled; the row's result
+// adds up P(i, :) and reduces the row's last cols % W values in a scalar loop of its own. A row
+// operator's output loop runs over rows (parallel at more than one thread) and vectorizes its
+// columns; with `fuse` every row statistic is computed at that row loop (compute_at: the row is read
+// from memory once and from cache after), with `hold` an intermediate row is a local tile computed
+// once at the row loop and read by everything after it there.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "mls/common/error.hpp"
+#include "mls/kernels/tune_ops.hpp"
+
+namespace mls::kernels::tune {
+
+namespace {
+
+using te::Expr;
+using te::IterVar;
+using te::Tensor;
+using te::Var;
+using ExprFn = std::function<Expr(const Expr& i, const Expr& j)>;
+
+/// A row reduction written to vectorize (see the top of the file).
+struct RowReduce {
+  Tensor partial;  ///< (rows, W) lane-wise partial results; undefined: one scalar loop
+  Tensor part_sum; ///< (rows,) the reduction of the partials
+  Tensor tail;     ///< (rows,) the reduction of the row's last cols % W values; undefined when none
+  Tensor total;    ///< (rows,) the row's result: part_sum, or part_sum combined with tail
+  IterVar jo;      ///< the partials' loop over the W-wide steps of the row
+  long steps = 0;  ///< cols / W
+};
+
+RowReduce row_reduce(const std::string& name, long rows, long cols, long width, te::BinaryOp op, const ExprFn& f) {
+  const te::Combiner comb{op, op == te::BinaryOp::Add ? 0.0f : -std::numeric_limits<float>::infinity()};
+  RowReduce r;
+  if (width < 2 || cols / width < 1) {
+    const IterVar j = te::reduce_axis(cols, "j");
+    r.total = r.part_sum = te::compute(
+        name, {rows}, [&](Var i) { return te::reduce(comb, f(i, j), {j}); }, {"i"});
+    return r;
+  }
+  r.steps = cols / width;
+  const long rest = cols % width, start = r.steps * width;
+  r.jo = te::reduce_axis(r.steps, "jo");
+  r.partial = te::compute(
+      name + "_lanes", {rows, width},
+      [&](Var i, Var l) { return te::reduce(comb, f(i, Expr(r.jo) * Expr(width) + l), {r.jo}); }, {"i", "l"});
+  const IterVar u = te::reduce_axis(width, "u");
+  r.part_sum = te::compute(
+      rest ? name + "_main" : name, {rows}, [&](Var i) { return te::reduce(comb, r.partial(i, u), {u}); }, {"i"});
+  r.total = r.part_sum;
+  if (rest) {
+    const IterVar t = te::reduce_axis(rest, "t");
+    r.tail = te::compute(
+        name + "_tail", {rows}, [&](Var i) { return te::reduce(comb, f(i, Expr(t) + Expr(start)), {t}); }, {"i"});
+    r.total = te::compute(
+        name, {rows},
+        [&](Var i) {
+          return op == te::BinaryOp::Add ? r.part_sum(i) + r.tail(i) : te::max(r.part_sum(i), r.tail(i));
+        },
+        {"i"});
+  }
+  return r;
+}
+
+/// The schedule of a row reduction's own stages (its total is placed by the caller): the partials a
+/// local tile computed at their sum's row, jo (split by `unroll`, the inner part unrolled) outside the
+/// vectorized lanes; the main part and the tail computed at the total's row.
+void schedule_row_reduce(te::Schedule& s, const RowReduce& r, int unroll) {
+  if (!r.partial.defined()) return;
+  te::Stage p = s[r.partial];
+  p.set_scope(te::Scope::Local);
+  const IterVar i = r.partial.axis(0), l = r.partial.axis(1);
+  if (unroll > 1 && r.steps > 1) {
+    auto [outer, inner] = p.split(r.jo, unroll);
+    p.reorder({i, outer, inner, l});
+    p.unroll(inner);
+  } else {
+    p.reorder({i, r.jo, l});
+  }
+  p.vectorize(l);
+  p.compute_at(s[r.part_sum], r.part_sum.axis(0));
+  if (r.tail.defined()) {
+    s[r.part_sum].compute_at(s[r.total], r.total.axis(0));
+    s[r.tail].compute_at(s[r.total], r.total.axis(0));
+  }
+}
+
+/// The output of a row operator: rows parallel (knob parallel), columns vectorized.
+void schedule_rows_out(te::Stage st, const Tensor& t, int parallel) {
+  if (parallel) st.parallel(t.axis(0));
+  st.vectorize(t.axis(1));
+}
+
+/// A row tile (hold): computed at the output's row loop, local, vectorized.
+void schedule_tile(te::Schedule& s, const Tensor& tile, const Tensor& out) {
+  s[tile].compute_at(s[out], out.axis(0));
+  s[tile].set_scope(te::Scope::Local);
+  s[tile].vectorize(tile.axis(1));
+}
+
+/// A row statistic of its own pass over all rows (fuse 0): rows parallel (knob parallel).
+void schedule_own_pass(te::Schedule& s, const Tensor& t, int parallel) {
+  if (parallel) s[t].parallel(t.axis(0));
+}
+
+struct Knobs {
+  int lanes, acc, fuse, hold, unroll, parallel;
+  long width;
+};
+Knobs row_knobs(const OpKnobs& k) {
+  Knobs o{k.at("lanes"), k.at("acc"), k.at("fuse"), k.at("hold"), k.at("unroll"), k.at("parallel"), 0};
+  o.width = static_cast<long>(o.acc) * o.lanes;
+  return o;
+}
+
+// ---- softmax -------------------------------------------------------------------------------------
+
+te::Schedule softmax(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& args) {
+  const Knobs kn = row_knobs(k);
+  const long R = p.rows, C = p.cols;
+  const Tensor X = te::placeholder("x", {R, C});
+  const RowReduce M = row_reduce("row_max", R, C, kn.width, te::BinaryOp::Max, [&](const Expr& i, const Expr& j) {
+    return X(i, j);
+  });
+  Tensor E;
+  if (kn.hold)
+    E = te::compute("e", {R, C}, [&](Var i, Var j) { return te::exp(X(i, j) - M.total(i)); }, {"i", "j"});
+  auto e = [&](const Expr& i, const Expr& j) { return kn.hold ? E(i, j) : te::exp(X(i, j) - M.total(i)); };
+  const RowReduce S = row_reduce("row_sum", R, C, kn.width, te::BinaryOp::Add, e);
+  const Tensor Rinv = te::compute("rinv", {R}, [&](Var i) { return 1.0f / S.total(i); }, {"i"});
+  const Tensor Y = te::compute("y", {R, C}, [&](Var i, Var j) { return e(i, j) * Rinv(i); }, {"i", "j"});
+  te::Schedule s({Y});
+  schedule_rows_out(s[Y], Y, kn.parallel);
+  s[Rinv].compute_at(s[Y], Y.axis(0));
+  s[S.total].compute_at(s[Rinv], Rinv.axis(0));
+  schedule_row_reduce(s, S, kn.unroll);
+  if (kn.hold) schedule_tile(s, E, Y);
+  if (kn.fuse)  // its readers are all computed inside the row loop by now
+    s[M.total].compute_at(kn.hold ? s[E] : s[Y], kn.hold ? E.axis(0) : Y.axis(0));
+  else
+    schedule_own_pass(s, M.total, kn.parallel);
+  schedule_row_reduce(s, M, kn.unroll);
+  args = {X, Y};
+  return s;
+}
+
+// ---- layernorm forward -------------------------------------------------------------------------
+
+te::Schedule layernorm_fwd(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& args) {
+  const Knobs kn = row_knobs(k);
+  const bool hold = kn.hold && kn.fuse;
+  const long R = p.rows, C = p.cols;
+  const float inv = 1.0f / static_cast<float>(C);
+  const Tensor X = te::placeholder("x", {R, C}), W = te::placeholder("weight", {C}), B = te::placeholder("bias", {C});
+  const RowReduce Sum = row_reduce("row_sum", R, C, kn.width, te::BinaryOp::Add, [&](const Expr& i, const Expr& j) {
+    return X(i, j);
+  });
+  const Tensor Mean = te::compute("mean", {R}, [&](Var i) { return Sum.total(i) * inv; }, {"i"});
+  Tensor D;
+  if (hold) D = te::compute("xc", {R, C}, [&](Var i, Var j) { return X(i, j) - Mean(i); }, {"i", "j"});
+  auto d = [&](const Expr& i, const Expr& j) { return hold ? D(i, j) : X(i, j) - Mean(i); };
+  const RowReduce SS = row_reduce("row_sumsq", R, C, kn.width, te::BinaryOp::Add, [&](const Expr& i, const Expr& j) {
+    const Expr v = d(i, j);
+    return v * v;
+  });
+  const Tensor Rstd = te::compute("rstd", {R}, [&](Var i) { return te::rsqrt(SS.total(i) * inv + p.eps); }, {"i"});
+  const Tensor Y = te::compute(
+      "out", {R, C}, [&](Var i, Var j) { return d(i, j) * Rstd(i) * W(j) + B(j); }, {"i", "j"});
+  te::Schedule s({Y, Mean, Rstd});
+  schedule_rows_out(s[Y], Y, kn.parallel);
+  if (kn.fuse) {
+    s[Rstd].compute_at(s[Y], Y.axis(0));
+    s[SS.total].compute_at(s[Rstd], Rstd.axis(0));
+    schedule_row_reduce(s, SS, kn.unroll);
+    if (hold) schedule_tile(s, D, Y);
+    // An output: every row's mean is computed at its row, inside its one reader there.
+    s[Mean].compute_at(hold ? s[D] : s[Y], hold ? D.axis(0) : Y.axis(0));
+  } else {
+    schedule_own_pass(s, Mean, kn.parallel);
+    schedule_own_pass(s, Rstd, kn.parallel);
+    s[SS.total].compute_at(s[Rstd], Rstd.axis(0));
+    schedule_row_reduce(s, SS, kn.unroll);
+  }
+  s[Sum.total].compute_at(s[Mean], Mean.axis(0));
+  schedule_row_reduce(s, Sum, kn.unroll);
+  args = {X, W, B, Y, Mean, Rstd};
+  return s;
+}
+
+// ---- layernorm backward ------------------------------------------------------------------------
+
+/// dweight and dbias: partial column sums over blocks of rows (parallel), G(b, 0, j) of dout and
+/// G(b, 1, j) of dout * xhat in one pass over each block, then the sums over the blocks.
+void layernorm_bwd_columns(const OpProblem& p, const OpKnobs& k, const std::vector<Tensor>& in, Tensor& dW,
+                           Tensor& dB, std::vector<Tensor>& outs) {
+  const long R = p.rows, C = p.cols;
+  const Tensor &dw_in = in[1], &db_in = in[2], &dout = in[3], &X = in[4], &Mean = in[6], &Rstd = in[7];
+  const long want = std::min<long>(k.at("blocks"), R);
+  const long rb = (R + want - 1) / want, blocks = (R + rb - 1) / rb;
+  const IterVar rr = te::reduce_axis(rb, "rr");
+  const Tensor G = te::compute(
+      "col_part", {blocks, 2, C},
+      [&](Var b, Var which, Var j) {
+        const Expr r = Expr(b) * Expr(rb) + rr;
+        const Expr xhat = (X(r, j) - Mean(r)) * Rstd(r);
+        Expr v = te::select(te::eq(which, 0), dout(r, j), dout(r, j) * xhat);
+        if (blocks * rb != R) v = te::select(r < Expr(R), v, Expr(0.0f));
+        return te::sum(v, {rr});
+      },
+      {"b", "which", "j"});
+  const IterVar b1 = te::reduce_axis(blocks, "b"), b0 = te::reduce_axis(blocks, "b");
+  const Tensor WS = te::compute("dweight_sum", {C}, [&](Var j) { return te::sum(G(b1, 1, j), {b1}); }, {"j"});
+  const Tensor BS = te::compute("dbias_sum", {C}, [&](Var j) { return te::sum(G(b0, 0, j), {b0}); }, {"j"});
+  dW = te::compute("dweight", {C}, [&](Var j) { return dw_in(j) + WS(j); }, {"j"});
+  dB = te::compute("dbias", {C}, [&](Var j) { return db_in(j) + BS(j); }, {"j"});
+  outs = {G, WS, BS};
+}
+
+te::Schedule layernorm_bwd(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& args) {
+  const Knobs kn = row_knobs(k);
+  const bool hold = kn.hold && kn.fuse;
+  const long R = p.rows, C = p.cols;
+  const float inv = 1.0f / static_cast<float>(C);
+  const std::vector<Tensor> in = {
+      te::placeholder("dinp_in", {R, C}), te::placeholder("dweight_in", {C}), te::placeholder("dbias_in", {C}),
+      te::placeholder("dout", {R, C}),    te::placeholder("x", {R, C}),       te::placeholder("weight", {C}),
+      te::placeholder("mean", {R}),       te::placeholder("rstd", {R})};
+  const Tensor &dinp_in = in[0], &dout = in[3], &X = in[4], &W = in[5], &Mean = in[6], &Rstd = in[7];
+  Tensor N, G;
+  if (hold) {
+    N = te::compute("xhat", {R, C}, [&](Var i, Var j) { return (X(i, j) - Mean(i)) * Rstd(i); }, {"i", "j"});
+    G = te::compute("dnorm", {R, C}, [&](Var i, Var j) { return W(j) * dout(i, j); }, {"i", "j"});
+  }
+  auto xh = [&](const Expr& i, const Expr& j) { return hold ? N(i, j) : (X(i, j) - Mean(i)) * Rstd(i); };
+  auto dn = [&](const Expr& i, const Expr& j) { return hold ? G(i, j) : W(j) * dout(i, j); };
+  const RowReduce SA = row_reduce("sum_dnorm", R, C, kn.width, te::BinaryOp::Add, dn);
+  const RowReduce SB = row_reduce("sum_dnorm_xhat", R, C, kn.width, te::BinaryOp::Add,
+                                  [&](const Expr& i, const Expr& j) { return dn(i, j) * xh(i, j); });
+  const Tensor CA = te::compute("mean_dnorm", {R}, [&](Var i) { return SA.total(i) * inv; }, {"i"});
+  const Tensor CB = te::compute("mean_dnorm_xhat", {R}, [&](Var i) { return SB.total(i) * inv; }, {"i"});
+  const Tensor dX = te::compute(
+      "dinp", {R, C},
+      [&](Var i, Var j) { return dinp_in(i, j) + Rstd(i) * (dn(i, j) - CA(i) - xh(i, j) * CB(i)); }, {"i", "j"});
+  Tensor dW, dB;
+  std::vector<Tensor> col;
+  layernorm_bwd_columns(p, k, in, dW, dB, col);
+  te::Schedule s({dX, dW, dB});
+  schedule_rows_out(s[dX], dX, kn.parallel);
+  for (const Tensor& c : {CA, CB}) {
+    if (kn.fuse)
+      s[c].compute_at(s[dX], dX.axis(0));
+    else
+      schedule_own_pass(s, c, kn.parallel);
+  }
+  s[SA.total].compute_at(s[CA], CA.axis(0));
+  s[SB.total].compute_at(s[CB], CB.axis(0));
+  schedule_row_reduce(s, SA, kn.unroll);
+  schedule_row_reduce(s, SB, kn.unroll);
+  if (hold) {
+    schedule_tile(s, N, dX);
+    schedule_tile(s, G, dX);
+  }
+  // The column partials: blocks of rows parallel, the columns vectorized inside each row.
+  const Tensor& part = col[0];
+  te::Stage g = s[part];
+  const IterVar rr = g.leaf_axes().back();
+  g.reorder({part.axis(0), rr, part.axis(1), part.axis(2)});
+  g.vectorize(part.axis(2));
+  if (kn.parallel) g.parallel(part.axis(0));
+  for (const auto& [out, sum] : {std::pair{dW, col[1]}, std::pair{dB, col[2]}}) {
+    s[out].vectorize(out.axis(0));
+    s[sum].compute_at(s[out], out.axis(0));
+  }
+  args = in;
+  args.insert(args.end(), {dX, dW, dB});
+  return s;
+}
+
+// ---- E = D + (A + B) * C -------------------------------------------------------------------------
+
+te::Schedule add_mul_add(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& args) {
+  const long n = p.n;
+  const Tensor A = te::placeholder("a", {n}), B = te::placeholder("b", {n}), C = te::placeholder("c", {n}),
+               D = te::placeholder("d", {n});
+  const Tensor E = te::compute("e", {n}, [&](Var i) { return D(i) + (A(i) + B(i)) * C(i); }, {"i"});
+  te::Schedule s({E});
+  te::Stage st = s[E];
+  const long block = std::min<long>(k.at("block"), n), vec = static_cast<long>(k.at("lanes")) * k.at("unroll");
+  auto [o, r] = st.split(E.axis(0), block);
+  if (k.at("parallel")) st.parallel(o);
+  if (vec < block) {
+    auto [r1, r2] = st.split(r, vec);
+    st.vectorize(r2);
+  } else {
+    st.vectorize(r);
+  }
+  args = {A, B, C, D, E};
+  return s;
+}
+
+// ---- conv2d ----------------------------------------------------------------------------------------
+
+te::Schedule conv2d(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& args) {
+  const long pad = p.pad, s_ = p.stride, hp = p.h + 2 * pad, wp = p.w + 2 * pad;
+  const bool copy = k.at("pad_copy") && pad > 0;
+  const Tensor X = te::placeholder("x", {p.n, p.c, p.h, p.w}), W = te::placeholder("w", {p.k, p.c, p.kh, p.kh});
+  Tensor XP;
+  auto padded = [&](const Expr& b, const Expr& c, const Expr& y, const Expr& x) {  // x[b, c, y - pad, x - pad] or 0
+    if (pad == 0) return X(b, c, y, x);
+    return te::select(y >= Expr(pad) && y < Expr(p.h + pad) && x >= Expr(pad) && x < Expr(p.w + pad),
+                      X(b, c, y - Expr(pad), x - Expr(pad)), Expr(0.0f));
+  };
+  if (copy)
+    XP = te::compute(
+        "xpad", {p.n, p.c, hp, wp}, [&](Var b, Var c, Var y, Var x) { return padded(b, c, y, x); },
+        {"b", "c", "y", "x"});
+  const IterVar rc = te::reduce_axis(p.c, "rc"), ry = te::reduce_axis(p.kh, "ry"), rx = te::reduce_axis(p.kh, "rx");
+  const Tensor Y = te::compute(
+      "y", {p.n, p.k, p.oh(), p.ow()},
+      [&](Var b, Var o, Var y, Var x) {
+        const Expr iy = Expr(y) * Expr(s_) + ry, ix = Expr(x) * Expr(s_) + rx;
+        return te::sum((copy ? XP(b, rc, iy, ix) : padded(b, rc, iy, ix)) * W(o, rc, ry, rx), {rc, ry, rx});
+      },
+      {"b", "o", "oy", "ox"});
+  te::Schedule s({Y});
+  te::Stage st = s[Y];
+  const long ob = std::min<long>(k.at("ob"), p.k);
+  IterVar oo = Y.axis(1), oi;
+  if (ob > 1) std::tie(oo, oi) = st.split(Y.axis(1), ob);
+  std::vector<IterVar> order = {Y.axis(0), oo};
+  if (k.at("order") == 1) {
+    order.insert(order.end(), {Y.axis(2), rc, ry, rx});
+    if (ob > 1) order.push_back(oi);
+    order.push_back(Y.axis(3));
+    st.reorder(order);
+    st.vectorize(Y.axis(3));
+  } else {
+    if (ob > 1) order.push_back(oi);
+    order.insert(order.end(), {Y.axis(2), Y.axis(3), rc, ry, rx});
+    st.reorder(order);
+  }
+  if (k.at("parallel")) st.parallel(oo);
+  if (copy) {
+    if (k.at("parallel")) s[XP].parallel(XP.axis(1));
+    s[XP].vectorize(XP.axis(3));
+  }
+  args = {X, W, Y};
+  return s;
+}
+
+}  // namespace
+
+OpInstance instantiate_op(const OpProblem& p, const OpKnobs& k, std::string name) {
+  check_problem(p);
+  check_op_knobs(p, k);
+  const OpKnobs plan = op_plan(p, k);
+  std::vector<Tensor> args;
+  auto build = [&]() -> te::Schedule {
+    switch (p.kind) {
+      case OpKind::Softmax: return softmax(p, plan, args);
+      case OpKind::LayerNormFwd: return layernorm_fwd(p, plan, args);
+      case OpKind::LayerNormBwd: return layernorm_bwd(p, plan, args);
+      case OpKind::AddMulAdd: return add_mul_add(p, plan, args);
+      case OpKind::Conv2d: break;
+    }
+    return conv2d(p, plan, args);
+  };
+  te::Schedule s = build();
+  if (name.empty()) {
+    name = op_name(p.kind) + "_" + to_string(p);
+    for (const auto& [knob, v] : plan) name += "_" + knob.substr(0, 2) + std::to_string(v);
+  }
+  te::LoweredFunc f = te::lower(s, name);
+  te::CodegenOptions cg;
+  cg.vector_lanes = k.at("lanes");
+  cg.fast_exp = true;
+  if (plan.count("stream") && plan.at("stream"))  // the big output (y, out, dinp, e): written once
+    for (const auto& a : op_args(p))
+      if (a.output) {
+        cg.stream_stores = {a.name};
+        break;
+      }
+  return OpInstance{p, k, std::move(args), std::move(s), std::move(f), cg};
+}
+
+}  // namespace mls::kernels::tune
