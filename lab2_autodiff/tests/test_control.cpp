@@ -181,7 +181,7 @@ TEST_CASE("while_loop: eager and graph run the loop, the executor evaluates the 
   }
 }
 
-TEST_CASE("while_loop: gradients replay the iterations and accumulate into captures; JVP per iteration",
+TEST_CASE("while_loop: gradients replay the iterations and accumulate into captures, JVP per iteration",
           "[lab2][control]") {
   const Tensor xv = randn({4, 3}, 50), wv = randn({4, 3}, 51), bv = randn({3}, 52);
   for (std::int64_t steps : {0, 1, 3}) {

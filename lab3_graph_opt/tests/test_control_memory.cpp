@@ -25,7 +25,7 @@ V loop(Program& p, const Var& x, const Tensor& wv, std::int64_t steps) {
 }
 }  // namespace
 
-TEST_CASE("memory: a while loop's body is planned once; its saved states cost (T + 1) x state", "[lab3][memory]") {
+TEST_CASE("memory: a while loop's body is planned once, its saved states cost (T + 1) x state", "[lab3][memory]") {
   const std::int64_t T = 5, B = 3, D = 7;
   const Tensor xv = randn64({B, D}, 1), wv = randn64({D, D}, 2);
   Tensor ref = xv;  // host reference
@@ -78,7 +78,7 @@ TEST_CASE("memory: a while loop's body is planned once; its saved states cost (T
   require_error([&] { (void)control_memory(p, *x.get()); }, "is not a cond or while_loop node");
 }
 
-TEST_CASE("memory: a cond's branches are planned; passes keep control nodes", "[lab3][memory]") {
+TEST_CASE("memory: a cond's branches are planned and run in the planned buffers", "[lab3][memory]") {
   Program p;
   const Var x = p.input("x", {4, 5}, DType::Float64);
   const Var pr = p.input("p", {}, DType::Bool);
