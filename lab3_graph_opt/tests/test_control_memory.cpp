@@ -2,6 +2,7 @@
 // planned once, its buffers reused per iteration; the saved states of a loop with a gradient),
 // the planned executor, and the JSON format's named refusal.
 #include "helpers.hpp"
+#include "mls/graph_opt/compile.hpp"
 
 using namespace graph_opt_test;
 using V = std::vector<Var>;
@@ -110,4 +111,13 @@ TEST_CASE("json: a program with sub-graphs is refused by name", "[lab3][ir]") {
     {"op": "while_loop", "inputs": [0], "attrs": {"body": 999999, "output": 0}, "shape": [2], "dtype": "float64"}],
     "inputs": [0], "outputs": [1]})";
   require_error([&] { (void)from_json(text); }, "while_loop: sub-graph 999999 is not in this process");
+}
+
+TEST_CASE("compile: a function using a node of another graph is a named error", "[lab3][compile]") {
+  // apply() hands a node of a foreign graph to the tracer's lift (how sub-graphs capture): compile
+  // names it rather than reading a value the node does not have.
+  autodiff::Graph g;
+  const Var w = g.placeholder("w", {3}, DType::Float64);
+  auto f = compile([&](Var x) { return x * w; });
+  require_error([&] { (void)f(Var(randn64({3}, 5))); }, "a node of another graph; fn must be eager code");
 }
