@@ -28,6 +28,7 @@ void register_nn_ops(OpTable& t);           // ops_nn.cpp
 void register_loss_ops(OpTable& t);         // ops_loss.cpp
 void register_pool_ops(OpTable& t);         // ops_pool.cpp (pooling, conv_transpose2d)
 void register_sparse_ops(OpTable& t);       // ops_graph.cpp (spmm family, dropout)
+void register_control_ops(OpTable& t);      // control_flow.cpp (cond, while_loop and their adjoints)
 
 /// True when no size is -1.
 inline bool known(const Shape& s) {

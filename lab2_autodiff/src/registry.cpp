@@ -84,6 +84,7 @@ struct Registry {
     ops::register_loss_ops(t);
     ops::register_pool_ops(t);
     ops::register_sparse_ops(t);
+    ops::register_control_ops(t);
     for (auto& [op, def] : t.defs) put(static_cast<std::size_t>(op), std::move(def));
     for (std::size_t i = 0; i < next; ++i)
       MLS_CHECK(slots[i].load() != nullptr, "op registry: built-in op ", i, " has no entry");

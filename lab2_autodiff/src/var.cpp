@@ -152,9 +152,11 @@ const std::string& Var::name() const { return checked(node_, "name").name; }
 // ---- apply: one entry point for eager and graph ops ----------------------------------------------
 Var apply(Op op, std::vector<Var> inputs, Attrs attrs) {
   const OpDef& def = op_def(op);
-  if (g_trace && g_trace->graph && g_trace->lift)  // tracing: every op becomes a node of the traced graph
+  // Tracing (and building a control-flow sub-graph): every op becomes a node of the traced graph;
+  // an eager input, or a node of another (enclosing) graph, is handed to lift.
+  if (g_trace && g_trace->graph && g_trace->lift)
     for (Var& v : inputs)
-      if (v.defined() && v.get()->graph == nullptr) v = g_trace->lift(v);
+      if (v.defined() && v.get()->graph != g_trace->graph) v = g_trace->lift(v);
   MLS_CHECK(def.arity < 0 || static_cast<int>(inputs.size()) == def.arity, def.name, ": expected ", def.arity,
             " inputs, got ", inputs.size());
   Graph* graph = nullptr;

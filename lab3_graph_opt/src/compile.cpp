@@ -40,6 +40,7 @@ struct Trace {
 Var lift(Trace& t, const Var& v) {
   if (auto it = t.lifted.find(v.get()); it != t.lifted.end()) return it->second;
   const Node& n = *v.get();
+  MLS_CHECK(n.graph == nullptr, "compile: fn used ", describe(n), ", a node of another graph; fn must be eager code");
   MLS_CHECK(n.value.defined(), "compile: fn captured ", describe(n), ", an eager tensor without a value (freed)");
   Capture c;
   c.node = v.node();

@@ -20,6 +20,10 @@ std::string to_json(const Program& p) {
   for (std::size_t i = 0; i < p.graph->nodes().size(); ++i) idx[p.graph->nodes()[i].get()] = i;
   json nodes = json::array();
   for (const NodePtr& n : p.graph->nodes()) {
+    MLS_CHECK(n->op != Op::Cond && n->op != Op::WhileLoop && n->op != Op::CondGrad && n->op != Op::WhileGrad, "to_json: node ",
+              node_ref(p, n.get()), " (", autodiff::op_name(n->op),
+              ") holds sub-graphs, which the JSON format (mls-graph version 1) does not support; control flow "
+              "cannot be saved");
     json j;
     j["op"] = autodiff::op_name(n->op);
     if (!n->name.empty()) j["name"] = n->name;

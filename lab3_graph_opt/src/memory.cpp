@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <unordered_set>
 
 namespace mls::graph_opt {
 
@@ -39,6 +40,26 @@ namespace {
     else root[i] = static_cast<std::int64_t>(i);
   }
   return root;
+}
+bool ops_known(const Shape& s) {
+  return std::none_of(s.begin(), s.end(), [](std::int64_t d) { return d < 0; });
+}
+}  // namespace
+
+MemoryPlan plan_memory(const Program& p);
+namespace {
+/// The largest plan among the sub-graphs of the control nodes of `schedule` (each planned once).
+std::size_t subgraph_peak(const std::vector<Node*>& schedule) {
+  std::size_t peak = 0;
+  std::unordered_set<std::int64_t> seen;
+  for (const Node* n : schedule) {
+    if (n->op != Op::Cond && n->op != Op::WhileLoop) continue;
+    const autodiff::ControlFlow* cf = autodiff::control_flow(*n);
+    if (!cf || !seen.insert(cf->id).second) continue;
+    for (std::size_t i = n->op == Op::WhileLoop ? 1 : 0; i < cf->subs.size(); ++i)
+      peak = std::max(peak, plan_memory(subgraph_program(cf->subs[i])).peak_bytes);
+  }
+  return peak;
 }
 }  // namespace
 
@@ -123,7 +144,50 @@ MemoryPlan plan_memory(const Program& p) {
     plan.live_bytes_max = std::max(plan.live_bytes_max, at);
   }
   // END SOLUTION
+  plan.subgraph_bytes = subgraph_peak(s);
   return plan;
+}
+
+Program subgraph_program(const autodiff::SubGraph& sg) {
+  Program q;
+  std::unordered_map<const Node*, Var> map;
+  for (const Var& in : sg.inputs)
+    if (in.defined()) map[in.get()] = q.input(in.name(), in.shape(), in.dtype());
+  for (Node* n : autodiff::topo_sort(sg.outputs)) {
+    if (map.count(n)) continue;
+    MLS_CHECK(n->op != Op::Placeholder, "subgraph_program: placeholder '", n->name, "' is not an input of the sub-graph");
+    if (n->op == Op::Constant || n->op == Op::Variable) {
+      map[n] = q.constant(n->value, n->name);
+      continue;
+    }
+    std::vector<Var> ins;
+    for (const NodePtr& in : n->inputs) ins.push_back(map.at(in.get()));
+    map[n] = q.make(n->op, std::move(ins), n->attrs);
+  }
+  for (const Var& o : sg.outputs) q.output(map.at(o.get()));
+  return q;
+}
+
+LoopMemory control_memory(const Program& p, const Node& n, std::int64_t trip_count) {
+  const autodiff::ControlFlow* cf = autodiff::control_flow(n);
+  MLS_CHECK(cf && (n.op == Op::Cond || n.op == Op::WhileLoop), "control_memory: node ", node_ref(p, &n), " (",
+            autodiff::op_name(n.op), ") is not a cond or while_loop node of this process");
+  LoopMemory m;
+  const bool loop = n.op == Op::WhileLoop;
+  for (std::size_t i = loop ? 1 : 0; i < cf->subs.size(); ++i)  // while: the body; cond: both branches
+    m.body_bytes = std::max(m.body_bytes, plan_memory(subgraph_program(cf->subs[i])).peak_bytes);
+  for (const Var& o : cf->subs[loop ? 1 : 0].outputs) {
+    MLS_CHECK(ops_known(o.shape()), "control_memory: node ", node_ref(p, &n), " has a sub-graph output of shape ",
+              shape_str(o.shape()), "; give the program concrete input shapes");
+    m.state_bytes += bytes_of(*o.get());
+  }
+  if (!loop) return m;
+  m.saves_states = cf->saves_states;
+  m.trip_count = trip_count >= 0 ? trip_count : autodiff::last_trip_count(n);
+  MLS_CHECK(m.trip_count >= 0, "control_memory: loop ", node_ref(p, &n),
+            " has not run yet; give its trip count (the iterations T)");
+  if (m.saves_states) m.saved_bytes = static_cast<std::size_t>(m.trip_count + 1) * m.state_bytes;
+  return m;
 }
 
 std::string MemoryPlan::summary() const {
@@ -132,6 +196,7 @@ std::string MemoryPlan::summary() const {
   os << "plan: " << buffer_bytes.size() << " buffers, " << peak_bytes << " bytes (naive " << naive_bytes << ", "
      << (naive_bytes ? 100 * peak_bytes / naive_bytes : 0) << "%; live max " << live_bytes_max << "), " << in_place_count
      << " in place";
+  if (subgraph_bytes) os << "; sub-graphs " << subgraph_bytes << " bytes, reused per iteration";
   return os.str();
 }
 

@@ -54,6 +54,8 @@ enum class Op : std::uint16_t {
   // the rest of the workload tour (ops_pool.cpp, ops_graph.cpp; declared in workload.hpp)
   MaxPool2d, MaxPool2dBackward, MaxPool2dSelect, AvgPool2d, AvgPool2dBackward, ConvTranspose2d,
   Spmm, SpmmT, Sddmm, Dropout,
+  // control flow (control.hpp, control_flow.cpp): nodes holding sub-graphs, and their adjoints
+  Cond, WhileLoop, CondGrad, WhileGrad,
   Count_  // number of built-in ops (not an op); registered ops follow
 };
 

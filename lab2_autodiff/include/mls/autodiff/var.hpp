@@ -110,7 +110,8 @@ Var custom(std::string name, std::vector<Var> inputs, Tensor value,
            std::function<std::vector<Var>(const Var& g, const std::vector<bool>& needs)> backward);
 
 /// Tracing (lab 3's `compile`): while a `TraceHooks` is installed on a thread (`TraceScope`),
-/// apply() builds every op as a node of `graph`, handing each eager input to `lift`, which returns
+/// apply() builds every op as a node of `graph`, handing each eager input (and each node of another
+/// graph: how control.hpp's sub-graphs capture values of the graph around them) to `lift`, which returns
 /// the node of `graph` standing for it (a constant, or a placeholder fed at each call); and reading
 /// a graph node's value on the host (Var::value, Var::backward) calls `host_read`, which throws an
 /// error naming the tracer and the node.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mls/autodiff/control.hpp"
 #include "mls/graph_opt/ir.hpp"
 
 namespace mls::graph_opt {
@@ -38,6 +39,11 @@ struct MemoryPlan {
   std::size_t peak_bytes = 0;           // sum of buffer sizes
   std::size_t naive_bytes = 0;          // one buffer per non-leaf, non-view value
   std::size_t live_bytes_max = 0;       // max over steps of bytes still needed after the step (a lower bound)
+  /// Control flow (lab 2's cond and while_loop): the largest sub-graph plan among the scheduled
+  /// control nodes. A body is planned once and its buffers are reused by every iteration (sub-graphs
+  /// run one at a time, so the largest, not the sum). Not in peak_bytes; the states a loop saves for
+  /// its gradient (T + 1 states, T known only at run time) are not either: see `control_memory`.
+  std::size_t subgraph_bytes = 0;
   /// "plan: 5 buffers, 1.2 MB (naive 3.4 MB, 35%), 2 in place".
   std::string summary() const;
 };
@@ -46,6 +52,25 @@ struct MemoryPlan {
 /// input that dies at this step when sizes match (in place), else the smallest free buffer that
 /// is big enough, else a new buffer. All shapes must be known (throws `mls::Error` otherwise).
 MemoryPlan plan_memory(const Program& p);
+
+/// Memory of one control node (lab 2's control.hpp): its sub-graph planned once, plus the states a
+/// loop keeps for its reverse replay when a gradient of it exists.
+struct LoopMemory {
+  std::size_t body_bytes = 0;   // peak of the body's plan (cond: the larger branch), reused per iteration
+  std::size_t state_bytes = 0;  // one state: the loop-carried tensors (cond: its outputs)
+  bool saves_states = false;    // a gradient of the loop was built: the forward keeps every state
+  std::int64_t trip_count = 0;  // T, the iterations the saved states are counted for
+  std::size_t saved_bytes = 0;  // (T + 1) x state_bytes when saves_states, else 0: O(T)
+  /// Bytes beyond the outer plan's own buffers: body_bytes + saved_bytes.
+  std::size_t total() const { return body_bytes + saved_bytes; }
+};
+/// LoopMemory of a cond or while_loop node of `p`, for `trip_count` iterations (-1: the loop's last
+/// run, `autodiff::last_trip_count`). Throws `mls::Error` naming the node for another op, a loop
+/// that never ran when trip_count is -1, or a sub-graph with unknown shapes.
+LoopMemory control_memory(const Program& p, const Node& n, std::int64_t trip_count = -1);
+/// A copy of a control node's sub-graph as a program: its placeholders become the inputs (in
+/// order: operands/state, then the captures it uses), its outputs the outputs.
+Program subgraph_program(const autodiff::SubGraph& sg);
 
 /// Runs a program inside the buffers of a plan: allocates each buffer once (on first use),
 /// computes each node and stores its value in its buffer, hands values of views through.
