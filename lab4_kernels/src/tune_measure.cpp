@@ -44,24 +44,6 @@ std::string to_string(TrialStatus s) {
 
 namespace {
 
-/// The first `lines` non-empty lines of an error message joined by " | ", at most 400 characters.
-std::string short_message(const std::string& what, int lines = 2) {
-  std::string s;
-  std::size_t pos = 0;
-  for (int i = 0; i < lines && pos < what.size();) {
-    const std::size_t end = what.find('\n', pos);
-    const std::string line = what.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    if (!line.empty()) {
-      s += (s.empty() ? "" : " | ") + line;
-      ++i;
-    }
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  if (s.size() > 400) s = s.substr(0, 400) + "...";
-  return s;
-}
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -219,6 +201,69 @@ double Bench::error_of(const std::vector<float>& got) const {
   return worst;
 }
 
+std::string short_message(const std::string& what, int lines) {
+  std::string s;
+  std::size_t pos = 0;
+  for (int i = 0; i < lines && pos < what.size();) {
+    const std::size_t end = what.find('\n', pos);
+    const std::string line = what.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (!line.empty()) {
+      s += (s.empty() ? "" : " | ") + line;
+      ++i;
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  if (s.size() > 400) s = s.substr(0, 400) + "...";
+  return s;
+}
+
+CandidateResult measure_candidate(const CandidateChecks& c, const MeasureOptions& options, double anchor_seconds,
+                                  int threads) {
+  CandidateResult r;
+  auto wrong = [&](double err) {
+    return "result differs from " + c.peer + ": largest error " + std::to_string(err) + " x the tolerance";
+  };
+  if (options.fork_guard) {
+    const Trial g = run_guarded(
+        [&](std::string& message) {
+          c.run(1);
+          const double err = c.error();
+          if (err <= 1) return true;
+          message = wrong(err);
+          return false;
+        },
+        options.timeout_s);
+    if (g.status != TrialStatus::Ok) {
+      r.status = g.status;
+      r.message = g.message;
+      return r;
+    }
+  }
+  ThreadCountGuard guard(threads);
+  try {
+    const double first = bench::seconds_of([&] { c.run(0); });
+    if (const double err = c.error(); !(err <= 1)) {
+      r.status = TrialStatus::Wrong;
+      r.message = wrong(err) + " (at " + std::to_string(threads) + " threads)";
+      return r;
+    }
+    if (first > options.slow_factor * std::max(anchor_seconds, 1e-6) && first > 1e-3) {
+      r.status = TrialStatus::TimedOut;
+      r.message = "its first run took " + std::to_string(first) + " s, over " + std::to_string(options.slow_factor) +
+                  " x " + c.anchor + "'s " + std::to_string(anchor_seconds) + " s";
+      return r;
+    }
+    r.seconds = c.time();
+  } catch (const std::exception& e) {
+    r.status = TrialStatus::Failed;
+    r.message = short_message(e.what());
+    return r;
+  }
+  r.status = TrialStatus::Ok;
+  return r;
+}
+
 Trial Bench::measure(const SgemmKnobs& knobs, const CandidateBuilder& build, const MeasureOptions& options) {
   Trial t;
   t.knobs = knobs;
@@ -233,57 +278,21 @@ Trial Bench::measure(const SgemmKnobs& knobs, const CandidateBuilder& build, con
     return t;
   }
   t.compile_seconds = now_seconds() - t0;
-  auto wrong = [&](double err) {
-    return "result differs from lab4_packed: largest error " + std::to_string(err) + " x the tolerance " +
-           std::to_string(tolerance_);
-  };
   std::vector<float>& c = c_;
-  if (options.fork_guard) {
-    const Trial g = run_guarded(
-        [&](std::string& message) {
-          reset_c(c);
-          fn(a_.data(), b_.data(), c.data(), 1);
-          const double err = error_of(c);
-          if (err <= 1) return true;
-          message = wrong(err);
-          return false;
-        },
-        options.timeout_s);
-    if (g.status != TrialStatus::Ok) {
-      t.status = g.status;
-      t.message = g.message;
-      return t;
-    }
-  }
-  ThreadCountGuard guard(threads_);
-  reset_c(c);
-  double first = 0;
-  try {
-    first = bench::seconds_of([&] { fn(a_.data(), b_.data(), c.data(), 0); });
-  } catch (const std::exception& e) {
-    t.status = TrialStatus::Failed;
-    t.message = short_message(e.what());
-    return t;
-  }
-  if (const double err = error_of(c); !(err <= 1)) {
-    t.status = TrialStatus::Wrong;
-    t.message = wrong(err) + " (at " + std::to_string(threads_) + " threads)";
-    return t;
-  }
-  if (first > options.slow_factor * std::max(anchor_seconds_, 1e-6) && first > 1e-3) {
-    t.status = TrialStatus::TimedOut;
-    t.message = "its first run took " + std::to_string(first) + " s, over " + std::to_string(options.slow_factor) +
-                " x the anchor's " + std::to_string(anchor_seconds_) + " s";
-    return t;
-  }
-  try {
-    t.seconds = time(fn, options.repeat, options.batch_seconds);
-  } catch (const std::exception& e) {
-    t.status = TrialStatus::Failed;
-    t.message = short_message(e.what());
-    return t;
-  }
-  t.status = TrialStatus::Ok;
+  CandidateChecks checks;
+  checks.run = [&](int threads) {
+    reset_c(c);
+    fn(a_.data(), b_.data(), c.data(), threads);
+  };
+  checks.error = [&] { return error_of(c); };
+  checks.time = [&] { return time(fn, options.repeat, options.batch_seconds); };
+  checks.peer = "lab4_packed";
+  checks.anchor = "the anchor";
+  const CandidateResult r = measure_candidate(checks, options, anchor_seconds_, threads_);
+  t.status = r.status;
+  t.message = r.message;
+  if (r.status != TrialStatus::Ok) return t;
+  t.seconds = r.seconds;
   t.gflops = sgemm_flops(shape_) / t.seconds * 1e-9;
   return t;
 }

@@ -196,22 +196,6 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-/// The first `lines` non-empty lines of an error message joined by " | ", at most 400 characters.
-std::string first_lines(const std::string& what, int lines = 2) {
-  std::string s;
-  std::size_t pos = 0;
-  for (int i = 0; i < lines && pos < what.size();) {
-    const std::size_t end = what.find('\n', pos);
-    const std::string line = what.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    if (!line.empty()) {
-      s += (s.empty() ? "" : " | ") + line;
-      ++i;
-    }
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return s.size() > 400 ? s.substr(0, 400) + "..." : s;
-}
 }  // namespace
 
 OpBench::OpBench(const OpProblem& p, int threads, std::uint64_t seed) : problem_(p), threads_(threads) {
@@ -250,60 +234,26 @@ OpTrial OpBench::measure(const OpKnobs& k, const MeasureOptions& options, const 
     op = compile_op(problem_, k, jit);
   } catch (const std::exception& e) {
     t.status = TrialStatus::CompileError;
-    t.message = first_lines(e.what());
+    t.message = short_message(e.what());
     return t;
   }
   t.compile_seconds = now_seconds() - t0;
   OpArrays got = arrays_;
-  auto wrong = [](double err) {
-    return "result differs from the hand-written kernel's: largest error " + std::to_string(err) + " x the tolerance";
+  CandidateChecks checks;
+  checks.run = [&](int threads) {
+    for (const auto& arg : op_args(problem_))
+      if (arg.output) std::fill(got[arg.name].begin(), got[arg.name].end(), std::numeric_limits<float>::quiet_NaN());
+    op.run(got, threads);
   };
-  if (options.fork_guard) {
-    const Trial g = run_guarded(
-        [&](std::string& message) {
-          for (const auto& arg : op_args(problem_))
-            if (arg.output) std::fill(got[arg.name].begin(), got[arg.name].end(), std::numeric_limits<float>::quiet_NaN());
-          op.run(got, 1);
-          const double err = op_error(problem_, got, reference_);
-          if (err <= 1) return true;
-          message = wrong(err);
-          return false;
-        },
-        options.timeout_s);
-    if (g.status != TrialStatus::Ok) {
-      t.status = g.status;
-      t.message = g.message;
-      return t;
-    }
-  }
-  ThreadCountGuard guard(threads_);
-  double first = 0;
-  try {
-    first = bench::seconds_of([&] { op.run(got, 0); });
-  } catch (const std::exception& e) {
-    t.status = TrialStatus::Failed;
-    t.message = first_lines(e.what());
-    return t;
-  }
-  if (const double err = op_error(problem_, got, reference_); !(err <= 1)) {
-    t.status = TrialStatus::Wrong;
-    t.message = wrong(err) + " (at " + std::to_string(threads_) + " threads)";
-    return t;
-  }
-  if (first > options.slow_factor * std::max(anchor_seconds_, 1e-6) && first > 1e-3) {
-    t.status = TrialStatus::TimedOut;
-    t.message = "its first run took " + std::to_string(first) + " s, over " + std::to_string(options.slow_factor) +
-                " x the hand-written kernel's " + std::to_string(anchor_seconds_) + " s";
-    return t;
-  }
-  try {
-    t.seconds = time(op, options.repeat, options.batch_seconds);
-  } catch (const std::exception& e) {
-    t.status = TrialStatus::Failed;
-    t.message = first_lines(e.what());
-    return t;
-  }
-  t.status = TrialStatus::Ok;
+  checks.error = [&] { return op_error(problem_, got, reference_); };
+  checks.time = [&] { return time(op, options.repeat, options.batch_seconds); };
+  checks.peer = "the hand-written kernel's";
+  checks.anchor = "the hand-written kernel";
+  const CandidateResult r = measure_candidate(checks, options, anchor_seconds_, threads_);
+  t.status = r.status;
+  t.message = r.message;
+  if (r.status != TrialStatus::Ok) return t;
+  t.seconds = r.seconds;
   t.gbs = op_bytes(problem_) / t.seconds * 1e-9;
   return t;
 }

@@ -347,6 +347,30 @@ struct MeasureOptions {
   double batch_seconds = 5e-3;   ///< interleaved_ratio's batch
 };
 
+/// How one compiled candidate is checked and timed (the SGEMM Bench and the operators' OpBench
+/// share the steps, measure_candidate).
+struct CandidateChecks {
+  std::function<void(int threads)> run;  ///< one run with fresh outputs (threads as JitKernel::run)
+  std::function<double()> error;         ///< the last run's largest error over its tolerance (<= 1: right)
+  std::function<double()> time;          ///< seconds per run, timed interleaved with the anchor
+  std::string peer;                      ///< what the result is compared with: "lab4_packed", ...
+  std::string anchor;                    ///< what the time is compared with, in a TimedOut message
+};
+/// What measure_candidate found: status Ok with `seconds`, else why not (`message`).
+struct CandidateResult {
+  TrialStatus status = TrialStatus::Failed;
+  double seconds = 0;
+  std::string message;
+};
+/// The steps every candidate goes through after it compiled: its first run in a forked child at one
+/// thread (options.fork_guard; a crash, hang, throw or wrong result ends there), a first run here at
+/// `threads` that must be right again and take at most slow_factor x `anchor_seconds` (else
+/// TimedOut), then `time`. A throw at any step is Failed with the error's first lines.
+CandidateResult measure_candidate(const CandidateChecks& c, const MeasureOptions& options, double anchor_seconds,
+                                  int threads);
+/// The first `lines` non-empty lines of an error message joined by " | ", at most 400 characters.
+std::string short_message(const std::string& what, int lines = 2);
+
 /// The problem a tuner measures on: seeded random operands, compact, in the layout of the problem's
 /// transposes (and, for beta 1, a random C to add to), the reference result (lab4_packed, or
 /// lab4_packed_mt at more threads, on the same flags) and the anchor time. Made once per tuning.
