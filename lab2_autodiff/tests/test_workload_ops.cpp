@@ -196,6 +196,15 @@ TEST_CASE("max_pool2d: second order (HVP) flows through the adjoint ops", "[lab2
             v, 0);
       },
       {x});
+  // The second derivative's value itself (d/dx of the gradient's sum), for the graded comparison.
+  Var xv(x, true);
+  const Var g = grad_of(
+      [&](const V& u) {
+        const Var y = max_pool2d(u[0] * u[0], 2, 2, 2, 0);
+        return sum(y * y * constant_like(u[0], w));
+      },
+      {xv}, 0);
+  autodiff_test::observe_var("max_pool2d: d/dx of sum(max_pool(x^2)^2 w)", g, {1e-9, 1e-12});
 }
 
 namespace {
