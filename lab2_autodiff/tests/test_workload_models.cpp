@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "helpers.hpp"
+#include "mls/autodiff/workload.hpp"
 
 using namespace mls;
 using namespace mls::autodiff;
@@ -75,6 +76,13 @@ TEST_CASE("workload tour: generated data is seeded and well formed", "[lab2][tou
                                                 5));
   const examples::Sbm g = examples::stochastic_block_model(2, 5, 1.0, 0.0, 3, 1.0, r1);
   CHECK(g.adjacency.nnz() == 2 * 2 * 10);  // two cliques of 5: 10 edges each, both directions
+  {  // The generated graph through your tape: d sum(A_hat X) / dX is the column sums of A_hat.
+    const CsrMatrix a = gcn_normalize(g.adjacency);
+    Var x(Tensor::ones({10, 2}, DType::Float64), true);
+    sum(spmm(a, x)).backward();
+    autodiff_test::observe_var("d sum(A_hat X) / dX on the generated graph", x.grad(), {1e-12, 1e-12});
+    MLS_ORACLE_CHECK(CHECK(x.grad().value().shape() == Shape{10, 2}));
+  }
   const Tensor d = g.adjacency.to_dense();
   CHECK(allclose(d, d.transpose().compact(), 0.0, 0.0));
   CHECK(g.labels.to_vector<std::int64_t>() ==

@@ -445,6 +445,12 @@ TEST_CASE("the tour's ops in a graph with an unknown batch: inference, gradients
 }
 
 TEST_CASE("the tour's ops reject bad input with the op and the shapes", "[lab2][tour]") {
+  {  // First a valid use, through your tape: max pooling's gradient reaches the argmax.
+    Var x(Tensor::from({1.0, 3.0, 2.0, 0.5}, {1, 1, 2, 2}), true);
+    sum(max_pool2d(x, 2, 2)).backward();
+    autodiff_test::observe_var("max_pool2d's gradient on [[1, 3], [2, 0.5]]", x.grad(), {0.0, 0.0});
+    MLS_ORACLE_CHECK(CHECK(x.grad().value().to_vector<double>() == std::vector<double>{0, 1, 0, 0}));
+  }
   const Var img(Tensor::zeros({1, 2, 3, 3}, DType::Float64));
   require_error([&] { (void)max_pool2d(img, 4, 4); },
                 "max_pool2d: the window 4x4 is larger than the padded input [1, 2, 3, 3]");
