@@ -85,7 +85,8 @@ double median_of(std::vector<double> v) {
 }  // namespace
 
 StrategyComparison compare_strategies(
-    const std::vector<std::pair<std::string, std::vector<std::vector<double>>>>& curves, double fraction) {
+    const std::vector<std::pair<std::string, std::vector<std::vector<double>>>>& curves, double fraction,
+    double best_gflops) {
   MLS_CHECK(!curves.empty(), "compare_strategies: no strategy to compare");
   MLS_CHECK(fraction > 0 && fraction <= 1, "compare_strategies: fraction ", fraction, " must be in (0, 1]");
   StrategyComparison c;
@@ -97,6 +98,7 @@ StrategyComparison compare_strategies(
     }
   }
   MLS_CHECK(c.best_gflops > 0, "compare_strategies: no trial passed in any run");
+  if (best_gflops > 0) c.best_gflops = best_gflops;
   c.target = fraction * c.best_gflops;
   for (const auto& [name, runs] : curves) {
     StrategyComparison::Row row;

@@ -592,7 +592,11 @@ TEST_CASE("tune: strategies compared over seeds: trials to 95% of the best found
   CHECK(c.rows[1].median_curve == std::vector<double>{10, 20, 30, 90, 90, 99});
   // An even number of seeds: the mean of the middle two.
   CHECK(tune::compare_strategies({{"a", {{1, 2}, {1, 1}}}}, 1.0).rows[0].median == 2.5);  // 2 and never (3)
-  LAB4_REQUIRE_ERROR(tune::compare_strategies({}), "compare_strategies: no strategy to compare");
+  // A given best (the runs' confirmed times): target 0.95 x 60 = 57; guided reaches it at 2, 2, 1.
+  const auto g = tune::compare_strategies({{"guided", {{50, 96, 96}, {50, 60, 97}, {95, 95, 95}}}}, 0.95, 60);
+  CHECK(g.best_gflops == 60);
+  CHECK(g.rows[0].trials_to_target == std::vector<int>{2, 2, 1});
+    LAB4_REQUIRE_ERROR(tune::compare_strategies({}), "compare_strategies: no strategy to compare");
   LAB4_REQUIRE_ERROR(tune::compare_strategies({{"a", {}}}), "compare_strategies: strategy 'a' has no runs");
   LAB4_REQUIRE_ERROR(tune::compare_strategies({{"a", {{}}}}), "compare_strategies: a run of strategy 'a' has no trials");
   LAB4_REQUIRE_ERROR(tune::compare_strategies({{"a", {{0, 0}}}}), "compare_strategies: no trial passed in any run");

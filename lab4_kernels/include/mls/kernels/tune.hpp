@@ -672,10 +672,13 @@ struct StrategyComparison {
   std::vector<Row> rows;  ///< in the order of the input
 };
 /// Compares per-seed best-so-far curves of each strategy (pairs of name and curves, one curve per
-/// seed). mls::Error "compare_strategies: ..." for no strategy, a strategy with no curves or an empty
-/// curve, a fraction outside (0, 1], or no trial passing in any run.
+/// seed). The best found is `best_gflops` when > 0 (mls-tune passes the best of the runs' confirmed
+/// times: a search measurement can be one lucky fast run that no strategy reaches again), else the
+/// largest value of the curves. mls::Error "compare_strategies: ..." for no strategy, a strategy with
+/// no curves or an empty curve, a fraction outside (0, 1], or no trial passing in any run.
 StrategyComparison compare_strategies(
-    const std::vector<std::pair<std::string, std::vector<std::vector<double>>>>& curves, double fraction = 0.95);
+    const std::vector<std::pair<std::string, std::vector<std::vector<double>>>>& curves, double fraction = 0.95,
+    double best_gflops = 0);
 
 // ---- the `tuned` kernel of the registry ------------------------------------------------------------
 
