@@ -291,19 +291,6 @@ Grads sddmm_bwd(const Var& out, const Var& g, const Needs& needs) {
   return {needs[0] ? sp(Op::Spmm, g, in(out, 1), a) : Var(),
           needs[1] ? sp(Op::SpmmT, g, in(out, 0), a) : Var()};
 }
-/// Each of the three is bilinear: f(t0, x1) + f(x0, t1).
-Tensor bilinear_jvp(const Node& n, const std::vector<Tensor>& x, const std::vector<Tensor>& t,
-                    const Tensor&) {
-  Tensor r;
-  for (std::size_t k = 0; k < 2; ++k) {
-    if (!t[k].defined()) continue;
-    std::vector<Tensor> v = x;
-    v[k] = t[k];
-    const Tensor s = op_def(n.op).forward(v, n.attrs);
-    r = r.defined() ? mls::add(r, s) : s;
-  }
-  return r;
-}
 double spmm_flops(const Node& n) {
   return 2 * static_cast<double>(n.attrs.ints("col_idx").size()) *
          static_cast<double>(std::max<std::int64_t>(1, n.shape[1]));

@@ -81,4 +81,20 @@ inline Var mask(const Var& cond, const Var& like) { return cast(cond, like.dtype
 /// Input `i` of the node `out` as a Var (for gradient rules).
 inline Var in(const Var& out, std::size_t i) { return Var(out.node()->inputs.at(i)); }
 
+/// The JVP of an op linear in each of its first two inputs (conv_transpose2d, spmm, spmm_t,
+/// sddmm): f(t0, x1) + f(x0, t1), each term through the op's own forward (an undefined tangent
+/// drops its term).
+inline Tensor bilinear_jvp(const Node& n, const std::vector<Tensor>& x, const std::vector<Tensor>& t,
+                           const Tensor&) {
+  Tensor r;
+  for (std::size_t k = 0; k < 2; ++k) {
+    if (!t[k].defined()) continue;
+    std::vector<Tensor> v = x;
+    v[k] = t[k];
+    const Tensor s = op_def(n.op).forward(v, n.attrs);
+    r = r.defined() ? mls::add(r, s) : s;
+  }
+  return r;
+}
+
 }  // namespace mls::autodiff::ops

@@ -320,18 +320,6 @@ Grads conv_t_bwd(const Var& out, const Var& g, const Needs& needs) {
   }
   return {dx, dw};
 }
-Tensor bilinear_jvp(const Node& n, const std::vector<Tensor>& x, const std::vector<Tensor>& t,
-                    const Tensor&) {
-  Tensor r;
-  for (std::size_t k = 0; k < 2; ++k) {
-    if (!t[k].defined()) continue;
-    std::vector<Tensor> v = x;
-    v[k] = t[k];
-    const Tensor s = op_def(n.op).forward(v, n.attrs);
-    r = r.defined() ? mls::add(r, s) : s;
-  }
-  return r;
-}
 double conv_t_flops(const Node& n) {
   const Shape& w = n.inputs[1]->shape;
   return 2 * shape_numel(n.inputs[0]->shape) * static_cast<double>(w[1] * w[2] * w[3]);

@@ -163,18 +163,7 @@ Bench::Bench(const SgemmShape& shape, int threads, std::uint64_t seed) : shape_(
   // Both sides round each of K products and sums, and the sum onto C: 4 K eps |a| |b| + 4 eps |c| bounds their difference.
   const double eps = std::numeric_limits<float>::epsilon();
   tolerance_ = 4.0 * static_cast<double>(shape.k) * eps * amax * bmax + 4.0 * eps * cmax + 1e-30;
-  // Per run: the median of 5 batches of about 10 ms each (a single run of a small problem is noise).
-  run_anchor();
-  const double once = bench::seconds_of([&] { run_anchor(); });
-  const int calls = static_cast<int>(std::clamp(10e-3 / std::max(once, 1e-9), 1.0, 10000.0));
-  std::vector<double> times;
-  for (int i = 0; i < 5; ++i)
-    times.push_back(bench::seconds_of([&] {
-                      for (int c = 0; c < calls; ++c) run_anchor();
-                    }) /
-                    calls);
-  std::sort(times.begin(), times.end());
-  anchor_seconds_ = times[2];
+  anchor_seconds_ = median_batch_seconds([&] { run_anchor(); });
 }
 
 void Bench::run_anchor() {
@@ -216,6 +205,20 @@ std::string short_message(const std::string& what, int lines) {
   }
   if (s.size() > 400) s = s.substr(0, 400) + "...";
   return s;
+}
+
+double median_batch_seconds(const std::function<void()>& fn) {
+  fn();  // warm
+  const double once = bench::seconds_of(fn);
+  const int calls = static_cast<int>(std::clamp(10e-3 / std::max(once, 1e-9), 1.0, 10000.0));
+  std::vector<double> times;
+  for (int i = 0; i < 5; ++i)
+    times.push_back(bench::seconds_of([&] {
+                      for (int c = 0; c < calls; ++c) fn();
+                    }) /
+                    calls);
+  std::sort(times.begin(), times.end());
+  return times[2];
 }
 
 CandidateResult measure_candidate(const CandidateChecks& c, const MeasureOptions& options, double anchor_seconds,

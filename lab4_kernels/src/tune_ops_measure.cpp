@@ -207,17 +207,7 @@ OpBench::OpBench(const OpProblem& p, int threads, std::uint64_t seed) : problem_
   ThreadCountGuard guard(threads_);
   hand_written(p, reference_, true);
   hand_written(p, anchor_, true);
-  run_anchor();
-  const double once = bench::seconds_of([&] { run_anchor(); });
-  const int calls = static_cast<int>(std::clamp(10e-3 / std::max(once, 1e-9), 1.0, 10000.0));
-  std::vector<double> times;
-  for (int i = 0; i < 5; ++i)
-    times.push_back(bench::seconds_of([&] {
-                      for (int c = 0; c < calls; ++c) run_anchor();
-                    }) /
-                    calls);
-  std::sort(times.begin(), times.end());
-  anchor_seconds_ = times[2];
+  anchor_seconds_ = median_batch_seconds([&] { run_anchor(); });
 }
 
 void OpBench::run_anchor() {

@@ -368,6 +368,9 @@ struct CandidateResult {
 /// TimedOut), then `time`. A throw at any step is Failed with the error's first lines.
 CandidateResult measure_candidate(const CandidateChecks& c, const MeasureOptions& options, double anchor_seconds,
                                   int threads);
+/// Seconds of one call of `fn` (an anchor kernel): after a warm-up call, the median of 5 batches of
+/// about 10 ms each (one run of a small problem is noise).
+double median_batch_seconds(const std::function<void()>& fn);
 /// The first `lines` non-empty lines of an error message joined by " | ", at most 400 characters.
 std::string short_message(const std::string& what, int lines = 2);
 
