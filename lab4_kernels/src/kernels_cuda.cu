@@ -405,16 +405,18 @@ __device__ __forceinline__ void load_bf16_slice(__nv_bfloat16* as, __nv_bfloat16
                                                 const __nv_bfloat16* B, int M, int N, int K, int row0, int col0,
                                                 int k0) {
   if (kAsync) {
-    // chunks of 8 bf16: the A slice is BM rows x BK/8, the B slice BK rows x BN/8
+    // chunks of 8 bf16: the A slice is BM rows x BK/8, the B slice BK rows x BN/8; every thread
+    // copies the same number of chunks (a fixed trip count: the loops unroll)
+    static_assert(BM * (BK / 8) % kThreads == 0 && BK * (BN / 8) % kThreads == 0, "chunks per thread");
 #pragma unroll
-    for (int i = threadIdx.x; i < BM * (BK / 8); i += kThreads) {
-      const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
+    for (int l = 0; l < BM * (BK / 8) / kThreads; ++l) {
+      const int i = threadIdx.x + l * kThreads, r = i / (BK / 8), c = (i % (BK / 8)) * 8;
       const bool in = row0 + r < M && k0 + c < K;
       cp_async16(&as[r * kLdA + c], in ? &A[static_cast<size_t>(row0 + r) * K + k0 + c] : A, in);
     }
 #pragma unroll
-    for (int i = threadIdx.x; i < BK * (BN / 8); i += kThreads) {
-      const int r = i / (BN / 8), c = (i % (BN / 8)) * 8;
+    for (int l = 0; l < BK * (BN / 8) / kThreads; ++l) {
+      const int i = threadIdx.x + l * kThreads, r = i / (BN / 8), c = (i % (BN / 8)) * 8;
       const bool in = k0 + r < K && col0 + c < N;
       cp_async16(&bs[r * kLdB + c], in ? &B[static_cast<size_t>(k0 + r) * N + col0 + c] : B, in);
     }
@@ -642,33 +644,57 @@ __global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, kStages>::kThread
     for (int j = 0; j < FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
   }
 
+  // Fragments double-buffered across the 16-deep steps: step kg multiplies fa/fb[kg % 2] while
+  // step kg + 1's are read from shared memory into the other buffer (the next slice's first step
+  // during a slice's last one), so no mma waits for an ldmatrix it could have overlapped.
+  constexpr int KG = BK / 16;  // 16-deep steps per slice (even: the buffers alternate in step)
+  static_assert(KG % 2 == 0, "BK must be a multiple of 32");
+  unsigned fa[2][FM][4], fb[2][FN / 2][4];  // A: one 16x16 fragment per m16; B: two n8 tiles per ldmatrix
+  auto load_fragments = [&](int buf, int stage, int kk) {
+    const unsigned as = smem_u32(As + stage * S::kStageA), bs = smem_u32(Bs + stage * S::kStageB);
+#pragma unroll
+    for (int i = 0; i < FM; ++i) ldmatrix_x4(fa[buf][i], as + 2 * L::ldmatrix_x4_offset(lane, wrow + 16 * i, kk, kLdA));
+#pragma unroll
+    for (int j = 0; j < FN / 2; ++j) {
+      ldmatrix_x4_trans(fb[buf][j], bs + 2 * L::ldmatrix_x4_offset(lane, kk, wcol + 16 * j, kLdB));
+    }
+  };
+
   const int slices = (K + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < slices) load(s, s * BK);
     cp_async_commit();  // (an empty group past the end keeps the count uniform)
   }
+  cp_async_wait<kStages - 2>();  // group 0 has landed: slice 0 is here
+  __syncthreads();
+  load_fragments(0, 0, 0);
   for (int s = 0; s < slices; ++s) {
-    cp_async_wait<kStages - 2>();  // groups 0..s have landed: slice s is here
-    __syncthreads();               // ... for every thread; and everyone is done with slice s-1
-    const int next = s + kStages - 1;
-    if (next < slices) load(next % kStages, next * BK);  // into the stage slice s-1 used
-    cp_async_commit();
-    const unsigned as = smem_u32(As + (s % kStages) * S::kStageA);
-    const unsigned bs = smem_u32(Bs + (s % kStages) * S::kStageB);
+    const int stage = s % kStages, following = (s + 1) % kStages;
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      unsigned fa[FM][4], fb[FN / 2][4];  // A: one 16x16 fragment per m16; B: two n8 tiles per ldmatrix
-#pragma unroll
-      for (int i = 0; i < FM; ++i) ldmatrix_x4(fa[i], as + 2 * L::ldmatrix_x4_offset(lane, wrow + 16 * i, kk, kLdA));
-#pragma unroll
-      for (int j = 0; j < FN / 2; ++j) {
-        ldmatrix_x4_trans(fb[j], bs + 2 * L::ldmatrix_x4_offset(lane, kk, wcol + 16 * j, kLdB));
+    for (int kg = 0; kg < KG; ++kg) {
+      // the next step's fragments: this slice's, or at the last step the next slice's first ones
+      // (past the last slice: stale shared memory, never multiplied)
+      if (kg + 1 < KG) load_fragments((kg + 1) % 2, stage, 16 * (kg + 1));
+      else load_fragments(0, following, 0);
+      if (kg == 0) {  // slice s + kStages - 1 into the stage slice s - 1 used (read before the last barrier)
+        const int next = s + kStages - 1;
+        if (next < slices) load(next % kStages, next * BK);
       }
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
 #pragma unroll
-        for (int j = 0; j < FN; ++j) mma_bf16_16816(acc[i][j], fa[i], fb[j / 2][2 * (j % 2)], fb[j / 2][2 * (j % 2) + 1]);
+        for (int j = 0; j < FN; ++j) {
+          mma_bf16_16816(acc[i][j], fa[kg % 2][i], fb[kg % 2][j / 2][2 * (j % 2)], fb[kg % 2][j / 2][2 * (j % 2) + 1]);
+        }
+      }
+      if (kg == KG - 2) {
+        // Slice s + 1 must be in shared memory (for every thread) before the last step reads its
+        // first fragments; the last step's own fragments are in registers already, so after this
+        // barrier nobody reads slice s's stage, and the next iteration may overwrite it.
+        cp_async_commit();
+        cp_async_wait<kStages - 2>();  // groups 0 .. s+1 have landed
+        __syncthreads();
       }
     }
   }
@@ -1034,7 +1060,7 @@ std::vector<std::string> gemm_bf16_kernels() { return {"wmma", "mma", "cublas"};
 std::vector<std::string> gemm_bf16_shapes() {
   return {"wmma_128x128x32x4", "wmma_128x128x32x3", "wmma_128x128x32x5", "wmma_128x128x64x4", "wmma_64x128x32x4",
           "wmma_128x256x32x3", "mma_128x256x32x3",  "mma_128x256x64x3",  "mma_256x128x32x4",  "mma_256x128x64x3",
-          "mma_128x128x32x4"};
+          "mma_128x128x32x4", "mma_128x128x64x3",  "mma_128x256x64x4",  "mma_256x128x64x4"};
 }
 
 void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
@@ -1081,8 +1107,12 @@ void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const st
     else if (name == "mma_256x128x32x4") launch_mma<256, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "mma_256x128x64x3") launch_mma<256, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "mma_128x128x32x4") launch_mma<128, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x128x64x3") launch_mma<128, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x256x64x4") launch_mma<128, 256, 64, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_256x128x64x4") launch_mma<256, 128, 64, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
     else fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected mma, mma_128x256x32x3, mma_128x256x64x3, ",
-              "mma_256x128x32x4, mma_256x128x64x3 or mma_128x128x32x4");
+              "mma_256x128x32x4, mma_256x128x64x3, mma_128x128x32x4, mma_128x128x64x3, mma_128x256x64x4 or ",
+              "mma_256x128x64x4");
     MLS_CUDA_CHECK_LAUNCH("gemm_bf16_mma");
   } else {
     // Row-major C = A B is column-major C^T = B^T A^T: swap the operands. (K == 0: cuBLAS still
