@@ -1058,9 +1058,9 @@ void sgemm(std::string_view name, int M, int N, int K, float alpha, const float*
 
 std::vector<std::string> gemm_bf16_kernels() { return {"wmma", "mma", "cublas"}; }
 std::vector<std::string> gemm_bf16_shapes() {
-  return {"wmma_128x128x32x4", "wmma_128x128x32x3", "wmma_128x128x32x5", "wmma_128x128x64x4", "wmma_64x128x32x4",
-          "wmma_128x256x32x3", "mma_128x256x32x3",  "mma_128x256x64x3",  "mma_256x128x32x4",  "mma_256x128x64x3",
-          "mma_128x128x32x4", "mma_128x128x64x3",  "mma_128x256x64x4",  "mma_256x128x64x4"};
+  return {"wmma_128x128x32x4", "wmma_128x128x32x3", "wmma_128x128x32x5", "wmma_128x128x64x4",
+          "wmma_64x128x32x4",  "wmma_128x256x32x3", "mma_128x256x32x3",  "mma_128x256x32x5",
+          "mma_256x128x32x4",  "mma_128x256x64x3",  "mma_128x128x32x4"};
 }
 
 void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
@@ -1103,16 +1103,12 @@ void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const st
     const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
     if (name == "mma") launch_mma<128, 256, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "mma_128x256x32x3") launch_mma<128, 256, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "mma_128x256x64x3") launch_mma<128, 256, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x256x32x5") launch_mma<128, 256, 32, 64, 64, 5>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "mma_256x128x32x4") launch_mma<256, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "mma_256x128x64x3") launch_mma<256, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x256x64x3") launch_mma<128, 256, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     else if (name == "mma_128x128x32x4") launch_mma<128, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "mma_128x128x64x3") launch_mma<128, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "mma_128x256x64x4") launch_mma<128, 256, 64, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
-    else if (name == "mma_256x128x64x4") launch_mma<256, 128, 64, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
-    else fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected mma, mma_128x256x32x3, mma_128x256x64x3, ",
-              "mma_256x128x32x4, mma_256x128x64x3, mma_128x128x32x4, mma_128x128x64x3, mma_128x256x64x4 or ",
-              "mma_256x128x64x4");
+    else fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected mma, mma_128x256x32x3, mma_128x256x32x5, ",
+              "mma_256x128x32x4, mma_128x256x64x3 or mma_128x128x32x4");
     MLS_CUDA_CHECK_LAUNCH("gemm_bf16_mma");
   } else {
     // Row-major C = A B is column-major C^T = B^T A^T: swap the operands. (K == 0: cuBLAS still
