@@ -7,7 +7,7 @@
 # 2. runs every `gpu`-labelled test (lab 4's CUDA SGEMM ladder and fused kernels, lab 4 part 2's
 #    generated CUDA kernels, lab 5's NCCL backend at world size 1, lab 6's ZeRO on NCCL);
 # 3. runs the GPU benchmarks: lab 4's ladder against cuBLAS at n = 1024, 2048, 4096, 8192, and its
-#    bf16 tensor-core rung against cublasGemmEx (mls-cuda-sgemm-bench), lab 4's fused kernels (softmax, layernorm, bias+GELU at 4096x1024,
+#    bf16 tensor-core rungs (wmma, then mma: mma.sync + ldmatrix) against cublasGemmEx (mls-cuda-sgemm-bench), lab 4's fused kernels (softmax, layernorm, bias+GELU at 4096x1024,
 #    16384x1024, 4096x4096) against a device-to-device copy of the same bytes
 #    (mls-cuda-fused-bench), ncclAllReduce against our ring over NCCL at world size 1
 #    (mls-nccl-allreduce-bench), and lab 4 part 2's generated CUDA matmul against cuBLAS at n = 1024,

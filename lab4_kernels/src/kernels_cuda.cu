@@ -16,6 +16,7 @@
 #include "mls/common/error.hpp"
 #include "mls/common/fastmath.hpp"  // kGeluK, kGeluC
 #include "mls/kernels/cuda.hpp"
+#include "mma_layout.hpp"  // the fragment layouts of the mma rung
 
 #define MLS_CUDA_CHECK(call)                                                                  \
   do {                                                                                        \
@@ -394,6 +395,44 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+/// One K slice (columns k0 .. k0+BK-1 of A, rows k0 .. k0+BK-1 of B) of a bf16 GEMM into one stage
+/// of a shared-memory ring: A's BM x BK block at row0 (rows of kLdA elements in `as`) and B's BK x BN
+/// block at col0 (rows of kLdB in `bs`), zero outside the matrices. kAsync: 16-byte cp.async chunks
+/// of 8 bf16 (K % 8 == 0, N % 8 == 0, 16-byte aligned A and B: a chunk is all in or all out);
+/// otherwise element-wise loads, bounds-checked. Shared by the wmma and mma rungs.
+template <int BM, int BN, int BK, int kLdA, int kLdB, int kThreads, bool kAsync>
+__device__ __forceinline__ void load_bf16_slice(__nv_bfloat16* as, __nv_bfloat16* bs, const __nv_bfloat16* A,
+                                                const __nv_bfloat16* B, int M, int N, int K, int row0, int col0,
+                                                int k0) {
+  if (kAsync) {
+    // chunks of 8 bf16: the A slice is BM rows x BK/8, the B slice BK rows x BN/8; every thread
+    // copies the same number of chunks (a fixed trip count: the loops unroll)
+    static_assert(BM * (BK / 8) % kThreads == 0 && BK * (BN / 8) % kThreads == 0, "chunks per thread");
+#pragma unroll
+    for (int l = 0; l < BM * (BK / 8) / kThreads; ++l) {
+      const int i = threadIdx.x + l * kThreads, r = i / (BK / 8), c = (i % (BK / 8)) * 8;
+      const bool in = row0 + r < M && k0 + c < K;
+      cp_async16(&as[r * kLdA + c], in ? &A[static_cast<size_t>(row0 + r) * K + k0 + c] : A, in);
+    }
+#pragma unroll
+    for (int l = 0; l < BK * (BN / 8) / kThreads; ++l) {
+      const int i = threadIdx.x + l * kThreads, r = i / (BN / 8), c = (i % (BN / 8)) * 8;
+      const bool in = k0 + r < K && col0 + c < N;
+      cp_async16(&bs[r * kLdB + c], in ? &B[static_cast<size_t>(k0 + r) * N + col0 + c] : B, in);
+    }
+  } else {
+    const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+    for (int i = threadIdx.x; i < BM * BK; i += kThreads) {
+      const int r = i / BK, c = i % BK;
+      as[r * kLdA + c] = (row0 + r < M && k0 + c < K) ? A[static_cast<size_t>(row0 + r) * K + k0 + c] : zero;
+    }
+    for (int i = threadIdx.x; i < BK * BN; i += kThreads) {
+      const int r = i / BN, c = i % BN;
+      bs[r * kLdB + c] = (k0 + r < K && col0 + c < N) ? B[static_cast<size_t>(k0 + r) * N + col0 + c] : zero;
+    }
+  }
+}
+
 template <int BM, int BN, int BK, int WM, int WN, int kStages>
 struct WmmaShape {
   static constexpr int kWarps = (BM / WM) * (BN / WN), kThreads = kWarps * 32;
@@ -418,35 +457,10 @@ __global__ void __launch_bounds__(WmmaShape<BM, BN, BK, WM, WN, kStages>::kThrea
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wrow = (warp / (BN / WN)) * WM, wcol = (warp % (BN / WN)) * WN;
   const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-  const __nv_bfloat16 zero = __float2bfloat16(0.0f);
 
   auto load = [&](int stage, int k0) {
-    __nv_bfloat16* as = As + stage * S::kStageA;
-    __nv_bfloat16* bs = Bs + stage * S::kStageB;
-    if (kAsync) {
-      // chunks of 8 bf16: the A slice is BM rows x 4, the B slice 32 rows x BN/8
-#pragma unroll
-      for (int i = tid; i < BM * (BK / 8); i += kThreads) {
-        const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
-        const bool in = row0 + r < M && k0 + c < K;
-        cp_async16(&as[r * kPadA + c], in ? &A[static_cast<size_t>(row0 + r) * K + k0 + c] : A, in);
-      }
-#pragma unroll
-      for (int i = tid; i < BK * (BN / 8); i += kThreads) {
-        const int r = i / (BN / 8), c = (i % (BN / 8)) * 8;
-        const bool in = k0 + r < K && col0 + c < N;
-        cp_async16(&bs[r * S::kPadB + c], in ? &B[static_cast<size_t>(k0 + r) * N + col0 + c] : B, in);
-      }
-    } else {
-      for (int i = tid; i < BM * BK; i += kThreads) {
-        const int r = i / BK, c = i % BK;
-        as[r * kPadA + c] = (row0 + r < M && k0 + c < K) ? A[static_cast<size_t>(row0 + r) * K + k0 + c] : zero;
-      }
-      for (int i = tid; i < BK * BN; i += kThreads) {
-        const int r = i / BN, c = i % BN;
-        bs[r * S::kPadB + c] = (k0 + r < K && col0 + c < N) ? B[static_cast<size_t>(k0 + r) * N + col0 + c] : zero;
-      }
-    }
+    load_bf16_slice<BM, BN, BK, kPadA, S::kPadB, kThreads, kAsync>(As + stage * S::kStageA, Bs + stage * S::kStageB,
+                                                                    A, B, M, N, K, row0, col0, k0);
   };
 
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
@@ -510,25 +524,222 @@ __global__ void __launch_bounds__(WmmaShape<BM, BN, BK, WM, WN, kStages>::kThrea
 #endif
 }
 
-/// Launches one WMMA configuration (the first launch of each raises its dynamic shared memory
-/// limit above the default 48 KiB).
+/// Launches a bf16 tensor-core kernel: its cp.async instance (`async`) or its element-wise one.
+/// The first launch of each pair raises their dynamic shared memory limit above the default 48 KiB.
+template <auto kAsyncKernel, auto kPlainKernel>
+void launch_bf16(dim3 grid, int threads, int smem_bytes, bool async, int M, int N, int K, float alpha,
+                 const __nv_bfloat16* A, const __nv_bfloat16* B, float beta, float* C) {
+  static std::once_flag once;
+  std::call_once(once, [smem_bytes] {
+    MLS_CUDA_CHECK(cudaFuncSetAttribute(kAsyncKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    MLS_CUDA_CHECK(cudaFuncSetAttribute(kPlainKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  });
+  auto* kernel = async ? kAsyncKernel : kPlainKernel;
+  kernel<<<grid, threads, smem_bytes>>>(M, N, K, alpha, A, B, beta, C);
+}
+
+/// Launches one WMMA configuration.
 template <int BM, int BN, int BK, int WM, int WN, int kStages>
 void launch_wmma(int M, int N, int K, float alpha, const __nv_bfloat16* A, const __nv_bfloat16* B,
                  float beta, float* C, bool async) {
   using S = WmmaShape<BM, BN, BK, WM, WN, kStages>;
   const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
-  static std::once_flag once;
-  std::call_once(once, [] {
-    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-    MLS_CUDA_CHECK(cudaFuncSetAttribute(gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-  });
-  if (async) {
-    gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, true><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
-  } else {
-    gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, false><<<grid, S::kThreads, S::kSmemBytes>>>(M, N, K, alpha, A, B, beta, C);
+  launch_bf16<gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, true>, gemm_bf16_wmma<BM, BN, BK, WM, WN, kStages, false>>(
+      grid, S::kThreads, S::kSmemBytes, async, M, N, K, alpha, A, B, beta, C);
+}
+
+// 9. mma.sync: the tensor-core instruction under WMMA, issued directly (inline PTX), with the
+// fragments loaded by ldmatrix. What WMMA hides, and what this rung controls:
+//  - mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: one warp multiplies a 16x16 bf16 A by a
+//    16x8 bf16 B into a 16x8 fp32 accumulator; each lane holds 4 registers of A (8 bf16), 2 of B
+//    (4 bf16) and 4 fp32 of C. The layout (g = lane / 4, t = lane % 4): lane holds C at rows g and
+//    g + 8, columns 2t and 2t + 1; the exact maps are in src/mma_layout.hpp, tested on the host by
+//    emulating ldmatrix and mma with them (tests/test_mma_layout.cpp).
+//  - ldmatrix.sync.aligned.m8n8.x4.shared.b16: the warp loads four 8x8 bf16 matrices from shared
+//    memory, each lane giving the address of one 16-byte row (lanes 8m .. 8m+7: matrix m) and
+//    receiving one register per matrix, already in the fragment layout mma wants: one ldmatrix is a
+//    whole A fragment (16x16), one ldmatrix .trans (B is row-major [K][N], mma wants it "col") is
+//    the B fragments of two n8 tiles (16 k x 16 n).
+//  - the accumulators never leave registers: the epilogue (alpha, beta, bounds) writes each lane's
+//    pairs of C straight to global memory (float2 where N is even).
+// The block tile is BM x BN with 8 warps (128x256: 2 x 4 warps), each a 64x64 warp tile = 4 m16 x 8
+// n8 accumulator tiles (128 fp32 registers per lane): per 16-deep step a warp issues 4 ldmatrix for
+// A, 4 ldmatrix .trans for B and 32 mma. The K slices (BK = 32) go global -> shared memory with
+// cp.async.cg (16 bytes, as the wmma rung) into a kStages-deep ring with one __syncthreads per slice.
+// The fragments are double-buffered across the 16-deep steps: while step kg's 32 mma run, step
+// kg + 1's ldmatrix fill the other buffer (at a slice's last step, the next slice's first), and the
+// barrier sits one step before a slice ends, so the last step's fragments are already in
+// registers when the next slice's copy may overwrite the oldest stage. That is what took this rung
+// from WMMA's 0.30 of cuBLAS to 0.52 (H200, n = 4096; handouts/lab4/README.md).
+// Shared rows are padded by 8 bf16: with BK = 32 an A row is 80 bytes, and the 8 rows of an ldmatrix
+// matrix land on 8 distinct groups of 4 banks (offsets 0, 20, 8, 28, 16, 4, 24, 12 words mod 32);
+// B rows (BN + 8 bf16) step by 4 banks likewise. Blocks are rasterized in panels of 8 tile rows
+// (mma_layout::block_tile) so the blocks resident together reuse A and B from L2.
+template <int BM, int BN, int BK, int WM, int WN, int kStages>
+struct MmaShape {
+  static constexpr int kWarps = (BM / WM) * (BN / WN), kThreads = kWarps * 32;
+  static constexpr int kLdA = BK + 8, kLdB = BN + 8;  // padded rows (bf16)
+  static constexpr int kStageA = BM * kLdA, kStageB = BK * kLdB;  // bf16 per stage
+  static constexpr int kSmemBytes = kStages * (kStageA + kStageB) * 2;
+  static constexpr int FM = WM / 16, FN = WN / 8;  // m16 x n8 accumulator tiles per warp
+  static constexpr int kGroup = 8;                 // tile rows per rasterization panel
+  static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "tile shapes");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block (sm_80+: 227 KiB at most)");
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#else
+  (void)r, (void)addr;
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#else
+  (void)r, (void)addr;
+#endif
+}
+/// d += a * b on one m16n8k16 tile (a: 4 x .b32, b: 2 x .b32, d: 4 x f32).
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a, (void)b0, (void)b1;
+#endif
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int kStages, bool kAsync>
+__global__ void __launch_bounds__(MmaShape<BM, BN, BK, WM, WN, kStages>::kThreads, 1)
+    gemm_bf16_mma(int M, int N, int K, float alpha, const __nv_bfloat16* A, const __nv_bfloat16* B, float beta,
+                  float* C) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  namespace L = mma_layout;
+  using S = MmaShape<BM, BN, BK, WM, WN, kStages>;
+  constexpr int FM = S::FM, FN = S::FN, kLdA = S::kLdA, kLdB = S::kLdB;
+  extern __shared__ __align__(16) unsigned char mma_smem[];
+  __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(mma_smem);  // kStages x [BM][kLdA]
+  __nv_bfloat16* Bs = As + kStages * S::kStageA;                      // kStages x [BK][kLdB]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wrow = (warp / (BN / WN)) * WM, wcol = (warp % (BN / WN)) * WN;
+  const L::RowCol tile = L::block_tile(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, S::kGroup);
+  const int row0 = tile.row * BM, col0 = tile.col * BN;
+  auto load = [&](int stage, int k0) {
+    load_bf16_slice<BM, BN, BK, kLdA, kLdB, S::kThreads, kAsync>(As + stage * S::kStageA, Bs + stage * S::kStageB, A,
+                                                                  B, M, N, K, row0, col0, k0);
+  };
+
+  float acc[FM][FN][4];  // (FM x 16) x (FN x 8) of C, in the m16n8 accumulator layout
+#pragma unroll
+  for (int i = 0; i < FM; ++i) {
+#pragma unroll
+    for (int j = 0; j < FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
   }
+
+  // Fragments double-buffered across the 16-deep steps: step kg multiplies fa/fb[kg % 2] while
+  // step kg + 1's are read from shared memory into the other buffer (the next slice's first step
+  // during a slice's last one), so no mma waits for an ldmatrix it could have overlapped.
+  constexpr int KG = BK / 16;  // 16-deep steps per slice (even: the buffers alternate in step)
+  static_assert(KG % 2 == 0, "BK must be a multiple of 32");
+  unsigned fa[2][FM][4], fb[2][FN / 2][4];  // A: one 16x16 fragment per m16; B: two n8 tiles per ldmatrix
+  auto load_fragments = [&](int buf, int stage, int kk) {
+    const unsigned as = smem_u32(As + stage * S::kStageA), bs = smem_u32(Bs + stage * S::kStageB);
+#pragma unroll
+    for (int i = 0; i < FM; ++i) ldmatrix_x4(fa[buf][i], as + 2 * L::ldmatrix_x4_offset(lane, wrow + 16 * i, kk, kLdA));
+#pragma unroll
+    for (int j = 0; j < FN / 2; ++j) {
+      ldmatrix_x4_trans(fb[buf][j], bs + 2 * L::ldmatrix_x4_offset(lane, kk, wcol + 16 * j, kLdB));
+    }
+  };
+
+  const int slices = (K + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < slices) load(s, s * BK);
+    cp_async_commit();  // (an empty group past the end keeps the count uniform)
+  }
+  cp_async_wait<kStages - 2>();  // group 0 has landed: slice 0 is here
+  __syncthreads();
+  load_fragments(0, 0, 0);
+  for (int s = 0; s < slices; ++s) {
+    const int stage = s % kStages, following = (s + 1) % kStages;
+#pragma unroll
+    for (int kg = 0; kg < KG; ++kg) {
+      // the next step's fragments: this slice's, or at the last step the next slice's first ones
+      // (past the last slice: stale shared memory, never multiplied)
+      if (kg + 1 < KG) load_fragments((kg + 1) % 2, stage, 16 * (kg + 1));
+      else load_fragments(0, following, 0);
+      if (kg == 0) {  // slice s + kStages - 1 into the stage slice s - 1 used (read before the last barrier)
+        const int next = s + kStages - 1;
+        if (next < slices) load(next % kStages, next * BK);
+      }
+#pragma unroll
+      for (int i = 0; i < FM; ++i) {
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+          mma_bf16_16816(acc[i][j], fa[kg % 2][i], fb[kg % 2][j / 2][2 * (j % 2)], fb[kg % 2][j / 2][2 * (j % 2) + 1]);
+        }
+      }
+      if (kg == KG - 2) {
+        // Slice s + 1 must be in shared memory (for every thread) before the last step reads its
+        // first fragments; the last step's own fragments are in registers already, so after this
+        // barrier nobody reads slice s's stage, and the next iteration may overwrite it.
+        cp_async_commit();
+        cp_async_wait<kStages - 2>();  // groups 0 .. s+1 have landed
+        __syncthreads();
+      }
+    }
+  }
+  cp_async_wait<0>();  // (only empty groups can be left; nothing reads the ring after this)
+
+  const bool pairs = N % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;  // float2 stores
+#pragma unroll
+  for (int i = 0; i < FM; ++i) {
+#pragma unroll
+    for (int j = 0; j < FN; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // accumulators 2h, 2h+1: one row, two adjacent columns
+        const L::RowCol e = L::c_element(lane, 2 * h);
+        const int r = row0 + wrow + 16 * i + e.row, c = col0 + wcol + 8 * j + e.col;
+        if (r >= M || c >= N) continue;
+        float* dst = &C[static_cast<size_t>(r) * N + c];
+        const float v0 = epilogue(acc[i][j][2 * h], alpha, beta, dst);
+        if (pairs) {  // N even: c + 1 < N too
+          *reinterpret_cast<float2*>(dst) = make_float2(v0, epilogue(acc[i][j][2 * h + 1], alpha, beta, dst + 1));
+        } else {
+          *dst = v0;
+          if (c + 1 < N) dst[1] = epilogue(acc[i][j][2 * h + 1], alpha, beta, dst + 1);
+        }
+      }
+    }
+  }
+#else
+  (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)B, (void)beta, (void)C;
+#endif
+}
+
+/// Launches one mma.sync configuration: a 1-D grid of tiles (rasterized in the kernel).
+template <int BM, int BN, int BK, int WM, int WN, int kStages>
+void launch_mma(int M, int N, int K, float alpha, const __nv_bfloat16* A, const __nv_bfloat16* B, float beta,
+                float* C, bool async) {
+  using S = MmaShape<BM, BN, BK, WM, WN, kStages>;
+  const long tiles = static_cast<long>((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  MLS_CHECK(tiles < (1L << 31), "cuda::gemm_bf16[mma]: ", tiles, " block tiles exceed the grid limit (2^31 - 1)");
+  launch_bf16<gemm_bf16_mma<BM, BN, BK, WM, WN, kStages, true>, gemm_bf16_mma<BM, BN, BK, WM, WN, kStages, false>>(
+      dim3(static_cast<unsigned>(tiles)), S::kThreads, S::kSmemBytes, async, M, N, K, alpha, A, B, beta, C);
 }
 
 // ---- memory-bound kernels ------------------------------------------------------------------
@@ -850,23 +1061,32 @@ void sgemm(std::string_view name, int M, int N, int K, float alpha, const float*
   }
 }
 
-std::vector<std::string> gemm_bf16_kernels() { return {"wmma", "cublas"}; }
+std::vector<std::string> gemm_bf16_kernels() { return {"wmma", "mma", "cublas"}; }
+std::vector<std::string> gemm_bf16_shapes() {
+  return {"wmma_128x128x32x4", "wmma_128x128x32x3", "wmma_128x128x32x5", "wmma_128x128x64x4",
+          "wmma_64x128x32x4",  "wmma_128x256x32x3", "mma_128x256x32x3",  "mma_128x256x32x5",
+          "mma_256x128x32x4",  "mma_128x256x64x3",  "mma_128x128x32x4"};
+}
 
 void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
                const std::uint16_t* B, float beta, float* C) {
-  if (name != "wmma" && name != "cublas" && name.rfind("wmma_", 0) != 0) {
-    fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected wmma or cublas");
+  const bool wmma = name == "wmma" || name.rfind("wmma_", 0) == 0, mma = name == "mma" || name.rfind("mma_", 0) == 0;
+  if (!wmma && !mma && name != "cublas") {
+    fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected wmma, mma or cublas");
   }
   MLS_CHECK(M >= 0 && N >= 0 && K >= 0, "cuda::gemm_bf16[", name, "]: sizes must be >= 0, got M=", M,
             " N=", N, " K=", K);
-  MLS_CHECK((A && B && C) || M == 0 || N == 0, "cuda::gemm_bf16[", name, "]: null device pointer");
+  // (K == 0: A and B are empty, C = beta * C)
+  MLS_CHECK((C && ((A && B) || K == 0)) || M == 0 || N == 0, "cuda::gemm_bf16[", name, "]: null device pointer");
   if (M == 0 || N == 0) return;
   const auto* a = reinterpret_cast<const __nv_bfloat16*>(A);
   const auto* b = reinterpret_cast<const __nv_bfloat16*>(B);
-  if (name == "wmma") {
+  if (wmma || mma) {
     const int cc = compute_capability();
-    MLS_CHECK(cc >= 80, "cuda::gemm_bf16[wmma]: needs bf16 tensor cores (compute capability 8.0 or newer); this GPU is ",
-              cc / 10, ".", cc % 10);
+    MLS_CHECK(cc >= 80, "cuda::gemm_bf16[", name,
+              "]: needs bf16 tensor cores (compute capability 8.0 or newer); this GPU is ", cc / 10, ".", cc % 10);
+  }
+  if (name == "wmma") {
     // BEGIN SOLUTION
     const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
     launch_wmma<128, 128, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
@@ -882,12 +1102,25 @@ void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const st
     else if (name == "wmma_128x256x32x3") launch_wmma<128, 256, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
     else fail("cuda::gemm_bf16: unknown kernel '", name, "'");
     MLS_CUDA_CHECK_LAUNCH("gemm_bf16_wmma");
-  } else if (name == "cublas") {
-    // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
-    MLS_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, b, CUDA_R_16BF, N, a,
-                                  CUDA_R_16BF, K, &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else if (mma) {
+    // the ladder's last rung: reference code, shown (src/mma_layout.hpp, gemm_bf16_mma above); the
+    // shapes mma_<BM>x<BN>x<BK>x<stages> are for the benchmark's sweeps (--bf16 mma,mma_...)
+    const bool async = K % 8 == 0 && N % 8 == 0 && aligned16(A) && aligned16(B);
+    if (name == "mma") launch_mma<128, 256, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x256x32x3") launch_mma<128, 256, 32, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x256x32x5") launch_mma<128, 256, 32, 64, 64, 5>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_256x128x32x4") launch_mma<256, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x256x64x3") launch_mma<128, 256, 64, 64, 64, 3>(M, N, K, alpha, a, b, beta, C, async);
+    else if (name == "mma_128x128x32x4") launch_mma<128, 128, 32, 64, 64, 4>(M, N, K, alpha, a, b, beta, C, async);
+    else fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected mma, mma_128x256x32x3, mma_128x256x32x5, ",
+              "mma_256x128x32x4, mma_128x256x64x3 or mma_128x128x32x4");
+    MLS_CUDA_CHECK_LAUNCH("gemm_bf16_mma");
   } else {
-    fail("cuda::gemm_bf16: unknown kernel '", name, "'; expected wmma or cublas");
+    // Row-major C = A B is column-major C^T = B^T A^T: swap the operands. (K == 0: cuBLAS still
+    // wants a leading dimension of A^T >= 1.)
+    MLS_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, b, CUDA_R_16BF, N, a,
+                                  CUDA_R_16BF, std::max(K, 1), &beta, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
   }
 }
 

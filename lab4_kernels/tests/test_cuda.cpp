@@ -84,10 +84,15 @@ TEST_CASE("cuda sgemm: every kernel on awkward sizes", "[lab4][gpu][cuda_sgemm]"
 TEST_CASE("cuda bf16 gemm on the tensor cores: every kernel on awkward and aligned sizes", "[lab4][gpu][cuda_bf16]") {
   REQUIRE_GPU();
   // awkward sizes take the element-wise loads; multiples of 8 take cp.async (several K slices,
-  // several block tiles, partial ones at the edges)
-  const int sizes[][3] = {{1, 1, 1}, {7, 7, 7}, {31, 33, 17}, {33, 31, 65}, {127, 129, 257},
-                          {256, 128, 64}, {136, 264, 200}, {1, 256, 512}, {300, 8, 96}};
-  for (const auto& name : cu::gemm_bf16_kernels()) {
+  // several block tiles, partial ones at the edges; 1100 rows: mma's rasterization panels of 8 tile
+  // rows and a partial one); empty M, N or K (C = beta * C)
+  const int sizes[][3] = {{1, 1, 1},       {7, 7, 7},     {31, 33, 17},  {33, 31, 65},
+                          {127, 129, 257}, {256, 128, 64}, {136, 264, 200}, {1, 256, 512},
+                          {300, 8, 96},    {1100, 72, 40}, {0, 5, 3},     {5, 0, 3},
+                          {4, 6, 0}};
+  auto kernels = cu::gemm_bf16_kernels();
+  for (const auto& shape : cu::gemm_bf16_shapes()) kernels.push_back(shape);  // the benchmark's other shapes
+  for (const auto& name : kernels) {
     for (const auto& s : sizes) {
       check_sgemm(name, s[0], s[1], s[2], 1.5f, -0.5f, Precision::bf16);
       check_sgemm(name, s[0], s[1], s[2], 1.0f, 0.0f, Precision::bf16);

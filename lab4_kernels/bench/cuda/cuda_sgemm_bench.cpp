@@ -7,8 +7,9 @@
 // naive and coalesced are left out above n = 4096 (minutes otherwise).
 //
 //   build/release/bin/mls-cuda-sgemm-bench [n ...] [--json out.json]      (default n: 2048 4096 8192)
-//                                          [--bf16 wmma,wmma_128x128x4,...]  (other shapes of the
-//                                          WMMA kernel, see gemm_bf16 in src/kernels_cuda.cu)
+//                                          [--bf16 wmma,mma,mma_256x128x32x4,...]  (the tensor-core
+//                                          kernels to run, cublas added: the rungs and the other tile
+//                                          shapes of the wmma and mma kernels, cu::gemm_bf16_shapes())
 //
 // The grader's leaderboard runs it as a Google Benchmark program: with --benchmark_format=json
 // it prints {"benchmarks": [{"name": "cuda_sgemm/<kernel>/n:<n>", "gflops": ..}, ..]} for the
@@ -69,7 +70,19 @@ int main(int argc, char** argv) {
         if (q > p) bf16_kernels.push_back(list.substr(p, q - p));
         p = q + 1;
       }
-      bf16_kernels.push_back("cublas");
+      const auto shapes = cu::gemm_bf16_shapes();
+      for (const auto& k : bf16_kernels) {
+        const auto rungs = cu::gemm_bf16_kernels();
+        if (std::find(rungs.begin(), rungs.end(), k) == rungs.end() && std::find(shapes.begin(), shapes.end(), k) == shapes.end()) {
+          std::string known;
+          for (const auto& r : rungs) known += (known.empty() ? "" : ", ") + r;
+          for (const auto& r : shapes) known += ", " + r;
+          std::fprintf(stderr, "mls-cuda-sgemm-bench: --bf16: unknown kernel '%s'; expected some of %s\n", k.c_str(),
+                       known.c_str());
+          return 2;
+        }
+      }
+      if (std::find(bf16_kernels.begin(), bf16_kernels.end(), "cublas") == bf16_kernels.end()) bf16_kernels.push_back("cublas");
     } else if (a.rfind("--benchmark_filter=", 0) == 0) {
       filter = a.substr(std::strlen("--benchmark_filter="));
     } else if (a == "--benchmark_format=json") {
@@ -78,6 +91,9 @@ int main(int argc, char** argv) {
       // repetitions, aggregates: one measurement per problem here
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: mls-cuda-sgemm-bench [n ...] [--json out.json] [--bf16 KERNEL,...]\n");
+      std::printf("  --bf16 kernels: wmma, mma, cublas and the shapes");
+      for (const auto& k : cu::gemm_bf16_shapes()) std::printf(" %s", k.c_str());
+      std::printf("\n");
       return 0;
     } else {
       char* end = nullptr;

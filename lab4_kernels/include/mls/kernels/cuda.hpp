@@ -23,6 +23,7 @@
 /// | kernel     | what it teaches                                                       |
 /// |------------|-----------------------------------------------------------------------|
 /// | wmma       | 128x128 block tile, K slices of 64, 4 warps of 64x64 (4x4 WMMA 16x16x16 bf16 fragments, fp32 accumulators); the slices copied with cp.async into a 3-deep shared-memory ring (the best of 7 shapes on an H200) (K%8 == 0, N%8 == 0, 16-byte aligned; plain loads otherwise). Needs compute capability 8.0+ |
+/// | mma        | mma.sync m16n8k16 bf16 in inline PTX, fragments loaded by ldmatrix (.trans for B), fp32 accumulators in registers and an epilogue straight from them; 128x256 block tile, 8 warps of 64x64, K slices of 32 in a 4-deep cp.async ring, rows padded against bank conflicts, fragments double-buffered across the 16-deep steps, blocks rasterized in panels of 8 tile rows for L2 reuse (src/mma_layout.hpp: the fragment layouts). Same fallbacks as wmma; compute capability 8.0+ |
 /// | cublas     | the peer: cublasGemmEx, bf16 inputs, fp32 output and compute (CUBLAS_COMPUTE_32F) |
 #include <cstddef>
 #include <cstdint>
@@ -52,9 +53,12 @@ double time_sgemm_ms(std::string_view name, int M, int N, int K, const float* A,
 
 /// Tensor-core kernel names, ending with "cublas" (cublasGemmEx in bf16).
 std::vector<std::string> gemm_bf16_kernels();
+/// The other tile shapes of the wmma and mma kernels, named wmma_<BM>x<BN>x<BK>x<stages> and
+/// mma_<BM>x<BN>x<BK>x<stages>, for sweeps (mls-cuda-sgemm-bench --bf16 mma,mma_256x128x32x4,...).
+std::vector<std::string> gemm_bf16_shapes();
 /// C = alpha * A * B + beta * C with A (M x K) and B (K x N) in bf16 (bit patterns, row-major,
 /// device), C fp32. Asynchronous on the default stream. Throws on an unknown name, negative sizes,
-/// or a GPU below compute capability 8.0 for "wmma".
+/// or a GPU below compute capability 8.0 for "wmma" and "mma". K == 0 (A and B may be null): C = beta * C.
 void gemm_bf16(std::string_view name, int M, int N, int K, float alpha, const std::uint16_t* A,
                const std::uint16_t* B, float beta, float* C);
 /// Average milliseconds of `reps` runs of `gemm_bf16(name, ...)`, as time_sgemm_ms.
