@@ -137,12 +137,47 @@ chmod +x "$tmp/agent"
 echo "multihost: $np ranks on host-a ($nsa, 10.77.0.1) and host-b ($nsb, 10.77.0.2), TCP over $veth_a <-> $veth_b"
 # mpirun itself runs on host-a (its namespace, its name): it starts host-a's ranks itself and
 # host-b's daemon through the agent; the daemon connects back over the veth.
-MLS_MPI_HOSTFILE=$tmp/hostfile MLS_MPI_NET=$net MLS_MPI_RSH_AGENT=$tmp/agent \
-  ip netns exec "$nsa" unshare --uts /bin/sh -c 'hostname host-a && exec "$@"' sh "$here/run_mpi.sh" "$np" "$@" &
-child=$!
-wait "$child"
+on_host_a() {
+  MLS_MPI_HOSTFILE=$tmp/hostfile MLS_MPI_NET=$net MLS_MPI_RSH_AGENT=$tmp/agent \
+    ip netns exec "$nsa" unshare --uts /bin/sh -c 'hostname host-a && exec "$@"' sh "$here/run_mpi.sh" "$@"
+}
+# In the background, waited for: a signal reaches the traps at once.
+in_background() {
+  "$@" &
+  child=$!
+  wait "$child"
+  rc=$?
+  child=""
+  return $rc
+}
+
+# First, where the ranks landed: rank r on host-a when r is even, host-b when odd (--map-by node),
+# each host's ranks in its own namespace, none in this (the root) one.
+root_ns=$(readlink /proc/self/ns/net)
+in_background on_host_a "$np" /bin/sh -c \
+  'echo "placement $OMPI_COMM_WORLD_RANK $(hostname) $(readlink /proc/self/ns/net)"' >"$tmp/placement" 2>&1
+if ! why=$(awk -v np="$np" -v root="$root_ns" '
+  $1 == "placement" { seen++; host[$2] = $3; ns[$2] = $4 }
+  END {
+    if (seen != np) { print "expected " np " ranks to report, " seen + 0 " did"; exit 1 }
+    for (r = 0; r < np; r++) {
+      want = r % 2 == 0 ? "host-a" : "host-b"
+      if (host[r] != want) { print "rank " r " ran on " host[r] ", expected " want; exit 1 }
+      if (ns[r] == root) { print "rank " r " ran in the root network namespace"; exit 1 }
+      if (want == "host-a") { if (a != "" && a != ns[r]) { print "host-a ranks in two namespaces"; exit 1 }; a = ns[r] }
+      else { if (b != "" && b != ns[r]) { print "host-b ranks in two namespaces"; exit 1 }; b = ns[r] }
+    }
+    if (a == b) { print "both hosts ran in one network namespace " a; exit 1 }
+    print "host-a " a ", host-b " b ", this shell " root
+  }' "$tmp/placement"); then
+  echo "multihost: the ranks did not land one host per namespace: $why" >&2
+  cat "$tmp/placement" >&2
+  exit 1
+fi
+echo "multihost: placement checked: $why"
+
+in_background on_host_a "$np" "$@"
 rc=$?
-child=""
 # What crossed the cable (TCP only: every byte between the hosts went through it).
 tx=$(ip netns exec "$nsa" cat "/sys/class/net/$veth_a/statistics/tx_bytes" 2>/dev/null)
 rx=$(ip netns exec "$nsa" cat "/sys/class/net/$veth_a/statistics/rx_bytes" 2>/dev/null)
