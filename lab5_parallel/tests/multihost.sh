@@ -138,7 +138,7 @@ echo "multihost: $np ranks on host-a ($nsa, 10.77.0.1) and host-b ($nsb, 10.77.0
 # mpirun itself runs on host-a (its namespace, its name): it starts host-a's ranks itself and
 # host-b's daemon through the agent; the daemon connects back over the veth.
 on_host_a() {
-  MLS_MPI_HOSTFILE=$tmp/hostfile MLS_MPI_NET=$net MLS_MPI_RSH_AGENT=$tmp/agent \
+  MLS_MPI_TIMEOUT=$limit MLS_MPI_HOSTFILE=$tmp/hostfile MLS_MPI_NET=$net MLS_MPI_RSH_AGENT=$tmp/agent \
     ip netns exec "$nsa" unshare --uts /bin/sh -c 'hostname host-a && exec "$@"' sh "$here/run_mpi.sh" "$@"
 }
 # In the background, waited for: a signal reaches the traps at once.
@@ -154,6 +154,7 @@ in_background() {
 # First, where the ranks landed: rank r on host-a when r is even, host-b when odd (--map-by node),
 # each host's ranks in its own namespace, none in this (the root) one.
 root_ns=$(readlink /proc/self/ns/net)
+limit=60
 in_background on_host_a "$np" /bin/sh -c \
   'echo "placement $OMPI_COMM_WORLD_RANK $(hostname) $(readlink /proc/self/ns/net)"' >"$tmp/placement" 2>&1
 if ! why=$(awk -v np="$np" -v root="$root_ns" '
@@ -175,6 +176,7 @@ if ! why=$(awk -v np="$np" -v root="$root_ns" '
   exit 1
 fi
 echo "multihost: placement checked: $why"
+limit=${MLS_MPI_TIMEOUT:-280}
 
 in_background on_host_a "$np" "$@"
 rc=$?

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs PROGRAM under mpirun with NP processes: lab5_parallel/tests/run_mpi.sh NP PROGRAM [ARGS...]
-# Sets the variables OpenMPI needs under root and bounds the run (SIGKILL 10 s after the limit:
-# a stuck mpirun may ignore SIGTERM). Without mpirun it says SKIPPED (CTest reports the test as
-# skipped).
+# Sets the variables OpenMPI needs under root and bounds the run to MLS_MPI_TIMEOUT seconds
+# (default 280; SIGKILL 10 s later: a stuck mpirun may ignore SIGTERM). Without mpirun it says
+# SKIPPED (CTest reports the test as skipped).
 #   One machine (default): shared memory between processes, oversubscribed (NP may exceed the cores).
 #   Several hosts, when MLS_MPI_HOSTFILE is set (tests/multihost.sh sets it; or two real machines):
 #     --hostfile $MLS_MPI_HOSTFILE, ranks placed round-robin over the hosts, TCP only
@@ -28,4 +28,4 @@ else
   # One machine: shared memory between processes, no single-copy (works in containers).
   set -- --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none "$@"
 fi
-exec timeout -k 10 280 mpirun -np "$np" "$@"
+exec timeout -k 10 "${MLS_MPI_TIMEOUT:-280}" mpirun -np "$np" "$@"
