@@ -15,7 +15,7 @@
 # and OpenMPI's remote launch (plm_rsh_agent, ssh on real machines) a small agent that runs
 # OpenMPI's daemon command in the namespace of the host it names (ip netns exec). Each namespace
 # resolves the host names through its own /etc/hosts (ip netns exec mounts /etc/netns/<ns>/hosts
-# over it). The ranks see only their namespace's interfaces: the veth and the namespace's own
+# over it; where /etc is read-only, the hostfile names the hosts by address). The ranks see only their namespace's interfaces: the veth and the namespace's own
 # loopback (a process reaching its own host's address goes through it, as on a real machine);
 # never the root namespace's.
 #
@@ -111,13 +111,20 @@ if ! err=$(setup 2>&1); then
   echo "SKIPPED: cannot join two network namespaces by a veth pair here ($err)"
   exit 0
 fi
+# The hostfile names the hosts as on real machines, resolved by each namespace's /etc/hosts;
+# where /etc cannot be written, it names them by address.
+host_a=host-a
+host_b=host-b
 for ns in "$nsa" "$nsb"; do
-  mkdir -p "/etc/netns/$ns"
-  printf '127.0.0.1 localhost\n10.77.0.1 host-a\n10.77.0.2 host-b\n' >"/etc/netns/$ns/hosts"
+  if ! { mkdir -p "/etc/netns/$ns" &&
+    printf '127.0.0.1 localhost\n10.77.0.1 host-a\n10.77.0.2 host-b\n' >"/etc/netns/$ns/hosts"; } 2>/dev/null; then
+    host_a=10.77.0.1
+    host_b=10.77.0.2
+  fi
 done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mls-multihost.XXXXXX")
-printf 'host-a slots=%d\nhost-b slots=%d\n' $((np / 2)) $((np / 2)) >"$tmp/hostfile"
+printf '%s slots=%d\n%s slots=%d\n' "$host_a" $((np / 2)) "$host_b" $((np / 2)) >"$tmp/hostfile"
 # OpenMPI's remote launch: "AGENT HOST COMMAND..." as it would run "ssh HOST COMMAND...": the
 # command runs in HOST's namespace, under HOST's name, through a shell (as ssh's remote shell).
 cat >"$tmp/agent" <<AGENT
@@ -126,11 +133,11 @@ while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
 host=\$1
 shift
 case \$host in
-  host-a | 10.77.0.1) ns=$nsa ;;
-  host-b | 10.77.0.2) ns=$nsb ;;
+  host-a | 10.77.0.1) ns=$nsa name=host-a ;;
+  host-b | 10.77.0.2) ns=$nsb name=host-b ;;
   *) echo "multihost agent: no host '\$host' (expected host-a or host-b)" >&2; exit 255 ;;
 esac
-exec ip netns exec "\$ns" unshare --uts /bin/sh -c 'hostname "\$0" && exec /bin/sh -c "\$1"' "\$host" "\$*"
+exec ip netns exec "\$ns" unshare --uts /bin/sh -c 'hostname "\$0" && exec /bin/sh -c "\$1"' "\$name" "\$*"
 AGENT
 chmod +x "$tmp/agent"
 
