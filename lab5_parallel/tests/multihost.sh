@@ -15,9 +15,9 @@
 # and OpenMPI's remote launch (plm_rsh_agent, ssh on real machines) a small agent that runs
 # OpenMPI's daemon command in the namespace of the host it names (ip netns exec). Each namespace
 # resolves the host names through its own /etc/hosts (ip netns exec mounts /etc/netns/<ns>/hosts
-# over it; where /etc is read-only, the hostfile names the hosts by address). The ranks see only their namespace's interfaces: the veth and the namespace's own
-# loopback (a process reaching its own host's address goes through it, as on a real machine);
-# never the root namespace's.
+# over it; where /etc is read-only, the hostfile names the hosts by address). The ranks see only
+# their namespace's interfaces: the veth and the namespace's own loopback (a process reaching its
+# own host's address goes through it, as on a real machine); never the root namespace's.
 #
 # Everything is torn down on exit, on failure and on INT/TERM/HUP (the processes left in the
 # namespaces are killed, the namespaces deleted, which deletes the veth pair). A run killed with
