@@ -143,7 +143,9 @@ chmod +x "$tmp/agent"
 
 echo "multihost: $np ranks on host-a ($nsa, 10.77.0.1) and host-b ($nsb, 10.77.0.2), TCP over $veth_a <-> $veth_b"
 # mpirun itself runs on host-a (its namespace, its name): it starts host-a's ranks itself and
-# host-b's daemon through the agent; the daemon connects back over the veth.
+# host-b's daemon through the agent; the daemon connects back to mpirun over the veth (from the
+# root namespace, mpirun's address would be unreachable from host-b). Each namespace's loopback
+# must be up: with it down, host-a's ranks cannot reach mpirun at 10.77.0.1 and the job hangs.
 on_host_a() {
   MLS_MPI_TIMEOUT=$limit MLS_MPI_HOSTFILE=$tmp/hostfile MLS_MPI_NET=$net MLS_MPI_RSH_AGENT=$tmp/agent \
     ip netns exec "$nsa" unshare --uts /bin/sh -c 'hostname host-a && exec "$@"' sh "$here/run_mpi.sh" "$@"
