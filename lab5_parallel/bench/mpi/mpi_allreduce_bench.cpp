@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   return mpi_run([&](Communicator& c) {
     const int n = c.size();
     const bool have_model = !model_file.empty();
-    const CostModel m = have_model ? CostModel::load(model_file) : CostModel{};
+    // Only rank 0 prints the model: the file need be on its host only (two machines, no shared disk).
+    const CostModel m = have_model && c.rank() == 0 ? CostModel::load(model_file) : CostModel{};
     if (c.rank() == 0) {
       std::printf("allreduce (sum, float32) on %d MPI processes: our ring over send/recv vs MPI_Allreduce\n", n);
       std::printf("%12s %12s %12s %7s %11s %11s %11s %12s %9s\n", "bytes", "ours us", "MPI us", "ratio", "algbw GB/s",

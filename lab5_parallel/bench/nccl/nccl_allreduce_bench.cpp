@@ -2,12 +2,13 @@
 // over NCCL send/recv, 1 KiB to 256 MiB, as nccl-tests define them (algbw = bytes / time,
 // busbw = algbw * 2(n-1)/n). One process per GPU:
 //   build/ci/bin/mls-nccl-allreduce-bench                    # world size 1 (one GPU)
-//   mpirun -np 2 build/ci/bin/mls-nccl-allreduce-bench       # two GPUs (id through mls_nccl_id.bin)
+//   mpirun -np 2 build/ci/bin/mls-nccl-allreduce-bench       # two GPUs (NCCL id broadcast over MPI)
 // Prints a table, then one line per size:
 //   ratio nccl_allreduce_ring_<bytes>_vs_nccl <ncclAllReduce time / our ring's time>  (>= 1: ours as fast)
 // Tensors are CPU tensors staged through device buffers, so both sides include the copies.
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -18,7 +19,7 @@
 using namespace mls;
 using namespace mls::parallel;
 
-int main() {
+int main() try {
   std::string why;
   if (!nccl_gpu_available(&why)) {
     std::printf("SKIPPED: no GPU (%s)\n", why.c_str());
@@ -59,4 +60,8 @@ int main() {
     for (const auto& [bytes, r] : ratios) std::printf("ratio nccl_allreduce_ring_%lld_vs_nccl %.4f\n", static_cast<long long>(bytes), r);
   }
   return 0;
+} catch (const std::exception& e) {
+  // e.g. two ranks on one GPU: "nccl_world: ncclCommInitRank failed: invalid usage"
+  std::fprintf(stderr, "mls-nccl-allreduce-bench: %s\n", e.what());
+  return 1;
 }

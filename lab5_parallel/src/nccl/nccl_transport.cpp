@@ -16,6 +16,9 @@
 #include "../detail.hpp"
 #include "mls/common/error.hpp"
 #include "mls/parallel/nccl.hpp"
+#ifdef MLS_HAVE_MPI
+#include "mls/parallel/mpi.hpp"
+#endif
 
 namespace mls::parallel {
 
@@ -209,13 +212,28 @@ bool nccl_gpu_available(std::string* why) {
   return true;
 }
 
-Communicator nccl_world(int rank, int size, const std::string& id_file, std::chrono::milliseconds timeout) {
-  MLS_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl_world: rank ", rank, " of ", size, " is out of range");
-  std::string why;
-  MLS_CHECK(nccl_gpu_available(&why), "nccl_world: no GPU (", why, ")");
+namespace {
+
+/// This process's GPU (rank % device count) and its NCCL communicator of `size` ranks from `id`.
+Communicator nccl_init(int rank, int size, const ncclUniqueId& id) {
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "nccl_world", "cudaGetDeviceCount");
   check_cuda(cudaSetDevice(rank % devices), "nccl_world", "cudaSetDevice");
+  ncclComm_t comm = nullptr;
+  check_nccl(ncclCommInitRank(&comm, size, id, rank), "nccl_world", "ncclCommInitRank");
+  return Communicator(std::make_unique<NcclTransport>(comm, rank, size));
+}
+
+void check_world(int rank, int size) {
+  MLS_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl_world: rank ", rank, " of ", size, " is out of range");
+  std::string why;
+  MLS_CHECK(nccl_gpu_available(&why), "nccl_world: no GPU (", why, ")");
+}
+
+}  // namespace
+
+Communicator nccl_world(int rank, int size, const std::string& id_file, std::chrono::milliseconds timeout) {
+  check_world(rank, size);
   ncclUniqueId id;
   if (rank == 0) check_nccl(ncclGetUniqueId(&id), "nccl_world", "ncclGetUniqueId");
   if (size > 1) {
@@ -235,13 +253,36 @@ Communicator nccl_world(int rank, int size, const std::string& id_file, std::chr
       }
     }
   }
-  ncclComm_t comm = nullptr;
-  check_nccl(ncclCommInitRank(&comm, size, id, rank), "nccl_world", "ncclCommInitRank");
-  return Communicator(std::make_unique<NcclTransport>(comm, rank, size));
+  return nccl_init(rank, size, id);
 }
 
-Communicator nccl_world_from_env(const std::string& id_file) {
-  return nccl_world(env_int("OMPI_COMM_WORLD_RANK", 0), env_int("OMPI_COMM_WORLD_SIZE", 1), id_file);
+Communicator nccl_world(Communicator& bootstrap) {
+  const int rank = bootstrap.rank(), size = bootstrap.size();
+  MLS_CHECK(bootstrap.backend() != "nccl", "nccl_world: the bootstrap communicator must be another backend ",
+            "(mpi_world() under mpirun, or simulated ranks), got an nccl one");
+  check_world(rank, size);
+  // Rank 0's id, as bytes, to every rank over the bootstrap's own network: no shared file.
+  ncclUniqueId id;
+  Tensor bytes = Tensor::zeros({static_cast<std::int64_t>(sizeof(id))}, DType::Bool);
+  if (rank == 0) {
+    check_nccl(ncclGetUniqueId(&id), "nccl_world", "ncclGetUniqueId");
+    std::memcpy(bytes.data_ptr(), &id, sizeof(id));
+  }
+  bootstrap.broadcast(bytes, 0);
+  std::memcpy(&id, bytes.data_ptr(), sizeof(id));
+  return nccl_init(rank, size, id);
+}
+
+Communicator nccl_world_from_env() {
+  const int size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  if (size == 1) return nccl_world(0, 1);
+#ifdef MLS_HAVE_MPI
+  Communicator bootstrap = mpi_world();
+  return nccl_world(bootstrap);
+#else
+  fail("nccl_world_from_env: ", size, " ranks (mpirun) need the MPI backend to share the NCCL unique id, ",
+       "and this build has none (apt-get install libopenmpi-dev, reconfigure)");
+#endif
 }
 
 }  // namespace mls::parallel

@@ -5,9 +5,11 @@
 /// messages between two ranks match in the order they were sent (the collectives never rely
 /// on tags), and the Header travels as a small message before each payload.
 ///
-/// Bootstrap: rank 0 creates the NCCL unique id and writes it to `id_file`; the other ranks
-/// read it (one machine, or a shared file system). Under mpirun, rank and size come from
-/// OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE. One GPU means world size 1.
+/// Bootstrap: rank 0 creates the NCCL unique id and every rank needs it before NCCL can connect.
+/// `nccl_world(bootstrap)` broadcasts it over another communicator (mpi_world() under mpirun,
+/// on one machine or several: nothing shared but the network); `nccl_world(rank, size, id_file)`
+/// passes it through a file instead (one machine, or a shared file system). Under mpirun,
+/// `nccl_world_from_env()` does the broadcast over MPI. One GPU means world size 1.
 #include <chrono>
 #include <string>
 
@@ -22,7 +24,12 @@ bool nccl_gpu_available(std::string* why = nullptr);
 /// size 1 needs no id file.
 Communicator nccl_world(int rank = 0, int size = 1, const std::string& id_file = "",
                         std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
-/// nccl_world with rank and size from mpirun's environment (1 process: rank 0 of 1).
-Communicator nccl_world_from_env(const std::string& id_file = "mls_nccl_id.bin");
+/// A Communicator of bootstrap.size() ranks, this process being bootstrap.rank(), on GPU
+/// `rank % device count`: rank 0's NCCL unique id reaches the others as a broadcast over
+/// `bootstrap` (any backend but nccl), so the ranks may be on different hosts.
+Communicator nccl_world(Communicator& bootstrap);
+/// Under mpirun (OMPI_COMM_WORLD_SIZE > 1): nccl_world(mpi_world()), the id broadcast over MPI
+/// (an mls::Error in a build without the MPI backend). One process: nccl_world(0, 1).
+Communicator nccl_world_from_env();
 
 }  // namespace mls::parallel
