@@ -99,6 +99,7 @@ GPTConfig prepare_data(const TrainRunOptions& o, const RunStart& st, RunData& rd
   if (!o.init_from.empty()) {
     MLS_CHECK(st.init_cfg.vocab_size == vocab, "train --init-from: ", o.init_from, " has vocab_size ",
               st.init_cfg.vocab_size, ", the data's tokenizer has ", vocab, " tokens");
+    check_moe_compatible("train --init-from " + o.init_from, st.init_cfg, o.model.make(vocab));
   }
   if (st.resuming) check_resume_compatible(st.resumed.config, cfg);
   if (o.data.empty()) {
@@ -261,6 +262,16 @@ std::string describe_counts(const GPTConfig& c, std::int64_t T) {
                 (long long)flops_params(c), (long long)L, (long long)T, (long long)C,
                 train_flops_per_token(c, T));
   out += buf;
+  if (is_moe(c)) {
+    std::snprintf(buf, sizeof buf,
+                  "moe: %lld experts, top-%lld, every %lld block(s) (%lld MoE blocks), capacity "
+                  "factor %g, aux coef %g, z coef %g; active parameters %lld of %lld (N above counts "
+                  "the active ones)\n",
+                  (long long)c.moe_experts, (long long)c.moe_top_k, (long long)c.moe_every,
+                  (long long)num_moe_blocks(c), c.capacity_factor, c.moe_aux_coef, c.moe_z_coef,
+                  (long long)num_active_params(c), (long long)num_params(c));
+    out += buf;
+  }
   return out;
 }
 
