@@ -254,6 +254,32 @@ void moe_mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
                      N, C);
 }
 
+void moe_token_forward(const GPTConfig& cfg, const ParamPtrs& p, const float* x, float* out) {
+  MLS_CHECK(p.moe_router != nullptr, "moe_token_forward: not an MoE block's view");
+  const std::int64_t C = cfg.n_embd, E = cfg.moe_experts, K = cfg.moe_top_k;
+  std::vector<float> probs(static_cast<std::size_t>(E)), gate(static_cast<std::size_t>(K)),
+      h(static_cast<std::size_t>(4 * C)), hg(h.size()), y(static_cast<std::size_t>(C));
+  std::vector<std::int32_t> expert(static_cast<std::size_t>(K)), slot(expert.size()),
+      count(static_cast<std::size_t>(E)), token(static_cast<std::size_t>(E));
+  matmul_forward(probs.data(), x, p.moe_router, nullptr, 1, C, E);
+  const float mx = *std::max_element(probs.begin(), probs.end());
+  double s = 0.0;
+  for (float z : probs) s += std::exp(static_cast<double>(z) - mx);
+  const double lse = mx + std::log(s);
+  for (float& z : probs) z = static_cast<float>(std::exp(z - lse));
+  moe_route(probs.data(), 1, E, K, 1, expert.data(), gate.data(), slot.data(), count.data(),
+            token.data());
+  std::fill(out, out + C, 0.f);
+  for (std::int64_t k = 0; k < K; ++k) {
+    const std::int64_t e = expert[static_cast<std::size_t>(k)];
+    matmul_forward(h.data(), x, p.moe_fcw + e * 4 * C * C, p.moe_fcb + e * 4 * C, 1, C, 4 * C);
+    gelu_forward(hg.data(), h.data(), 4 * C);
+    matmul_forward(y.data(), hg.data(), p.moe_fcprojw + e * C * 4 * C, p.moe_fcprojb + e * C, 1,
+                   4 * C, C);
+    for (std::int64_t c = 0; c < C; ++c) out[c] += gate[static_cast<std::size_t>(k)] * y[static_cast<std::size_t>(c)];
+  }
+}
+
 // ---- what the last forward routed ---------------------------------------------------------------
 
 std::vector<MoeBlockStats> moe_stats(const GPTConfig& cfg, const GPTActivations& acts) {

@@ -13,6 +13,7 @@
 #include "mls/llm/llmc.hpp"
 #include "mls/llm/model.hpp"
 #include "mls/llm/moe.hpp"
+#include "mls/llm/sample.hpp"
 #include "mls/llm/train.hpp"
 #include "mls/testing.hpp"
 #include "util.hpp"
@@ -420,4 +421,25 @@ TEST_CASE("MoE bad input: top-k, capacity factor, every, loading across dense an
                 "the checkpoint holds capacity_factor = 1.25");
   require_error([&] { serialize_llmc(c, init_params(c, 2).vec()); },
                 "export llm.c: an MoE model (moe_experts = 4) has no llm.c layout");
+}
+
+TEST_CASE("MoE sampling: the KV cache gives the logits of the full forward pass", "[lab6][moe]") {
+  // F = E / K: capacity K·N/K... = N rows per expert, so the full pass drops nothing either.
+  for (const std::int64_t K : {1, 2}) {
+    const GPTConfig cfg = moe_config(3, 4, K, 2, 4.0 / static_cast<double>(K), 0.01, 0.0);
+    Rng rng(37, "moe-sample");
+    const GPTParams p = random_params(cfg, rng);
+    const std::int64_t T = cfg.block_size;
+    std::vector<std::int32_t> ids;
+    for (std::int64_t t = 0; t < T; ++t) ids.push_back(static_cast<std::int32_t>(rng.randint(0, cfg.vocab_size)));
+    KVCache cache(cfg);
+    std::vector<float> cached(static_cast<std::size_t>(T * cfg.vocab_size));
+    for (std::int64_t t = 0; t < T; ++t)
+      forward_cached(p, cache, ids[static_cast<std::size_t>(t)], cached.data() + t * cfg.vocab_size);
+    observe_rel("forward_cached logits, K=" + std::to_string(K), cached.data(), nullptr, T * cfg.vocab_size, 0);
+    GPTActivations acts(cfg, 1, T);
+    gpt_forward(p, acts, ids.data(), nullptr, nullptr, 1, T);
+    for (const auto& s : moe_stats(cfg, acts)) CHECK(s.dropped == 0);
+    CHECK(rel_err(cached.data(), acts.logits, T * cfg.vocab_size) < 1e-5);
+  }
 }

@@ -63,6 +63,11 @@ void moe_mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
                       const GPTActivations& a, GPTActivations& da, std::int64_t l,
                       float* dresidual);
 
+/// One token through an MoE block's MLP (generation with the KV cache): x (C) the token's ln2
+/// output, out (C) = Σ_k g_k expert_{e_k}(x) over its top-k experts. `p` is the block's view. One
+/// token never overflows an expert (capacity >= 1), so nothing is dropped here.
+void moe_token_forward(const GPTConfig& cfg, const ParamPtrs& p, const float* x, float* out);
+
 // ---- what the last forward routed ---------------------------------------------------------------
 
 /// One MoE block's routing in the last forward pass over acts.
