@@ -123,7 +123,7 @@ void write_moe_csv(const std::string& path, const std::vector<MoeRow>& rows) {
 }
 
 std::string moe_svg(const std::vector<MoeRow>& rows, const std::string& title) {
-  const double W = 640, H = 400, ml = 70, mr = 20, mt = 40, mb = 50;
+  const double W = 800, H = 400, ml = 70, mr = 170, mt = 40, mb = 50;  // the legend on the right
   const std::size_t E = rows.empty() ? 0 : rows.front().tokens.size();
   double x0 = 0, x1 = 1, y1 = E > 0 ? 1.0 / static_cast<double>(E) : 1.0;
   if (!rows.empty()) {
@@ -165,13 +165,13 @@ std::string moe_svg(const std::vector<MoeRow>& rows, const std::string& title) {
   if (E > 0) {
     const double ideal = 1.0 / static_cast<double>(E);
     d.polyline({{X(x0), Y(ideal)}, {X(x1), Y(ideal)}}, {.stroke = "#999", .stroke_width = 1, .dash = "6,4"});
-    legend.push_back({"ideal 1/E", "#999", svg::LegendEntry::Line});
+    legend.push_back({"ideal 1/E", "#999", svg::LegendEntry::Line, "6,4"});
   }
   std::vector<svg::Point> drop;
   for (const auto& r : rows) drop.push_back({X(static_cast<double>(r.step)), Y(r.dropped_fraction())});
   d.polyline(drop, {.stroke = "#000", .stroke_width = 1.5, .dash = "3,3"});
-  legend.push_back({"dropped fraction", "#000", svg::LegendEntry::Line});
-  d.legend(W - mr - 150, mt + 14, legend, {.row = 16});
+  legend.push_back({"dropped fraction", "#000", svg::LegendEntry::Line, "3,3"});
+  d.legend(W - mr + 15, mt + 14, legend, {.row = 16});
   return d.str();
 }
 
