@@ -90,6 +90,88 @@ void moe_balance_loss_backward(float* dprobs, const float* frac, std::int64_t N,
   // END SOLUTION
 }
 
+// ---- the pieces of the fused MoE MLP (the single-rank path and expert parallelism share them) ----
+
+void moe_router_softmax(float* probs, float* lse, std::int64_t N, std::int64_t E) {
+  parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      float* z = probs + t * E;
+      const float mx = *std::max_element(z, z + E);
+      double s = 0.0;
+      for (std::int64_t e = 0; e < E; ++e) s += std::exp(static_cast<double>(z[e]) - mx);
+      const double l = mx + std::log(s);
+      lse[t] = static_cast<float>(l);
+      for (std::int64_t e = 0; e < E; ++e) z[e] = static_cast<float>(std::exp(z[e] - l));
+    }
+  });
+}
+
+void moe_experts_forward(const ParamPtrs& p, std::int64_t E, std::int64_t cap, const std::int32_t* count,
+                         const float* xin, float* h, float* hg, float* y, std::int64_t C) {
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t n = count[e], r = e * cap;
+    if (n == 0) continue;
+    matmul_forward(h + r * 4 * C, xin + r * C, p.moe_fcw + e * 4 * C * C, p.moe_fcb + e * 4 * C, n, C, 4 * C);
+    gelu_forward(hg + r * 4 * C, h + r * 4 * C, n * 4 * C);
+    matmul_forward(y + r * C, hg + r * 4 * C, p.moe_fcprojw + e * C * 4 * C, p.moe_fcprojb + e * C, n, 4 * C, C);
+  }
+}
+
+void moe_experts_backward(const ParamPtrs& p, ParamPtrs& g, std::int64_t E, std::int64_t cap,
+                          const std::int32_t* count, const float* xin, const float* h, const float* hg,
+                          const float* dy, float* dxin, float* dh, float* dhg, std::int64_t C) {
+  std::fill(dhg, dhg + E * cap * 4 * C, 0.f);
+  std::fill(dxin, dxin + E * cap * C, 0.f);
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t n = count[e], r = e * cap;
+    if (n == 0) continue;
+    matmul_backward(dhg + r * 4 * C, g.moe_fcprojw + e * C * 4 * C, g.moe_fcprojb + e * C, dy + r * C,
+                    hg + r * 4 * C, p.moe_fcprojw + e * C * 4 * C, n, 4 * C, C);
+    std::fill(dh + r * 4 * C, dh + (r + n) * 4 * C, 0.f);
+    gelu_backward(dh + r * 4 * C, h + r * 4 * C, dhg + r * 4 * C, n * 4 * C);
+    matmul_backward(dxin + r * C, g.moe_fcw + e * 4 * C * C, g.moe_fcb + e * 4 * C, dh + r * C * 4, xin + r * C,
+                    p.moe_fcw + e * 4 * C * C, n, C, 4 * C);
+  }
+}
+
+void moe_gates_backward(float* dp, const float* probs, const std::int32_t* expert, const float* gate,
+                        const float* dgate, std::int64_t N, std::int64_t E, std::int64_t K) {
+  std::fill(dp, dp + N * E, 0.f);
+  parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int32_t* ex = expert + t * K;
+      const float* gt = gate + t * K;
+      const float* dg = dgate + t * K;
+      float* d = dp + t * E;
+      if (K == 1) {
+        d[ex[0]] += dg[0];
+        continue;
+      }
+      // g_j = p_j / S over the K choices: dp_j = (dg_j - Σ_k dg_k g_k) / S
+      double S = 0.0, dot = 0.0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        S += probs[t * E + ex[k]];
+        dot += static_cast<double>(dg[k]) * gt[k];
+      }
+      for (std::int64_t k = 0; k < K; ++k) d[ex[k]] += static_cast<float>((dg[k] - dot) / S);
+    }
+  });
+}
+
+void moe_router_softmax_backward(float* dp, const float* probs, const float* lse, std::int64_t N,
+                                 std::int64_t E, float zc) {
+  parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const float* pr = probs + t * E;
+      float* d = dp + t * E;
+      float s = 0.f;
+      for (std::int64_t e = 0; e < E; ++e) s += pr[e] * d[e];
+      const float zt = zc * lse[t];
+      for (std::int64_t e = 0; e < E; ++e) d[e] = pr[e] * (d[e] - s) + zt * pr[e];
+    }
+  });
+}
+
 // ---- the fused MoE MLP ---------------------------------------------------------------------------
 
 void moe_mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a_all,
@@ -102,17 +184,7 @@ void moe_mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
   // The router: logits (N, E), then a softmax per row in place, keeping logsumexp for the z-loss.
   matmul_forward(a.moe_probs, a.ln2, p.moe_router, nullptr, N, C, E);
-  parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
-    for (std::int64_t t = t0; t < t1; ++t) {
-      float* z = a.moe_probs + t * E;
-      const float mx = *std::max_element(z, z + E);
-      double s = 0.0;
-      for (std::int64_t e = 0; e < E; ++e) s += std::exp(static_cast<double>(z[e]) - mx);
-      const double lse = mx + std::log(s);
-      a.moe_lse[t] = static_cast<float>(lse);
-      for (std::int64_t e = 0; e < E; ++e) z[e] = static_cast<float>(std::exp(z[e] - lse));
-    }
-  });
+  moe_router_softmax(a.moe_probs, a.moe_lse, N, E);
   moe_route(a.moe_probs, N, E, K, cap, a.moe_expert, a.moe_gate, a.moe_slot, a.moe_count,
             a.moe_token);
   a.moe_loss[0] = static_cast<float>(
@@ -128,15 +200,7 @@ void moe_mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a
                     sizeof(float) * C);
   });
   // The experts: one GEMM per expert and layer on its rows.
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t n = a.moe_count[e], r = e * cap;
-    if (n == 0) continue;
-    matmul_forward(a.moe_h + r * 4 * C, a.moe_xin + r * C, p.moe_fcw + e * 4 * C * C,
-                   p.moe_fcb + e * 4 * C, n, C, 4 * C);
-    gelu_forward(a.moe_hg + r * 4 * C, a.moe_h + r * 4 * C, n * 4 * C);
-    matmul_forward(a.moe_y + r * C, a.moe_hg + r * 4 * C, p.moe_fcprojw + e * C * 4 * C,
-                   p.moe_fcprojb + e * C, n, 4 * C, C);
-  }
+  moe_experts_forward(p, E, cap, a.moe_count, a.moe_xin, a.moe_h, a.moe_hg, a.moe_y, C);
   // Combine: each token's kept choices weighted by their gates, choices in order.
   parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
     for (std::int64_t t = t0; t < t1; ++t) {
@@ -188,19 +252,8 @@ void moe_mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
     }
   });
   // The experts backward, on their rows.
-  std::fill(da.moe_hg, da.moe_hg + R * 4 * C, 0.f);
-  std::fill(da.moe_xin, da.moe_xin + R * C, 0.f);
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t n = a.moe_count[e], r = e * cap;
-    if (n == 0) continue;
-    matmul_backward(da.moe_hg + r * 4 * C, g.moe_fcprojw + e * C * 4 * C, g.moe_fcprojb + e * C,
-                    dy + r * C, a.moe_hg + r * 4 * C, p.moe_fcprojw + e * C * 4 * C, n, 4 * C, C);
-    std::fill(da.moe_h + r * 4 * C, da.moe_h + (r + n) * 4 * C, 0.f);
-    gelu_backward(da.moe_h + r * 4 * C, a.moe_h + r * 4 * C, da.moe_hg + r * 4 * C, n * 4 * C);
-    matmul_backward(da.moe_xin + r * C, g.moe_fcw + e * 4 * C * C, g.moe_fcb + e * 4 * C,
-                    da.moe_h + r * 4 * C, a.moe_xin + r * C, p.moe_fcw + e * 4 * C * C, n, C,
-                    4 * C);
-  }
+  moe_experts_backward(p, g, E, cap, a.moe_count, a.moe_xin, a.moe_h, a.moe_hg, dy, da.moe_xin, da.moe_h,
+                       da.moe_hg, C);
   // Dispatch backward: scatter the rows' gradients back to their tokens (choices in order).
   float* dln2 = da.ln2;
   parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
@@ -217,38 +270,10 @@ void moe_mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
   });
   // The gates into the router probabilities, the balancing loss, then the softmax and z-loss.
   float* dp = da.moe_probs;
-  std::fill(dp, dp + N * E, 0.f);
-  parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const std::int32_t* ex = a.moe_expert + t * K;
-      const float* gt = a.moe_gate + t * K;
-      const float* dg = dgate + t * K;
-      float* d = dp + t * E;
-      if (K == 1) {
-        d[ex[0]] += dg[0];
-        continue;
-      }
-      // g_j = p_j / S over the K choices: dp_j = (dg_j - Σ_k dg_k g_k) / S
-      double S = 0.0, dot = 0.0;
-      for (std::int64_t k = 0; k < K; ++k) {
-        S += a.moe_probs[t * E + ex[k]];
-        dot += static_cast<double>(dg[k]) * gt[k];
-      }
-      for (std::int64_t k = 0; k < K; ++k) d[ex[k]] += static_cast<float>((dg[k] - dot) / S);
-    }
-  });
+  moe_gates_backward(dp, a.moe_probs, a.moe_expert, a.moe_gate, dgate, N, E, K);
   moe_balance_loss_backward(dp, a.moe_frac, N, E, cfg.moe_aux_coef, scale);
   const float zc = N > 0 ? static_cast<float>(2.0 * cfg.moe_z_coef * scale / static_cast<double>(N)) : 0.f;
-  parallel_for(0, N, 64, [&](std::int64_t t0, std::int64_t t1) {
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const float* pr = a.moe_probs + t * E;
-      float* d = dp + t * E;
-      float s = 0.f;
-      for (std::int64_t e = 0; e < E; ++e) s += pr[e] * d[e];
-      const float zt = zc * a.moe_lse[t];
-      for (std::int64_t e = 0; e < E; ++e) d[e] = pr[e] * (d[e] - s) + zt * pr[e];
-    }
-  });
+  moe_router_softmax_backward(dp, a.moe_probs, a.moe_lse, N, E, zc);
   matmul_backward(dln2, g.moe_router, nullptr, dp, a.ln2, p.moe_router, N, C, E);
   layernorm_backward(dresidual, g.ln2w, g.ln2b, dln2, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd,
                      N, C);

@@ -50,6 +50,27 @@ double moe_balance_loss_forward(const float* probs, const std::int32_t* expert, 
 void moe_balance_loss_backward(float* dprobs, const float* frac, std::int64_t N, std::int64_t E,
                                double coef, float scale);
 
+// ---- the pieces of the fused MoE MLP (shared by the single-rank path and expert parallelism) ----
+
+/// Router logits (N, E) in `probs` become their softmax, row by row in place; lse (N) the rows'
+/// logsumexp (for the z-loss).
+void moe_router_softmax(float* probs, float* lse, std::int64_t N, std::int64_t E);
+/// The E experts of `p` (p.moe_* of E experts) on their rows: expert e's rows [e·cap, e·cap +
+/// count[e]) of xin (·, C) through fc, gelu (h, hg: (·, 4C)) and fcproj into y (·, C).
+void moe_experts_forward(const ParamPtrs& p, std::int64_t E, std::int64_t cap, const std::int32_t* count,
+                         const float* xin, float* h, float* hg, float* y, std::int64_t C);
+/// Its backward from dy: writes dxin (and the dh, dhg scratch), accumulates into g.moe_*.
+void moe_experts_backward(const ParamPtrs& p, ParamPtrs& g, std::int64_t E, std::int64_t cap,
+                          const std::int32_t* count, const float* xin, const float* h, const float* hg,
+                          const float* dy, float* dxin, float* dh, float* dhg, std::int64_t C);
+/// dp (N, E) = the gradient of the gates (dgate (N, K)) through the top-k (renormalised for K > 1)
+/// into the router probabilities (written, not accumulated).
+void moe_gates_backward(float* dp, const float* probs, const std::int32_t* expert, const float* gate,
+                        const float* dgate, std::int64_t N, std::int64_t E, std::int64_t K);
+/// dp (N, E) holds d(probs) and becomes d(router logits), plus the z-loss's zc · lse_t · p.
+void moe_router_softmax_backward(float* dp, const float* probs, const float* lse, std::int64_t N,
+                                 std::int64_t E, float zc);
+
 // ---- the fused MoE MLP (block_forward / block_backward call them for MoE blocks) ---------------
 
 /// The MoE half of block l: residual3 = residual2 + moe(ln2(residual2)). `p` is the block's view
