@@ -563,6 +563,10 @@ Tensor Communicator::all_to_allv(const Tensor& t, const std::vector<std::int64_t
   const std::vector<std::int64_t> sb = offsets(send_counts, "send_counts"), rb = offsets(recv_counts, "recv_counts");
   MLS_CHECK(sb[n] == t.numel(), "all_to_allv: the send counts sum to ", sb[n], " on rank ", rank(),
             ", the tensor has ", t.numel(), " elements");
+  const auto me = static_cast<std::size_t>(rank());
+  MLS_CHECK(send_counts[me] == recv_counts[me], "all_to_allv: the counts disagree between ranks: rank ", rank(),
+            " sends itself send_counts[", me, "] = ", send_counts[me], " elements but expects recv_counts[", me,
+            "] = ", recv_counts[me]);
   begin("all_to_allv", kAllToAllv, t, -1, -1);
   coll_->numel = -1;  // every rank's total differs: the message sizes are checked one by one
   CollScope s{&coll_};
