@@ -25,8 +25,9 @@ TEST_CASE("mpi expert parallelism: EP on 2 processes equals the single-rank MoE 
     std::vector<float> resid(static_cast<std::size_t>(N * C)), W(resid.size());
     for (auto& v : resid) v = static_cast<float>(rng.normal(0.0, 1.0));
     for (auto& v : W) v = static_cast<float>(rng.normal(0.0, 1.0));
-    const MoeSteps single = single_moe_steps(cfg, init, resid, W, B, T);
-    const MoeSteps ep = ep_moe_steps(cfg, c, init, single.x0, W, Nl);
+    const MoeSteps single = single_moe_steps(cfg, init, {resid}, {W}, B, T);
+    const std::int64_t r = c.rank();
+    const MoeSteps ep = ep_moe_steps(cfg, c, init, single.x0.data() + r * Nl * C, W.data() + r * Nl * C, Nl);
     INFO("K " << K << " rank " << c.rank());
     check_ep_rank(cfg, ep, &single, c.rank(), c.size(), Nl);
   }

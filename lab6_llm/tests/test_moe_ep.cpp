@@ -26,16 +26,56 @@ TEST_CASE("expert parallelism: EP on 2 and 4 simulated ranks equals the single-r
       for (auto& v : W) v = static_cast<float>(rng.normal(0.0, 1.0));
       INFO("P " << P << " K " << K);
       // The single-rank fused MoE runs first (student code too): its ln2 output is EP's input.
-      const MoeSteps single = single_moe_steps(cfg, init, resid, W, B, T);
+      const MoeSteps single = single_moe_steps(cfg, init, {resid}, {W}, B, T);
       std::vector<MoeSteps> ep(static_cast<std::size_t>(P));
       parallel::run_simulated(P, [&](Communicator& comm) {
-        ep[static_cast<std::size_t>(comm.rank())] = ep_moe_steps(cfg, comm, init, single.x0, W, Nl);
+        const std::int64_t r = comm.rank();
+        ep[static_cast<std::size_t>(r)] = ep_moe_steps(cfg, comm, init, single.x0.data() + r * Nl * C, W.data() + r * Nl * C, Nl);
       });
       double dropped = 0;
       for (int r = 0; r < P; ++r) check_ep_rank(cfg, ep[static_cast<std::size_t>(r)], &single, r, P, Nl);
       for (double d : ep[0].dropped) dropped += d;
       CHECK(dropped > 0);
     }
+}
+
+TEST_CASE("expert parallelism x data parallelism: EP 2 x DP 2 on a 2-D mesh of 4 simulated ranks", "[lab6][moe_ep]") {
+  // World rank w = d * 2 + e: EP groups {0, 1} and {2, 3} (split by d), DP groups {0, 2} and
+  // {1, 3} (split by e). Each DP replica has its own 24 tokens, routed (and capacity decided)
+  // within its EP group; the gradients are summed over DP. The reference: the single-rank MoE on
+  // each replica's tokens, the two gradients summed.
+  const int EP = 2, DP = 2;
+  const GPTConfig cfg = ep_config(4, 2, 0.75);
+  const std::int64_t B = 2, T = 12, N = B * T, C = cfg.n_embd, Nl = N / EP;
+  Rng rng(50, "moe-ep-dp");
+  const GPTParams init = random_params(cfg, rng);
+  std::vector<std::vector<float>> resids(DP), Ws(DP);
+  for (int d = 0; d < DP; ++d) {
+    resids[static_cast<std::size_t>(d)].resize(static_cast<std::size_t>(N * C));
+    Ws[static_cast<std::size_t>(d)].resize(static_cast<std::size_t>(N * C));
+    for (auto& v : resids[static_cast<std::size_t>(d)]) v = static_cast<float>(rng.normal(0.0, 1.0));
+    for (auto& v : Ws[static_cast<std::size_t>(d)]) v = static_cast<float>(rng.normal(0.0, 1.0));
+  }
+  const MoeSteps single = single_moe_steps(cfg, init, resids, Ws, B, T);
+  std::vector<MoeSteps> ep(static_cast<std::size_t>(EP * DP));
+  parallel::run_simulated(EP * DP, [&](Communicator& world) {
+    const int w = world.rank(), d = w / EP, e = w % EP;
+    Communicator ep_comm = world.split(d, e), dp_comm = world.split(e, d);
+    const std::int64_t row0 = d * N + e * Nl;
+    ep[static_cast<std::size_t>(w)] = ep_moe_steps(cfg, ep_comm, init, single.x0.data() + row0 * C,
+                                                   Ws[static_cast<std::size_t>(d)].data() + e * Nl * C, Nl, &dp_comm);
+  });
+  for (int w = 0; w < EP * DP; ++w) {
+    INFO("world rank " << w);
+    MoeSteps per_replica = ep[static_cast<std::size_t>(w)];
+    // The losses and drops are per EP group; the reference sums both replicas': compare the sum.
+    const MoeSteps& other = ep[static_cast<std::size_t>((w + EP) % (EP * DP))];
+    for (int s = 0; s < kEpSteps; ++s) {
+      per_replica.losses[static_cast<std::size_t>(s)] += other.losses[static_cast<std::size_t>(s)];
+      per_replica.dropped[static_cast<std::size_t>(s)] += other.dropped[static_cast<std::size_t>(s)];
+    }
+    check_ep_rank(cfg, per_replica, &single, w % EP, EP, Nl, (w / EP) * N + (w % EP) * Nl);
+  }
 }
 
 TEST_CASE("expert parallelism: experts not divisible by the group, counts that disagree", "[lab6][moe_ep]") {
