@@ -323,7 +323,7 @@ TEST_CASE("dense configs: the MoE fields change nothing while moe_experts = 0", 
   CHECK(GPTActivations(d, 2, 8).num_floats() == GPTActivations(c, 2, 8).num_floats());
 }
 
-TEST_CASE("MoE counts: parameters, active parameters and the layout", "[lab6][moe]") {
+TEST_CASE("MoE counts: parameters, active parameters and the layout", "[lab6][plumbing]") {
   const GPTConfig c = moe_config(4, 4, 2, 2, 1.25, 0.01, 0.0);  // blocks 1 and 3 are MoE
   const std::int64_t C = c.n_embd, V = c.vocab_size, T = c.block_size, mlp = 8 * C * C + 5 * C;
   MLS_OBSERVE(num_params(c));
@@ -342,7 +342,7 @@ TEST_CASE("MoE counts: parameters, active parameters and the layout", "[lab6][mo
   CHECK(moe_capacity(c, 10) == 7);
 }
 
-TEST_CASE("MoE training: the trainer lowers the loss on the sort task; checkpoints round-trip",
+TEST_CASE("MoE training: the trainer lowers the loss on the sort task, checkpoints round-trip",
           "[lab6][moe]") {
   GPTConfig cfg = moe_config(2, 4, 2, 1, 1.25, 0.01, 0.001);
   cfg.vocab_size = kSortV;
