@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "mls/common/error.hpp"
+#include "mls/common/timer.hpp"
 
 namespace mls::llm {
 
@@ -30,6 +31,17 @@ Tensor ep_exchange(Communicator& comm, const Tensor& send, std::int64_t row,
   return comm.all_to_allv(send, sc, rc);
   // END SOLUTION
 }
+
+namespace {
+/// ep_exchange, its wall time added to `seconds`.
+Tensor timed_exchange(double& seconds, Communicator& comm, const Tensor& send, std::int64_t row,
+                      const std::vector<std::int64_t>& send_rows, std::vector<std::int64_t>& recv_rows) {
+  Timer t;
+  Tensor out = ep_exchange(comm, send, row, send_rows, recv_rows);
+  seconds += t.seconds();
+  return out;
+}
+}  // namespace
 
 EpMoe::EpMoe(const GPTConfig& cfg, Communicator& comm, std::int64_t n_local) : cfg_(cfg), comm_(&comm) {
   cfg.validate();
@@ -59,6 +71,7 @@ void EpMoe::forward(const ParamPtrs& p, const float* x, float* out) {
   Communicator& comm = *comm_;
   const std::int64_t N = N_, E = E_, K = K_, C = C_;
   const std::int64_t sent0 = comm.traffic().total.bytes_sent;
+  exchange_seconds = 0;
   std::copy(x, x + N * C, x_.begin());
   // Route locally: the router (replicated) and the top-k of every token (no capacity yet).
   matmul_forward(probs_.data(), x, p.moe_router, nullptr, N, C, E);
@@ -135,8 +148,8 @@ void EpMoe::forward(const ParamPtrs& p, const float* x, float* out) {
   }
   // Dispatch: the rows and where each lands among its expert's rows.
   recv_rows_.clear();
-  const Tensor rx = ep_exchange(comm, rows, C, send_rows_, recv_rows_);
-  const Tensor rs = ep_exchange(comm, Tensor::from_vector(send_slots, {S}), 1, send_rows_, recv_rows_);
+  const Tensor rx = timed_exchange(exchange_seconds, comm, rows, C, send_rows_, recv_rows_);
+  const Tensor rs = timed_exchange(exchange_seconds, comm, Tensor::from_vector(send_slots, {S}), 1, send_rows_, recv_rows_);
   recv_slot_.assign(rs.data<std::int64_t>(), rs.data<std::int64_t>() + rs.numel());
   std::fill(xin_.begin(), xin_.end(), 0.f);
   for (std::size_t i = 0; i < recv_slot_.size(); ++i)
@@ -147,7 +160,7 @@ void EpMoe::forward(const ParamPtrs& p, const float* x, float* out) {
   for (std::size_t i = 0; i < recv_slot_.size(); ++i)
     std::memcpy(back.data<float>() + static_cast<std::int64_t>(i) * C, y_.data() + recv_slot_[i] * C, sizeof(float) * C);
   std::vector<std::int64_t> back_rows = send_rows_;
-  const Tensor yb = ep_exchange(comm, back, C, recv_rows_, back_rows);
+  const Tensor yb = timed_exchange(exchange_seconds, comm, back, C, recv_rows_, back_rows);
   yback_.assign(yb.data<float>(), yb.data<float>() + yb.numel());
   for (std::int64_t t = 0; t < N; ++t) {
     float* o = out + t * C;
@@ -182,7 +195,7 @@ void EpMoe::backward(const ParamPtrs& p, ParamPtrs& g, const float* dout, float*
   }
   // To the experts' owners (dispatch's counts), the local experts' backward, and back.
   std::vector<std::int64_t> recv = recv_rows_;
-  const Tensor dyr = ep_exchange(comm, dys, C, send_rows_, recv);
+  const Tensor dyr = timed_exchange(exchange_seconds, comm, dys, C, send_rows_, recv);
   std::vector<float> dy(y_.size(), 0.f), dxin(xin_.size()), dh(h_.size()), dhg(hg_.size());
   for (std::size_t i = 0; i < recv_slot_.size(); ++i)
     std::memcpy(dy.data() + recv_slot_[i] * C, dyr.data<float>() + static_cast<std::int64_t>(i) * C, sizeof(float) * C);
@@ -193,7 +206,7 @@ void EpMoe::backward(const ParamPtrs& p, ParamPtrs& g, const float* dout, float*
     std::memcpy(dback.data<float>() + static_cast<std::int64_t>(i) * C, dxin.data() + recv_slot_[i] * C,
                 sizeof(float) * C);
   std::vector<std::int64_t> back_rows = send_rows_;
-  const Tensor dxb = ep_exchange(comm, dback, C, recv_rows_, back_rows);
+  const Tensor dxb = timed_exchange(exchange_seconds, comm, dback, C, recv_rows_, back_rows);
   // dx: each token's kept choices in order, as the single-rank scatter adds them.
   for (std::int64_t t = 0; t < N; ++t) {
     float* d = dx + t * C;

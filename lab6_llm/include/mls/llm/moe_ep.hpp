@@ -53,8 +53,10 @@ class EpMoe {
   double balance_loss = 0, z_loss = 0;
   std::vector<std::int32_t> local_count;  // (El)
   std::int64_t dropped = 0;
-  /// The traffic of the last forward's and backward's exchanges (bytes this rank sent).
+  /// The traffic of the last forward's and backward's exchanges (bytes this rank sent), and the
+  /// wall seconds spent in them (ep_exchange: the dispatch and combine all_to_allv, their counts).
   std::int64_t bytes_sent = 0;
+  double exchange_seconds = 0;
 
  private:
   GPTConfig cfg_;
