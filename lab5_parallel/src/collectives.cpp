@@ -287,6 +287,24 @@ void Communicator::all_to_all_pairwise(const Tensor& in, Tensor& out, const std:
   // END SOLUTION
 }
 
+/// Pairwise exchange of uneven chunks (all_to_allv): as all_to_all_pairwise, N−1 steps, in step s
+/// rank r sends its chunk r + s and receives chunk r − s (mod N); the chunks of `in` are
+/// [send_bounds[d], send_bounds[d+1]) and those of `out` [recv_bounds[s], recv_bounds[s+1]),
+/// which may be empty (a message of 0 bytes still goes: the receiver checks its size).
+void Communicator::all_to_allv_pairwise(const Tensor& in, const std::vector<std::int64_t>& send_bounds, Tensor& out,
+                                        const std::vector<std::int64_t>& recv_bounds) {
+  // BEGIN SOLUTION
+  const int n = size(), r = rank();
+  out.slice(0, recv_bounds[r], recv_bounds[r + 1]).copy_(in.slice(0, send_bounds[r], send_bounds[r + 1]));
+  for (int s = 1; s < n; ++s) {
+    const int dst = mod(r + s, n), src = mod(r - s, n);
+    Tensor send_part = in.slice(0, send_bounds[dst], send_bounds[dst + 1]);
+    Tensor recv_part = out.slice(0, recv_bounds[src], recv_bounds[src + 1]);
+    coll_sendrecv(send_part, dst, recv_part, src);
+  }
+  // END SOLUTION
+}
+
 /// Dissemination barrier: ⌈log2 N⌉ rounds; in round k rank r sends an empty message to
 /// r + 2^k and receives one from r − 2^k (mod N). No rank leaves before every rank entered.
 /// Hint: empty tensors, Tensor::empty({0}, DType::Int32), make empty messages.

@@ -93,6 +93,7 @@ const char* coll_name(int op) {
     case kReduceScatter: return "reduce_scatter";
     case kAllToAll: return "all_to_all";
     case kSplit: return "split";
+    case kAllToAllv: return "all_to_allv";
     default: return "?";
   }
 }
@@ -541,6 +542,59 @@ Tensor Communicator::all_to_all(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   Tensor flat = out.view({out.numel()});
   all_to_all_pairwise(in, flat, chunk_bounds(t.numel(), size()));
+  return out;
+}
+
+Tensor Communicator::all_to_allv(const Tensor& t, const std::vector<std::int64_t>& send_counts,
+                                 const std::vector<std::int64_t>& recv_counts, Algo algo) {
+  MLS_CHECK(t.defined(), "all_to_allv: the tensor is undefined");
+  MLS_CHECK(t.ndim() == 1, "all_to_allv: the tensor must be 1-D, got shape ", shape_str(t.shape()));
+  const auto n = static_cast<std::size_t>(size());
+  MLS_CHECK(send_counts.size() == n && recv_counts.size() == n, "all_to_allv: ", send_counts.size(),
+            " send counts and ", recv_counts.size(), " receive counts, expected one per rank (", n, ")");
+  auto offsets = [&](const std::vector<std::int64_t>& c, const char* which) {
+    std::vector<std::int64_t> b(n + 1, 0);
+    for (std::size_t r = 0; r < n; ++r) {
+      MLS_CHECK(c[r] >= 0, "all_to_allv: ", which, "[", r, "] = ", c[r], " on rank ", rank(), ", expected >= 0");
+      b[r + 1] = b[r] + c[r];
+    }
+    return b;
+  };
+  const std::vector<std::int64_t> sb = offsets(send_counts, "send_counts"), rb = offsets(recv_counts, "recv_counts");
+  MLS_CHECK(sb[n] == t.numel(), "all_to_allv: the send counts sum to ", sb[n], " on rank ", rank(),
+            ", the tensor has ", t.numel(), " elements");
+  const auto me = static_cast<std::size_t>(rank());
+  MLS_CHECK(send_counts[me] == recv_counts[me], "all_to_allv: the counts disagree between ranks: rank ", rank(),
+            " sends itself send_counts[", me, "] = ", send_counts[me], " elements but expects recv_counts[", me,
+            "] = ", recv_counts[me]);
+  begin("all_to_allv", kAllToAllv, t, -1, -1);
+  coll_->numel = -1;  // every rank's total differs: the message sizes are checked one by one
+  CollScope s{&coll_};
+  Tensor in = flat_of(t);
+  Tensor out = Tensor::empty({rb[n]}, t.dtype());
+  if (algo == Algo::Auto) algo = Algo::Pairwise;
+  if (algo == Algo::Native) {
+    const std::int64_t item = static_cast<std::int64_t>(t.itemsize());
+    std::vector<std::int64_t> sbytes(n), rbytes(n);
+    for (std::size_t r = 0; r < n; ++r) sbytes[r] = send_counts[r] * item, rbytes[r] = recv_counts[r] * item;
+    MLS_CHECK(t_->native_all_to_allv(in.numel() ? in.data_ptr() : nullptr, sbytes,
+                                     out.numel() ? out.data_ptr() : nullptr, rbytes),
+              "all_to_allv: the ", backend(), " backend has no native all_to_allv");
+    for (std::size_t r = 0; r < n; ++r)  // the payload MPI delivers, counted as ours
+      if (static_cast<int>(r) != rank()) count_send(sbytes[r], true), count_recv(rbytes[r], false);
+    return out;
+  }
+  MLS_CHECK(algo == Algo::Pairwise, "all_to_allv: algorithm ", to_string(algo), " is not one of pairwise, native, auto");
+  try {
+    all_to_allv_pairwise(in, sb, out, rb);
+  } catch (const NotImplemented&) {
+    throw;
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("message size mismatch") == std::string::npos) throw;
+    fail("all_to_allv: the counts disagree between ranks (send_counts[s] on rank r must equal recv_counts[r] on rank "
+         "s): ", what);
+  }
   return out;
 }
 

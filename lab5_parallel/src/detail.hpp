@@ -9,7 +9,7 @@ namespace mls::parallel::detail {
 /// Collective ids carried in Header::op.
 enum CollOp : int {
   kUser = -1, kBarrier = 1, kBroadcast, kReduce, kAllreduce, kGather, kAllgather, kScatter,
-  kReduceScatter, kAllToAll, kSplit
+  kReduceScatter, kAllToAll, kSplit, kAllToAllv
 };
 const char* coll_name(int op);
 

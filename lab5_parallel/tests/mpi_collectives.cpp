@@ -76,6 +76,23 @@ TEST_CASE("mpi: broadcast, reduce, allgather, reduce_scatter, all_to_all, gather
     mls::testing::observe_values("all_to_all", a2a);
     MLS_ORACLE_CHECK(REQUIRE(a2a.shape() == Shape{n, 2}); for (int s = 0; s < n; ++s)
       CHECK(a2a.select(0, s).to_vector<double>() == input_of(s, n * 2, DType::Int64).view({n, 2}).select(0, me).to_vector<double>()));
+    // all_to_allv: rank r sends r + s + size elements to rank s (ours and MPI_Alltoallv).
+    std::vector<std::int64_t> sc(static_cast<std::size_t>(n)), rc(static_cast<std::size_t>(n));
+    for (int s = 0; s < n; ++s) sc[s] = me + s + size, rc[s] = s + me + size;
+    std::int64_t total = 0;
+    for (auto x : sc) total += x;
+    for (Algo algo : {Algo::Pairwise, Algo::Native}) {
+      Tensor v = c.all_to_allv(input_of(me, total, DType::Float32), sc, rc, algo);
+      mls::testing::observe_values(std::string("all_to_allv ") + to_string(algo), v);
+      MLS_ORACLE(std::vector<double> want; for (int s = 0; s < n; ++s) {
+        const auto src = input_of(s, [&] { std::int64_t t = 0; for (int d = 0; d < n; ++d) t += s + d + size; return t; }(),
+                                  DType::Float32).to_vector<double>();
+        std::int64_t off = 0;
+        for (int d = 0; d < me; ++d) off += s + d + size;
+        want.insert(want.end(), src.begin() + off, src.begin() + off + s + me + size);
+      })
+      MLS_ORACLE_CHECK(CHECK(v.to_vector<double>() == want));
+    }
     c.barrier();
   }
 }

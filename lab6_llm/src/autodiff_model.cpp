@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "mls/common/error.hpp"
+#include "mls/llm/moe.hpp"
 
 namespace mls::llm::tape {
 
@@ -21,31 +22,43 @@ Var layer(const Var& stacked, std::int64_t l) {
   return A::reshape(v, s);
 }
 
+/// Where leaf i starts in the flat buffer and its shape: the 16, then the MoE tensors.
+std::int64_t leaf_offset(const GPTConfig& cfg, std::size_t i) {
+  return i < kNumParamTensors ? param_offsets(cfg)[i] : moe_param_offsets(cfg)[i - kNumParamTensors];
+}
+Shape leaf_shape(const GPTConfig& cfg, std::size_t i) {
+  return i < kNumParamTensors ? param_shapes(cfg)[i] : moe_param_shapes(cfg)[i - kNumParamTensors];
+}
+
 }  // namespace
 
+std::size_t num_leaves(const GPTConfig& cfg) {
+  return kNumParamTensors + (is_moe(cfg) ? kNumMoeTensors : 0);
+}
+
 std::vector<Var> to_leaves(const GPTParams& p, DType dtype) {
-  const auto shapes = param_shapes(p.config());
   std::vector<Var> out;
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    const float* t = p.tensor(i);
+  for (std::size_t i = 0; i < num_leaves(p.config()); ++i) {
+    const Shape s = leaf_shape(p.config(), i);
+    const float* t = p.data() + leaf_offset(p.config(), i);
     std::int64_t n = 1;
-    for (auto d : shapes[i]) n *= d;
-    Tensor v = Tensor::from_vector(std::vector<float>(t, t + n), shapes[i]).to(dtype);
+    for (auto d : s) n *= d;
+    Tensor v = Tensor::from_vector(std::vector<float>(t, t + n), s).to(dtype);
     out.emplace_back(v, true);
   }
   return out;
 }
 
 GPTGrads grads_of(const GPTConfig& cfg, const std::vector<Var>& leaves) {
-  MLS_CHECK(leaves.size() == static_cast<std::size_t>(kNumParamTensors),
-            "grads_of: ", leaves.size(), " leaves, expected ", kNumParamTensors);
+  MLS_CHECK(leaves.size() == num_leaves(cfg), "grads_of: ", leaves.size(), " leaves, expected ",
+            num_leaves(cfg));
   GPTGrads g(cfg);
-  for (int i = 0; i < kNumParamTensors; ++i) {
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
     Var gi = leaves[i].grad();
     if (!gi.defined()) continue;
     const Tensor t = gi.value().to(DType::Float32).compact();
     const float* src = t.data<float>();
-    std::copy(src, src + t.numel(), g.tensor(i));
+    std::copy(src, src + t.numel(), g.data() + leaf_offset(cfg, i));
   }
   return g;
 }
@@ -90,9 +103,57 @@ Var mlp_sublayer(const Var& x, const Var& ln2w, const Var& ln2b, const Var& fcw,
   // END SOLUTION
 }
 
-Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& inputs) {
-  MLS_CHECK(P.size() == static_cast<std::size_t>(kNumParamTensors), "gpt_logits: ", P.size(),
-            " parameters, expected ", kNumParamTensors);
+Var moe_sublayer(const GPTConfig& cfg, const Var& x, const Var& ln2w, const Var& ln2b,
+                 const Var& router, const Var& fcw, const Var& fcb, const Var& projw,
+                 const Var& projb, Var* moe_loss) {
+  const std::int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2], N = B * T;
+  const std::int64_t E = cfg.moe_experts, K = cfg.moe_top_k, cap = moe_capacity(cfg, N);
+  Var h = A::reshape(A::layer_norm(x, ln2w, ln2b, 1e-5), {N, C});
+  Var z = A::matmul(h, A::transpose(router, 0, 1));  // [N, E]
+  Var probs = A::softmax(z, -1);
+  // The routing is discrete (no gradient): the student's moe_route on the probabilities decides
+  // which choices exist (sel) and which are kept (keep), as 0/1 constants [N, E].
+  const Tensor pv = probs.value().to(DType::Float32).compact();
+  std::vector<std::int32_t> expert(static_cast<std::size_t>(N * K)), slot(expert.size()),
+      count(static_cast<std::size_t>(E)), token(static_cast<std::size_t>(E * cap));
+  std::vector<float> gate(expert.size());
+  moe_route(pv.data<float>(), N, E, K, cap, expert.data(), gate.data(), slot.data(), count.data(),
+            token.data());
+  std::vector<double> sel(static_cast<std::size_t>(N * E), 0.0), keep(sel.size(), 0.0),
+      frac(static_cast<std::size_t>(E), 0.0);
+  for (std::int64_t t = 0; t < N; ++t)
+    for (std::int64_t k = 0; k < K; ++k) {
+      const std::int64_t e = expert[static_cast<std::size_t>(t * K + k)];
+      sel[static_cast<std::size_t>(t * E + e)] = 1.0;
+      if (slot[static_cast<std::size_t>(t * K + k)] >= 0) keep[static_cast<std::size_t>(t * E + e)] = 1.0;
+      frac[static_cast<std::size_t>(e)] += 1.0 / static_cast<double>(N * K);
+    }
+  auto constant = [&](const std::vector<double>& v, Shape s) {
+    return A::constant_like(x, Tensor::from_vector(v, s).to(x.dtype()));
+  };
+  // Gates: the probability (K = 1) or the probability over the sum of the K chosen (K > 1).
+  Var combine = constant(keep, {N, E}) * probs;
+  if (K > 1) combine = combine / A::sum(constant(sel, {N, E}) * probs, {-1}, true);
+  Var out;
+  for (std::int64_t e = 0; e < E; ++e) {
+    Var y = linear(A::gelu(linear(h, layer(fcw, e), layer(fcb, e))), layer(projw, e), layer(projb, e));
+    Var term = A::slice(combine, 1, e, e + 1) * y;
+    out = e == 0 ? term : out + term;
+  }
+  if (moe_loss) {
+    Var aux = A::sum(A::mean(probs, {0}) * constant(frac, {E})) *
+              (cfg.moe_aux_coef * static_cast<double>(E));
+    Var lse = A::logsumexp(z, -1);
+    Var zl = A::mean(lse * lse) * cfg.moe_z_coef;
+    *moe_loss = moe_loss->defined() ? *moe_loss + aux + zl : aux + zl;
+  }
+  return x + A::reshape(out, {B, T, C});
+}
+
+Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& inputs,
+               Var* moe_loss) {
+  MLS_CHECK(P.size() == num_leaves(cfg), "gpt_logits: ", P.size(), " parameters, expected ",
+            num_leaves(cfg));
   MLS_CHECK(inputs.ndim() == 2, "gpt_logits: inputs of shape ", shape_str(inputs.shape()),
             ", expected [B, T]");
   const std::int64_t T = inputs.shape()[1];
@@ -104,8 +165,16 @@ Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& in
   for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
     x = attention_sublayer(x, layer(P[2], l), layer(P[3], l), layer(P[4], l), layer(P[5], l),
                            layer(P[6], l), layer(P[7], l), cfg.n_head);
-    x = mlp_sublayer(x, layer(P[8], l), layer(P[9], l), layer(P[10], l), layer(P[11], l),
-                     layer(P[12], l), layer(P[13], l));
+    if (is_moe_block(cfg, l)) {
+      const std::int64_t m = moe_blocks_before(cfg, l);
+      x = moe_sublayer(cfg, x, layer(P[8], l), layer(P[9], l), layer(P[16 + kMoeRouter], m),
+                       layer(P[16 + kMoeFcw], m), layer(P[16 + kMoeFcb], m),
+                       layer(P[16 + kMoeFcprojw], m), layer(P[16 + kMoeFcprojb], m), moe_loss);
+      continue;
+    }
+    const std::int64_t d = l - moe_blocks_before(cfg, l);  // the MLP tensors stack dense blocks
+    x = mlp_sublayer(x, layer(P[8], l), layer(P[9], l), layer(P[10], d), layer(P[11], d),
+                     layer(P[12], d), layer(P[13], d));
   }
   x = A::layer_norm(x, P[14], P[15], 1e-5);
   return A::matmul(x, A::transpose(P[0], 0, 1));  // the tied LM head
@@ -113,14 +182,16 @@ Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& in
 
 Var gpt_loss(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& inputs,
              const Tensor& targets, const Tensor& mask) {
-  Var logits = gpt_logits(cfg, P, inputs);
+  Var moe_loss;
+  Var logits = gpt_logits(cfg, P, inputs, is_moe(cfg) ? &moe_loss : nullptr);
   Var oh = A::one_hot(A::constant_like(P[0], targets), cfg.vocab_size, P[0].dtype());
   Var nll = -A::sum(A::log_softmax(logits, -1) * oh, {-1});  // [B, T]
   Var m = A::constant_like(P[0], mask.to(P[0].dtype()));
   double den = 0.0;
   const Tensor md = mask.to(DType::Float64).compact();
   for (std::int64_t i = 0; i < md.numel(); ++i) den += md.data<double>()[i];
-  return A::sum(nll * m) * (den > 0 ? 1.0 / den : 0.0);
+  Var ce = A::sum(nll * m) * (den > 0 ? 1.0 / den : 0.0);
+  return moe_loss.defined() ? ce + moe_loss : ce;  // MoE: plus the balancing and z-losses
 }
 
 Tensor ids_tensor(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T) {

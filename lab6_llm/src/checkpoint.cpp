@@ -4,7 +4,9 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
+#include <string>
 
 #include "mls/common/error.hpp"
 #include "mls/common/file.hpp"
@@ -111,6 +113,14 @@ void add_params(Checkpoint& ckpt, const std::string& prefix, const std::vector<f
                                 flat.begin() + static_cast<std::ptrdiff_t>(off + k)));
     off += k;
   }
+  const auto mshapes = moe_param_shapes(ckpt.config);
+  for (int i = 0; is_moe(ckpt.config) && i < kNumMoeTensors; ++i) {
+    const auto k = static_cast<std::size_t>(checked_numel(mshapes[static_cast<std::size_t>(i)]));
+    ckpt.add(prefix + moe_param_names()[static_cast<std::size_t>(i)], mshapes[static_cast<std::size_t>(i)],
+             std::vector<float>(flat.begin() + static_cast<std::ptrdiff_t>(off),
+                                flat.begin() + static_cast<std::ptrdiff_t>(off + k)));
+    off += k;
+  }
 }
 
 std::vector<float> get_params(const Checkpoint& ckpt, const std::string& prefix) {
@@ -122,6 +132,14 @@ std::vector<float> get_params(const Checkpoint& ckpt, const std::string& prefix)
     const NamedArray& a = ckpt.get(name);
     MLS_CHECK(a.shape == shapes[static_cast<std::size_t>(i)], "checkpoint: array '", name, "' has shape ",
               shape_str(a.shape), ", the config needs ", shape_str(shapes[static_cast<std::size_t>(i)]));
+    flat.insert(flat.end(), a.data.begin(), a.data.end());
+  }
+  const auto mshapes = moe_param_shapes(ckpt.config);
+  for (int i = 0; is_moe(ckpt.config) && i < kNumMoeTensors; ++i) {
+    const std::string name = prefix + moe_param_names()[static_cast<std::size_t>(i)];
+    const NamedArray& a = ckpt.get(name);
+    MLS_CHECK(a.shape == mshapes[static_cast<std::size_t>(i)], "checkpoint: array '", name, "' has shape ",
+              shape_str(a.shape), ", the config needs ", shape_str(mshapes[static_cast<std::size_t>(i)]));
     flat.insert(flat.end(), a.data.begin(), a.data.end());
   }
   return flat;
@@ -140,8 +158,12 @@ std::string serialize_checkpoint(const Checkpoint& ckpt) {
     w.str(k);
     w.pod(v);
   }
-  w.pod(static_cast<std::uint32_t>(ckpt.settings.size()));
-  for (const auto& [k, v] : ckpt.settings) {
+  // An MoE config's fields travel as settings "config/moe_*" (a dense checkpoint has none, and
+  // its bytes are what they were before MoE).
+  std::map<std::string, std::string> settings = ckpt.settings;
+  for (const auto& [k, v] : moe_config_settings(c)) settings[k] = v;
+  w.pod(static_cast<std::uint32_t>(settings.size()));
+  for (const auto& [k, v] : settings) {
     w.str(k);
     w.str(v);
   }
@@ -206,11 +228,6 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& source) {
   ck.config.n_embd = r.pod<std::int64_t>("config");
   ck.config.block_size = r.pod<std::int64_t>("config");
   ck.config.vocab_size = r.pod<std::int64_t>("config");
-  try {
-    ck.config.validate();
-  } catch (const Error& e) {
-    fail(where, " holds an invalid config: ", e.what());
-  }
   ck.step = r.pod<std::int64_t>("step");
   ck.tokenizer = r.str("tokenizer");
   const auto n_counters = r.pod<std::uint32_t>("counters");
@@ -222,6 +239,12 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& source) {
   for (std::uint32_t i = 0; i < n_settings; ++i) {
     std::string k = r.str("setting name");
     ck.settings[k] = r.str("setting value");
+  }
+  try {
+    read_moe_config_settings(ck.config, ck.settings);  // and removes them from the settings
+    ck.config.validate();
+  } catch (const Error& e) {
+    fail(where, " holds an invalid config: ", e.what());
   }
   const auto n_arrays = r.pod<std::uint32_t>("arrays");
   for (std::uint32_t i = 0; i < n_arrays; ++i) {
@@ -269,6 +292,76 @@ void check_resume_compatible(const GPTConfig& saved, const GPTConfig& requested)
     MLS_CHECK(saved.*member == requested.*member, "resume: the checkpoint has ", name, " = ", saved.*member,
               ", the run asks for ", name, " = ", requested.*member,
               " (resume with the checkpoint's config, or start from it with --init-from)");
+  check_moe_compatible("resume", saved, requested);
+}
+
+void check_moe_compatible(const std::string& op, const GPTConfig& saved, const GPTConfig& requested) {
+  const auto a = moe_config_settings(saved), b = moe_config_settings(requested);
+  if (a == b) return;
+  auto text = [](const std::map<std::string, std::string>& m) {
+    if (m.empty()) return std::string("a dense model (moe_experts = 0)");
+    std::string t;
+    for (const auto& [k, v] : m) t += (t.empty() ? "" : ", ") + k.substr(7) + " = " + v;
+    return t;
+  };
+  fail(op, ": the checkpoint holds ", text(a), ", the run asks for ", text(b),
+       " (an MoE checkpoint loads into the same MoE config only)");
+}
+
+std::map<std::string, std::string> moe_config_settings(const GPTConfig& c) {
+  std::map<std::string, std::string> m;
+  if (!is_moe(c)) return m;
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return std::string(buf);
+  };
+  m["config/moe_experts"] = std::to_string(c.moe_experts);
+  m["config/moe_top_k"] = std::to_string(c.moe_top_k);
+  m["config/moe_every"] = std::to_string(c.moe_every);
+  m["config/capacity_factor"] = num(c.capacity_factor);
+  m["config/moe_aux_coef"] = num(c.moe_aux_coef);
+  m["config/moe_z_coef"] = num(c.moe_z_coef);
+  return m;
+}
+
+void read_moe_config_settings(GPTConfig& c, std::map<std::string, std::string>& settings) {
+  auto take = [&](const char* key) -> std::string {
+    const auto it = settings.find(key);
+    MLS_CHECK(it != settings.end(), "checkpoint: MoE config without the setting '", key, "'");
+    std::string v = it->second;
+    settings.erase(it);
+    return v;
+  };
+  if (settings.find("config/moe_experts") == settings.end()) return;  // dense
+  auto integer = [](const std::string& k, const std::string& v) {
+    std::size_t used = 0;
+    long long x = 0;
+    try {
+      x = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MLS_CHECK(used == v.size() && !v.empty(), "checkpoint: setting '", k, "' = '", v, "', expected an integer");
+    return static_cast<std::int64_t>(x);
+  };
+  auto real = [](const std::string& k, const std::string& v) {
+    std::size_t used = 0;
+    double x = 0;
+    try {
+      x = std::stod(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MLS_CHECK(used == v.size() && !v.empty(), "checkpoint: setting '", k, "' = '", v, "', expected a number");
+    return x;
+  };
+  c.moe_experts = integer("config/moe_experts", take("config/moe_experts"));
+  c.moe_top_k = integer("config/moe_top_k", take("config/moe_top_k"));
+  c.moe_every = integer("config/moe_every", take("config/moe_every"));
+  c.capacity_factor = real("config/capacity_factor", take("config/capacity_factor"));
+  c.moe_aux_coef = real("config/moe_aux_coef", take("config/moe_aux_coef"));
+  c.moe_z_coef = real("config/moe_z_coef", take("config/moe_z_coef"));
 }
 
 void check_resume_compatible(const Checkpoint& saved, const Checkpoint& requested) {

@@ -1,5 +1,8 @@
 #include "mls/llm/config.hpp"
 
+#include <cmath>
+#include <algorithm>
+#include <sstream>
 #include <string>
 
 #include "mls/common/error.hpp"
@@ -15,6 +18,36 @@ void GPTConfig::validate() const {
             ", expected 1..1048576");
   MLS_CHECK(vocab_size > 0 && vocab_size <= (1 << 24), "GPTConfig: vocab_size = ", vocab_size,
             ", expected 1..16777216 (set it from the tokenizer)");
+  MLS_CHECK(moe_experts >= 0 && moe_experts <= 1024, "GPTConfig: moe_experts = ", moe_experts,
+            ", expected 0 (dense) or 1..1024");
+  if (moe_experts == 0) return;
+  MLS_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, "GPTConfig: moe_top_k = ", moe_top_k,
+            ", expected 1..moe_experts = ", moe_experts);
+  MLS_CHECK(moe_every >= 1 && moe_every <= n_layer, "GPTConfig: moe_every = ", moe_every,
+            ", expected 1..n_layer = ", n_layer, " (every N-th block is MoE)");
+  MLS_CHECK(std::isfinite(capacity_factor) && capacity_factor > 0, "GPTConfig: capacity_factor = ",
+            capacity_factor, ", expected a finite value > 0");
+  MLS_CHECK(std::isfinite(moe_aux_coef) && moe_aux_coef >= 0, "GPTConfig: moe_aux_coef = ",
+            moe_aux_coef, ", expected a finite value >= 0");
+  MLS_CHECK(std::isfinite(moe_z_coef) && moe_z_coef >= 0, "GPTConfig: moe_z_coef = ", moe_z_coef,
+            ", expected a finite value >= 0");
+}
+
+bool is_moe_block(const GPTConfig& cfg, std::int64_t l) {
+  return is_moe(cfg) && (l + 1) % cfg.moe_every == 0;
+}
+
+std::int64_t moe_blocks_before(const GPTConfig& cfg, std::int64_t l) {
+  return is_moe(cfg) ? l / cfg.moe_every : 0;
+}
+
+std::int64_t num_moe_blocks(const GPTConfig& cfg) { return moe_blocks_before(cfg, cfg.n_layer); }
+
+std::int64_t moe_capacity(const GPTConfig& cfg, std::int64_t tokens) {
+  MLS_CHECK(is_moe(cfg), "moe_capacity: a dense config (moe_experts = 0)");
+  const double c = std::ceil(cfg.capacity_factor * static_cast<double>(cfg.moe_top_k) *
+                             static_cast<double>(tokens) / static_cast<double>(cfg.moe_experts));
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(c));
 }
 
 GPTConfig config_by_name(const std::string& name) {
@@ -39,15 +72,36 @@ const std::array<const char*, kNumParamTensors>& param_names() {
 
 std::array<Shape, kNumParamTensors> param_shapes(const GPTConfig& cfg) {
   const std::int64_t V = cfg.vocab_size, T = cfg.block_size, L = cfg.n_layer, C = cfg.n_embd;
+  const std::int64_t Ld = num_dense_blocks(cfg);  // the MLP tensors stack the dense blocks only
   return {Shape{V, C},     Shape{T, C},     Shape{L, C},     Shape{L, C},
           Shape{L, 3 * C, C}, Shape{L, 3 * C}, Shape{L, C, C},  Shape{L, C},
-          Shape{L, C},     Shape{L, C},     Shape{L, 4 * C, C}, Shape{L, 4 * C},
-          Shape{L, C, 4 * C}, Shape{L, C},  Shape{C},        Shape{C}};
+          Shape{L, C},     Shape{L, C},     Shape{Ld, 4 * C, C}, Shape{Ld, 4 * C},
+          Shape{Ld, C, 4 * C}, Shape{Ld, C},  Shape{C},        Shape{C}};
+}
+
+const std::array<const char*, kNumMoeTensors>& moe_param_names() {
+  static const std::array<const char*, kNumMoeTensors> names = {
+      "moe_router", "moe_fcw", "moe_fcb", "moe_fcprojw", "moe_fcprojb"};
+  return names;
+}
+
+std::array<Shape, kNumMoeTensors> moe_param_shapes(const GPTConfig& cfg) {
+  const std::int64_t Lm = num_moe_blocks(cfg), E = cfg.moe_experts, C = cfg.n_embd;
+  return {Shape{Lm, E, C}, Shape{Lm, E, 4 * C, C}, Shape{Lm, E, 4 * C}, Shape{Lm, E, C, 4 * C},
+          Shape{Lm, E, C}};
 }
 
 std::int64_t num_params(const GPTConfig& cfg) {
   const std::int64_t V = cfg.vocab_size, T = cfg.block_size, L = cfg.n_layer, C = cfg.n_embd;
-  return L * (12 * C * C + 13 * C) + V * C + T * C + 2 * C;
+  const std::int64_t Ld = num_dense_blocks(cfg), Lm = num_moe_blocks(cfg), E = cfg.moe_experts;
+  const std::int64_t mlp = 8 * C * C + 5 * C;  // fcw, fcb, fcprojw, fcprojb of one MLP
+  return L * (4 * C * C + 8 * C) + Ld * mlp + Lm * E * (mlp + C) + V * C + T * C + 2 * C;
+}
+
+std::int64_t num_active_params(const GPTConfig& cfg) {
+  const std::int64_t C = cfg.n_embd, Lm = num_moe_blocks(cfg), E = cfg.moe_experts;
+  const std::int64_t mlp = 8 * C * C + 5 * C;
+  return num_params(cfg) - Lm * (E - cfg.moe_top_k) * mlp;
 }
 
 GPTConfig ModelSpec::make(std::int64_t vocab) const {
@@ -56,6 +110,12 @@ GPTConfig ModelSpec::make(std::int64_t vocab) const {
   if (n_head) c.n_head = n_head;
   if (n_embd) c.n_embd = n_embd;
   if (block_size) c.block_size = block_size;
+  c.moe_experts = moe_experts;
+  c.moe_top_k = moe_top_k;
+  c.moe_every = moe_every;
+  c.capacity_factor = capacity_factor;
+  c.moe_aux_coef = moe_aux_coef;
+  c.moe_z_coef = moe_z_coef;
   c.vocab_size = vocab;
   c.validate();
   return c;
@@ -67,6 +127,13 @@ std::string ModelSpec::args() const {
   if (n_head) a += " --n-head " + std::to_string(n_head);
   if (n_embd) a += " --n-embd " + std::to_string(n_embd);
   if (block_size) a += " --block-size " + std::to_string(block_size);
+  if (moe_experts) {
+    std::ostringstream o;
+    o << " --moe-experts " << moe_experts << " --moe-top-k " << moe_top_k << " --moe-every "
+      << moe_every << " --capacity-factor " << capacity_factor << " --moe-aux-coef " << moe_aux_coef
+      << " --moe-z-coef " << moe_z_coef;
+    a += o.str();
+  }
   return a;
 }
 

@@ -23,6 +23,8 @@ std::int64_t llmc_padded_vocab(std::int64_t vocab_size) { return (vocab_size + 1
 
 std::string serialize_llmc(const GPTConfig& cfg, const std::vector<float>& params, std::int64_t padded_vocab_size) {
   cfg.validate();
+  MLS_CHECK(!is_moe(cfg), "export llm.c: an MoE model (moe_experts = ", cfg.moe_experts,
+            ") has no llm.c layout, expected a dense model");
   const std::int64_t V = cfg.vocab_size, C = cfg.n_embd;
   const std::int64_t Vp = padded_vocab_size == 0 ? llmc_padded_vocab(V) : padded_vocab_size;
   MLS_CHECK(Vp >= V, "export llm.c: padded vocabulary ", Vp, " is smaller than the vocabulary ", V);

@@ -13,6 +13,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/kernels/fused.hpp"
 #include "mls/kernels/sgemm.hpp"
+#include "mls/llm/moe.hpp"
 #include "mls/llm/remat.hpp"
 
 // The hot loops below are compiled for AVX-512, AVX2/FMA and baseline x86-64 (as lab 4's fused
@@ -69,12 +70,48 @@ std::array<std::int64_t, kNumParamTensors> param_offsets(const GPTConfig& cfg) {
   return off;
 }
 
+std::array<std::int64_t, kNumMoeTensors> moe_param_offsets(const GPTConfig& cfg) {
+  const auto shapes = moe_param_shapes(cfg);
+  std::array<std::int64_t, kNumMoeTensors> off{};
+  std::int64_t o = param_offsets(cfg)[kLnfb] + cfg.n_embd;  // right after lnfb
+  for (int i = 0; i < kNumMoeTensors; ++i) {
+    off[i] = o;
+    std::int64_t n = 1;
+    for (auto d : shapes[i]) n *= d;
+    o += n;
+  }
+  return off;
+}
+
+std::vector<TensorRange> param_ranges(const GPTConfig& cfg) {
+  const auto off = param_offsets(cfg);
+  const auto moff = moe_param_offsets(cfg);
+  std::vector<TensorRange> r;
+  for (int k = 0; k < kNumParamTensors; ++k)
+    r.push_back({off[k], k + 1 < kNumParamTensors ? off[k + 1] : moff[0], param_decays(k)});
+  if (!is_moe(cfg)) return r;
+  for (int k = 0; k < kNumMoeTensors; ++k)
+    r.push_back({moff[k], k + 1 < kNumMoeTensors ? moff[k + 1] : num_params(cfg),
+                 k == kMoeRouter || k == kMoeFcw || k == kMoeFcprojw});
+  return r;
+}
+
 ParamPtrs param_views(float* flat, const GPTConfig& cfg) {
   const auto o = param_offsets(cfg);
-  return ParamPtrs{flat + o[0],  flat + o[1],  flat + o[2],  flat + o[3],
-                   flat + o[4],  flat + o[5],  flat + o[6],  flat + o[7],
-                   flat + o[8],  flat + o[9],  flat + o[10], flat + o[11],
-                   flat + o[12], flat + o[13], flat + o[14], flat + o[15]};
+  ParamPtrs p{flat + o[0],  flat + o[1],  flat + o[2],  flat + o[3],
+              flat + o[4],  flat + o[5],  flat + o[6],  flat + o[7],
+              flat + o[8],  flat + o[9],  flat + o[10], flat + o[11],
+              flat + o[12], flat + o[13], flat + o[14], flat + o[15],
+              nullptr,      nullptr,      nullptr,      nullptr,      nullptr};
+  if (is_moe(cfg)) {
+    const auto m = moe_param_offsets(cfg);
+    p.moe_router = flat + m[kMoeRouter];
+    p.moe_fcw = flat + m[kMoeFcw];
+    p.moe_fcb = flat + m[kMoeFcb];
+    p.moe_fcprojw = flat + m[kMoeFcprojw];
+    p.moe_fcprojb = flat + m[kMoeFcprojb];
+  }
+  return p;
 }
 
 FlatParams::FlatParams(const GPTConfig& cfg, mem::Tag tag) : cfg_(cfg) {
@@ -107,6 +144,17 @@ GPTParams init_params(const GPTConfig& cfg, std::uint64_t seed) {
       const double sd = (name == "attprojw" || name == "fcprojw") ? resid_std : 0.02;
       for (std::int64_t j = 0; j < n; ++j) t[j] = static_cast<float>(rng.normal(0.0, sd));
     }  // biases stay 0
+  }
+  if (is_moe(cfg)) {  // after the 16 (a dense config draws exactly what it drew before)
+    const auto mshapes = moe_param_shapes(cfg);
+    for (int i = 0; i < kNumMoeTensors; ++i) {
+      if (i == kMoeFcb || i == kMoeFcprojb) continue;  // biases stay 0
+      std::int64_t n = 1;
+      for (auto d : mshapes[i]) n *= d;
+      float* t = p.data() + moe_param_offsets(cfg)[i];
+      const double sd = i == kMoeFcprojw ? resid_std : 0.02;
+      for (std::int64_t j = 0; j < n; ++j) t[j] = static_cast<float>(rng.normal(0.0, sd));
+    }
   }
   return p;
 }
@@ -143,18 +191,44 @@ GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64
   float** ptrs[] = {&encoded, &ln1,       &ln1_mean, &ln1_rstd, &qkv,      &atty,   &att,
                     &attproj, &residual2, &ln2,      &ln2_mean, &ln2_rstd, &fch,    &fch_gelu,
                     &fcproj,  &residual3, &lnf,      &lnf_mean, &lnf_rstd, &logits, &losses};
+  // MoE buffers (moe.hpp): none for a dense config.
+  const std::int64_t E = cfg.moe_experts, K = is_moe(cfg) ? cfg.moe_top_k : 0;
+  moe_cap = is_moe(cfg) ? moe_capacity(cfg, N) : 0;
+  const std::int64_t R = E * moe_cap, Lm = is_moe(cfg) ? L : 0;
+  const std::int64_t msizes[] = {Lm * N * E, Lm * N,         Lm * N * K,     Lm * E,    Lm * 2,
+                                 Lm * R * C, Lm * R * 4 * C, Lm * R * 4 * C, Lm * R * C};
+  float** mptrs[] = {&moe_probs, &moe_lse, &moe_gate, &moe_frac, &moe_loss,
+                     &moe_xin,   &moe_h,   &moe_hg,   &moe_y};
   std::int64_t total = 0;
   for (auto s : sizes) total += s;
+  for (auto s : msizes) total += s;
+  const std::int64_t isizes[] = {Lm * N * K, Lm * N * K, Lm * E, Lm * R};
+  std::int32_t** iptrs[] = {&moe_expert, &moe_slot, &moe_count, &moe_token};
+  std::int64_t itotal = 0;
+  for (auto s : isizes) itotal += s;
   storage_.assign(static_cast<std::size_t>(total), 0.f);
-  mem_ = mem::Block(mem::Tag::Activation, 4 * total);
+  istorage_.assign(static_cast<std::size_t>(itotal), 0);
+  mem_ = mem::Block(mem::Tag::Activation, 4 * (total + itotal));
   std::int64_t o = 0;
   for (std::size_t i = 0; i < std::size(sizes); ++i) {
     *ptrs[i] = storage_.data() + o;
     o += sizes[i];
   }
+  for (std::size_t i = 0; i < std::size(msizes); ++i) {
+    *mptrs[i] = msizes[i] ? storage_.data() + o : nullptr;
+    o += msizes[i];
+  }
+  o = 0;
+  for (std::size_t i = 0; i < std::size(isizes); ++i) {
+    *iptrs[i] = isizes[i] ? istorage_.data() + o : nullptr;
+    o += isizes[i];
+  }
 }
 
-void GPTActivations::zero() { std::fill(storage_.begin(), storage_.end(), 0.f); }
+void GPTActivations::zero() {
+  std::fill(storage_.begin(), storage_.end(), 0.f);
+  std::fill(istorage_.begin(), istorage_.end(), 0);
+}
 
 // ---- layers -------------------------------------------------------------------------------------
 
@@ -551,7 +625,10 @@ void mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, st
 void block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a, std::int64_t l,
                    const float* x_in) {
   attention_block_forward(cfg, p, a, l, x_in);
-  mlp_forward(cfg, p, a, l);
+  if (p.moe_router)
+    moe_mlp_forward(cfg, p, a, l);
+  else
+    mlp_forward(cfg, p, a, l);
 }
 
 void mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
@@ -600,7 +677,10 @@ void attention_block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtr
 
 void block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g, const GPTActivations& a,
                     GPTActivations& da, std::int64_t l, const float* x_in, float* dresidual) {
-  mlp_backward(cfg, p, g, a, da, l, dresidual);
+  if (p.moe_router)
+    moe_mlp_backward(cfg, p, g, a, da, l, dresidual);
+  else
+    mlp_backward(cfg, p, g, a, da, l, dresidual);
   attention_block_backward(cfg, p, g, a, da, l, x_in, dresidual);
 }
 
@@ -641,15 +721,13 @@ void adamw_update(GPTParams& params, const GPTGrads& grads, AdamWState& state,
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(opt.beta1, t)));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(opt.beta2, t)));
   const float flr = static_cast<float>(lr), eps = static_cast<float>(opt.eps);
-  const auto off = param_offsets(params.config());
   float* p = params.data();
   const float* g = grads.data();
   float* m = state.m.data();
   float* v = state.v.data();
-  for (int k = 0; k < kNumParamTensors; ++k) {
-    const std::int64_t begin = off[k], end = k + 1 < kNumParamTensors ? off[k + 1] : n;
-    const float wd = param_decays(k) ? static_cast<float>(opt.weight_decay) : 0.f;
-    parallel_for(begin, end, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
+  for (const TensorRange& r : param_ranges(params.config())) {  // the 16 tensors, then MoE's
+    const float wd = r.decays ? static_cast<float>(opt.weight_decay) : 0.f;
+    parallel_for(r.begin, r.end, kElemChunk, [&](std::int64_t i0, std::int64_t i1) {
       adamw_range(p + i0, g + i0, m + i0, v + i0, i1 - i0, b1, b2, c1, c2, flr, eps, wd);
     });
   }
@@ -696,7 +774,7 @@ double lr_schedule(std::int64_t step, std::int64_t warmup, std::int64_t total, d
 // ---- counts -------------------------------------------------------------------------------------
 
 std::int64_t flops_params(const GPTConfig& cfg) {
-  return num_params(cfg) - cfg.block_size * cfg.n_embd;
+  return num_active_params(cfg) - cfg.block_size * cfg.n_embd;
 }
 
 double train_flops_per_token(const GPTConfig& cfg, std::int64_t T) {

@@ -22,10 +22,24 @@ ParamPtrs shift_layers(const ParamPtrs& p, const GPTConfig& cfg, std::int64_t l0
   q.attprojb += l0 * C;
   q.ln2w += l0 * C;
   q.ln2b += l0 * C;
-  q.fcw += l0 * 4 * C * C;
-  q.fcb += l0 * 4 * C;
-  q.fcprojw += l0 * 4 * C * C;
-  q.fcprojb += l0 * C;
+  if (is_moe_block(cfg, l0)) {  // the MoE tensors stack the MoE blocks; no dense MLP here
+    const std::int64_t m = moe_blocks_before(cfg, l0), E = cfg.moe_experts;
+    q.fcw = q.fcb = q.fcprojw = q.fcprojb = nullptr;
+    if (q.moe_router) {  // null: a view without gradients (ParamPtrs{})
+      q.moe_router += m * E * C;
+      q.moe_fcw += m * E * 4 * C * C;
+      q.moe_fcb += m * E * 4 * C;
+      q.moe_fcprojw += m * E * 4 * C * C;
+      q.moe_fcprojb += m * E * C;
+    }
+    return q;
+  }
+  const std::int64_t d = l0 - moe_blocks_before(cfg, l0);  // the MLP tensors stack dense blocks
+  q.fcw += d * 4 * C * C;
+  q.fcb += d * 4 * C;
+  q.fcprojw += d * 4 * C * C;
+  q.fcprojb += d * C;
+  q.moe_router = q.moe_fcw = q.moe_fcb = q.moe_fcprojw = q.moe_fcprojb = nullptr;
   return q;
 }
 
@@ -56,6 +70,24 @@ GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::in
   v.lnf_rstd = a.lnf_rstd;
   v.logits = a.logits;
   v.losses = a.losses;
+  v.moe_cap = a.moe_cap;
+  v.moe_grad_scale = a.moe_grad_scale;
+  if (a.moe_probs) {  // MoE buffers (an MoE config): every slot has them
+    const std::int64_t E = cfg.moe_experts, K = cfg.moe_top_k, R = E * a.moe_cap;
+    v.moe_probs = a.moe_probs + l * N * E;
+    v.moe_lse = a.moe_lse + l * N;
+    v.moe_gate = a.moe_gate + l * N * K;
+    v.moe_frac = a.moe_frac + l * E;
+    v.moe_loss = a.moe_loss + l * 2;
+    v.moe_xin = a.moe_xin + l * R * C;
+    v.moe_h = a.moe_h + l * R * 4 * C;
+    v.moe_hg = a.moe_hg + l * R * 4 * C;
+    v.moe_y = a.moe_y + l * R * C;
+    v.moe_expert = a.moe_expert + l * N * K;
+    v.moe_slot = a.moe_slot + l * N * K;
+    v.moe_count = a.moe_count + l * E;
+    v.moe_token = a.moe_token + l * R;
+  }
   return v;
 }
 
@@ -182,6 +214,12 @@ void model_backward(const GPTConfig& cfg, ModelAccess& acc, const PassBuffers& b
   check_ids("model_backward", "target", mb.targets, N, V);
   const GPTActivations& a = buf.head();
   GPTActivations& da = buf.dhead();
+  // The MoE losses are means over this micro-batch's tokens: their gradients count with the
+  // micro-batch's share of the batch (its mask sum over `norm`), so micro-batches add up.
+  if (is_moe(cfg)) {
+    const double own = mask_sum(mb.mask, N);
+    da.moe_grad_scale = norm < 0 ? 1.f : norm > 0 ? static_cast<float>(own / norm) : 0.f;
+  }
   // The head: cross-entropy, the tied LM head (the embeddings, held since the forward), lnf.
   crossentropy_backward(da.logits, a.logits, mb.targets, mb.mask, N, V, norm);
   std::fill(da.lnf, da.lnf + N * C, 0.f);

@@ -337,6 +337,9 @@ GPTConfig segment_config(const GPTConfig& cfg, const RematPlan& plan) {
             cfg.n_layer);
   GPTConfig s = cfg;
   s.n_layer = plan.max_segment();
+  // MoE: every slot gets MoE buffers; which blocks are MoE comes from the model's access (the
+  // blocks' parameter views), so the segment only needs a valid moe_every.
+  s.moe_every = std::min(s.moe_every, s.n_layer);
   return s;
 }
 

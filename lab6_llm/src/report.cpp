@@ -107,6 +107,78 @@ void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows,
   write_file_atomic(path, loss_svg(rows, title), "write_loss_svg");
 }
 
+void write_moe_csv(const std::string& path, const std::vector<MoeRow>& rows) {
+  std::string out = "step,dropped_fraction,balance_loss";
+  const std::size_t E = rows.empty() ? 0 : rows.front().tokens.size();
+  for (std::size_t e = 0; e < E; ++e) out += ",tokens_e" + std::to_string(e);
+  out += "\n";
+  char buf[64];
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "%lld,%.6g,%.6g", (long long)r.step, r.dropped_fraction(), r.balance_loss);
+    out += buf;
+    for (auto t : r.tokens) out += "," + std::to_string(t);
+    out += "\n";
+  }
+  write_file_atomic(path, out, "write_moe_csv");
+}
+
+std::string moe_svg(const std::vector<MoeRow>& rows, const std::string& title) {
+  const double W = 800, H = 400, ml = 70, mr = 170, mt = 40, mb = 50;  // the legend on the right
+  const std::size_t E = rows.empty() ? 0 : rows.front().tokens.size();
+  double x0 = 0, x1 = 1, y1 = E > 0 ? 1.0 / static_cast<double>(E) : 1.0;
+  if (!rows.empty()) {
+    x0 = static_cast<double>(rows.front().step);
+    x1 = std::max(x0 + 1, static_cast<double>(rows.back().step));
+  }
+  auto share = [](const MoeRow& r, std::size_t e) {
+    std::int64_t kept = 0;
+    for (auto t : r.tokens) kept += t;
+    return kept > 0 ? static_cast<double>(r.tokens[e]) / static_cast<double>(kept) : 0.0;
+  };
+  for (const auto& r : rows) {
+    for (std::size_t e = 0; e < r.tokens.size(); ++e) y1 = std::max(y1, share(r, e));
+    y1 = std::max(y1, r.dropped_fraction());
+  }
+  y1 = std::min(1.0, y1 * 1.05);
+  const svg::Scale X(x0, x1, ml, W - mr), Y(0.0, y1, H - mb, mt);
+  svg::Document d(W, H);
+  d.text(W / 2, 22, title, {.anchor = svg::Anchor::Middle, .size = 14});
+  d.x_axis(X, H - mb,
+           {.label = [](double v) { return std::to_string(std::llround(v)); }, .title = "step", .title_gap = mb - 10});
+  d.y_axis(Y, ml,
+           {.label = [](double v) {
+              char b[32];
+              std::snprintf(b, sizeof b, "%.3g", v);
+              return std::string(b);
+            },
+            .grid = "#ddd", .grid_to = W - mr, .title = "share of routed tokens", .title_gap = ml - 15});
+  static const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  std::vector<svg::LegendEntry> legend;
+  for (std::size_t e = 0; e < E; ++e) {
+    std::vector<svg::Point> line;
+    for (const auto& r : rows)
+      if (r.tokens.size() == E) line.push_back({X(static_cast<double>(r.step)), Y(share(r, e))});
+    d.polyline(line, {.stroke = colors[e % 10], .stroke_width = 1.5});
+    if (e < 8) legend.push_back({"expert " + std::to_string(e), colors[e % 10], svg::LegendEntry::Line});
+  }
+  if (E > 0) {
+    const double ideal = 1.0 / static_cast<double>(E);
+    d.polyline({{X(x0), Y(ideal)}, {X(x1), Y(ideal)}}, {.stroke = "#999", .stroke_width = 1, .dash = "6,4"});
+    legend.push_back({"ideal 1/E", "#999", svg::LegendEntry::Line, "6,4"});
+  }
+  std::vector<svg::Point> drop;
+  for (const auto& r : rows) drop.push_back({X(static_cast<double>(r.step)), Y(r.dropped_fraction())});
+  d.polyline(drop, {.stroke = "#000", .stroke_width = 1.5, .dash = "3,3"});
+  legend.push_back({"dropped fraction", "#000", svg::LegendEntry::Line, "3,3"});
+  d.legend(W - mr + 15, mt + 14, legend, {.row = 16});
+  return d.str();
+}
+
+void write_moe_svg(const std::string& path, const std::vector<MoeRow>& rows, const std::string& title) {
+  write_file_atomic(path, moe_svg(rows, title), "write_moe_svg");
+}
+
 double eval_stream_loss(const GPTParams& params, const std::vector<std::int32_t>& tokens,
                         std::int64_t B) {
   const GPTConfig& cfg = params.config();

@@ -1,6 +1,7 @@
 // Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 6: sampling and the KV cache.
 #include "mls/llm/sample.hpp"
+#include "mls/llm/moe.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -114,10 +115,15 @@ void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token,
     matmul_forward(proj.data(), y.data(), p.attprojw + l * C * C, p.attprojb + l * C, 1, C, C);
     residual_forward(x.data(), x.data(), proj.data(), C);
     layernorm_forward(ln.data(), &mean, &rstd, x.data(), p.ln2w + l * C, p.ln2b + l * C, 1, C);
-    matmul_forward(fch.data(), ln.data(), p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, 1, C, 4 * C);
-    gelu_forward(fchg.data(), fch.data(), 4 * C);
-    matmul_forward(proj.data(), fchg.data(), p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, 1, 4 * C,
-                   C);
+    if (is_moe_block(cfg, l)) {  // MoE (moe.hpp): one token fills no expert, nothing is dropped
+      moe_token_forward(cfg, shift_layers(p, cfg, l), ln.data(), proj.data());
+    } else {
+      const std::int64_t d = l - moe_blocks_before(cfg, l);  // the MLP tensors stack dense blocks
+      matmul_forward(fch.data(), ln.data(), p.fcw + d * 4 * C * C, p.fcb + d * 4 * C, 1, C, 4 * C);
+      gelu_forward(fchg.data(), fch.data(), 4 * C);
+      matmul_forward(proj.data(), fchg.data(), p.fcprojw + d * C * 4 * C, p.fcprojb + d * C, 1,
+                     4 * C, C);
+    }
     residual_forward(x.data(), x.data(), proj.data(), C);
   }
   layernorm_forward(ln.data(), &mean, &rstd, x.data(), p.lnfw, p.lnfb, 1, C);

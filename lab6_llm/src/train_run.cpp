@@ -1,5 +1,6 @@
 // Lab 6: a whole training run on one process (what `mls-gpt train` does; the CLI parses flags).
 #include "mls/llm/train_run.hpp"
+#include "mls/llm/moe.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -99,6 +100,7 @@ GPTConfig prepare_data(const TrainRunOptions& o, const RunStart& st, RunData& rd
   if (!o.init_from.empty()) {
     MLS_CHECK(st.init_cfg.vocab_size == vocab, "train --init-from: ", o.init_from, " has vocab_size ",
               st.init_cfg.vocab_size, ", the data's tokenizer has ", vocab, " tokens");
+    check_moe_compatible("train --init-from " + o.init_from, st.init_cfg, o.model.make(vocab));
   }
   if (st.resuming) check_resume_compatible(st.resumed.config, cfg);
   if (o.data.empty()) {
@@ -204,8 +206,8 @@ void show_results(const TrainRunOptions& f, RunData& rd, const GPTParams& params
 /// Returns (last loss, mean tokens/s over the steps after the first).
 std::pair<double, double> train_steps(const TrainRunOptions& f, Trainer& tr, RematActivations* remat,
                                       RunData& rd, std::int64_t start, std::int64_t end,
-                                      std::vector<LossRow>& rows, double peak,
-                                      const std::function<void()>& save) {
+                                      std::vector<LossRow>& rows, std::vector<MoeRow>& moe_rows,
+                                      double peak, const std::function<void()>& save) {
   const TrainOptions& o = tr.options();
   const GPTConfig& cfg = tr.params.config();
   const double flops_tok = train_flops_per_token(cfg, o.context);
@@ -229,6 +231,18 @@ std::pair<double, double> train_steps(const TrainRunOptions& f, Trainer& tr, Rem
     if (f.eval_every > 0 && ((s + 1) % f.eval_every == 0 || last))
       r.val_loss = val_loss(tr, rd.source(), f.eval_batches, o.batch, o.context);
     rows.push_back(r);
+    if (is_moe(cfg) && !f.autodiff && !remat) {  // every block's routing is in tr.acts
+      MoeRow m;
+      m.step = s;
+      m.tokens.assign(static_cast<std::size_t>(cfg.moe_experts), 0);
+      for (const MoeBlockStats& bs : moe_stats(cfg, tr.acts)) {
+        for (std::size_t e = 0; e < bs.tokens.size(); ++e) m.tokens[e] += bs.tokens[e];
+        m.choices += bs.choices;
+        m.dropped += bs.dropped;
+        m.balance_loss += bs.balance_loss;
+      }
+      moe_rows.push_back(std::move(m));
+    }
     std::string status = "step " + std::to_string(s + 1) + " loss " + fmt("%.4f", st.loss) +
                          (r.val_loss >= 0 ? " val " + fmt("%.4f", r.val_loss) : "") + " | " +
                          fmt("%.0f", r.tokens_per_s) + " tok/s | MFU " +
@@ -249,10 +263,21 @@ std::string describe_counts(const GPTConfig& c, std::int64_t T) {
   std::snprintf(buf, sizeof buf, "config: L=%lld H=%lld C=%lld T=%lld V=%lld\n", (long long)L,
                 (long long)c.n_head, (long long)C, (long long)Tb, (long long)V);
   out += buf;
-  std::snprintf(buf, sizeof buf,
-                "parameters: L(12C^2 + 13C) + V*C + T*C + 2C = %lld*%lld + %lld + %lld + %lld = %lld\n",
-                (long long)L, (long long)(12 * C * C + 13 * C), (long long)(V * C),
-                (long long)(Tb * C), (long long)(2 * C), (long long)num_params(c));
+  if (!is_moe(c)) {
+    std::snprintf(buf, sizeof buf,
+                  "parameters: L(12C^2 + 13C) + V*C + T*C + 2C = %lld*%lld + %lld + %lld + %lld = %lld\n",
+                  (long long)L, (long long)(12 * C * C + 13 * C), (long long)(V * C),
+                  (long long)(Tb * C), (long long)(2 * C), (long long)num_params(c));
+  } else {
+    const long long Ld = num_dense_blocks(c), Lm = num_moe_blocks(c), E = c.moe_experts;
+    std::snprintf(buf, sizeof buf,
+                  "parameters: L(4C^2 + 8C) + Ld(8C^2 + 5C) + Lm*E(8C^2 + 6C) + V*C + T*C + 2C = "
+                  "%lld*%lld + %lld*%lld + %lld*%lld*%lld + %lld + %lld + %lld = %lld (Ld = %lld dense, "
+                  "Lm = %lld MoE blocks)\n",
+                  (long long)L, (long long)(4 * C * C + 8 * C), Ld, (long long)(8 * C * C + 5 * C), Lm, E,
+                  (long long)(8 * C * C + 6 * C), (long long)(V * C), (long long)(Tb * C), (long long)(2 * C),
+                  (long long)num_params(c), Ld, Lm);
+  }
   out += buf;
   std::snprintf(buf, sizeof buf,
                 "training FLOPs/token: 6N + 12*L*T*C = 6*%lld + 12*%lld*%lld*%lld = %.4g  (N = "
@@ -261,6 +286,24 @@ std::string describe_counts(const GPTConfig& c, std::int64_t T) {
                 (long long)flops_params(c), (long long)L, (long long)T, (long long)C,
                 train_flops_per_token(c, T));
   out += buf;
+  if (is_moe(c)) {
+    std::snprintf(buf, sizeof buf,
+                  "moe: %lld experts, top-%lld, every %lld block(s) (%lld MoE blocks), capacity "
+                  "factor %g, aux coef %g, z coef %g; active parameters %lld of %lld (N above counts "
+                  "the active ones)\n",
+                  (long long)c.moe_experts, (long long)c.moe_top_k, (long long)c.moe_every,
+                  (long long)num_moe_blocks(c), c.capacity_factor, c.moe_aux_coef, c.moe_z_coef,
+                  (long long)num_active_params(c), (long long)num_params(c));
+    out += buf;
+    GPTConfig all = c;  // every expert active: what a dense model of the same size would cost
+    all.moe_top_k = c.moe_experts;
+    std::snprintf(buf, sizeof buf,
+                  "moe FLOPs/token: forward %.4g, training %.4g with top-%lld (all %lld experts: %.4g, "
+                  "%.4g)\n",
+                  forward_flops_per_token(c, T), train_flops_per_token(c, T), (long long)c.moe_top_k,
+                  (long long)c.moe_experts, forward_flops_per_token(all, T), train_flops_per_token(all, T));
+    out += buf;
+  }
   return out;
 }
 
@@ -275,6 +318,7 @@ TrainRunResult run_training(TrainRunOptions f) {
   const auto remat = setup_remat(f, tr);
   std::int64_t start = 0;
   std::vector<LossRow> rows;
+  std::vector<MoeRow> moe_rows;
   fs::create_directories(f.out);
   TrainRunResult res;
   res.checkpoint = (fs::path(f.out) / "ckpt.bin").string();
@@ -311,7 +355,7 @@ TrainRunResult run_training(TrainRunOptions f) {
     save_checkpoint(res.checkpoint, ck);
   };
   const std::int64_t end = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
-  const auto [last_loss, tok_s] = train_steps(f, tr, remat.get(), rd, start, end, rows, peak, save);
+  const auto [last_loss, tok_s] = train_steps(f, tr, remat.get(), rd, start, end, rows, moe_rows, peak, save);
   save();
   write_loss_csv(res.loss_csv, rows);
   write_loss_svg(res.loss_svg, rows,
@@ -321,6 +365,23 @@ TrainRunResult run_training(TrainRunOptions f) {
               last_loss, tok_s, tok_s * flops_tok * 1e-9, 100.0 * tok_s * flops_tok / (peak * 1e9),
               peak);
   std::printf("wrote %s, %s, %s\n", res.checkpoint.c_str(), res.loss_csv.c_str(), res.loss_svg.c_str());
+  if (!moe_rows.empty()) {
+    res.moe_csv = (fs::path(f.out) / "moe.csv").string();
+    res.moe_svg = (fs::path(f.out) / "moe.svg").string();
+    write_moe_csv(res.moe_csv, moe_rows);
+    write_moe_svg(res.moe_svg, moe_rows,
+                  "expert utilisation: " + std::to_string(cfg.moe_experts) + " experts, top-" +
+                      std::to_string(cfg.moe_top_k) + ", capacity factor " + fmt("%g", cfg.capacity_factor) +
+                      ", aux coef " + fmt("%g", cfg.moe_aux_coef));
+    const MoeRow& l = moe_rows.back();
+    std::string toks;
+    for (auto t : l.tokens) toks += (toks.empty() ? "" : " ") + std::to_string(t);
+    std::printf("moe: last step tokens per expert [%s], dropped %.1f%% of %lld choices; wrote %s, %s\n",
+                toks.c_str(), 100.0 * l.dropped_fraction(), (long long)l.choices, res.moe_csv.c_str(),
+                res.moe_svg.c_str());
+  } else if (is_moe(cfg)) {
+    std::printf("moe: no utilisation report (--autodiff and --remat keep no per-block routing)\n");
+  }
   show_results(f, rd, tr.params);
   res.final_loss = last_loss;
   res.tokens_per_s = tok_s;

@@ -78,6 +78,8 @@ ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, con
                          const ZeroOptions& opts)
     : impl_(std::make_unique<Impl>()), comm_(&comm), cfg_(cfg), opts_(opts) {
   cfg.validate();
+  MLS_CHECK(!llm::is_moe(cfg), "ZeroTrainer: an MoE model (moe_experts = ", cfg.moe_experts,
+            "): ZeRO partitions the dense layout only, expected moe_experts = 0");
   MLS_CHECK(opts.stage >= 0 && opts.stage <= 3, "ZeroTrainer: stage = ", opts.stage,
             ", expected 0, 1, 2 or 3");
   opts.validate();

@@ -14,6 +14,7 @@
 //   mls-gpt train --zero 3 --ranks 2 --remat sqrt                       (ZeRO with recompute)
 //   mls-gpt train --zero 2 --backend nccl                 (ZeRO on lab 5's NCCL backend, GPUs)
 //   mls-gpt train --batch 32 --accum 4       (gradient accumulation: 4 micro-batches of 8 per step)
+//   mls-gpt train --moe-experts 4 --moe-top-k 2 --moe-every 1 --capacity-factor 1.25  (MoE)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -66,6 +67,20 @@ struct ModelFlags : ModelSpec {
     app->add_option("--n-head", n_head, "override the config's heads");
     app->add_option("--n-embd", n_embd, "override the config's width");
     app->add_option("--block-size", block_size, "override the config's context length");
+    app->add_option("--moe-experts", moe_experts,
+                    "mixture of experts: E experts in the MLP of every --moe-every-th block (0: dense)")
+        ->capture_default_str();
+    app->add_option("--moe-top-k", moe_top_k, "experts per token (1 Switch, 2 GShard), 1..E")
+        ->capture_default_str();
+    app->add_option("--moe-every", moe_every, "blocks l with (l + 1) % N == 0 are MoE blocks")
+        ->capture_default_str();
+    app->add_option("--capacity-factor", capacity_factor,
+                    "expert capacity = ceil(F * K * tokens / E); overflow is dropped")
+        ->capture_default_str();
+    app->add_option("--moe-aux-coef", moe_aux_coef, "load-balancing loss coefficient (0: off)")
+        ->capture_default_str();
+    app->add_option("--moe-z-coef", moe_z_coef, "router z-loss coefficient (0: off)")
+        ->capture_default_str();
   }
 };
 

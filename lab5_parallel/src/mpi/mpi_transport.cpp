@@ -128,6 +128,21 @@ class MpiTransport final : public Transport {
               "MPI_Bcast");
     return true;
   }
+  bool native_all_to_allv(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
+                          const std::vector<std::int64_t>& recv_bytes) override {
+    const std::size_t n = send_bytes.size();
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    std::int64_t so = 0, ro = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      MLS_CHECK(so + send_bytes[r] <= INT32_MAX && ro + recv_bytes[r] <= INT32_MAX,
+                "all_to_allv: native MPI_Alltoallv takes at most 2^31-1 bytes per rank");
+      sc[r] = static_cast<int>(send_bytes[r]), sd[r] = static_cast<int>(so), so += send_bytes[r];
+      rc[r] = static_cast<int>(recv_bytes[r]), rd[r] = static_cast<int>(ro), ro += recv_bytes[r];
+    }
+    check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_),
+              "all_to_allv", "MPI_Alltoallv");
+    return true;
+  }
   void abort(const std::string& why) override {
     std::fprintf(stderr, "mls: rank %d of %d failed: %s\n", rank_, size_, why.c_str());
     std::fflush(stderr);

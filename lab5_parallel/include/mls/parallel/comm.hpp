@@ -128,6 +128,13 @@ class Transport {
     (void)data, (void)bytes, (void)root;
     return false;
   }
+  /// The backend's own variable all-to-all (MPI_Alltoallv) on bytes: send_bytes / recv_bytes
+  /// per rank, consecutive in `send` / `recv`. False where there is none.
+  virtual bool native_all_to_allv(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
+                                  const std::vector<std::int64_t>& recv_bytes) {
+    (void)send, (void)send_bytes, (void)recv, (void)recv_bytes;
+    return false;
+  }
   /// Marks the world as failed (sim: wakes every blocked rank with `why`); no-op elsewhere.
   virtual void abort(const std::string& why) { (void)why; }
 };
@@ -170,6 +177,16 @@ class Communicator {
   Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::Sum, Algo algo = Algo::Auto);
   /// `t` has shape [size, ...]; rank r gets [size, ...] whose row s is rank s's row r.
   Tensor all_to_all(const Tensor& t);
+  /// Variable all-to-all (MPI_Alltoallv), e.g. the routed tokens of expert parallelism: `in` is
+  /// 1-D and contiguous; rank r sends in[soff[s], soff[s] + send_counts[s]) to rank s (soff the
+  /// prefix sums of send_counts, which must sum to in.numel()) and returns a 1-D tensor (in's
+  /// dtype) holding what rank s sent it at roff[s], recv_counts[s] elements. send_counts[s] on
+  /// rank r must equal recv_counts[r] on rank s: counts that disagree between ranks are an
+  /// mls::Error ("all_to_allv: the counts disagree between ranks: ..."). Algo: Auto / Pairwise
+  /// (all_to_allv_pairwise, ours) or Native (MPI_Alltoallv on the MPI backend). Counted as
+  /// "all_to_allv": rank r sends Σ_{s≠r} send_counts[s] elements in N−1 messages.
+  Tensor all_to_allv(const Tensor& in, const std::vector<std::int64_t>& send_counts,
+                     const std::vector<std::int64_t>& recv_counts, Algo algo = Algo::Auto);
   /// In-place allgather of uneven chunks (MPI_Allgatherv): `buf` is 1-D and contiguous with the
   /// same numel on every rank, `bounds` has size()+1 offsets (the same on every rank); rank r's
   /// chunk [bounds[r], bounds[r+1]) is given, afterwards every rank has every chunk (ring).
@@ -215,6 +232,11 @@ class Communicator {
   void scatter_linear(const Tensor& all, Tensor& mine, const std::vector<std::int64_t>& bounds, int root);
   /// Pairwise exchange: chunk s of `in` goes to rank s; chunk s of `out` comes from rank s.
   void all_to_all_pairwise(const Tensor& in, Tensor& out, const std::vector<std::int64_t>& bounds);
+  /// Pairwise exchange of uneven chunks: chunk s of `in`, [send_bounds[s], send_bounds[s+1]),
+  /// goes to rank s; chunk s of `out`, [recv_bounds[s], recv_bounds[s+1]), comes from rank s
+  /// (both bounds have size()+1 offsets; they differ from rank to rank).
+  void all_to_allv_pairwise(const Tensor& in, const std::vector<std::int64_t>& send_bounds, Tensor& out,
+                            const std::vector<std::int64_t>& recv_bounds);
   void barrier_dissemination();
 
   // ---- primitives the algorithms use (given): counted, traced, header-checked ---------------

@@ -15,7 +15,9 @@ namespace mls::llm::tape {
 
 using mls::autodiff::Var;
 
-/// The 16 parameters of `p` as eager leaves of `dtype` (Float32 or Float64) that require grad.
+/// The leaves of a config: the 16, plus the 5 MoE tensors for an MoE config (config.hpp).
+std::size_t num_leaves(const GPTConfig& cfg);
+/// The 16 (+ 5 MoE) parameters of `p` as eager leaves of `dtype` (Float32 or Float64) that require grad.
 std::vector<Var> to_leaves(const GPTParams& p, DType dtype = DType::Float32);
 /// The accumulated gradients of 16 leaves, flattened into the fused path's layout (float32).
 GPTGrads grads_of(const GPTConfig& cfg, const std::vector<Var>& leaves);
@@ -35,10 +37,20 @@ Var mlp_sublayer(const Var& x, const Var& ln2w, const Var& ln2b, const Var& fcw,
 /// y = x W^T + b for x [..., in], W [out, in], b [out].
 Var linear(const Var& x, const Var& w, const Var& b);
 
-/// Logits [B, T, V] for int64 `inputs` [B, T].
-Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& params, const Tensor& inputs);
+/// x [B, T, C] -> x + moe(layernorm(x)) (moe.hpp) for one MoE block's router [E, C] and experts
+/// fcw [E, 4C, C], fcb [E, 4C], projw [E, C, 4C], projb [E, C]: every expert on every token,
+/// weighted by a [N, E] combine matrix that is zero where a token is not routed or dropped (the
+/// routing from moe_route on the probabilities, a constant). Adds the balancing loss and the
+/// z-loss to *moe_loss (when not null).
+Var moe_sublayer(const GPTConfig& cfg, const Var& x, const Var& ln2w, const Var& ln2b,
+                 const Var& router, const Var& fcw, const Var& fcb, const Var& projw,
+                 const Var& projb, Var* moe_loss);
+/// Logits [B, T, V] for int64 `inputs` [B, T]. For an MoE config, *moe_loss (when not null)
+/// receives the MoE blocks' balancing and z-losses.
+Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& params, const Tensor& inputs,
+               Var* moe_loss = nullptr);
 /// Masked mean cross-entropy: sum(mask * nll) / sum(mask), with targets [B, T] (int64) and
-/// mask [B, T] (floating, the params' dtype).
+/// mask [B, T] (floating, the params' dtype); for an MoE config plus the MoE losses.
 Var gpt_loss(const GPTConfig& cfg, const std::vector<Var>& params, const Tensor& inputs,
              const Tensor& targets, const Tensor& mask);
 

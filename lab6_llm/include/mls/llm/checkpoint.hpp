@@ -81,6 +81,14 @@ Checkpoint load_checkpoint(const std::string& path);
 /// For --resume: throws an mls::Error naming the first config field that differs
 /// ("resume: the checkpoint has n_embd = 48, the run asks for n_embd = 64").
 void check_resume_compatible(const GPTConfig& saved, const GPTConfig& requested);
+/// The MoE fields of two configs must be equal (an MoE checkpoint into a dense config, or the
+/// reverse, or other experts): an mls::Error naming `op` and both sides' MoE fields.
+void check_moe_compatible(const std::string& op, const GPTConfig& saved, const GPTConfig& requested);
+/// An MoE config's fields as checkpoint settings "config/moe_experts", ... (empty when dense):
+/// serialize_checkpoint writes them; parse_checkpoint reads them back into the config
+/// (read_moe_config_settings, which removes them from `settings`).
+std::map<std::string, std::string> moe_config_settings(const GPTConfig& c);
+void read_moe_config_settings(GPTConfig& c, std::map<std::string, std::string>& settings);
 /// The same for two checkpoints, and their tokenizers must be equal too.
 void check_resume_compatible(const Checkpoint& saved, const Checkpoint& requested);
 

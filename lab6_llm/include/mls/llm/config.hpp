@@ -9,6 +9,16 @@
 ///
 /// (weights are [out, in], as llm.c and PyTorch's nn.Linear store them; the LM head is tied to wte.)
 /// Parameter count = L(12C² + 13C) + V·C + T·C + 2C.
+///
+/// Mixture of experts (moe.hpp; moe_experts = E > 0): block l is an MoE block when
+/// (l + 1) % moe_every == 0 (Lm = L / moe_every of them). Its MLP is E experts, each a dense MLP
+/// of the same shapes, behind a linear router. The four MLP tensors then stack only the Ld = L - Lm
+/// dense blocks (fcw [Ld, 4C, C], ...), and five MoE tensors follow lnfb in the flat buffer:
+///
+///   moe_router [Lm, E, C]  moe_fcw [Lm, E, 4C, C]  moe_fcb [Lm, E, 4C]
+///   moe_fcprojw [Lm, E, C, 4C]  moe_fcprojb [Lm, E, C]
+///
+/// A dense config (E = 0) has Ld = L and no MoE tensors: its layout is unchanged.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -24,11 +34,30 @@ struct GPTConfig {
   std::int64_t n_embd = 48;     // C (divisible by n_head)
   std::int64_t block_size = 32; // T: the longest context
   std::int64_t vocab_size = 0;  // V: from the tokenizer
+  // Mixture of experts (moe.hpp); moe_experts = 0 is the dense model (the other fields unused).
+  std::int64_t moe_experts = 0;   // E
+  std::int64_t moe_top_k = 1;     // K: experts per token (1 Switch, 2 GShard), 1..E
+  std::int64_t moe_every = 1;     // every N-th block is MoE: blocks l with (l + 1) % N == 0
+  double capacity_factor = 1.25;  // F > 0: capacity per expert = ceil(F · K · tokens / E)
+  double moe_aux_coef = 0.01;     // load-balancing loss coefficient (>= 0)
+  double moe_z_coef = 0.0;        // router z-loss coefficient (>= 0)
 
   /// Throws mls::Error naming the field when a value is out of range (C % H != 0, <= 0, ...).
   void validate() const;
   bool operator==(const GPTConfig&) const = default;
 };
+
+/// True when the config has MoE blocks (moe_experts > 0).
+inline bool is_moe(const GPTConfig& c) { return c.moe_experts > 0; }
+/// Block l is an MoE block: is_moe and (l + 1) % moe_every == 0.
+bool is_moe_block(const GPTConfig& cfg, std::int64_t l);
+/// MoE blocks among blocks [0, l): l / moe_every (0 for a dense config).
+std::int64_t moe_blocks_before(const GPTConfig& cfg, std::int64_t l);
+/// Lm (MoE blocks) and Ld = L - Lm (dense blocks).
+std::int64_t num_moe_blocks(const GPTConfig& cfg);
+inline std::int64_t num_dense_blocks(const GPTConfig& c) { return c.n_layer - num_moe_blocks(c); }
+/// Expert capacity for `tokens` routed tokens: ceil(F · K · tokens / E), at least 1.
+std::int64_t moe_capacity(const GPTConfig& cfg, std::int64_t tokens);
 
 /// Named configs: "nano" (3 layers, 3 heads, 48 dims, block 32), "small" (4, 4, 128, block 64).
 /// vocab_size is left 0 (set from the tokenizer). Unknown names are an mls::Error listing the known ones.
@@ -39,6 +68,9 @@ GPTConfig config_by_name(const std::string& name);
 struct ModelSpec {
   std::string config = "nano";
   std::int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
+  // --moe-experts, --moe-top-k, --moe-every, --capacity-factor, --moe-aux-coef, --moe-z-coef
+  std::int64_t moe_experts = 0, moe_top_k = 1, moe_every = 1;
+  double capacity_factor = 1.25, moe_aux_coef = 0.01, moe_z_coef = 0.0;
   /// config_by_name(config) with the overrides and `vocab`, validated.
   GPTConfig make(std::int64_t vocab) const;
   /// The flags that name this model again (for a printed command line): "--config nano ...".
@@ -56,7 +88,18 @@ static_assert(kLnfb + 1 == kNumParamTensors);
 const std::array<const char*, kNumParamTensors>& param_names();
 /// Shapes of the 16 tensors for `cfg`, in the order above.
 std::array<Shape, kNumParamTensors> param_shapes(const GPTConfig& cfg);
-/// Total parameter count (the closed form above; equal to the sum of the shapes' sizes).
+/// Total parameter count (the closed form above plus the MoE tensors; equal to the sum of the
+/// shapes' sizes, of the 16 and of the MoE tensors).
 std::int64_t num_params(const GPTConfig& cfg);
+
+/// The MoE tensors after lnfb (see above), in that order; their sizes are 0 for a dense config.
+constexpr int kNumMoeTensors = 5;
+enum MoeTensor : int { kMoeRouter, kMoeFcw, kMoeFcb, kMoeFcprojw, kMoeFcprojb };
+/// "moe_router", "moe_fcw", "moe_fcb", "moe_fcprojw", "moe_fcprojb".
+const std::array<const char*, kNumMoeTensors>& moe_param_names();
+std::array<Shape, kNumMoeTensors> moe_param_shapes(const GPTConfig& cfg);
+/// Parameters one token uses: every parameter but the experts a token is not routed to (K of E
+/// experts per MoE block). Equal to num_params for a dense config.
+std::int64_t num_active_params(const GPTConfig& cfg);
 
 }  // namespace mls::llm

@@ -45,10 +45,27 @@ struct ParamPtrs {
   float* fcprojb;   // (L, C)
   float* lnfw;      // (C)
   float* lnfb;      // (C)
+  // The MoE tensors (config.hpp; moe.hpp). On a flat buffer's views: the stacked tensors (null
+  // for a dense config). On one block's view (shift_layers): that block's slices for an MoE block,
+  // null for a dense block (and then the fc* fields are null for an MoE block).
+  float* moe_router = nullptr;   // (Lm, E, C)
+  float* moe_fcw = nullptr;      // (Lm, E, 4C, C)
+  float* moe_fcb = nullptr;      // (Lm, E, 4C)
+  float* moe_fcprojw = nullptr;  // (Lm, E, C, 4C)
+  float* moe_fcprojb = nullptr;  // (Lm, E, C)
 };
 
 /// Offsets of the 16 tensors inside the flat buffer (their sizes follow from param_shapes).
 std::array<std::int64_t, kNumParamTensors> param_offsets(const GPTConfig& cfg);
+/// Offsets of the 5 MoE tensors (after lnfb; moe_param_shapes).
+std::array<std::int64_t, kNumMoeTensors> moe_param_offsets(const GPTConfig& cfg);
+/// Every tensor of the flat buffer as [begin, end) with whether AdamW decays it: the 16, then the
+/// MoE tensors (router and expert weights decay, expert biases do not).
+struct TensorRange {
+  std::int64_t begin, end;
+  bool decays;
+};
+std::vector<TensorRange> param_ranges(const GPTConfig& cfg);
 /// Views of a flat buffer of num_params(cfg) floats.
 ParamPtrs param_views(float* flat, const GPTConfig& cfg);
 
@@ -130,11 +147,31 @@ class GPTActivations {
   float* lnf_rstd = nullptr;   // (B, T)
   float* logits = nullptr;     // (B, T, V)      probabilities after a forward with targets
   float* losses = nullptr;     // (B, T)         per-position loss (unmasked)
+  // MoE blocks (moe.hpp), stacked over L slots like the rest, allocated for an MoE config only.
+  // N = B·T tokens, E experts, K = top-k, cap = moe_capacity(cfg, N), R = E·cap expert rows
+  // (expert e's rows are [e·cap, e·cap + count[e])). A gradient instance uses the float buffers
+  // as their gradients (probs: d(probs) then d(router logits)).
+  std::int64_t moe_cap = 0;          // cap
+  float moe_grad_scale = 1.f;        // the MoE losses' share of this micro-batch (model_backward)
+  float* moe_probs = nullptr;        // (L, N, E)  router softmax
+  float* moe_lse = nullptr;          // (L, N)     logsumexp of the router logits (z-loss)
+  float* moe_gate = nullptr;         // (L, N, K)  gate of each choice (renormalised for K > 1)
+  float* moe_frac = nullptr;         // (L, E)     fraction of the N·K choices routed to e
+  float* moe_loss = nullptr;         // (L, 2)     balancing loss, z-loss (coefficients applied)
+  float* moe_xin = nullptr;          // (L, R, C)  gathered ln2 rows
+  float* moe_h = nullptr;            // (L, R, 4C)
+  float* moe_hg = nullptr;           // (L, R, 4C) gelu
+  float* moe_y = nullptr;            // (L, R, C)  expert outputs
+  std::int32_t* moe_expert = nullptr;  // (L, N, K) chosen experts, best first
+  std::int32_t* moe_slot = nullptr;    // (L, N, K) expert row of each choice, -1 = dropped
+  std::int32_t* moe_count = nullptr;   // (L, E)    tokens kept per expert (<= cap)
+  std::int32_t* moe_token = nullptr;   // (L, R)    token of each expert row
   std::int64_t num_floats() const { return static_cast<std::int64_t>(storage_.size()); }
   void zero();
 
  private:
   std::vector<float> storage_;
+  std::vector<std::int32_t> istorage_;
   mem::Block mem_;  // counted as activations (this thread's tag scope is not used)
 };
 
@@ -407,7 +444,8 @@ double lr_schedule(std::int64_t step, std::int64_t warmup, std::int64_t total, d
 // ---- counts (closed forms) ---------------------------------------------------------------------
 
 /// N of the PaLM formula: every parameter except the position embedding (a lookup, no matmul);
-/// wte counts once, for the tied LM head's matmul. N = L(12C² + 13C) + V·C + 2C.
+/// wte counts once, for the tied LM head's matmul. N = L(12C² + 13C) + V·C + 2C. With MoE blocks
+/// N counts the active parameters (num_active_params: the router and K of the E experts).
 std::int64_t flops_params(const GPTConfig& cfg);
 /// Training FLOPs per token = 6N + 12·L·T·C (forward 2N + 4LTC for q·k and att·v (causal masking
 /// not discounted), backward twice the forward).

@@ -29,6 +29,23 @@ std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title)
 void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows,
                     const std::string& title);
 
+/// One training step's expert utilisation (an MoE model; moe.hpp's moe_stats of the step's last
+/// micro-batch, summed over the MoE blocks).
+struct MoeRow {
+  std::int64_t step = 0;
+  std::vector<std::int64_t> tokens;  // (E) expert rows kept, summed over the MoE blocks
+  std::int64_t choices = 0;          // N · K · (MoE blocks)
+  std::int64_t dropped = 0;          // choices dropped by capacity
+  double balance_loss = 0;           // summed over the MoE blocks (coefficient applied)
+  double dropped_fraction() const { return choices > 0 ? static_cast<double>(dropped) / static_cast<double>(choices) : 0.0; }
+};
+/// CSV "step,dropped_fraction,balance_loss,tokens_e0,...,tokens_e{E-1}". Written atomically.
+void write_moe_csv(const std::string& path, const std::vector<MoeRow>& rows);
+/// Utilisation over training as an SVG: each expert's share of the kept rows (one line per expert),
+/// the ideal share 1/E (dashed) and the dropped fraction (black, dashed) against the step.
+std::string moe_svg(const std::vector<MoeRow>& rows, const std::string& title);
+void write_moe_svg(const std::string& path, const std::vector<MoeRow>& rows, const std::string& title);
+
 /// Mean next-token loss over a token stream, in non-overlapping windows of T + 1 tokens
 /// (T = block_size, or shorter for the last window), B windows per forward pass.
 /// The stream needs at least 2 tokens (an mls::Error otherwise).
