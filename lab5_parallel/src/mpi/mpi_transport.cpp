@@ -23,6 +23,8 @@ namespace mls::parallel {
 namespace {
 
 constexpr std::size_t kInlineBytes = 8192;
+/// MPI_THREAD_MULTIPLE was provided: a communication thread may call MPI next to the caller's.
+bool g_thread_multiple = false;
 constexpr std::size_t kHeader = sizeof(Header);
 
 void check_mpi(int rc, const char* what, const char* call) {
@@ -81,6 +83,7 @@ class MpiTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool thread_safe() const override { return g_thread_multiple; }
 
   void send(const void* data, const Header& h, int dst, int tag) override { isend(data, h, dst, tag).wait(); }
 
@@ -196,7 +199,8 @@ void mpi_init() {
     MPI_Initialized(&inited);
     if (!inited) {
       int provided = 0;
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
       std::atexit([] {
         int fin = 0;
         MPI_Finalized(&fin);
