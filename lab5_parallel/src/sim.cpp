@@ -20,6 +20,7 @@
 // step is the overlapped schedule, not the sum. With only blocking calls the lanes coincide
 // (the model of before). The inbound link stays one per rank (shared by its communicators).
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <atomic>
 #include <condition_variable>
@@ -37,6 +38,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/parallel/comm.hpp"
+#include "mls/parallel/link.hpp"
 #include "mls/parallel/sim.hpp"
 
 namespace mls::parallel {
@@ -302,9 +304,21 @@ class SimTransport final : public Transport {
 }  // namespace
 
 namespace {
-std::vector<std::unique_ptr<Transport>> make_world(int n, const SimOptions& opts, std::shared_ptr<SimWorld>* world) {
+/// The emulated link (MLS_LINK_GBPS, MLS_LINK_US) replaces the model's α and β; said once per process.
+SimOptions with_link(SimOptions opts) {
+  const LinkEmulation l = link_from_env();
+  if (!l.active()) return opts;
+  if (l.has_us) opts.cost.alpha = l.us * 1e-6;
+  if (l.has_gbps) opts.cost.beta = 8.0 / (l.gbps * 1e9);
+  static std::once_flag said;
+  std::call_once(said, [&] { std::fprintf(stderr, "mls: sim backend: %s\n", l.label().c_str()); });
+  return opts;
+}
+
+std::vector<std::unique_ptr<Transport>> make_world(int n, const SimOptions& opts0, std::shared_ptr<SimWorld>* world) {
   MLS_CHECK(n >= 1, "run_simulated: the number of ranks must be >= 1, got ", n);
-  MLS_CHECK(opts.timeout.count() > 0, "run_simulated: the timeout must be > 0 ms, got ", opts.timeout.count());
+  MLS_CHECK(opts0.timeout.count() > 0, "run_simulated: the timeout must be > 0 ms, got ", opts0.timeout.count());
+  const SimOptions opts = with_link(opts0);
   auto w = std::make_shared<SimWorld>(n, opts);
   std::vector<int> all(n);
   std::iota(all.begin(), all.end(), 0);
@@ -323,9 +337,10 @@ SimReport run_simulated(int n, const std::function<void(Communicator&)>& body, S
   std::shared_ptr<SimWorld> world;
   auto transports = make_world(n, opts, &world);
   std::vector<Communicator> comms;
+  comms.reserve(transports.size());
   for (auto& t : transports) {
     comms.emplace_back(std::move(t));
-    comms.back().set_cost_model(opts.cost);
+    comms.back().set_cost_model(world->opts.cost);
     comms.back().set_tracing(opts.trace);
   }
   std::vector<std::exception_ptr> failures(n);

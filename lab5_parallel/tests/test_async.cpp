@@ -4,9 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <tuple>
 
 #include "lab5_testing.hpp"
 #include "mls/parallel/comm.hpp"
+#include "mls/parallel/link.hpp"
 #include "mls/testing.hpp"
 
 using namespace mls;
@@ -229,4 +232,55 @@ TEST_CASE("async: bad input — wait twice, dropped requests, mismatched order, 
     Request r;
     r.wait();
   }, "Request::wait: the request is empty");
+}
+
+namespace {
+/// Sets MLS_LINK_GBPS / MLS_LINK_US for its lifetime ("" leaves one unset).
+struct LinkEnv {
+  LinkEnv(const char* gbps, const char* us) {
+    ::unsetenv("MLS_LINK_GBPS");
+    ::unsetenv("MLS_LINK_US");
+    if (*gbps) ::setenv("MLS_LINK_GBPS", gbps, 1);
+    if (*us) ::setenv("MLS_LINK_US", us, 1);
+  }
+  ~LinkEnv() {
+    ::unsetenv("MLS_LINK_GBPS");
+    ::unsetenv("MLS_LINK_US");
+  }
+};
+}  // namespace
+
+TEST_CASE("async: an emulated link (MLS_LINK_GBPS, MLS_LINK_US) sets the simulated α and β; bad specs are errors",
+          "[lab5][async]") {
+  std::vector<double> t(2), sum(2);
+  SimOptions no_gamma;
+  no_gamma.cost.gamma = 0;  // the link alone
+  {
+    LinkEnv env("8", "100");  // 1 GB/s: β = 1e-9 s/byte; α = 100 us
+    run_simulated(2, [&](Communicator& c) {
+      Tensor x = Tensor::ones({2500}, DType::Float32);
+      Request r = c.iallreduce(x, ReduceOp::Sum, Algo::Ring);
+      r.wait();
+      t[c.rank()] = c.modelled_seconds();
+      sum[c.rank()] = x.at({0});
+    }, no_gamma);
+  }
+  mls::testing::observe("ring iallreduce of 10 kB on 2 ranks over an emulated 8 Gbit/s, 100 us link: seconds", t[0],
+                        {1e-12, 1e-12});
+  mls::testing::observe("its sum", sum[0]);
+  CHECK(t[0] == Approx(2 * (100e-6 + 5000 * 1e-9)).epsilon(1e-12));
+  CHECK(t[1] == t[0]);
+  CHECK(parse_link("8", "").label() == "emulated link: 8 Gbit/s, no added latency (MLS_LINK_GBPS=8; not the hardware's figures)");
+  CHECK(parse_link("", "").label().empty());
+  CHECK(parse_link("0.5", "20").seconds(1000) == Approx(20e-6 + 16e-6));
+  for (auto [g, u, needle] : {std::tuple{"abc", "", "MLS_LINK_GBPS='abc': expected a number"},
+                              std::tuple{"10x", "", "MLS_LINK_GBPS='10x': expected a number, got trailing text 'x'"},
+                              std::tuple{"0", "", "MLS_LINK_GBPS='0': the bandwidth must be > 0"},
+                              std::tuple{"-1", "", "MLS_LINK_GBPS='-1': the bandwidth must be > 0"},
+                              std::tuple{"inf", "", "MLS_LINK_GBPS='inf': expected a finite number"},
+                              std::tuple{"", "-5", "MLS_LINK_US='-5': the latency must be >= 0"},
+                              std::tuple{"", "2e6", "MLS_LINK_US='2e6': a latency over 1 s"}}) {
+    LinkEnv env(g, u);
+    require_error([] { run_simulated(2, [](Communicator&) {}); }, needle);
+  }
 }
