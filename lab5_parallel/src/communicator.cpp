@@ -3,6 +3,8 @@
 // pick an algorithm and hand a flat contiguous buffer to it (the algorithms: collectives.cpp).
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -188,8 +190,30 @@ using namespace detail;
 
 // ---- the collective in progress -------------------------------------------------------------
 
+struct Communicator::SpanLog {
+  std::mutex mu;
+  std::vector<Span> spans;
+};
+
+double Communicator::wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void Communicator::set_span_recording(bool on) {
+  quiesce();
+  if (on && !spans_) spans_ = std::make_shared<SpanLog>();
+  if (!on) spans_.reset();
+}
+
+std::vector<Communicator::Span> Communicator::spans() const {
+  if (!spans_) return {};
+  std::lock_guard<std::mutex> lk(spans_->mu);
+  return spans_->spans;
+}
+
 struct Communicator::Coll {
   const char* name = "";
+  double t_start = 0;  // wall_now() at begin (span recording)
   int op = kUser;
   std::int64_t seq = 0, numel = 0;
   std::int32_t dtype = -1, root = -1, reduce = -1;
@@ -209,6 +233,7 @@ Communicator::Communicator(Communicator&& o) noexcept {
   coll_ = std::move(o.coll_);
   tracing_ = o.tracing_;
   trace_ = std::move(o.trace_);
+  spans_ = std::move(o.spans_);
 }
 Communicator& Communicator::operator=(Communicator&& o) noexcept {
   if (this != &o) {
@@ -222,6 +247,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
     coll_ = std::move(o.coll_);
     tracing_ = o.tracing_;
     trace_ = std::move(o.trace_);
+    spans_ = std::move(o.spans_);
   }
   return *this;
 }
@@ -242,6 +268,7 @@ void Communicator::begin(const char* name, int op_id, const Tensor& t, int root,
   c->dtype = static_cast<std::int32_t>(t.dtype());
   c->root = root;
   c->reduce = reduce;
+  if (spans_) c->t_start = wall_now();
   coll_ = std::move(c);
   traffic_.by_op[name].calls += 1;
   traffic_.total.calls += 1;
@@ -250,6 +277,10 @@ void Communicator::begin(const char* name, int op_id, const Tensor& t, int root,
 
 void Communicator::end() noexcept {
   if (!coll_) return;
+  if (spans_) {
+    std::lock_guard<std::mutex> lk(spans_->mu);
+    spans_->spans.push_back({coll_->name, coll_->t_start, wall_now()});
+  }
   coll_.reset();
   finished_at_ = t_->lane_end();
   if (!async_running_) t_->lane_join(finished_at_);  // blocking: the caller waits for it now

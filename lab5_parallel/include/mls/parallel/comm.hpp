@@ -259,6 +259,19 @@ class Communicator {
   /// The algorithm Auto picks for `collective` ("allreduce", "broadcast", ...) on `bytes` bytes.
   Algo choose(const std::string& collective, std::int64_t bytes) const;
 
+  /// A collective as the timeline sees it: its name and wall seconds (wall_now()) when it began
+  /// and ended, on whichever thread ran it.
+  struct Span {
+    std::string op;
+    double start = 0, end = 0;
+  };
+  /// Records a Span for every collective from now on (off by default).
+  void set_span_recording(bool on);
+  /// The spans recorded so far (a copy; safe while collectives are in flight).
+  std::vector<Span> spans() const;
+  /// Seconds on the clock the spans use (steady_clock).
+  static double wall_now();
+
   /// Records every message this rank receives inside a collective (for mls-collectives trace).
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<TraceEvent>& trace() const { return trace_; }
@@ -319,6 +332,8 @@ class Communicator {
   bool async_running_ = false;  // the communication thread runs the collective in progress
   double issued_at_ = -1.0;     // ... issued at this compute-lane time
   double finished_at_ = 0.0;    // the communication-lane time the last collective finished at
+  struct SpanLog;
+  std::shared_ptr<SpanLog> spans_;  // set while recording
 };
 
 /// Chunk boundaries of n items over `parts` parts: parts+1 offsets, part r holding
