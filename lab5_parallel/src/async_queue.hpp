@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "mls/common/memory.hpp"
 #include "mls/parallel/comm.hpp"
 
 namespace mls::parallel {
@@ -20,6 +21,8 @@ struct AsyncOp {
   std::function<void()> run;      // the blocking collective, run by the communication thread
   double issued_at = 0.0;         // compute-lane time when issued (sim)
   double finished_at = 0.0;       // communication-lane time when it finished (sim)
+  mem::Tag mem_tag = mem::Tag::Other;  // the issuing thread's memory scope: the collective's
+  int mem_rank = 0, thread_rank = 0;   // buffers count where the blocking call's would
   // completion, guarded by AsyncQueue::mu
   bool done = false;
   std::exception_ptr error;

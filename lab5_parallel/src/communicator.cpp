@@ -12,6 +12,7 @@
 #include "async_queue.hpp"
 #include "detail.hpp"
 #include "mls/common/error.hpp"
+#include "mls/common/parallel.hpp"
 #include "mls/common/shape.hpp"
 #include "mls/parallel/comm.hpp"
 
@@ -746,6 +747,8 @@ void Communicator::AsyncQueue::run(Communicator& c, AsyncOp& op) {
   } reset{c};
   c.async_running_ = true;
   c.issued_at_ = op.issued_at;
+  const mem::TagScope as_issuer(op.mem_tag, op.mem_rank);  // memory counted as the issuer's
+  const ThreadRankScope as_rank(op.thread_rank);
   op.run();
   op.finished_at = c.finished_at_;
 }
@@ -786,6 +789,9 @@ Request Communicator::enqueue(const char* name, std::function<void()> run) {
   op->name = name;
   op->run = std::move(run);
   op->issued_at = t_->modelled_seconds();
+  op->mem_tag = mem::current_tag();
+  op->mem_rank = mem::current_rank();
+  op->thread_rank = this_thread_rank();
   if (!t_->thread_safe()) {  // no communication thread possible: run it now (same result, no overlap)
     quiesce();
     try {
