@@ -12,7 +12,7 @@
 //   ratio dp_overlap_step_over_max  t_overlapped / max(t_compute, t_comm)   (goal: <= 1.15)
 //   ratio dp_overlap_speedup        t_blocking / t_overlapped
 // With MLS_LINK_GBPS / MLS_LINK_US (link.hpp) the link is emulated and every line says so.
-// --svg FILE draws one blocking and one overlapped step per rank (compute and communication lanes).
+// --svg FILE draws the fastest blocking and overlapped steps, per rank a compute and a communication lane.
 // bench/dp_mpi_speedup.sh reads the seconds_per_step line (blocking; overlapped with --overlap).
 #include <CLI/CLI.hpp>
 
@@ -74,7 +74,7 @@ const std::vector<std::string> kKinds = {"forward", "backward", "allreduce_gradi
 
 struct Timed {
   double seconds = 1e300;  // fastest step, slowest rank
-  RankTimeline last;       // this rank's spans of the last step
+  RankTimeline last;       // this rank's spans of that step
 };
 
 /// Data-parallel training steps on `dpc` (the communicator DataParallel uses: the real one or a
@@ -113,8 +113,8 @@ struct Trainer {
     const double t4 = Communicator::wall_now();
     Tensor e = Tensor::scalar(t4 - t0, DType::Float64);
     world.allreduce(e, ReduceOp::Max);  // a step lasts as long as its slowest rank
-    if (!timed) return;
-    out.seconds = std::min(out.seconds, e.item());
+    if (!timed || e.item() >= out.seconds) return;  // the picture is of the fastest step (the same on every rank)
+    out.seconds = e.item();
     out.last = {{0, kForward, 0, t1 - t0}, {0, kBackward, t1 - t0, t2 - t0}, {0, kWait, t2 - t0, t3 - t0},
                 {0, kStep, t3 - t0, t4 - t0}};
     if (&dpc == &world)  // the bucket allreduces (the max above came after t4)

@@ -43,7 +43,12 @@ void pace(std::int64_t bytes) {
   const auto start = std::max(now, g_link_free);
   g_link_free = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(g_link.seconds(bytes)));
-  std::this_thread::sleep_until(g_link_free);
+  // Sleep most of it, spin the last 200 us: a sleep alone overshoots by a scheduler tick, which
+  // would emulate a slower link than asked for.
+  const auto spin = std::chrono::microseconds(200);
+  if (g_link_free - now > spin) std::this_thread::sleep_until(g_link_free - spin);
+  while (std::chrono::steady_clock::now() < g_link_free) {
+  }
 }
 constexpr std::size_t kHeader = sizeof(Header);
 
