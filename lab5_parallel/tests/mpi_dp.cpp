@@ -18,7 +18,7 @@ using namespace mls::parallel;
 using mls::autodiff::Var;
 namespace nn = mls::autodiff::nn;
 
-TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B after 10 SGD steps; overlap bit-identical",
+TEST_CASE("mpi dp: N processes with batch B/N match one process with batch B after 10 SGD steps, overlap bit-identical",
           "[lab5][mpi][mpi_train][mpi_dp]") {
   MLS_MPI_TEST(2);
   Communicator comm = mpi_world();

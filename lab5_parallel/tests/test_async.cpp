@@ -73,7 +73,7 @@ TEST_CASE("async: iallreduce, ireduce_scatter, iallgather, ibroadcast equal the 
   }
 }
 
-TEST_CASE("async: many in flight complete in issue order; test() turns true; iallgather_inplace", "[lab5][async]") {
+TEST_CASE("async: many in flight complete in issue order, test() turns true, iallgather_inplace", "[lab5][async]") {
   const int n = 4;
   std::vector<std::vector<double>> got(n);
   std::vector<int> tested(n, 0);
@@ -251,7 +251,7 @@ struct LinkEnv {
 };
 }  // namespace
 
-TEST_CASE("async: an emulated link (MLS_LINK_GBPS, MLS_LINK_US) sets the simulated α and β; bad specs are errors",
+TEST_CASE("async: an emulated link (MLS_LINK_GBPS, MLS_LINK_US) sets the simulated α and β, bad specs are errors",
           "[lab5][async]") {
   std::vector<double> t(2), sum(2);
   SimOptions no_gamma;

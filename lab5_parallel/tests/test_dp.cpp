@@ -81,7 +81,7 @@ TEST_CASE("dp: make_buckets groups parameters in backward order", "[lab5][dp]") 
   mls::testing::require_error([&] { shard_batch(t, 0, 4); }, "shard_batch: a batch of 6 rows does not split into 4 equal shards");
 }
 
-TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD steps; overlap is bit-identical",
+TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD steps, overlap is bit-identical",
           "[lab5][dp]") {
   for (DType dt : {DType::Float64, DType::Float32}) {
     MLS_ORACLE(std::vector<std::vector<double>> ref;)  // the single rank's run, after the first parallel one
