@@ -682,6 +682,7 @@ Tensor Communicator::all_to_all(const Tensor& t) {
 
 Tensor Communicator::all_to_allv(const Tensor& t, const std::vector<std::int64_t>& send_counts,
                                  const std::vector<std::int64_t>& recv_counts, Algo algo) {
+  quiesce();
   MLS_CHECK(t.defined(), "all_to_allv: the tensor is undefined");
   MLS_CHECK(t.ndim() == 1, "all_to_allv: the tensor must be 1-D, got shape ", shape_str(t.shape()));
   const auto n = static_cast<std::size_t>(size());
@@ -704,7 +705,7 @@ Tensor Communicator::all_to_allv(const Tensor& t, const std::vector<std::int64_t
             "] = ", recv_counts[me]);
   begin("all_to_allv", kAllToAllv, t, -1, -1);
   coll_->numel = -1;  // every rank's total differs: the message sizes are checked one by one
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor in = flat_of(t);
   Tensor out = Tensor::empty({rb[n]}, t.dtype());
   if (algo == Algo::Auto) algo = Algo::Pairwise;
