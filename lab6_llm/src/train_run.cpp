@@ -123,7 +123,10 @@ TrainOptions trainer_options(const TrainRunOptions& f, const GPTConfig& cfg, con
   o.adamw.weight_decay = f.weight_decay;
   o.adamw.beta2 = f.beta2;
   o.accum = f.accum;
+  o.attention = parse_attention(f.attention, "train: --attention");
   o.validate(cfg);  // --accum and the rest, before any parameter is made
+  MLS_CHECK(!(f.autodiff && o.attention == Attention::Flash), "train: --autodiff and --attention ",
+            f.attention, " together, expected --attention naive (the tape has its own attention)");
   MLS_CHECK(!(f.autodiff && f.accum > 1), "train: --autodiff and --accum ", f.accum,
             " together, expected one of them (the tape takes the whole batch)");
   MLS_CHECK(!(f.autodiff && !(f.remat == RecomputeKind::None)), "train: --autodiff and --remat ", f.remat,
@@ -140,7 +143,8 @@ std::unique_ptr<RematActivations> setup_remat(const TrainRunOptions& f, Trainer&
   const std::int64_t B = tr.options().micro_batch(), T = tr.options().context;  // one micro-batch
   const std::int64_t budget =
       f.remat_budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(f.remat_budget));
-  auto ra = std::make_unique<RematActivations>(cfg, B, T, gpt_plan(f.remat, cfg, B, T, budget));
+  auto ra = std::make_unique<RematActivations>(cfg, B, T, gpt_plan(f.remat, cfg, B, T, budget),
+                                               tr.options().attention);
   const std::int64_t all = remat_activation_bytes(cfg, B, T, no_remat_plan(cfg.n_layer));
   const RematPlan& p = ra->plan();
   std::printf(

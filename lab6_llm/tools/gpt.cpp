@@ -89,6 +89,7 @@ struct RematFlags {
 // ---- train ----------------------------------------------------------------------------------
 
 struct TrainFlags : TrainRunOptions {
+  CLI::Option* attention_opt = nullptr;
   ModelFlags model_flags;
   RematFlags remat_flags;
   void add(CLI::App* app) {
@@ -127,6 +128,10 @@ struct TrainFlags : TrainRunOptions {
     app->add_option("--stop-after", stop_after,
                       "stop (and checkpoint) after this step; the schedule still "
                       "runs to --steps (for --resume)");
+    attention_opt = app->add_option("--attention", attention,
+                    "attention kernel of the fused path: flash (lab 4's tiled kernel, O(T) "
+                    "activations) | naive (the (T, T) scores kept)")
+        ->capture_default_str();
     app->add_flag("--autodiff", autodiff,
                     "gradients from lab 2's tape (path (a)) instead of the fused path");
     app->add_option("--resume", resume, "continue a run from its checkpoint (bit-identical)");
@@ -645,9 +650,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
-    if (*train && zf.active())
+    if (*train && zf.active()) {
+      MLS_CHECK(tf.attention_opt->count() == 0, "train --zero: --attention ", tf.attention,
+                " is an option of the single-process fused path (ZeRO runs use lab 6's naive "
+                "attention); leave it out");
       return cmd_train_zero(zf, tf.remat_flags, tf.model_flags, tf.batch, tf.accum, tf.context, tf.steps, tf.lr,
                             tf.seed);
+    }
     if (*train) return cmd_train(tf);
     if (*ztab) return cmd_zero_table(ztf, ztm);
     if (*sample) return cmd_sample(sf);
