@@ -123,10 +123,9 @@ TrainOptions trainer_options(const TrainRunOptions& f, const GPTConfig& cfg, con
   o.adamw.weight_decay = f.weight_decay;
   o.adamw.beta2 = f.beta2;
   o.accum = f.accum;
-  o.attention = parse_attention(f.attention, "train: --attention");
+  // the tape path (--autodiff) has its own attention: the option is the fused path's
+  o.attention = f.autodiff ? Attention::Naive : parse_attention(f.attention, "train: --attention");
   o.validate(cfg);  // --accum and the rest, before any parameter is made
-  MLS_CHECK(!(f.autodiff && o.attention == Attention::Flash), "train: --autodiff and --attention ",
-            f.attention, " together, expected --attention naive (the tape has its own attention)");
   MLS_CHECK(!(f.autodiff && f.accum > 1), "train: --autodiff and --accum ", f.accum,
             " together, expected one of them (the tape takes the whole batch)");
   MLS_CHECK(!(f.autodiff && !(f.remat == RecomputeKind::None)), "train: --autodiff and --remat ", f.remat,
@@ -300,10 +299,11 @@ TrainRunResult run_training(TrainRunOptions f) {
   const double peak = pk.gflops;
   std::printf(
       "data: %s; batch %lld x context %lld (accum %lld: micro-batches of %lld); %lld steps; %d "
-      "thread(s), peak %.1f GFLOP/s (lab 4 roofline, %s); matmul %s\n",
+      "thread(s), peak %.1f GFLOP/s (lab 4 roofline, %s); matmul %s; attention %s\n",
       rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str() : f.data.c_str(),
       (long long)o.batch, (long long)o.context, (long long)o.accum, (long long)o.micro_batch(),
-      (long long)o.steps, threads, peak, pk.source.c_str(), sgemm_kernel().name.c_str());
+      (long long)o.steps, threads, peak, pk.source.c_str(), sgemm_kernel().name.c_str(),
+      f.autodiff ? "autodiff tape" : to_string(o.attention));
   auto save = [&] {
     Checkpoint ck = trainer_checkpoint(tr, tok_bytes, rd.source().position());
     ck.counters["seed"] = f.seed;

@@ -144,6 +144,8 @@ struct TrainFlags : TrainRunOptions {
 };
 
 int cmd_train(TrainFlags& f) {
+  MLS_CHECK(!(f.autodiff && f.attention_opt->count() > 0), "train: --autodiff and --attention ",
+            f.attention, " together, expected one of them (the tape has its own attention)");
   f.model = f.model_flags;
   f.remat = f.remat_flags.kind;
   f.remat_budget = f.remat_flags.budget;
