@@ -167,17 +167,34 @@ MLS_CLONES void flash_forward_block(float* out, float* lse, const float* base, F
   }
 }
 
+/// Scratch of one thread of the backward pass (sized once per thread, reused for every head).
+struct BwdScratch {
+  std::vector<float> q, dO, dq, D;   // the head: (T, hsp), (T, hsp), (T, hsp), (T,)
+  std::vector<float> kt, vt, kb;     // a key block: (hs, bkp), (hs, bkp), (bk, hsp)
+  std::vector<float> dk, dv;         // its gradients: (bk, hsp)
+  std::vector<float> p, dp;          // (bq, bkp)
+  std::vector<float> pT, dsT;        // (bk, bqp): P and dS transposed
+  BwdScratch(long T, long bq, long bk, long hs) {
+    const long hsp = round16(hs), bkp = round16(bk), bqp = round16(bq);
+    for (auto* v : {&q, &dO, &dq}) v->resize(static_cast<std::size_t>(T * hsp));
+    D.resize(static_cast<std::size_t>(T));
+    for (auto* v : {&kt, &vt}) v->resize(static_cast<std::size_t>(hs * bkp));
+    for (auto* v : {&kb, &dk, &dv}) v->resize(static_cast<std::size_t>(bk * hsp));
+    for (auto* v : {&p, &dp}) v->resize(static_cast<std::size_t>(bq * bkp));
+    for (auto* v : {&pT, &dsT}) v->resize(static_cast<std::size_t>(bk * bqp));
+  }
+};
+
 /// The backward pass of one head. base/dbase: q of (b, 0, h) inside qkv/dqkv (B, T, 3C); dout,
 /// out: (b, 0, h) inside (B, T, C); lse: (T,) of this head.
 MLS_CLONES void flash_backward_head(float* dbase, const float* dout, const float* base,
-                                    const float* out, const float* lse, long T, long C, long hs,
-                                    bool causal, long block_q, long block_k, float scale) {
-  const long C3 = 3 * C, hsp = round16(hs), bkp = round16(block_k), bqp = round16(block_q);
-  std::vector<float> q(T * hsp), dO(T * hsp), dq(T * hsp, 0.f), D(T);  // (T, hsp), (T,)
-  std::vector<float> kt(hs * bkp), vt(hs * bkp), kb(block_k * hsp);     // a key block
-  std::vector<float> dk(block_k * hsp), dv(block_k * hsp);              // its gradients
-  std::vector<float> p(block_q * bkp), dp(block_q * bkp);               // (nr, nkp)
-  std::vector<float> pT(block_k * bqp), dsT(block_k * bqp);             // (nk, nr) transposed
+                                    const float* out, const float* lse, BwdScratch& w, long T,
+                                    long C, long hs, bool causal, long block_q, long block_k,
+                                    float scale) {
+  const long C3 = 3 * C, hsp = round16(hs);
+  std::vector<float>&q = w.q, &dO = w.dO, &dq = w.dq, &D = w.D, &kt = w.kt, &vt = w.vt, &kb = w.kb,
+                     &dk = w.dk, &dv = w.dv, &p = w.p, &dp = w.dp, &pT = w.pT, &dsT = w.dsT;
+  std::fill(dq.begin(), dq.end(), 0.f);
   copy_rows(q.data(), hsp, base, C3, T, hs, scale);  // scaled, as in the forward pass
   copy_rows(dO.data(), hsp, dout, C, T, hs, 1.f);
   for (long t = 0; t < T; ++t) {  // D = rowsum(dout ⊙ out)
@@ -193,7 +210,7 @@ MLS_CLONES void flash_backward_head(float* dbase, const float* dout, const float
     std::fill(dk.begin(), dk.end(), 0.f);
     std::fill(dv.begin(), dv.end(), 0.f);
     for (long q0 = causal ? k0 : 0; q0 < T; q0 += block_q) {
-      const long nr = std::min(block_q, T - q0), nrp = round16(nr);
+      const long nr = std::min(block_q, T - q0), nrp = round16(block_q);
       const float* qi = q.data() + q0 * hsp;
       const float* doi = dO.data() + q0 * hsp;
       std::fill(p.begin(), p.begin() + nr * nkp, 0.f);
@@ -277,12 +294,14 @@ void flash_attention_backward(float* dinp, const float* dout, const float* inp, 
   check_shapes("flash_attention_backward", B, T, C, H, block_q, block_k);
   const long hs = C / H;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const long bq = std::min(block_q, T), bk = std::min(block_k, T);
   parallel_for(0, B * H, 1, [&](std::int64_t i0, std::int64_t i1) {
+    BwdScratch w(T, bq, bk, hs);
     for (std::int64_t bh = i0; bh < i1; ++bh) {
       const long b = bh / H, h = bh % H;
       flash_backward_head(dinp + b * T * 3 * C + h * hs, dout + b * T * C + h * hs,
-                          inp + b * T * 3 * C + h * hs, out + b * T * C + h * hs, lse + bh * T, T,
-                          C, hs, causal, std::min(block_q, T), std::min(block_k, T), scale);
+                          inp + b * T * 3 * C + h * hs, out + b * T * C + h * hs, lse + bh * T, w,
+                          T, C, hs, causal, bq, bk, scale);
     }
   });
 }

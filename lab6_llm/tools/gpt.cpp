@@ -293,7 +293,8 @@ int cmd_export(const std::string& ckpt_path, const std::string& format, const st
 /// and batch of an llm.c file and a token file (for compare_torch.py: the same init and batch as
 /// PyTorch). Prints "loss0 ...", "best_ms ...", tokens/s and MFU.
 int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::string& init,
-              const std::string& tokens_file, std::uint64_t seed) {
+              const std::string& tokens_file, std::uint64_t seed, const std::string& attention) {
+  const Attention kind = parse_attention(attention, "bench: --attention");
   GPTConfig cfg;
   GPTParams p;
   if (!init.empty()) {
@@ -335,6 +336,7 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   o.grad_clip = 0;  // as the torch side: plain AdamW
   o.adamw.weight_decay = 0.0;
   o.lr = o.min_lr = 1e-4;
+  o.attention = kind;
   Trainer tr(std::move(p), o);
   double best = 1e30, loss0 = 0;
   for (std::int64_t s = 0; s < steps + 3; ++s) {
@@ -347,9 +349,9 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   const kernels::CachedPeak pk = kernels::peak_gflops_cached(num_threads());  // once per machine
   const double peak = pk.gflops;
   std::printf(
-      "loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d "
-      "thread(s))\npeak %s\n",
-      loss0, best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak,
+      "attention %s\nloss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f "
+      "peak, %d thread(s))\npeak %s\n",
+      to_string(kind), loss0, best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak,
       num_threads(), pk.source.c_str());
   return 0;
 }
@@ -629,7 +631,7 @@ int main(int argc, char** argv) {
   bm.config = "small";
   std::int64_t bench_batch = 12, bench_steps = 20;
   std::uint64_t bench_seed = 0;
-  std::string bench_init, bench_tokens;
+  std::string bench_init, bench_tokens, bench_attention = "flash";
   auto* bench =
       app.add_subcommand("bench", "time one training step (prints best_ms, tokens/s, MFU)");
   bm.add(bench);
@@ -638,6 +640,8 @@ int main(int argc, char** argv) {
   bench->add_option("--seed", bench_seed, "seed")->capture_default_str();
   bench->add_option("--init-from", bench_init, "an llm.c .bin or checkpoint with the weights");
   bench->add_option("--tokens", bench_tokens, "int32 file of B x (T+1) tokens (the batch)");
+  bench->add_option("--attention", bench_attention, "flash | naive: the attention kernel")
+      ->capture_default_str();
 
   PlanFlags pf;
   auto* plan = app.add_subcommand(
@@ -667,7 +671,8 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export(ex_ckpt, ex_format, ex_out);
     if (*plan) return cmd_plan(pf);
     if (*bench)
-      return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed);
+      return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed,
+                       bench_attention);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-gpt: %s\n", e.what());
     return 1;
