@@ -190,3 +190,19 @@ TEST_CASE(
     CHECK(worst <= 1e-4 * gmax);
   }
 }
+
+TEST_CASE("errors: an unknown attention kernel, flash attention_backward without the forward's output",
+          "[lab6][plumbing]") {
+  mls::testing::require_error([] { parse_attention("sparse", "train: --attention"); },
+                              "train: --attention: 'sparse', expected flash or naive");
+  CHECK(parse_attention("flash") == Attention::Flash);
+  CHECK(parse_attention("naive") == Attention::Naive);
+  mls::testing::observe("to_string(Attention::Flash), to_string(Attention::Naive)",
+                        std::string(to_string(Attention::Flash)) + " " + to_string(Attention::Naive));
+  std::vector<float> x(3 * 4 * 2, 0.f), lse(2, 0.f), dx(3 * 4 * 2, 0.f), dy(4 * 2, 0.f);
+  mls::testing::require_error(
+      [&] {
+        attention_backward(dx.data(), nullptr, dy.data(), x.data(), lse.data(), 1, 2, 4, 1, Attention::Flash);
+      },
+      "attention_backward: flash attention needs the forward's output");
+}
