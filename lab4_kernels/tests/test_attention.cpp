@@ -215,7 +215,7 @@ TEST_CASE("flash attention without the causal mask equals full attention",
   });
 }
 
-TEST_CASE("flash attention gradients pass a gradient check; the reference a float64 one",
+TEST_CASE("flash attention gradients pass a gradient check, the reference a float64 one",
           "[lab4][flash][gradcheck]") {
   const long B = 1, T = 5, H = 2, hs = 3, C = H * hs, n = B * T * 3 * C;
   const auto inp = random_vec(n, 31, "qkv");
