@@ -136,7 +136,7 @@ TEST_CASE("errors: training options out of range", "[lab6][train][errors]") {
 }
 
 TEST_CASE(
-    "training: --attention flash and naive give the same losses and parameters within float32 "
+    "training: --attention flash and naive give the same losses and gradients within float32 "
     "rounding (plain step, accumulation and recompute)",
     "[lab6][train][attention]") {
   GPTConfig cfg = config_by_name("nano");  // 3 layers, 3 heads of 16, block 32
