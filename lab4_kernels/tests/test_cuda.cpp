@@ -2,6 +2,7 @@
 // "SKIPPED: no GPU" (CTest then reports it as skipped, not passed).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -10,6 +11,7 @@
 
 #include "mls/common/bf16.hpp"
 #include "mls/common/fastmath.hpp"
+#include "mls/kernels/attention.hpp"
 #include "mls/kernels/cuda.hpp"
 #include "mls/testing.hpp"
 #include "reference.hpp"
@@ -165,4 +167,52 @@ TEST_CASE("cuda softmax, layernorm and bias+gelu match the references", "[lab4][
       CHECK(std::fabs(y[i] - want) <= 16 * eps * (1 + std::fabs(v)));
     });
   }
+}
+
+TEST_CASE("cuda flash attention forward equals the CPU flash kernel", "[lab4][gpu][cuda_flash]") {
+  REQUIRE_GPU();
+  const double eps = std::numeric_limits<float>::epsilon();
+  struct Case {
+    int B, T, H, hs;
+    bool causal;
+  };
+  for (const Case c : {Case{2, 1, 2, 5, true}, {1, 3, 3, 7, true}, {2, 17, 2, 13, true}, {1, 64, 2, 64, true},
+                       {2, 255, 1, 17, true}, {1, 1024, 2, 128, true}, {2, 2048, 2, 33, true}, {2, 37, 3, 11, false}}) {
+    const int C = c.H * c.hs;
+    const size_t n_in = static_cast<size_t>(c.B) * c.T * 3 * C, n_out = static_cast<size_t>(c.B) * c.T * C,
+                 n_lse = static_cast<size_t>(c.B) * c.H * c.T;
+    const auto inp = random_vec(n_in, 41 + c.T, "qkv");
+    // the CPU kernel first (lab 4's flash_attention_forward: the online softmax is the student's)
+    std::vector<float> want(n_out), want_lse(n_lse);
+    mls::kernels::flash_attention_forward(want.data(), want_lse.data(), inp.data(), c.B, c.T, C, c.H, c.causal);
+    cu::DeviceBuffer din(n_in), dout(n_out), dlse(n_lse);
+    cu::to_device(din.get(), inp.data(), n_in);
+    cu::flash_attention_forward(dout.get(), dlse.get(), din.get(), c.B, c.T, C, c.H, c.causal);
+    cu::synchronize();
+    std::vector<float> got(n_out), got_lse(n_lse);
+    cu::to_host(got.data(), dout.get(), n_out);
+    cu::to_host(got_lse.data(), dlse.get(), n_lse);
+    // both are float32 attentions of the same inputs: each within (hs + T + 16) eps (times 2 for
+    // the blocked orders) of the exact value (test_attention.cpp), so within twice that of each
+    // other; __expf adds 2 ulp per probability.
+    const double tol = 4 * (c.hs + c.T + 16) * eps;
+    const std::string what = "cuda flash_attention_forward T=" + std::to_string(c.T) + " hs=" + std::to_string(c.hs) +
+                             (c.causal ? "" : " (no mask)");
+    mls::testing::observe(what + ": out", got, {0.0, 2 * tol});
+    mls::testing::observe(what + ": lse", got_lse, {2 * tol, 2 * tol});
+    double err = 0, lerr = 0;
+    for (size_t i = 0; i < n_out; ++i) err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+    for (size_t i = 0; i < n_lse; ++i)
+      lerr = std::max(lerr, std::fabs(got_lse[i] - want_lse[i]) / (1.0 + std::fabs(want_lse[i])));
+    INFO(what << ": largest difference out " << err << ", lse " << lerr << ", bound " << tol);
+    CHECK(err <= tol);
+    CHECK(lerr <= tol);
+  }
+  cu::DeviceBuffer d(3 * 2 * 256);
+  mls::testing::require_error([&] { cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 2, 258, 1); },
+                              "head size C / H = 258, expected at most 128");
+  mls::testing::require_error([&] { cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 0, 4, 1); },
+                              "T = 0");
+  mls::testing::require_error([&] { cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 2, 6, 4); },
+                              "C = 6 is not a multiple of H = 4");
 }

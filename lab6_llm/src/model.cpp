@@ -11,6 +11,7 @@
 #include "mls/common/error.hpp"
 #include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
+#include "mls/kernels/attention.hpp"
 #include "mls/kernels/fused.hpp"
 #include "mls/kernels/sgemm.hpp"
 #include "mls/llm/moe.hpp"
@@ -161,19 +162,28 @@ GPTParams init_params(const GPTConfig& cfg, std::uint64_t seed) {
 
 // ---- activations --------------------------------------------------------------------------------
 
-GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64_t T_)
-    : B(B_), T(T_) {
+const char* to_string(Attention a) { return a == Attention::Flash ? "flash" : "naive"; }
+
+Attention parse_attention(const std::string& name, const std::string& what) {
+  if (name == "naive") return Attention::Naive;
+  MLS_CHECK(name == "flash", what, ": '", name, "', expected flash or naive");
+  return Attention::Flash;
+}
+
+GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64_t T_,
+                               Attention attention_)
+    : B(B_), T(T_), attention(attention_) {
   cfg.validate();
   MLS_CHECK(B > 0 && T > 0 && T <= cfg.block_size, "GPTActivations: B = ", B, ", T = ", T,
             ", expected B > 0 and 0 < T <= block_size = ", cfg.block_size);
-  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size, N = B * T;
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, N = B * T;
   const std::int64_t sizes[] = {N * C,
                                 L * N * C,
                                 L * N,
                                 L * N,
                                 L * N * 3 * C,
                                 L * N * C,
-                                L * B * H * T * T,
+                                L * att_layer_floats(cfg),
                                 L * N * C,
                                 L * N * C,
                                 L * N * C,
@@ -223,6 +233,10 @@ GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64
     *iptrs[i] = isizes[i] ? istorage_.data() + o : nullptr;
     o += isizes[i];
   }
+}
+
+std::int64_t GPTActivations::att_layer_floats(const GPTConfig& cfg) const {
+  return B * cfg.n_head * T * (attention == Attention::Flash ? 1 : T);
 }
 
 void GPTActivations::zero() {
@@ -488,7 +502,8 @@ using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));  // GC
 }
 
 void attention_forward(float* out, float* att, const float* inp, std::int64_t B, std::int64_t T,
-                       std::int64_t C, std::int64_t H) {
+                       std::int64_t C, std::int64_t H, Attention kind) {
+  if (kind == Attention::Flash) return kernels::flash_attention_forward(out, att, inp, B, T, C, H);
   // BEGIN SOLUTION
   const std::int64_t hs = C / H, Tp = (T + kLanes - 1) / kLanes * kLanes;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
@@ -505,7 +520,11 @@ void attention_forward(float* out, float* att, const float* inp, std::int64_t B,
 
 void attention_backward(float* dinp, float* datt, const float* dout, const float* inp,
                         const float* att, std::int64_t B, std::int64_t T, std::int64_t C,
-                        std::int64_t H) {
+                        std::int64_t H, Attention kind, const float* out) {
+  if (kind == Attention::Flash) {
+    MLS_CHECK(out != nullptr, "attention_backward: flash attention needs the forward's output");
+    return kernels::flash_attention_backward(dinp, dout, inp, out, att, B, T, C, H);
+  }
   // BEGIN SOLUTION
   const std::int64_t hs = C / H, Tp = (T + kLanes - 1) / kLanes * kLanes;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
@@ -600,8 +619,8 @@ void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActiva
                     p.ln1b + l * C, N, C);
   matmul_forward(a.qkv + l * N * 3 * C, a.ln1 + l * N * C, p.qkvw + l * 3 * C * C,
                  p.qkvb + l * 3 * C, N, C, 3 * C);
-  attention_forward(a.atty + l * N * C, a.att + l * B * H * T * T, a.qkv + l * N * 3 * C, B, T, C,
-                    H);
+  attention_forward(a.atty + l * N * C, a.att + l * a.att_layer_floats(cfg), a.qkv + l * N * 3 * C,
+                    B, T, C, H, a.attention);
   matmul_forward(a.attproj + l * N * C, a.atty + l * N * C, p.attprojw + l * C * C,
                  p.attprojb + l * C, N, C, C);
   residual_forward(a.residual2 + l * N * C, x_in, a.attproj + l * N * C, N * C);
@@ -666,8 +685,9 @@ void attention_block_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtr
   // residual2 = x_in + attproj(attention(qkv(ln1(x_in))))
   matmul_backward(datty, g.attprojw + l * C * C, g.attprojb + l * C, dresidual, a.atty + l * N * C,
                   p.attprojw + l * C * C, N, C, C);
-  attention_backward(dqkv, da.att + l * B * H * T * T, datty, a.qkv + l * N * 3 * C,
-                     a.att + l * B * H * T * T, B, T, C, H);
+  attention_backward(dqkv, da.att + l * da.att_layer_floats(cfg), datty, a.qkv + l * N * 3 * C,
+                     a.att + l * a.att_layer_floats(cfg), B, T, C, H, a.attention,
+                     a.atty + l * N * C);
   matmul_backward(dln1, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, a.ln1 + l * N * C,
                   p.qkvw + l * 3 * C * C, N, C, 3 * C);
   layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, dln1, x_in, p.ln1w + l * C,

@@ -45,7 +45,7 @@ ParamPtrs shift_layers(const ParamPtrs& p, const GPTConfig& cfg, std::int64_t l0
 
 GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::int64_t l) {
   MLS_CHECK(l >= 0 && l < cfg.n_layer, "block_view: layer ", l, ", expected 0..", cfg.n_layer - 1);
-  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, H = cfg.n_head, N = B * T;
+  const std::int64_t B = a.B, T = a.T, C = cfg.n_embd, N = B * T;
   GPTActivations v;
   v.B = B;
   v.T = T;
@@ -55,7 +55,8 @@ GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::in
   v.ln1_rstd = a.ln1_rstd + l * N;
   v.qkv = a.qkv + l * N * 3 * C;
   v.atty = a.atty + l * N * C;
-  v.att = a.att + l * B * H * T * T;
+  v.attention = a.attention;
+  v.att = a.att + l * a.att_layer_floats(cfg);
   v.attproj = a.attproj + l * N * C;
   v.residual2 = a.residual2 + l * N * C;
   v.ln2 = a.ln2 + l * N * C;

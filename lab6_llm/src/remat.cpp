@@ -354,10 +354,10 @@ void remat_segment_forward(const GPTConfig& cfg, BlockAccess& acc, RematActivati
 }
 
 RematActivations::RematActivations(const GPTConfig& cfg, std::int64_t B_, std::int64_t T_,
-                                   RematPlan plan)
+                                   RematPlan plan, Attention attention)
     : B(B_), T(T_), seg_cfg(segment_config(cfg, plan)), plan_(std::move(plan)) {
-  seg = GPTActivations(seg_cfg, B, T);
-  dseg = GPTActivations(seg_cfg, B, T);
+  seg = GPTActivations(seg_cfg, B, T, attention);
+  dseg = GPTActivations(seg_cfg, B, T, attention);
   checkpoints.assign(static_cast<std::size_t>(plan_.num_segments() * B * T * cfg.n_embd), 0.f);
   ckpt_mem_ = mem::Block(mem::Tag::Activation, 4 * static_cast<std::int64_t>(checkpoints.size()));
 }

@@ -132,12 +132,37 @@ void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token,
   // END SOLUTION
 }
 
-std::vector<float> forward_last(const GPTParams& params, const std::vector<std::int32_t>& context) {
+void prefill(const GPTParams& params, KVCache& cache, const std::vector<std::int32_t>& prompt,
+             float* logits, Attention attention) {
+  const GPTConfig& cfg = params.config();
+  const std::int64_t n = static_cast<std::int64_t>(prompt.size()), L = cfg.n_layer,
+                     C = cfg.n_embd, T = cfg.block_size, V = cfg.vocab_size;
+  MLS_CHECK(cache.config() == cfg, "prefill: a cache of another config");
+  MLS_CHECK(cache.size() == 0, "prefill: the cache holds ", cache.size(),
+            " positions, expected an empty cache");
+  MLS_CHECK(n >= 1 && n <= T, "prefill: a prompt of ", n, " tokens, expected 1..block_size = ", T);
+  for (auto t : prompt)
+    MLS_CHECK(t >= 0 && t < V, "prefill: token ", t, ", expected 0 <= token < vocab_size = ", V);
+  GPTActivations acts(cfg, 1, n, attention);
+  gpt_forward(params, acts, prompt.data(), nullptr, nullptr, 1, n);
+  for (std::int64_t l = 0; l < L; ++l) {
+    for (std::int64_t t = 0; t < n; ++t) {
+      const float* qkv = acts.qkv + (l * n + t) * 3 * C;  // (L, 1, n, 3C)
+      std::copy(qkv + C, qkv + 2 * C, cache.k.data() + (l * T + t) * C);
+      std::copy(qkv + 2 * C, qkv + 3 * C, cache.v.data() + (l * T + t) * C);
+    }
+  }
+  cache.len_ = n;
+  std::copy(acts.logits + (n - 1) * V, acts.logits + n * V, logits);
+}
+
+std::vector<float> forward_last(const GPTParams& params, const std::vector<std::int32_t>& context,
+                                Attention attention) {
   const GPTConfig& cfg = params.config();
   MLS_CHECK(!context.empty(), "forward_last: empty context");
   const std::int64_t n = static_cast<std::int64_t>(context.size());
   const std::int64_t T = std::min(n, cfg.block_size);
-  GPTActivations acts(cfg, 1, T);
+  GPTActivations acts(cfg, 1, T, attention);
   gpt_forward(params, acts, context.data() + (n - T), nullptr, nullptr, 1, T);
   const float* last = acts.logits + (T - 1) * cfg.vocab_size;
   return std::vector<float>(last, last + cfg.vocab_size);
@@ -177,7 +202,7 @@ std::vector<std::int32_t> generate(const GPTParams& params, const std::vector<st
   std::optional<KVCache> cache;
   if (use_cache) {
     cache.emplace(cfg);
-    for (auto t : prompt) forward_cached(params, *cache, t, logits.data());
+    prefill(params, *cache, prompt, logits.data());  // the whole prompt at once
   } else {
     logits = forward_last(params, ctx);
   }

@@ -73,8 +73,8 @@ double accumulate_gradients(const GPTConfig& cfg, ModelAccess& acc, const PassBu
 Trainer::Trainer(GPTParams p, const TrainOptions& opt)
     : params(std::move(p)), grads(params.config()), adam(params.size()), opt_(opt) {
   opt.validate(params.config());
-  acts = GPTActivations(params.config(), opt.micro_batch(), opt.context);
-  dacts = GPTActivations(params.config(), opt.micro_batch(), opt.context);
+  acts = GPTActivations(params.config(), opt.micro_batch(), opt.context, opt.attention);
+  dacts = GPTActivations(params.config(), opt.micro_batch(), opt.context, opt.attention);
 }
 
 StepStats Trainer::step(const Batch& b) { return step_on(b, PassBuffers::keep(acts, &dacts)); }

@@ -125,6 +125,8 @@ TrainOptions trainer_options(const TrainRunOptions& f, const GPTConfig& cfg, con
   o.adamw.weight_decay = f.weight_decay;
   o.adamw.beta2 = f.beta2;
   o.accum = f.accum;
+  // the tape path (--autodiff) has its own attention: the option is the fused path's
+  o.attention = f.autodiff ? Attention::Naive : parse_attention(f.attention, "train: --attention");
   o.validate(cfg);  // --accum and the rest, before any parameter is made
   MLS_CHECK(!(f.autodiff && f.accum > 1), "train: --autodiff and --accum ", f.accum,
             " together, expected one of them (the tape takes the whole batch)");
@@ -142,7 +144,8 @@ std::unique_ptr<RematActivations> setup_remat(const TrainRunOptions& f, Trainer&
   const std::int64_t B = tr.options().micro_batch(), T = tr.options().context;  // one micro-batch
   const std::int64_t budget =
       f.remat_budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(f.remat_budget));
-  auto ra = std::make_unique<RematActivations>(cfg, B, T, gpt_plan(f.remat, cfg, B, T, budget));
+  auto ra = std::make_unique<RematActivations>(cfg, B, T, gpt_plan(f.remat, cfg, B, T, budget),
+                                               tr.options().attention);
   const std::int64_t all = remat_activation_bytes(cfg, B, T, no_remat_plan(cfg.n_layer));
   const RematPlan& p = ra->plan();
   std::printf(
@@ -340,10 +343,11 @@ TrainRunResult run_training(TrainRunOptions f) {
   const double peak = pk.gflops;
   std::printf(
       "data: %s; batch %lld x context %lld (accum %lld: micro-batches of %lld); %lld steps; %d "
-      "thread(s), peak %.1f GFLOP/s (lab 4 roofline, %s); matmul %s\n",
+      "thread(s), peak %.1f GFLOP/s (lab 4 roofline, %s); matmul %s; attention %s\n",
       rd.task ? (f.task + " task, " + std::to_string(f.digits) + " digits").c_str() : f.data.c_str(),
       (long long)o.batch, (long long)o.context, (long long)o.accum, (long long)o.micro_batch(),
-      (long long)o.steps, threads, peak, pk.source.c_str(), sgemm_kernel().name.c_str());
+      (long long)o.steps, threads, peak, pk.source.c_str(), sgemm_kernel().name.c_str(),
+      f.autodiff ? "autodiff tape" : to_string(o.attention));
   auto save = [&] {
     Checkpoint ck = trainer_checkpoint(tr, tok_bytes, rd.source().position());
     ck.counters["seed"] = f.seed;

@@ -1,6 +1,8 @@
 // Lab 6: sampling and the KV cache.
 #include <catch2/catch.hpp>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "mls/llm/sample.hpp"
 #include "mls/testing.hpp"
@@ -30,6 +32,42 @@ TEST_CASE("KV cache: the same logits as recomputing the context, position by pos
     MLS_CHECK_EQ(cache.size(), cfg.block_size);
     mls::testing::require_error([&] { forward_cached(p, cache, 0, logits.data()); },
                                 "KV cache is full");
+  }
+}
+
+TEST_CASE("prefill: the whole prompt at once (flash and naive attention) fills the cache as "
+          "forward_cached token by token",
+          "[lab6][sample][prefill]") {
+  Rng rng(5, "prefill");
+  for (int trial = 0; trial < 3; ++trial) {
+    const GPTConfig cfg = random_config(rng);
+    const GPTParams p = random_params(cfg, rng);
+    const std::int64_t n = 1 + rng.randint(0, cfg.block_size), V = cfg.vocab_size;
+    std::vector<std::int32_t> prompt;
+    for (std::int64_t t = 0; t < n; ++t) prompt.push_back(static_cast<std::int32_t>(rng.randint(0, V)));
+    KVCache step(cfg);  // token by token: the student's forward_cached
+    std::vector<float> want(V);
+    for (auto t : prompt) forward_cached(p, step, t, want.data());
+    for (Attention a : {Attention::Flash, Attention::Naive}) {
+      KVCache whole(cfg);
+      std::vector<float> got(V);
+      prefill(p, whole, prompt, got.data(), a);
+      const std::string c = std::string(to_string(a)) + ", trial " + std::to_string(trial);
+      MLS_CHECK_EQ(whole.size(), n);
+      observe_rel("prefill logits, " + c, got.data(), want.data(), V, 1e-5);
+      observe_rel("prefill keys, " + c, whole.k.data(), step.k.data(), static_cast<std::int64_t>(step.k.size()), 1e-5);
+      observe_rel("prefill values, " + c, whole.v.data(), step.v.data(), static_cast<std::int64_t>(step.v.size()), 1e-5);
+      CHECK(rel_err(got.data(), want.data(), V) < 1e-5);
+      CHECK(rel_err(whole.k.data(), step.k.data(), static_cast<std::int64_t>(step.k.size())) < 1e-5);
+      CHECK(rel_err(whole.v.data(), step.v.data(), static_cast<std::int64_t>(step.v.size())) < 1e-5);
+      mls::testing::require_error([&] { prefill(p, whole, prompt, got.data(), a); },
+                                  "prefill: the cache holds " + std::to_string(n) + " positions");
+    }
+    KVCache empty(cfg);
+    std::vector<float> got(V);
+    mls::testing::require_error([&] { prefill(p, empty, {}, got.data()); }, "prefill: a prompt of 0 tokens");
+    mls::testing::require_error([&] { prefill(p, empty, {static_cast<std::int32_t>(V)}, got.data()); },
+                                "prefill: token " + std::to_string(V));
   }
 }
 

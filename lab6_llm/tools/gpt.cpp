@@ -104,6 +104,7 @@ struct RematFlags {
 // ---- train ----------------------------------------------------------------------------------
 
 struct TrainFlags : TrainRunOptions {
+  CLI::Option* attention_opt = nullptr;
   ModelFlags model_flags;
   RematFlags remat_flags;
   void add(CLI::App* app) {
@@ -142,6 +143,10 @@ struct TrainFlags : TrainRunOptions {
     app->add_option("--stop-after", stop_after,
                       "stop (and checkpoint) after this step; the schedule still "
                       "runs to --steps (for --resume)");
+    attention_opt = app->add_option("--attention", attention,
+                    "attention kernel of the fused path: flash (lab 4's tiled kernel, O(T) "
+                    "activations) | naive (the (T, T) scores kept)")
+        ->capture_default_str();
     app->add_flag("--autodiff", autodiff,
                     "gradients from lab 2's tape (path (a)) instead of the fused path");
     app->add_option("--resume", resume, "continue a run from its checkpoint (bit-identical)");
@@ -154,6 +159,8 @@ struct TrainFlags : TrainRunOptions {
 };
 
 int cmd_train(TrainFlags& f) {
+  MLS_CHECK(!(f.autodiff && f.attention_opt->count() > 0), "train: --autodiff and --attention ",
+            f.attention, " together, expected one of them (the tape has its own attention)");
   f.model = f.model_flags;
   f.remat = f.remat_flags.kind;
   f.remat_budget = f.remat_flags.budget;
@@ -301,7 +308,8 @@ int cmd_export(const std::string& ckpt_path, const std::string& format, const st
 /// and batch of an llm.c file and a token file (for compare_torch.py: the same init and batch as
 /// PyTorch). Prints "loss0 ...", "best_ms ...", tokens/s and MFU.
 int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::string& init,
-              const std::string& tokens_file, std::uint64_t seed) {
+              const std::string& tokens_file, std::uint64_t seed, const std::string& attention) {
+  const Attention kind = parse_attention(attention, "bench: --attention");
   GPTConfig cfg;
   GPTParams p;
   if (!init.empty()) {
@@ -343,6 +351,7 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   o.grad_clip = 0;  // as the torch side: plain AdamW
   o.adamw.weight_decay = 0.0;
   o.lr = o.min_lr = 1e-4;
+  o.attention = kind;
   Trainer tr(std::move(p), o);
   double best = 1e30, loss0 = 0;
   for (std::int64_t s = 0; s < steps + 3; ++s) {
@@ -355,9 +364,9 @@ int cmd_bench(ModelFlags& m, std::int64_t B, std::int64_t steps, const std::stri
   const kernels::CachedPeak pk = kernels::peak_gflops_cached(num_threads());  // once per machine
   const double peak = pk.gflops;
   std::printf(
-      "loss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f peak, %d "
-      "thread(s))\npeak %s\n",
-      loss0, best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak,
+      "attention %s\nloss0 %.6f\nbest_ms %.4f\ntokens_per_s %.0f\nmfu %.4f (%.2f GFLOP/s of %.1f "
+      "peak, %d thread(s))\npeak %s\n",
+      to_string(kind), loss0, best * 1e3, tok_s, tok_s * flops / (peak * 1e9), tok_s * flops * 1e-9, peak,
       num_threads(), pk.source.c_str());
   return 0;
 }
@@ -648,7 +657,7 @@ int main(int argc, char** argv) {
   bm.config = "small";
   std::int64_t bench_batch = 12, bench_steps = 20;
   std::uint64_t bench_seed = 0;
-  std::string bench_init, bench_tokens;
+  std::string bench_init, bench_tokens, bench_attention = "flash";
   auto* bench =
       app.add_subcommand("bench", "time one training step (prints best_ms, tokens/s, MFU)");
   bm.add(bench);
@@ -657,6 +666,8 @@ int main(int argc, char** argv) {
   bench->add_option("--seed", bench_seed, "seed")->capture_default_str();
   bench->add_option("--init-from", bench_init, "an llm.c .bin or checkpoint with the weights");
   bench->add_option("--tokens", bench_tokens, "int32 file of B x (T+1) tokens (the batch)");
+  bench->add_option("--attention", bench_attention, "flash | naive: the attention kernel")
+      ->capture_default_str();
 
   PlanFlags pf;
   auto* plan = app.add_subcommand(
@@ -671,9 +682,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
-    if (*train && zf.active())
+    if (*train && zf.active()) {
+      MLS_CHECK(tf.attention_opt->count() == 0, "train --zero: --attention ", tf.attention,
+                " is an option of the single-process fused path (ZeRO runs use lab 6's naive "
+                "attention); leave it out");
       return cmd_train_zero(zf, tf.remat_flags, tf.model_flags, tf.batch, tf.accum, tf.context, tf.steps, tf.lr,
                             tf.seed);
+    }
     if (*train) return cmd_train(tf);
     if (*ztab) return cmd_zero_table(ztf, ztm);
     if (*sample) return cmd_sample(sf);
@@ -682,7 +697,8 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export(ex_ckpt, ex_format, ex_out);
     if (*plan) return cmd_plan(pf);
     if (*bench)
-      return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed);
+      return cmd_bench(bm, bench_batch, bench_steps, bench_init, bench_tokens, bench_seed,
+                       bench_attention);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-gpt: %s\n", e.what());
     return 1;

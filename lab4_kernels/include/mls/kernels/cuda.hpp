@@ -73,6 +73,18 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 /// out[r, c] = gelu_tanh(inp[r, c] + bias[c]) in one pass. inp, out: (rows, cols); bias: (cols,).
 void bias_gelu_forward(float* out, const float* inp, const float* bias, int rows, int cols);
 
+/// Tiled (flash) attention forward, causal or full, on the device (src/attention_cuda.cu), the
+/// same computation as the CPU kernel kernels::flash_attention_forward (mls/kernels/attention.hpp):
+/// inp (B, T, 3C) packed q|k|v, out (B, T, C), lse (B, H, T); device pointers, asynchronous on
+/// the default stream. Blocks of 16 query rows (4 warps), keys and values streamed through shared
+/// memory 32 at a time, the online softmax per row in registers; never a (T, T) matrix.
+/// Throws mls::Error for non-positive sizes, C % H != 0, a head size above
+/// flash_attention_max_head_size() or B·H > 65535.
+void flash_attention_forward(float* out, float* lse, const float* inp, int B, int T, int C, int H,
+                             bool causal = true);
+/// The largest head size C / H flash_attention_forward takes (128).
+int flash_attention_max_head_size();
+
 /// Timing of work on the default stream with CUDA events (src/cuda_timing.cu), for benchmarks:
 /// one untimed batch (the warm-up), then `reps` batches of `batch` back-to-back calls of `fn`
 /// (which enqueues work on the default stream), each batch between two events, all enqueued

@@ -19,6 +19,7 @@
 /// bit-identical whatever the thread scheduling: a resumed run repeats the same losses.
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mls/common/memory.hpp"
@@ -119,20 +120,32 @@ struct AdamWState {
         mem(mem::Tag::OptimizerState, 8 * n) {}
 };
 
+/// Which attention kernel the blocks run (a parameter of attention_forward / attention_backward,
+/// fixed per GPTActivations): Naive, this lab's attention_forward, keeps the softmaxed (B, H, T, T)
+/// scores for the backward pass; Flash, lab 4's tiled kernel (mls/kernels/attention.hpp), keeps
+/// only the log-sum-exp (B, H, T) and recomputes the scores blockwise in the backward pass.
+enum class Attention { Naive, Flash };
+/// "naive" or "flash".
+const char* to_string(Attention a);
+/// "naive" or "flash"; anything else is an mls::Error naming `what` (e.g. "train: --attention").
+Attention parse_attention(const std::string& name, const std::string& what = "attention");
+
 /// Every buffer of one forward pass for batch B and context T (T <= block_size), one allocation.
 /// Per-layer buffers are stacked over L (layer l starts at l * its per-layer size).
 class GPTActivations {
  public:
   GPTActivations() = default;
-  GPTActivations(const GPTConfig& cfg, std::int64_t B, std::int64_t T);
+  GPTActivations(const GPTConfig& cfg, std::int64_t B, std::int64_t T,
+                 Attention attention = Attention::Naive);
   std::int64_t B = 0, T = 0;
+  Attention attention = Attention::Naive;  // what `att` holds (below)
   float* encoded = nullptr;    // (B, T, C)      token + position embeddings
   float* ln1 = nullptr;        // (L, B, T, C)
   float* ln1_mean = nullptr;   // (L, B, T)
   float* ln1_rstd = nullptr;   // (L, B, T)
   float* qkv = nullptr;        // (L, B, T, 3C)
   float* atty = nullptr;       // (L, B, T, C)   attention output before the projection
-  float* att = nullptr;        // (L, B, H, T, T) softmaxed causal scores
+  float* att = nullptr;        // (L, B, H, T, T) softmaxed causal scores; Flash: (L, B, H, T) lse
   float* attproj = nullptr;    // (L, B, T, C)
   float* residual2 = nullptr;  // (L, B, T, C)   after attention + residual
   float* ln2 = nullptr;        // (L, B, T, C)
@@ -167,6 +180,8 @@ class GPTActivations {
   std::int32_t* moe_count = nullptr;   // (L, E)    tokens kept per expert (<= cap)
   std::int32_t* moe_token = nullptr;   // (L, R)    token of each expert row
   std::int64_t num_floats() const { return static_cast<std::int64_t>(storage_.size()); }
+  /// Floats of `att` per layer: B·H·T·T (Naive) or B·H·T (Flash).
+  std::int64_t att_layer_floats(const GPTConfig& cfg) const;
   void zero();
 
  private:
@@ -206,15 +221,20 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 /// Parallel over B×H; each (b, h) owns its rows of att and its slice of out.
 /// Hint: for (b, h) and query t, q = inp[b, t, h*hs : (h+1)*hs], key t2 at offset C, value at 2C;
 /// scores for t2 <= t only, then kernels::softmax_forward on the row, then out = sum_t2 att * v.
+/// kind = Flash (given, not the student's): lab 4's kernels::flash_attention_forward, and att is
+/// the log-sum-exp (B, H, T) instead.
 void attention_forward(float* out, float* att, const float* inp, std::int64_t B, std::int64_t T,
-                       std::int64_t C, std::int64_t H);
+                       std::int64_t C, std::int64_t H, Attention kind = Attention::Naive);
 /// Backward of attention_forward: dinp (B,T,3C) += ...; datt (B,H,T,T) is scratch.
 /// Hint: per (b, h, t): datt[t2] = dout_t · v_t2 and dv_t2 += att[t2] dout_t; then the softmax
 /// backward dpre[t2] = att[t2] (datt[t2] - sum_j att[j] datt[j]); then with s = 1/sqrt(hs)
 /// dq_t += s dpre[t2] k_t2 and dk_t2 += s dpre[t2] q_t. Each (b, h) writes only its own slices.
+/// kind = Flash: lab 4's kernels::flash_attention_backward; att is the forward's log-sum-exp,
+/// `out` (B, T, C) the forward's output (needed), datt unused.
 void attention_backward(float* dinp, float* datt, const float* dout, const float* inp,
                         const float* att, std::int64_t B, std::int64_t T, std::int64_t C,
-                        std::int64_t H);
+                        std::int64_t H, Attention kind = Attention::Naive,
+                        const float* out = nullptr);
 
 /// Lab 4's GELU, threaded over fixed chunks. (n,)
 void gelu_forward(float* out, const float* inp, std::int64_t n);
@@ -245,7 +265,8 @@ double masked_loss_sum(const float* losses, const float* mask, std::int64_t N, d
 /// The attention half of block l: residual2 = x_in + attproj(attention(qkv(ln1(x_in)))).
 /// Hint: layer l's buffers start at l * (their per-layer size), e.g. a.qkv + l*N*3C with N = B*T,
 /// and its weights at p.qkvw + l*3C*C; chain layernorm_forward, matmul_forward,
-/// attention_forward, matmul_forward, residual_forward.
+/// attention_forward, matmul_forward, residual_forward. The attention kernel is a.attention
+/// (pass it on), and its saved buffer per layer a.att_layer_floats(cfg) floats: a.att + l * that.
 void attention_block_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a,
                              std::int64_t l, const float* x_in);
 /// The MLP half of block l: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).

@@ -149,7 +149,9 @@ RematPlan gpt_plan(RecomputeKind kind, const GPTConfig& cfg, std::int64_t B, std
 /// segment) and their gradients' scratch.
 class RematActivations {
  public:
-  RematActivations(const GPTConfig& cfg, std::int64_t B, std::int64_t T, RematPlan plan);
+  /// `attention`: the kernel the segment's blocks run (what GPTActivations::att holds).
+  RematActivations(const GPTConfig& cfg, std::int64_t B, std::int64_t T, RematPlan plan,
+                   Attention attention = Attention::Naive);
   const RematPlan& plan() const { return plan_; }
   std::int64_t B = 0, T = 0;
   /// Bytes of every activation buffer held (checkpoints, the segment, its gradient scratch).

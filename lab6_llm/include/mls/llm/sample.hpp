@@ -47,6 +47,7 @@ class KVCache {
 
  private:
   friend void forward_cached(const GPTParams&, KVCache&, std::int32_t, float*);
+  friend void prefill(const GPTParams&, KVCache&, const std::vector<std::int32_t>&, float*, Attention);
   GPTConfig cfg_;
   std::int64_t len_ = 0;
 };
@@ -60,9 +61,18 @@ class KVCache {
 /// weighted sum of values). Position embedding: wpe row size().
 void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token, float* logits);
 
+/// Prefill: runs a whole prompt (1..block_size tokens) through the model at once into an empty
+/// cache (gpt_forward on (1, n) with the `attention` kernel: the tiled one never forms the n × n
+/// scores), keeps every layer's keys and values in the cache and writes the logits (V) after the
+/// last prompt token. The same cache, up to float rounding, as forward_cached token by token.
+/// Throws mls::Error for a non-empty cache, an empty or too long prompt, or ids out of range.
+void prefill(const GPTParams& params, KVCache& cache, const std::vector<std::int32_t>& prompt,
+             float* logits, Attention attention = Attention::Flash);
+
 /// Next-token logits (V) after `context`, recomputing the whole context (its last block_size
-/// tokens) with gpt_forward.
-std::vector<float> forward_last(const GPTParams& params, const std::vector<std::int32_t>& context);
+/// tokens) with gpt_forward (and the `attention` kernel).
+std::vector<float> forward_last(const GPTParams& params, const std::vector<std::int32_t>& context,
+                                Attention attention = Attention::Flash);
 
 /// What generate will do when prompt + max_new tokens exceed the context length, to say before it
 /// starts (mls-gpt sample prints it first, on stderr): how many new tokens the KV cache serves and

@@ -23,6 +23,9 @@ struct TrainOptions {
   /// one clip and one AdamW update: the same step up to float32 rounding, with the activations
   /// of one micro-batch. Must divide batch.
   std::int64_t accum = 1;
+  /// The attention kernel of the forward and backward passes (mls-gpt train --attention): lab 6's
+  /// naive one or lab 4's tiled one (model.hpp's Attention). The same step path either way.
+  Attention attention = Attention::Naive;
   AdamWOptions adamw{};
   /// Rows of one micro-batch: batch / accum.
   std::int64_t micro_batch() const { return accum > 0 ? batch / accum : batch; }

@@ -33,6 +33,7 @@ struct TrainRunOptions {
   std::int64_t eval_every = 50, eval_batches = 4, ckpt_every = 0, sample_tokens = 200;
   std::int64_t stop_after = 0;   // > 0: stop after this many steps (a checkpoint to resume)
   bool autodiff = false;         // lab 2's tape instead of the fused path
+  std::string attention = "flash";  // flash | naive: the fused path's attention kernel (not --autodiff's)
   std::uint64_t seed = 0;
   RecomputeKind remat;           // none | sqrt | optimal
   std::string remat_budget;      // activation bytes for optimal, e.g. "4MiB" (default: sqrt's)
