@@ -217,22 +217,29 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   }
 }
 
+void matmul_rows_forward(float* out, const float* inp, const float* weight, const float* bias,
+                         std::int64_t N, std::int64_t C, std::int64_t OC) {
+  // A matrix-vector product per row: each chunk of 64 weight rows is read once from memory and
+  // reused (from cache) by all N rows; row n's outputs never depend on the other rows.
+  parallel_for(0, OC, 64, [&](std::int64_t o0, std::int64_t o1) {
+    for (std::int64_t n = 0; n < N; ++n) {
+      const float* x = inp + n * C;
+      for (std::int64_t o = o0; o < o1; ++o) {
+        const float* w = weight + o * C;
+        float s = 0.f;
+        for (std::int64_t c = 0; c < C; ++c) s += x[c] * w[c];
+        out[n * OC + o] = s + (bias ? bias[o] : 0.f);
+      }
+    }
+  });
+}
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t N, std::int64_t C, std::int64_t OC) {
   if (N <= 4) {
     // A few rows (generation with the KV cache: one token): a matrix-vector product per row,
     // streaming each weight row once; packing the weights for a GEMM would cost more than this.
-    parallel_for(0, OC, 64, [&](std::int64_t o0, std::int64_t o1) {
-      for (std::int64_t n = 0; n < N; ++n) {
-        const float* x = inp + n * C;
-        for (std::int64_t o = o0; o < o1; ++o) {
-          const float* w = weight + o * C;
-          float s = 0.f;
-          for (std::int64_t c = 0; c < C; ++c) s += x[c] * w[c];
-          out[n * OC + o] = s + (bias ? bias[o] : 0.f);
-        }
-      }
-    });
+    matmul_rows_forward(out, inp, weight, bias, N, C, OC);
     return;
   }
   float beta = 0.f;
