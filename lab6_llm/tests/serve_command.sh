@@ -12,7 +12,7 @@ data="$(dirname "$client")/../data/tinyshakespeare_64k.txt"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export XDG_CACHE_HOME="$tmp/cache"
-"$gpt" --threads 1 train --data "$data" --config nano --block-size 64 --steps 2 --out "$tmp/run" >/dev/null
+"$gpt" --threads 1 train --data "$data" --config nano --block-size 64 --steps 60 --out "$tmp/run" >/dev/null
 command -v curl >/dev/null || { echo "FAIL: curl not found (scripts/setup.sh installs it)"; exit 1; }
 /usr/bin/python3 -c "import requests" || { echo "FAIL: python3-requests not found (scripts/setup.sh installs it)"; exit 1; }
 /usr/bin/python3 "$client" "$gpt" "$tmp/run/ckpt.bin" "$tmp"

@@ -268,6 +268,9 @@ struct ServeFlags {
         ->check(CLI::Range(std::int64_t{64}, std::int64_t{1} << 30))->capture_default_str();
     app->add_option("--default-max-tokens", opt.default_max_tokens, "max_tokens of a request that gives none")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+    app->add_option("--step-delay-ms", opt.step_delay_ms,
+                    "pause after each engine step (to watch a tiny model stream; tests); 0 in real use")
+        ->check(CLI::Range(0.0, 10000.0))->capture_default_str();
     app->add_flag("--no-prefix-sharing", [this](std::int64_t) { opt.engine.prefix_sharing = false; },
                   "do not share the KV blocks of common prompt prefixes");
   }

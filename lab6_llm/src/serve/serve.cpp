@@ -3,9 +3,10 @@
 #include "mls/llm/serve.hpp"
 
 #include <httplib.h>
-#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -207,17 +208,24 @@ class Server {
         engine_(params, opt.engine, [&tok](std::int32_t t) { return tok.decode({t}); }) {
     MLS_CHECK(opt.max_queue >= 1, "serve: --max-queue = ", opt.max_queue, ", expected >= 1");
     MLS_CHECK(opt.max_body >= 64, "serve: --max-body = ", opt.max_body, ", expected >= 64");
+    MLS_CHECK(opt.step_delay_ms >= 0 && opt.step_delay_ms <= 10000, "serve: step delay ", opt.step_delay_ms,
+              " ms, expected 0 .. 10000");
     MLS_CHECK(opt.default_max_tokens >= 1, "serve: default max_tokens = ", opt.default_max_tokens, ", expected >= 1");
     gauges();
   }
 
   int run() {
-    // SIGTERM / SIGINT: blocked in every thread; one thread waits for them (sigwait)
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    // SIGTERM / SIGINT: the handler (in whatever thread the signal lands: the compute pool's
+    // threads exist already) writes the signal to a pipe; one thread reads it and drains
+    MLS_CHECK(::pipe(signal_pipe()) == 0, "serve: cannot create the signal pipe");
+    struct sigaction sa {};
+    sa.sa_handler = [](int sig) {
+      const unsigned char b = static_cast<unsigned char>(sig);
+      [[maybe_unused]] const auto n = ::write(signal_pipe()[1], &b, 1);
+    };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
     routes();
     const int threads = opt_.http_threads > 0
@@ -244,14 +252,18 @@ class Server {
       std::rename((opt_.port_file + ".tmp").c_str(), opt_.port_file.c_str());
     }
     std::thread loop([this] { engine_loop(); });
-    std::thread sig([this, set] {
-      int s = 0;
-      sigwait(&set, &s);
-      drain(s);
+    std::thread sig([this] {
+      unsigned char b = 0;
+      while (::read(signal_pipe()[0], &b, 1) < 0 && errno == EINTR) {
+      }
+      drain(b);
     });
     http_.listen_after_bind();
     // stopped by drain(); if the server stopped by itself, wake the signal thread
-    if (!draining_) pthread_kill(sig.native_handle(), SIGTERM);
+    if (!draining_) {
+      const unsigned char b = 0;
+      [[maybe_unused]] const auto n = ::write(signal_pipe()[1], &b, 1);
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
       quit_ = true;
@@ -265,6 +277,11 @@ class Server {
   }
 
  private:
+  static int* signal_pipe() {
+    static int fds[2] = {-1, -1};
+    return fds;
+  }
+
   void drain(int sig) {
     std::printf("mls-gpt serve: signal %d, draining (%lld running, %lld waiting)\n", sig,
                 (long long)running_.load(), (long long)waiting_.load());
@@ -322,7 +339,11 @@ class Server {
       for (auto& [id, s] : live)
         if (s->cancel.load()) engine_.cancel(id);
       std::vector<EngineEvent> events;
-      if (!engine_.idle()) events = engine_.step();
+      if (!engine_.idle()) {
+        events = engine_.step();
+        if (opt_.step_delay_ms > 0)
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt_.step_delay_ms));
+      }
       const auto now = Clock::now();
       for (const auto& ev : events) {
         auto it = live.find(ev.id);
@@ -388,7 +409,7 @@ class Server {
   }
 
   void routes() {
-    http_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    http_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       const std::string msg = res.status == 413 ? "request body too large"
                               : res.status == 404 ? "no such endpoint"
@@ -396,7 +417,7 @@ class Server {
                                                   : "error " + std::to_string(res.status);
       res.set_content(error_body(msg, "invalid_request_error"), "application/json");
       return httplib::Server::HandlerResponse::Handled;
-    });
+    }));
     http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string msg = "internal error";
       try {
@@ -478,18 +499,21 @@ class Server {
     for (const auto& s : p.req.stop) hold = std::max(hold, s.size() - 1);
     auto sent = std::make_shared<std::size_t>(0);
     auto finished = std::make_shared<bool>(false);
+    auto seen = std::make_shared<std::size_t>(0);  // tokens already looked at
     ++active_handlers_;  // the stream outlives the handler: drain() waits for its releaser
     const auto stop = p.req.stop;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, stream, sent, finished, stop, hold, id, created](std::size_t, httplib::DataSink& sink) {
+        [this, stream, sent, seen, finished, stop, hold, id, created](std::size_t, httplib::DataSink& sink) {
           std::vector<std::int32_t> toks;
           FinishReason fin = FinishReason::None;
           {
             std::unique_lock<std::mutex> lk(stream->mu);
-            stream->cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return stream->done() || stream->tokens.size() > 0; });
+            stream->cv.wait_for(lk, std::chrono::milliseconds(200),
+                                [&] { return stream->done() || stream->tokens.size() > *seen; });
             toks = stream->tokens;
+            *seen = toks.size();
             fin = stream->finish;
           }
           TextState t;

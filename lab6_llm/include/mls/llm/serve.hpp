@@ -31,6 +31,8 @@ struct ServeOptions {
   std::int64_t max_body = 1 << 20;     // request body bytes: more is a 413
   std::int64_t default_max_tokens = 16;
   int http_threads = 0;                // 0: max_queue + max_running + 8
+  double step_delay_ms = 0;            // pause after each engine step (watch a tiny model stream;
+                                       // the tests' disconnects mid-stream); 0 in real use
 };
 
 /// Serves `params` with `tok` until SIGTERM or SIGINT; returns 0 after draining. Throws mls::Error
