@@ -265,6 +265,18 @@ try:
     check(m["mls_time_to_first_token_seconds_count"] > 0 and m["mls_inter_token_latency_seconds_count"] > 0,
           "no TTFT / ITL observations")
 
+    # ---- mls-gpt loadgen: Poisson arrivals, percentiles, the SVG ------------------------------------
+    svg = os.path.join(TMP, "load.svg")
+    out = subprocess.run([GPT, "loadgen", "--url", URL, "--requests", "24", "--clients", "4", "--rate", "0,200",
+                          "--max-tokens", "12", "--svg", svg], capture_output=True, timeout=120)
+    check(out.returncode == 0, "loadgen: %s" % out.stderr.decode())
+    rows = [l.split() for l in out.stdout.decode().splitlines() if re.match(r"^\d", l)]
+    check(len(rows) == 2 and all(r[1] == "24" and r[2] == "0" and r[3] == "0" for r in rows),
+          "loadgen: not 24 answered per rate: %s" % out.stdout.decode())
+    check(os.path.exists(svg) and open(svg).read().startswith("<svg"), "loadgen wrote no SVG")
+    wait_pool_full(URL, "after loadgen")
+    print("ok: mls-gpt loadgen at 2 rates:\n" + out.stdout.decode().rstrip(), flush=True)
+
     # ---- SIGTERM drains a running request and exits 0 ------------------------------------------------
     s = requests.post(URL + "/v1/completions", json={"prompt": "KING:", "max_tokens": 50, "temperature": 0,
                                                      "stream": True}, stream=True, timeout=60)

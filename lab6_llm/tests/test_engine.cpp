@@ -212,7 +212,7 @@ TEST_CASE("engine: prompts with a common prefix share its blocks and get the sam
   CHECK(st.blocks_free == opt.num_blocks);
 }
 
-TEST_CASE("engine: EOS, stop strings and cancellation end a request; bad requests are errors",
+TEST_CASE("engine: EOS, stop strings and cancellation end a request, bad requests are errors",
           "[lab6][engine]") {
   const GPTConfig cfg = engine_config(5);
   Rng rng(25, "engine-finish");

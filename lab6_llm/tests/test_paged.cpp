@@ -249,7 +249,7 @@ TEST_CASE("paged KV cache: forks share the prefix's blocks, copy on write when t
   }
 }
 
-TEST_CASE("paged KV cache: out of blocks, append says no and changes nothing; bad positions are errors",
+TEST_CASE("paged KV cache: out of blocks, append says no and changes nothing, bad positions are errors",
           "[lab6][paged][forward]") {
   GPTConfig cfg = config_by_name("nano");
   cfg.vocab_size = 7;

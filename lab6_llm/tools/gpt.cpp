@@ -15,6 +15,7 @@
 //   mls-gpt train --zero 2 --backend nccl                 (ZeRO on lab 5's NCCL backend, GPUs)
 //   mls-gpt train --batch 32 --accum 4       (gradient accumulation: 4 micro-batches of 8 per step)
 //   mls-gpt serve --ckpt runs/tiny/ckpt.bin --port 8000   (HTTP, OpenAI completions; needs cpp-httplib)
+//   mls-gpt loadgen --url http://127.0.0.1:8000 --rate 5,10,20 --svg load.svg   (latency against load)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -273,6 +274,23 @@ struct ServeFlags {
         ->check(CLI::Range(0.0, 10000.0))->capture_default_str();
     app->add_flag("--no-prefix-sharing", [this](std::int64_t) { opt.engine.prefix_sharing = false; },
                   "do not share the KV blocks of common prompt prefixes");
+  }
+};
+
+struct LoadgenFlags {
+  LoadgenOptions opt;
+  std::vector<std::string> prompts;
+  void add(CLI::App* app) {
+    app->add_option("--url", opt.url, "the server")->capture_default_str();
+    app->add_option("--clients", opt.clients, "concurrent connections")->check(CLI::Range(1, 4096))->capture_default_str();
+    app->add_option("--requests", opt.requests, "requests per rate")->check(CLI::Range(1, 10000000))->capture_default_str();
+    app->add_option("--rate", opt.rates, "offered load, requests/s (Poisson arrivals; 0: all at once); several: a sweep")
+        ->check(CLI::Range(0.0, 1e6))->delimiter(',');
+    app->add_option("--min-tokens", opt.min_tokens, "fewest max_tokens of a request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+    app->add_option("--max-tokens", opt.max_tokens, "most max_tokens of a request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+    app->add_option("--prompt", prompts, "prompts to draw from (repeat the flag)");
+    app->add_option("--seed", opt.seed, "seed of the arrivals, lengths and sampling")->capture_default_str();
+    app->add_option("--svg", opt.svg, "write latency against load here");
   }
 };
 
@@ -653,6 +671,10 @@ int main(int argc, char** argv) {
   auto* serve_cmd = app.add_subcommand(
       "serve", "serve a checkpoint over HTTP: POST /v1/completions (OpenAI shape, SSE streaming), /health, /metrics");
   svf.add(serve_cmd);
+  LoadgenFlags lgf;
+  auto* loadgen_cmd = app.add_subcommand(
+      "loadgen", "load an OpenAI completions server: Poisson arrivals; tokens/s, TTFT and ITL p50/p90/p99; SVG");
+  lgf.add(loadgen_cmd);
 #endif
 
   std::string ev_ckpt, ev_data;
@@ -708,6 +730,10 @@ int main(int argc, char** argv) {
     if (*sample) return cmd_sample(sf);
 #ifdef MLS_HAVE_HTTPLIB
     if (*serve_cmd) return cmd_serve(svf);
+    if (*loadgen_cmd) {
+      if (!lgf.prompts.empty()) lgf.opt.prompts = lgf.prompts;
+      return loadgen(lgf.opt);
+    }
 #endif
     if (*eval) return cmd_eval(ev_ckpt, ev_data, ev_batch);
     if (*info) return cmd_info(info_ckpt);

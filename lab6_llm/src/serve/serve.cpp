@@ -528,7 +528,7 @@ class Server {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, stream, sent, seen, finished, stop, hold, id, created](std::size_t, httplib::DataSink& sink) {
+        [this, stream, sent, seen, finished, stop, hold, id, created, prompt_tokens](std::size_t, httplib::DataSink& sink) {
           std::vector<std::int32_t> toks;
           FinishReason fin = FinishReason::None;
           {
@@ -552,9 +552,13 @@ class Server {
           if (!end && !t.stopped) upto = utf8_boundary(t.text, upto);
           upto = std::max(upto, *sent);
           const auto event = [&](const std::string& text, const json& reason) {
-            const json chunk = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", "mls-gpt"},
-                                {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
-                                                          {"finish_reason", reason}}})}};
+            json chunk = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", "mls-gpt"},
+                          {"choices", json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr},
+                                                    {"finish_reason", reason}}})}};
+            if (!reason.is_null())  // the last chunk says how many tokens (as OpenAI's include_usage)
+              chunk["usage"] = {{"prompt_tokens", prompt_tokens},
+                                {"completion_tokens", static_cast<std::int64_t>(toks.size())},
+                                {"total_tokens", prompt_tokens + static_cast<std::int64_t>(toks.size())}};
             const std::string line = "data: " + dump(chunk) + "\n\n";
             return sink.write(line.data(), line.size());
           };

@@ -16,6 +16,7 @@
 /// requests, finishes the running ones and exits 0.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mls/llm/engine.hpp"
 #include "mls/llm/tokenizer.hpp"
@@ -34,6 +35,23 @@ struct ServeOptions {
   double step_delay_ms = 0;            // pause after each engine step (watch a tiny model stream;
                                        // the tests' disconnects mid-stream); 0 in real use
 };
+
+/// `mls-gpt loadgen`: streaming requests to an OpenAI completions server at each offered rate.
+struct LoadgenOptions {
+  std::string url = "http://127.0.0.1:8000";
+  std::int64_t clients = 32;           // concurrent connections
+  std::int64_t requests = 200;         // per rate
+  std::vector<double> rates{0};        // requests/s, Poisson arrivals (0: all at once)
+  std::int64_t min_tokens = 8, max_tokens = 32;  // max_tokens of each request, uniform
+  std::vector<std::string> prompts{"ROMEO:", "KING:", "First Citizen:", "O, ", "What say you"};
+  std::uint64_t seed = 0;
+  std::string svg;                     // latency against load ("" : none)
+};
+
+/// Runs the load at each rate and prints, per rate, requests answered, 503s, errors, tokens/s,
+/// requests/s, time to first token and inter-token latency p50/p90/p99 (latencies from each
+/// request's scheduled arrival, so waiting for a free connection counts); writes the SVG.
+int loadgen(const LoadgenOptions& opt);
 
 /// Serves `params` with `tok` until SIGTERM or SIGINT; returns 0 after draining. Throws mls::Error
 /// when the address cannot be bound.
