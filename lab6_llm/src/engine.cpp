@@ -192,7 +192,8 @@ std::vector<EngineEvent> Engine::step() {
     Seq& s = seq(c.id);
     MLS_CHECK(c.n >= 1 && c.n <= s.pending() && s.kv, "engine: plan of ", c.n, " tokens for request ", c.id,
               " with ", s.pending(), " pending");
-    if (s.computed == 0 && s.generated == 0) stats_.prompt_tokens += static_cast<std::int64_t>(s.tokens.size());
+    if (!s.counted) stats_.prompt_tokens += static_cast<std::int64_t>(s.req.prompt.size());
+    s.counted = true;
     for (std::int64_t j = 0; j < c.n; ++j) {
       const std::int64_t pos = s.computed + j;
       const bool last = pos + 1 == static_cast<std::int64_t>(s.tokens.size());

@@ -127,6 +127,7 @@ class Engine {
     std::optional<PagedKVCache::SeqId> kv;  // while it holds cache blocks
     Rng rng;
     std::string text;                  // the generated text (for stop strings)
+    bool counted = false;              // its prompt counted in the stats (once, even if preempted)
     std::int64_t pending() const { return static_cast<std::int64_t>(tokens.size()) - computed; }
   };
   Seq& seq(std::int64_t id);
