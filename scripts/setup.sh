@@ -7,11 +7,13 @@
 set -euo pipefail
 
 # iproute2: `ip netns`, with which lab5_parallel/tests/multihost.sh emulates two hosts (label multihost).
+# libcpp-httplib-dev, python3-requests, curl: lab 6's `mls-gpt serve` and its test with real clients
+# (without cpp-httplib mls-gpt is built without the serve command; CMake says so).
 # ccache: mls-grader's trusted reference builds (and so the handout checks and the end-to-end
 # grading tests) reuse each other's objects through it; a student's build never uses it.
 pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-numpy
       libopenblas-dev catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev
-      graphviz libopenmpi-dev openmpi-bin ccache iproute2)
+      graphviz libopenmpi-dev openmpi-bin ccache iproute2 libcpp-httplib-dev python3-requests curl)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch chromium) ;;   # chromium: scripts/check_leaderboard.sh renders the page

@@ -15,6 +15,8 @@
 //   mls-gpt train --zero 2 --backend nccl                 (ZeRO on lab 5's NCCL backend, GPUs)
 //   mls-gpt train --batch 32 --accum 4       (gradient accumulation: 4 micro-batches of 8 per step)
 //   mls-gpt train --moe-experts 4 --moe-top-k 2 --moe-every 1 --capacity-factor 1.25  (MoE)
+//   mls-gpt serve --ckpt runs/tiny/ckpt.bin --port 8000   (HTTP, OpenAI completions; needs cpp-httplib)
+//   mls-gpt loadgen --url http://127.0.0.1:8000 --rate 5,10,20 --svg load.svg   (latency against load)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -40,6 +42,9 @@
 #include "mls/llm/remat.hpp"
 #include "mls/llm/report.hpp"
 #include "mls/llm/sample.hpp"
+#ifdef MLS_HAVE_HTTPLIB
+#include "mls/llm/serve.hpp"
+#endif
 #include "mls/llm/tokenizer.hpp"
 #include "mls/llm/train.hpp"
 #include "mls/llm/train_run.hpp"
@@ -258,6 +263,67 @@ int cmd_sample(SampleFlags& f) {
                static_cast<double>(out.size()) / t.seconds(), cache ? "KV cache" : "recompute");
   return 0;
 }
+
+// ---- serve ---------------------------------------------------------------------------------------
+
+#ifdef MLS_HAVE_HTTPLIB
+struct ServeFlags {
+  std::string ckpt;
+  ServeOptions opt;
+  void add(CLI::App* app) {
+    app->add_option("--ckpt", ckpt, "checkpoint")->required();
+    app->add_option("--host", opt.host, "address to listen on")->capture_default_str();
+    app->add_option("--port", opt.port, "port (0: any free port, printed)")
+        ->check(CLI::Range(0, 65535))->capture_default_str();
+    app->add_option("--port-file", opt.port_file, "write the bound port to this file");
+    app->add_option("--kv-blocks", opt.engine.num_blocks, "KV cache blocks in the pool")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))->capture_default_str();
+    app->add_option("--block-tokens", opt.engine.block_tokens, "positions per KV block")
+        ->check(CLI::Range(1, 4096))->capture_default_str();
+    app->add_option("--max-step-tokens", opt.engine.max_step_tokens,
+                    "token budget of one engine step (decode tokens + prefill chunks)")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+    app->add_option("--max-running", opt.engine.max_running, "sequences in the running batch at most")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))->capture_default_str();
+    app->add_option("--max-queue", opt.max_queue, "waiting requests beyond which the server answers 503")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+    app->add_option("--max-body", opt.max_body, "request body bytes at most (more: 413)")
+        ->check(CLI::Range(std::int64_t{64}, std::int64_t{1} << 30))->capture_default_str();
+    app->add_option("--default-max-tokens", opt.default_max_tokens, "max_tokens of a request that gives none")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+    app->add_option("--step-delay-ms", opt.step_delay_ms,
+                    "pause after each engine step (to watch a tiny model stream; tests); 0 in real use")
+        ->check(CLI::Range(0.0, 10000.0))->capture_default_str();
+    app->add_flag("--no-prefix-sharing", [this](std::int64_t) { opt.engine.prefix_sharing = false; },
+                  "do not share the KV blocks of common prompt prefixes");
+  }
+};
+
+struct LoadgenFlags {
+  LoadgenOptions opt;
+  std::vector<std::string> prompts;
+  void add(CLI::App* app) {
+    app->add_option("--url", opt.url, "the server")->capture_default_str();
+    app->add_option("--clients", opt.clients, "concurrent connections")->check(CLI::Range(1, 4096))->capture_default_str();
+    app->add_option("--requests", opt.requests, "requests per rate")->check(CLI::Range(1, 10000000))->capture_default_str();
+    app->add_option("--rate", opt.rates, "offered load, requests/s (Poisson arrivals; 0: all at once); several: a sweep")
+        ->check(CLI::Range(0.0, 1e6))->delimiter(',');
+    app->add_option("--min-tokens", opt.min_tokens, "fewest max_tokens of a request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+    app->add_option("--max-tokens", opt.max_tokens, "most max_tokens of a request")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+    app->add_option("--prompt", prompts, "prompts to draw from (repeat the flag)");
+    app->add_option("--seed", opt.seed, "seed of the arrivals, lengths and sampling")->capture_default_str();
+    app->add_option("--svg", opt.svg, "write latency against load here");
+  }
+};
+
+int cmd_serve(const ServeFlags& f) {
+  const Checkpoint ck = load_checkpoint(f.ckpt);
+  GPTParams p(ck.config);
+  p.vec() = get_params(ck, "");
+  const auto tok = load_tokenizer(ck.tokenizer);
+  return serve(p, *tok, f.opt);
+}
+#endif
 
 // ---- eval, info, export, bench
 // --------------------------------------------------------------------
@@ -635,6 +701,17 @@ int main(int argc, char** argv) {
   auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming tokens");
   sf.add(sample);
 
+#ifdef MLS_HAVE_HTTPLIB
+  ServeFlags svf;
+  auto* serve_cmd = app.add_subcommand(
+      "serve", "serve a checkpoint over HTTP: POST /v1/completions (OpenAI shape, SSE streaming), /health, /metrics");
+  svf.add(serve_cmd);
+  LoadgenFlags lgf;
+  auto* loadgen_cmd = app.add_subcommand(
+      "loadgen", "load an OpenAI completions server: Poisson arrivals; tokens/s, TTFT and ITL p50/p90/p99; SVG");
+  lgf.add(loadgen_cmd);
+#endif
+
   std::string ev_ckpt, ev_data;
   std::int64_t ev_batch = 8;
   auto* eval = app.add_subcommand("eval", "loss and perplexity of a checkpoint on a text file");
@@ -692,6 +769,13 @@ int main(int argc, char** argv) {
     if (*train) return cmd_train(tf);
     if (*ztab) return cmd_zero_table(ztf, ztm);
     if (*sample) return cmd_sample(sf);
+#ifdef MLS_HAVE_HTTPLIB
+    if (*serve_cmd) return cmd_serve(svf);
+    if (*loadgen_cmd) {
+      if (!lgf.prompts.empty()) lgf.opt.prompts = lgf.prompts;
+      return loadgen(lgf.opt);
+    }
+#endif
     if (*eval) return cmd_eval(ev_ckpt, ev_data, ev_batch);
     if (*info) return cmd_info(info_ckpt);
     if (*exp) return cmd_export(ex_ckpt, ex_format, ex_out);

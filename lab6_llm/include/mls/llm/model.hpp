@@ -209,6 +209,12 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 /// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC) (bias may be null).
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t N, std::int64_t C, std::int64_t OC);
+/// The same product as one matrix-vector product per row (what matmul_forward does for N <= 4):
+/// row n of out is bit-identical whatever N and the other rows are, so a batch of sequences'
+/// tokens (the serving engine's decode step, engine.hpp) gives exactly the numbers of one token
+/// at a time (forward_cached), while each weight is read from memory once for the whole batch.
+void matmul_rows_forward(float* out, const float* inp, const float* weight, const float* bias,
+                         std::int64_t N, std::int64_t C, std::int64_t OC);
 /// dinp (N,C) += dout·weight; dweight (OC,C) += dout^T·inp; dbias (OC) += column sums of dout
 /// (dbias may be null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -1,0 +1,191 @@
+// mls-serving-bench: the engine's continuous batching against static batching and one request at
+// a time, in one process, on the same requests (a random model; throughput does not depend on
+// the weights). All requests arrive at once (an offline, closed workload: no Poisson arrivals).
+//
+//   one at a time   the engine with max_running = 1
+//   static          groups of --batch requests; a group runs until its LONGEST output is done
+//                   (every request of it generates the group's maximum; only its own count),
+//                   and the next group starts after it
+//   continuous      the engine with max_running = --batch: a finished sequence's slot is refilled
+//                   at the next step
+//
+// Prints each policy's useful tokens/s and time to first token (p50, p99), then
+//   ratio continuous_vs_static_throughput, ratio continuous_vs_one_at_a_time_throughput,
+//   ratio continuous_vs_static_ttft_p99 (below 1: continuous is better),
+//   ratio decode_token_time_batch<B>_vs_batch1 (time per decoded token in a batch of B decodes
+//   over that of one: the price of a token once the weights are read once per step)
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "mls/common/parallel.hpp"
+#include "mls/common/timer.hpp"
+#include "mls/common/error.hpp"
+#include "mls/kernels/sgemm.hpp"
+#include "mls/llm/engine.hpp"
+
+using namespace mls;
+using namespace mls::llm;
+
+namespace {
+
+struct Result {
+  double seconds = 0;
+  std::int64_t tokens = 0;  // useful tokens
+  std::vector<double> ttft;
+};
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+/// Runs `reqs` through one engine (max_running), all submitted at t0 + offset; returns the time
+/// of each request's first token (from the engine's start) and its tokens.
+void run_group(const GPTParams& p, EngineOptions opt, const std::vector<EngineRequest>& reqs, const Timer& clock,
+               Result& r, const std::vector<std::int64_t>& useful) {
+  Engine e(p, opt);
+  std::map<std::int64_t, std::size_t> idx;
+  for (std::size_t i = 0; i < reqs.size(); ++i) idx[e.add(reqs[i])] = i;
+  std::vector<std::int64_t> got(reqs.size(), 0);
+  while (!e.idle())
+    for (const auto& ev : e.step()) {
+      const std::size_t i = idx.at(ev.id);
+      if (ev.first) r.ttft.push_back(clock.seconds());
+      if (ev.token >= 0 && got[i] < useful[i]) {
+        ++got[i];
+        ++r.tokens;
+      }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mls-serving-bench: continuous batching vs static batching vs one request at a time (lab 6)"};
+  ModelSpec spec;
+  spec.config = "small";
+  std::int64_t requests = 96, batch = 32, prompt_min = 4, prompt_max = 24, out_min = 4, out_max = 36;
+  std::uint64_t seed = 0;
+  int threads = 0;
+  app.add_option("--config", spec.config, "named config (nano, small)")->capture_default_str();
+  app.add_option("--n-layer", spec.n_layer, "override the config's layers");
+  app.add_option("--n-embd", spec.n_embd, "override the config's width");
+  app.add_option("--n-head", spec.n_head, "override the config's heads");
+  app.add_option("--block-size", spec.block_size, "override the context length");
+  app.add_option("--requests", requests, "requests")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--batch", batch, "sequences in a batch (static and continuous)")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--prompt-min", prompt_min, "shortest prompt")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--prompt-max", prompt_max, "longest prompt")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--out-min", out_min, "fewest new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--out-max", out_max, "most new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--seed", seed, "seed of the model and the requests")->capture_default_str();
+  app.add_option("--threads", threads, "threads (default: MLS_NUM_THREADS or all cores)")->check(CLI::Range(1, 4096));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (threads > 0) set_num_threads(threads);
+    kernels::register_kernels();
+    const GPTConfig cfg = spec.make(65);
+    MLS_CHECK(prompt_min <= prompt_max && out_min <= out_max, "serving-bench: --prompt-min ", prompt_min,
+              " > --prompt-max ", prompt_max, " or --out-min ", out_min, " > --out-max ", out_max);
+    MLS_CHECK(prompt_max + out_max <= cfg.block_size, "serving-bench: --prompt-max + --out-max = ",
+              prompt_max + out_max, ", expected <= the context length ", cfg.block_size);
+    const GPTParams p = init_params(cfg, seed);
+    Rng rng(seed, "serving-bench");
+    std::vector<EngineRequest> reqs;
+    for (std::int64_t i = 0; i < requests; ++i) {
+      EngineRequest r;
+      const std::int64_t n = rng.randint(prompt_min, prompt_max + 1);
+      for (std::int64_t j = 0; j < n; ++j) r.prompt.push_back(static_cast<std::int32_t>(rng.randint(0, cfg.vocab_size)));
+      r.max_tokens = rng.randint(out_min, out_max + 1);
+      r.sample.greedy = true;
+      reqs.push_back(r);
+    }
+    std::vector<std::int64_t> useful;
+    for (const auto& r : reqs) useful.push_back(r.max_tokens);
+    EngineOptions opt;
+    opt.block_tokens = 16;
+    opt.num_blocks = batch * ((cfg.block_size + 15) / 16);  // every running sequence fits: no preemption
+    opt.max_step_tokens = std::max<std::int64_t>(256, batch);
+    opt.prefix_sharing = false;  // random prompts share nothing
+
+    std::map<std::string, Result> res;
+    {
+      Result& r = res["one_at_a_time"];
+      EngineOptions o = opt;
+      o.max_running = 1;
+      Timer t;
+      run_group(p, o, reqs, t, r, useful);
+      r.seconds = t.seconds();
+    }
+    {
+      Result& r = res["static"];
+      EngineOptions o = opt;
+      o.max_running = batch;
+      Timer t;
+      for (std::int64_t g = 0; g < requests; g += batch) {
+        const auto end = std::min(requests, g + batch);
+        std::vector<EngineRequest> group(reqs.begin() + g, reqs.begin() + end);
+        std::vector<std::int64_t> use(useful.begin() + g, useful.begin() + end);
+        std::int64_t longest = 0;
+        for (const auto& q : group) longest = std::max(longest, q.max_tokens);
+        for (auto& q : group) q.max_tokens = longest;  // the group runs to its longest output
+        run_group(p, o, group, t, r, use);
+      }
+      r.seconds = t.seconds();
+    }
+    {
+      Result& r = res["continuous"];
+      EngineOptions o = opt;
+      o.max_running = batch;
+      Timer t;
+      run_group(p, o, reqs, t, r, useful);
+      r.seconds = t.seconds();
+    }
+    std::printf("%s (%lld layers, %lld wide, context %lld), %lld requests, prompts %lld-%lld, outputs %lld-%lld tokens, "
+                "batch %lld, %d thread(s); all requests arrive at once\n",
+                spec.config.c_str(), (long long)cfg.n_layer, (long long)cfg.n_embd, (long long)cfg.block_size,
+                (long long)requests, (long long)prompt_min, (long long)prompt_max, (long long)out_min,
+                (long long)out_max, (long long)batch, num_threads());
+    for (const char* k : {"one_at_a_time", "static", "continuous"}) {
+      const Result& r = res[k];
+      std::printf("%-14s %8.0f tok/s  (%lld tokens in %.3f s)  TTFT p50 %.3f s  p99 %.3f s\n", k,
+                  static_cast<double>(r.tokens) / r.seconds, (long long)r.tokens, r.seconds, pct(r.ttft, 0.5),
+                  pct(r.ttft, 0.99));
+    }
+    const auto tps = [&](const char* k) { return static_cast<double>(res[k].tokens) / res[k].seconds; };
+    std::printf("ratio continuous_vs_static_throughput %.3f\n", tps("continuous") / tps("static"));
+    std::printf("ratio continuous_vs_one_at_a_time_throughput %.3f\n", tps("continuous") / tps("one_at_a_time"));
+    std::printf("ratio continuous_vs_static_ttft_p99 %.3f\n", pct(res["continuous"].ttft, 0.99) / pct(res["static"].ttft, 0.99));
+
+    // decode step time per token: `batch` sequences decoding together vs one
+    const auto decode_time = [&](std::int64_t b) {
+      EngineOptions o = opt;
+      o.max_running = b;
+      Engine e(p, o);
+      for (std::int64_t i = 0; i < b; ++i) {
+        EngineRequest r = reqs[static_cast<std::size_t>(i % requests)];
+        r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 8));
+        r.max_tokens = 24;
+        e.add(r);
+      }
+      while (e.stats().running < b || e.stats().waiting > 0) e.step();  // prompts done
+      for (int i = 0; i < 2; ++i) e.step();
+      Timer t;
+      int steps = 0;
+      for (; steps < 12 && e.stats().running == b; ++steps) e.step();
+      return t.seconds() / static_cast<double>(steps * b);
+    };
+    const double t1 = decode_time(1), tb = decode_time(batch);
+    std::printf("decode: %.1f us per token at batch 1, %.1f us per token at batch %lld\n", t1 * 1e6, tb * 1e6,
+                (long long)batch);
+    std::printf("ratio decode_token_time_batch%lld_vs_batch1 %.3f\n", (long long)batch, tb / t1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mls-serving-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

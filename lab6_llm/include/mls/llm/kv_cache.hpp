@@ -1,0 +1,155 @@
+#pragma once
+/// Lab 6: a paged KV cache (as vLLM's PagedAttention): keys and values in fixed-size blocks of
+/// `block_tokens` positions taken from one pool, a block table per sequence, reference counts so
+/// that sequences share the blocks of a common prefix, copy-on-write when they diverge.
+///
+/// The contiguous KVCache (sample.hpp) reserves block_size positions per sequence up front; a
+/// server with many sequences of unknown lengths wastes most of that. Here a sequence holds
+/// ceil(length / block_tokens) blocks, at most block_tokens - 1 positions wasted, and a block goes
+/// back to the pool the moment its last sequence is done.
+///
+///   pool:  k, v  (num_blocks, L, block_tokens, C)   one allocation each
+///   table: block_table(seq)[i] = the pool block holding positions i*bt .. i*bt + bt - 1
+///
+/// Position p of a sequence lives in block table[p / bt] at offset p % bt (slot()).
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "mls/llm/model.hpp"
+
+namespace mls::llm {
+
+/// Returned by BlockAllocator::allocate when the pool is empty: the scheduler's signal to wait
+/// or preempt (never an exception: running out of blocks is normal under load).
+constexpr std::int32_t kNoBlock = -1;
+
+/// The pool's bookkeeping: a free list and a reference count per block.
+class BlockAllocator {
+ public:
+  /// num_blocks >= 1 (an mls::Error otherwise). Every block free, ref_count 0.
+  explicit BlockAllocator(std::int64_t num_blocks);
+  std::int64_t num_blocks() const { return static_cast<std::int64_t>(ref_.size()); }
+  std::int64_t num_free() const { return static_cast<std::int64_t>(free_.size()); }
+  std::int32_t ref_count(std::int32_t block) const;
+
+  /// Takes a free block (reference count 1), or returns kNoBlock when none is free.
+  /// The free list is a stack: a fresh allocator hands out 0, 1, 2, ... in order, and a block
+  /// released to 0 references is the next one handed out (LIFO: its memory is still in cache).
+  /// Hint: free_ holds the free blocks with the next one to hand out at the back.
+  std::int32_t allocate();
+  /// One more sequence uses `block` (prefix sharing): reference count + 1. An mls::Error when the
+  /// block is out of range or free.
+  void retain(std::int32_t block);
+  /// One sequence fewer uses `block`: reference count - 1; at 0 the block goes back on the free
+  /// list. Returns true when it was freed. An mls::Error when out of range or already free (a
+  /// double free must never corrupt the free list).
+  bool release(std::int32_t block);
+
+ private:
+  std::vector<std::int32_t> free_;  // free blocks, next to hand out at the back
+  std::vector<std::int32_t> ref_;   // (num_blocks) sequences using each block; 0 = free
+};
+
+/// Where position `pos` of a sequence lives: pool block and offset inside it.
+struct KVSlot {
+  std::int32_t block = kNoBlock;
+  std::int64_t offset = 0;
+};
+
+/// Block-table lookup: position `pos` of the sequence whose table is `table`, with `block_tokens`
+/// positions per block, is in table[pos / block_tokens] at offset pos % block_tokens. An
+/// mls::Error naming pos when pos < 0 or beyond the table's blocks.
+KVSlot block_table_lookup(std::span<const std::int32_t> table, std::int64_t block_tokens, std::int64_t pos);
+
+/// The paged cache of one model: a pool of blocks and the sequences' block tables.
+class PagedKVCache {
+ public:
+  using SeqId = std::int64_t;
+  /// num_blocks blocks of block_tokens positions for `cfg` (validated; both counts >= 1).
+  PagedKVCache(const GPTConfig& cfg, std::int64_t num_blocks, std::int64_t block_tokens = 16);
+  const GPTConfig& config() const { return cfg_; }
+  std::int64_t block_tokens() const { return bt_; }
+  std::int64_t num_blocks() const { return alloc_.num_blocks(); }
+  std::int64_t free_blocks() const { return alloc_.num_free(); }
+  const BlockAllocator& allocator() const { return alloc_; }
+  /// Bytes of the pool (keys and values): 2 * num_blocks * L * block_tokens * C * 4.
+  std::int64_t pool_bytes() const;
+
+  /// A new, empty sequence (no blocks).
+  SeqId add_sequence();
+  /// A new sequence sharing every block of `parent` (reference counts + 1), the same length: the
+  /// prefix costs no memory. The first append into a shared, partly filled last block copies it
+  /// (copy-on-write), so the two never see each other's later tokens.
+  SeqId fork(SeqId parent);
+  /// Releases the sequence's blocks and forgets it.
+  void free_sequence(SeqId seq);
+  bool has_sequence(SeqId seq) const { return seqs_.count(seq) != 0; }
+  std::int64_t num_sequences() const { return static_cast<std::int64_t>(seqs_.size()); }
+  std::int64_t length(SeqId seq) const;
+  const std::vector<std::int32_t>& block_table(SeqId seq) const;
+
+  /// Blocks that append(seq, n) would take from the pool (new blocks, plus one for a copy-on-write
+  /// of a shared, partly filled last block).
+  std::int64_t blocks_needed(SeqId seq, std::int64_t n) const;
+  /// Makes room for n more positions (length += n): new blocks from the pool, copy-on-write of a
+  /// shared last block. Returns false and changes nothing when the pool has too few free blocks.
+  bool append(SeqId seq, std::int64_t n);
+  /// Appends `block`, a full block of another sequence's positions (the same tokens at the same
+  /// positions), to a sequence whose length is a multiple of block_tokens: reference count + 1,
+  /// length += block_tokens (prefix sharing between requests with a common prompt).
+  void attach(SeqId seq, std::int32_t block);
+  /// How many times `block` was handed out by the pool: a stale reference to a block that was
+  /// freed and handed out again (the engine's prefix index) sees a different number.
+  std::uint64_t generation(std::int32_t block) const { return gen_.at(static_cast<std::size_t>(block)); }
+
+  /// Position pos (< length) of the sequence: block_table_lookup on its table.
+  KVSlot slot(SeqId seq, std::int64_t pos) const;
+  /// Keys (C floats, heads side by side) of position pos of layer l: through slot().
+  float* key(SeqId seq, std::int64_t l, std::int64_t pos);
+  float* value(SeqId seq, std::int64_t l, std::int64_t pos);
+  const float* key(SeqId seq, std::int64_t l, std::int64_t pos) const;
+  const float* value(SeqId seq, std::int64_t l, std::int64_t pos) const;
+  /// Keys / values of layer l at a slot (from block_table_lookup on block_table(seq)).
+  const float* key_at(const KVSlot& s, std::int64_t l) const { return k_.data() + offset(s, l); }
+  const float* value_at(const KVSlot& s, std::int64_t l) const { return v_.data() + offset(s, l); }
+
+ private:
+  struct Seq {
+    std::vector<std::int32_t> table;
+    std::int64_t len = 0;
+  };
+  Seq& seq_ref(SeqId seq, const char* op);
+  const Seq& seq_ref(SeqId seq, const char* op) const;
+  std::int64_t offset(const KVSlot& s, std::int64_t l) const;  // float offset in k_/v_
+  std::int32_t take_block();
+
+  GPTConfig cfg_;
+  std::int64_t bt_;
+  BlockAllocator alloc_;
+  std::vector<float> k_, v_;     // (num_blocks, L, bt, C)
+  std::vector<std::uint64_t> gen_;  // (num_blocks) times handed out
+  std::map<SeqId, Seq> seqs_;
+  SeqId next_id_ = 0;
+};
+
+/// One token of one sequence in a batched forward pass.
+struct PagedRow {
+  PagedKVCache::SeqId seq = 0;
+  std::int32_t token = 0;
+  std::int64_t pos = 0;        // its position: < cache.length(seq) (append first)
+  bool want_logits = false;    // write the next-token logits of this row
+};
+
+/// One forward pass over rows of several sequences (decode tokens and prefill chunks together):
+/// every row's keys and values go into the cache at its position, then each row attends to its
+/// sequence's positions 0..pos through the block table. Every matmul runs once per layer over all
+/// rows (matmul_rows_forward), so the weights are read once per step for the whole batch.
+/// Rows of one sequence come in increasing positions. logits: (rows with want_logits, V), in row
+/// order. Each row's numbers are exactly forward_cached's for the same sequence, token by token
+/// (the same operations in the same order), whatever the other rows are.
+void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const PagedRow> rows,
+                   float* logits);
+
+}  // namespace mls::llm

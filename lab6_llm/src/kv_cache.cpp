@@ -1,0 +1,319 @@
+// Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
+// Lab 6: the paged KV cache — block allocator, block tables, prefix sharing, the batched forward.
+#include "mls/llm/kv_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "mls/common/error.hpp"
+#include "mls/common/parallel.hpp"
+#include "mls/kernels/fused.hpp"
+
+namespace mls::llm {
+
+// ---- the allocator ------------------------------------------------------------------------------
+
+BlockAllocator::BlockAllocator(std::int64_t num_blocks) {
+  MLS_CHECK(num_blocks >= 1 && num_blocks <= (std::int64_t{1} << 30), "BlockAllocator: num_blocks = ",
+            num_blocks, ", expected 1 <= num_blocks <= 2^30");
+  ref_.assign(static_cast<std::size_t>(num_blocks), 0);
+  free_.resize(static_cast<std::size_t>(num_blocks));
+  // next to hand out at the back: 0 first
+  for (std::int64_t i = 0; i < num_blocks; ++i)
+    free_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(num_blocks - 1 - i);
+}
+
+std::int32_t BlockAllocator::ref_count(std::int32_t block) const {
+  MLS_CHECK(block >= 0 && block < num_blocks(), "BlockAllocator::ref_count: block ", block,
+            ", expected 0 <= block < num_blocks = ", num_blocks());
+  return ref_[static_cast<std::size_t>(block)];
+}
+
+std::int32_t BlockAllocator::allocate() {
+  // BEGIN SOLUTION
+  if (free_.empty()) return kNoBlock;
+  const std::int32_t b = free_.back();
+  free_.pop_back();
+  ref_[static_cast<std::size_t>(b)] = 1;
+  return b;
+  // END SOLUTION
+}
+
+void BlockAllocator::retain(std::int32_t block) {
+  // BEGIN SOLUTION
+  MLS_CHECK(block >= 0 && block < num_blocks(), "BlockAllocator::retain: block ", block,
+            ", expected 0 <= block < num_blocks = ", num_blocks());
+  MLS_CHECK(ref_[static_cast<std::size_t>(block)] > 0, "BlockAllocator::retain: block ", block,
+            " is free, expected an allocated block");
+  ++ref_[static_cast<std::size_t>(block)];
+  // END SOLUTION
+}
+
+bool BlockAllocator::release(std::int32_t block) {
+  // BEGIN SOLUTION
+  MLS_CHECK(block >= 0 && block < num_blocks(), "BlockAllocator::release: block ", block,
+            ", expected 0 <= block < num_blocks = ", num_blocks());
+  std::int32_t& r = ref_[static_cast<std::size_t>(block)];
+  MLS_CHECK(r > 0, "BlockAllocator::release: block ", block,
+            " is already free (a double free), expected an allocated block");
+  if (--r > 0) return false;
+  free_.push_back(block);
+  return true;
+  // END SOLUTION
+}
+
+KVSlot block_table_lookup(std::span<const std::int32_t> table, std::int64_t block_tokens, std::int64_t pos) {
+  // BEGIN SOLUTION
+  MLS_CHECK(block_tokens >= 1, "block_table_lookup: block_tokens = ", block_tokens, ", expected >= 1");
+  const auto nblocks = static_cast<std::int64_t>(table.size());
+  MLS_CHECK(pos >= 0 && pos < nblocks * block_tokens, "block_table_lookup: position ", pos,
+            ", expected 0 <= pos < ", nblocks * block_tokens, " (", nblocks, " blocks of ",
+            block_tokens, " positions)");
+  return KVSlot{table[static_cast<std::size_t>(pos / block_tokens)], pos % block_tokens};
+  // END SOLUTION
+}
+
+// ---- the cache ----------------------------------------------------------------------------------
+
+PagedKVCache::PagedKVCache(const GPTConfig& cfg, std::int64_t num_blocks, std::int64_t block_tokens)
+    : cfg_(cfg), bt_(block_tokens), alloc_(num_blocks) {
+  cfg.validate();
+  MLS_CHECK(block_tokens >= 1 && block_tokens <= 4096, "PagedKVCache: block_tokens = ", block_tokens,
+            ", expected 1 <= block_tokens <= 4096");
+  const std::int64_t floats = num_blocks * cfg.n_layer * block_tokens * cfg.n_embd;
+  MLS_CHECK(floats <= (std::int64_t{1} << 34), "PagedKVCache: ", num_blocks, " blocks of ", block_tokens,
+            " positions need ", 8 * floats, " bytes, expected at most 2^37");
+  k_.assign(static_cast<std::size_t>(floats), 0.f);
+  v_.assign(static_cast<std::size_t>(floats), 0.f);
+  gen_.assign(static_cast<std::size_t>(num_blocks), 0);
+}
+
+std::int64_t PagedKVCache::pool_bytes() const {
+  return 2 * static_cast<std::int64_t>(k_.size()) * static_cast<std::int64_t>(sizeof(float));
+}
+
+PagedKVCache::Seq& PagedKVCache::seq_ref(SeqId seq, const char* op) {
+  auto it = seqs_.find(seq);
+  MLS_CHECK(it != seqs_.end(), "PagedKVCache::", op, ": no sequence ", seq);
+  return it->second;
+}
+const PagedKVCache::Seq& PagedKVCache::seq_ref(SeqId seq, const char* op) const {
+  return const_cast<PagedKVCache*>(this)->seq_ref(seq, op);
+}
+
+std::int32_t PagedKVCache::take_block() {
+  const std::int32_t b = alloc_.allocate();
+  if (b != kNoBlock) ++gen_[static_cast<std::size_t>(b)];
+  return b;
+}
+
+PagedKVCache::SeqId PagedKVCache::add_sequence() {
+  seqs_.emplace(next_id_, Seq{});
+  return next_id_++;
+}
+
+PagedKVCache::SeqId PagedKVCache::fork(SeqId parent) {
+  const Seq p = seq_ref(parent, "fork");
+  for (auto b : p.table) alloc_.retain(b);
+  seqs_.emplace(next_id_, p);
+  return next_id_++;
+}
+
+void PagedKVCache::free_sequence(SeqId seq) {
+  Seq& s = seq_ref(seq, "free_sequence");
+  for (auto b : s.table) alloc_.release(b);
+  seqs_.erase(seq);
+}
+
+std::int64_t PagedKVCache::length(SeqId seq) const { return seq_ref(seq, "length").len; }
+
+const std::vector<std::int32_t>& PagedKVCache::block_table(SeqId seq) const {
+  return seq_ref(seq, "block_table").table;
+}
+
+std::int64_t PagedKVCache::blocks_needed(SeqId seq, std::int64_t n) const {
+  const Seq& s = seq_ref(seq, "blocks_needed");
+  MLS_CHECK(n >= 0, "PagedKVCache::blocks_needed: n = ", n, ", expected >= 0");
+  const std::int64_t have = static_cast<std::int64_t>(s.table.size());
+  const std::int64_t need = (s.len + n + bt_ - 1) / bt_;
+  const bool cow = n > 0 && s.len % bt_ != 0 && alloc_.ref_count(s.table.back()) > 1;
+  return std::max<std::int64_t>(0, need - have) + (cow ? 1 : 0);
+}
+
+bool PagedKVCache::append(SeqId seq, std::int64_t n) {
+  MLS_CHECK(n >= 0, "PagedKVCache::append: n = ", n, ", expected >= 0");
+  Seq& s = seq_ref(seq, "append");
+  if (blocks_needed(seq, n) > alloc_.num_free()) return false;
+  if (n > 0 && s.len % bt_ != 0 && alloc_.ref_count(s.table.back()) > 1) {
+    // copy-on-write: the last block is shared and partly filled; this sequence's next positions
+    // go into it, so it gets its own copy of the filled part first
+    const std::int32_t old = s.table.back(), fresh = take_block();
+    const std::int64_t filled = s.len % bt_, C = cfg_.n_embd;
+    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
+      const std::int64_t from = offset({old, 0}, l), to = offset({fresh, 0}, l);
+      std::memcpy(k_.data() + to, k_.data() + from, sizeof(float) * static_cast<std::size_t>(filled * C));
+      std::memcpy(v_.data() + to, v_.data() + from, sizeof(float) * static_cast<std::size_t>(filled * C));
+    }
+    alloc_.release(old);
+    s.table.back() = fresh;
+  }
+  const std::int64_t need = (s.len + n + bt_ - 1) / bt_;
+  while (static_cast<std::int64_t>(s.table.size()) < need) s.table.push_back(take_block());
+  s.len += n;
+  return true;
+}
+
+void PagedKVCache::attach(SeqId seq, std::int32_t block) {
+  Seq& s = seq_ref(seq, "attach");
+  MLS_CHECK(s.len % bt_ == 0 && static_cast<std::int64_t>(s.table.size()) * bt_ == s.len,
+            "PagedKVCache::attach: sequence ", seq, " has length ", s.len,
+            ", expected a multiple of block_tokens = ", bt_, " (only full blocks are shared)");
+  alloc_.retain(block);
+  s.table.push_back(block);
+  s.len += bt_;
+}
+
+KVSlot PagedKVCache::slot(SeqId seq, std::int64_t pos) const {
+  const Seq& s = seq_ref(seq, "slot");
+  MLS_CHECK(pos >= 0 && pos < s.len, "PagedKVCache::slot: position ", pos, " of sequence ", seq,
+            ", expected 0 <= pos < length = ", s.len);
+  return block_table_lookup(s.table, bt_, pos);
+}
+
+std::int64_t PagedKVCache::offset(const KVSlot& s, std::int64_t l) const {
+  MLS_CHECK(s.block >= 0 && s.block < num_blocks() && s.offset >= 0 && s.offset < bt_,
+            "PagedKVCache: slot (block ", s.block, ", offset ", s.offset, ") outside the pool of ",
+            num_blocks(), " blocks of ", bt_);
+  return ((static_cast<std::int64_t>(s.block) * cfg_.n_layer + l) * bt_ + s.offset) * cfg_.n_embd;
+}
+
+float* PagedKVCache::key(SeqId seq, std::int64_t l, std::int64_t pos) {
+  return k_.data() + offset(slot(seq, pos), l);
+}
+float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) {
+  return v_.data() + offset(slot(seq, pos), l);
+}
+const float* PagedKVCache::key(SeqId seq, std::int64_t l, std::int64_t pos) const {
+  return k_.data() + offset(slot(seq, pos), l);
+}
+const float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) const {
+  return v_.data() + offset(slot(seq, pos), l);
+}
+
+// ---- the batched forward pass ---------------------------------------------------------------------
+
+namespace {
+
+/// One attention row: query q (hs) against n cached positions (their keys and values of this head
+/// through kp / vp), into o (hs). att: scratch (n). The same loops as forward_cached's.
+void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp, std::int64_t n,
+                std::int64_t hs, float scale, float* att) {
+  for (std::int64_t t2 = 0; t2 < n; ++t2) {
+    const float* kk = kp[t2];
+    float dot = 0.f;
+    for (std::int64_t j = 0; j < hs; ++j) dot += q[j] * kk[j];
+    att[t2] = dot * scale;
+  }
+  kernels::softmax_forward(att, att, 1, n);
+  for (std::int64_t j = 0; j < hs; ++j) o[j] = 0.f;
+  for (std::int64_t t2 = 0; t2 < n; ++t2) {
+    const float a = att[t2];
+    const float* vv = vp[t2];
+    for (std::int64_t j = 0; j < hs; ++j) o[j] += a * vv[j];
+  }
+}
+
+}  // namespace
+
+void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const PagedRow> rows,
+                   float* logits) {
+  const GPTConfig& cfg = params.config();
+  MLS_CHECK(cache.config() == cfg, "forward_paged: a cache of another config");
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size,
+                     hs = C / H, N = static_cast<std::int64_t>(rows.size());
+  if (N == 0) return;
+  std::int64_t maxpos = 0, nlog = 0;
+  for (std::int64_t r = 0; r < N; ++r) {
+    const PagedRow& row = rows[static_cast<std::size_t>(r)];
+    MLS_CHECK(row.token >= 0 && row.token < V, "forward_paged: row ", r, " token ", row.token,
+              ", expected 0 <= token < vocab_size = ", V);
+    MLS_CHECK(row.pos >= 0 && row.pos < cfg.block_size && row.pos < cache.length(row.seq),
+              "forward_paged: row ", r, " position ", row.pos, " of sequence ", row.seq,
+              ", expected 0 <= pos < min(block_size = ", cfg.block_size, ", length = ",
+              cache.length(row.seq), ") (append before the forward)");
+    maxpos = std::max(maxpos, row.pos);
+    nlog += row.want_logits ? 1 : 0;
+  }
+  const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
+  const auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
+  // (N, C) residual stream and its layernorm, (N, 3C) q|k|v, (N, C) attention output and
+  // projection, (N, 4C) MLP hidden before and after GELU, (N) layernorm statistics
+  std::vector<float> x(sz(N * C)), ln(sz(N * C)), qkv(sz(N * 3 * C)), y(sz(N * C)), proj(sz(N * C)),
+      fch(sz(N * 4 * C)), fchg(sz(N * 4 * C)), mean(sz(N)), rstd(sz(N));
+  for (std::int64_t r = 0; r < N; ++r) {
+    const PagedRow& row = rows[static_cast<std::size_t>(r)];
+    encoder_forward(x.data() + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
+  }
+  // Row by row where a kernel's numbers could depend on the row count (layernorm, GELU: vector
+  // tails), so that every row computes exactly what one token at a time does.
+  const auto ln_rows = [&](const float* w, const float* b) {
+    for (std::int64_t r = 0; r < N; ++r)
+      layernorm_forward(ln.data() + r * C, &mean[sz(r)], &rstd[sz(r)], x.data() + r * C, w, b, 1, C);
+  };
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  for (std::int64_t l = 0; l < L; ++l) {
+    ln_rows(p.ln1w + l * C, p.ln1b + l * C);
+    matmul_rows_forward(qkv.data(), ln.data(), p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C);
+    for (std::int64_t r = 0; r < N; ++r) {  // every row's k, v into the cache first
+      const PagedRow& row = rows[static_cast<std::size_t>(r)];
+      const float* src = qkv.data() + r * 3 * C;
+      std::copy(src + C, src + 2 * C, cache.key(row.seq, l, row.pos));
+      std::copy(src + 2 * C, src + 3 * C, cache.value(row.seq, l, row.pos));
+    }
+    // then each (row, head) attends over its sequence's positions 0..pos, through the block table
+    parallel_for(0, N, 1, [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<const float*> kp(sz(maxpos + 1)), vp(sz(maxpos + 1));
+      std::vector<float> att(sz(maxpos + 1));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const PagedRow& row = rows[static_cast<std::size_t>(r)];
+        const PagedKVCache& cc = cache;
+        const std::vector<std::int32_t>& table = cc.block_table(row.seq);
+        for (std::int64_t t2 = 0; t2 <= row.pos; ++t2) {
+          const KVSlot s = block_table_lookup(table, cc.block_tokens(), t2);
+          kp[sz(t2)] = cc.key_at(s, l);
+          vp[sz(t2)] = cc.value_at(s, l);
+        }
+        for (std::int64_t h = 0; h < H; ++h) {
+          if (h > 0)
+            for (std::int64_t t2 = 0; t2 <= row.pos; ++t2) {
+              kp[sz(t2)] += hs;
+              vp[sz(t2)] += hs;
+            }
+          attend_row(y.data() + r * C + h * hs, qkv.data() + r * 3 * C + h * hs, kp.data(), vp.data(),
+                     row.pos + 1, hs, scale, att.data());
+        }
+      }
+    });
+    matmul_rows_forward(proj.data(), y.data(), p.attprojw + l * C * C, p.attprojb + l * C, N, C, C);
+    residual_forward(x.data(), x.data(), proj.data(), N * C);
+    ln_rows(p.ln2w + l * C, p.ln2b + l * C);
+    matmul_rows_forward(fch.data(), ln.data(), p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C);
+    for (std::int64_t r = 0; r < N; ++r)
+      gelu_forward(fchg.data() + r * 4 * C, fch.data() + r * 4 * C, 4 * C);
+    matmul_rows_forward(proj.data(), fchg.data(), p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, N,
+                        4 * C, C);
+    residual_forward(x.data(), x.data(), proj.data(), N * C);
+  }
+  // the head, only for the rows that want logits
+  std::vector<float> last(sz(nlog * C));
+  std::int64_t k = 0;
+  for (std::int64_t r = 0; r < N; ++r) {
+    if (!rows[static_cast<std::size_t>(r)].want_logits) continue;
+    layernorm_forward(last.data() + k * C, &mean[0], &rstd[0], x.data() + r * C, p.lnfw, p.lnfb, 1, C);
+    ++k;
+  }
+  if (nlog > 0) matmul_rows_forward(logits, last.data(), p.wte, nullptr, nlog, C, V);
+}
+
+}  // namespace mls::llm
