@@ -3,7 +3,9 @@
 // through the SGEMM kernel registry (mls/common/kernels.hpp), the seam where lab 4's faster
 // kernels plug in. Student file: the bodies between the SOLUTION markers.
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
@@ -44,17 +46,50 @@ void sgemm_reference(bool trans_a, bool trans_b, long M, long N, long K, float a
 }
 
 #ifdef MLS_HAVE_OPENBLAS
+/// Whether this OpenBLAS gives the same bits whatever its thread count. It splits M and N, never
+/// K, and usually does (lab 3's parallel executor relies on it), but not always: Debian's 0.3.21
+/// with its Haswell kernels (OPENBLAS_CORETYPE=Haswell) on an AMD Zen 5 computes the columns past
+/// a thread's split point with another edge kernel, so 1 and 2 threads differ in the last bits.
+/// Probed once, on a product whose N the threads split (257 x 131 x 263, as lab 3's test).
+bool openblas_thread_count_invariant(int max_threads) {
+  constexpr int M = 257, K = 131, N = 263;
+  std::vector<float> a(static_cast<std::size_t>(M) * K), b(static_cast<std::size_t>(K) * N);
+  std::uint32_t x = 12345;  // a small LCG: any varied values will do
+  auto next = [&x] { x = x * 1664525u + 1013904223u; return static_cast<float>(x >> 8) / 16777216.0f - 0.5f; };
+  for (auto& v : a) v = next();
+  for (auto& v : b) v = next();
+  auto run = [&](int threads) {
+    std::vector<float> c(static_cast<std::size_t>(M) * N);
+    openblas_set_num_threads(threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f,
+                c.data(), N);
+    return c;
+  };
+  const std::vector<float> one = run(1);
+  for (int t = 2; t <= std::min(max_threads, 8); ++t) {
+    if (run(t) != one) return false;
+  }
+  return true;
+}
+
 void sgemm_openblas(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
                     const float* B, long ldb, float beta, float* C, long ldc) {
   // OpenBLAS's own threads follow the caller's intra-op budget (all of num_threads() outside
   // mls::run_dag; a task's share inside it), so two tasks multiplying at once do not both start
-  // num_threads() threads. Its results do not depend on the thread count (it splits M and N,
-  // never K: lab 3's parallel executor tests check it).
+  // num_threads() threads. Where its results depend on the thread count (probed once, above), it
+  // runs on num_threads() threads whatever the budget instead: results stay independent of the
+  // budget (what lab 3's parallel executor promises), at the price of more threads than cores
+  // while two tasks multiply at once.
   static std::mutex set_mutex;
   static int threads = -1;
+  static int invariant = -1;  // -1: not probed yet
   {
-    const int want = intra_op_threads();
     std::lock_guard<std::mutex> lock(set_mutex);
+    if (invariant < 0) {
+      invariant = openblas_thread_count_invariant(num_threads()) ? 1 : 0;
+      threads = -1;  // the probe changed OpenBLAS's count
+    }
+    const int want = invariant ? intra_op_threads() : num_threads();
     if (threads != want) {
       threads = want;
       openblas_set_num_threads(threads);
