@@ -93,7 +93,7 @@ TEST_CASE("manifest: a group's run_with is read, and lab 5's MPI groups run thro
     CHECK(g.run_with == "lab5_parallel/tests/run_mpi.sh 2");
     CHECK(std::filesystem::exists(testing::repo_root() / "lab5_parallel/tests/run_mpi.sh"));
   }
-  CHECK(mpi_groups == 2);
+  CHECK(mpi_groups == 3);  // mpi, mpi_train, mpi_async
 }
 
 TEST_CASE("manifest: the fixture lab loads and labs are discovered by folder", "[grader][manifest]") {
