@@ -704,7 +704,7 @@ Tensor Communicator::all_to_allv(const Tensor& t, const std::vector<std::int64_t
             "] = ", recv_counts[me]);
   begin("all_to_allv", kAllToAllv, t, -1, -1);
   coll_->numel = -1;  // every rank's total differs: the message sizes are checked one by one
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor in = flat_of(t);
   Tensor out = Tensor::empty({rb[n]}, t.dtype());
   if (algo == Algo::Auto) algo = Algo::Pairwise;
