@@ -113,7 +113,7 @@ TEST_CASE("mpi async: a rank that stops while an asynchronous collective is in f
   CHECK(waited < 30.0);  // bounded by the timeout (generous: a busy machine), never a hang
 }
 
-TEST_CASE("mpi link: an emulated link paces every message (N bytes take at least N/bandwidth + latency); a bad spec is an error on every rank",
+TEST_CASE("mpi link: an emulated link paces every message (N bytes take at least N/bandwidth + latency), a bad spec is an error on every rank",
           "[lab5][mpi][mpi_async]") {
   MLS_MPI_TEST(2);
   struct Env {  // restores an unpaced link for the tests after this one (mpi_world reads the environment)
