@@ -275,13 +275,14 @@ void Communicator::begin(const char* name, int op_id, const Tensor& t, int root,
   traffic_.by_op[name].calls += 1;
   traffic_.total.calls += 1;
   t_->lane_begin(async_running_ ? issued_at_ : -1.0);
+  if (!async_running_) t_->order_after_compute(-1);  // asynchronous: AsyncQueue::run did, with its index
 }
 
 void Communicator::end() noexcept {
   if (!coll_) return;
   if (spans_) {
     std::lock_guard<std::mutex> lk(spans_->mu);
-    spans_->spans.push_back({coll_->name, coll_->t_start, wall_now()});
+    spans_->spans.push_back({coll_->name, coll_->t_start, wall_now(), coll_->numel, coll_->dtype});
   }
   coll_.reset();
   finished_at_ = t_->lane_end();
@@ -804,6 +805,7 @@ void Communicator::AsyncQueue::run(Communicator& c, AsyncOp& op) {
   c.issued_at_ = op.issued_at;
   const mem::TagScope as_issuer(op.mem_tag, op.mem_rank);  // memory counted as the issuer's
   const ThreadRankScope as_rank(op.thread_rank);
+  if (transport) transport->order_after_compute(op.index);  // after the compute issued before it (NCCL)
   op.run();
   op.finished_at = c.finished_at_;
 }
@@ -885,6 +887,7 @@ Request Communicator::enqueue(const char* name, std::function<void()> run) {
                             : std::make_exception_ptr(Error(mls::detail::cat(name, ": the communication thread has stopped")));
       --q->in_flight;
     } else {
+      t_->async_issued(op->index);  // NCCL: an event on the compute stream, where it stands now
       q->queued.push_back(op);
     }
   }

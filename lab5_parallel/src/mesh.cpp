@@ -92,6 +92,22 @@ class ResidualStage : public autodiff::nn::Module {
   autodiff::Var forward(const autodiff::Var& x) override { return x + mlp_->forward(x); }
   std::vector<autodiff::nn::Parameter> parameters() override { return mlp_->parameters(); }
   std::string name() const override { return "Residual(" + mlp_->name() + ")"; }
+  /// forward() with the parameters seen through ddp.hook(i) (in parameters() order): the MLP's
+  /// members are swapped for the hooked views for this one forward and restored after it.
+  autodiff::Var forward_hooked(const autodiff::Var& x, DataParallel& ddp) {
+    autodiff::nn::Parameter* ps[] = {&mlp_->w1, &mlp_->b1, &mlp_->w2, &mlp_->b2};
+    std::array<autodiff::nn::Parameter, 4> saved;
+    for (std::size_t i = 0; i < 4; ++i) saved[i] = *ps[i];
+    struct Restore {
+      autodiff::nn::Parameter** ps;
+      std::array<autodiff::nn::Parameter, 4>& saved;
+      ~Restore() {
+        for (std::size_t i = 0; i < 4; ++i) *ps[i] = saved[i];
+      }
+    } restore{ps, saved};
+    for (std::size_t i = 0; i < 4; ++i) *ps[i] = ddp.hook(i);
+    return forward(x);
+  }
 
  private:
   std::unique_ptr<ParallelMLP> mlp_;
@@ -147,12 +163,14 @@ StackResult train_stack_3d(Communicator& world, const StackConfig& c, int dp, in
   ResidualStage stage(std::make_unique<ParallelMLP>(mesh.tp(), w[0], w[1], w[2], w[3]));
   DataParallelOptions dopt;
   dopt.bucket_bytes = c.bucket_bytes;
+  dopt.overlap = c.overlap;
   DataParallel ddp(mesh.dp(), stage.parameters(), dopt);
   autodiff::nn::SGD opt(stage.parameters(), c.lr);
   PipelineOptions po;
   po.kind = c.schedule;
   po.micro_batches = c.micro_batches;
   po.dtype = c.dtype;
+  if (c.overlap) po.last_forward = [&](const autodiff::Var& in) { return stage.forward_hooked(in, ddp); };
   StackResult r;
   for (int step = 0; step < c.steps; ++step) {
     const auto [x, y] = stack_batch(c, step);
@@ -168,6 +186,7 @@ StackResult train_stack_3d(Communicator& world, const StackConfig& c, int dp, in
   const auto ps = stage.parameters();
   r.params.push_back({ps[0].value(), ps[1].value(), ps[2].value(), ps[3].value()});
   for (Communicator* cm : {&mesh.dp(), &mesh.tp(), &mesh.pp()}) add_traffic(r.traffic, cm->traffic());
+  r.overlapped_buckets = ddp.overlapped_buckets();
   r.modelled_seconds = std::max({mesh.dp().modelled_seconds(), mesh.tp().modelled_seconds(), mesh.pp().modelled_seconds()});
   return r;
 }

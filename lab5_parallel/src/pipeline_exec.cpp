@@ -74,6 +74,9 @@ PipelineStats pipeline_step(Communicator& comm, autodiff::nn::Module& stage, con
     return autodiff::mse_loss(o, t);
   });
   const std::vector<PipeStep> steps = make_schedule(p, m, opts.kind)[static_cast<std::size_t>(s)];
+  int last_backward = -1;  // the micro-batch whose backward this stage runs last (opts.last_forward)
+  for (const PipeStep& step : steps)
+    if (step.kind == PipeStep::Backward) last_backward = step.micro;
 
   struct Stash {
     autodiff::Var in, out, loss;
@@ -96,7 +99,7 @@ PipelineStats pipeline_step(Communicator& comm, autodiff::nn::Module& stage, con
       }
       const double start = clock;
       sh.in = autodiff::Var(in_t, /*requires_grad=*/!first);
-      sh.out = stage.forward(sh.in);
+      sh.out = opts.last_forward && step.micro == last_backward ? opts.last_forward(sh.in) : stage.forward(sh.in);
       clock += opts.t_fwd;
       st.slots.push_back({s, step, start, clock});
       if (last) {

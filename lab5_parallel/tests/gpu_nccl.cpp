@@ -78,3 +78,43 @@ TEST_CASE("nccl: an nccl communicator cannot bootstrap another", "[lab5][gpu][nc
   Communicator c = nccl_world();
   mls::testing::require_error([&] { (void)nccl_world(c); }, "nccl_world: the bootstrap communicator must be another backend");
 }
+
+TEST_CASE("nccl: iallreduce runs on the communication thread's own stream, ordered after the compute stream, "
+          "and equals the blocking allreduce", "[lab5][gpu][nccl]") {
+  REQUIRE_GPU();
+  Communicator c = nccl_world();
+  // compute on the default (compute) stream while the collectives are in flight: a device buffer
+  // filled and copied back, which the communication stream must neither wait for nor disturb
+  void* scratch = nullptr;
+  REQUIRE(cudaMalloc(&scratch, 1 << 22) == cudaSuccess);
+  for (DType dt : all_dtypes())
+    for (Algo algo : {Algo::Ring, Algo::Native}) {
+      std::vector<Tensor> ts;
+      std::vector<Request> rq;
+      for (int k = 0; k < 4; ++k) {
+        ts.push_back(input_of(k, 1000 + k, dt));
+        rq.push_back(c.iallreduce(ts.back(), ReduceOp::Sum, algo));
+        REQUIRE(cudaMemsetAsync(scratch, k, 1 << 22, nullptr) == cudaSuccess);
+      }
+      REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+      for (int k = 3; k >= 0; --k) rq[static_cast<std::size_t>(k)].wait();  // complete in issue order
+      CHECK(c.in_flight() == 0);
+      for (int k = 0; k < 4; ++k) {
+        Tensor b = input_of(k, 1000 + k, dt);
+        c.allreduce(b, ReduceOp::Sum, algo);
+        const std::string cx = std::string(to_string(algo)) + " #" + std::to_string(k);
+        mls::testing::observe("iallreduce on nccl " + cx, ts[static_cast<std::size_t>(k)].to_vector<double>());
+        INFO(cx);
+        CHECK(ts[static_cast<std::size_t>(k)].to_vector<double>() == b.to_vector<double>());
+        MLS_CHECK_CLOSE(ts[static_cast<std::size_t>(k)].to_vector<double>(), reduce_ref({input_of(k, 1000 + k, dt)}, ReduceOp::Sum),
+                        dt, 1, cx);
+      }
+    }
+  cudaFree(scratch);
+  mls::testing::require_error([&] {
+    Tensor t = Tensor::ones({3});
+    Request r = c.iallreduce(t);
+    r.wait();
+    r.wait();
+  }, "was already waited on");
+}

@@ -3,9 +3,13 @@
 // bad inputs that can be checked on real processes (wait twice, mismatched issue order).
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "lab5_testing.hpp"
 #include "mpi_launch.hpp"
 #include "mls/parallel/comm.hpp"
+#include "mls/parallel/link.hpp"
 #include "mls/parallel/mpi.hpp"
 #include "mls/testing.hpp"
 
@@ -86,4 +90,71 @@ TEST_CASE("mpi async: wait twice and a mismatched issue order are errors on ever
     r1.wait();
     r2.wait();
   }, c.rank() == 1 ? "every rank must call the same collectives in the same order" : "timed out after 2000 ms");
+}
+
+TEST_CASE("mpi async: a rank that stops while an asynchronous collective is in flight is an error on the others within the timeout",
+          "[lab5][mpi][mpi_async]") {
+  MLS_MPI_TEST(2);
+  // Rank 1 "dies" (leaves without joining rank 0's iallreduce): rank 0's wait() ends with the
+  // timeout's error, not a hang. A process that really dies is lab5:mpi:abort:async (mpi_run's
+  // MPI_Abort ends the job with its message).
+  Communicator c = mpi_world(std::chrono::milliseconds(2000));
+  Tensor warm = Tensor::ones({5});
+  c.iallreduce(warm).wait();  // both alive: a collective completes
+  mls::testing::observe("iallreduce of ones before the failure", bits(warm));
+  MLS_ORACLE_CHECK(CHECK(bits(warm) == std::vector<double>(5, static_cast<double>(c.size()))));
+  if (c.rank() != 0) return;  // the other ranks stop here
+  Tensor t = Tensor::ones({1000});
+  Request r = c.iallreduce(t);
+  const auto t0 = std::chrono::steady_clock::now();
+  mls::testing::require_error([&] { r.wait(); }, "timed out after 2000 ms");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("rank 0 waited " << waited << " s");
+  CHECK(waited < 30.0);  // bounded by the timeout (generous: a busy machine), never a hang
+}
+
+TEST_CASE("mpi link: an emulated link paces every message (N bytes take at least N/bandwidth + latency), a bad spec is an error on every rank",
+          "[lab5][mpi][mpi_async]") {
+  MLS_MPI_TEST(2);
+  struct Env {  // restores an unpaced link for the tests after this one (mpi_world reads the environment)
+    ~Env() {
+      unsetenv("MLS_LINK_GBPS");
+      unsetenv("MLS_LINK_US");
+    }
+  } env;
+  setenv("MLS_LINK_GBPS", "0.08", 1);  // 10 MB/s
+  setenv("MLS_LINK_US", "3000", 1);    // 3 ms per message
+  const LinkEmulation link = link_from_env();
+  REQUIRE(link.active());
+  {
+    Communicator c = mpi_world(std::chrono::milliseconds(60000));
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{25000}}) {  // 4 B .. 100 kB
+      Tensor t = Tensor::full({n}, c.rank() + 1.0);
+      c.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      if (c.rank() == 0) {  // a round trip: two paced messages of 4n bytes
+        c.send(t, 1, 7);
+        c.recv(t, 1, 8);
+      } else if (c.rank() == 1) {
+        c.recv(t, 0, 7);
+        c.send(t, 0, 8);
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (c.rank() > 1) continue;
+      mls::testing::observe("round-tripped payload", bits(t));
+      MLS_ORACLE_CHECK(CHECK(bits(t) == std::vector<double>(static_cast<std::size_t>(n), 1.0)));
+      // a lower bound only (a busy machine makes it slower, never faster): the pacing itself
+      const double want = 2 * link.seconds(4 * n);
+      INFO("rank " << c.rank() << ": " << 4 * n << " bytes each way took " << s << " s for the round trip, at least "
+                   << want << " s expected on the emulated link");
+      if (c.rank() == 0) CHECK(s >= want);
+      CHECK(want >= 2 * (3e-3 + 8.0 * 4 * n / 0.08e9) * (1 - 1e-12));  // seconds(): latency + bytes / bandwidth
+    }
+  }
+  // every rank reads the same environment: a bad spec fails on each of them, before any message
+  setenv("MLS_LINK_GBPS", "-1", 1);
+  mls::testing::require_error([] { mpi_world(); }, "MLS_LINK_GBPS='-1': the bandwidth must be > 0 Gbit/s");
+  setenv("MLS_LINK_GBPS", "1", 1);
+  setenv("MLS_LINK_US", "fast", 1);
+  mls::testing::require_error([] { mpi_world(); }, "MLS_LINK_US='fast': expected a number");
 }

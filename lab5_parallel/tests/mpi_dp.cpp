@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <cstring>
 
 #include "mls/observe_tensor.hpp"
 #include "mpi_launch.hpp"
@@ -108,4 +109,35 @@ TEST_CASE("mpi mesh: the residual MLP stack on dp x tp x pp processes equals one
                      REQUIRE(g.size() == w.size());
                      for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).epsilon(1e-12).margin(1e-14));
                    });
+}
+
+TEST_CASE("mpi mesh: overlap (buckets launched inside the last micro-batch's backward) is bit-identical on processes",
+          "[lab5][mpi][mpi_train][mpi_mesh]") {
+  MLS_MPI_TEST(2);
+  Communicator world = mpi_world();
+  const int n = world.size();
+  StackConfig c;
+  c.blocks = 1;
+  c.steps = 3;
+  c.batch = 12 * n;
+  c.micro_batches = 3;
+  c.bucket_bytes = 64;
+  c.dtype = DType::Float32;
+  c.overlap = true;
+  const StackResult with = train_stack_3d(world, c, n, 1, 1);
+  c.overlap = false;
+  const StackResult without = train_stack_3d(world, c, n, 1, 1);
+  INFO("rank " << world.rank() << " of " << n);
+  mls::testing::observe("losses, overlapped", with.losses, {2e-6, 0.0});
+  mls::testing::observe("buckets launched inside backward", with.overlapped_buckets);
+  REQUIRE(with.params.size() == 1);
+  REQUIRE(without.params.size() == 1);
+  for (std::size_t q = 0; q < 4; ++q) {
+    const Tensor a = with.params[0][q].compact(), b = without.params[0][q].compact();
+    mls::testing::observe_values("parameter, overlapped", a, {2e-6, 2e-7});
+    REQUIRE(a.numel() == b.numel());
+    CHECK(std::memcmp(a.data_ptr(), b.data_ptr(), static_cast<std::size_t>(a.numel()) * a.itemsize()) == 0);
+  }
+  CHECK(with.losses == without.losses);
+  CHECK(with.overlapped_buckets >= 2 * c.steps);
 }

@@ -46,4 +46,14 @@ refuse "--dims 1,3,1 makes 3 ranks, but there are 4" --mode 3d --ranks 4 --dims 
 refuse "--dims is for --mode 3d" --mode tp --ranks 2 --dims 1,2,1
 refuse "-p is for --mode schedule" --mode pp -p 4
 refuse "--mode schedule takes -p (stages) and -m (micro-batches), not --ranks" --mode schedule --ranks 4
-echo "OK: mls-parallel draws both schedules and names the flag of each refused mesh"
+refuse "--overlap is for --mode dp or 3d" --mode tp --ranks 2 --overlap
+
+# --overlap: the same losses as the blocking run, buckets launched from inside backward
+a=$("$tool" --mode dp --ranks 4 --micro 2 --bucket-bytes 64 --check --no-traffic --overlap)
+echo "$a"
+b=$("$tool" --mode dp --ranks 4 --micro 2 --bucket-bytes 64 --check --no-traffic)
+printf '%s\n' "$a" | grep -q "^mls-parallel: mode dp, .*, overlap$" || { echo "FAIL: --overlap not in the header"; exit 1; }
+printf '%s\n' "$a" | grep -Eq "^overlap: [1-9][0-9]* gradient bucket" || { echo "FAIL: no bucket launched inside backward"; exit 1; }
+[ "$(printf '%s\n' "$a" | grep '^step ')" = "$(printf '%s\n' "$b" | grep '^step ')" ] || { echo "FAIL: --overlap changed the losses"; exit 1; }
+printf '%s\n' "$a" | grep -q "^check: .*(ok)$" || { echo "FAIL: --overlap does not match the single-rank run"; exit 1; }
+echo "OK: mls-parallel draws both schedules, names the flag of each refused mesh, and --overlap keeps the losses"

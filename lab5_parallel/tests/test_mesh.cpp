@@ -2,6 +2,8 @@
 // ranks training a residual MLP stack to the same parameters as one rank after 5 steps.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "mls/parallel/mesh.hpp"
 #include "mls/parallel/tensor_parallel.hpp"
 #include "mls/observe_tensor.hpp"
@@ -137,4 +139,51 @@ TEST_CASE("mesh: a configuration that does not fit the mesh is refused up front,
                               "train_stack_3d: tp 3 must divide d_hidden 16");
   c.d_hidden = 4096;  // more than 12 divisors: the first 12, then "..."
   mls::testing::require_error([&] { validate_stack_3d(c, 1, 3, 1); }, "sizes 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, ... fit");
+}
+
+TEST_CASE("mesh: overlap (buckets launched inside the last micro-batch's backward) is bit-identical, dp and 3-D",
+          "[lab5][mesh]") {
+  struct Case {
+    int dp, tp, pp, micro;
+    ScheduleKind kind;
+    DType dtype;
+  };
+  const Case cases[] = {{4, 1, 1, 1, ScheduleKind::OneFOneB, DType::Float64}, {4, 1, 1, 3, ScheduleKind::GPipe, DType::Float32},
+                        {2, 1, 1, 2, ScheduleKind::OneFOneB, DType::Float32}, {2, 2, 2, 2, ScheduleKind::GPipe, DType::Float64},
+                        {2, 2, 2, 4, ScheduleKind::OneFOneB, DType::Float32}};
+  for (const Case& k : cases) {
+    const int n = k.dp * k.tp * k.pp;
+    StackConfig c;
+    c.blocks = k.pp;
+    c.steps = 3;
+    c.batch = 24;
+    c.micro_batches = k.micro;
+    c.schedule = k.kind;
+    c.dtype = k.dtype;
+    c.bucket_bytes = 64;  // several buckets per stage
+    std::vector<StackResult> with(static_cast<std::size_t>(n)), without(static_cast<std::size_t>(n));
+    c.overlap = true;
+    run_simulated(n, [&](Communicator& w) { with[static_cast<std::size_t>(w.rank())] = train_stack_3d(w, c, k.dp, k.tp, k.pp); });
+    c.overlap = false;
+    run_simulated(n, [&](Communicator& w) { without[static_cast<std::size_t>(w.rank())] = train_stack_3d(w, c, k.dp, k.tp, k.pp); });
+    for (int r = 0; r < n; ++r) {
+      const auto u = static_cast<std::size_t>(r);
+      INFO(k.dp << " x " << k.tp << " x " << k.pp << ", micro " << k.micro << ", " << to_string(k.kind) << ", rank " << r);
+      mls::testing::observe("losses, overlapped", with[u].losses, {2e-6, 0.0});
+      mls::testing::observe("buckets launched inside backward", with[u].overlapped_buckets);
+      REQUIRE(with[u].params.size() == 1);
+      REQUIRE(without[u].params.size() == 1);
+      for (std::size_t q = 0; q < 4; ++q) {
+        const Tensor& a = with[u].params[0][q];
+        const Tensor& b = without[u].params[0][q];
+        mls::testing::observe_values("parameter, overlapped", a, {2e-6, 2e-7});
+        REQUIRE(a.numel() == b.numel());
+        CHECK(std::memcmp(a.compact().data_ptr(), b.compact().data_ptr(), static_cast<std::size_t>(a.numel()) * a.itemsize()) == 0);
+      }
+      CHECK(with[u].losses == without[u].losses);
+      CHECK(without[u].overlapped_buckets == 0);
+      CHECK(with[u].overlapped_buckets >= 2 * c.steps);  // every bucket, every step (64-byte buckets: >= 2 per stage)
+      CHECK(with[u].traffic.by_op.at("allreduce").calls == without[u].traffic.by_op.at("allreduce").calls);
+    }
+  }
 }

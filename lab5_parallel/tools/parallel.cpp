@@ -148,6 +148,9 @@ int main(int argc, char** argv) {
   app.add_option("--svg", svg, "pp/3d/schedule: write the pipeline timeline as SVG to this file");
   app.add_option("-p", p, "schedule mode: stages")->check(CLI::Range(1, 64));
   app.add_option("-m", m, "schedule mode: micro-batches")->check(CLI::Range(1, 256));
+  app.add_flag("--overlap", c.overlap,
+               "dp/3d: start each gradient bucket's allreduce (asynchronously) inside the backward of the step's "
+               "last micro-batch, from hooks on the parameters; waited before the SGD step");
   app.add_flag("--check", check, "compare the parameters with a single-rank run");
   app.add_flag("--no-traffic", quiet_traffic, "do not print the traffic table");
   CLI11_PARSE(app, argc, argv);
@@ -161,6 +164,8 @@ int main(int argc, char** argv) {
     for (const char* f : {"-p", "-m"})
       MLS_CHECK(mode == "schedule" || app.count(f) == 0, "mls-parallel: ", f, " is for --mode schedule; --mode ", mode,
                 " takes --ranks (stages in pp) and --micro");
+    MLS_CHECK(!c.overlap || mode == "dp" || mode == "3d", "mls-parallel: --overlap is for --mode dp or 3d (it ",
+              "overlaps the data-parallel gradient allreduces); --mode ", mode, " has no data-parallel axis");
     for (const char* f : {"--ranks", "--micro"})
       MLS_CHECK(mode != "schedule" || app.count(f) == 0, "mls-parallel: --mode schedule takes -p (stages) and -m ",
                 "(micro-batches), not ", f);
@@ -242,9 +247,9 @@ int main(int argc, char** argv) {
     }
     const double wall_s = wall.seconds();
     if (me != 0) return 0;
-    std::printf("mls-parallel: mode %s, backend %s, %d ranks = dp %d x tp %d x pp %d, %s, batch %lld, micro %d\n",
+    std::printf("mls-parallel: mode %s, backend %s, %d ranks = dp %d x tp %d x pp %d, %s, batch %lld, micro %d%s\n",
                 mode.c_str(), backend.c_str(), ranks, d.dp, d.tp, d.pp, to_string(c.schedule),
-                static_cast<long long>(c.batch), c.micro_batches);
+                static_cast<long long>(c.batch), c.micro_batches, c.overlap ? ", overlap" : "");
     const auto& r0 = results[0];
     for (std::size_t s = 0; s < r0.losses.size(); ++s) std::printf("step %zu loss %.8f\n", s + 1, r0.losses[s]);
     if (!quiet_traffic) {
@@ -252,6 +257,9 @@ int main(int argc, char** argv) {
       for (const auto& r : results) tr.push_back(r.traffic);
       print_traffic(tr);
     }
+    if (c.overlap)
+      std::printf("overlap: %lld gradient bucket(s) launched from inside backward on rank 0 (all steps)\n",
+                  static_cast<long long>(r0.overlapped_buckets));
     double modelled = 0.0;
     for (const auto& r : results) modelled = std::max(modelled, r.modelled_seconds);
     std::printf("\nwall %.6f s, modelled communication (alpha-beta-gamma) %.6f s%s\n", wall_s, modelled,

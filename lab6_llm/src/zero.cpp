@@ -66,7 +66,7 @@ struct ZeroTrainer::Impl {
   // overlap (ZeroOptions::overlap)
   struct PendingReduce {
     int unit = 0;
-    std::int64_t micro = 0;
+    std::int64_t micro = 0;  // -1: a stage 0-1 full-gradient reduction (store_full_gradient)
     Tensor out;
     parallel::Request req;
   };
@@ -294,6 +294,8 @@ struct ZeroTrainer::Access final : ModelAccess {
   void bucket_done(int u) {
     t.finish_unit(u, buckets[static_cast<std::size_t>(u)].data(), micro);
     buckets[static_cast<std::size_t>(u)].clear();
+    // stages 0-1 with overlap: the unit's full gradient is final: start its reduction now
+    if (t.impl_->stage <= 1 && t.opts_.overlap && micro == t.opts_.accum - 1) t.reduce_full_unit(u);
   }
   /// The two ends' tensors in a unit: wte, wpe (embeddings) or lnfw, lnfb (final layernorm).
   ParamPtrs end_ptrs(ModelEnd e, float* base) const {
@@ -361,7 +363,9 @@ ZeroStepStats ZeroTrainer::step(const MicroBatch& whole, double lr) {
   I.log.clear();
   I.prefetched = 0;
   const double loss_sum = accumulate_gradients(cfg_, acc, PassBuffers::recompute(ra), whole, A, norm);
-  finish_reductions();  // overlap: the reduce-scatters issued during backward, in issue order
+  if (I.stage <= 1 && !opts_.overlap)  // stages 0-1: the full gradients, reduced unit by unit
+    for (std::size_t u = 0; u < units_.size(); ++u) reduce_full_unit(static_cast<int>(u));
+  finish_reductions();  // overlap: the reductions issued during backward, in issue order
   for (std::size_t u = 0; u < units_.size(); ++u)  // a prefetch the step never used (cannot happen with a
     if (in_flight(static_cast<int>(u))) {         // fixed plan): wait for it, drop it
       I.prefetch_req[u].wait();
@@ -432,6 +436,21 @@ void ZeroTrainer::add_shard_gradient(int unit, std::int64_t micro, const float* 
   // END SOLUTION
 }
 
+void ZeroTrainer::store_full_gradient(int unit, std::int64_t b, std::int64_t e, const float* sum) {
+  // BEGIN SOLUTION
+  Impl& I = *impl_;
+  const ZeroUnit& U = units_[static_cast<std::size_t>(unit)];
+  const float n = static_cast<float>(I.N);
+  for (std::int64_t j = b; j < e; ++j) {
+    const float gj = sum[j - b] / n;
+    if (I.bf16)
+      I.g16[U.offset + j] = to_bf16(gj);
+    else
+      I.g32[U.offset + j] = gj;
+  }
+  // END SOLUTION
+}
+
 void ZeroTrainer::prefetch_ahead(std::size_t done) {
   // BEGIN SOLUTION
   Impl& I = *impl_;
@@ -460,13 +479,56 @@ void ZeroTrainer::reduce_scatter_unit(int unit, std::int64_t micro, const Tensor
   I.reductions.push_back(std::move(p));
 }
 
+void ZeroTrainer::reduce_full_unit(int unit) {
+  Impl& I = *impl_;
+  MLS_CHECK(I.stage <= 1, "ZeroTrainer::reduce_full_unit: stage ", I.stage, ", expected 0 or 1");
+  mem::RankScope rs(I.rank);
+  mem::TagScope ts(mem::Tag::Communication, I.rank);
+  const auto k = static_cast<std::size_t>(unit);
+  const ZeroUnit& U = units_[k];
+  Tensor t = Tensor::empty({U.size});
+  float* d = t.data<float>();
+  for (std::int64_t j = 0; j < U.size; ++j) d[j] = I.bf16 ? from_bf16(I.g16[U.offset + j]) : I.g32[U.offset + j];
+  // stage 0: the whole unit; stage 1: only this rank's chunk is needed (the same ring and chunks
+  // as stage 2's reduce-scatter, so every stage's sums are bit-identical)
+  const std::int64_t b = I.stage == 0 ? 0 : part_.mine[k].unit_begin, e = I.stage == 0 ? U.size : part_.mine[k].unit_end;
+  CommTimer ct(I.comm_s);
+  if (!opts_.overlap) {
+    if (I.stage == 0) {
+      comm_->allreduce(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+      store_full_gradient(unit, b, e, d);
+    } else {
+      const Tensor mine = comm_->reduce_scatter(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+      store_full_gradient(unit, b, e, mine.data<float>());
+    }
+    return;
+  }
+  Impl::PendingReduce p;
+  p.unit = unit;
+  p.micro = -1;
+  if (I.stage == 0) {
+    p.out = t;
+    p.req = comm_->iallreduce(p.out, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+  } else {
+    p.req = comm_->ireduce_scatter(t, p.out, parallel::ReduceOp::Sum, parallel::Algo::Ring);
+  }
+  I.reductions.push_back(std::move(p));
+}
+
 void ZeroTrainer::finish_reductions() {
   Impl& I = *impl_;
   CommTimer ct(I.comm_s);
   while (!I.reductions.empty()) {  // issue order: a unit's micro-batches add up in order
     Impl::PendingReduce& p = I.reductions.front();
     p.req.wait();
-    add_shard_gradient(p.unit, p.micro, p.out.data<float>());
+    if (p.micro < 0) {  // stages 0-1: a unit's full gradient
+      const auto k = static_cast<std::size_t>(p.unit);
+      const std::int64_t b = I.stage == 0 ? 0 : part_.mine[k].unit_begin;
+      const std::int64_t e = I.stage == 0 ? units_[k].size : part_.mine[k].unit_end;
+      store_full_gradient(p.unit, b, e, p.out.data<float>());
+    } else {
+      add_shard_gradient(p.unit, p.micro, p.out.data<float>());
+    }
     I.reductions.pop_front();
   }
 }
@@ -513,37 +575,6 @@ void ZeroTrainer::all_gather_unit(int unit, Tensor& t) {
 void ZeroTrainer::reduce_and_update(double lr) {
   // BEGIN SOLUTION
   Impl& I = *impl_;
-  const float n = static_cast<float>(I.N);
-  // Stages 0-1: reduce the whole gradient (stage 0: allreduce; stage 1: reduce-scatter, this
-  // rank only needs its chunk). The same ring and chunks as stage 2's reduce-scatter, so the
-  // sums are bit-identical.
-  if (I.stage <= 1) {
-    for (std::size_t k = 0; k < units_.size(); ++k) {
-      const ZeroUnit& U = units_[k];
-      mem::TagScope ts(mem::Tag::Communication, I.rank);
-      Tensor t = Tensor::empty({U.size});
-      float* d = t.data<float>();
-      for (std::int64_t j = 0; j < U.size; ++j)
-        d[j] = I.bf16 ? from_bf16(I.g16[U.offset + j]) : I.g32[U.offset + j];
-      std::int64_t b = 0, e = U.size;
-      CommTimer ct(I.comm_s);
-      if (I.stage == 0) {
-        comm_->allreduce(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
-      } else {
-        Tensor mine = comm_->reduce_scatter(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
-        b = part_.mine[k].unit_begin;
-        e = part_.mine[k].unit_end;
-        std::copy(mine.data<float>(), mine.data<float>() + (e - b), d + b);
-      }
-      for (std::int64_t j = b; j < e; ++j) {
-        const float gj = d[j] / n;
-        if (I.bf16)
-          I.g16[U.offset + j] = to_bf16(gj);
-        else
-          I.g32[U.offset + j] = gj;
-      }
-    }
-  }
   // AdamW on the elements this rank owns (all of them for stage 0), as adamw_update.
   I.steps += 1;
   const AdamWOptions& opt = opts_.adam;

@@ -733,9 +733,9 @@ TEST_CASE("zero: bad input to a run: stage, ranks, backend, precision, remat pla
       "rank 0 has remat plan (none 0, sqrt 1, optimal 2) = 1, rank 1 has 0");
 }
 
-TEST_CASE("zero overlap: asynchronous reduce-scatter (stages 2-3) and ZeRO-3 prefetch give bit-identical parameters",
+TEST_CASE("zero overlap: asynchronous reductions (stages 0-3) and ZeRO-3 prefetch give bit-identical parameters",
           "[lab6][zero_overlap]") {
-  // student code first: the overlapped runs (prefetch_ahead, add_shard_gradient)
+  // student code first: the overlapped runs (prefetch_ahead, add_shard_gradient, store_full_gradient)
   struct Case {
     int stage, prefetch;
     Precision p;
@@ -744,7 +744,9 @@ TEST_CASE("zero overlap: asynchronous reduce-scatter (stages 2-3) and ZeRO-3 pre
   };
   const Case cases[] = {{3, 1, Precision::FP32, 1, RecomputeKind::None}, {3, 2, Precision::FP32, 2, RecomputeKind::None},
                         {3, 1, Precision::BF16, 1, RecomputeKind::Sqrt}, {2, 1, Precision::FP32, 2, RecomputeKind::None},
-                        {3, 0, Precision::FP32, 1, RecomputeKind::None}};
+                        {3, 0, Precision::FP32, 1, RecomputeKind::None}, {0, 1, Precision::FP32, 1, RecomputeKind::None},
+                        {0, 1, Precision::BF16, 2, RecomputeKind::Sqrt}, {1, 1, Precision::FP32, 2, RecomputeKind::None},
+                        {1, 1, Precision::BF16, 1, RecomputeKind::None}};
   for (const Case& c : cases) {
     ZeroRunOptions o = run_opts(c.stage, c.p, 3);
     o.zero.accum = c.accum;

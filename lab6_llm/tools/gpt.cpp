@@ -548,7 +548,8 @@ struct ZeroFlags {
         ->capture_default_str();
     train->add_option("--mem-timeline", timeline, "write rank 0's memory timeline (SVG) here");
     train->add_flag("--overlap", overlap,
-                    "--zero 2|3: reduce-scatter each unit's gradients asynchronously as its backward ends; "
+                    "--zero 0|1: allreduce (0) or reduce-scatter (1) each unit's gradients asynchronously as its backward "
+                    "ends; --zero 2|3: reduce-scatter each unit's gradients asynchronously as its backward ends; "
                     "--zero 3: also prefetch the next units' all-gathers (lab 5's asynchronous collectives)");
     train->add_option("--prefetch", prefetch, "--zero 3 --overlap: units gathered ahead (0..8)")->capture_default_str();
   }

@@ -2,15 +2,28 @@
 //
 // A send is deferred until the next receive or wait, then issued inside ncclGroupStart/End with
 // that receive, so the exchange steps of the ring (send right, receive left) never deadlock.
-// Each message is [Header] then [payload], staged through device buffers on one CUDA stream.
+// Each message is [Header] then [payload], staged through device buffers.
+//
+// Streams: every copy and NCCL call of this transport runs on its own communication stream (a
+// non-blocking stream, so it never serializes with the default stream implicitly). The compute
+// stream is CUDA's default stream of the transport's device, where the caller's kernels run. A
+// collective is ordered after the compute issued before it by an event: recorded on the compute
+// stream when an asynchronous collective is issued (async_issued, the caller's thread) or when a
+// blocking one begins, and waited for by the communication stream (cudaStreamWaitEvent) before
+// the collective's first message (order_after_compute, on the thread that runs it: the
+// communicator's communication thread for i-collectives). Compute issued after it is not waited
+// for: the two streams overlap. Each thread that calls in selects the transport's device first.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../detail.hpp"
@@ -80,12 +93,44 @@ struct PendingSend {
 
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {
-    check_cuda(cudaStreamCreate(&stream_), "nccl", "cudaStreamCreate");
+  NcclTransport(ncclComm_t comm, int rank, int size, int device)
+      : comm_(comm), rank_(rank), size_(size), device_(device) {
+    check_cuda(cudaSetDevice(device_), "nccl", "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "nccl", "cudaStreamCreateWithFlags");
   }
   ~NcclTransport() override {
+    cudaSetDevice(device_);
+    for (auto& [i, ev] : issued_) cudaEventDestroy(ev);
     if (comm_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  void async_issued(std::int64_t index) override {
+    check_cuda(cudaSetDevice(device_), "nccl", "cudaSetDevice");
+    cudaEvent_t ev = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "nccl", "cudaEventCreateWithFlags");
+    check_cuda(cudaEventRecord(ev, kComputeStream), "nccl", "cudaEventRecord");  // the compute stream, now
+    std::lock_guard<std::mutex> lk(mu_);
+    issued_.emplace_back(index, ev);
+  }
+  void order_after_compute(std::int64_t index) override {
+    check_cuda(cudaSetDevice(device_), "nccl", "cudaSetDevice");  // the communication thread's too
+    cudaEvent_t ev = nullptr;
+    if (index < 0) {  // blocking: after everything the compute stream holds now
+      check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "nccl", "cudaEventCreateWithFlags");
+      check_cuda(cudaEventRecord(ev, kComputeStream), "nccl", "cudaEventRecord");
+    } else {  // asynchronous: the event recorded when it was issued (earlier ones whose collective
+              // never ran, e.g. refused arguments, are dropped)
+      std::lock_guard<std::mutex> lk(mu_);
+      while (!issued_.empty() && issued_.front().first <= index) {
+        if (issued_.front().first == index) ev = issued_.front().second;
+        else cudaEventDestroy(issued_.front().second);
+        issued_.pop_front();
+      }
+    }
+    if (!ev) return;
+    check_cuda(cudaStreamWaitEvent(stream_, ev, 0), "nccl", "cudaStreamWaitEvent");
+    cudaEventDestroy(ev);  // released once the wait is enqueued (CUDA keeps it until then)
   }
 
   int rank() const override { return rank_; }
@@ -99,10 +144,11 @@ class NcclTransport final : public Transport {
     p->h = h;
     p->dst = dst;
     void* dh = p->head.get(sizeof(Header), "send");
-    check_cuda(cudaMemcpy(dh, &h, sizeof(Header), cudaMemcpyHostToDevice), "send", "cudaMemcpy");
+    // synchronous on the communication stream: the host buffer may change once isend returns
+    to_device(dh, &h, sizeof(Header), "send");
     if (h.bytes) {
       void* db = p->body.get(static_cast<std::size_t>(h.bytes), "send");
-      check_cuda(cudaMemcpy(db, data, static_cast<std::size_t>(h.bytes), cudaMemcpyHostToDevice), "send", "cudaMemcpy");
+      to_device(db, data, static_cast<std::size_t>(h.bytes), "send");
     }
     pending_.push_back(p);
     return Request([this, p] {
@@ -116,14 +162,13 @@ class NcclTransport final : public Transport {
     Incoming in{dh.get(sizeof(Header), what), sizeof(Header), src};
     flush(&in);
     Header h;
-    check_cuda(cudaMemcpy(&h, in.dev, sizeof(Header), cudaMemcpyDeviceToHost), what, "cudaMemcpy");
+    to_host(&h, in.dev, sizeof(Header), what);
     std::string bad = detail::header_mismatch(expect, h, what, rank_, src);
     if (!bad.empty()) throw Error(bad);
     if (h.bytes) {
       void* db = recv_buf_.get(static_cast<std::size_t>(h.bytes), what);
       check_nccl(ncclRecv(db, static_cast<std::size_t>(h.bytes), ncclUint8, src, comm_, stream_), what, "ncclRecv");
-      check_cuda(cudaStreamSynchronize(stream_), what, "cudaStreamSynchronize");
-      check_cuda(cudaMemcpy(data, db, static_cast<std::size_t>(h.bytes), cudaMemcpyDeviceToHost), what, "cudaMemcpy");
+      to_host(data, db, static_cast<std::size_t>(h.bytes), what);
     }
     return h;
   }
@@ -138,7 +183,7 @@ class NcclTransport final : public Transport {
     int r = 0, n = 1;
     ncclCommUserRank(child, &r);
     ncclCommCount(child, &n);
-    return std::make_unique<NcclTransport>(child, r, n);
+    return std::make_unique<NcclTransport>(child, r, n, device_);
   }
 
   bool native_allreduce(void* data, std::int64_t count, DType dtype, ReduceOp op) override {
@@ -146,26 +191,37 @@ class NcclTransport final : public Transport {
     flush(nullptr);
     if (!bytes) return true;
     void* d = recv_buf_.get(bytes, "allreduce");
-    check_cuda(cudaMemcpy(d, data, bytes, cudaMemcpyHostToDevice), "allreduce", "cudaMemcpy");
+    to_device(d, data, bytes, "allreduce");
     check_nccl(ncclAllReduce(d, d, static_cast<std::size_t>(count), nccl_type(dtype), nccl_op(op), comm_, stream_),
                "allreduce", "ncclAllReduce");
-    check_cuda(cudaStreamSynchronize(stream_), "allreduce", "cudaStreamSynchronize");
-    check_cuda(cudaMemcpy(data, d, bytes, cudaMemcpyDeviceToHost), "allreduce", "cudaMemcpy");
+    to_host(data, d, bytes, "allreduce");
     return true;
   }
   bool native_broadcast(void* data, std::int64_t bytes, int root) override {
     flush(nullptr);
     if (!bytes) return true;
     void* d = recv_buf_.get(static_cast<std::size_t>(bytes), "broadcast");
-    check_cuda(cudaMemcpy(d, data, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice), "broadcast", "cudaMemcpy");
+    to_device(d, data, static_cast<std::size_t>(bytes), "broadcast");
     check_nccl(ncclBroadcast(d, d, static_cast<std::size_t>(bytes), ncclUint8, root, comm_, stream_), "broadcast",
                "ncclBroadcast");
-    check_cuda(cudaStreamSynchronize(stream_), "broadcast", "cudaStreamSynchronize");
-    check_cuda(cudaMemcpy(data, d, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToHost), "broadcast", "cudaMemcpy");
+    to_host(data, d, static_cast<std::size_t>(bytes), "broadcast");
     return true;
   }
 
  private:
+  /// CUDA's default stream of the device: the compute stream collectives are ordered after.
+  static constexpr cudaStream_t kComputeStream = nullptr;
+  /// Host -> device on the communication stream, complete on return (the host side may change).
+  void to_device(void* dev, const void* host, std::size_t n, const char* what) {
+    check_cuda(cudaSetDevice(device_), what, "cudaSetDevice");
+    check_cuda(cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, stream_), what, "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream_), what, "cudaStreamSynchronize");
+  }
+  /// Device -> host on the communication stream, after the stream's NCCL calls; complete on return.
+  void to_host(void* host, const void* dev, std::size_t n, const char* what) {
+    check_cuda(cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, stream_), what, "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream_), what, "cudaStreamSynchronize");
+  }
   struct Incoming {
     void* dev;
     std::size_t bytes;
@@ -189,8 +245,10 @@ class NcclTransport final : public Transport {
   }
 
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  int rank_ = 0, size_ = 1;
+  cudaStream_t stream_ = nullptr;  // the communication stream
+  int rank_ = 0, size_ = 1, device_ = 0;
+  std::mutex mu_;                                             // guards issued_
+  std::deque<std::pair<std::int64_t, cudaEvent_t>> issued_;  // asynchronous collectives' events, by index
   std::vector<std::shared_ptr<PendingSend>> pending_;
   DeviceBuffer recv_buf_;
 };
@@ -221,7 +279,7 @@ Communicator nccl_init(int rank, int size, const ncclUniqueId& id) {
   check_cuda(cudaSetDevice(rank % devices), "nccl_world", "cudaSetDevice");
   ncclComm_t comm = nullptr;
   check_nccl(ncclCommInitRank(&comm, size, id, rank), "nccl_world", "ncclCommInitRank");
-  return Communicator(std::make_unique<NcclTransport>(comm, rank, size));
+  return Communicator(std::make_unique<NcclTransport>(comm, rank, size, rank % devices));
 }
 
 void check_world(int rank, int size) {

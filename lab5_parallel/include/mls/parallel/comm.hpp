@@ -146,6 +146,14 @@ class Transport {
   virtual void lane_begin(double issued) { (void)issued; }
   virtual double lane_end() { return 0.0; }
   virtual void lane_join(double t) { (void)t; }
+  /// Stream ordering of asynchronous collectives (NCCL; no-ops elsewhere). async_issued(index)
+  /// runs on the issuing thread when asynchronous collective number `index` of this communicator
+  /// is queued; order_after_compute(index) on the thread that runs a collective, before its first
+  /// message (index < 0: a blocking collective). NCCL records an event on the compute stream at
+  /// issue (blocking: now) and makes its communication stream wait for it: the collective runs
+  /// after the compute issued before it, and next to the compute issued after it.
+  virtual void async_issued(std::int64_t index) { (void)index; }
+  virtual void order_after_compute(std::int64_t index) { (void)index; }
   /// True when a communication thread may call this transport while the caller's thread calls
   /// another communicator's (MPI: MPI_THREAD_MULTIPLE was provided). Where false, asynchronous
   /// collectives run to completion when issued (no overlap, same results).
@@ -277,10 +285,13 @@ class Communicator {
   Algo choose(const std::string& collective, std::int64_t bytes) const;
 
   /// A collective as the timeline sees it: its name and wall seconds (wall_now()) when it began
-  /// and ended, on whichever thread ran it.
+  /// and ended, on whichever thread ran it; the elements and dtype of its tensor (enough to
+  /// replay it with no compute around it, as mls-zero-bench --overlap does for t_comm).
   struct Span {
     std::string op;
     double start = 0, end = 0;
+    std::int64_t numel = 0;
+    std::int32_t dtype = -1;  // mls::DType
   };
   /// Records a Span for every collective from now on (off by default).
   void set_span_recording(bool on);

@@ -58,6 +58,10 @@ struct StackConfig {
   int steps = 5;
   double lr = 0.05;
   std::int64_t bucket_bytes = 1 << 20;  // data-parallel gradient buckets
+  /// Data-parallel overlap: each bucket's allreduce starts (asynchronously) inside the backward of
+  /// the step's last micro-batch, from DataParallel::hook'ed parameters (PipelineOptions::
+  /// last_forward), and is waited before the SGD step. Bit-identical parameters with or without.
+  bool overlap = false;
   std::uint64_t seed = 1;
   DType dtype = DType::Float64;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
@@ -73,6 +77,7 @@ struct StackResult {
   std::vector<std::array<Tensor, 4>> params;  // this rank's parameters per local block (shards in 3-D)
   Traffic traffic;                            // 3-D: this rank's traffic on the dp, tp and pp communicators
   double modelled_seconds = 0.0;              // 3-D: this rank's modelled clock at the end (sim), else 0
+  std::int64_t overlapped_buckets = 0;        // 3-D: buckets launched from inside backward (overlap)
 };
 
 /// Adds every count of `from` into `into` (totals and per collective).

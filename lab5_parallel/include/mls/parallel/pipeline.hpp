@@ -109,6 +109,11 @@ struct PipelineOptions {
   DType dtype = DType::Float32;
   /// Default: mse_loss.
   PipeLossFn loss;
+  /// Data-parallel overlap: where set, the forward of the micro-batch whose backward this stage
+  /// runs last is `last_forward(in)` instead of stage.forward(in): the stage's forward through
+  /// DataParallel::hook'ed parameters, so that the buckets' allreduces start inside the step's
+  /// last backward (the earlier micro-batches' gradients are complete by then).
+  std::function<autodiff::Var(const autodiff::Var& in)> last_forward;
 };
 
 /// What pipeline_step measured on this rank (this stage).

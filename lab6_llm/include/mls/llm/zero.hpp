@@ -142,9 +142,11 @@ struct ZeroOptions {
   /// shard, in issue order, before the optimizer step; stage 3 also prefetches: when it gathers a
   /// unit it starts the all-gathers of the next `prefetch` units (iallgather_inplace) in the
   /// order the previous step gathered them, so they arrive while this unit computes. Each unit
-  /// prefetched costs one more gathered unit of memory. Parameters are bit-identical with and
-  /// without (the same collectives on the same buffers). Stages 0-1 reduce after backward: no
-  /// change.
+  /// prefetched costs one more gathered unit of memory. Stages 0-1 (plain data parallel) issue
+  /// each unit's full-gradient reduction (stage 0: iallreduce, stage 1: ireduce_scatter) as the
+  /// unit's backward of the step's last micro-batch finishes, and store the means before the
+  /// optimizer step. Parameters are bit-identical with and without (the same collectives on the
+  /// same buffers, only issued earlier).
   bool overlap = false;
   int prefetch = 1;
   /// Throws mls::Error naming the field (stage outside 0..3, an unknown remat plan, a negative
@@ -253,9 +255,9 @@ class ZeroTrainer {
   /// scaled for the whole batch's mean (step's norm): no division by accum.
   /// Hint: one loop per stage group, `micro == 0 ? x : old + x`.
   void finish_unit(int unit, float* bucket, std::int64_t micro);
-  /// Student: after backward. Stages 0-1 reduce the full gradients unit by unit (stage 0:
-  /// allreduce, Ring; stage 1: reduce_scatter, only this rank's chunk is needed), divide by N.
-  /// Then AdamW, as adamw_update, on the elements this rank owns (all of them for stage 0),
+  /// Student: after backward, once every gradient was reduced (stages 0-1: reduce_full_unit and
+  /// store_full_gradient; stages 2-3: the reduce-scatters of backward).
+  /// AdamW, as adamw_update, on the elements this rank owns (all of them for stage 0),
   /// updating the fp32 master (bf16) or the parameters (fp32) and the bf16 copy. Stages 1-2
   /// finally all-gather every unit's parameters (allgather_inplace). Hint: index the optimizer
   /// state by the shard position for stages >= 1, the gradient for stages >= 2, the parameters
@@ -276,7 +278,17 @@ class ZeroTrainer {
   /// size): blocking, then add_shard_gradient; with overlap, issued asynchronously and added in
   /// finish_reductions().
   void reduce_scatter_unit(int unit, std::int64_t micro, const Tensor& t);
-  /// Given: waits for the asynchronous reduce-scatters in issue order, adding each into the shard.
+  /// Student (stages 0-1): `sum` holds elements [b, e) of unit `unit`'s full gradient summed over
+  /// the ranks (stage 0: the whole unit; stage 1: this rank's chunk); store their mean (divide by
+  /// N) into the gradient buffer at the unit's offset (bf16: to_bf16).
+  void store_full_gradient(int unit, std::int64_t b, std::int64_t e, const float* sum);
+  /// Given (stages 0-1): reduces unit `unit`'s full gradient over the ranks (packed as fp32;
+  /// stage 0: allreduce, stage 1: reduce_scatter, Sum, Ring), then store_full_gradient; with
+  /// overlap, issued asynchronously (from backward, as the unit's gradient of the step's last
+  /// micro-batch is complete) and stored in finish_reductions().
+  void reduce_full_unit(int unit);
+  /// Given: waits for the asynchronous reductions in issue order, adding each into the shard
+  /// (stages 2-3) or storing the means (stages 0-1, store_full_gradient).
   void finish_reductions();
   /// Given: the all-gather of unit `unit`'s `t` (this rank's chunk in place): waits for the
   /// prefetched one where there is one (t then holds it), else allgather_inplace now.
