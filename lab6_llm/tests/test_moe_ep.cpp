@@ -154,8 +154,18 @@ TEST_CASE("expert parallelism in the GPT: train --ep on 2 and 4 simulated ranks 
     }
 }
 
-TEST_CASE("expert parallelism in the GPT: bad input", "[lab6][moe_ep]") {
+TEST_CASE("expert parallelism in the GPT: one step on 2 ranks, then bad input", "[lab6][moe_ep]") {
   EpRunOptions o = ep_run_options(4, 2, 2);
+  {  // one step through the student's code (routing, exchanges, the step) first
+    EpRunOptions one = o;
+    one.steps = 1;
+    const EpRunReport ep = run_ep_simulated(2, one);
+    mls::testing::observe("GPT EP one step: loss", ep.losses, {1e-4, 1e-6});
+    mls::testing::observe("GPT EP one step: dropped", ep.dropped);
+    one.batch = 2 * o.batch;
+    const EpRunReport single = run_ep_simulated(1, one);
+    MLS_ORACLE_CHECK(CHECK(ep.losses[0] == Approx(single.losses[0]).epsilon(1e-6)); CHECK(ep.dropped == single.dropped));
+  }
   mls::testing::require_error([&] { (void)run_ep_simulated(3, o); },
                               "train --ep 3: --moe-experts 4 is not divisible by the expert-parallel group's 3 ranks");
   EpRunOptions dense = o;

@@ -118,8 +118,8 @@ struct TrainFlags : TrainRunOptions {
     app->add_option("--vocab", vocab, "BPE vocabulary size")->capture_default_str();
     app->add_option("--steps", steps, "total optimizer steps")->capture_default_str();
     app->add_option("--batch", batch,
-                      "batch size B per step (per rank with --zero; default 12 small, 32 otherwise, 4 "
-                      "with --zero)");
+                      "batch size B per step (per rank with --zero or --ep; default 12 small, 32 otherwise, 4 "
+                      "with --zero or --ep)");
     app->add_option("--accum", accum,
                       "gradient accumulation: micro-batches per step (a divisor of --batch; the "
                       "activations are those of one micro-batch of batch/accum)")
