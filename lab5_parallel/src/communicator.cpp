@@ -2,11 +2,17 @@
 // traffic counting, tracing, the header every message carries, and the public collectives that
 // pick an algorithm and hand a flat contiguous buffer to it (the algorithms: collectives.cpp).
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 
+#include "async_queue.hpp"
 #include "detail.hpp"
 #include "mls/common/error.hpp"
+#include "mls/common/parallel.hpp"
 #include "mls/common/shape.hpp"
 #include "mls/parallel/comm.hpp"
 
@@ -53,11 +59,67 @@ Algo parse_algo(const std::string& name) {
        "', expected auto, ring, tree, recursive_doubling, rabenseifner, pairwise, linear or native");
 }
 
+Request::Request(std::function<void()> wait_fn, std::function<bool()> test_fn, std::string what)
+    : wait_(std::move(wait_fn)), test_(std::move(test_fn)), what_(std::move(what)), wait_on_drop_(true) {}
+
+Request::Request(Request&& o) noexcept
+    : wait_(std::move(o.wait_)), test_(std::move(o.test_)), what_(std::move(o.what_)), waited_(o.waited_),
+      wait_on_drop_(o.wait_on_drop_) {
+  o.wait_ = nullptr;
+  o.test_ = nullptr;
+  o.waited_ = false;
+  o.wait_on_drop_ = false;
+}
+
+Request& Request::operator=(Request&& o) noexcept {
+  if (this != &o) {
+    drop();
+    wait_ = std::move(o.wait_);
+    test_ = std::move(o.test_);
+    what_ = std::move(o.what_);
+    waited_ = o.waited_;
+    wait_on_drop_ = o.wait_on_drop_;
+    o.wait_ = nullptr;
+    o.test_ = nullptr;
+    o.waited_ = false;
+    o.wait_on_drop_ = false;
+  }
+  return *this;
+}
+
+Request::~Request() { drop(); }
+
+void Request::drop() noexcept {
+  if (!wait_on_drop_ || !wait_) return;
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    std::fprintf(stderr,
+                 "mls: warning: a %s request was destroyed without wait(); its destructor waits for it "
+                 "(logged once per process)\n",
+                 what_.c_str());
+    std::fflush(stderr);
+  }
+  try {
+    wait();
+  } catch (...) {  // a destructor never throws: the error was the request's to report
+  }
+}
+
 void Request::wait() {
-  if (!wait_) return;
+  MLS_CHECK(!waited_, "Request::wait: ", what_.empty() ? std::string("the request") : what_,
+            " was already waited on: wait() completes a request once");
+  MLS_CHECK(wait_ != nullptr, "Request::wait: the request is empty (default-constructed or moved from)");
+  waited_ = true;
   auto f = std::move(wait_);
   wait_ = nullptr;
+  test_ = nullptr;
   f();
+}
+
+bool Request::test() {
+  if (waited_) return true;
+  MLS_CHECK(wait_ != nullptr, "Request::test: the request is empty (default-constructed or moved from)");
+  return test_ ? test_() : false;
 }
 
 std::vector<std::int64_t> chunk_bounds(std::int64_t n, int parts) {
@@ -130,8 +192,30 @@ using namespace detail;
 
 // ---- the collective in progress -------------------------------------------------------------
 
+struct Communicator::SpanLog {
+  std::mutex mu;
+  std::vector<Span> spans;
+};
+
+double Communicator::wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void Communicator::set_span_recording(bool on) {
+  quiesce();
+  if (on && !spans_) spans_ = std::make_shared<SpanLog>();
+  if (!on) spans_.reset();
+}
+
+std::vector<Communicator::Span> Communicator::spans() const {
+  if (!spans_) return {};
+  std::lock_guard<std::mutex> lk(spans_->mu);
+  return spans_->spans;
+}
+
 struct Communicator::Coll {
   const char* name = "";
+  double t_start = 0;  // wall_now() at begin (span recording)
   int op = kUser;
   std::int64_t seq = 0, numel = 0;
   std::int32_t dtype = -1, root = -1, reduce = -1;
@@ -141,9 +225,35 @@ struct Communicator::Coll {
 Communicator::Communicator(std::unique_ptr<Transport> t) : t_(std::move(t)) {
   MLS_CHECK(t_ != nullptr, "Communicator: the transport is null");
 }
-Communicator::Communicator(Communicator&&) noexcept = default;
-Communicator& Communicator::operator=(Communicator&&) noexcept = default;
-Communicator::~Communicator() = default;
+Communicator::Communicator(Communicator&& o) noexcept {
+  o.stop_async();
+  t_ = std::move(o.t_);
+  traffic_ = std::move(o.traffic_);
+  cost_ = o.cost_;
+  seq_ = o.seq_;
+  seq_async_ = o.seq_async_;
+  coll_ = std::move(o.coll_);
+  tracing_ = o.tracing_;
+  trace_ = std::move(o.trace_);
+  spans_ = std::move(o.spans_);
+}
+Communicator& Communicator::operator=(Communicator&& o) noexcept {
+  if (this != &o) {
+    stop_async();
+    o.stop_async();
+    t_ = std::move(o.t_);
+    traffic_ = std::move(o.traffic_);
+    cost_ = o.cost_;
+    seq_ = o.seq_;
+  seq_async_ = o.seq_async_;
+    coll_ = std::move(o.coll_);
+    tracing_ = o.tracing_;
+    trace_ = std::move(o.trace_);
+    spans_ = std::move(o.spans_);
+  }
+  return *this;
+}
+Communicator::~Communicator() { stop_async(); }
 
 int Communicator::rank() const { return t_->rank(); }
 int Communicator::size() const { return t_->size(); }
@@ -160,12 +270,23 @@ void Communicator::begin(const char* name, int op_id, const Tensor& t, int root,
   c->dtype = static_cast<std::int32_t>(t.dtype());
   c->root = root;
   c->reduce = reduce;
+  if (spans_) c->t_start = wall_now();
   coll_ = std::move(c);
   traffic_.by_op[name].calls += 1;
   traffic_.total.calls += 1;
+  t_->lane_begin(async_running_ ? issued_at_ : -1.0);
 }
 
-void Communicator::end() { coll_.reset(); }
+void Communicator::end() noexcept {
+  if (!coll_) return;
+  if (spans_) {
+    std::lock_guard<std::mutex> lk(spans_->mu);
+    spans_->spans.push_back({coll_->name, coll_->t_start, wall_now()});
+  }
+  coll_.reset();
+  finished_at_ = t_->lane_end();
+  if (!async_running_) t_->lane_join(finished_at_);  // blocking: the caller waits for it now
+}
 
 Header Communicator::coll_header(std::int64_t bytes) const {
   Header h;
@@ -242,8 +363,8 @@ void divide_by(Tensor& flat, int n) {
 
 /// RAII: ends the collective in progress when the scope is left (also by an exception).
 struct CollScope {
-  std::unique_ptr<Communicator::Coll>* c;
-  ~CollScope() { c->reset(); }
+  Communicator* c;
+  ~CollScope() { c->end(); }
 };
 
 }  // namespace
@@ -339,18 +460,21 @@ Header user_header(const Tensor& t, int peer, int tag, int size, const char* wha
 }  // namespace
 
 void Communicator::send(const Tensor& t, int dst, int tag) {
+  quiesce();
   const Header h = user_header(t, dst, tag, size(), "send", "destination");
   t_->send(h.bytes ? t.data_ptr() : nullptr, h, dst, tag);
   count_send(h.bytes, true);
 }
 
 void Communicator::recv(Tensor& t, int src, int tag) {
+  quiesce();
   const Header e = user_header(t, src, tag, size(), "recv", "source");
   t_->recv(e.bytes ? t.data_ptr() : nullptr, e, src, tag, "recv");
   count_recv(e.bytes, true);
 }
 
 Request Communicator::isend(const Tensor& t, int dst, int tag) {
+  quiesce();
   const Header h = user_header(t, dst, tag, size(), "isend", "destination");
   Request r = t_->isend(h.bytes ? t.data_ptr() : nullptr, h, dst, tag);
   count_send(h.bytes, true);
@@ -358,6 +482,7 @@ Request Communicator::isend(const Tensor& t, int dst, int tag) {
 }
 
 Request Communicator::irecv(Tensor& t, int src, int tag) {
+  quiesce();
   const Header e = user_header(t, src, tag, size(), "irecv", "source");
   Request r = t_->irecv(e.bytes ? t.data_ptr() : nullptr, e, src, tag, "irecv");
   count_recv(e.bytes, true);
@@ -384,17 +509,19 @@ void ping_pong(Communicator& c, Tensor& t, int iters) {
 }
 
 void Communicator::barrier() {
+  quiesce();
   Tensor none = Tensor::empty({0}, DType::Int32);
   begin("barrier", kBarrier, none, -1, -1);
-  CollScope s{&coll_};
+  CollScope s{this};
   if (size() > 1) barrier_dissemination();
 }
 
 void Communicator::broadcast(Tensor& t, int root, Algo algo) {
+  quiesce();
   MLS_CHECK(t.defined(), "broadcast: the tensor is undefined");
   check_peer(root, size(), "broadcast", "root");
   begin("broadcast", kBroadcast, t, root, -1);
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor buf = flat_of(t);
   if (algo == Algo::Auto) algo = choose("broadcast", nbytes(buf));
   switch (algo) {
@@ -410,11 +537,12 @@ void Communicator::broadcast(Tensor& t, int root, Algo algo) {
 }
 
 void Communicator::reduce(Tensor& t, ReduceOp op, int root, Algo algo) {
+  quiesce();
   MLS_CHECK(t.defined(), "reduce: the tensor is undefined");
   check_reducible(t, "reduce");
   check_peer(root, size(), "reduce", "root");
   begin("reduce", kReduce, t, root, static_cast<int>(op));
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor buf = flat_of(t);
   if (algo == Algo::Auto) algo = Algo::Tree;
   MLS_CHECK(algo == Algo::Tree, "reduce: algorithm ", to_string(algo), " is not one of tree, auto");
@@ -424,10 +552,11 @@ void Communicator::reduce(Tensor& t, ReduceOp op, int root, Algo algo) {
 }
 
 void Communicator::allreduce(Tensor& t, ReduceOp op, Algo algo) {
+  quiesce();
   MLS_CHECK(t.defined(), "allreduce: the tensor is undefined");
   check_reducible(t, "allreduce");
   begin("allreduce", kAllreduce, t, -1, static_cast<int>(op));
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor buf = flat_of(t);
   if (algo == Algo::Auto) algo = choose("allreduce", nbytes(buf));
   switch (algo) {
@@ -455,10 +584,11 @@ Shape stacked(int n, const Shape& s) {
 }  // namespace
 
 Tensor Communicator::gather(const Tensor& t, int root) {
+  quiesce();
   MLS_CHECK(t.defined(), "gather: the tensor is undefined");
   check_peer(root, size(), "gather", "root");
   begin("gather", kGather, t, root, -1);
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor mine = flat_of(t);
   const auto bounds = chunk_bounds(t.numel() * size(), size());
   Tensor out = rank() == root ? Tensor::empty(stacked(size(), t.shape()), t.dtype()) : Tensor::empty({0}, t.dtype());
@@ -468,9 +598,10 @@ Tensor Communicator::gather(const Tensor& t, int root) {
 }
 
 Tensor Communicator::allgather(const Tensor& t, Algo algo) {
+  quiesce();
   MLS_CHECK(t.defined(), "allgather: the tensor is undefined");
   begin("allgather", kAllgather, t, -1, -1);
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor out = Tensor::empty(stacked(size(), t.shape()), t.dtype());
   Tensor flat = out.view({out.numel()});
   const auto bounds = chunk_bounds(out.numel(), size());
@@ -482,6 +613,7 @@ Tensor Communicator::allgather(const Tensor& t, Algo algo) {
 }
 
 void Communicator::allgather_inplace(Tensor& buf, const std::vector<std::int64_t>& bounds) {
+  quiesce();
   MLS_CHECK(buf.defined() && buf.ndim() == 1 && buf.is_contiguous(),
             "allgather_inplace: the buffer must be a defined contiguous 1-D tensor, got ",
             buf.defined() ? shape_str(buf.shape()) : std::string("undefined"));
@@ -490,17 +622,18 @@ void Communicator::allgather_inplace(Tensor& buf, const std::vector<std::int64_t
             "allgather_inplace: bounds must be ", size() + 1, " sorted offsets from 0 to ", buf.numel(),
             ", got ", bounds.size(), " offsets");
   begin("allgather", kAllgather, buf, -1, -1);
-  CollScope s{&coll_};
+  CollScope s{this};
   allgather_ring(buf, bounds);
 }
 
 Tensor Communicator::scatter(const Tensor& t, int root) {
+  quiesce();
   MLS_CHECK(t.defined(), "scatter: the tensor is undefined");
   MLS_CHECK(t.ndim() >= 1 && t.size(0) == size(), "scatter: the tensor must have shape [", size(),
             ", ...] (one row per rank), got ", shape_str(t.shape()));
   check_peer(root, size(), "scatter", "root");
   begin("scatter", kScatter, t, root, -1);
-  CollScope s{&coll_};
+  CollScope s{this};
   Shape row(t.shape().begin() + 1, t.shape().end());
   Tensor out = Tensor::empty(row, t.dtype());
   Tensor mine = out.view({out.numel()});
@@ -511,11 +644,12 @@ Tensor Communicator::scatter(const Tensor& t, int root) {
 }
 
 Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op, Algo algo) {
+  quiesce();
   MLS_CHECK(t.defined(), "reduce_scatter: the tensor is undefined");
   check_reducible(t, "reduce_scatter");
   MLS_CHECK(t.ndim() >= 1, "reduce_scatter: the tensor must have at least one dimension (split along dim 0), got a scalar");
   begin("reduce_scatter", kReduceScatter, t, -1, static_cast<int>(op));
-  CollScope s{&coll_};
+  CollScope s{this};
   const std::int64_t rows = t.size(0), row = rows ? t.numel() / rows : 0;
   const auto row_bounds = chunk_bounds(rows, size());
   std::vector<std::int64_t> bounds(row_bounds.size());
@@ -533,11 +667,12 @@ Tensor Communicator::reduce_scatter(const Tensor& t, ReduceOp op, Algo algo) {
 }
 
 Tensor Communicator::all_to_all(const Tensor& t) {
+  quiesce();
   MLS_CHECK(t.defined(), "all_to_all: the tensor is undefined");
   MLS_CHECK(t.ndim() >= 1 && t.size(0) == size(), "all_to_all: the tensor must have shape [", size(),
             ", ...] (one row per rank), got ", shape_str(t.shape()));
   begin("all_to_all", kAllToAll, t, -1, -1);
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor in = flat_of(t);
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   Tensor flat = out.view({out.numel()});
@@ -569,7 +704,7 @@ Tensor Communicator::all_to_allv(const Tensor& t, const std::vector<std::int64_t
             "] = ", recv_counts[me]);
   begin("all_to_allv", kAllToAllv, t, -1, -1);
   coll_->numel = -1;  // every rank's total differs: the message sizes are checked one by one
-  CollScope s{&coll_};
+  CollScope s{this};
   Tensor in = flat_of(t);
   Tensor out = Tensor::empty({rb[n]}, t.dtype());
   if (algo == Algo::Auto) algo = Algo::Pairwise;
@@ -599,13 +734,14 @@ Tensor Communicator::all_to_allv(const Tensor& t, const std::vector<std::int64_t
 }
 
 Communicator Communicator::split(int color, int key) {
+  quiesce();
   // Every rank learns every rank's (color, key) by a direct exchange (plumbing, not an algorithm
   // a student writes), checks them, and asks the transport for the sub-transport.
   Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{color, key});
   begin("split", kSplit, mine, -1, -1);
   std::vector<int> colors(size()), keys(size());
   {
-    CollScope s{&coll_};
+    CollScope s{this};
     Tensor all = Tensor::empty({size(), 2}, DType::Int64);
     std::vector<Request> sends;
     for (int r = 0; r < size(); ++r)
@@ -635,6 +771,230 @@ Communicator Communicator::split(int color, int key) {
   child.cost_ = cost_;
   child.tracing_ = tracing_;
   return child;
+}
+
+// ---- asynchronous collectives: the queue and the communication thread (the loop: async.cpp) ----
+
+namespace {
+/// The communicator whose communication thread this is (null on every other thread).
+thread_local const Communicator* tl_progress_of = nullptr;
+}  // namespace
+
+std::shared_ptr<AsyncOp> Communicator::AsyncQueue::next() {
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return !queued.empty() || stopping; });
+  if (queued.empty()) return nullptr;
+  current = queued.front();
+  queued.pop_front();
+  return current;
+}
+
+std::exception_ptr Communicator::AsyncQueue::failure() {
+  std::lock_guard<std::mutex> lk(mu);
+  return failed;
+}
+
+void Communicator::AsyncQueue::run(Communicator& c, AsyncOp& op) {
+  struct Reset {
+    Communicator& c;
+    ~Reset() { c.async_running_ = false, c.issued_at_ = -1.0; }
+  } reset{c};
+  c.async_running_ = true;
+  c.issued_at_ = op.issued_at;
+  const mem::TagScope as_issuer(op.mem_tag, op.mem_rank);  // memory counted as the issuer's
+  const ThreadRankScope as_rank(op.thread_rank);
+  op.run();
+  op.finished_at = c.finished_at_;
+}
+
+void Communicator::AsyncQueue::complete(AsyncOp& op, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (op.done) return;
+    op.done = true;
+    op.error = error;
+    if (error && !failed) failed = error;
+    if (!error) last_finished = std::max(last_finished, op.finished_at);
+    --in_flight;
+    if (current.get() == &op) current.reset();
+  }
+  cv.notify_all();
+}
+
+void Communicator::AsyncQueue::abandon(std::exception_ptr why) {
+  std::vector<std::shared_ptr<AsyncOp>> left;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    dead = true;
+    if (current) left.push_back(current);
+    left.insert(left.end(), queued.begin(), queued.end());
+    queued.clear();
+    if (!why && !left.empty())
+      why = std::make_exception_ptr(Error(mls::detail::cat(
+          "progress_loop: the communication thread's loop returned with ", left.size(),
+          " collective(s) not complete (it must run until next() returns nullptr)")));
+    if (why && !failed) failed = why;
+  }
+  for (auto& op : left) complete(*op, failed);
+}
+
+Request Communicator::enqueue(const char* name, std::function<void()> run) {
+  auto op = std::make_shared<AsyncOp>();
+  op->name = name;
+  op->run = std::move(run);
+  op->issued_at = t_->modelled_seconds();
+  op->mem_tag = mem::current_tag();
+  op->mem_rank = mem::current_rank();
+  op->thread_rank = this_thread_rank();
+  if (!t_->thread_safe()) {  // no communication thread possible: run it now (same result, no overlap)
+    quiesce();
+    try {
+      op->run();
+    } catch (...) {
+      op->error = std::current_exception();
+    }
+    op->done = true;
+    return Request([op] {
+      if (op->error) std::rethrow_exception(op->error);
+    }, [] { return true; }, name);
+  }
+  if (!async_) {
+    async_ = std::make_shared<AsyncQueue>();
+    async_->transport = t_.get();
+    AsyncQueue* q = async_.get();
+    q->worker = std::thread([this, q] {
+      tl_progress_of = this;
+      std::exception_ptr why;
+      try {
+        progress_loop(*q);
+      } catch (...) {
+        why = std::current_exception();
+      }
+      q->abandon(why);
+    });
+  }
+  std::shared_ptr<AsyncQueue> q = async_;
+  {
+    std::lock_guard<std::mutex> lk(q->mu);
+    op->index = seq_async_++;
+    ++q->in_flight;
+    if (q->dead) {
+      op->done = true;
+      op->error = q->failed ? q->failed
+                            : std::make_exception_ptr(Error(mls::detail::cat(name, ": the communication thread has stopped")));
+      --q->in_flight;
+    } else {
+      q->queued.push_back(op);
+    }
+  }
+  q->cv.notify_all();
+  return Request(
+      [q, op] {
+        std::unique_lock<std::mutex> lk(q->mu);
+        q->cv.wait(lk, [&] { return op->done; });
+        Transport* t = q->transport;
+        lk.unlock();
+        if (op->error) std::rethrow_exception(op->error);
+        if (t) t->lane_join(op->finished_at);
+      },
+      [q, op] {
+        std::lock_guard<std::mutex> lk(q->mu);
+        return op->done;
+      },
+      mls::detail::cat(name, " #", op->index));
+}
+
+void Communicator::quiesce() {
+  if (!async_ || tl_progress_of == this) return;
+  std::unique_lock<std::mutex> lk(async_->mu);
+  async_->cv.wait(lk, [&] { return async_->in_flight == 0; });
+  if (async_->failed) {
+    std::exception_ptr e = async_->failed;
+    lk.unlock();
+    std::rethrow_exception(e);
+  }
+}
+
+void Communicator::wait_all() {
+  if (!async_) return;
+  MLS_CHECK(tl_progress_of != this, "wait_all: called from the communication thread");
+  quiesce();
+  std::lock_guard<std::mutex> lk(async_->mu);
+  t_->lane_join(async_->last_finished);
+}
+
+int Communicator::in_flight() const {
+  if (!async_) return 0;
+  std::lock_guard<std::mutex> lk(async_->mu);
+  return async_->in_flight;
+}
+
+void Communicator::stop_async() noexcept {
+  if (!async_) return;
+  {
+    std::lock_guard<std::mutex> lk(async_->mu);
+    async_->stopping = true;
+  }
+  async_->cv.notify_all();
+  if (async_->worker.joinable()) async_->worker.join();
+  {
+    std::lock_guard<std::mutex> lk(async_->mu);
+    async_->transport = nullptr;
+  }
+  async_.reset();
+}
+
+namespace {
+void check_algo_of(const char* what, Algo algo, std::initializer_list<Algo> ok, const char* names) {
+  for (Algo a : ok)
+    if (a == algo) return;
+  fail(what, ": algorithm ", to_string(algo), " is not one of ", names);
+}
+}  // namespace
+
+Request Communicator::iallreduce(Tensor& t, ReduceOp op, Algo algo) {
+  MLS_CHECK(t.defined(), "iallreduce: the tensor is undefined");
+  check_reducible(t, "iallreduce");
+  check_algo_of("iallreduce", algo, {Algo::Auto, Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Native},
+                "ring, recursive_doubling, rabenseifner, native, auto");
+  return enqueue("iallreduce", [this, t, op, algo]() mutable { allreduce(t, op, algo); });
+}
+
+Request Communicator::ibroadcast(Tensor& t, int root, Algo algo) {
+  MLS_CHECK(t.defined(), "ibroadcast: the tensor is undefined");
+  check_peer(root, size(), "ibroadcast", "root");
+  check_algo_of("ibroadcast", algo, {Algo::Auto, Algo::Tree, Algo::Linear, Algo::Native}, "tree, linear, native, auto");
+  return enqueue("ibroadcast", [this, t, root, algo]() mutable { broadcast(t, root, algo); });
+}
+
+Request Communicator::ireduce_scatter(const Tensor& t, Tensor& out, ReduceOp op, Algo algo) {
+  MLS_CHECK(t.defined(), "ireduce_scatter: the tensor is undefined");
+  check_reducible(t, "ireduce_scatter");
+  MLS_CHECK(t.ndim() >= 1, "ireduce_scatter: the tensor must have at least one dimension (split along dim 0), got a scalar");
+  check_algo_of("ireduce_scatter", algo, {Algo::Auto, Algo::Ring}, "ring, auto");
+  const auto rows = chunk_bounds(t.size(0), size());
+  Shape shape = t.shape();
+  shape[0] = rows[rank() + 1] - rows[rank()];
+  out = Tensor::empty(shape, t.dtype());
+  return enqueue("ireduce_scatter", [this, t, o = out, op, algo]() mutable { o.copy_(reduce_scatter(t, op, algo)); });
+}
+
+Request Communicator::iallgather(const Tensor& t, Tensor& out, Algo algo) {
+  MLS_CHECK(t.defined(), "iallgather: the tensor is undefined");
+  check_algo_of("iallgather", algo, {Algo::Auto, Algo::Ring}, "ring, auto");
+  out = Tensor::empty(stacked(size(), t.shape()), t.dtype());
+  return enqueue("iallgather", [this, t, o = out, algo]() mutable { o.copy_(allgather(t, algo)); });
+}
+
+Request Communicator::iallgather_inplace(Tensor& buf, const std::vector<std::int64_t>& bounds) {
+  MLS_CHECK(buf.defined() && buf.ndim() == 1 && buf.is_contiguous(),
+            "iallgather_inplace: the buffer must be a defined contiguous 1-D tensor, got ",
+            buf.defined() ? shape_str(buf.shape()) : std::string("undefined"));
+  MLS_CHECK(static_cast<int>(bounds.size()) == size() + 1 && bounds.front() == 0 &&
+                bounds.back() == buf.numel() && std::is_sorted(bounds.begin(), bounds.end()),
+            "iallgather_inplace: bounds must be ", size() + 1, " sorted offsets from 0 to ", buf.numel(),
+            ", got ", bounds.size(), " offsets");
+  return enqueue("iallgather_inplace", [this, buf, bounds]() mutable { allgather_inplace(buf, bounds); });
 }
 
 }  // namespace mls::parallel

@@ -52,7 +52,9 @@ DataParallel::DataParallel(Communicator& comm, std::vector<autodiff::nn::Paramet
     for (std::size_t i : buckets_[b]) bucket_of_[i] = b;
   pending_.assign(params_.size(), Tensor());
   ready_in_bucket_.assign(buckets_.size(), 0);
-  bucket_done_.assign(buckets_.size(), false);
+  launched_.assign(buckets_.size(), false);
+  flat_.assign(buckets_.size(), Tensor());
+  requests_.resize(buckets_.size());
 }
 
 void DataParallel::broadcast_parameters(int root) {
@@ -66,8 +68,10 @@ void DataParallel::broadcast_parameters(int root) {
   }
 }
 
-void DataParallel::reduce_bucket(std::size_t b, const std::vector<Tensor>& grads) {
-  // grads[k] is the gradient of parameter buckets_[b][k] (undefined: zeros).
+void DataParallel::launch_bucket(std::size_t b, const std::vector<Tensor>& grads) {
+  // Hint: one zero-filled flat buffer of the bucket's total numel (flat_[b]), each gradient added
+  // into its slice in bucket order, then requests_[b] = comm_->iallreduce(flat_[b], ReduceOp::Avg);
+  // count the call (++calls_).
   // BEGIN SOLUTION
   const auto& idx = buckets_[b];
   const DType dt = params_[idx[0]].dtype();
@@ -77,23 +81,31 @@ void DataParallel::reduce_bucket(std::size_t b, const std::vector<Tensor>& grads
               params_[i].dtype());
     total += params_[i].value().numel();
   }
-  Tensor flat = Tensor::zeros({total}, dt);  // one buffer, one allreduce for the whole bucket
+  flat_[b] = Tensor::zeros({total}, dt);  // one buffer, one allreduce for the whole bucket
   std::int64_t off = 0;
   for (std::size_t k = 0; k < idx.size(); ++k) {
     const std::int64_t n = params_[idx[k]].value().numel();
     if (grads[k].defined()) {
-      Tensor dst = flat.slice(0, off, off + n);
+      Tensor dst = flat_[b].slice(0, off, off + n);
       dst += grads[k].reshape({n});
     }
     off += n;
   }
-  comm_->allreduce(flat, ReduceOp::Avg);
+  requests_[b] = comm_->iallreduce(flat_[b], ReduceOp::Avg);
   ++calls_;
-  off = 0;
-  for (std::size_t i : idx) {
+  // END SOLUTION
+}
+
+void DataParallel::finish_bucket(std::size_t b) {
+  // Hint: wait for requests_[b], then parameter buckets_[b][k]'s gradient is its slice of
+  // flat_[b], reshaped and cloned: params_[i].get()->grad = autodiff::Var(...).node().
+  // BEGIN SOLUTION
+  requests_[b].wait();
+  std::int64_t off = 0;
+  for (std::size_t i : buckets_[b]) {
     const Tensor& v = params_[i].value();
     const std::int64_t n = v.numel();
-    params_[i].get()->grad = autodiff::Var(flat.slice(0, off, off + n).reshape(v.shape()).clone()).node();
+    params_[i].get()->grad = autodiff::Var(flat_[b].slice(0, off, off + n).reshape(v.shape()).clone()).node();
     off += n;
   }
   // END SOLUTION
@@ -101,16 +113,21 @@ void DataParallel::reduce_bucket(std::size_t b, const std::vector<Tensor>& grads
 
 void DataParallel::allreduce_gradients() {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    if (bucket_done_[b]) continue;
+    if (launched_[b]) continue;
     std::vector<Tensor> grads;
     for (std::size_t i : buckets_[b]) {
       const autodiff::Var g = params_[i].grad();
       grads.push_back(g.defined() ? g.value() : Tensor());
     }
-    reduce_bucket(b, grads);
+    launch_bucket(b, grads);
+    launched_[b] = true;
+    if (!opts_.overlap) finish_bucket(b);  // blocking: each bucket in turn
   }
+  if (opts_.overlap)  // wait for every bucket before the optimizer step, in launch order
+    for (std::size_t b = 0; b < buckets_.size(); ++b) finish_bucket(b);
   // ready for the next step
-  std::fill(bucket_done_.begin(), bucket_done_.end(), false);
+  std::fill(launched_.begin(), launched_.end(), false);
+  std::fill(flat_.begin(), flat_.end(), Tensor());
   std::fill(ready_in_bucket_.begin(), ready_in_bucket_.end(), 0);
   std::fill(pending_.begin(), pending_.end(), Tensor());
 }
@@ -125,7 +142,7 @@ autodiff::Var DataParallel::hook(std::size_t i) {
     pending_[i] = g.value();
     const std::size_t b = bucket_of_[i];
     if (++ready_in_bucket_[b] == static_cast<int>(buckets_[b].size())) {
-      // The bucket's last gradient just arrived: reduce it now, inside backward.
+      // The bucket's last gradient just arrived: start its allreduce now, inside backward.
       std::vector<Tensor> grads;
       for (std::size_t j : buckets_[b]) {
         Tensor gj = pending_[j];
@@ -133,11 +150,11 @@ autodiff::Var DataParallel::hook(std::size_t i) {
         if (prev.defined()) gj = gj.defined() ? mls::add(gj, prev.value()) : prev.value();
         grads.push_back(gj);
       }
-      reduce_bucket(b, grads);
-      bucket_done_[b] = true;
+      launch_bucket(b, grads);
+      launched_[b] = true;
       ++overlapped_;
     }
-    return std::vector<autodiff::Var>{autodiff::Var()};  // the averaged gradient is written by reduce_bucket
+    return std::vector<autodiff::Var>{autodiff::Var()};  // the averaged gradient is written by finish_bucket
   });
 }
 

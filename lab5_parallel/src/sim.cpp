@@ -10,7 +10,18 @@
 // receiver's inbound link free) + α + m·β) — the inbound link serialises messages arriving at
 // one rank; reducing k elements costs k·γ. Every update happens in the program order of the
 // rank that owns the clock, so modelled times are deterministic.
+//
+// Two lanes per rank (asynchronous collectives): the compute lane (clock, what
+// modelled_seconds() reports: user messages and Communicator::model_compute advance it) and one
+// communication lane per communicator (lane_: every message and reduction of a collective).
+// A collective starts on its lane at max(lane, the compute-lane time it was issued at); a
+// blocking one joins the compute lane at once (compute = max(compute, lane)), an asynchronous
+// one when its request is waited on: compute issued in between overlaps it, so the modelled
+// step is the overlapped schedule, not the sum. With only blocking calls the lanes coincide
+// (the model of before). The inbound link stays one per rank (shared by its communicators).
 #include <algorithm>
+#include <cstdio>
+#include <cmath>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -27,6 +38,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/parallel/comm.hpp"
+#include "mls/parallel/link.hpp"
 #include "mls/parallel/sim.hpp"
 
 namespace mls::parallel {
@@ -58,7 +70,8 @@ struct SimWorld {
   int n = 0;
   SimOptions opts;
   std::vector<std::unique_ptr<Mailbox>> boxes;
-  std::vector<double> clock, inbound;  // per global rank, touched only by that rank's thread
+  std::vector<double> clock, inbound;  // per global rank: clock touched only by that rank's thread
+  std::deque<std::mutex> inbound_mu;  // per global rank: inbound is shared by its communication threads
   std::deque<std::atomic<bool>> done;  // per global rank: its body returned
   std::mutex pool_mu;
   std::multimap<std::size_t, Buffer> pool;  // free payload buffers by capacity
@@ -92,6 +105,7 @@ struct SimWorld {
   SimWorld(int n_, SimOptions o) : n(n_), opts(o), clock(n_, 0.0), inbound(n_, 0.0) {
     for (int i = 0; i < n; ++i) boxes.push_back(std::make_unique<Mailbox>());
     for (int i = 0; i < n; ++i) done.emplace_back(false);
+    for (int i = 0; i < n; ++i) inbound_mu.emplace_back();
   }
   /// Rank `g` returned from its body: wake everyone (a wait for a message it never sent fails).
   void finish(int g) {
@@ -146,10 +160,11 @@ class SimTransport final : public Transport {
     check_alive("send");
     const int g = members_[me_];
     const double t = cost_(h0.bytes);
+    double& clk = now_();
     Message m;
     m.h = h0;
-    m.h.t_depart = w_->clock[g];
-    w_->clock[g] += t;
+    m.h.t_depart = clk;
+    clk += t;
     m.data = w_->take(static_cast<std::size_t>(h0.bytes));
     if (h0.bytes) std::memcpy(m.data.p.get(), data, static_cast<std::size_t>(h0.bytes));
     Mailbox& box = *w_->boxes[members_[dst]];
@@ -204,9 +219,14 @@ class SimTransport final : public Transport {
     }
     if (m.h.bytes) std::memcpy(data, m.data.p.get(), static_cast<std::size_t>(m.h.bytes));
     w_->give(std::move(m.data));
-    const double arrive = std::max(m.h.t_depart, w_->inbound[g]) + cost_(m.h.bytes);
-    w_->inbound[g] = arrive;
-    w_->clock[g] = std::max(w_->clock[g], arrive);
+    double arrive = 0;
+    {
+      std::lock_guard<std::mutex> lk(w_->inbound_mu[g]);
+      arrive = std::max(m.h.t_depart, w_->inbound[g]) + cost_(m.h.bytes);
+      w_->inbound[g] = arrive;
+    }
+    double& clk = now_();
+    clk = std::max(clk, arrive);
     return m.h;
   }
 
@@ -237,12 +257,30 @@ class SimTransport final : public Transport {
   }
 
   void charge_compute(std::int64_t elements) override {
-    w_->clock[members_[me_]] += static_cast<double>(elements) * w_->opts.cost.gamma;
+    now_() += static_cast<double>(elements) * w_->opts.cost.gamma;
+  }
+  void charge_seconds(double s) override {
+    MLS_CHECK(std::isfinite(s) && s >= 0, "model_compute: seconds = ", s, ", expected a finite number >= 0");
+    w_->clock[members_[me_]] += s;
+  }
+  void lane_begin(double issued) override {
+    lane_ = std::max(lane_, issued < 0 ? w_->clock[members_[me_]] : issued);
+    in_coll_ = true;
+  }
+  double lane_end() override {
+    in_coll_ = false;
+    return lane_;
+  }
+  void lane_join(double t) override {
+    double& c = w_->clock[members_[me_]];
+    c = std::max(c, t);
   }
   double modelled_seconds() const override { return w_->clock[members_[me_]]; }
   void abort(const std::string& why) override { w_->abort(members_[me_], why); }
 
  private:
+  /// The clock this thread's messages advance: the communication lane inside a collective.
+  double& now_() { return in_coll_ ? lane_ : w_->clock[members_[me_]]; }
   double cost_(std::int64_t bytes) const {
     return w_->opts.cost.alpha + static_cast<double>(bytes) * w_->opts.cost.beta;
   }
@@ -259,14 +297,28 @@ class SimTransport final : public Transport {
   std::vector<int> members_;  // global ranks of this communicator, in rank order
   int me_;
   std::uint64_t splits_ = 0;
+  double lane_ = 0.0;     // this communicator's communication lane (simulated seconds)
+  bool in_coll_ = false;  // a collective is in progress (its messages use lane_)
 };
 
 }  // namespace
 
 namespace {
-std::vector<std::unique_ptr<Transport>> make_world(int n, const SimOptions& opts, std::shared_ptr<SimWorld>* world) {
+/// The emulated link (MLS_LINK_GBPS, MLS_LINK_US) replaces the model's α and β; said once per process.
+SimOptions with_link(SimOptions opts) {
+  const LinkEmulation l = link_from_env();
+  if (!l.active()) return opts;
+  if (l.has_us) opts.cost.alpha = l.us * 1e-6;
+  if (l.has_gbps) opts.cost.beta = 8.0 / (l.gbps * 1e9);
+  static std::once_flag said;
+  std::call_once(said, [&] { std::fprintf(stderr, "mls: sim backend: %s\n", l.label().c_str()); });
+  return opts;
+}
+
+std::vector<std::unique_ptr<Transport>> make_world(int n, const SimOptions& opts0, std::shared_ptr<SimWorld>* world) {
   MLS_CHECK(n >= 1, "run_simulated: the number of ranks must be >= 1, got ", n);
-  MLS_CHECK(opts.timeout.count() > 0, "run_simulated: the timeout must be > 0 ms, got ", opts.timeout.count());
+  MLS_CHECK(opts0.timeout.count() > 0, "run_simulated: the timeout must be > 0 ms, got ", opts0.timeout.count());
+  const SimOptions opts = with_link(opts0);
   auto w = std::make_shared<SimWorld>(n, opts);
   std::vector<int> all(n);
   std::iota(all.begin(), all.end(), 0);
@@ -285,9 +337,10 @@ SimReport run_simulated(int n, const std::function<void(Communicator&)>& body, S
   std::shared_ptr<SimWorld> world;
   auto transports = make_world(n, opts, &world);
   std::vector<Communicator> comms;
+  comms.reserve(transports.size());
   for (auto& t : transports) {
     comms.emplace_back(std::move(t));
-    comms.back().set_cost_model(opts.cost);
+    comms.back().set_cost_model(world->opts.cost);
     comms.back().set_tracing(opts.trace);
   }
   std::vector<std::exception_ptr> failures(n);
@@ -298,6 +351,7 @@ SimReport run_simulated(int n, const std::function<void(Communicator&)>& body, S
       const ThreadRankScope as_rank(r);  // observations of tests, kept in rank order
       try {
         body(comms[r]);
+        comms[r].wait_all();  // asynchronous collectives still in flight belong to the body
         world->finish(r);
       } catch (const std::exception& e) {
         failures[r] = std::current_exception();

@@ -15,6 +15,16 @@
 //                                            simulated backend's clock, lab 5's default model)
 //   bf16_step_vs_fp32_<backend>              seconds per step, stage 0, bf16 / fp32
 // and whether this CPU has AVX-512 BF16 (this code widens bf16 to fp32 for the GEMMs either way).
+//
+// With --overlap it measures instead how much communication the overlapped step hides (issue 30),
+// for stage 2 (asynchronous reduce-scatter) and stage 3 (also --prefetch units gathered ahead):
+//   t_compute  seconds per step on a no-op communicator of the same size (no communication)
+//   t_comm     seconds per step inside collectives in the blocking run (the collectives alone)
+//   t_step     seconds per step of the overlapped run (and of the blocking one)
+//   ratio zero<s>_overlap_efficiency_<backend>     (t_compute + t_comm − t_step) / min(t_compute, t_comm)
+//   ratio zero<s>_overlap_step_over_max_<backend>  t_step / max(t_compute, t_comm)
+//   ratio zero<s>_overlap_speedup_<backend>        blocking / overlapped seconds per step
+// With MLS_LINK_GBPS / MLS_LINK_US the link is emulated (lab 5's link.hpp) and the output says so.
 // Runs take seconds; the figures are only meaningful on a quiet machine.
 #include <CLI/CLI.hpp>
 
@@ -25,6 +35,8 @@
 
 #include "mls/common/error.hpp"
 #include "mls/llm/zero.hpp"
+#include "mls/parallel/link.hpp"
+#include "mls/parallel/sim.hpp"
 #ifdef MLS_HAVE_MPI
 #include "mls/parallel/mpi.hpp"
 #endif
@@ -111,6 +123,34 @@ void measure(const std::string& backend, const Setup& su, bool root, Run&& run, 
   std::printf("ratio bf16_step_vs_fp32_%s %.4f\n", backend.c_str(), b.step_s / f.step_s);
 }
 
+/// The overlap figures of stages 2 and 3 (--overlap). run(options) returns a report (collective
+/// on MPI); compute(options) one on a no-op communicator of the same size.
+template <class Run, class Compute>
+void measure_overlap(const std::string& backend, const Setup& su, int prefetch, bool root, Run&& run,
+                     Compute&& compute) {
+  const std::string link = parallel::link_from_env().label();
+  const char* tag = link.empty() ? "" : " [emulated link]";
+  if (root && !link.empty()) std::printf("%s\n", link.c_str());
+  for (int s : {2, 3}) {
+    ZeroRunOptions o = options(su, s, Precision::FP32);
+    const Result tc = best(su.reps, su.steps, [&] { return compute(o); });
+    const Result blocking = best(su.reps, su.steps, [&] { return run(o); });
+    o.zero.overlap = true;
+    o.zero.prefetch = prefetch;
+    const Result over = best(su.reps, su.steps, [&] { return run(o); });
+    if (!root) continue;
+    const double t_comm = blocking.comm_wall_s;
+    std::printf("stage %d%s: t_compute %.3f ms  t_comm %.3f ms  t_step blocking %.3f ms  overlapped %.3f ms%s\n", s,
+                s == 3 ? (" (prefetch " + std::to_string(prefetch) + ")").c_str() : "", 1e3 * tc.step_s, 1e3 * t_comm,
+                1e3 * blocking.step_s, 1e3 * over.step_s, tag);
+    std::printf("ratio zero%d_overlap_efficiency_%s %.3f%s\n", s, backend.c_str(),
+                (tc.step_s + t_comm - over.step_s) / std::min(tc.step_s, t_comm), tag);
+    std::printf("ratio zero%d_overlap_step_over_max_%s %.3f%s\n", s, backend.c_str(),
+                over.step_s / std::max(tc.step_s, t_comm), tag);
+    std::printf("ratio zero%d_overlap_speedup_%s %.3f%s\n", s, backend.c_str(), blocking.step_s / over.step_s, tag);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,9 +167,20 @@ int main(int argc, char** argv) {
   app.add_option("--reps", su.reps, "runs per point (best taken)")->capture_default_str();
   app.add_option("--accum", su.accum, "micro-batches per step (gradient accumulation; must divide --batch)")
       ->capture_default_str();
+  bool overlap = false;
+  int prefetch = 1;
+  app.add_flag("--overlap", overlap, "measure the overlap of stages 2 and 3 (efficiency) instead of the grid");
+  app.add_option("--prefetch", prefetch, "--overlap: stage 3's units gathered ahead (0..8)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     MLS_CHECK(su.reps >= 1, "mls-zero-bench: --reps ", su.reps, ", expected >= 1");
+    parallel::link_from_env();  // a bad emulated-link spec fails first
+    if (overlap) {
+      ZeroRunOptions o = options(su, 3, Precision::FP32);
+      o.zero.overlap = true;
+      o.zero.prefetch = prefetch;
+      o.validate();
+    }
     options(su, 0, Precision::FP32).validate();
     auto header = [&](bool root) {
       if (!root) return;
@@ -144,6 +195,15 @@ int main(int argc, char** argv) {
       MLS_CHECK(ranks >= 1 && ranks <= 64, "mls-zero-bench: --ranks ", ranks, ", expected 1..64");
       header(true);
       std::printf("backend sim, %d ranks (threads)\n", ranks);
+      if (overlap) {
+        measure_overlap(
+            "sim", su, prefetch, true, [&](const ZeroRunOptions& o) { return run_zero_simulated(ranks, o); },
+            [&](const ZeroRunOptions& o) {
+              parallel::Communicator noop(parallel::make_noop_transport(0, ranks));
+              return run_zero(noop, o);
+            });
+        return 0;
+      }
       measure(
           "sim", su, true,
           [&](int s, Precision p, const char* plan) { return run_zero_simulated(ranks, options(su, s, p, plan)); },
@@ -159,6 +219,24 @@ int main(int argc, char** argv) {
       header(c.rank() == 0);
       if (c.rank() == 0)
         std::printf("backend mpi, %d processes (comm model: the simulated clock on as many ranks)\n", c.size());
+      if (overlap) {
+        auto fresh = [] {
+          mem::global().set_enabled(true);
+          mem::global().reset();
+        };
+        measure_overlap(
+            "mpi", su, prefetch, c.rank() == 0,
+            [&](const ZeroRunOptions& o) {
+              fresh();
+              return run_zero(c, o);
+            },
+            [&](const ZeroRunOptions& o) {
+              fresh();
+              parallel::Communicator noop(parallel::make_noop_transport(c.rank(), c.size()));
+              return run_zero(noop, o);
+            });
+        return;
+      }
       measure(
           "mpi", su, c.rank() == 0,
           [&](int s, Precision p, const char* plan) {

@@ -206,6 +206,8 @@ void ZeroOptions::validate() const {
   MLS_CHECK(remat_budget >= 0, "ZeRO: remat budget = ", remat_budget,
             " bytes, expected >= 0 (0: what the sqrt plan needs)");
   MLS_CHECK(accum >= 1, "ZeRO: accum = ", accum, ", expected >= 1 micro-batches per step");
+  MLS_CHECK(prefetch >= 0 && prefetch <= 8, "ZeRO: prefetch = ", prefetch,
+            ", expected 0..8 units gathered ahead (each costs a gathered unit of memory)");
 }
 
 void ZeroRunOptions::validate() const {

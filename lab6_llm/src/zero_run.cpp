@@ -66,6 +66,7 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
         rep.recomputed_params += tr.units()[static_cast<std::size_t>(l) + 1].size;
     }
     rep.activation_bytes = tr.activation_bytes();
+    rep.prefetched = tr.prefetched();
     if (final_params || o.zero.stage == 3) {  // collective for stage 3: every rank gathers
       mem::UntrackedScope untracked;
       GPTParams p = tr.gather_params();

@@ -35,4 +35,5 @@ expect_error "train --ep 2 with --precision bf16: expected fp32" train $moe --ep
 expect_error "train --ep 2 --backend nccl: expected sim or mpi" train $moe --ep 2 --backend nccl --steps 1
 expect_error "train --ep 2 with --data x.txt: expected the synthetic stream" train $moe --ep 2 --data x.txt --steps 1
 expect_error "train --ep 0: expected 1..64 ranks" train $moe --ep 0 --steps 1
+expect_error "train --ep 2 with --overlap: expected the blocking collectives" train $moe --ep 2 --overlap --steps 1
 echo "OK: mls-gpt train --ep equals the single-rank run and prints its ratios; conflicting flags are clear errors"

@@ -131,3 +131,33 @@ TEST_CASE("mpi zero accum: 2 micro-batches on processes: stages 0-1 and 2-3 bit-
   CHECK(std::memcmp(p[3].data(), p[2].data(), sizeof(float) * p[2].size()) == 0);
   mls::testing::observe("parameters, accum 2", p[2].vec(), {1e-5, 1e-6});
 }
+
+TEST_CASE("mpi zero overlap: asynchronous reduce-scatter and ZeRO-3 prefetch on processes are bit-identical",
+          "[lab6][mpi][zero_mpi]") {
+  MLS_MPI_TEST(2);
+  Communicator c = mpi_world();
+  for (int s : {2, 3}) {
+    for (int prefetch : {1, 2}) {
+      ZeroRunOptions o = opts(s, Precision::FP32);
+      o.steps = 3;
+      o.zero.accum = 2;
+      o.batch = 4;
+      o.zero.overlap = true;
+      o.zero.prefetch = prefetch;
+      GPTParams po, pb;
+      mem::global().set_enabled(true);
+      mem::global().reset();
+      const ZeroRunReport ro = run_zero(c, o, &po);
+      o.zero.overlap = false;
+      mem::global().reset();
+      const ZeroRunReport rb = run_zero(c, o, &pb);
+      INFO("stage " << s << ", prefetch " << prefetch << ", rank " << c.rank());
+      mls::testing::observe("overlapped run's losses", ro.losses, {1e-6, 0});
+      REQUIRE(po.size() == pb.size());
+      CHECK(std::memcmp(po.data(), pb.data(), sizeof(float) * pb.size()) == 0);
+      CHECK(ro.losses == rb.losses);
+      CHECK(ro.elements_sent == rb.elements_sent);
+      if (s == 3) CHECK(ro.prefetched > 0);
+    }
+  }
+}

@@ -732,3 +732,54 @@ TEST_CASE("zero: bad input to a run: stage, ranks, backend, precision, remat pla
       },
       "rank 0 has remat plan (none 0, sqrt 1, optimal 2) = 1, rank 1 has 0");
 }
+
+TEST_CASE("zero overlap: asynchronous reduce-scatter (stages 2-3) and ZeRO-3 prefetch give bit-identical parameters",
+          "[lab6][zero_overlap]") {
+  // student code first: the overlapped runs (prefetch_ahead, add_shard_gradient)
+  struct Case {
+    int stage, prefetch;
+    Precision p;
+    std::int64_t accum;
+    RecomputeKind remat;
+  };
+  const Case cases[] = {{3, 1, Precision::FP32, 1, RecomputeKind::None}, {3, 2, Precision::FP32, 2, RecomputeKind::None},
+                        {3, 1, Precision::BF16, 1, RecomputeKind::Sqrt}, {2, 1, Precision::FP32, 2, RecomputeKind::None},
+                        {3, 0, Precision::FP32, 1, RecomputeKind::None}};
+  for (const Case& c : cases) {
+    ZeroRunOptions o = run_opts(c.stage, c.p, 3);
+    o.zero.accum = c.accum;
+    o.batch = 2 * c.accum;
+    o.zero.remat = c.remat;
+    o.zero.overlap = true;
+    o.zero.prefetch = c.prefetch;
+    GPTParams po, pb;
+    const ZeroRunReport ro = run_zero_simulated(3, o, &po);
+    o.zero.overlap = false;
+    const ZeroRunReport rb = run_zero_simulated(3, o, &pb);
+    INFO("stage " << c.stage << ", prefetch " << c.prefetch << ", " << to_string(c.p) << ", accum " << c.accum
+                  << ", remat " << static_cast<int>(c.remat.kind()));
+    observe("overlapped run's losses", ro.losses, {1e-6, 0});
+    observe("overlapped run's parameters", po.vec(), {1e-6, 1e-7});
+    observe("elements sent per rank, overlapped", ro.elements_sent);
+    REQUIRE(po.size() == pb.size());
+    CHECK(std::memcmp(po.data(), pb.data(), sizeof(float) * pb.size()) == 0);  // bit for bit
+    CHECK(ro.losses == rb.losses);
+    CHECK(ro.elements_sent == rb.elements_sent);  // a prefetch is a gather moved earlier, never an extra one
+    const auto comm = static_cast<std::size_t>(mem::Tag::Communication), par = static_cast<std::size_t>(mem::Tag::Parameter);
+    for (int k = 0; k < 3; ++k) {
+      const auto u = static_cast<std::size_t>(k);
+      CHECK(ro.peak[u][par] == rb.peak[u][par]);  // the gathered unit in use: the same
+      if (c.stage == 3 && c.prefetch > 0)         // the unit(s) gathered ahead: more communication buffers
+        CHECK(ro.peak[u][comm] > rb.peak[u][comm]);
+    }
+    observe("prefetched units per step", ro.prefetched);
+    if (c.stage == 3 && c.prefetch > 0) CHECK(ro.prefetched > 0);
+    else CHECK(ro.prefetched == 0);
+  }
+  require_error([] {
+    ZeroRunOptions o = run_opts(3, Precision::FP32, 1);
+    o.zero.overlap = true;
+    o.zero.prefetch = 9;
+    run_zero_simulated(2, o);
+  }, "ZeRO: prefetch = 9, expected 0..8");
+}

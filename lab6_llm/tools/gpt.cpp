@@ -459,6 +459,8 @@ struct ZeroFlags {
   std::string precision = "fp32";
   std::int64_t vocab = 64;
   std::string timeline;  // SVG of rank 0's memory over time
+  bool overlap = false;
+  int prefetch = 1;
   int ep = 0;            // --ep N: expert parallelism (ep_opt given)
   CLI::Option* ep_opt = nullptr;
   void add(CLI::App* train) {
@@ -478,6 +480,10 @@ struct ZeroFlags {
     train->add_option("--zero-vocab", vocab, "vocabulary of the synthetic stream of a --zero run")
         ->capture_default_str();
     train->add_option("--mem-timeline", timeline, "write rank 0's memory timeline (SVG) here");
+    train->add_flag("--overlap", overlap,
+                    "--zero 2|3: reduce-scatter each unit's gradients asynchronously as its backward ends; "
+                    "--zero 3: also prefetch the next units' all-gathers (lab 5's asynchronous collectives)");
+    train->add_option("--prefetch", prefetch, "--zero 3 --overlap: units gathered ahead (0..8)")->capture_default_str();
   }
   bool active() const { return zero_opt->count() > 0 || precision != "fp32"; }
   std::optional<int> requested_ranks() const {
@@ -496,6 +502,8 @@ int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, s
   o.zero.remat = remat.kind;
   o.zero.remat_budget = remat.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(remat.budget));
   o.zero.accum = accum;
+  o.zero.overlap = z.overlap;
+  o.zero.prefetch = z.prefetch;
   const ZeroBackend backend = parse_zero_backend(z.backend);
   o.batch = batch > 0 ? batch : 4;
   o.context = context > 0 ? std::min(context, o.cfg.block_size) : o.cfg.block_size;
@@ -504,9 +512,12 @@ int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, s
   o.seed = seed;
   o.validate();  // every bad flag is named before any rank starts
   auto print = [&](const ZeroRunReport& r) {
-    std::printf("ZeRO stage %d, %d ranks (%s), %s, config %s: psi = %lld parameters, %lld steps of "
+    std::printf("ZeRO stage %d%s, %d ranks (%s), %s, config %s: psi = %lld parameters, %lld steps of "
                 "B = %lld per rank (accum %lld: micro-batches of %lld), T = %lld\n",
-                r.stage, r.ranks, z.backend.c_str(), to_string(r.precision), m.config.c_str(),
+                r.stage,
+                !o.zero.overlap ? "" : r.stage == 3 ? (" (overlap, prefetch " + std::to_string(o.zero.prefetch) + ")").c_str()
+                                                    : " (overlap)",
+                r.ranks, z.backend.c_str(), to_string(r.precision), m.config.c_str(),
                 static_cast<long long>(r.psi), static_cast<long long>(o.steps),
                 static_cast<long long>(o.batch), static_cast<long long>(o.zero.accum),
                 static_cast<long long>(o.batch / o.zero.accum), static_cast<long long>(o.context));
@@ -567,6 +578,7 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf) {
   MLS_CHECK(RecomputeKind(tf.remat_flags.kind) == RecomputeKind::None, "train --ep ", P, " with --remat ",
             tf.remat_flags.kind, ": expected none (every activation kept)");
   MLS_CHECK(tf.accum == 1, "train --ep ", P, " with --accum ", tf.accum, ": expected 1 (no gradient accumulation)");
+  MLS_CHECK(!z.overlap, "train --ep ", P, " with --overlap: expected the blocking collectives (--overlap is --zero 2|3's)");
   MLS_CHECK(z.ranks_opt->count() == 0 || z.ranks == P, "train --ep ", P, " with --ranks ", z.ranks,
             ": the expert-parallel group is every rank; give --ep only");
   MLS_CHECK(tf.data.empty(), "train --ep ", P, " with --data ", tf.data,

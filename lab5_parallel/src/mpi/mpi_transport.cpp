@@ -9,13 +9,17 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "../detail.hpp"
 #include "mls/common/error.hpp"
+#include "mls/parallel/link.hpp"
 #include "mls/parallel/mpi.hpp"
 
 namespace mls::parallel {
@@ -23,6 +27,29 @@ namespace mls::parallel {
 namespace {
 
 constexpr std::size_t kInlineBytes = 8192;
+/// MPI_THREAD_MULTIPLE was provided: a communication thread may call MPI next to the caller's.
+bool g_thread_multiple = false;
+
+/// The emulated link (link.hpp): one per process, shared by every communicator and thread.
+LinkEmulation g_link;
+std::mutex g_link_mu;
+std::chrono::steady_clock::time_point g_link_free{};
+
+/// Holds a message of `bytes` back until the emulated link would have carried it.
+void pace(std::int64_t bytes) {
+  if (!g_link.active()) return;
+  std::lock_guard<std::mutex> lk(g_link_mu);
+  const auto now = std::chrono::steady_clock::now();
+  const auto start = std::max(now, g_link_free);
+  g_link_free = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(g_link.seconds(bytes)));
+  // Sleep most of it, spin the last 200 us: a sleep alone overshoots by a scheduler tick, which
+  // would emulate a slower link than asked for.
+  const auto spin = std::chrono::microseconds(200);
+  if (g_link_free - now > spin) std::this_thread::sleep_until(g_link_free - spin);
+  while (std::chrono::steady_clock::now() < g_link_free) {
+  }
+}
 constexpr std::size_t kHeader = sizeof(Header);
 
 void check_mpi(int rc, const char* what, const char* call) {
@@ -81,6 +108,7 @@ class MpiTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool thread_safe() const override { return g_thread_multiple; }
 
   void send(const void* data, const Header& h, int dst, int tag) override { isend(data, h, dst, tag).wait(); }
 
@@ -92,6 +120,7 @@ class MpiTransport final : public Transport {
   Request isend(const void* data, const Header& h, int dst, int tag) override {
     auto p = std::make_shared<Pending>();
     const auto bytes = static_cast<std::size_t>(h.bytes);
+    pace(h.bytes);
     const bool inline_payload = bytes <= kInlineBytes;
     p->head.resize(kHeader + (inline_payload ? bytes : 0));
     std::memcpy(p->head.data(), &h, kHeader);
@@ -211,7 +240,8 @@ void mpi_init() {
     MPI_Initialized(&inited);
     if (!inited) {
       int provided = 0;
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
       std::atexit([] {
         int fin = 0;
         MPI_Finalized(&fin);
@@ -226,6 +256,13 @@ bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || s
 
 Communicator mpi_world(std::chrono::milliseconds timeout) {
   mpi_init();
+  g_link = link_from_env();  // a bad spec is an mls::Error on every rank
+  if (g_link.active()) {
+    static std::once_flag said;
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    if (r == 0) std::call_once(said, [] { std::fprintf(stderr, "mls: mpi backend: %s\n", g_link.label().c_str()); });
+  }
   MLS_CHECK(timeout.count() > 0, "mpi_world: the timeout must be > 0 ms, got ", timeout.count());
   MPI_Comm dup = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "mpi_world", "MPI_Comm_dup");

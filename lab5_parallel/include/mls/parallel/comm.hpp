@@ -72,18 +72,36 @@ struct Header {
   double t_depart = 0.0;      // sender's simulated clock when the message left (sim; filled by the transport)
 };
 
-/// A handle on a non-blocking send or receive.
+/// A handle on a non-blocking operation: a send or receive (isend/irecv) or an asynchronous
+/// collective (iallreduce, ireduce_scatter, iallgather, ibroadcast).
+///   wait()  blocks until it completed; rethrows the operation's mls::Error (timeout, a peer's
+///           failure, mismatched collectives). Waiting twice is an mls::Error.
+///   test()  true once it completed (wait() then returns at once); never blocks.
+/// A collective's request dropped without wait() is waited for by its destructor (which logs
+/// that, once per process, and never throws): no communication outlives its request unseen.
 class Request {
  public:
   Request() = default;
+  /// A point-to-point request: `wait_fn` completes it; test() is true only after wait().
   explicit Request(std::function<void()> wait_fn) : wait_(std::move(wait_fn)) {}
-  /// Blocks until the operation completed (throws mls::Error on timeout or peer failure).
-  /// Waiting twice is a no-op.
+  /// An asynchronous collective's request (`what` names it in messages).
+  Request(std::function<void()> wait_fn, std::function<bool()> test_fn, std::string what);
+  Request(Request&& o) noexcept;
+  Request& operator=(Request&& o) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
   void wait();
+  bool test();
+  /// True until waited on (a default-constructed request is not valid).
   bool valid() const { return static_cast<bool>(wait_); }
 
  private:
+  void drop() noexcept;
   std::function<void()> wait_;
+  std::function<bool()> test_;
+  std::string what_;
+  bool waited_ = false, wait_on_drop_ = false;
 };
 
 /// One message as the trace sees it (mls-collectives trace): times are modelled seconds.
@@ -115,8 +133,23 @@ class Transport {
   /// `keys` hold every rank's arguments (already exchanged and checked by Communicator::split).
   virtual std::unique_ptr<Transport> split(int color, int key, const std::vector<int>& colors,
                                            const std::vector<int>& keys) = 0;
-  /// Charges `elements` reduced elements to this rank's simulated clock (sim only; else no-op).
+  /// Charges `elements` reduced elements to this rank's simulated clock (sim only; else no-op):
+  /// inside a collective to its communication lane, else to the compute lane.
   virtual void charge_compute(std::int64_t elements) { (void)elements; }
+  /// Charges `seconds` of compute to this rank's compute lane (sim only; else no-op).
+  virtual void charge_seconds(double seconds) { (void)seconds; }
+  /// The two lanes of the simulated clock (sim only; no-ops elsewhere). A collective runs on the
+  /// communication lane: lane_begin(issued) starts it at max(lane, issued) (issued < 0: the
+  /// compute lane's time now); lane_end() returns the time it finished; lane_join(t) makes the
+  /// compute lane wait for it (max). A blocking collective joins at once; an asynchronous one
+  /// when its request is waited on, so compute issued in between overlaps it.
+  virtual void lane_begin(double issued) { (void)issued; }
+  virtual double lane_end() { return 0.0; }
+  virtual void lane_join(double t) { (void)t; }
+  /// True when a communication thread may call this transport while the caller's thread calls
+  /// another communicator's (MPI: MPI_THREAD_MULTIPLE was provided). Where false, asynchronous
+  /// collectives run to completion when issued (no overlap, same results).
+  virtual bool thread_safe() const { return true; }
   /// Simulated seconds on this rank's clock (sim), or 0 where there is no model.
   virtual double modelled_seconds() const { return 0.0; }
   /// The backend's own allreduce / broadcast (Algo::Native); false where there is none.
@@ -143,8 +176,10 @@ class Transport {
 class Communicator {
  public:
   explicit Communicator(std::unique_ptr<Transport> t);
+  /// Moving waits for the source's asynchronous collectives first (its thread stops).
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
+  /// Waits for every asynchronous collective still in flight (errors are logged, not thrown).
   ~Communicator();
   int rank() const;
   int size() const;
@@ -193,6 +228,38 @@ class Communicator {
   /// Counted as "allgather". Used by ZeRO (lab 6) for partitions that Ψ does not divide.
   void allgather_inplace(Tensor& buf, const std::vector<std::int64_t>& bounds);
 
+  // ---- asynchronous collectives -------------------------------------------------------------
+  // Each returns at once with a Request; the collective runs on this communicator's
+  // communication thread (the progress engine, src/async.cpp) with the same algorithm, so the
+  // result is bit-identical to the blocking call's. Ordering rule: the collectives of one
+  // communicator run and complete in issue order on every rank (a queue, one thread); every rank
+  // must issue them in the same order — a mismatch is an mls::Error on every rank within the
+  // timeout, from the request's wait(), as for blocking calls. A blocking call (or send, recv,
+  // split) on a communicator first waits for its asynchronous collectives in flight.
+  // Tensors passed must stay alive and untouched until the request was waited on; bad
+  // arguments throw at once, when issued.
+  Request iallreduce(Tensor& t, ReduceOp op = ReduceOp::Sum, Algo algo = Algo::Auto);
+  Request ibroadcast(Tensor& t, int root, Algo algo = Algo::Auto);
+  /// `out` is set at once to a tensor of the result's shape; it holds the result after wait().
+  Request ireduce_scatter(const Tensor& t, Tensor& out, ReduceOp op = ReduceOp::Sum, Algo algo = Algo::Auto);
+  /// `out` is set at once to a [size, *t.shape] tensor; it holds the result after wait().
+  Request iallgather(const Tensor& t, Tensor& out, Algo algo = Algo::Auto);
+  /// Asynchronous allgather_inplace (ZeRO-3's prefetch).
+  Request iallgather_inplace(Tensor& buf, const std::vector<std::int64_t>& bounds);
+  /// Waits for every asynchronous collective issued and not yet complete (rethrows the first
+  /// error). Requests already complete stay valid: wait() on them returns at once.
+  void wait_all();
+  /// Asynchronous collectives issued and not yet finished.
+  int in_flight() const;
+  /// Advances this rank's compute lane by `seconds` on the simulated clock (sim; elsewhere a
+  /// no-op): the compute that in-flight collectives overlap in the α-β-γ model.
+  void model_compute(double seconds) { t_->charge_seconds(seconds); }
+
+  /// The progress engine's loop, run by the communication thread: takes the queued collectives
+  /// in issue order and runs each to completion (student code, src/async.cpp).
+  struct AsyncQueue;  // the queue of issued collectives (internal)
+  void progress_loop(AsyncQueue& q);
+
   /// Sub-communicator of the ranks that passed the same color, ordered by (key, rank). Every
   /// rank must call it; color >= 0. The child inherits the cost model and the trace switch.
   Communicator split(int color, int key);
@@ -208,6 +275,19 @@ class Communicator {
   void set_cost_model(const CostModel& c) { cost_ = c; }
   /// The algorithm Auto picks for `collective` ("allreduce", "broadcast", ...) on `bytes` bytes.
   Algo choose(const std::string& collective, std::int64_t bytes) const;
+
+  /// A collective as the timeline sees it: its name and wall seconds (wall_now()) when it began
+  /// and ended, on whichever thread ran it.
+  struct Span {
+    std::string op;
+    double start = 0, end = 0;
+  };
+  /// Records a Span for every collective from now on (off by default).
+  void set_span_recording(bool on);
+  /// The spans recorded so far (a copy; safe while collectives are in flight).
+  std::vector<Span> spans() const;
+  /// Seconds on the clock the spans use (steady_clock).
+  static double wall_now();
 
   /// Records every message this rank receives inside a collective (for mls-collectives trace).
   void set_tracing(bool on) { tracing_ = on; }
@@ -249,10 +329,16 @@ class Communicator {
   void reduce_into(Tensor& acc, const Tensor& in, ReduceOp op);
 
   struct Coll;  // the collective in progress (name, header fields); internal
+  /// Ends the collective in progress (internal: the collectives' scope guard calls it).
+  void end() noexcept;
 
  private:
   void begin(const char* name, int op_id, const Tensor& t, int root, int reduce);
-  void end();
+  /// Waits for the asynchronous collectives in flight unless called by the communication thread.
+  void quiesce();
+  /// Queues `run` on the communication thread (started on first use); returns its request.
+  Request enqueue(const char* name, std::function<void()> run);
+  void stop_async() noexcept;
   Header coll_header(std::int64_t bytes) const;
   void count_send(std::int64_t bytes, bool step);
   void count_recv(std::int64_t bytes, bool step);
@@ -260,10 +346,16 @@ class Communicator {
   std::unique_ptr<Transport> t_;
   Traffic traffic_;
   CostModel cost_{};
-  std::int64_t seq_ = 0;
+  std::int64_t seq_ = 0, seq_async_ = 0;
   std::unique_ptr<Coll> coll_;
   bool tracing_ = false;
   std::vector<TraceEvent> trace_;
+  std::shared_ptr<AsyncQueue> async_;  // shared with the requests it issued
+  bool async_running_ = false;  // the communication thread runs the collective in progress
+  double issued_at_ = -1.0;     // ... issued at this compute-lane time
+  double finished_at_ = 0.0;    // the communication-lane time the last collective finished at
+  struct SpanLog;
+  std::shared_ptr<SpanLog> spans_;  // set while recording
 };
 
 /// Chunk boundaries of n items over `parts` parts: parts+1 offsets, part r holding

@@ -6,10 +6,14 @@
 ///
 /// Bucketing: one allreduce per parameter costs N_params * alpha in latency; packing the gradients
 /// into buckets of about `bucket_bytes` (in backward order: the last layer's gradients are ready
-/// first) pays alpha once per bucket. Overlap: with `overlap`, a bucket's allreduce is started from
-/// inside backward as soon as its last gradient was produced (through a hook on the tape), rather
-/// than after backward returned; on a backend with asynchronous collectives this hides the
-/// communication behind the rest of backward.
+/// first) pays alpha once per bucket. Overlap: with `overlap`, a bucket's allreduce is started
+/// (asynchronously: Communicator::iallreduce) from inside backward as soon as its last gradient
+/// was produced (through a hook on the tape), and runs on the communication thread while
+/// backward computes the earlier layers' gradients; allreduce_gradients() waits for every bucket
+/// before the optimizer step. Buckets go in reverse layer order because backward produces the
+/// last layer's gradients first: the first bucket is ready earliest and has the most backward
+/// left to hide behind. Parameters after any number of steps are bit-identical with and without
+/// overlap (the same allreduces of the same buffers, only started earlier).
 #include <cstdint>
 #include <vector>
 
@@ -42,23 +46,31 @@ class DataParallel {
   DataParallel(Communicator& comm, std::vector<autodiff::nn::Parameter> params, DataParallelOptions opts = {});
   /// Copies root's parameter values to every rank (so every replica starts equal).
   void broadcast_parameters(int root = 0);
-  /// Averages every parameter's gradient over the ranks, one allreduce per bucket (buckets whose
-  /// allreduce already ran from a hook during backward are skipped). A parameter without a
-  /// gradient contributes zeros and gets the average. Call after backward, before the step.
+  /// Averages every parameter's gradient over the ranks, one allreduce per bucket: launches the
+  /// buckets no hook launched during backward, then waits for every bucket in order and writes
+  /// the averages as the gradients (without overlap: each bucket launched and waited in turn).
+  /// A parameter without a gradient contributes zeros and gets the average. Call after
+  /// backward, before the optimizer step.
   void allreduce_gradients();
   /// With overlap: wraps parameter i for use in forward (identity; on the tape, its backward
-  /// records that the gradient of i is complete and, when its bucket is complete, allreduces the
-  /// bucket at once). Use the returned Var instead of the parameter, once per forward.
+  /// records that the gradient of i is complete and, when its bucket is complete, launches the
+  /// bucket's allreduce at once). Use the returned Var instead of the parameter, once per forward.
   autodiff::Var hook(std::size_t i);
   const std::vector<std::vector<std::size_t>>& buckets() const { return buckets_; }
   /// Allreduces issued so far (one per bucket per step).
   std::int64_t allreduce_calls() const { return calls_; }
-  /// Buckets reduced from inside backward so far.
+  /// Buckets launched from inside backward so far.
   std::int64_t overlapped_buckets() const { return overlapped_; }
   std::vector<autodiff::nn::Parameter>& parameters() { return params_; }
 
  private:
-  void reduce_bucket(std::size_t b, const std::vector<Tensor>& grads);
+  /// Packs bucket b's gradients into one flat buffer and starts its averaging allreduce
+  /// asynchronously (student code). grads[k] is the gradient of parameter buckets_[b][k]
+  /// (undefined: zeros).
+  void launch_bucket(std::size_t b, const std::vector<Tensor>& grads);
+  /// Waits for bucket b's allreduce and writes the averaged slices back as the parameters'
+  /// gradients (student code).
+  void finish_bucket(std::size_t b);
   Communicator* comm_;
   std::vector<autodiff::nn::Parameter> params_;
   DataParallelOptions opts_;
@@ -66,7 +78,9 @@ class DataParallel {
   std::vector<std::size_t> bucket_of_;
   std::vector<Tensor> pending_;          // hooked gradients waiting for their bucket
   std::vector<int> ready_in_bucket_;
-  std::vector<bool> bucket_done_;
+  std::vector<bool> launched_;           // bucket's allreduce started this step
+  std::vector<Tensor> flat_;             // bucket's flat buffer [numel of its parameters]
+  std::vector<Request> requests_;        // bucket's allreduce in flight
   std::int64_t calls_ = 0, overlapped_ = 0;
 };
 

@@ -16,8 +16,10 @@
 
 namespace mls::parallel {
 
-/// Initialises MPI once per process (MPI_Init_thread, MPI_THREAD_SERIALIZED) and finalises it
-/// at exit. Safe to call many times.
+/// Initialises MPI once per process (MPI_Init_thread asking MPI_THREAD_MULTIPLE: the
+/// asynchronous collectives' communication thread calls MPI next to the caller's thread; where
+/// the library provides less, they run when issued, without overlap) and finalises it at exit.
+/// Safe to call many times.
 void mpi_init();
 /// True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE is set).
 bool under_mpirun();

@@ -137,8 +137,18 @@ struct ZeroOptions {
   /// reduce it once after the last micro-batch; stages 2-3 reduce-scatter each micro-batch's
   /// gradient buckets as they complete and add them into the gradient shard (all they keep).
   std::int64_t accum = 1;
+  /// Overlap (lab 5's asynchronous collectives): stages 2-3 issue each unit's gradient
+  /// reduce-scatter (ireduce_scatter) as the unit's backward finishes and add the results into the
+  /// shard, in issue order, before the optimizer step; stage 3 also prefetches: when it gathers a
+  /// unit it starts the all-gathers of the next `prefetch` units (iallgather_inplace) in the
+  /// order the previous step gathered them, so they arrive while this unit computes. Each unit
+  /// prefetched costs one more gathered unit of memory. Parameters are bit-identical with and
+  /// without (the same collectives on the same buffers). Stages 0-1 reduce after backward: no
+  /// change.
+  bool overlap = false;
+  int prefetch = 1;
   /// Throws mls::Error naming the field (stage outside 0..3, an unknown remat plan, a negative
-  /// budget, accum < 1).
+  /// budget, accum < 1, prefetch outside 0..8).
   void validate() const;
 };
 
@@ -213,6 +223,8 @@ class ZeroTrainer {
   void gather(int unit);
   /// Frees a gathered unit (no communication).
   void release(int unit);
+  /// Prefetched all-gathers started in the last step (stage 3 with overlap).
+  std::int64_t prefetched() const;
   /// Unit `unit`'s parameters as fp32 for compute. Stage 3: an mls::Error unless the unit was
   /// gathered ("used before it was gathered").
   const float* unit_params(int unit);
@@ -249,6 +261,31 @@ class ZeroTrainer {
   /// state by the shard position for stages >= 1, the gradient for stages >= 2, the parameters
   /// for stage 3; the ring with the same chunks makes every stage's sums bit-identical.
   void reduce_and_update(double lr);
+  /// Student (overlap, stage 3): the prefetch. Called right after the step's gather number
+  /// `done` (0-based) of impl's learned gather order; starts the all-gathers of the next
+  /// options().prefetch entries of that order (positions done+1 .. done+prefetch) whose unit is
+  /// neither gathered nor already in flight (a unit gathered now is gathered again later, after
+  /// its release: that later gather must not start yet), with start_prefetch(unit).
+  /// Hint: ordered() is the learned order (empty: nothing learned yet: do nothing).
+  void prefetch_ahead(std::size_t done);
+  /// Student: adds this rank's reduced chunk `mine` (the Sum over the ranks of unit `unit`'s chunk
+  /// for micro-batch `micro`) into the gradient shard as the mean (divide by N): micro == 0
+  /// STORES, micro > 0 ADDS (bf16: g = to_bf16(from_bf16(g) + x)). Stages 2-3.
+  void add_shard_gradient(int unit, std::int64_t micro, const float* mine);
+  /// Given: the reduce-scatter of unit `unit`'s bucket `t` (a Communication tensor of the unit's
+  /// size): blocking, then add_shard_gradient; with overlap, issued asynchronously and added in
+  /// finish_reductions().
+  void reduce_scatter_unit(int unit, std::int64_t micro, const Tensor& t);
+  /// Given: waits for the asynchronous reduce-scatters in issue order, adding each into the shard.
+  void finish_reductions();
+  /// Given: the all-gather of unit `unit`'s `t` (this rank's chunk in place): waits for the
+  /// prefetched one where there is one (t then holds it), else allgather_inplace now.
+  void all_gather_unit(int unit, Tensor& t);
+  /// Given: starts the all-gather of unit `unit` ahead of its gather (iallgather_inplace).
+  void start_prefetch(int unit);
+  /// Given: the learned gather order (units, in the order the last step gathered them).
+  const std::vector<int>& ordered() const;
+  bool in_flight(int unit) const;
   ZeroStepStats step(const MicroBatch& whole, double lr);
   /// The sum of the mask over every rank's batch (one allreduce).
   double global_mask_sum(const MicroBatch& whole);
@@ -283,6 +320,7 @@ struct ZeroRunReport {
   std::int64_t recomputed_params = 0;     // parameters of the recomputed blocks' units
   std::int64_t activation_bytes = 0;      // RematActivations::bytes of a rank
   std::int64_t accum = 1, micro_batch = 0;  // micro-batches per step and their rows
+  std::int64_t prefetched = 0;            // all-gathers started ahead in the last step (overlap, stage 3)
 };
 /// Per rank: measured peak bytes of parameters, gradients and optimizer state next to the
 /// formula for that rank's shard (exact, uneven shards included), and the other tags measured.
