@@ -182,6 +182,11 @@ void moe_mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a
   const std::int64_t N = a.B * a.T, C = cfg.n_embd, E = cfg.moe_experts, K = cfg.moe_top_k,
                      cap = a.moe_cap;
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C);
+  if (a.moe_dispatch) {  // the experts run elsewhere (expert parallelism: moe_ep.hpp)
+    a.moe_dispatch->forward(p, a.ln2, a.fcproj, N, a.moe_loss);
+    residual_forward(a.residual3, a.residual2, a.fcproj, N * C);
+    return;
+  }
   // The router: logits (N, E), then a softmax per row in place, keeping logsumexp for the z-loss.
   matmul_forward(a.moe_probs, a.ln2, p.moe_router, nullptr, N, C, E);
   moe_router_softmax(a.moe_probs, a.moe_lse, N, E);
@@ -226,6 +231,11 @@ void moe_mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
   const std::int64_t N = a.B * a.T, C = cfg.n_embd, E = cfg.moe_experts, K = cfg.moe_top_k,
                      cap = a.moe_cap, R = E * cap;
   const float scale = da.moe_grad_scale;
+  if (a.moe_dispatch) {  // expert parallelism: d(ln2) from the dispatch, then the layernorm
+    a.moe_dispatch->backward(p, g, dresidual, da.ln2, N, scale);
+    layernorm_backward(dresidual, g.ln2w, g.ln2b, da.ln2, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    return;
+  }
   // Combine backward: dy of each kept row = gate · dout; dgate = dout · y.
   float* dy = da.moe_y;
   float* dgate = da.moe_gate;

@@ -32,3 +32,75 @@ TEST_CASE("mpi expert parallelism: EP on 2 processes equals the single-rank MoE 
     check_ep_rank(cfg, ep, &single, c.rank(), c.size(), Nl);
   }
 }
+
+TEST_CASE("mpi expert parallelism x data parallelism: EP 2 x DP 2 on a 2-D mesh of 4 processes",
+          "[lab6][mpi][moe_ep_mpi]") {
+  // CTest's lab6:mpi:moe_ep:np4 runs this case under run_mpi.sh 4 (the np2 run passes over it).
+  // World rank w = d * 2 + e: EP groups {0, 1} and {2, 3} (split by d), DP groups {0, 2} and
+  // {1, 3} (split by e), as the simulated-rank test; the reference (every rank computes it): the
+  // single-rank MoE on each replica's tokens, the two gradients summed.
+  MLS_MPI_TEST(4);
+  Communicator world = mpi_world();
+  if (world.size() != 4) {
+    SUCCEED("this case runs on 4 processes (lab6:mpi:moe_ep:np4)");
+    return;
+  }
+  const int EP = 2, DP = 2;
+  const GPTConfig cfg = ep_config(4, 2, 0.75);
+  const std::int64_t B = 2, T = 12, N = B * T, C = cfg.n_embd, Nl = N / EP;
+  Rng rng(50, "moe-ep-dp");
+  const GPTParams init = random_params(cfg, rng);
+  std::vector<std::vector<float>> resids(DP), Ws(DP);
+  for (int d = 0; d < DP; ++d) {
+    resids[static_cast<std::size_t>(d)].resize(static_cast<std::size_t>(N * C));
+    Ws[static_cast<std::size_t>(d)].resize(static_cast<std::size_t>(N * C));
+    for (auto& v : resids[static_cast<std::size_t>(d)]) v = static_cast<float>(rng.normal(0.0, 1.0));
+    for (auto& v : Ws[static_cast<std::size_t>(d)]) v = static_cast<float>(rng.normal(0.0, 1.0));
+  }
+  const MoeSteps single = single_moe_steps(cfg, init, resids, Ws, B, T);
+  const int w = world.rank(), d = w / EP, e = w % EP;
+  Communicator ep_comm = world.split(d, e), dp_comm = world.split(e, d);
+  const std::int64_t row0 = d * N + e * Nl;
+  MoeSteps mine = ep_moe_steps(cfg, ep_comm, init, single.x0.data() + row0 * C,
+                               Ws[static_cast<std::size_t>(d)].data() + e * Nl * C, Nl, &dp_comm);
+  // The losses and drops are per EP group; the reference sums both replicas': add the other's
+  // (the same rank of the other EP group: a sum over the DP group).
+  Tensor ld = Tensor::zeros({2 * kEpSteps}, DType::Float64);
+  for (int s = 0; s < kEpSteps; ++s) {
+    ld.data<double>()[s] = mine.losses[static_cast<std::size_t>(s)];
+    ld.data<double>()[kEpSteps + s] = mine.dropped[static_cast<std::size_t>(s)];
+  }
+  dp_comm.allreduce(ld, ReduceOp::Sum);
+  for (int s = 0; s < kEpSteps; ++s) {
+    mine.losses[static_cast<std::size_t>(s)] = ld.data<double>()[s];
+    mine.dropped[static_cast<std::size_t>(s)] = ld.data<double>()[kEpSteps + s];
+  }
+  INFO("world rank " << w);
+  check_ep_rank(cfg, mine, &single, e, EP, Nl, row0);
+}
+
+TEST_CASE("mpi expert parallelism in the GPT: train --ep 2 on 2 processes equals one rank over the union batch",
+          "[lab6][mpi][moe_ep_mpi]") {
+  MLS_MPI_TEST(2);
+  Communicator c = mpi_world();
+  if (c.size() != 2) {
+    SUCCEED("this case runs on 2 processes (lab6:mpi:zero:np2)");
+    return;
+  }
+  EpRunOptions o;
+  o.cfg.n_layer = 2, o.cfg.n_head = 2, o.cfg.n_embd = 16, o.cfg.block_size = 8, o.cfg.vocab_size = 13;
+  o.cfg.moe_experts = 4, o.cfg.moe_top_k = 2, o.cfg.moe_every = 1, o.cfg.capacity_factor = 1.0;
+  o.cfg.moe_aux_coef = 0.05, o.cfg.moe_z_coef = 0.01;
+  o.batch = 2, o.context = 8, o.steps = 10, o.lr = 3e-3, o.seed = 7;
+  const EpRunReport ep = run_ep(c, o);
+  EpRunOptions whole = o;
+  whole.batch = 2 * o.batch;
+  Communicator self = c.split(c.rank(), 0);
+  const EpRunReport single = run_ep(self, whole);
+  std::int64_t dropped = 0;
+  for (auto d : ep.dropped) dropped += d;
+  CHECK(dropped > 0);
+  CHECK(ep.dropped == single.dropped);
+  for (std::size_t s = 0; s < ep.losses.size(); ++s) CHECK(ep.losses[s] == Approx(single.losses[s]).epsilon(1e-5));
+  CHECK(rel_err(ep.final_params.data(), single.final_params.data(), static_cast<std::int64_t>(ep.final_params.size())) < 5e-5);
+}

@@ -107,3 +107,92 @@ TEST_CASE("expert parallelism: experts not divisible by the group, counts that d
   MLS_ORACLE_CHECK(CHECK(learnt[0] == std::vector<std::int64_t>{1, 2}); CHECK(learnt[1] == std::vector<std::int64_t>{1, 2});
                    CHECK(got[1].to_vector<double>() == std::vector<double>{1, 1, 1, 2, 2, 2, 2, 2, 2}));
 }
+
+namespace {
+/// A small MoE GPT for the EP training runs: every block MoE with E experts, top-K, tight capacity.
+EpRunOptions ep_run_options(std::int64_t E, std::int64_t K, std::int64_t batch) {
+  EpRunOptions o;
+  o.cfg.n_layer = 2, o.cfg.n_head = 2, o.cfg.n_embd = 16, o.cfg.block_size = 8, o.cfg.vocab_size = 13;
+  o.cfg.moe_experts = E, o.cfg.moe_top_k = K, o.cfg.moe_every = 1, o.cfg.capacity_factor = 1.0;
+  o.cfg.moe_aux_coef = 0.05, o.cfg.moe_z_coef = 0.01;
+  o.batch = batch, o.context = 8, o.steps = 10, o.lr = 3e-3, o.seed = 7;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("expert parallelism in the GPT: train --ep on 2 and 4 simulated ranks equals the single-rank run over the union batch",
+          "[lab6][moe_ep]") {
+  // The whole GPT (2 MoE blocks, the dense part data parallel), 10 AdamW steps: the same losses
+  // and drops per step and the same parameters (every expert gathered from its owner) as one rank
+  // training on the ranks' batches together, within float32 rounding (the router's GEMM and the
+  // dense gradients are summed over other row blocks; AdamW then divides by sqrt(v)).
+  for (const int P : {2, 4})
+    for (const std::int64_t K : {1, 2}) {
+      INFO("P " << P << " K " << K);
+      const EpRunOptions o = ep_run_options(4, K, 2);
+      EpRunOptions whole = o;
+      whole.batch = P * o.batch;
+      const EpRunReport ep = run_ep_simulated(P, o);
+      const EpRunReport single = run_ep_simulated(1, whole);
+      const std::string at = ", P " + std::to_string(P) + ", K " + std::to_string(K);
+      mls::testing::observe("GPT EP dropped choices per step" + at, ep.dropped);
+      mls::testing::observe("GPT EP losses per step" + at, ep.losses, {1e-4, 1e-6});
+      observe_rel("GPT EP parameters after 10 steps" + at, ep.final_params.data(),
+                  LAB6_WANT(single.final_params.data()), static_cast<std::int64_t>(ep.final_params.size()), 5e-5);
+      std::int64_t dropped = 0;
+      for (auto d : ep.dropped) dropped += d;
+      CHECK(dropped > 0);  // steps with drops are among the ten
+      CHECK(ep.bytes_sent_per_step > 0);
+      MLS_ORACLE_CHECK({
+        CHECK(ep.dropped == single.dropped);
+        for (std::size_t s = 0; s < ep.losses.size(); ++s) CHECK(ep.losses[s] == Approx(single.losses[s]).epsilon(1e-5));
+        const double err = rel_err(ep.final_params.data(), single.final_params.data(),
+                                   static_cast<std::int64_t>(ep.final_params.size()));
+        INFO("relative error of the parameters " << err);
+        CHECK(err < 5e-5);  // measured: 2e-6 .. 5e-6
+      });
+    }
+}
+
+TEST_CASE("expert parallelism in the GPT: one step on 2 ranks, then bad input", "[lab6][moe_ep]") {
+  EpRunOptions o = ep_run_options(4, 2, 2);
+  {  // one step through the student's code (routing, exchanges, the step) first
+    EpRunOptions one = o;
+    one.steps = 1;
+    const EpRunReport ep = run_ep_simulated(2, one);
+    mls::testing::observe("GPT EP one step: loss", ep.losses, {1e-4, 1e-6});
+    mls::testing::observe("GPT EP one step: dropped", ep.dropped);
+    one.batch = 2 * o.batch;
+    const EpRunReport single = run_ep_simulated(1, one);
+    MLS_ORACLE_CHECK(CHECK(ep.losses[0] == Approx(single.losses[0]).epsilon(1e-6)); CHECK(ep.dropped == single.dropped));
+  }
+  mls::testing::require_error([&] { (void)run_ep_simulated(3, o); },
+                              "train --ep 3: --moe-experts 4 is not divisible by the expert-parallel group's 3 ranks");
+  EpRunOptions dense = o;
+  dense.cfg.moe_experts = 0;
+  mls::testing::require_error([&] { (void)run_ep_simulated(2, dense); }, "train --ep 2: a dense model (--moe-experts 0)");
+  EpRunOptions b = o;
+  b.batch = 0;
+  mls::testing::require_error([&] { (void)run_ep_simulated(2, b); }, "train --ep: batch = 0, expected >= 1 rows per rank");
+  b = o;
+  b.context = 9;
+  mls::testing::require_error([&] { (void)run_ep_simulated(2, b); }, "train --ep: context = 9");
+  b = o;
+  b.steps = 0;
+  mls::testing::require_error([&] { (void)run_ep_simulated(2, b); }, "train --ep: steps = 0");
+  b = o;
+  b.lr = 0;
+  mls::testing::require_error([&] { (void)run_ep_simulated(2, b); }, "train --ep: lr = 0");
+  mls::testing::require_error([&] { (void)run_ep_simulated(0, o); }, "train --ep: 0 ranks");
+  // A dispatch fed another number of tokens than it was built for.
+  mls::testing::require_error(
+      [&] {
+        parallel::run_simulated(2, [&](Communicator& c) {
+          EpDispatch d(o.cfg, c, 4);
+          GPTParams p(o.cfg);
+          std::vector<float> x(static_cast<std::size_t>(5 * o.cfg.n_embd)), y(x.size()), loss(2);
+          d.forward(shift_layers(p.views(), o.cfg, 0), x.data(), y.data(), 5, loss.data());
+        });
+      },
+      "EpDispatch::forward: 5 tokens, expected the 4 tokens per rank it was built for");
+}

@@ -17,6 +17,8 @@
 //   mls-gpt train --moe-experts 4 --moe-top-k 2 --moe-every 1 --capacity-factor 1.25  (MoE)
 //   mls-gpt serve --ckpt runs/tiny/ckpt.bin --port 8000   (HTTP, OpenAI completions; needs cpp-httplib)
 //   mls-gpt loadgen --url http://127.0.0.1:8000 --rate 5,10,20 --svg load.svg   (latency against load)
+//   mls-gpt train --moe-experts 4 --ep 2 --backend sim     (expert parallelism x data parallelism)
+//   mpirun -np 2 mls-gpt train --moe-experts 4 --ep 2 --backend mpi       (EP on MPI processes)
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -48,6 +50,7 @@
 #include "mls/llm/tokenizer.hpp"
 #include "mls/llm/train.hpp"
 #include "mls/llm/train_run.hpp"
+#include "mls/llm/moe_ep.hpp"
 #include "mls/llm/zero.hpp"
 #ifdef MLS_HAVE_MPI
 #include "mls/parallel/mpi.hpp"
@@ -121,8 +124,8 @@ struct TrainFlags : TrainRunOptions {
     app->add_option("--vocab", vocab, "BPE vocabulary size")->capture_default_str();
     app->add_option("--steps", steps, "total optimizer steps")->capture_default_str();
     app->add_option("--batch", batch,
-                      "batch size B per step (per rank with --zero; default 12 small, 32 otherwise, 4 "
-                      "with --zero)");
+                      "batch size B per step (per rank with --zero or --ep; default 12 small, 32 otherwise, 4 "
+                      "with --zero or --ep)");
     app->add_option("--accum", accum,
                       "gradient accumulation: micro-batches per step (a divisor of --batch; the "
                       "activations are those of one micro-batch of batch/accum)")
@@ -533,7 +536,12 @@ struct ZeroFlags {
   std::string timeline;  // SVG of rank 0's memory over time
   bool overlap = false;
   int prefetch = 1;
+  int ep = 0;            // --ep N: expert parallelism (ep_opt given)
+  CLI::Option* ep_opt = nullptr;
   void add(CLI::App* train) {
+    ep_opt = train->add_option("--ep", ep,
+                               "expert parallelism x data parallelism on N ranks (an MoE config, "
+                               "--moe-experts divisible by N; sim: N simulated ranks, mpi: the mpirun world)");
     zero_opt = train->add_option("--zero", zero,
                                  "ZeRO stage 0|1|2|3 (a data-parallel run on --ranks ranks)");
     ranks_opt = train->add_option("--ranks", ranks,
@@ -632,6 +640,86 @@ int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, s
 #else
   fail("train --backend nccl: this mls-gpt was built without NCCL (lab 5's mls_parallel_nccl needs "
        "CUDA and NCCL at configure time)");
+#endif
+}
+
+/// `train --ep N`: the GPT with its MoE blocks' experts sharded over N ranks (EpDispatch) and the
+/// dense part data parallel, on the synthetic stream of --zero runs; then the single-rank run
+/// over the union batch (rank 0), to compare.
+int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf) {
+  const int P = z.ep;
+  MLS_CHECK(z.zero_opt->count() == 0, "train --ep ", P, " with --zero ", z.zero,
+            ": expert parallelism runs with plain data parallelism (no ZeRO partitioning); drop one of them");
+  MLS_CHECK(z.precision == "fp32", "train --ep ", P, " with --precision ", z.precision, ": expected fp32");
+  MLS_CHECK(RecomputeKind(tf.remat_flags.kind) == RecomputeKind::None, "train --ep ", P, " with --remat ",
+            tf.remat_flags.kind, ": expected none (every activation kept)");
+  MLS_CHECK(tf.accum == 1, "train --ep ", P, " with --accum ", tf.accum, ": expected 1 (no gradient accumulation)");
+  MLS_CHECK(!z.overlap, "train --ep ", P, " with --overlap: expected the blocking collectives (--overlap is --zero 2|3's)");
+  MLS_CHECK(z.ranks_opt->count() == 0 || z.ranks == P, "train --ep ", P, " with --ranks ", z.ranks,
+            ": the expert-parallel group is every rank; give --ep only");
+  MLS_CHECK(tf.data.empty(), "train --ep ", P, " with --data ", tf.data,
+            ": expected the synthetic stream (--zero-vocab), as --zero runs");
+  MLS_CHECK(P >= 1 && P <= 64, "train --ep ", P, ": expected 1..64 ranks");
+  const ZeroBackend backend = parse_zero_backend(z.backend);
+  MLS_CHECK(backend != ZeroBackend::Nccl, "train --ep ", P, " --backend nccl: expected sim or mpi");
+  EpRunOptions o;
+  o.cfg = tf.model_flags.make(z.vocab);
+  o.batch = tf.batch > 0 ? tf.batch : 4;
+  o.context = tf.context > 0 ? std::min(tf.context, o.cfg.block_size) : o.cfg.block_size;
+  o.steps = tf.steps;
+  o.lr = tf.lr;
+  o.seed = tf.seed;
+  o.adam.weight_decay = tf.weight_decay;
+  o.adam.beta2 = tf.beta2;
+  o.validate(P);  // every bad flag is named before any rank starts
+  EpRunOptions whole = o;
+  whole.batch = P * o.batch;
+  auto mean_after_first = [](const std::vector<double>& v) {
+    double s = 0;
+    for (std::size_t i = v.size() > 1 ? 1 : 0; i < v.size(); ++i) s += v[i];
+    return s / static_cast<double>(v.size() > 1 ? v.size() - 1 : v.size());
+  };
+  auto print = [&](const EpRunReport& r, const EpRunReport& single) {
+    std::printf("expert parallelism: %d ranks (%s), config %s: %lld experts (%lld per rank), top-%lld, "
+                "capacity factor %g; %lld steps of B = %lld per rank, T = %lld\n",
+                P, z.backend.c_str(), tf.model_flags.config.c_str(), static_cast<long long>(o.cfg.moe_experts),
+                static_cast<long long>(o.cfg.moe_experts / P), static_cast<long long>(o.cfg.moe_top_k),
+                o.cfg.capacity_factor, static_cast<long long>(o.steps), static_cast<long long>(o.batch),
+                static_cast<long long>(o.context));
+    std::printf("%s", ep_run_table(r).c_str());
+    double md = 0, mw = 0;
+    for (std::size_t i = 0; i < r.final_params.size(); ++i) {
+      md = std::max(md, static_cast<double>(std::abs(r.final_params[i] - single.final_params[i])));
+      mw = std::max(mw, static_cast<double>(std::abs(single.final_params[i])));
+    }
+    std::printf("single rank over the union batch (B = %lld): final loss %.6f (EP %.6f), dropped %lld (EP %lld); "
+                "parameters: max |diff| %.3g, relative %.3g (float32 rounding)\n",
+                static_cast<long long>(whole.batch), single.losses.back(), r.losses.back(),
+                static_cast<long long>(single.dropped.back()), static_cast<long long>(r.dropped.back()), md,
+                mw > 0 ? md / mw : md);
+    const double ep_ms = 1e3 * mean_after_first(r.step_s), one_ms = 1e3 * mean_after_first(single.step_s),
+                 ex_ms = 1e3 * mean_after_first(r.exchange_s);
+    std::printf("step %.3f ms (EP, rank 0) vs %.3f ms (single rank, %d x the tokens); exchanges %.3f ms, "
+                "%lld bytes sent per step by rank 0\n",
+                ep_ms, one_ms, P, ex_ms, static_cast<long long>(r.bytes_sent_per_step));
+    std::printf("ratio ep_step_vs_single %.4f\n", one_ms > 0 ? ep_ms / one_ms : 0.0);
+    std::printf("ratio ep_exchange_share %.4f\n", ep_ms > 0 ? ex_ms / ep_ms : 0.0);
+  };
+  if (backend == ZeroBackend::Sim) {
+    const EpRunReport r = run_ep_simulated(P, o);
+    print(r, run_ep_simulated(1, whole));
+    return 0;
+  }
+#ifdef MLS_HAVE_MPI
+  return parallel::mpi_run([&](parallel::Communicator& c) {
+    MLS_CHECK(c.size() == P, "train --ep ", P, " --backend mpi: mpirun started ", c.size(),
+              " processes, expected ", P);
+    const EpRunReport r = run_ep(c, o);
+    parallel::Communicator self = c.split(c.rank(), 0);
+    if (c.rank() == 0) print(r, run_ep(self, whole));
+  });
+#else
+  fail("train --ep --backend mpi: this mls-gpt was built without MPI (lab 5's mls_parallel_mpi)");
 #endif
 }
 
@@ -760,6 +848,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
+    if (*train && zf.ep_opt->count() > 0) {
+      MLS_CHECK(tf.attention_opt->count() == 0, "train --ep: --attention ", tf.attention,
+                " is an option of the single-process fused path; leave it out");
+      return cmd_train_ep(zf, tf);
+    }
     if (*train && zf.active()) {
       MLS_CHECK(tf.attention_opt->count() == 0, "train --zero: --attention ", tf.attention,
                 " is an option of the single-process fused path (ZeRO runs use lab 6's naive "

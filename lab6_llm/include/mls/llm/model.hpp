@@ -28,6 +28,8 @@
 
 namespace mls::llm {
 
+class MoeDispatch;  // moe.hpp: where an MoE block's experts run (null: locally)
+
 /// The 16 parameter tensors of a flat buffer, as pointers (config.hpp order).
 struct ParamPtrs {
   float* wte;       // (V, C)
@@ -166,6 +168,7 @@ class GPTActivations {
   // as their gradients (probs: d(probs) then d(router logits)).
   std::int64_t moe_cap = 0;          // cap
   float moe_grad_scale = 1.f;        // the MoE losses' share of this micro-batch (model_backward)
+  MoeDispatch* moe_dispatch = nullptr;  // non-null: the experts run elsewhere (expert parallelism)
   float* moe_probs = nullptr;        // (L, N, E)  router softmax
   float* moe_lse = nullptr;          // (L, N)     logsumexp of the router logits (z-loss)
   float* moe_gate = nullptr;         // (L, N, K)  gate of each choice (renormalised for K > 1)

@@ -71,6 +71,24 @@ void moe_gates_backward(float* dp, const float* probs, const std::int32_t* exper
 void moe_router_softmax_backward(float* dp, const float* probs, const float* lse, std::int64_t N,
                                  std::int64_t E, float zc);
 
+// ---- where the experts run: locally, or on an expert-parallel group --------------------------
+
+/// The expert half of an MoE block when it does not run on this rank alone: set
+/// GPTActivations::moe_dispatch (block_view passes it on) and moe_mlp_forward / moe_mlp_backward
+/// hand it the block's ln2 output and take back the MoE output, on the one step path (the
+/// layernorm and the residual stay theirs). moe_ep.hpp's EpDispatch is the expert-parallel one.
+class MoeDispatch {
+ public:
+  virtual ~MoeDispatch() = default;
+  /// out (N, C) = the MoE of x (N, C) for the block whose view is `p`; loss[0], loss[1] = its
+  /// balancing and z-loss (coefficients applied).
+  virtual void forward(const ParamPtrs& p, const float* x, float* out, std::int64_t N, float* loss) = 0;
+  /// From dout (N, C): dx (N, C) written; accumulates into g (the block's gradient view).
+  /// `scale`: this micro-batch's share of the MoE losses (GPTActivations::moe_grad_scale).
+  virtual void backward(const ParamPtrs& p, ParamPtrs& g, const float* dout, float* dx, std::int64_t N,
+                        float scale) = 0;
+};
+
 // ---- the fused MoE MLP (block_forward / block_backward call them for MoE blocks) ---------------
 
 /// The MoE half of block l: residual3 = residual2 + moe(ln2(residual2)). `p` is the block's view
