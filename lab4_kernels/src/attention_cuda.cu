@@ -13,16 +13,9 @@
 #include <cmath>
 
 #include "mls/common/error.hpp"
+#include "cuda_check.cuh"  // MLS_CUDA_CHECK
 #include "mls/kernels/cuda.hpp"
 
-#define MLS_ATT_CUDA_CHECK(call)                                                              \
-  do {                                                                                        \
-    const cudaError_t err_ = (call);                                                          \
-    if (err_ != cudaSuccess) {                                                                \
-      ::mls::fail("cuda: ", #call, " failed at ", __FILE__, ":", __LINE__, ": ",              \
-                  cudaGetErrorName(err_), " (", cudaGetErrorString(err_), ")");               \
-    }                                                                                         \
-  } while (0)
 
 namespace mls::kernels::cuda {
 
@@ -145,7 +138,7 @@ void flash_attention_forward(float* out, float* lse, const float* inp, int B, in
   const dim3 grid((T + kRows - 1) / kRows, B * H);
   flash_forward_kernel<<<grid, kWarps * 32, smem>>>(out, lse, inp, T, C, H, hs, causal,
                                                     1.f / std::sqrt(static_cast<float>(hs)));
-  MLS_ATT_CUDA_CHECK(cudaGetLastError());
+  MLS_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace mls::kernels::cuda

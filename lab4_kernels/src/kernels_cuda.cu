@@ -15,17 +15,9 @@
 
 #include "mls/common/error.hpp"
 #include "mls/common/fastmath.hpp"  // kGeluK, kGeluC
+#include "cuda_check.cuh"  // MLS_CUDA_CHECK, MLS_CUDA_CHECK_LAUNCH
 #include "mls/kernels/cuda.hpp"
 #include "mma_layout.hpp"  // the fragment layouts of the mma rung
-
-#define MLS_CUDA_CHECK(call)                                                                  \
-  do {                                                                                        \
-    const cudaError_t err_ = (call);                                                          \
-    if (err_ != cudaSuccess) {                                                                \
-      ::mls::fail("cuda: ", #call, " failed at ", __FILE__, ":", __LINE__, ": ",              \
-                  cudaGetErrorName(err_), " (", cudaGetErrorString(err_), ")");               \
-    }                                                                                         \
-  } while (0)
 
 #define MLS_CUBLAS_CHECK(call)                                                                \
   do {                                                                                        \
@@ -36,8 +28,6 @@
     }                                                                                         \
   } while (0)
 
-/// Checks the launch itself (bad configuration, no device image for this GPU, ...).
-#define MLS_CUDA_CHECK_LAUNCH(what) MLS_CUDA_CHECK(cudaGetLastError())
 
 namespace mls::kernels::cuda {
 

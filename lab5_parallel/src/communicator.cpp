@@ -225,18 +225,7 @@ struct Communicator::Coll {
 Communicator::Communicator(std::unique_ptr<Transport> t) : t_(std::move(t)) {
   MLS_CHECK(t_ != nullptr, "Communicator: the transport is null");
 }
-Communicator::Communicator(Communicator&& o) noexcept {
-  o.stop_async();
-  t_ = std::move(o.t_);
-  traffic_ = std::move(o.traffic_);
-  cost_ = o.cost_;
-  seq_ = o.seq_;
-  seq_async_ = o.seq_async_;
-  coll_ = std::move(o.coll_);
-  tracing_ = o.tracing_;
-  trace_ = std::move(o.trace_);
-  spans_ = std::move(o.spans_);
-}
+Communicator::Communicator(Communicator&& o) noexcept { *this = std::move(o); }
 Communicator& Communicator::operator=(Communicator&& o) noexcept {
   if (this != &o) {
     stop_async();
@@ -245,7 +234,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
     traffic_ = std::move(o.traffic_);
     cost_ = o.cost_;
     seq_ = o.seq_;
-  seq_async_ = o.seq_async_;
+    seq_async_ = o.seq_async_;
     coll_ = std::move(o.coll_);
     tracing_ = o.tracing_;
     trace_ = std::move(o.trace_);

@@ -63,6 +63,29 @@ std::vector<LossRow> read_loss_csv(const std::string& path) {
   return rows;
 }
 
+namespace {
+
+/// The frame of a plot over training steps (loss.svg, moe.svg): the title, the step axis below
+/// and the y axis with grid lines, its numbers printed with `fmt`.
+struct PlotBox {
+  double W, H, ml, mr, mb;
+};
+void step_axes(svg::Document& d, const svg::Scale& X, const svg::Scale& Y, const PlotBox& b, const std::string& title,
+               const char* y_title, const char* fmt) {
+  d.text(b.W / 2, 22, title, {.anchor = svg::Anchor::Middle, .size = 14});
+  d.x_axis(X, b.H - b.mb,
+           {.label = [](double v) { return std::to_string(std::llround(v)); }, .title = "step", .title_gap = b.mb - 10});
+  d.y_axis(Y, b.ml,
+           {.label = [fmt](double v) {
+              char buf[32];
+              std::snprintf(buf, sizeof buf, fmt, v);
+              return std::string(buf);
+            },
+            .grid = "#ddd", .grid_to = b.W - b.mr, .title = y_title, .title_gap = b.ml - 15});
+}
+
+}  // namespace
+
 std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title) {
   const double W = 640, H = 400, ml = 70, mr = 20, mt = 40, mb = 50;
   auto has_val = [](const LossRow& r) { return r.val_loss >= 0 && std::isfinite(r.val_loss); };
@@ -80,16 +103,7 @@ std::string loss_svg(const std::vector<LossRow>& rows, const std::string& title)
   y0 = std::max(0.0, y0 - 0.05 * (y1 - y0));
   const svg::Scale X(x0, x1, ml, W - mr), Y(y0, y1, H - mb, mt);
   svg::Document d(W, H);
-  d.text(W / 2, 22, title, {.anchor = svg::Anchor::Middle, .size = 14});
-  d.x_axis(X, H - mb,
-           {.label = [](double v) { return std::to_string(std::llround(v)); }, .title = "step", .title_gap = mb - 10});
-  d.y_axis(Y, ml,
-           {.label = [](double v) {
-              char b[32];
-              std::snprintf(b, sizeof b, "%.5g", v);
-              return std::string(b);
-            },
-            .grid = "#ddd", .grid_to = W - mr, .title = "loss (nats/token)", .title_gap = ml - 15});
+  step_axes(d, X, Y, {W, H, ml, mr, mb}, title, "loss (nats/token)", "%.5g");
   std::vector<svg::Point> train;
   for (const auto& r : rows)
     if (std::isfinite(r.train_loss)) train.push_back({X(static_cast<double>(r.step)), Y(r.train_loss)});
@@ -142,16 +156,7 @@ std::string moe_svg(const std::vector<MoeRow>& rows, const std::string& title) {
   y1 = std::min(1.0, y1 * 1.05);
   const svg::Scale X(x0, x1, ml, W - mr), Y(0.0, y1, H - mb, mt);
   svg::Document d(W, H);
-  d.text(W / 2, 22, title, {.anchor = svg::Anchor::Middle, .size = 14});
-  d.x_axis(X, H - mb,
-           {.label = [](double v) { return std::to_string(std::llround(v)); }, .title = "step", .title_gap = mb - 10});
-  d.y_axis(Y, ml,
-           {.label = [](double v) {
-              char b[32];
-              std::snprintf(b, sizeof b, "%.3g", v);
-              return std::string(b);
-            },
-            .grid = "#ddd", .grid_to = W - mr, .title = "share of routed tokens", .title_gap = ml - 15});
+  step_axes(d, X, Y, {W, H, ml, mr, mb}, title, "share of routed tokens", "%.3g");
   static const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
   std::vector<svg::LegendEntry> legend;
