@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,6 +16,13 @@
 #include "mls/testing.hpp"
 
 namespace mls::parallel::testing {
+
+/// Simulated ranks that give up waiting after `ms` milliseconds (the error tests' deadlocks end fast).
+inline SimOptions quick(int ms = 2000) {
+  SimOptions o;
+  o.timeout = std::chrono::milliseconds(ms);
+  return o;
+}
 
 inline const std::vector<ReduceOp>& all_ops() {
   static const std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};

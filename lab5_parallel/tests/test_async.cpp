@@ -18,11 +18,6 @@ using namespace mls::parallel::testing;
 using mls::testing::require_error;
 
 namespace {
-SimOptions quick(int ms = 2000) {
-  SimOptions o;
-  o.timeout = std::chrono::milliseconds(ms);
-  return o;
-}
 std::vector<double> bits(const Tensor& t) { return t.to(DType::Float64).to_vector<double>(); }
 }  // namespace
 

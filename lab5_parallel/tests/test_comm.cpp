@@ -17,14 +17,6 @@ using namespace mls::parallel;
 using namespace mls::parallel::testing;
 using mls::testing::require_error;
 
-namespace {
-SimOptions quick(int ms = 2000) {
-  SimOptions o;
-  o.timeout = std::chrono::milliseconds(ms);
-  return o;
-}
-}  // namespace
-
 TEST_CASE("send and recv: tags match FIFO per (source, tag), any order of tags", "[lab5][p2p]") {
   std::vector<std::vector<double>> got(2);
   run_simulated(2, [&](Communicator& c) {

@@ -45,6 +45,23 @@ struct MoeSteps {
   std::int64_t bytes_sent = 0;          // EP: the last step's exchanges
 };
 
+/// D data-parallel replicas' inputs: each a residual stream and an output weight W of n normals,
+/// drawn replica by replica (residual, then W).
+struct DpInputs {
+  std::vector<std::vector<float>> resids, Ws;
+};
+inline DpInputs dp_inputs(int D, std::int64_t n, mls::Rng& rng) {
+  DpInputs in{std::vector<std::vector<float>>(static_cast<std::size_t>(D)),
+              std::vector<std::vector<float>>(static_cast<std::size_t>(D))};
+  for (std::size_t d = 0; d < static_cast<std::size_t>(D); ++d) {
+    in.resids[d].resize(static_cast<std::size_t>(n));
+    in.Ws[d].resize(static_cast<std::size_t>(n));
+    for (auto& v : in.resids[d]) v = static_cast<float>(rng.normal(0.0, 1.0));
+    for (auto& v : in.Ws[d]) v = static_cast<float>(rng.normal(0.0, 1.0));
+  }
+  return in;
+}
+
 constexpr int kEpSteps = 10;
 constexpr float kEpLr = 0.02f;  // small: the objective sum(out · W) is linear, large steps blow the router up
 

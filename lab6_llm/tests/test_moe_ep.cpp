@@ -49,13 +49,8 @@ TEST_CASE("expert parallelism x data parallelism: EP 2 x DP 2 on a 2-D mesh of 4
   const std::int64_t B = 2, T = 12, N = B * T, C = cfg.n_embd, Nl = N / EP;
   Rng rng(50, "moe-ep-dp");
   const GPTParams init = random_params(cfg, rng);
-  std::vector<std::vector<float>> resids(DP), Ws(DP);
-  for (int d = 0; d < DP; ++d) {
-    resids[static_cast<std::size_t>(d)].resize(static_cast<std::size_t>(N * C));
-    Ws[static_cast<std::size_t>(d)].resize(static_cast<std::size_t>(N * C));
-    for (auto& v : resids[static_cast<std::size_t>(d)]) v = static_cast<float>(rng.normal(0.0, 1.0));
-    for (auto& v : Ws[static_cast<std::size_t>(d)]) v = static_cast<float>(rng.normal(0.0, 1.0));
-  }
+  const DpInputs in = dp_inputs(DP, N * C, rng);
+  const std::vector<std::vector<float>>&resids = in.resids, &Ws = in.Ws;
   const MoeSteps single = single_moe_steps(cfg, init, resids, Ws, B, T);
   std::vector<MoeSteps> ep(static_cast<std::size_t>(EP * DP));
   parallel::run_simulated(EP * DP, [&](Communicator& world) {

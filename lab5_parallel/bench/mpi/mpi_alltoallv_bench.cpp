@@ -15,28 +15,14 @@
 #include "mls/common/timer.hpp"
 #include "mls/parallel/comm.hpp"
 #include "mls/parallel/mpi.hpp"
+#include "mpi_bench_timing.hpp"
 
 using namespace mls;
 using namespace mls::parallel;
+using mls::parallel::bench::time_per_call;
 
 namespace {
 
-/// Seconds per call of `f` on the slowest rank: best of 5 timed batches.
-template <class F>
-double time_per_call(Communicator& c, F&& f, std::int64_t bytes) {
-  const int iters = static_cast<int>(std::clamp<std::int64_t>((64LL << 20) / std::max<std::int64_t>(bytes, 1), 2, 500));
-  f();  // warm-up
-  double best = 1e300;
-  for (int rep = 0; rep < 5; ++rep) {
-    c.barrier();
-    Timer t;
-    for (int i = 0; i < iters; ++i) f();
-    Tensor s = Tensor::full({1}, t.seconds() / iters, DType::Float64);
-    c.allreduce(s, ReduceOp::Max, Algo::Native);
-    best = std::min(best, s.at({0}));
-  }
-  return best;
-}
 
 /// What rank r sends rank s for a buffer of `elems` floats per rank (the last rank's share
 /// takes the rounding): shares proportional to 1 + (r + s) % n.
