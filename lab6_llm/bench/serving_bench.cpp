@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   std::int64_t requests = 96, batch = 32, prompt_min = 4, prompt_max = 24, out_min = 4, out_max = 36;
   std::uint64_t seed = 0;
   int threads = 0;
+  bool profile = false;
   app.add_option("--config", spec.config, "named config (nano, small)")->capture_default_str();
   app.add_option("--n-layer", spec.n_layer, "override the config's layers");
   app.add_option("--n-embd", spec.n_embd, "override the config's width");
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--out-max", out_max, "most new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--seed", seed, "seed of the model and the requests")->capture_default_str();
   app.add_option("--threads", threads, "threads (default: MLS_NUM_THREADS or all cores)")->check(CLI::Range(1, 4096));
+  app.add_flag("--profile", profile, "print where a decode step spends its time (per token, per stage) at batch 1 "
+               "and at --batch");
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
@@ -161,27 +164,55 @@ int main(int argc, char** argv) {
     std::printf("ratio continuous_vs_one_at_a_time_throughput %.3f\n", tps("continuous") / tps("one_at_a_time"));
     std::printf("ratio continuous_vs_static_ttft_p99 %.3f\n", pct(res["continuous"].ttft, 0.99) / pct(res["static"].ttft, 0.99));
 
-    // decode step time per token: `batch` sequences decoding together vs one
-    const auto decode_time = [&](std::int64_t b) {
-      EngineOptions o = opt;
-      o.max_running = b;
-      Engine e(p, o);
-      for (std::int64_t i = 0; i < b; ++i) {
-        EngineRequest r = reqs[static_cast<std::size_t>(i % requests)];
-        r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 8));
-        r.max_tokens = 24;
-        e.add(r);
+    // decode step time per token: `batch` sequences decoding together vs one (the best of 3 runs
+    // of 12 steps each); with --profile, the stages of those steps
+    const auto decode_time = [&](std::int64_t b, DecodeProfile* prof) {
+      double best = 1e300;
+      for (int rep = 0; rep < 3; ++rep) {
+        EngineOptions o = opt;
+        o.max_running = b;
+        Engine e(p, o);
+        for (std::int64_t i = 0; i < b; ++i) {
+          EngineRequest r = reqs[static_cast<std::size_t>(i % requests)];
+          r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 8));
+          r.max_tokens = 24;
+          e.add(r);
+        }
+        while (e.stats().running < b || e.stats().waiting > 0) e.step();  // prompts done
+        for (int i = 0; i < 2; ++i) e.step();
+        DecodeProfile run;
+        e.set_profile(prof ? &run : nullptr);
+        Timer t;
+        int steps = 0;
+        for (; steps < 12 && e.stats().running == b; ++steps) e.step();
+        const double per_token = t.seconds() / static_cast<double>(steps * b);
+        if (per_token < best) {
+          best = per_token;
+          if (prof) *prof = run;
+        }
       }
-      while (e.stats().running < b || e.stats().waiting > 0) e.step();  // prompts done
-      for (int i = 0; i < 2; ++i) e.step();
-      Timer t;
-      int steps = 0;
-      for (; steps < 12 && e.stats().running == b; ++steps) e.step();
-      return t.seconds() / static_cast<double>(steps * b);
+      return best;
     };
-    const double t1 = decode_time(1), tb = decode_time(batch);
+    DecodeProfile prof1, profb;
+    const double t1 = decode_time(1, profile ? &prof1 : nullptr), tb = decode_time(batch, profile ? &profb : nullptr);
     std::printf("decode: %.1f us per token at batch 1, %.1f us per token at batch %lld\n", t1 * 1e6, tb * 1e6,
                 (long long)batch);
+    if (profile) {
+      std::printf("decode step by stage, us per token (batch 1 | batch %lld):\n", (long long)batch);
+      const std::pair<const char*, double DecodeProfile::*> stages[] = {
+          {"embedding", &DecodeProfile::embed},    {"layernorms", &DecodeProfile::layernorm},
+          {"qkv GEMM", &DecodeProfile::qkv},       {"k/v into the cache", &DecodeProfile::kv_write},
+          {"attention (paged)", &DecodeProfile::attention}, {"attention projection", &DecodeProfile::attproj},
+          {"MLP (fc, GELU, fcproj)", &DecodeProfile::mlp}, {"residual adds", &DecodeProfile::residual},
+          {"LM head", &DecodeProfile::head},      {"scheduler", &DecodeProfile::schedule},
+          {"sampling, finishing", &DecodeProfile::sample}, {"other bookkeeping", &DecodeProfile::other}};
+      const auto per = [](const DecodeProfile& d, double v) {
+        return d.rows > 0 ? v * 1e6 / static_cast<double>(d.rows) : 0.0;
+      };
+      for (const auto& [name, field] : stages)
+        std::printf("  %-24s %8.2f | %8.2f\n", name, per(prof1, prof1.*field), per(profb, profb.*field));
+      std::printf("  %-24s %8.2f | %8.2f\n", "total", per(prof1, prof1.total()), per(profb, profb.total()));
+    }
     std::printf("ratio decode_token_time_batch%lld_vs_batch1 %.3f\n", (long long)batch, tb / t1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-serving-bench: %s\n", e.what());

@@ -94,6 +94,8 @@ class Engine {
   bool idle() const { return waiting_.empty() && running_.empty() && cancelled_.empty(); }
   EngineStats stats() const;
   const PagedKVCache& cache() const { return cache_; }
+  /// Adds every step's stage times to *profile from now on (null: stop); mls-serving-bench --profile.
+  void set_profile(DecodeProfile* profile) { model_.profile = profile; }
   const EngineOptions& options() const { return opt_; }
 
   /// A step's plan: which sequences run how many of their pending tokens, in running order.
@@ -140,6 +142,7 @@ class Engine {
   void index_blocks(Seq& s);
 
   const GPTParams& params_;
+  DecodeModel model_;  // the weights packed once for forward_paged, its reused buffers
   EngineOptions opt_;
   std::function<std::string(std::int32_t)> detok_;
   PagedKVCache cache_;
