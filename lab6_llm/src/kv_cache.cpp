@@ -306,11 +306,10 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
     encoder_forward(x + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
   }
   lap(&DecodeProfile::embed);
-  // Row by row where a kernel's numbers could depend on the row count (layernorm, GELU: vector
-  // tails), so that every row computes exactly what one token at a time does.
+  // Every row computes exactly what one token at a time does: layernorm normalises row by row,
+  // GELU runs row by row (its vector tails), the GEMMs sum over c in order (rowgemm.hpp).
   const auto ln_rows = [&](const float* w, const float* b) {
-    for (std::int64_t r = 0; r < N; ++r)
-      kernels::layernorm_forward(ln + r * C, mean + r, rstd + r, x + r * C, w, b, 1, C, 1e-5f);
+    kernels::layernorm_forward(ln, mean, rstd, x, w, b, N, C, 1e-5f);  // row by row inside
     lap(&DecodeProfile::layernorm);
   };
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));

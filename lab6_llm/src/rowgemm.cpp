@@ -70,11 +70,12 @@ template <int R>
   tile<R, 1>(out, ldo, x, ldx, w, ws, C, bias, o0, OC);
 }
 
-/// Panels [p0, p0 + np) of the product for all N rows; w points at panel p0 (panel stride C*16).
-/// Tiles: 1 row x 8 panels (a GEMV: 8 independent FMA chains), 2 x 4, else 4 x 2.
+/// Panels [p0, p0 + np) of the product for rows 0..N-1; w points at panel p0 (panel stride
+/// C*16). Tiles: 1 row x 8 panels (a GEMV: 8 independent FMA chains), 2 x 4, else up to
+/// max_rows (8 with AVX-512's 32 registers, else 4) x 2.
 MLS_ROWGEMM_CLONES void panels_forward(float* out, const float* x, std::int64_t N, std::int64_t C,
                                        std::int64_t OC, const float* w, std::int64_t p0,
-                                       std::int64_t np, const float* bias) {
+                                       std::int64_t np, const float* bias, int max_rows) {
   const std::int64_t ws = C * kP;
   const int most = N == 1 ? 8 : N == 2 ? 4 : 2;
   for (std::int64_t p = 0; p < np;) {
@@ -83,19 +84,34 @@ MLS_ROWGEMM_CLONES void panels_forward(float* out, const float* x, std::int64_t 
     const float* wp = w + p * ws;
     const std::int64_t o0 = (p0 + p) * kP;
     for (std::int64_t n = 0; n < N;) {
-      const std::int64_t R = std::min<std::int64_t>(4, N - n);
+      const std::int64_t R = std::min<std::int64_t>(max_rows, N - n);
       float* o = out + n * OC;
       const float* xr = x + n * C;
       switch (R) {
         case 1: tile_p<1>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
         case 2: tile_p<2>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
         case 3: tile_p<3>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        default: tile_p<4>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
+        case 4: tile_p<4>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
+        case 5: tile_p<5>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
+        case 6: tile_p<6>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
+        case 7: tile_p<7>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
+        default: tile_p<8>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
       }
       n += R;
     }
     p += P;
   }
+}
+
+/// Rows per register tile: 8 where AVX-512 has 32 vector registers for 16 accumulators, else 4.
+/// The tile shape never changes a result (each element sums over c in order).
+int max_tile_rows() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const int rows = __builtin_cpu_supports("avx512f") ? 8 : 4;
+  return rows;
+#else
+  return 4;
+#endif
 }
 
 /// Panels [p0, p1) of W (OC, C) into dst ((p1 - p0), C, 16), zeros past OC.
@@ -115,7 +131,29 @@ void pack_panels(float* dst, const float* weight, std::int64_t OC, std::int64_t 
   }
 }
 
-constexpr std::int64_t kPanelGrain = 8;  // panels per parallel chunk (results never depend on it)
+constexpr std::int64_t kPanelGrain = 8;         // panels per chunk when packing
+constexpr std::int64_t kTaskMacs = 1 << 17;     // multiply-adds per parallel task at least
+
+/// Runs f(n0, n1, p0, p1) on tasks covering rows [0, N) x panels [0, panels): split over the
+/// panels first (two at least per task), then over rows in blocks of 8, for as many tasks as
+/// intra_op_threads() and the work (kTaskMacs each) allow. Results never depend on the split.
+template <class F>
+void split_tasks(std::int64_t N, std::int64_t panels, std::int64_t C, const F& f) {
+  const std::int64_t macs = N * panels * kP * C;
+  const std::int64_t tasks = std::max<std::int64_t>(1, std::min<std::int64_t>(intra_op_threads(), macs / kTaskMacs));
+  const std::int64_t pg = std::max<std::int64_t>(1, std::min(tasks, panels / 2));
+  const std::int64_t rblocks = (N + 7) / 8;
+  const std::int64_t rg = std::max<std::int64_t>(1, std::min((tasks + pg - 1) / pg, rblocks));
+  if (pg * rg == 1) return f(0, N, 0, panels);
+  parallel_for(0, pg * rg, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t pi = t % pg, ri = t / pg;
+      const std::int64_t n0 = std::min(N, rblocks * ri / rg * 8), n1 = std::min(N, rblocks * (ri + 1) / rg * 8);
+      const std::int64_t q0 = panels * pi / pg, q1 = panels * (pi + 1) / pg;
+      if (n0 < n1 && q0 < q1) f(n0, n1, q0, q1);
+    }
+  });
+}
 
 }  // namespace
 
@@ -134,20 +172,23 @@ PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C) {
 void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
                            std::int64_t N) {
   if (N <= 0) return;
-  parallel_for(0, w.panels(), kPanelGrain, [&](std::int64_t p0, std::int64_t p1) {
-    panels_forward(out, inp, N, w.C, w.OC, w.data.data() + p0 * w.C * kP, p0, p1 - p0, bias);
+  const int rows = max_tile_rows();
+  split_tasks(N, w.panels(), w.C, [&](std::int64_t n0, std::int64_t n1, std::int64_t q0, std::int64_t q1) {
+    panels_forward(out + n0 * w.OC, inp + n0 * w.C, n1 - n0, w.C, w.OC, w.data.data() + q0 * w.C * kP, q0,
+                   q1 - q0, bias, rows);
   });
 }
 
 void matmul_rows_forward(float* out, const float* inp, const float* weight, const float* bias,
                          std::int64_t N, std::int64_t C, std::int64_t OC) {
-  // The same tiles on panels packed here, a chunk at a time (each weight row read once per call)
+  // The same tiles on panels packed here, a chunk of panels at a time
   const std::int64_t panels = (OC + kP - 1) / kP;
+  const int rows = max_tile_rows();
   parallel_for(0, panels, kPanelGrain, [&](std::int64_t p0, std::int64_t p1) {
     thread_local std::vector<float> buf;
     buf.resize(static_cast<std::size_t>((p1 - p0) * C * kP));
     pack_panels(buf.data(), weight, OC, C, p0, p1);
-    panels_forward(out, inp, N, C, OC, buf.data(), p0, p1 - p0, bias);
+    panels_forward(out, inp, N, C, OC, buf.data(), p0, p1 - p0, bias, rows);
   });
 }
 
