@@ -17,10 +17,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <map>
 
 #include "mls/common/parallel.hpp"
-#include "mls/common/timer.hpp"
 #include "mls/common/error.hpp"
 #include "mls/kernels/sgemm.hpp"
 #include "mls/llm/engine.hpp"
@@ -36,6 +36,20 @@ struct Result {
   std::vector<double> ttft;
 };
 
+/// Seconds since construction on the wall clock, or on the process's CPU clock (--clock cpu: on a
+/// busy machine, time the process did not run is not counted; one thread only).
+struct Clock {
+  bool cpu = false;
+  double t0 = 0;
+  explicit Clock(bool use_cpu) : cpu(use_cpu), t0(now()) {}
+  double now() const {
+    timespec ts{};
+    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  double seconds() const { return now() - t0; }
+};
+
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -45,7 +59,7 @@ double pct(std::vector<double> v, double p) {
 
 /// Runs `reqs` through one engine (max_running), all submitted at t0 + offset; returns the time
 /// of each request's first token (from the engine's start) and its tokens.
-void run_group(const GPTParams& p, EngineOptions opt, const std::vector<EngineRequest>& reqs, const Timer& clock,
+void run_group(const GPTParams& p, EngineOptions opt, const std::vector<EngineRequest>& reqs, const Clock& clock,
                Result& r, const std::vector<std::int64_t>& useful) {
   Engine e(p, opt);
   std::map<std::int64_t, std::size_t> idx;
@@ -72,6 +86,7 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 0;
   int threads = 0;
   bool profile = false;
+  std::string clock_name = "wall";
   app.add_option("--config", spec.config, "named config (nano, small)")->capture_default_str();
   app.add_option("--n-layer", spec.n_layer, "override the config's layers");
   app.add_option("--n-embd", spec.n_embd, "override the config's width");
@@ -87,9 +102,14 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (default: MLS_NUM_THREADS or all cores)")->check(CLI::Range(1, 4096));
   app.add_flag("--profile", profile, "print where a decode step spends its time (per token, per stage) at batch 1 "
                "and at --batch");
+  app.add_option("--clock", clock_name, "wall, or cpu: the process's CPU time (a busy machine; needs --threads 1)")
+      ->check(CLI::IsMember({"wall", "cpu"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
+    const bool cpu = clock_name == "cpu";
+    MLS_CHECK(!cpu || num_threads() == 1, "serving-bench: --clock cpu with ", num_threads(),
+              " threads, expected --threads 1 (the CPU clock adds up every thread's time)");
     kernels::register_kernels();
     const GPTConfig cfg = spec.make(65);
     MLS_CHECK(prompt_min <= prompt_max && out_min <= out_max, "serving-bench: --prompt-min ", prompt_min,
@@ -120,7 +140,7 @@ int main(int argc, char** argv) {
       Result& r = res["one_at_a_time"];
       EngineOptions o = opt;
       o.max_running = 1;
-      Timer t;
+      Clock t(cpu);
       run_group(p, o, reqs, t, r, useful);
       r.seconds = t.seconds();
     }
@@ -128,7 +148,7 @@ int main(int argc, char** argv) {
       Result& r = res["static"];
       EngineOptions o = opt;
       o.max_running = batch;
-      Timer t;
+      Clock t(cpu);
       for (std::int64_t g = 0; g < requests; g += batch) {
         const auto end = std::min(requests, g + batch);
         std::vector<EngineRequest> group(reqs.begin() + g, reqs.begin() + end);
@@ -144,15 +164,15 @@ int main(int argc, char** argv) {
       Result& r = res["continuous"];
       EngineOptions o = opt;
       o.max_running = batch;
-      Timer t;
+      Clock t(cpu);
       run_group(p, o, reqs, t, r, useful);
       r.seconds = t.seconds();
     }
     std::printf("%s (%lld layers, %lld wide, context %lld), %lld requests, prompts %lld-%lld, outputs %lld-%lld tokens, "
-                "batch %lld, %d thread(s); all requests arrive at once\n",
+                "batch %lld, %d thread(s), %s clock; all requests arrive at once\n",
                 spec.config.c_str(), (long long)cfg.n_layer, (long long)cfg.n_embd, (long long)cfg.block_size,
                 (long long)requests, (long long)prompt_min, (long long)prompt_max, (long long)out_min,
-                (long long)out_max, (long long)batch, num_threads());
+                (long long)out_max, (long long)batch, num_threads(), clock_name.c_str());
     for (const char* k : {"one_at_a_time", "static", "continuous"}) {
       const Result& r = res[k];
       std::printf("%-14s %8.0f tok/s  (%lld tokens in %.3f s)  TTFT p50 %.3f s  p99 %.3f s\n", k,
@@ -181,8 +201,9 @@ int main(int argc, char** argv) {
         while (e.stats().running < b || e.stats().waiting > 0) e.step();  // prompts done
         for (int i = 0; i < 2; ++i) e.step();
         DecodeProfile run;
+        run.cpu_time = cpu;
         e.set_profile(prof ? &run : nullptr);
-        Timer t;
+        Clock t(cpu);
         int steps = 0;
         for (; steps < 12 && e.stats().running == b; ++steps) e.step();
         const double per_token = t.seconds() / static_cast<double>(steps * b);

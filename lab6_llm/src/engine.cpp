@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "mls/common/error.hpp"
-#include "mls/common/timer.hpp"
 
 namespace mls::llm {
 
@@ -183,13 +182,13 @@ Engine::Plan Engine::schedule() {
 
 std::vector<EngineEvent> Engine::step() {
   DecodeProfile* prof = model_.profile;
-  Timer clock;
+  const double t0 = prof ? prof->now() : 0;
   double forward_time = 0;
   std::vector<EngineEvent> events;
   for (auto id : cancelled_) events.push_back({id, -1, FinishReason::Cancelled, false});
   cancelled_.clear();
   const Plan plan = schedule();
-  const double scheduled = prof ? clock.seconds() : 0;
+  const double scheduled = prof ? prof->now() - t0 : 0;
   const GPTConfig& cfg = params_.config();
   std::vector<PagedRow> rows;
   std::vector<std::int64_t> sampled;  // ids whose last pending token runs in this step
@@ -207,9 +206,9 @@ std::vector<EngineEvent> Engine::step() {
     }
   }
   std::vector<float> logits(sampled.size() * static_cast<std::size_t>(cfg.vocab_size));
-  const double before = prof ? clock.seconds() : 0;
+  const double before = prof ? prof->now() - t0 : 0;
   forward_paged(model_, cache_, rows, logits.data());
-  if (prof) forward_time = clock.seconds() - before;
+  if (prof) forward_time = prof->now() - t0 - before;
   ++stats_.steps;
   stats_.computed_tokens += static_cast<std::int64_t>(rows.size());
   for (const auto& c : plan.chunks) {
@@ -217,7 +216,7 @@ std::vector<EngineEvent> Engine::step() {
     s.computed += c.n;
     index_blocks(s);
   }
-  const double sampling = prof ? clock.seconds() : 0;
+  const double sampling = prof ? prof->now() - t0 : 0;
   for (std::size_t k = 0; k < sampled.size(); ++k) {
     Seq& s = seq(sampled[k]);
     const std::int32_t t =
@@ -244,7 +243,7 @@ std::vector<EngineEvent> Engine::step() {
     }
   }
   if (prof) {
-    const double end = clock.seconds();
+    const double end = prof->now() - t0;
     prof->schedule += scheduled;
     prof->sample += end - sampling;
     prof->other += sampling - scheduled - forward_time;

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
-#include "mls/common/timer.hpp"
 #include "mls/kernels/fused.hpp"
 
 namespace mls::llm {
@@ -206,26 +206,44 @@ const float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) co
 
 namespace {
 
-/// One attention row: query q (hs) against n cached positions (their keys and values of this head
-/// through kp / vp), into o (hs). att: scratch (n). The same loops as forward_cached's.
+/// One attention row of every head: query q (C = H heads of hs) against n cached positions
+/// (position t2's keys and values, all heads side by side, at kp[t2] / vp[t2]), into o (C).
+/// att: scratch (H, n). Position by position over all heads, so each position's C keys (and
+/// values) are read once, front to back; per (head, position) the very operations of
+/// forward_cached, in the same order (a dot over j, the scale, the softmax of the row, then
+/// o += a * v position after position), so the same bits.
 void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp, std::int64_t n,
-                std::int64_t hs, float scale, float* att) {
+                std::int64_t H, std::int64_t hs, float scale, float* att) {
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
-    const float* kk = kp[t2];
-    float dot = 0.f;
-    for (std::int64_t j = 0; j < hs; ++j) dot += q[j] * kk[j];
-    att[t2] = dot * scale;
+    const float* krow = kp[t2];
+    for (std::int64_t h = 0; h < H; ++h) {
+      const float* qh = q + h * hs;
+      const float* kk = krow + h * hs;
+      float dot = 0.f;
+      for (std::int64_t j = 0; j < hs; ++j) dot += qh[j] * kk[j];
+      att[h * n + t2] = dot * scale;
+    }
   }
-  kernels::softmax_forward(att, att, 1, n);
-  for (std::int64_t j = 0; j < hs; ++j) o[j] = 0.f;
+  for (std::int64_t h = 0; h < H; ++h) kernels::softmax_forward(att + h * n, att + h * n, 1, n);
+  for (std::int64_t j = 0; j < H * hs; ++j) o[j] = 0.f;
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
-    const float a = att[t2];
-    const float* vv = vp[t2];
-    for (std::int64_t j = 0; j < hs; ++j) o[j] += a * vv[j];
+    const float* vrow = vp[t2];
+    for (std::int64_t h = 0; h < H; ++h) {
+      const float a = att[h * n + t2];
+      const float* vv = vrow + h * hs;
+      float* oh = o + h * hs;
+      for (std::int64_t j = 0; j < hs; ++j) oh[j] += a * vv[j];
+    }
   }
 }
 
 }  // namespace
+
+double DecodeProfile::now() const {
+  timespec ts{};
+  clock_gettime(cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 DecodeModel::DecodeModel(const GPTParams& params) : params_(&params) {
   const GPTConfig& cfg = params.config();
@@ -256,11 +274,10 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
                      hs = C / H, N = static_cast<std::int64_t>(rows.size()), bt = cache.block_tokens();
   if (N == 0) return;
   DecodeProfile* prof = model.profile;
-  Timer clock;
-  double last = 0;
+  double last = prof ? prof->now() : 0;
   const auto lap = [&](double DecodeProfile::*stage) {
     if (!prof) return;
-    const double now = clock.seconds();
+    const double now = prof->now();
     prof->*stage += now - last;
     last = now;
   };
@@ -329,7 +346,7 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
       thread_local std::vector<float> att;
       kp.resize(sz(maxpos + 1));
       vp.resize(sz(maxpos + 1));
-      att.resize(sz(maxpos + 1));
+      att.resize(sz(H * (maxpos + 1)));
       const PagedKVCache& cc = cache;
       for (std::int64_t r = r0; r < r1; ++r) {
         const PagedRow& row = rows[static_cast<std::size_t>(r)];
@@ -343,15 +360,7 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
             vp[sz(t2)] = vb + (t2 - t0) * C;
           }
         }
-        for (std::int64_t h = 0; h < H; ++h) {
-          if (h > 0)
-            for (std::int64_t t2 = 0; t2 <= row.pos; ++t2) {
-              kp[sz(t2)] += hs;
-              vp[sz(t2)] += hs;
-            }
-          attend_row(y + r * C + h * hs, qkv + r * 3 * C + h * hs, kp.data(), vp.data(), row.pos + 1, hs,
-                     scale, att.data());
-        }
+        attend_row(y + r * C, qkv + r * 3 * C, kp.data(), vp.data(), row.pos + 1, H, hs, scale, att.data());
       }
     });
     lap(&DecodeProfile::attention);

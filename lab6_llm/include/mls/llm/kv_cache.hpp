@@ -161,6 +161,9 @@ struct DecodeProfile {
   double sample = 0;     // sample_token for every finished row, stop strings, finishing
   double other = 0;      // the rest of Engine::step (building rows, prefix index, events)
   std::int64_t steps = 0, rows = 0;
+  bool cpu_time = false;  // time with the process's CPU clock (a busy machine, one thread), else wall
+  /// Seconds on the chosen clock (from an arbitrary origin).
+  double now() const;
   double total() const {
     return embed + layernorm + qkv + kv_write + attention + attproj + mlp + residual + head + schedule + sample +
            other;
