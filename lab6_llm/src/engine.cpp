@@ -28,9 +28,12 @@ const char* finish_name(FinishReason r) {
 }
 
 Engine::Engine(const GPTParams& params, const EngineOptions& opt,
-               std::function<std::string(std::int32_t)> detok)
-    : params_(params), model_(params), opt_((opt.validate(), opt)), detok_(std::move(detok)),
+               std::function<std::string(std::int32_t)> detok, std::shared_ptr<const DecodeModel> model)
+    : params_(params), model_(model ? std::move(model) : std::make_shared<const DecodeModel>(params)),
+      opt_((opt.validate(), opt)), detok_(std::move(detok)),
       cache_(params.config(), opt.num_blocks, opt.block_tokens) {
+  MLS_CHECK(&model_->params() == &params, "engine: a packed model of other parameters, expected the "
+            "DecodeModel of these parameters");
   MLS_CHECK(opt.eos < params.config().vocab_size, "engine: eos = ", opt.eos, ", expected -1 (none) or < vocab_size = ",
             params.config().vocab_size);
 }
@@ -181,7 +184,7 @@ Engine::Plan Engine::schedule() {
 }
 
 std::vector<EngineEvent> Engine::step() {
-  DecodeProfile* prof = model_.profile;
+  DecodeProfile* prof = profile_;
   const double t0 = prof ? prof->now() : 0;
   double forward_time = 0;
   std::vector<EngineEvent> events;
@@ -207,7 +210,7 @@ std::vector<EngineEvent> Engine::step() {
   }
   std::vector<float> logits(sampled.size() * static_cast<std::size_t>(cfg.vocab_size));
   const double before = prof ? prof->now() - t0 : 0;
-  forward_paged(model_, cache_, rows, logits.data());
+  forward_paged(*model_, scratch_, cache_, rows, logits.data(), prof);
   if (prof) forward_time = prof->now() - t0 - before;
   ++stats_.steps;
   stats_.computed_tokens += static_cast<std::int64_t>(rows.size());

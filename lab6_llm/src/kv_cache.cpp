@@ -262,18 +262,20 @@ DecodeModel::DecodeModel(const GPTParams& params) : params_(&params) {
 
 void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const PagedRow> rows,
                    float* logits) {
-  DecodeModel model(params);
-  forward_paged(model, cache, rows, logits);
+  const DecodeModel model(params);
+  DecodeScratch scratch;
+  forward_paged(model, scratch, cache, rows, logits);
 }
 
-void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const PagedRow> rows, float* logits) {
+void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
+                   std::span<const PagedRow> rows, float* logits, DecodeProfile* profile) {
   const GPTParams& params = model.params();
   const GPTConfig& cfg = params.config();
   MLS_CHECK(cache.config() == cfg, "forward_paged: a cache of another config");
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size,
                      hs = C / H, N = static_cast<std::int64_t>(rows.size()), bt = cache.block_tokens();
   if (N == 0) return;
-  DecodeProfile* prof = model.profile;
+  DecodeProfile* prof = profile;
   double last = prof ? prof->now() : 0;
   const auto lap = [&](double DecodeProfile::*stage) {
     if (!prof) return;
@@ -309,15 +311,15 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
     if (v.size() < sz(n)) v.resize(sz(n));
     return v.data();
   };
-  float* x = fit(model.x_, N * C);
-  float* ln = fit(model.ln_, N * C);
-  float* qkv = fit(model.qkv_, N * 3 * C);
-  float* y = fit(model.y_, N * C);
-  float* proj = fit(model.proj_, N * C);
-  float* fch = fit(model.fch_, N * 4 * C);
-  float* fchg = fit(model.fchg_, N * 4 * C);
-  float* mean = fit(model.mean_, N);
-  float* rstd = fit(model.rstd_, N);
+  float* x = fit(scratch.x, N * C);
+  float* ln = fit(scratch.ln, N * C);
+  float* qkv = fit(scratch.qkv, N * 3 * C);
+  float* y = fit(scratch.y, N * C);
+  float* proj = fit(scratch.proj, N * C);
+  float* fch = fit(scratch.fch, N * 4 * C);
+  float* fchg = fit(scratch.fchg, N * 4 * C);
+  float* mean = fit(scratch.mean, N);
+  float* rstd = fit(scratch.rstd, N);
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
     encoder_forward(x + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
@@ -332,7 +334,7 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   for (std::int64_t l = 0; l < L; ++l) {
     ln_rows(p.ln1w + l * C, p.ln1b + l * C);
-    matmul_packed_forward(qkv, ln, model.qkvw_[sz(l)], p.qkvb + l * 3 * C, N);
+    matmul_packed_forward(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, N);
     lap(&DecodeProfile::qkv);
     for (std::int64_t r = 0; r < N; ++r) {  // every row's k, v into the cache first
       const float* src = qkv + r * 3 * C;
@@ -364,20 +366,20 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
       }
     });
     lap(&DecodeProfile::attention);
-    matmul_packed_forward(proj, y, model.attprojw_[sz(l)], p.attprojb + l * C, N);
+    matmul_packed_forward(proj, y, model.attprojw(l), p.attprojb + l * C, N);
     lap(&DecodeProfile::attproj);
     residual_forward(x, x, proj, N * C);
     lap(&DecodeProfile::residual);
     ln_rows(p.ln2w + l * C, p.ln2b + l * C);
-    matmul_packed_forward(fch, ln, model.fcw_[sz(l)], p.fcb + l * 4 * C, N);
+    matmul_packed_forward(fch, ln, model.fcw(l), p.fcb + l * 4 * C, N);
     for (std::int64_t r = 0; r < N; ++r) kernels::gelu_forward(fchg + r * 4 * C, fch + r * 4 * C, 4 * C);
-    matmul_packed_forward(proj, fchg, model.fcprojw_[sz(l)], p.fcprojb + l * C, N);
+    matmul_packed_forward(proj, fchg, model.fcprojw(l), p.fcprojb + l * C, N);
     lap(&DecodeProfile::mlp);
     residual_forward(x, x, proj, N * C);
     lap(&DecodeProfile::residual);
   }
   // the head, only for the rows that want logits
-  float* lastx = fit(model.last_, std::max<std::int64_t>(1, nlog) * C);
+  float* lastx = fit(scratch.last, std::max<std::int64_t>(1, nlog) * C);
   std::int64_t k = 0;
   for (std::int64_t r = 0; r < N; ++r) {
     if (!rows[static_cast<std::size_t>(r)].want_logits) continue;
@@ -385,7 +387,7 @@ void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const Page
     ++k;
   }
   lap(&DecodeProfile::layernorm);
-  if (nlog > 0) matmul_packed_forward(logits, lastx, model.wte_, nullptr, nlog);
+  if (nlog > 0) matmul_packed_forward(logits, lastx, model.wte(), nullptr, nlog);
   lap(&DecodeProfile::head);
   if (prof) {
     ++prof->steps;

@@ -146,7 +146,7 @@ struct PagedRow {
 };
 
 /// Where forward_paged and Engine::step spend their time (seconds summed over the steps), when
-/// asked (DecodeModel::profile, Engine::set_profile): mls-serving-bench --profile prints it.
+/// asked (forward_paged's profile, Engine::set_profile): mls-serving-bench --profile prints it.
 struct DecodeProfile {
   double embed = 0;      // token + position embeddings
   double layernorm = 0;  // ln1, ln2 of every layer, and ln_f
@@ -171,24 +171,32 @@ struct DecodeProfile {
 };
 
 /// A model ready for forward_paged: its matmul weights packed once for the decode GEMM
-/// (rowgemm.hpp: q|k|v, projection, fc, fcproj of every layer and the tied LM head wte), and the
-/// step's buffers, reused from step to step (no allocation per token once the batch size was
-/// seen). It refers to `params`: keep them alive and unchanged (pack again after an update).
-/// Dense models only (an mls::Error for a config with MoE blocks).
+/// (rowgemm.hpp: q|k|v, projection, fc, fcproj of every layer and the tied LM head wte). Read
+/// only once built, so engines may share one (std::shared_ptr<const DecodeModel>). It refers to
+/// `params`: keep them alive and unchanged (pack again after an update). Dense models only (an
+/// mls::Error for a config with MoE blocks).
 class DecodeModel {
  public:
   explicit DecodeModel(const GPTParams& params);
   const GPTParams& params() const { return *params_; }
-  DecodeProfile* profile = nullptr;  // non-null: forward_paged adds its stage times here
+  const PackedMatrix& qkvw(std::int64_t l) const { return qkvw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& attprojw(std::int64_t l) const { return attprojw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& fcw(std::int64_t l) const { return fcw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& fcprojw(std::int64_t l) const { return fcprojw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& wte() const { return wte_; }
 
  private:
-  friend void forward_paged(DecodeModel&, PagedKVCache&, std::span<const PagedRow>, float*);
   const GPTParams* params_;
   std::vector<PackedMatrix> qkvw_, attprojw_, fcw_, fcprojw_;  // (L) each
   PackedMatrix wte_;                                           // the LM head (V, C)
-  // (N, C) residual stream and its layernorm, (N, 3C) q|k|v, (N, C) attention output and
-  // projection, (N, 4C) MLP hidden before and after GELU, (N) layernorm statistics
-  std::vector<float> x_, ln_, qkv_, y_, proj_, fch_, fchg_, mean_, rstd_, last_;
+};
+
+/// The buffers of forward_paged, kept from step to step (no allocation per token once the
+/// largest batch was seen): (N, C) residual stream and its layernorm, (N, 3C) q|k|v, (N, C)
+/// attention output and projection, (N, 4C) MLP hidden before and after GELU, (N) layernorm
+/// statistics, (rows with logits, C) the final layernorm.
+struct DecodeScratch {
+  std::vector<float> x, ln, qkv, y, proj, fch, fchg, mean, rstd, last;
 };
 
 /// One forward pass over rows of several sequences (decode tokens and prefill chunks together):
@@ -199,7 +207,9 @@ class DecodeModel {
 /// increasing positions. logits: (rows with want_logits, V), in row order. Each row's numbers are
 /// exactly forward_cached's for the same sequence, token by token (the same operations in the same
 /// order: the decode GEMM's sums run over c in order for every row), whatever the other rows are.
-void forward_paged(DecodeModel& model, PagedKVCache& cache, std::span<const PagedRow> rows, float* logits);
+/// profile: non-null, the stage times are added to it.
+void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
+                   std::span<const PagedRow> rows, float* logits, DecodeProfile* profile = nullptr);
 /// The same, packing the weights for this one call (tests, one-off passes).
 void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const PagedRow> rows,
                    float* logits);
