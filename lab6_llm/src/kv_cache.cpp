@@ -10,6 +10,7 @@
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/kernels/fused.hpp"
+#include "lab6_clones.hpp"
 
 namespace mls::llm {
 
@@ -211,8 +212,9 @@ namespace {
 /// att: scratch (H, n). Position by position over all heads, so each position's C keys (and
 /// values) are read once, front to back; per (head, position) the very operations of
 /// forward_cached, in the same order (a dot over j, the scale, the softmax of the row, then
-/// o += a * v position after position), so the same bits.
-void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp, std::int64_t n,
+/// o += a * v position after position), so the same bits (both compiled for the same instruction
+/// set: MLS_LAB6_CLONES on both).
+MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp, std::int64_t n,
                 std::int64_t H, std::int64_t hs, float scale, float* att) {
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
     const float* krow = kp[t2];

@@ -17,14 +17,7 @@
 #include "mls/llm/moe.hpp"
 #include "mls/llm/remat.hpp"
 
-// The hot loops below are compiled for AVX-512, AVX2/FMA and baseline x86-64 (as lab 4's fused
-// kernels); the loader picks the best one for this CPU, so the build needs no -march flag.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MLS_LAB6_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MLS_LAB6_CLONES
-#endif
+#include "lab6_clones.hpp"  // MLS_LAB6_CLONES: the hot loops for AVX-512, AVX2/FMA and x86-64
 
 namespace mls::llm {
 

@@ -8,16 +8,10 @@
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/llm/model.hpp"
+#include "lab6_clones.hpp"
 
-// Compiled for AVX-512, AVX2/FMA and baseline x86-64; the loader picks one for this CPU, and every
-// caller (packed or not, any N) goes through the same clone, so the same instructions.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MLS_ROWGEMM_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MLS_ROWGEMM_CLONES
-#endif
-
+// Compiled for AVX-512, AVX2/FMA and baseline x86-64 (lab6_clones.hpp); every caller (packed or
+// not, any N) goes through the same clone, so the same instructions.
 namespace mls::llm {
 
 namespace {
@@ -73,7 +67,7 @@ template <int R>
 /// Panels [p0, p0 + np) of the product for rows 0..N-1; w points at panel p0 (panel stride
 /// C*16). Tiles: 1 row x 8 panels (a GEMV: 8 independent FMA chains), 2 x 4, else up to
 /// max_rows (8 with AVX-512's 32 registers, else 4) x 2.
-MLS_ROWGEMM_CLONES void panels_forward(float* out, const float* x, std::int64_t N, std::int64_t C,
+MLS_LAB6_CLONES void panels_forward(float* out, const float* x, std::int64_t N, std::int64_t C,
                                        std::int64_t OC, const float* w, std::int64_t p0,
                                        std::int64_t np, const float* bias, int max_rows) {
   const std::int64_t ws = C * kP;

@@ -12,6 +12,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/fused.hpp"
+#include "lab6_clones.hpp"
 
 namespace mls::llm {
 
@@ -73,7 +74,8 @@ KVCache::KVCache(const GPTConfig& cfg) : cfg_(cfg) {
   v.assign(n, 0.f);
 }
 
-void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token, float* logits) {
+// (compiled as forward_paged's attention is, MLS_LAB6_CLONES: the same bits)
+MLS_LAB6_CLONES void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token, float* logits) {
   // BEGIN SOLUTION
   const GPTConfig& cfg = params.config();
   MLS_CHECK(cache.config() == cfg, "forward_cached: a cache of another config");
