@@ -334,6 +334,10 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     lap(&DecodeProfile::layernorm);
   };
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  // rows per attention chunk: about 2^16 cached floats of work each (a thread's wake-up is not free)
+  std::int64_t cached = 0;
+  for (std::int64_t r = 0; r < N; ++r) cached += (rows[static_cast<std::size_t>(r)].pos + 1) * C;
+  const std::int64_t attention_grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) * N / std::max<std::int64_t>(1, cached));
   for (std::int64_t l = 0; l < L; ++l) {
     ln_rows(p.ln1w + l * C, p.ln1b + l * C);
     matmul_packed_forward(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, N);
@@ -345,7 +349,7 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     }
     lap(&DecodeProfile::kv_write);
     // then each (row, head) attends over its sequence's positions 0..pos, through the block table
-    parallel_for(0, N, 1, [&](std::int64_t r0, std::int64_t r1) {
+    parallel_for(0, N, attention_grain, [&](std::int64_t r0, std::int64_t r1) {
       thread_local std::vector<const float*> kp, vp;
       thread_local std::vector<float> att;
       kp.resize(sz(maxpos + 1));
