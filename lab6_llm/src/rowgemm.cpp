@@ -24,11 +24,14 @@ using v16 = float __attribute__((vector_size(64)));  // 16 output columns: one z
 template <int R, int P>
 [[gnu::always_inline]] inline void tile(float* out, std::int64_t ldo, const float* x, std::int64_t ldx,
                                         const float* w, std::int64_t ws, std::int64_t C,
-                                        const float* bias, std::int64_t o0, std::int64_t OC) {
+                                        const float* bias, std::int64_t o0, std::int64_t OC,
+                                        const char* pf, std::int64_t pf_bytes) {
   v16 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = v16{};
   for (std::int64_t c = 0; c < C; ++c) {
+    if (64 * P * c < pf_bytes)  // the next P panels toward L2, P lines a step, as fast as these are read
+      for (int p = 0; p < P; ++p) __builtin_prefetch(pf + 64 * (P * c + p), 0, 2);
     v16 wv[P];
     for (int p = 0; p < P; ++p) std::memcpy(&wv[p], w + p * ws + c * kP, sizeof(v16));
     for (int r = 0; r < R; ++r) {
@@ -54,14 +57,14 @@ template <int R>
 [[gnu::always_inline]] inline void tile_p(int P, float* out, std::int64_t ldo, const float* x,
                                           std::int64_t ldx, const float* w, std::int64_t ws,
                                           std::int64_t C, const float* bias, std::int64_t o0,
-                                          std::int64_t OC) {
+                                          std::int64_t OC, const char* pf, std::int64_t pf_bytes) {
   switch (P) {
-    case 8: if constexpr (R == 1) { tile<R, 8>(out, ldo, x, ldx, w, ws, C, bias, o0, OC); return; } break;
-    case 4: if constexpr (R <= 2) { tile<R, 4>(out, ldo, x, ldx, w, ws, C, bias, o0, OC); return; } break;
-    case 2: tile<R, 2>(out, ldo, x, ldx, w, ws, C, bias, o0, OC); return;
+    case 8: if constexpr (R == 1) { tile<R, 8>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes); return; } break;
+    case 4: if constexpr (R <= 2) { tile<R, 4>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes); return; } break;
+    case 2: tile<R, 2>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes); return;
     default: break;
   }
-  tile<R, 1>(out, ldo, x, ldx, w, ws, C, bias, o0, OC);
+  tile<R, 1>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes);
 }
 
 /// Panels [p0, p0 + np) of the product for rows 0..N-1; w points at panel p0 (panel stride
@@ -77,19 +80,24 @@ MLS_LAB6_CLONES void panels_forward(float* out, const float* x, std::int64_t N, 
     while (P > np - p) P /= 2;
     const float* wp = w + p * ws;
     const std::int64_t o0 = (p0 + p) * kP;
+    // The first row tile also prefetches the next panels (a batch's later tiles find these in
+    // L2): the weights stream in while the FMAs run.
+    const std::int64_t next = std::min<std::int64_t>(P, np - p - P);
+    const char* pf = reinterpret_cast<const char*>(wp + P * ws);
     for (std::int64_t n = 0; n < N;) {
       const std::int64_t R = std::min<std::int64_t>(max_rows, N - n);
+      const std::int64_t pf_bytes = n == 0 && next > 0 ? next * ws * 4 : 0;
       float* o = out + n * OC;
       const float* xr = x + n * C;
       switch (R) {
-        case 1: tile_p<1>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        case 2: tile_p<2>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        case 3: tile_p<3>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        case 4: tile_p<4>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        case 5: tile_p<5>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        case 6: tile_p<6>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        case 7: tile_p<7>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
-        default: tile_p<8>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC); break;
+        case 1: tile_p<1>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        case 2: tile_p<2>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        case 3: tile_p<3>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        case 4: tile_p<4>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        case 5: tile_p<5>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        case 6: tile_p<6>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        case 7: tile_p<7>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        default: tile_p<8>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
       }
       n += R;
     }
