@@ -214,8 +214,8 @@ namespace {
 /// forward_cached, in the same order (a dot over j, the scale, the softmax of the row, then
 /// o += a * v position after position), so the same bits (both compiled for the same instruction
 /// set: MLS_LAB6_CLONES on both).
-MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp, std::int64_t n,
-                std::int64_t H, std::int64_t hs, float scale, float* att) {
+MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp,
+                                std::int64_t n, std::int64_t H, std::int64_t hs, float scale, float* att) {
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
     const float* krow = kp[t2];
     for (std::int64_t h = 0; h < H; ++h) {
@@ -334,10 +334,12 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     lap(&DecodeProfile::layernorm);
   };
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  // rows per attention chunk: about 2^16 cached floats of work each (a thread's wake-up is not free)
+  // rows per attention chunk: about 2^18 cached floats of work each (~10 us: waking a thread and
+  // waiting for it is not free, least of all on a busy machine)
   std::int64_t cached = 0;
   for (std::int64_t r = 0; r < N; ++r) cached += (rows[static_cast<std::size_t>(r)].pos + 1) * C;
-  const std::int64_t attention_grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) * N / std::max<std::int64_t>(1, cached));
+  const std::int64_t attention_grain =
+      std::max<std::int64_t>(1, (std::int64_t{1} << 18) * N / std::max<std::int64_t>(1, cached));
   for (std::int64_t l = 0; l < L; ++l) {
     ln_rows(p.ln1w + l * C, p.ln1b + l * C);
     matmul_packed_forward(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, N);

@@ -134,7 +134,7 @@ void pack_panels(float* dst, const float* weight, std::int64_t OC, std::int64_t 
 }
 
 constexpr std::int64_t kPanelGrain = 8;         // panels per chunk when packing
-constexpr std::int64_t kTaskMacs = 1 << 19;     // multiply-adds per parallel task at least (~5 us)
+constexpr std::int64_t kTaskMacs = 1 << 21;  // multiply-adds per parallel task at least (~10-20 us)
 
 /// Runs f(n0, n1, p0, p1) on tasks covering rows [0, N) x panels [0, panels): split over the
 /// panels first (two at least per task), then over rows in blocks of 8, for as many tasks as
