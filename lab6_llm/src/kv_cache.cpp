@@ -262,6 +262,14 @@ DecodeModel::DecodeModel(const GPTParams& params) : params_(&params) {
   wte_ = pack_matrix(p.wte, cfg.vocab_size, C);
 }
 
+std::vector<const PackedMatrix*> DecodeModel::matrices() const {
+  std::vector<const PackedMatrix*> m;
+  for (const auto* v : {&qkvw_, &attprojw_, &fcw_, &fcprojw_})
+    for (const auto& x : *v) m.push_back(&x);
+  m.push_back(&wte_);
+  return m;
+}
+
 void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const PagedRow> rows,
                    float* logits) {
   const DecodeModel model(params);

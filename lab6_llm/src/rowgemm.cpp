@@ -164,6 +164,7 @@ PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C) {
   PackedMatrix m;
   m.C = C;
   m.OC = OC;
+  m.source = weight;
   m.data.resize(static_cast<std::size_t>(m.panels() * C * kP));
   parallel_for(0, m.panels(), kPanelGrain, [&](std::int64_t p0, std::int64_t p1) {
     pack_panels(m.data.data() + p0 * C * kP, weight, OC, C, p0, p1);
@@ -181,8 +182,27 @@ void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, 
   });
 }
 
+namespace {
+thread_local PackedScope* t_scope = nullptr;  // this thread's innermost PackedScope
+}  // namespace
+
+PackedScope::PackedScope(std::vector<const PackedMatrix*> matrices)
+    : matrices_(std::move(matrices)), outer_(t_scope) {
+  t_scope = this;
+}
+
+PackedScope::~PackedScope() { t_scope = outer_; }
+
+const PackedMatrix* PackedScope::find(const float* weight, std::int64_t OC, std::int64_t C) {
+  for (const PackedScope* s = t_scope; s; s = s->outer_)
+    for (const PackedMatrix* m : s->matrices_)
+      if (m->source == weight && m->OC == OC && m->C == C) return m;
+  return nullptr;
+}
+
 void matmul_rows_forward(float* out, const float* inp, const float* weight, const float* bias,
                          std::int64_t N, std::int64_t C, std::int64_t OC) {
+  if (const PackedMatrix* m = PackedScope::find(weight, OC, C)) return matmul_packed_forward(out, inp, *m, bias, N);
   // The same tiles on panels packed here, a chunk of panels at a time
   const std::int64_t panels = (OC + kP - 1) / kP;
   const int rows = max_tile_rows();

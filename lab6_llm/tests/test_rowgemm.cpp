@@ -77,6 +77,26 @@ TEST_CASE("decode GEMM: packed and on-the-fly agree bit for bit, equal a float64
     }
     CHECK(rows_equal);
   }
+  // a PackedScope: matmul_rows_forward finds the packing (the same bits), and forgets it after
+  {
+    const std::int64_t N = 3, C = 37, OC = 45;
+    const auto x = randn(rng, N * C), w = randn(rng, OC * C), b = randn(rng, OC);
+    const PackedMatrix pk = pack_matrix(w.data(), OC, C);
+    std::vector<float> plain(static_cast<std::size_t>(N * OC)), scoped(plain.size());
+    matmul_rows_forward(plain.data(), x.data(), w.data(), b.data(), N, C, OC);
+    std::vector<std::int64_t> found;  // 1: as expected
+    {
+      PackedScope scope({&pk});
+      found.push_back(PackedScope::find(w.data(), OC, C) == &pk);
+      found.push_back(PackedScope::find(w.data(), OC - 1, C) == nullptr);  // another shape
+      matmul_rows_forward(scoped.data(), x.data(), w.data(), b.data(), N, C, OC);
+    }
+    found.push_back(PackedScope::find(w.data(), OC, C) == nullptr);
+    mls::testing::observe("PackedScope: found, other shape not found, gone after", found);
+    CHECK(found == std::vector<std::int64_t>{1, 1, 1});
+    mls::testing::observe("matmul_rows_forward in a PackedScope", scoped);
+    CHECK(same_bits(plain.data(), scoped.data(), N * OC));
+  }
   const std::vector<float> w(6, 1.f);
   require_error([&] { pack_matrix(w.data(), 0, 6); }, "pack_matrix: a (0, 6) weight");
   require_error([&] { pack_matrix(w.data(), 6, 0); }, "pack_matrix: a (6, 0) weight");

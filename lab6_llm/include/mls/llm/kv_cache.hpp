@@ -184,6 +184,8 @@ class DecodeModel {
   const PackedMatrix& fcw(std::int64_t l) const { return fcw_.at(static_cast<std::size_t>(l)); }
   const PackedMatrix& fcprojw(std::int64_t l) const { return fcprojw_.at(static_cast<std::size_t>(l)); }
   const PackedMatrix& wte() const { return wte_; }
+  /// Every packed matrix (for a PackedScope: forward_cached then skips packing them).
+  std::vector<const PackedMatrix*> matrices() const;
 
  private:
   const GPTParams* params_;

@@ -23,7 +23,8 @@ constexpr std::int64_t kRowGemmPanel = 16;
 /// (zeros past OC), element [c][j] = W[16p + j, c].
 struct PackedMatrix {
   std::int64_t C = 0, OC = 0;
-  std::vector<float> data;  // (panels, C, 16)
+  const float* source = nullptr;  // the W it was packed from (PackedScope finds it by this)
+  std::vector<float> data;        // (panels, C, 16)
   std::int64_t panels() const { return (OC + kRowGemmPanel - 1) / kRowGemmPanel; }
 };
 
@@ -34,5 +35,23 @@ PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C);
 /// matmul_rows_forward (model.hpp) on the unpacked W, bit for bit. Threaded over panels.
 void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
                            std::int64_t N);
+
+/// While alive, matmul_rows_forward on this thread finds these matrices by their source pointer
+/// and shape and runs on them instead of packing W again: the same bits, only faster (the
+/// single-sequence sampler, generate, packs its model once this way). The matrices must outlive
+/// the scope and their sources must not change while it lives. Scopes nest (the innermost first).
+class PackedScope {
+ public:
+  explicit PackedScope(std::vector<const PackedMatrix*> matrices);
+  ~PackedScope();
+  PackedScope(const PackedScope&) = delete;
+  PackedScope& operator=(const PackedScope&) = delete;
+  /// The matrix packed from `weight` (OC, C) in this thread's scopes, or null.
+  static const PackedMatrix* find(const float* weight, std::int64_t OC, std::int64_t C);
+
+ private:
+  std::vector<const PackedMatrix*> matrices_;
+  PackedScope* outer_;
+};
 
 }  // namespace mls::llm
