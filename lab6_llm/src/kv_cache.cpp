@@ -350,7 +350,7 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
       std::max<std::int64_t>(1, (std::int64_t{1} << 18) * N / std::max<std::int64_t>(1, cached));
   for (std::int64_t l = 0; l < L; ++l) {
     ln_rows(p.ln1w + l * C, p.ln1b + l * C);
-    matmul_packed_forward(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, N);
+    matmul_packed_forward(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, N, &model.attprojw(l));
     lap(&DecodeProfile::qkv);
     for (std::int64_t r = 0; r < N; ++r) {  // every row's k, v into the cache first
       const float* src = qkv + r * 3 * C;
@@ -382,14 +382,15 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
       }
     });
     lap(&DecodeProfile::attention);
-    matmul_packed_forward(proj, y, model.attprojw(l), p.attprojb + l * C, N);
+    matmul_packed_forward(proj, y, model.attprojw(l), p.attprojb + l * C, N, &model.fcw(l));
     lap(&DecodeProfile::attproj);
     residual_forward(x, x, proj, N * C);
     lap(&DecodeProfile::residual);
     ln_rows(p.ln2w + l * C, p.ln2b + l * C);
-    matmul_packed_forward(fch, ln, model.fcw(l), p.fcb + l * 4 * C, N);
+    matmul_packed_forward(fch, ln, model.fcw(l), p.fcb + l * 4 * C, N, &model.fcprojw(l));
     for (std::int64_t r = 0; r < N; ++r) kernels::gelu_forward(fchg + r * 4 * C, fch + r * 4 * C, 4 * C);
-    matmul_packed_forward(proj, fchg, model.fcprojw(l), p.fcprojb + l * C, N);
+    matmul_packed_forward(proj, fchg, model.fcprojw(l), p.fcprojb + l * C, N,
+                          l + 1 < L ? &model.qkvw(l + 1) : &model.wte());
     lap(&DecodeProfile::mlp);
     residual_forward(x, x, proj, N * C);
     lap(&DecodeProfile::residual);

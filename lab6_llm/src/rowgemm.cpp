@@ -72,7 +72,8 @@ template <int R>
 /// max_rows (8 with AVX-512's 32 registers, else 4) x 2.
 MLS_LAB6_CLONES void panels_forward(float* out, const float* x, std::int64_t N, std::int64_t C,
                                        std::int64_t OC, const float* w, std::int64_t p0,
-                                       std::int64_t np, const float* bias, int max_rows) {
+                                       std::int64_t np, const float* bias, int max_rows,
+                                       const char* then_pf = nullptr, std::int64_t then_bytes = 0) {
   const std::int64_t ws = C * kP;
   const int most = N == 1 ? 8 : N == 2 ? 4 : 2;
   for (std::int64_t p = 0; p < np;) {
@@ -82,11 +83,13 @@ MLS_LAB6_CLONES void panels_forward(float* out, const float* x, std::int64_t N, 
     const std::int64_t o0 = (p0 + p) * kP;
     // The first row tile also prefetches the next panels (a batch's later tiles find these in
     // L2): the weights stream in while the FMAs run.
+    // (after the last group: `then_pf`, the first panels of the matrix the caller runs next)
     const std::int64_t next = std::min<std::int64_t>(P, np - p - P);
-    const char* pf = reinterpret_cast<const char*>(wp + P * ws);
+    const char* pf = next > 0 ? reinterpret_cast<const char*>(wp + P * ws) : then_pf;
+    const std::int64_t next_bytes = next > 0 ? next * ws * 4 : then_bytes;
     for (std::int64_t n = 0; n < N;) {
       const std::int64_t R = std::min<std::int64_t>(max_rows, N - n);
-      const std::int64_t pf_bytes = n == 0 && next > 0 ? next * ws * 4 : 0;
+      const std::int64_t pf_bytes = n == 0 ? next_bytes : 0;
       float* o = out + n * OC;
       const float* xr = x + n * C;
       switch (R) {
@@ -173,12 +176,17 @@ PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C) {
 }
 
 void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
-                           std::int64_t N) {
+                           std::int64_t N, const PackedMatrix* then) {
   if (N <= 0) return;
   const int rows = max_tile_rows();
+  // the task that ends the matrix prefetches the first two panels of `then`
+  const char* then_pf = then ? reinterpret_cast<const char*>(then->data.data()) : nullptr;
+  const std::int64_t then_bytes =
+      then ? static_cast<std::int64_t>(sizeof(float)) * std::min<std::int64_t>(2, then->panels()) * then->C * kP : 0;
   split_tasks(N, w.panels(), w.C, [&](std::int64_t n0, std::int64_t n1, std::int64_t q0, std::int64_t q1) {
+    const bool last = q1 == w.panels();
     panels_forward(out + n0 * w.OC, inp + n0 * w.C, n1 - n0, w.C, w.OC, w.data.data() + q0 * w.C * kP, q0,
-                   q1 - q0, bias, rows);
+                   q1 - q0, bias, rows, last ? then_pf : nullptr, last ? then_bytes : 0);
   });
 }
 

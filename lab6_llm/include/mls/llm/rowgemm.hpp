@@ -32,9 +32,12 @@ struct PackedMatrix {
 PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C);
 
 /// out (N, OC) = inp (N, C) · W^T + bias (may be null), W packed by pack_matrix. The numbers of
-/// matmul_rows_forward (model.hpp) on the unpacked W, bit for bit. Threaded over panels.
+/// matmul_rows_forward (model.hpp) on the unpacked W, bit for bit. Threaded over panels. While it
+/// computes, each panel group's first tile prefetches the next group toward L2, and the last
+/// group prefetches the first panels of `then` (the matrix the caller multiplies next; may be
+/// null): a model's weights stream in while the FMAs run.
 void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
-                           std::int64_t N);
+                           std::int64_t N, const PackedMatrix* then = nullptr);
 
 /// While alive, matmul_rows_forward on this thread finds these matrices by their source pointer
 /// and shape and runs on them instead of packing W again: the same bits, only faster (the
