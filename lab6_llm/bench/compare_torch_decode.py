@@ -14,6 +14,8 @@ preallocated (L, B, H, T, hs) cache, then one (B, 1) step per new token attendin
 run in its own process with OPENBLAS_NUM_THREADS and OMP_NUM_THREADS set before torch is
 imported (Debian's torch runs its matmuls on OpenBLAS), the best of (intra-op, OpenBLAS) threads
 in {1, n}^2. Our side: the engine with max_running = batch (one batched matmul per layer per step).
+Each side runs --reps times and the best counts. --clock cpu times each side with its process's
+CPU time instead of the wall clock (for a busy machine; one thread).
 
     /usr/bin/python3 lab6_llm/bench/compare_torch_decode.py --build build/release
 """
@@ -27,7 +29,7 @@ import sys
 os.environ.pop("OPENBLAS_CORETYPE", None)
 
 
-def torch_side(L, H, C, T, V, B, P, N, reps):
+def torch_side(L, H, C, T, V, B, P, N, reps, cpu_clock=False):
     import time
 
     import torch
@@ -67,12 +69,13 @@ def torch_side(L, H, C, T, V, B, P, N, reps):
         x = F.layer_norm(x[:, -1], (C,), p["lnfw"], p["lnfb"])
         return x @ p["wte"].t()
 
+    clock = time.process_time if cpu_clock else time.perf_counter
     best = float("inf")
     g = torch.Generator().manual_seed(1)
     prompts = torch.randint(0, V, (B, P), generator=g)
     with torch.no_grad():
         for _ in range(reps):
-            t0 = time.perf_counter()
+            t0 = clock()
             kc = torch.zeros(L, B, H, T, hs)
             vc = torch.zeros(L, B, H, T, hs)
             logits = forward(prompts, 0, kc, vc)
@@ -80,7 +83,7 @@ def torch_side(L, H, C, T, V, B, P, N, reps):
                 tok = logits.argmax(-1, keepdim=True)
                 logits = forward(tok, P + i, kc, vc)
             logits.argmax(-1)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, clock() - t0)
     return B * N / best  # tokens/s
 
 
@@ -93,7 +96,9 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3, help="runs of each side; the best counts")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: each side's process CPU time (a busy machine; needs --threads 1)")
     ap.add_argument("--torch-child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     L, H, C, T, V = a.n_layer, 4, a.n_embd, 64, 65
@@ -103,8 +108,10 @@ def main():
         intra = int(a.torch_child)
         import torch
         torch.set_num_threads(intra)
-        print(json.dumps(torch_side(L, H, C, T, V, a.batch, a.prompt, a.new, a.reps)))
+        print(json.dumps(torch_side(L, H, C, T, V, a.batch, a.prompt, a.new, a.reps, a.clock == "cpu")))
         return
+    if a.clock == "cpu" and a.threads != "1":
+        sys.exit("compare_torch_decode: --clock cpu needs --threads 1 (CPU time adds up every thread's)")
     bench = os.path.join(a.build, "bin", "mls-serving-bench")
     if not os.path.exists(bench):
         sys.exit("compare_torch_decode: %s not found (build the target mls-serving-bench)" % bench)
@@ -115,17 +122,19 @@ def main():
                 env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(intra))
                 out = subprocess.run([sys.executable, __file__, "--torch-child", str(intra), "--n-layer", str(L),
                                       "--n-embd", str(C), "--batch", str(a.batch), "--prompt", str(a.prompt),
-                                      "--new", str(a.new), "--reps", str(a.reps)],
+                                      "--new", str(a.new), "--reps", str(a.reps), "--clock", a.clock],
                                      env=env, capture_output=True, text=True, check=True)
                 torch_tps = max(torch_tps, json.loads(out.stdout.strip().splitlines()[-1]))
-        ours = subprocess.run([bench, "--threads", str(n), "--config", "small", "--n-layer", str(L), "--n-embd", str(C),
-                               "--requests", str(a.batch), "--batch", str(a.batch), "--prompt-min", str(a.prompt),
-                               "--prompt-max", str(a.prompt), "--out-min", str(a.new), "--out-max", str(a.new)],
-                              capture_output=True, text=True, check=True).stdout
-        m = re.search(r"^continuous\s+([0-9.]+) tok/s", ours, re.M)
-        if not m:
-            sys.exit("compare_torch_decode: no 'continuous ... tok/s' line in:\n" + ours)
-        ours_tps = float(m.group(1))
+        ours_tps = 0.0
+        for _ in range(a.reps):
+            ours = subprocess.run([bench, "--threads", str(n), "--clock", a.clock, "--config", "small", "--n-layer", str(L),
+                                   "--n-embd", str(C), "--requests", str(a.batch), "--batch", str(a.batch),
+                                   "--prompt-min", str(a.prompt), "--prompt-max", str(a.prompt), "--out-min", str(a.new),
+                                   "--out-max", str(a.new)], capture_output=True, text=True, check=True).stdout
+            m = re.search(r"^continuous\s+([0-9.]+) tok/s", ours, re.M)
+            if not m:
+                sys.exit("compare_torch_decode: no 'continuous ... tok/s' line in:\n" + ours)
+            ours_tps = max(ours_tps, float(m.group(1)))
         print("%d thread(s): batch %d, prompt %d, %d new tokens, %d layers x %d: torch %.0f tok/s, ours %.0f tok/s"
               % (n, a.batch, a.prompt, a.new, L, C, torch_tps, ours_tps))
         print("ratio decode_vs_torch_t%d %.3f" % (n, torch_tps / ours_tps))

@@ -17,10 +17,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <map>
 
 #include "mls/common/parallel.hpp"
-#include "mls/common/timer.hpp"
 #include "mls/common/error.hpp"
 #include "mls/kernels/sgemm.hpp"
 #include "mls/llm/engine.hpp"
@@ -36,6 +36,20 @@ struct Result {
   std::vector<double> ttft;
 };
 
+/// Seconds since construction on the wall clock, or on the process's CPU clock (--clock cpu: on a
+/// busy machine, time the process did not run is not counted; one thread only).
+struct Clock {
+  bool cpu = false;
+  double t0 = 0;
+  explicit Clock(bool use_cpu) : cpu(use_cpu), t0(now()) {}
+  double now() const {
+    timespec ts{};
+    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  double seconds() const { return now() - t0; }
+};
+
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -45,9 +59,9 @@ double pct(std::vector<double> v, double p) {
 
 /// Runs `reqs` through one engine (max_running), all submitted at t0 + offset; returns the time
 /// of each request's first token (from the engine's start) and its tokens.
-void run_group(const GPTParams& p, EngineOptions opt, const std::vector<EngineRequest>& reqs, const Timer& clock,
+void run_group(const GPTParams& p, const std::shared_ptr<const DecodeModel>& model, EngineOptions opt, const std::vector<EngineRequest>& reqs, const Clock& clock,
                Result& r, const std::vector<std::int64_t>& useful) {
-  Engine e(p, opt);
+  Engine e(p, opt, {}, model);
   std::map<std::int64_t, std::size_t> idx;
   for (std::size_t i = 0; i < reqs.size(); ++i) idx[e.add(reqs[i])] = i;
   std::vector<std::int64_t> got(reqs.size(), 0);
@@ -71,6 +85,8 @@ int main(int argc, char** argv) {
   std::int64_t requests = 96, batch = 32, prompt_min = 4, prompt_max = 24, out_min = 4, out_max = 36;
   std::uint64_t seed = 0;
   int threads = 0;
+  bool profile = false;
+  std::string clock_name = "wall";
   app.add_option("--config", spec.config, "named config (nano, small)")->capture_default_str();
   app.add_option("--n-layer", spec.n_layer, "override the config's layers");
   app.add_option("--n-embd", spec.n_embd, "override the config's width");
@@ -84,9 +100,16 @@ int main(int argc, char** argv) {
   app.add_option("--out-max", out_max, "most new tokens")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--seed", seed, "seed of the model and the requests")->capture_default_str();
   app.add_option("--threads", threads, "threads (default: MLS_NUM_THREADS or all cores)")->check(CLI::Range(1, 4096));
+  app.add_flag("--profile", profile, "print where a decode step spends its time (per token, per stage) at batch 1 "
+               "and at --batch");
+  app.add_option("--clock", clock_name, "wall, or cpu: the process's CPU time (a busy machine; needs --threads 1)")
+      ->check(CLI::IsMember({"wall", "cpu"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
+    const bool cpu = clock_name == "cpu";
+    MLS_CHECK(!cpu || num_threads() == 1, "serving-bench: --clock cpu with ", num_threads(),
+              " threads, expected --threads 1 (the CPU clock adds up every thread's time)");
     kernels::register_kernels();
     const GPTConfig cfg = spec.make(65);
     MLS_CHECK(prompt_min <= prompt_max && out_min <= out_max, "serving-bench: --prompt-min ", prompt_min,
@@ -94,6 +117,8 @@ int main(int argc, char** argv) {
     MLS_CHECK(prompt_max + out_max <= cfg.block_size, "serving-bench: --prompt-max + --out-max = ",
               prompt_max + out_max, ", expected <= the context length ", cfg.block_size);
     const GPTParams p = init_params(cfg, seed);
+    // the weights packed once (loading a model), shared by every engine below: not timed
+    const auto model = std::make_shared<const DecodeModel>(p);
     Rng rng(seed, "serving-bench");
     std::vector<EngineRequest> reqs;
     for (std::int64_t i = 0; i < requests; ++i) {
@@ -117,15 +142,15 @@ int main(int argc, char** argv) {
       Result& r = res["one_at_a_time"];
       EngineOptions o = opt;
       o.max_running = 1;
-      Timer t;
-      run_group(p, o, reqs, t, r, useful);
+      Clock t(cpu);
+      run_group(p, model, o, reqs, t, r, useful);
       r.seconds = t.seconds();
     }
     {
       Result& r = res["static"];
       EngineOptions o = opt;
       o.max_running = batch;
-      Timer t;
+      Clock t(cpu);
       for (std::int64_t g = 0; g < requests; g += batch) {
         const auto end = std::min(requests, g + batch);
         std::vector<EngineRequest> group(reqs.begin() + g, reqs.begin() + end);
@@ -133,7 +158,7 @@ int main(int argc, char** argv) {
         std::int64_t longest = 0;
         for (const auto& q : group) longest = std::max(longest, q.max_tokens);
         for (auto& q : group) q.max_tokens = longest;  // the group runs to its longest output
-        run_group(p, o, group, t, r, use);
+        run_group(p, model, o, group, t, r, use);
       }
       r.seconds = t.seconds();
     }
@@ -141,15 +166,15 @@ int main(int argc, char** argv) {
       Result& r = res["continuous"];
       EngineOptions o = opt;
       o.max_running = batch;
-      Timer t;
-      run_group(p, o, reqs, t, r, useful);
+      Clock t(cpu);
+      run_group(p, model, o, reqs, t, r, useful);
       r.seconds = t.seconds();
     }
     std::printf("%s (%lld layers, %lld wide, context %lld), %lld requests, prompts %lld-%lld, outputs %lld-%lld tokens, "
-                "batch %lld, %d thread(s); all requests arrive at once\n",
+                "batch %lld, %d thread(s), %s clock; all requests arrive at once\n",
                 spec.config.c_str(), (long long)cfg.n_layer, (long long)cfg.n_embd, (long long)cfg.block_size,
                 (long long)requests, (long long)prompt_min, (long long)prompt_max, (long long)out_min,
-                (long long)out_max, (long long)batch, num_threads());
+                (long long)out_max, (long long)batch, num_threads(), clock_name.c_str());
     for (const char* k : {"one_at_a_time", "static", "continuous"}) {
       const Result& r = res[k];
       std::printf("%-14s %8.0f tok/s  (%lld tokens in %.3f s)  TTFT p50 %.3f s  p99 %.3f s\n", k,
@@ -161,27 +186,56 @@ int main(int argc, char** argv) {
     std::printf("ratio continuous_vs_one_at_a_time_throughput %.3f\n", tps("continuous") / tps("one_at_a_time"));
     std::printf("ratio continuous_vs_static_ttft_p99 %.3f\n", pct(res["continuous"].ttft, 0.99) / pct(res["static"].ttft, 0.99));
 
-    // decode step time per token: `batch` sequences decoding together vs one
-    const auto decode_time = [&](std::int64_t b) {
-      EngineOptions o = opt;
-      o.max_running = b;
-      Engine e(p, o);
-      for (std::int64_t i = 0; i < b; ++i) {
-        EngineRequest r = reqs[static_cast<std::size_t>(i % requests)];
-        r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 8));
-        r.max_tokens = 24;
-        e.add(r);
+    // decode step time per token: `batch` sequences decoding together vs one (the best of 3 runs
+    // of 12 steps each); with --profile, the stages of those steps
+    const auto decode_time = [&](std::int64_t b, DecodeProfile* prof) {
+      double best = 1e300;
+      for (int rep = 0; rep < 3; ++rep) {
+        EngineOptions o = opt;
+        o.max_running = b;
+        Engine e(p, o, {}, model);
+        for (std::int64_t i = 0; i < b; ++i) {
+          EngineRequest r = reqs[static_cast<std::size_t>(i % requests)];
+          r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 8));
+          r.max_tokens = 24;
+          e.add(r);
+        }
+        while (e.stats().running < b || e.stats().waiting > 0) e.step();  // prompts done
+        for (int i = 0; i < 2; ++i) e.step();
+        DecodeProfile run;
+        run.cpu_time = cpu;
+        e.set_profile(prof ? &run : nullptr);
+        Clock t(cpu);
+        int steps = 0;
+        for (; steps < 12 && e.stats().running == b; ++steps) e.step();
+        const double per_token = t.seconds() / static_cast<double>(steps * b);
+        if (per_token < best) {
+          best = per_token;
+          if (prof) *prof = run;
+        }
       }
-      while (e.stats().running < b || e.stats().waiting > 0) e.step();  // prompts done
-      for (int i = 0; i < 2; ++i) e.step();
-      Timer t;
-      int steps = 0;
-      for (; steps < 12 && e.stats().running == b; ++steps) e.step();
-      return t.seconds() / static_cast<double>(steps * b);
+      return best;
     };
-    const double t1 = decode_time(1), tb = decode_time(batch);
+    DecodeProfile prof1, profb;
+    const double t1 = decode_time(1, profile ? &prof1 : nullptr), tb = decode_time(batch, profile ? &profb : nullptr);
     std::printf("decode: %.1f us per token at batch 1, %.1f us per token at batch %lld\n", t1 * 1e6, tb * 1e6,
                 (long long)batch);
+    if (profile) {
+      std::printf("decode step by stage, us per token (batch 1 | batch %lld):\n", (long long)batch);
+      const std::pair<const char*, double DecodeProfile::*> stages[] = {
+          {"embedding", &DecodeProfile::embed},    {"layernorms", &DecodeProfile::layernorm},
+          {"qkv GEMM", &DecodeProfile::qkv},       {"k/v into the cache", &DecodeProfile::kv_write},
+          {"attention (paged)", &DecodeProfile::attention}, {"attention projection", &DecodeProfile::attproj},
+          {"MLP (fc, GELU, fcproj)", &DecodeProfile::mlp}, {"residual adds", &DecodeProfile::residual},
+          {"LM head", &DecodeProfile::head},      {"scheduler", &DecodeProfile::schedule},
+          {"sampling, finishing", &DecodeProfile::sample}, {"other bookkeeping", &DecodeProfile::other}};
+      const auto per = [](const DecodeProfile& d, double v) {
+        return d.rows > 0 ? v * 1e6 / static_cast<double>(d.rows) : 0.0;
+      };
+      for (const auto& [name, field] : stages)
+        std::printf("  %-24s %8.2f | %8.2f\n", name, per(prof1, prof1.*field), per(profb, profb.*field));
+      std::printf("  %-24s %8.2f | %8.2f\n", "total", per(prof1, prof1.total()), per(profb, profb.total()));
+    }
     std::printf("ratio decode_token_time_batch%lld_vs_batch1 %.3f\n", (long long)batch, tb / t1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-serving-bench: %s\n", e.what());

@@ -28,9 +28,12 @@ const char* finish_name(FinishReason r) {
 }
 
 Engine::Engine(const GPTParams& params, const EngineOptions& opt,
-               std::function<std::string(std::int32_t)> detok)
-    : params_(params), opt_((opt.validate(), opt)), detok_(std::move(detok)),
+               std::function<std::string(std::int32_t)> detok, std::shared_ptr<const DecodeModel> model)
+    : params_(params), model_(model ? std::move(model) : std::make_shared<const DecodeModel>(params)),
+      opt_((opt.validate(), opt)), detok_(std::move(detok)),
       cache_(params.config(), opt.num_blocks, opt.block_tokens) {
+  MLS_CHECK(&model_->params() == &params, "engine: a packed model of other parameters, expected the "
+            "DecodeModel of these parameters");
   MLS_CHECK(opt.eos < params.config().vocab_size, "engine: eos = ", opt.eos, ", expected -1 (none) or < vocab_size = ",
             params.config().vocab_size);
 }
@@ -181,10 +184,14 @@ Engine::Plan Engine::schedule() {
 }
 
 std::vector<EngineEvent> Engine::step() {
+  DecodeProfile* prof = profile_;
+  const double t0 = prof ? prof->now() : 0;
+  double forward_time = 0;
   std::vector<EngineEvent> events;
   for (auto id : cancelled_) events.push_back({id, -1, FinishReason::Cancelled, false});
   cancelled_.clear();
   const Plan plan = schedule();
+  const double scheduled = prof ? prof->now() - t0 : 0;
   const GPTConfig& cfg = params_.config();
   std::vector<PagedRow> rows;
   std::vector<std::int64_t> sampled;  // ids whose last pending token runs in this step
@@ -202,7 +209,9 @@ std::vector<EngineEvent> Engine::step() {
     }
   }
   std::vector<float> logits(sampled.size() * static_cast<std::size_t>(cfg.vocab_size));
-  forward_paged(params_, cache_, rows, logits.data());
+  const double before = prof ? prof->now() - t0 : 0;
+  forward_paged(*model_, scratch_, cache_, rows, logits.data(), prof);
+  if (prof) forward_time = prof->now() - t0 - before;
   ++stats_.steps;
   stats_.computed_tokens += static_cast<std::int64_t>(rows.size());
   for (const auto& c : plan.chunks) {
@@ -210,6 +219,7 @@ std::vector<EngineEvent> Engine::step() {
     s.computed += c.n;
     index_blocks(s);
   }
+  const double sampling = prof ? prof->now() - t0 : 0;
   for (std::size_t k = 0; k < sampled.size(); ++k) {
     Seq& s = seq(sampled[k]);
     const std::int32_t t =
@@ -234,6 +244,12 @@ std::vector<EngineEvent> Engine::step() {
       std::erase(running_, s.id);
       seqs_.erase(s.id);
     }
+  }
+  if (prof) {
+    const double end = prof->now() - t0;
+    prof->schedule += scheduled;
+    prof->sample += end - sampling;
+    prof->other += sampling - scheduled - forward_time;
   }
   return events;
 }

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/kernels/fused.hpp"
+#include "lab6_clones.hpp"
 
 namespace mls::llm {
 
@@ -205,35 +207,98 @@ const float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) co
 
 namespace {
 
-/// One attention row: query q (hs) against n cached positions (their keys and values of this head
-/// through kp / vp), into o (hs). att: scratch (n). The same loops as forward_cached's.
-void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp, std::int64_t n,
-                std::int64_t hs, float scale, float* att) {
+/// One attention row of every head: query q (C = H heads of hs) against n cached positions
+/// (position t2's keys and values, all heads side by side, at kp[t2] / vp[t2]), into o (C).
+/// att: scratch (H, n). Position by position over all heads, so each position's C keys (and
+/// values) are read once, front to back; per (head, position) the very operations of
+/// forward_cached, in the same order (a dot over j, the scale, the softmax of the row, then
+/// o += a * v position after position), so the same bits (both compiled for the same instruction
+/// set: MLS_LAB6_CLONES on both).
+MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp,
+                                std::int64_t n, std::int64_t H, std::int64_t hs, float scale, float* att) {
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
-    const float* kk = kp[t2];
-    float dot = 0.f;
-    for (std::int64_t j = 0; j < hs; ++j) dot += q[j] * kk[j];
-    att[t2] = dot * scale;
+    const float* krow = kp[t2];
+    for (std::int64_t h = 0; h < H; ++h) {
+      const float* qh = q + h * hs;
+      const float* kk = krow + h * hs;
+      float dot = 0.f;
+      for (std::int64_t j = 0; j < hs; ++j) dot += qh[j] * kk[j];
+      att[h * n + t2] = dot * scale;
+    }
   }
-  kernels::softmax_forward(att, att, 1, n);
-  for (std::int64_t j = 0; j < hs; ++j) o[j] = 0.f;
+  for (std::int64_t h = 0; h < H; ++h) kernels::softmax_forward(att + h * n, att + h * n, 1, n);
+  for (std::int64_t j = 0; j < H * hs; ++j) o[j] = 0.f;
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
-    const float a = att[t2];
-    const float* vv = vp[t2];
-    for (std::int64_t j = 0; j < hs; ++j) o[j] += a * vv[j];
+    const float* vrow = vp[t2];
+    for (std::int64_t h = 0; h < H; ++h) {
+      const float a = att[h * n + t2];
+      const float* vv = vrow + h * hs;
+      float* oh = o + h * hs;
+      for (std::int64_t j = 0; j < hs; ++j) oh[j] += a * vv[j];
+    }
   }
 }
 
 }  // namespace
 
+double DecodeProfile::now() const {
+  timespec ts{};
+  clock_gettime(cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+DecodeModel::DecodeModel(const GPTParams& params) : params_(&params) {
+  const GPTConfig& cfg = params.config();
+  MLS_CHECK(!is_moe(cfg), "DecodeModel: a model with MoE blocks, expected a dense model (the paged forward "
+            "runs dense MLPs only)");
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd;
+  const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
+  for (std::int64_t l = 0; l < L; ++l) {
+    qkvw_.push_back(pack_matrix(p.qkvw + l * 3 * C * C, 3 * C, C));
+    attprojw_.push_back(pack_matrix(p.attprojw + l * C * C, C, C));
+    fcw_.push_back(pack_matrix(p.fcw + l * 4 * C * C, 4 * C, C));
+    fcprojw_.push_back(pack_matrix(p.fcprojw + l * C * 4 * C, C, 4 * C));
+  }
+  wte_ = pack_matrix(p.wte, cfg.vocab_size, C);
+}
+
+std::vector<const PackedMatrix*> DecodeModel::matrices() const {
+  std::vector<const PackedMatrix*> m;
+  for (const auto* v : {&qkvw_, &attprojw_, &fcw_, &fcprojw_})
+    for (const auto& x : *v) m.push_back(&x);
+  m.push_back(&wte_);
+  return m;
+}
+
 void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const PagedRow> rows,
                    float* logits) {
+  const DecodeModel model(params);
+  DecodeScratch scratch;
+  forward_paged(model, scratch, cache, rows, logits);
+}
+
+void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
+                   std::span<const PagedRow> rows, float* logits, DecodeProfile* profile) {
+  const GPTParams& params = model.params();
   const GPTConfig& cfg = params.config();
   MLS_CHECK(cache.config() == cfg, "forward_paged: a cache of another config");
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size,
-                     hs = C / H, N = static_cast<std::int64_t>(rows.size());
+                     hs = C / H, N = static_cast<std::int64_t>(rows.size()), bt = cache.block_tokens();
   if (N == 0) return;
+  DecodeProfile* prof = profile;
+  double last = prof ? prof->now() : 0;
+  const auto lap = [&](double DecodeProfile::*stage) {
+    if (!prof) return;
+    const double now = prof->now();
+    prof->*stage += now - last;
+    last = now;
+  };
   std::int64_t maxpos = 0, nlog = 0;
+  // each row's block table and the slot its keys and values go to (looked up once per step)
+  thread_local std::vector<const std::vector<std::int32_t>*> tables;
+  thread_local std::vector<KVSlot> slots;
+  tables.resize(static_cast<std::size_t>(N));
+  slots.resize(static_cast<std::size_t>(N));
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
     MLS_CHECK(row.token >= 0 && row.token < V, "forward_paged: row ", r, " token ", row.token,
@@ -244,76 +309,107 @@ void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const
               cache.length(row.seq), ") (append before the forward)");
     maxpos = std::max(maxpos, row.pos);
     nlog += row.want_logits ? 1 : 0;
+    tables[static_cast<std::size_t>(r)] = &cache.block_table(row.seq);
+    slots[static_cast<std::size_t>(r)] = cache.slot(row.seq, row.pos);
   }
+  // (this thread's buffers: the workers below reach them through these pointers)
+  const std::vector<std::int32_t>* const* row_table = tables.data();
+  const KVSlot* row_slot = slots.data();
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   const auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-  // (N, C) residual stream and its layernorm, (N, 3C) q|k|v, (N, C) attention output and
-  // projection, (N, 4C) MLP hidden before and after GELU, (N) layernorm statistics
-  std::vector<float> x(sz(N * C)), ln(sz(N * C)), qkv(sz(N * 3 * C)), y(sz(N * C)), proj(sz(N * C)),
-      fch(sz(N * 4 * C)), fchg(sz(N * 4 * C)), mean(sz(N)), rstd(sz(N));
+  const auto fit = [&](std::vector<float>& v, std::int64_t n) {
+    if (v.size() < sz(n)) v.resize(sz(n));
+    return v.data();
+  };
+  float* x = fit(scratch.x, N * C);
+  float* ln = fit(scratch.ln, N * C);
+  float* qkv = fit(scratch.qkv, N * 3 * C);
+  float* y = fit(scratch.y, N * C);
+  float* proj = fit(scratch.proj, N * C);
+  float* fch = fit(scratch.fch, N * 4 * C);
+  float* fchg = fit(scratch.fchg, N * 4 * C);
+  float* mean = fit(scratch.mean, N);
+  float* rstd = fit(scratch.rstd, N);
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
-    encoder_forward(x.data() + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
+    encoder_forward(x + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
   }
-  // Row by row where a kernel's numbers could depend on the row count (layernorm, GELU: vector
-  // tails), so that every row computes exactly what one token at a time does.
+  lap(&DecodeProfile::embed);
+  // Every row computes exactly what one token at a time does: layernorm normalises row by row,
+  // GELU runs row by row (its vector tails), the GEMMs sum over c in order (rowgemm.hpp).
   const auto ln_rows = [&](const float* w, const float* b) {
-    for (std::int64_t r = 0; r < N; ++r)
-      layernorm_forward(ln.data() + r * C, &mean[sz(r)], &rstd[sz(r)], x.data() + r * C, w, b, 1, C);
+    kernels::layernorm_forward(ln, mean, rstd, x, w, b, N, C, 1e-5f);  // row by row inside
+    lap(&DecodeProfile::layernorm);
   };
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  // rows per attention chunk: about 2^18 cached floats of work each (~10 us: waking a thread and
+  // waiting for it is not free, least of all on a busy machine)
+  std::int64_t cached = 0;
+  for (std::int64_t r = 0; r < N; ++r) cached += (rows[static_cast<std::size_t>(r)].pos + 1) * C;
+  const std::int64_t attention_grain =
+      std::max<std::int64_t>(1, (std::int64_t{1} << 18) * N / std::max<std::int64_t>(1, cached));
   for (std::int64_t l = 0; l < L; ++l) {
     ln_rows(p.ln1w + l * C, p.ln1b + l * C);
-    matmul_rows_forward(qkv.data(), ln.data(), p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C);
+    matmul_packed_forward(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, N, &model.attprojw(l));
+    lap(&DecodeProfile::qkv);
     for (std::int64_t r = 0; r < N; ++r) {  // every row's k, v into the cache first
-      const PagedRow& row = rows[static_cast<std::size_t>(r)];
-      const float* src = qkv.data() + r * 3 * C;
-      std::copy(src + C, src + 2 * C, cache.key(row.seq, l, row.pos));
-      std::copy(src + 2 * C, src + 3 * C, cache.value(row.seq, l, row.pos));
+      const float* src = qkv + r * 3 * C;
+      std::memcpy(cache.key_at(row_slot[r], l), src + C, sizeof(float) * sz(C));
+      std::memcpy(cache.value_at(row_slot[r], l), src + 2 * C, sizeof(float) * sz(C));
     }
+    lap(&DecodeProfile::kv_write);
     // then each (row, head) attends over its sequence's positions 0..pos, through the block table
-    parallel_for(0, N, 1, [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<const float*> kp(sz(maxpos + 1)), vp(sz(maxpos + 1));
-      std::vector<float> att(sz(maxpos + 1));
+    parallel_for(0, N, attention_grain, [&](std::int64_t r0, std::int64_t r1) {
+      thread_local std::vector<const float*> kp, vp;
+      thread_local std::vector<float> att;
+      kp.resize(sz(maxpos + 1));
+      vp.resize(sz(maxpos + 1));
+      att.resize(sz(H * (maxpos + 1)));
+      const PagedKVCache& cc = cache;
       for (std::int64_t r = r0; r < r1; ++r) {
         const PagedRow& row = rows[static_cast<std::size_t>(r)];
-        const PagedKVCache& cc = cache;
-        const std::vector<std::int32_t>& table = cc.block_table(row.seq);
-        for (std::int64_t t2 = 0; t2 <= row.pos; ++t2) {
-          const KVSlot s = block_table_lookup(table, cc.block_tokens(), t2);
-          kp[sz(t2)] = cc.key_at(s, l);
-          vp[sz(t2)] = cc.value_at(s, l);
+        const std::vector<std::int32_t>& table = *row_table[r];
+        for (std::int64_t t0 = 0; t0 <= row.pos; t0 += bt) {  // a block at a time
+          const KVSlot s{table[sz(t0 / bt)], 0};
+          const float* kb = cc.key_at(s, l);
+          const float* vb = cc.value_at(s, l);
+          for (std::int64_t t2 = t0; t2 <= std::min(row.pos, t0 + bt - 1); ++t2) {
+            kp[sz(t2)] = kb + (t2 - t0) * C;
+            vp[sz(t2)] = vb + (t2 - t0) * C;
+          }
         }
-        for (std::int64_t h = 0; h < H; ++h) {
-          if (h > 0)
-            for (std::int64_t t2 = 0; t2 <= row.pos; ++t2) {
-              kp[sz(t2)] += hs;
-              vp[sz(t2)] += hs;
-            }
-          attend_row(y.data() + r * C + h * hs, qkv.data() + r * 3 * C + h * hs, kp.data(), vp.data(),
-                     row.pos + 1, hs, scale, att.data());
-        }
+        attend_row(y + r * C, qkv + r * 3 * C, kp.data(), vp.data(), row.pos + 1, H, hs, scale, att.data());
       }
     });
-    matmul_rows_forward(proj.data(), y.data(), p.attprojw + l * C * C, p.attprojb + l * C, N, C, C);
-    residual_forward(x.data(), x.data(), proj.data(), N * C);
+    lap(&DecodeProfile::attention);
+    matmul_packed_forward(proj, y, model.attprojw(l), p.attprojb + l * C, N, &model.fcw(l));
+    lap(&DecodeProfile::attproj);
+    residual_forward(x, x, proj, N * C);
+    lap(&DecodeProfile::residual);
     ln_rows(p.ln2w + l * C, p.ln2b + l * C);
-    matmul_rows_forward(fch.data(), ln.data(), p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C);
-    for (std::int64_t r = 0; r < N; ++r)
-      gelu_forward(fchg.data() + r * 4 * C, fch.data() + r * 4 * C, 4 * C);
-    matmul_rows_forward(proj.data(), fchg.data(), p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, N,
-                        4 * C, C);
-    residual_forward(x.data(), x.data(), proj.data(), N * C);
+    matmul_packed_forward(fch, ln, model.fcw(l), p.fcb + l * 4 * C, N, &model.fcprojw(l));
+    for (std::int64_t r = 0; r < N; ++r) kernels::gelu_forward(fchg + r * 4 * C, fch + r * 4 * C, 4 * C);
+    matmul_packed_forward(proj, fchg, model.fcprojw(l), p.fcprojb + l * C, N,
+                          l + 1 < L ? &model.qkvw(l + 1) : &model.wte());
+    lap(&DecodeProfile::mlp);
+    residual_forward(x, x, proj, N * C);
+    lap(&DecodeProfile::residual);
   }
   // the head, only for the rows that want logits
-  std::vector<float> last(sz(nlog * C));
+  float* lastx = fit(scratch.last, std::max<std::int64_t>(1, nlog) * C);
   std::int64_t k = 0;
   for (std::int64_t r = 0; r < N; ++r) {
     if (!rows[static_cast<std::size_t>(r)].want_logits) continue;
-    layernorm_forward(last.data() + k * C, &mean[0], &rstd[0], x.data() + r * C, p.lnfw, p.lnfb, 1, C);
+    kernels::layernorm_forward(lastx + k * C, mean, rstd, x + r * C, p.lnfw, p.lnfb, 1, C, 1e-5f);
     ++k;
   }
-  if (nlog > 0) matmul_rows_forward(logits, last.data(), p.wte, nullptr, nlog, C, V);
+  lap(&DecodeProfile::layernorm);
+  if (nlog > 0) matmul_packed_forward(logits, lastx, model.wte(), nullptr, nlog);
+  lap(&DecodeProfile::head);
+  if (prof) {
+    ++prof->steps;
+    prof->rows += N;
+  }
 }
 
 }  // namespace mls::llm

@@ -17,14 +17,7 @@
 #include "mls/llm/moe.hpp"
 #include "mls/llm/remat.hpp"
 
-// The hot loops below are compiled for AVX-512, AVX2/FMA and baseline x86-64 (as lab 4's fused
-// kernels); the loader picks the best one for this CPU, so the build needs no -march flag.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MLS_LAB6_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MLS_LAB6_CLONES
-#endif
+#include "lab6_clones.hpp"  // MLS_LAB6_CLONES: the hot loops for AVX-512, AVX2/FMA and x86-64
 
 namespace mls::llm {
 
@@ -305,47 +298,7 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   }
 }
 
-namespace {
-
-/// s[r] = x_r · w (C floats) for four rows at once: each weight element is loaded once for the
-/// four. THE dot product of matmul_rows_forward: every row goes through it, in any slot, with the
-/// same operations in the same order, so a row's result never depends on the rows beside it.
-MLS_LAB6_CLONES void dot4(const float* x0, const float* x1, const float* x2, const float* x3,
-                          const float* w, std::int64_t C, float* s) {
-  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-  for (std::int64_t c = 0; c < C; ++c) {
-    const float wc = w[c];
-    a0 += x0[c] * wc;
-    a1 += x1[c] * wc;
-    a2 += x2[c] * wc;
-    a3 += x3[c] * wc;
-  }
-  s[0] = a0;
-  s[1] = a1;
-  s[2] = a2;
-  s[3] = a3;
-}
-
-}  // namespace
-
-void matmul_rows_forward(float* out, const float* inp, const float* weight, const float* bias,
-                         std::int64_t N, std::int64_t C, std::int64_t OC) {
-  // Matrix-vector products, four rows at a time (a group short of four repeats its last row and
-  // drops the copies): each chunk of 64 weight rows is read once from memory and reused (from
-  // cache) by all N rows.
-  parallel_for(0, OC, 64, [&](std::int64_t o0, std::int64_t o1) {
-    for (std::int64_t n0 = 0; n0 < N; n0 += 4) {
-      const std::int64_t m = std::min<std::int64_t>(4, N - n0);
-      const float* x[4];
-      for (std::int64_t r = 0; r < 4; ++r) x[r] = inp + (n0 + std::min(r, m - 1)) * C;
-      for (std::int64_t o = o0; o < o1; ++o) {
-        float s[4];
-        dot4(x[0], x[1], x[2], x[3], weight + o * C, C, s);
-        for (std::int64_t r = 0; r < m; ++r) out[(n0 + r) * OC + o] = s[r] + (bias ? bias[o] : 0.f);
-      }
-    }
-  });
-}
+// matmul_rows_forward, the decode GEMM, is in rowgemm.cpp (rowgemm.hpp).
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t N, std::int64_t C, std::int64_t OC) {

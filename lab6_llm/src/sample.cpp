@@ -1,6 +1,7 @@
 // Student file of lab 6: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Lab 6: sampling and the KV cache.
 #include "mls/llm/sample.hpp"
+#include "mls/llm/kv_cache.hpp"
 #include "mls/llm/moe.hpp"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/fused.hpp"
+#include "lab6_clones.hpp"
 
 namespace mls::llm {
 
@@ -73,7 +75,8 @@ KVCache::KVCache(const GPTConfig& cfg) : cfg_(cfg) {
   v.assign(n, 0.f);
 }
 
-void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token, float* logits) {
+// (compiled as forward_paged's attention is, MLS_LAB6_CLONES: the same bits)
+MLS_LAB6_CLONES void forward_cached(const GPTParams& params, KVCache& cache, std::int32_t token, float* logits) {
   // BEGIN SOLUTION
   const GPTConfig& cfg = params.config();
   MLS_CHECK(cache.config() == cfg, "forward_cached: a cache of another config");
@@ -200,6 +203,14 @@ std::vector<std::int32_t> generate(const GPTParams& params, const std::vector<st
   std::vector<std::int32_t> ctx = prompt;
   std::vector<float> logits(static_cast<std::size_t>(V));
   std::optional<KVCache> cache;
+  // forward_cached's matmuls find the weights packed once here (the same bits as packing them on
+  // the fly: only faster); dense models only
+  std::optional<DecodeModel> packed;
+  std::optional<PackedScope> scope;
+  if (use_cache && !is_moe(cfg)) {
+    packed.emplace(params);
+    scope.emplace(packed->matrices());
+  }
   if (use_cache) {
     cache.emplace(cfg);
     prefill(params, *cache, prompt, logits.data());  // the whole prompt at once

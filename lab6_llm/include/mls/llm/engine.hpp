@@ -78,9 +78,11 @@ struct EngineStats {
 
 class Engine {
  public:
-  /// detok(token) -> text, needed for stop strings (may be empty otherwise).
+  /// detok(token) -> text, needed for stop strings (may be empty otherwise). model: the weights
+  /// of `params` already packed (engines may share one); null: the engine packs its own.
   Engine(const GPTParams& params, const EngineOptions& opt,
-         std::function<std::string(std::int32_t)> detok = {});
+         std::function<std::string(std::int32_t)> detok = {},
+         std::shared_ptr<const DecodeModel> model = nullptr);
   /// Queues a request and returns its id. mls::Error (naming the field and value) for an empty
   /// prompt, a token out of range, a prompt of block_size tokens or more, max_tokens <= 0, bad
   /// sample options, stop strings without a detokenizer, or a request whose longest sequence needs
@@ -94,6 +96,8 @@ class Engine {
   bool idle() const { return waiting_.empty() && running_.empty() && cancelled_.empty(); }
   EngineStats stats() const;
   const PagedKVCache& cache() const { return cache_; }
+  /// Adds every step's stage times to *profile from now on (null: stop); mls-serving-bench --profile.
+  void set_profile(DecodeProfile* profile) { profile_ = profile; }
   const EngineOptions& options() const { return opt_; }
 
   /// A step's plan: which sequences run how many of their pending tokens, in running order.
@@ -140,6 +144,9 @@ class Engine {
   void index_blocks(Seq& s);
 
   const GPTParams& params_;
+  std::shared_ptr<const DecodeModel> model_;  // the weights packed for forward_paged
+  DecodeScratch scratch_;                     // its buffers, reused from step to step
+  DecodeProfile* profile_ = nullptr;
   EngineOptions opt_;
   std::function<std::string(std::int32_t)> detok_;
   PagedKVCache cache_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mls/llm/model.hpp"
+#include "mls/llm/rowgemm.hpp"
 
 namespace mls::llm {
 
@@ -114,6 +115,8 @@ class PagedKVCache {
   /// Keys / values of layer l at a slot (from block_table_lookup on block_table(seq)).
   const float* key_at(const KVSlot& s, std::int64_t l) const { return k_.data() + offset(s, l); }
   const float* value_at(const KVSlot& s, std::int64_t l) const { return v_.data() + offset(s, l); }
+  float* key_at(const KVSlot& s, std::int64_t l) { return k_.data() + offset(s, l); }
+  float* value_at(const KVSlot& s, std::int64_t l) { return v_.data() + offset(s, l); }
 
  private:
   struct Seq {
@@ -142,13 +145,74 @@ struct PagedRow {
   bool want_logits = false;    // write the next-token logits of this row
 };
 
+/// Where forward_paged and Engine::step spend their time (seconds summed over the steps), when
+/// asked (forward_paged's profile, Engine::set_profile): mls-serving-bench --profile prints it.
+struct DecodeProfile {
+  double embed = 0;      // token + position embeddings
+  double layernorm = 0;  // ln1, ln2 of every layer, and ln_f
+  double qkv = 0;        // the q|k|v GEMM of every layer
+  double kv_write = 0;   // keys and values into the paged cache
+  double attention = 0;  // every row's attention over its sequence's cached positions
+  double attproj = 0;    // the attention projection GEMM
+  double mlp = 0;        // fc GEMM, GELU, fcproj GEMM
+  double residual = 0;   // the two residual adds of every layer
+  double head = 0;       // the LM head GEMM (rows that want logits)
+  double schedule = 0;   // Engine::schedule (admission, preemption, block allocation)
+  double sample = 0;     // sample_token for every finished row, stop strings, finishing
+  double other = 0;      // the rest of Engine::step (building rows, prefix index, events)
+  std::int64_t steps = 0, rows = 0;
+  bool cpu_time = false;  // time with the process's CPU clock (a busy machine, one thread), else wall
+  /// Seconds on the chosen clock (from an arbitrary origin).
+  double now() const;
+  double total() const {
+    return embed + layernorm + qkv + kv_write + attention + attproj + mlp + residual + head + schedule + sample +
+           other;
+  }
+};
+
+/// A model ready for forward_paged: its matmul weights packed once for the decode GEMM
+/// (rowgemm.hpp: q|k|v, projection, fc, fcproj of every layer and the tied LM head wte). Read
+/// only once built, so engines may share one (std::shared_ptr<const DecodeModel>). It refers to
+/// `params`: keep them alive and unchanged (pack again after an update). Dense models only (an
+/// mls::Error for a config with MoE blocks).
+class DecodeModel {
+ public:
+  explicit DecodeModel(const GPTParams& params);
+  const GPTParams& params() const { return *params_; }
+  const PackedMatrix& qkvw(std::int64_t l) const { return qkvw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& attprojw(std::int64_t l) const { return attprojw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& fcw(std::int64_t l) const { return fcw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& fcprojw(std::int64_t l) const { return fcprojw_.at(static_cast<std::size_t>(l)); }
+  const PackedMatrix& wte() const { return wte_; }
+  /// Every packed matrix (for a PackedScope: forward_cached then skips packing them).
+  std::vector<const PackedMatrix*> matrices() const;
+
+ private:
+  const GPTParams* params_;
+  std::vector<PackedMatrix> qkvw_, attprojw_, fcw_, fcprojw_;  // (L) each
+  PackedMatrix wte_;                                           // the LM head (V, C)
+};
+
+/// The buffers of forward_paged, kept from step to step (no allocation per token once the
+/// largest batch was seen): (N, C) residual stream and its layernorm, (N, 3C) q|k|v, (N, C)
+/// attention output and projection, (N, 4C) MLP hidden before and after GELU, (N) layernorm
+/// statistics, (rows with logits, C) the final layernorm.
+struct DecodeScratch {
+  std::vector<float> x, ln, qkv, y, proj, fch, fchg, mean, rstd, last;
+};
+
 /// One forward pass over rows of several sequences (decode tokens and prefill chunks together):
 /// every row's keys and values go into the cache at its position, then each row attends to its
-/// sequence's positions 0..pos through the block table. Every matmul runs once per layer over all
-/// rows (matmul_rows_forward), so the weights are read once per step for the whole batch.
-/// Rows of one sequence come in increasing positions. logits: (rows with want_logits, V), in row
-/// order. Each row's numbers are exactly forward_cached's for the same sequence, token by token
-/// (the same operations in the same order), whatever the other rows are.
+/// sequence's positions 0..pos through the block table. Every matmul is one GEMM per layer over
+/// all rows (matmul_packed_forward: a prompt chunk of n tokens is an (n, C) x (C, 3C) product,
+/// and the weights are read once per step for the whole batch). Rows of one sequence come in
+/// increasing positions. logits: (rows with want_logits, V), in row order. Each row's numbers are
+/// exactly forward_cached's for the same sequence, token by token (the same operations in the same
+/// order: the decode GEMM's sums run over c in order for every row), whatever the other rows are.
+/// profile: non-null, the stage times are added to it.
+void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
+                   std::span<const PagedRow> rows, float* logits, DecodeProfile* profile = nullptr);
+/// The same, packing the weights for this one call (tests, one-off passes).
 void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const PagedRow> rows,
                    float* logits);
 

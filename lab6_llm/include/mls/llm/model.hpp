@@ -212,10 +212,12 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 /// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC) (bias may be null).
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     std::int64_t N, std::int64_t C, std::int64_t OC);
-/// The same product as one matrix-vector product per row (what matmul_forward does for N <= 4):
-/// row n of out is bit-identical whatever N and the other rows are, so a batch of sequences'
-/// tokens (the serving engine's decode step, engine.hpp) gives exactly the numbers of one token
-/// at a time (forward_cached), while each weight is read from memory once for the whole batch.
+/// The same product through the decode GEMM (rowgemm.hpp; what matmul_forward does for N <= 4):
+/// every output element is a sum over c in order, so row n of out is bit-identical whatever N and
+/// the other rows are, and a batch of sequences' tokens (the serving engine's step, engine.hpp)
+/// gives exactly the numbers of one token at a time (forward_cached), while each weight is read
+/// from memory once for the whole batch. The weights are packed on the fly, a chunk of 16-column
+/// panels at a time (matmul_packed_forward takes them packed once).
 void matmul_rows_forward(float* out, const float* inp, const float* weight, const float* bias,
                          std::int64_t N, std::int64_t C, std::int64_t OC);
 /// dinp (N,C) += dout·weight; dweight (OC,C) += dout^T·inp; dbias (OC) += column sums of dout

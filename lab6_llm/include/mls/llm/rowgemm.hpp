@@ -1,0 +1,60 @@
+#pragma once
+/// Lab 6: the decode GEMM — out (N, OC) = inp (N, C) · W (OC, C)^T + bias, with every output
+/// element computed by the same operations in the same order whatever N is:
+///
+///   acc = 0;  for c = 0 .. C-1: acc += inp[n, c] * W[o, c]   (in order, one FMA each)
+///   out[n, o] = acc + bias[o]
+///
+/// The vector lanes run over 16 output columns (never over c), so a row's numbers never depend on
+/// the rows beside it nor on how many there are: a batch of 32 decode tokens, a prefill chunk of a
+/// whole prompt (one GEMM per layer) and one token at a time (forward_cached) all give the same
+/// bits. The weights are packed once into panels of 16 output columns, (C, 16) each, contiguous:
+/// one token (a GEMV) streams them front to back, and a batch reads each panel once per step for
+/// all its rows (register tiles of up to 4 rows x 32 columns: each weight load feeds 4 FMAs).
+#include <cstdint>
+#include <vector>
+
+namespace mls::llm {
+
+/// Output columns per panel (one AVX-512 register of floats).
+constexpr std::int64_t kRowGemmPanel = 16;
+
+/// W (OC, C) packed into ceil(OC / 16) panels of (C, 16): panel p holds columns 16p .. 16p + 15
+/// (zeros past OC), element [c][j] = W[16p + j, c].
+struct PackedMatrix {
+  std::int64_t C = 0, OC = 0;
+  const float* source = nullptr;  // the W it was packed from (PackedScope finds it by this)
+  std::vector<float> data;        // (panels, C, 16)
+  std::int64_t panels() const { return (OC + kRowGemmPanel - 1) / kRowGemmPanel; }
+};
+
+/// Packs W (OC, C). C, OC >= 1 (an mls::Error otherwise).
+PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C);
+
+/// out (N, OC) = inp (N, C) · W^T + bias (may be null), W packed by pack_matrix. The numbers of
+/// matmul_rows_forward (model.hpp) on the unpacked W, bit for bit. Threaded over panels. While it
+/// computes, each panel group's first tile prefetches the next group toward L2, and the last
+/// group prefetches the first panels of `then` (the matrix the caller multiplies next; may be
+/// null): a model's weights stream in while the FMAs run.
+void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
+                           std::int64_t N, const PackedMatrix* then = nullptr);
+
+/// While alive, matmul_rows_forward on this thread finds these matrices by their source pointer
+/// and shape and runs on them instead of packing W again: the same bits, only faster (the
+/// single-sequence sampler, generate, packs its model once this way). The matrices must outlive
+/// the scope and their sources must not change while it lives. Scopes nest (the innermost first).
+class PackedScope {
+ public:
+  explicit PackedScope(std::vector<const PackedMatrix*> matrices);
+  ~PackedScope();
+  PackedScope(const PackedScope&) = delete;
+  PackedScope& operator=(const PackedScope&) = delete;
+  /// The matrix packed from `weight` (OC, C) in this thread's scopes, or null.
+  static const PackedMatrix* find(const float* weight, std::int64_t OC, std::int64_t C);
+
+ private:
+  std::vector<const PackedMatrix*> matrices_;
+  PackedScope* outer_;
+};
+
+}  // namespace mls::llm
