@@ -46,55 +46,8 @@ void sgemm_reference(bool trans_a, bool trans_b, long M, long N, long K, float a
 }
 
 #ifdef MLS_HAVE_OPENBLAS
-/// Whether this OpenBLAS gives the same bits whatever its thread count. It splits M and N, never
-/// K, and usually does (lab 3's parallel executor relies on it), but not always: Debian's 0.3.21
-/// with its Haswell kernels (OPENBLAS_CORETYPE=Haswell) on an AMD Zen 5 computes the columns past
-/// a thread's split point with another edge kernel, so 1 and 2 threads differ in the last bits.
-/// Probed once, on a product whose N the threads split (257 x 131 x 263, as lab 3's test).
-bool openblas_thread_count_invariant(int max_threads) {
-  constexpr int M = 257, K = 131, N = 263;
-  std::vector<float> a(static_cast<std::size_t>(M) * K), b(static_cast<std::size_t>(K) * N);
-  std::uint32_t x = 12345;  // a small LCG: any varied values will do
-  auto next = [&x] { x = x * 1664525u + 1013904223u; return static_cast<float>(x >> 8) / 16777216.0f - 0.5f; };
-  for (auto& v : a) v = next();
-  for (auto& v : b) v = next();
-  auto run = [&](int threads) {
-    std::vector<float> c(static_cast<std::size_t>(M) * N);
-    openblas_set_num_threads(threads);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f,
-                c.data(), N);
-    return c;
-  };
-  const std::vector<float> one = run(1);
-  for (int t = 2; t <= std::min(max_threads, 8); ++t) {
-    if (run(t) != one) return false;
-  }
-  return true;
-}
-
 void sgemm_openblas(bool trans_a, bool trans_b, long M, long N, long K, float alpha, const float* A, long lda,
                     const float* B, long ldb, float beta, float* C, long ldc) {
-  // OpenBLAS's own threads follow the caller's intra-op budget (all of num_threads() outside
-  // mls::run_dag; a task's share inside it), so two tasks multiplying at once do not both start
-  // num_threads() threads. Where its results depend on the thread count (probed once, above), it
-  // runs on num_threads() threads whatever the budget instead: results stay independent of the
-  // budget (what lab 3's parallel executor promises), at the price of more threads than cores
-  // while two tasks multiply at once.
-  static std::mutex set_mutex;
-  static int threads = -1;
-  static int invariant = -1;  // -1: not probed yet
-  {
-    std::lock_guard<std::mutex> lock(set_mutex);
-    if (invariant < 0) {
-      invariant = openblas_thread_count_invariant(num_threads()) ? 1 : 0;
-      threads = -1;  // the probe changed OpenBLAS's count
-    }
-    const int want = invariant ? intra_op_threads() : num_threads();
-    if (threads != want) {
-      threads = want;
-      openblas_set_num_threads(threads);
-    }
-  }
   if (M == 0 || N == 0) return;
   if (K == 0) {  // BLAS leaves C * beta; make beta == 0 never read C.
     for (long i = 0; i < M; ++i) {
@@ -102,13 +55,53 @@ void sgemm_openblas(bool trans_a, bool trans_b, long M, long N, long K, float al
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B,
-              static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+  // OpenBLAS itself always runs on the calling thread (see sgemm_split): set once, and again
+  // should a program have changed it (lab 4's benchmarks set their own count before each call).
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+  const SgemmSplit sp = sgemm_split(M, N, K);
+  parallel_for(0, sp.blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (long blk = static_cast<long>(b0); blk < static_cast<long>(b1); ++blk) {
+      const long lo = blk * sp.step, len = std::min(sp.step, (sp.rows ? M : N) - lo);
+      if (len <= 0) continue;
+      // Rows [lo, lo + len) of C read rows of op(A); columns read columns of op(B).
+      const float* a = sp.rows ? A + (trans_a ? lo : lo * lda) : A;
+      const float* b = sp.rows ? B : B + (trans_b ? lo * ldb : lo);
+      float* c = sp.rows ? C + lo * ldc : C + lo;
+      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(sp.rows ? len : M), static_cast<int>(sp.rows ? N : len), static_cast<int>(K), alpha,
+                  a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+    }
+  });
 }
 #endif
 
 }  // namespace
+
+SgemmSplit sgemm_split(long M, long N, long K) {
+  // The dimension with more work is split, in pieces of at least kMinPiece (whole micro-tiles), and
+  // into at most num_threads() pieces, fewer when a piece would hold less than kMinWork
+  // multiply-adds (OpenBLAS's own threshold for threading a GEMM).
+  constexpr long kMinPiece = 16;
+  constexpr double kMinWork = 65536.0 * 4;
+  SgemmSplit sp;
+  sp.rows = M >= N;
+  const long dim = sp.rows ? M : N;
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  long blocks = std::min<long>(num_threads(), std::max<long>(1, dim / kMinPiece));
+  blocks = std::max<long>(1, std::min<long>(blocks, static_cast<long>(work / kMinWork)));
+  sp.step = std::max<long>(1, (dim + blocks - 1) / blocks);
+  if (blocks > 1) sp.step = (sp.step + kMinPiece - 1) / kMinPiece * kMinPiece;  // whole micro-tiles
+  sp.blocks = std::max<long>(1, (dim + sp.step - 1) / sp.step);
+  return sp;
+}
+
+int openblas_threads() {
+#ifdef MLS_HAVE_OPENBLAS
+  return openblas_get_num_threads();
+#else
+  return 0;
+#endif
+}
 
 void register_matmul_kernels() {
   static std::once_flag once;

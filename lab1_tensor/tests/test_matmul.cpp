@@ -1,6 +1,8 @@
 // matmul: NumPy semantics (2-D, batched with broadcast batch dims, 1-D operands) on strided
 // inputs, every dtype path, and every registered SGEMM kernel for float32.
 // Tolerance of a K-term dot product: |error| <= (K + 2) * eps * sum_k |a_ik b_kj|.
+#include <array>
+#include <cstring>
 #include <functional>
 
 #include "generators.hpp"
@@ -236,5 +238,51 @@ TEST_CASE("matmul of 256x300 by 300x200: 1 and 2 threads, every kernel", "[lab1]
       CHECK_CLOSE(mls::matmul(a, bt), want, [&](I64 i) { return (300 + 2) * eps * scale.v[static_cast<std::size_t>(i)]; });
     });
     CHECK_SAME(mls::matmul(ref::make(ri, DType::Int64), ref::make(rj, DType::Int64)), want_i);
+  }
+}
+
+TEST_CASE("matmul: the openblas kernel's bits do not depend on the intra-op budget, and OpenBLAS runs on one thread",
+          "[lab1][matmul]") {
+  // Lab 3's parallel executor runs a product under a budget of fewer threads than the sequential
+  // executor and promises the same bits: the kernel's cut into pieces depends on the shape and
+  // num_threads() only, and each piece is one single-threaded cblas_sgemm (mls/tensor/tensor.hpp).
+  mls::ThreadCountGuard threads(4);
+  mls::register_matmul_kernels();
+  bool have_openblas = false;
+  for (const auto& k : mls::sgemm_kernels()) have_openblas |= k.name == "openblas";
+  KernelGuard guard;
+  if (have_openblas) mls::set_sgemm_kernel("openblas");
+  mls::Rng rng(707, "mmbudget");
+  const double eps = ref::eps_of(DType::Float32);
+  // [M, K, N]: N split (N > M), M split, one piece (small), a row vector times a wide matrix.
+  for (const auto& [M, K, N] : std::vector<std::array<I64, 3>>{{257, 131, 263}, {300, 64, 200}, {5, 3, 7}, {1, 64, 1000}}) {
+    INFO("M " << M << " K " << K << " N " << N);
+    const mls::SgemmSplit sp = mls::sgemm_split(M, N, K);
+    const std::vector<long> cut{sp.rows ? 1 : 0, sp.blocks, sp.step};
+    mls::testing::observe("sgemm_split " + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N), cut);
+    const long dim = sp.rows ? M : N;
+    CHECK(sp.rows == (M >= N));
+    CHECK(sp.blocks >= 1);
+    CHECK(sp.blocks <= mls::num_threads());
+    CHECK(sp.blocks * sp.step >= dim);
+    CHECK((sp.blocks - 1) * sp.step < dim);
+    const Ref ra = ref::random_ref({M, K}, DType::Float32, rng), rb = ref::random_ref({K, N}, DType::Float32, rng);
+    const Tensor a = ref::make(ra, DType::Float32);
+    const Tensor b = ref::make(ref::permute(rb, {1, 0}), DType::Float32).transpose();  // a transposed operand
+    MLS_ORACLE(const auto [want, scale] = ref::matmul(ra, rb);)
+    const Tensor full = mls::matmul(a, b);  // every piece on its own thread
+    CHECK_CLOSE(full, want, [&](I64 i) { return static_cast<double>(K + 2) * eps * scale.v[static_cast<std::size_t>(i)]; });
+    for (int budget : {1, 2, 3}) {
+      INFO("budget " << budget);
+      mls::IntraOpBudget cap(budget);
+      const mls::SgemmSplit same_cut = mls::sgemm_split(M, N, K);
+      CHECK(same_cut.blocks == sp.blocks);
+      CHECK(same_cut.step == sp.step);
+      const Tensor got = mls::matmul(a, b);
+      const bool same_bits = std::memcmp(got.data_ptr(), full.data_ptr(), static_cast<std::size_t>(M * N) * 4) == 0;
+      mls::testing::observe("same bits at budget " + std::to_string(budget), same_bits);
+      CHECK(same_bits);
+    }
+    if (have_openblas) CHECK(mls::openblas_threads() == 1);
   }
 }

@@ -10,6 +10,10 @@
 //   ratio compile_vs_eager_mlp_step_t1 <v>              (PlannedExecutor, the default)
 //   ratio compile_unplanned_vs_eager_mlp_step_t1 <v>    (CompileOptions::planned = false: lab 2's Executor)
 //   compile_ms mlp_step <ms>   amortised_ratio_100_steps <v>
+//   floor gemm_ms <ms> eager_step_ms <ms> floor_ratio <v>
+// The floor: the compiled programs' GEMM nodes alone (each timed in a one-worker trace of the
+// parallel executor, the minimum of 20 runs), over the eager step. Compile cannot make the
+// GEMMs (the same SGEMM kernel, the same products) faster, so no compiled step beats it.
 // They are printed when the --benchmark_filter (default: all) matches BM_MlpStep.
 // MLS_BENCH_REPEAT sets the repetitions (default 9).
 #include <benchmark/benchmark.h>
@@ -24,6 +28,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/common/timer.hpp"
 #include "mls/graph_opt/compile.hpp"
+#include "mls/graph_opt/parallel.hpp"
 
 using namespace mls;
 using namespace mls::graph_opt;
@@ -72,6 +77,36 @@ void BM_MlpCompile(benchmark::State& state) {
     benchmark::DoNotOptimize(s.compiled_step());  // one compile and one step
   }
 }
+/// Milliseconds the GEMM (and matmul) nodes of `p` take on `feeds`: per node the minimum over
+/// 20 one-worker runs of the parallel executor (its trace times each node).
+double gemm_ms(const Program& p, const std::vector<Tensor>& feeds) {
+  ParallelExecutor ex(p, 1);
+  std::vector<double> best(ex.tasks().size(), 1e300);
+  for (int r = 0; r < 20; ++r) {
+    (void)ex.run(feeds);
+    for (const TraceEvent& e : ex.trace().events)
+      best[static_cast<std::size_t>(e.task)] = std::min(best[static_cast<std::size_t>(e.task)], e.end_us - e.start_us);
+  }
+  double us = 0;
+  for (std::size_t i = 0; i < best.size(); ++i)
+    if (ex.tasks()[i]->op == kGemm || ex.tasks()[i]->op == Op::Matmul) us += best[i];
+  return us / 1e3;
+}
+/// The GEMM time of a compiled step: its forward program on the step's feeds, its backward
+/// program on the saved values and a unit adjoint.
+double step_gemm_ms(Steps& s) {
+  const CompiledVersion& v = s.compiled.version(0);
+  std::vector<Tensor> feeds;
+  for (const autodiff::Var& x : s.ex.inputs) feeds.push_back(x.value());
+  for (const Capture& c : v.captures)
+    if (c.as_input) feeds.push_back(c.node->value);
+  const std::vector<Tensor> fo = run(v.forward, feeds);
+  std::vector<Tensor> bf;
+  for (const auto& [kind, i] : v.backward_sources)
+    bf.push_back(kind == 0 ? feeds[i] : kind == 1 ? fo[v.num_outputs + i] : Tensor::ones(fo[i].shape(), fo[i].dtype()));
+  return gemm_ms(v.forward, feeds) + (v.has_backward ? gemm_ms(v.backward, bf) : 0.0);
+}
+
 BENCHMARK(BM_MlpStepEager)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MlpStepCompiled)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MlpCompile)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -94,6 +129,8 @@ void print_ratios(const std::string& filter) {
   std::printf("ratio compile_unplanned_vs_eager_mlp_step_t1 %.3f\n", r_direct);
   std::printf("compile_ms mlp_step %.3f   eager_step_ms %.3f   amortised_ratio_100_steps %.3f\n", compile_ms, eager_ms,
               (compile_ms + 100 * r * eager_ms) / (100 * eager_ms));
+  const double floor_ms = step_gemm_ms(s);
+  std::printf("floor gemm_ms %.3f eager_step_ms %.3f floor_ratio %.3f\n", floor_ms, eager_ms, floor_ms / eager_ms);
   std::fflush(stdout);
 }
 

@@ -95,7 +95,7 @@ void pack_panel(const ConvShape& g, const float* xn, std::int64_t p0, std::int64
 struct MulAdd {
   static Vec<float> fma(Vec<float> a, Vec<float> b, Vec<float> c) { return a * b + c; }
 };
-#ifdef MLS_FUSED_DISPATCH
+#ifdef MLS_SIMD_DISPATCH
 struct Fma512 {
   __attribute__((target("avx512f"))) static Vec<float> fma(Vec<float> a, Vec<float> b, Vec<float> c) {
     return reinterpret_cast<Vec<float>>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b),
@@ -208,13 +208,13 @@ inline void conv_job(const ConvJob& j) {
   else conv_panel<F>(*j.g, j.wp, j.bias, j.src, j.out_n, j.a, j.b);
 }
 __attribute__((flatten)) void conv_job_baseline(const ConvJob& j) { conv_job<MulAdd>(j); }
-#ifdef MLS_FUSED_DISPATCH
+#ifdef MLS_SIMD_DISPATCH
 __attribute__((target("avx512f"), flatten)) void conv_job_avx512(const ConvJob& j) { conv_job<Fma512>(j); }
 __attribute__((target("avx2,fma"), flatten)) void conv_job_avx2(const ConvJob& j) { conv_job<Fma256>(j); }
 #endif
 using ConvJobFn = void (*)(const ConvJob&);
 ConvJobFn best_conv_job() {
-#ifdef MLS_FUSED_DISPATCH
+#ifdef MLS_SIMD_DISPATCH
   return pick_isa<ConvJobFn>(conv_job_avx512, conv_job_avx2, conv_job_baseline);
 #else
   return conv_job_baseline;
@@ -307,6 +307,14 @@ double conv_bias_flops(const Node& n) {
 }
 
 }  // namespace
+
+std::string conv2d_bias_isa() {
+#ifdef MLS_SIMD_DISPATCH
+  return simd::isa_name<ConvJobFn>(best_conv_job(), conv_job_avx512, conv_job_avx2);
+#else
+  return "baseline";
+#endif
+}
 
 const Op kConvBias = autodiff::register_op(
     {.name = "conv2d_bias", .arity = 3, .differentiable = false, .forward = conv_bias_forward, .infer = conv_bias_infer,

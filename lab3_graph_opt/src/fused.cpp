@@ -378,8 +378,7 @@ struct PlainStore {
     store_tile(p, t);
   }
 };
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define MLS_FUSED_DISPATCH 1
+#ifdef MLS_SIMD_DISPATCH
 struct StreamStore512 {
   template <class T>
   __attribute__((target("avx512f"))) static void store(T* p, const Tile<T>& t) {
@@ -434,7 +433,7 @@ __attribute__((flatten)) void run_registers_baseline(const RegInstr* code, std::
 template <class T>
 bool run_registers_best(const RegInstr* code, std::size_t n_code, const MemOperand<T>* mem, std::int64_t s0,
                         std::int64_t n, T* out, bool stream) {
-#ifdef MLS_FUSED_DISPATCH
+#ifdef MLS_SIMD_DISPATCH
   const auto fn = pick_isa<void (*)(const RegInstr*, std::size_t, const MemOperand<T>*, std::int64_t, std::int64_t, T*, bool)>(
       run_registers_avx512<T>, run_registers_avx2<T>, nullptr);
   if (fn) {

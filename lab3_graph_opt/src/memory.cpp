@@ -4,6 +4,7 @@
 #include "mls/graph_opt/memory.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 #include <unordered_set>
 
@@ -14,9 +15,7 @@ bool is_view_op(Op op) {
          op == Op::Unsqueeze;
 }
 
-namespace {
-/// True when `n` yields a view of its input (a reshape of a non-contiguous view copies).
-[[maybe_unused]] bool yields_view(const Node& n) {
+bool yields_view(const Node& n) {
   if (!is_view_op(n.op)) return false;
   if (n.op == Op::Reshape) {
     for (const Node* in = n.inputs[0].get(); is_view_op(in->op); in = in->inputs[0].get())
@@ -24,11 +23,14 @@ namespace {
   }
   return true;
 }
-[[maybe_unused]] std::size_t bytes_of(const Node& n) {
+std::size_t value_bytes(const Node& n) {
   std::size_t b = itemsize(n.dtype);
-  for (std::int64_t d : n.shape) b *= static_cast<std::size_t>(d);
+  for (std::int64_t d : n.shape) b *= static_cast<std::size_t>(std::max<std::int64_t>(d, 0));
   return b;
 }
+
+namespace {
+[[maybe_unused]] std::size_t bytes_of(const Node& n) { return value_bytes(n); }
 /// Step of the value that owns the memory `step` reads (itself, or what a view views; -1: a leaf).
 [[maybe_unused]] std::vector<std::int64_t> roots(const std::vector<Node*>& schedule,
                                 const std::unordered_map<const Node*, std::int64_t>& step_of) {
@@ -146,6 +148,166 @@ MemoryPlan plan_memory(const Program& p) {
   // END SOLUTION
   plan.subgraph_bytes = subgraph_peak(s);
   return plan;
+}
+
+namespace {
+/// What the concurrent planner and its checker know of a schedule: where each node stands, the
+/// value owning the memory it reads (roots), per owning value the nodes reading it (directly or
+/// through views), the values the outputs pin, and each node's ancestors (a bitset over steps).
+struct Dag {
+  std::unordered_map<const Node*, std::int64_t> step_of;
+  std::vector<std::int64_t> root;
+  std::vector<std::vector<std::int64_t>> readers;  // per owning step: the steps reading its memory
+  std::vector<bool> pinned;                         // per owning step: an output lives in it
+  std::vector<std::vector<std::uint64_t>> anc;      // per step: bit j set when step j is an ancestor
+  bool is_ancestor(std::int64_t a, std::int64_t of) const {
+    return (anc[static_cast<std::size_t>(of)][static_cast<std::size_t>(a) / 64] >> (a % 64)) & 1u;
+  }
+};
+Dag dag_of(const Program& p, const std::vector<Node*>& s) {
+  Dag d;
+  const std::size_t n = s.size(), words = (n + 63) / 64;
+  for (std::size_t i = 0; i < n; ++i) d.step_of[s[i]] = static_cast<std::int64_t>(i);
+  d.root = roots(s, d.step_of);
+  d.readers.resize(n);
+  d.pinned.assign(n, false);
+  d.anc.assign(n, std::vector<std::uint64_t>(words, 0));
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const NodePtr& in : s[i]->inputs) {
+      const auto k = static_cast<std::size_t>(d.step_of.at(in.get()));
+      for (std::size_t w = 0; w < words; ++w) d.anc[i][w] |= d.anc[k][w];  // the schedule is topological
+      d.anc[i][k / 64] |= std::uint64_t{1} << (k % 64);
+      const std::int64_t r = d.root[k];
+      if (r >= 0) {
+        auto& rd = d.readers[static_cast<std::size_t>(r)];
+        if (rd.empty() || rd.back() != static_cast<std::int64_t>(i)) rd.push_back(static_cast<std::int64_t>(i));
+      }
+    }
+  }
+  for (const Var& o : p.outputs) {
+    const std::int64_t r = d.root[static_cast<std::size_t>(d.step_of.at(o.get()))];
+    if (r >= 0) d.pinned[static_cast<std::size_t>(r)] = true;
+  }
+  return d;
+}
+/// Whether step v may write into the memory of value u in every parallel order: u is no output,
+/// and u's producer and all its readers except v itself have finished before v starts.
+bool may_follow(const Dag& d, std::int64_t u, std::int64_t v) {
+  if (d.pinned[static_cast<std::size_t>(u)] || !d.is_ancestor(u, v)) return false;
+  for (std::int64_t r : d.readers[static_cast<std::size_t>(u)])
+    if (r != v && !d.is_ancestor(r, v)) return false;
+  return true;
+}
+}  // namespace
+
+MemoryPlan plan_memory_concurrent(const Program& p) {
+  MemoryPlan plan;
+  plan.schedule = p.schedule();
+  const auto& s = plan.schedule;
+  plan.buffer.assign(s.size(), -1);
+  plan.in_place.assign(s.size(), false);
+  for (const Node* n : s)
+    MLS_CHECK(ops_known(n->shape), "plan_memory_concurrent: node ", node_ref(p, n), " (", autodiff::op_name(n->op),
+              ") has shape ", shape_str(n->shape), "; give the program concrete input shapes");
+  const Dag d = dag_of(p, s);
+  std::vector<std::int64_t> last;  // per buffer: the step of the value it holds last
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const Node& n = *s[i];
+    const auto si = static_cast<std::int64_t>(i);
+    if (d.root[i] != si) continue;  // leaves and views own no memory
+    const std::size_t need = value_bytes(n);
+    plan.naive_bytes += need;
+    int b = -1;
+    if (autodiff::op_def(n.op).elementwise || n.op == kFusedElementwise)
+      for (const NodePtr& in : n.inputs) {
+        const std::int64_t k = d.step_of.at(in.get());
+        if (d.root[static_cast<std::size_t>(k)] == k && value_bytes(*in) == need && in->dtype == n.dtype && may_follow(d, k, si)) {
+          b = plan.buffer[static_cast<std::size_t>(k)];
+          plan.in_place[i] = true;
+          break;
+        }
+      }
+    if (b < 0)  // best fit among the buffers whose latest value is done with in every order
+      for (std::size_t f = 0; f < last.size(); ++f)
+        if (plan.buffer_bytes[f] >= need && (b < 0 || plan.buffer_bytes[f] < plan.buffer_bytes[static_cast<std::size_t>(b)]) &&
+            may_follow(d, last[f], si))
+          b = static_cast<int>(f);
+    if (b < 0) {
+      b = static_cast<int>(plan.buffer_bytes.size());
+      plan.buffer_bytes.push_back(need);
+      last.push_back(si);
+    }
+    plan.buffer[i] = b;
+    last[static_cast<std::size_t>(b)] = si;
+  }
+  for (std::size_t b : plan.buffer_bytes) plan.peak_bytes += b;
+  // The schedule order's live bytes after each step: values produced so far and read later (or outputs).
+  std::vector<std::int64_t> end(s.size(), -1);
+  for (std::size_t k = 0; k < s.size(); ++k)
+    if (d.root[k] == static_cast<std::int64_t>(k))
+      end[k] = d.pinned[k] ? static_cast<std::int64_t>(s.size()) : d.readers[k].empty() ? -1 : d.readers[k].back();
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    std::size_t at = 0;
+    for (std::size_t k = 0; k <= i; ++k)
+      if (end[k] > static_cast<std::int64_t>(i)) at += value_bytes(*s[k]);
+    plan.live_bytes_max = std::max(plan.live_bytes_max, at);
+  }
+  plan.subgraph_bytes = subgraph_peak(s);
+  return plan;
+}
+
+std::string concurrent_plan_violation(const Program& p, const MemoryPlan& plan) {
+  const auto& s = plan.schedule;
+  MLS_CHECK(s == p.schedule(), "concurrent_plan_violation: the plan's schedule (", s.size(),
+            " nodes) is not the program's (", p.schedule().size(), " nodes): a plan of another program");
+  MLS_CHECK(plan.buffer.size() == s.size() && plan.in_place.size() == s.size(), "concurrent_plan_violation: the plan has ",
+            plan.buffer.size(), " buffer entries for a schedule of ", s.size(), " nodes");
+  // Ancestors by depth-first search over the inputs (not the planner's bitsets).
+  std::unordered_map<const Node*, std::unordered_set<const Node*>> anc;
+  std::function<const std::unordered_set<const Node*>&(const Node*)> ancestors = [&](const Node* n) -> const std::unordered_set<const Node*>& {
+    if (auto it = anc.find(n); it != anc.end()) return it->second;
+    std::unordered_set<const Node*> a;
+    for (const NodePtr& in : n->inputs) {
+      a.insert(in.get());
+      const auto& up = ancestors(in.get());
+      a.insert(up.begin(), up.end());
+    }
+    return anc.emplace(n, std::move(a)).first->second;
+  };
+  // The memory each node reads: the value it views, followed through views.
+  auto owner = [](const Node* n) {
+    while (yields_view(*n)) n = n->inputs[0].get();
+    return n;
+  };
+  std::unordered_set<const Node*> outputs;
+  for (const Var& o : p.outputs) outputs.insert(owner(o.get()));
+  std::unordered_map<int, const Node*> holder;  // buffer -> its latest value so far
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const int b = plan.buffer[i];
+    if (b < 0) continue;
+    const Node* v = s[i];
+    if (auto it = holder.find(b); it != holder.end()) {
+      const Node* u = it->second;
+      if (outputs.count(u))
+        return node_ref(p, v) + " " + autodiff::op_name(v->op) + " takes buffer " + std::to_string(b) + " of " +
+               node_ref(p, u) + " " + autodiff::op_name(u->op) + ", an output of the program";
+      if (!ancestors(v).count(u))
+        return node_ref(p, v) + " " + autodiff::op_name(v->op) + " takes buffer " + std::to_string(b) + " of " +
+               node_ref(p, u) + " " + autodiff::op_name(u->op) + ", which may not be computed yet: " + node_ref(p, u) +
+               " is not an ancestor of " + node_ref(p, v);
+      for (const Node* r : s) {
+        if (r == v || !std::any_of(r->inputs.begin(), r->inputs.end(), [&](const NodePtr& in) { return owner(in.get()) == u; }))
+          continue;
+        if (!ancestors(v).count(r))
+          return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is written " +
+                 (plan.in_place[i] ? "in place " : "") + "into the buffer of " + node_ref(p, u) + " " +
+                 autodiff::op_name(u->op) + ", which " + node_ref(p, r) + " " + autodiff::op_name(r->op) +
+                 " may still read: " + node_ref(p, r) + " is not an ancestor of " + node_ref(p, v);
+      }
+    }
+    holder[b] = v;
+  }
+  return "";
 }
 
 Program subgraph_program(const autodiff::SubGraph& sg) {

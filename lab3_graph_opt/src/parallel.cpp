@@ -4,11 +4,11 @@
 // workers with common's run_dag.
 #include "mls/graph_opt/parallel.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <unordered_map>
 
-#include "mls/graph_opt/memory.hpp"
 
 namespace mls::graph_opt {
 
@@ -78,22 +78,47 @@ std::vector<std::vector<int>> task_deps(const std::vector<Node*>& tasks) {
   return deps;
 }
 
-namespace {
-/// True when `n` yields a view of its input (a reshape of a non-contiguous view copies), as the
-/// memory planner decides: a view owns no memory of its own.
-bool yields_view(const Node& n) {
-  if (!is_view_op(n.op)) return false;
-  if (n.op == Op::Reshape) {
-    for (const Node* in = n.inputs[0].get(); is_view_op(in->op); in = in->inputs[0].get())
-      if (in->op == Op::Permute || in->op == Op::Slice || in->op == Op::Expand) return false;
+std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::vector<std::vector<int>>& deps) {
+  std::vector<double> rank(tasks.size(), 0.0);
+  for (std::size_t i = tasks.size(); i-- > 0;) {  // consumers come later in schedule order
+    rank[i] += estimated_seconds(node_cost(*tasks[i]));
+    for (int d : deps[i]) rank[static_cast<std::size_t>(d)] = std::max(rank[static_cast<std::size_t>(d)], rank[i]);
   }
-  return true;
+  return rank;
 }
-std::size_t bytes_of(const Node& n) {
-  std::size_t b = itemsize(n.dtype);
-  for (std::int64_t d : n.shape) b *= static_cast<std::size_t>(std::max<std::int64_t>(d, 0));
-  return b;
-}
+
+namespace {
+std::size_t bytes_of(const Node& n) { return value_bytes(n); }
+
+/// The ready queue's tasks, longest path first: every task the ReadyQueue releases moves to a
+/// heap ordered by rank (ties: the lower index); the queue keeps counting inputs and waves.
+class LongestPathFirst final : public DagScheduler {
+ public:
+  LongestPathFirst(ReadyQueue& q, const std::vector<double>& rank) : q_(q), rank_(rank) {}
+  int size() const override { return q_.size(); }
+  int take() override {
+    auto later = [this](int a, int b) {
+      const double ra = rank_[static_cast<std::size_t>(a)], rb = rank_[static_cast<std::size_t>(b)];
+      return ra != rb ? ra < rb : a > b;
+    };
+    for (int t; (t = q_.take()) >= 0;) {
+      heap_.push_back(t);
+      std::push_heap(heap_.begin(), heap_.end(), later);
+    }
+    if (heap_.empty()) return -1;
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    const int t = heap_.back();
+    heap_.pop_back();
+    return t;
+  }
+  void finish(int task) override { q_.finish(task); }
+  int ready() const override { return q_.ready() + static_cast<int>(heap_.size()); }
+
+ private:
+  ReadyQueue& q_;
+  const std::vector<double>& rank_;
+  std::vector<int> heap_;
+};
 /// Level of each task: 0 when it reads only leaves, else 1 + the highest level among its inputs.
 std::vector<int> task_levels(const std::vector<std::vector<int>>& deps) {
   std::vector<int> level(deps.size(), 0);
@@ -119,7 +144,8 @@ struct RunState {
 }  // namespace
 
 // ---- the executor -----------------------------------------------------------------------------------
-ParallelExecutor::ParallelExecutor(const Program& p, int workers) : p_(&p), workers_(workers) {
+ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOptions options)
+    : p_(&p), workers_(workers), options_(options) {
   MLS_CHECK(workers >= 1, "ParallelExecutor: workers is ", workers, ", expected a count >= 1");
   for (Node* n : p.schedule()) {
     if (n->op == Op::Placeholder) {
@@ -133,7 +159,16 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers) : p_(&p), work
   }
   tasks_ = parallel_tasks(p);
   deps_ = task_deps(tasks_);
+  rank_ = bottom_levels(tasks_, deps_);
   trace_.workers = workers_;
+  if (options_.planned) {
+    plan_ = plan_memory_concurrent(p);
+    std::unordered_map<const Node*, int> buffer_of;
+    for (std::size_t i = 0; i < plan_.schedule.size(); ++i) buffer_of[plan_.schedule[i]] = plan_.buffer[i];
+    for (const Node* t : tasks_) task_buffer_.push_back(buffer_of.at(t));
+    for (std::size_t bytes : plan_.buffer_bytes)  // 1-byte items: raw bytes
+      buffers_.push_back(Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool));
+  }
 }
 
 std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
@@ -189,7 +224,9 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
   auto us_since = [&](clock::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
 
   ReadyQueue queue(deps_);
-  run_dag(queue, workers_, [&](const TaskContext& c) {
+  LongestPathFirst ranked(queue, rank_);
+  DagScheduler& sched = options_.longest_path_first ? static_cast<DagScheduler&>(ranked) : queue;
+  run_dag(sched, workers_, [&](const TaskContext& c) {
     const auto ti = static_cast<std::size_t>(c.task);
     const Node& node = *tasks_[ti];
     std::vector<Tensor> in(node.inputs.size());
@@ -200,6 +237,17 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     TraceEvent& ev = trace_.events[ti];
     ev.start_us = us_since(clock::now());
     Tensor out = autodiff::op_def(node.op).forward(in, node.attrs);  // the sequential executor's code
+    if (options_.planned && task_buffer_[ti] >= 0) {  // into its buffer (a view stays a view of one)
+      Strides strides(node.shape.size());
+      std::int64_t acc = 1;
+      for (std::size_t d = node.shape.size(); d-- > 0;) {
+        strides[d] = acc;
+        acc *= node.shape[d];
+      }
+      Tensor dst(buffers_[static_cast<std::size_t>(task_buffer_[ti])].storage(), 0, node.shape, strides, node.dtype);
+      dst.copy_(out);
+      out = std::move(dst);
+    }
     ev.end_us = us_since(clock::now());
     ev.node = &node;
     ev.task = c.task;
@@ -219,16 +267,16 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     }
   });
   trace_.wall_us = us_since(clock::now());
-  trace_.peak_bytes = st.peak.load();
+  trace_.peak_bytes = options_.planned ? plan_.peak_bytes : st.peak.load();
   for (std::size_t i = 0; i < n; ++i) trace_.events[i].wave = queue.ready_wave()[i];
 
   std::vector<Tensor> out;
   out.reserve(p.outputs.size());
   for (const Var& o : p.outputs) {
     auto it = task_of.find(o.get());
-    out.push_back(it != task_of.end() ? st.vals[static_cast<std::size_t>(it->second)]
-                  : o.get()->is_leaf() && o.get()->op != Op::Placeholder ? o.get()->value
-                                                                          : leaf.at(o.get()));
+    if (it == task_of.end()) out.push_back(o.get()->is_leaf() && o.get()->op != Op::Placeholder ? o.get()->value : leaf.at(o.get()));
+    else if (options_.planned) out.push_back(st.vals[static_cast<std::size_t>(it->second)].clone());  // the next run overwrites its buffer
+    else out.push_back(st.vals[static_cast<std::size_t>(it->second)]);
   }
   return out;
 }

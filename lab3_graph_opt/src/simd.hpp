@@ -4,6 +4,15 @@
 
 #include <cstdint>
 
+/// MLS_SIMD_DISPATCH: this compiler builds a loop's AVX-512 and AVX2 variants (GCC on x86-64, not
+/// under AddressSanitizer), so the files including this header compile them and `pick_isa`
+/// chooses among them; elsewhere they use their baseline build only. Defined here, once, for
+/// every file that dispatches (a file that tested a macro of another file's never saw it, and
+/// ran its baseline build everywhere).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MLS_SIMD_DISPATCH 1
+#endif
+
 namespace mls::graph_opt::simd {
 
 /// 64-byte vectors (GCC/Clang vector extension): one AVX-512 register, two AVX2 ones.
@@ -26,6 +35,12 @@ Fn pick_isa(Fn avx512, Fn avx2, Fn baseline) {
   static const bool has512 = __builtin_cpu_supports("avx512f");
   static const bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has512 ? avx512 : has2 ? avx2 : baseline;
+}
+
+/// The name of what `pick_isa(avx512, avx2, baseline)` returned as `fn`: "avx512", "avx2" or "baseline".
+template <class Fn>
+const char* isa_name(Fn fn, Fn avx512, Fn avx2) {
+  return fn == avx512 ? "avx512" : fn == avx2 ? "avx2" : "baseline";
 }
 
 }  // namespace mls::graph_opt::simd

@@ -307,3 +307,126 @@ TEST_CASE("schedule trace: critical path, summary and SVG of the MXNet example",
   MLS_ORACLE_CHECK(CHECK(boxes == 4); CHECK(svg.find("worker 1") != std::string::npos);
                    CHECK(svg.find("&#39;B&#39;") != std::string::npos));
 }
+
+TEST_CASE("parallel executor in planned buffers: bit-identical, and the plan holds in every parallel order, on random DAGs",
+          "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  std::vector<std::pair<std::string, Program>> programs;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed)
+    for (std::int64_t m : {1, 7, 13}) programs.emplace_back("random " + std::to_string(seed) + " m " + std::to_string(m),
+                                                             random_program(seed, m, 12 + static_cast<int>(seed) * 3));
+  for (const char* name : {"inception", "heads", "attention"}) programs.emplace_back(name, build_model(name));
+  programs.emplace_back("mxnet", mxnet_example());
+  for (auto& [name, p] : programs) {
+    const auto feeds = name == "mxnet" ? std::vector<Tensor>{Tensor::ones({2, 2})} : random_feeds(p, 7);
+    for (int workers : {1, 2, 4}) {
+      INFO(name << ", " << workers << " workers\n" << print(p));
+      ParallelExecutor ex(p, workers, {.planned = true});
+      const std::vector<Tensor> got = ex.run(feeds);
+      observe_outputs(name + " planned", got, true);
+      MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
+      MLS_ORACLE_CHECK(CHECK(same_bits(ex.run(feeds), got)));  // a second run reuses the buffers
+      const MemoryPlan& plan = ex.plan();
+      MLS_OBSERVE(plan.peak_bytes);
+      MLS_OBSERVE(plan.buffer_bytes.size());
+      CHECK(ex.peak_bytes() == plan.peak_bytes);
+      CHECK(plan.peak_bytes <= plan.naive_bytes);
+      const std::string why = concurrent_plan_violation(p, plan);
+      MLS_OBSERVE(why);
+      CHECK(why.empty());
+    }
+  }
+}
+
+TEST_CASE("memory plans under concurrency: the slides' example's sequential plan races, the concurrent plan does not",
+          "[lab3][parallel]") {
+  Program p = mxnet_example();
+  ParallelExecutor ex(p, 2, {.planned = true});
+  const std::vector<Tensor> got = ex.run({Tensor::ones({2, 2})});
+  observe_outputs("D", got, true);
+  MLS_ORACLE_CHECK(CHECK(got[0].to_vector<float>() == std::vector<float>(4, 12.0f)));
+  // The sequential plan computes one of B and C in place in A's buffer (A dies at the later of
+  // the two in schedule order), but the other may still be reading A when they run together.
+  const MemoryPlan seq = plan_memory(p);
+  const std::string seq_why = concurrent_plan_violation(p, seq);
+  INFO(seq.summary() << "\n" << seq_why);
+  MLS_OBSERVE(seq_why);
+  CHECK(seq_why.find("may still read") != std::string::npos);
+  // The concurrent plan: B and C each get their own buffer (they may run at once), and D, which
+  // waits for both, is computed in place in one of theirs; A's buffer is free only after B and C.
+  const MemoryPlan& plan = ex.plan();
+  INFO(plan.summary());
+  auto buffer_of = [&](const std::string& name) {
+    for (std::size_t i = 0; i < plan.schedule.size(); ++i)
+      if (plan.schedule[i]->name == name) return plan.buffer[i];
+    return -2;
+  };
+  const std::vector<int> buffers{buffer_of("A"), buffer_of("B"), buffer_of("C"), buffer_of("D")};
+  MLS_OBSERVE(buffers);
+  CHECK(concurrent_plan_violation(p, plan).empty());
+  CHECK(buffers[0] != buffers[1]);
+  CHECK(buffers[0] != buffers[2]);
+  CHECK(buffers[1] != buffers[2]);
+  CHECK((buffers[3] == buffers[1] || buffers[3] == buffers[2]));
+  MLS_OBSERVE(plan.peak_bytes);
+  CHECK(plan.peak_bytes == 3 * 16);
+  // A plan whose buffers break the rule is named: C written over B while D still reads B.
+  MemoryPlan bad = plan;
+  for (std::size_t i = 0; i < bad.schedule.size(); ++i)
+    if (bad.schedule[i]->name == "C") bad.buffer[i] = buffer_of("B");
+  const std::string bad_why = concurrent_plan_violation(p, bad);
+  MLS_OBSERVE(bad_why);
+  CHECK(!bad_why.empty());
+  require_error([&] { (void)concurrent_plan_violation(p, MemoryPlan{}); },
+                "concurrent_plan_violation: the plan's schedule (0 nodes) is not the program's (8 nodes)");
+  MemoryPlan short_plan = plan;
+  short_plan.buffer.pop_back();
+  require_error([&] { (void)concurrent_plan_violation(p, short_plan); },
+                "concurrent_plan_violation: the plan has 7 buffer entries for a schedule of 8 nodes");
+  Program unknown;
+  unknown.output(autodiff::relu(unknown.input("x", {-1, 4})));
+  require_error([&] { (void)ParallelExecutor(unknown, 2, {.planned = true}); }, "plan_memory_concurrent: node %0 (placeholder) has shape [-1, 4]");
+}
+
+TEST_CASE("parallel executor: a free worker takes the ready node with the longest path to the end", "[lab3][parallel]") {
+  // The Inception block: four branches from x; the 1x1 conv feeding the 3x3 conv of 32 channels
+  // heads the longest chain (estimated), so one worker starts with it, not with task 0.
+  ThreadCountGuard threads(2);
+  Program p = inception_block(1, 16, 8, 8, 3);
+  ParallelExecutor ex(p, 1);
+  const auto feeds = random_feeds(p, 3);
+  const std::vector<Tensor> got = ex.run(feeds);
+  observe_outputs("inception", got, true);
+  const ScheduleTrace& t = ex.trace();
+  std::vector<int> order(t.events.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return t.events[static_cast<std::size_t>(a)].start_us < t.events[static_cast<std::size_t>(b)].start_us; });
+  const std::vector<double> rank = bottom_levels(ex.tasks(), task_deps(ex.tasks()));
+  int best = 0;
+  for (std::size_t i = 0; i < rank.size(); ++i)
+    if (task_deps(ex.tasks())[i].empty() && rank[i] > rank[static_cast<std::size_t>(best)]) best = static_cast<int>(i);
+  // One worker takes the tasks in rank order among the ready ones: observe the order of starts.
+  MLS_OBSERVE(order);
+  CHECK(order.front() == best);
+  const Node* first = ex.tasks()[static_cast<std::size_t>(order.front())];
+  MLS_OBSERVE(first->op == Op::Conv2d ? shape_str(first->inputs[1]->shape) : std::string("not a conv"));
+  CHECK(shape_str(first->inputs[1]->shape) == "[8, 16, 1, 1]");  // b2_1x1: 16 -> 8 channels, then the 3x3 to 16
+  // And first in, first out without the ranking: task 0 first.
+  ParallelExecutor fifo(p, 1, {.longest_path_first = false});
+  observe_outputs("inception fifo", fifo.run(feeds), true);
+  double first_start = 1e300;
+  int fifo_first = -1;
+  for (const TraceEvent& e : fifo.trace().events)
+    if (e.start_us < first_start) first_start = e.start_us, fifo_first = e.task;
+  MLS_OBSERVE(fifo_first);
+  CHECK(fifo_first == 0);
+  // bottom levels: a task's rank is its estimated time plus its costliest consumer's rank.
+  const auto deps = task_deps(ex.tasks());
+  for (std::size_t i = 0; i < rank.size(); ++i) {
+    double most = 0;
+    for (std::size_t j = 0; j < rank.size(); ++j)
+      for (int d : deps[j])
+        if (d == static_cast<int>(i)) most = std::max(most, rank[j]);
+    CHECK(rank[i] == Approx(estimated_seconds(node_cost(*ex.tasks()[i])) + most));
+  }
+}

@@ -140,12 +140,12 @@ int discover(int max_ops, int show_rules) {
 /// `mls-opt parallel`: the levels, one traced run of the parallel executor (checked bit for bit
 /// against the sequential one), its summary and SVG, and both executors' times.
 int parallel(Program p, const std::string& name, const std::string& passes, int threads, int workers, const std::string& svg_path,
-             int repeats) {
+             int repeats, ParallelOptions options) {
   MLS_CHECK(threads >= 1, "mls-opt parallel: --threads is ", threads, ", expected a count >= 1");
   ThreadCountGuard guard(threads);
   if (!passes.empty() && passes != "none") PassManager().add_pipeline(passes).run(p);
   if (workers == 0) workers = threads;
-  ParallelExecutor ex(p, workers);
+  ParallelExecutor ex(p, workers, options);
   const auto feeds = random_feeds(p, 1);
   const std::vector<Tensor> want = run(p, feeds);
   (void)ex.run(feeds);  // warm up
@@ -158,12 +158,15 @@ int parallel(Program p, const std::string& name, const std::string& passes, int 
   std::printf("== %s: operator-parallel schedule (passes: %s) ==\n%s", name.c_str(), passes.empty() ? "none" : passes.c_str(),
               levels_text(p).c_str());
   std::printf("%s", trace_summary(p, ex.trace()).c_str());
-  try {  // the sequential memory plan, for comparison (the parallel executor reuses no planned buffer)
-    const MemoryPlan plan = plan_memory(p);
-    std::printf("sequential memory plan: %zu bytes in buffers, %zu live at most (the parallel run's peak above: values\n"
-                "  freed after their last reader, no buffer reuse)\n", plan.peak_bytes, plan.live_bytes_max);
+  try {  // the memory plans, for comparison: the sequential one is not valid when nodes run at once
+    const MemoryPlan plan = plan_memory(p), conc = plan_memory_concurrent(p);
+    const std::string race = concurrent_plan_violation(p, plan);
+    std::printf("sequential memory plan: %zu bytes in buffers, %zu live at most; under concurrency: %s\n"
+                "concurrent memory plan: %zu bytes in buffers (%s)\n", plan.peak_bytes, plan.live_bytes_max,
+                race.empty() ? "valid" : ("NOT valid, " + race).c_str(), conc.peak_bytes,
+                options.planned ? "the run above lives in it" : "the run above allocates each value: --planned uses it");
   } catch (const Error& e) {
-    std::printf("sequential memory plan: none (%s)\n", e.what());
+    std::printf("memory plans: none (%s)\n", e.what());
   }
   const double seq = 1e3 * time_min([&] { (void)run(p, feeds); }, repeats);
   const double par = 1e3 * time_min([&] { (void)ex.run(feeds); }, repeats);
@@ -208,6 +211,9 @@ int main(int argc, char** argv) {
   par->add_option("-w,--workers", workers, "workers running nodes at once (0: as many as threads)")->capture_default_str();
   par->add_option("--svg", svg, "write the schedule as an SVG picture (one lane per worker)");
   par->add_option("-r,--repeats", repeats, "timing repeats")->capture_default_str();
+  bool par_planned = false, par_fifo = false;
+  par->add_flag("--planned", par_planned, "run in the buffers of the concurrent memory plan (plan_memory_concurrent)");
+  par->add_flag("--fifo", par_fifo, "take ready nodes first in, first out (default: longest path to the end first)");
   std::string compile_model = "mlp", svg_dir;
   CLI::App* compile_cmd = app.add_subcommand("compile", "compile(fn) on an eager model: captured graph, guards, passes, memory, drawings");
   compile_cmd->add_option("-m,--model", compile_model, "mlp, attention or slides")->capture_default_str();
@@ -219,8 +225,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (par->parsed()) {
-      if (!load.empty()) return parallel(load_json_file(load), std::filesystem::path(load).stem().string(), par_passes, threads, workers, svg, repeats);
-      return parallel(build_model(par_model), par_model, par_passes, threads, workers, svg, repeats);
+      if (!load.empty()) return parallel(load_json_file(load), std::filesystem::path(load).stem().string(), par_passes, threads, workers, svg, repeats,
+                                        {.longest_path_first = !par_fifo, .planned = par_planned});
+      return parallel(build_model(par_model), par_model, par_passes, threads, workers, svg, repeats,
+                      {.longest_path_first = !par_fifo, .planned = par_planned});
     }
     if (list) {
       for (const PassInfo& p : all_passes()) std::printf("%-18s %s\n", p.name.c_str(), p.help.c_str());

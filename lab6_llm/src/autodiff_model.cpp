@@ -152,14 +152,18 @@ Var moe_sublayer(const GPTConfig& cfg, const Var& x, const Var& ln2w, const Var&
 
 Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& inputs,
                Var* moe_loss) {
+  MLS_CHECK(!P.empty(), "gpt_logits: no parameters, expected ", num_leaves(cfg));
+  return gpt_logits(cfg, P, A::constant_like(P[0], inputs), moe_loss);
+}
+
+Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Var& idx, Var* moe_loss) {
   MLS_CHECK(P.size() == num_leaves(cfg), "gpt_logits: ", P.size(), " parameters, expected ",
             num_leaves(cfg));
-  MLS_CHECK(inputs.ndim() == 2, "gpt_logits: inputs of shape ", shape_str(inputs.shape()),
+  MLS_CHECK(idx.shape().size() == 2, "gpt_logits: inputs of shape ", shape_str(idx.shape()),
             ", expected [B, T]");
-  const std::int64_t T = inputs.shape()[1];
+  const std::int64_t T = idx.shape()[1];
   MLS_CHECK(T > 0 && T <= cfg.block_size, "gpt_logits: T = ", T,
             ", expected 0 < T <= block_size = ", cfg.block_size);
-  Var idx = A::constant_like(P[0], inputs);
   Var pos = A::constant_like(P[0], Tensor::arange(T, DType::Int64));
   Var x = A::embedding(P[0], idx) + A::embedding(P[1], pos);
   for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
@@ -180,17 +184,28 @@ Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& in
   return A::matmul(x, A::transpose(P[0], 0, 1));  // the tied LM head
 }
 
-Var gpt_loss(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& inputs,
-             const Tensor& targets, const Tensor& mask) {
-  Var moe_loss;
-  Var logits = gpt_logits(cfg, P, inputs, is_moe(cfg) ? &moe_loss : nullptr);
-  Var oh = A::one_hot(A::constant_like(P[0], targets), cfg.vocab_size, P[0].dtype());
-  Var nll = -A::sum(A::log_softmax(logits, -1) * oh, {-1});  // [B, T]
-  Var m = A::constant_like(P[0], mask.to(P[0].dtype()));
+Tensor loss_scale(const Tensor& mask, DType dtype) {
   double den = 0.0;
   const Tensor md = mask.to(DType::Float64).compact();
   for (std::int64_t i = 0; i < md.numel(); ++i) den += md.data<double>()[i];
-  Var ce = A::sum(nll * m) * (den > 0 ? 1.0 / den : 0.0);
+  return Tensor::scalar(den > 0 ? 1.0 / den : 0.0, dtype);
+}
+
+Var gpt_loss(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& inputs,
+             const Tensor& targets, const Tensor& mask) {
+  MLS_CHECK(!P.empty(), "gpt_loss: no parameters, expected ", num_leaves(cfg));
+  const DType dt = P[0].dtype();
+  return gpt_loss(cfg, P, A::constant_like(P[0], inputs), A::constant_like(P[0], targets),
+                  A::constant_like(P[0], mask.to(dt)), A::constant_like(P[0], loss_scale(mask, dt)));
+}
+
+Var gpt_loss(const GPTConfig& cfg, const std::vector<Var>& P, const Var& inputs,
+             const Var& targets, const Var& mask, const Var& scale) {
+  Var moe_loss;
+  Var logits = gpt_logits(cfg, P, inputs, is_moe(cfg) ? &moe_loss : nullptr);
+  Var oh = A::one_hot(targets, cfg.vocab_size, P[0].dtype());
+  Var nll = -A::sum(A::log_softmax(logits, -1) * oh, {-1});  // [B, T]
+  Var ce = A::sum(nll * mask) * scale;
   return moe_loss.defined() ? ce + moe_loss : ce;  // MoE: plus the balancing and z-losses
 }
 

@@ -344,6 +344,27 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// kernel registry; `matmul` calls it, tests call it to list the kernels. Idempotent.
 void register_matmul_kernels();
 
+/// How the "openblas" kernel spreads one product over threads. OpenBLAS itself runs on one thread
+/// (the calling one); the kernel cuts C into `blocks` pieces of `step` rows (`rows`) or columns,
+/// whole 16-wide micro-tiles, and runs one single-threaded cblas_sgemm per piece inside common's
+/// `parallel_for`. The cut depends on the shape and `num_threads()` only, never on the calling
+/// thread's intra-op budget (`intra_op_threads()`), so a product gives the same bits whether its
+/// pieces run on every thread or one after another on one (what lab 3's parallel executor
+/// promises), even with an OpenBLAS whose own threads change its results (Debian's 0.3.21 with
+/// OPENBLAS_CORETYPE=Haswell on a Zen 5 does); and its threads are the budgeted threads of
+/// common's pool, never a second pool of OpenBLAS threads next to them (two tasks of `run_dag`
+/// each starting num_threads() OpenBLAS threads oversubscribed the cores).
+struct SgemmSplit {
+  bool rows = true;  // the pieces are rows of C (M >= N), else columns
+  long blocks = 1;   // pieces: at most num_threads(), fewer for a small product
+  long step = 0;     // rows (or columns) per piece; the last piece may be shorter
+};
+/// The split the "openblas" kernel uses for an M x N x K product (see SgemmSplit).
+SgemmSplit sgemm_split(long M, long N, long K);
+/// OpenBLAS's own thread count (`openblas_get_num_threads`; 1 once the "openblas" kernel has run),
+/// 0 in a build without OpenBLAS.
+int openblas_threads();
+
 // ---- joining and splitting --------------------------------------------------------------------
 /// Joins tensors of equal shape except along `axis`.
 Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis = 0);

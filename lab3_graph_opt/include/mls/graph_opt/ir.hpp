@@ -56,6 +56,10 @@ extern const Op kGemm;
 /// the same conv kernel. `mls::set_conv2d_kernel("im2col")` (or MLS_CONV2D=im2col) gives lab 2's
 /// conv2d its own im2col + matmul path back.
 extern const Op kConvBias;
+/// The build conv2d_bias's float32 kernel runs on this CPU: "avx512", "avx2" (with FMA) or
+/// "baseline" (portable vector code; also every build by another compiler than GCC, or with
+/// AddressSanitizer). The baseline build is some 50 times slower where the CPU has AVX-512.
+std::string conv2d_bias_isa();
 
 /// A graph with its inputs and outputs. Owns the graph (which is neither copyable nor movable,
 /// so it sits behind a unique_ptr and the Program itself moves).

@@ -18,6 +18,11 @@ namespace mls::graph_opt {
 /// True for ops whose result is a view of input 0 (reshape, permute, slice, expand, squeeze,
 /// unsqueeze): they get no buffer of their own and keep their input's buffer alive.
 bool is_view_op(Op op);
+/// True when node `n` yields a view of its input 0, as the planners and executors decide: a view
+/// op, except a reshape of a permuted, sliced or expanded view (that reshape copies).
+bool yields_view(const Node& n);
+/// Bytes of node `n`'s value (unknown dims, -1, count as 0).
+std::size_t value_bytes(const Node& n);
 
 /// The live range of one value: produced at step `def`, last read at step `last_use` (steps
 /// index the schedule; outputs live to the end).
@@ -52,6 +57,25 @@ struct MemoryPlan {
 /// input that dies at this step when sizes match (in place), else the smallest free buffer that
 /// is big enough, else a new buffer. All shapes must be known (throws `mls::Error` otherwise).
 MemoryPlan plan_memory(const Program& p);
+
+/// A plan that stays valid when the program's nodes run concurrently (`ParallelExecutor` with
+/// `ParallelOptions::planned`): two values share a buffer only when their lives cannot overlap
+/// in ANY order a parallel executor may run the nodes in, which the DAG's reachability decides,
+/// not the schedule's order. Value v may take the buffer whose latest value u is not a program
+/// output when u's producer and every node reading u (directly or through views) are ancestors
+/// of v's producer (they have all finished before it starts); in place (v reads u and is
+/// elementwise, as in `plan_memory`) when every other reader of u is an ancestor of v. A
+/// sequential plan is not valid under concurrency: in the slides' example (A; B = A + 1;
+/// C = A + 2; D = B * C) it computes C in place in A's buffer, while B, which may run at the
+/// same time, still reads A. Best fit among the free buffers, else a new one; `live_bytes_max`
+/// is the schedule order's (a lower bound of this plan too). Throws `mls::Error` for unknown shapes.
+MemoryPlan plan_memory_concurrent(const Program& p);
+/// Why `plan` is not valid when `p`'s nodes run concurrently, "" when it is: the first pair of
+/// values sharing a buffer whose lives may overlap in some parallel order ("%7 add 'C' is written
+/// in place into the buffer of %2 mul 'A', which %5 add 'B' may still read: %5 is not an ancestor
+/// of %7"), or an output's buffer taken by a later value. Checks each buffer's values in schedule
+/// order against ancestor sets computed by depth-first search.
+std::string concurrent_plan_violation(const Program& p, const MemoryPlan& plan);
 
 /// Memory of one control node (lab 2's control.hpp): its sub-graph planned once, plus the states a
 /// loop keeps for its reverse replay when a gradient of it exists.

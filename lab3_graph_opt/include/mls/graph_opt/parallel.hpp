@@ -18,10 +18,18 @@
 ///   std::cout << trace_summary(prog, ex.trace());
 ///   write_file_atomic("trace.svg", trace_svg(prog, ex.trace()));
 ///
-/// Memory: values are allocated as nodes compute them and freed when their last reader finishes
-/// (no buffer of a memory plan is reused: a planned reuse is only safe when no reader of the old
-/// value can still be running, which a sequential plan does not know); `peak_bytes()` reports the
-/// most bytes of intermediate values alive at once in the last run.
+/// Which ready node a free worker takes: the one with the longest estimated path to the end of
+/// the program (its own time and the costliest chain of its consumers, `estimated_seconds`), so
+/// the long branches start first and the short ones fill the gaps (list scheduling by "bottom
+/// level", as HEFT ranks tasks); `ParallelOptions::longest_path_first` = false takes them in the
+/// ready queue's order (first in, first out).
+///
+/// Memory: by default values are allocated as nodes compute them and freed when their last
+/// reader finishes; `peak_bytes()` reports the most bytes of intermediate values alive at once in
+/// the last run. With `ParallelOptions::planned`, every value lives in a buffer of
+/// `plan_memory_concurrent` (a plan valid in every parallel order: a sequential plan is not),
+/// allocated once, and each node's result is copied into its buffer as in `PlannedExecutor`;
+/// `peak_bytes()` is then the plan's bytes.
 #include <cstddef>
 #include <deque>
 #include <string>
@@ -29,6 +37,7 @@
 
 #include "mls/common/parallel.hpp"
 #include "mls/graph_opt/ir.hpp"
+#include "mls/graph_opt/memory.hpp"
 
 namespace mls::graph_opt {
 
@@ -123,12 +132,24 @@ std::string levels_text(const Program& p);
 /// gives its name, shape, time, budget and wave).
 std::string trace_svg(const Program& p, const ScheduleTrace& t);
 
+/// Per task (parallel_tasks order), its estimated time plus the costliest chain of its consumers
+/// (`estimated_seconds`): the time from its start to the end of the program were nothing to run
+/// in parallel with it. What the executor ranks ready tasks by.
+std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::vector<std::vector<int>>& deps);
+
+/// How the parallel executor runs (see the top of this file).
+struct ParallelOptions {
+  bool longest_path_first = true;  // false: the ready queue's order (first in, first out)
+  bool planned = false;            // true: values live in the buffers of plan_memory_concurrent
+};
+
 /// Runs a program's ready nodes concurrently on W workers; outputs bit-identical to `run`.
 class ParallelExecutor {
  public:
   /// Throws `mls::Error` for `workers` < 1, a program whose outputs need a placeholder that is
-  /// not one of its inputs, or an assign node (a side effect: its order matters).
-  explicit ParallelExecutor(const Program& p, int workers = num_threads());
+  /// not one of its inputs, or an assign node (a side effect: its order matters); with
+  /// `options.planned`, for unknown shapes (`plan_memory_concurrent`).
+  explicit ParallelExecutor(const Program& p, int workers = num_threads(), ParallelOptions options = {});
   /// Outputs for one feed per program input (the dtype and shape of each placeholder; throws
   /// `mls::Error` naming the input otherwise, or when the count differs). Records the trace.
   std::vector<Tensor> run(const std::vector<Tensor>& feeds);
@@ -140,12 +161,20 @@ class ParallelExecutor {
   int workers() const { return workers_; }
   /// The nodes it runs (`parallel_tasks`): trace events and ready waves are indexed like this.
   const std::vector<Node*>& tasks() const { return tasks_; }
+  const ParallelOptions& options() const { return options_; }
+  /// The buffers' plan (`options().planned`; empty otherwise).
+  const MemoryPlan& plan() const { return plan_; }
 
  private:
   const Program* p_;
   int workers_;
+  ParallelOptions options_;
   std::vector<Node*> tasks_;
   std::vector<std::vector<int>> deps_;
+  std::vector<double> rank_;        // bottom_levels of the tasks
+  MemoryPlan plan_;                 // planned: where each value lives
+  std::vector<int> task_buffer_;    // planned: per task, its buffer (-1: a view)
+  std::vector<Tensor> buffers_;     // planned: allocated in the constructor
   ScheduleTrace trace_;
 };
 

@@ -53,6 +53,18 @@ Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& params, const Tenso
 /// mask [B, T] (floating, the params' dtype); for an MoE config plus the MoE losses.
 Var gpt_loss(const GPTConfig& cfg, const std::vector<Var>& params, const Tensor& inputs,
              const Tensor& targets, const Tensor& mask);
+/// The same loss with every per-batch tensor a Var: inputs and targets int64 [B, T], mask [B, T]
+/// and `scale` a scalar (both the params' dtype), scale = 1 / sum(mask), 0 for an empty mask
+/// (`loss_scale`). The form lab 3's `compile` traces: nothing read on the host, and what changes
+/// from step to step is an input of the graph, not a constant frozen into it (the Tensor overload
+/// above calls this one). An MoE config routes on the host, which tracing refuses.
+Var gpt_loss(const GPTConfig& cfg, const std::vector<Var>& params, const Var& inputs,
+             const Var& targets, const Var& mask, const Var& scale);
+/// 1 / sum(mask) (0 when it is 0) as a scalar of `dtype`: gpt_loss's `scale`.
+Tensor loss_scale(const Tensor& mask, DType dtype);
+/// gpt_logits with the ids as an int64 Var [B, T].
+Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& params, const Var& inputs,
+               Var* moe_loss = nullptr);
 
 /// Int64 [B, T] tensor of ids; floating [B, T] mask.
 Tensor ids_tensor(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T);
