@@ -187,6 +187,8 @@ void moe_mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a
     residual_forward(a.residual3, a.residual2, a.fcproj, N * C);
     return;
   }
+  MLS_CHECK(cfg.moe_shards == 1, "moe_mlp_forward: block ", l, " holds shard ", cfg.moe_shard, " of ",
+            cfg.moe_shards, " of the experts, expected an expert-parallel dispatch (moe_ep.hpp) to run them");
   // The router: logits (N, E), then a softmax per row in place, keeping logsumexp for the z-loss.
   matmul_forward(a.moe_probs, a.ln2, p.moe_router, nullptr, N, C, E);
   moe_router_softmax(a.moe_probs, a.moe_lse, N, E);
@@ -291,6 +293,8 @@ void moe_mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
 
 void moe_token_forward(const GPTConfig& cfg, const ParamPtrs& p, const float* x, float* out) {
   MLS_CHECK(p.moe_router != nullptr, "moe_token_forward: not an MoE block's view");
+  MLS_CHECK(cfg.moe_shards == 1, "moe_token_forward: shard ", cfg.moe_shard, " of ", cfg.moe_shards,
+            " of the experts, expected the whole model (load the gathered checkpoint)");
   const std::int64_t C = cfg.n_embd, E = cfg.moe_experts, K = cfg.moe_top_k;
   std::vector<float> probs(static_cast<std::size_t>(E)), gate(static_cast<std::size_t>(K)),
       h(static_cast<std::size_t>(4 * C)), hg(h.size()), y(static_cast<std::size_t>(C));

@@ -235,16 +235,7 @@ std::pair<double, double> train_steps(const TrainRunOptions& f, Trainer& tr, Rem
       r.val_loss = val_loss(tr, rd.source(), f.eval_batches, o.batch, o.context);
     rows.push_back(r);
     if (is_moe(cfg) && !f.autodiff && !remat) {  // every block's routing is in tr.acts
-      MoeRow m;
-      m.step = s;
-      m.tokens.assign(static_cast<std::size_t>(cfg.moe_experts), 0);
-      for (const MoeBlockStats& bs : moe_stats(cfg, tr.acts)) {
-        for (std::size_t e = 0; e < bs.tokens.size(); ++e) m.tokens[e] += bs.tokens[e];
-        m.choices += bs.choices;
-        m.dropped += bs.dropped;
-        m.balance_loss += bs.balance_loss;
-      }
-      moe_rows.push_back(std::move(m));
+      moe_rows.push_back(moe_row(s, moe_stats(cfg, tr.acts)));
     }
     std::string status = "step " + std::to_string(s + 1) + " loss " + fmt("%.4f", st.loss) +
                          (r.val_loss >= 0 ? " val " + fmt("%.4f", r.val_loss) : "") + " | " +
