@@ -248,6 +248,7 @@ EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
       mtg(min.size());
   EpRunReport rep;
   rep.ranks = P;
+  rep.first_step = adam.step;
   rep.param_floats = params.size();
   rep.expert_floats = params.size() - moe_param_offsets(cfg)[kMoeFcw];
   for (std::int64_t s = adam.step; s < o.steps; ++s) {
@@ -325,7 +326,8 @@ std::string ep_run_table(const EpRunReport& r) {
                 "share");
   o << buf;
   for (std::size_t s = 0; s < r.losses.size(); ++s) {
-    std::snprintf(buf, sizeof buf, "%5zu %12.6f %8lld %10.3f %12.3f %8.3f\n", s, r.losses[s],
+    std::snprintf(buf, sizeof buf, "%5lld %12.6f %8lld %10.3f %12.3f %8.3f\n",
+                  static_cast<long long>(r.first_step + static_cast<std::int64_t>(s)), r.losses[s],
                   static_cast<long long>(r.dropped[s]), 1e3 * r.step_s[s], 1e3 * r.exchange_s[s],
                   r.step_s[s] > 0 ? r.exchange_s[s] / r.step_s[s] : 0.0);
     o << buf;

@@ -167,6 +167,7 @@ struct EpRunOptions {
 };
 struct EpRunReport {
   int ranks = 1;
+  std::int64_t first_step = 0;           // the step the run started at (a resumed run: the checkpoint's)
   std::vector<double> losses;            // per step run: the cross-entropy over the global batch
   std::vector<std::int64_t> dropped;     // per step: choices dropped over the MoE blocks (-1: unknown,
                                          // one rank under a recompute plan)
