@@ -88,7 +88,7 @@ std::vector<MoeBlockStats> EpDispatch::stats() {
   std::int64_t b = 0;
   for (const auto& [router, ep] : blocks_) {
     MoeBlockStats s;
-    s.layer = b;  // the b-th MoE block
+    s.layer = moe_block_layer(cfg_, b);
     for (std::int64_t q = 0; q < comm_->size(); ++q)
       for (std::int64_t e = 0; e < El; ++e) s.tokens.push_back(all.data<std::int64_t>()[q * nb * El + b * El + e]);
     s.choices = n_local_ * comm_->size() * cfg_.moe_top_k;
@@ -242,6 +242,8 @@ EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
     acts.moe_dispatch = ep.get();
     if (ra) ra->seg.moe_dispatch = ep.get();
   }
+  MoeRecord record;  // one rank under a recompute plan: each block's forward records its routing
+  if (ra && !ep) ra->seg.moe_record = &record;
   const PassBuffers buf = ra ? PassBuffers::recompute(*ra) : PassBuffers::keep(acts, &dacts);
   const std::int64_t dense = moe_param_offsets(cfg)[0];  // [0, dense): replicated, summed over ranks
   std::vector<std::int32_t> in(static_cast<std::size_t>(P * BT)), tg(in.size()), min(static_cast<std::size_t>(BT)),
@@ -277,13 +279,13 @@ EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
       std::memcpy(grads.data(), g.data<float>(), sizeof(float) * static_cast<std::size_t>(dense));
       comm.allreduce(num, ReduceOp::Sum);
       routed = ep->stats();
-    } else if (!ra) {
-      routed = moe_stats(cfg, acts);
+    } else {
+      routed = ra ? record.stats(cfg) : moe_stats(cfg, acts);
     }
     adamw_update(params, grads, adam, o.adam, o.lr);
     rep.losses.push_back(num.data<double>()[0] / norm);
-    if (!routed.empty()) rep.moe.push_back(moe_row(s, routed));
-    rep.dropped.push_back(routed.empty() ? -1 : rep.moe.back().dropped);
+    rep.moe.push_back(moe_row(s, routed));
+    rep.dropped.push_back(rep.moe.back().dropped);
     rep.step_s.push_back(t.seconds());
     rep.exchange_s.push_back(ep ? ep->exchange_seconds : 0.0);
     rep.bytes_sent_per_step = comm.traffic().total.bytes_sent - sent0;

@@ -75,6 +75,7 @@ GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::in
   v.moe_cap = a.moe_cap;
   v.moe_grad_scale = a.moe_grad_scale;
   v.moe_dispatch = a.moe_dispatch;
+  v.moe_record = a.moe_record;
   if (a.moe_probs) {  // MoE buffers (an MoE config): every slot has them
     const std::int64_t E = cfg.moe_experts, K = cfg.moe_top_k, R = E * a.moe_cap;
     v.moe_probs = a.moe_probs + l * N * E;

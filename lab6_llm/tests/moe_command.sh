@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# mls-gpt with a mixture of experts: train writes the utilisation report (moe.csv, moe.svg), info
+# mls-gpt with a mixture of experts: train writes the utilisation report (moe.csv, moe.svg; also under
+# --remat and --autodiff), info
 # prints active vs total parameters and FLOPs per token, sample runs through the MoE blocks with
 # the KV cache (the same tokens as without it: capacity 2 * 2 * T / 4 = T drops nothing), and the
 # bad flags and an MoE checkpoint loaded as a dense model are clear errors.
@@ -17,6 +18,13 @@ printf '%s\n' "$out" | grep -Eq "^moe: last step tokens per expert \[[0-9]+ [0-9
 [ "$(head -n 1 "$tmp/run/moe.csv")" = "step,dropped_fraction,balance_loss,tokens_e0,tokens_e1,tokens_e2,tokens_e3" ] ||
   { echo "FAIL: moe.csv header"; exit 1; }
 [ "$(wc -l < "$tmp/run/moe.csv")" -eq 5 ] || { echo "FAIL: moe.csv rows"; exit 1; }
+# Under --remat each block's forward records its routing (the same steps, bit for bit: the same
+# report); under --autodiff the fused forward on the step's batch routes as the tape does.
+"$gpt" --threads 1 train --task sort --steps 4 $moe --remat sqrt --out "$tmp/remat" > /dev/null 2>&1
+cmp -s "$tmp/run/moe.csv" "$tmp/remat/moe.csv" || { echo "FAIL: --remat's moe.csv differs from the plain run's"; exit 1; }
+"$gpt" --threads 1 train --task sort --steps 4 $moe --autodiff --out "$tmp/tape" > /dev/null 2>&1
+[ -s "$tmp/tape/moe.svg" ] && [ "$(wc -l < "$tmp/tape/moe.csv")" -eq 5 ] || { echo "FAIL: --autodiff: no utilisation report"; exit 1; }
+[ "$(sed -n 2p "$tmp/run/moe.csv")" = "$(sed -n 2p "$tmp/tape/moe.csv")" ] || { echo "FAIL: --autodiff's first step routes otherwise"; exit 1; }
 info=$("$gpt" info --ckpt "$tmp/run/ckpt.bin")
 printf '%s\n' "$info" | grep -Eq "active parameters [0-9]+ of [0-9]+" || { echo "FAIL: info: active parameters"; exit 1; }
 printf '%s\n' "$info" | grep -q "^moe FLOPs/token: forward" || { echo "FAIL: info: FLOPs per token"; exit 1; }

@@ -734,11 +734,6 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf, const CLI::App& train
                 ep_ms, one_ms, P, ex_ms, static_cast<long long>(r.bytes_sent_per_step));
     std::printf("ratio ep_step_vs_single %.4f\n", one_ms > 0 ? ep_ms / one_ms : 0.0);
     std::printf("ratio ep_exchange_share %.4f\n", ep_ms > 0 ? ex_ms / ep_ms : 0.0);
-    if (r.moe.empty()) {  // one rank under a recompute plan: no block keeps its routing
-      std::printf("moe: no utilisation report (--ep 1 with --remat keeps no per-block routing); wrote %s\n",
-                  o.save.c_str());
-      return;
-    }
     const std::string csv = (out / "moe.csv").string(), svg = (out / "moe.svg").string();
     char title[160];
     std::snprintf(title, sizeof title, "expert utilisation, EP %d: %lld experts, top-%lld, aux coef %g", P,

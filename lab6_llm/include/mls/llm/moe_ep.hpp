@@ -169,8 +169,7 @@ struct EpRunReport {
   int ranks = 1;
   std::int64_t first_step = 0;           // the step the run started at (a resumed run: the checkpoint's)
   std::vector<double> losses;            // per step run: the cross-entropy over the global batch
-  std::vector<std::int64_t> dropped;     // per step: choices dropped over the MoE blocks (-1: unknown,
-                                         // one rank under a recompute plan)
+  std::vector<std::int64_t> dropped;     // per step: choices dropped, summed over the MoE blocks
   std::vector<MoeRow> moe;               // per step: the group's expert utilisation (report.hpp)
   std::vector<double> step_s;            // per step: wall seconds (this rank's)
   std::vector<double> exchange_s;        // per step: seconds in ep_exchange (this rank's)
