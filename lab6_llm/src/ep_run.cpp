@@ -232,6 +232,21 @@ EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
       if (text) text->seek(ck.counter("data_position"));
     }
   }
+  // bf16 (ZeRO's mixed precision, emulated as its compute copies are): the step computes with the
+  // parameters rounded to bf16, its gradient is rounded to bf16 (once per step, and again after the
+  // dense allreduce), and AdamW updates the fp32 master weights (`params`).
+  std::unique_ptr<GPTParams> work;
+  auto round_work = [&] {
+    for (std::int64_t i = 0; i < params.size(); ++i) work->data()[i] = round_bf16(params.data()[i]);
+  };
+  auto round_grads = [&](std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) grads.data()[i] = round_bf16(grads.data()[i]);
+  };
+  if (o.bf16) {
+    work = std::make_unique<GPTParams>(cfg);
+    round_work();
+  }
+  GPTParams& compute = o.bf16 ? *work : params;
   GPTActivations acts(cfg, b, o.context), dacts(cfg, b, o.context);
   std::unique_ptr<RematActivations> ra;
   if (!(o.remat == RecomputeKind::None))
@@ -267,8 +282,9 @@ EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
     const double norm = static_cast<double>(P * BT);  // the global batch's mean
     grads.zero();
     if (ep) ep->reset_counters();
-    FlatModel model(cfg, params.views(), grads.views());
+    FlatModel model(cfg, compute.views(), grads.views());
     Tensor num = Tensor::from_vector(std::vector<double>{accumulate_gradients(cfg, model, buf, mb, o.accum, norm)}, {1});
+    if (o.bf16) round_grads(params.size());
     std::vector<MoeBlockStats> routed;
     if (ep) {
       // Data parallel: the dense gradients summed (each rank's is its rows' share of the mean).
@@ -277,12 +293,14 @@ EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
       std::memcpy(g.data<float>(), grads.data(), sizeof(float) * static_cast<std::size_t>(dense));
       comm.allreduce(g, ReduceOp::Sum);
       std::memcpy(grads.data(), g.data<float>(), sizeof(float) * static_cast<std::size_t>(dense));
+      if (o.bf16) round_grads(dense);
       comm.allreduce(num, ReduceOp::Sum);
       routed = ep->stats();
     } else {
       routed = ra ? record.stats(cfg) : moe_stats(cfg, acts);
     }
     adamw_update(params, grads, adam, o.adam, o.lr);
+    if (o.bf16) round_work();
     rep.losses.push_back(num.data<double>()[0] / norm);
     rep.moe.push_back(moe_row(s, routed));
     rep.dropped.push_back(rep.moe.back().dropped);

@@ -652,9 +652,6 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf, const CLI::App& train
   MLS_CHECK(z.zero_opt->count() == 0, "train --ep ", P, " with --zero ", z.zero,
             ": expert parallelism runs with plain data parallelism (no ZeRO partitioning: ZeroTrainer partitions "
             "the dense layout only); drop one of them");
-  MLS_CHECK(z.precision == "fp32", "train --ep ", P, " with --precision ", z.precision,
-            ": bf16 is ZeRO's mixed precision (its fp32 master copy lives in ZeroTrainer, which does not shard "
-            "experts); expected fp32 with --ep");
   MLS_CHECK(!z.overlap, "train --ep ", P, " with --overlap: expected the blocking collectives (--overlap is --zero 2|3's)");
   MLS_CHECK(z.ranks_opt->count() == 0 || z.ranks == P, "train --ep ", P, " with --ranks ", z.ranks,
             ": the expert-parallel group is every rank; give --ep only");
@@ -688,6 +685,7 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf, const CLI::App& train
   o.seed = tf.seed;
   o.adam.weight_decay = tf.weight_decay;
   o.adam.beta2 = tf.beta2;
+  o.bf16 = parse_precision(z.precision) == Precision::BF16;
   o.remat = RecomputeKind(tf.remat_flags.kind);
   o.remat_budget = tf.remat_flags.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(tf.remat_flags.budget));
   o.resume = tf.resume;
@@ -706,12 +704,12 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf, const CLI::App& train
   };
   auto print = [&](const EpRunReport& r, const EpRunReport& single) {
     std::printf("expert parallelism: %d ranks (%s), config %s: %lld experts (%lld per rank), top-%lld, "
-                "capacity factor %g; %lld steps of B = %lld per rank (accum %lld), T = %lld, remat %s, %s\n",
+                "capacity factor %g; %lld steps of B = %lld per rank (accum %lld), T = %lld, remat %s, %s, %s\n",
                 P, z.backend.c_str(), tf.model_flags.config.c_str(), static_cast<long long>(o.cfg.moe_experts),
                 static_cast<long long>(o.cfg.moe_experts / P), static_cast<long long>(o.cfg.moe_top_k),
                 o.cfg.capacity_factor, static_cast<long long>(r.losses.size()), static_cast<long long>(o.batch),
                 static_cast<long long>(o.accum), static_cast<long long>(o.context), o.remat.name(),
-                tf.data.empty() ? "synthetic stream" : tf.data.c_str());
+                o.bf16 ? "bf16 (fp32 master)" : "fp32", tf.data.empty() ? "synthetic stream" : tf.data.c_str());
     std::printf("parameters per rank: %lld (experts %lld; one rank holds %lld, experts %lld: 1/%d of the experts "
                 "each)\n",
                 static_cast<long long>(r.param_floats), static_cast<long long>(r.expert_floats),
@@ -723,10 +721,10 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf, const CLI::App& train
       mw = std::max(mw, static_cast<double>(std::abs(single.final_params[i])));
     }
     std::printf("single rank over the union batch (B = %lld): final loss %.6f (EP %.6f), dropped %lld (EP %lld); "
-                "parameters: max |diff| %.3g, relative %.3g (float32 rounding)\n",
+                "parameters: max |diff| %.3g, relative %.3g (%s rounding)\n",
                 static_cast<long long>(whole.batch), single.losses.back(), r.losses.back(),
                 static_cast<long long>(single.dropped.back()), static_cast<long long>(r.dropped.back()), md,
-                mw > 0 ? md / mw : md);
+                mw > 0 ? md / mw : md, o.bf16 ? "bf16" : "float32");
     const double ep_ms = 1e3 * mean_after_first(r.step_s), one_ms = 1e3 * mean_after_first(single.step_s),
                  ex_ms = 1e3 * mean_after_first(r.exchange_s);
     std::printf("step %.3f ms (EP, rank 0) vs %.3f ms (single rank, %d x the tokens); exchanges %.3f ms, "

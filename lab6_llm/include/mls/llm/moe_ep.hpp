@@ -147,6 +147,11 @@ struct EpRunOptions {
   double lr = 1e-3;
   std::uint64_t seed = 1337;
   AdamWOptions adam{};
+  /// bf16 mixed precision (`--precision bf16`, as ZeRO's): the step computes with the parameters
+  /// rounded to bf16 (held in fp32 buffers: this CPU multiplies in fp32), the gradient is rounded
+  /// to bf16 (once per step, and again after the dense allreduce) and AdamW updates fp32 master
+  /// weights, which final_params and the checkpoint hold.
+  bool bf16 = false;
   RecomputeKind remat{};          // none | sqrt | optimal (gpt_plan over one micro-batch)
   std::int64_t remat_budget = 0;  // optimal's activation bytes (0: sqrt's)
   /// A text corpus to train on (`train --ep --data`); null: the synthetic stream. Its tokenizer's
