@@ -247,10 +247,13 @@ EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
     round_work();
   }
   GPTParams& compute = o.bf16 ? *work : params;
-  GPTActivations acts(cfg, b, o.context), dacts(cfg, b, o.context);
+  // Every activation of one micro-batch kept, or a recompute plan's checkpoints and one segment.
+  GPTActivations acts, dacts;
   std::unique_ptr<RematActivations> ra;
   if (!(o.remat == RecomputeKind::None))
     ra = std::make_unique<RematActivations>(cfg, b, o.context, gpt_plan(o.remat, cfg, b, o.context, o.remat_budget));
+  else
+    acts = GPTActivations(cfg, b, o.context), dacts = GPTActivations(cfg, b, o.context);
   std::unique_ptr<EpDispatch> ep;
   if (P > 1) {  // one rank: the plain single-rank MoE (the reference)
     ep = std::make_unique<EpDispatch>(cfg, comm, bt);
