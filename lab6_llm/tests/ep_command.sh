@@ -11,18 +11,18 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 moe="--config nano --moe-experts 4 --moe-top-k 2 --capacity-factor 1"
 out=$("$gpt" --threads 1 train $moe --ep 2 --backend sim --steps 10 --out "$tmp/run" 2>&1)
-printf '%s\n' "$out" | grep -q "^expert parallelism: 2 ranks (sim), config nano: 4 experts (2 per rank), top-2" ||
+grep -q "^expert parallelism: 2 ranks (sim), config nano: 4 experts (2 per rank), top-2" <<< "$out" ||
   { echo "FAIL: no header"; printf '%s\n' "$out"; exit 1; }
-line=$(printf '%s\n' "$out" | grep "^single rank over the union batch") || { echo "FAIL: no comparison"; printf '%s\n' "$out"; exit 1; }
+line=$(grep "^single rank over the union batch" <<< "$out") || { echo "FAIL: no comparison"; printf '%s\n' "$out"; exit 1; }
 ep_loss=$(printf '%s\n' "$line" | sed -E 's/.*final loss ([0-9.]+) \(EP ([0-9.]+)\).*/\1 \2/')
 set -- $ep_loss
 [ "$1" = "$2" ] || { echo "FAIL: final losses differ: $line"; exit 1; }
-printf '%s\n' "$line" | grep -Eq "dropped ([0-9]+) \(EP \1\)" || { echo "FAIL: drops differ: $line"; exit 1; }
+grep -Eq "dropped ([0-9]+) \(EP \1\)" <<< "$line" || { echo "FAIL: drops differ: $line"; exit 1; }
 rel=$(printf '%s\n' "$line" | sed -E 's/.*relative ([0-9.e+-]+) .*/\1/')
 awk -v r="$rel" 'BEGIN { exit !(r < 5e-5) }' || { echo "FAIL: parameters differ by $rel"; exit 1; }
-printf '%s\n' "$out" | grep -Eq "^ratio ep_step_vs_single [0-9.]+$" || { echo "FAIL: no ratio ep_step_vs_single"; exit 1; }
-printf '%s\n' "$out" | grep -Eq "^ratio ep_exchange_share [0-9.]+$" || { echo "FAIL: no ratio ep_exchange_share"; exit 1; }
-printf '%s\n' "$out" | grep -q "^parameters per rank: 146112 (experts 112032; one rank holds 258144, experts 224064" ||
+grep -Eq "^ratio ep_step_vs_single [0-9.]+$" <<< "$out" || { echo "FAIL: no ratio ep_step_vs_single"; exit 1; }
+grep -Eq "^ratio ep_exchange_share [0-9.]+$" <<< "$out" || { echo "FAIL: no ratio ep_exchange_share"; exit 1; }
+grep -q "^parameters per rank: 146112 (experts 112032; one rank holds 258144, experts 224064" <<< "$out" ||
   { echo "FAIL: the experts are not sharded"; printf '%s\n' "$out"; exit 1; }
 for f in ckpt.bin moe.csv moe.svg; do [ -s "$tmp/run/$f" ] || { echo "FAIL: no $f"; exit 1; }; done
 [ "$(wc -l < "$tmp/run/moe.csv")" = 11 ] || { echo "FAIL: moe.csv has not 10 steps"; exit 1; }
@@ -31,7 +31,7 @@ same() {  # same <what> <args...>: the EP run equals the single-rank one (losses
   shift
   local o l
   o=$("$gpt" --threads 1 train $moe --ep 2 --backend sim --steps 6 --out "$tmp/x" "$@" 2>&1) || { echo "FAIL: $what: $o"; exit 1; }
-  l=$(printf '%s\n' "$o" | grep "^single rank over the union batch") || { echo "FAIL: $what: $o"; exit 1; }
+  l=$(grep "^single rank over the union batch" <<< "$o") || { echo "FAIL: $what: $o"; exit 1; }
   set -- $(printf '%s\n' "$l" | sed -E 's/.*final loss ([0-9.]+) \(EP ([0-9.]+)\).*/\1 \2/')
   [ "$1" = "$2" ] || { echo "FAIL: $what: final losses differ: $l"; exit 1; }
   r=$(printf '%s\n' "$l" | sed -E 's/.*relative ([0-9.e+-]+) .*/\1/')
@@ -42,18 +42,18 @@ same "--remat sqrt" --remat sqrt
 awk 'BEGIN { srand(3); for (i = 0; i < 3000; i++) printf "%s%s", substr("abcdefgh", int(rand() * 8) + 1, 1), (rand() < 0.2 ? " " : "") }' > "$tmp/text.txt"
 same "--data" --data "$tmp/text.txt"
 bf=$("$gpt" --threads 1 train $moe --ep 2 --steps 3 --precision bf16 --out "$tmp/bf" 2>&1) || { echo "FAIL: bf16: $bf"; exit 1; }
-printf '%s\n' "$bf" | grep -q "bf16 (fp32 master)" && printf '%s\n' "$bf" | grep -q "(bf16 rounding)" ||
+grep -q "bf16 (fp32 master)" <<< "$bf" && grep -q "(bf16 rounding)" <<< "$bf" ||
   { echo "FAIL: bf16 run: $bf"; exit 1; }
 # The gathered checkpoint of EP 2 continues on one rank (--ep 1: the single-rank step) from step 5.
 "$gpt" --threads 1 train $moe --ep 2 --steps 5 --out "$tmp/half" > /dev/null
 res=$("$gpt" --threads 1 train $moe --ep 1 --batch 8 --steps 10 --resume "$tmp/half/ckpt.bin" --out "$tmp/res" 2>&1)
-printf '%s\n' "$res" | grep -Eq "^ +9 +[0-9.]+ " || { echo "FAIL: no resumed steps 5..9: $res"; exit 1; }
-printf '%s\n' "$res" | grep -Eq "^ +0 +[0-9.]+ " && { echo "FAIL: the resumed run restarted at step 0: $res"; exit 1; }
+grep -Eq "^ +9 +[0-9.]+ " <<< "$res" || { echo "FAIL: no resumed steps 5..9: $res"; exit 1; }
+grep -Eq "^ +0 +[0-9.]+ " <<< "$res" && { echo "FAIL: the resumed run restarted at step 0: $res"; exit 1; }
 expect_error() {  # expect_error <message part> <args...>
   local want="$1"
   shift
   if err=$("$gpt" "$@" 2>&1); then echo "FAIL: '$*' succeeded"; exit 1; fi
-  printf '%s\n' "$err" | grep -qF -- "$want" || { echo "FAIL: '$*' said: $err (expected '$want')"; exit 1; }
+  grep -qF -- "$want" <<< "$err" || { echo "FAIL: '$*' said: $err (expected '$want')"; exit 1; }
 }
 expect_error "train --ep 3: --moe-experts 4 is not divisible by the expert-parallel group's 3 ranks" train $moe --ep 3 --steps 1
 expect_error "train --ep 2: a dense model (--moe-experts 0)" train --config nano --ep 2 --steps 1
