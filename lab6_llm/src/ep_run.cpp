@@ -200,6 +200,7 @@ void global_batch(const EpRunOptions& o, TextData* text, std::int64_t rows, std:
 EpRunReport run_ep(Communicator& comm, const EpRunOptions& o) {
   const int P = comm.size(), r = comm.rank();
   o.validate(P);
+  mem::RankScope rank_scope(r);  // the memory tracker counts this rank's buffers as its own
   // The whole model on one rank, this rank's shard of it on several: its own experts only.
   const GPTConfig cfg = P > 1 ? sharded(o.cfg, P, r) : o.cfg;
   const std::int64_t b = o.batch / o.accum, bt = b * o.context, BT = o.batch * o.context;

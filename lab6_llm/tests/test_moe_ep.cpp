@@ -249,6 +249,22 @@ TEST_CASE("expert parallelism in the GPT: each rank allocates, updates and keeps
       // The shard's initial values are the whole model's, its experts' slices.
       CHECK(init_params(c, o.seed).vec() == shard_experts(c, init_params(full, o.seed).vec()));
     }
+    // The memory tracker sees the same: each rank's parameter, gradient and AdamW bytes.
+    mem::Tracker& t = mem::global();
+    t.set_enabled(true);
+    t.reset();
+    (void)run_ep_simulated(P, o);
+    std::vector<std::int64_t> bytes;
+    for (int r = 0; r < P; ++r)
+      for (mem::Tag tag : {mem::Tag::Parameter, mem::Tag::Gradient, mem::Tag::OptimizerState})
+        bytes.push_back(t.peak(tag, r));
+    t.set_enabled(false);
+    mls::testing::observe("sharded run: tracked parameter, gradient, AdamW bytes per rank, P " + std::to_string(P), bytes);
+    for (int r = 0; r < P; ++r) {
+      CHECK(bytes[static_cast<std::size_t>(3 * r)] == 4 * ep.param_floats);
+      CHECK(bytes[static_cast<std::size_t>(3 * r + 1)] == 4 * ep.param_floats);
+      CHECK(bytes[static_cast<std::size_t>(3 * r + 2)] == 8 * ep.param_floats);
+    }
     // Gathering every rank's shard rebuilds the whole model.
     const std::vector<float> all = init_params(full, 3).vec();
     parallel::run_simulated(P, [&](Communicator& comm) {
