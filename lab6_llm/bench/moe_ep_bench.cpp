@@ -6,10 +6,17 @@
 //   lab5_parallel/tests/run_mpi.sh 2 build/release/bin/mls-moe-ep-bench --backend mpi
 //
 // Prints lines "ratio <name> <value>" (<backend> sim or mpi, <P> the ranks):
-//   moe_ep_step_vs_single_<backend>_<P>      seconds per EP step (slowest rank) / single rank
-//   moe_ep_exchange_share_<backend>_<P>      seconds in the exchanges / seconds per EP step
-// The single rank runs every token (P × --tokens) with the whole thread pool; each EP rank runs
-// its --tokens. The figures are only meaningful on a quiet machine.
+//   moe_ep_step_vs_single_<backend>_<P>      one MoE MLP: seconds per EP forward + backward (slowest
+//                                            rank) / the single rank's
+//   moe_ep_exchange_share_<backend>_<P>      ... seconds in the exchanges / seconds per EP step
+//   gpt_ep_step_vs_single_<backend>_<P>      the whole GPT training step of `mls-gpt train --ep`
+//                                            (run_ep: --layers MoE blocks, attention, the dense
+//                                            allreduce, AdamW; the slowest rank's mean step) / one
+//                                            rank's step over the union batch
+//   gpt_ep_exchange_share_<backend>_<P>      ... seconds in the all_to_allv exchanges / seconds per step
+// (--part mlp or gpt: one pair only). Each EP rank holds its own experts only (sharded()). The
+// single rank runs every token (P × --tokens) with the whole thread pool; each EP rank runs its
+// --tokens. The figures are only meaningful on a quiet machine.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -37,6 +44,8 @@ struct Opts {
   std::int64_t tokens = 512, experts = 8, top_k = 2, embd = 128;
   double capacity_factor = 1.25;
   int reps = 5;
+  std::int64_t layers = 2;     // --part gpt: transformer blocks (every one MoE)
+  std::string part = "both";  // mlp | gpt | both
 };
 
 GPTConfig bench_config(const Opts& o) {
@@ -68,18 +77,16 @@ double single_seconds(const GPTConfig& cfg, std::int64_t Ntot, int reps) {
   return best;
 }
 
-/// (seconds per EP step, seconds in exchanges) on this rank's `tokens`, the slowest rank's.
-std::pair<double, double> ep_seconds(const GPTConfig& cfg, Communicator& comm, std::int64_t tokens, int reps) {
-  const std::int64_t C = cfg.n_embd;
+/// (seconds per EP step, seconds in exchanges) on this rank's `tokens`, the slowest rank's. This
+/// rank allocates its own experts only (the sharded config's layout).
+std::pair<double, double> ep_seconds(const GPTConfig& whole, Communicator& comm, std::int64_t tokens, int reps) {
+  const std::int64_t C = whole.n_embd;
+  const GPTConfig cfg = comm.size() > 1 ? sharded(whole, comm.size(), comm.rank()) : whole;
   GPTParams params = init_params(cfg, 1);
   GPTGrads grads(cfg);
   EpMoe ep(cfg, comm, tokens);
-  const ParamPtrs all = shift_layers(param_views(params.data(), cfg), cfg, 0);
-  ParamPtrs gall = shift_layers(grads.views(), cfg, 0);
-  ParamPtrs p = all, g = gall;  // this rank's experts
-  const std::int64_t e0 = ep.first_expert();
-  p.moe_fcw += e0 * 4 * C * C, p.moe_fcb += e0 * 4 * C, p.moe_fcprojw += e0 * C * 4 * C, p.moe_fcprojb += e0 * C;
-  g.moe_fcw += e0 * 4 * C * C, g.moe_fcb += e0 * 4 * C, g.moe_fcprojw += e0 * C * 4 * C, g.moe_fcprojb += e0 * C;
+  const ParamPtrs p = shift_layers(param_views(params.data(), cfg), cfg, 0);
+  ParamPtrs g = shift_layers(grads.views(), cfg, 0);
   Rng rng(3 + static_cast<std::uint64_t>(comm.rank()), "moe-ep-bench");
   std::vector<float> x(static_cast<std::size_t>(tokens * C)), out(x.size()), dx(x.size()), dout(x.size(), 0.01f);
   for (auto& v : x) v = static_cast<float>(rng.normal(0.0, 1.0));
@@ -95,6 +102,40 @@ std::pair<double, double> ep_seconds(const GPTConfig& cfg, Communicator& comm, s
     if (r > 0 && s.data<double>()[0] < best) best = s.data<double>()[0], best_ex = s.data<double>()[1];
   }
   return {best, best_ex};
+}
+
+/// The GPT training run of `mls-gpt train --ep` on this rank's tokens (rows of 64).
+EpRunOptions gpt_options(const Opts& o) {
+  EpRunOptions r;
+  r.cfg = bench_config(o);
+  r.cfg.n_layer = o.layers;
+  r.cfg.validate();
+  r.context = 64;
+  r.batch = o.tokens / 64;
+  r.steps = o.reps + 1;
+  return r;
+}
+
+/// Mean seconds per step after the first, and in the exchanges, the slowest rank's.
+std::pair<double, double> gpt_seconds(Communicator& comm, const EpRunOptions& opts) {
+  const EpRunReport r = run_ep(comm, opts);
+  double step = 0, ex = 0;
+  for (std::size_t i = 1; i < r.step_s.size(); ++i) step += r.step_s[i], ex += r.exchange_s[i];
+  const double n = static_cast<double>(r.step_s.size() - 1);
+  Tensor s = Tensor::from_vector(std::vector<double>{step / n, ex / n});
+  comm.allreduce(s, parallel::ReduceOp::Max);
+  return {s.data<double>()[0], s.data<double>()[1]};
+}
+
+void report_gpt(const Opts& o, int P, double single, double ep, double ex) {
+  std::printf("GPT training step (%lld MoE blocks, %lld experts top-%lld, C %lld): one rank %lld tokens %.3f ms; "
+              "EP on %d %s ranks x %lld tokens %.3f ms (all_to_allv exchanges %.3f ms, %.1f%%)\n",
+              (long long)o.layers, (long long)o.experts, (long long)o.top_k, (long long)o.embd,
+              (long long)(o.tokens * P), single * 1e3, P, o.backend.c_str(), (long long)o.tokens, ep * 1e3, ex * 1e3,
+              100.0 * ex / ep);
+  std::printf("ratio gpt_ep_step_vs_single_%s_%d %.4f\n", o.backend.c_str(), P, ep / single);
+  std::printf("ratio gpt_ep_exchange_share_%s_%d %.4f\n", o.backend.c_str(), P, ex / ep);
+  std::fflush(stdout);
 }
 
 void report(const Opts& o, int P, double single, double ep, double ex) {
@@ -120,26 +161,64 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", o.top_k, "experts per token")->capture_default_str();
   app.add_option("--embd", o.embd, "width C")->capture_default_str()->check(CLI::Range(4, 4096));
   app.add_option("--capacity-factor", o.capacity_factor, "capacity factor F")->capture_default_str();
-  app.add_option("--reps", o.reps, "timed repetitions (best of)")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--reps", o.reps, "timed repetitions (mlp: best of; gpt: steps after a warm-up, mean)")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--part", o.part, "mlp (one MoE MLP) | gpt (the whole training step) | both")
+      ->capture_default_str()->check(CLI::IsMember({"mlp", "gpt", "both"}));
+  app.add_option("--layers", o.layers, "--part gpt: transformer blocks, every one MoE")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
   try {
     MLS_CHECK(o.tokens % 64 == 0, "mls-moe-ep-bench: --tokens ", o.tokens, " is not a multiple of 64");
     const GPTConfig cfg = bench_config(o);
+    const bool mlp = o.part != "gpt", gpt = o.part != "mlp";
+    const EpRunOptions go = gpt_options(o);
+    EpRunOptions gone = go;  // one rank over the union batch
     if (o.backend == "sim") {
-      const double single = single_seconds(cfg, o.tokens * o.ranks, o.reps);
-      std::pair<double, double> ep{};
-      parallel::run_simulated(o.ranks, [&](Communicator& c) {
-        const auto r = ep_seconds(cfg, c, o.tokens, o.reps);
-        if (c.rank() == 0) ep = r;
-      });
-      report(o, o.ranks, single, ep.first, ep.second);
+      MLS_CHECK(o.experts % o.ranks == 0, "--experts ", o.experts, " is not divisible by --ranks ",
+                o.ranks);
+      gone.batch = go.batch * o.ranks;
+      if (mlp) {
+        const double single = single_seconds(cfg, o.tokens * o.ranks, o.reps);
+        std::pair<double, double> ep{};
+        parallel::run_simulated(o.ranks, [&](Communicator& c) {
+          const auto r = ep_seconds(cfg, c, o.tokens, o.reps);
+          if (c.rank() == 0) ep = r;
+        });
+        report(o, o.ranks, single, ep.first, ep.second);
+      }
+      if (gpt) {
+        std::pair<double, double> one{}, ep{};
+        parallel::run_simulated(1, [&](Communicator& c) { one = gpt_seconds(c, gone); });
+        parallel::run_simulated(o.ranks, [&](Communicator& c) {
+          const auto r = gpt_seconds(c, go);
+          if (c.rank() == 0) ep = r;
+        });
+        report_gpt(o, o.ranks, one.first, ep.first, ep.second);
+      }
       return 0;
     }
 #ifdef MLS_HAVE_MPI
     return parallel::mpi_run([&](Communicator& c) {
-      const double single = c.rank() == 0 ? single_seconds(cfg, o.tokens * c.size(), o.reps) : 0.0;
-      const auto ep = ep_seconds(cfg, c, o.tokens, o.reps);
-      if (c.rank() == 0) report(o, c.size(), single, ep.first, ep.second);
+      MLS_CHECK(o.experts % c.size() == 0, "--experts ", o.experts, " is not divisible by the ",
+                c.size(), " MPI processes");
+      if (mlp) {
+        const double single = c.rank() == 0 ? single_seconds(cfg, o.tokens * c.size(), o.reps) : 0.0;
+        const auto ep = ep_seconds(cfg, c, o.tokens, o.reps);
+        if (c.rank() == 0) report(o, c.size(), single, ep.first, ep.second);
+      }
+      if (gpt) {
+        gone.batch = go.batch * c.size();
+        std::pair<double, double> one{};
+        if (c.rank() == 0) {
+          Communicator self = c.split(0, 0);
+          one = gpt_seconds(self, gone);
+        } else {
+          (void)c.split(1, 0);
+        }
+        const auto ep = gpt_seconds(c, go);
+        if (c.rank() == 0) report_gpt(o, c.size(), one.first, ep.first, ep.second);
+      }
     });
 #else
     fail("mls-moe-ep-bench: --backend mpi, but this build has no MPI (libopenmpi-dev)");

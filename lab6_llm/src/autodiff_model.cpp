@@ -157,6 +157,8 @@ Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Tensor& in
 }
 
 Var gpt_logits(const GPTConfig& cfg, const std::vector<Var>& P, const Var& idx, Var* moe_loss) {
+  MLS_CHECK(cfg.moe_shards == 1, "gpt_logits: shard ", cfg.moe_shard, " of ", cfg.moe_shards,
+            " of the experts, expected the whole model (the autodiff model runs every expert here)");
   MLS_CHECK(P.size() == num_leaves(cfg), "gpt_logits: ", P.size(), " parameters, expected ",
             num_leaves(cfg));
   MLS_CHECK(idx.shape().size() == 2, "gpt_logits: inputs of shape ", shape_str(idx.shape()),

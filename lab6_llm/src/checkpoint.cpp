@@ -148,8 +148,10 @@ std::vector<float> get_params(const Checkpoint& ckpt, const std::string& prefix)
 // ---- bytes ---------------------------------------------------------------------------------------
 
 std::string serialize_checkpoint(const Checkpoint& ckpt) {
-  Writer w;
   const GPTConfig& c = ckpt.config;
+  MLS_CHECK(c.moe_shards == 1, "checkpoint: a config of expert shard ", c.moe_shard, " of ", c.moe_shards,
+            ", expected the whole model (gather the experts first: moe_ep.hpp's gather_experts)");
+  Writer w;
   for (std::int64_t v : {c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size}) w.pod(v);
   w.pod(ckpt.step);
   w.str(ckpt.tokenizer);

@@ -20,6 +20,10 @@ void GPTConfig::validate() const {
             ", expected 1..16777216 (set it from the tokenizer)");
   MLS_CHECK(moe_experts >= 0 && moe_experts <= 1024, "GPTConfig: moe_experts = ", moe_experts,
             ", expected 0 (dense) or 1..1024");
+  MLS_CHECK(moe_shards >= 1 && (moe_experts == 0 ? moe_shards == 1 : moe_experts % moe_shards == 0) &&
+                moe_shard >= 0 && moe_shard < moe_shards,
+            "GPTConfig: moe_shards = ", moe_shards, ", moe_shard = ", moe_shard, " with moe_experts = ",
+            moe_experts, ", expected shards dividing the experts (1 for a dense config) and 0 <= shard < shards");
   if (moe_experts == 0) return;
   MLS_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts, "GPTConfig: moe_top_k = ", moe_top_k,
             ", expected 1..moe_experts = ", moe_experts);
@@ -31,6 +35,24 @@ void GPTConfig::validate() const {
             moe_aux_coef, ", expected a finite value >= 0");
   MLS_CHECK(std::isfinite(moe_z_coef) && moe_z_coef >= 0, "GPTConfig: moe_z_coef = ", moe_z_coef,
             ", expected a finite value >= 0");
+}
+
+GPTConfig sharded(const GPTConfig& cfg, std::int64_t shards, std::int64_t shard) {
+  MLS_CHECK(is_moe(cfg) && shards >= 1 && cfg.moe_experts % shards == 0 && shard >= 0 && shard < shards,
+            "sharded: moe_experts = ", cfg.moe_experts, " over ", shards, " shards (shard ", shard,
+            "), expected an MoE config with experts divisible by shards >= 1 and 0 <= shard < shards");
+  MLS_CHECK(cfg.moe_shards == 1, "sharded: the config is already shard ", cfg.moe_shard, " of ", cfg.moe_shards);
+  GPTConfig c = cfg;
+  c.moe_shards = shards;
+  c.moe_shard = shard;
+  c.validate();
+  return c;
+}
+
+GPTConfig unsharded(GPTConfig cfg) {
+  cfg.moe_shards = 1;
+  cfg.moe_shard = 0;
+  return cfg;
 }
 
 bool is_moe_block(const GPTConfig& cfg, std::int64_t l) {
@@ -87,21 +109,23 @@ const std::array<const char*, kNumMoeTensors>& moe_param_names() {
 
 std::array<Shape, kNumMoeTensors> moe_param_shapes(const GPTConfig& cfg) {
   const std::int64_t Lm = num_moe_blocks(cfg), E = cfg.moe_experts, C = cfg.n_embd;
-  return {Shape{Lm, E, C}, Shape{Lm, E, 4 * C, C}, Shape{Lm, E, 4 * C}, Shape{Lm, E, C, 4 * C},
-          Shape{Lm, E, C}};
+  const std::int64_t El = moe_local_experts(cfg);  // the experts this layout holds (E unsharded)
+  return {Shape{Lm, E, C}, Shape{Lm, El, 4 * C, C}, Shape{Lm, El, 4 * C}, Shape{Lm, El, C, 4 * C},
+          Shape{Lm, El, C}};
 }
 
 std::int64_t num_params(const GPTConfig& cfg) {
   const std::int64_t V = cfg.vocab_size, T = cfg.block_size, L = cfg.n_layer, C = cfg.n_embd;
   const std::int64_t Ld = num_dense_blocks(cfg), Lm = num_moe_blocks(cfg), E = cfg.moe_experts;
   const std::int64_t mlp = 8 * C * C + 5 * C;  // fcw, fcb, fcprojw, fcprojb of one MLP
-  return L * (4 * C * C + 8 * C) + Ld * mlp + Lm * E * (mlp + C) + V * C + T * C + 2 * C;
+  return L * (4 * C * C + 8 * C) + Ld * mlp + Lm * (moe_local_experts(cfg) * mlp + E * C) + V * C + T * C +
+         2 * C;
 }
 
 std::int64_t num_active_params(const GPTConfig& cfg) {
   const std::int64_t C = cfg.n_embd, Lm = num_moe_blocks(cfg), E = cfg.moe_experts;
   const std::int64_t mlp = 8 * C * C + 5 * C;
-  return num_params(cfg) - Lm * (E - cfg.moe_top_k) * mlp;
+  return num_params(unsharded(cfg)) - Lm * (E - cfg.moe_top_k) * mlp;
 }
 
 GPTConfig ModelSpec::make(std::int64_t vocab) const {

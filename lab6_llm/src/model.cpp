@@ -147,7 +147,14 @@ GPTParams init_params(const GPTConfig& cfg, std::uint64_t seed) {
       for (auto d : mshapes[i]) n *= d;
       float* t = p.data() + moe_param_offsets(cfg)[i];
       const double sd = i == kMoeFcprojw ? resid_std : 0.02;
-      for (std::int64_t j = 0; j < n; ++j) t[j] = static_cast<float>(rng.normal(0.0, sd));
+      // A sharded layout (expert parallelism) keeps its experts' draws of the whole model's stream.
+      const std::int64_t E = cfg.moe_experts, El = i == kMoeRouter ? E : moe_local_experts(cfg),
+                         per = n / (num_moe_blocks(cfg) * El), e0 = i == kMoeRouter ? 0 : cfg.moe_shard * El;
+      for (std::int64_t j = 0, kept = 0; j < n / El * E; ++j) {
+        const float v = static_cast<float>(rng.normal(0.0, sd));
+        const std::int64_t e = j / per % E;
+        if (e >= e0 && e < e0 + El) t[kept++] = v;
+      }
     }
   }
   return p;
@@ -197,7 +204,9 @@ GPTActivations::GPTActivations(const GPTConfig& cfg, std::int64_t B_, std::int64
   // MoE buffers (moe.hpp): none for a dense config.
   const std::int64_t E = cfg.moe_experts, K = is_moe(cfg) ? cfg.moe_top_k : 0;
   moe_cap = is_moe(cfg) ? moe_capacity(cfg, N) : 0;
-  const std::int64_t R = E * moe_cap, Lm = is_moe(cfg) ? L : 0;
+  // The expert rows (R of them) exist only where the experts run here: a sharded config runs them
+  // in its expert-parallel dispatch (moe_ep.hpp), which holds its own.
+  const std::int64_t R = cfg.moe_shards == 1 ? E * moe_cap : 0, Lm = is_moe(cfg) ? L : 0;
   const std::int64_t msizes[] = {Lm * N * E, Lm * N,         Lm * N * K,     Lm * E,    Lm * 2,
                                  Lm * R * C, Lm * R * 4 * C, Lm * R * 4 * C, Lm * R * C};
   float** mptrs[] = {&moe_probs, &moe_lse, &moe_gate, &moe_frac, &moe_loss,

@@ -187,6 +187,8 @@ void moe_mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a
     residual_forward(a.residual3, a.residual2, a.fcproj, N * C);
     return;
   }
+  MLS_CHECK(cfg.moe_shards == 1, "moe_mlp_forward: block ", l, " holds shard ", cfg.moe_shard, " of ",
+            cfg.moe_shards, " of the experts, expected an expert-parallel dispatch (moe_ep.hpp) to run them");
   // The router: logits (N, E), then a softmax per row in place, keeping logsumexp for the z-loss.
   matmul_forward(a.moe_probs, a.ln2, p.moe_router, nullptr, N, C, E);
   moe_router_softmax(a.moe_probs, a.moe_lse, N, E);
@@ -197,6 +199,7 @@ void moe_mlp_forward(const GPTConfig& cfg, const ParamPtrs& p, GPTActivations& a
   double zsum = 0.0;
   for (std::int64_t t = 0; t < N; ++t) zsum += static_cast<double>(a.moe_lse[t]) * a.moe_lse[t];
   a.moe_loss[1] = static_cast<float>(N > 0 ? cfg.moe_z_coef * zsum / static_cast<double>(N) : 0.0);
+  if (a.moe_record) a.moe_record->blocks[p.moe_router] = moe_block_stats(cfg, a, l);
   // Dispatch: gather each expert's rows.
   parallel_for(0, E * cap, 64, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r)
@@ -291,6 +294,8 @@ void moe_mlp_backward(const GPTConfig& cfg, const ParamPtrs& p, ParamPtrs& g,
 
 void moe_token_forward(const GPTConfig& cfg, const ParamPtrs& p, const float* x, float* out) {
   MLS_CHECK(p.moe_router != nullptr, "moe_token_forward: not an MoE block's view");
+  MLS_CHECK(cfg.moe_shards == 1, "moe_token_forward: shard ", cfg.moe_shard, " of ", cfg.moe_shards,
+            " of the experts, expected the whole model (load the gathered checkpoint)");
   const std::int64_t C = cfg.n_embd, E = cfg.moe_experts, K = cfg.moe_top_k;
   std::vector<float> probs(static_cast<std::size_t>(E)), gate(static_cast<std::size_t>(K)),
       h(static_cast<std::size_t>(4 * C)), hg(h.size()), y(static_cast<std::size_t>(C));
@@ -317,25 +322,34 @@ void moe_token_forward(const GPTConfig& cfg, const ParamPtrs& p, const float* x,
 
 // ---- what the last forward routed ---------------------------------------------------------------
 
+MoeBlockStats moe_block_stats(const GPTConfig& cfg, const GPTActivations& v, std::int64_t layer) {
+  MoeBlockStats s;
+  s.layer = layer;
+  s.choices = v.B * v.T * cfg.moe_top_k;
+  std::int64_t kept = 0;
+  for (std::int64_t e = 0; e < cfg.moe_experts; ++e) {
+    s.tokens.push_back(v.moe_count[e]);
+    kept += v.moe_count[e];
+  }
+  s.dropped = s.choices - kept;
+  s.balance_loss = v.moe_loss[0];
+  s.z_loss = v.moe_loss[1];
+  return s;
+}
+
 std::vector<MoeBlockStats> moe_stats(const GPTConfig& cfg, const GPTActivations& acts) {
   std::vector<MoeBlockStats> out;
   if (!is_moe(cfg) || acts.moe_probs == nullptr) return out;
-  const std::int64_t E = cfg.moe_experts, N = acts.B * acts.T;
-  for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
-    if (!is_moe_block(cfg, l)) continue;
-    const GPTActivations v = block_view(cfg, acts, l);
-    MoeBlockStats s;
-    s.layer = l;
-    s.choices = N * cfg.moe_top_k;
-    std::int64_t kept = 0;
-    for (std::int64_t e = 0; e < E; ++e) {
-      s.tokens.push_back(v.moe_count[e]);
-      kept += v.moe_count[e];
-    }
-    s.dropped = s.choices - kept;
-    s.balance_loss = v.moe_loss[0];
-    s.z_loss = v.moe_loss[1];
-    out.push_back(std::move(s));
+  for (std::int64_t l = 0; l < cfg.n_layer; ++l)
+    if (is_moe_block(cfg, l)) out.push_back(moe_block_stats(cfg, block_view(cfg, acts, l), l));
+  return out;
+}
+
+std::vector<MoeBlockStats> MoeRecord::stats(const GPTConfig& cfg) const {
+  std::vector<MoeBlockStats> out;
+  for (const auto& [router, s] : blocks) {
+    out.push_back(s);
+    out.back().layer = moe_block_layer(cfg, static_cast<std::int64_t>(out.size()) - 1);
   }
   return out;
 }

@@ -23,14 +23,15 @@ ParamPtrs shift_layers(const ParamPtrs& p, const GPTConfig& cfg, std::int64_t l0
   q.ln2w += l0 * C;
   q.ln2b += l0 * C;
   if (is_moe_block(cfg, l0)) {  // the MoE tensors stack the MoE blocks; no dense MLP here
-    const std::int64_t m = moe_blocks_before(cfg, l0), E = cfg.moe_experts;
+    // The router is whole; the experts are the El this layout holds (E unless sharded).
+    const std::int64_t m = moe_blocks_before(cfg, l0), E = cfg.moe_experts, El = moe_local_experts(cfg);
     q.fcw = q.fcb = q.fcprojw = q.fcprojb = nullptr;
     if (q.moe_router) {  // null: a view without gradients (ParamPtrs{})
       q.moe_router += m * E * C;
-      q.moe_fcw += m * E * 4 * C * C;
-      q.moe_fcb += m * E * 4 * C;
-      q.moe_fcprojw += m * E * 4 * C * C;
-      q.moe_fcprojb += m * E * C;
+      q.moe_fcw += m * El * 4 * C * C;
+      q.moe_fcb += m * El * 4 * C;
+      q.moe_fcprojw += m * El * 4 * C * C;
+      q.moe_fcprojb += m * El * C;
     }
     return q;
   }
@@ -74,6 +75,7 @@ GPTActivations block_view(const GPTConfig& cfg, const GPTActivations& a, std::in
   v.moe_cap = a.moe_cap;
   v.moe_grad_scale = a.moe_grad_scale;
   v.moe_dispatch = a.moe_dispatch;
+  v.moe_record = a.moe_record;
   if (a.moe_probs) {  // MoE buffers (an MoE config): every slot has them
     const std::int64_t E = cfg.moe_experts, K = cfg.moe_top_k, R = E * a.moe_cap;
     v.moe_probs = a.moe_probs + l * N * E;

@@ -121,6 +121,21 @@ void write_loss_svg(const std::string& path, const std::vector<LossRow>& rows,
   write_file_atomic(path, loss_svg(rows, title), "write_loss_svg");
 }
 
+MoeRow moe_row(std::int64_t step, const std::vector<MoeBlockStats>& blocks) {
+  MoeRow m;
+  m.step = step;
+  for (const MoeBlockStats& b : blocks) {
+    if (m.tokens.empty()) m.tokens.assign(b.tokens.size(), 0);
+    MLS_CHECK(b.tokens.size() == m.tokens.size(), "moe_row: blocks of ", m.tokens.size(), " and ",
+              b.tokens.size(), " experts");
+    for (std::size_t e = 0; e < b.tokens.size(); ++e) m.tokens[e] += b.tokens[e];
+    m.choices += b.choices;
+    m.dropped += b.dropped;
+    m.balance_loss += b.balance_loss;
+  }
+  return m;
+}
+
 void write_moe_csv(const std::string& path, const std::vector<MoeRow>& rows) {
   std::string out = "step,dropped_fraction,balance_loss";
   const std::size_t E = rows.empty() ? 0 : rows.front().tokens.size();

@@ -217,11 +217,21 @@ std::pair<double, double> train_steps(const TrainRunOptions& f, Trainer& tr, Rem
   ProgressBar bar(std::max<std::int64_t>(1, end - start), "train");
   double tok_s_sum = 0, last_loss = 0;
   std::int64_t timed = 0;
+  MoeRecord record;  // under a recompute plan: each MoE block's last forward (the segments keep one at a time)
+  if (remat) remat->seg.moe_record = &record;
   for (std::int64_t s = start; s < end; ++s) {
     const Batch b = rd.source().next_train(o.batch, o.context);
+    std::vector<MoeBlockStats> routed;
+    if (is_moe(cfg) && f.autodiff) {  // the tape keeps no routing: the fused forward on the same batch and
+      // parameters routes as it does (fused = autodiff, drops included: test_moe.cpp), outside the timed step
+      FlatModel m(cfg, tr.params.views(), ParamPtrs{});
+      model_forward(cfg, m, PassBuffers::keep(tr.acts), batch_view(b));
+      routed = moe_stats(cfg, tr.acts);
+    }
     Timer t;
     const StepStats st = f.autodiff ? tr.step_autodiff(b) : remat ? tr.step(b, *remat) : tr.step(b);
     const double sec = t.seconds();
+    if (is_moe(cfg) && !f.autodiff) routed = remat ? record.stats(cfg) : moe_stats(cfg, tr.acts);
     LossRow r;
     r.step = s;
     r.train_loss = st.loss;
@@ -234,18 +244,7 @@ std::pair<double, double> train_steps(const TrainRunOptions& f, Trainer& tr, Rem
     if (f.eval_every > 0 && ((s + 1) % f.eval_every == 0 || last))
       r.val_loss = val_loss(tr, rd.source(), f.eval_batches, o.batch, o.context);
     rows.push_back(r);
-    if (is_moe(cfg) && !f.autodiff && !remat) {  // every block's routing is in tr.acts
-      MoeRow m;
-      m.step = s;
-      m.tokens.assign(static_cast<std::size_t>(cfg.moe_experts), 0);
-      for (const MoeBlockStats& bs : moe_stats(cfg, tr.acts)) {
-        for (std::size_t e = 0; e < bs.tokens.size(); ++e) m.tokens[e] += bs.tokens[e];
-        m.choices += bs.choices;
-        m.dropped += bs.dropped;
-        m.balance_loss += bs.balance_loss;
-      }
-      moe_rows.push_back(std::move(m));
-    }
+    if (!routed.empty()) moe_rows.push_back(moe_row(s, routed));
     std::string status = "step " + std::to_string(s + 1) + " loss " + fmt("%.4f", st.loss) +
                          (r.val_loss >= 0 ? " val " + fmt("%.4f", r.val_loss) : "") + " | " +
                          fmt("%.0f", r.tokens_per_s) + " tok/s | MFU " +
@@ -383,8 +382,6 @@ TrainRunResult run_training(TrainRunOptions f) {
     std::printf("moe: last step tokens per expert [%s], dropped %.1f%% of %lld choices; wrote %s, %s\n",
                 toks.c_str(), 100.0 * l.dropped_fraction(), (long long)l.choices, res.moe_csv.c_str(),
                 res.moe_svg.c_str());
-  } else if (is_moe(cfg)) {
-    std::printf("moe: no utilisation report (--autodiff and --remat keep no per-block routing)\n");
   }
   show_results(f, rd, tr.params);
   res.final_loss = last_loss;

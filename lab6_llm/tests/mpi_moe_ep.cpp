@@ -2,7 +2,9 @@
 // run_mpi.sh; started directly, a test case re-runs itself under mpirun -np 2): EP over 2
 // processes equals the single-rank fused MoE (computed on every rank) over 10 SGD steps.
 #include <catch2/catch.hpp>
+#include <filesystem>
 
+#include "mls/llm/checkpoint.hpp"
 #include "moe_ep_testing.hpp"
 #include "mls/parallel/mpi.hpp"
 #include "mls/testing.hpp"
@@ -98,4 +100,24 @@ TEST_CASE("mpi expert parallelism in the GPT: train --ep 2 on 2 processes equals
   CHECK(ep.dropped == single.dropped);
   for (std::size_t s = 0; s < ep.losses.size(); ++s) CHECK(ep.losses[s] == Approx(single.losses[s]).epsilon(1e-5));
   CHECK(rel_err(ep.final_params.data(), single.final_params.data(), static_cast<std::int64_t>(ep.final_params.size())) < 5e-5);
+  // Each process holds its own experts only; accumulation and recompute take the same step; the
+  // checkpoint gathers every expert into rank 0's file, which one rank resumes from.
+  CHECK(ep.expert_floats * 2 == single.expert_floats);
+  CHECK(ep.param_floats - ep.expert_floats == single.param_floats - single.expert_floats);
+  EpRunOptions mixed = o;
+  mixed.batch = 4, mixed.accum = 2, mixed.remat = RecomputeKind::Sqrt, mixed.steps = 6;
+  mixed.save = mls::testing::test_temp_dir() + "/ep_mpi.bin";
+  if (c.rank() == 0) std::filesystem::remove(mixed.save);
+  c.barrier();
+  const EpRunReport em = run_ep(c, mixed);
+  EpRunOptions mixed1 = mixed;
+  mixed1.batch = 8, mixed1.save.clear();
+  const EpRunReport sm = run_ep(self, mixed1);
+  for (std::size_t s = 0; s < em.losses.size(); ++s) CHECK(em.losses[s] == Approx(sm.losses[s]).epsilon(1e-5));
+  CHECK(rel_err(em.final_params.data(), sm.final_params.data(), static_cast<std::int64_t>(sm.final_params.size())) < 5e-5);
+  if (c.rank() == 0) {
+    const Checkpoint ck = load_checkpoint(mixed.save);
+    CHECK(ck.step == 6);
+    CHECK(get_params(ck, "") == em.final_params);
+  }
 }

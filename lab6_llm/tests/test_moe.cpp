@@ -445,7 +445,7 @@ TEST_CASE("MoE sampling: the KV cache gives the logits of the full forward pass"
   }
 }
 
-TEST_CASE("MoE under recompute: the sqrt plan gives the plain step's loss and parameters bit for bit",
+TEST_CASE("MoE under recompute: the sqrt plan gives the plain step's loss, parameters and routing bit for bit",
           "[lab6][moe]") {
   GPTConfig cfg = moe_config(4, 4, 2, 2, 0.8, 0.02, 0.01);  // blocks 1 and 3 MoE, drops
   TrainOptions o;
@@ -457,11 +457,21 @@ TEST_CASE("MoE under recompute: the sqrt plan gives the plain step's loss and pa
   const GPTParams init = random_params(cfg, rng);
   Trainer plain(init, o), remat(init, o);
   RematActivations ra(cfg, o.batch, o.context, sqrt_plan(cfg.n_layer));
+  MoeRecord record;  // the segments keep one block at a time: each MoE forward records its routing
+  ra.seg.moe_record = &record;
   for (int s = 0; s < 3; ++s) {
     const Batch b = random_batch(cfg, o.batch, o.context, rng);
     const StepStats a = plain.step(b), r = remat.step(b, ra);
     MLS_OBSERVE(r.loss, {1e-6, 0.0});
     CHECK(a.loss == r.loss);
+    const std::vector<MoeBlockStats> want = moe_stats(cfg, plain.acts), got = record.stats(cfg);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      CHECK(got[k].layer == want[k].layer);
+      CHECK(got[k].tokens == want[k].tokens);
+      CHECK(got[k].dropped == want[k].dropped);
+      CHECK(got[k].balance_loss == want[k].balance_loss);
+    }
   }
   CHECK(plain.params.vec() == remat.params.vec());
 }

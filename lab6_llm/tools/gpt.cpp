@@ -643,37 +643,60 @@ int cmd_train_zero(ZeroFlags& z, const RematFlags& remat, const ModelFlags& m, s
 #endif
 }
 
-/// `train --ep N`: the GPT with its MoE blocks' experts sharded over N ranks (EpDispatch) and the
-/// dense part data parallel, on the synthetic stream of --zero runs; then the single-rank run
-/// over the union batch (rank 0), to compare.
-int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf) {
+/// `train --ep N`: the GPT with its MoE blocks' experts sharded over N ranks (EpDispatch; each
+/// rank allocates its own experts only) and the dense part data parallel, on the synthetic stream
+/// of --zero runs or a text (--data); then the single-rank run over the union batch (rank 0), to
+/// compare. Writes the gathered checkpoint and the experts' utilisation (moe.csv, moe.svg) to --out.
+int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf, const CLI::App& train) {
   const int P = z.ep;
   MLS_CHECK(z.zero_opt->count() == 0, "train --ep ", P, " with --zero ", z.zero,
-            ": expert parallelism runs with plain data parallelism (no ZeRO partitioning); drop one of them");
-  MLS_CHECK(z.precision == "fp32", "train --ep ", P, " with --precision ", z.precision, ": expected fp32");
-  MLS_CHECK(RecomputeKind(tf.remat_flags.kind) == RecomputeKind::None, "train --ep ", P, " with --remat ",
-            tf.remat_flags.kind, ": expected none (every activation kept)");
-  MLS_CHECK(tf.accum == 1, "train --ep ", P, " with --accum ", tf.accum, ": expected 1 (no gradient accumulation)");
+            ": expert parallelism runs with plain data parallelism (no ZeRO partitioning: ZeroTrainer partitions "
+            "the dense layout only); drop one of them");
   MLS_CHECK(!z.overlap, "train --ep ", P, " with --overlap: expected the blocking collectives (--overlap is --zero 2|3's)");
   MLS_CHECK(z.ranks_opt->count() == 0 || z.ranks == P, "train --ep ", P, " with --ranks ", z.ranks,
             ": the expert-parallel group is every rank; give --ep only");
-  MLS_CHECK(tf.data.empty(), "train --ep ", P, " with --data ", tf.data,
-            ": expected the synthetic stream (--zero-vocab), as --zero runs");
+  MLS_CHECK(!tf.autodiff, "train --ep ", P, " with --autodiff: lab 2's tape runs every expert on one rank; "
+            "expected the fused path (drop --autodiff)");
+  for (const char* flag : {"--stop-after", "--ckpt-every", "--eval-every", "--eval-batches", "--min-lr", "--warmup",
+                           "--grad-clip", "--sample", "--task", "--digits"})
+    MLS_CHECK(train.count(flag) == 0, "train --ep ", P, " with ", flag,
+              ": not an option of expert-parallel runs (constant lr, no clipping, no validation, one checkpoint "
+              "at the end); leave it out");
   MLS_CHECK(P >= 1 && P <= 64, "train --ep ", P, ": expected 1..64 ranks");
   const ZeroBackend backend = parse_zero_backend(z.backend);
   MLS_CHECK(backend != ZeroBackend::Nccl, "train --ep ", P, " --backend nccl: expected sim or mpi");
   EpRunOptions o;
-  o.cfg = tf.model_flags.make(z.vocab);
+  std::int64_t vocab = z.vocab;
+  if (!tf.data.empty()) {  // a text: its tokenizer (the resumed run's, else trained on it) sets the vocabulary
+    const std::string text = read_text_file(tf.data);
+    std::unique_ptr<Tokenizer> tok;
+    if (!tf.resume.empty()) tok = load_tokenizer(load_checkpoint(tf.resume).tokenizer);
+    else tok = train_tokenizer(tf.tokenizer, text, tf.vocab);
+    vocab = tok->vocab_size();
+    o.tokenizer = tok->serialize();
+    o.text = std::make_shared<const TextData>(text, *tok, tf.model_flags.make(vocab).block_size, tf.seed);
+  }
+  o.cfg = tf.model_flags.make(vocab);
   o.batch = tf.batch > 0 ? tf.batch : 4;
+  o.accum = tf.accum;
   o.context = tf.context > 0 ? std::min(tf.context, o.cfg.block_size) : o.cfg.block_size;
   o.steps = tf.steps;
   o.lr = tf.lr;
   o.seed = tf.seed;
   o.adam.weight_decay = tf.weight_decay;
   o.adam.beta2 = tf.beta2;
+  o.bf16 = parse_precision(z.precision) == Precision::BF16;
+  o.remat = RecomputeKind(tf.remat_flags.kind);
+  o.remat_budget = tf.remat_flags.budget.empty() ? 0 : static_cast<std::int64_t>(parse_bytes(tf.remat_flags.budget));
+  o.resume = tf.resume;
+  o.init_from = tf.init_from;
+  const fs::path out(tf.out);
+  o.save = (out / "ckpt.bin").string();
   o.validate(P);  // every bad flag is named before any rank starts
-  EpRunOptions whole = o;
+  fs::create_directories(out);
+  EpRunOptions whole = o;  // one rank over the union batch: the same micro-batches
   whole.batch = P * o.batch;
+  whole.save.clear();
   auto mean_after_first = [](const std::vector<double>& v) {
     double s = 0;
     for (std::size_t i = v.size() > 1 ? 1 : 0; i < v.size(); ++i) s += v[i];
@@ -681,11 +704,16 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf) {
   };
   auto print = [&](const EpRunReport& r, const EpRunReport& single) {
     std::printf("expert parallelism: %d ranks (%s), config %s: %lld experts (%lld per rank), top-%lld, "
-                "capacity factor %g; %lld steps of B = %lld per rank, T = %lld\n",
+                "capacity factor %g; %lld steps of B = %lld per rank (accum %lld), T = %lld, remat %s, %s, %s\n",
                 P, z.backend.c_str(), tf.model_flags.config.c_str(), static_cast<long long>(o.cfg.moe_experts),
                 static_cast<long long>(o.cfg.moe_experts / P), static_cast<long long>(o.cfg.moe_top_k),
-                o.cfg.capacity_factor, static_cast<long long>(o.steps), static_cast<long long>(o.batch),
-                static_cast<long long>(o.context));
+                o.cfg.capacity_factor, static_cast<long long>(r.losses.size()), static_cast<long long>(o.batch),
+                static_cast<long long>(o.accum), static_cast<long long>(o.context), o.remat.name(),
+                o.bf16 ? "bf16 (fp32 master)" : "fp32", tf.data.empty() ? "synthetic stream" : tf.data.c_str());
+    std::printf("parameters per rank: %lld (experts %lld; one rank holds %lld, experts %lld: 1/%d of the experts "
+                "each)\n",
+                static_cast<long long>(r.param_floats), static_cast<long long>(r.expert_floats),
+                static_cast<long long>(single.param_floats), static_cast<long long>(single.expert_floats), P);
     std::printf("%s", ep_run_table(r).c_str());
     double md = 0, mw = 0;
     for (std::size_t i = 0; i < r.final_params.size(); ++i) {
@@ -693,10 +721,10 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf) {
       mw = std::max(mw, static_cast<double>(std::abs(single.final_params[i])));
     }
     std::printf("single rank over the union batch (B = %lld): final loss %.6f (EP %.6f), dropped %lld (EP %lld); "
-                "parameters: max |diff| %.3g, relative %.3g (float32 rounding)\n",
+                "parameters: max |diff| %.3g, relative %.3g (%s rounding)\n",
                 static_cast<long long>(whole.batch), single.losses.back(), r.losses.back(),
                 static_cast<long long>(single.dropped.back()), static_cast<long long>(r.dropped.back()), md,
-                mw > 0 ? md / mw : md);
+                mw > 0 ? md / mw : md, o.bf16 ? "bf16" : "float32");
     const double ep_ms = 1e3 * mean_after_first(r.step_s), one_ms = 1e3 * mean_after_first(single.step_s),
                  ex_ms = 1e3 * mean_after_first(r.exchange_s);
     std::printf("step %.3f ms (EP, rank 0) vs %.3f ms (single rank, %d x the tokens); exchanges %.3f ms, "
@@ -704,6 +732,19 @@ int cmd_train_ep(const ZeroFlags& z, const TrainFlags& tf) {
                 ep_ms, one_ms, P, ex_ms, static_cast<long long>(r.bytes_sent_per_step));
     std::printf("ratio ep_step_vs_single %.4f\n", one_ms > 0 ? ep_ms / one_ms : 0.0);
     std::printf("ratio ep_exchange_share %.4f\n", ep_ms > 0 ? ex_ms / ep_ms : 0.0);
+    const std::string csv = (out / "moe.csv").string(), svg = (out / "moe.svg").string();
+    char title[160];
+    std::snprintf(title, sizeof title, "expert utilisation, EP %d: %lld experts, top-%lld, aux coef %g", P,
+                  static_cast<long long>(o.cfg.moe_experts), static_cast<long long>(o.cfg.moe_top_k),
+                  o.cfg.moe_aux_coef);
+    write_moe_csv(csv, r.moe);
+    write_moe_svg(svg, r.moe, title);
+    const MoeRow& l = r.moe.back();
+    std::string toks;
+    for (auto t : l.tokens) toks += (toks.empty() ? "" : " ") + std::to_string(t);
+    std::printf("moe: last step tokens per expert [%s], dropped %.1f%% of %lld choices; wrote %s, %s, %s\n",
+                toks.c_str(), 100.0 * l.dropped_fraction(), static_cast<long long>(l.choices), o.save.c_str(),
+                csv.c_str(), svg.c_str());
   };
   if (backend == ZeroBackend::Sim) {
     const EpRunReport r = run_ep_simulated(P, o);
@@ -851,7 +892,7 @@ int main(int argc, char** argv) {
     if (*train && zf.ep_opt->count() > 0) {
       MLS_CHECK(tf.attention_opt->count() == 0, "train --ep: --attention ", tf.attention,
                 " is an option of the single-process fused path; leave it out");
-      return cmd_train_ep(zf, tf);
+      return cmd_train_ep(zf, tf, *train);
     }
     if (*train && zf.active()) {
       MLS_CHECK(tf.attention_opt->count() == 0, "train --zero: --attention ", tf.attention,

@@ -19,6 +19,13 @@
 ///   moe_fcprojw [Lm, E, C, 4C]  moe_fcprojb [Lm, E, C]
 ///
 /// A dense config (E = 0) has Ld = L and no MoE tensors: its layout is unchanged.
+///
+/// Expert parallelism (moe_ep.hpp) shards the experts: a config with moe_shards = P > 1 is rank
+/// moe_shard's part of the model, whose four expert tensors hold only its El = E / P experts
+/// [moe_shard·El, (moe_shard+1)·El) of each MoE block (moe_fcw [Lm, El, 4C, C], ...); the router
+/// stays whole (moe_router [Lm, E, C]). Parameters, gradients and AdamW moments laid out by it are
+/// that rank's only; such a buffer runs only with an expert-parallel dispatch, and checkpoints
+/// hold the whole model (unsharded(cfg); ep_run.cpp gathers and scatters).
 #include <array>
 #include <cstdint>
 #include <string>
@@ -41,6 +48,9 @@ struct GPTConfig {
   double capacity_factor = 1.25;  // F > 0: capacity per expert = ceil(F · K · tokens / E)
   double moe_aux_coef = 0.01;     // load-balancing loss coefficient (>= 0)
   double moe_z_coef = 0.0;        // router z-loss coefficient (>= 0)
+  // Expert shards (see above): this layout holds shard moe_shard of moe_shards (1: every expert).
+  std::int64_t moe_shards = 1;    // P: divides moe_experts (1 for a dense config)
+  std::int64_t moe_shard = 0;     // 0..P-1
 
   /// Throws mls::Error naming the field when a value is out of range (C % H != 0, <= 0, ...).
   void validate() const;
@@ -53,6 +63,13 @@ inline bool is_moe(const GPTConfig& c) { return c.moe_experts > 0; }
 bool is_moe_block(const GPTConfig& cfg, std::int64_t l);
 /// MoE blocks among blocks [0, l): l / moe_every (0 for a dense config).
 std::int64_t moe_blocks_before(const GPTConfig& cfg, std::int64_t l);
+/// Experts this layout holds per MoE block: E / moe_shards (0 for a dense config).
+inline std::int64_t moe_local_experts(const GPTConfig& c) { return c.moe_experts / c.moe_shards; }
+/// The config of rank `shard`'s part of the model with its experts sharded over `shards` ranks
+/// (an mls::Error naming the values when E % shards != 0 or shard is out of range).
+GPTConfig sharded(const GPTConfig& cfg, std::int64_t shards, std::int64_t shard);
+/// The whole model's config (moe_shards = 1, moe_shard = 0).
+GPTConfig unsharded(GPTConfig cfg);
 /// Lm (MoE blocks) and Ld = L - Lm (dense blocks).
 std::int64_t num_moe_blocks(const GPTConfig& cfg);
 inline std::int64_t num_dense_blocks(const GPTConfig& c) { return c.n_layer - num_moe_blocks(c); }

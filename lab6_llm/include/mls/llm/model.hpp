@@ -29,6 +29,7 @@
 namespace mls::llm {
 
 class MoeDispatch;  // moe.hpp: where an MoE block's experts run (null: locally)
+struct MoeRecord;   // moe.hpp: where an MoE block's forward records its routing (null: nowhere)
 
 /// The 16 parameter tensors of a flat buffer, as pointers (config.hpp order).
 struct ParamPtrs {
@@ -169,6 +170,7 @@ class GPTActivations {
   std::int64_t moe_cap = 0;          // cap
   float moe_grad_scale = 1.f;        // the MoE losses' share of this micro-batch (model_backward)
   MoeDispatch* moe_dispatch = nullptr;  // non-null: the experts run elsewhere (expert parallelism)
+  MoeRecord* moe_record = nullptr;      // non-null: each local MoE forward records its routing there
   float* moe_probs = nullptr;        // (L, N, E)  router softmax
   float* moe_lse = nullptr;          // (L, N)     logsumexp of the router logits (z-loss)
   float* moe_gate = nullptr;         // (L, N, K)  gate of each choice (renormalised for K > 1)

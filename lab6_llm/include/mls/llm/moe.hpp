@@ -20,6 +20,7 @@
 /// mirrors it and sends gradients through the gates into the router. The training loss is the
 /// cross-entropy plus the MoE losses (moe_loss_total); model_forward returns the cross-entropy.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -117,9 +118,21 @@ struct MoeBlockStats {
   std::int64_t dropped = 0;          // choices dropped by capacity
   double balance_loss = 0, z_loss = 0;
 };
+/// The routing of the MoE block whose activations are the block view `v` (block_view), as layer `layer`.
+MoeBlockStats moe_block_stats(const GPTConfig& cfg, const GPTActivations& v, std::int64_t layer);
+/// The layer of the b-th MoE block: (b + 1) · moe_every - 1.
+inline std::int64_t moe_block_layer(const GPTConfig& cfg, std::int64_t b) { return (b + 1) * cfg.moe_every - 1; }
 /// The MoE blocks of `acts` (a GPTActivations of cfg.n_layer slots holding every block: the plain
 /// path), in block order; empty for a dense config.
 std::vector<MoeBlockStats> moe_stats(const GPTConfig& cfg, const GPTActivations& acts);
+/// Where the blocks' forwards record their routing when the activations do not keep every block
+/// (a recompute plan's segment: set GPTActivations::moe_record on it): the last forward of each
+/// block, found by its router's address (a recomputed forward routes the same and replaces it).
+struct MoeRecord {
+  std::map<const float*, MoeBlockStats> blocks;
+  /// In block order (routers are stacked by block), with each MoE block's layer.
+  std::vector<MoeBlockStats> stats(const GPTConfig& cfg) const;
+};
 /// Σ over the MoE blocks of balancing loss + z-loss (what the backward adds to the cross-entropy).
 double moe_loss_total(const GPTConfig& cfg, const GPTActivations& acts);
 

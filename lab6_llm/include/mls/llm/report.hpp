@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mls/llm/model.hpp"
+#include "mls/llm/moe.hpp"
 
 namespace mls::llm {
 
@@ -39,6 +40,9 @@ struct MoeRow {
   double balance_loss = 0;           // summed over the MoE blocks (coefficient applied)
   double dropped_fraction() const { return choices > 0 ? static_cast<double>(dropped) / static_cast<double>(choices) : 0.0; }
 };
+/// The row of step `step` from the MoE blocks' routing (moe_stats, or EpDispatch::stats under
+/// expert parallelism): their counts, choices, drops and balancing losses summed.
+MoeRow moe_row(std::int64_t step, const std::vector<MoeBlockStats>& blocks);
 /// CSV "step,dropped_fraction,balance_loss,tokens_e0,...,tokens_e{E-1}". Written atomically.
 void write_moe_csv(const std::string& path, const std::vector<MoeRow>& rows);
 /// Utilisation over training as an SVG: each expert's share of the kept rows (one line per expert),

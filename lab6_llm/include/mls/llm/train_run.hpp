@@ -43,8 +43,9 @@ struct TrainRunResult {
   double final_loss = 0;
   double tokens_per_s = 0;  // mean over the steps after the first
   std::string checkpoint, loss_csv, loss_svg;
-  /// An MoE model: moe.csv and moe.svg, the experts' utilisation per step (report.hpp's MoeRow;
-  /// the plain fused path only: empty under --autodiff or --remat, and not kept across --resume).
+  /// An MoE model: moe.csv and moe.svg, the experts' utilisation per step (report.hpp's MoeRow:
+  /// the last micro-batch's routing; under --remat as each block's forward recorded it
+  /// (MoeRecord), under --autodiff from the fused forward on the step's batch; not kept across --resume).
   std::string moe_csv, moe_svg;
 };
 
