@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "async_queue.hpp"
 #include "detail.hpp"
@@ -201,6 +202,12 @@ double Communicator::wall_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+double Communicator::thread_cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 void Communicator::set_span_recording(bool on) {
   quiesce();
   if (on && !spans_) spans_ = std::make_shared<SpanLog>();
@@ -215,7 +222,8 @@ std::vector<Communicator::Span> Communicator::spans() const {
 
 struct Communicator::Coll {
   const char* name = "";
-  double t_start = 0;  // wall_now() at begin (span recording)
+  double t_start = 0;    // wall_now() at begin (span recording)
+  double cpu_start = 0;  // thread_cpu_now() at begin (span recording)
   int op = kUser;
   std::int64_t seq = 0, numel = 0;
   std::int32_t dtype = -1, root = -1, reduce = -1;
@@ -259,7 +267,7 @@ void Communicator::begin(const char* name, int op_id, const Tensor& t, int root,
   c->dtype = static_cast<std::int32_t>(t.dtype());
   c->root = root;
   c->reduce = reduce;
-  if (spans_) c->t_start = wall_now();
+  if (spans_) c->t_start = wall_now(), c->cpu_start = thread_cpu_now();
   coll_ = std::move(c);
   traffic_.by_op[name].calls += 1;
   traffic_.total.calls += 1;
@@ -271,7 +279,8 @@ void Communicator::end() noexcept {
   if (!coll_) return;
   if (spans_) {
     std::lock_guard<std::mutex> lk(spans_->mu);
-    spans_->spans.push_back({coll_->name, coll_->t_start, wall_now(), coll_->numel, coll_->dtype});
+    spans_->spans.push_back(
+        {coll_->name, coll_->t_start, wall_now(), coll_->numel, coll_->dtype, thread_cpu_now() - coll_->cpu_start});
   }
   coll_.reset();
   finished_at_ = t_->lane_end();

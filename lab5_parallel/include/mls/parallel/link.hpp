@@ -18,10 +18,14 @@ struct LinkEmulation {
   double gbps = 0;  // 0: no bandwidth limit
   double us = 0;    // latency per message
   bool has_gbps = false, has_us = false;
+  /// Who chose the figures when not the environment (e.g. "mls-dp-bench --link-auto"); the
+  /// label names it instead of the variables.
+  std::string origin;
   bool active() const { return has_gbps || has_us; }
   /// Seconds one message of `bytes` payload bytes occupies the link.
   double seconds(std::int64_t bytes) const;
-  /// "emulated link: 1 Gbit/s, 50 us per message (MLS_LINK_GBPS=1, MLS_LINK_US=50)", or "" when inactive.
+  /// "emulated link: 1 Gbit/s, 50 us per message (MLS_LINK_GBPS=1, MLS_LINK_US=50; not the
+  /// hardware's figures)", or "" when inactive; with an origin "(set by <origin>; not ...)".
   std::string label() const;
 };
 
