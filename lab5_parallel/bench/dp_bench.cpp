@@ -216,7 +216,7 @@ LinkEmulation calibrate_link(Communicator& comm, Trainer& compute, CommOnly& com
             " is set too; unset it (MLS_LINK_US may stay: it is kept as the latency)");
   LinkEmulation plain = env;  // the latency only (or nothing)
   mpi_set_link(plain);
-  const int reps = std::max(3, f.steps / 2);
+  const int reps = std::max(5, f.steps);
   compute.out.seconds = 1e300;
   comm_only.reset();
   for (int s = 0; s < reps; ++s) compute.step(true), comm_only.step(true);
@@ -293,6 +293,10 @@ void run(Communicator& comm, const Flags& f) {
               1e3 * t_fwd, 1e3 * t_bwd, 100.0 * t_bwd / tc, 1e3 * t_opt, 1e3 * first_frac * t_bwd,
               1e3 * comm_only.last_bucket, 1e3 * comm_cpu, 1e3 * comm_wall,
               comm_wall > 0 ? 100.0 * comm_cpu / comm_wall : 0.0, tag);
+  // the same compute in the three runs: where they differ much, the machine is not quiet (a
+  // loaded scheduler favours the run whose threads sleep more), and no figure here is worth quoting
+  std::printf("backward in each run: compute-only %.3f ms, blocking %.3f ms, overlapped %.3f ms (rank 0)%s\n",
+              1e3 * compute.out.backward, 1e3 * blocking.out.backward, 1e3 * overlapped.out.backward, tag);
   std::printf("dp_bench ranks %d batch %lld width %lld seconds_per_step %.6f\n", comm.size(),
               static_cast<long long>(f.batch), static_cast<long long>(f.width), f.overlap ? to : tb);
   const double hideable =
