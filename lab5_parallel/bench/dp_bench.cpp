@@ -32,7 +32,7 @@
 // --link-auto (MPI) calibrates the emulated link's bandwidth instead, so that t_comm ≈
 // t_compute: it measures t_compute, the bucket allreduces on the plain link and the bytes each
 // rank sends per step, sets the bandwidth that makes t_comm = t_compute, then corrects it twice
-// by the measured t_comm / t_compute (MLS_LINK_US, if set, stays the latency). The link it
+// by t_comm / t_compute measured anew, interleaved (MLS_LINK_US, if set, stays the latency). The link it
 // chose is printed (the label names --link-auto) and holds for every measurement after.
 // Each rank runs --threads compute threads (default: the cores mpirun bound it to, one of two
 // on a 2-core machine); the line "threads" says how many. Comm CPU: the CPU time the threads
@@ -234,9 +234,11 @@ LinkEmulation calibrate_link(Communicator& comm, Trainer& compute, CommOnly& com
   link.origin = "mls-dp-bench --link-auto: t_comm ≈ t_compute";
   for (int round = 0; round < 2; ++round) {
     mpi_set_link(link);
+    compute.out.seconds = 1e300;
     comm_only.reset();
-    for (int s = 0; s < reps; ++s) comm_only.step(true);
-    link.gbps *= comm_only.seconds / tc;  // slower link if t_comm came out short, faster if long
+    // both again, interleaved (as the measurement is): a busy moment hits both alike
+    for (int s = 0; s < reps; ++s) compute.step(true), comm_only.step(true);
+    link.gbps *= comm_only.seconds / compute.out.seconds;  // slower if t_comm came out short, faster if long
   }
   // the figure is rounded so that every rank holds exactly the same (it already is: maxima)
   link.gbps = std::round(link.gbps * 1e4) / 1e4;

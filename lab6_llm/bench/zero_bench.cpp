@@ -274,7 +274,9 @@ std::string calibrate_link(parallel::Communicator& c, const Setup& su, ZeroRunOp
   link.origin = "mls-zero-bench --link-auto: stage 3's t_comm ≈ t_compute";
   for (int round = 0; round < 2; ++round) {
     parallel::mpi_set_link(link);
-    link.gbps *= collectives_alone(c, o, su.reps).seconds / tc;  // slower if t_comm came out short
+    const double t_comm = collectives_alone(c, o, su.reps).seconds;
+    const double t_compute = max_of(best(su.reps, su.steps, [&] { return compute(o); }).step_s);  // anew
+    link.gbps *= t_comm / t_compute;  // slower if t_comm came out short, faster if long
   }
   link.gbps = std::round(link.gbps * 1e4) / 1e4;  // the same on every rank (it already is: maxima)
   parallel::mpi_set_link(link);
