@@ -338,10 +338,11 @@ int mpi_run(const std::function<void(Communicator&)>& body, std::chrono::millise
 
 double mpi_wtime() { return MPI_Wtime(); }
 
-void mpi_set_link(const LinkEmulation& link) {
+void mpi_set_link(const std::optional<LinkEmulation>& link) {
+  const LinkEmulation l = link ? *link : link_from_env();
   std::lock_guard<std::mutex> lk(g_link_mu);
-  g_link = link;
-  g_link_set_by_program = true;
+  g_link = l;
+  g_link_set_by_program = link.has_value();
   g_link_free = std::chrono::steady_clock::time_point{};
 }
 
