@@ -110,6 +110,7 @@ struct Timed {
   double forward = 0, backward = 0, optimizer = 0;  // this rank's phases of that step (seconds)
   double first_launch = 0;  // seconds into backward when the first bucket was launched (overlapped)
   double comm_wall = 0, comm_cpu = 0;  // the step's collectives: wall and CPU seconds of their threads
+  double wake = 0;  // from the first bucket's launch to its allreduce's start (the comm thread waking)
 };
 
 /// Data-parallel training steps on `dpc` (the communicator DataParallel uses: the real one or a
@@ -157,11 +158,14 @@ struct Trainer {
     out.first_launch = 0, out.comm_wall = 0, out.comm_cpu = 0;
     if (&dpc != &world) return;
     if (!dp.launch_times().empty()) out.first_launch = std::max(0.0, dp.launch_times().front() - t1);
+    double first_start = 1e300;
     for (const auto& sp : dpc.spans()) {  // the bucket allreduces (the max above came after t4)
       if (sp.start < t0 || sp.start > t4) continue;
       out.last.push_back({1, kAllreduce, sp.start - t0, sp.end - t0});
       out.comm_wall += sp.end - sp.start, out.comm_cpu += sp.cpu;
+      first_start = std::min(first_start, sp.start);
     }
+    out.wake = first_start < 1e300 && !dp.launch_times().empty() ? first_start - dp.launch_times().front() : 0.0;
   }
 };
 
@@ -277,6 +281,7 @@ void run(Communicator& comm, const Flags& f) {
       comm, overlapped.out.backward > 0 ? std::min(1.0, overlapped.out.first_launch / overlapped.out.backward) : 1.0);
   const double comm_wall = max_over_ranks(comm, overlapped.out.comm_wall);
   const double comm_cpu = max_over_ranks(comm, overlapped.out.comm_cpu);
+  const double wake = max_over_ranks(comm, overlapped.out.wake);
   const auto tl_block = gather_timeline(comm, blocking.out.last);
   const auto tl_over = gather_timeline(comm, overlapped.out.last);
   if (comm.rank() != 0) return;
@@ -297,8 +302,9 @@ void run(Communicator& comm, const Flags& f) {
               comm_wall > 0 ? 100.0 * comm_cpu / comm_wall : 0.0, tag);
   // the same compute in the three runs: where they differ much, the machine is not quiet (a
   // loaded scheduler favours the run whose threads sleep more), and no figure here is worth quoting
-  std::printf("backward in each run: compute-only %.3f ms, blocking %.3f ms, overlapped %.3f ms (rank 0)%s\n",
-              1e3 * compute.out.backward, 1e3 * blocking.out.backward, 1e3 * overlapped.out.backward, tag);
+  std::printf("backward in each run: compute-only %.3f ms, blocking %.3f ms, overlapped %.3f ms (rank 0); the "
+              "communication thread started the first bucket %.3f ms after its launch%s\n",
+              1e3 * compute.out.backward, 1e3 * blocking.out.backward, 1e3 * overlapped.out.backward, 1e3 * wake, tag);
   std::printf("dp_bench ranks %d batch %lld width %lld seconds_per_step %.6f\n", comm.size(),
               static_cast<long long>(f.batch), static_cast<long long>(f.width), f.overlap ? to : tb);
   const double hideable =
