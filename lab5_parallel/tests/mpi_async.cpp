@@ -184,10 +184,13 @@ TEST_CASE("mpi link: mpi_set_link paces as the environment's link does, labelled
     c.send(t, 0, 8);
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  mls::testing::observe("round-tripped payload", bits(t));
-  MLS_ORACLE_CHECK(CHECK(bits(t) == std::vector<double>(static_cast<std::size_t>(n), 1.0)));
-  INFO("rank " << c.rank() << ": the round trip took " << s << " s, at least " << 2 * link.seconds(4 * n) << " s expected");
-  if (c.rank() == 0) CHECK(s >= 2 * link.seconds(4 * n));  // a lower bound: the pacing
+  if (c.rank() <= 1) {  // ranks 2, 3 (np 4) take no part in the round trip
+    mls::testing::observe("round-tripped payload", bits(t));
+    MLS_ORACLE_CHECK(CHECK(bits(t) == std::vector<double>(static_cast<std::size_t>(n), 1.0)));
+    INFO("rank " << c.rank() << ": the round trip took " << s << " s, at least " << 2 * link.seconds(4 * n)
+                 << " s expected");
+    if (c.rank() == 0) CHECK(s >= 2 * link.seconds(4 * n));  // a lower bound: the pacing
+  }
   c.barrier();
   mpi_set_link(std::nullopt);  // back to the environment: MLS_LINK_* unset, no emulation
   CHECK_FALSE(mpi_link().active());
