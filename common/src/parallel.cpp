@@ -25,6 +25,14 @@ int default_threads() {
     const int n = std::atoi(env);
     if (n >= 1) return n;
   }
+  // The cores this process may run on, not the machine's: mpirun binds each rank to its own
+  // core(s), and a rank that starts as many threads as the machine has cores oversubscribes
+  // its own (its threads, OpenBLAS's included, take turns on one core).
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1) return CPU_COUNT(&set);
+#endif
   return std::max(1u, std::thread::hardware_concurrency());
 }
 

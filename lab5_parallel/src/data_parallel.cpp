@@ -7,8 +7,10 @@
 namespace mls::parallel {
 
 std::vector<std::vector<std::size_t>> make_buckets(const std::vector<std::int64_t>& bytes,
-                                                   std::int64_t bucket_bytes) {
+                                                   std::int64_t bucket_bytes, std::int64_t first_bucket_bytes) {
   MLS_CHECK(bucket_bytes > 0, "make_buckets: bucket_bytes = ", bucket_bytes, " must be > 0");
+  MLS_CHECK(first_bucket_bytes >= 0, "make_buckets: first_bucket_bytes = ", first_bucket_bytes,
+            " must be >= 0 (0: the same as bucket_bytes)");
   for (std::size_t i = 0; i < bytes.size(); ++i)
     MLS_CHECK(bytes[i] >= 0, "make_buckets: parameter ", i, " has ", bytes[i], " bytes");
   // BEGIN SOLUTION
@@ -16,7 +18,8 @@ std::vector<std::vector<std::size_t>> make_buckets(const std::vector<std::int64_
   std::vector<std::size_t> cur;
   std::int64_t size = 0;
   for (std::size_t k = bytes.size(); k-- > 0;) {
-    if (!cur.empty() && size + bytes[k] > bucket_bytes) {
+    const std::int64_t cap = buckets.empty() && first_bucket_bytes > 0 ? first_bucket_bytes : bucket_bytes;
+    if (!cur.empty() && size + bytes[k] > cap) {
       buckets.push_back(std::move(cur));
       cur.clear();
       size = 0;
@@ -46,7 +49,7 @@ DataParallel::DataParallel(Communicator& comm, std::vector<autodiff::nn::Paramet
               " is not a leaf that requires grad");
     bytes.push_back(params_[i].value().numel() * static_cast<std::int64_t>(params_[i].value().itemsize()));
   }
-  buckets_ = make_buckets(bytes, opts_.bucket_bytes);
+  buckets_ = make_buckets(bytes, opts_.bucket_bytes, opts_.first_bucket_bytes);
   bucket_of_.assign(params_.size(), 0);
   for (std::size_t b = 0; b < buckets_.size(); ++b)
     for (std::size_t i : buckets_[b]) bucket_of_[i] = b;
@@ -55,6 +58,7 @@ DataParallel::DataParallel(Communicator& comm, std::vector<autodiff::nn::Paramet
   launched_.assign(buckets_.size(), false);
   flat_.assign(buckets_.size(), Tensor());
   requests_.resize(buckets_.size());
+  launch_times_.assign(buckets_.size(), 0.0);
 }
 
 void DataParallel::broadcast_parameters(int root) {
@@ -119,6 +123,7 @@ void DataParallel::allreduce_gradients() {
       const autodiff::Var g = params_[i].grad();
       grads.push_back(g.defined() ? g.value() : Tensor());
     }
+    launch_times_[b] = Communicator::wall_now();
     launch_bucket(b, grads);
     launched_[b] = true;
     if (!opts_.overlap) finish_bucket(b);  // blocking: each bucket in turn
@@ -126,6 +131,7 @@ void DataParallel::allreduce_gradients() {
   if (opts_.overlap)  // wait for every bucket before the optimizer step, in launch order
     for (std::size_t b = 0; b < buckets_.size(); ++b) finish_bucket(b);
   // ready for the next step
+  last_launch_times_ = launch_times_;
   std::fill(launched_.begin(), launched_.end(), false);
   std::fill(flat_.begin(), flat_.end(), Tensor());
   std::fill(ready_in_bucket_.begin(), ready_in_bucket_.end(), 0);
@@ -150,6 +156,7 @@ autodiff::Var DataParallel::hook(std::size_t i) {
         if (prev.defined()) gj = gj.defined() ? mls::add(gj, prev.value()) : prev.value();
         grads.push_back(gj);
       }
+      launch_times_[b] = Communicator::wall_now();
       launch_bucket(b, grads);
       launched_[b] = true;
       ++overlapped_;

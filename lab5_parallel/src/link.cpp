@@ -37,9 +37,10 @@ std::string LinkEmulation::label() const {
   s += ", ";
   s += has_us ? fmt(us) + " us per message" : std::string("no added latency");
   s += " (";
-  if (has_gbps) s += "MLS_LINK_GBPS=" + fmt(gbps);
-  if (has_gbps && has_us) s += ", ";
-  if (has_us) s += "MLS_LINK_US=" + fmt(us);
+  if (!origin.empty()) s += "set by " + origin;
+  if (origin.empty() && has_gbps) s += "MLS_LINK_GBPS=" + fmt(gbps);
+  if (origin.empty() && has_gbps && has_us) s += ", ";
+  if (origin.empty() && has_us) s += "MLS_LINK_US=" + fmt(us);
   s += "; not the hardware's figures)";
   return s;
 }

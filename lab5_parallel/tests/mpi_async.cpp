@@ -158,3 +158,40 @@ TEST_CASE("mpi link: an emulated link paces every message (N bytes take at least
   setenv("MLS_LINK_US", "fast", 1);
   mls::testing::require_error([] { mpi_world(); }, "MLS_LINK_US='fast': expected a number");
 }
+
+TEST_CASE("mpi link: mpi_set_link paces as the environment's link does, labelled with who set it, until handed back",
+          "[lab5][mpi][mpi_async]") {
+  MLS_MPI_TEST(2);
+  Communicator c = mpi_world(std::chrono::milliseconds(60000));
+  LinkEmulation link = parse_link("0.08", "3000");  // 10 MB/s, 3 ms per message
+  link.origin = "this test";
+  c.barrier();
+  mpi_set_link(link);
+  struct Back {  // the environment's (unset: no emulation) for the tests after this one
+    ~Back() { mpi_set_link(std::nullopt); }
+  } back;
+  CHECK(mpi_link().label() ==
+        "emulated link: 0.08 Gbit/s, 3000 us per message (set by this test; not the hardware's figures)");
+  const std::int64_t n = 1000;  // 4 kB each way
+  Tensor t = Tensor::full({n}, c.rank() + 1.0);
+  c.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (c.rank() == 0) {
+    c.send(t, 1, 7);
+    c.recv(t, 1, 8);
+  } else if (c.rank() == 1) {
+    c.recv(t, 0, 7);
+    c.send(t, 0, 8);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (c.rank() <= 1) {  // ranks 2, 3 (np 4) take no part in the round trip
+    mls::testing::observe("round-tripped payload", bits(t));
+    MLS_ORACLE_CHECK(CHECK(bits(t) == std::vector<double>(static_cast<std::size_t>(n), 1.0)));
+    INFO("rank " << c.rank() << ": the round trip took " << s << " s, at least " << 2 * link.seconds(4 * n)
+                 << " s expected");
+    if (c.rank() == 0) CHECK(s >= 2 * link.seconds(4 * n));  // a lower bound: the pacing
+  }
+  c.barrier();
+  mpi_set_link(std::nullopt);  // back to the environment: MLS_LINK_* unset, no emulation
+  CHECK_FALSE(mpi_link().active());
+}

@@ -268,6 +268,10 @@ TEST_CASE("async: an emulated link (MLS_LINK_GBPS, MLS_LINK_US) sets the simulat
   CHECK(t[1] == t[0]);
   CHECK(parse_link("8", "").label() == "emulated link: 8 Gbit/s, no added latency (MLS_LINK_GBPS=8; not the hardware's figures)");
   CHECK(parse_link("", "").label().empty());
+  LinkEmulation chosen = parse_link("", "20");  // a bandwidth a program chose (mls-dp-bench --link-auto)
+  chosen.has_gbps = true, chosen.gbps = 2.5, chosen.origin = "mls-dp-bench --link-auto";
+  CHECK(chosen.label() ==
+        "emulated link: 2.5 Gbit/s, 20 us per message (set by mls-dp-bench --link-auto; not the hardware's figures)");
   CHECK(parse_link("0.5", "20").seconds(1000) == Approx(20e-6 + 16e-6));
   for (auto [g, u, needle] : {std::tuple{"abc", "", "MLS_LINK_GBPS='abc': expected a number"},
                               std::tuple{"10x", "", "MLS_LINK_GBPS='10x': expected a number, got trailing text 'x'"},

@@ -69,12 +69,23 @@ TEST_CASE("dp: make_buckets groups parameters in backward order", "[lab5][dp]") 
   mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 1000)));
   mls::testing::observe("buckets", flat(make_buckets({100, 4, 4, 20}, 24)));
   mls::testing::observe("buckets", flat(make_buckets({}, 8)));
+  // PyTorch DDP's policy: a small first bucket, then cap-sized ones
+  mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 8, 4)));
+  mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 1000, 1)));
+  mls::testing::observe("buckets", flat(make_buckets({4, 4, 4, 4}, 8, 8)));
+  mls::testing::observe("buckets", flat(make_buckets({2, 3, 5, 7, 11}, 12, 20)));
   MLS_ORACLE_CHECK(CHECK(make_buckets({4, 4, 4, 4}, 8) == B{{3, 2}, {1, 0}});
                    CHECK(make_buckets({4, 4, 4, 4}, 1) == B{{3}, {2}, {1}, {0}});
                    CHECK(make_buckets({4, 4, 4, 4}, 1000) == B{{3, 2, 1, 0}});
                    CHECK(make_buckets({100, 4, 4, 20}, 24) == B{{3, 2}, {1}, {0}});
-                   CHECK(make_buckets({}, 8).empty()));
+                   CHECK(make_buckets({}, 8).empty());
+                   CHECK(make_buckets({4, 4, 4, 4}, 8, 4) == B{{3}, {2, 1}, {0}});
+                   CHECK(make_buckets({4, 4, 4, 4}, 1000, 1) == B{{3}, {2, 1, 0}});
+                   CHECK(make_buckets({4, 4, 4, 4}, 8, 8) == make_buckets({4, 4, 4, 4}, 8));
+                   CHECK(make_buckets({2, 3, 5, 7, 11}, 12, 20) == B{{4, 3}, {2, 1, 0}}));
   mls::testing::require_error([] { make_buckets({4}, 0); }, "make_buckets: bucket_bytes = 0 must be > 0");
+  mls::testing::require_error([] { make_buckets({4}, 8, -1); },
+                              "make_buckets: first_bucket_bytes = -1 must be >= 0 (0: the same as bucket_bytes)");
   const Tensor t = Tensor::arange(12).reshape({6, 2});
   MLS_OBSERVE_VALUES(shard_batch(t, 1, 3));
   MLS_ORACLE_CHECK(CHECK(shard_batch(t, 1, 3).to_vector<double>() == std::vector<double>{4, 5, 6, 7}));

@@ -33,11 +33,25 @@
 //   ratio zero<s>_overlap_efficiency_<backend>     (t_compute + t_comm − t_step) / min(t_compute, t_comm)
 //   ratio zero<s>_overlap_step_over_max_<backend>  t_step / max(t_compute, t_comm)
 //   ratio zero<s>_overlap_speedup_<backend>        blocking / overlapped seconds per step
+//   ratio zero<s>_overlap_efficiency_ceiling_<backend>  the most the step's collectives allow:
+//     some of them cannot overlap whatever the schedule: stage 3's first all-gather (forward
+//     cannot start before unit 0 is gathered), the last gradient collective (issued when backward
+//     has ended) and whatever follows it (stages 1-2's all-gathers of the updated parameters,
+//     after the optimizer step). So at most min(t_comm − those, t_compute) can hide, over
+//     min(t_compute, t_comm) (each collective timed alone in t_comm's replay). An upper bound:
+//     the compute that cannot overlap (forward at stages 0-2, the optimizer step) is not
+//     subtracted, so it is tighter for stage 3 than for stages 0-2.
 // With MLS_LINK_GBPS / MLS_LINK_US the link is emulated (lab 5's link.hpp) and the output says so.
+// --link-auto (MPI, with --overlap) sets the emulated bandwidth instead, so that stage 3's t_comm
+// ≈ its t_compute (the goal is stated for a link where communication ≈ compute): it
+// measures stage 3's t_compute, its collectives on the plain link and the bytes they send, sets
+// the bandwidth that makes them equal, corrects it twice by the measured ratio (MLS_LINK_US, if
+// set, stays the latency), and every stage is then measured on that link (printed, labelled).
 // Runs take seconds; the figures are only meaningful on a quiet machine.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -55,12 +69,19 @@ using namespace mls::llm;
 
 namespace {
 
+/// One step's collectives replayed alone (collectives_alone).
+struct CommAlone {
+  double seconds = std::numeric_limits<double>::infinity();  // best round, slowest rank
+  double unhideable = 0;  // of that round: the collectives no schedule can overlap (see the top)
+  std::int64_t bytes_sent = 0, messages_sent = 0;  // by this rank, per round
+};
+
 /// The collectives of one step on `c`, replayed with no compute (t_comm of --overlap): a trainer
 /// of `o` (blocking) runs one step to settle its plan, then one step with span recording on; its
 /// collectives (allreduce, reduce_scatter, allgather: ZeroTrainer's allgather_inplace over
 /// chunk_bounds) are replayed `reps` times back to back. Returns the best seconds, the max over
-/// the ranks (collective).
-double collectives_alone(parallel::Communicator& c, ZeroRunOptions o, int reps) {
+/// the ranks (collective), with the unhideable ones' share of that round.
+CommAlone collectives_alone(parallel::Communicator& c, ZeroRunOptions o, int reps) {
   o.zero.overlap = false;
   ZeroTrainer tr(c, o.cfg, init_params(o.cfg, o.seed), o.zero);
   const auto n = static_cast<std::size_t>(o.batch * o.context);
@@ -78,11 +99,23 @@ double collectives_alone(parallel::Communicator& c, ZeroRunOptions o, int reps) 
               "mls-zero-bench: cannot replay a ZeRO step's '", s.op, "' (expected allreduce, reduce_scatter, allgather)");
     bufs.push_back(Tensor::ones({s.numel}, static_cast<DType>(s.dtype)));
   }
-  double best_s = std::numeric_limits<double>::infinity();
+  // which cannot overlap: stage 3's first all-gather, the last gradient collective (a
+  // reduce-scatter, or an allreduce of more than one element: a one-element allreduce is a
+  // statistic of the step, the loss) and everything after it
+  std::vector<bool> fixed(spans.size(), false);
+  std::size_t last_grad = spans.size();
+  for (std::size_t k = 0; k < spans.size(); ++k)
+    if (spans[k].op == "reduce_scatter" || (spans[k].op == "allreduce" && spans[k].numel > 1)) last_grad = k;
+  for (std::size_t k = last_grad; k < spans.size(); ++k) fixed[k] = true;
+  if (o.zero.stage == 3 && !spans.empty() && spans[0].op == "allgather") fixed[0] = true;
+  CommAlone out;
   for (int r = 0; r < reps; ++r) {
     c.barrier();
+    const parallel::Traffic::Counts before = c.traffic().total;
     const double t0 = parallel::Communicator::wall_now();
+    double unhideable = 0;
     for (std::size_t k = 0; k < spans.size(); ++k) {
+      const double tk = parallel::Communicator::wall_now();
       Tensor& b = bufs[k];
       const parallel::Algo ring = b.dtype() == DType::Float32 ? parallel::Algo::Ring : parallel::Algo::Auto;
       if (spans[k].op == "allreduce")
@@ -91,12 +124,16 @@ double collectives_alone(parallel::Communicator& c, ZeroRunOptions o, int reps) 
         (void)c.reduce_scatter(b, parallel::ReduceOp::Sum, ring);
       else
         c.allgather_inplace(b, parallel::chunk_bounds(b.numel(), c.size()));
+      if (fixed[k]) unhideable += parallel::Communicator::wall_now() - tk;
     }
-    Tensor e = Tensor::scalar(parallel::Communicator::wall_now() - t0, DType::Float64);
+    const double total = parallel::Communicator::wall_now() - t0;
+    out.bytes_sent = c.traffic().total.bytes_sent - before.bytes_sent;
+    out.messages_sent = c.traffic().total.messages_sent - before.messages_sent;
+    Tensor e = Tensor::from_vector(std::vector<double>{total, unhideable});
     c.allreduce(e, parallel::ReduceOp::Max);
-    best_s = std::min(best_s, e.item());
+    if (e.at({0}) < out.seconds) out.seconds = e.at({0}), out.unhideable = e.at({1});
   }
-  return best_s;
+  return out;
 }
 
 struct Result {
@@ -181,14 +218,14 @@ void measure(const std::string& backend, const Setup& su, bool root, Run&& run, 
 /// seconds of one step's collectives alone (collectives_alone).
 template <class Run, class Compute, class Comm>
 void measure_overlap(const std::string& backend, const Setup& su, int prefetch, bool root, Run&& run,
-                     Compute&& compute, Comm&& comm) {
-  const std::string link = parallel::link_from_env().label();
+                     Compute&& compute, Comm&& comm, const std::string& link) {
   const char* tag = link.empty() ? "" : " [emulated link]";
   if (root && !link.empty()) std::printf("%s\n", link.c_str());
   for (int s : {0, 1, 2, 3}) {
     ZeroRunOptions o = options(su, s, Precision::FP32);
     const Result tc = best(su.reps, su.steps, [&] { return compute(o); });
-    const double t_comm = comm(o);
+    const CommAlone alone = comm(o);
+    const double t_comm = alone.seconds;
     const Result blocking = best(su.reps, su.steps, [&] { return run(o); });
     o.zero.overlap = true;
     o.zero.prefetch = prefetch;
@@ -200,11 +237,52 @@ void measure_overlap(const std::string& backend, const Setup& su, int prefetch, 
                 1e3 * blocking.step_s, 1e3 * over.step_s, tag);
     std::printf("ratio zero%d_overlap_efficiency_%s %.3f%s%s\n", s, backend.c_str(), std::min(eff, 1.0), tag,
                 eff > 1.0 ? " (clamped: t_step < max(t_compute, t_comm), noise)" : "");
+    const double hideable = std::max(0.0, std::min(t_comm - alone.unhideable, tc.step_s));
+    std::printf("ratio zero%d_overlap_efficiency_ceiling_%s %.3f%s (collectives that cannot overlap: %.3f ms)\n", s,
+                backend.c_str(), std::min(1.0, hideable / std::min(tc.step_s, t_comm)), tag, 1e3 * alone.unhideable);
     std::printf("ratio zero%d_overlap_step_over_max_%s %.3f%s\n", s, backend.c_str(),
                 over.step_s / std::max(tc.step_s, t_comm), tag);
     std::printf("ratio zero%d_overlap_speedup_%s %.3f%s\n", s, backend.c_str(), blocking.step_s / over.step_s, tag);
   }
 }
+
+#ifdef MLS_HAVE_MPI
+/// --link-auto: the emulated bandwidth that makes stage 3's t_comm ≈ its t_compute (see the top;
+/// `o` is stage 3, measured as measure_overlap measures it). Every rank computes the same figures (maxima over
+/// the ranks), so every rank sets the same link. Returns its label.
+template <class Compute>
+std::string calibrate_link(parallel::Communicator& c, const Setup& su, ZeroRunOptions o, Compute&& compute) {
+  parallel::LinkEmulation link = parallel::link_from_env();
+  MLS_CHECK(!link.has_gbps, "mls-zero-bench: --link-auto chooses the bandwidth itself, but MLS_LINK_GBPS=", link.gbps,
+            " is set too; unset it (MLS_LINK_US may stay: it is kept as the latency)");
+  parallel::mpi_set_link(link);  // the latency only (or nothing)
+  auto max_of = [&](double v) {
+    Tensor e = Tensor::scalar(v, DType::Float64);
+    c.allreduce(e, parallel::ReduceOp::Max);
+    return e.item();
+  };
+  const double tc = max_of(best(su.reps, su.steps, [&] { return compute(o); }).step_s);
+  const CommAlone plain = collectives_alone(c, o, su.reps);
+  const double bytes = max_of(static_cast<double>(plain.bytes_sent));
+  const double latency = link.has_us ? max_of(static_cast<double>(plain.messages_sent)) * link.us * 1e-6 : 0.0;
+  MLS_CHECK(bytes > 0, "mls-zero-bench: --link-auto: the step's collectives send no bytes (one rank?): nothing to calibrate");
+  MLS_CHECK(tc > plain.seconds + latency, "mls-zero-bench: --link-auto: stage 3's collectives already take ",
+            1e3 * (plain.seconds + latency), " ms on the plain link (with MLS_LINK_US's latency), more than its compute's ",
+            1e3 * tc, " ms: no emulated bandwidth can make t_comm = t_compute");
+  link.has_gbps = true;
+  link.gbps = 8.0 * bytes / ((tc - plain.seconds - latency) * 1e9);
+  link.origin = "mls-zero-bench --link-auto: stage 3's t_comm ≈ t_compute";
+  for (int round = 0; round < 2; ++round) {
+    parallel::mpi_set_link(link);
+    const double t_comm = collectives_alone(c, o, su.reps).seconds;
+    const double t_compute = max_of(best(su.reps, su.steps, [&] { return compute(o); }).step_s);  // anew
+    link.gbps *= t_comm / t_compute;  // slower if t_comm came out short, faster if long
+  }
+  link.gbps = std::round(link.gbps * 1e4) / 1e4;  // the same on every rank (it already is: maxima)
+  parallel::mpi_set_link(link);
+  return link.label();
+}
+#endif
 
 }  // namespace
 
@@ -226,10 +304,15 @@ int main(int argc, char** argv) {
   int prefetch = 1;
   app.add_flag("--overlap", overlap, "measure the overlap of stages 0-3 (efficiency) instead of the grid");
   app.add_option("--prefetch", prefetch, "--overlap: stage 3's units gathered ahead (0..8)")->capture_default_str();
+  bool link_auto = false;
+  app.add_flag("--link-auto", link_auto,
+               "--overlap on MPI: calibrate the emulated link's bandwidth so that stage 3's t_comm ~ t_compute");
   CLI11_PARSE(app, argc, argv);
   try {
     MLS_CHECK(su.reps >= 1, "mls-zero-bench: --reps ", su.reps, ", expected >= 1");
     parallel::link_from_env();  // a bad emulated-link spec fails first
+    MLS_CHECK(!link_auto || (overlap && backend == "mpi"), "mls-zero-bench: --link-auto needs --overlap and "
+              "--backend mpi (simulated ranks time the wall clock, where the emulated link only moves the modelled clock)");
     if (overlap) {
       ZeroRunOptions o = options(su, 3, Precision::FP32);
       o.zero.overlap = true;
@@ -258,12 +341,13 @@ int main(int argc, char** argv) {
               return run_zero(noop, o);
             },
             [&](const ZeroRunOptions& o) {
-              std::vector<double> t(static_cast<std::size_t>(ranks));
+              std::vector<CommAlone> t(static_cast<std::size_t>(ranks));
               parallel::run_simulated(ranks, [&](parallel::Communicator& c) {
                 t[static_cast<std::size_t>(c.rank())] = collectives_alone(c, o, su.reps);
               });
               return t[0];
-            });
+            },
+            parallel::link_from_env().label());
         return 0;
       }
       measure(
@@ -286,18 +370,22 @@ int main(int argc, char** argv) {
           mem::global().set_enabled(true);
           mem::global().reset();
         };
+        auto compute = [&](const ZeroRunOptions& o) {
+          fresh();
+          parallel::Communicator noop(parallel::make_noop_transport(c.rank(), c.size()));
+          return run_zero(noop, o);
+        };
+        std::string link = parallel::link_from_env().label();
+        if (link_auto) {
+          link = calibrate_link(c, su, options(su, 3, Precision::FP32), compute);
+        }
         measure_overlap(
             "mpi", su, prefetch, c.rank() == 0,
             [&](const ZeroRunOptions& o) {
               fresh();
               return run_zero(c, o);
             },
-            [&](const ZeroRunOptions& o) {
-              fresh();
-              parallel::Communicator noop(parallel::make_noop_transport(c.rank(), c.size()));
-              return run_zero(noop, o);
-            },
-            [&](const ZeroRunOptions& o) { return collectives_alone(c, o, su.reps); });
+            compute, [&](const ZeroRunOptions& o) { return collectives_alone(c, o, su.reps); }, link);
         return;
       }
       measure(

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # mls-zero-bench with gradient accumulation: a tiny grid runs and prints every ratio line, and an
-# --accum that does not divide --batch is refused with a clear error (exit status 1, no crash).
+# --accum that does not divide --batch is refused with a clear error (exit status 1, no crash);
+# --overlap prints each stage's efficiency and its ceiling; --link-auto (MPI, where mpirun is)
+# calibrates the emulated link and is refused on simulated ranks and next to MLS_LINK_GBPS.
 # Usage: zero_bench_command.sh <path to mls-zero-bench>
 set -euo pipefail
 bench="$1"
@@ -25,5 +27,37 @@ for s in 0 1 2 3; do
   [ -n "$line" ] || { echo "FAIL: no 'ratio zero${s}_overlap_efficiency_sim' line"; exit 1; }
   v=$(printf '%s\n' "$line" | awk '{print $3}')
   awk -v v="$v" 'BEGIN { exit !(v <= 1.0) }' || { echo "FAIL: stage $s efficiency $v > 1"; exit 1; }
+  printf '%s\n' "$out" | grep -Eq "^ratio zero${s}_overlap_efficiency_ceiling_sim [0-9]+\.[0-9]+ \(collectives that cannot overlap" ||
+    { echo "FAIL: no 'ratio zero${s}_overlap_efficiency_ceiling_sim' line"; exit 1; }
 done
-echo "OK: mls-zero-bench runs with --accum and --overlap and refuses an accum that does not divide the batch"
+# --link-auto: only with --overlap on MPI; never next to MLS_LINK_GBPS
+set +e
+err=$("$bench" --ranks 2 --overlap --link-auto 2>&1)
+rc=$?
+set -e
+echo "$err"
+[ "$rc" -eq 1 ] || { echo "FAIL: --link-auto on simulated ranks exited $rc, expected 1"; exit 1; }
+printf '%s\n' "$err" | grep -qF -- "--link-auto needs --overlap and --backend mpi" || { echo "FAIL: the error does not say why"; exit 1; }
+run_mpi="$(cd "$(dirname "$0")/../../lab5_parallel/tests" && pwd)/run_mpi.sh"
+if command -v mpirun >/dev/null 2>&1; then
+  set +e
+  err=$(MLS_LINK_GBPS=4 "$run_mpi" 2 "$bench" --backend mpi --overlap --link-auto --steps 1 --reps 1 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] || { echo "FAIL: --link-auto with MLS_LINK_GBPS was accepted"; exit 1; }
+  printf '%s\n' "$err" | grep -qF -- "--link-auto chooses the bandwidth itself, but MLS_LINK_GBPS=4 is set too" ||
+    { echo "FAIL: --link-auto with MLS_LINK_GBPS said: $err"; exit 1; }
+  # a batch whose compute is well above the collectives on the plain link (else --link-auto says
+  # no bandwidth can make them equal), even on a loaded machine
+  set +e
+  out=$("$run_mpi" 2 "$bench" --backend mpi --config nano --n-layer 2 --steps 2 --reps 2 --batch 16 --overlap --link-auto 2>&1)
+  rc=$?
+  set -e
+  echo "$out"
+  [ "$rc" -eq 0 ] || { echo "FAIL: --link-auto on 2 MPI processes exited $rc"; exit 1; }
+  printf '%s\n' "$out" | grep -q "^emulated link: [0-9.e+-]* Gbit/s, no added latency (set by mls-zero-bench --link-auto" ||
+    { echo "FAIL: --link-auto printed no calibrated link"; exit 1; }
+  printf '%s\n' "$out" | grep -Eq "^ratio zero3_overlap_efficiency_mpi -?[0-9]+\.[0-9]+ \[emulated link\]" ||
+    { echo "FAIL: no labelled stage-3 efficiency under --link-auto"; exit 1; }
+fi
+echo "OK: mls-zero-bench runs with --accum and --overlap (with its ceiling, --link-auto on MPI) and refuses an accum that does not divide the batch and --link-auto where it makes no sense"

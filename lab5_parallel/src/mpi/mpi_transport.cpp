@@ -7,9 +7,12 @@
 // check reports it (and the posted payload receive is cancelled). Every wait polls MPI_Testall
 // with a deadline: a receive that never matches becomes an mls::Error, never a hang.
 #include <mpi.h>
-#include <sched.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -31,24 +34,48 @@ constexpr std::size_t kInlineBytes = 8192;
 bool g_thread_multiple = false;
 
 /// The emulated link (link.hpp): one per process, shared by every communicator and thread.
+/// Guarded by g_link_mu; set from the environment by mpi_world() unless mpi_set_link() set it.
 LinkEmulation g_link;
+bool g_link_set_by_program = false;
 std::mutex g_link_mu;
 std::chrono::steady_clock::time_point g_link_free{};
 
-/// Holds a message of `bytes` back until the emulated link would have carried it.
-void pace(std::int64_t bytes) {
-  if (!g_link.active()) return;
-  std::lock_guard<std::mutex> lk(g_link_mu);
-  const auto now = std::chrono::steady_clock::now();
-  const auto start = std::max(now, g_link_free);
-  g_link_free = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(g_link.seconds(bytes)));
-  // Sleep most of it, spin the last 200 us: a sleep alone overshoots by a scheduler tick, which
-  // would emulate a slower link than asked for.
-  const auto spin = std::chrono::microseconds(200);
-  if (g_link_free - now > spin) std::this_thread::sleep_until(g_link_free - spin);
-  while (std::chrono::steady_clock::now() < g_link_free) {
+/// Asks the kernel to wake this thread within 1 us of the time it asked for (Linux: the default
+/// timer slack is 50 us, which would make every paced message and every poll of wait() late).
+/// Once per thread.
+void tighten_timer_slack() {
+#ifdef __linux__
+  thread_local bool done = false;
+  if (!done) {
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    done = true;
   }
+#endif
+}
+
+/// A sender that comes back from its sleep up to this late has not left the link idle: the
+/// lateness is the sleep's overshoot, not the program's (see pace).
+constexpr auto kLinkCredit = std::chrono::microseconds(100);
+
+/// Holds a message of `bytes` back until the emulated link would have carried it. It sleeps,
+/// never spins: a spinning sender on a machine with as many cores as ranks takes its core from
+/// the compute the communication is meant to hide behind. A sleep wakes a little late (the
+/// scheduler); so that the overshoots of back-to-back messages do not add up to a slower link
+/// than asked for, a message whose sender arrives less than kLinkCredit after the link became
+/// free starts when it became free (the link was never idle), not when the sender arrived.
+void pace(std::int64_t bytes) {
+  std::chrono::steady_clock::time_point done;
+  {
+    std::lock_guard<std::mutex> lk(g_link_mu);
+    if (!g_link.active()) return;
+    const auto now = std::chrono::steady_clock::now();
+    const auto start = now - g_link_free <= kLinkCredit ? g_link_free : now;
+    done = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(g_link.seconds(bytes)));
+    g_link_free = done;  // the next message (any thread of this process) queues behind this one
+  }
+  tighten_timer_slack();
+  std::this_thread::sleep_until(done);
 }
 constexpr std::size_t kHeader = sizeof(Header);
 
@@ -208,20 +235,34 @@ class MpiTransport final : public Transport {
     return h;
   }
 
-  /// Polls until every request completed or the deadline passed.
+  /// Polls until every request completed or the deadline passed. It polls back to back for
+  /// kSpin (a message already on its way completes at once), then sleeps between polls, the
+  /// sleep doubling from 2 us up to kMaxNap: a thread waiting for a message that is milliseconds
+  /// away (a slower rank, a paced link) uses next to no CPU. Spinning instead (MPI_Wait does:
+  /// OpenMPI's progress loop busy-polls) takes a core from the compute the other threads run:
+  /// with two ranks on two cores, a communication thread that spins while its collective waits
+  /// for the peer halves its own rank's compute, and overlap is lost. The price: a message that
+  /// arrives during a nap is seen up to kMaxNap late.
   void wait(MPI_Request* reqs, int n, const char* what, const char* dir, int peer, int tag) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    constexpr auto kSpin = std::chrono::microseconds(20);
+    constexpr auto kMaxNap = std::chrono::microseconds(50);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + timeout_;
+    auto nap = std::chrono::microseconds(2);
     int done = 0;
     for (long spin = 0;; ++spin) {
       check_mpi(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what, "MPI_Testall");
       if (done) return;
-      if ((spin & 255) == 255) {
-        if (std::chrono::steady_clock::now() > deadline)
-          fail(what, ": rank ", rank_, " timed out after ", timeout_.count(), " ms waiting for a message ", dir,
-               " rank ", peer, " (tag ", tag > Communicator::kMaxUserTag ? std::string("collective") : std::to_string(tag),
-               "): the peer never matched it (a missing call, mismatched collectives, or a dead rank)");
-        sched_yield();
-      }
+      if (spin < 16) continue;  // the first polls without reading the clock
+      const auto now = std::chrono::steady_clock::now();
+      if (now > deadline)
+        fail(what, ": rank ", rank_, " timed out after ", timeout_.count(), " ms waiting for a message ", dir,
+             " rank ", peer, " (tag ", tag > Communicator::kMaxUserTag ? std::string("collective") : std::to_string(tag),
+             "): the peer never matched it (a missing call, mismatched collectives, or a dead rank)");
+      if (now - t0 < kSpin) continue;
+      tighten_timer_slack();
+      std::this_thread::sleep_for(nap);
+      nap = std::min(2 * nap, kMaxNap);
     }
   }
 
@@ -239,6 +280,14 @@ void mpi_init() {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
+      // OpenMPI streams a large message in fragments (32 KiB on shared memory), at most
+      // pml_ob1_send_pipeline_depth (default 3) in flight: every further fragment waits for the
+      // receiver to take one and for the sender to see it back, a round trip through both sides'
+      // polls. Our waits nap between polls (wait() below): with 3 in flight a 2 MB message
+      // took 3-4x as long as with spinning polls; with 64 it takes what spinning does. An
+      // explicit setting (environment, mpirun --mca) wins.
+      setenv("OMPI_MCA_pml_ob1_send_pipeline_depth", "64", 0);
+      setenv("OMPI_MCA_pml_ob1_recv_pipeline_depth", "64", 0);
       int provided = 0;
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
       g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
@@ -256,12 +305,17 @@ bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || s
 
 Communicator mpi_world(std::chrono::milliseconds timeout) {
   mpi_init();
-  g_link = link_from_env();  // a bad spec is an mls::Error on every rank
-  if (g_link.active()) {
+  LinkEmulation link = link_from_env();  // a bad spec is an mls::Error on every rank
+  {
+    std::lock_guard<std::mutex> lk(g_link_mu);
+    if (g_link_set_by_program) link = g_link;
+    else g_link = link;
+  }
+  if (link.active()) {
     static std::once_flag said;
     int r = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    if (r == 0) std::call_once(said, [] { std::fprintf(stderr, "mls: mpi backend: %s\n", g_link.label().c_str()); });
+    if (r == 0) std::call_once(said, [&] { std::fprintf(stderr, "mls: mpi backend: %s\n", link.label().c_str()); });
   }
   MLS_CHECK(timeout.count() > 0, "mpi_world: the timeout must be > 0 ms, got ", timeout.count());
   MPI_Comm dup = MPI_COMM_NULL;
@@ -283,5 +337,18 @@ int mpi_run(const std::function<void(Communicator&)>& body, std::chrono::millise
 }
 
 double mpi_wtime() { return MPI_Wtime(); }
+
+void mpi_set_link(const std::optional<LinkEmulation>& link) {
+  const LinkEmulation l = link ? *link : link_from_env();
+  std::lock_guard<std::mutex> lk(g_link_mu);
+  g_link = l;
+  g_link_set_by_program = link.has_value();
+  g_link_free = std::chrono::steady_clock::time_point{};
+}
+
+LinkEmulation mpi_link() {
+  std::lock_guard<std::mutex> lk(g_link_mu);
+  return g_link;
+}
 
 }  // namespace mls::parallel

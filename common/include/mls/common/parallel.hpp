@@ -1,7 +1,8 @@
 #pragma once
 /// A small persistent thread pool and `parallel_for` over an index range.
 ///
-/// The number of threads is `MLS_NUM_THREADS` if set, else the number of cores; tests and
+/// The number of threads is `MLS_NUM_THREADS` if set, else the number of cores the process may
+/// run on (its CPU affinity: one under mpirun's default binding of 2 ranks on 2 cores); tests and
 /// benchmarks can change it with `set_num_threads`. Work smaller than `grain` runs inline, and
 /// nested calls from inside a worker run serially, so kernels may call `parallel_for` freely.
 ///

@@ -292,6 +292,10 @@ class Communicator {
     double start = 0, end = 0;
     std::int64_t numel = 0;
     std::int32_t dtype = -1;  // mls::DType
+    /// CPU seconds the thread that ran it used meanwhile (its thread CPU clock): far below
+    /// end − start when the collective waits by sleeping (a paced link, a slower peer), close
+    /// to it when it spins or copies.
+    double cpu = 0;
   };
   /// Records a Span for every collective from now on (off by default).
   void set_span_recording(bool on);
@@ -299,6 +303,8 @@ class Communicator {
   std::vector<Span> spans() const;
   /// Seconds on the clock the spans use (steady_clock).
   static double wall_now();
+  /// CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
+  static double thread_cpu_now();
 
   /// Records every message this rank receives inside a collective (for mls-collectives trace).
   void set_tracing(bool on) { tracing_ = on; }

@@ -4,8 +4,11 @@
 ///   MLS_LINK_GBPS=<gigabits per second>   every message is paced to this bandwidth
 ///   MLS_LINK_US=<microseconds>            and pays this latency
 /// the MPI backend holds each message back on its sender until the link (one per process, shared
-/// by its communicators and threads) would have carried it: start = max(now, link free),
-/// done = start + us·1e-6 + 8·bytes / (gbps·1e9), the send is posted at `done`. The simulated
+/// by its communicators and threads) would have carried it: start = max(now, link free) (the
+/// link free time itself when now is less than 100 us past it: the sender's sleep overshot),
+/// done = start + us·1e-6 + 8·bytes / (gbps·1e9); the sender sleeps (never spins) until `done`
+/// and posts the send then. A program may set the link itself (mpi_set_link: mls-dp-bench
+/// --link-auto); its label then names it (origin). The simulated
 /// backend takes them as its α = us·1e-6 and β = 8 / (gbps·1e9) (the one that is unset keeps
 /// the cost model's value). Every program that runs with them prints the label() line: the
 /// figures are of an emulated link, not of the hardware. Unset or empty: no emulation.
@@ -18,10 +21,14 @@ struct LinkEmulation {
   double gbps = 0;  // 0: no bandwidth limit
   double us = 0;    // latency per message
   bool has_gbps = false, has_us = false;
+  /// Who chose the figures when not the environment (e.g. "mls-dp-bench --link-auto"); the
+  /// label names it instead of the variables.
+  std::string origin;
   bool active() const { return has_gbps || has_us; }
   /// Seconds one message of `bytes` payload bytes occupies the link.
   double seconds(std::int64_t bytes) const;
-  /// "emulated link: 1 Gbit/s, 50 us per message (MLS_LINK_GBPS=1, MLS_LINK_US=50)", or "" when inactive.
+  /// "emulated link: 1 Gbit/s, 50 us per message (MLS_LINK_GBPS=1, MLS_LINK_US=50; not the
+  /// hardware's figures)", or "" when inactive; with an origin "(set by <origin>; not ...)".
   std::string label() const;
 };
 

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "mls/parallel/comm.hpp"
+#include "mls/parallel/link.hpp"
 
 namespace mls::parallel {
 
@@ -33,6 +35,15 @@ Communicator mpi_world(std::chrono::milliseconds timeout = std::chrono::millisec
 /// failing rank never leaves the others hanging. Returns 0.
 int mpi_run(const std::function<void(Communicator&)>& body,
             std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+
+/// Replaces this process's emulated link (link.hpp) from now on, for every MPI communicator of
+/// the process; mpi_world() no longer reads MLS_LINK_GBPS / MLS_LINK_US afterwards. For a
+/// program that calibrates its link (mls-dp-bench --link-auto): every rank must set the same
+/// link, with no collective in flight (between a barrier and the next collective). std::nullopt
+/// hands the link back to the environment (read now, and again by every mpi_world()).
+void mpi_set_link(const std::optional<LinkEmulation>& link);
+/// The emulated link in force (inactive: none).
+LinkEmulation mpi_link();
 
 /// MPI_Wtime (seconds).
 double mpi_wtime();
