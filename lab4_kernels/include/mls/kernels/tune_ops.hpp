@@ -37,6 +37,9 @@
 ///             exp(x - max), layernorm_fwd x - mean, layernorm_bwd xhat and dnorm; 0 = recomputed
 ///   parallel  1 = the rows (add_mul_add: the chunks; conv2d: the output channel blocks, and the
 ///             padded copy's channels) a parallel loop; only 0 in a space for one thread
+///   prefetch  row ops: the rows of the (rows, cols) inputs prefetched this many rows ahead (0: none;
+///             CodegenOptions::prefetch), so that the next rows come from memory while this one is
+///             computed in cache (the code generation's reductions are CodegenOptions::fast_reduce)
 ///   blocks    layernorm_bwd: row blocks of the dweight/dbias partial sums (a space for T threads:
 ///             T to 4 T, each block a parallel iteration)
 ///   block     add_mul_add: elements per chunk
@@ -70,7 +73,8 @@ std::vector<OpKind> op_kinds();
 std::string op_name(OpKind kind);
 /// The operator of an op name; mls::Error "tune: unknown operator '<s>' (softmax, ...)".
 OpKind op_kind_from_string(std::string_view s);
-/// The template's schedule format, stored as "template" in its knob objects: "<op>.v1".
+/// The template's schedule format, stored as "template" in its knob objects: "<op>.v2" for the row
+/// operators (v2 added the knob prefetch), "<op>.v1" for add_mul_add and conv2d.
 std::string op_template_id(OpKind kind);
 
 /// One problem of an operator. Only the fields of its kind count.
