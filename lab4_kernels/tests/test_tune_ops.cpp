@@ -15,11 +15,14 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "jit_test_util.hpp"
 #include "mls/common/rng.hpp"
+#include "mls/common/kernels.hpp"
 #include "mls/kernels/codegen.hpp"
+#include "mls/kernels/fused.hpp"
 #include "mls/kernels/tune_ops.hpp"
 #include "mls/testing.hpp"
 
@@ -600,4 +603,80 @@ TEST_CASE("tune ops: each strategy tunes a tiny problem end to end, failures are
                         return bad;
                       }()).run(),
                       Catch::Contains("tune: trials 0 must be >= 1"));
+}
+
+TEST_CASE("tune ops: the registry's tuned row operators (MLS_ROWOPS=tuned) equal the hand-written kernels; no "
+          "compiler falls back with one warning", "[tune_ops][rowops]") {
+  OpsEnv env;
+  tune::reset_tuned_rowops_state();
+  tune::set_tuned_rowops_compile_options(quick_jit());
+  const auto regs = mls::rowops_kernels();
+  REQUIRE(std::any_of(regs.begin(), regs.end(), [](const mls::RowOpsKernel& k) { return k.name == "tuned"; }));
+  mls::set_rowops_kernel("tuned");
+  const mls::RowOpsKernel k = mls::rowops_kernel();
+  REQUIRE(k.name == "tuned");
+  // Tolerance: tune::op_error's 4 (L + 8) eps relative to the largest output, L the longest reduction
+  // (cols, or rows for dweight/dbias): the two sides differ by their exp (each within a few ulp) and
+  // the order of their float sums, each of which is off by at most about L eps.
+  for (const OpProblem& shape : {tune::row_problem(OpKind::Softmax, 7, 67), tune::row_problem(OpKind::Softmax, 33, 256)}) {
+    const long R = shape.rows, C = shape.cols;
+    for (OpKind kind : {OpKind::Softmax, OpKind::LayerNormFwd, OpKind::LayerNormBwd}) {
+      const OpProblem p = tune::row_problem(kind, R, C);
+      tune::OpArrays got = tune::make_op_arrays(p, 21), want = got;
+      INFO(tune::op_name(kind) << " " << tune::to_string(p));
+      if (kind == OpKind::Softmax) {
+        k.softmax(got.at("y").data(), got.at("x").data(), R, C);
+        softmax_forward(want.at("y").data(), want.at("x").data(), R, C);
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+        tune::OpArray inplace = got.at("x");  // out == inp
+        k.softmax(inplace.data(), inplace.data(), R, C);
+        got.at("y") = inplace;
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+      } else if (kind == OpKind::LayerNormFwd) {
+        k.layernorm_forward(got.at("out").data(), got.at("mean").data(), got.at("rstd").data(), got.at("x").data(),
+                            got.at("weight").data(), got.at("bias").data(), R, C, 1e-5f);
+        layernorm_forward(want.at("out").data(), want.at("mean").data(), want.at("rstd").data(), want.at("x").data(),
+                          want.at("weight").data(), want.at("bias").data(), R, C, 1e-5f);
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+      } else {
+        // The gradients accumulate: dinp, dweight, dbias start as the _in arrays (not zero).
+        for (auto* a : {&got, &want}) {
+          (*a)["dinp"] = a->at("dinp_in");
+          (*a)["dweight"] = a->at("dweight_in");
+          (*a)["dbias"] = a->at("dbias_in");
+        }
+        auto args = [](tune::OpArrays& a) { return std::tuple{a.at("dinp").data(), a.at("dweight").data(), a.at("dbias").data()}; };
+        auto [gx, gw, gb] = args(got);
+        auto [wx, ww, wb] = args(want);
+        k.layernorm_backward(gx, gw, gb, got.at("dout").data(), got.at("x").data(), got.at("weight").data(),
+                             got.at("mean").data(), got.at("rstd").data(), R, C);
+        layernorm_backward(wx, ww, wb, want.at("dout").data(), want.at("x").data(), want.at("weight").data(),
+                           want.at("mean").data(), want.at("rstd").data(), R, C);
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+      }
+    }
+  }
+  CHECK(tune::tuned_rowops_compiled() == 6);  // three operators on two shapes
+  CHECK(tune::tuned_rowops_fallbacks() == 0);
+  CHECK(tune::tuned_rowops_last_warning().empty());
+
+  // No compiler: the hand-written kernel (its very bits), one warning naming the operator and the shape.
+  tune::reset_tuned_rowops_state();
+  jit::CompileOptions none = quick_jit();
+  none.compiler = "/nonexistent/c++";
+  tune::set_tuned_rowops_compile_options(none);
+  const OpProblem p = tune::row_problem(OpKind::Softmax, 5, 19);
+  tune::OpArrays got = tune::make_op_arrays(p, 4), want = got;
+  k.softmax(got.at("y").data(), got.at("x").data(), p.rows, p.cols);
+  k.softmax(got.at("y").data(), got.at("x").data(), p.rows, p.cols);
+  softmax_forward(want.at("y").data(), want.at("x").data(), p.rows, p.cols);
+  CHECK(got.at("y") == want.at("y"));
+  CHECK(tune::tuned_rowops_fallbacks() == 2);
+  CHECK(tune::tuned_rowops_compiled() == 0);
+  CHECK_THAT(tune::tuned_rowops_last_warning(),
+             Catch::Contains("tuned rowops: warning: cannot compile softmax for 5x19 (") &&
+                 Catch::Contains("using lab 4's hand-written kernel"));
+  tune::reset_tuned_rowops_state();
+  mls::set_rowops_kernel("");
+  CHECK(mls::rowops_kernel().name == "fused");
 }
