@@ -605,8 +605,8 @@ TEST_CASE("tune ops: each strategy tunes a tiny problem end to end, failures are
                       Catch::Contains("tune: trials 0 must be >= 1"));
 }
 
-TEST_CASE("tune ops: the registry's tuned row operators (MLS_ROWOPS=tuned) equal the hand-written kernels; no "
-          "compiler falls back with one warning", "[tune_ops][rowops]") {
+TEST_CASE("tune ops: the registry's tuned row operators (MLS_ROWOPS=tuned) equal the hand-written kernels, and without a "
+          "compiler fall back with one warning", "[tune_ops][rowops]") {
   OpsEnv env;
   tune::reset_tuned_rowops_state();
   tune::set_tuned_rowops_compile_options(quick_jit());
