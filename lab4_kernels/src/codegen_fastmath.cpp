@@ -73,14 +73,23 @@ template <class V>
 #if defined(__AVX512F__)
 template <>
 [[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
-    // x clamped to [-104, 89] (vmaxps/vminps return their second operand for a NaN: x's lane), then
-    // vscalefps: 2^n past the float range gives a denormal, 0 or +inf by itself.
-    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    // x clamped to [-104, 104], then vscalefps: 2^n past the float range gives a denormal, 0 or +inf
+    // by itself (the clamp keeps +-inf finite and n * ln2's split exact). With AVX512DQ one vrangeps
+    // (imm 2: the operand of smaller magnitude with its own sign; it returns 104 for a NaN, so the
+    // final vscalefps keeps x in the NaN lanes); else vmaxps and vminps (they return their second
+    // operand for a NaN: x's lane, which stays NaN through the arithmetic).
+#if defined(__AVX512DQ__)
+    const __m512 xc = _mm512_range_ps((__m512)x, _mm512_set1_ps(104.0f), 2);
+    const __mmask16 number = _mm512_cmp_ps_mask((__m512)x, (__m512)x, _CMP_ORD_Q);
+#else
+    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(104.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    const __mmask16 number = 0xffff;
+#endif
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    return (mls_f32x16)_mm512_scalef_ps((__m512)mls_exp_reduced((mls_f32x16)r), n);
+    return (mls_f32x16)_mm512_mask_scalef_ps((__m512)x, number, (__m512)mls_exp_reduced((mls_f32x16)r), n);
 }
 #endif
 // The same on one float (scalar code, a vectorized loop's tail).
