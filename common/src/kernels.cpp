@@ -9,7 +9,7 @@
 namespace mls {
 namespace {
 
-/// One registry of named kernels (K: SgemmKernel or Conv2dKernel), shared by both seams.
+/// One registry of named kernels (K: SgemmKernel, Conv2dKernel or RowOpsKernel), shared by the seams.
 template <class K>
 struct Registry {
   std::mutex mutex;
@@ -74,6 +74,10 @@ Registry<SgemmKernel>& sgemm_registry() {
 }
 Registry<Conv2dKernel>& conv2d_registry() {
   static Registry<Conv2dKernel> r;
+  return r;
+}
+Registry<RowOpsKernel>& rowops_registry() {
+  static Registry<RowOpsKernel> r;
   return r;
 }
 
@@ -146,5 +150,32 @@ Conv2dKernel conv2d_kernel() {
 }
 
 void set_conv2d_kernel(const std::string& name) { conv2d_registry().choose(name); }
+
+// ---- row operators ---------------------------------------------------------------------------------
+
+void register_rowops(RowOpsKernel kernel) {
+  MLS_CHECK(!kernel.name.empty() && (kernel.softmax || kernel.layernorm_forward || kernel.layernorm_backward),
+            "register_rowops: a kernel needs a name and at least one function, got name '", kernel.name, "'");
+  MLS_CHECK(kernel.name != kRowOpsFallback, "register_rowops: the name '", kRowOpsFallback,
+            "' is reserved for the caller's own path (MLS_ROWOPS=", kRowOpsFallback, ")");
+  rowops_registry().add(std::move(kernel));
+}
+
+std::vector<RowOpsKernel> rowops_kernels() { return rowops_registry().list(); }
+
+RowOpsKernel rowops_kernel() {
+  auto& r = rowops_registry();
+  r.run_providers();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const std::string& chosen = r.choice("MLS_ROWOPS");
+  if (chosen.empty() || chosen == kRowOpsFallback) return RowOpsKernel{kRowOpsFallback, {}, {}, {}, 0, "the caller's own path"};
+  for (const auto& k : r.kernels) {
+    if (k.name == chosen) return k;
+  }
+  fail("rowops: unknown kernel '", chosen, "' (from MLS_ROWOPS or set_rowops_kernel); registered: ", r.names(),
+       ", or '", kRowOpsFallback, "' for the hand-written kernels");
+}
+
+void set_rowops_kernel(const std::string& name) { rowops_registry().choose(name); }
 
 }  // namespace mls

@@ -414,6 +414,41 @@ bool has_conv(const std::string& name) {
 }
 }  // namespace
 
+namespace {
+int g_last_rowop = 0;
+void fake_softmax(float*, const float*, long, long) { g_last_rowop = 1; }
+void fake_ln_fwd(float*, float*, float*, const float*, const float*, const float*, long, long, float) { g_last_rowop = 2; }
+}  // namespace
+
+TEST_CASE("kernels: row operator registry: the caller's own path by default, choose by name, errors", "[common][kernels]") {
+  mls::set_rowops_kernel("");
+  CHECK(mls::rowops_kernel().name == mls::kRowOpsFallback);  // nothing chosen: the caller's own path
+  CHECK(mls::rowops_kernel().softmax == nullptr);
+  mls::register_rowops({"test_rowops", fake_softmax, fake_ln_fwd, nullptr, 5, "test"});
+  CHECK(mls::rowops_kernel().name == "fused");  // registering chooses nothing
+  mls::set_rowops_kernel("test_rowops");
+  const mls::RowOpsKernel k = mls::rowops_kernel();
+  CHECK(k.name == "test_rowops");
+  k.softmax(nullptr, nullptr, 0, 0);
+  CHECK(g_last_rowop == 1);
+  k.layernorm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 1e-5f);
+  CHECK(g_last_rowop == 2);
+  CHECK(k.layernorm_backward == nullptr);  // the caller's own path for this one
+  mls::set_rowops_kernel(mls::kRowOpsFallback);
+  CHECK(mls::rowops_kernel().layernorm_forward == nullptr);
+  mls::set_rowops_kernel("no_such_rowops");
+  CHECK_THROWS_WITH(mls::rowops_kernel(), Contains("rowops: unknown kernel 'no_such_rowops' (from MLS_ROWOPS or "
+                                                   "set_rowops_kernel)") && Contains("test_rowops") &&
+                                              Contains("'fused' for the hand-written kernels"));
+  CHECK_THROWS_WITH(mls::register_rowops({"", fake_softmax, nullptr, nullptr, 0, ""}),
+                    Contains("register_rowops: a kernel needs a name and at least one function, got name ''"));
+  CHECK_THROWS_WITH(mls::register_rowops({"empty_rowops", nullptr, nullptr, nullptr, 0, ""}),
+                    Contains("got name 'empty_rowops'"));
+  CHECK_THROWS_WITH(mls::register_rowops({"fused", fake_softmax, nullptr, nullptr, 0, ""}),
+                    Contains("register_rowops: the name 'fused' is reserved for the caller's own path (MLS_ROWOPS=fused)"));
+  mls::set_rowops_kernel("");
+}
+
 TEST_CASE("kernels: conv2d registry: register, unregister, choose by name, force the fallback", "[common][kernels]") {
   // Kernels of labs linked into this program may be present: use priorities above theirs.
   mls::set_conv2d_kernel("");

@@ -6,6 +6,9 @@
 // + write) timed just before each of its runs, so a loaded machine slows both alike. At the end,
 // one parseable line per kernel and thread count:
 //   ratio fused_<kernel>_vs_memcpy_t<threads> <value>      (higher is better, 1 = memcpy speed)
+// and for lab 4 part 2's operator templates compiled for the same shapes (MLS_ROWOPS=tuned's
+// functions: the tuning database's best knobs for the shape and thread count, else the default):
+//   ratio tuned_<kernel>_vs_memcpy_t<threads> <value>
 // Arrays are 128 MiB each, 4x the 32 MiB L3 of the machines we measure on, so these are DRAM
 // figures (at 32 MiB, as large as the L3, part of each input was still cached from the run
 // before, for memcpy and the kernels alike). memcpy is the peer a user would reach for; a copy
@@ -27,6 +30,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/kernels/fused.hpp"
+#include "mls/kernels/tune_ops.hpp"
 
 namespace {
 
@@ -75,7 +79,8 @@ void run(benchmark::State& state, const std::string& name, int threads, double b
   state.SetLabel(label);
   if (name != "memcpy") {
     state.counters["vs_memcpy"] = gbs / memcpy_gbs;
-    g_ratios["fused_" + name + "_vs_memcpy_t" + std::to_string(threads)] = gbs / memcpy_gbs;
+    const std::string key = name.rfind("tuned_", 0) == 0 ? name : "fused_" + name;
+    g_ratios[key + "_vs_memcpy_t" + std::to_string(threads)] = gbs / memcpy_gbs;
   }
 }
 
@@ -123,6 +128,13 @@ int main(int argc, char** argv) {
     add("layernorm_fwd_1024", t, 2 * f * kN, [=] {
       mls::kernels::layernorm_forward(E.data(), mean.data(), rstd.data(), A.data(), W.data(),
                                       Bi.data(), rows, cols, 1e-5f);
+    });
+    // The templates (the first run compiles, or loads from the JIT's cache: before the timing).
+    add("tuned_softmax_1024", t, 2 * f * kN,
+        [=] { mls::kernels::tune::softmax_tuned(E.data(), A.data(), rows, cols); });
+    add("tuned_layernorm_fwd_1024", t, 2 * f * kN, [=] {
+      mls::kernels::tune::layernorm_forward_tuned(E.data(), mean.data(), rstd.data(), A.data(), W.data(),
+                                                  Bi.data(), rows, cols, 1e-5f);
     });
     add("layernorm_bwd_1024", t, 4 * f * kN, [=] {
       mls::kernels::layernorm_backward(dX.data(), dW.data(), dB.data(), B.data(), A.data(),

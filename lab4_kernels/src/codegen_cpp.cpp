@@ -364,12 +364,15 @@ void Emitter::stmt(const Stmt& s, int depth, bool whole_block) {
   if (const auto* f = s.as<For>()) {
     loop(*f, depth);
   } else if (const auto* st = s.as<Store>()) {
-    if (!vec_var_)
+    if (!vec_var_) {
       store(*st, depth);
-    else if (streamed(*st))
-      vstore_streamed(*st, depth);
-    else
-      vstore(*st, depth);
+    } else {
+      prefetches(*st, depth);
+      if (streamed(*st))
+        vstore_streamed(*st, depth);
+      else if (!vstore_minmax(*st, depth))
+        vstore(*st, depth);
+    }
   } else if (const auto* a = s.as<Allocate>()) {
     allocate(*a, depth, whole_block);
   } else if (const auto* q = s.as<Seq>()) {
@@ -404,7 +407,7 @@ void Emitter::loop(const For& f, int depth) {
     parallel_loop(f, depth, id);
   else if (f.kind == ForKind::Vectorized && !in_vectorized_)
     vector_loop(f, depth, id);
-  else
+  else if ((f.kind != ForKind::Serial && f.kind != ForKind::Unrolled) || !reduce_loop(f, depth, id))
     serial_loop(f, depth, id);
   unbind(v);
 }
@@ -690,7 +693,9 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
   for (std::size_t i = 0; i < fs.size(); ++i) head += (i ? ", " : "") + c_identifier(fs[i].name);
   head += ".\n";
   return head + codegen_detail::kPrelude + (options.fast_exp ? codegen_detail::fast_exp_prelude() : "") +
-         (options.stream_stores.empty() ? "" : codegen_detail::stream_prelude()) + m.intrinsic_text + functions;
+         (options.stream_stores.empty() ? "" : codegen_detail::stream_prelude()) +
+         (options.fast_reduce || !options.prefetch.empty() ? codegen_detail::fast_reduce_prelude() : "") +
+         m.intrinsic_text + functions;
 }
 
 std::string generate_cpp(const LoweredFunc& f, const CodegenOptions& options) {

@@ -1,7 +1,8 @@
 // The generated code's own exp (CodegenOptions::fast_exp): mls::fast_expf's algorithm
 // (mls/common/fastmath.hpp) in GCC vector extensions, so that a vectorized loop computing exp stays
-// vectorized without -ffast-math (expf is a libm call per lane); and its non-temporal stores
-// (CodegenOptions::stream_stores).
+// vectorized without -ffast-math (expf is a libm call per lane); its non-temporal stores
+// (CodegenOptions::stream_stores), reassociated reductions (CodegenOptions::fast_reduce) and software
+// prefetches (CodegenOptions::prefetch).
 #include <algorithm>
 
 #include "codegen_internal.hpp"
@@ -72,14 +73,23 @@ template <class V>
 #if defined(__AVX512F__)
 template <>
 [[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
-    // x clamped to [-104, 89] (vmaxps/vminps return their second operand for a NaN: x's lane), then
-    // vscalefps: 2^n past the float range gives a denormal, 0 or +inf by itself.
-    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    // x clamped to [-104, 104], then vscalefps: 2^n past the float range gives a denormal, 0 or +inf
+    // by itself (the clamp keeps +-inf finite and n * ln2's split exact). With AVX512DQ one vrangeps
+    // (imm 2: the operand of smaller magnitude with its own sign; it returns 104 for a NaN, so the
+    // final vscalefps keeps x in the NaN lanes); else vmaxps and vminps (they return their second
+    // operand for a NaN: x's lane, which stays NaN through the arithmetic).
+#if defined(__AVX512DQ__)
+    const __m512 xc = _mm512_range_ps((__m512)x, _mm512_set1_ps(104.0f), 2);
+    const __mmask16 number = _mm512_cmp_ps_mask((__m512)x, (__m512)x, _CMP_ORD_Q);
+#else
+    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(104.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    const __mmask16 number = 0xffff;
+#endif
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    return (mls_f32x16)_mm512_scalef_ps((__m512)mls_exp_reduced((mls_f32x16)r), n);
+    return (mls_f32x16)_mm512_mask_scalef_ps((__m512)x, number, (__m512)mls_exp_reduced((mls_f32x16)r), n);
 }
 #endif
 // The same on one float (scalar code, a vectorized loop's tail).
@@ -155,6 +165,146 @@ void Emitter::vstore_streamed(const Store& st, int depth) {
   pre_.clear();
   line(depth, "mls_stream(&" + lhs + ", " + value + ");");
   uses_stream_ = true;
+}
+
+const char* fast_reduce_prelude() {
+  return R"(// ---- reductions in lanes (CodegenOptions::fast_reduce) and prefetches (CodegenOptions::prefetch) ----
+// The max (min) update of a reduction's accumulator a by e: one vmaxps (vminps), e skipped when NaN.
+template <class V>
+[[maybe_unused]] static inline V mls_vmax_acc(V a, V e) { return e > a ? e : a; }
+template <class V>
+[[maybe_unused]] static inline V mls_vmin_acc(V a, V e) { return e < a ? e : a; }
+// The lanes of a vector added up (max, min) in a tree: halves, then quarters, ...
+template <class H, class V>
+static inline void mls_halves(V v, H& lo, H& hi) {
+    __builtin_memcpy(&lo, &v, sizeof(H));
+    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof(H), sizeof(H));
+}
+[[maybe_unused]] static inline float mls_hsum(mls_f32x4 v) { return (v[0] + v[2]) + (v[1] + v[3]); }
+[[maybe_unused]] static inline float mls_hsum(mls_f32x8 v) { mls_f32x4 a, b; mls_halves(v, a, b); return mls_hsum(a + b); }
+[[maybe_unused]] static inline float mls_hsum(mls_f32x16 v) { mls_f32x8 a, b; mls_halves(v, a, b); return mls_hsum(a + b); }
+[[maybe_unused]] static inline float mls_hmax(mls_f32x4 v) { return mls_fmaxf(mls_fmaxf(v[0], v[2]), mls_fmaxf(v[1], v[3])); }
+[[maybe_unused]] static inline float mls_hmax(mls_f32x8 v) { mls_f32x4 a, b; mls_halves(v, a, b); return mls_hmax(mls_vmax_acc(a, b)); }
+[[maybe_unused]] static inline float mls_hmax(mls_f32x16 v) { mls_f32x8 a, b; mls_halves(v, a, b); return mls_hmax(mls_vmax_acc(a, b)); }
+[[maybe_unused]] static inline float mls_hmin(mls_f32x4 v) { return mls_fminf(mls_fminf(v[0], v[2]), mls_fminf(v[1], v[3])); }
+[[maybe_unused]] static inline float mls_hmin(mls_f32x8 v) { mls_f32x4 a, b; mls_halves(v, a, b); return mls_hmin(mls_vmin_acc(a, b)); }
+[[maybe_unused]] static inline float mls_hmin(mls_f32x16 v) { mls_f32x8 a, b; mls_halves(v, a, b); return mls_hmin(mls_vmin_acc(a, b)); }
+// Prefetches (into L1) the float `d` elements past p; never faults.
+[[maybe_unused]] static inline void mls_prefetch(const float* p, std::int64_t d) {
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(d) * 4u));
+}
+
+)";
+}
+
+namespace {
+std::string indices_key(const std::vector<Expr>& idx) {
+  std::string k;
+  for (const auto& i : idx) k += detail::structural_key(i) + "|";
+  return k;
+}
+/// The update `X[k] = X[k] op e` (op +, max, min): e, else null.
+const Binary* reduction_update(const Store& st) {
+  const auto* b = st.value.as<Binary>();
+  if (!b || (b->op != BinaryOp::Add && b->op != BinaryOp::Max && b->op != BinaryOp::Min)) return nullptr;
+  const auto* l = b->a.as<Load>();
+  if (!l || l->buffer != st.buffer || indices_key(l->indices) != indices_key(st.indices)) return nullptr;
+  return b;
+}
+}  // namespace
+
+void Emitter::prefetches(const Store& st, int depth) {
+  if (m_.options.prefetch.empty() || !vec_var_) return;
+  std::set<std::string> done;
+  for_each_expr(st.value, [&](const Expr& e) {
+    const auto* l = e.as<Load>();
+    if (!l || !contiguous_in(l->indices, vec_var_)) return;
+    const auto it = std::find_if(m_.options.prefetch.begin(), m_.options.prefetch.end(),
+                                 [&](const auto& p) { return p.first == l->buffer->name; });
+    const auto b = bufs_.find(l->buffer.get());
+    if (it == m_.options.prefetch.end() || b == bufs_.end() || !b->second.is_arg) return;
+    const std::string at = element(l->buffer.get(), l->indices, "load");
+    if (done.insert(at).second) line(depth, "mls_prefetch(&" + at + ", " + c_int_literal(it->second) + ");");
+  });
+}
+
+bool Emitter::vstore_minmax(const Store& st, int depth) {
+  if (!m_.options.fast_reduce) return false;
+  const Binary* b = reduction_update(st);
+  if (!b || b->op == BinaryOp::Add) return false;
+  pre_.clear();
+  const std::string lhs = element(st.buffer.get(), st.indices, "store");
+  bool vec = false;
+  const CText rhs = vexpr(b->b, vec);
+  for (const auto& p : pre_) line(depth, p);
+  pre_.clear();
+  line(depth, "mls_store(&" + lhs + ", " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + "mls_load<" +
+                  vtype() + ">(&" + lhs + "), " + splat(rhs, vec) + "));");
+  return true;
+}
+
+bool Emitter::reduce_loop(const For& f, int depth, const std::string& v) {
+  if (!m_.options.fast_reduce || m_.lanes < 4 || vec_var_ || in_vectorized_) return false;
+  const auto* mn = f.min.as<IntImm>();
+  const auto* ex = f.extent.as<IntImm>();
+  const auto* st = f.body.as<Store>();
+  if (!mn || !ex || !st) return false;
+  const Binary* b = reduction_update(*st);
+  const VarNode* u = f.var.get();
+  if (!b || b->b.dtype() != DType::Float || !detail::uses_any(b->b, {u})) return false;
+  for (const auto& i : st->indices)
+    if (detail::uses_any(i, {u})) return false;
+  bool ok = true;  // every load contiguous in u or not reading it, none of the accumulator's buffer
+  for_each_expr(b->b, [&](const Expr& e) {
+    if (const auto* l = e.as<Load>()) {
+      if (l->buffer == st->buffer) ok = false;
+      bool reads = false;
+      for (const auto& i : l->indices) reads = reads || detail::uses_any(i, {u});
+      if (reads && !contiguous_in(l->indices, u)) ok = false;
+    }
+  });
+  int w = m_.lanes;
+  while (w > 4 && w > ex->value) w /= 2;
+  if (!ok || ex->value < w) return false;
+  const std::int64_t lo = mn->value, e = ex->value, chunked = e - e % w;
+  const std::string vt = "mls_f32x" + std::to_string(w);
+  const std::string acc = fresh("mls_acc"), r = fresh("mls_r");
+  const char* ident = b->op == BinaryOp::Add ? "0.0f" : b->op == BinaryOp::Max ? "-__builtin_inff()" : "__builtin_inff()";
+  line(depth, "{  // " + v + " in range(" + std::to_string(e) + "): a reduction in " + std::to_string(w) +
+                  " lanes, then a tree over the lanes (CodegenOptions::fast_reduce)");
+  line(depth + 1, vt + " " + acc + " = mls_splat<" + vt + ">(" + ident + ");");
+  line(depth + 1, "for (std::int64_t " + v + " = " + c_int_literal(lo) + "; " + v + " < " + c_int_literal(lo + chunked) +
+                      "; " + v + " += " + std::to_string(w) + ") {");
+  vec_var_ = u;
+  vec_loop_var_ = f.var;
+  vec_lanes_ = w;
+  pre_.clear();
+  bool vec = false;
+  const CText rhs = vexpr(b->b, vec);
+  for (const auto& p : pre_) line(depth + 2, p);
+  pre_.clear();
+  const std::string value = splat(rhs, vec);
+  vec_var_ = nullptr;
+  if (b->op == BinaryOp::Add)
+    line(depth + 2, acc + " = " + acc + " + " + wrap({value, 16}, 13) + ";");
+  else
+    line(depth + 2, acc + " = " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + acc + ", " + value + ");");
+  line(depth + 1, "}");
+  const char* h = b->op == BinaryOp::Add ? "mls_hsum(" : b->op == BinaryOp::Max ? "mls_hmax(" : "mls_hmin(";
+  line(depth + 1, "float " + r + " = " + h + acc + ");");
+  auto combine = [&](const std::string& a, const std::string& x) {
+    return b->op == BinaryOp::Add ? a + " + " + x : std::string(b->op == BinaryOp::Max ? "mls_fmaxf(" : "mls_fminf(") + a + ", " + x + ")";
+  };
+  if (chunked < e) {
+    line(depth + 1, "for (std::int64_t " + v + " = " + c_int_literal(lo + chunked) + "; " + v + " < " +
+                        c_int_literal(lo + e) + "; ++" + v + ") {");
+    line(depth + 2, r + " = " + combine(r, wrap(expr(b->b), 13)) + ";");
+    line(depth + 1, "}");
+  }
+  const std::string lhs = element(st->buffer.get(), st->indices, "store");
+  line(depth + 1, lhs + " = " + combine(lhs, r) + ";");
+  line(depth, "}");
+  return true;
 }
 
 }  // namespace mls::kernels::te::codegen_detail

@@ -67,6 +67,9 @@ const Dialect& cpp_fast_exp_dialect();
 const char* fast_exp_prelude();
 /// The helpers of CodegenOptions::stream_stores (`mls_stream`, `mls_stream_fence`), after the prelude.
 const char* stream_prelude();
+/// The helpers of CodegenOptions::fast_reduce and ::prefetch (`mls_vmax_acc`, `mls_hsum`, ...,
+/// `mls_prefetch`), after the prelude (and the fast_exp prelude: they use mls_fmaxf).
+const char* fast_reduce_prelude();
 const Dialect& cuda_dialect();
 
 /// What printing an expression needs from its emitter: the name of a variable, the text of a
@@ -141,6 +144,10 @@ class Emitter {
   bool streamed(const Store& st) const;
   bool streams_in(const Stmt& s) const;
   void vstore_streamed(const Store& st, int depth);
+  // codegen_fastmath.cpp: reductions in lanes (CodegenOptions::fast_reduce), prefetches (::prefetch)
+  void prefetches(const Store& st, int depth);
+  bool vstore_minmax(const Store& st, int depth);
+  bool reduce_loop(const For& f, int depth, const std::string& v);
   void vif(const IfThenElse& i, int depth);
   CText vexpr(const Expr& e, bool& vec);
   CText lanewise(const Expr& e);

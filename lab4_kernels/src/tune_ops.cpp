@@ -33,11 +33,13 @@ OpKind op_kind_from_string(std::string_view s) {
   fail("tune: unknown operator '", s, "' (softmax, layernorm_fwd, layernorm_bwd, add_mul_add, conv2d)");
 }
 
-std::string op_template_id(OpKind kind) { return op_name(kind) + ".v1"; }
-
 namespace {
 bool is_row_op(OpKind k) { return k == OpKind::Softmax || k == OpKind::LayerNormFwd || k == OpKind::LayerNormBwd; }
 }  // namespace
+
+// v2 of the row operators: the knob `prefetch` (records of v1 have none, and their times were taken
+// with the code generation of before: the tuning database no longer offers them).
+std::string op_template_id(OpKind kind) { return op_name(kind) + (is_row_op(kind) ? ".v2" : ".v1"); }
 
 OpProblem row_problem(OpKind kind, long rows, long cols) {
   MLS_CHECK(is_row_op(kind), "row_problem: ", op_name(kind), " is not a row operator (softmax, layernorm_fwd, "
@@ -185,6 +187,7 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
       k.push_back({"hold", {0, 1}, false});
       k.push_back({"unroll", {1, 2, 4}, true});
       k.push_back({"stream", {0, 1}, false});
+      k.push_back({"prefetch", {0, 1, 2, 4}, true});
       if (kind == OpKind::LayerNormBwd) k.push_back({"blocks", {1, 2, 4, 8, 16, 32, 64}, true});
       break;
     case OpKind::AddMulAdd:
@@ -210,11 +213,11 @@ OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
   switch (p.kind) {
     case OpKind::Softmax:
     case OpKind::LayerNormFwd:
-      return {{"lanes", lanes}, {"parallel", par}, {"acc", 2}, {"fuse", 1}, {"hold", 1}, {"unroll", 1},
-              {"stream", stream}};
-    case OpKind::LayerNormBwd:
       return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},
-              {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"blocks", threads}};
+              {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"prefetch", 2}};
+    case OpKind::LayerNormBwd:
+      return {{"lanes", lanes}, {"parallel", par},   {"acc", 2},         {"fuse", 1},     {"hold", 1},
+              {"unroll", 1},    {"stream", stream}, {"prefetch", 2},    {"blocks", threads}};
     case OpKind::AddMulAdd:
       return {{"lanes", lanes}, {"parallel", par}, {"block", 16384}, {"unroll", 2}, {"stream", stream}};
     case OpKind::Conv2d: return {{"lanes", lanes}, {"parallel", par}, {"order", 1}, {"pad_copy", 1}, {"ob", 1}};
@@ -323,6 +326,7 @@ OpSpace OpSpace::small(const OpProblem& problem, int threads, int lanes) {
     else if (k.name == "blocks") k.values = {k.values.front()};
     else if (k.name == "block") k.values = {1024, 4096};
     else if (k.name == "stream") k.values = {1};
+    else if (k.name == "prefetch") k.values = {2};
     else if (k.name == "parallel") k.values = {threads > 1 ? 1 : 0};
     else if (k.name == "ob") k.values = {1, 2};
   }

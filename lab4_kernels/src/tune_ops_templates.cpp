@@ -381,6 +381,11 @@ OpInstance instantiate_op(const OpProblem& p, const OpKnobs& k, std::string name
   te::CodegenOptions cg;
   cg.vector_lanes = k.at("lanes");
   cg.fast_exp = true;
+  cg.fast_reduce = true;  // the partials' sums in lanes and trees, max in one vmaxps (codegen.hpp)
+  if (plan.count("prefetch") && plan.at("prefetch") > 0)  // the rows `prefetch` rows ahead, into L1
+    for (const auto& a : op_args(p))
+      if (!a.output && a.shape.size() == 2)
+        cg.prefetch.emplace_back(a.name, static_cast<std::int64_t>(plan.at("prefetch")) * p.cols);
   if (plan.count("stream") && plan.at("stream"))  // the big output (y, out, dinp, e): written once
     for (const auto& a : op_args(p))
       if (a.output) {

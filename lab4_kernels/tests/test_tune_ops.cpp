@@ -10,15 +10,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "jit_test_util.hpp"
 #include "mls/common/rng.hpp"
+#include "mls/common/kernels.hpp"
 #include "mls/kernels/codegen.hpp"
+#include "mls/kernels/fused.hpp"
 #include "mls/kernels/tune_ops.hpp"
 #include "mls/testing.hpp"
 
@@ -204,9 +208,9 @@ TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "
   }
   const OpProblem p = tune::row_problem(OpKind::Softmax, 8, 100);
   const OpKnobs k = OpSpace::full(p, 1, 16).default_knobs();
-  CHECK(tune::to_string(k) == "acc=2 fuse=1 hold=1 lanes=16 parallel=0 stream=0 unroll=1");
+  CHECK(tune::to_string(k) == "acc=2 fuse=1 hold=1 lanes=16 parallel=0 prefetch=2 stream=0 unroll=1");
   const nlohmann::json j = tune::op_knobs_to_json(OpKind::Softmax, k);
-  CHECK(j.at("template") == "softmax.v1");
+  CHECK(j.at("template") == "softmax.v2");
   CHECK(tune::op_schedule_json(OpKind::Softmax, k, true).at("measure") == "confirmed");
   OpKnobs bad = k;
   bad["tile"] = 4;
@@ -219,7 +223,7 @@ TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "
   REQUIRE_THROWS_WITH(tune::check_op_knobs(p, bad, 16), Catch::Contains("softmax knobs: acc 3 is not one of 0, 1, 2, 4"));
   REQUIRE_THROWS_WITH(tune::check_op_knobs(p, k, 8), Catch::Contains("softmax knobs: lanes 16 is more than the 8 lanes"));
   REQUIRE_THROWS_WITH(tune::op_knobs_from_json(OpKind::LayerNormFwd, j),
-                      Catch::Contains("layernorm_fwd knobs: template \"softmax.v1\" is not 'layernorm_fwd.v1'"));
+                      Catch::Contains("layernorm_fwd knobs: template \"softmax.v2\" is not 'layernorm_fwd.v2'"));
   nlohmann::json jb = j;
   jb["acc"] = "two";
   REQUIRE_THROWS_WITH(tune::op_knobs_from_json(OpKind::Softmax, jb), Catch::Contains("knob 'acc' must be an integer"));
@@ -242,8 +246,9 @@ TEST_CASE("tune ops: every knob combination, interpreted, equals naive loops on 
     const Want want = naive(p, in);
     std::set<std::string> done;
     for (const OpKnobs& k : OpSpace::full(p, 2, 16).enumerate()) {
-      OpKnobs same = k;  // streamed stores are the code generator's: the loop nest is the same
+      OpKnobs same = k;  // streamed stores and prefetches are the code generator's: the loop nest is the same
       if (same.count("stream")) same["stream"] = 0;
+      if (same.count("prefetch")) same["prefetch"] = 0;
       if (!done.insert(tune::op_plan_key(p, same)).second) continue;
       const std::string what = tune::op_name(p.kind) + " " + tune::to_string(p) + " " + tune::to_string(k);
       tune::OpArrays got = in;
@@ -332,6 +337,70 @@ TEST_CASE("tune ops: the generated code's exp (fast_exp) is within 2 ulp of std:
   }
   // Without fast_exp the generated code calls expf, lane by lane (the interpreter's bits).
   CHECK(te::generate_cpp(f).find("mls_vexp(") != std::string::npos);
+}
+
+TEST_CASE("tune ops: reductions in lanes (fast_reduce) and prefetches equal the interpreter", "[tune_ops][fast_reduce]") {
+  OpsEnv env;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int lanes : {4, 8, 16}) {
+    if (lanes > te::resolved_vector_lanes({})) continue;
+    for (std::int64_t C : {1, 3, 4, 17, 64, 100}) {
+      const std::int64_t R = 3;
+      // Row sums, maxima and minima, each a serial loop over the row (the pattern fast_reduce takes).
+      te::Tensor X = te::placeholder("X", {R, C});
+      te::IterVar j1 = te::reduce_axis(C, "j1"), j2 = te::reduce_axis(C, "j2"), j3 = te::reduce_axis(C, "j3");
+      te::Tensor S = te::compute("S", {R}, [&](te::Var i) { return te::sum(X(i, j1) * 2.0f, {j1}); });
+      te::Tensor M = te::compute("M", {R}, [&](te::Var i) { return te::max_reduce(X(i, j2), {j2}); });
+      te::Tensor N = te::compute("N", {R}, [&](te::Var i) { return te::min_reduce(X(i, j3), {j3}); });
+      // Y: a vectorized loop reading X (the prefetches), its max update in lanes (vstore of a max).
+      te::IterVar r = te::reduce_axis(R, "r");
+      te::Tensor Y = te::compute("Y", {C}, [&](te::Var j) { return te::max_reduce(X(r, j) + 1.0f, {r}); });
+      te::Schedule s({S, M, N, Y});
+      s[Y].reorder({r, Y.axis(0)});
+      s[Y].vectorize(Y.axis(0));
+      const te::LoweredFunc f = te::lower(s, "fast_reduce_check");
+      te::CodegenOptions cg;
+      cg.vector_lanes = lanes;
+      cg.fast_reduce = true;
+      cg.prefetch = {{"X", 2 * C}};
+      const std::string src = te::generate_cpp(f, cg);
+      INFO("lanes " << lanes << ", C " << C << "\n" << src);
+      const bool chunks = C >= 4;  // a loop of at least 4 lanes runs in lanes
+      CHECK((src.find("mls_hsum(mls_acc") != std::string::npos) == chunks);
+      CHECK((src.find("mls_hmax(mls_acc") != std::string::npos) == chunks);
+      CHECK((src.find("mls_hmin(mls_acc") != std::string::npos) == chunks);
+      CHECK((src.find("mls_vmax_acc(mls_load") != std::string::npos) == chunks);
+      CHECK((src.find("mls_prefetch(&X[") != std::string::npos) == chunks);
+      CHECK(te::generate_cpp(f).find("mls_hsum") == std::string::npos);  // off by default
+      // Random rows; row 1 has a NaN (max and min skip it) and an infinity, row 2 a -inf.
+      std::vector<float> x(static_cast<std::size_t>(R * C));
+      mls::Rng rng(static_cast<std::uint64_t>(C), "fast_reduce");
+      for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
+      x[static_cast<std::size_t>(C + C / 2)] = nan;
+      if (C > 2) x[static_cast<std::size_t>(C)] = inf;
+      x[static_cast<std::size_t>(2 * C + C - 1)] = -inf;
+      std::vector<float> ws(R), wm(R), wn(R), wy(static_cast<std::size_t>(C)), gs(R), gm(R), gn(R),
+          gy(static_cast<std::size_t>(C));
+      te::Bindings b;
+      b.bind(X, x).bind(S, ws).bind(M, wm).bind(N, wn).bind(Y, wy);
+      te::interpret(f, b);
+      const std::vector<std::span<float>> args = {x, gs, gm, gn, gy};
+      te::compile(f, cg, quick_jit()).run(args, 1);
+      for (std::int64_t i = 0; i < R; ++i) {
+        INFO("row " << i);
+        CHECK(std::memcmp(&gm[i], &wm[i], 4) == 0);  // max and min exactly (NaN skipped)
+        CHECK(std::memcmp(&gn[i], &wn[i], 4) == 0);
+        if (i == 0) {  // a sum in another order: within (C + 8) eps of sum |2x|
+          double mag = 0;
+          for (std::int64_t j = 0; j < C; ++j) mag += 2.0 * std::fabs(x[static_cast<std::size_t>(j)]);
+          CHECK(std::fabs(gs[0] - ws[0]) <= static_cast<double>(C + 8) * 1.2e-7 * mag);
+        } else {
+          CHECK(std::isnan(gs[i]) == std::isnan(ws[i]));
+        }
+      }
+      for (std::int64_t j = 0; j < C; ++j) CHECK(std::memcmp(&gy[j], &wy[j], 4) == 0);
+    }
+  }
 }
 
 TEST_CASE("tune ops: compute_at with other readers inside the loop, outputs at a loop, set_scope", "[tune_ops][te]") {
@@ -534,4 +603,80 @@ TEST_CASE("tune ops: each strategy tunes a tiny problem end to end, failures are
                         return bad;
                       }()).run(),
                       Catch::Contains("tune: trials 0 must be >= 1"));
+}
+
+TEST_CASE("tune ops: the registry's tuned row operators (MLS_ROWOPS=tuned) equal the hand-written kernels, and without a "
+          "compiler fall back with one warning", "[tune_ops][rowops]") {
+  OpsEnv env;
+  tune::reset_tuned_rowops_state();
+  tune::set_tuned_rowops_compile_options(quick_jit());
+  const auto regs = mls::rowops_kernels();
+  REQUIRE(std::any_of(regs.begin(), regs.end(), [](const mls::RowOpsKernel& k) { return k.name == "tuned"; }));
+  mls::set_rowops_kernel("tuned");
+  const mls::RowOpsKernel k = mls::rowops_kernel();
+  REQUIRE(k.name == "tuned");
+  // Tolerance: tune::op_error's 4 (L + 8) eps relative to the largest output, L the longest reduction
+  // (cols, or rows for dweight/dbias): the two sides differ by their exp (each within a few ulp) and
+  // the order of their float sums, each of which is off by at most about L eps.
+  for (const OpProblem& shape : {tune::row_problem(OpKind::Softmax, 7, 67), tune::row_problem(OpKind::Softmax, 33, 256)}) {
+    const long R = shape.rows, C = shape.cols;
+    for (OpKind kind : {OpKind::Softmax, OpKind::LayerNormFwd, OpKind::LayerNormBwd}) {
+      const OpProblem p = tune::row_problem(kind, R, C);
+      tune::OpArrays got = tune::make_op_arrays(p, 21), want = got;
+      INFO(tune::op_name(kind) << " " << tune::to_string(p));
+      if (kind == OpKind::Softmax) {
+        k.softmax(got.at("y").data(), got.at("x").data(), R, C);
+        softmax_forward(want.at("y").data(), want.at("x").data(), R, C);
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+        tune::OpArray inplace = got.at("x");  // out == inp
+        k.softmax(inplace.data(), inplace.data(), R, C);
+        got.at("y") = inplace;
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+      } else if (kind == OpKind::LayerNormFwd) {
+        k.layernorm_forward(got.at("out").data(), got.at("mean").data(), got.at("rstd").data(), got.at("x").data(),
+                            got.at("weight").data(), got.at("bias").data(), R, C, 1e-5f);
+        layernorm_forward(want.at("out").data(), want.at("mean").data(), want.at("rstd").data(), want.at("x").data(),
+                          want.at("weight").data(), want.at("bias").data(), R, C, 1e-5f);
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+      } else {
+        // The gradients accumulate: dinp, dweight, dbias start as the _in arrays (not zero).
+        for (auto* a : {&got, &want}) {
+          (*a)["dinp"] = a->at("dinp_in");
+          (*a)["dweight"] = a->at("dweight_in");
+          (*a)["dbias"] = a->at("dbias_in");
+        }
+        auto args = [](tune::OpArrays& a) { return std::tuple{a.at("dinp").data(), a.at("dweight").data(), a.at("dbias").data()}; };
+        auto [gx, gw, gb] = args(got);
+        auto [wx, ww, wb] = args(want);
+        k.layernorm_backward(gx, gw, gb, got.at("dout").data(), got.at("x").data(), got.at("weight").data(),
+                             got.at("mean").data(), got.at("rstd").data(), R, C);
+        layernorm_backward(wx, ww, wb, want.at("dout").data(), want.at("x").data(), want.at("weight").data(),
+                           want.at("mean").data(), want.at("rstd").data(), R, C);
+        CHECK(tune::op_error(p, got, want) <= 1.0);
+      }
+    }
+  }
+  CHECK(tune::tuned_rowops_compiled() == 6);  // three operators on two shapes
+  CHECK(tune::tuned_rowops_fallbacks() == 0);
+  CHECK(tune::tuned_rowops_last_warning().empty());
+
+  // No compiler: the hand-written kernel (its very bits), one warning naming the operator and the shape.
+  tune::reset_tuned_rowops_state();
+  jit::CompileOptions none = quick_jit();
+  none.compiler = "/nonexistent/c++";
+  tune::set_tuned_rowops_compile_options(none);
+  const OpProblem p = tune::row_problem(OpKind::Softmax, 5, 19);
+  tune::OpArrays got = tune::make_op_arrays(p, 4), want = got;
+  k.softmax(got.at("y").data(), got.at("x").data(), p.rows, p.cols);
+  k.softmax(got.at("y").data(), got.at("x").data(), p.rows, p.cols);
+  softmax_forward(want.at("y").data(), want.at("x").data(), p.rows, p.cols);
+  CHECK(got.at("y") == want.at("y"));
+  CHECK(tune::tuned_rowops_fallbacks() == 2);
+  CHECK(tune::tuned_rowops_compiled() == 0);
+  CHECK_THAT(tune::tuned_rowops_last_warning(),
+             Catch::Contains("tuned rowops: warning: cannot compile softmax for 5x19 (") &&
+                 Catch::Contains("using lab 4's hand-written kernel"));
+  tune::reset_tuned_rowops_state();
+  mls::set_rowops_kernel("");
+  CHECK(mls::rowops_kernel().name == "fused");
 }

@@ -4,6 +4,7 @@
 
 #include "mls/autodiff/gradcheck.hpp"
 #include "mls/autodiff/nn.hpp"
+#include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/llm/autodiff_model.hpp"
 #include "mls/llm/model.hpp"
@@ -281,6 +282,28 @@ TEST_CASE("fused path: results do not depend on the thread count", "[lab6][model
   observe_rel("grads", r1.second.vec().data(), r1.second.vec().data(), static_cast<std::int64_t>(r1.second.vec().size()), 2e-4);
   CHECK(r1.first == r2.first);
   CHECK(r1.second.vec() == r2.second.vec());
+}
+
+TEST_CASE("fused path: MLS_ROWOPS=tuned (lab 4's compiled layernorm templates) gives the same loss and gradients",
+          "[lab6][model][fused]") {
+  GPTConfig cfg = config_by_name("nano");
+  cfg.vocab_size = 11;
+  Rng rng(3, "rowops");
+  const GPTParams p = random_params(cfg, rng);
+  const Batch b = random_batch(cfg, 2, cfg.block_size, rng);
+  set_rowops_kernel("");
+  const auto [l0, g0] = fused_loss_grads(p, b);  // lab 4's hand-written layernorms
+  set_rowops_kernel("tuned");
+  REQUIRE(rowops_kernel().layernorm_forward != nullptr);
+  const auto [l1, g1] = fused_loss_grads(p, b);  // compiled at run time (or, without a compiler, the same kernels)
+  set_rowops_kernel("");
+  MLS_OBSERVE(l1, {1e-5, 0.0});
+  observe_rel("grads", g1.vec().data(), g1.vec().data(), static_cast<std::int64_t>(g1.vec().size()), 2e-4);
+  // float32: the two layernorms differ by the order of their row sums (C terms) and the column sums
+  // of dweight/dbias (B T terms), a few ulp each; through the network that stays within the
+  // tolerance the other fused-path tests allow (1e-5 on the loss, 2e-4 relative on the gradients).
+  CHECK(l1 == Approx(l0).epsilon(1e-5));
+  CHECK(rel_err(g1.vec().data(), g0.vec().data(), static_cast<std::int64_t>(g0.vec().size())) < 2e-4);
 }
 
 TEST_CASE("adamw_update matches lab 2's AdamW, the schedule warms up and decays",

@@ -15,6 +15,13 @@
 /// linked with it, so lab 3's programs, folded or not, run every float32 conv on it.
 /// `MLS_CONV2D=im2col` or `set_conv2d_kernel("im2col")` forces lab 2's own path; another name
 /// picks a registered kernel.
+///
+/// Row operators (below): softmax, layernorm forward and backward on row-major (rows, cols) arrays.
+/// Lab 6's GPT runs its layernorms through `rowops_kernel()`: the chosen kernel's function where it
+/// has one, else its own path (lab 4's hand-written kernels, mls/kernels/fused.hpp). Lab 4 registers
+/// "tuned" (its autotuner's operator templates, mls/kernels/tune_ops.hpp) in every program linked
+/// with it. Nothing is chosen by default: `MLS_ROWOPS=tuned` or `set_rowops_kernel("tuned")` picks
+/// it; `MLS_ROWOPS=fused` (kRowOpsFallback) is the caller's own path, the default.
 #include <string>
 #include <vector>
 
@@ -83,5 +90,37 @@ Conv2dKernel conv2d_kernel();
 /// Chooses a kernel by name: "" returns to the default choice, `kConv2dFallback` forces the
 /// caller's own path.
 void set_conv2d_kernel(const std::string& name);
+
+/// out[r, :] = softmax(inp[r, :]); (rows, cols), out may be inp.
+using SoftmaxRowsFn = void (*)(float* out, const float* inp, long rows, long cols);
+/// out = (x - mean) rstd weight + bias per row, mean and rstd (rows,) saved; as fused.hpp's.
+using LayerNormFwdFn = void (*)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, long rows, long cols, float eps);
+/// Its backward, ACCUMULATING (+=) into dinp (rows, cols), dweight and dbias (cols,); as fused.hpp's.
+using LayerNormBwdFn = void (*)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                const float* weight, const float* mean, const float* rstd, long rows, long cols);
+
+struct RowOpsKernel {
+  std::string name;
+  SoftmaxRowsFn softmax = nullptr;            // null: the caller's own path for this operator
+  LayerNormFwdFn layernorm_forward = nullptr;
+  LayerNormBwdFn layernorm_backward = nullptr;
+  int priority = 0;  // the order of rowops_kernels(), highest first (no kernel is chosen by default)
+  std::string description;
+};
+
+/// The name of the caller's own path (lab 4's hand-written kernels), the default.
+inline constexpr const char* kRowOpsFallback = "fused";
+
+/// Adds (or replaces, by name) a kernel. Safe to call from a static initialiser.
+void register_rowops(RowOpsKernel kernel);
+/// All registered kernels, highest priority first.
+std::vector<RowOpsKernel> rowops_kernels();
+/// The kernel to use: the one named by `set_rowops_kernel` or `MLS_ROWOPS`; else (or for
+/// `kRowOpsFallback`) one with no functions, named kRowOpsFallback: the caller's own path. Throws
+/// `mls::Error` listing the registered names when the chosen name is unknown.
+RowOpsKernel rowops_kernel();
+/// Chooses a kernel by name: "" returns to the default (the caller's own path).
+void set_rowops_kernel(const std::string& name);
 
 }  // namespace mls

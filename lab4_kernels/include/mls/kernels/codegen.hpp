@@ -79,6 +79,25 @@ struct CodegenOptions {
   /// reduction's update (read back) stays an ordinary store. Every parallel range and the function
   /// end with a store fence (sfence), so what a thread streamed is visible when the call returns.
   std::vector<std::string> stream_stores{};
+  /// Reductions as the hardware does them fastest, reassociated (results may differ from the
+  /// interpreter's by float rounding, as a sum in another order does):
+  ///   - a serial loop whose body is one update `X[k] = X[k] op e(v)` (op +, max or min; k not
+  ///     reading the loop's variable v; e vectorizable in v) accumulates in vector lanes, then
+  ///     adds up (or takes the max of) the lanes in a tree: the lane-wise partial results of a
+  ///     row reduction (tune_ops.hpp) reduce in a handful of instructions, not a chain of
+  ///     dependent scalar operations;
+  ///   - a max (min) update of a reduction `X[k] = max(X[k], e)` in a vectorized chunk is one
+  ///     vmaxps (`e > X ? e : X`): a NaN in e is skipped, as the interpreter skips it, and the
+  ///     accumulator, started at the combiner's identity, is never NaN, so the result is the
+  ///     interpreter's (an accumulator that is NaN would stay NaN, where mls_vmax takes e).
+  bool fast_reduce = false;
+  /// Software prefetch: {buffer (a function argument, by name), distance in elements}. In a
+  /// vectorized chunk every load of that buffer contiguous in the loop's variable also prefetches
+  /// (into L1, `__builtin_prefetch`) the element `distance` elements further on, once per chunk:
+  /// with the distance D rows of a row loop, row i + D arrives from memory while row i is computed
+  /// in cache, so the core's arithmetic and the memory's transfers overlap. A prefetch never
+  /// faults (past the array's end it is dropped).
+  std::vector<std::pair<std::string, std::int64_t>> prefetch{};
 };
 
 /// The lanes `options` asks for on this CPU (resolves vector_lanes = 0); mls::Error for a value

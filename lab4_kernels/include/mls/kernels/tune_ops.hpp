@@ -37,6 +37,9 @@
 ///             exp(x - max), layernorm_fwd x - mean, layernorm_bwd xhat and dnorm; 0 = recomputed
 ///   parallel  1 = the rows (add_mul_add: the chunks; conv2d: the output channel blocks, and the
 ///             padded copy's channels) a parallel loop; only 0 in a space for one thread
+///   prefetch  row ops: the rows of the (rows, cols) inputs prefetched this many rows ahead (0: none;
+///             CodegenOptions::prefetch), so that the next rows come from memory while this one is
+///             computed in cache (the code generation's reductions are CodegenOptions::fast_reduce)
 ///   blocks    layernorm_bwd: row blocks of the dweight/dbias partial sums (a space for T threads:
 ///             T to 4 T, each block a parallel iteration)
 ///   block     add_mul_add: elements per chunk
@@ -70,7 +73,8 @@ std::vector<OpKind> op_kinds();
 std::string op_name(OpKind kind);
 /// The operator of an op name; mls::Error "tune: unknown operator '<s>' (softmax, ...)".
 OpKind op_kind_from_string(std::string_view s);
-/// The template's schedule format, stored as "template" in its knob objects: "<op>.v1".
+/// The template's schedule format, stored as "template" in its knob objects: "<op>.v2" for the row
+/// operators (v2 added the knob prefetch), "<op>.v1" for add_mul_add and conv2d.
 std::string op_template_id(OpKind kind);
 
 /// One problem of an operator. Only the fields of its kind count.
@@ -375,5 +379,35 @@ OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed = 
 /// "ratio tuned_<op>_vs_copy_<shape>_t<threads> <x>" and "ratio tuned_<op>_vs_fused_<shape>_t<threads>
 /// <x>" (conv2d: "_vs_direct_"), two lines with their newlines.
 std::string op_ratio_lines(const OpProblem& p, int threads, const OpComparison& c);
+
+// ---- the registry's tuned row operators (mls/common/kernels.hpp: MLS_ROWOPS=tuned) ------------------
+
+/// The `tuned` row operators: fused.hpp's softmax_forward, layernorm_forward and layernorm_backward
+/// (same arguments, same semantics: out may be inp, the backward accumulates +=) run by the compiled
+/// template of the call's (rows, cols) at mls::num_threads() threads: the tuning database's best
+/// knobs for that shape, thread count and CPU (best_op_knobs), else OpSpace::full's default knobs
+/// (the row operators are not tuned on first use: run `mls-tune softmax|layernorm` for the shape).
+/// Compiled kernels are kept per (operator, shape, eps, threads). An aliased output (softmax in
+/// place) and the backward's accumulation run through a copy of the input (the generated code's
+/// arguments must not overlap). Any failure to compile (no compiler, a compile error) runs the
+/// hand-written kernel, with one line on stderr the first time.
+void softmax_tuned(float* out, const float* inp, long rows, long cols);
+void layernorm_forward_tuned(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                             const float* bias, long rows, long cols, float eps);
+void layernorm_backward_tuned(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, long rows, long cols);
+/// Registers "tuned" with common's row operator registry (mls::register_rowops). Called by lab 4's
+/// provider in every program linked with lab 4 (src/autoregister.cpp); safe to call more than once.
+void register_tuned_rowops();
+/// The last warning the tuned row operators printed ("" when none), how many calls fell back to the
+/// hand-written kernels, how many kernels were compiled (or found in the JIT's cache) in this process.
+std::string tuned_rowops_last_warning();
+std::int64_t tuned_rowops_fallbacks();
+std::int64_t tuned_rowops_compiled();
+/// How they compile (default jit::CompileOptions{}); tests set quicker options, or a compiler that
+/// does not exist.
+void set_tuned_rowops_compile_options(const jit::CompileOptions& options);
+/// Forgets the compiled kernels, the warning, the counters and the compile options.
+void reset_tuned_rowops_state();
 
 }  // namespace mls::kernels::tune
