@@ -10,12 +10,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 out=$("$tool" --ranks 2 --layers 4 --width 32 --batch 16 --bucket-bytes 20000 --first-bucket-bytes 1000 --steps 2 --warmup 1)
 echo "$out"
-printf '%s\n' "$out" | grep -q "layers 4 buckets 4 bucket_bytes 20000 first_bucket_bytes 1000" ||
+grep -q "layers 4 buckets 4 bucket_bytes 20000 first_bucket_bytes 1000" <<< "$out" ||
   { echo "FAIL: no 'layers 4 buckets 4' line (4 layers of 32 -> 64 -> 64 -> 64 -> 10: {b4} in the 1000-byte first bucket, {W4 b3 W3 b2}, {W2 b1}, {W1})"; exit 1; }
 for r in dp_overlap_efficiency dp_overlap_efficiency_ceiling dp_overlap_step_over_max dp_overlap_speedup; do
-  printf '%s\n' "$out" | grep -q "^ratio $r [-0-9.]*" || { echo "FAIL: no 'ratio $r' line"; exit 1; }
+  grep -q "^ratio $r [-0-9.]*" <<< "$out" || { echo "FAIL: no 'ratio $r' line"; exit 1; }
 done
-printf '%s\n' "$out" | grep -q "^compute: forward .* backward .* optimizer .* comm CPU" ||
+grep -q "^compute: forward .* backward .* optimizer .* comm CPU" <<< "$out" ||
   { echo "FAIL: no phases line"; exit 1; }
 
 refuse() {  # refuse "<expected text>" command...
@@ -24,7 +24,7 @@ refuse() {  # refuse "<expected text>" command...
   local msg rc=0
   msg=$("$@" 2>&1) || rc=$?
   [ "$rc" -ne 0 ] || { echo "FAIL: '$*' was accepted"; exit 1; }
-  printf '%s\n' "$msg" | grep -qF -- "$want" || { echo "FAIL: '$*' said: $msg (expected: $want)"; exit 1; }
+  grep -qF -- "$want" <<< "$msg" || { echo "FAIL: '$*' said: $msg (expected: $want)"; exit 1; }
   echo "refused as expected: $*"
 }
 refuse "--link-auto needs the MPI backend (run it under mpirun)" "$tool" --ranks 2 --link-auto
@@ -44,9 +44,9 @@ rc=$?
 set -e
 echo "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: --link-auto on 2 MPI processes exited $rc"; exit 1; }
-printf '%s\n' "$out" | grep -q "^emulated link: [0-9.e+-]* Gbit/s, no added latency (set by mls-dp-bench --link-auto" ||
+grep -q "^emulated link: [0-9.e+-]* Gbit/s, no added latency (set by mls-dp-bench --link-auto" <<< "$out" ||
   { echo "FAIL: --link-auto printed no calibrated link"; exit 1; }
-printf '%s\n' "$out" | grep -q "^ratio dp_overlap_efficiency [-0-9.]* \[emulated link\]" ||
+grep -q "^ratio dp_overlap_efficiency [-0-9.]* \[emulated link\]" <<< "$out" ||
   { echo "FAIL: no labelled efficiency under --link-auto"; exit 1; }
 refuse "--link-auto chooses the bandwidth itself, but MLS_LINK_GBPS=4 is set too" \
   env MLS_LINK_GBPS=4 "$here/run_mpi.sh" 2 "$tool" --width 64 --batch 64 --steps 1 --link-auto

@@ -11,10 +11,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 out=$("$tool" --mode schedule -p 4 -m 8 --svg "$tmp/both.svg")
 echo "$out"
-printf '%s\n' "$out" | grep -q "^gpipe, p = 4, m = 8$" || { echo "FAIL: no gpipe timeline"; exit 1; }
-printf '%s\n' "$out" | grep -q "^1f1b, p = 4, m = 8$" || { echo "FAIL: no 1f1b timeline"; exit 1; }
-printf '%s\n' "$out" | grep -q "^peak live micro-batches per stage: 8 8 8 8$" || { echo "FAIL: no gpipe peak"; exit 1; }
-printf '%s\n' "$out" | grep -q "^peak live micro-batches per stage: 4 3 2 1$" || { echo "FAIL: no 1f1b peak"; exit 1; }
+grep -q "^gpipe, p = 4, m = 8$" <<< "$out" || { echo "FAIL: no gpipe timeline"; exit 1; }
+grep -q "^1f1b, p = 4, m = 8$" <<< "$out" || { echo "FAIL: no 1f1b timeline"; exit 1; }
+grep -q "^peak live micro-batches per stage: 8 8 8 8$" <<< "$out" || { echo "FAIL: no gpipe peak"; exit 1; }
+grep -q "^peak live micro-batches per stage: 4 3 2 1$" <<< "$out" || { echo "FAIL: no 1f1b peak"; exit 1; }
 grep -q "gpipe: p = 4, m = 8, bubble 0.273" "$tmp/both.svg" || { echo "FAIL: the SVG has no gpipe panel"; exit 1; }
 grep -q "1f1b: p = 4, m = 8, bubble 0.273" "$tmp/both.svg" || { echo "FAIL: the SVG has no 1f1b panel"; exit 1; }
 boxes=$(grep -o 'rx="3"' "$tmp/both.svg" | wc -l)
@@ -34,8 +34,8 @@ refuse() {  # refuse "<expected text>" args...
   set -e
   echo "mls-parallel $*: $err"
   [ "$rc" -eq 1 ] || { echo "FAIL: mls-parallel $* exited $rc, expected 1"; exit 1; }
-  printf '%s\n' "$err" | grep -qF -- "$want" || { echo "FAIL: the error does not say '$want'"; exit 1; }
-  if printf '%s\n' "$err" | grep -q "rank [0-9]* failed"; then echo "FAIL: a rank started"; exit 1; fi
+  grep -qF -- "$want" <<< "$err" || { echo "FAIL: the error does not say '$want'"; exit 1; }
+  if grep -q "rank [0-9]* failed" <<< "$err"; then echo "FAIL: a rank started"; exit 1; fi
 }
 refuse "mls-parallel: --ranks 3 must divide --d-hidden 16" --mode tp --ranks 3
 refuse "tensor-parallel sizes 1, 2, 4, 8 or 16 fit" --mode tp --ranks 3
@@ -52,8 +52,8 @@ refuse "--overlap is for --mode dp or 3d" --mode tp --ranks 2 --overlap
 a=$("$tool" --mode dp --ranks 4 --micro 2 --bucket-bytes 64 --check --no-traffic --overlap)
 echo "$a"
 b=$("$tool" --mode dp --ranks 4 --micro 2 --bucket-bytes 64 --check --no-traffic)
-printf '%s\n' "$a" | grep -q "^mls-parallel: mode dp, .*, overlap$" || { echo "FAIL: --overlap not in the header"; exit 1; }
-printf '%s\n' "$a" | grep -Eq "^overlap: [1-9][0-9]* gradient bucket" || { echo "FAIL: no bucket launched inside backward"; exit 1; }
-[ "$(printf '%s\n' "$a" | grep '^step ')" = "$(printf '%s\n' "$b" | grep '^step ')" ] || { echo "FAIL: --overlap changed the losses"; exit 1; }
-printf '%s\n' "$a" | grep -q "^check: .*(ok)$" || { echo "FAIL: --overlap does not match the single-rank run"; exit 1; }
+grep -q "^mls-parallel: mode dp, .*, overlap$" <<< "$a" || { echo "FAIL: --overlap not in the header"; exit 1; }
+grep -Eq "^overlap: [1-9][0-9]* gradient bucket" <<< "$a" || { echo "FAIL: no bucket launched inside backward"; exit 1; }
+[ "$(grep '^step ' <<< "$a")" = "$(grep '^step ' <<< "$b")" ] || { echo "FAIL: --overlap changed the losses"; exit 1; }
+grep -q "^check: .*(ok)$" <<< "$a" || { echo "FAIL: --overlap does not match the single-rank run"; exit 1; }
 echo "OK: mls-parallel draws both schedules, names the flag of each refused mesh, and --overlap keeps the losses"

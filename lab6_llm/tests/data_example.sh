@@ -20,6 +20,6 @@ echo "$err"
 [ "$rc" -ne 0 ] || { echo "FAIL: a missing --data file was accepted"; exit 1; }
 for s in "$tmp/tinyshakespeare.txt" "lab6_llm/data/tinyshakespeare_64k.txt" \
          "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"; do
-  printf '%s\n' "$err" | grep -qF -- "$s" || { echo "FAIL: the error for a missing --data file does not name $s"; exit 1; }
+  grep -qF -- "$s" <<< "$err" || { echo "FAIL: the error for a missing --data file does not name $s"; exit 1; }
 done
 echo "OK: mls-gpt trains, evaluates and samples on the shipped text; a missing text names its source"

@@ -17,7 +17,7 @@ choice=$(printf '%s\n' "$plan" | sed -n 's/^choice: .*micro-batch \([0-9]*\) (\(
 # shellcheck disable=SC2086  # the printed line is split into its words, as a shell would
 run=$("$gpt" $line --steps 2)
 echo "$run"
-printf '%s\n' "$run" | grep -q "micro-batch $choice;" || { echo "FAIL: the run is not micro-batch $choice"; exit 1; }
-printf '%s\n' "$run" | grep -q " yes " || { echo "FAIL: no memory row matches the formula"; exit 1; }
-if printf '%s\n' "$run" | grep -q " NO "; then echo "FAIL: a memory row does not match the formula"; exit 1; fi
+grep -q "micro-batch $choice;" <<< "$run" || { echo "FAIL: the run is not micro-batch $choice"; exit 1; }
+grep -q " yes " <<< "$run" || { echo "FAIL: no memory row matches the formula"; exit 1; }
+if grep -q " NO " <<< "$run"; then echo "FAIL: a memory row does not match the formula"; exit 1; fi
 echo "OK: the planned command runs micro-batch $choice"

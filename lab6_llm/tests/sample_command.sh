@@ -15,12 +15,12 @@ echo "$both"
 first=$(printf '%s\n' "$both" | head -n 1)
 [ "$first" = "sample: the model's context length (block size) is 32 tokens and the prompt has 7: the KV cache serves the first 25 of the 40 new tokens; the other 15 slide the context over the last 32 tokens, recomputing it for each (slower: as without the cache, the same tokens)" ] ||
   { echo "FAIL: the first line is not the note on the context length: $first"; exit 1; }
-printf '%s\n' "$both" | grep -Eq "^40 tokens, [0-9]+ tok/s \(KV cache\)$" || { echo "FAIL: not 40 tokens"; exit 1; }
+grep -Eq "^40 tokens, [0-9]+ tok/s \(KV cache\)$" <<< "$both" || { echo "FAIL: not 40 tokens"; exit 1; }
 cached=$("$gpt" sample --ckpt "$tmp/run/ckpt.bin" --prompt "315042=" -n 40 --seed 3 2>/dev/null)
 recomputed=$("$gpt" sample --ckpt "$tmp/run/ckpt.bin" --prompt "315042=" -n 40 --seed 3 --no-kv-cache 2>/dev/null)
 [ "$cached" = "$recomputed" ] || { echo "FAIL: KV cache '$cached' vs recompute '$recomputed'"; exit 1; }
 [ "${#cached}" -eq 47 ] || { echo "FAIL: ${#cached} characters, expected the prompt's 7 + 40"; exit 1; }
 # Within the block nothing is said.
 short=$("$gpt" sample --ckpt "$tmp/run/ckpt.bin" --prompt "315042=" -n 5 2>&1 >/dev/null)
-if printf '%s\n' "$short" | grep -q "context length"; then echo "FAIL: a note within the block"; exit 1; fi
+if grep -q "context length" <<< "$short"; then echo "FAIL: a note within the block"; exit 1; fi
 echo "OK: mls-gpt sample gives all 40 tokens past the block of 32, says so first, the same with and without the cache"
