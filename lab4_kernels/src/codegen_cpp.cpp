@@ -404,7 +404,7 @@ void Emitter::loop(const For& f, int depth) {
     parallel_loop(f, depth, id);
   else if (f.kind == ForKind::Vectorized && !in_vectorized_)
     vector_loop(f, depth, id);
-  else
+  else if (f.kind != ForKind::Serial || in_vectorized_ || !transpose_copy(f, depth))  // a transposing copy: blocks
     serial_loop(f, depth, id);
   unbind(v);
 }
