@@ -165,6 +165,10 @@ std::optional<Point> Search::propose(const std::vector<SearchTrial>& done, Rng& 
     case Strategy::Random:
       return random_fresh(rng);
     case Strategy::Guided:
+      // The seeds right after the default (the student's strategy proposes the default first).
+      if (!done.empty())
+        for (const auto& p : space_.seeds)
+          if (space_.is_valid(p) && fresh(p)) return p;
       return propose_guided(done, rng);
   }
   return std::nullopt;
@@ -383,7 +387,20 @@ TuneResult Tuner::run() {
   so.confirm = bench ? options_.confirm : 0;
   so.epsilon = options_.epsilon;
   so.proposals = options_.proposals;
-  const SearchResult s = Search(sgemm_search_space(space_, shape_), so).run(cb);
+  SearchSpace search_space = sgemm_search_space(space_, shape_);
+  if (!options_.seed_packed) search_space.seeds.clear();
+  // After lab4_packed's configuration, the best record of this very shape in the database (a
+  // search never ends slower than one before it); records of other shapes are left to the model.
+  if (options_.seed_db && !synthetic) {
+    try {
+      const TuningDb known_db(options_.db_path.empty() ? default_tuning_db_path() : options_.db_path);
+      const auto known = choose_knobs(known_db.scan().records, shape_, options_.threads, jit::cpu_key());
+      if (known && known->source == "db" && space_.valid(known->knobs))
+        search_space.seeds.push_back(sgemm_point_of(space_, known->knobs));
+    } catch (const std::exception&) {  // an unreadable database seeds nothing
+    }
+  }
+  const SearchResult s = Search(std::move(search_space), so).run(cb);
   r.found = s.found;
   if (s.found) r.best = sgemm_knobs_at(space_, s.best);
   r.best_seconds = s.best_seconds;

@@ -155,6 +155,7 @@ SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape) 
   s.features = [space, shape](const Point& p) { return sgemm_features(sgemm_knobs_at(space, p), shape, space.lanes); };
   s.key = [space, shape](const Point& p) { return plan_key(sgemm_knobs_at(space, p), shape, space.lanes); };
   s.default_point = sgemm_point_of(space, space.default_knobs());
+  if (const auto packed = space.packed_knobs(shape)) s.seeds.push_back(sgemm_point_of(space, *packed));
   return s;
 }
 

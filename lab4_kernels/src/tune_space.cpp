@@ -2,10 +2,12 @@
 // neighbours; problems (shapes with their transposes, beta and leading dimensions) and the plan of
 // knobs on one: its pieces, each a kernel the micro-kernel tiles exactly.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 
 #include "mls/common/error.hpp"
+#include "mls/kernels/sgemm.hpp"
 #include "mls/kernels/tune.hpp"
 
 namespace mls::kernels::tune {
@@ -38,6 +40,9 @@ int nearest(const std::vector<int>& v, int want) {
 }
 
 int cpu_lanes(int lanes) { return lanes != 0 ? lanes : te::resolved_vector_lanes({}); }
+
+/// The instruction set of lab4_packed whose micro-kernel has vectors of `lanes` floats.
+const char* packed_isa_of(int lanes) { return lanes >= 16 ? "avx512" : lanes == 8 ? "avx2" : "scalar"; }
 
 }  // namespace
 
@@ -97,6 +102,44 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j) {
   return k;
 }
 
+SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    if (text[pos] == ' ') {
+      ++pos;
+      continue;
+    }
+    const std::size_t end = std::min(text.find(' ', pos), text.size());
+    const std::string field(text.substr(pos, end - pos));
+    pos = end;
+    const std::size_t eq = field.find('=');
+    MLS_CHECK(eq != std::string::npos && eq > 0, "sgemm knobs: field '", field, "' is not name=value");
+    const std::string name = field.substr(0, eq), value = field.substr(eq + 1);
+    if (name == "order" || name == "parallel") {
+      (name == "order" ? k.order : k.parallel) = value;
+      continue;
+    }
+    int v = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    MLS_CHECK(ec == std::errc() && ptr == value.data() + value.size(), "sgemm knobs: field '", name, "' value '",
+              value, "' is not an integer");
+    if (name == "pack_a" || name == "pack_b") {
+      MLS_CHECK(v == 0 || v == 1, "sgemm knobs: field '", name, "' must be 0 or 1, got ", value);
+      (name == "pack_a" ? k.pack_a : k.pack_b) = v == 1;
+      continue;
+    }
+    int SgemmKnobs::*const fields[] = {&SgemmKnobs::mc, &SgemmKnobs::kc, &SgemmKnobs::nc, &SgemmKnobs::mr,
+                                       &SgemmKnobs::nr, &SgemmKnobs::unroll};
+    const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll"};
+    const auto at = std::find(std::begin(names), std::end(names), name);
+    MLS_CHECK(at != std::end(names), "sgemm knobs: unknown field '", name,
+              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll)");
+    k.*fields[at - std::begin(names)] = v;
+  }
+  check_knobs(k, lanes);
+  return k;
+}
+
 void check_knobs(const SgemmKnobs& k, int lanes) {
   lanes = cpu_lanes(lanes);
   MLS_CHECK(k.mc >= 1 && k.kc >= 1 && k.nc >= 1, "sgemm knobs: block sizes mc ", k.mc, ", kc ", k.kc, ", nc ", k.nc,
@@ -134,6 +177,15 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   s.pack_a = {true, false};
   s.pack_b = {true, false};
   s.unroll = {1, 2, 4, 8};
+  // lab4_packed's blocks (packed_knobs) are points of the space.
+  const PackedBlocking b = packed_blocking(packed_isa_of(s.lanes));
+  auto hold = [](std::vector<int>& list, long v) {
+    if (std::find(list.begin(), list.end(), static_cast<int>(v)) == list.end()) list.push_back(static_cast<int>(v));
+    std::sort(list.begin(), list.end());
+  };
+  hold(s.mc, b.mc);
+  hold(s.kc, b.kc);
+  hold(s.nc, b.nc);
   return s;
 }
 
@@ -263,6 +315,24 @@ std::vector<SgemmKnobs> KnobSpace::neighbours(const SgemmKnobs& k) const {
     add(n);
   }
   return out;
+}
+
+std::optional<SgemmKnobs> KnobSpace::packed_knobs(const SgemmShape& shape) const {
+  const PackedBlocking b = packed_blocking(packed_isa_of(lanes));
+  SgemmKnobs k;
+  k.mr = static_cast<int>(b.mr);
+  k.nr = static_cast<int>(b.nr);
+  k.mc = static_cast<int>(b.mc);
+  k.kc = static_cast<int>(b.kc);
+  k.nc = static_cast<int>(b.nc);
+  k.order = "nkm";
+  const bool serial = std::find(parallel.begin(), parallel.end(), "none") != parallel.end();
+  k.parallel = serial ? "none" : shape.m >= shape.n ? "m" : "n";
+  k.pack_b = true;
+  k.pack_a = !packed_reads_a_in_place(shape.n, shape.k);
+  k.unroll = k.pack_a ? b.unroll_packed : b.unroll_in_place;
+  if (!valid(k)) return std::nullopt;
+  return k;
 }
 
 SgemmKnobs KnobSpace::default_knobs() const {

@@ -315,6 +315,46 @@ TEST_CASE("tune: grid, random and guided each run a few trials on a tiny shape a
   CHECK(space.valid(tune::knobs_from_json(best->schedule)));
 }
 
+TEST_CASE("tune: guided search measures the database's best record of the shape right after the default",
+          "[lab4][tune][search][jit]") {
+  TuneEnv env;
+  const SgemmShape shape{23, 2 * lanes() + 5, 37};
+  const KnobSpace space = KnobSpace::small(1);  // holds no lab4_packed configuration: the record is the only seed
+  SgemmKnobs known = space.default_knobs();
+  known.mr = 3;
+  known.order = "knm";
+  known.unroll = 4;
+  REQUIRE(space.valid(known));
+  // Two records of this CPU: the faster is the seed; another shape's record is not.
+  const TuningDb db(env.db_path());
+  SgemmKnobs slower = known;
+  slower.order = "mkn";
+  db.append(make_tuning_record("sgemm", tune::to_json(shape), 1, tune::schedule_json(slower, false), 2e-3, 1));
+  db.append(make_tuning_record("sgemm", tune::to_json(shape), 1, tune::schedule_json(known, false), 1e-3, 2));
+  auto run = [&](bool seed_db) {
+    tune::TuneOptions o;
+    o.strategy = tune::Strategy::Guided;
+    o.trials = 2;
+    o.space = space;
+    o.jit = kernels_test::quick_jit();
+    o.measure = quick_measure();
+    o.seed = 11;
+    o.confirm = 0;
+    o.record = false;
+    o.seed_db = seed_db;
+    return tune::Tuner(shape, o).run();
+  };
+  const tune::TuneResult r = run(true);
+  REQUIRE(r.trials.size() == 2);
+  mls::testing::observe("seeded from the database: trial 2", tune::to_string(r.trials[1].knobs));
+  CHECK(r.trials[1].status == TrialStatus::Ok);
+  CHECK(r.trials.front().knobs == space.default_knobs());
+  CHECK(r.trials[1].knobs == known);
+  const tune::TuneResult off = run(false);
+  REQUIRE(off.trials.size() == 2);
+  CHECK_FALSE(off.trials[1].knobs == known);
+}
+
 TEST_CASE("tune: the knobs of the tuned kernel come from this CPU's records, else the nearest shape",
           "[lab4][tune][db][base]") {
   auto record = [](const std::string& cpu, SgemmShape s, int threads, double seconds, int mc) {

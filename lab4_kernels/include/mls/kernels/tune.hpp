@@ -82,6 +82,11 @@ struct SgemmKnobs {
 
 /// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1".
 std::string to_string(const SgemmKnobs& k);
+/// The knobs of to_string's text: "name=value" fields separated by spaces, in any order, a field
+/// left out keeping its value in `base` (mls-tune sgemm --knobs). mls::Error "sgemm knobs: ..."
+/// naming the field for an unknown name, a field without '=', a value that is not a number or a
+/// flag (0/1), or knobs check_knobs refuses.
+SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs base = {}, int lanes = 0);
 /// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
 nlohmann::json to_json(const SgemmKnobs& k);
 /// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
@@ -91,6 +96,8 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j);
 /// multiple of `lanes` (0: the CPU's, te::resolved_vector_lanes), order a permutation of "nkm",
 /// parallel one of the five names, unroll in 1..64.
 void check_knobs(const SgemmKnobs& k, int lanes = 0);
+
+struct SgemmShape;  // below: one SGEMM problem
 
 /// The knob space: the values each knob may take. Points of the space are the cross product,
 /// less those whose micro-kernel does not fit the vector registers (valid()).
@@ -104,7 +111,8 @@ struct KnobSpace {
 
   /// The full SGEMM space on this CPU for `threads` threads (parallel is "none" at one thread;
   /// "m", "n", "mr", "nr" at more), lanes and registers from the CPU (AVX-512: 16 lanes, 32
-  /// registers; AVX2: 8, 16; else 4, 16). `lanes` != 0 overrides the CPU's.
+  /// registers; AVX2: 8, 16; else 4, 16). `lanes` != 0 overrides the CPU's. Its block lists hold
+  /// lab4_packed's blocks for those lanes (packed_knobs).
   static KnobSpace sgemm(int threads, int lanes = 0);
   /// A small space (two values of a few knobs) for tests and demonstrations.
   static KnobSpace small(int threads, int lanes = 0);
@@ -126,6 +134,14 @@ struct KnobSpace {
   /// NR 2 vectors, "nkm", parallel "m" (or "none"), both packed, unroll 1 (bench_codegen's
   /// hand-picked schedule), made valid.
   SgemmKnobs default_knobs() const;
+  /// lab4_packed's own configuration on `shape` (mls/kernels/sgemm.hpp: packed_blocking of the
+  /// space's lanes, 16 "avx512", 8 "avx2", else "scalar"): its MR, NR, MC, KC, NC, Goto's order
+  /// "nkm", B packed, A packed unless lab4_packed reads it in place (packed_reads_a_in_place), its
+  /// micro-kernel's k unroll, and, when the space's parallel knob has no "none", the longer side of
+  /// C parallel as lab4_packed_mt splits it ("m" when M >= N, else "n"). None when a value is not in
+  /// this space (KnobSpace::sgemm holds it). The guided search measures it right after the default
+  /// (SearchSpace::seeds), so the tuned kernel is the hand-written one's equal up to timing noise.
+  std::optional<SgemmKnobs> packed_knobs(const SgemmShape& shape) const;
   /// mls::Error "KnobSpace: ..." for an empty value list, a value check_knobs refuses, or no
   /// valid point.
   void check() const;
@@ -471,6 +487,11 @@ struct SearchSpace {
   std::function<Point(Rng&)> sample_fn{};                       ///< empty: each index uniform, redrawn until valid
   std::function<std::vector<Point>(const Point&)> neighbours_fn{};  ///< empty: one knob one step
   Point default_point{};  ///< where the guided strategy starts (valid)
+  /// Points the guided strategy measures right after the default, in order, before its own
+  /// proposals (invalid or already proposed ones skipped): the SGEMM space's are lab4_packed's
+  /// configuration (KnobSpace::packed_knobs), then the Tuner adds the best record of the shape in
+  /// the tuning database. Grid and random search ignore them (the baselines stay unseeded).
+  std::vector<Point> seeds{};
 
   /// Points of the cross product.
   std::size_t cross_size() const;
@@ -594,6 +615,12 @@ struct TuneOptions {
   int confirm = 3;
   double epsilon = 0.1;       ///< guided: chance of a random proposal instead of the model's best
   int proposals = 64;         ///< guided: candidates scored by the model each round
+  /// Guided: measure lab4_packed's configuration (KnobSpace::packed_knobs) right after the default.
+  bool seed_packed = true;
+  /// Guided: then the fastest record of this shape in the tuning database (a search never ends
+  /// slower than an earlier one). Off where runs are compared (mls-tune --strategy compare: a
+  /// record of an earlier run, random's included, would hand the answer to the next).
+  bool seed_db = true;
   /// Called after each trial (a progress bar).
   std::function<void(const Trial& t, const std::vector<double>& best_so_far)> on_trial{};
   /// A synthetic cost in place of compiling and timing (tests and demonstrations of a strategy):
