@@ -345,7 +345,9 @@ bool Emitter::transpose_copy(const For& f, int depth) {
   std::int64_t dca = 0, dcb = 0, sca = 0, scb = 0;
   if (!coeffs(dflat, dca, dcb) || !coeffs(sflat, sca, scb)) return false;
   if (dcb != 1 || sca != 1 || dca < 1 || scb < 1) return false;  // D[a * ldd + b], S[b * lds + a]
-  const std::int64_t e0 = aext->value, e1 = bext->value, c0 = e0 - e0 % w, c1 = e1 - e1 % w;
+  const std::int64_t e0 = aext->value, e1 = bext->value, c1 = e1 - e1 % w;
+  const bool parallel = f.kind == ForKind::Parallel;
+  if (parallel && !parallel_conflict(f).empty()) return false;  // racy: parallel_loop says why and runs it serially
   const std::string helper = "mls_transpose" + std::to_string(w);
   if (!m_.intrinsic_names.count(helper)) {
     m_.intrinsic_names.insert(helper);
@@ -356,25 +358,58 @@ bool Emitter::transpose_copy(const For& f, int depth) {
   const CText dbase = expr(detail::simplify(detail::substitute(dflat, first)));
   const CText sbase = expr(detail::simplify(detail::substitute(sflat, first)));
   const std::string ldd = c_int_literal(dca), lds = c_int_literal(scb), sn = sv.ident, dn = dv.ident;
+  const std::string W = std::to_string(w);
   line(depth, "{  // " + a->name + ", " + b->name + ": a transposing copy " + dn + "[" + a->name + "][" + b->name +
-                  "] = " + sn + "[" + b->name + "][" + a->name + "] in " + std::to_string(w) + " x " + std::to_string(w) +
-                  " blocks through registers (" + helper + "), the edges element by element");
+                  "] = " + sn + "[" + b->name + "][" + a->name + "] in " + W + " x " + W +
+                  " blocks through registers (" + helper + "), the edges element by element" +
+                  (parallel ? "; blocks of " + W + " rows on the host's threads" : ""));
   line(depth + 1, "float* const mls_d = " + dn + (dbase.s == "0" ? "" : " + " + wrap(dbase, 13)) + ";");
   line(depth + 1, "const float* const mls_s = " + sn + (sbase.s == "0" ? "" : " + " + wrap(sbase, 13)) + ";");
-  line(depth + 1, "for (std::int64_t mls_i = 0; mls_i < " + c_int_literal(c0) + "; mls_i += " + std::to_string(w) + ") {");
-  line(depth + 2, "for (std::int64_t mls_j = 0; mls_j < " + c_int_literal(c1) + "; mls_j += " + std::to_string(w) + ")");
-  line(depth + 3, helper + "(mls_s + mls_j * " + lds + " + mls_i, " + lds + ", mls_d + mls_i * " + ldd + " + mls_j, " +
-                      ldd + ");");
-  if (c1 < e1) {
-    line(depth + 2, "for (std::int64_t mls_j = " + c_int_literal(c1) + "; mls_j < " + c_int_literal(e1) + "; ++mls_j)");
-    line(depth + 3, "for (std::int64_t mls_r = mls_i; mls_r < mls_i + " + std::to_string(w) +
-                        "; ++mls_r) mls_d[mls_r * " + ldd + " + mls_j] = mls_s[mls_j * " + lds + " + mls_r];");
-  }
-  line(depth + 1, "}");
-  if (c0 < e0) {
-    line(depth + 1, "for (std::int64_t mls_i = " + c_int_literal(c0) + "; mls_i < " + c_int_literal(e0) + "; ++mls_i)");
-    line(depth + 2, "for (std::int64_t mls_j = 0; mls_j < " + c_int_literal(e1) + "; ++mls_j) mls_d[mls_i * " + ldd +
-                        " + mls_j] = mls_s[mls_j * " + lds + " + mls_i];");
+  // W rows from mls_i: W x W blocks through registers, then the columns left.
+  auto block = [&](int d) {
+    line(d, "for (std::int64_t mls_j = 0; mls_j < " + c_int_literal(c1) + "; mls_j += " + W + ")");
+    line(d + 1, helper + "(mls_s + mls_j * " + lds + " + mls_i, " + lds + ", mls_d + mls_i * " + ldd + " + mls_j, " + ldd +
+                    ");");
+    if (c1 < e1) {
+      line(d, "for (std::int64_t mls_j = " + c_int_literal(c1) + "; mls_j < " + c_int_literal(e1) + "; ++mls_j)");
+      line(d + 1, "for (std::int64_t mls_r = mls_i; mls_r < mls_i + " + W + "; ++mls_r) mls_d[mls_r * " + ldd +
+                      " + mls_j] = mls_s[mls_j * " + lds + " + mls_r];");
+    }
+  };
+  // The rows from mls_i to the end, element by element.
+  auto tail = [&](int d) {
+    line(d, "for (std::int64_t mls_r = mls_i; mls_r < " + c_int_literal(e0) + "; ++mls_r)");
+    line(d + 1, "for (std::int64_t mls_j = 0; mls_j < " + c_int_literal(e1) + "; ++mls_j) mls_d[mls_r * " + ldd +
+                    " + mls_j] = mls_s[mls_j * " + lds + " + mls_r];");
+  };
+  const std::int64_t whole = e0 / w, blocks = (e0 + w - 1) / w;
+  if (!parallel) {
+    line(depth + 1, "for (std::int64_t mls_q = 0; mls_q < " + c_int_literal(whole) + "; ++mls_q) {");
+    line(depth + 2, "const std::int64_t mls_i = mls_q * " + W + ";");
+    block(depth + 2);
+    line(depth + 1, "}");
+    if (whole < blocks) {
+      line(depth + 1, "{");
+      line(depth + 2, "const std::int64_t mls_i = " + c_int_literal(whole * w) + ";");
+      tail(depth + 2);
+      line(depth + 1, "}");
+    }
+  } else {
+    uses_parallel_ = true;
+    line(depth + 1, "auto mls_rows = [&](std::int64_t mls_b, std::int64_t mls_e) {  // blocks [mls_b, mls_e)");
+    line(depth + 2, "for (std::int64_t mls_q = mls_b; mls_q < mls_e; ++mls_q) {");
+    line(depth + 3, "if (mls_q < 0 || mls_q >= " + c_int_literal(blocks) + ") continue;  // never: the ranges cover the blocks");
+    line(depth + 3, "const std::int64_t mls_i = mls_q * " + W + ";");
+    if (whole < blocks) {
+      line(depth + 3, "if (mls_q == " + c_int_literal(whole) + ") {  // the last rows");
+      tail(depth + 4);
+      line(depth + 4, "continue;");
+      line(depth + 3, "}");
+    }
+    block(depth + 3);
+    line(depth + 2, "}");
+    line(depth + 1, "};");
+    line(depth + 1, "mls_parallel(parallel_for, host, " + c_int_literal(blocks) + ", mls_rows);");
   }
   line(depth, "}");
   return true;

@@ -570,4 +570,62 @@ std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape,
   return f;
 }
 
+double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int threads) {
+  const SgemmPlan p = plan_sgemm(k, shape, lanes);
+  const SgemmShape s = shape.key();
+  const double L1 = 48 << 10, L2 = 512 << 10, L3 = 8 << 20;  // bytes a block may take (Zen 4/5-like)
+  auto over = [](double bytes, double cap) { return bytes > cap ? std::log2(bytes / cap) : 0.0; };
+  // Compute: every piece's micro-kernel calls.
+  double compute = 0;
+  for (const SgemmPiece& q : p.pieces) {
+    const double flops = sgemm_flops(q.shape);
+    const long mr = q.knobs.mr, nr = q.knobs.nr;
+    if (nr % q.lanes != 0) {  // a narrow edge: plain loops, about 4 flops a cycle
+      compute += flops / 4;
+      continue;
+    }
+    const double nv = static_cast<double>(nr) / q.lanes;
+    const double fma = mr * nv, loads = nv + mr;
+    const double per_k = std::max({fma / 2, loads / 2, 4.0});
+    const double calls = std::ceil(static_cast<double>(q.shape.m) / mr) * std::ceil(static_cast<double>(q.shape.n) / nr) *
+                         std::ceil(static_cast<double>(q.shape.k) / std::max(1L, q.kc));
+    double cycles = flops / (2 * mr * nr) * per_k + calls * (2 * fma + 20);  // + C tile in and out per call
+    // Blocks that overflow their cache level.
+    double slow = 1 + 0.08 * over(4.0 * q.kc * nr, L1) + 0.1 * over(4.0 * q.mc * q.kc, L2) + 0.05 * over(4.0 * q.kc * q.nc, L3);
+    // Operands read in place: strided rows (worse at a multiple of 4 KiB: every row in one cache set).
+    if (!q.knobs.pack_b) slow *= (4 * s.b_ld()) % 4096 == 0 ? 1.4 : 1.15 + 0.05 * over(4.0 * q.kc * s.b_ld(), L2);
+    if (!q.knobs.pack_a) slow *= (4 * s.a_ld()) % 4096 == 0 && s.k > 256 ? 1.2 : 1.02;
+    compute += cycles * slow;
+  }
+  // Copies: elements per copy, times the outer block loops that repeat it (not its own dimensions).
+  const std::string& o = k.order;
+  const double trips[3] = {std::ceil(static_cast<double>(s.n) / std::max(1L, p.nc)),
+                           std::ceil(static_cast<double>(s.k) / std::max(1L, p.kc)),
+                           std::ceil(static_cast<double>(s.m) / std::max(1L, p.mc))};
+  auto trip = [&](char c) { return trips[c == 'n' ? 0 : c == 'k' ? 1 : 2]; };
+  auto repeats = [&](char a, char b) {  // the copy sits at the later of its loops a, b
+    const std::size_t at = std::max(o.find(a), o.find(b));
+    double r = 1;
+    for (std::size_t i = 0; i < at; ++i)
+      if (o[i] != a && o[i] != b) r *= trip(o[i]);
+    return r;
+  };
+  const double copy_b = k.pack_b || s.trans_b ? s.k * s.n * repeats('n', 'k') * (s.trans_b ? 0.5 : 0.25) : 0;
+  const double copy_a = k.pack_a ? s.m * s.k * repeats('m', 'k') * (s.trans_a ? 0.5 : 0.25) : 0;
+  if (threads <= 1 || k.parallel == "none") return std::log((compute + copy_a + copy_b) / 3e9);
+  // Threads: the parallel loop's trips shared out; a copy outside it runs on one thread.
+  const char par = k.parallel == "m" || k.parallel == "mr" ? 'm' : 'n';
+  const bool inner = k.parallel == "mr" || k.parallel == "nr";
+  double ptrips = inner ? std::ceil((par == 'm' ? p.mc / k.mr : p.nc / k.nr)) : trip(par);
+  ptrips = std::max(1.0, ptrips);
+  const double share = std::ceil(ptrips / threads) / ptrips;  // of the work on the busiest thread
+  const std::size_t ppos = inner ? 3 : o.find(par);           // xr, yr come after the three block loops
+  double regions = 1;
+  for (std::size_t i = 0; i < std::min<std::size_t>(ppos, 3); ++i) regions *= trip(o[i]);
+  auto outside = [&](char a, char b) { return std::max(o.find(a), o.find(b)) < ppos || ppos == 3; };
+  const double serial = (outside('n', 'k') ? copy_b : 0) + (outside('m', 'k') ? copy_a : 0);
+  const double shared = compute + copy_a + copy_b - serial;
+  return std::log((serial + shared * share + regions * 5000) / 3e9);
+}
+
 }  // namespace mls::kernels::tune

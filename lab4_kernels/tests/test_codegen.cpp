@@ -425,7 +425,8 @@ TEST_CASE("codegen: vector lanes 1, 4, 8 and 16 and every vector path give the i
 TEST_CASE("codegen: a transposing copy (cache_read with a layout) goes in register blocks, any shape, tails and "
           "leading dimension, and equals the interpreter", "[codegen][layout][kernels]") {
   // C = A·op(B) with B stored n x k (rows padded by 3 floats), B's copy BL[k][x] = B[x][k] vectorized
-  // along x: whole W x W blocks transpose through registers, the edges element by element.
+  // along x: whole W x W blocks transpose through registers, the edges element by element; every
+  // other copy parallel over its rows (blocks of W rows per thread), run at 1 and 2 threads.
   struct Case {
     std::int64_t m, n, k, kc;  // kc 0: the copy of the whole B at the first loop; else at ko of a split by kc
   };
@@ -449,6 +450,7 @@ TEST_CASE("codegen: a transposing copy (cache_read with a layout) goes in regist
       }
       const Tensor BL = s.cache_read(B, s[C], at, Scope::Local, {1, 0}, "BL");
       s[BL].vectorize(s[BL].leaf_axes().back());
+      if (i % 2 == 1) s[BL].parallel(s[BL].leaf_axes().front());  // the rows shared out among threads
       jobs.push_back(job(s, "transposed" + std::to_string(i) + "_" + std::to_string(lanes), {A, B}, c.k));
       const std::int64_t rows = c.kc > 0 ? c.kc : c.k;
       blocks = blocks || (rows >= lanes && c.n >= lanes);
@@ -460,6 +462,7 @@ TEST_CASE("codegen: a transposing copy (cache_read with a layout) goes in regist
     CHECK(has(src, "void mls_transpose" + std::to_string(lanes) + "(") == blocks);
     CHECK(has(src, "a transposing copy BL[ax0][ax1] = B[ax1][ax0] in " + std::to_string(lanes) + " x " +
                        std::to_string(lanes) + " blocks"));
+    CHECK(has(src, "blocks of " + std::to_string(lanes) + " rows on the host's threads"));
   }
 }
 

@@ -19,7 +19,8 @@
 ///   as one call of a register-blocked micro-kernel (te::gemm_regblock_intrinsic, its k loop
 ///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
 ///   later of its loops xc/ko when `pack_b`, A's MC x KC block at the later of yc/ko when `pack_a`,
-///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`).
+///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), and a copy outside that loop
+///   parallel over its rows (the threads share the packing out).
 /// The operands are read and written where they lie, never copied whole: the tensor expression
 /// indexes A(k, y) when trans_a and B(x, k) when trans_b on strided placeholders (te::
 /// strided_placeholder: the leading dimensions), so the packing copies read transposed panels
@@ -456,6 +457,18 @@ class CostModel {
 /// order and parallel, the packing flags, register use, the share of the edge pieces' flops, log2 of the A block, B
 /// block and B panel bytes.
 std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape, int lanes);
+/// The guided search's prior: an analytic estimate of log(seconds) of knobs on a shape at `threads`
+/// threads, before anything is measured (only differences between knobs matter, not the constant).
+/// Per piece of the plan, its micro-kernel's cycles per k step, the largest of its FMAs over 2 per
+/// cycle, its loads (NR/lanes vectors of B, MR broadcasts of A) over 2 per cycle and the FMA latency
+/// (4: each accumulator is updated once per step), and the C tile loaded and stored once per call;
+/// a narrow edge (plain loops) at scalar speed; blocks that overflow their cache (B panel 4 KC NR
+/// bytes over L1's 48 KiB, A block 4 MC KC over 512 KiB of L2, B block 4 KC NC over 8 MiB) slow the
+/// kernel; operands read in place pay for their strided rows (more at a leading dimension of a
+/// multiple of 4 KiB); the packing copies cost per element (twice for a transposing one) times how
+/// often the loop order repeats them; at more threads the parallel loop's trips are shared out
+/// (imbalance counted), copies outside it stay serial, and each parallel region costs a fork-join.
+double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int threads);
 /// A key per distinct compiled schedule: knobs whose plans on `shape` are the same (block targets
 /// rounded to the same blocks) have the same key.
 std::string plan_key(const SgemmKnobs& k, const SgemmShape& shape, int lanes = 0);
@@ -486,6 +499,9 @@ struct SearchSpace {
   std::function<std::string(const Point&)> key{};               ///< empty: the indices
   std::function<Point(Rng&)> sample_fn{};                       ///< empty: each index uniform, redrawn until valid
   std::function<std::vector<Point>(const Point&)> neighbours_fn{};  ///< empty: one knob one step
+  /// An estimate of log(seconds) before any measurement (the SGEMM space's: sgemm_prior); empty:
+  /// none (the guided strategy then starts with random points).
+  std::function<double(const Point&)> prior{};
   Point default_point{};  ///< where the guided strategy starts (valid)
   /// Points the guided strategy measures right after the default, in order, before its own
   /// proposals (invalid or already proposed ones skipped): the SGEMM space's are lab4_packed's
@@ -511,6 +527,8 @@ struct SearchSpace {
   std::vector<double> features_of(const Point& p) const;
   /// key(p), or the indices joined.
   std::string key_of(const Point& p) const;
+  /// prior(p), or 0 without a prior.
+  double prior_of(const Point& p) const { return prior ? prior(p) : 0.0; }
   /// mls::Error "SearchSpace: ..." for no knobs, a knob with no values, or a default point that is
   /// not valid.
   void check() const;
@@ -662,8 +680,10 @@ class Tuner {
 
 /// The SGEMM space as the search sees it: the knobs slowest first as in KnobSpace::at (order,
 /// parallel, pack_a, pack_b, mr, nr, mc, kc, nc, unroll), KnobSpace's own validity, sampling and
-/// neighbours, sgemm_features, plan_key (knobs with the same plan are one point), the default knobs.
-SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape);
+/// neighbours, sgemm_features, sgemm_prior at `threads` (0: 1 when the space's parallel knob has
+/// "none", else 2), plan_key (knobs with the same plan are one point), the default knobs, and
+/// lab4_packed's configuration as a seed.
+SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, int threads = 0);
 /// The knobs of a point of sgemm_search_space(space, ...), and back (mls::Error "KnobSpace: ..." for
 /// a value not in the space or an index out of range).
 SgemmKnobs sgemm_knobs_at(const KnobSpace& space, const Point& p);
