@@ -318,6 +318,10 @@ TEST_CASE("tune: the loop nest names the template's loops", "[lab4][tune][templa
   // The reduction's init is a pass of its own (ko is outside the tile), then the blocks in order.
   CHECK(text.find("fill_zero4x" + std::to_string(lanes())) < text.find("for ko"));
   CHECK(text.find("for yc in parallel(2):", text.find("for ko")) != std::string::npos);
+  // B's copy (at ko, outside the parallel yc) is shared out over its rows; A's (inside yc) is not.
+  const std::size_t bl = text.find("BL = allocate"), al = text.find("AL = allocate");
+  CHECK(text.find("for ax0 in parallel(8):", bl) < al);
+  CHECK(text.find("for ax0 in parallel(", al) == std::string::npos);
 }
 
 TEST_CASE("tune: every knob combination of a tiny space compiles and equals the naive product on awkward shapes",

@@ -248,6 +248,27 @@ TEST_CASE("tune: the cost model and its linear algebra", "[lab4][tune][model][ba
     REQUIRE(f.size() == d);
     for (double v : f) REQUIRE(std::isfinite(v));
   }
+  // The analytic prior: finite everywhere, and it ranks what the hardware says is slower as slower.
+  for (int i = 0; i < 50; ++i) REQUIRE(std::isfinite(tune::sgemm_prior(space.sample(r2), {37, 1000, 5}, 16, 2)));
+  const SgemmShape n1024{1024, 1024, 1024};
+  const SgemmKnobs good{144, 512, 2048, 12, 32, "nkm", "none", true, true, 4};
+  auto prior = [&](SgemmKnobs k, int threads = 1) { return tune::sgemm_prior(k, n1024, 16, threads); };
+  SgemmKnobs k = good;
+  k.mr = 1;
+  k.nr = 16;  // 1 FMA per k step: latency-bound
+  CHECK(prior(k) > prior(good) + 1.0);
+  k = good;
+  k.pack_b = false;  // B's rows 4 KiB apart, read in place
+  CHECK(prior(k) > prior(good));
+  k = good;
+  k.order = "mkn";  // B's block copied again for every block of rows
+  CHECK(prior(k) > prior(good));
+  k = good;
+  k.parallel = "m";
+  CHECK(prior(k, 2) < prior(good, 1));  // two threads share the work
+  SgemmKnobs inner = k;
+  inner.parallel = "mr";  // a fork-join per block and the copies on one thread
+  CHECK(prior(inner, 2) > prior(k, 2));
 }
 
 TEST_CASE("tune: strategy names and tuner options are checked", "[lab4][tune][errors][base]") {
