@@ -151,7 +151,7 @@ TEST_CASE("tune: the knob space enumerates, samples and steps to valid points on
   LAB4_REQUIRE_ERROR(KnobSpace::sgemm(0), "KnobSpace::sgemm: threads 0 must be >= 1");
 }
 
-TEST_CASE("tune: the space holds lab4_packed's own configuration; knobs read back from their text",
+TEST_CASE("tune: the space holds lab4_packed's own configuration, and knobs read back from their text",
           "[lab4][tune][space][base]") {
   // The reference: lab4_packed's blocking per instruction set (sgemm.hpp), its rule for op(A) in place.
   for (int ln : {4, 8, 16}) {
