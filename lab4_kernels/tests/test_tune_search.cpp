@@ -485,7 +485,13 @@ TEST_CASE("tune: the tuned kernel through the registry equals lab4_packed on ran
   }
   {
     mls::ThreadCountGuard two(2);  // the parallel loops through the pool
-    check_tuned_against_packed({37, 3 * lanes(), 19}, 5);
+    const SgemmShape s{37, 3 * lanes(), 19};
+    check_tuned_against_packed(s, 5);
+    // No record at 2 threads: lab4_packed's own configuration.
+    const auto packed = tune::tuned_choice(s, 2);
+    REQUIRE(packed);
+    CHECK(packed->source == "packed");
+    CHECK(packed->knobs == KnobSpace::sgemm(2).packed_knobs(s).value());
   }
   // Small problems go to the hand-written kernel without compiling anything.
   tune::set_tuned_min_flops(1e12);

@@ -735,7 +735,8 @@ StrategyComparison compare_strategies(
 /// Which knobs the `tuned` kernel uses for a shape at `threads` on this CPU, and where they came
 /// from: "db" (the database's fastest record of the shape), "nearest <m>x<n>x<k>" (the fastest
 /// record of the nearest shape measured at that thread count: the smallest sum of |log| ratios of
-/// m, n, k), "tuned" (MLS_TUNE=1 tuned it now), or "default".
+/// m, n, k), "tuned" (MLS_TUNE=1 tuned it now), "packed" (no record: lab4_packed's own configuration,
+/// KnobSpace::packed_knobs), or "default" (the space's default, where that is not in the space).
 struct KnobChoice {
   SgemmKnobs knobs;
   std::string source;
@@ -753,7 +754,7 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
 /// (its m, n, k, transposes and beta: 1 for any beta but 0) at mls::num_threads() threads
 /// (choose_knobs on the database, $MLS_TUNING_DB; with MLS_TUNE=1 a problem with no record of its
 /// own is tuned first, with its flags: MLS_TUNE_TRIALS candidates, default 24, guided; else the
-/// nearest tuned shape's knobs, else the space's default). The call's own problem (its transposes
+/// nearest tuned shape's knobs, else lab4_packed's configuration). The call's own problem (its transposes
 /// and leading dimensions) is compiled, so the operands are read where they lie; alpha != 1 runs
 /// through a copy of C. Compiled kernels are kept per (problem, plan). Problems below
 /// tuned_min_flops(), K = 0, and any failure to compile (no compiler, a compile error: one line on
