@@ -284,6 +284,14 @@ void Search::confirm(SearchResult& r, const SearchCallbacks& cb) const {
     if (t.status == TrialStatus::Ok) ok.push_back(&t);
   std::sort(ok.begin(), ok.end(), [](const SearchTrial* a, const SearchTrial* b) { return a->seconds < b->seconds; });
   ok.resize(std::min(ok.size(), static_cast<std::size_t>(std::max(0, options_.confirm))));
+  // The seeds that passed are timed again too (lab4_packed's configuration: the search must end at
+  // least as fast as it up to timing noise, and one noisy search time must not decide that).
+  if (options_.confirm > 0)
+    for (const auto& t : r.trials)
+      if (t.status == TrialStatus::Ok && std::find(ok.begin(), ok.end(), &t) == ok.end() &&
+          std::any_of(space_.seeds.begin(), space_.seeds.end(),
+                      [&](const Point& p) { return space_.key_of(p) == space_.key_of(t.point); }))
+        ok.push_back(&t);
   for (const SearchTrial* t : ok) {
     const std::optional<double> seconds = cb.retime(t->point);
     if (!seconds) continue;  // it passed once; keep the search's time

@@ -590,8 +590,8 @@ class Search {
   const SearchSpace& space() const { return space_; }
   /// Proposes, measures (callbacks.evaluate) and records until `trials` points were proposed, the
   /// budget is spent or the strategy has nothing left; then times the `confirm` fastest again
-  /// (callbacks.retime, 3x the rounds: one noisy lucky measurement must not win) and picks the
-  /// best among them.
+  /// (callbacks.retime, 3x the rounds: one noisy lucky measurement must not win), and the space's
+  /// seeds that were measured (lab4_packed's configuration), and picks the best among them.
   SearchResult run(const SearchCallbacks& callbacks);
 
  private:
@@ -605,7 +605,8 @@ class Search {
   /// A random fresh point (2000 draws, then the first fresh one of the enumeration); none when
   /// every key of the space was proposed.
   std::optional<Point> random_fresh(Rng& rng) const;
-  /// Times the fastest trials again (SearchOptions::confirm) and picks the best among them.
+  /// Times the fastest trials again (SearchOptions::confirm), and the seeds that passed (none when
+  /// confirm is 0), and picks the best among them.
   void confirm(SearchResult& r, const SearchCallbacks& cb) const;
   SearchSpace space_;
   SearchOptions options_;
