@@ -6,6 +6,11 @@
 //   build/release/bin/mls-tune sgemm --m 1024 --n 1024 --k 1024 --threads 2 --trials 200
 //       --strategy guided [--seed S] [--budget-s T] [--svg curve.svg] [--db PATH]    (one line)
 //       [--trans-a] [--trans-b] [--beta 0|1]      the problem's flags (C = op(A)·op(B), or += with beta 1)
+//       [--no-seeds]     guided: do not measure lab4_packed's configuration and the database's best
+//                        record of the shape right after the default (KnobSpace::packed_knobs)
+//   build/release/bin/mls-tune sgemm --m 768 --n 128 --k 512 --trans-b --beta 1 --knobs packed
+//       one schedule timed, no search: "packed" (lab4_packed's own configuration) or knobs as printed,
+//       "mr=12 kc=384 ...", fields left out from the default; its loop nest and the two ratio lines
 //   build/release/bin/mls-tune sgemm --transformer [--threads T] [--trials N]
 //       the 12 GEMMs of lab 4's bench (sgemm_tf: a transformer layer's forward, dx and dW, beta 1), each
 //       tuned with its flags and recorded, then one table (tuned, lab4_packed(_mt), OpenBLAS GFLOP/s and
