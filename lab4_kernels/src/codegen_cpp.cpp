@@ -403,7 +403,11 @@ void Emitter::loop(const For& f, int depth) {
   const auto* ex = f.extent.as<IntImm>();
   const std::int64_t lo = mn && ex ? mn->value : 1, hi = mn && ex ? mn->value + ex->value - 1 : 0;
   const std::string id = bind(v, c_identifier(v->name), lo, hi);
-  if (f.kind == ForKind::Parallel && !in_vectorized_)
+  const bool copy = !in_vectorized_ && (f.kind == ForKind::Serial || f.kind == ForKind::Parallel) &&
+                    transpose_copy(f, depth);  // a transposing copy: emitted in register blocks
+  if (copy) {
+    // emitted
+  } else if (f.kind == ForKind::Parallel && !in_vectorized_)
     parallel_loop(f, depth, id);
   else if (f.kind == ForKind::Vectorized && !in_vectorized_)
     vector_loop(f, depth, id);

@@ -138,6 +138,12 @@ class Emitter {
 
   // codegen_vector.cpp: vectorized loops
   void vector_loop(const For& f, int depth, const std::string& v);
+  /// A transposing copy `for a: for b in vectorized: D[.. a .. b] = S[.. b .. a]` (D contiguous in
+  /// b, S contiguous in a, both buffers distinct, no guard, constant bounds, both extents at least
+  /// the lanes): emitted as W x W blocks transposed through vector registers (mls_transpose<W>,
+  /// defined once per unit), the edges element by element. False (nothing emitted) for any other
+  /// loop.
+  bool transpose_copy(const For& f, int depth);
   std::string vector_obstacle(const For& f) const;
   void vstore(const Store& st, int depth);
   // codegen_fastmath.cpp: non-temporal stores (CodegenOptions::stream_stores)

@@ -70,7 +70,7 @@ Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t
                     K = std::to_string(k);
   in.update_source =
       "// An " + MR + " x " + std::to_string(nr) + " block of the output in " + MR + " x " + NV +
-      " vector registers for the whole k loop; per k, " + NV + " loads of b's row and " + MR +
+      " vector registers for the whole k loop; per k, " + NV + " loads of b's row (and prefetches 8 rows ahead) and " + MR +
       " broadcasts of a.\n"
       "typedef float vec __attribute__((vector_size(" + std::to_string(4 * lanes) + ")));\n"
       "if (strides[1] == 1 && strides[7] == 1 && strides[2] == 0 && strides[4] == 0 && strides[6] == 0) {\n"
@@ -84,6 +84,9 @@ Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t
       "        for (int v = 0; v < " + NV + "; ++v) __builtin_memcpy(&acc[i][v], out + i * strides[0] + v * " + L +
       ", sizeof(vec));\n"
       "    for (std::int64_t k = 0; k < " + K + "; ++k) {\n"
+      "        // b's row 8 ahead, as lab4_packed's micro-kernel: a row of a packed block is read once per call.\n"
+      "#pragma GCC unroll " + NV + "\n"
+      "        for (int v = 0; v < " + NV + "; ++v) __builtin_prefetch(b + (k + 8) * strides[8] + v * " + L + ");\n"
       "        vec bk[" + NV + "];\n"
       "#pragma GCC unroll " + NV + "\n"
       "        for (int v = 0; v < " + NV + "; ++v) __builtin_memcpy(&bk[v], b + k * strides[8] + v * " + L +

@@ -274,4 +274,145 @@ void Emitter::vif(const IfThenElse& i, int depth) {
   line(depth, "}");
 }
 
+namespace {
+/// The unit's helper mls_transpose<w>(s, lds, d, ldd): d[i * ldd + j] = s[j * lds + i] for a w x w
+/// block, through w vector registers: log2(w) rounds, the round of half-width h swapping the
+/// h x h blocks off the diagonal of each 2h x 2h block (rows i and i + h exchange their halves by
+/// one two-source shuffle each: __builtin_shufflevector, GCC 12 and clang).
+std::string transpose_helper(int w) {
+  const std::string v = "mls_f32x" + std::to_string(w), name = "mls_transpose" + std::to_string(w);
+  std::string t = "// A " + std::to_string(w) + " x " + std::to_string(w) +
+                  " block transposed through registers: d[i * ldd + j] = s[j * lds + i].\n"
+                  "static inline __attribute__((always_inline)) void " + name +
+                  "(const float* s, std::int64_t lds, float* d, std::int64_t ldd) {\n    " + v + " r[" +
+                  std::to_string(w) + "];\n";
+  t += "#pragma GCC unroll " + std::to_string(w) + "\n    for (int i = 0; i < " + std::to_string(w) +
+       "; ++i) r[i] = mls_load<" + v + ">(s + i * lds);\n";
+  for (int h = w / 2; h >= 1; h /= 2) {
+    std::string lo, hi;  // row i (bit h clear) and row i + h after the round
+    for (int j = 0; j < w; ++j) {
+      const bool upper = (j / h) % 2 == 1;
+      lo += (j ? ", " : "") + std::to_string(upper ? w + j - h : j);
+      hi += (j ? ", " : "") + std::to_string(upper ? w + j : j + h);
+    }
+    t += "#pragma GCC unroll " + std::to_string(w) + "\n    for (int i = 0; i < " + std::to_string(w) +
+         "; ++i) {  // blocks of " + std::to_string(h) + "\n";
+    t += "        if (i & " + std::to_string(h) + ") continue;\n";
+    t += "        const " + v + " a = r[i], b = r[i + " + std::to_string(h) + "];\n";
+    t += "        r[i] = __builtin_shufflevector(a, b, " + lo + ");\n";
+    t += "        r[i + " + std::to_string(h) + "] = __builtin_shufflevector(a, b, " + hi + ");\n    }\n";
+  }
+  t += "#pragma GCC unroll " + std::to_string(w) + "\n    for (int i = 0; i < " + std::to_string(w) +
+       "; ++i) mls_store(d + i * ldd, r[i]);\n}\n\n";
+  return t;
+}
+}  // namespace
+
+bool Emitter::transpose_copy(const For& f, int depth) {
+  const int w = m_.lanes;
+  if (w < 4) return false;
+  const Stmt* body = &f.body;
+  while (const auto* q = body->as<Seq>()) {  // a block of one statement
+    if (q->stmts.size() != 1) return false;
+    body = &q->stmts.front();
+  }
+  const auto* g = body->as<For>();
+  if (!g || g->kind != ForKind::Vectorized) return false;
+  const auto* st = g->body.as<Store>();
+  const auto* ld = st ? st->value.as<Load>() : nullptr;
+  if (!ld || ld->buffer.get() == st->buffer.get()) return false;
+  const auto *amin = f.min.as<IntImm>(), *aext = f.extent.as<IntImm>(), *bmin = g->min.as<IntImm>(),
+             *bext = g->extent.as<IntImm>();
+  if (!amin || !aext || !bmin || !bext || aext->value < w || bext->value < w) return false;
+  const VarNode *a = f.var.get(), *b = g->var.get();
+  BufVar& dv = buf(st->buffer.get(), "store");
+  BufVar& sv = buf(ld->buffer.get(), "load");
+  if (st->indices.size() != dv.shape.size() || ld->indices.size() != sv.shape.size()) return false;
+  const Expr dflat = flat_index(dv, st->indices), sflat = flat_index(sv, ld->indices);
+  // The coefficients of a and b in a flat index; false when a or b hides in another term.
+  auto coeffs = [&](const Expr& flat, std::int64_t& ca, std::int64_t& cb) {
+    ca = cb = 0;
+    for (const auto& t : detail::to_affine(flat).terms) {
+      if (t.var == a)
+        ca = t.coeff;
+      else if (t.var == b)
+        cb = t.coeff;
+      else if (detail::uses_any(t.atom, {a, b}))
+        return false;
+    }
+    return true;
+  };
+  std::int64_t dca = 0, dcb = 0, sca = 0, scb = 0;
+  if (!coeffs(dflat, dca, dcb) || !coeffs(sflat, sca, scb)) return false;
+  if (dcb != 1 || sca != 1 || dca < 1 || scb < 1) return false;  // D[a * ldd + b], S[b * lds + a]
+  const std::int64_t e0 = aext->value, e1 = bext->value, c1 = e1 - e1 % w;
+  const bool parallel = f.kind == ForKind::Parallel;
+  if (parallel && !parallel_conflict(f).empty()) return false;  // racy: parallel_loop says why and runs it serially
+  const std::string helper = "mls_transpose" + std::to_string(w);
+  if (!m_.intrinsic_names.count(helper)) {
+    m_.intrinsic_names.insert(helper);
+    m_.intrinsic_text += transpose_helper(w);
+  }
+  // The corner (a, b) = (min, min): the flat indices with the loops at their first values.
+  const detail::VarMap first = {{a, Expr(amin->value)}, {b, Expr(bmin->value)}};
+  const CText dbase = expr(detail::simplify(detail::substitute(dflat, first)));
+  const CText sbase = expr(detail::simplify(detail::substitute(sflat, first)));
+  const std::string ldd = c_int_literal(dca), lds = c_int_literal(scb), sn = sv.ident, dn = dv.ident;
+  const std::string W = std::to_string(w);
+  line(depth, "{  // " + a->name + ", " + b->name + ": a transposing copy " + dn + "[" + a->name + "][" + b->name +
+                  "] = " + sn + "[" + b->name + "][" + a->name + "] in " + W + " x " + W +
+                  " blocks through registers (" + helper + "), the edges element by element" +
+                  (parallel ? "; blocks of " + W + " rows on the host's threads" : ""));
+  line(depth + 1, "float* const mls_d = " + dn + (dbase.s == "0" ? "" : " + " + wrap(dbase, 13)) + ";");
+  line(depth + 1, "const float* const mls_s = " + sn + (sbase.s == "0" ? "" : " + " + wrap(sbase, 13)) + ";");
+  // W rows from mls_i: W x W blocks through registers, then the columns left.
+  auto block = [&](int d) {
+    line(d, "for (std::int64_t mls_j = 0; mls_j < " + c_int_literal(c1) + "; mls_j += " + W + ")");
+    line(d + 1, helper + "(mls_s + mls_j * " + lds + " + mls_i, " + lds + ", mls_d + mls_i * " + ldd + " + mls_j, " + ldd +
+                    ");");
+    if (c1 < e1) {
+      line(d, "for (std::int64_t mls_j = " + c_int_literal(c1) + "; mls_j < " + c_int_literal(e1) + "; ++mls_j)");
+      line(d + 1, "for (std::int64_t mls_r = mls_i; mls_r < mls_i + " + W + "; ++mls_r) mls_d[mls_r * " + ldd +
+                      " + mls_j] = mls_s[mls_j * " + lds + " + mls_r];");
+    }
+  };
+  // The rows from mls_i to the end, element by element.
+  auto tail = [&](int d) {
+    line(d, "for (std::int64_t mls_r = mls_i; mls_r < " + c_int_literal(e0) + "; ++mls_r)");
+    line(d + 1, "for (std::int64_t mls_j = 0; mls_j < " + c_int_literal(e1) + "; ++mls_j) mls_d[mls_r * " + ldd +
+                    " + mls_j] = mls_s[mls_j * " + lds + " + mls_r];");
+  };
+  const std::int64_t whole = e0 / w, blocks = (e0 + w - 1) / w;
+  if (!parallel) {
+    line(depth + 1, "for (std::int64_t mls_q = 0; mls_q < " + c_int_literal(whole) + "; ++mls_q) {");
+    line(depth + 2, "const std::int64_t mls_i = mls_q * " + W + ";");
+    block(depth + 2);
+    line(depth + 1, "}");
+    if (whole < blocks) {
+      line(depth + 1, "{");
+      line(depth + 2, "const std::int64_t mls_i = " + c_int_literal(whole * w) + ";");
+      tail(depth + 2);
+      line(depth + 1, "}");
+    }
+  } else {
+    uses_parallel_ = true;
+    line(depth + 1, "auto mls_rows = [&](std::int64_t mls_b, std::int64_t mls_e) {  // blocks [mls_b, mls_e)");
+    line(depth + 2, "for (std::int64_t mls_q = mls_b; mls_q < mls_e; ++mls_q) {");
+    line(depth + 3, "if (mls_q < 0 || mls_q >= " + c_int_literal(blocks) + ") continue;  // never: the ranges cover the blocks");
+    line(depth + 3, "const std::int64_t mls_i = mls_q * " + W + ";");
+    if (whole < blocks) {
+      line(depth + 3, "if (mls_q == " + c_int_literal(whole) + ") {  // the last rows");
+      tail(depth + 4);
+      line(depth + 4, "continue;");
+      line(depth + 3, "}");
+    }
+    block(depth + 3);
+    line(depth + 2, "}");
+    line(depth + 1, "};");
+    line(depth + 1, "mls_parallel(parallel_for, host, " + c_int_literal(blocks) + ", mls_rows);");
+  }
+  line(depth, "}");
+  return true;
+}
+
 }  // namespace mls::kernels::te::codegen_detail

@@ -305,19 +305,34 @@ template <bool kTransA>
   // END SOLUTION
 }
 
+PackedBlocking packed_blocking(std::string_view isa) {
+  // The micro-kernels' tiles are fixed by their code (12 x 32, 6 x 16, 4 x 8); the k unrolls are
+  // their loops' pragmas (ukernel_avx512: 4, ukernel_avx512_a: 2; the AVX2 ones 2).
+  if (isa.empty()) isa = kIsaNames[chosen_isa().load()];
+  if (isa == "avx512") return {12, 32, 144, 512, 2048, 4, 2};
+  if (isa == "avx2") return {6, 16, 120, 256, 4096, 2, 2};
+  if (isa == "scalar") return {4, 8, 128, 256, 2048, 1, 1};
+  fail("packed_blocking: unknown instruction set '", isa, "', expected avx512, avx2 or scalar");
+}
+
 /// Block sizes and micro-kernel for the instruction set in use. `MLS_LAB4_BLOCKS=mc,kc,nc`
 /// overrides the cache blocks (for tuning; mc and nc are rounded up to mr and nr).
 [[maybe_unused]] static PackedConfig packed_config() {
   // BEGIN SOLUTION
-  PackedConfig cfg{};
+  const PackedBlocking b = packed_blocking();
+  PackedConfig cfg{b.mr, b.nr, b.mc, b.kc, b.nc, &ukernel_scalar};
   switch (chosen_isa().load()) {
     case kAvx512:
-      cfg = {12, 32, 144, 512, 2048, &ukernel_avx512, {&ukernel_avx512_a<false>, &ukernel_avx512_a<true>}};
+      cfg.kernel = &ukernel_avx512;
+      cfg.kernel_a[0] = &ukernel_avx512_a<false>;
+      cfg.kernel_a[1] = &ukernel_avx512_a<true>;
       break;
     case kAvx2:
-      cfg = {6, 16, 120, 256, 4096, &ukernel_avx2, {&ukernel_avx2_a<false>, &ukernel_avx2_a<true>}};
+      cfg.kernel = &ukernel_avx2;
+      cfg.kernel_a[0] = &ukernel_avx2_a<false>;
+      cfg.kernel_a[1] = &ukernel_avx2_a<true>;
       break;
-    default: cfg = {4, 8, 128, 256, 2048, &ukernel_scalar}; break;
+    default: break;
   }
   if (const char* env = std::getenv("MLS_LAB4_BLOCKS"); env && *env) {
     long mc = 0, kc = 0, nc = 0;
@@ -359,6 +374,8 @@ constexpr long kInPlaceMaxN = 512, kInPlaceMaxK = 1024;
   if (mode >= 0) return mode == 0;
   return N <= kInPlaceMaxN && K <= kInPlaceMaxK;
 }
+
+bool packed_reads_a_in_place(long N, long K) { return in_place_a(N, K); }
 
 /// Packs op(A)(i0:i0+mc, k0:k0+kc) into ceil(mc/mr) panels; panel p holds rows i0+p*mr.. as
 /// Ap[p*mr*kc + k*mr + r] = op(A)(i0 + p*mr + r, k0 + k), zero for rows past the block.

@@ -140,6 +140,7 @@ KnobChoice knobs_for(State& s, const SgemmShape& shape, int threads) {
     }
   }
   if (choice) return *choice;
+  if (const auto packed = space.packed_knobs(shape)) return {*packed, "packed"};  // the hand-written kernel's blocking
   return {space.default_knobs(), "default"};
 }
 

@@ -134,7 +134,9 @@ Point sgemm_point_of(const KnobSpace& s, const SgemmKnobs& k) {
           index_in(s.nc, k.nc, "nc"),          index_in(s.unroll, k.unroll, "unroll")};
 }
 
-SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape) {
+SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, int threads) {
+  if (threads <= 0)
+    threads = std::find(space.parallel.begin(), space.parallel.end(), "none") != space.parallel.end() ? 1 : 2;
   space.check();
   auto size = [](const auto& list) { return static_cast<int>(list.size()); };
   SearchSpace s;
@@ -154,7 +156,11 @@ SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape) 
   };
   s.features = [space, shape](const Point& p) { return sgemm_features(sgemm_knobs_at(space, p), shape, space.lanes); };
   s.key = [space, shape](const Point& p) { return plan_key(sgemm_knobs_at(space, p), shape, space.lanes); };
+  s.prior = [space, shape, threads](const Point& p) {
+    return sgemm_prior(sgemm_knobs_at(space, p), shape, space.lanes, threads);
+  };
   s.default_point = sgemm_point_of(space, space.default_knobs());
+  if (const auto packed = space.packed_knobs(shape)) s.seeds.push_back(sgemm_point_of(space, *packed));
   return s;
 }
 

@@ -2,10 +2,12 @@
 // neighbours; problems (shapes with their transposes, beta and leading dimensions) and the plan of
 // knobs on one: its pieces, each a kernel the micro-kernel tiles exactly.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 
 #include "mls/common/error.hpp"
+#include "mls/kernels/sgemm.hpp"
 #include "mls/kernels/tune.hpp"
 
 namespace mls::kernels::tune {
@@ -38,6 +40,9 @@ int nearest(const std::vector<int>& v, int want) {
 }
 
 int cpu_lanes(int lanes) { return lanes != 0 ? lanes : te::resolved_vector_lanes({}); }
+
+/// The instruction set of lab4_packed whose micro-kernel has vectors of `lanes` floats.
+const char* packed_isa_of(int lanes) { return lanes >= 16 ? "avx512" : lanes == 8 ? "avx2" : "scalar"; }
 
 }  // namespace
 
@@ -97,6 +102,44 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j) {
   return k;
 }
 
+SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    if (text[pos] == ' ') {
+      ++pos;
+      continue;
+    }
+    const std::size_t end = std::min(text.find(' ', pos), text.size());
+    const std::string field(text.substr(pos, end - pos));
+    pos = end;
+    const std::size_t eq = field.find('=');
+    MLS_CHECK(eq != std::string::npos && eq > 0, "sgemm knobs: field '", field, "' is not name=value");
+    const std::string name = field.substr(0, eq), value = field.substr(eq + 1);
+    if (name == "order" || name == "parallel") {
+      (name == "order" ? k.order : k.parallel) = value;
+      continue;
+    }
+    int v = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    MLS_CHECK(ec == std::errc() && ptr == value.data() + value.size(), "sgemm knobs: field '", name, "' value '",
+              value, "' is not an integer");
+    if (name == "pack_a" || name == "pack_b") {
+      MLS_CHECK(v == 0 || v == 1, "sgemm knobs: field '", name, "' must be 0 or 1, got ", value);
+      (name == "pack_a" ? k.pack_a : k.pack_b) = v == 1;
+      continue;
+    }
+    int SgemmKnobs::*const fields[] = {&SgemmKnobs::mc, &SgemmKnobs::kc, &SgemmKnobs::nc, &SgemmKnobs::mr,
+                                       &SgemmKnobs::nr, &SgemmKnobs::unroll};
+    const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll"};
+    const auto at = std::find(std::begin(names), std::end(names), name);
+    MLS_CHECK(at != std::end(names), "sgemm knobs: unknown field '", name,
+              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll)");
+    k.*fields[at - std::begin(names)] = v;
+  }
+  check_knobs(k, lanes);
+  return k;
+}
+
 void check_knobs(const SgemmKnobs& k, int lanes) {
   lanes = cpu_lanes(lanes);
   MLS_CHECK(k.mc >= 1 && k.kc >= 1 && k.nc >= 1, "sgemm knobs: block sizes mc ", k.mc, ", kc ", k.kc, ", nc ", k.nc,
@@ -134,6 +177,15 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   s.pack_a = {true, false};
   s.pack_b = {true, false};
   s.unroll = {1, 2, 4, 8};
+  // lab4_packed's blocks (packed_knobs) are points of the space.
+  const PackedBlocking b = packed_blocking(packed_isa_of(s.lanes));
+  auto hold = [](std::vector<int>& list, long v) {
+    if (std::find(list.begin(), list.end(), static_cast<int>(v)) == list.end()) list.push_back(static_cast<int>(v));
+    std::sort(list.begin(), list.end());
+  };
+  hold(s.mc, b.mc);
+  hold(s.kc, b.kc);
+  hold(s.nc, b.nc);
   return s;
 }
 
@@ -263,6 +315,24 @@ std::vector<SgemmKnobs> KnobSpace::neighbours(const SgemmKnobs& k) const {
     add(n);
   }
   return out;
+}
+
+std::optional<SgemmKnobs> KnobSpace::packed_knobs(const SgemmShape& shape) const {
+  const PackedBlocking b = packed_blocking(packed_isa_of(lanes));
+  SgemmKnobs k;
+  k.mr = static_cast<int>(b.mr);
+  k.nr = static_cast<int>(b.nr);
+  k.mc = static_cast<int>(b.mc);
+  k.kc = static_cast<int>(b.kc);
+  k.nc = static_cast<int>(b.nc);
+  k.order = "nkm";
+  const bool serial = std::find(parallel.begin(), parallel.end(), "none") != parallel.end();
+  k.parallel = serial ? "none" : shape.m >= shape.n ? "m" : "n";
+  k.pack_b = true;
+  k.pack_a = !packed_reads_a_in_place(shape.n, shape.k);
+  k.unroll = k.pack_a ? b.unroll_packed : b.unroll_in_place;
+  if (!valid(k)) return std::nullopt;
+  return k;
 }
 
 SgemmKnobs KnobSpace::default_knobs() const {
@@ -498,6 +568,64 @@ std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape,
   f.push_back(l1 * l1);
   f.push_back(l2 * l2);
   return f;
+}
+
+double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int threads) {
+  const SgemmPlan p = plan_sgemm(k, shape, lanes);
+  const SgemmShape s = shape.key();
+  const double L1 = 48 << 10, L2 = 512 << 10, L3 = 8 << 20;  // bytes a block may take (Zen 4/5-like)
+  auto over = [](double bytes, double cap) { return bytes > cap ? std::log2(bytes / cap) : 0.0; };
+  // Compute: every piece's micro-kernel calls.
+  double compute = 0;
+  for (const SgemmPiece& q : p.pieces) {
+    const double flops = sgemm_flops(q.shape);
+    const long mr = q.knobs.mr, nr = q.knobs.nr;
+    if (nr % q.lanes != 0) {  // a narrow edge: plain loops, about 4 flops a cycle
+      compute += flops / 4;
+      continue;
+    }
+    const double nv = static_cast<double>(nr) / q.lanes;
+    const double fma = mr * nv, loads = nv + mr;
+    const double per_k = std::max({fma / 2, loads / 2, 4.0});
+    const double calls = std::ceil(static_cast<double>(q.shape.m) / mr) * std::ceil(static_cast<double>(q.shape.n) / nr) *
+                         std::ceil(static_cast<double>(q.shape.k) / std::max(1L, q.kc));
+    double cycles = flops / (2 * mr * nr) * per_k + calls * (2 * fma + 20);  // + C tile in and out per call
+    // Blocks that overflow their cache level.
+    double slow = 1 + 0.08 * over(4.0 * q.kc * nr, L1) + 0.1 * over(4.0 * q.mc * q.kc, L2) + 0.05 * over(4.0 * q.kc * q.nc, L3);
+    // Operands read in place: strided rows (worse at a multiple of 4 KiB: every row in one cache set).
+    if (!q.knobs.pack_b) slow *= (4 * s.b_ld()) % 4096 == 0 ? 1.4 : 1.15 + 0.05 * over(4.0 * q.kc * s.b_ld(), L2);
+    if (!q.knobs.pack_a) slow *= (4 * s.a_ld()) % 4096 == 0 && s.k > 256 ? 1.2 : 1.02;
+    compute += cycles * slow;
+  }
+  // Copies: elements per copy, times the outer block loops that repeat it (not its own dimensions).
+  const std::string& o = k.order;
+  const double trips[3] = {std::ceil(static_cast<double>(s.n) / std::max(1L, p.nc)),
+                           std::ceil(static_cast<double>(s.k) / std::max(1L, p.kc)),
+                           std::ceil(static_cast<double>(s.m) / std::max(1L, p.mc))};
+  auto trip = [&](char c) { return trips[c == 'n' ? 0 : c == 'k' ? 1 : 2]; };
+  auto repeats = [&](char a, char b) {  // the copy sits at the later of its loops a, b
+    const std::size_t at = std::max(o.find(a), o.find(b));
+    double r = 1;
+    for (std::size_t i = 0; i < at; ++i)
+      if (o[i] != a && o[i] != b) r *= trip(o[i]);
+    return r;
+  };
+  const double copy_b = k.pack_b || s.trans_b ? s.k * s.n * repeats('n', 'k') * (s.trans_b ? 0.5 : 0.25) : 0;
+  const double copy_a = k.pack_a ? s.m * s.k * repeats('m', 'k') * (s.trans_a ? 0.5 : 0.25) : 0;
+  if (threads <= 1 || k.parallel == "none") return std::log((compute + copy_a + copy_b) / 3e9);
+  // Threads: the parallel loop's trips shared out; a copy outside it runs on one thread.
+  const char par = k.parallel == "m" || k.parallel == "mr" ? 'm' : 'n';
+  const bool inner = k.parallel == "mr" || k.parallel == "nr";
+  double ptrips = inner ? std::ceil((par == 'm' ? p.mc / k.mr : p.nc / k.nr)) : trip(par);
+  ptrips = std::max(1.0, ptrips);
+  const double share = std::ceil(ptrips / threads) / ptrips;  // of the work on the busiest thread
+  const std::size_t ppos = inner ? 3 : o.find(par);           // xr, yr come after the three block loops
+  double regions = 1;
+  for (std::size_t i = 0; i < std::min<std::size_t>(ppos, 3); ++i) regions *= trip(o[i]);
+  auto outside = [&](char a, char b) { return std::max(o.find(a), o.find(b)) < ppos || ppos == 3; };
+  const double serial = (outside('n', 'k') ? copy_b : 0) + (outside('m', 'k') ? copy_a : 0);
+  const double shared = compute + copy_a + copy_b - serial;
+  return std::log((serial + shared * share + regions * 5000) / 3e9);
 }
 
 }  // namespace mls::kernels::tune

@@ -93,7 +93,11 @@ PieceCompute piece_compute(const SgemmShape& sh) {
 ///      loop, the order of the calls is the order of the copies in the nest, and the tests compare
 ///      nests); each copy's innermost loop vectorized (s[BL].leaf_axes().back());
 ///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes);
-///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing).
+///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing), and then
+///      each copy that sits outside the parallel loop (its loop before yc for "m", before xc for "n";
+///      every copy for "mr" and "nr", whose loops come after the block loops) parallel over its rows
+///      (its first leaf axis): the threads share the packing out, as sgemm_packed_mt does, instead
+///      of one copying while the others wait.
 /// Hint: each of p.mc / knobs.mr and p.nc / knobs.nr is a whole number of panels.
 SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   const SgemmPiece& p = piece;
@@ -121,19 +125,29 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   st.reorder(loops);
   // A copy is made at the later (inner) of the two block loops its window depends on.
   auto later = [&](char a, char b) { return loop_of(knobs.order.find(a) > knobs.order.find(b) ? a : b); };
+  // Where the parallel loop is among the block loops (3: after them, "mr" and "nr"; none: past all).
+  const std::size_t par = knobs.parallel == "m"   ? knobs.order.find('m')
+                          : knobs.parallel == "n" ? knobs.order.find('n')
+                          : knobs.parallel == "none" ? 4 : 3;
+  // A copy at the later of its loops a, b is outside the parallel loop when that comes first.
+  auto outside = [&](char a, char b) { return std::max(knobs.order.find(a), knobs.order.find(b)) < par && par < 4; };
+  std::vector<te::Tensor> copies_outside;
   if (knobs.pack_b) {
     const te::Tensor BL = s.cache_read(B, st, later('n', 'k'), te::Scope::Local, b_layout, "BL");  // KC x NC, reused by the yc blocks
     s[BL].vectorize(s[BL].leaf_axes().back());
+    if (outside('n', 'k')) copies_outside.push_back(BL);
   }
   if (knobs.pack_a) {
     const te::Tensor AL = s.cache_read(A, st, later('m', 'k'), "AL");  // MC x KC, reused by the xr panels
     s[AL].vectorize(s[AL].leaf_axes().back());
+    if (outside('m', 'k')) copies_outside.push_back(AL);
   }
   st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes));
   if (knobs.parallel == "m") st.parallel(yc);
   if (knobs.parallel == "n") st.parallel(xc);
   if (knobs.parallel == "mr") st.parallel(yr);
   if (knobs.parallel == "nr") st.parallel(xr);
+  for (const te::Tensor& copy : copies_outside) s[copy].parallel(s[copy].leaf_axes().front());
   // END SOLUTION
   te::LoweredFunc f = te::lower(s, name.empty() ? default_name(p) : name);
   return SgemmInstance{p, A, B, C, s, std::move(f)};

@@ -24,10 +24,13 @@ inline std::size_t numel(const te::Tensor& t) {
   return n;
 }
 
-/// Random inputs in [-1, 1), one named stream per tensor.
+/// Random inputs in [-1, 1), one named stream per tensor, as many floats as the tensor spans (a
+/// strided placeholder's gaps included).
 inline std::vector<std::vector<float>> random_inputs(const std::vector<te::Tensor>& inputs, std::uint64_t seed) {
   std::vector<std::vector<float>> v;
-  for (const auto& t : inputs) v.push_back(random_vec(numel(t), seed, t.name().c_str()));
+  for (const auto& t : inputs)
+    v.push_back(random_vec(t.buffer() ? static_cast<std::size_t>(te::buffer_span(*t.buffer())) : numel(t), seed,
+                           t.name().c_str()));
   return v;
 }
 

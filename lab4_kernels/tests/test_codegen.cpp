@@ -422,6 +422,50 @@ TEST_CASE("codegen: vector lanes 1, 4, 8 and 16 and every vector path give the i
   }
 }
 
+TEST_CASE("codegen: a transposing copy (cache_read with a layout) goes in register blocks, any shape, tails and "
+          "leading dimension, and equals the interpreter", "[codegen][layout][kernels]") {
+  // C = A·op(B) with B stored n x k (rows padded by 3 floats), B's copy BL[k][x] = B[x][k] vectorized
+  // along x: whole W x W blocks transpose through registers, the edges element by element; every
+  // other copy parallel over its rows (blocks of W rows per thread), run at 1 and 2 threads.
+  struct Case {
+    std::int64_t m, n, k, kc;  // kc 0: the copy of the whole B at the first loop; else at ko of a split by kc
+  };
+  const std::vector<Case> cases = {{3, 16, 16, 0}, {2, 17, 33, 0}, {3, 37, 19, 0}, {2, 5, 40, 0},
+                                   {1, 1, 1, 0},   {2, 48, 64, 16}, {3, 35, 41, 12}, {2, 32, 13, 13}};
+  for (int lanes : {4, 8, 16}) {
+    std::vector<Job> jobs;
+    bool blocks = false;  // some copy has whole blocks of this many lanes
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const Tensor A = placeholder("A", {c.m, c.k});
+      const Tensor B = strided_placeholder("B", {c.n, c.k}, {c.k + 3, 1});
+      IterVar r = reduce_axis(c.k, "k");
+      const Tensor C = compute("C", {c.m, c.n}, [&](Var y, Var x) { return sum(A(y, r) * B(x, r), {r}); }, {"y", "x"});
+      Schedule s({C});
+      IterVar at = s[C].leaf_axes()[0];
+      if (c.kc > 0) {
+        auto [ko, ki] = s[C].split(r, c.kc, "ko", "ki");
+        s[C].reorder({ko, C.axis(0), C.axis(1), ki});
+        at = ko;
+      }
+      const Tensor BL = s.cache_read(B, s[C], at, Scope::Local, {1, 0}, "BL");
+      s[BL].vectorize(s[BL].leaf_axes().back());
+      if (i % 2 == 1) s[BL].parallel(s[BL].leaf_axes().front());  // the rows shared out among threads
+      jobs.push_back(job(s, "transposed" + std::to_string(i) + "_" + std::to_string(lanes), {A, B}, c.k));
+      const std::int64_t rows = c.kc > 0 ? c.kc : c.k;
+      blocks = blocks || (rows >= lanes && c.n >= lanes);
+    }
+    CodegenOptions o;
+    o.vector_lanes = lanes;
+    const std::string src = check_jobs(jobs, o);
+    INFO(src);
+    CHECK(has(src, "void mls_transpose" + std::to_string(lanes) + "(") == blocks);
+    CHECK(has(src, "a transposing copy BL[ax0][ax1] = B[ax1][ax0] in " + std::to_string(lanes) + " x " +
+                       std::to_string(lanes) + " blocks"));
+    CHECK(has(src, "blocks of " + std::to_string(lanes) + " rows on the host's threads"));
+  }
+}
+
 TEST_CASE("codegen: a tensorized matmul with a register-blocked micro-kernel equals the naive product",
           "[codegen][tensorize][kernels]") {
   const int lanes = resolved_vector_lanes({});

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <set>
 
+#include "mls/kernels/sgemm.hpp"
 #include "mls/kernels/tune.hpp"
 #include "te_workloads.hpp"
 #include "tune_check.hpp"
@@ -150,6 +151,54 @@ TEST_CASE("tune: the knob space enumerates, samples and steps to valid points on
   LAB4_REQUIRE_ERROR(KnobSpace::sgemm(0), "KnobSpace::sgemm: threads 0 must be >= 1");
 }
 
+TEST_CASE("tune: the space holds lab4_packed's own configuration, and knobs read back from their text",
+          "[lab4][tune][space][base]") {
+  // The reference: lab4_packed's blocking per instruction set (sgemm.hpp), its rule for op(A) in place.
+  for (int ln : {4, 8, 16}) {
+    const char* isa = ln == 16 ? "avx512" : ln == 8 ? "avx2" : "scalar";
+    const PackedBlocking b = packed_blocking(isa);
+    for (int threads : {1, 2}) {
+      const KnobSpace space = KnobSpace::sgemm(threads, ln);
+      for (const SgemmShape& shape : {SgemmShape{768, 128, 512, false, true, 1}, SgemmShape{2048, 2048, 2048},
+                                      SgemmShape{128, 768, 512, true, false, 1}}) {
+        INFO(isa << ", " << threads << " threads, " << tune::to_string(shape));
+        const auto k = space.packed_knobs(shape);
+        REQUIRE(k.has_value());
+        mls::testing::observe(std::string("packed knobs ") + isa + " t" + std::to_string(threads) + " " +
+                                  tune::to_string(shape),
+                              tune::to_string(*k));
+        CHECK(space.valid(*k));
+        CHECK(k->mr == b.mr);
+        CHECK(k->nr == b.nr);
+        CHECK(k->mc == b.mc);
+        CHECK(k->kc == b.kc);
+        CHECK(k->nc == b.nc);
+        CHECK(k->order == "nkm");
+        CHECK(k->pack_b);
+        const bool in_place = packed_reads_a_in_place(shape.n, shape.k);
+        CHECK(k->pack_a == !in_place);
+        CHECK(k->unroll == (in_place ? b.unroll_in_place : b.unroll_packed));
+        CHECK(k->parallel == (threads == 1 ? "none" : shape.m >= shape.n ? "m" : "n"));
+      }
+    }
+  }
+  CHECK_FALSE(KnobSpace::small(1, 16).packed_knobs({64, 64, 64}).has_value());  // not its values
+  LAB4_REQUIRE_ERROR(packed_blocking("sse"), "packed_blocking: unknown instruction set 'sse', expected avx512, avx2 or scalar");
+  // Knobs as text and back; fields left out keep the base's values.
+  const SgemmKnobs k{96, 384, 1024, 6, 32, "kmn", "nr", false, true, 4};
+  CHECK(tune::knobs_from_string(tune::to_string(k), {}, 16) == k);
+  SgemmKnobs want = KnobSpace::sgemm(1, 16).default_knobs();
+  want.mr = 12;
+  want.pack_a = false;
+  CHECK(tune::knobs_from_string("  mr=12  pack_a=0 ", KnobSpace::sgemm(1, 16).default_knobs(), 16) == want);
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("mr", {}, 16), "sgemm knobs: field 'mr' is not name=value");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("mq=4", {}, 16), "sgemm knobs: unknown field 'mq'");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("mc=1x", {}, 16), "sgemm knobs: field 'mc' value '1x' is not an integer");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("pack_b=2", {}, 16), "sgemm knobs: field 'pack_b' must be 0 or 1, got 2");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("order=nnk", {}, 16), "sgemm knobs: order 'nnk' is not a permutation");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("nr=20", {}, 16), "sgemm knobs: nr 20 must be a multiple of the 16 vector lanes");
+}
+
 TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly, and balance the blocks",
           "[lab4][tune][plan][base]") {
   const SgemmKnobs k{96, 256, 512, 12, 32, "nkm", "none", true, true, 1};
@@ -269,6 +318,10 @@ TEST_CASE("tune: the loop nest names the template's loops", "[lab4][tune][templa
   // The reduction's init is a pass of its own (ko is outside the tile), then the blocks in order.
   CHECK(text.find("fill_zero4x" + std::to_string(lanes())) < text.find("for ko"));
   CHECK(text.find("for yc in parallel(2):", text.find("for ko")) != std::string::npos);
+  // B's copy (at ko, outside the parallel yc) is shared out over its rows; A's (inside yc) is not.
+  const std::size_t bl = text.find("BL = allocate"), al = text.find("AL = allocate");
+  CHECK(text.find("for ax0 in parallel(8):", bl) < al);
+  CHECK(text.find("for ax0 in parallel(", al) == std::string::npos);
 }
 
 TEST_CASE("tune: every knob combination of a tiny space compiles and equals the naive product on awkward shapes",

@@ -108,6 +108,38 @@ TEST_CASE("tune guided: valid, fresh proposals, the default first, reproducible 
   }
 }
 
+TEST_CASE("tune guided: lab4_packed's configuration is measured right after the default, unless told not to",
+          "[lab4][tune][guided]") {
+  const KnobSpace space = KnobSpace::sgemm(1, kLanes);
+  const auto packed = space.packed_knobs(kShape);
+  REQUIRE(packed.has_value());
+  const tune::TuneResult r = run(tune::Strategy::Guided, space, 6, 3);
+  REQUIRE(r.trials.size() == 6);
+  mls::testing::observe("guided: the second proposal", tune::to_string(r.trials[1].knobs));
+  CHECK(r.trials.front().knobs == space.default_knobs());
+  CHECK(r.trials[1].knobs == *packed);
+  int packed_trials = 0;  // measured once
+  for (const auto& t : r.trials) packed_trials += t.knobs == *packed;
+  CHECK(packed_trials == 1);
+  // Off, and for random search (a baseline), it is an ordinary point of the space.
+  tune::TuneOptions o;
+  o.strategy = tune::Strategy::Guided;
+  o.trials = 6;
+  o.seed = 3;
+  o.space = space;
+  o.seed_packed = false;
+  o.evaluate = [](const SgemmKnobs& k) { return synthetic_trial(k); };
+  const tune::TuneResult off = tune::Tuner(kShape, o).run();
+  REQUIRE(off.trials.size() == 6);
+  CHECK(off.trials.front().knobs == space.default_knobs());
+  CHECK_FALSE(off.trials[1].knobs == *packed);
+  o.strategy = tune::Strategy::Random;
+  o.seed_packed = true;
+  const tune::TuneResult random = tune::Tuner(kShape, o).run();
+  REQUIRE(random.trials.size() == 6);
+  CHECK_FALSE(random.trials[1].knobs == *packed);
+}
+
 TEST_CASE("tune guided: a small space is proposed whole, each plan once, refused candidates included",
           "[lab4][tune][guided]") {
   for (int threads : {1, 2}) {

@@ -6,6 +6,11 @@
 //   build/release/bin/mls-tune sgemm --m 1024 --n 1024 --k 1024 --threads 2 --trials 200
 //       --strategy guided [--seed S] [--budget-s T] [--svg curve.svg] [--db PATH]    (one line)
 //       [--trans-a] [--trans-b] [--beta 0|1]      the problem's flags (C = op(A)·op(B), or += with beta 1)
+//       [--no-seeds]     guided: do not measure lab4_packed's configuration and the database's best
+//                        record of the shape right after the default (KnobSpace::packed_knobs)
+//   build/release/bin/mls-tune sgemm --m 768 --n 128 --k 512 --trans-b --beta 1 --knobs packed
+//       one schedule timed, no search: "packed" (lab4_packed's own configuration) or knobs as printed,
+//       "mr=12 kc=384 ...", fields left out from the default; its loop nest and the two ratio lines
 //   build/release/bin/mls-tune sgemm --transformer [--threads T] [--trials N]
 //       the 12 GEMMs of lab 4's bench (sgemm_tf: a transformer layer's forward, dx and dW, beta 1), each
 //       tuned with its flags and recorded, then one table (tuned, lab4_packed(_mt), OpenBLAS GFLOP/s and
@@ -85,6 +90,8 @@ struct Args {
   double budget_s = 0;
   int seeds = 5;
   std::string svg, db;
+  std::string knobs;  // --knobs: measure these (or "packed": lab4_packed's own) instead of searching
+  bool no_seeds = false;
   bool transformer = false;
   tune::SgemmShape shape() const { return {m, n, k, trans_a, trans_b, beta}; }
 };
@@ -105,6 +112,8 @@ tune::TuneResult run_strategy(const Args& a, const tune::SgemmShape& shape, tune
   o.seed = seed;
   o.threads = a.threads;
   o.db_path = a.db;
+  o.seed_packed = !a.no_seeds;
+  o.seed_db = !a.no_seeds && a.strategy != "compare";  // compared runs must not inherit each other's records
   mls::ProgressBar bar(a.trials, "tune " + tune::to_string(strategy) + (a.strategy == "compare" ? " seed " + std::to_string(seed) : ""));
   int refused = 0;
   o.on_trial = [&](const tune::Trial& t, const std::vector<double>& best) {
@@ -259,7 +268,33 @@ int compare(const Args& a) {
   return 0;
 }
 
+/// `--knobs`: one schedule measured, no search (nothing recorded).
+int run_knobs(const Args& a) {
+  const tune::SgemmShape shape = a.shape();
+  const tune::KnobSpace space = tune::KnobSpace::sgemm(a.threads);
+  tune::SgemmKnobs k;
+  if (a.knobs == "packed") {
+    const auto packed = space.packed_knobs(shape);
+    MLS_CHECK(packed.has_value(), "mls-tune sgemm: --knobs packed: lab4_packed's configuration is not in the space");
+    k = *packed;
+  } else {
+    k = tune::knobs_from_string(a.knobs, space.default_knobs());
+  }
+  std::printf("mls-tune sgemm %s, %d thread%s: %s\n", tune::to_string(shape).c_str(), a.threads,
+              a.threads == 1 ? "" : "s", tune::to_string(k).c_str());
+  const std::vector<tune::SgemmInstance> pieces = tune::instantiate_all(k, shape);
+  std::printf("loop nest%s:\n%s\n",
+              pieces.size() > 1 ? (" (its first piece of " + std::to_string(pieces.size()) + ")").c_str() : "",
+              te::to_string(pieces.front().func).c_str());
+  const Measured m = measure(shape, k, a.threads, a.seed);
+  std::printf("%.1f GFLOP/s, lab4_packed%s %.1f GFLOP/s, OpenBLAS %.1f GFLOP/s\n", m.tuned_gflops,
+              a.threads > 1 ? "_mt" : "", m.packed_gflops, m.openblas_gflops);
+  print_ratios(m, ratio_tag(shape, a.threads));
+  return 0;
+}
+
 int run(const Args& a) {
+  if (!a.knobs.empty()) return run_knobs(a);
   if (a.strategy == "compare") return compare(a);
   const std::vector<tune::Strategy> strategies = strategies_of(a.strategy);
   const tune::SgemmShape shape = a.shape();
@@ -501,6 +536,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e9));
   sgemm->add_option("--svg", a.svg, "write best-so-far GFLOP/s against trial to this SVG file");
   sgemm->add_option("--db", a.db, "tuning database (default: $MLS_TUNING_DB, else the user's cache folder)");
+  sgemm->add_option("--knobs", a.knobs,
+                    "measure these knobs instead of searching (\"mc=144 kc=512 ...\" as printed, fields left out "
+                    "from the default; or \"packed\": lab4_packed's own configuration) against lab4_packed and OpenBLAS");
+  sgemm->add_flag("--no-seeds", a.no_seeds,
+                  "guided: do not measure lab4_packed's configuration and the database's best record of the shape "
+                  "right after the default");
   sgemm->add_flag("--trans-a", a.trans_a, "A is stored K x M (C = A^T·B)");
   sgemm->add_flag("--trans-b", a.trans_b, "B is stored N x K (C = A·B^T)");
   sgemm->add_option("--beta", a.beta, "0: C = op(A)·op(B); 1: C += op(A)·op(B)")->capture_default_str()->check(CLI::IsMember({0, 1}));
@@ -562,6 +603,9 @@ int main(int argc, char** argv) {
   try {
     if (nests->parsed()) return print_nests(nests_n);
     if (steps->parsed()) return print_steps(sm, sn, sk, steps_run, steps_cpp);
+    MLS_CHECK(a.knobs.empty() || (!a.transformer && a.strategy != "compare" && a.strategy != "all" && a.svg.empty()),
+              "mls-tune sgemm: --knobs measures one schedule of one shape; it takes no --transformer, --strategy ",
+              "all|compare or --svg");
     if (a.transformer) {
       MLS_CHECK(a.strategy != "all" && a.strategy != "compare", "mls-tune sgemm --transformer: --strategy ", a.strategy,
                 " is for one shape; give one strategy");

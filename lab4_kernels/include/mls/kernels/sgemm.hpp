@@ -116,4 +116,20 @@ std::string packed_isa();
 /// Chooses the micro-kernel ("" = best available). Throws `mls::Error` if this CPU lacks it.
 void set_packed_isa(std::string_view isa);
 
+/// lab4_packed's blocking for an instruction set: the micro-kernel's MR x NR register tile, the
+/// cache blocks MC x KC of op(A) and KC x NC of op(B) (before `MLS_LAB4_BLOCKS`), and the unroll
+/// of the micro-kernel's k loop on a packed panel of op(A) (`unroll_packed`) and on op(A) read in
+/// place (`unroll_in_place`). The autotuner's space holds this configuration and every search
+/// starts from it (mls/kernels/tune.hpp: KnobSpace::packed_knobs).
+struct PackedBlocking {
+  long mr, nr, mc, kc, nc;
+  int unroll_packed, unroll_in_place;
+};
+/// The blocking of "avx512", "avx2" or "scalar" ("": the one in use, packed_isa()); the CPU need
+/// not support it. mls::Error "packed_blocking: unknown instruction set ..." otherwise.
+PackedBlocking packed_blocking(std::string_view isa = "");
+/// Whether lab4_packed reads op(A)'s full MR-row panels in place (no packing copy) for a product of
+/// N columns and depth K (`MLS_LAB4_PACK_A=1` packs always, `=0` never; else N <= 512 and K <= 1024).
+bool packed_reads_a_in_place(long N, long K);
+
 }  // namespace mls::kernels

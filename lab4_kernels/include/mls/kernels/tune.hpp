@@ -19,7 +19,8 @@
 ///   as one call of a register-blocked micro-kernel (te::gemm_regblock_intrinsic, its k loop
 ///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
 ///   later of its loops xc/ko when `pack_b`, A's MC x KC block at the later of yc/ko when `pack_a`,
-///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`).
+///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), and a copy outside that loop
+///   parallel over its rows (the threads share the packing out).
 /// The operands are read and written where they lie, never copied whole: the tensor expression
 /// indexes A(k, y) when trans_a and B(x, k) when trans_b on strided placeholders (te::
 /// strided_placeholder: the leading dimensions), so the packing copies read transposed panels
@@ -82,6 +83,11 @@ struct SgemmKnobs {
 
 /// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1".
 std::string to_string(const SgemmKnobs& k);
+/// The knobs of to_string's text: "name=value" fields separated by spaces, in any order, a field
+/// left out keeping its value in `base` (mls-tune sgemm --knobs). mls::Error "sgemm knobs: ..."
+/// naming the field for an unknown name, a field without '=', a value that is not a number or a
+/// flag (0/1), or knobs check_knobs refuses.
+SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs base = {}, int lanes = 0);
 /// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
 nlohmann::json to_json(const SgemmKnobs& k);
 /// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
@@ -91,6 +97,8 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j);
 /// multiple of `lanes` (0: the CPU's, te::resolved_vector_lanes), order a permutation of "nkm",
 /// parallel one of the five names, unroll in 1..64.
 void check_knobs(const SgemmKnobs& k, int lanes = 0);
+
+struct SgemmShape;  // below: one SGEMM problem
 
 /// The knob space: the values each knob may take. Points of the space are the cross product,
 /// less those whose micro-kernel does not fit the vector registers (valid()).
@@ -104,7 +112,8 @@ struct KnobSpace {
 
   /// The full SGEMM space on this CPU for `threads` threads (parallel is "none" at one thread;
   /// "m", "n", "mr", "nr" at more), lanes and registers from the CPU (AVX-512: 16 lanes, 32
-  /// registers; AVX2: 8, 16; else 4, 16). `lanes` != 0 overrides the CPU's.
+  /// registers; AVX2: 8, 16; else 4, 16). `lanes` != 0 overrides the CPU's. Its block lists hold
+  /// lab4_packed's blocks for those lanes (packed_knobs).
   static KnobSpace sgemm(int threads, int lanes = 0);
   /// A small space (two values of a few knobs) for tests and demonstrations.
   static KnobSpace small(int threads, int lanes = 0);
@@ -126,6 +135,14 @@ struct KnobSpace {
   /// NR 2 vectors, "nkm", parallel "m" (or "none"), both packed, unroll 1 (bench_codegen's
   /// hand-picked schedule), made valid.
   SgemmKnobs default_knobs() const;
+  /// lab4_packed's own configuration on `shape` (mls/kernels/sgemm.hpp: packed_blocking of the
+  /// space's lanes, 16 "avx512", 8 "avx2", else "scalar"): its MR, NR, MC, KC, NC, Goto's order
+  /// "nkm", B packed, A packed unless lab4_packed reads it in place (packed_reads_a_in_place), its
+  /// micro-kernel's k unroll, and, when the space's parallel knob has no "none", the longer side of
+  /// C parallel as lab4_packed_mt splits it ("m" when M >= N, else "n"). None when a value is not in
+  /// this space (KnobSpace::sgemm holds it). The guided search measures it right after the default
+  /// (SearchSpace::seeds), so the tuned kernel is the hand-written one's equal up to timing noise.
+  std::optional<SgemmKnobs> packed_knobs(const SgemmShape& shape) const;
   /// mls::Error "KnobSpace: ..." for an empty value list, a value check_knobs refuses, or no
   /// valid point.
   void check() const;
@@ -440,6 +457,18 @@ class CostModel {
 /// order and parallel, the packing flags, register use, the share of the edge pieces' flops, log2 of the A block, B
 /// block and B panel bytes.
 std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape, int lanes);
+/// The guided search's prior: an analytic estimate of log(seconds) of knobs on a shape at `threads`
+/// threads, before anything is measured (only differences between knobs matter, not the constant).
+/// Per piece of the plan, its micro-kernel's cycles per k step, the largest of its FMAs over 2 per
+/// cycle, its loads (NR/lanes vectors of B, MR broadcasts of A) over 2 per cycle and the FMA latency
+/// (4: each accumulator is updated once per step), and the C tile loaded and stored once per call;
+/// a narrow edge (plain loops) at scalar speed; blocks that overflow their cache (B panel 4 KC NR
+/// bytes over L1's 48 KiB, A block 4 MC KC over 512 KiB of L2, B block 4 KC NC over 8 MiB) slow the
+/// kernel; operands read in place pay for their strided rows (more at a leading dimension of a
+/// multiple of 4 KiB); the packing copies cost per element (twice for a transposing one) times how
+/// often the loop order repeats them; at more threads the parallel loop's trips are shared out
+/// (imbalance counted), copies outside it stay serial, and each parallel region costs a fork-join.
+double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int threads);
 /// A key per distinct compiled schedule: knobs whose plans on `shape` are the same (block targets
 /// rounded to the same blocks) have the same key.
 std::string plan_key(const SgemmKnobs& k, const SgemmShape& shape, int lanes = 0);
@@ -470,7 +499,15 @@ struct SearchSpace {
   std::function<std::string(const Point&)> key{};               ///< empty: the indices
   std::function<Point(Rng&)> sample_fn{};                       ///< empty: each index uniform, redrawn until valid
   std::function<std::vector<Point>(const Point&)> neighbours_fn{};  ///< empty: one knob one step
+  /// An estimate of log(seconds) before any measurement (the SGEMM space's: sgemm_prior); empty:
+  /// none (the guided strategy then starts with random points).
+  std::function<double(const Point&)> prior{};
   Point default_point{};  ///< where the guided strategy starts (valid)
+  /// Points the guided strategy measures right after the default, in order, before its own
+  /// proposals (invalid or already proposed ones skipped): the SGEMM space's are lab4_packed's
+  /// configuration (KnobSpace::packed_knobs), then the Tuner adds the best record of the shape in
+  /// the tuning database. Grid and random search ignore them (the baselines stay unseeded).
+  std::vector<Point> seeds{};
 
   /// Points of the cross product.
   std::size_t cross_size() const;
@@ -490,6 +527,8 @@ struct SearchSpace {
   std::vector<double> features_of(const Point& p) const;
   /// key(p), or the indices joined.
   std::string key_of(const Point& p) const;
+  /// prior(p), or 0 without a prior.
+  double prior_of(const Point& p) const { return prior ? prior(p) : 0.0; }
   /// mls::Error "SearchSpace: ..." for no knobs, a knob with no values, or a default point that is
   /// not valid.
   void check() const;
@@ -551,8 +590,8 @@ class Search {
   const SearchSpace& space() const { return space_; }
   /// Proposes, measures (callbacks.evaluate) and records until `trials` points were proposed, the
   /// budget is spent or the strategy has nothing left; then times the `confirm` fastest again
-  /// (callbacks.retime, 3x the rounds: one noisy lucky measurement must not win) and picks the
-  /// best among them.
+  /// (callbacks.retime, 3x the rounds: one noisy lucky measurement must not win), and the space's
+  /// seeds that were measured (lab4_packed's configuration), and picks the best among them.
   SearchResult run(const SearchCallbacks& callbacks);
 
  private:
@@ -566,7 +605,8 @@ class Search {
   /// A random fresh point (2000 draws, then the first fresh one of the enumeration); none when
   /// every key of the space was proposed.
   std::optional<Point> random_fresh(Rng& rng) const;
-  /// Times the fastest trials again (SearchOptions::confirm) and picks the best among them.
+  /// Times the fastest trials again (SearchOptions::confirm), and the seeds that passed (none when
+  /// confirm is 0), and picks the best among them.
   void confirm(SearchResult& r, const SearchCallbacks& cb) const;
   SearchSpace space_;
   SearchOptions options_;
@@ -594,6 +634,12 @@ struct TuneOptions {
   int confirm = 3;
   double epsilon = 0.1;       ///< guided: chance of a random proposal instead of the model's best
   int proposals = 64;         ///< guided: candidates scored by the model each round
+  /// Guided: measure lab4_packed's configuration (KnobSpace::packed_knobs) right after the default.
+  bool seed_packed = true;
+  /// Guided: then the fastest record of this shape in the tuning database (a search never ends
+  /// slower than an earlier one). Off where runs are compared (mls-tune --strategy compare: a
+  /// record of an earlier run, random's included, would hand the answer to the next).
+  bool seed_db = true;
   /// Called after each trial (a progress bar).
   std::function<void(const Trial& t, const std::vector<double>& best_so_far)> on_trial{};
   /// A synthetic cost in place of compiling and timing (tests and demonstrations of a strategy):
@@ -635,8 +681,10 @@ class Tuner {
 
 /// The SGEMM space as the search sees it: the knobs slowest first as in KnobSpace::at (order,
 /// parallel, pack_a, pack_b, mr, nr, mc, kc, nc, unroll), KnobSpace's own validity, sampling and
-/// neighbours, sgemm_features, plan_key (knobs with the same plan are one point), the default knobs.
-SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape);
+/// neighbours, sgemm_features, sgemm_prior at `threads` (0: 1 when the space's parallel knob has
+/// "none", else 2), plan_key (knobs with the same plan are one point), the default knobs, and
+/// lab4_packed's configuration as a seed.
+SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, int threads = 0);
 /// The knobs of a point of sgemm_search_space(space, ...), and back (mls::Error "KnobSpace: ..." for
 /// a value not in the space or an index out of range).
 SgemmKnobs sgemm_knobs_at(const KnobSpace& space, const Point& p);
@@ -688,7 +736,8 @@ StrategyComparison compare_strategies(
 /// Which knobs the `tuned` kernel uses for a shape at `threads` on this CPU, and where they came
 /// from: "db" (the database's fastest record of the shape), "nearest <m>x<n>x<k>" (the fastest
 /// record of the nearest shape measured at that thread count: the smallest sum of |log| ratios of
-/// m, n, k), "tuned" (MLS_TUNE=1 tuned it now), or "default".
+/// m, n, k), "tuned" (MLS_TUNE=1 tuned it now), "packed" (no record: lab4_packed's own configuration,
+/// KnobSpace::packed_knobs), or "default" (the space's default, where that is not in the space).
 struct KnobChoice {
   SgemmKnobs knobs;
   std::string source;
@@ -706,7 +755,7 @@ std::optional<KnobChoice> choose_knobs(const std::vector<TuningRecord>& records,
 /// (its m, n, k, transposes and beta: 1 for any beta but 0) at mls::num_threads() threads
 /// (choose_knobs on the database, $MLS_TUNING_DB; with MLS_TUNE=1 a problem with no record of its
 /// own is tuned first, with its flags: MLS_TUNE_TRIALS candidates, default 24, guided; else the
-/// nearest tuned shape's knobs, else the space's default). The call's own problem (its transposes
+/// nearest tuned shape's knobs, else lab4_packed's configuration). The call's own problem (its transposes
 /// and leading dimensions) is compiled, so the operands are read where they lie; alpha != 1 runs
 /// through a copy of C. Compiled kernels are kept per (problem, plan). Problems below
 /// tuned_min_flops(), K = 0, and any failure to compile (no compiler, a compile error: one line on
