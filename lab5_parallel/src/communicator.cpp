@@ -892,6 +892,7 @@ Request Communicator::enqueue(const char* name, std::function<void()> run) {
     AsyncQueue* q = async_.get();
     q->worker = std::thread([this, q] {
       tl_progress_of = this;
+      detail::this_thread_waits_nap() = true;
       prefer_prompt_wakeups();
       std::exception_ptr why;
       try {

@@ -23,4 +23,13 @@ constexpr int kSplitTag = Communicator::kMaxUserTag + 2;
 std::string header_mismatch(const Header& expect, const Header& got, const char* what, int me, int src);
 
 
+/// Whether a transport's waits on this thread sleep between polls. The communication thread sets
+/// it: it shares its rank's core with the compute it hides behind, so it must not spin while a
+/// collective waits for the peer. Every other thread (a blocking collective) polls back to back,
+/// as MPI_Wait does: a nap there only makes each message, and each fragment of a large one, late.
+inline bool& this_thread_waits_nap() {
+  thread_local bool nap = false;
+  return nap;
+}
+
 }  // namespace mls::parallel::detail
