@@ -53,9 +53,6 @@ void tighten_timer_slack() {
 #endif
 }
 
-/// A sender that comes back from its sleep up to this late has not left the link idle: the
-/// lateness is the sleep's overshoot, not the program's (see pace).
-constexpr auto kLinkCredit = std::chrono::microseconds(100);
 
 /// Holds a message of `bytes` back until the emulated link would have carried it. It sleeps,
 /// never spins: a spinning sender on a machine with as many cores as ranks takes its core from

@@ -12,10 +12,17 @@
 /// backend takes them as its α = us·1e-6 and β = 8 / (gbps·1e9) (the one that is unset keeps
 /// the cost model's value). Every program that runs with them prints the label() line: the
 /// figures are of an emulated link, not of the hardware. Unset or empty: no emulation.
+#include <chrono>
 #include <cstdint>
 #include <string>
 
 namespace mls::parallel {
+
+/// The pacing's credit: a sender that arrives less than this after its link became free starts
+/// its message when the link became free (its sleep overshot; the link was never idle). So a
+/// message can finish up to this much sooner after its sender arrived than seconds() says, and a
+/// lower bound on a sequence of k paced messages is k · (seconds() − kLinkCredit).
+inline constexpr std::chrono::microseconds kLinkCredit{100};
 
 struct LinkEmulation {
   double gbps = 0;  // 0: no bandwidth limit
