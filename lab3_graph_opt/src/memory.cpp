@@ -46,6 +46,15 @@ namespace {
 bool ops_known(const Shape& s) {
   return std::none_of(s.begin(), s.end(), [](std::int64_t d) { return d < 0; });
 }
+
+/// The program's schedule with no value assigned a buffer yet (every planner starts here).
+MemoryPlan unassigned_plan(const Program& p) {
+  MemoryPlan plan;
+  plan.schedule = p.schedule();
+  plan.buffer.assign(plan.schedule.size(), -1);
+  plan.in_place.assign(plan.schedule.size(), false);
+  return plan;
+}
 }  // namespace
 
 MemoryPlan plan_memory(const Program& p);
@@ -89,11 +98,8 @@ std::vector<Interval> liveness(const Program& p, const std::vector<Node*>& sched
 }
 
 MemoryPlan plan_memory(const Program& p) {
-  MemoryPlan plan;
-  plan.schedule = p.schedule();
+  MemoryPlan plan = unassigned_plan(p);
   const auto& s = plan.schedule;
-  plan.buffer.assign(s.size(), -1);
-  plan.in_place.assign(s.size(), false);
   // BEGIN SOLUTION
   for (const Node* n : s)
     for (std::int64_t d : n->shape)
@@ -201,11 +207,8 @@ bool may_follow(const Dag& d, std::int64_t u, std::int64_t v) {
 }  // namespace
 
 MemoryPlan plan_memory_concurrent(const Program& p) {
-  MemoryPlan plan;
-  plan.schedule = p.schedule();
+  MemoryPlan plan = unassigned_plan(p);
   const auto& s = plan.schedule;
-  plan.buffer.assign(s.size(), -1);
-  plan.in_place.assign(s.size(), false);
   for (const Node* n : s)
     MLS_CHECK(ops_known(n->shape), "plan_memory_concurrent: node ", node_ref(p, n), " (", autodiff::op_name(n->op),
               ") has shape ", shape_str(n->shape), "; give the program concrete input shapes");
