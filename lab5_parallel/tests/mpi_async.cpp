@@ -19,6 +19,20 @@ using namespace mls::parallel::testing;
 
 namespace {
 std::vector<double> bits(const Tensor& t) { return t.to(DType::Float64).to_vector<double>(); }
+
+/// Rank 0 sends t to rank 1 and receives it back (two paced messages of t's bytes); other ranks
+/// take no part. Returns the seconds the calling rank spent in it.
+double round_trip(Communicator& c, Tensor& t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (c.rank() == 0) {
+    c.send(t, 1, 7);
+    c.recv(t, 1, 8);
+  } else if (c.rank() == 1) {
+    c.recv(t, 0, 7);
+    c.send(t, 0, 8);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 }  // namespace
 
 TEST_CASE("mpi async: iallreduce, ireduce_scatter, iallgather, ibroadcast equal the blocking collectives bit for bit",
@@ -131,15 +145,7 @@ TEST_CASE("mpi link: an emulated link paces every message (N bytes take at least
     for (std::int64_t n : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{25000}}) {  // 4 B .. 100 kB
       Tensor t = Tensor::full({n}, c.rank() + 1.0);
       c.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      if (c.rank() == 0) {  // a round trip: two paced messages of 4n bytes
-        c.send(t, 1, 7);
-        c.recv(t, 1, 8);
-      } else if (c.rank() == 1) {
-        c.recv(t, 0, 7);
-        c.send(t, 0, 8);
-      }
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double s = round_trip(c, t);  // two paced messages of 4n bytes
       if (c.rank() > 1) continue;
       mls::testing::observe("round-tripped payload", bits(t));
       MLS_ORACLE_CHECK(CHECK(bits(t) == std::vector<double>(static_cast<std::size_t>(n), 1.0)));
@@ -178,15 +184,7 @@ TEST_CASE("mpi link: mpi_set_link paces as the environment's link does, labelled
   const std::int64_t n = 1000;  // 4 kB each way
   Tensor t = Tensor::full({n}, c.rank() + 1.0);
   c.barrier();
-  const auto t0 = std::chrono::steady_clock::now();
-  if (c.rank() == 0) {
-    c.send(t, 1, 7);
-    c.recv(t, 1, 8);
-  } else if (c.rank() == 1) {
-    c.recv(t, 0, 7);
-    c.send(t, 0, 8);
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = round_trip(c, t);
   if (c.rank() <= 1) {  // ranks 2, 3 (np 4) take no part in the round trip
     mls::testing::observe("round-tripped payload", bits(t));
     MLS_ORACLE_CHECK(CHECK(bits(t) == std::vector<double>(static_cast<std::size_t>(n), 1.0)));
