@@ -49,16 +49,21 @@ function(mls_add_tests target)
   endif()
 endfunction()
 
-# mls_add_script_test(<name> LABEL <labN> TOOL <target> SCRIPT <tests/x.sh> [ARGS <args...>]): a CTest
-# that runs `bash <script> <tool's file> <args...>` (a tool used as its write-up uses it), labelled
-# <labN>, 120 s; registered only where <target> is built.
+# mls_add_script_test(<name> LABEL <labN> TOOL <target> SCRIPT <tests/x.sh> [ARGS <args...>] [SERIAL]): a
+# CTest that runs `bash <script> <tool's file> <args...>` (a tool used as its write-up uses it), labelled
+# <labN>, 120 s; registered only where <target> is built. SERIAL: the script times MPI ranks against
+# each other (e.g. a calibration that needs the machine to itself), so CTest runs it alone, first,
+# like the MPI tests (RUN_SERIAL, COST 100000).
 function(mls_add_script_test name)
-  cmake_parse_arguments(ARG "" "LABEL;TOOL;SCRIPT" "ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "LABEL;TOOL;SCRIPT" "ARGS" ${ARGN})
   if(NOT TARGET ${ARG_TOOL})
     return()
   endif()
   add_test(NAME "${name}" COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${ARG_SCRIPT} $<TARGET_FILE:${ARG_TOOL}> ${ARG_ARGS})
   set_tests_properties("${name}" PROPERTIES LABELS ${ARG_LABEL} TIMEOUT 120)
+  if(ARG_SERIAL)
+    set_tests_properties("${name}" PROPERTIES RUN_SERIAL ON COST 100000)
+  endif()
 endfunction()
 
 # mls_add_lab_tests(<labN> LIBS <libs...>): tests/test_*.cpp of the calling lab become one Catch2
