@@ -245,7 +245,7 @@ TEST_CASE("fused E = D + (A + B) * C on every ISA, threads and streamed sizes",
     for_each_isa_and_threads(n < kStreamed, [&] {
       std::fill(E.begin(), E.end(), std::numeric_limits<float>::quiet_NaN());  // every element must be written
       mls::kernels::fused_add_mul_add(n, A.data(), B.data(), C.data(), D.data(), E.data());
-      mls::testing::observe("fused_add_mul_add: E", E, {0.0, 2 * 3 * 3 * kEps});
+      mls::testing::observe_sampled("fused_add_mul_add: E", E, {0.0, 2 * 3 * 3 * kEps});
       MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < n; ++i) {
         const double want = static_cast<double>(D[i]) + (static_cast<double>(A[i]) + B[i]) * C[i];
         bad += std::fabs(E[i] - want) > 3 * 3 * kEps;
@@ -273,7 +273,7 @@ TEST_CASE("softmax on every ISA, threads and streamed sizes", "[lab4][fused][sof
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::softmax_forward(y.data(), x.data(), rows, cols);
-      mls::testing::observe("softmax_forward: y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
+      mls::testing::observe_sampled("softmax_forward: y", y, {2 * (128 + 8 + static_cast<double>(cols)) * kEps, 2e-37});
       MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
                        CHECK(bad == 0));
     });
@@ -301,8 +301,8 @@ TEST_CASE("layernorm on every ISA, threads and streamed sizes", "[lab4][fused][l
       std::fill(db.begin(), db.end(), -0.25f);
       mls::kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(),
                                        w.data(), mean.data(), rstd.data(), rows, cols);
-      mls::testing::observe("layernorm_forward: y", y, {0.0, 2 * tol * 8});
-      mls::testing::observe("layernorm_backward: dx", dx, {0.0, 2 * tol * rs_max * 4});
+      mls::testing::observe_sampled("layernorm_forward: y", y, {0.0, 2 * tol * 8});
+      mls::testing::observe_sampled("layernorm_backward: dx", dx, {0.0, 2 * tol * rs_max * 4});
       mls::testing::observe("layernorm_backward: dw", dw, {0.0, 2 * (rows + 8) * kEps * 8 * 4});
       mls::testing::observe("layernorm_backward: db", db, {0.0, 2 * (rows + 8) * kEps * 4});
       MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0, bad_dw = 0; for (long i = 0; i < rows * cols; ++i) {
@@ -340,8 +340,8 @@ TEST_CASE("gelu forward/backward and bias+gelu on every ISA, threads and streame
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::gelu_forward(y.data(), x.data(), n);
       mls::kernels::gelu_backward(dx.data(), x.data(), dy.data(), n);
-      mls::testing::observe("gelu_forward: y", y, {0.0, 2 * 16 * kEps * 9});
-      mls::testing::observe("gelu_backward: dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 9)});
+      mls::testing::observe_sampled("gelu_forward: y", y, {0.0, 2 * 16 * kEps * 9});
+      mls::testing::observe_sampled("gelu_backward: dx", dx, {0.0, 2 * (1e-5 + 64 * kEps * 9)});
       MLS_ORACLE_CHECK(long bad_y = 0, bad_dx = 0; for (long i = 0; i < n; ++i) {
         bad_y += std::fabs(y[i] - y_ref[i]) > tol_y[i];
         bad_dx += std::fabs(dx[i] - dx_ref[i]) > tol_dx[i];
@@ -366,7 +366,7 @@ TEST_CASE("bias_gelu_forward is gelu(x + bias) per row", "[lab4][fused][gelu]") 
     for_each_isa_and_threads(rows * cols < kStreamed, [&] {
       std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
       mls::kernels::bias_gelu_forward(y.data(), x.data(), bias.data(), rows, cols);
-      mls::testing::observe("bias_gelu_forward: y", y, {0.0, 2 * 16 * kEps * 8});
+      mls::testing::observe_sampled("bias_gelu_forward: y", y, {0.0, 2 * 16 * kEps * 8});
       MLS_ORACLE_CHECK(long bad = 0; for (long i = 0; i < rows * cols; ++i) bad += std::fabs(y[i] - want[i]) > tol[i];
                        CHECK(bad == 0));
       // in place: out may alias inp

@@ -23,6 +23,7 @@
 ///
 /// Record the produced value, never the test's expected value: `want` computed by the test's
 /// own oracle is the same in both builds and proves nothing.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -165,6 +166,34 @@ template <class T>
   requires std::is_arithmetic_v<T>
 inline void observe(std::string_view label, const std::vector<T>& v, Tolerance tol = {}) {
   observe(label, std::span<const T>(v.data(), v.size()), tol);
+}
+
+/// Records a long sequence by a deterministic sample: all of it when it has at most `max_values`
+/// elements, else `max_values - tail` elements spread evenly over it (index ⌊j·n/k⌋, so every
+/// phase of a vector or cache-line loop is hit) and its last `tail` elements (the ragged end). For
+/// kernels tested at streamed sizes (millions of elements): every value would be tens of MB of
+/// text per observation for the grader to send, parse and compare, seconds per test; the
+/// test's own oracle still checks every element in a local run.
+template <class T>
+  requires std::is_floating_point_v<T>
+inline void observe_sampled(std::string_view label, std::span<const T> v, Tolerance tol = {},
+                            std::size_t max_values = std::size_t{1} << 17, std::size_t tail = 4096) {
+  if (!observing()) return;
+  if (v.size() <= max_values) return observe(label, v, tol);
+  tail = std::min(tail, max_values / 2);
+  const std::size_t k = max_values - tail, body = v.size() - tail;
+  Observation o{std::string(label) + " (sampled: " + std::to_string(k) + " spread + the last " + std::to_string(tail) +
+                    " of " + std::to_string(v.size()) + ")",
+                "f64", "", {static_cast<std::int64_t>(max_values)}, {}, 0, {}, tol};
+  o.values.reserve(max_values);
+  for (std::size_t j = 0; j < k; ++j) o.values.push_back(static_cast<double>(v[j * body / k]));
+  for (std::size_t i = body; i < v.size(); ++i) o.values.push_back(static_cast<double>(v[i]));
+  observe(std::move(o));
+}
+template <class T>
+  requires std::is_floating_point_v<T>
+inline void observe_sampled(std::string_view label, const std::vector<T>& v, Tolerance tol = {}) {
+  observe_sampled(label, std::span<const T>(v.data(), v.size()), tol);
 }
 
 }  // namespace mls::testing
