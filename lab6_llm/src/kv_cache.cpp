@@ -207,13 +207,41 @@ const float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) co
 
 namespace {
 
+using v16 = float __attribute__((vector_size(64)));  // 16 lanes of a row's output
+
+/// o[c0 .. c0 + 16K) = sum over t2 of a(head of the lane, t2) * v[t2], each lane's sum in t2
+/// order (o += a * v, one multiply-add a position, from 0): forward_cached's arithmetic per lane,
+/// with K vector accumulators held in registers over all positions (not a load and a store of o
+/// per position and head, which chained every position's add to the previous store). Each group
+/// of 16 lanes lies in one head (hs % 16 == 0): a = att[h * n + t2] for that head h.
+template <int K>
+[[gnu::always_inline]] inline void attend_out(float* o, const float* att, const float* const* vp,
+                                              std::int64_t n, std::int64_t hs, std::int64_t c0) {
+  const float* a[K];
+  v16 acc[K];
+  for (int k = 0; k < K; ++k) {
+    a[k] = att + (c0 + 16 * k) / hs * n;
+    acc[k] = v16{};
+  }
+  for (std::int64_t t2 = 0; t2 < n; ++t2) {
+    const float* v = vp[t2] + c0;
+    for (int k = 0; k < K; ++k) {
+      v16 vv;
+      std::memcpy(&vv, v + 16 * k, sizeof(v16));
+      acc[k] += a[k][t2] * vv;
+    }
+  }
+  for (int k = 0; k < K; ++k) std::memcpy(o + c0 + 16 * k, &acc[k], sizeof(v16));
+}
+
 /// One attention row of every head: query q (C = H heads of hs) against n cached positions
 /// (position t2's keys and values, all heads side by side, at kp[t2] / vp[t2]), into o (C).
-/// att: scratch (H, n). Position by position over all heads, so each position's C keys (and
-/// values) are read once, front to back; per (head, position) the very operations of
-/// forward_cached, in the same order (a dot over j, the scale, the softmax of the row, then
-/// o += a * v position after position), so the same bits (both compiled for the same instruction
-/// set: MLS_LAB6_CLONES on both).
+/// att: scratch (H, n). Per (head, position) the very operations of forward_cached, in the same
+/// order: the same dot loop over j, the scale, the softmax of the row, then per output lane
+/// o += a * v position after position (compiled for the same instruction set: MLS_LAB6_CLONES on
+/// both), so the same bits. The scores go position by position over all heads (each position's C
+/// keys read once, front to back); the weighted sum keeps up to 128 lanes of o in registers
+/// while the positions stream past (attend_out) where hs is a multiple of 16.
 MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp,
                                 std::int64_t n, std::int64_t H, std::int64_t hs, float scale, float* att) {
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
@@ -227,7 +255,17 @@ MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp
     }
   }
   for (std::int64_t h = 0; h < H; ++h) kernels::softmax_forward(att + h * n, att + h * n, 1, n);
-  for (std::int64_t j = 0; j < H * hs; ++j) o[j] = 0.f;
+  const std::int64_t C = H * hs;
+  std::int64_t c0 = 0;
+  if (hs % 16 == 0) {
+    for (; c0 + 128 <= C; c0 += 128) attend_out<8>(o, att, vp, n, hs, c0);
+    for (; c0 + 64 <= C; c0 += 64) attend_out<4>(o, att, vp, n, hs, c0);
+    for (; c0 < C; c0 += 16) attend_out<1>(o, att, vp, n, hs, c0);
+  }
+  if (c0 == C) return;
+  // other head sizes: forward_cached's loop itself (o in memory; a loop over t2 with the lanes
+  // inner, never a sum over t2 that the compiler's reassociation may reorder)
+  for (std::int64_t j = 0; j < C; ++j) o[j] = 0.f;
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
     const float* vrow = vp[t2];
     for (std::int64_t h = 0; h < H; ++h) {
