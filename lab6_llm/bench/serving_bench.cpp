@@ -250,6 +250,9 @@ int main(int argc, char** argv) {
       for (const auto& [name, field] : stages)
         std::printf("  %-24s %8.2f | %8.2f\n", name, per(prof1, prof1.*field), per(profb, profb.*field));
       std::printf("  %-24s %8.2f | %8.2f\n", "total", per(prof1, prof1.total()), per(profb, profb.total()));
+      std::printf("  steps whose sequences ran in groups side by side (threads > 1): %lld of %lld | %lld of %lld%s\n",
+                  (long long)prof1.group_steps, (long long)prof1.steps, (long long)profb.group_steps,
+                  (long long)profb.steps, profb.group_steps > 0 ? " (their stages: every thread's time, summed)" : "");
     }
     std::printf("ratio decode_token_time_batch%lld_vs_batch1 %.3f\n", (long long)batch, tb / t1);
     // Amdahl: one at a time runs each prompt as one prefill step (a GEMM of its rows) and each
