@@ -216,3 +216,67 @@ TEST_CASE("cuda flash attention forward equals the CPU flash kernel", "[lab4][gp
   mls::testing::require_error([&] { cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 2, 6, 4); },
                               "C = 6 is not a multiple of H = 4");
 }
+
+TEST_CASE("cuda flash attention backward equals the CPU flash kernel's gradients", "[lab4][gpu][cuda_flash]") {
+  REQUIRE_GPU();
+  const double eps = std::numeric_limits<float>::epsilon();
+  struct Case {
+    int B, T, H, hs;
+    bool causal;
+  };
+  // T across the tiles' edges (1, 15-17, 33, 255), head sizes from 1 to 128 (odd, past 32 and 64,
+  // 128 needs more than 48 KiB of shared memory), no mask
+  for (const Case c : {Case{2, 1, 2, 5, true}, {1, 3, 3, 7, true}, {2, 17, 2, 13, true}, {1, 15, 1, 1, true},
+                       {1, 64, 2, 64, true}, {2, 255, 1, 17, true}, {1, 33, 2, 128, true}, {1, 1024, 2, 128, true},
+                       {2, 2048, 1, 33, true}, {2, 37, 3, 11, false}, {1, 100, 2, 96, false}}) {
+    const int C = c.H * c.hs;
+    const size_t n_in = static_cast<size_t>(c.B) * c.T * 3 * C, n_out = static_cast<size_t>(c.B) * c.T * C,
+                 n_lse = static_cast<size_t>(c.B) * c.H * c.T;
+    const auto inp = random_vec(n_in, 43 + c.T, "qkv");
+    const auto dout = random_vec(n_out, 44 + c.T, "dout");
+    // the CPU kernels first (the online softmax is the student's): out, lse, then the gradients,
+    // added to 0.25 everywhere (both add to dinp)
+    std::vector<float> out(n_out), lse(n_lse), want(n_in, 0.25f);
+    mls::kernels::flash_attention_forward(out.data(), lse.data(), inp.data(), c.B, c.T, C, c.H, c.causal);
+    mls::kernels::flash_attention_backward(want.data(), dout.data(), inp.data(), out.data(), lse.data(), c.B, c.T,
+                                           C, c.H, c.causal);
+    cu::DeviceBuffer din(n_in), ddout(n_out), dout_f(n_out), dlse(n_lse), dgrad(n_in);
+    cu::to_device(din.get(), inp.data(), n_in);
+    cu::to_device(ddout.get(), dout.data(), n_out);
+    cu::to_device(dout_f.get(), out.data(), n_out);
+    cu::to_device(dlse.get(), lse.data(), n_lse);
+    const std::vector<float> start(n_in, 0.25f);
+    cu::to_device(dgrad.get(), start.data(), n_in);
+    cu::flash_attention_backward(dgrad.get(), ddout.get(), din.get(), dout_f.get(), dlse.get(), c.B, c.T, C, c.H,
+                                 c.causal);
+    cu::synchronize();
+    std::vector<float> got(n_in);
+    cu::to_host(got.data(), dgrad.get(), n_in);
+    // both are float32 gradients of the same inputs, each within 4x the forward's bound of the
+    // exact value (test_attention.cpp: two more reductions, dP and D), so within twice that of
+    // each other, relative to the largest gradient; __expf adds 2 ulp per probability
+    const double tol = 2 * 4 * 2 * (c.hs + c.T + 16) * eps;
+    const std::string what = "cuda flash_attention_backward T=" + std::to_string(c.T) + " hs=" + std::to_string(c.hs) +
+                             (c.causal ? "" : " (no mask)");
+    mls::testing::observe(what + ": dinp", got, {2 * tol, 2 * tol});
+    double err = 0, mag = 1;
+    for (size_t i = 0; i < n_in; ++i) {
+      err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+      mag = std::max(mag, static_cast<double>(std::fabs(want[i])));
+    }
+    INFO(what << ": largest difference " << err << " (largest gradient " << mag << "), bound " << tol);
+    CHECK(err / mag <= tol);
+  }
+  cu::DeviceBuffer d(3 * 2 * 256);
+  mls::testing::require_error(
+      [&] { cu::flash_attention_backward(d.get(), d.get(), d.get(), d.get(), d.get(), 1, 2, 258, 1); },
+      "cuda::flash_attention_backward: head size C / H = 258, expected at most 128");
+  mls::testing::require_error(
+      [&] { cu::flash_attention_backward(d.get(), d.get(), d.get(), d.get(), d.get(), 1, 0, 4, 1); }, "T = 0");
+  mls::testing::require_error(
+      [&] { cu::flash_attention_backward(d.get(), d.get(), d.get(), d.get(), d.get(), 1, 2, 6, 4); },
+      "C = 6 is not a multiple of H = 4");
+  mls::testing::require_error(
+      [&] { cu::flash_attention_backward(d.get(), d.get(), d.get(), d.get(), d.get(), 300, 2, 256, 256); },
+      "B * H = 76800, expected at most 65535");
+}

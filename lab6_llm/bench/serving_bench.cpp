@@ -13,7 +13,9 @@
 //   ratio continuous_vs_static_throughput, ratio continuous_vs_one_at_a_time_throughput,
 //   ratio continuous_vs_static_ttft_p99 (below 1: continuous is better),
 //   ratio decode_token_time_batch<B>_vs_batch1 (time per decoded token in a batch of B decodes
-//   over that of one: the price of a token once the weights are read once per step)
+//   over that of one: the price of a token once the weights are read once per step),
+// and Amdahl's bound on continuous_vs_one_at_a_time: one at a time's time (its prefill and decode
+// steps, each per row) over the time of all its rows at the batch-B price of a row.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -34,6 +36,10 @@ struct Result {
   double seconds = 0;
   std::int64_t tokens = 0;  // useful tokens
   std::vector<double> ttft;
+  // steps that gave some request its first token (the prompt's last chunk: prefill) and the rest
+  // (decode, and earlier chunks of long prompts): seconds and rows run through the model
+  double prefill_seconds = 0, decode_seconds = 0;
+  std::int64_t prefill_rows = 0, decode_rows = 0, steps = 0;
 };
 
 /// Seconds since construction on the wall clock, or on the process's CPU clock (--clock cpu: on a
@@ -65,15 +71,23 @@ void run_group(const GPTParams& p, const std::shared_ptr<const DecodeModel>& mod
   std::map<std::int64_t, std::size_t> idx;
   for (std::size_t i = 0; i < reqs.size(); ++i) idx[e.add(reqs[i])] = i;
   std::vector<std::int64_t> got(reqs.size(), 0);
-  while (!e.idle())
+  while (!e.idle()) {
+    const double t0 = clock.seconds();
+    const std::int64_t rows0 = e.stats().computed_tokens;
+    bool prefill = false;
     for (const auto& ev : e.step()) {
       const std::size_t i = idx.at(ev.id);
       if (ev.first) r.ttft.push_back(clock.seconds());
+      prefill = prefill || ev.first;
       if (ev.token >= 0 && got[i] < useful[i]) {
         ++got[i];
         ++r.tokens;
       }
     }
+    (prefill ? r.prefill_seconds : r.decode_seconds) += clock.seconds() - t0;
+    (prefill ? r.prefill_rows : r.decode_rows) += e.stats().computed_tokens - rows0;
+    ++r.steps;
+  }
 }
 
 }  // namespace
@@ -177,9 +191,10 @@ int main(int argc, char** argv) {
                 (long long)out_max, (long long)batch, num_threads(), clock_name.c_str());
     for (const char* k : {"one_at_a_time", "static", "continuous"}) {
       const Result& r = res[k];
-      std::printf("%-14s %8.0f tok/s  (%lld tokens in %.3f s)  TTFT p50 %.3f s  p99 %.3f s\n", k,
-                  static_cast<double>(r.tokens) / r.seconds, (long long)r.tokens, r.seconds, pct(r.ttft, 0.5),
-                  pct(r.ttft, 0.99));
+      std::printf("%-14s %8.0f tok/s  (%lld tokens in %.3f s)  TTFT p50 %.3f s  p99 %.3f s  %lld steps, %.1f rows "
+                  "a step\n", k, static_cast<double>(r.tokens) / r.seconds, (long long)r.tokens, r.seconds,
+                  pct(r.ttft, 0.5), pct(r.ttft, 0.99), (long long)r.steps,
+                  static_cast<double>(r.prefill_rows + r.decode_rows) / static_cast<double>(std::max<std::int64_t>(1, r.steps)));
     }
     const auto tps = [&](const char* k) { return static_cast<double>(res[k].tokens) / res[k].seconds; };
     std::printf("ratio continuous_vs_static_throughput %.3f\n", tps("continuous") / tps("static"));
@@ -235,8 +250,25 @@ int main(int argc, char** argv) {
       for (const auto& [name, field] : stages)
         std::printf("  %-24s %8.2f | %8.2f\n", name, per(prof1, prof1.*field), per(profb, profb.*field));
       std::printf("  %-24s %8.2f | %8.2f\n", "total", per(prof1, prof1.total()), per(profb, profb.total()));
+      std::printf("  steps whose sequences ran in groups side by side (threads > 1): %lld of %lld | %lld of %lld%s\n",
+                  (long long)prof1.group_steps, (long long)prof1.steps, (long long)profb.group_steps,
+                  (long long)profb.steps, profb.group_steps > 0 ? " (their stages: every thread's time, summed)" : "");
     }
     std::printf("ratio decode_token_time_batch%lld_vs_batch1 %.3f\n", (long long)batch, tb / t1);
+    // Amdahl: one at a time runs each prompt as one prefill step (a GEMM of its rows) and each
+    // later token alone; continuous batching can at best run every one of those rows at the
+    // price of a row in a full batch (tb). The bound on the ratio, from these measurements:
+    const Result& one = res["one_at_a_time"];
+    const std::int64_t rows = one.prefill_rows + one.decode_rows;
+    const double ideal = static_cast<double>(rows) * tb;
+    std::printf("one at a time: prefill steps %.1f us per row (%lld rows), decode steps %.1f us per row (%lld rows)\n",
+                one.prefill_seconds * 1e6 / static_cast<double>(std::max<std::int64_t>(1, one.prefill_rows)),
+                (long long)one.prefill_rows,
+                one.decode_seconds * 1e6 / static_cast<double>(std::max<std::int64_t>(1, one.decode_rows)),
+                (long long)one.decode_rows);
+    std::printf("amdahl: every row at %.1f us (batch %lld) -> continuous_vs_one_at_a_time at most %.2f; "
+                "5x needs %.1f us per row\n",
+                tb * 1e6, (long long)batch, one.seconds / ideal, one.seconds * 1e6 / (5.0 * static_cast<double>(rows)));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mls-serving-bench: %s\n", e.what());
     return 1;

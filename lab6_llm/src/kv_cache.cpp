@@ -207,13 +207,41 @@ const float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) co
 
 namespace {
 
+using v16 = float __attribute__((vector_size(64)));  // 16 lanes of a row's output
+
+/// o[c0 .. c0 + 16K) = sum over t2 of a(head of the lane, t2) * v[t2], each lane's sum in t2
+/// order (o += a * v, one multiply-add a position, from 0): forward_cached's arithmetic per lane,
+/// with K vector accumulators held in registers over all positions (not a load and a store of o
+/// per position and head, which chained every position's add to the previous store). Each group
+/// of 16 lanes lies in one head (hs % 16 == 0): a = att[h * n + t2] for that head h.
+template <int K>
+[[gnu::always_inline]] inline void attend_out(float* o, const float* att, const float* const* vp,
+                                              std::int64_t n, std::int64_t hs, std::int64_t c0) {
+  const float* a[K];
+  v16 acc[K];
+  for (int k = 0; k < K; ++k) {
+    a[k] = att + (c0 + 16 * k) / hs * n;
+    acc[k] = v16{};
+  }
+  for (std::int64_t t2 = 0; t2 < n; ++t2) {
+    const float* v = vp[t2] + c0;
+    for (int k = 0; k < K; ++k) {
+      v16 vv;
+      std::memcpy(&vv, v + 16 * k, sizeof(v16));
+      acc[k] += a[k][t2] * vv;
+    }
+  }
+  for (int k = 0; k < K; ++k) std::memcpy(o + c0 + 16 * k, &acc[k], sizeof(v16));
+}
+
 /// One attention row of every head: query q (C = H heads of hs) against n cached positions
 /// (position t2's keys and values, all heads side by side, at kp[t2] / vp[t2]), into o (C).
-/// att: scratch (H, n). Position by position over all heads, so each position's C keys (and
-/// values) are read once, front to back; per (head, position) the very operations of
-/// forward_cached, in the same order (a dot over j, the scale, the softmax of the row, then
-/// o += a * v position after position), so the same bits (both compiled for the same instruction
-/// set: MLS_LAB6_CLONES on both).
+/// att: scratch (H, n). Per (head, position) the very operations of forward_cached, in the same
+/// order: the same dot loop over j, the scale, the softmax of the row, then per output lane
+/// o += a * v position after position (compiled for the same instruction set: MLS_LAB6_CLONES on
+/// both), so the same bits. The scores go position by position over all heads (each position's C
+/// keys read once, front to back); the weighted sum keeps up to 128 lanes of o in registers
+/// while the positions stream past (attend_out) where hs is a multiple of 16.
 MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp,
                                 std::int64_t n, std::int64_t H, std::int64_t hs, float scale, float* att) {
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
@@ -227,7 +255,17 @@ MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp
     }
   }
   for (std::int64_t h = 0; h < H; ++h) kernels::softmax_forward(att + h * n, att + h * n, 1, n);
-  for (std::int64_t j = 0; j < H * hs; ++j) o[j] = 0.f;
+  const std::int64_t C = H * hs;
+  std::int64_t c0 = 0;
+  if (hs % 16 == 0) {
+    for (; c0 + 128 <= C; c0 += 128) attend_out<8>(o, att, vp, n, hs, c0);
+    for (; c0 + 64 <= C; c0 += 64) attend_out<4>(o, att, vp, n, hs, c0);
+    for (; c0 < C; c0 += 16) attend_out<1>(o, att, vp, n, hs, c0);
+  }
+  if (c0 == C) return;
+  // other head sizes: forward_cached's loop itself (o in memory; a loop over t2 with the lanes
+  // inner, never a sum over t2 that the compiler's reassociation may reorder)
+  for (std::int64_t j = 0; j < C; ++j) o[j] = 0.f;
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
     const float* vrow = vp[t2];
     for (std::int64_t h = 0; h < H; ++h) {
@@ -277,15 +315,28 @@ void forward_paged(const GPTParams& params, PagedKVCache& cache, std::span<const
   forward_paged(model, scratch, cache, rows, logits);
 }
 
-void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
-                   std::span<const PagedRow> rows, float* logits, DecodeProfile* profile) {
+namespace {
+
+/// forward_paged's buffers for rows [r0, r1) of a step: slices of DecodeScratch's (N, ...) arrays,
+/// and of the logits rows (lastx, logits: the want_logits rows among them).
+struct RowBuffers {
+  float *x, *ln, *qkv, *y, *proj, *fch, *fchg, *mean, *rstd, *lastx, *logits;
+};
+
+/// Rows [r0, r1) of a step through every layer and the head (forward_paged's body). Their
+/// sequences' rows are all among them (attention reads the keys the same layer wrote), so groups
+/// of whole sequences can run this side by side. Called on one group, its GEMMs and attention use
+/// the pool (nested inside a group's task, they run on its thread).
+void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const PagedRow> all_rows,
+                  std::int64_t r0, std::int64_t r1, const std::vector<std::int32_t>* const* all_tables,
+                  const KVSlot* all_slots, const RowBuffers& b, DecodeProfile* prof) {
   const GPTParams& params = model.params();
   const GPTConfig& cfg = params.config();
-  MLS_CHECK(cache.config() == cfg, "forward_paged: a cache of another config");
-  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, V = cfg.vocab_size,
-                     hs = C / H, N = static_cast<std::int64_t>(rows.size()), bt = cache.block_tokens();
-  if (N == 0) return;
-  DecodeProfile* prof = profile;
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, hs = C / H, N = r1 - r0,
+                     bt = cache.block_tokens();
+  const std::span<const PagedRow> rows = all_rows.subspan(static_cast<std::size_t>(r0), static_cast<std::size_t>(N));
+  const std::vector<std::int32_t>* const* row_table = all_tables + r0;
+  const KVSlot* row_slot = all_slots + r0;
   double last = prof ? prof->now() : 0;
   const auto lap = [&](double DecodeProfile::*stage) {
     if (!prof) return;
@@ -294,42 +345,14 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     last = now;
   };
   std::int64_t maxpos = 0, nlog = 0;
-  // each row's block table and the slot its keys and values go to (looked up once per step)
-  thread_local std::vector<const std::vector<std::int32_t>*> tables;
-  thread_local std::vector<KVSlot> slots;
-  tables.resize(static_cast<std::size_t>(N));
-  slots.resize(static_cast<std::size_t>(N));
-  for (std::int64_t r = 0; r < N; ++r) {
-    const PagedRow& row = rows[static_cast<std::size_t>(r)];
-    MLS_CHECK(row.token >= 0 && row.token < V, "forward_paged: row ", r, " token ", row.token,
-              ", expected 0 <= token < vocab_size = ", V);
-    MLS_CHECK(row.pos >= 0 && row.pos < cfg.block_size && row.pos < cache.length(row.seq),
-              "forward_paged: row ", r, " position ", row.pos, " of sequence ", row.seq,
-              ", expected 0 <= pos < min(block_size = ", cfg.block_size, ", length = ",
-              cache.length(row.seq), ") (append before the forward)");
+  for (const PagedRow& row : rows) {
     maxpos = std::max(maxpos, row.pos);
     nlog += row.want_logits ? 1 : 0;
-    tables[static_cast<std::size_t>(r)] = &cache.block_table(row.seq);
-    slots[static_cast<std::size_t>(r)] = cache.slot(row.seq, row.pos);
   }
-  // (this thread's buffers: the workers below reach them through these pointers)
-  const std::vector<std::int32_t>* const* row_table = tables.data();
-  const KVSlot* row_slot = slots.data();
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   const auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-  const auto fit = [&](std::vector<float>& v, std::int64_t n) {
-    if (v.size() < sz(n)) v.resize(sz(n));
-    return v.data();
-  };
-  float* x = fit(scratch.x, N * C);
-  float* ln = fit(scratch.ln, N * C);
-  float* qkv = fit(scratch.qkv, N * 3 * C);
-  float* y = fit(scratch.y, N * C);
-  float* proj = fit(scratch.proj, N * C);
-  float* fch = fit(scratch.fch, N * 4 * C);
-  float* fchg = fit(scratch.fchg, N * 4 * C);
-  float* mean = fit(scratch.mean, N);
-  float* rstd = fit(scratch.rstd, N);
+  float *x = b.x, *ln = b.ln, *qkv = b.qkv, *y = b.y, *proj = b.proj, *fch = b.fch, *fchg = b.fchg,
+        *mean = b.mean, *rstd = b.rstd;
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
     encoder_forward(x + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
@@ -337,15 +360,15 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
   lap(&DecodeProfile::embed);
   // Every row computes exactly what one token at a time does: layernorm normalises row by row,
   // GELU runs row by row (its vector tails), the GEMMs sum over c in order (rowgemm.hpp).
-  const auto ln_rows = [&](const float* w, const float* b) {
-    kernels::layernorm_forward(ln, mean, rstd, x, w, b, N, C, 1e-5f);  // row by row inside
+  const auto ln_rows = [&](const float* w, const float* bias) {
+    kernels::layernorm_forward(ln, mean, rstd, x, w, bias, N, C, 1e-5f);  // row by row inside
     lap(&DecodeProfile::layernorm);
   };
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   // rows per attention chunk: about 2^18 cached floats of work each (~10 us: waking a thread and
   // waiting for it is not free, least of all on a busy machine)
   std::int64_t cached = 0;
-  for (std::int64_t r = 0; r < N; ++r) cached += (rows[static_cast<std::size_t>(r)].pos + 1) * C;
+  for (const PagedRow& row : rows) cached += (row.pos + 1) * C;
   const std::int64_t attention_grain =
       std::max<std::int64_t>(1, (std::int64_t{1} << 18) * N / std::max<std::int64_t>(1, cached));
   for (std::int64_t l = 0; l < L; ++l) {
@@ -359,14 +382,14 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     }
     lap(&DecodeProfile::kv_write);
     // then each (row, head) attends over its sequence's positions 0..pos, through the block table
-    parallel_for(0, N, attention_grain, [&](std::int64_t r0, std::int64_t r1) {
+    parallel_for(0, N, attention_grain, [&](std::int64_t a0, std::int64_t a1) {
       thread_local std::vector<const float*> kp, vp;
       thread_local std::vector<float> att;
       kp.resize(sz(maxpos + 1));
       vp.resize(sz(maxpos + 1));
       att.resize(sz(H * (maxpos + 1)));
       const PagedKVCache& cc = cache;
-      for (std::int64_t r = r0; r < r1; ++r) {
+      for (std::int64_t r = a0; r < a1; ++r) {
         const PagedRow& row = rows[static_cast<std::size_t>(r)];
         const std::vector<std::int32_t>& table = *row_table[r];
         for (std::int64_t t0 = 0; t0 <= row.pos; t0 += bt) {  // a block at a time
@@ -396,19 +419,137 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     lap(&DecodeProfile::residual);
   }
   // the head, only for the rows that want logits
-  float* lastx = fit(scratch.last, std::max<std::int64_t>(1, nlog) * C);
   std::int64_t k = 0;
   for (std::int64_t r = 0; r < N; ++r) {
     if (!rows[static_cast<std::size_t>(r)].want_logits) continue;
-    kernels::layernorm_forward(lastx + k * C, mean, rstd, x + r * C, p.lnfw, p.lnfb, 1, C, 1e-5f);
+    kernels::layernorm_forward(b.lastx + k * C, mean, rstd, x + r * C, p.lnfw, p.lnfb, 1, C, 1e-5f);
     ++k;
   }
   lap(&DecodeProfile::layernorm);
-  if (nlog > 0) matmul_packed_forward(logits, lastx, model.wte(), nullptr, nlog);
+  if (nlog > 0) matmul_packed_forward(b.logits, b.lastx, model.wte(), nullptr, nlog);
   lap(&DecodeProfile::head);
-  if (prof) {
-    ++prof->steps;
-    prof->rows += N;
+}
+
+/// Splits a step's rows into at most `groups` contiguous groups of whole sequences, of about
+/// equal work (a row's GEMMs, 12·L·C² multiply-adds, plus its attention, 2·L·C·(pos + 1)): the
+/// first row of each group and N at the end. One group (no split) when a sequence's rows are not
+/// contiguous, when the step is too small to share, or when one group would keep most of the
+/// work anyway (a long prompt chunk: its GEMMs then split over the pool instead).
+std::vector<std::int64_t> split_sequences(std::span<const PagedRow> rows, const GPTConfig& cfg, int groups) {
+  const auto N = static_cast<std::int64_t>(rows.size());
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd;
+  std::vector<std::int64_t> one{0, N};
+  if (groups < 2 || N < 2) return one;
+  std::vector<PagedKVCache::SeqId> runs;  // the sequence of each run of rows
+  std::vector<double> cost(static_cast<std::size_t>(N));
+  double total = 0;
+  for (std::int64_t r = 0; r < N; ++r) {
+    const PagedRow& row = rows[static_cast<std::size_t>(r)];
+    if (r == 0 || rows[static_cast<std::size_t>(r - 1)].seq != row.seq) runs.push_back(row.seq);
+    cost[static_cast<std::size_t>(r)] =
+        static_cast<double>(12 * L * C * C) + 2.0 * static_cast<double>(L * C * (row.pos + 1));
+    total += cost[static_cast<std::size_t>(r)];
+  }
+  if (runs.size() < 2 || total < static_cast<double>(std::int64_t{1} << 20)) return one;
+  std::sort(runs.begin(), runs.end());
+  if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return one;  // a sequence's rows apart
+  groups = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(groups), runs.size()));
+  std::vector<std::int64_t> cut{0};
+  double acc = 0, biggest = 0, group_start = 0;
+  for (std::int64_t r = 0; r < N; ++r) {
+    acc += cost[static_cast<std::size_t>(r)];
+    const bool boundary = r + 1 < N && rows[static_cast<std::size_t>(r + 1)].seq != rows[static_cast<std::size_t>(r)].seq;
+    const auto g = static_cast<double>(cut.size());
+    if (boundary && static_cast<int>(cut.size()) < groups && acc >= total * g / groups) {
+      biggest = std::max(biggest, acc - group_start);
+      group_start = acc;
+      cut.push_back(r + 1);
+    }
+  }
+  biggest = std::max(biggest, total - group_start);
+  cut.push_back(N);
+  if (cut.size() < 3 || biggest > 0.75 * total) return one;
+  return cut;
+}
+
+}  // namespace
+
+void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
+                   std::span<const PagedRow> rows, float* logits, DecodeProfile* profile) {
+  const GPTParams& params = model.params();
+  const GPTConfig& cfg = params.config();
+  MLS_CHECK(cache.config() == cfg, "forward_paged: a cache of another config");
+  const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, N = static_cast<std::int64_t>(rows.size());
+  if (N == 0) return;
+  std::int64_t nlog = 0;
+  // each row's block table and the slot its keys and values go to (looked up once per step)
+  thread_local std::vector<const std::vector<std::int32_t>*> tables;
+  thread_local std::vector<KVSlot> slots;
+  tables.resize(static_cast<std::size_t>(N));
+  slots.resize(static_cast<std::size_t>(N));
+  for (std::int64_t r = 0; r < N; ++r) {
+    const PagedRow& row = rows[static_cast<std::size_t>(r)];
+    MLS_CHECK(row.token >= 0 && row.token < V, "forward_paged: row ", r, " token ", row.token,
+              ", expected 0 <= token < vocab_size = ", V);
+    MLS_CHECK(row.pos >= 0 && row.pos < cfg.block_size && row.pos < cache.length(row.seq),
+              "forward_paged: row ", r, " position ", row.pos, " of sequence ", row.seq,
+              ", expected 0 <= pos < min(block_size = ", cfg.block_size, ", length = ",
+              cache.length(row.seq), ") (append before the forward)");
+    nlog += row.want_logits ? 1 : 0;
+    tables[static_cast<std::size_t>(r)] = &cache.block_table(row.seq);
+    slots[static_cast<std::size_t>(r)] = cache.slot(row.seq, row.pos);
+  }
+  const auto fit = [&](std::vector<float>& v, std::int64_t n) {
+    if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
+    return v.data();
+  };
+  const RowBuffers all{fit(scratch.x, N * C),    fit(scratch.ln, N * C),       fit(scratch.qkv, N * 3 * C),
+                       fit(scratch.y, N * C),    fit(scratch.proj, N * C),     fit(scratch.fch, N * 4 * C),
+                       fit(scratch.fchg, N * 4 * C), fit(scratch.mean, N), fit(scratch.rstd, N),
+                       fit(scratch.last, std::max<std::int64_t>(1, nlog) * C), logits};
+  // The batch's sequences in groups, one per thread, each group's rows through the whole model
+  // on its own (one wake-up of the pool per step, not one per GEMM and attention: a small
+  // model's GEMMs at batch 32 are too short to split well); one group: the GEMMs and attention
+  // split over the pool themselves. Every row's numbers are the same either way.
+  const std::vector<std::int64_t> cut = split_sequences(rows, cfg, intra_op_threads());
+  const auto G = static_cast<std::int64_t>(cut.size()) - 1;
+  std::vector<std::int64_t> first_logit(static_cast<std::size_t>(G), 0);  // want_logits rows before each group
+  for (std::int64_t g = 1; g < G; ++g) {
+    std::int64_t n = 0;
+    for (std::int64_t r = cut[static_cast<std::size_t>(g - 1)]; r < cut[static_cast<std::size_t>(g)]; ++r)
+      n += rows[static_cast<std::size_t>(r)].want_logits ? 1 : 0;
+    first_logit[static_cast<std::size_t>(g)] = first_logit[static_cast<std::size_t>(g - 1)] + n;
+  }
+  const auto buffers = [&](std::int64_t g) {
+    const std::int64_t r0 = cut[static_cast<std::size_t>(g)], k0 = first_logit[static_cast<std::size_t>(g)];
+    return RowBuffers{all.x + r0 * C,        all.ln + r0 * C,   all.qkv + r0 * 3 * C, all.y + r0 * C,
+                      all.proj + r0 * C,     all.fch + r0 * 4 * C, all.fchg + r0 * 4 * C, all.mean + r0,
+                      all.rstd + r0,         all.lastx + k0 * C, logits ? logits + k0 * V : nullptr};
+  };
+  const std::vector<const std::vector<std::int32_t>*>& row_tables = tables;  // this thread's, for the workers
+  const std::vector<KVSlot>& row_slots = slots;
+  if (G == 1) {
+    forward_rows(model, cache, rows, 0, N, row_tables.data(), row_slots.data(), all, profile);
+  } else {
+    // each group's stage times apart, added up after (thread time: the groups run side by side)
+    std::vector<DecodeProfile> part(static_cast<std::size_t>(G));
+    for (auto& pp : part) pp.cpu_time = profile && profile->cpu_time;
+    parallel_for(0, G, 1, [&](std::int64_t g0, std::int64_t g1) {
+      for (std::int64_t g = g0; g < g1; ++g)
+        forward_rows(model, cache, rows, cut[static_cast<std::size_t>(g)], cut[static_cast<std::size_t>(g + 1)],
+                     row_tables.data(), row_slots.data(), buffers(g), profile ? &part[static_cast<std::size_t>(g)] : nullptr);
+    });
+    if (profile)
+      for (const auto& pp : part)
+        for (double DecodeProfile::*f : {&DecodeProfile::embed, &DecodeProfile::layernorm, &DecodeProfile::qkv,
+                                         &DecodeProfile::kv_write, &DecodeProfile::attention, &DecodeProfile::attproj,
+                                         &DecodeProfile::mlp, &DecodeProfile::residual, &DecodeProfile::head})
+          profile->*f += pp.*f;
+  }
+  if (profile) {
+    ++profile->steps;
+    profile->rows += N;
+    profile->group_steps += G > 1 ? 1 : 0;
   }
 }
 

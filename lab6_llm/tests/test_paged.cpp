@@ -4,7 +4,9 @@
 
 #include <cstring>
 #include <map>
+#include <string>
 
+#include "mls/common/parallel.hpp"
 #include "mls/llm/kv_cache.hpp"
 #include "mls/llm/sample.hpp"
 #include "mls/testing.hpp"
@@ -135,58 +137,95 @@ TEST_CASE("block-table lookup: block pos / bt at offset pos % bt, out of range i
   mls::testing::observe("lookups (block, offset) of 50 random tables", seen);
 }
 
+namespace {
+
+/// Several sequences of random tokens through the paged cache in random chunks, all in one batch
+/// per step, against forward_cached token by token: every logit equal, bit for bit.
+/// Returns the steps that ran their sequences in groups on several threads.
+std::int64_t check_paged_equals_cached(const GPTConfig& cfg, Rng& rng, const std::string& what) {
+  const GPTParams p = random_params(cfg, rng);
+  const DecodeModel model(p);
+  DecodeScratch scratch;
+  DecodeProfile profile;
+  const std::int64_t V = cfg.vocab_size, bt = rng.randint(1, 6);
+  PagedKVCache cache(cfg, 200, bt);
+  const int S = static_cast<int>(rng.randint(2, 6));
+  std::vector<std::vector<std::int32_t>> toks(static_cast<std::size_t>(S));
+  std::vector<PagedKVCache::SeqId> ids;
+  std::vector<std::vector<float>> got(static_cast<std::size_t>(S));
+  for (auto& t : toks) {
+    const std::int64_t n = rng.randint(1, cfg.block_size + 1);
+    for (std::int64_t i = 0; i < n; ++i) t.push_back(static_cast<std::int32_t>(rng.randint(0, V)));
+    ids.push_back(cache.add_sequence());
+  }
+  // steps: each sequence runs a random chunk of its remaining tokens, all in one batch
+  std::vector<std::int64_t> done(static_cast<std::size_t>(S), 0);
+  for (bool left = true; left;) {
+    left = false;
+    std::vector<PagedRow> rows;
+    for (int s = 0; s < S; ++s) {
+      const auto n = static_cast<std::int64_t>(toks[static_cast<std::size_t>(s)].size());
+      auto& d = done[static_cast<std::size_t>(s)];
+      if (d == n) continue;
+      const std::int64_t c = rng.randint(0, std::min<std::int64_t>(n - d, 5) + 1);
+      REQUIRE(cache.append(ids[static_cast<std::size_t>(s)], c));
+      for (std::int64_t j = 0; j < c; ++j, ++d)
+        rows.push_back({ids[static_cast<std::size_t>(s)], toks[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)], d, true});
+      left = left || d < n;
+    }
+    std::vector<float> logits(rows.size() * static_cast<std::size_t>(V));
+    forward_paged(model, scratch, cache, rows, logits.data(), &profile);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto s = static_cast<std::size_t>(std::find(ids.begin(), ids.end(), rows[r].seq) - ids.begin());
+      got[s].insert(got[s].end(), logits.begin() + static_cast<std::ptrdiff_t>(r * V),
+                    logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    const auto want = contiguous_logits(p, toks[static_cast<std::size_t>(s)]);
+    mls::testing::observe("paged logits, " + what + " sequence " + std::to_string(s), got[static_cast<std::size_t>(s)]);
+    REQUIRE(got[static_cast<std::size_t>(s)].size() == want.size());
+    CHECK(std::memcmp(got[static_cast<std::size_t>(s)].data(), want.data(), want.size() * sizeof(float)) == 0);
+    const auto nb = static_cast<std::int64_t>(cache.block_table(ids[static_cast<std::size_t>(s)]).size());
+    CHECK(nb == (static_cast<std::int64_t>(toks[static_cast<std::size_t>(s)].size()) + bt - 1) / bt);
+  }
+  for (auto id : ids) cache.free_sequence(id);
+  CHECK(cache.free_blocks() == 200);
+  return profile.group_steps;
+}
+
+}  // namespace
+
 TEST_CASE("paged KV cache: several sequences in one batch give forward_cached's logits bit for bit",
           "[lab6][paged][forward]") {
   Rng rng(13, "paged-forward");
-  for (int trial = 0; trial < 6; ++trial) {
-    const GPTConfig cfg = paged_config(rng);
-    const GPTParams p = random_params(cfg, rng);
-    const std::int64_t V = cfg.vocab_size, bt = rng.randint(1, 6);
-    PagedKVCache cache(cfg, 200, bt);
-    const int S = static_cast<int>(rng.randint(2, 6));
-    std::vector<std::vector<std::int32_t>> toks(static_cast<std::size_t>(S));
-    std::vector<PagedKVCache::SeqId> ids;
-    std::vector<std::vector<float>> got(static_cast<std::size_t>(S));
-    for (auto& t : toks) {
-      const std::int64_t n = rng.randint(1, cfg.block_size + 1);
-      for (std::int64_t i = 0; i < n; ++i) t.push_back(static_cast<std::int32_t>(rng.randint(0, V)));
-      ids.push_back(cache.add_sequence());
+  for (int trial = 0; trial < 6; ++trial) (void)check_paged_equals_cached(paged_config(rng), rng, "trial " + std::to_string(trial));
+}
+
+TEST_CASE("paged KV cache: head sizes of whole vectors (16, 32, 48) and 1-3 threads give forward_cached's logits "
+          "bit for bit", "[lab6][paged][forward]") {
+  Rng rng(16, "paged-forward-vectors");
+  struct Shape {
+    std::int64_t H, hs;
+  };
+  // C = 128 and 256 (groups of 8 vectors), 192 (8 + 4), 48 and 80 (one vector at a time), 160 (8 + 2);
+  // at 2 and 3 threads the wider ones have the work to run their sequences in groups side by side
+  std::int64_t grouped = 0;
+  for (const Shape sh : {Shape{4, 32}, {8, 32}, {4, 48}, {3, 16}, {5, 16}, {5, 32}}) {
+    for (int threads : {1, 2, 3}) {
+      ThreadCountGuard guard(threads);
+      GPTConfig cfg = paged_config(rng);
+      cfg.n_head = sh.H;
+      cfg.n_embd = sh.H * sh.hs;
+      cfg.n_layer = 2;
+      cfg.block_size = rng.randint(12, 41);
+      const std::int64_t g = check_paged_equals_cached(
+          cfg, rng, "H=" + std::to_string(sh.H) + " hs=" + std::to_string(sh.hs) + " " + std::to_string(threads) + " thread(s)");
+      if (threads == 1) CHECK(g == 0);
+      grouped += g;
     }
-    // steps: each sequence runs a random chunk of its remaining tokens, all in one batch
-    std::vector<std::int64_t> done(static_cast<std::size_t>(S), 0);
-    for (bool left = true; left;) {
-      left = false;
-      std::vector<PagedRow> rows;
-      for (int s = 0; s < S; ++s) {
-        const auto n = static_cast<std::int64_t>(toks[static_cast<std::size_t>(s)].size());
-        auto& d = done[static_cast<std::size_t>(s)];
-        if (d == n) continue;
-        const std::int64_t c = rng.randint(0, std::min<std::int64_t>(n - d, 5) + 1);
-        REQUIRE(cache.append(ids[static_cast<std::size_t>(s)], c));
-        for (std::int64_t j = 0; j < c; ++j, ++d)
-          rows.push_back({ids[static_cast<std::size_t>(s)], toks[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)], d, true});
-        left = left || d < n;
-      }
-      std::vector<float> logits(rows.size() * static_cast<std::size_t>(V));
-      forward_paged(p, cache, rows, logits.data());
-      for (std::size_t r = 0; r < rows.size(); ++r) {
-        const auto s = static_cast<std::size_t>(std::find(ids.begin(), ids.end(), rows[r].seq) - ids.begin());
-        got[s].insert(got[s].end(), logits.begin() + static_cast<std::ptrdiff_t>(r * V),
-                      logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
-      }
-    }
-    for (int s = 0; s < S; ++s) {
-      const auto want = contiguous_logits(p, toks[static_cast<std::size_t>(s)]);
-      mls::testing::observe("paged logits, trial " + std::to_string(trial) + " sequence " + std::to_string(s),
-                            got[static_cast<std::size_t>(s)]);
-      REQUIRE(got[static_cast<std::size_t>(s)].size() == want.size());
-      CHECK(std::memcmp(got[static_cast<std::size_t>(s)].data(), want.data(), want.size() * sizeof(float)) == 0);
-      const auto nb = static_cast<std::int64_t>(cache.block_table(ids[static_cast<std::size_t>(s)]).size());
-      CHECK(nb == (static_cast<std::int64_t>(toks[static_cast<std::size_t>(s)].size()) + bt - 1) / bt);
-    }
-    for (auto id : ids) cache.free_sequence(id);
-    CHECK(cache.free_blocks() == 200);
   }
+  CHECK(grouped > 0);
 }
 
 TEST_CASE("paged KV cache: forks share the prefix's blocks, copy on write when they diverge",

@@ -82,7 +82,16 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int rows
 /// flash_attention_max_head_size() or B·H > 65535.
 void flash_attention_forward(float* out, float* lse, const float* inp, int B, int T, int C, int H,
                              bool causal = true);
-/// The largest head size C / H flash_attention_forward takes (128).
+/// Backward of flash_attention_forward on the device: dinp (B, T, 3C) += the gradients of q, k
+/// and v, given dout (B, T, C) and the forward's inp, out and lse (device pointers, asynchronous
+/// on the default stream); the formulas of the CPU kernels::flash_attention_backward. The
+/// probabilities are recomputed tile by tile from q, k and lse (P = exp(S - lse)), never a
+/// (T, T) matrix: one kernel per 16 keys accumulates dk and dv over the query rows, another per
+/// 16 query rows accumulates dq over the keys (disjoint writes, no atomics; D = rowsum(dout ⊙
+/// out) recomputed per tile, no workspace). The same checks as the forward pass.
+void flash_attention_backward(float* dinp, const float* dout, const float* inp, const float* out,
+                              const float* lse, int B, int T, int C, int H, bool causal = true);
+/// The largest head size C / H flash_attention_forward and _backward take (128).
 int flash_attention_max_head_size();
 
 /// Timing of work on the default stream with CUDA events (src/cuda_timing.cu), for benchmarks:

@@ -161,6 +161,7 @@ struct DecodeProfile {
   double sample = 0;     // sample_token for every finished row, stop strings, finishing
   double other = 0;      // the rest of Engine::step (building rows, prefix index, events)
   std::int64_t steps = 0, rows = 0;
+  std::int64_t group_steps = 0;  // steps whose sequences ran in groups side by side (threads > 1)
   bool cpu_time = false;  // time with the process's CPU clock (a busy machine, one thread), else wall
   /// Seconds on the chosen clock (from an arbitrary origin).
   double now() const;
@@ -209,7 +210,11 @@ struct DecodeScratch {
 /// increasing positions. logits: (rows with want_logits, V), in row order. Each row's numbers are
 /// exactly forward_cached's for the same sequence, token by token (the same operations in the same
 /// order: the decode GEMM's sums run over c in order for every row), whatever the other rows are.
-/// profile: non-null, the stage times are added to it.
+/// Threads: with more than one (intra_op_threads()), a step of several sequences with enough work
+/// runs them in groups of whole sequences side by side, each group's rows through the whole model
+/// on one thread (one wake-up of the pool per step); otherwise the GEMMs and the attention split
+/// over the pool themselves. Either way every row's numbers are the same.
+/// profile: non-null, the stage times are added to it (summed over the groups' threads).
 void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
                    std::span<const PagedRow> rows, float* logits, DecodeProfile* profile = nullptr);
 /// The same, packing the weights for this one call (tests, one-off passes).
