@@ -36,6 +36,8 @@ static std::barrier<>* mls_emu_barrier = nullptr;
 #define __launch_bounds__(n)
 #define __restrict__ __restrict
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+struct float4 { float x, y, z, w; };
 static inline void __syncthreads() { mls_emu_barrier->arrive_and_wait(); }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, sizeof f); return f; }
 
@@ -75,7 +77,8 @@ inline void emulate_cuda(const te::CudaSource& cu, std::span<const std::span<flo
     unit += "); }\n";
   }
   mls::kernels::jit::CompileOptions options;
-  options.extra_flags = {"-Wno-unused-parameter", "-Wno-unknown-pragmas", "-pthread"};  // #pragma unroll is CUDA's
+  // #pragma unroll is CUDA's; a float4 load reads floats through a float4 pointer, as CUDA does
+  options.extra_flags = {"-Wno-unused-parameter", "-Wno-unknown-pragmas", "-pthread", "-fno-strict-aliasing"};
   options.opt_level = "-O1";
   const auto module = mls::kernels::jit::compile_shared(unit, options);
   using Launch = void (*)(void (*)(float* const*), float* const*, const long long*, const long long*);
