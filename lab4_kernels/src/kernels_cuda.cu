@@ -18,6 +18,7 @@
 #include "cuda_check.cuh"  // MLS_CUDA_CHECK, MLS_CUDA_CHECK_LAUNCH
 #include "mls/kernels/cuda.hpp"
 #include "mma_layout.hpp"  // the fragment layouts of the mma rung
+#include "warptile_layout.hpp"  // the warptile rung's shapes and index maps
 
 #define MLS_CUBLAS_CHECK(call)                                                                \
   do {                                                                                        \
@@ -211,14 +212,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 // in registers. Shared memory is double-buffered: the next BK slice of A and B travels from
 // global memory into registers while this slice is multiplied, then into the other buffer (one
 // __syncthreads per slice). kVec: float4 global loads and stores (N % 4 == 0, K % 4 == 0, 16-byte
-// aligned pointers); otherwise scalar, bounds-checked loads.
+// aligned pointers); otherwise scalar, bounds-checked loads. The index maps (which float4 of a slice a
+// thread loads, which outputs it owns) are src/warptile_layout.hpp's, checked on the host; the block
+// tile is chosen per problem there too (warptile_layout::choose_shape: 128x128, 64x128 or 64x64).
 template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, bool kVec>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     sgemm_warptile(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
                    float* C) {
+  namespace W = warptile_layout;
   constexpr int kWarpsN = BN / WN, kThreads = (BM / WM) * kWarpsN * 32;
-  constexpr int kLaneRows = 4, kLaneCols = 8;  // the 32 lanes of a warp
-  constexpr int kSubM = kLaneRows * TM, kSubN = kLaneCols * TN;
+  constexpr int kSubM = W::kLaneRows * TM, kSubN = W::kLaneCols * TN;
   constexpr int WMITER = WM / kSubM, WNITER = WN / kSubN;
   constexpr int kLoadA = BM * BK / 4 / kThreads, kLoadB = BK * BN / 4 / kThreads;  // float4s
   static_assert(WM % kSubM == 0 && WN % kSubN == 0 && TM % 4 == 0 && TN % 4 == 0, "tile shapes");
@@ -227,16 +230,16 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   __shared__ __align__(16) float Bs[2][BK][BN];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wrow = (warp / kWarpsN) * WM, wcol = (warp % kWarpsN) * WN;
-  const int lrow = (lane / kLaneCols) * TM, lcol = (lane % kLaneCols) * TN;
+  // This thread's tile in sub-tile (0, 0); sub-tile (wm, wn) is kSubM * wm rows and kSubN * wn columns on.
+  const W::RowCol t0 = W::thread_tile(warp, lane, 0, 0, BN, WM, WN, TM, TN);
   const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
 
   float4 pa[kLoadA], pb[kLoadB];  // the slice in flight
   auto fetch = [&](int k0) {
 #pragma unroll
     for (int l = 0; l < kLoadA; ++l) {
-      const int i = tid + l * kThreads, r = i / (BK / 4), c = (i % (BK / 4)) * 4;
-      const int gr = row0 + r, gc = k0 + c;
+      const W::RowCol e = W::load_element(tid + l * kThreads, BK);
+      const int gr = row0 + e.row, gc = k0 + e.col;
       if (kVec) {
         pa[l] = (gr < M && gc < K) ? *reinterpret_cast<const float4*>(&A[static_cast<size_t>(gr) * K + gc])
                                    : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -249,8 +252,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     }
 #pragma unroll
     for (int l = 0; l < kLoadB; ++l) {
-      const int i = tid + l * kThreads, r = i / (BN / 4), c = (i % (BN / 4)) * 4;
-      const int gr = k0 + r, gc = col0 + c;
+      const W::RowCol e = W::load_element(tid + l * kThreads, BN);
+      const int gr = k0 + e.row, gc = col0 + e.col;
       if (kVec) {
         pb[l] = (gr < K && gc < N) ? *reinterpret_cast<const float4*>(&B[static_cast<size_t>(gr) * N + gc])
                                    : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -265,16 +268,16 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   auto stash = [&](int buf) {
 #pragma unroll
     for (int l = 0; l < kLoadA; ++l) {
-      const int i = tid + l * kThreads, r = i / (BK / 4), c = (i % (BK / 4)) * 4;
-      As[buf][c + 0][r] = pa[l].x;
-      As[buf][c + 1][r] = pa[l].y;
-      As[buf][c + 2][r] = pa[l].z;
-      As[buf][c + 3][r] = pa[l].w;
+      const W::RowCol e = W::load_element(tid + l * kThreads, BK);
+      As[buf][e.col + 0][e.row] = pa[l].x;
+      As[buf][e.col + 1][e.row] = pa[l].y;
+      As[buf][e.col + 2][e.row] = pa[l].z;
+      As[buf][e.col + 3][e.row] = pa[l].w;
     }
 #pragma unroll
     for (int l = 0; l < kLoadB; ++l) {
-      const int i = tid + l * kThreads, r = i / (BN / 4), c = (i % (BN / 4)) * 4;
-      *reinterpret_cast<float4*>(&Bs[buf][r][c]) = pb[l];
+      const W::RowCol e = W::load_element(tid + l * kThreads, BN);
+      *reinterpret_cast<float4*>(&Bs[buf][e.row][e.col]) = pb[l];
     }
   };
 
@@ -293,7 +296,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
       for (int wm = 0; wm < WMITER; ++wm) {
 #pragma unroll
         for (int i = 0; i < TM; i += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(&As[buf][k][wrow + wm * kSubM + lrow + i]);
+          const float4 v = *reinterpret_cast<const float4*>(&As[buf][k][t0.row + wm * kSubM + i]);
           ra[wm * TM + i] = v.x, ra[wm * TM + i + 1] = v.y, ra[wm * TM + i + 2] = v.z, ra[wm * TM + i + 3] = v.w;
         }
       }
@@ -301,7 +304,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
       for (int wn = 0; wn < WNITER; ++wn) {
 #pragma unroll
         for (int j = 0; j < TN; j += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][k][wcol + wn * kSubN + lcol + j]);
+          const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][k][t0.col + wn * kSubN + j]);
           rb[wn * TN + j] = v.x, rb[wn * TN + j + 1] = v.y, rb[wn * TN + j + 2] = v.z, rb[wn * TN + j + 3] = v.w;
         }
       }
@@ -322,13 +325,13 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   for (int wm = 0; wm < WMITER; ++wm) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      const int r = row0 + wrow + wm * kSubM + lrow + i;
+      const int r = row0 + t0.row + wm * kSubM + i;
       if (r >= M) continue;
 #pragma unroll
       for (int wn = 0; wn < WNITER; ++wn) {
 #pragma unroll
         for (int j = 0; j < TN; j += 4) {
-          const int c = col0 + wcol + wn * kSubN + lcol + j;
+          const int c = col0 + t0.col + wn * kSubN + j;
           const float* s = &acc[wm * TM + i][wn * TN + j];
           float* dst = &C[static_cast<size_t>(r) * N + c];
           if (kVec) {
@@ -958,6 +961,41 @@ cublasHandle_t cublas_handle() {
   return handle;
 }
 
+/// Multiprocessors of device 0 (132 on an H100 SXM or an H200).
+[[maybe_unused]] int multiprocessors() {
+  static const int sms = [] {
+    int n = 0;
+    MLS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+  }();
+  return sms;
+}
+
+/// The index in warptile_layout::kShapes of the shape a name "warptile_<BM>x<BN>" gives (-1: none).
+int warptile_shape_index(std::string_view name) {
+  for (int s = 0; s < warptile_layout::kNumShapes; ++s) {
+    const auto& t = warptile_layout::kShapes[s];
+    if (name == "warptile_" + std::to_string(t.bm) + "x" + std::to_string(t.bn)) return s;
+  }
+  return -1;
+}
+
+/// sgemm_warptile with block tile BM x BN and warp tile WM x WN (4 warps), K slices of 16, thread
+/// tiles of 8 x 4; float4 loads and stores when `vec`.
+template <int BM, int BN, int WM, int WN>
+[[maybe_unused]] void launch_warptile(bool vec, int M, int N, int K, float alpha, const float* A, const float* B,
+                                      float beta, float* C) {
+  namespace W = warptile_layout;
+  static_assert((BM / WM) * (BN / WN) == 4, "4 warps");
+  const dim3 grid(ceil_div(N, BN), ceil_div(M, BM));
+  if (vec) {
+    sgemm_warptile<BM, BN, W::kBK, WM, WN, W::kTM, W::kTN, true><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+  } else {
+    sgemm_warptile<BM, BN, W::kBK, WM, WN, W::kTM, W::kTN, false><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+  }
+  MLS_CUDA_CHECK_LAUNCH("sgemm_warptile");
+}
+
 }  // namespace
 
 bool available(std::string* why) {
@@ -984,12 +1022,19 @@ std::vector<std::string> sgemm_kernels() {
   return {"naive", "coalesced", "smem", "tile1d", "tile2d", "vec4", "warptile", "cublas"};
 }
 
+std::vector<std::string> sgemm_warptile_shapes() {
+  std::vector<std::string> out;
+  for (const auto& t : warptile_layout::kShapes) out.push_back("warptile_" + std::to_string(t.bm) + "x" + std::to_string(t.bn));
+  return out;
+}
+
 void sgemm(std::string_view name, int M, int N, int K, float alpha, const float* A,
            const float* B, float beta, float* C) {
   const auto known = sgemm_kernels();
-  if (std::find(known.begin(), known.end(), name) == known.end()) {
+  if (std::find(known.begin(), known.end(), name) == known.end() && warptile_shape_index(name) < 0) {
     fail("cuda::sgemm: unknown kernel '", name,
-         "'; expected naive, coalesced, smem, tile1d, tile2d, vec4, warptile or cublas");
+         "'; expected naive, coalesced, smem, tile1d, tile2d, vec4, warptile, warptile_128x128, warptile_64x128, "
+         "warptile_64x64 or cublas");
   }
   MLS_CHECK(M >= 0 && N >= 0 && K >= 0, "cuda::sgemm[", name, "]: sizes must be >= 0, got M=", M,
             " N=", N, " K=", K);
@@ -1031,15 +1076,19 @@ void sgemm(std::string_view name, int M, int N, int K, float alpha, const float*
     sgemm_vec4<128, 128, 8, 8, 8><<<grid, 256>>>(M, N, K, alpha, A, B, beta, C);
     MLS_CUDA_CHECK_LAUNCH("sgemm_vec4");
     // END SOLUTION
-  } else if (name == "warptile") {
+  } else if (name == "warptile" || warptile_shape_index(name) >= 0) {
     // BEGIN SOLUTION
-    const dim3 grid(ceil_div(N, 128), ceil_div(M, 128));
-    if (N % 4 == 0 && K % 4 == 0 && aligned16(A) && aligned16(B) && aligned16(C)) {
-      sgemm_warptile<128, 128, 16, 64, 64, 8, 4, true><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+    // The block tile by the grid it yields (warptile_layout::choose_shape), or the one a name gives.
+    const int shape = name == "warptile" ? warptile_layout::choose_shape(M, N, multiprocessors())
+                                         : warptile_shape_index(name);
+    const bool vec = N % 4 == 0 && K % 4 == 0 && aligned16(A) && aligned16(B) && aligned16(C);
+    if (shape == 0) {
+      launch_warptile<128, 128, 64, 64>(vec, M, N, K, alpha, A, B, beta, C);
+    } else if (shape == 1) {
+      launch_warptile<64, 128, 32, 64>(vec, M, N, K, alpha, A, B, beta, C);
     } else {
-      sgemm_warptile<128, 128, 16, 64, 64, 8, 4, false><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+      launch_warptile<64, 64, 32, 32>(vec, M, N, K, alpha, A, B, beta, C);
     }
-    MLS_CUDA_CHECK_LAUNCH("sgemm_warptile");
     // END SOLUTION
   } else if (name == "cublas") {
     // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
