@@ -92,8 +92,9 @@ struct RegTile {
 ///   - CL's k split by bk: per slice ko, A's tile stored transposed in shared memory (cache_read with
 ///     layout {1, 0}: A_shared[k][i], so a thread's tm values of a step lie side by side) and B's tile
 ///     as it is, both filled by the block's threads together (float4 loads where the rows allow);
-///   - per step ki the tm x tn update, unrolled: NVRTC keeps the tm values of A_shared and the tn of
-///     B_shared it reads in registers (a register copy by cache_read of a shared tile is not supported).
+///   - the bk steps ki of a slice and each step's tm x tn update unrolled: NVRTC keeps the tm values
+///     of A_shared and the tn of B_shared a step reads in registers (ld.shared.v4 where aligned); a
+///     register copy by cache_read of a shared tile is not supported.
 /// Tails of every axis are guarded (any m, n, k).
 inline CudaWorkload cuda_matmul_regtile(std::int64_t m, std::int64_t n, std::int64_t k, const RegTile& t = {}) {
   te::Tensor A = te::placeholder("A", {m, k});
@@ -120,6 +121,7 @@ inline CudaWorkload cuda_matmul_regtile(std::int64_t m, std::int64_t n, std::int
   const auto cl_axes = s[CL].leaf_axes();  // i, j (the thread's tm x tn region), then k
   auto [ko, ki] = s[CL].split(cl_axes[2], t.bk, "ko", "ki");
   s[CL].reorder({ko, ki, cl_axes[0], cl_axes[1]});
+  s[CL].unroll(ki);
   s[CL].unroll(cl_axes[0]);
   s[CL].unroll(cl_axes[1]);
   s.cache_read(A, s[CL], ko, te::Scope::Shared, std::vector<int>{1, 0});

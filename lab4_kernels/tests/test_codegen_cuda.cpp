@@ -328,6 +328,7 @@ TEST_CASE("the register-tiled matmul's loop nest: block, thread and micro-tile l
   CHECK_THAT(text, Contains("B_shared = allocate((8, 128), shared)"));
   CHECK_THAT(text, Contains("A_shared[ax0][ax1] = A[by*128 + ax1][ko*8 + ax0]"));
   CHECK_THAT(text, Contains("CL[i][j] += A_shared[ki][ty*8 + i] * B_shared[ki][tx*8 + j]"));
+  CHECK_THAT(text, Contains("for ki in unrolled(8):"));
   CHECK_THAT(text, Contains("for i in unrolled(8):"));
   CHECK_THAT(text, Contains("for xx in unrolled(8):"));
   CHECK(text.find("if ") == std::string::npos);  // every tile divides: no guard
