@@ -34,7 +34,6 @@ namespace mls::kernels::cuda {
 
 namespace {
 
-
 // 1. naive: threadIdx.x walks rows, so a warp reads 32 different rows of A (fine, broadcast
 // per k) but writes/reads C and B 32 rows apart: uncoalesced.
 __global__ void sgemm_naive(int M, int N, int K, float alpha, const float* A, const float* B,
