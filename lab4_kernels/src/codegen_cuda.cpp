@@ -126,6 +126,7 @@ struct BufState {
   std::int64_t size = 1;
   bool live = false;
   std::vector<std::int64_t> strides = {};  // buffer_strides
+  std::string copy = {};  // a double-buffered tile: the offset of the copy in use ("(ko & 1)*256 + ")
 };
 
 /// Emits one kernel: a top-level nest of the function.
@@ -152,6 +153,8 @@ class CudaEmitter {
   void stmt(const Stmt& s, int depth, const std::vector<Expr>& guard);
   void seq(const std::vector<Stmt>& stmts, int depth, const std::vector<Expr>& guard);
   void loop(const For& f, int depth, const std::vector<Expr>& guard);
+  bool pipelined_loop(const For& f, int depth, const std::vector<Expr>& guard);
+  void set_copy(const std::vector<const BufferNode*>& tiles, const std::string& var);
   void allocate(const Allocate& a, int depth, const std::vector<Expr>& guard);
   void store(const Store& st, int depth);
   void fill(const Stmt& s, int depth);
@@ -238,7 +241,8 @@ Expr CudaEmitter::flat_index(const BufferNode* b, const std::vector<Expr>& idx, 
 
 std::string CudaEmitter::element(const BufferNode* b, const std::vector<Expr>& idx, const char* what) {
   const Expr flat = flat_index(b, idx, what);
-  return buf(b, what).ident + "[" + expr(flat).s + "]";
+  const BufState& bs = buf(b, what);
+  return bs.ident + "[" + bs.copy + expr(flat).s + "]";
 }
 
 /// Whether the flat index `flat` is a multiple of 4 whenever `v` is: affine, `v` with coefficient 1,
@@ -382,6 +386,7 @@ void CudaEmitter::loop(const For& f, int depth, const std::vector<Expr>& guard) 
   const auto* ex = f.extent.as<IntImm>();
   MLS_CHECK(mn && ex && mn->value == 0, "generate_cuda: loop '", f.var.name(), "' of kernel '", info_.name,
             "' has a non-constant range; the lowering makes loops from 0 to a constant");
+  if (pipelined_loop(f, depth, guard)) return;
   const std::string v = bind(f.var.get(), ex->value);
   const char* kind = f.kind == ForKind::Parallel     ? "parallel: "
                      : f.kind == ForKind::Vectorized ? "vectorized: "
@@ -394,6 +399,86 @@ void CudaEmitter::loop(const For& f, int depth, const std::vector<Expr>& guard) 
   --serial_loops_;
   line(depth, "}");
   unbind(f.var.get());
+}
+
+/// The copy of double-buffered `tiles` the statements emitted next use: that of iteration `var` (a
+/// C++ expression) of their loop, or copy 0 when `var` is empty.
+void CudaEmitter::set_copy(const std::vector<const BufferNode*>& tiles, const std::string& var) {
+  for (const BufferNode* b : tiles) {
+    BufState& bs = bufs_.at(b);
+    bs.copy = var.empty() ? "" : "((" + var + ") & 1)*" + std::to_string(bs.size) + " + ";
+  }
+}
+
+/// A serial loop whose body is the allocation of shared tiles, some double-buffered
+/// (Stage::double_buffer), around fills of only those tiles followed by statements that read them
+/// and fill nothing: software-pipelined. Iteration 0's fills before the loop; in iteration i, the
+/// fills of iteration i + 1 into the other copy, then the statements reading copy i & 1, then one
+/// barrier. Copy (i + 1) & 1 was last read in iteration i - 1, before that iteration's barrier, so
+/// nobody reads what is being filled; copy i & 1 was filled before the barrier of iteration i - 1
+/// (or the prologue's). False (nothing emitted) for any other loop.
+bool CudaEmitter::pipelined_loop(const For& f, int depth, const std::vector<Expr>& guard) {
+  if (f.kind != ForKind::Serial && f.kind != ForKind::Unrolled) return false;
+  std::vector<const Allocate*> allocs;
+  Stmt body = f.body;
+  while (const auto* a = body.as<Allocate>()) {
+    if (a->buffer->scope != Scope::Shared) return false;
+    allocs.push_back(a);
+    body = a->body;
+  }
+  std::vector<const BufferNode*> tiles;  // the double-buffered ones
+  for (const Allocate* a : allocs)
+    if (a->buffer->double_buffer) tiles.push_back(a->buffer.get());
+  if (tiles.empty()) return false;
+  const std::vector<Stmt> stmts = body.as<Seq>() ? body.as<Seq>()->stmts : std::vector<Stmt>{body};
+  std::size_t nfill = 0;
+  for (; nfill < stmts.size() && is_fill(stmts[nfill]); ++nfill)
+    for (const auto& b : stored(stmts[nfill]))
+      if (!b->double_buffer) return false;  // a fill of a single-copy tile: the usual order
+  if (nfill == 0) return false;
+  for (std::size_t i = nfill; i < stmts.size(); ++i)
+    if (contains_fill(stmts[i])) return false;
+  const std::int64_t extent = f.extent.as<IntImm>()->value;
+  std::string names;
+  for (const BufferNode* b : tiles) names += (names.empty() ? "" : ", ") + b->name;
+  for (const Allocate* a : allocs) bufs_.at(a->buffer.get()).live = true;
+  // Iteration 0's tiles, into copy 0.
+  {
+    const std::string v = bind(f.var.get(), extent);
+    line(depth, "{  // " + names + " (double-buffered): the first iteration's copy");
+    line(depth + 1, "const long long " + v + " = 0;");
+    set_copy(tiles, "");
+    for (std::size_t i = 0; i < nfill; ++i) fill(stmts[i], depth + 1);
+    line(depth, "}");
+    unbind(f.var.get());
+  }
+  line(depth, "__syncthreads();  // " + names + " filled: every thread of the block may read them");
+  const std::string v = bind(f.var.get(), extent);
+  if (f.kind == ForKind::Unrolled) line(depth, "#pragma unroll");
+  line(depth, "for (long long " + v + " = 0; " + v + " < " + cd::c_int_literal(extent) + "; ++" + v + ") {");
+  ++serial_loops_;
+  line(depth + 1, "if (" + v + " + 1 < " + cd::c_int_literal(extent) + ") {  // the next iteration's " + names +
+                      ", into the other copy");
+  {
+    const std::string next = fresh(v + "_next");
+    names_[f.var.get()].push_back(next);
+    active_.insert(next);
+    line(depth + 2, "const long long " + next + " = " + v + " + 1;");
+    set_copy(tiles, next);
+    for (std::size_t i = 0; i < nfill; ++i) fill(stmts[i], depth + 2);
+    names_[f.var.get()].pop_back();
+    active_.erase(next);
+  }
+  line(depth + 1, "}");
+  set_copy(tiles, v);
+  for (std::size_t i = nfill; i < stmts.size(); ++i) stmt(stmts[i], depth + 1, guard);
+  set_copy(tiles, "");
+  line(depth + 1, "__syncthreads();  // copy " + v + " & 1 read, the other filled: the next iteration may start");
+  --serial_loops_;
+  line(depth, "}");
+  unbind(f.var.get());
+  for (const Allocate* a : allocs) bufs_.at(a->buffer.get()).live = false;
+  return true;
 }
 
 void CudaEmitter::allocate(const Allocate& a, int depth, const std::vector<Expr>& guard) {
@@ -526,7 +611,8 @@ void CudaEmitter::fill_vector(const std::vector<const For*>& loops, const std::v
   line(depth + 1, "if (" + cond + ") {");
   line(depth + 2, "const float4 mls_v = *reinterpret_cast<const float4*>(&" + element(l.buffer.get(), l.indices, "load") + ");");
   const Expr dst = flat_index(st.buffer.get(), st.indices, "store");
-  if (aligned4(dst, vv)) {
+  const BufState& dbs = buf(st.buffer.get(), "store");
+  if (aligned4(dst, vv) && (dbs.copy.empty() || dbs.size % 4 == 0)) {
     line(depth + 2, "*reinterpret_cast<float4*>(&" + element(st.buffer.get(), st.indices, "store") + ") = mls_v;");
   } else {
     const char* part[4] = {"x", "y", "z", "w"};
@@ -606,9 +692,11 @@ std::string CudaEmitter::kernel(const Stmt& nest) {
     BufState bs{fresh(cuda_identifier(a->buffer->name)), a->buffer->shape, buffer_span(*a->buffer), false,
                 buffer_strides(*a->buffer)};
     if (a->buffer->scope == Scope::Shared) {
-      info_.shared_bytes += 4 * bs.size;
-      decls.push_back("__shared__ __align__(16) float " + bs.ident + "[" + std::to_string(bs.size) + "];  // " + a->buffer->name +
-                      ": " + detail::shape_text(bs.shape) + ", shared by the block's threads");
+      const std::int64_t copies = a->buffer->double_buffer ? 2 : 1;
+      info_.shared_bytes += 4 * bs.size * copies;
+      decls.push_back("__shared__ __align__(16) float " + bs.ident + "[" + std::to_string(bs.size * copies) + "];  // " +
+                      a->buffer->name + ": " + detail::shape_text(bs.shape) + ", shared by the block's threads" +
+                      (copies == 2 ? ", two copies (double-buffered)" : ""));
     }
     bufs_[a->buffer.get()] = bs;
   });

@@ -338,7 +338,8 @@ TEST_CASE("cuda_matmul_by_name: the benchmark's schedules by name, bad names are
   CHECK(cuda_matmul_by_name("t16", 8, 8, 8).name == "matmul_local");
   CHECK(cuda_matmul_by_name("bm128x64_bk8_tm8x4", 8, 8, 8).name == "matmul_regtile_bm128x64_bk8_tm8x4");
   for (const auto& cfg : cuda_matmul_bench_configs()) CHECK_NOTHROW(cuda_matmul_by_name(cfg, 8, 8, 8));
-  for (const char* bad : {"t", "t0", "t16x", "bm12x", "bm64x64_bk8_tm4x4_", "tile", ""})
+  CHECK(cuda_matmul_by_name("bm64x64_bk8_tm4x4_db", 8, 8, 8).name == "matmul_regtile_bm64x64_bk8_tm4x4_db");
+  for (const char* bad : {"t", "t0", "t16x", "bm12x", "bm64x64_bk8_tm4x4_", "bm64x64_bk8_tm4x4_dbx", "tile", ""})
     REQUIRE_THROWS_WITH(cuda_matmul_by_name(bad, 8, 8, 8),
                         Contains(std::string("--config '") + bad + "' is not a schedule"));
   REQUIRE_THROWS_WITH(cuda_matmul_by_name("bm64x64_bk8_tm3x4", 8, 8, 8),
@@ -375,6 +376,30 @@ TEST_CASE("generate_cuda: the register-tiled matmul, float4 fills where the rows
   }
 }
 
+TEST_CASE("double_buffer: two copies of a shared tile, the next slice filled while this one is read", "[lab4][te_cuda]") {
+  const CudaWorkload w = cuda_matmul_regtile(256, 256, 64, {128, 128, 8, 8, 8, true});
+  const te::LoweredFunc f = te::lower(w.schedule, "mm");
+  CHECK_THAT(te::to_string(f), Contains("A_shared = allocate((8, 128), shared, double_buffer)"));
+  const te::CudaSource cu = te::generate_cuda(f);
+  INFO(cu.source);
+  CHECK(cu.kernels[0].shared_bytes == 2 * 2 * 8 * 128 * 4);
+  CHECK_THAT(cu.source, Contains("__shared__ __align__(16) float A_shared[2048];"));
+  CHECK_THAT(cu.source, Contains("two copies (double-buffered)"));
+  CHECK(count(cu.source, "__syncthreads();") == 2);  // after the first fill, and once per slice
+  CHECK_THAT(cu.source, Contains("const long long ko = 0;"));  // the prologue: slice 0 into copy 0
+  CHECK_THAT(cu.source, Contains("if (ko + 1 < 8) {"));
+  CHECK_THAT(cu.source, Contains("const long long ko_next = ko + 1;"));
+  CHECK_THAT(cu.source, Contains("*reinterpret_cast<float4*>(&B_shared[((ko_next) & 1)*1024 + ax0*128 + ax1]) = mls_v;"));
+  CHECK_THAT(cu.source, Contains("A_shared[((ko) & 1)*1024 + ki*128 + ty*8 + i]"));
+  // The interpreter and the C++ generator ignore it; illegal on a stage that is not a shared copy.
+  const auto in = random_inputs(w.inputs, 9);
+  require_close(run_lowered(f, w.inputs, in, w.outputs)[0], run_naive(w.inputs, in, w.outputs)[0],
+                reduction_tol(64), "double-buffered, interpreted");
+  te::Schedule s = w.schedule;
+  REQUIRE_THROWS_WITH(s[w.outputs[0]].double_buffer(),
+                      Contains("double_buffer: stage 'C' is not a shared-memory copy"));
+}
+
 TEST_CASE("generate_cuda's register-tiled matmul, emulated on the CPU, equals the interpreter (tails, float4 fills, "
           "an unaligned pointer)",
           "[lab4][te_cuda][emulated]") {
@@ -389,7 +414,13 @@ TEST_CASE("generate_cuda's register-tiled matmul, emulated on the CPU, equals th
       {64, 64, 32, {32, 32, 8, 4, 4}},  // every tile divides
       {1, 1, 1, {16, 16, 8, 4, 4}},
       {33, 20, 12, {32, 16, 4, 8, 2}},
-      {130, 136, 20, {128, 128, 8, 8, 8}}};  // the benchmark's tile: 256 threads, float4 fills, tails
+      {130, 136, 20, {128, 128, 8, 8, 8}},  // the benchmark's tile: 256 threads, float4 fills, tails
+      // double-buffered: several slices, a partial last one, one slice only, float4 and scalar fills
+      {37, 50, 29, {16, 16, 8, 4, 4, true}},
+      {37, 52, 36, {16, 16, 8, 4, 4, true}},
+      {20, 24, 8, {16, 16, 8, 4, 4, true}},
+      {1, 1, 1, {16, 16, 8, 4, 4, true}},
+      {130, 136, 20, {128, 128, 8, 8, 8, true}}};
   for (const Case& c : cases) {
     const CudaWorkload w = cuda_matmul_regtile(c.m, c.n, c.k, c.t);
     const te::LoweredFunc f = te::lower(w.schedule, w.name);

@@ -69,15 +69,16 @@ TEST_CASE("cuda te: matmul with shared tiles of A and B, awkward sizes, tiles 16
   check_on_gpu(cuda_matmul(37, 50, 29, 16, true), seed++, "m=37 n=50 k=29 tile=16 (ki unrolled)");
 }
 
-TEST_CASE("cuda te: register-tiled matmul (micro-tiles in registers, float4 fills), awkward sizes and tiles",
+TEST_CASE("cuda te: register-tiled matmul (micro-tiles in registers, float4 fills, double-buffered), awkward sizes and tiles",
           "[lab4][gpu][te_cuda]") {
   REQUIRE_GPU();
   // Sizes: 1, primes (every tail, scalar fills), multiples of 4 with tails (float4 fills, their guarded
   // groups element by element), whole tiles; tiles: the benchmark's and small odd ones.
   const std::int64_t sizes[][3] = {{1, 1, 1},     {7, 7, 7},     {37, 50, 29},   {37, 52, 36},  {64, 64, 64},
                                    {127, 129, 257}, {1, 256, 33}, {256, 1, 64},  {132, 200, 44}, {128, 256, 64}};
-  const RegTile tiles[] = {{64, 64, 8, 4, 4}, {128, 64, 8, 8, 4}, {128, 128, 8, 8, 8}, {128, 128, 16, 8, 8},
-                           {32, 16, 4, 8, 2}};
+  const RegTile tiles[] = {{64, 64, 8, 4, 4},       {128, 64, 8, 8, 4},  {128, 128, 8, 8, 8},
+                           {128, 128, 8, 8, 8, true}, {64, 64, 8, 4, 4, true}, {128, 128, 16, 8, 8, true},
+                           {32, 16, 4, 8, 2, true}};
   std::uint64_t seed = 400;
   for (const RegTile& t : tiles)
     for (const auto& s : sizes) {
