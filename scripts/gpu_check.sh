@@ -13,7 +13,7 @@
 #    16384x1024, 4096x4096) against a device-to-device copy of the same bytes
 #    (mls-cuda-fused-bench), ncclAllReduce against our ring over NCCL at world size 1
 #    (mls-nccl-allreduce-bench), and lab 4 part 2's generated CUDA matmul against cuBLAS at n = 1024,
-#    2048 (mls-te-cuda-bench: its default schedules, t32 and the register-tiled bm<BM>x<BN>_bk<BK>_tm<TM>x<TN>
+#    2048 (mls-te-cuda-bench: its default schedules, t32 and the register-tiled bm<BM>x<BN>_bk<BK>_tm<TM>x<TN>[_db]
 #    ones, each checked against cuBLAS; lines ratio te_cuda_matmul_<cfg>_vs_cublas_n<N>);
 # 4. writes a summary table and the benchmarks' `ratio ...` lines, with every log, to $OUT (default:
 #    BUILD_DIR/gpu_check).

@@ -4,7 +4,8 @@
 //                               sum in a register, T x T tiles of A and B in shared memory;
 //   bm<BM>x<BN>_bk<BK>_tm<TM>x<TN>  cuda_matmul_regtile: blocks of BM x BN outputs, each thread a TM x TN
 //                               micro-tile of sums in registers, BK-deep slices of A (transposed) and B
-//                               in shared memory, filled with float4 loads.
+//                               in shared memory, filled with float4 loads; "_db": the shared tiles
+//                               double-buffered (Stage::double_buffer).
 // Timed with CUDA events (cuda::time_batches_ms: one warm-up batch, then 5 batches of 10 calls; the
 // median). Each result is compared with cuBLAS's (a mismatch is reported and the exit status is 1).
 // For each n, a line per schedule and
@@ -14,7 +15,7 @@
 //
 //   build/release/bin/mls-te-cuda-bench [n ...] [--config CFG,...]
 //       n: default 1024; CFG: default cuda_matmul_bench_configs() (tests/te_cuda_workloads.hpp): t32,
-//       bm64x64_bk8_tm4x4, bm128x64_bk8_tm8x4, bm128x128_bk8_tm8x8, bm128x128_bk16_tm8x8
+//       bm64x64_bk8_tm4x4[_db], bm128x64_bk8_tm8x4, bm128x128_bk8_tm8x8[_db], bm128x128_bk16_tm8x8_db
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -58,7 +59,7 @@ int main(int argc, char** argv) try {
       continue;
     }
     if (arg == "-h" || arg == "--help") {
-      std::printf("usage: mls-te-cuda-bench [n ...] [--config t<T>|bm<BM>x<BN>_bk<BK>_tm<TM>x<TN>,...]\n");
+      std::printf("usage: mls-te-cuda-bench [n ...] [--config t<T>|bm<BM>x<BN>_bk<BK>_tm<TM>x<TN>[_db],...]\n");
       return 0;
     }
     char* end = nullptr;
