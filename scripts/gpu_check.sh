@@ -7,11 +7,14 @@
 # 2. runs every `gpu`-labelled test (lab 4's CUDA SGEMM ladder and fused kernels, lab 4 part 2's
 #    generated CUDA kernels, lab 5's NCCL backend at world size 1, lab 6's ZeRO on NCCL);
 # 3. runs the GPU benchmarks: lab 4's ladder against cuBLAS at n = 1024, 2048, 4096, 8192, and its
-#    bf16 tensor-core rungs (wmma, then mma: mma.sync + ldmatrix) against cublasGemmEx (mls-cuda-sgemm-bench), lab 4's fused kernels (softmax, layernorm, bias+GELU at 4096x1024,
+#    bf16 tensor-core rungs (wmma, then mma: mma.sync + ldmatrix) against cublasGemmEx (mls-cuda-sgemm-bench;
+#    after the ladder, the warptile rung with each of its block tiles, warptile_128x128/64x128/64x64:
+#    lines ratio cuda_sgemm_warptile_<BM>x<BN>_n<N>_vs_cublas), lab 4's fused kernels (softmax, layernorm, bias+GELU at 4096x1024,
 #    16384x1024, 4096x4096) against a device-to-device copy of the same bytes
 #    (mls-cuda-fused-bench), ncclAllReduce against our ring over NCCL at world size 1
 #    (mls-nccl-allreduce-bench), and lab 4 part 2's generated CUDA matmul against cuBLAS at n = 1024,
-#    2048 (mls-te-cuda-bench);
+#    2048 (mls-te-cuda-bench: its default schedules, t32 and the register-tiled bm<BM>x<BN>_bk<BK>_tm<TM>x<TN>[_db]
+#    ones, each checked against cuBLAS; lines ratio te_cuda_matmul_<cfg>_vs_cublas_n<N>);
 # 4. writes a summary table and the benchmarks' `ratio ...` lines, with every log, to $OUT (default:
 #    BUILD_DIR/gpu_check).
 # Exit status: 0 when every gpu test passed, 1 when one failed or a step failed, 3 when there is no
@@ -89,10 +92,10 @@ run_bench() {  # name, timeout, program, args...
   if [ $r -ne 0 ]; then say "$name: exit $r (see $name.log)"; status=1; fi
   grep -E "^device:|GFLOP|GB/s|^ratio " "$OUT/$name.log" | tee -a "$summary"
 }
-run_bench sgemm 180 mls-cuda-sgemm-bench 1024 2048 4096 8192 --json "$OUT/sgemm.json"
+run_bench sgemm 240 mls-cuda-sgemm-bench 1024 2048 4096 8192 --json "$OUT/sgemm.json"
 run_bench fused 90 mls-cuda-fused-bench --json "$OUT/fused.json"
 run_bench nccl_allreduce 120 mls-nccl-allreduce-bench
-run_bench te_cuda 90 mls-te-cuda-bench 1024 2048
+run_bench te_cuda 120 mls-te-cuda-bench 1024 2048
 
 say "== gpu_check: status $status; logs in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 grep -h "^ratio " "$OUT"/*.log 2>/dev/null

@@ -126,6 +126,7 @@ struct BufState {
   std::int64_t size = 1;
   bool live = false;
   std::vector<std::int64_t> strides = {};  // buffer_strides
+  std::string copy = {};  // a double-buffered tile: the offset of the copy in use ("(ko & 1)*256 + ")
 };
 
 /// Emits one kernel: a top-level nest of the function.
@@ -152,9 +153,16 @@ class CudaEmitter {
   void stmt(const Stmt& s, int depth, const std::vector<Expr>& guard);
   void seq(const std::vector<Stmt>& stmts, int depth, const std::vector<Expr>& guard);
   void loop(const For& f, int depth, const std::vector<Expr>& guard);
+  bool pipelined_loop(const For& f, int depth, const std::vector<Expr>& guard);
+  void set_copy(const std::vector<const BufferNode*>& tiles, const std::string& var);
   void allocate(const Allocate& a, int depth, const std::vector<Expr>& guard);
   void store(const Store& st, int depth);
   void fill(const Stmt& s, int depth);
+  void fill_vector(const std::vector<const For*>& loops, const std::vector<Expr>& conds, const Store& st, int va,
+                   std::int64_t total, int depth);
+  Expr flat_index(const BufferNode* b, const std::vector<Expr>& idx, const char* what);
+  int vector_axis(const std::vector<const For*>& loops, const Store& st);
+  bool aligned4(const Expr& flat, const VarNode* v) const;
 
   const LoweredFunc& f_;
   const std::vector<Buffer>& params_;
@@ -222,13 +230,51 @@ cd::CText CudaEmitter::expr(const Expr& e) {
   return cd::c_expr(e, cx);
 }
 
-std::string CudaEmitter::element(const BufferNode* b, const std::vector<Expr>& idx, const char* what) {
+Expr CudaEmitter::flat_index(const BufferNode* b, const std::vector<Expr>& idx, const char* what) {
   BufState& bs = buf(b, what);
   MLS_CHECK(idx.size() == bs.shape.size(), "generate_cuda: ", idx.size(), " indices for buffer '", b->name,
             "' of shape ", detail::shape_text(bs.shape));
   Expr flat = idx.empty() ? Expr(0) : idx[0] * Expr(bs.strides[0]);
   for (std::size_t d = 1; d < idx.size(); ++d) flat = flat + idx[d] * Expr(bs.strides[d]);
-  return bs.ident + "[" + expr(detail::simplify(flat)).s + "]";
+  return detail::simplify(flat);
+}
+
+std::string CudaEmitter::element(const BufferNode* b, const std::vector<Expr>& idx, const char* what) {
+  const Expr flat = flat_index(b, idx, what);
+  const BufState& bs = buf(b, what);
+  return bs.ident + "[" + bs.copy + expr(flat).s + "]";
+}
+
+/// Whether the flat index `flat` is a multiple of 4 whenever `v` is: affine, `v` with coefficient 1,
+/// every other term's coefficient and the constant multiples of 4 (every variable an integer).
+bool CudaEmitter::aligned4(const Expr& flat, const VarNode* v) const {
+  const detail::Affine a = detail::to_affine(flat);
+  if (a.constant % 4 != 0) return false;
+  bool has_v = false;
+  for (const auto& t : a.terms) {
+    if (!t.var) return false;  // a floor division, a product: not followed
+    if (t.var == v) {
+      if (t.coeff != 1) return false;
+      has_v = true;
+    } else if (t.coeff % 4 != 0) {
+      return false;
+    }
+  }
+  return has_v;
+}
+
+/// The loop of a shared tile's fill whose four consecutive iterations read four consecutive, 16-byte
+/// aligned floats of the source (a float4 load), or -1: the fill copies (its value is a load of a
+/// global buffer), the loop's extent is a multiple of 4, and the load's flat index is aligned4 in it.
+int CudaEmitter::vector_axis(const std::vector<const For*>& loops, const Store& st) {
+  const auto* l = st.value.as<Load>();
+  if (!l || l->buffer->scope != Scope::Global) return -1;
+  const Expr src = flat_index(l->buffer.get(), l->indices, "load");
+  for (std::size_t i = loops.size(); i-- > 0;) {
+    if (loops[i]->extent.as<IntImm>()->value % 4 != 0) continue;
+    if (aligned4(src, loops[i]->var.get())) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 /// Threads of a kernel must not write one element of a global buffer. Certain: a store whose indices do not
@@ -340,6 +386,7 @@ void CudaEmitter::loop(const For& f, int depth, const std::vector<Expr>& guard) 
   const auto* ex = f.extent.as<IntImm>();
   MLS_CHECK(mn && ex && mn->value == 0, "generate_cuda: loop '", f.var.name(), "' of kernel '", info_.name,
             "' has a non-constant range; the lowering makes loops from 0 to a constant");
+  if (pipelined_loop(f, depth, guard)) return;
   const std::string v = bind(f.var.get(), ex->value);
   const char* kind = f.kind == ForKind::Parallel     ? "parallel: "
                      : f.kind == ForKind::Vectorized ? "vectorized: "
@@ -352,6 +399,86 @@ void CudaEmitter::loop(const For& f, int depth, const std::vector<Expr>& guard) 
   --serial_loops_;
   line(depth, "}");
   unbind(f.var.get());
+}
+
+/// The copy of double-buffered `tiles` the statements emitted next use: that of iteration `var` (a
+/// C++ expression) of their loop, or copy 0 when `var` is empty.
+void CudaEmitter::set_copy(const std::vector<const BufferNode*>& tiles, const std::string& var) {
+  for (const BufferNode* b : tiles) {
+    BufState& bs = bufs_.at(b);
+    bs.copy = var.empty() ? "" : "((" + var + ") & 1)*" + std::to_string(bs.size) + " + ";
+  }
+}
+
+/// A serial loop whose body is the allocation of shared tiles, some double-buffered
+/// (Stage::double_buffer), around fills of only those tiles followed by statements that read them
+/// and fill nothing: software-pipelined. Iteration 0's fills before the loop; in iteration i, the
+/// fills of iteration i + 1 into the other copy, then the statements reading copy i & 1, then one
+/// barrier. Copy (i + 1) & 1 was last read in iteration i - 1, before that iteration's barrier, so
+/// nobody reads what is being filled; copy i & 1 was filled before the barrier of iteration i - 1
+/// (or the prologue's). False (nothing emitted) for any other loop.
+bool CudaEmitter::pipelined_loop(const For& f, int depth, const std::vector<Expr>& guard) {
+  if (f.kind != ForKind::Serial && f.kind != ForKind::Unrolled) return false;
+  std::vector<const Allocate*> allocs;
+  Stmt body = f.body;
+  while (const auto* a = body.as<Allocate>()) {
+    if (a->buffer->scope != Scope::Shared) return false;
+    allocs.push_back(a);
+    body = a->body;
+  }
+  std::vector<const BufferNode*> tiles;  // the double-buffered ones
+  for (const Allocate* a : allocs)
+    if (a->buffer->double_buffer) tiles.push_back(a->buffer.get());
+  if (tiles.empty()) return false;
+  const std::vector<Stmt> stmts = body.as<Seq>() ? body.as<Seq>()->stmts : std::vector<Stmt>{body};
+  std::size_t nfill = 0;
+  for (; nfill < stmts.size() && is_fill(stmts[nfill]); ++nfill)
+    for (const auto& b : stored(stmts[nfill]))
+      if (!b->double_buffer) return false;  // a fill of a single-copy tile: the usual order
+  if (nfill == 0) return false;
+  for (std::size_t i = nfill; i < stmts.size(); ++i)
+    if (contains_fill(stmts[i])) return false;
+  const std::int64_t extent = f.extent.as<IntImm>()->value;
+  std::string names;
+  for (const BufferNode* b : tiles) names += (names.empty() ? "" : ", ") + b->name;
+  for (const Allocate* a : allocs) bufs_.at(a->buffer.get()).live = true;
+  // Iteration 0's tiles, into copy 0.
+  {
+    const std::string v = bind(f.var.get(), extent);
+    line(depth, "{  // " + names + " (double-buffered): the first iteration's copy");
+    line(depth + 1, "const long long " + v + " = 0;");
+    set_copy(tiles, "");
+    for (std::size_t i = 0; i < nfill; ++i) fill(stmts[i], depth + 1);
+    line(depth, "}");
+    unbind(f.var.get());
+  }
+  line(depth, "__syncthreads();  // " + names + " filled: every thread of the block may read them");
+  const std::string v = bind(f.var.get(), extent);
+  if (f.kind == ForKind::Unrolled) line(depth, "#pragma unroll");
+  line(depth, "for (long long " + v + " = 0; " + v + " < " + cd::c_int_literal(extent) + "; ++" + v + ") {");
+  ++serial_loops_;
+  line(depth + 1, "if (" + v + " + 1 < " + cd::c_int_literal(extent) + ") {  // the next iteration's " + names +
+                      ", into the other copy");
+  {
+    const std::string next = fresh(v + "_next");
+    names_[f.var.get()].push_back(next);
+    active_.insert(next);
+    line(depth + 2, "const long long " + next + " = " + v + " + 1;");
+    set_copy(tiles, next);
+    for (std::size_t i = 0; i < nfill; ++i) fill(stmts[i], depth + 2);
+    names_[f.var.get()].pop_back();
+    active_.erase(next);
+  }
+  line(depth + 1, "}");
+  set_copy(tiles, v);
+  for (std::size_t i = nfill; i < stmts.size(); ++i) stmt(stmts[i], depth + 1, guard);
+  set_copy(tiles, "");
+  line(depth + 1, "__syncthreads();  // copy " + v + " & 1 read, the other filled: the next iteration may start");
+  --serial_loops_;
+  line(depth, "}");
+  unbind(f.var.get());
+  for (const Allocate* a : allocs) bufs_.at(a->buffer.get()).live = false;
+  return true;
 }
 
 void CudaEmitter::allocate(const Allocate& a, int depth, const std::vector<Expr>& guard) {
@@ -414,6 +541,7 @@ void CudaEmitter::fill(const Stmt& s, int depth) {
   std::int64_t total = 1;
   for (const For* f : loops) total *= f->extent.as<IntImm>()->value;
   const std::int64_t threads = info_.dims.threads_per_block();
+  if (const int va = vector_axis(loops, *st); va >= 0) return fill_vector(loops, conds, *st, va, total, depth);
   line(depth, "// " + st->buffer->name + ": the block's " + std::to_string(threads) + " threads copy its " +
                   std::to_string(total) + " elements together");
   line(depth, "for (long long mls_e = mls_tid; mls_e < " + cd::c_int_literal(total) + "; mls_e += " +
@@ -435,6 +563,87 @@ void CudaEmitter::fill(const Stmt& s, int depth) {
   } else {
     store(*st, depth + 1);
   }
+  line(depth, "}");
+  for (auto it = loops.rbegin(); it != loops.rend(); ++it) unbind((*it)->var.get());
+}
+
+/// A shared tile's fill by float4 loads: the fill's points in groups of four consecutive iterations of
+/// loop `va` (vector_axis), the groups enumerated with `va` innermost (consecutive threads read
+/// consecutive float4s of a row of the source). A group whose four guards hold, from a 16-byte
+/// aligned source, is one float4 load and one float4 store (when the tile's four elements are
+/// consecutive and aligned too) or four scalar stores (a transposing tile); any other group (a tail,
+/// an unaligned pointer) is copied element by element, each guarded, as the scalar fill does.
+void CudaEmitter::fill_vector(const std::vector<const For*>& loops, const std::vector<Expr>& conds, const Store& st,
+                              int va, std::int64_t total, int depth) {
+  const auto& l = *st.value.as<Load>();
+  const std::int64_t threads = info_.dims.threads_per_block();
+  const std::int64_t groups = total / 4;
+  line(depth, "// " + st.buffer->name + ": the block's " + std::to_string(threads) + " threads copy its " +
+                  std::to_string(total) + " elements together, a float4 of " + l.buffer->name + " at a time");
+  line(depth, "for (long long mls_e = mls_tid; mls_e < " + cd::c_int_literal(groups) + "; mls_e += " +
+                  cd::c_int_literal(threads) + ") {");
+  // The enumeration order: the other loops in their order, then `va` (its extent in groups of 4).
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < loops.size(); ++i)
+    if (static_cast<int>(i) != va) order.push_back(i);
+  order.push_back(static_cast<std::size_t>(va));
+  std::int64_t stride = groups;
+  for (std::size_t n = 0; n < order.size(); ++n) {
+    const For* f = loops[order[n]];
+    const std::int64_t ext = f->extent.as<IntImm>()->value / (f == loops[static_cast<std::size_t>(va)] ? 4 : 1);
+    stride /= ext;
+    const std::string v = bind(f->var.get(), f->extent.as<IntImm>()->value);
+    std::string value = "mls_e";
+    if (stride > 1) value = n == 0 ? "mls_e / " + cd::c_int_literal(stride) : "mls_e / " + cd::c_int_literal(stride) + " % " + cd::c_int_literal(ext);
+    else if (n > 0) value = "mls_e % " + cd::c_int_literal(ext);
+    if (f == loops[static_cast<std::size_t>(va)]) value = "4 * (" + value + ")";
+    line(depth + 1, "const long long " + v + " = " + value + ";");
+  }
+  const For* vf = loops[static_cast<std::size_t>(va)];
+  const VarNode* vv = vf->var.get();
+  auto lane = [&](const Expr& e, int q) { return q == 0 ? e : detail::simplify(detail::substitute(e, {{vv, Expr(vf->var) + Expr(q)}})); };
+  std::vector<Expr> all;  // the guards of the four elements
+  for (int q = 0; q < 4; ++q)
+    for (const auto& c : conds) all.push_back(lane(c, q));
+  const std::string src = buf(l.buffer.get(), "load").ident;
+  std::string cond = "(reinterpret_cast<unsigned long long>(" + src + ") & 15) == 0";
+  if (!all.empty()) cond += " && " + expr(conjunction(all)).s;
+  line(depth + 1, "if (" + cond + ") {");
+  line(depth + 2, "const float4 mls_v = *reinterpret_cast<const float4*>(&" + element(l.buffer.get(), l.indices, "load") + ");");
+  const Expr dst = flat_index(st.buffer.get(), st.indices, "store");
+  const BufState& dbs = buf(st.buffer.get(), "store");
+  if (aligned4(dst, vv) && (dbs.copy.empty() || dbs.size % 4 == 0)) {
+    line(depth + 2, "*reinterpret_cast<float4*>(&" + element(st.buffer.get(), st.indices, "store") + ") = mls_v;");
+  } else {
+    const char* part[4] = {"x", "y", "z", "w"};
+    for (int q = 0; q < 4; ++q) {
+      std::vector<Expr> idx;
+      for (const auto& e : st.indices) idx.push_back(lane(e, q));
+      line(depth + 2, element(st.buffer.get(), idx, "store") + " = mls_v." + part[q] + ";");
+    }
+  }
+  line(depth + 1, "} else {  // a tail or an unaligned source: element by element");
+  line(depth + 2, "for (long long mls_q = 0; mls_q < 4; ++mls_q) {");
+  {
+    // The element's own name for the loop variable, inside the lane loop.
+    const std::string group = names_.at(vv).back();
+    unbind(vv);
+    active_.insert(group);  // still declared outside: keep its name taken
+    const std::string v = bind(vv, vf->extent.as<IntImm>()->value);
+    line(depth + 3, "const long long " + v + " = " + group + " + mls_q;");
+    if (!conds.empty()) {
+      line(depth + 3, "if (" + expr(conjunction(conds)).s + ") {");
+      store(st, depth + 4);
+      line(depth + 3, "}");
+    } else {
+      store(st, depth + 3);
+    }
+    unbind(vv);
+    names_[vv].push_back(group);  // the group's name again, for the unbind below
+    ranges_[vv] = {0, vf->extent.as<IntImm>()->value - 1};
+  }
+  line(depth + 2, "}");
+  line(depth + 1, "}");
   line(depth, "}");
   for (auto it = loops.rbegin(); it != loops.rend(); ++it) unbind((*it)->var.get());
 }
@@ -483,9 +692,11 @@ std::string CudaEmitter::kernel(const Stmt& nest) {
     BufState bs{fresh(cuda_identifier(a->buffer->name)), a->buffer->shape, buffer_span(*a->buffer), false,
                 buffer_strides(*a->buffer)};
     if (a->buffer->scope == Scope::Shared) {
-      info_.shared_bytes += 4 * bs.size;
-      decls.push_back("__shared__ float " + bs.ident + "[" + std::to_string(bs.size) + "];  // " + a->buffer->name +
-                      ": " + detail::shape_text(bs.shape) + ", shared by the block's threads");
+      const std::int64_t copies = a->buffer->double_buffer ? 2 : 1;
+      info_.shared_bytes += 4 * bs.size * copies;
+      decls.push_back("__shared__ __align__(16) float " + bs.ident + "[" + std::to_string(bs.size * copies) + "];  // " +
+                      a->buffer->name + ": " + detail::shape_text(bs.shape) + ", shared by the block's threads" +
+                      (copies == 2 ? ", two copies (double-buffered)" : ""));
     }
     bufs_[a->buffer.get()] = bs;
   });

@@ -18,6 +18,7 @@
 #include "cuda_check.cuh"  // MLS_CUDA_CHECK, MLS_CUDA_CHECK_LAUNCH
 #include "mls/kernels/cuda.hpp"
 #include "mma_layout.hpp"  // the fragment layouts of the mma rung
+#include "sgemm_warptile.cuh"  // the warptile rung (and `epilogue`), its shapes and index maps
 
 #define MLS_CUBLAS_CHECK(call)                                                                \
   do {                                                                                        \
@@ -32,10 +33,6 @@
 namespace mls::kernels::cuda {
 
 namespace {
-
-__device__ __forceinline__ float epilogue(float acc, float alpha, float beta, const float* c) {
-  return beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
-}
 
 // 1. naive: threadIdx.x walks rows, so a warp reads 32 different rows of A (fine, broadcast
 // per k) but writes/reads C and B 32 rows apart: uncoalesced.
@@ -204,152 +201,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 }
 
-// 7. warp tiling (the last FP32 rung): the block tile (BM x BN) is split into warp tiles
-// (WM x WN), and a warp's 32 lanes, as 4 rows x 8 columns, each own a TM x TN thread tile
-// repeated WMITER x WNITER times inside the warp tile. A warp then reads a compact part of shared
-// memory (broadcasts, no bank conflicts), and every thread keeps (WMITER*TM) x (WNITER*TN) sums
-// in registers. Shared memory is double-buffered: the next BK slice of A and B travels from
-// global memory into registers while this slice is multiplied, then into the other buffer (one
-// __syncthreads per slice). kVec: float4 global loads and stores (N % 4 == 0, K % 4 == 0, 16-byte
-// aligned pointers); otherwise scalar, bounds-checked loads.
-template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, bool kVec>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-    sgemm_warptile(int M, int N, int K, float alpha, const float* A, const float* B, float beta,
-                   float* C) {
-  constexpr int kWarpsN = BN / WN, kThreads = (BM / WM) * kWarpsN * 32;
-  constexpr int kLaneRows = 4, kLaneCols = 8;  // the 32 lanes of a warp
-  constexpr int kSubM = kLaneRows * TM, kSubN = kLaneCols * TN;
-  constexpr int WMITER = WM / kSubM, WNITER = WN / kSubN;
-  constexpr int kLoadA = BM * BK / 4 / kThreads, kLoadB = BK * BN / 4 / kThreads;  // float4s
-  static_assert(WM % kSubM == 0 && WN % kSubN == 0 && TM % 4 == 0 && TN % 4 == 0, "tile shapes");
-  static_assert(kLoadA * 4 * kThreads == BM * BK && kLoadB * 4 * kThreads == BK * BN, "loads");
-  __shared__ __align__(16) float As[2][BK][BM];  // transposed: a column of the A slice is contiguous
-  __shared__ __align__(16) float Bs[2][BK][BN];
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wrow = (warp / kWarpsN) * WM, wcol = (warp % kWarpsN) * WN;
-  const int lrow = (lane / kLaneCols) * TM, lcol = (lane % kLaneCols) * TN;
-  const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-
-  float4 pa[kLoadA], pb[kLoadB];  // the slice in flight
-  auto fetch = [&](int k0) {
-#pragma unroll
-    for (int l = 0; l < kLoadA; ++l) {
-      const int i = tid + l * kThreads, r = i / (BK / 4), c = (i % (BK / 4)) * 4;
-      const int gr = row0 + r, gc = k0 + c;
-      if (kVec) {
-        pa[l] = (gr < M && gc < K) ? *reinterpret_cast<const float4*>(&A[static_cast<size_t>(gr) * K + gc])
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-      } else {
-        const float* a = &A[static_cast<size_t>(gr) * K + gc];
-        const bool in = gr < M;
-        pa[l] = make_float4(in && gc < K ? a[0] : 0.f, in && gc + 1 < K ? a[1] : 0.f,
-                            in && gc + 2 < K ? a[2] : 0.f, in && gc + 3 < K ? a[3] : 0.f);
-      }
-    }
-#pragma unroll
-    for (int l = 0; l < kLoadB; ++l) {
-      const int i = tid + l * kThreads, r = i / (BN / 4), c = (i % (BN / 4)) * 4;
-      const int gr = k0 + r, gc = col0 + c;
-      if (kVec) {
-        pb[l] = (gr < K && gc < N) ? *reinterpret_cast<const float4*>(&B[static_cast<size_t>(gr) * N + gc])
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-      } else {
-        const float* b = &B[static_cast<size_t>(gr) * N + gc];
-        const bool in = gr < K;
-        pb[l] = make_float4(in && gc < N ? b[0] : 0.f, in && gc + 1 < N ? b[1] : 0.f,
-                            in && gc + 2 < N ? b[2] : 0.f, in && gc + 3 < N ? b[3] : 0.f);
-      }
-    }
-  };
-  auto stash = [&](int buf) {
-#pragma unroll
-    for (int l = 0; l < kLoadA; ++l) {
-      const int i = tid + l * kThreads, r = i / (BK / 4), c = (i % (BK / 4)) * 4;
-      As[buf][c + 0][r] = pa[l].x;
-      As[buf][c + 1][r] = pa[l].y;
-      As[buf][c + 2][r] = pa[l].z;
-      As[buf][c + 3][r] = pa[l].w;
-    }
-#pragma unroll
-    for (int l = 0; l < kLoadB; ++l) {
-      const int i = tid + l * kThreads, r = i / (BN / 4), c = (i % (BN / 4)) * 4;
-      *reinterpret_cast<float4*>(&Bs[buf][r][c]) = pb[l];
-    }
-  };
-
-  float acc[WMITER * TM][WNITER * TN] = {};
-  float ra[WMITER * TM], rb[WNITER * TN];
-  fetch(0);
-  stash(0);
-  __syncthreads();
-  int buf = 0;
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    const bool more = k0 + BK < K;
-    if (more) fetch(k0 + BK);  // in flight during the multiply below
-#pragma unroll
-    for (int k = 0; k < BK; ++k) {
-#pragma unroll
-      for (int wm = 0; wm < WMITER; ++wm) {
-#pragma unroll
-        for (int i = 0; i < TM; i += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(&As[buf][k][wrow + wm * kSubM + lrow + i]);
-          ra[wm * TM + i] = v.x, ra[wm * TM + i + 1] = v.y, ra[wm * TM + i + 2] = v.z, ra[wm * TM + i + 3] = v.w;
-        }
-      }
-#pragma unroll
-      for (int wn = 0; wn < WNITER; ++wn) {
-#pragma unroll
-        for (int j = 0; j < TN; j += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][k][wcol + wn * kSubN + lcol + j]);
-          rb[wn * TN + j] = v.x, rb[wn * TN + j + 1] = v.y, rb[wn * TN + j + 2] = v.z, rb[wn * TN + j + 3] = v.w;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < WMITER * TM; ++i) {
-#pragma unroll
-        for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += ra[i] * rb[j];
-      }
-    }
-    // Nobody reads buffer buf^1 now: every thread finished its multiply of it before the
-    // __syncthreads that ended the previous slice.
-    if (more) stash(buf ^ 1);
-    __syncthreads();
-    buf ^= 1;
-  }
-
-#pragma unroll
-  for (int wm = 0; wm < WMITER; ++wm) {
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int r = row0 + wrow + wm * kSubM + lrow + i;
-      if (r >= M) continue;
-#pragma unroll
-      for (int wn = 0; wn < WNITER; ++wn) {
-#pragma unroll
-        for (int j = 0; j < TN; j += 4) {
-          const int c = col0 + wcol + wn * kSubN + lcol + j;
-          const float* s = &acc[wm * TM + i][wn * TN + j];
-          float* dst = &C[static_cast<size_t>(r) * N + c];
-          if (kVec) {
-            if (c >= N) continue;  // N % 4 == 0: the 4 columns are all in or all out
-            float4 out = make_float4(alpha * s[0], alpha * s[1], alpha * s[2], alpha * s[3]);
-            if (beta != 0.0f) {
-              const float4 old = *reinterpret_cast<const float4*>(dst);
-              out.x += beta * old.x, out.y += beta * old.y, out.z += beta * old.z, out.w += beta * old.w;
-            }
-            *reinterpret_cast<float4*>(dst) = out;
-          } else {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              if (c + q < N) dst[q] = epilogue(s[q], alpha, beta, &dst[q]);
-            }
-          }
-        }
-      }
-    }
-  }
-}
+// 7. warp tiling (the last FP32 rung): sgemm_warptile, in src/sgemm_warptile.cuh (its index maps in
+// src/warptile_layout.hpp), where a host test compiles it as C++ behind the CUDA emulator.
 
 // ---- tensor cores: bf16 inputs, fp32 accumulation -----------------------------------------
 
@@ -958,6 +811,41 @@ cublasHandle_t cublas_handle() {
   return handle;
 }
 
+/// Multiprocessors of device 0 (132 on an H100 SXM or an H200).
+[[maybe_unused]] int multiprocessors() {
+  static const int sms = [] {
+    int n = 0;
+    MLS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+  }();
+  return sms;
+}
+
+/// The index in warptile_layout::kShapes of the shape a name "warptile_<BM>x<BN>" gives (-1: none).
+int warptile_shape_index(std::string_view name) {
+  for (int s = 0; s < warptile_layout::kNumShapes; ++s) {
+    const auto& t = warptile_layout::kShapes[s];
+    if (name == "warptile_" + std::to_string(t.bm) + "x" + std::to_string(t.bn)) return s;
+  }
+  return -1;
+}
+
+/// sgemm_warptile with block tile BM x BN and warp tile WM x WN (4 warps), K slices of 16, thread
+/// tiles of 8 x 4; float4 loads and stores when `vec`.
+template <int BM, int BN, int WM, int WN>
+[[maybe_unused]] void launch_warptile(bool vec, int M, int N, int K, float alpha, const float* A, const float* B,
+                                      float beta, float* C) {
+  namespace W = warptile_layout;
+  static_assert((BM / WM) * (BN / WN) == 4, "4 warps");
+  const dim3 grid(ceil_div(N, BN), ceil_div(M, BM));
+  if (vec) {
+    sgemm_warptile<BM, BN, W::kBK, WM, WN, W::kTM, W::kTN, true><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+  } else {
+    sgemm_warptile<BM, BN, W::kBK, WM, WN, W::kTM, W::kTN, false><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+  }
+  MLS_CUDA_CHECK_LAUNCH("sgemm_warptile");
+}
+
 }  // namespace
 
 bool available(std::string* why) {
@@ -984,12 +872,19 @@ std::vector<std::string> sgemm_kernels() {
   return {"naive", "coalesced", "smem", "tile1d", "tile2d", "vec4", "warptile", "cublas"};
 }
 
+std::vector<std::string> sgemm_warptile_shapes() {
+  std::vector<std::string> out;
+  for (const auto& t : warptile_layout::kShapes) out.push_back("warptile_" + std::to_string(t.bm) + "x" + std::to_string(t.bn));
+  return out;
+}
+
 void sgemm(std::string_view name, int M, int N, int K, float alpha, const float* A,
            const float* B, float beta, float* C) {
   const auto known = sgemm_kernels();
-  if (std::find(known.begin(), known.end(), name) == known.end()) {
+  if (std::find(known.begin(), known.end(), name) == known.end() && warptile_shape_index(name) < 0) {
     fail("cuda::sgemm: unknown kernel '", name,
-         "'; expected naive, coalesced, smem, tile1d, tile2d, vec4, warptile or cublas");
+         "'; expected naive, coalesced, smem, tile1d, tile2d, vec4, warptile, warptile_128x128, warptile_64x128, "
+         "warptile_64x64 or cublas");
   }
   MLS_CHECK(M >= 0 && N >= 0 && K >= 0, "cuda::sgemm[", name, "]: sizes must be >= 0, got M=", M,
             " N=", N, " K=", K);
@@ -1031,15 +926,19 @@ void sgemm(std::string_view name, int M, int N, int K, float alpha, const float*
     sgemm_vec4<128, 128, 8, 8, 8><<<grid, 256>>>(M, N, K, alpha, A, B, beta, C);
     MLS_CUDA_CHECK_LAUNCH("sgemm_vec4");
     // END SOLUTION
-  } else if (name == "warptile") {
+  } else if (name == "warptile" || warptile_shape_index(name) >= 0) {
     // BEGIN SOLUTION
-    const dim3 grid(ceil_div(N, 128), ceil_div(M, 128));
-    if (N % 4 == 0 && K % 4 == 0 && aligned16(A) && aligned16(B) && aligned16(C)) {
-      sgemm_warptile<128, 128, 16, 64, 64, 8, 4, true><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+    // The block tile by the grid it yields (warptile_layout::choose_shape), or the one a name gives.
+    const int shape = name == "warptile" ? warptile_layout::choose_shape(M, N, multiprocessors())
+                                         : warptile_shape_index(name);
+    const bool vec = N % 4 == 0 && K % 4 == 0 && aligned16(A) && aligned16(B) && aligned16(C);
+    if (shape == 0) {
+      launch_warptile<128, 128, 64, 64>(vec, M, N, K, alpha, A, B, beta, C);
+    } else if (shape == 1) {
+      launch_warptile<64, 128, 32, 64>(vec, M, N, K, alpha, A, B, beta, C);
     } else {
-      sgemm_warptile<128, 128, 16, 64, 64, 8, 4, false><<<grid, 128>>>(M, N, K, alpha, A, B, beta, C);
+      launch_warptile<64, 64, 32, 32>(vec, M, N, K, alpha, A, B, beta, C);
     }
-    MLS_CUDA_CHECK_LAUNCH("sgemm_warptile");
     // END SOLUTION
   } else if (name == "cublas") {
     // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.

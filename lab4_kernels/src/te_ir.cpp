@@ -243,7 +243,7 @@ class Printer {
           << (a->buffer->scope == Scope::Local    ? "local"
               : a->buffer->scope == Scope::Shared ? "shared"
                                                   : "global")
-          << ")\n";
+          << (a->buffer->double_buffer ? ", double_buffer" : "") << ")\n";
       stmt(a->body, depth);
     } else if (const auto* q = s.as<Seq>()) {
       for (const auto& c : q->stmts) stmt(c, depth);

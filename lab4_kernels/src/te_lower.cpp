@@ -400,7 +400,8 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
     }
   }
   ci.relative = stage_scope(c) != Scope::Global;
-  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, stage_scope(c), nullptr})
+  ci.actual = ci.relative ? std::make_shared<const BufferNode>(
+                                BufferNode{c.name, ci.extent, stage_scope(c), nullptr, {}, c.double_buffer})
                           : c.buffer;
   if (c.is_output) check_cover(st, n, c, pos);
 }

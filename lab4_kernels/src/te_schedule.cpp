@@ -257,6 +257,13 @@ void Stage::set_scope(Scope scope) {
   st.scope = scope;
 }
 
+void Stage::double_buffer() {
+  StageImpl& st = *node_;
+  MLS_CHECK(st.buffer->scope == Scope::Shared, "double_buffer: stage '", st.name,
+            "' is not a shared-memory copy; only a cache_read(..., Scope::Shared) tile has two copies");
+  st.double_buffer = true;
+}
+
 void Stage::tensorize(const IterVar& axis, const Intrinsic& intrinsic) {
   leaf_pos(*node_, "tensorize", axis);
   MLS_CHECK(intrinsic.update != nullptr, "tensorize: intrinsic '", intrinsic.name,

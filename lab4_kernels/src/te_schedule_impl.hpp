@@ -40,6 +40,7 @@ struct StageImpl {
   std::vector<int> layout;     // cache_read: dimension d of the copy is dimension layout[d] of the tensor (empty: same order)
   bool is_output = false;
   Scope scope = Scope::Global;  // set_scope (a cache's scope is its buffer's)
+  bool double_buffer = false;   // Stage::double_buffer (a shared copy)
 };
 
 /// Where a stage's values live: its cache's scope (cache_read, cache_write), else set_scope's.

@@ -3,7 +3,11 @@
 // bound schedules against the naive evaluation.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/codegen.hpp"
@@ -77,6 +81,9 @@ TEST_CASE("the interpreter on bound schedules equals the naive evaluation (awkwa
   check_interpreter(cuda_matmul(19, 23, 29, 8), seed++);
   check_interpreter(cuda_matmul_local(37, 19, 33), seed++);
   check_interpreter(cuda_matmul_local(1, 1, 1, 32), seed++);
+  check_interpreter(cuda_matmul_regtile(37, 50, 29, {16, 16, 8, 4, 4}), seed++);
+  check_interpreter(cuda_matmul_regtile(1, 1, 1, {16, 16, 8, 4, 4}), seed++);
+  check_interpreter(cuda_matmul_regtile(70, 33, 20, {32, 16, 4, 8, 2}), seed++);
   for (auto [r, c] : {std::array<std::int64_t, 2>{1, 1}, {7, 13}, {33, 64}, {3, 129}}) {
     check_interpreter(cuda_softmax(r, c), seed++);
     check_interpreter(cuda_elementwise(r, c), seed++);
@@ -99,8 +106,8 @@ TEST_CASE("generate_cuda: the slide's matmul with bound loops and shared tiles o
   const std::string& s = cu.source;
   CHECK_THAT(s, Contains("extern \"C\" __global__ void __launch_bounds__(256) matmul(float* __restrict__ A, "
                          "float* __restrict__ B, float* __restrict__ C)"));
-  CHECK_THAT(s, Contains("__shared__ float A_shared[256];"));
-  CHECK_THAT(s, Contains("__shared__ float B_shared[256];"));
+  CHECK_THAT(s, Contains("__shared__ __align__(16) float A_shared[256];"));
+  CHECK_THAT(s, Contains("__shared__ __align__(16) float B_shared[256];"));
   CHECK_THAT(s, Contains("const long long io = blockIdx.y;"));
   CHECK_THAT(s, Contains("const long long jo = blockIdx.x;"));
   CHECK_THAT(s, Contains("const long long ii = threadIdx.y;"));
@@ -303,5 +310,133 @@ TEST_CASE("generate_cuda's source, emulated on the CPU (a thread per CUDA thread
     });
     for (std::size_t o = 0; o < got.size(); ++o)
       require_close(got[o], want[o], reduction_tol(w.reduction), "emulated " + w.name + " " + w.outputs[o].name());
+  }
+}
+
+
+TEST_CASE("the register-tiled matmul's loop nest: block, thread and micro-tile loops, its sums in registers",
+          "[lab4][te_cuda]") {
+  const CudaWorkload w = cuda_matmul_regtile(256, 256, 64, {128, 128, 8, 8, 8});
+  const std::string text = te::to_string(te::lower(w.schedule, "mm"));
+  INFO(text);
+  CHECK_THAT(text, Contains("for by in thread_binding(2, \"blockIdx.y\"):"));
+  CHECK_THAT(text, Contains("for bx in thread_binding(2, \"blockIdx.x\"):"));
+  CHECK_THAT(text, Contains("for ty in thread_binding(16, \"threadIdx.y\"):"));
+  CHECK_THAT(text, Contains("for tx in thread_binding(16, \"threadIdx.x\"):"));
+  CHECK_THAT(text, Contains("CL = allocate((8, 8), local)"));  // the thread's micro-tile, exactly
+  CHECK_THAT(text, Contains("A_shared = allocate((8, 128), shared)"));  // transposed: rows of k
+  CHECK_THAT(text, Contains("B_shared = allocate((8, 128), shared)"));
+  CHECK_THAT(text, Contains("A_shared[ax0][ax1] = A[by*128 + ax1][ko*8 + ax0]"));
+  CHECK_THAT(text, Contains("CL[i][j] += A_shared[ki][ty*8 + i] * B_shared[ki][tx*8 + j]"));
+  CHECK_THAT(text, Contains("for ki in unrolled(8):"));
+  CHECK_THAT(text, Contains("for i in unrolled(8):"));
+  CHECK_THAT(text, Contains("for xx in unrolled(8):"));
+  CHECK(text.find("if ") == std::string::npos);  // every tile divides: no guard
+}
+
+TEST_CASE("cuda_matmul_by_name: the benchmark's schedules by name, bad names are named errors", "[lab4][te_cuda]") {
+  CHECK(cuda_matmul_by_name("t16", 8, 8, 8).name == "matmul_local");
+  CHECK(cuda_matmul_by_name("bm128x64_bk8_tm8x4", 8, 8, 8).name == "matmul_regtile_bm128x64_bk8_tm8x4");
+  for (const auto& cfg : cuda_matmul_bench_configs()) CHECK_NOTHROW(cuda_matmul_by_name(cfg, 8, 8, 8));
+  CHECK(cuda_matmul_by_name("bm64x64_bk8_tm4x4_db", 8, 8, 8).name == "matmul_regtile_bm64x64_bk8_tm4x4_db");
+  for (const char* bad : {"t", "t0", "t16x", "bm12x", "bm64x64_bk8_tm4x4_", "bm64x64_bk8_tm4x4_dbx", "tile", ""})
+    REQUIRE_THROWS_WITH(cuda_matmul_by_name(bad, 8, 8, 8),
+                        Contains(std::string("--config '") + bad + "' is not a schedule"));
+  REQUIRE_THROWS_WITH(cuda_matmul_by_name("bm64x64_bk8_tm3x4", 8, 8, 8),
+                      Contains("--config 'bm64x64_bk8_tm3x4': expected positive sizes with TM dividing BM"));
+}
+
+TEST_CASE("generate_cuda: the register-tiled matmul, float4 fills where the rows allow", "[lab4][te_cuda]") {
+  SECTION("aligned: every row a multiple of 4 floats") {
+    const te::CudaSource cu = te::generate_cuda(te::lower(cuda_matmul_regtile(256, 256, 64, {128, 128, 8, 8, 8}).schedule, "mm"));
+    INFO(cu.source);
+    REQUIRE(cu.kernels.size() == 1);
+    CHECK(cu.kernels[0].dims.to_string() == "grid (2, 2, 1) x block (16, 16, 1)");
+    CHECK(cu.kernels[0].shared_bytes == 2 * 8 * 128 * 4);
+    CHECK_THAT(cu.source, Contains("__launch_bounds__(256)"));
+    CHECK_THAT(cu.source, Contains("float CL[64];  // CL: [8, 8], local (this thread's)"));
+    CHECK_THAT(cu.source, Contains("__shared__ __align__(16) float A_shared[1024];"));
+    // 1024 elements, 256 threads: one float4 each; A's is stored transposed (4 scalars), B's as a float4
+    CHECK(count(cu.source, "for (long long mls_e = mls_tid; mls_e < 256; mls_e += 256) {") == 2);
+    CHECK(count(cu.source, "const float4 mls_v = *reinterpret_cast<const float4*>(&") == 2);
+    CHECK_THAT(cu.source, Contains("const long long ax0 = 4 * (mls_e % 2);"));  // A: k innermost, 2 float4s a row
+    CHECK_THAT(cu.source, Contains("A_shared[ax0*128 + ax1 + 384] = mls_v.w;"));  // lane 3: row k + 3
+    CHECK_THAT(cu.source, Contains("*reinterpret_cast<float4*>(&B_shared[ax0*128 + ax1]) = mls_v;"));
+    CHECK_THAT(cu.source, Contains("(reinterpret_cast<unsigned long long>(A) & 15) == 0"));
+    CHECK(count(cu.source, "#pragma unroll") >= 6);
+    CHECK(count(cu.source, "__syncthreads();") == 2);
+  }
+  SECTION("K = 29: A's rows are not 16-byte aligned (scalar fill); B's are, with guarded tails") {
+    const te::CudaSource cu = te::generate_cuda(te::lower(cuda_matmul_regtile(37, 52, 29, {16, 16, 8, 4, 4}).schedule, "mm"));
+    INFO(cu.source);
+    CHECK(count(cu.source, "reinterpret_cast<const float4*>") == 1);  // B's fill only
+    CHECK_THAT(cu.source, Contains("A_shared[ax0*16 + ax1] = A[by*464 + ax1*29 + ko*8 + ax0];"));
+    CHECK_THAT(cu.source, Contains("bx*16 + ax1 + 3 < 52"));  // the last lane's guard
+    CHECK_THAT(cu.source, Contains("for (long long mls_q = 0; mls_q < 4; ++mls_q) {"));
+  }
+}
+
+TEST_CASE("double_buffer: two copies of a shared tile, the next slice filled while this one is read", "[lab4][te_cuda]") {
+  const CudaWorkload w = cuda_matmul_regtile(256, 256, 64, {128, 128, 8, 8, 8, true});
+  const te::LoweredFunc f = te::lower(w.schedule, "mm");
+  CHECK_THAT(te::to_string(f), Contains("A_shared = allocate((8, 128), shared, double_buffer)"));
+  const te::CudaSource cu = te::generate_cuda(f);
+  INFO(cu.source);
+  CHECK(cu.kernels[0].shared_bytes == 2 * 2 * 8 * 128 * 4);
+  CHECK_THAT(cu.source, Contains("__shared__ __align__(16) float A_shared[2048];"));
+  CHECK_THAT(cu.source, Contains("two copies (double-buffered)"));
+  CHECK(count(cu.source, "__syncthreads();") == 2);  // after the first fill, and once per slice
+  CHECK_THAT(cu.source, Contains("const long long ko = 0;"));  // the prologue: slice 0 into copy 0
+  CHECK_THAT(cu.source, Contains("if (ko + 1 < 8) {"));
+  CHECK_THAT(cu.source, Contains("const long long ko_next = ko + 1;"));
+  CHECK_THAT(cu.source, Contains("*reinterpret_cast<float4*>(&B_shared[((ko_next) & 1)*1024 + ax0*128 + ax1]) = mls_v;"));
+  CHECK_THAT(cu.source, Contains("A_shared[((ko) & 1)*1024 + ki*128 + ty*8 + i]"));
+  // The interpreter and the C++ generator ignore it; illegal on a stage that is not a shared copy.
+  const auto in = random_inputs(w.inputs, 9);
+  require_close(run_lowered(f, w.inputs, in, w.outputs)[0], run_naive(w.inputs, in, w.outputs)[0],
+                reduction_tol(64), "double-buffered, interpreted");
+  te::Schedule s = w.schedule;
+  REQUIRE_THROWS_WITH(s[w.outputs[0]].double_buffer(),
+                      Contains("double_buffer: stage 'C' is not a shared-memory copy"));
+}
+
+TEST_CASE("generate_cuda's register-tiled matmul, emulated on the CPU, equals the interpreter (tails, float4 fills, "
+          "an unaligned pointer)",
+          "[lab4][te_cuda][emulated]") {
+  std::uint64_t seed = 700;
+  struct Case {
+    std::int64_t m, n, k;
+    RegTile t;
+  };
+  const std::vector<Case> cases = {
+      {37, 50, 29, {16, 16, 8, 4, 4}},  // nothing aligned: scalar fills, every tail
+      {37, 52, 36, {16, 16, 8, 4, 4}},  // float4 fills; K's last slice half full: its groups element by element
+      {64, 64, 32, {32, 32, 8, 4, 4}},  // every tile divides
+      {1, 1, 1, {16, 16, 8, 4, 4}},
+      {33, 20, 12, {32, 16, 4, 8, 2}},
+      {130, 136, 20, {128, 128, 8, 8, 8}},  // the benchmark's tile: 256 threads, float4 fills, tails
+      // double-buffered: several slices, a partial last one, one slice only, float4 and scalar fills
+      {37, 50, 29, {16, 16, 8, 4, 4, true}},
+      {37, 52, 36, {16, 16, 8, 4, 4, true}},
+      {20, 24, 8, {16, 16, 8, 4, 4, true}},
+      {1, 1, 1, {16, 16, 8, 4, 4, true}},
+      {130, 136, 20, {128, 128, 8, 8, 8, true}}};
+  for (const Case& c : cases) {
+    const CudaWorkload w = cuda_matmul_regtile(c.m, c.n, c.k, c.t);
+    const te::LoweredFunc f = te::lower(w.schedule, w.name);
+    const te::CudaSource cu = te::generate_cuda(f);
+    for (const bool shifted : {false, true}) {  // shifted: A one float past a 16-byte boundary
+      INFO(w.name << " m=" << c.m << " n=" << c.n << " k=" << c.k << (shifted ? " (A unaligned)" : ""));
+      const auto in = random_inputs(w.inputs, seed++);
+      const auto want = run_lowered(f, w.inputs, in, w.outputs);
+      std::vector<float> a(in[0].size() + 8), b = in[1], out(static_cast<std::size_t>(c.m * c.n), -7.0f);
+      float* a0 = a.data();
+      while (reinterpret_cast<std::uintptr_t>(a0) % 16 != 0) ++a0;
+      if (shifted) ++a0;
+      std::copy(in[0].begin(), in[0].end(), a0);
+      std::vector<std::span<float>> args{std::span<float>(a0, in[0].size()), b, out};
+      emulate_cuda(cu, args);
+      require_close(out, want[0], reduction_tol(w.reduction), "emulated " + w.name);
+    }
   }
 }

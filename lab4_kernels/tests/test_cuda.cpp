@@ -75,7 +75,9 @@ TEST_CASE("cuda sgemm: every kernel on awkward sizes", "[lab4][gpu][cuda_sgemm]"
   REQUIRE_GPU();
   const int sizes[][3] = {{1, 1, 1}, {7, 7, 7}, {31, 33, 17}, {33, 31, 65}, {127, 129, 257},
                           {256, 128, 64}, {257, 260, 300}, {1, 256, 512}};
-  for (const auto& name : cu::sgemm_kernels()) {
+  auto kernels = cu::sgemm_kernels();
+  for (const auto& shape : cu::sgemm_warptile_shapes()) kernels.push_back(shape);  // each block tile of warptile
+  for (const auto& name : kernels) {
     for (const auto& s : sizes) {
       check_sgemm(name, s[0], s[1], s[2], 1.5f, -0.5f);
       check_sgemm(name, s[0], s[1], s[2], 1.0f, 0.0f);
@@ -106,6 +108,9 @@ TEST_CASE("cuda sgemm: bad arguments throw", "[lab4][gpu][cuda_errors]") {
   REQUIRE_GPU();
   CHECK_THROWS_WITH(cu::sgemm("tile9d", 1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),
                     Catch::Matchers::Contains("unknown kernel 'tile9d'"));
+  CHECK_THROWS_WITH(cu::sgemm("warptile_32x32", 1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),
+                    Catch::Matchers::Contains("unknown kernel 'warptile_32x32'") &&
+                        Catch::Matchers::Contains("warptile_64x64"));
   CHECK_THROWS_WITH(cu::sgemm("naive", -1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),
                     Catch::Matchers::Contains("M=-1"));
   CHECK_THROWS_WITH(cu::gemm_bf16("mma9", 1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr),

@@ -57,6 +57,16 @@ TEST_CASE("nvrtc: every generated kernel compiles (matmul, softmax, elementwise)
   check_compiles(cuda_elementwise(1, 1));
 }
 
+TEST_CASE("nvrtc: the register-tiled matmul compiles (float4 fills, unrolled micro-tiles, tails)", "[lab4][nvrtc]") {
+  REQUIRE_NVRTC();
+  check_compiles(cuda_matmul_regtile(1024, 1024, 1024, {128, 128, 8, 8, 8}));
+  check_compiles(cuda_matmul_regtile(1024, 1024, 1024, {64, 64, 8, 4, 4}));
+  check_compiles(cuda_matmul_regtile(37, 52, 36, {16, 16, 8, 4, 4}));
+  check_compiles(cuda_matmul_regtile(37, 52, 36, {16, 16, 8, 4, 4, true}));
+  check_compiles(cuda_matmul_regtile(37, 50, 29, {32, 16, 4, 8, 2}), {"compute_90", false, {}});
+  for (const auto& cfg : cuda_matmul_bench_configs()) check_compiles(cuda_matmul_by_name(cfg, 2048, 2048, 2048));
+}
+
 TEST_CASE("nvrtc: a compile error shows NVRTC's log and the numbered source", "[lab4][nvrtc]") {
   REQUIRE_NVRTC();
   const std::string bad = "extern \"C\" __global__ void k(float* x) {\n    x[0] = undeclared_name;\n}\n";

@@ -23,12 +23,14 @@ namespace {
 /// Runs the workload's generated kernels and its interpreter on the same random inputs and checks
 /// every output element: |gpu - interpreter| <= tol (1 + |interpreter|). A failure names the
 /// workload, the kernels and their launch, the first differing elements (flat index and row/column),
-/// and shows the generated source.
-void check_on_gpu(const CudaWorkload& w, std::uint64_t seed, const std::string& size) {
+/// and shows the generated source. `reference`: the outputs on these inputs when known (the
+/// interpreter is not run then).
+void check_on_gpu(const CudaWorkload& w, std::uint64_t seed, const std::string& size,
+                  const std::vector<std::vector<float>>* reference = nullptr) {
   const te::LoweredFunc f = te::lower(w.schedule, w.name);
   const te::CudaJitKernel k = te::compile_cuda(f);
   const auto in = random_inputs(w.inputs, seed);
-  const auto want = run_lowered(f, w.inputs, in, w.outputs);
+  const auto want = reference ? *reference : run_lowered(f, w.inputs, in, w.outputs);
   auto in_copy = in;
   const auto got = run_bound(w.inputs, in_copy, w.outputs, [&](te::Bindings& b) { k.run(b); });
   const double tol = reduction_tol(w.reduction);
@@ -67,6 +69,32 @@ TEST_CASE("cuda te: matmul with shared tiles of A and B, awkward sizes, tiles 16
       check_on_gpu(cuda_matmul_local(s[0], s[1], s[2], tile), seed++, size);
     }
   check_on_gpu(cuda_matmul(37, 50, 29, 16, true), seed++, "m=37 n=50 k=29 tile=16 (ki unrolled)");
+}
+
+TEST_CASE("cuda te: register-tiled matmul (micro-tiles in registers, float4 fills, double-buffered), awkward sizes and tiles",
+          "[lab4][gpu][te_cuda]") {
+  REQUIRE_GPU();
+  // Sizes: 1, primes (every tail, scalar fills), multiples of 4 with tails (float4 fills, their guarded
+  // groups element by element), whole tiles; tiles: the benchmark's and small odd ones.
+  const std::int64_t sizes[][3] = {{1, 1, 1},     {7, 7, 7},     {37, 50, 29},   {37, 52, 36},  {64, 64, 64},
+                                   {127, 129, 257}, {1, 256, 33}, {256, 1, 64},  {132, 200, 44}, {128, 256, 64}};
+  const RegTile tiles[] = {{64, 64, 8, 4, 4},       {128, 64, 8, 8, 4},  {128, 128, 8, 8, 8},
+                           {128, 128, 8, 8, 8, true}, {64, 64, 8, 4, 4, true}, {128, 128, 16, 8, 8, true},
+                           {32, 16, 4, 8, 2, true}};
+  std::uint64_t seed = 400;
+  for (const auto& s : sizes) {
+    // One reference per size: every tile's nest sums k in the same order, so the interpreter of the
+    // first tile's nest serves them all (the same inputs: the same seed).
+    const CudaWorkload first = cuda_matmul_regtile(s[0], s[1], s[2], tiles[0]);
+    const auto reference = run_lowered(te::lower(first.schedule, first.name), first.inputs,
+                                       random_inputs(first.inputs, seed), first.outputs);
+    for (const RegTile& t : tiles) {
+      const std::string size = "m=" + std::to_string(s[0]) + " n=" + std::to_string(s[1]) + " k=" +
+                               std::to_string(s[2]) + " " + t.name();
+      check_on_gpu(cuda_matmul_regtile(s[0], s[1], s[2], t), seed, size, &reference);
+    }
+    ++seed;
+  }
 }
 
 TEST_CASE("cuda te: softmax rows (three kernels, a workspace)", "[lab4][gpu][te_cuda]") {

@@ -4,7 +4,9 @@
 // kernel with its GFLOP/s and its ratio to the peer, and
 //   ratio cuda_sgemm_<kernel>_n<n>_vs_cublas <GFLOP/s ratio>
 //   ratio cuda_gemm_bf16_<kernel>_n<n>_vs_cublas_bf16 <GFLOP/s ratio>
-// naive and coalesced are left out above n = 4096 (minutes otherwise).
+// naive and coalesced are left out above n = 4096 (minutes otherwise). After the ladder, the warptile
+// rung with each of its block tiles (warptile_128x128, warptile_64x128, warptile_64x64: "warptile"
+// picks one by the grid it yields, src/warptile_layout.hpp).
 //
 //   build/release/bin/mls-cuda-sgemm-bench [n ...] [--json out.json]      (default n: 2048 4096 8192)
 //                                          [--bf16 wmma,mma,mma_256x128x32x4,...]  (the tensor-core
@@ -151,7 +153,9 @@ int main(int argc, char** argv) {
         cu::to_device(A.get(), h.data(), count);
         cu::to_device(B.get(), h.data(), count);
         double peer = 0;
-        for (const auto& name : cu::sgemm_kernels()) {
+        std::vector<std::string> fp32 = cu::sgemm_kernels();  // then warptile's block tiles, one by one
+        for (const auto& shape : cu::sgemm_warptile_shapes()) fp32.push_back(shape);
+        for (const auto& name : fp32) {
           if ((name == "naive" || name == "coalesced") && n > 4096) continue;  // minutes otherwise
           if (!wanted("cuda_sgemm", name, "cublas", n)) continue;
           if (peer == 0) peer = flops / cu::time_sgemm_ms("cublas", n, n, n, A.get(), B.get(), C.get(), reps) * 1e-6;

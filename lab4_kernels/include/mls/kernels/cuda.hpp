@@ -14,7 +14,7 @@
 /// | tile1d     | 64x64 block tile, each thread computes 8 elements of a column (TM=8)   |
 /// | tile2d     | 128x128 block tile, each thread an 8x8 register tile (outer products)  |
 /// | vec4       | tile2d with float4 global loads and a transposed A tile (needs N%4 == 0 and K%4 == 0; falls back to tile2d otherwise) |
-/// | warptile   | block tile -> warp tile -> thread tile (128x128 -> 64x64 -> 2x2 of 8x4), double-buffered shared memory: the next K slice loads while this one multiplies (float4 where N%4 == 0, K%4 == 0 and the pointers are 16-byte aligned) |
+/// | warptile   | block tile -> warp tile -> thread tile (128x128 -> 64x64 -> 2x2 of 8x4), double-buffered shared memory: the next K slice loads while this one multiplies (float4 where N%4 == 0, K%4 == 0 and the pointers are 16-byte aligned). The block tile is chosen by the grid it yields: 128x128, else 64x128 (warps of 32x64), else 64x64 (warps of 32x32), the largest that gives every multiprocessor a block (src/warptile_layout.hpp); `warptile_<BM>x<BN>` (sgemm_warptile_shapes) runs one shape |
 /// | cublas     | the peer: cublasSgemm, default math mode (no TF32)                    |
 ///
 /// Tensor cores (`gemm_bf16`): C (fp32) = alpha * A (bf16) * B (bf16) + beta * C, products and
@@ -42,8 +42,11 @@ std::string device_name();
 
 /// Kernel names, in ladder order, ending with "cublas".
 std::vector<std::string> sgemm_kernels();
-/// Runs SGEMM kernel `name` (asynchronously on the default stream). Throws on an unknown name
-/// or negative sizes.
+/// The warptile rung with one block tile, whatever the problem: "warptile_128x128",
+/// "warptile_64x128", "warptile_64x64" (for tests and sweeps; "warptile" picks one by the grid).
+std::vector<std::string> sgemm_warptile_shapes();
+/// Runs SGEMM kernel `name` (sgemm_kernels() or sgemm_warptile_shapes(); asynchronously on the
+/// default stream). Throws on an unknown name or negative sizes.
 void sgemm(std::string_view name, int M, int N, int K, float alpha, const float* A,
            const float* B, float beta, float* C);
 /// Average milliseconds of `reps` runs of `sgemm(name, ...)` after a warm-up of as many, timed with

@@ -91,6 +91,13 @@ class Stage {
   /// intrinsic's, the compute its pattern, every index affine in the tile's axes, no tail and
   /// no stage computed inside the tile.
   void tensorize(const IterVar& axis, const Intrinsic& intrinsic);
+  /// Keeps this shared tile (a cache_read with Scope::Shared) in two copies (TVM's double_buffer):
+  /// generate_cuda fills the copy of iteration i + 1 of the loop it is computed at while the
+  /// block's threads read the copy of iteration i, one __syncthreads() per iteration instead of
+  /// two; where the loop's body is not fills then statements that read them, the usual single copy.
+  /// The interpreter and the C++ generator ignore it. mls::Error "double_buffer: ..." for a stage
+  /// that is not a shared-memory copy.
+  void double_buffer();
 
  private:
   friend class Schedule;

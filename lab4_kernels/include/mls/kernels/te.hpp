@@ -105,6 +105,9 @@ struct BufferNode {
   Scope scope = Scope::Global;
   std::shared_ptr<const ComputeOp> op;
   std::vector<std::int64_t> strides = {};
+  /// A shared tile kept in two copies (Stage::double_buffer): generate_cuda fills the next
+  /// iteration's copy while this one is read. Nothing else reads the flag.
+  bool double_buffer = false;
 };
 using Buffer = std::shared_ptr<const BufferNode>;
 
