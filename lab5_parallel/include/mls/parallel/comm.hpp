@@ -306,6 +306,11 @@ class Communicator {
   /// CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
   static double thread_cpu_now();
 
+  /// How the latest communication thread of this process is scheduled: "fifo" (SCHED_FIFO: the
+  /// MPI backend where permitted, unless MLS_COMM_THREAD_RT=0), "slice" (SCHED_OTHER with a
+  /// 100 us slice), "default", or "none started" (src/communicator.cpp, prefer_prompt_wakeups).
+  static const char* comm_thread_policy();
+
   /// Records every message this rank receives inside a collective (for mls-collectives trace).
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<TraceEvent>& trace() const { return trace_; }
