@@ -232,6 +232,7 @@ std::vector<Communicator::Span> Communicator::spans() const {
 struct Communicator::Coll {
   const char* name = "";
   double t_start = 0;    // wall_now() at begin (span recording)
+  double t_issued = 0;   // ... when it was issued (Span::issued)
   double cpu_start = 0;  // thread_cpu_now() at begin (span recording)
   int op = kUser;
   std::int64_t seq = 0, numel = 0;
@@ -276,7 +277,7 @@ void Communicator::begin(const char* name, int op_id, const Tensor& t, int root,
   c->dtype = static_cast<std::int32_t>(t.dtype());
   c->root = root;
   c->reduce = reduce;
-  if (spans_) c->t_start = wall_now(), c->cpu_start = thread_cpu_now();
+  if (spans_) c->t_start = wall_now(), c->cpu_start = thread_cpu_now(), c->t_issued = async_running_ ? issued_wall_ : c->t_start;
   coll_ = std::move(c);
   traffic_.by_op[name].calls += 1;
   traffic_.total.calls += 1;
@@ -289,7 +290,8 @@ void Communicator::end() noexcept {
   if (spans_) {
     std::lock_guard<std::mutex> lk(spans_->mu);
     spans_->spans.push_back(
-        {coll_->name, coll_->t_start, wall_now(), coll_->numel, coll_->dtype, thread_cpu_now() - coll_->cpu_start});
+        {coll_->name, coll_->t_start, wall_now(), coll_->numel, coll_->dtype, thread_cpu_now() - coll_->cpu_start,
+         coll_->t_issued});
   }
   coll_.reset();
   finished_at_ = t_->lane_end();
@@ -862,6 +864,7 @@ void Communicator::AsyncQueue::run(Communicator& c, AsyncOp& op) {
   } reset{c};
   c.async_running_ = true;
   c.issued_at_ = op.issued_at;
+  c.issued_wall_ = op.issued_wall;
   const mem::TagScope as_issuer(op.mem_tag, op.mem_rank);  // memory counted as the issuer's
   const ThreadRankScope as_rank(op.thread_rank);
   if (transport) transport->order_after_compute(op.index);  // after the compute issued before it (NCCL)
@@ -905,6 +908,7 @@ Request Communicator::enqueue(const char* name, std::function<void()> run) {
   op->name = name;
   op->run = std::move(run);
   op->issued_at = t_->modelled_seconds();
+  op->issued_wall = wall_now();
   op->mem_tag = mem::current_tag();
   op->mem_rank = mem::current_rank();
   op->thread_rank = this_thread_rank();
