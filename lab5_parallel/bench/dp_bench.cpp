@@ -350,9 +350,10 @@ void run(Communicator& comm, const Flags& f) {
   const double hideable = std::max(0.0, std::min(tc - fixed_compute, t_comm - comm_only.last_bucket));
   std::printf("ratio dp_overlap_efficiency %.3f%s\n", (tc + t_comm - to) / std::min(tc, t_comm), tag);
   std::printf("ratio dp_overlap_efficiency_ceiling %.3f%s (min(t_compute - forward - %s - backward before "
-              "the first launch, t_comm - last bucket) / min(t_compute, t_comm))\n",
+              "the first launch, t_comm - last bucket) / min(t_compute, t_comm); at t_comm = t_compute at most "
+              "backward's share of t_compute, %.2f here: the goal 0.7 needs backward >= 70%% of the step)\n",
               std::min(1.0, hideable / std::min(tc, t_comm)), tag,
-              f.opt_per_bucket ? "the last bucket's optimizer step" : "optimizer");
+              f.opt_per_bucket ? "the last bucket's optimizer step" : "optimizer", t_bwd / tc);
   std::printf("ratio dp_overlap_step_over_max %.3f%s\n", to / std::max(tc, t_comm), tag);
   std::printf("ratio dp_overlap_speedup %.3f%s\n", tb / to, tag);
   if (!f.svg.empty()) {
