@@ -798,9 +798,10 @@ std::atomic<const char*> g_comm_thread_policy{"none started"};
 /// issued, a poll after a nap, a paced message due) for a few microseconds of work; every wake-up
 /// that waits for the compute thread's time slice to end (milliseconds) delays the collective by
 /// that much, and a step of many small collectives (ZeRO-3's per-unit all-gathers and
-/// reduce-scatters) then hides nothing. Measured on a 2-core machine (a thread sleeping 200 us
-/// in a loop next to a spinning one on the same core): p50 16 us late whatever the policy, but
-/// p99 4-5 ms late as SCHED_OTHER (with or without the short slice below), 37 us as SCHED_FIFO.
+/// reduce-scatters) then hides nothing. Measured on a busy 2-core machine (other builds running;
+/// a thread sleeping 200 us in a loop next to a spinning one on the same core): p50 16 us late
+/// whatever the policy, but p99 4-5 ms late as SCHED_OTHER (with or without the short slice
+/// below), 37 us as SCHED_FIFO. Not yet measured on a quiet machine.
 ///   `realtime` (the MPI backend, unless MLS_COMM_THREAD_RT=0): SCHED_FIFO priority 1 where the
 ///   process may (root, CAP_SYS_NICE or RLIMIT_RTPRIO >= 1): it preempts the compute the moment
 ///   it wakes. Safe because it never spins for long: its waits poll for 20 us, then sleep
