@@ -12,19 +12,25 @@
 //   ratio dp_overlap_step_over_max  t_overlapped / max(t_compute, t_comm)   (goal: <= 1.15)
 //   ratio dp_overlap_speedup        t_blocking / t_overlapped
 //   ratio dp_overlap_efficiency_ceiling  the most this model can reach (below)
+// The optimizer: by default each bucket's SGD step runs as soon as its allreduce is waited
+// (DataParallel::allreduce_gradients' on_bucket, one SGD per bucket: bit-identical), next to the
+// later buckets' allreduces still in flight; --no-optimizer-per-bucket: one step after all of them.
 // The ceiling: a bucket's allreduce can only run after its launch, the first one some way into
-// backward, and all of them before the optimizer step; the last bucket (the first layer's
-// gradients, produced last) starts only when backward has ended. So the overlapped step lasts
-// at least forward + the backward before the first launch + t_comm + the optimizer step, and at
-// least t_compute + the last bucket's allreduce: at most
-//   hideable = min(t_compute − forward − optimizer step − backward before the first launch,
-//                  t_comm − last bucket's allreduce)
+// backward; the last bucket (the first layer's gradients, produced last) starts only when
+// backward has ended, and its optimizer step (all of the optimizer, without per-bucket steps)
+// follows it. So the overlapped step lasts at least forward + the backward before the first
+// launch + t_comm + that optimizer step, and at least t_compute + the last bucket's allreduce:
+// at most
+//   hideable = min(t_compute − forward − the optimizer step after the last allreduce
+//                  − backward before the first launch, t_comm − last bucket's allreduce)
 // of the communication can hide, and the ceiling is hideable / min(t_compute, t_comm) (phases
 // from the compute-only step, the first launch from the overlapped one, the last bucket from the
 // bucket allreduces alone). The efficiency's formula is unchanged; the ceiling says what a
 // figure below the goal is made of: the model's shape (forward's and the step's share, bucket
 // sizes) or lost overlap (the gap between the efficiency and its ceiling). With t_comm =
-// t_compute and backward twice forward, it is about 2/3 whatever the mechanism.
+// t_compute it is about backward's share of t_compute, whatever the mechanism: a Linear layer's
+// backward is two GEMMs to forward's one (the first layer's only one: no input gradient), so
+// about 2/3, under the 0.7 (handouts/lab5/README.md, "Its ceiling").
 // The model: --layers L Linear layers width -> 2·width -> ... -> 2·width -> 10 (ReLU between);
 // L = 3 by default. Buckets: --bucket-bytes, the first one --first-bucket-bytes (PyTorch DDP's
 // policy: a small first bucket so communication starts early, then cap-sized ones).
@@ -37,7 +43,9 @@
 // Each rank runs --threads compute threads (default: the cores mpirun bound it to, one of two
 // on a 2-core machine); the line "threads" says how many. Comm CPU: the CPU time the threads
 // running the collectives used, over their wall time — a waiting communication thread must
-// sleep, not spin (that would take the core its rank computes on).
+// sleep, not spin (that would take the core its rank computes on) — and how the communication
+// thread is scheduled (SCHED_FIFO where permitted: it must run the moment it wakes; comm.hpp's
+// comm_thread_policy).
 // --svg FILE draws the fastest blocking and overlapped steps, per rank a compute and a communication lane.
 // bench/dp_mpi_speedup.sh reads the seconds_per_step line (blocking; overlapped with --overlap).
 #include <CLI/CLI.hpp>
@@ -69,6 +77,7 @@ struct Flags {
   std::int64_t batch = 256, width = 512, bucket = 1 << 20, first_bucket = 0;
   int steps = 10, warmup = 2, ranks = 2, layers = 3, threads = 0;
   bool overlap = false, link_auto = false;
+  bool opt_per_bucket = true;  // the optimizer step of each bucket as soon as its allreduce is waited
   std::string svg;
 };
 
@@ -108,6 +117,7 @@ struct Timed {
   double seconds = 1e300;  // fastest step, slowest rank
   RankTimeline last;       // this rank's spans of that step
   double forward = 0, backward = 0, optimizer = 0;  // this rank's phases of that step (seconds)
+  double optimizer_last = 0;  // the last bucket's optimizer step (per bucket), else the whole step's
   double first_launch = 0;  // seconds into backward when the first bucket was launched (overlapped)
   double comm_wall = 0, comm_cpu = 0;  // the step's collectives: wall and CPU seconds of their threads
   double wake = 0;  // from the first bucket's launch to its allreduce's start (the comm thread waking)
@@ -122,12 +132,16 @@ struct Trainer {
   Mlp m;
   DataParallel dp;
   nn::SGD opt;
+  bool per_bucket;
+  std::vector<nn::SGD> bucket_opts;  // per_bucket: one SGD per bucket (the same update per parameter)
   Var xs, ys;
   Timed out;
   Trainer(Communicator& w, Communicator& c, const Flags& f, bool ov)
       : world(w), dpc(c), overlap(ov), m(f.width, f.layers),
         dp(c, m.params(), DataParallelOptions{f.bucket, ov, f.first_bucket}),
-        opt(m.params(), 0.01, 0.9) {
+        opt(m.params(), 0.01, 0.9), per_bucket(f.opt_per_bucket) {
+    if (per_bucket)
+      for (std::size_t b = 0; b < dp.buckets().size(); ++b) bucket_opts.emplace_back(dp.bucket_parameters(b), 0.01, 0.9);
     Rng data(2, "dp-bench-data");
     const Tensor x = Tensor::randn({f.batch, f.width}, data);
     Tensor labels = Tensor::zeros({f.batch}, DType::Int64);
@@ -144,17 +158,33 @@ struct Trainer {
     const double t1 = Communicator::wall_now();
     loss.backward();
     const double t2 = Communicator::wall_now();
-    dp.allreduce_gradients();
+    RankTimeline steps;  // per bucket: its optimizer step
+    double opt_s = 0, opt_last = 0;
+    if (per_bucket) {  // each bucket's step as soon as it is averaged: the later buckets are still in flight
+      dp.allreduce_gradients([&](std::size_t b) {
+        const double a = Communicator::wall_now();
+        bucket_opts[b].step();
+        const double e = Communicator::wall_now();
+        steps.push_back({0, kStep, a - t0, e - t0});
+        opt_s += e - a, opt_last = e - a;
+      });
+    } else {
+      dp.allreduce_gradients();
+    }
     const double t3 = Communicator::wall_now();
-    opt.step();
+    if (!per_bucket) opt.step();
     const double t4 = Communicator::wall_now();
+    if (!per_bucket) opt_s = opt_last = t4 - t3;
     Tensor e = Tensor::scalar(t4 - t0, DType::Float64);
     world.allreduce(e, ReduceOp::Max);  // a step lasts as long as its slowest rank
     if (!timed || e.item() >= out.seconds) return;  // the picture is of the fastest step (the same on every rank)
     out.seconds = e.item();
-    out.last = {{0, kForward, 0, t1 - t0}, {0, kBackward, t1 - t0, t2 - t0}, {0, kWait, t2 - t0, t3 - t0},
-                {0, kStep, t3 - t0, t4 - t0}};
-    out.forward = t1 - t0, out.backward = t2 - t1, out.optimizer = t4 - t3;
+    out.last = {{0, kForward, 0, t1 - t0}, {0, kBackward, t1 - t0, t2 - t0}, {0, kWait, t2 - t0, t3 - t0}};
+    if (per_bucket)
+      out.last.insert(out.last.end(), steps.begin(), steps.end());  // drawn over the wait
+    else
+      out.last.push_back({0, kStep, t3 - t0, t4 - t0});
+    out.forward = t1 - t0, out.backward = t2 - t1, out.optimizer = opt_s, out.optimizer_last = opt_last;
     out.first_launch = 0, out.comm_wall = 0, out.comm_cpu = 0;
     if (&dpc != &world) return;
     if (!dp.launch_times().empty()) out.first_launch = std::max(0.0, dp.launch_times().front() - t1);
@@ -277,6 +307,7 @@ void run(Communicator& comm, const Flags& f) {
   const double t_fwd = max_over_ranks(comm, compute.out.forward);
   const double t_bwd = max_over_ranks(comm, compute.out.backward);
   const double t_opt = max_over_ranks(comm, compute.out.optimizer);
+  const double t_opt_last = max_over_ranks(comm, compute.out.optimizer_last);
   const double first_frac = max_over_ranks(
       comm, overlapped.out.backward > 0 ? std::min(1.0, overlapped.out.first_launch / overlapped.out.backward) : 1.0);
   // (the parts printed are each the slowest rank's)
@@ -286,8 +317,9 @@ void run(Communicator& comm, const Flags& f) {
   // what cannot overlap, per rank, then the slowest rank's (a step lasts as long as its slowest rank)
   const double my_first_frac =
       overlapped.out.backward > 0 ? std::min(1.0, overlapped.out.first_launch / overlapped.out.backward) : 1.0;
+  // the optimizer: all of it follows the last allreduce, or (per bucket) only the last bucket's
   const double fixed_compute = max_over_ranks(
-      comm, compute.out.forward + compute.out.optimizer + my_first_frac * compute.out.backward);
+      comm, compute.out.forward + compute.out.optimizer_last + my_first_frac * compute.out.backward);
   const auto tl_block = gather_timeline(comm, blocking.out.last);
   const auto tl_over = gather_timeline(comm, overlapped.out.last);
   if (comm.rank() != 0) return;
@@ -300,12 +332,14 @@ void run(Communicator& comm, const Flags& f) {
               f.layers, comm_only.flats.size(), static_cast<long long>(f.bucket),
               static_cast<long long>(f.first_bucket > 0 ? f.first_bucket : f.bucket), num_threads(), tag);
   std::printf("t_compute %.6f s  t_comm %.6f s  t_step blocking %.6f s  overlapped %.6f s%s\n", tc, t_comm, tb, to, tag);
-  std::printf("compute: forward %.3f ms  backward %.3f ms (%.0f%% of t_compute)  optimizer %.3f ms; first bucket "
-              "launched %.3f ms into backward; last bucket alone %.3f ms; comm CPU %.3f of %.3f ms in collectives "
-              "(%.0f%%)%s\n",
-              1e3 * t_fwd, 1e3 * t_bwd, 100.0 * t_bwd / tc, 1e3 * t_opt, 1e3 * first_frac * t_bwd,
+  std::printf("compute: forward %.3f ms  backward %.3f ms (%.0f%% of t_compute)  optimizer %.3f ms (%s, the last "
+              "bucket's %.3f ms); first bucket launched %.3f ms into backward; last bucket alone %.3f ms; comm CPU "
+              "%.3f of %.3f ms in collectives (%.0f%%); comm thread scheduling: %s%s\n",
+              1e3 * t_fwd, 1e3 * t_bwd, 100.0 * t_bwd / tc, 1e3 * t_opt,
+              f.opt_per_bucket ? "per bucket, as each allreduce is waited" : "after every allreduce",
+              1e3 * t_opt_last, 1e3 * first_frac * t_bwd,
               1e3 * comm_only.last_bucket, 1e3 * comm_cpu, 1e3 * comm_wall,
-              comm_wall > 0 ? 100.0 * comm_cpu / comm_wall : 0.0, tag);
+              comm_wall > 0 ? 100.0 * comm_cpu / comm_wall : 0.0, Communicator::comm_thread_policy(), tag);
   // the same compute in the three runs: where they differ much, the machine is not quiet (a
   // loaded scheduler favours the run whose threads sleep more), and no figure here is worth quoting
   std::printf("backward in each run: compute-only %.3f ms, blocking %.3f ms, overlapped %.3f ms (rank 0); the "
@@ -315,9 +349,11 @@ void run(Communicator& comm, const Flags& f) {
               static_cast<long long>(f.batch), static_cast<long long>(f.width), f.overlap ? to : tb);
   const double hideable = std::max(0.0, std::min(tc - fixed_compute, t_comm - comm_only.last_bucket));
   std::printf("ratio dp_overlap_efficiency %.3f%s\n", (tc + t_comm - to) / std::min(tc, t_comm), tag);
-  std::printf("ratio dp_overlap_efficiency_ceiling %.3f%s (min(t_compute - forward - optimizer - backward before "
-              "the first launch, t_comm - last bucket) / min(t_compute, t_comm))\n",
-              std::min(1.0, hideable / std::min(tc, t_comm)), tag);
+  std::printf("ratio dp_overlap_efficiency_ceiling %.3f%s (min(t_compute - forward - %s - backward before "
+              "the first launch, t_comm - last bucket) / min(t_compute, t_comm); at t_comm = t_compute at most "
+              "backward's share of t_compute, %.2f here: the goal 0.7 needs backward >= 70%% of the step)\n",
+              std::min(1.0, hideable / std::min(tc, t_comm)), tag,
+              f.opt_per_bucket ? "the last bucket's optimizer step" : "optimizer", t_bwd / tc);
   std::printf("ratio dp_overlap_step_over_max %.3f%s\n", to / std::max(tc, t_comm), tag);
   std::printf("ratio dp_overlap_speedup %.3f%s\n", tb / to, tag);
   if (!f.svg.empty()) {
@@ -349,6 +385,9 @@ int main(int argc, char** argv) {
   app.add_flag("--link-auto", f.link_auto,
                "MPI: calibrate the emulated link's bandwidth so that t_comm ~ t_compute (instead of MLS_LINK_GBPS)");
   app.add_option("--ranks", f.ranks, "simulated ranks (threads) when not started by mpirun")->check(CLI::Range(1, 64));
+  app.add_flag("--optimizer-per-bucket,!--no-optimizer-per-bucket", f.opt_per_bucket,
+               "each bucket's optimizer step as soon as its allreduce is waited, next to the later buckets' "
+               "allreduces (default); --no-optimizer-per-bucket: one step after every allreduce");
   app.add_flag("--overlap", f.overlap, "the seconds_per_step line reports the overlapped step (default: blocking)");
   app.add_option("--svg", f.svg, "write the timeline (blocking and overlapped step, every rank) to this SVG file");
   CLI11_PARSE(app, argc, argv);

@@ -20,6 +20,7 @@ struct AsyncOp {
   std::int64_t index = 0;         // issue number on this communicator (0, 1, ...)
   std::function<void()> run;      // the blocking collective, run by the communication thread
   double issued_at = 0.0;         // compute-lane time when issued (sim)
+  double issued_wall = 0.0;       // Communicator::wall_now() when issued (its Span's issued)
   double finished_at = 0.0;       // communication-lane time when it finished (sim)
   mem::Tag mem_tag = mem::Tag::Other;  // the issuing thread's memory scope: the collective's
   int mem_rank = 0, thread_rank = 0;   // buffers count where the blocking call's would

@@ -115,7 +115,15 @@ void DataParallel::finish_bucket(std::size_t b) {
   // END SOLUTION
 }
 
-void DataParallel::allreduce_gradients() {
+std::vector<autodiff::nn::Parameter> DataParallel::bucket_parameters(std::size_t b) const {
+  MLS_CHECK(b < buckets_.size(), "DataParallel::bucket_parameters: bucket ", b, " of ", buckets_.size(),
+            ", expected 0..", buckets_.size() - 1);
+  std::vector<autodiff::nn::Parameter> out;
+  for (std::size_t i : buckets_[b]) out.push_back(params_[i]);
+  return out;
+}
+
+void DataParallel::allreduce_gradients(const std::function<void(std::size_t)>& on_bucket) {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (launched_[b]) continue;
     std::vector<Tensor> grads;
@@ -126,10 +134,16 @@ void DataParallel::allreduce_gradients() {
     launch_times_[b] = Communicator::wall_now();
     launch_bucket(b, grads);
     launched_[b] = true;
-    if (!opts_.overlap) finish_bucket(b);  // blocking: each bucket in turn
+    if (!opts_.overlap) {  // blocking: each bucket in turn
+      finish_bucket(b);
+      if (on_bucket) on_bucket(b);
+    }
   }
   if (opts_.overlap)  // wait for every bucket before the optimizer step, in launch order
-    for (std::size_t b = 0; b < buckets_.size(); ++b) finish_bucket(b);
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      finish_bucket(b);
+      if (on_bucket) on_bucket(b);  // e.g. its optimizer step, next to the later buckets' allreduces
+    }
   // ready for the next step
   last_launch_times_ = launch_times_;
   std::fill(launched_.begin(), launched_.end(), false);

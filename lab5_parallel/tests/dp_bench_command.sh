@@ -15,8 +15,11 @@ grep -q "layers 4 buckets 4 bucket_bytes 20000 first_bucket_bytes 1000" <<< "$ou
 for r in dp_overlap_efficiency dp_overlap_efficiency_ceiling dp_overlap_step_over_max dp_overlap_speedup; do
   grep -q "^ratio $r [-0-9.]*" <<< "$out" || { echo "FAIL: no 'ratio $r' line"; exit 1; }
 done
-grep -q "^compute: forward .* backward .* optimizer .* comm CPU" <<< "$out" ||
-  { echo "FAIL: no phases line"; exit 1; }
+grep -q "^compute: forward .* backward .* optimizer .* (per bucket, as each allreduce is waited, the last bucket's .* comm CPU .* comm thread scheduling: " <<< "$out" ||
+  { echo "FAIL: no phases line (with the optimizer per bucket, the default)"; exit 1; }
+out=$("$tool" --ranks 2 --layers 2 --width 32 --batch 16 --steps 1 --warmup 0 --no-optimizer-per-bucket)
+grep -q "^compute: forward .* optimizer .* (after every allreduce" <<< "$out" ||
+  { echo "FAIL: --no-optimizer-per-bucket: the phases line does not say the optimizer follows every allreduce"; exit 1; }
 
 refuse() {  # refuse "<expected text>" command...
   local want="$1"

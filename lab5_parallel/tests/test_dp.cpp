@@ -94,13 +94,16 @@ TEST_CASE("dp: make_buckets groups parameters in backward order", "[lab5][dp]") 
 
 TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD steps, overlap is bit-identical",
           "[lab5][dp]") {
+  // three runs each: blocking; overlapped; overlapped with each bucket's SGD step as soon as its
+  // allreduce is waited (allreduce_gradients' on_bucket, one SGD per bucket): all bit-identical
   for (DType dt : {DType::Float64, DType::Float32}) {
     MLS_ORACLE(std::vector<std::vector<double>> ref;)  // the single rank's run, after the first parallel one
     const double tol = dt == DType::Float64 ? 1e-12 : 1e-6;
     for (int n : {2, 3, 4}) {
       for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{128}, std::int64_t{1} << 20}) {
         std::vector<std::vector<std::vector<double>>> plain;  // the run without overlap
-        for (bool overlap : {false, true}) {
+        for (int mode : {0, 1, 2}) {
+          const bool overlap = mode > 0, per_bucket = mode == 2;
           std::vector<std::vector<std::vector<double>>> got(static_cast<std::size_t>(n));
           std::vector<std::int64_t> calls(static_cast<std::size_t>(n)), overlapped(static_cast<std::size_t>(n));
           std::vector<std::size_t> nb(static_cast<std::size_t>(n));
@@ -109,14 +112,21 @@ TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD s
             DataParallel dp(comm, m.params(), DataParallelOptions{bucket, overlap});
             dp.broadcast_parameters(0);
             nn::SGD opt(m.params(), 0.1, 0.9);
+            std::vector<nn::SGD> bucket_opts;
+            for (std::size_t b = 0; per_bucket && b < dp.buckets().size(); ++b)
+              bucket_opts.emplace_back(dp.bucket_parameters(b), 0.1, 0.9);
             for (int s = 0; s < kSteps; ++s) {
               const auto [x, y] = batch(s, dt);
               const Var xs(shard_batch(x, comm.rank(), n)), ys(shard_batch(y, comm.rank(), n));
               opt.zero_grad();
               const Var out = overlap ? Model::forward_hooked(dp, xs) : m.forward(xs);
               autodiff::mse_loss(out, ys).backward();
-              dp.allreduce_gradients();
-              opt.step();
+              if (per_bucket) {
+                dp.allreduce_gradients([&](std::size_t b) { bucket_opts[b].step(); });
+              } else {
+                dp.allreduce_gradients();
+                opt.step();
+              }
             }
             const auto r = static_cast<std::size_t>(comm.rank());
             for (auto& p : m.params()) got[r].push_back(p.value().to_vector<double>());
@@ -124,7 +134,8 @@ TEST_CASE("dp: N ranks with batch B/N match one rank with batch B after 10 SGD s
             overlapped[r] = dp.overlapped_buckets();
             nb[r] = dp.buckets().size();
           });
-          INFO(dtype_name(dt) << " N = " << n << ", bucket " << bucket << ", overlap " << overlap);
+          INFO(dtype_name(dt) << " N = " << n << ", bucket " << bucket << ", overlap " << overlap
+                              << ", optimizer per bucket " << per_bucket);
           if (!overlap) plain = got;
           else CHECK(got == plain);  // bit-identical parameters with and without overlap, every rank
           for (int r = 0; r < n; ++r) {
@@ -171,6 +182,15 @@ TEST_CASE("dp: hooks need overlap, and a parameter hooked twice is an error", "[
         });
       },
       "DataParallel::hook: parameter 0 was used twice in one forward");
+  mls::testing::require_error(
+      [] {
+        run_simulated(1, [](Communicator& comm) {
+          Model m(DType::Float64);
+          DataParallel dp(comm, m.params(), DataParallelOptions{1 << 20});
+          dp.bucket_parameters(1);
+        });
+      },
+      "DataParallel::bucket_parameters: bucket 1 of 1, expected 0..0");
   mls::testing::require_error(
       [] {
         run_simulated(1, [](Communicator& comm) {

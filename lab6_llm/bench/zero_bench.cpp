@@ -26,6 +26,16 @@
 //              (as mls-dp-bench does). Not the blocking run's time inside collectives: that counts
 //              the wait for a slower rank's compute, which is not communication.
 //   t_step     seconds per step of the overlapped run (and of the blocking one)
+// Each (t_compute and t_step alike) is a run's fastest step after its first (ZeroRunReport::
+// step_wall_s, the slowest rank's), best of --reps: the first step allocates the activations and
+// learns stage 3's gather order, so it prefetches nothing, and a run's wall time also holds the
+// trainer's construction and stage 3's final gather of every unit — none of it a step.
+// --svg FILE draws stage 3's timeline (after the figures): a blocking and an overlapped step
+// (each the third of its trainer), per rank a compute lane (forward/backward, the waits for a
+// collective or the blocking collectives, the optimizer step: ZeroTrainer::record_phases) and
+// a communication lane (each all-gather, reduce-scatter, allreduce: Communicator spans), and
+// prints how long the overlapped step's collectives started after they could have (issued, the
+// one before done: Span::issued), summed — the communication thread's wake-ups.
 // The efficiency is at most 1 exactly when t_step >= max(t_compute, t_comm): an overlapped step
 // runs the same compute and the same collectives, so only noise can make it faster than either
 // alone; the three are best-of-reps minima measured alike. Where noise still gives t_step <
@@ -57,9 +67,11 @@
 #include <string>
 
 #include "mls/common/error.hpp"
+#include "mls/common/file.hpp"
 #include "mls/llm/zero.hpp"
 #include "mls/parallel/link.hpp"
 #include "mls/parallel/sim.hpp"
+#include "mls/parallel/timeline.hpp"
 #ifdef MLS_HAVE_MPI
 #include "mls/parallel/mpi.hpp"
 #endif
@@ -136,6 +148,74 @@ CommAlone collectives_alone(parallel::Communicator& c, ZeroRunOptions o, int rep
   return out;
 }
 
+/// The timeline of one step (--svg): the compute thread's phases (ZeroTrainer::record_phases)
+/// and the collectives' spans (Communicator spans), relative to the step's start. The trainer
+/// of `o` runs `warm` steps first (the overlapped one learns its gather order), then the
+/// recorded one, between barriers. Collective.
+enum TimelineKind { kCompute, kCommWait, kOptimizer, kAllgather, kReduceScatter, kAllreduce };
+const std::vector<std::string> kTimelineKinds = {"forward/backward", "waiting/blocking collective", "optimizer step",
+                                                 "all-gather", "reduce-scatter", "allreduce"};
+
+struct StepTimeline {
+  parallel::RankTimeline tl;
+  double start_delay = 0;  // the collectives' start delays, summed (below)
+};
+StepTimeline step_timeline(parallel::Communicator& c, const ZeroRunOptions& o, int warm) {
+  ZeroTrainer tr(c, o.cfg, init_params(o.cfg, o.seed), o.zero);
+  const auto n = static_cast<std::size_t>(o.batch * o.context);
+  std::vector<std::int32_t> in(n), tg(n);
+  zero_batch(o.cfg, o.batch, o.context, o.seed, 0, c.rank(), in.data(), tg.data());
+  for (int s = 0; s < warm; ++s) tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+  tr.record_phases(true);
+  c.set_span_recording(false);
+  c.set_span_recording(true);
+  c.barrier();
+  const double t0 = parallel::Communicator::wall_now();
+  tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+  const double t1 = parallel::Communicator::wall_now();
+  c.barrier();
+  parallel::RankTimeline tl{{0, kCompute, 0.0, t1 - t0}};
+  for (int pass = 0; pass < 2; ++pass)  // the optimizer first, the waits drawn over it (stages 1-2 gather inside it)
+    for (const ZeroPhase& p : tr.phases())
+      if ((p.kind == ZeroPhase::Optimizer) == (pass == 0))
+        tl.push_back({0, p.kind == ZeroPhase::Optimizer ? kOptimizer : kCommWait, p.start - t0, p.end - t0});
+  // a collective's start delay: from when it could start (issued, and the one before it done)
+  // to when it started — the communication thread waking up and getting the core
+  double delay = 0, prev_end = t0;
+  for (const auto& sp : c.spans()) {
+    if (sp.start < t0 || sp.start > t1) continue;  // the step's own, not the barriers' around it
+    const int kind = sp.op == "allgather" ? kAllgather : sp.op == "reduce_scatter" ? kReduceScatter : kAllreduce;
+    tl.push_back({1, kind, sp.start - t0, sp.end - t0});
+    delay += std::max(0.0, sp.start - std::max(sp.issued, prev_end));
+    prev_end = sp.end;
+  }
+  c.set_span_recording(false);
+  return {tl, delay};
+}
+
+/// --svg: stage 3's blocking and overlapped step on `c`, drawn side by side (rank 0 writes it).
+void write_timeline(parallel::Communicator& c, ZeroRunOptions o, int prefetch, const std::string& file,
+                    const std::string& link) {
+  o.zero.stage = 3;
+  o.zero.overlap = false;
+  const auto blocking = parallel::gather_timeline(c, step_timeline(c, o, 2).tl);
+  o.zero.overlap = true;
+  o.zero.prefetch = prefetch;
+  const StepTimeline over = step_timeline(c, o, 2);
+  const auto overlapped = parallel::gather_timeline(c, over.tl);
+  Tensor d = Tensor::scalar(over.start_delay, DType::Float64);
+  c.allreduce(d, parallel::ReduceOp::Max);
+  if (c.rank() != 0) return;
+  std::printf("stage 3 overlapped step (the timeline's): the collectives started %.3f ms in all after they could "
+              "have (issued, the one before done): the communication thread waking up and getting the core "
+              "(slowest rank)\n", 1e3 * d.item());
+  const std::string title = "ZeRO-3 step, " + std::to_string(c.size()) + " ranks (" + c.backend() +
+                            "): blocking vs overlapped (prefetch " + std::to_string(prefetch) + ")";
+  write_file_atomic(file, parallel::timeline_svg({{"blocking", blocking}, {"overlapped (--overlap)", overlapped}},
+                                                 kTimelineKinds, title, link.empty() ? "shared-memory link" : link));
+  std::printf("timeline: %s\n", file.c_str());
+}
+
 struct Result {
   double step_s = std::numeric_limits<double>::infinity();
   double comm_wall_s = 0, modelled_s = 0;
@@ -162,13 +242,20 @@ ZeroRunOptions options(const Setup& su, int stage, Precision p, const std::strin
   return o;
 }
 
-/// Best of `reps` runs; fn returns a report.
+/// Best of `reps` runs; fn returns a report. The run's seconds per step: its wall time over its
+/// steps, or with `steady` its fastest step after the first (the first step allocates the
+/// activations and learns stage 3's gather order, so it prefetches nothing; the run's wall time
+/// also holds the trainer's construction and stage 3's final gather_params).
 template <class F>
-Result best(int reps, std::int64_t steps, F&& fn) {
+Result best(int reps, std::int64_t steps, F&& fn, bool steady = false) {
   Result r;
   for (int i = 0; i < reps; ++i) {
     const ZeroRunReport rep = fn();
-    const double s = rep.wall_s / static_cast<double>(steps);
+    double s = rep.wall_s / static_cast<double>(steps);
+    if (steady && !rep.step_wall_s.empty()) {
+      const auto first = rep.step_wall_s.size() > 1 ? rep.step_wall_s.begin() + 1 : rep.step_wall_s.begin();
+      s = *std::min_element(first, rep.step_wall_s.end());
+    }
     if (s < r.step_s) {
       r.step_s = s;
       r.comm_wall_s = *std::max_element(rep.comm_wall_s.begin(), rep.comm_wall_s.end()) / steps;
@@ -223,13 +310,13 @@ void measure_overlap(const std::string& backend, const Setup& su, int prefetch, 
   if (root && !link.empty()) std::printf("%s\n", link.c_str());
   for (int s : {0, 1, 2, 3}) {
     ZeroRunOptions o = options(su, s, Precision::FP32);
-    const Result tc = best(su.reps, su.steps, [&] { return compute(o); });
+    const Result tc = best(su.reps, su.steps, [&] { return compute(o); }, true);
     const CommAlone alone = comm(o);
     const double t_comm = alone.seconds;
-    const Result blocking = best(su.reps, su.steps, [&] { return run(o); });
+    const Result blocking = best(su.reps, su.steps, [&] { return run(o); }, true);
     o.zero.overlap = true;
     o.zero.prefetch = prefetch;
-    const Result over = best(su.reps, su.steps, [&] { return run(o); });
+    const Result over = best(su.reps, su.steps, [&] { return run(o); }, true);
     if (!root) continue;
     const double eff = (tc.step_s + t_comm - over.step_s) / std::min(tc.step_s, t_comm);
     std::printf("stage %d%s: t_compute %.3f ms  t_comm %.3f ms  t_step blocking %.3f ms  overlapped %.3f ms%s\n", s,
@@ -244,6 +331,7 @@ void measure_overlap(const std::string& backend, const Setup& su, int prefetch, 
                 over.step_s / std::max(tc.step_s, t_comm), tag);
     std::printf("ratio zero%d_overlap_speedup_%s %.3f%s\n", s, backend.c_str(), blocking.step_s / over.step_s, tag);
   }
+  if (root) std::printf("communication thread scheduling: %s\n", parallel::Communicator::comm_thread_policy());
 }
 
 #ifdef MLS_HAVE_MPI
@@ -261,7 +349,7 @@ std::string calibrate_link(parallel::Communicator& c, const Setup& su, ZeroRunOp
     c.allreduce(e, parallel::ReduceOp::Max);
     return e.item();
   };
-  const double tc = max_of(best(su.reps, su.steps, [&] { return compute(o); }).step_s);
+  const double tc = max_of(best(su.reps, su.steps, [&] { return compute(o); }, true).step_s);
   const CommAlone plain = collectives_alone(c, o, su.reps);
   const double bytes = max_of(static_cast<double>(plain.bytes_sent));
   const double latency = link.has_us ? max_of(static_cast<double>(plain.messages_sent)) * link.us * 1e-6 : 0.0;
@@ -275,7 +363,7 @@ std::string calibrate_link(parallel::Communicator& c, const Setup& su, ZeroRunOp
   for (int round = 0; round < 2; ++round) {
     parallel::mpi_set_link(link);
     const double t_comm = collectives_alone(c, o, su.reps).seconds;
-    const double t_compute = max_of(best(su.reps, su.steps, [&] { return compute(o); }).step_s);  // anew
+    const double t_compute = max_of(best(su.reps, su.steps, [&] { return compute(o); }, true).step_s);  // anew
     link.gbps *= t_comm / t_compute;  // slower if t_comm came out short, faster if long
   }
   link.gbps = std::round(link.gbps * 1e4) / 1e4;  // the same on every rank (it already is: maxima)
@@ -304,6 +392,8 @@ int main(int argc, char** argv) {
   int prefetch = 1;
   app.add_flag("--overlap", overlap, "measure the overlap of stages 0-3 (efficiency) instead of the grid");
   app.add_option("--prefetch", prefetch, "--overlap: stage 3's units gathered ahead (0..8)")->capture_default_str();
+  std::string svg;
+  app.add_option("--svg", svg, "--overlap: write stage 3's timeline (a blocking and an overlapped step, every rank) to this SVG file");
   bool link_auto = false;
   app.add_flag("--link-auto", link_auto,
                "--overlap on MPI: calibrate the emulated link's bandwidth so that stage 3's t_comm ~ t_compute");
@@ -311,6 +401,7 @@ int main(int argc, char** argv) {
   try {
     MLS_CHECK(su.reps >= 1, "mls-zero-bench: --reps ", su.reps, ", expected >= 1");
     parallel::link_from_env();  // a bad emulated-link spec fails first
+    MLS_CHECK(svg.empty() || overlap, "mls-zero-bench: --svg '", svg, "' draws the --overlap run's timeline: add --overlap");
     MLS_CHECK(!link_auto || (overlap && backend == "mpi"), "mls-zero-bench: --link-auto needs --overlap and "
               "--backend mpi (simulated ranks time the wall clock, where the emulated link only moves the modelled clock)");
     if (overlap) {
@@ -348,6 +439,10 @@ int main(int argc, char** argv) {
               return t[0];
             },
             parallel::link_from_env().label());
+        if (!svg.empty())
+          parallel::run_simulated(ranks, [&](parallel::Communicator& c) {
+            write_timeline(c, options(su, 3, Precision::FP32), prefetch, svg, parallel::link_from_env().label());
+          });
         return 0;
       }
       measure(
@@ -386,6 +481,7 @@ int main(int argc, char** argv) {
               return run_zero(c, o);
             },
             compute, [&](const ZeroRunOptions& o) { return collectives_alone(c, o, su.reps); }, link);
+        if (!svg.empty()) write_timeline(c, options(su, 3, Precision::FP32), prefetch, svg, link);
         return;
       }
       measure(

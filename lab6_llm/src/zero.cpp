@@ -76,15 +76,25 @@ struct ZeroTrainer::Impl {
   std::vector<int> order, log;                 // the gather order learned last step, this step's
   bool in_step = false;
   std::int64_t prefetched = 0;
+  bool record = false;              // record_phases
+  std::vector<ZeroPhase> phases;    // the last step's, when recording
 };
 
 namespace {
-/// Adds the wall time of its scope to `acc`.
+/// Adds the wall time of its scope to `acc`; when `phases` is given, records the scope as a phase
+/// of kind `kind` too (ZeroTrainer::record_phases).
 struct CommTimer {
   double& acc;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  explicit CommTimer(double& a) : acc(a) {}
-  ~CommTimer() { acc += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  std::vector<ZeroPhase>* phases;
+  ZeroPhase::Kind kind;
+  double t0 = parallel::Communicator::wall_now();
+  explicit CommTimer(double& a, std::vector<ZeroPhase>* p = nullptr, ZeroPhase::Kind k = ZeroPhase::Comm)
+      : acc(a), phases(p), kind(k) {}
+  ~CommTimer() {
+    const double t1 = parallel::Communicator::wall_now();
+    acc += t1 - t0;
+    if (phases) phases->push_back({kind, t0, t1});
+  }
 };
 }  // namespace
 
@@ -333,6 +343,7 @@ ZeroStepStats ZeroTrainer::step(const Batch& batch, double lr) { return step(bat
 
 ZeroStepStats ZeroTrainer::step(const MicroBatch& whole, double lr) {
   Impl& I = *impl_;
+  I.phases.clear();  // record_phases: this step's only
   mem::RankScope rs(I.rank);
   const std::int64_t B = whole.B, T = whole.T;
   MLS_CHECK(B > 0 && T > 0 && T <= cfg_.block_size, "ZeroTrainer::step: B = ", B, ", T = ", T,
@@ -372,7 +383,11 @@ ZeroStepStats ZeroTrainer::step(const MicroBatch& whole, double lr) {
       I.prefetch_buf[u] = Tensor();
     }
   I.order = I.log;  // the next step gathers in this order (the same plan and shapes)
-  reduce_and_update(lr);
+  {
+    double optimizer_s = 0;
+    CommTimer ct(optimizer_s, I.record ? &I.phases : nullptr, ZeroPhase::Optimizer);
+    reduce_and_update(lr);
+  }
   ZeroStepStats st;
   st.bytes_sent = comm_->traffic().total.bytes_sent - before;
   st.elements_sent = st.bytes_sent / 4;  // fp32 on the wire
@@ -390,7 +405,7 @@ double ZeroTrainer::global_mask_sum(const MicroBatch& whole) {
   Impl& I = *impl_;
   mem::TagScope ts(mem::Tag::Communication, I.rank);
   Tensor t = Tensor::full({1}, mask_sum(whole.mask, whole.B * whole.T), DType::Float64);
-  CommTimer ct(I.comm_s);
+  CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
   comm_->allreduce(t, parallel::ReduceOp::Sum);
   return t.data<double>()[0];
 }
@@ -466,7 +481,7 @@ void ZeroTrainer::prefetch_ahead(std::size_t done) {
 
 void ZeroTrainer::reduce_scatter_unit(int unit, std::int64_t micro, const Tensor& t) {
   Impl& I = *impl_;
-  CommTimer ct(I.comm_s);
+  CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
   if (!opts_.overlap) {
     const Tensor mine = comm_->reduce_scatter(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
     add_shard_gradient(unit, micro, mine.data<float>());
@@ -492,7 +507,7 @@ void ZeroTrainer::reduce_full_unit(int unit) {
   // stage 0: the whole unit; stage 1: only this rank's chunk is needed (the same ring and chunks
   // as stage 2's reduce-scatter, so every stage's sums are bit-identical)
   const std::int64_t b = I.stage == 0 ? 0 : part_.mine[k].unit_begin, e = I.stage == 0 ? U.size : part_.mine[k].unit_end;
-  CommTimer ct(I.comm_s);
+  CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
   if (!opts_.overlap) {
     if (I.stage == 0) {
       comm_->allreduce(t, parallel::ReduceOp::Sum, parallel::Algo::Ring);
@@ -517,7 +532,7 @@ void ZeroTrainer::reduce_full_unit(int unit) {
 
 void ZeroTrainer::finish_reductions() {
   Impl& I = *impl_;
-  CommTimer ct(I.comm_s);
+  CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
   while (!I.reductions.empty()) {  // issue order: a unit's micro-batches add up in order
     Impl::PendingReduce& p = I.reductions.front();
     p.req.wait();
@@ -538,6 +553,10 @@ bool ZeroTrainer::in_flight(int unit) const { return impl_->prefetch_req[static_
 const std::vector<int>& ZeroTrainer::ordered() const { return impl_->order; }
 
 std::int64_t ZeroTrainer::prefetched() const { return impl_->prefetched; }
+
+void ZeroTrainer::record_phases(bool on) { impl_->record = on; }
+
+const std::vector<ZeroPhase>& ZeroTrainer::phases() const { return impl_->phases; }
 
 void ZeroTrainer::start_prefetch(int unit) {
   Impl& I = *impl_;
@@ -562,7 +581,7 @@ void ZeroTrainer::start_prefetch(int unit) {
 void ZeroTrainer::all_gather_unit(int unit, Tensor& t) {
   Impl& I = *impl_;
   const auto u = static_cast<std::size_t>(unit);
-  CommTimer ct(I.comm_s);
+  CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
   if (in_flight(unit)) {
     I.prefetch_req[u].wait();
     t = I.prefetch_buf[u];

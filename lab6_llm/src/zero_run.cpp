@@ -52,7 +52,9 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
     const double m0 = comm.modelled_seconds();
     for (std::int64_t s = 0; s < o.steps; ++s) {
       zero_batch(o.cfg, o.batch, o.context, o.seed, s, rank, in.data(), tg.data());
+      const auto ts = std::chrono::steady_clock::now();
       const ZeroStepStats st = tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+      rep.step_wall_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());
       sent = st.elements_sent;  // the same every step
       comm_wall += st.comm_wall_s;
       rep.losses.push_back(st.loss);
@@ -87,6 +89,12 @@ ZeroRunReport run_zero(parallel::Communicator& comm, const ZeroRunOptions& o, GP
   {
     mem::TagScope ts(mem::Tag::Communication, rank);
     all = comm.allgather(t);
+  }
+  {
+    mem::TagScope ts(mem::Tag::Communication, rank);
+    Tensor w = Tensor::from_vector(rep.step_wall_s);  // a step lasts as long as its slowest rank
+    comm.allreduce(w, parallel::ReduceOp::Max);
+    for (std::size_t s = 0; s < rep.step_wall_s.size(); ++s) rep.step_wall_s[s] = w.at({static_cast<std::int64_t>(s)});
   }
   const double* a = all.data<double>();
   for (int r = 0; r < N; ++r) {

@@ -785,3 +785,47 @@ TEST_CASE("zero overlap: asynchronous reductions (stages 0-3) and ZeRO-3 prefetc
     run_zero_simulated(2, o);
   }, "ZeRO: prefetch = 9, expected 0..8");
 }
+
+TEST_CASE("zero overlap: a step's phases for the timeline (record_phases) and the per-step times", "[lab6][zero_overlap]") {
+  // student code first: an overlapped ZeRO-3 run with prefetch
+  ZeroRunOptions o = run_opts(3, Precision::FP32, 3);
+  o.zero.overlap = true;
+  o.zero.prefetch = 1;
+  const ZeroRunReport r = run_zero_simulated(2, o);
+  observe("overlapped run's losses", r.losses, {1e-6, 0});
+  REQUIRE(r.step_wall_s.size() == 3);  // one per step, the slowest rank's
+  for (double s : r.step_wall_s) CHECK(s > 0);
+  // the phases of one step: the compute thread's waits and blocking collectives, and one optimizer step
+  struct Seen {
+    std::size_t comm = 0, optimizer = 0, after_off = 0;
+    bool ordered = true;
+  };
+  std::vector<Seen> seen(2);
+  parallel::run_simulated(2, [&](parallel::Communicator& c) {
+    ZeroTrainer tr(c, o.cfg, init_params(o.cfg, o.seed), o.zero);
+    const auto n = static_cast<std::size_t>(o.batch * o.context);
+    std::vector<std::int32_t> in(n), tg(n);
+    zero_batch(o.cfg, o.batch, o.context, o.seed, 0, c.rank(), in.data(), tg.data());
+    tr.record_phases(true);
+    for (int s = 0; s < 2; ++s) tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+    Seen& me = seen[static_cast<std::size_t>(c.rank())];
+    double last_end = 0;
+    for (const ZeroPhase& p : tr.phases()) {
+      (p.kind == ZeroPhase::Optimizer ? me.optimizer : me.comm) += 1;
+      me.ordered = me.ordered && p.start <= p.end && p.end >= last_end;  // recorded as each ends
+      last_end = p.end;
+    }
+    tr.record_phases(false);
+    tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+    me.after_off = tr.phases().size();
+  });
+  const std::size_t units = zero_units(o.cfg).size();
+  for (const Seen& s : seen) {
+    CHECK(s.optimizer == 1);
+    // every gather of the step (units + the embeddings and the final layernorm again) and every
+    // reduce-scatter issue and the reductions' wait, at least
+    CHECK(s.comm >= 2 * units);
+    CHECK(s.ordered);
+    CHECK(s.after_off == 0);  // off: the step clears them and records nothing
+  }
+}

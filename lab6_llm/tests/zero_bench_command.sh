@@ -30,6 +30,19 @@ for s in 0 1 2 3; do
   grep -Eq "^ratio zero${s}_overlap_efficiency_ceiling_sim [0-9]+\.[0-9]+ \(collectives that cannot overlap" <<< "$out" ||
     { echo "FAIL: no 'ratio zero${s}_overlap_efficiency_ceiling_sim' line"; exit 1; }
 done
+# --svg: stage 3's blocking and overlapped step drawn (sim); only with --overlap
+svg=$(mktemp --suffix=.svg)
+trap 'rm -f "$svg"' EXIT
+out=$("$bench" --ranks 2 --config nano --n-layer 2 --steps 2 --reps 1 --batch 2 --overlap --svg "$svg")
+grep -qF "timeline: $svg" <<< "$out" || { echo "FAIL: --svg printed no 'timeline:' line"; exit 1; }
+grep -q "<svg" "$svg" && grep -q "overlapped (--overlap)" "$svg" && grep -q "reduce-scatter" "$svg" ||
+  { echo "FAIL: $svg is not the timeline"; exit 1; }
+set +e
+err=$("$bench" --ranks 2 --steps 1 --svg "$svg" 2>&1)
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -qF -- "draws the --overlap run's timeline: add --overlap" <<< "$err" ||
+  { echo "FAIL: --svg without --overlap exited $rc: $err"; exit 1; }
 # --link-auto: only with --overlap on MPI; never next to MLS_LINK_GBPS
 set +e
 err=$("$bench" --ranks 2 --overlap --link-auto 2>&1)

@@ -296,6 +296,10 @@ class Communicator {
     /// end − start when the collective waits by sleeping (a paced link, a slower peer), close
     /// to it when it spins or copies.
     double cpu = 0;
+    /// When it was issued (wall_now()): an asynchronous collective's issue; a blocking one's
+    /// start. start − max(issued, the previous collective's end) is how long the communication
+    /// thread took to start it (waking up, getting the core).
+    double issued = 0;
   };
   /// Records a Span for every collective from now on (off by default).
   void set_span_recording(bool on);
@@ -305,6 +309,11 @@ class Communicator {
   static double wall_now();
   /// CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
   static double thread_cpu_now();
+
+  /// How the latest communication thread of this process is scheduled: "fifo" (SCHED_FIFO: the
+  /// MPI backend where permitted, unless MLS_COMM_THREAD_RT=0), "slice" (SCHED_OTHER with a
+  /// 100 us slice), "default", or "none started" (src/communicator.cpp, prefer_prompt_wakeups).
+  static const char* comm_thread_policy();
 
   /// Records every message this rank receives inside a collective (for mls-collectives trace).
   void set_tracing(bool on) { tracing_ = on; }
@@ -370,6 +379,7 @@ class Communicator {
   std::shared_ptr<AsyncQueue> async_;  // shared with the requests it issued
   bool async_running_ = false;  // the communication thread runs the collective in progress
   double issued_at_ = -1.0;     // ... issued at this compute-lane time
+  double issued_wall_ = 0.0;    // ... and at this wall_now() (its Span's issued)
   double finished_at_ = 0.0;    // the communication-lane time the last collective finished at
   struct SpanLog;
   std::shared_ptr<SpanLog> spans_;  // set while recording

@@ -15,6 +15,7 @@
 /// left to hide behind. Parameters after any number of steps are bit-identical with and without
 /// overlap (the same allreduces of the same buffers, only started earlier).
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "mls/autodiff/nn.hpp"
@@ -58,7 +59,15 @@ class DataParallel {
   /// the averages as the gradients (without overlap: each bucket launched and waited in turn).
   /// A parameter without a gradient contributes zeros and gets the average. Call after
   /// backward, before the optimizer step.
-  void allreduce_gradients();
+  /// `on_bucket(b)`, when given, is called as soon as bucket b's averages are written (bucket
+  /// order; without overlap after each bucket's allreduce, with overlap after each wait): an
+  /// optimizer step of bucket_parameters(b) there runs while the later buckets' allreduces are
+  /// still in flight, so the step's optimizer hides behind its communication instead of
+  /// following it. Each parameter is updated from its own averaged gradient either way, so an
+  /// elementwise optimizer (SGD, Adam: one per bucket) gives bit-identical parameters.
+  void allreduce_gradients(const std::function<void(std::size_t)>& on_bucket = {});
+  /// The parameters of bucket b (in the bucket's order).
+  std::vector<autodiff::nn::Parameter> bucket_parameters(std::size_t b) const;
   /// With overlap: wraps parameter i for use in forward (identity; on the tape, its backward
   /// records that the gradient of i is complete and, when its bucket is complete, launches the
   /// bucket's allreduce at once). Use the returned Var instead of the parameter, once per forward.

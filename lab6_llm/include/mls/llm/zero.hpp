@@ -162,6 +162,18 @@ struct PrecisionBytes {
 };
 PrecisionBytes precision_bytes(Precision p);
 
+/// A phase of the caller's (compute) thread in a step, for the overlap timeline
+/// (ZeroTrainer::record_phases): wall seconds on parallel::Communicator::wall_now()'s clock.
+/// Comm: inside a blocking collective or waiting for an asynchronous one (a prefetched
+/// all-gather, the reductions before the optimizer step); Optimizer: AdamW on this rank's part
+/// (stages 1-2: with the all-gathers of the updated parameters inside it). The rest of the step
+/// is compute (forward, backward).
+struct ZeroPhase {
+  enum Kind { Comm = 0, Optimizer = 1 };
+  Kind kind = Comm;
+  double start = 0, end = 0;
+};
+
 /// What a ZeRO step measured on one rank.
 struct ZeroStepStats {
   double loss = 0;                 // mean loss over every rank's batch (the same on all ranks)
@@ -227,6 +239,10 @@ class ZeroTrainer {
   void release(int unit);
   /// Prefetched all-gathers started in the last step (stage 3 with overlap).
   std::int64_t prefetched() const;
+  /// Records the compute thread's phases of every step from now on (off by default); phases()
+  /// holds the last step's (cleared when a step starts).
+  void record_phases(bool on);
+  const std::vector<ZeroPhase>& phases() const;
   /// Unit `unit`'s parameters as fp32 for compute. Stage 3: an mls::Error unless the unit was
   /// gathered ("used before it was gathered").
   const float* unit_params(int unit);
@@ -323,6 +339,8 @@ struct ZeroRunReport {
   std::vector<std::array<std::int64_t, mem::kNumTags>> peak;  // per rank, per tag
   std::vector<std::int64_t> elements_sent;                    // per rank, per step
   std::vector<double> losses;                                 // per step (rank 0)
+  std::vector<double> step_wall_s;  // per step: wall seconds of ZeroTrainer::step, the slowest rank's
+                                    // (the first step also learns stage 3's gather order: no prefetch)
   std::vector<double> modelled_comm_s;                        // per rank, whole run (sim: α-β-γ clock)
   std::vector<double> comm_wall_s;                            // per rank, whole run, measured
   double wall_s = 0;
