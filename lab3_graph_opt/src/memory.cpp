@@ -8,6 +8,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "mls/common/timer.hpp"
+
 namespace mls::graph_opt {
 
 bool is_view_op(Op op) {
@@ -367,6 +369,13 @@ std::string MemoryPlan::summary() const {
 
 PlannedExecutor::PlannedExecutor(const Program& p, MemoryPlan plan) : p_(&p), plan_(std::move(plan)) {
   buffers_.resize(plan_.buffer_bytes.size());
+  ever_allocated_.assign(plan_.buffer_bytes.size(), false);
+}
+
+void PlannedExecutor::set_profiling(bool on) {
+  profiling_ = on;
+  step_seconds_.assign(plan_.schedule.size(), 0.0);
+  copy_seconds_.assign(plan_.schedule.size(), 0.0);
 }
 
 std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
@@ -393,17 +402,19 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     }
     in.assign(n.inputs.size(), Tensor());
     for (std::size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals.at(n.inputs[k].get());
-    Tensor t = autodiff::eval_node(n, in);
+    Timer timer;
     const int b = plan_.buffer[i];
     if (b < 0) {  // a view: it lives in the memory of what it views
-      vals[&n] = t;
+      vals[&n] = autodiff::eval_node(n, in);
+      if (profiling_) step_seconds_[i] += timer.seconds();
       continue;
     }
     Tensor& buf = buffers_[static_cast<std::size_t>(b)];
     if (!buf.defined()) {
       const std::size_t bytes = plan_.buffer_bytes[static_cast<std::size_t>(b)];
       buf = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool);  // 1-byte items: raw bytes
-      allocated_ += bytes;
+      if (!ever_allocated_[static_cast<std::size_t>(b)]) allocated_ += bytes;
+      ever_allocated_[static_cast<std::size_t>(b)] = true;
     }
     Strides st(n.shape.size());
     std::int64_t acc = 1;
@@ -412,11 +423,38 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
       acc *= n.shape[d];
     }
     Tensor dst(buf.storage(), 0, n.shape, st, n.dtype);
-    dst.copy_(t);
+    // Computed in its buffer where the op can (lab 3's gemm, matmul, fused loops), else computed
+    // and copied there.
+    const ForwardIntoFn into = forward_into(n.op);
+    if (!into || !into(in, n.attrs, dst)) {
+      Tensor t = autodiff::eval_node(n, in);
+      if (profiling_) step_seconds_[i] += timer.seconds(), timer.reset();
+      dst.copy_(t);
+      if (profiling_) copy_seconds_[i] += timer.seconds();
+    } else if (profiling_) {
+      step_seconds_[i] += timer.seconds();
+    }
     vals[&n] = dst;
   }
+  // The outputs: a value in a planned buffer is handed out with that buffer, which the next run
+  // allocates again (no copy; the caller owns it); anything else (an input, a constant, a view
+  // of one) is copied, so that later runs cannot overwrite what was returned.
   std::vector<Tensor> out;
-  for (const Var& o : p.outputs) out.push_back(vals.at(o.get()).clone());
+  std::vector<bool> given(buffers_.size(), false);
+  for (const Var& o : p.outputs) {
+    const Tensor& t = vals.at(o.get());
+    int owner = -1;
+    for (std::size_t k = 0; k < buffers_.size(); ++k)
+      if (buffers_[k].defined() && buffers_[k].storage() == t.storage()) owner = static_cast<int>(k);
+    if (owner >= 0 && !given[static_cast<std::size_t>(owner)]) {
+      given[static_cast<std::size_t>(owner)] = true;
+      out.push_back(t);
+    } else {
+      out.push_back(t.clone());
+    }
+  }
+  for (std::size_t k = 0; k < buffers_.size(); ++k)
+    if (given[k]) buffers_[k] = Tensor();  // allocated again by the next run (counted once in the peak)
   return out;
 }
 

@@ -17,6 +17,7 @@ const std::vector<PassInfo>& all_passes() {
       {"merge-convs", "conv(x, W1) + conv(x, W2) -> conv(x, W1 + W2)", merge_parallel_convs},
       {"merge-matmuls", "x@Wq, x@Wk, x@Wv -> one x@[Wq|Wk|Wv] and slices", merge_shared_matmuls},
       {"fold-transpose", "matmul of a transposed operand -> gemm with a trans flag", fold_transpose_into_matmul},
+      {"batch-reduce", "sum_like to its own shape -> x; sum over the batch of a^T g -> one gemm over B T", fold_batch_reduction},
       {"epilogue", "relu/gelu(matmul + bias) -> one gemm with an epilogue", fuse_matmul_epilogue},
       {"fuse-elementwise", "trees of elementwise ops -> one fused loop", fuse_elementwise},
   };
@@ -33,7 +34,7 @@ const PassInfo& find_pass(const std::string& name) {
 }
 
 std::string default_pipeline() {
-  return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,epilogue,fuse-elementwise,dce";
+  return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,batch-reduce,epilogue,fuse-elementwise,dce";
 }
 
 PassManager& PassManager::add(PassInfo pass) {
