@@ -5,6 +5,7 @@
 //   mls-compile-bench                          (config nano, vocab 65, batch 8, T = block size, 1 thread)
 //   mls-compile-bench --config small --batch 4 --threads 2
 //   mls-compile-bench --check-only             (the equality check alone: what its CTest runs)
+//   mls-compile-bench --profile 20             (after the check: where the time goes, see below)
 //
 // A step: zero the gradients, the loss (gpt_loss on Vars: ids, targets, mask and the loss scale
 // are inputs, the 16 parameters captured leaves), backward, an SGD update of the leaves. Eager
@@ -18,6 +19,11 @@
 //   ratio compile_vs_eager_gpt_step_t<threads> <compiled time / eager time>   (goal <= 0.7 at 1 thread)
 //   compile_ms gpt_step <ms>   eager_step_ms <ms>   amortised_ratio_100_steps <v>
 // The figures are only meaningful on a quiet machine. MLS_BENCH_REPEAT sets the rounds.
+// --profile N: N compiled steps with per-node timing (PlannedExecutor::set_profiling): the
+// compiled forward's and backward's time per op (compute, copies into buffers) and their slowest
+// nodes, the traced joint graph before the passes (eager's ops) likewise, then the thread's CPU
+// time of an eager step, a compiled step, the compiled forward alone, the traced graph in lab 2's
+// executor and eager's forward alone (CPU time: less disturbed by a busy machine than wall time).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
