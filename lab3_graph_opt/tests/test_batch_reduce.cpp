@@ -43,23 +43,33 @@ TEST_CASE("gemm folds a shared weight's batch into M and reads transposes where 
     INFO("trial " << trial);
     const std::int64_t B = rng.randint(1, 4), T = rng.randint(1, 9), K = rng.randint(1, 17), N = rng.randint(1, 13);
     const bool ta = trial % 2, tb = (trial / 2) % 2, shared = (trial / 4) % 2, bias = trial % 3 == 0;
+    const std::int64_t act = trial % 3;
+    // matmul of transposed views [+ bias] [relu / gelu]: fold-transpose and epilogue make it one
+    // gemm node (trans flags, bias, activation), which both executors then run.
     Program p;
     const Var a = p.input("a", ta ? Shape{B, 2, K, T} : Shape{B, 2, T, K});
     const Var b = p.input("b", shared ? (tb ? Shape{N, K} : Shape{K, N}) : (tb ? Shape{B, 2, N, K} : Shape{B, 2, K, N}));
-    std::vector<Var> ins{a, b};
-    if (bias) ins.push_back(p.input("bias", {N}));
-    const std::int64_t act = trial % 3;
-    const Var y = p.make(kGemm, ins, autodiff::Attrs().set("trans_a", std::int64_t{ta}).set("trans_b", std::int64_t{tb}).set("act", act));
+    Var y = autodiff::matmul(ta ? autodiff::transpose(a) : a, tb ? autodiff::transpose(b) : b);
+    if (bias) y = y + p.input("bias", {N});
+    if (act == 1) y = autodiff::relu(y);
+    if (act == 2) y = autodiff::gelu(y);
     p.output(y);
-    const auto feeds = random_feeds(p, 100 + static_cast<std::uint64_t>(trial));
+    const Program ref = clone(p);
+    PassManager().add_pipeline("fold-transpose,epilogue").run(p);
+    const auto feeds = random_feeds(ref, 100 + static_cast<std::uint64_t>(trial));
     const std::vector<Tensor> got = run(p, feeds);
+    PlannedExecutor ex(p, plan_memory(p));
+    const std::vector<Tensor> planned = ex.run(feeds);
     observe_outputs("gemm", got);
+    observe_outputs("gemm in its planned buffer", planned);
+    MLS_OBSERVE(count_op(p, kGemm));
     // Reference: lab 1's matmul on the transposed views, then the bias and the activation.
     Tensor want = mls::matmul(ta ? feeds[0].transpose(-2, -1) : feeds[0], tb ? feeds[1].transpose(-2, -1) : feeds[1]);
     if (bias) want = want + feeds[2];
     if (act == 1) want = mls::relu(want);
     if (act == 2) want = mls::gelu(want);
-    MLS_ORACLE_CHECK(CHECK(max_rel_error(got, {want}) <= 1.0));
+    MLS_ORACLE_CHECK(CHECK(count_op(p, kGemm) == static_cast<std::size_t>(ta || tb || bias || act != 0));
+                     CHECK(max_rel_error(got, {want}) <= 1.0); CHECK(max_rel_error(planned, {want}) <= 1.0));
   }
 }
 
