@@ -579,8 +579,8 @@ Tensor fused_forward(Ins in, const autodiff::Attrs& attrs) {
   else fused_eval<double>(prog, in, dtype, out);
   return out;
 }
-/// The forward into a planned buffer: every input either elsewhere or the very elements of out.
-bool fused_into(Ins in, const autodiff::Attrs& attrs, Tensor& out) {
+/// A program into a planned buffer: every input either elsewhere or the very elements of out.
+bool program_into(const std::vector<Instr>& prog, Ins in, Tensor& out) {
   if (!out.is_contiguous() || !is_floating(out.dtype())) return false;
   Shape shape;
   for (const Tensor& t : in) {
@@ -590,10 +590,21 @@ bool fused_into(Ins in, const autodiff::Attrs& attrs, Tensor& out) {
       return false;
   }
   if (shape != out.shape()) return false;
-  const std::vector<Instr> prog = decode(attrs, in.size());
   if (out.dtype() == DType::Float32) fused_eval<float>(prog, in, out.dtype(), out);
   else fused_eval<double>(prog, in, out.dtype(), out);
   return true;
+}
+bool fused_into(Ins in, const autodiff::Attrs& attrs, Tensor& out) {
+  return program_into(decode(attrs, in.size()), in, out);
+}
+/// Lab 2's add, sub, mul and div of two float inputs of out's dtype, into a planned buffer: a
+/// program of one instruction (the same IEEE operation per element as lab 1's kernels, so the
+/// same bits).
+template <Op O>
+bool binary_into(Ins in, const autodiff::Attrs&, Tensor& out) {
+  if (in.size() != 2 || in[0].dtype() != out.dtype() || in[1].dtype() != out.dtype()) return false;
+  static const std::vector<Instr> prog{Instr{O, std::nullopt, *autodiff::op_def(O).binary, 0, 1}};
+  return program_into(prog, in, out);
 }
 void fused_infer(InNodes in, const autodiff::Attrs& attrs, Shape& shape, DType& dtype) {
   MLS_CHECK(!in.empty(), "fused_elementwise: needs at least one input");
@@ -618,6 +629,10 @@ const Op kFusedElementwise = [] {
        .infer = fused_infer, .doc = "a chain of elementwise ops in one loop (attribute code: instructions \"<op> <a> [<b>]\")",
        .flops = fused_flops});
   register_forward_into(op, fused_into);
+  register_forward_into(Op::Add, binary_into<Op::Add>);
+  register_forward_into(Op::Sub, binary_into<Op::Sub>);
+  register_forward_into(Op::Mul, binary_into<Op::Mul>);
+  register_forward_into(Op::Div, binary_into<Op::Div>);
   return op;
 }();
 std::string fused_instruction(Op op, std::int64_t a, std::int64_t b) {

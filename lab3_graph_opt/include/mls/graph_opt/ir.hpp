@@ -63,8 +63,8 @@ extern const Op kConvBias;
 /// then runs the ordinary forward and copies). Lab 3's executors use it so that a planned value
 /// is computed in its buffer, not computed elsewhere and copied there.
 using ForwardIntoFn = bool (*)(std::span<const Tensor> inputs, const autodiff::Attrs& attrs, Tensor& out);
-/// Registers `fn` as `op`'s forward into a buffer (lab 3 registers gemm's, fused_elementwise's and
-/// matmul's). Thread-safe; a second registration replaces the first.
+/// Registers `fn` as `op`'s forward into a buffer (lab 3 registers gemm's, fused_elementwise's,
+/// matmul's and the float add, sub, mul and div's). Thread-safe; a second registration replaces the first.
 void register_forward_into(Op op, ForwardIntoFn fn);
 /// `op`'s forward into a buffer, nullptr when it has none.
 ForwardIntoFn forward_into(Op op);

@@ -19,7 +19,9 @@ namespace mls::graph_opt {
 /// unsqueeze): they get no buffer of their own and keep their input's buffer alive.
 bool is_view_op(Op op);
 /// True when node `n` yields a view of its input 0, as the planners and executors decide: a view
-/// op, except a reshape of a permuted, sliced or expanded view (that reshape copies).
+/// op, except a reshape of a permuted, expanded or sliced view (that reshape copies), unless the
+/// slice keeps its input compact (step 1 along a dim whose outer dims have size 1: layer l of a
+/// stacked parameter).
 bool yields_view(const Node& n);
 /// Bytes of node `n`'s value (unknown dims, -1, count as 0).
 std::size_t value_bytes(const Node& n);
@@ -123,6 +125,9 @@ class PlannedExecutor {
   std::size_t allocated_ = 0;
   bool profiling_ = false;
   std::vector<double> step_seconds_, copy_seconds_;
+  std::vector<int> input_step_, output_step_;  // per program input / output: its step (-1: not scheduled)
+  std::vector<std::vector<int>> args_;         // per step: the steps of its inputs
+  std::vector<ForwardIntoFn> into_;            // per step: its op's forward into a buffer, or null
 };
 
 }  // namespace mls::graph_opt
