@@ -118,6 +118,8 @@ void run_unary(Tensor& out, const Tensor& a) {
       if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Exp) dense = &impl::exp_f32;
       if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Sigmoid) dense = &impl::sigmoid_f32;
       if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Relu) dense = &impl::relu_f32;
+      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Tanh) dense = &impl::tanh_f32;
+      if constexpr (std::is_same_v<T, float> && OP == UnaryOp::Gelu) dense = &impl::gelu_f32;
       map_unary<T, T>(out, a, [](T x) { return unary_fn<OP, T>(x); }, dense);
     }
   });

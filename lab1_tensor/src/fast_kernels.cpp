@@ -25,6 +25,14 @@ MLS_MULTIVERSION void sigmoid_f32(const float* x, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::sigmoid(x[i]);
 }
 
+MLS_MULTIVERSION void tanh_f32(const float* x, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::unary<UnaryOp::Tanh, float>(x[i]);
+}
+
+MLS_MULTIVERSION void gelu_f32(const float* x, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::gelu(x[i]);
+}
+
 MLS_MULTIVERSION void relu_f32(const float* x, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = scalar::relu(x[i]);
 }

@@ -8,6 +8,8 @@ namespace mls::inline tensor::impl {
 void exp_f32(const float* x, float* out, std::int64_t n);
 void sigmoid_f32(const float* x, float* out, std::int64_t n);
 void relu_f32(const float* x, float* out, std::int64_t n);
+void tanh_f32(const float* x, float* out, std::int64_t n);
+void gelu_f32(const float* x, float* out, std::int64_t n);
 /// NaN-propagating max / min of n >= 1 values.
 float max_f32(const float* x, std::int64_t n);
 float min_f32(const float* x, std::int64_t n);

@@ -453,6 +453,11 @@ const ControlFlow* control_flow(const Node& node) {
   return e ? &e->cf : nullptr;
 }
 
+std::int64_t publish_control_flow(ControlFlow cf) {
+  cf.saves_states = false;
+  return publish(std::move(cf));
+}
+
 std::int64_t last_trip_count(const Node& while_node) {
   MLS_CHECK(while_node.op == Op::WhileLoop, "last_trip_count: node is ", op_name(while_node.op), ", not while_loop");
   Entry& e = entry(while_node.attrs, "while_loop");

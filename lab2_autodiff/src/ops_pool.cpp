@@ -1,5 +1,7 @@
+// Student file of lab 2: write the bodies between the SOLUTION markers (mls-grader grades this file).
 // Pooling (max with its argmax adjoints, average) and transposed convolution: forward, shape
-// inference, gradient and forward-mode rules (workload.hpp). Not a student file.
+// inference, gradient and forward-mode rules (workload.hpp). The student functions: the two
+// pooling adjoints' kernels, max_backward_fwd and avg_backward_fwd.
 #include <cmath>
 #include <type_traits>
 
@@ -121,9 +123,15 @@ Tensor max_pool_fwd(Ins in, const Attrs& a) {
 Tensor max_select_op_fwd(Ins in, const Attrs& a) {
   return max_select_fwd(in[0], in[1], a, "max_pool2d_select");
 }
+/// [lab 2 task] max_pool2d's adjoint: dx = zeros of x's shape [N, C, H, W], then each g [N, C,
+/// OH, OW] added at its window's argmax (the first maximum in row-major window order, a NaN
+/// winning: `argmax_windows`), so overlapping windows that pick the same element add up. The
+/// inputs are g and x (in that order); the result's dtype is promote(g, x). Hint: argmax_windows
+/// gives each window's argmax as a flat index into its (n, c) plane.
 Tensor max_backward_fwd(Ins in, const Attrs& a) {
   const PoolGeom g = pool_geom(in[1].shape(), a, "max_pool2d_backward");
   check_pooled(in[0].shape(), g, "max_pool2d_backward");
+  // BEGIN SOLUTION
   const Tensor x = in[1].compact();
   const DType d = promote(in[0].dtype(), x.dtype());
   const Tensor gr = in[0].to(d).compact();
@@ -140,6 +148,7 @@ Tensor max_backward_fwd(Ins in, const Attrs& a) {
     });
   });
   return dx;
+  // END SOLUTION
 }
 void max_pool_infer(InNodes in, const Attrs& a, Shape& s, DType& d) {
   const PoolGeom g = pool_geom(in[0]->shape, a, "max_pool2d");
@@ -189,7 +198,7 @@ Tensor linear0_jvp(const Node& n, const std::vector<Tensor>& x, const std::vecto
 // ---- average pooling: avg_pool2d(x) and its adjoint avg_pool2d_backward(g, like) ----------------
 /// Runs `f(in_offset, out_index, divisor)` for every (input element, window) pair.
 template <class F>
-void avg_windows(const PoolGeom& g, bool include_pad, F&& f) {
+[[maybe_unused]] void avg_windows(const PoolGeom& g, bool include_pad, F&& f) {
   for_windows(g, [&](std::int64_t pl, std::int64_t oy, std::int64_t ox, std::int64_t y0,
                      std::int64_t y1, std::int64_t x0, std::int64_t x1) {
     const double div =
@@ -221,9 +230,15 @@ Tensor avg_pool_fwd(Ins in, const Attrs& a) {
   });
   return y;
 }
+/// [lab 2 task] avg_pool2d's adjoint: dx = zeros of like's shape [N, C, H, W], then each g [N, C,
+/// OH, OW] divided by its window's divisor (kh kw with count_include_pad, else the number of
+/// input elements the window covers, as the forward) and added to every input element of its
+/// window. The inputs are g and like; the result has g's dtype. Hint: avg_windows calls f(input
+/// offset, output index, divisor) for every (element, window) pair.
 Tensor avg_backward_fwd(Ins in, const Attrs& a) {
   const PoolGeom g = pool_geom(in[1].shape(), a, "avg_pool2d_backward");
   check_pooled(in[0].shape(), g, "avg_pool2d_backward");
+  // BEGIN SOLUTION
   const Tensor gr = in[0].compact();
   Tensor dx = Tensor::zeros(in[1].shape(), gr.dtype());
   floating(gr.dtype(), "avg_pool2d_backward", [&](auto tag) {
@@ -235,6 +250,7 @@ Tensor avg_backward_fwd(Ins in, const Attrs& a) {
     });
   });
   return dx;
+  // END SOLUTION
 }
 void avg_pool_infer(InNodes in, const Attrs& a, Shape& s, DType& d) {
   const PoolGeom g = pool_geom(in[0]->shape, a, "avg_pool2d");

@@ -154,6 +154,14 @@ MLS_FUSED_MULTIVERSION void run_program_f32(const Instr* prog, std::size_t n_pro
   run_program<float>(prog, n_prog, n_in, src, one_value, scratch, out, n);
 }
 
+/// One unary op over n floats, vectorised for the best ISA (the register evaluator's tiles of
+/// the ops it has no vector code of its own for: exp, tanh, sigmoid, gelu, ...), multiversioned
+/// like the block evaluator. Their loops vectorize only with -fno-trapping-math (CMakeLists.txt);
+/// without it they called libm's floorf/fmaf per element, 10-20x slower than lab 1's kernels.
+MLS_FUSED_MULTIVERSION void run_unary_f32(UnaryOp op, const float* a, float* o, std::int64_t n) {
+  run_unary<float>(op, a, false, o, n);
+}
+
 /// Evaluates the program over one block of `n` elements. `ptr[i]`/`stride[i]`: input i's first
 /// element and its step (0: one value for the whole block, 1: dense, else gathered). `out`
 /// receives the result; with `stream` it is assembled in scratch and streamed out with
@@ -354,7 +362,8 @@ inline void run_registers(const RegInstr* code, std::size_t n_code, const MemOpe
           alignas(64) T ta[W], tb[W], to[W];
           store_tile(ta, a);
           if (r.unary) {
-            run_unary<T>(*r.instr->unary, ta, false, to, W);
+            if constexpr (std::is_same_v<T, float>) run_unary_f32(*r.instr->unary, ta, to, W);
+            else run_unary<T>(*r.instr->unary, ta, false, to, W);
           } else {
             store_tile(tb, b);
             run_binary<T>(r.instr->binary, ta, false, tb, false, to, W);
@@ -450,13 +459,13 @@ bool run_registers_best(const RegInstr* code, std::size_t n_code, const MemOpera
 constexpr std::int64_t kStreamFrom = 1 << 20;
 constexpr std::int64_t kPrefetch = 8 * kBlock;
 
+/// Evaluates the program into `out` (compact, of the broadcast shape and `dtype`; it may be the
+/// memory of an input of that shape: each element is read before it is written).
 template <class T>
-Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DType dtype) {
-  Shape shape;
-  for (const Tensor& t : in) shape = broadcast(shape, t.shape());
-  Tensor out = Tensor::empty(shape, dtype);
+void fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DType dtype, Tensor& out) {
+  const Shape& shape = out.shape();
   const std::int64_t numel = out.numel();
-  if (numel == 0) return out;
+  if (numel == 0) return;
   std::vector<Tensor> x(in.size());
   bool flat = true;
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -510,7 +519,7 @@ Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DT
       }
       stream_fence();  // the streamed blocks of this chunk, before the join publishes them
     });
-    return out;
+    return;
   }
   // General broadcasting: row by row over the last dim, inputs as broadcast views.
   std::vector<Tensor> v(x.size());
@@ -540,7 +549,6 @@ Tensor fused_eval(const std::vector<Instr>& prog, std::span<const Tensor> in, DT
       }
     }
   });
-  return out;
 }
 
 /// Shape and dtype of a fused node: the inputs broadcast together, their promoted dtype.
@@ -566,8 +574,37 @@ Tensor fused_forward(Ins in, const autodiff::Attrs& attrs) {
   Shape shape;
   DType dtype = DType::Float32;
   fused_types(shapes, dtypes, shape, dtype);
-  if (dtype == DType::Float32) return fused_eval<float>(prog, in, dtype);
-  return fused_eval<double>(prog, in, dtype);
+  Tensor out = Tensor::empty(shape, dtype);
+  if (dtype == DType::Float32) fused_eval<float>(prog, in, dtype, out);
+  else fused_eval<double>(prog, in, dtype, out);
+  return out;
+}
+/// A program into a planned buffer: every input either elsewhere or the very elements of out.
+bool program_into(const std::vector<Instr>& prog, Ins in, Tensor& out) {
+  if (!out.is_contiguous() || !is_floating(out.dtype())) return false;
+  Shape shape;
+  for (const Tensor& t : in) {
+    shape = broadcast(shape, t.shape());
+    if (t.storage() == out.storage() && !(t.offset() == out.offset() && t.shape() == out.shape() && t.is_contiguous() &&
+                                          t.dtype() == out.dtype()))
+      return false;
+  }
+  if (shape != out.shape()) return false;
+  if (out.dtype() == DType::Float32) fused_eval<float>(prog, in, out.dtype(), out);
+  else fused_eval<double>(prog, in, out.dtype(), out);
+  return true;
+}
+bool fused_into(Ins in, const autodiff::Attrs& attrs, Tensor& out) {
+  return program_into(decode(attrs, in.size()), in, out);
+}
+/// Lab 2's add, sub, mul and div of two float inputs of out's dtype, into a planned buffer: a
+/// program of one instruction (the same IEEE operation per element as lab 1's kernels, so the
+/// same bits).
+template <Op O>
+bool binary_into(Ins in, const autodiff::Attrs&, Tensor& out) {
+  if (in.size() != 2 || in[0].dtype() != out.dtype() || in[1].dtype() != out.dtype()) return false;
+  static const std::vector<Instr> prog{Instr{O, std::nullopt, *autodiff::op_def(O).binary, 0, 1}};
+  return program_into(prog, in, out);
 }
 void fused_infer(InNodes in, const autodiff::Attrs& attrs, Shape& shape, DType& dtype) {
   MLS_CHECK(!in.empty(), "fused_elementwise: needs at least one input");
@@ -586,10 +623,18 @@ double fused_flops(const Node& n) {
 
 }  // namespace
 
-const Op kFusedElementwise = autodiff::register_op(
-    {.name = "fused_elementwise", .arity = -1, .differentiable = false, .forward = fused_forward,
-     .infer = fused_infer, .doc = "a chain of elementwise ops in one loop (attribute code: instructions \"<op> <a> [<b>]\")",
-     .flops = fused_flops});
+const Op kFusedElementwise = [] {
+  const Op op = autodiff::register_op(
+      {.name = "fused_elementwise", .arity = -1, .differentiable = false, .forward = fused_forward,
+       .infer = fused_infer, .doc = "a chain of elementwise ops in one loop (attribute code: instructions \"<op> <a> [<b>]\")",
+       .flops = fused_flops});
+  register_forward_into(op, fused_into);
+  register_forward_into(Op::Add, binary_into<Op::Add>);
+  register_forward_into(Op::Sub, binary_into<Op::Sub>);
+  register_forward_into(Op::Mul, binary_into<Op::Mul>);
+  register_forward_into(Op::Div, binary_into<Op::Div>);
+  return op;
+}();
 std::string fused_instruction(Op op, std::int64_t a, std::int64_t b) {
   std::string s = autodiff::op_name(op);
   s += " " + std::to_string(a);

@@ -2,7 +2,10 @@
 // flags, an optional bias and an activation epilogue in one pass over the product.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <unordered_map>
 
+#include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/graph_opt/ir.hpp"
 #include "mls/tensor/scalar.hpp"
@@ -61,11 +64,118 @@ void epilogue(T* c, const T* bias, std::int64_t rows, std::int64_t n, std::int64
   });
 }
 
+/// How an SGEMM reads one matrix of `x` (its last two dims): row-major with leading dimension
+/// `ld`, or transposed (column-major); ok false when neither of the two strides is 1.
+struct Layout {
+  bool ok = false, trans = false;
+  long ld = 0;
+};
+Layout layout_of(const Tensor& x) {
+  const auto nd = x.shape().size();
+  const std::int64_t r = x.shape()[nd - 2], c = x.shape()[nd - 1], sr = x.strides()[nd - 2], sc = x.strides()[nd - 1];
+  if ((sc == 1 || c == 1) && sr >= std::max<std::int64_t>(1, c)) return {true, false, static_cast<long>(std::max<std::int64_t>(sr, 1))};
+  if ((sr == 1 || r == 1) && sc >= std::max<std::int64_t>(1, r)) return {true, true, static_cast<long>(std::max<std::int64_t>(sc, 1))};
+  return {};
+}
+
+/// True when `x` shares memory with `out` but not as the very same elements (the same offset,
+/// shape and compact strides): writing out would change what x still has to give.
+bool overlaps(const Tensor& x, const Tensor& out) {
+  if (x.storage() != out.storage()) return false;
+  return !(x.offset() == out.offset() && x.shape() == out.shape() && x.is_contiguous());
+}
+
+/// gemm (and matmul: no flags, no bias, no epilogue) into `out`, float32: the registry's SGEMM
+/// reads A and B where they lie (transposes are layouts, not copies) and writes C straight into
+/// out. When B is one matrix shared by every batch (a weight), the batch dims of a row-major A
+/// are folded into M: one SGEMM of M = batch x M instead of one per batch.
+bool gemm_into_impl(Ins in, bool ta, bool tb, const Tensor* bias_in, std::int64_t act, Tensor& out) {
+  if (out.dtype() != DType::Float32 || !out.is_contiguous()) return false;
+  for (const Tensor& t : in)
+    if (t.dtype() != DType::Float32 || t.ndim() < 2 || overlaps(t, out)) return false;
+  Tensor a = in[0], b = in[1];
+  if (ta) a = a.transpose(-2, -1);
+  if (tb) b = b.transpose(-2, -1);
+  const std::int64_t M = a.shape()[a.ndim() - 2], K = a.shape().back(), N = b.shape().back();
+  if (b.shape()[b.ndim() - 2] != K || out.ndim() < 2 || out.shape()[out.ndim() - 2] != M || out.shape().back() != N)
+    return false;
+  if (!layout_of(a).ok) a = a.compact();
+  if (!layout_of(b).ok) b = b.compact();
+  float* c = out.data<float>();
+  const std::int64_t nbatch = out.numel() / std::max<std::int64_t>(1, M * N);
+  register_matmul_kernels();  // as lab 1's matmul: the registry is filled on first use
+  const SgemmFn sgemm = sgemm_kernel().fn;
+  if (M * N > 0) {
+    if (K == 0) {
+      std::fill(c, c + out.numel(), 0.0f);
+    } else {
+      // Batch dims of A that fold into its rows: A row-major and each batch dim's stride the
+      // next one's stride times its size (the rows of all batches evenly spaced by lda).
+      bool fold = b.ndim() == 2 && a.ndim() == out.ndim() && nbatch > 1;
+      const Layout la = layout_of(a), lb = layout_of(b);
+      if (fold) {
+        fold = !la.trans;
+        for (std::size_t d = 0; fold && d + 2 < a.shape().size(); ++d)
+          fold = a.shape()[d] == out.shape()[d] &&
+                 (a.shape()[d] == 1 || a.strides()[d] == a.strides()[d + 1] * a.shape()[d + 1]);
+      }
+      if (fold || nbatch == 1) {
+        const float* pa = a.data<float>();
+        const float* pb = b.data<float>();
+        sgemm(la.trans, lb.trans, static_cast<long>(fold ? nbatch * M : M), static_cast<long>(N), static_cast<long>(K), 1.0f,
+              pa, la.ld, pb, lb.ld, 0.0f, c, static_cast<long>(N));
+      } else {
+        Shape batch(out.shape().begin(), out.shape().end() - 2), ea = batch, eb = batch;
+        ea.insert(ea.end(), {M, K});
+        eb.insert(eb.end(), {K, N});
+        Tensor A, B;
+        try {
+          A = a.expand(ea);
+          B = b.expand(eb);
+        } catch (const Error&) {
+          return false;
+        }
+        const float* pa0 = A.data<float>();
+        const float* pb0 = B.data<float>();
+        std::vector<std::int64_t> idx(batch.size(), 0);
+        for (std::int64_t bi = 0; bi < nbatch; ++bi) {
+          std::int64_t aoff = 0, boff = 0, rem = bi;
+          for (std::size_t d = batch.size(); d-- > 0;) {
+            const std::int64_t i = rem % batch[d];
+            rem /= batch[d];
+            aoff += i * A.strides()[d];
+            boff += i * B.strides()[d];
+          }
+          sgemm(la.trans, lb.trans, static_cast<long>(M), static_cast<long>(N), static_cast<long>(K), 1.0f, pa0 + aoff, la.ld,
+                pb0 + boff, lb.ld, 0.0f, c + bi * M * N, static_cast<long>(N));
+        }
+      }
+    }
+  }
+  const Tensor bias = bias_in ? bias_in->reshape({N}).compact() : Tensor();
+  if (bias_in || act != 0) epilogue<float>(c, bias.defined() ? bias.data<float>() : nullptr, out.numel() / std::max<std::int64_t>(1, N), N, act);
+  return true;
+}
+
+bool gemm_into(Ins in, const autodiff::Attrs& attrs, Tensor& out) {
+  if (in.size() != 2 && in.size() != 3) return false;
+  return gemm_into_impl(in.first(2), attrs.i("trans_a") != 0, attrs.i("trans_b") != 0, in.size() == 3 ? &in[2] : nullptr,
+                        attrs.i("act"), out);
+}
+bool matmul_into(Ins in, const autodiff::Attrs&, Tensor& out) {
+  return in.size() == 2 && gemm_into_impl(in, false, false, nullptr, 0, out);
+}
+
 Tensor gemm_forward(Ins in, const autodiff::Attrs& attrs) {
   MLS_CHECK(in.size() == 2 || in.size() == 3, "gemm: expected 2 or 3 inputs, got ", in.size());
   Tensor a = in[0], b = in[1];
   if (attrs.i("trans_a")) a = a.transpose(-2, -1);
   if (attrs.i("trans_b")) b = b.transpose(-2, -1);
+  if (promote(a.dtype(), b.dtype()) == DType::Float32 && a.ndim() >= 2 && b.ndim() >= 2) {
+    Shape s = gemm_shape(in[0].shape(), in[1].shape(), attrs.i("trans_a") != 0, attrs.i("trans_b") != 0);
+    Tensor out = Tensor::empty(s, DType::Float32);
+    if (gemm_into(in, attrs, out)) return out;
+  }
   Tensor c = mls::matmul(a, b);
   if (!c.is_contiguous()) c = c.compact();
   const std::int64_t act = attrs.i("act");
@@ -92,8 +202,34 @@ double gemm_flops(const Node& n) {
 
 }  // namespace
 
-const Op kGemm = autodiff::register_op(
-    {.name = "gemm", .arity = -1, .differentiable = false, .forward = gemm_forward, .infer = gemm_infer,
-     .doc = "matmul(op_a(A), op_b(B)) [+ bias] [then relu/gelu] in one pass", .flops = gemm_flops});
+namespace {
+std::mutex& into_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<int, ForwardIntoFn>& into_table() {
+  static std::unordered_map<int, ForwardIntoFn> t;
+  return t;
+}
+}  // namespace
+
+void register_forward_into(Op op, ForwardIntoFn fn) {
+  std::lock_guard lock(into_mutex());
+  into_table()[static_cast<int>(op)] = fn;
+}
+ForwardIntoFn forward_into(Op op) {
+  std::lock_guard lock(into_mutex());
+  auto it = into_table().find(static_cast<int>(op));
+  return it == into_table().end() ? nullptr : it->second;
+}
+
+const Op kGemm = [] {
+  const Op op = autodiff::register_op(
+      {.name = "gemm", .arity = -1, .differentiable = false, .forward = gemm_forward, .infer = gemm_infer,
+       .doc = "matmul(op_a(A), op_b(B)) [+ bias] [then relu/gelu] in one pass", .flops = gemm_flops});
+  register_forward_into(op, gemm_into);
+  register_forward_into(Op::Matmul, matmul_into);
+  return op;
+}();
 
 }  // namespace mls::graph_opt

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "mls/common/timer.hpp"
+
 namespace mls::graph_opt {
 
 bool is_view_op(Op op) {
@@ -15,11 +17,24 @@ bool is_view_op(Op op) {
          op == Op::Unsqueeze;
 }
 
+namespace {
+/// A slice that leaves a compact input compact: step 1 along a dim whose outer dims all have size
+/// 1 (e.g. layer l of a stacked [L, ...] parameter, sliced along dim 0).
+bool keeps_compact(const Node& slice) {
+  const Shape& x = slice.inputs[0]->shape;
+  const std::int64_t d = slice.attrs.i("dim");
+  if (slice.attrs.i("step") != 1 || d < 0 || d >= static_cast<std::int64_t>(x.size())) return false;
+  for (std::int64_t i = 0; i < d; ++i)
+    if (x[static_cast<std::size_t>(i)] != 1) return false;
+  return true;
+}
+}  // namespace
+
 bool yields_view(const Node& n) {
   if (!is_view_op(n.op)) return false;
   if (n.op == Op::Reshape) {
     for (const Node* in = n.inputs[0].get(); is_view_op(in->op); in = in->inputs[0].get())
-      if (in->op == Op::Permute || in->op == Op::Slice || in->op == Op::Expand) return false;
+      if (in->op == Op::Permute || in->op == Op::Expand || (in->op == Op::Slice && !keeps_compact(*in))) return false;
   }
   return true;
 }
@@ -367,43 +382,68 @@ std::string MemoryPlan::summary() const {
 
 PlannedExecutor::PlannedExecutor(const Program& p, MemoryPlan plan) : p_(&p), plan_(std::move(plan)) {
   buffers_.resize(plan_.buffer_bytes.size());
+  ever_allocated_.assign(plan_.buffer_bytes.size(), false);
+  // Per step, once: where its inputs are (steps) and its forward into a buffer.
+  const auto& s = plan_.schedule;
+  std::unordered_map<const Node*, int> step;
+  for (std::size_t i = 0; i < s.size(); ++i) step[s[i]] = static_cast<int>(i);
+  auto step_of = [&](const Node* n) {
+    auto it = step.find(n);
+    return it == step.end() ? -1 : it->second;
+  };
+  for (const Var& in : p.inputs) input_step_.push_back(step_of(in.get()));
+  for (const Var& o : p.outputs) output_step_.push_back(step_of(o.get()));
+  args_.resize(s.size());
+  into_.resize(s.size(), nullptr);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    for (const NodePtr& in : s[i]->inputs) args_[i].push_back(step_of(in.get()));
+    if (!s[i]->is_leaf()) into_[i] = forward_into(s[i]->op);
+  }
+}
+
+void PlannedExecutor::set_profiling(bool on) {
+  profiling_ = on;
+  step_seconds_.assign(plan_.schedule.size(), 0.0);
+  copy_seconds_.assign(plan_.schedule.size(), 0.0);
 }
 
 std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
   const Program& p = *p_;
   MLS_CHECK(feeds.size() == p.inputs.size(), "run: the program has ", p.inputs.size(), " inputs, ", feeds.size(), " fed");
   const auto& s = plan_.schedule;
-  std::unordered_map<const Node*, Tensor> vals;
+  std::vector<Tensor> vals(s.size());  // per step
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     const Node& n = *p.inputs[i].get();
     MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && feeds[i].shape() == n.shape, "run: input ", i, " '",
               n.name, "' expects ", n.dtype, " ", shape_str(n.shape));
-    vals[&n] = feeds[i];
+    if (input_step_[i] >= 0) vals[static_cast<std::size_t>(input_step_[i])] = feeds[i];
   }
   std::vector<Tensor> in;
   for (std::size_t i = 0; i < s.size(); ++i) {
     const Node& n = *s[i];
     if (n.op == Op::Placeholder) {
-      MLS_CHECK(vals.count(&n), "run: placeholder '", n.name, "' is needed but is not an input of the program");
+      MLS_CHECK(vals[i].defined(), "run: placeholder '", n.name, "' is needed but is not an input of the program");
       continue;
     }
     if (n.op == Op::Constant || n.op == Op::Variable) {
-      vals[&n] = n.value;
+      vals[i] = n.value;
       continue;
     }
     in.assign(n.inputs.size(), Tensor());
-    for (std::size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals.at(n.inputs[k].get());
-    Tensor t = autodiff::eval_node(n, in);
+    for (std::size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals[static_cast<std::size_t>(args_[i][k])];
+    Timer timer;
     const int b = plan_.buffer[i];
     if (b < 0) {  // a view: it lives in the memory of what it views
-      vals[&n] = t;
+      vals[i] = autodiff::eval_node(n, in);
+      if (profiling_) step_seconds_[i] += timer.seconds();
       continue;
     }
     Tensor& buf = buffers_[static_cast<std::size_t>(b)];
     if (!buf.defined()) {
       const std::size_t bytes = plan_.buffer_bytes[static_cast<std::size_t>(b)];
       buf = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool);  // 1-byte items: raw bytes
-      allocated_ += bytes;
+      if (!ever_allocated_[static_cast<std::size_t>(b)]) allocated_ += bytes;
+      ever_allocated_[static_cast<std::size_t>(b)] = true;
     }
     Strides st(n.shape.size());
     std::int64_t acc = 1;
@@ -412,11 +452,39 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
       acc *= n.shape[d];
     }
     Tensor dst(buf.storage(), 0, n.shape, st, n.dtype);
-    dst.copy_(t);
-    vals[&n] = dst;
+    // Computed in its buffer where the op can (lab 3's gemm and fused loops, matmul, the float
+    // add/sub/mul/div), else computed and copied there.
+    const ForwardIntoFn into = into_[i];
+    if (!into || !into(in, n.attrs, dst)) {
+      Tensor t = autodiff::eval_node(n, in);
+      if (profiling_) step_seconds_[i] += timer.seconds(), timer.reset();
+      dst.copy_(t);
+      if (profiling_) copy_seconds_[i] += timer.seconds();
+    } else if (profiling_) {
+      step_seconds_[i] += timer.seconds();
+    }
+    vals[i] = dst;
   }
+  // The outputs: a value in a planned buffer is handed out with that buffer, which the next run
+  // allocates again (no copy; the caller owns it); anything else (an input, a constant, a view
+  // of one) is copied, so that later runs cannot overwrite what was returned.
+  std::unordered_map<const void*, std::size_t> buffer_of;
+  for (std::size_t k = 0; k < buffers_.size(); ++k)
+    if (buffers_[k].defined()) buffer_of[buffers_[k].storage().get()] = k;
   std::vector<Tensor> out;
-  for (const Var& o : p.outputs) out.push_back(vals.at(o.get()).clone());
+  std::vector<bool> given(buffers_.size(), false);
+  for (std::size_t j = 0; j < p.outputs.size(); ++j) {
+    const Tensor& t = vals.at(static_cast<std::size_t>(output_step_[j]));
+    auto it = buffer_of.find(t.storage().get());
+    if (it != buffer_of.end() && !given[it->second]) {
+      given[it->second] = true;
+      out.push_back(t);
+    } else {
+      out.push_back(t.clone());
+    }
+  }
+  for (std::size_t k = 0; k < buffers_.size(); ++k)
+    if (given[k]) buffers_[k] = Tensor();  // allocated again by the next run (counted once in the peak)
   return out;
 }
 

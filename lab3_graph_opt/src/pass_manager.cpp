@@ -1,8 +1,12 @@
 // The pass registry and the pass manager (per-pass statistics, verifier after each pass, DOT dumps).
 #include <iomanip>
+#include <memory>
 #include <sstream>
+#include <unordered_set>
 
 #include "mls/common/timer.hpp"
+#include "mls/autodiff/control.hpp"
+#include "mls/graph_opt/memory.hpp"
 #include "mls/graph_opt/passes.hpp"
 
 namespace mls::graph_opt {
@@ -17,6 +21,7 @@ const std::vector<PassInfo>& all_passes() {
       {"merge-convs", "conv(x, W1) + conv(x, W2) -> conv(x, W1 + W2)", merge_parallel_convs},
       {"merge-matmuls", "x@Wq, x@Wk, x@Wv -> one x@[Wq|Wk|Wv] and slices", merge_shared_matmuls},
       {"fold-transpose", "matmul of a transposed operand -> gemm with a trans flag", fold_transpose_into_matmul},
+      {"batch-reduce", "sum_like to its own shape -> x; sum over the batch of a^T g -> one gemm over B T", fold_batch_reduction},
       {"epilogue", "relu/gelu(matmul + bias) -> one gemm with an epilogue", fuse_matmul_epilogue},
       {"fuse-elementwise", "trees of elementwise ops -> one fused loop", fuse_elementwise},
   };
@@ -33,7 +38,7 @@ const PassInfo& find_pass(const std::string& name) {
 }
 
 std::string default_pipeline() {
-  return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,epilogue,fuse-elementwise,dce";
+  return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,batch-reduce,epilogue,fuse-elementwise,dce";
 }
 
 PassManager& PassManager::add(PassInfo pass) {
@@ -53,6 +58,44 @@ PassManager& PassManager::dump_after(std::string name, std::string path) {
   return *this;
 }
 
+int PassManager::optimise_subgraphs(Program& p) const {
+  // Control flows a gradient node of p reads: left alone.
+  std::unordered_set<std::int64_t> has_grad, done;
+  for (const NodePtr& n : p.graph->nodes())
+    if ((n->op == Op::CondGrad || n->op == Op::WhileGrad) && n->attrs.has("body")) has_grad.insert(n->attrs.i("body"));
+  int optimised = 0;
+  for (Node* n : p.schedule()) {
+    if ((n->op != Op::Cond && n->op != Op::WhileLoop) || !n->attrs.has("body")) continue;
+    const std::int64_t id = n->attrs.i("body");
+    if (!done.insert(id).second || has_grad.count(id)) continue;
+    const autodiff::ControlFlow* cf = autodiff::control_flow(*n);
+    if (!cf || cf->saves_states) continue;
+    bool plain = true;
+    for (const autodiff::SubGraph& sg : cf->subs)
+      for (const NodePtr& m : sg.graph->nodes()) plain = plain && m->op != Op::Variable && m->op != Op::Assign;
+    if (!plain) continue;
+    autodiff::ControlFlow copy = *cf;
+    for (autodiff::SubGraph& sg : copy.subs) {
+      Program q = subgraph_program(sg);
+      run(q);  // its own sub-graphs first, then the passes; verified after each
+      autodiff::SubGraph opt;
+      opt.inputs.resize(sg.inputs.size());
+      std::size_t k = 0;
+      for (std::size_t i = 0; i < sg.inputs.size(); ++i)
+        if (sg.inputs[i].defined()) opt.inputs[i] = q.inputs.at(k++);
+      opt.outputs = q.outputs;
+      opt.graph = std::shared_ptr<Graph>(std::move(q.graph));
+      sg = std::move(opt);
+      ++optimised;
+    }
+    const std::int64_t fresh = autodiff::publish_control_flow(std::move(copy));
+    for (const NodePtr& m : p.graph->nodes())
+      if ((m->op == Op::Cond || m->op == Op::WhileLoop) && m->attrs.has("body") && m->attrs.i("body") == id)
+        m->attrs.set("body", fresh);
+  }
+  return optimised;
+}
+
 PassReport PassManager::run(Program& p) const {
   try {
     verify(p);
@@ -62,6 +105,7 @@ PassReport PassManager::run(Program& p) const {
     fail("pass manager: the input program is invalid: ", e.what());
   }
   PassReport report;
+  report.subgraphs = optimise_subgraphs(p);
   for (const PassInfo& pass : passes_) {
     PassStat s;
     s.name = pass.name;
@@ -92,6 +136,7 @@ std::string PassReport::table() const {
     os << std::left << std::setw(18) << s.name << std::right << std::setw(8) << s.nodes_before << std::setw(8)
        << s.nodes_after << std::setw(10) << s.rewrites << std::setw(10) << std::fixed << std::setprecision(3) << s.millis
        << "\n";
+  if (subgraphs > 0) os << "(and inside " << subgraphs << " sub-graph" << (subgraphs == 1 ? "" : "s") << " of cond / while_loop)\n";
   return os.str();
 }
 

@@ -5,6 +5,7 @@
 //   mls-compile-bench                          (config nano, vocab 65, batch 8, T = block size, 1 thread)
 //   mls-compile-bench --config small --batch 4 --threads 2
 //   mls-compile-bench --check-only             (the equality check alone: what its CTest runs)
+//   mls-compile-bench --profile 20             (after the check: where the time goes, see below)
 //
 // A step: zero the gradients, the loss (gpt_loss on Vars: ids, targets, mask and the loss scale
 // are inputs, the 16 parameters captured leaves), backward, an SGD update of the leaves. Eager
@@ -18,11 +19,19 @@
 //   ratio compile_vs_eager_gpt_step_t<threads> <compiled time / eager time>   (goal <= 0.7 at 1 thread)
 //   compile_ms gpt_step <ms>   eager_step_ms <ms>   amortised_ratio_100_steps <v>
 // The figures are only meaningful on a quiet machine. MLS_BENCH_REPEAT sets the rounds.
+// --profile N: N compiled steps with per-node timing (PlannedExecutor::set_profiling): the
+// compiled forward's and backward's time per op (compute, copies into buffers) and their slowest
+// nodes, the traced joint graph before the passes (eager's ops) likewise, then the thread's CPU
+// time of an eager step, a compiled step, the compiled forward alone, the traced graph in lab 2's
+// executor and eager's forward alone (CPU time: less disturbed by a busy machine than wall time).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -67,6 +76,97 @@ double rel_diff(const Tensor& a, const Tensor& b) {
   return scale > 0 ? diff / scale : diff;
 }
 
+/// Per-op time of a profiled executor's steps, summed over the runs, largest first.
+void print_ops(const char* title, const graph_opt::PlannedExecutor& ex, int runs) {
+  std::map<std::string, std::array<double, 3>> by_op;  // eval s, copy s, count
+  const auto& s = ex.plan().schedule;
+  double total = 0, copies = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const autodiff::Node& n = *s[i];
+    if (n.is_leaf()) continue;
+    std::string key = autodiff::op_name(n.op);
+    if (n.op == graph_opt::kGemm)
+      key += " ta" + std::to_string(n.attrs.i("trans_a")) + " tb" + std::to_string(n.attrs.i("trans_b")) +
+             (n.inputs.size() == 3 ? " bias" : "") + " act" + std::to_string(n.attrs.i("act"));
+    auto& e = by_op[key];
+    e[0] += ex.step_seconds()[i];
+    e[1] += ex.copy_seconds()[i];
+    e[2] += 1;
+    total += ex.step_seconds()[i];
+    copies += ex.copy_seconds()[i];
+  }
+  std::vector<std::pair<std::string, std::array<double, 3>>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second[0] + a.second[1] > b.second[0] + b.second[1]; });
+  std::printf("%s: %zu steps, compute %.3f ms, copies into buffers %.3f ms per run\n", title, s.size(), 1e3 * total / runs,
+              1e3 * copies / runs);
+  std::printf("  %-28s %6s %10s %10s\n", "op", "nodes", "ms/run", "copy ms");
+  for (const auto& [k, e] : rows)
+    std::printf("  %-28s %6.0f %10.3f %10.3f\n", k.c_str(), e[2], 1e3 * e[0] / runs, 1e3 * e[1] / runs);
+  std::vector<std::size_t> idx(s.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return ex.step_seconds()[a] > ex.step_seconds()[b]; });
+  std::printf("  slowest nodes:\n");
+  for (std::size_t j = 0; j < std::min<std::size_t>(8, idx.size()); ++j) {
+    const autodiff::Node& n = *s[idx[j]];
+    std::string what = n.op == graph_opt::kFusedElementwise ? graph_opt::fused_expression(n) : n.attrs.str();
+    if (what.size() > 150) what = what.substr(0, 150) + "...";
+    std::string ins;
+    for (const auto& i : n.inputs) ins += shape_str(i->shape) + " ";
+    std::printf("    %.3f ms %s %s <- %s %s\n", 1e3 * ex.step_seconds()[idx[j]] / runs, autodiff::op_name(n.op),
+                shape_str(n.shape).c_str(), ins.c_str(), what.c_str());
+  }
+}
+
+/// --profile: the compiled version's forward and backward executors timed per node over `runs`
+/// steps, and the traced joint graph (before the passes: the ops eager runs) in a planned executor.
+template <class Step, class Fwd>
+void print_profile(graph_opt::CompiledFunction& compiled, const std::vector<Var>& in, int runs, Step step,
+                   Fwd compiled_fn_eager_forward) {
+  const graph_opt::CompiledVersion& v = compiled.version(0);
+  v.forward_exec->set_profiling(true);
+  v.backward_exec->set_profiling(true);
+  Timer t;
+  for (int r = 0; r < runs; ++r) step(in, true);
+  const double step_ms = t.millis() / runs;
+  std::printf("profile over %d compiled steps: %.3f ms per step\n", runs, step_ms);
+  print_ops("compiled forward", *v.forward_exec, runs);
+  print_ops("compiled backward", *v.backward_exec, runs);
+  v.forward_exec->set_profiling(false);
+  v.backward_exec->set_profiling(false);
+  // The traced graph: feeds are the call's inputs, the parameters, then the loss's adjoint (1).
+  std::vector<Tensor> feeds;
+  for (const Var& x : in) feeds.push_back(x.value());
+  for (const graph_opt::Capture& c : v.captures)
+    if (c.as_input) feeds.push_back(c.node->value);
+  feeds.push_back(Tensor::ones(v.traced.inputs.back().shape(), v.traced.inputs.back().dtype()));
+  graph_opt::PlannedExecutor traced(v.traced, graph_opt::plan_memory(v.traced));
+  traced.set_profiling(true);
+  for (int r = 0; r < runs; ++r) (void)traced.run(feeds);
+  print_ops("traced joint graph before the passes (eager's ops)", traced, runs);
+  // Where the time goes, in this thread's CPU time (less noisy than wall time on a shared
+  // machine; 1 thread): the best of 5 rounds of 10 runs each.
+  auto cpu_ms = [](auto&& f) {
+    double best = 1e30;
+    for (int r = 0; r < 5; ++r) {
+      timespec t0{}, t1{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      for (int i = 0; i < 10; ++i) f();
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+      best = std::min(best, ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6) / 10);
+    }
+    return best;
+  };
+  std::vector<Tensor> ffeeds;
+  for (const Var& x : in) ffeeds.push_back(x.value());
+  for (const graph_opt::Capture& c : v.captures)
+    if (c.as_input) ffeeds.push_back(c.node->value);
+  std::printf("CPU ms: eager step %.3f, compiled step %.3f, compiled forward program alone %.3f, traced graph in lab 2's "
+              "executor %.3f, eager forward alone %.3f\n",
+              cpu_ms([&] { step(in, false); }), cpu_ms([&] { step(in, true); }),
+              cpu_ms([&] { (void)v.forward_exec->run(ffeeds); }), cpu_ms([&] { (void)graph_opt::run(v.traced, feeds); }),
+              cpu_ms([&] { (void)compiled_fn_eager_forward(in); }));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,12 +175,16 @@ int main(int argc, char** argv) {
   std::int64_t batch = 8, context = 0, vocab = 65;
   int threads = 1;
   bool check_only = false;
+  int profile = 0;
   app.add_option("--config", config, "model size: nano or small")->capture_default_str();
   app.add_option("--batch", batch, "sequences per step (>= 1)")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--context", context, "tokens per sequence (0: the block size)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   app.add_option("--vocab", vocab, "vocabulary size (>= 2)")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   app.add_option("--threads", threads, "threads (>= 1)")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_flag("--check-only", check_only, "only check that compiled and eager give the same loss and gradients");
+  app.add_option("--profile", profile, "after the check, run this many compiled steps with per-node timing and print "
+                 "the time per op (forward, backward, and the traced graph before the passes as eager's proxy)")
+      ->capture_default_str()->check(CLI::Range(0, 100000));
   CLI11_PARSE(app, argc, argv);
   try {
     llm::GPTConfig cfg = llm::config_by_name(config);
@@ -130,6 +234,11 @@ int main(int argc, char** argv) {
     }
     std::printf("check: compiled loss and gradients equal eager's within tolerance\n");
     if (check_only) return 0;
+    if (profile > 0) {
+      print_profile(compiled, batch_vars(cfg, batch, context, rng), profile,
+                    [&](const std::vector<Var>& in, bool c) { (void)step(c, in, false); }, loss_of);
+      return 0;
+    }
 
     const std::vector<Var> in = batch_vars(cfg, batch, context, rng);
     const double r = bench::interleaved_ratio([&] { (void)step(false, in, true); }, [&] { (void)step(true, in, true); });

@@ -40,7 +40,7 @@ inline T sigmoid(T x) {
 template <class T>
 inline T gelu(T x) {
   const T u = static_cast<T>(kGeluK) * (x + static_cast<T>(kGeluC) * x * x * x);
-  return x / (T(1) + std::exp(T(-2) * u));
+  return x / (T(1) + scalar::exp(T(-2) * u));  // float32: fast_expf, so loops over it vectorize
 }
 /// max(x, 0).
 template <class T>
@@ -60,7 +60,10 @@ inline T unary(T x) {
   else if constexpr (OP == UnaryOp::Rsqrt) return T(1) / std::sqrt(x);
   else if constexpr (OP == UnaryOp::Sin) return std::sin(x);
   else if constexpr (OP == UnaryOp::Cos) return std::cos(x);
-  else if constexpr (OP == UnaryOp::Tanh) return std::tanh(x);
+  else if constexpr (OP == UnaryOp::Tanh) {
+    if constexpr (std::is_same_v<T, float>) return fast_tanhf(x);  // vectorizable (mls/common/fastmath.hpp)
+    else return std::tanh(x);
+  }
   else if constexpr (OP == UnaryOp::Sigmoid) return scalar::sigmoid(x);
   else if constexpr (OP == UnaryOp::Relu) return scalar::relu(x);
   else return scalar::gelu(x);

@@ -82,6 +82,11 @@ struct ControlFlow {
 /// The control flow a node holds (its "body" attribute); nullptr for any other node (or for a
 /// cond/while_loop node whose sub-graphs are not in this process, e.g. one read from a file).
 const ControlFlow* control_flow(const Node& node);
+/// Publishes `cf` (a copy of a control node's ControlFlow, e.g. with sub-graphs a pass rewrote:
+/// the same operands, captures and outputs) under a new id and returns it: set it as the "body"
+/// attribute of every node that held the old id. It starts with no saved states, no trip count
+/// and no backward sub-graphs built (`saves_states` false).
+std::int64_t publish_control_flow(ControlFlow cf);
 
 /// Number of iterations the last run of this loop node took (-1 before any run): T, the length
 /// of its sequential chain.

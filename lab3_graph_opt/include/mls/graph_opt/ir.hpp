@@ -16,6 +16,7 @@
 ///   save_json(p, "g.json"); Program q = load_json_file("g.json");
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -56,6 +57,18 @@ extern const Op kGemm;
 /// the same conv kernel. `mls::set_conv2d_kernel("im2col")` (or MLS_CONV2D=im2col) gives lab 2's
 /// conv2d its own im2col + matmul path back.
 extern const Op kConvBias;
+/// An op's forward writing into memory the caller gives: `out` is compact, of the node's shape and
+/// dtype, and may be the memory of an input of the same shape when the op is elementwise (a
+/// memory plan's in-place update). Returns false when it does not handle this case (the caller
+/// then runs the ordinary forward and copies). Lab 3's executors use it so that a planned value
+/// is computed in its buffer, not computed elsewhere and copied there.
+using ForwardIntoFn = bool (*)(std::span<const Tensor> inputs, const autodiff::Attrs& attrs, Tensor& out);
+/// Registers `fn` as `op`'s forward into a buffer (lab 3 registers gemm's, fused_elementwise's,
+/// matmul's and the float add, sub, mul and div's). Thread-safe; a second registration replaces the first.
+void register_forward_into(Op op, ForwardIntoFn fn);
+/// `op`'s forward into a buffer, nullptr when it has none.
+ForwardIntoFn forward_into(Op op);
+
 /// The build conv2d_bias's float32 kernel runs on this CPU: "avx512", "avx2" (with FMA) or
 /// "baseline" (portable vector code; also every build by another compiler than GCC, or with
 /// AddressSanitizer). The baseline build is some 50 times slower where the CPU has AVX-512.

@@ -19,7 +19,9 @@ namespace mls::graph_opt {
 /// unsqueeze): they get no buffer of their own and keep their input's buffer alive.
 bool is_view_op(Op op);
 /// True when node `n` yields a view of its input 0, as the planners and executors decide: a view
-/// op, except a reshape of a permuted, sliced or expanded view (that reshape copies).
+/// op, except a reshape of a permuted, expanded or sliced view (that reshape copies), unless the
+/// slice keeps its input compact (step 1 along a dim whose outer dims have size 1: layer l of a
+/// stacked parameter).
 bool yields_view(const Node& n);
 /// Bytes of node `n`'s value (unknown dims, -1, count as 0).
 std::size_t value_bytes(const Node& n);
@@ -97,21 +99,35 @@ LoopMemory control_memory(const Program& p, const Node& n, std::int64_t trip_cou
 Program subgraph_program(const autodiff::SubGraph& sg);
 
 /// Runs a program inside the buffers of a plan: allocates each buffer once (on first use),
-/// computes each node and stores its value in its buffer, hands values of views through.
+/// computes each node in its buffer (ops with a `forward_into`: lab 3's gemm and fused loops,
+/// matmul) or computes it and copies it there (the others), hands values of views through. The
+/// buffers holding the outputs at the end are handed out with them (no copy) and allocated again
+/// by the next run; an output that is an input, a constant or a view of one is copied.
 class PlannedExecutor {
  public:
   PlannedExecutor(const Program& p, MemoryPlan plan);
-  /// Outputs for one feed per program input (copies, so later runs cannot overwrite them).
+  /// Outputs for one feed per program input (theirs to keep: later runs cannot overwrite them).
   std::vector<Tensor> run(const std::vector<Tensor>& feeds);
-  /// Bytes of planned buffers allocated so far (the measured peak).
+  /// Bytes of the planned buffers allocated so far, each counted once (the measured peak).
   std::size_t measured_peak_bytes() const { return allocated_; }
   const MemoryPlan& plan() const { return plan_; }
+  /// Per-step profile (off by default): with it on, every run adds each schedule step's time to
+  /// `step_seconds()` (computing the value) and `copy_seconds()` (storing it into its buffer).
+  void set_profiling(bool on);
+  const std::vector<double>& step_seconds() const { return step_seconds_; }
+  const std::vector<double>& copy_seconds() const { return copy_seconds_; }
 
  private:
   const Program* p_;
   MemoryPlan plan_;
   std::vector<Tensor> buffers_;
+  std::vector<bool> ever_allocated_;
   std::size_t allocated_ = 0;
+  bool profiling_ = false;
+  std::vector<double> step_seconds_, copy_seconds_;
+  std::vector<int> input_step_, output_step_;  // per program input / output: its step (-1: not scheduled)
+  std::vector<std::vector<int>> args_;         // per step: the steps of its inputs
+  std::vector<ForwardIntoFn> into_;            // per step: its op's forward into a buffer, or null
 };
 
 }  // namespace mls::graph_opt

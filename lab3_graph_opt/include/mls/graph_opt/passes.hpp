@@ -50,6 +50,13 @@ int fold_transpose_into_matmul(Program& p);
 /// and over gemm nodes) becomes one gemm node with bias and act, when bias broadcasts along the
 /// last dim only. Returns how many nodes were absorbed.
 int fuse_matmul_epilogue(Program& p);
+/// The backward's reductions over the batch, done by the GEMM (what compile needs for training
+/// graphs): sum_like(x, like) to x's own (known) shape becomes x; sum_like(gemm(a, g, trans_a),
+/// W) that sums a_b^T g_b over the batch dims (a: [batch..., T, K], g: [batch..., T, N], W:
+/// [K, N], the weight gradient of x @ W) becomes one gemm of reshape(a, [B T, K])^T
+/// reshape(g, [B T, N]): the batch folded into the reduction, no [batch..., K, N] products
+/// materialised and summed. Returns how many rewrites.
+int fold_batch_reduction(Program& p);
 /// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
 /// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
 /// how many ops were absorbed (ops in fused groups minus the fused nodes made).
@@ -62,7 +69,7 @@ struct PassInfo {
   std::function<int(Program&)> run;
 };
 /// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
-/// fold-transpose, epilogue, fuse-elementwise.
+/// fold-transpose, batch-reduce, epilogue, fuse-elementwise.
 const std::vector<PassInfo>& all_passes();
 /// The pass called `name`; throws `mls::Error` listing the known names otherwise.
 const PassInfo& find_pass(const std::string& name);
@@ -78,6 +85,8 @@ struct PassStat {
 };
 struct PassReport {
   std::vector<PassStat> stats;
+  /// Sub-graphs of cond / while_loop nodes the passes ran inside (see PassManager::run).
+  int subgraphs = 0;
   /// A table: pass, nodes before, nodes after, rewrites, time.
   std::string table() const;
 };
@@ -92,11 +101,19 @@ class PassManager {
   PassManager& add_pipeline(const std::string& names);
   /// After the pass `name` runs, writes its DOT drawing to `path`.
   PassManager& dump_after(std::string name, std::string path);
-  /// Verifies the input, then runs every pass.
+  /// Verifies the input, then runs every pass: first inside the sub-graphs of the program's cond and
+  /// while_loop nodes (each sub-graph as a program of its own, `subgraph_program`, recursively for
+  /// nested control flow; the optimised sub-graphs are published as a new control flow,
+  /// `autodiff::publish_control_flow`, whose id the control nodes then hold), then on the program.
+  /// A control node whose gradient exists is left as it is (a loop that saves its states, or one
+  /// a cond_grad / while_grad node of the program reads: lab 2 builds its backward from the
+  /// sub-graphs as traced), and so is a sub-graph holding variables or assignments. Build
+  /// gradients before optimising: lab 3's gemm and fused nodes have no gradient rule.
   PassReport run(Program& p) const;
   std::size_t size() const { return passes_.size(); }
 
  private:
+  int optimise_subgraphs(Program& p) const;
   std::vector<PassInfo> passes_;
   std::vector<std::pair<std::string, std::string>> dumps_;
 };
