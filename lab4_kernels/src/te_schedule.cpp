@@ -247,6 +247,35 @@ void Stage::compute_at(const Stage& consumer, const IterVar& axis) {
   st.attach_axis = axis;
 }
 
+void Stage::compute_with(const Stage& host, const IterVar& axis) {
+  StageImpl& st = *node_;
+  const StageImpl& h = *host.node_;
+  MLS_CHECK(host.s_ == s_, "compute_with: stage '", host.name(), "' belongs to another schedule");
+  MLS_CHECK(host.node_ != node_, "compute_with: stage '", st.name, "' cannot share loops with itself");
+  const std::size_t pos = leaf_pos(h, "compute_with", axis);
+  MLS_CHECK(!h.with, "compute_with: host '", h.name, "' is itself computed with '", h.with ? h.with->name : "",
+            "': fuse '", st.name, "' with '", h.with ? h.with->name : "", "' instead");
+  for (const auto& x : s_->stages)
+    MLS_CHECK(x->with != &st, "compute_with: stage '", st.name, "' is the host of '", x->name,
+              "': a host cannot be fused into another stage");
+  MLS_CHECK(st.leaves.size() > pos, "compute_with: stage '", st.name, "' has ", st.leaves.size(),
+            " loops (", names_of(st.leaves), "), fewer than the ", pos + 1, " it would share with '", h.name,
+            "' down to axis '", axis.name(), "'");
+  MLS_CHECK(st.attach == h.attach && (!st.attach || st.attach_axis.same_as(h.attach_axis)), "compute_with: stage '",
+            st.name, "' is computed ", st.attach ? "at loop '" + st.attach_axis.name() + "' of '" + st.attach->name + "'"
+                                                 : std::string("at the root"),
+            " and '", h.name, "' ",
+            h.attach ? "at loop '" + h.attach_axis.name() + "' of '" + h.attach->name + "'" : std::string("at the root"),
+            ": both must be computed at the same place (compute_at first)");
+  MLS_CHECK(!reads(*s_, st, h) && !reads(*s_, h, st), "compute_with: stage '", st.name, "' and '", h.name,
+            "' read one another: each shared iteration runs the host's statements, then the guest's, so "
+            "neither may need the other's values");
+  MLS_CHECK(!st.intrinsic && !h.intrinsic, "compute_with: stage '", st.intrinsic ? st.name : h.name,
+            "' is tensorized: an intrinsic's tile cannot share its loops");
+  st.with = host.node_;
+  st.with_axis = axis;
+}
+
 void Stage::set_scope(Scope scope) {
   StageImpl& st = *node_;
   MLS_CHECK(scope != Scope::Shared, "set_scope: shared scope for stage '", st.name,
