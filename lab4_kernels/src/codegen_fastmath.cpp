@@ -283,12 +283,12 @@ bool Emitter::reduce_loop(const For& f, int depth, const std::string& v) {
   const CText rhs = vexpr(b->b, vec);
   for (const auto& p : pre_) line(depth + 2, p);
   pre_.clear();
-  const std::string value = splat(rhs, vec);
+  const CText value{splat(rhs, vec), vec ? rhs.prec : 16};  // a select keeps its low precedence
   vec_var_ = nullptr;
   if (b->op == BinaryOp::Add)
-    line(depth + 2, acc + " = " + acc + " + " + wrap({value, 16}, 13) + ";");
+    line(depth + 2, acc + " = " + acc + " + " + wrap(value, 13) + ";");
   else
-    line(depth + 2, acc + " = " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + acc + ", " + value + ");");
+    line(depth + 2, acc + " = " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + acc + ", " + value.s + ");");
   line(depth + 1, "}");
   const char* h = b->op == BinaryOp::Add ? "mls_hsum(" : b->op == BinaryOp::Max ? "mls_hmax(" : "mls_hmin(";
   line(depth + 1, "float " + r + " = " + h + acc + ");");

@@ -288,7 +288,7 @@ void Lowerer::prepare(const StageImpl& st, Nest& n, const Nest* host, std::size_
                 "' of '", host->st->name, "' it would share has ", host->ext[q]);
       to_host[st.leaves[q].var().get()] = host->ext[q] == 1 ? Expr(0) : Expr(host->vars[q]);
     }
-    for (auto& [axis, v] : val) v = detail::substitute(v, to_host);
+    for (auto& [axis, v] : val) v = simplify(detail::substitute(v, to_host));
   }
   detail::Ranges ranges = scope_;
   for (std::size_t q = 0; q < nl; ++q) {
