@@ -404,6 +404,9 @@ void layernorm_forward_tuned(float* out, float* mean, float* rstd, const float* 
                              const float* bias, long rows, long cols, float eps);
 void layernorm_backward_tuned(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, const float* mean, const float* rstd, long rows, long cols);
+/// The knobs the tuned row operators compile `p` with at `threads` threads: the tuning database's best
+/// for the shape, thread count and this CPU (best_op_knobs), else OpSpace::full's default.
+OpKnobs tuned_rowops_knobs(const OpProblem& p, int threads);
 /// Registers "tuned" with common's row operator registry (mls::register_rowops). Called by lab 4's
 /// provider in every program linked with lab 4 (src/autoregister.cpp); safe to call more than once.
 void register_tuned_rowops();
