@@ -232,6 +232,22 @@ void Lowerer::check_guest(const StageImpl& host, const Nest& hn, const Nest& gn)
   MLS_CHECK(diff.empty(), "compute_with: stage '", g.name, "' and its host '", host.name,
             "' have different tails on the loops they share (down to '", host.leaves[gn.shared - 1].name(), "'):", diff,
             " split both alike, or share fewer loops");
+  // A guest reads its host only at the element the host has just stored, sharing all its loops.
+  const Buffer& hb = info_.at(&host).actual;
+  std::string hkey;
+  for (const auto& i : hn.store_idx) hkey += detail::structural_key(i) + "|";
+  for_each_expr(gn.src, [&](const Expr& e) {
+    const auto* l = e.as<Load>();
+    if (!l || l->buffer != hb) return;
+    std::string key, text;
+    for (const auto& i : l->indices) {
+      key += detail::structural_key(i) + "|";
+      text += "[" + to_string(i) + "]";
+    }
+    MLS_CHECK(gn.shared == host.leaves.size() && key == hkey, "compute_with: stage '", g.name, "' reads its host '",
+              host.name, "' at ", hb->name, text, ", not the element the host has just computed there (a guest may read "
+              "its host only at the element the host stores, sharing all of its loops)");
+  });
   for (std::size_t q = 0; q < gn.shared; ++q)
     MLS_CHECK(gn.children[q].empty(), "compute_with: stage '", gn.children[q].front()->name,
               "' is computed at loop '", g.leaves[q].name(), "' of '", g.name, "', a loop it shares with '", host.name,
@@ -244,7 +260,7 @@ void Lowerer::check_guest(const StageImpl& host, const Nest& hn, const Nest& gn)
   for_each_expr(g.body, [&](const Expr& e) {
     const auto* l = e.as<Load>();
     const StageImpl* p = l ? producer_of(s_, g, l->buffer.get()) : nullptr;
-    if (!p || p->attach != g.attach || (p->attach && !p->attach_axis.same_as(g.attach_axis))) return;
+    if (!p || p == &host || p->attach != g.attach || (p->attach && !p->attach_axis.same_as(g.attach_axis))) return;
     const StageImpl* at = p->with ? p->with : p;  // where p's statements are
     MLS_CHECK(index(at) < index(&host), "compute_with: stage '", g.name, "' reads '", p->name,
               "', which is computed after its host '", host.name, "': the host must come after every stage the "
@@ -484,8 +500,33 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
     }
     any = true;
   });
-  MLS_CHECK(any, "compute_at: stage '", c.name, "' is computed at '", st.name, "', which does not read it");
   StageInfo& ci = info_[&c];
+  if (!any && c.with && info_.count(c.with)) {
+    // A guest its consumer here does not read (compute_with moved it to its host's place): in each
+    // dimension whose axis is a shared loop that is a root axis of the host, the host's window; the
+    // whole extent in the others.
+    const StageImpl& h = *c.with;
+    std::size_t shared = 0;
+    while (shared < h.leaves.size() && !h.leaves[shared].same_as(c.with_axis)) ++shared;
+    ++shared;
+    const StageInfo& hi = info_.at(&h);
+    ci.min.clear();
+    ci.extent.clear();
+    for (std::size_t d = 0; d < c.root.size(); ++d) {
+      std::size_t q = 0, dh = h.root.size();
+      while (q < c.leaves.size() && !c.leaves[q].same_as(c.root[d])) ++q;
+      if (q < shared && q < h.leaves.size())
+        for (std::size_t e = 0; e < h.root.size(); ++e)
+          if (h.root[e].same_as(h.leaves[q])) dh = e;
+      ci.min.push_back(dh < h.root.size() ? hi.min[dh] : Expr(0));
+      ci.extent.push_back(dh < h.root.size() ? hi.extent[dh] : c.root[d].extent());
+    }
+    ci.relative = stage_scope(c) != Scope::Global;
+    ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, stage_scope(c), nullptr})
+                            : c.buffer;
+    return;
+  }
+  MLS_CHECK(any, "compute_at: stage '", c.name, "' is computed at '", st.name, "', which does not read it");
   ci.min.clear();
   ci.extent.clear();
   for (std::size_t d = 0; d < nd; ++d) {

@@ -39,9 +39,9 @@ bool is_row_op(OpKind k) { return k == OpKind::Softmax || k == OpKind::LayerNorm
 
 // v2 of the row operators: the knob `prefetch` (records of v1 have none, and their times were taken
 // with the code generation of before: the tuning database no longer offers them); v3 of
-// layernorm_bwd: the knobs `onepass` and `colfuse`.
+// layernorm_bwd: the knobs `onepass` and `colfuse`; v3 of softmax: the knob `expsum`.
 std::string op_template_id(OpKind kind) {
-  if (kind == OpKind::LayerNormBwd) return op_name(kind) + ".v3";
+  if (kind == OpKind::LayerNormBwd || kind == OpKind::Softmax) return op_name(kind) + ".v3";
   return op_name(kind) + (is_row_op(kind) ? ".v2" : ".v1");
 }
 
@@ -187,6 +187,7 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
     case OpKind::LayerNormFwd:
     case OpKind::LayerNormBwd:
       k.push_back({"acc", {0, 1, 2, 4}, true});
+      if (kind == OpKind::Softmax) k.push_back({"expsum", {0, 1}, false});
       k.push_back({"fuse", {0, 1}, false});
       k.push_back({"hold", {0, 1}, false});
       k.push_back({"unroll", {1, 2, 4}, true});
@@ -220,6 +221,8 @@ OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
   const int stream = 4.0 * static_cast<double>(p.kind == OpKind::AddMulAdd ? p.n : p.rows * p.cols) >= 16.0 * (1 << 20);
   switch (p.kind) {
     case OpKind::Softmax:
+      return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},     {"hold", 1},
+              {"unroll", 1},    {"stream", stream}, {"prefetch", 2},   {"expsum", 1}};
     case OpKind::LayerNormFwd:
       return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},
               {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"prefetch", 2}};
@@ -291,6 +294,10 @@ OpKnobs op_plan(const OpProblem& p, const OpKnobs& k) {
     if (w > 0 && p.cols / w == 0) q["acc"] = 0;        // a row shorter than the partials: scalar
     if (get("acc") == 0 || p.cols / w <= 1) q["unroll"] = 1;  // no loop over jo to unroll
     if (p.kind != OpKind::Softmax && get("fuse") == 0) q["hold"] = 0;  // the tiles serve the fused nest
+    if (p.kind == OpKind::Softmax) {  // exp and sum in one pass: a held row, partials and no tail after them
+      const long wa = static_cast<long>(get("acc")) * get("lanes");
+      if (!get("hold") || get("acc") == 0 || p.cols % wa != 0) q["expsum"] = 0;
+    }
     if (p.kind == OpKind::LayerNormBwd) {
       if (get("blocks") > p.rows) q["blocks"] = static_cast<int>(p.rows);
       if (get("acc") == 0) q["onepass"] = 0;  // no lane-wise partials to compute together

@@ -71,9 +71,10 @@ RowReduce row_reduce(const std::string& name, long rows, long cols, long width, 
 }
 
 /// The schedule of a row reduction's own stages (its total is placed by the caller): the partials a
-/// local tile computed at their sum's row, jo (split by `unroll`, the inner part unrolled) outside the
-/// vectorized lanes; the main part and the tail computed at the total's row.
-void schedule_row_reduce(te::Schedule& s, const RowReduce& r, int unroll) {
+/// local tile computed at their sum's row (unless `attach` is false: the caller places them), jo
+/// (split by `unroll`, the inner part unrolled) outside the vectorized lanes; the main part and the
+/// tail computed at the total's row.
+void schedule_row_reduce(te::Schedule& s, const RowReduce& r, int unroll, bool attach = true) {
   if (!r.partial.defined()) return;
   te::Stage p = s[r.partial];
   p.set_scope(te::Scope::Local);
@@ -86,7 +87,7 @@ void schedule_row_reduce(te::Schedule& s, const RowReduce& r, int unroll) {
     p.reorder({i, r.jo, l});
   }
   p.vectorize(l);
-  p.compute_at(s[r.part_sum], r.part_sum.axis(0));
+  if (attach) p.compute_at(s[r.part_sum], r.part_sum.axis(0));
   if (r.tail.defined()) {
     s[r.part_sum].compute_at(s[r.total], r.total.axis(0));
     s[r.tail].compute_at(s[r.total], r.total.axis(0));
@@ -213,8 +214,24 @@ te::Schedule softmax(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& 
   schedule_rows_out(s[Y], Y, kn.parallel);
   s[Rinv].compute_at(s[Y], Y.axis(0));
   s[S.total].compute_at(s[Rinv], Rinv.axis(0));
-  schedule_row_reduce(s, S, kn.unroll);
-  if (kn.hold) schedule_tile(s, E, Y);
+  // expsum: the sum's partials computed with the held row's exp (compute_with), which is split as
+  // they are: one pass writes exp(x - max) and adds it up (op_plan: hold, partials, no tail).
+  const bool expsum = k.at("expsum") && kn.hold && S.partial.defined() && !S.tail.defined();
+  schedule_row_reduce(s, S, kn.unroll, !expsum);
+  if (expsum) {  // the held row split as the partials are, they computed with it, then both at the row
+    te::Stage e = s[E];
+    auto [jo, l] = e.split(E.axis(1), kn.width, "jo", "l");
+    if (kn.unroll > 1 && S.steps > 1) {
+      auto [outer, inner] = e.split(jo, kn.unroll);
+      e.unroll(inner);
+    }
+    e.vectorize(l);
+    s[S.partial].compute_with(e, l);
+    e.compute_at(s[Y], Y.axis(0));
+    e.set_scope(te::Scope::Local);
+  } else if (kn.hold) {
+    schedule_tile(s, E, Y);
+  }
   if (kn.fuse)  // its readers are all computed inside the row loop by now
     s[M.total].compute_at(kn.hold ? s[E] : s[Y], kn.hold ? E.axis(0) : Y.axis(0));
   else
