@@ -244,9 +244,10 @@ void Lowerer::check_guest(const StageImpl& host, const Nest& hn, const Nest& gn)
       key += detail::structural_key(i) + "|";
       text += "[" + to_string(i) + "]";
     }
-    MLS_CHECK(gn.shared == host.leaves.size() && key == hkey, "compute_with: stage '", g.name, "' reads its host '",
-              host.name, "' at ", hb->name, text, ", not the element the host has just computed there (a guest may read "
-              "its host only at the element the host stores, sharing all of its loops)");
+    MLS_CHECK(!hn.is_reduce && gn.shared == host.leaves.size() && key == hkey, "compute_with: stage '", g.name,
+              "' reads its host '", host.name, "' at ", hb->name, text, ", not an element the host has just computed "
+              "(a guest may read its host only at the element the host stores, sharing all of its loops, and not a "
+              "reduction's: its element is final only after its loops)");
   });
   for (std::size_t q = 0; q < gn.shared; ++q)
     MLS_CHECK(gn.children[q].empty(), "compute_with: stage '", gn.children[q].front()->name,

@@ -374,6 +374,27 @@ TEST_CASE("te schedule: compute_with fuses loop nests, one pass for several stag
                       "            PB[0][l] += A[i][ka*2 + l] * A[i][ka*2 + l]\n") != std::string::npos);
     check_schedule("two local partial sums, one pass", s, {A}, 8);
   }
+  SECTION("a held row's exp summed as it is written: the guest goes with its host to the row") {
+    Tensor X = placeholder("X", {3, 8});
+    Tensor E = compute("E", {3, 8}, [&](Var i, Var j) { return exp(X(i, j)); }, {"i", "j"});
+    IterVar k = reduce_axis(4, "k"), u = reduce_axis(2, "u");
+    Tensor P = compute("P", {3, 2}, [&](Var i, Var l) { return sum(E(i, Expr(k) * Expr(2) + l), {k}); }, {"i", "l"});
+    Tensor S = compute("S", {3}, [&](Var i) { return sum(P(i, u), {u}); }, {"i"});
+    Tensor Y = compute("Y", {3, 8}, [&](Var i, Var j) { return E(i, j) / S(i); }, {"i", "j"});
+    Schedule s({Y});
+    s[S].compute_at(s[Y], Y.axis(0));
+    s[P].reorder({P.axis(0), k, P.axis(1)});
+    auto [jo, l] = s[E].split(E.axis(1), 2, "jo", "l");
+    s[P].compute_with(s[E], l);
+    s[E].compute_at(s[Y], Y.axis(0));  // P goes with it
+    s[E].set_scope(Scope::Local);
+    s[P].set_scope(Scope::Local);
+    const std::string text = to_string(lower(s).body);
+    INFO(text);
+    REQUIRE(text.find("            E[0][jo*2 + l] = exp(X[i][jo*2 + l])\n            P[0][l] += E[0][jo*2 + l]\n") !=
+            std::string::npos);
+    check_schedule("softmax rows, exp and its sum in one pass", s, {X}, 8);
+  }
 }
 
 TEST_CASE("te schedule: compute_with's illegal requests are named errors", "[te][schedule][errors][primitives]") {
@@ -389,7 +410,8 @@ TEST_CASE("te schedule: compute_with's illegal requests are named errors", "[te]
     LAB4_REQUIRE_ERROR(s[SB].compute_with(s[SA], jb), "compute_with: axis 'jb' does not belong to stage 'SA'");
     LAB4_REQUIRE_ERROR(s[E].compute_with(s[SA], ja),
                        "compute_with: stage 'E' has 1 loops (i), fewer than the 2 it would share with 'SA' down to axis 'ja'");
-    LAB4_REQUIRE_ERROR(s[SC].compute_with(s[SA], ja), "compute_with: stage 'SC' and 'SA' read one another");
+    LAB4_REQUIRE_ERROR(s[SA].compute_with(s[SC], jc), "compute_with: stage 'SC' reads 'SA': each shared iteration runs "
+                                                      "the host's statements, then the guest's");
     s[SB].compute_at(s[E], E.axis(0));
     LAB4_REQUIRE_ERROR(s[SB].compute_with(s[SA], SA.axis(0)),
                        "compute_with: stage 'SB' is computed at loop 'i' of 'E' and 'SA' at the root: both must be "
@@ -402,6 +424,12 @@ TEST_CASE("te schedule: compute_with's illegal requests are named errors", "[te]
     LAB4_REQUIRE_ERROR(s[SA].compute_with(s[E], E.axis(0)), "compute_with: stage 'SA' is the host of 'SB'");
     // Checked when lowering: 16 iterations against 13.
     LAB4_REQUIRE_ERROR(lower(s), "compute_with: loop 'jb' of 'SB' has 16 iterations, the loop 'ja' of 'SA' it would share has 13");
+  }
+  {
+    Schedule s({E});  // a guest reading a reduction it shares the loops of: SA[i] is not final yet
+    s[SC].compute_with(s[SA], ja);
+    LAB4_REQUIRE_ERROR(lower(s), "compute_with: stage 'SC' reads its host 'SA' at SA[i], not an element the host has "
+                                 "just computed");
   }
   {
     Schedule s({E});  // split alike into 4 x 4, but only A's 13 columns have a tail

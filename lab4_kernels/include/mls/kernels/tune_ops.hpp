@@ -42,6 +42,9 @@
 ///             computed in cache (the code generation's reductions are CodegenOptions::fast_reduce)
 ///   blocks    layernorm_bwd: row blocks of the dweight/dbias partial sums (a space for T threads:
 ///             T to 4 T, each block a parallel iteration)
+///   expsum    softmax: 1 = exp(x - max) written into the held row (hold) and summed in the same loop
+///             (the sum's partials computed with it: te::Stage::compute_with); only where the partials
+///             leave no tail (cols a multiple of acc * lanes)
 ///   onepass   layernorm_bwd: 1 = the two row sums (of dnorm and dnorm xhat) in one pass over the row:
 ///             their lane-wise partials share their loops (te::Stage::compute_with); 0 = a pass each
 ///   colfuse   layernorm_bwd: 1 = the dweight/dbias partial sums inside the output's loop over the
@@ -79,9 +82,9 @@ std::vector<OpKind> op_kinds();
 std::string op_name(OpKind kind);
 /// The operator of an op name; mls::Error "tune: unknown operator '<s>' (softmax, ...)".
 OpKind op_kind_from_string(std::string_view s);
-/// The template's schedule format, stored as "template" in its knob objects: "<op>.v2" for softmax
-/// and layernorm_fwd (v2 added the knob prefetch), "layernorm_bwd.v3" (v3 added onepass and
-/// colfuse), "<op>.v1" for add_mul_add and conv2d.
+/// The template's schedule format, stored as "template" in its knob objects: "layernorm_fwd.v2" (v2
+/// added the knob prefetch), "layernorm_bwd.v3" (v3 added onepass and colfuse), "softmax.v3" (v3
+/// added expsum), "<op>.v1" for add_mul_add and conv2d.
 std::string op_template_id(OpKind kind);
 
 /// One problem of an operator. Only the fields of its kind count.
