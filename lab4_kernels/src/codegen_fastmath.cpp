@@ -4,6 +4,7 @@
 // (CodegenOptions::stream_stores), reassociated reductions (CodegenOptions::fast_reduce) and software
 // prefetches (CodegenOptions::prefetch).
 #include <algorithm>
+#include <string_view>
 
 #include "codegen_internal.hpp"
 
@@ -224,8 +225,25 @@ void Emitter::prefetches(const Store& st, int depth) {
     const auto b = bufs_.find(l->buffer.get());
     if (it == m_.options.prefetch.end() || b == bufs_.end() || !b->second.is_arg) return;
     const std::string at = element(l->buffer.get(), l->indices, "load");
-    if (done.insert(at).second) line(depth, "mls_prefetch(&" + at + ", " + c_int_literal(it->second) + ");");
+    const std::string text = "mls_prefetch(&" + at + ", " + c_int_literal(it->second) + ");";
+    if (done.insert(at).second && !in_this_block(depth, text)) line(depth, text);
   });
+}
+
+bool Emitter::in_this_block(int depth, const std::string& text) const {
+  // The lines of the block being written, back from the end while indented `depth` levels or more
+  // (a line at `depth` exactly runs whenever the next one there does).
+  const std::string pad(static_cast<std::size_t>(4 * depth), ' '), want = pad + text;
+  std::size_t end = out_.size();  // out_ ends with a newline
+  while (end > 0) {
+    std::size_t start = end >= 2 ? out_.rfind('\n', end - 2) : std::string::npos;
+    start = start == std::string::npos ? 0 : start + 1;
+    const std::string_view ln(out_.data() + start, end - 1 - start);
+    if (ln.substr(0, pad.size()) != pad) return false;  // the block's header: not this block
+    if (ln == want) return true;
+    end = start;
+  }
+  return false;
 }
 
 bool Emitter::vstore_minmax(const Store& st, int depth) {
@@ -283,12 +301,12 @@ bool Emitter::reduce_loop(const For& f, int depth, const std::string& v) {
   const CText rhs = vexpr(b->b, vec);
   for (const auto& p : pre_) line(depth + 2, p);
   pre_.clear();
-  const std::string value = splat(rhs, vec);
+  const CText value{splat(rhs, vec), vec ? rhs.prec : 16};  // a select keeps its low precedence
   vec_var_ = nullptr;
   if (b->op == BinaryOp::Add)
-    line(depth + 2, acc + " = " + acc + " + " + wrap({value, 16}, 13) + ";");
+    line(depth + 2, acc + " = " + acc + " + " + wrap(value, 13) + ";");
   else
-    line(depth + 2, acc + " = " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + acc + ", " + value + ");");
+    line(depth + 2, acc + " = " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + acc + ", " + value.s + ");");
   line(depth + 1, "}");
   const char* h = b->op == BinaryOp::Add ? "mls_hsum(" : b->op == BinaryOp::Max ? "mls_hmax(" : "mls_hmin(";
   line(depth + 1, "float " + r + " = " + h + acc + ");");

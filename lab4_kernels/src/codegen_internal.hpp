@@ -152,6 +152,9 @@ class Emitter {
   void vstore_streamed(const Store& st, int depth);
   // codegen_fastmath.cpp: reductions in lanes (CodegenOptions::fast_reduce), prefetches (::prefetch)
   void prefetches(const Store& st, int depth);
+  /// Whether `text` is already a line at `depth` of the block being written (a chunk's prefetch of
+  /// a row read by two of its statements is issued once).
+  bool in_this_block(int depth, const std::string& text) const;
   bool vstore_minmax(const Store& st, int depth);
   bool reduce_loop(const For& f, int depth, const std::string& v);
   void vif(const IfThenElse& i, int depth);

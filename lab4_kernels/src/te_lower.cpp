@@ -122,6 +122,9 @@ class Lowerer {
  private:
   struct Nest;  // the per-stage state of one lower_stage call
   Stmt lower_stage(const StageImpl& st);
+  void prepare(const StageImpl& st, Nest& n, const Nest* host, std::size_t shared);
+  void check_guest(const StageImpl& host, const Nest& hn, const Nest& gn) const;
+  Stmt guest_part(Nest& g);
   void infer_region(const StageImpl& st, const Nest& n, const StageImpl& child, std::size_t pos);
   void check_reads(const StageImpl& st, const StageInfo& inf) const;
   void check_cover(const StageImpl& st, const Nest& n, const StageImpl& c, std::size_t pos) const;
@@ -150,12 +153,14 @@ struct Lowerer::Nest {
   bool has_init = false;              // a reduction that starts from its init (not sum_into's output)
   int first_reduce = 0;               // position of the first reduction leaf (n if none)
   int tensorize_pos = -1;
+  std::size_t shared = 0;             // a guest (compute_with): its first `shared` leaves are its host's loops
+  std::vector<std::shared_ptr<Nest>> guests;  // the stages computed with this one, in stage order
 };
 
 Stmt Lowerer::run() {
   std::vector<Stmt> body;
   for (const auto& st : s_.stages)
-    if (!st->attach) body.push_back(lower_stage(*st));
+    if (!st->attach && !st->with) body.push_back(lower_stage(*st));  // a guest is lowered inside its host
   Stmt s = make_seq(body);
   for (auto it = s_.stages.rbegin(); it != s_.stages.rend(); ++it) {
     const StageImpl& st = **it;
@@ -170,6 +175,115 @@ Stmt Lowerer::run() {
 /// root axes' values from axis_values, the guards its tails need, its store. Yours, one line in
 /// it: the guard of a split's tail (below, "Yours"); the rest is given.
 Stmt Lowerer::lower_stage(const StageImpl& st) {
+  Nest n;
+  prepare(st, n, nullptr, 0);
+  // The stages computed with this one (compute_with): their nests, the shared leaves this one's.
+  for (const auto& g : s_.stages) {
+    if (g->with != &st) continue;
+    MLS_CHECK(g->attach == st.attach && (!g->attach || g->attach_axis.same_as(st.attach_axis)), "compute_with: stage '",
+              g->name, "' and its host '", st.name, "' are computed at different places (compute_at moved one since)");
+    std::size_t k = 0;
+    while (k < st.leaves.size() && !st.leaves[k].same_as(g->with_axis)) ++k;
+    MLS_CHECK(k < st.leaves.size(), "compute_with: stage '", g->name, "' shares the loops of '", st.name,
+              "' down to axis '", g->with_axis.name(), "', which was split or fused away since (its axes: ",
+              names_of(st.leaves), ")");
+    auto gn = std::make_shared<Nest>();
+    prepare(*g, *gn, &n, k + 1);
+    check_guest(st, n, *gn);
+    n.guests.push_back(gn);
+  }
+  const std::size_t nl = st.leaves.size();
+  std::vector<int> all(nl);
+  for (std::size_t i = 0; i < nl; ++i) all[i] = static_cast<int>(i);
+  Stmt body = build(n, all, 0, false);
+  std::vector<Stmt> pre;  // inits of reductions whose first loop is the outermost
+  if (n.has_init && n.first_reduce == 0) pre.push_back(init_nest(n));
+  for (const auto& g : n.guests)
+    if (g->has_init && g->first_reduce == 0) pre.push_back(init_nest(*g));
+  if (!pre.empty()) {
+    pre.push_back(body);
+    body = make_seq(pre);
+  }
+  std::vector<Expr> top;
+  for (const auto& g : n.guards)
+    if (g.level < 0) top.push_back(g.cond);
+  for (std::size_t i = 0; i < top.size(); ++i) body = make_if(top[top.size() - 1 - i], body);
+  return body;
+}
+
+/// A guest's nest (compute_with) fits its host's: the shared loops have the same extents (checked
+/// in prepare), the same guards at those loops and around the nest, no stage computed at a shared
+/// loop of the guest, and every stage it reads at the same place is lowered before the host.
+void Lowerer::check_guest(const StageImpl& host, const Nest& hn, const Nest& gn) const {
+  const StageImpl& g = *gn.st;
+  auto guards_of = [&](const Nest& n) {
+    std::set<std::string> out;
+    for (const auto& x : n.guards)
+      if (x.level < static_cast<int>(gn.shared))
+        out.insert(std::to_string(x.level) + ": " + to_string(x.cond));
+    return out;
+  };
+  const std::set<std::string> hg = guards_of(hn), gg = guards_of(gn);
+  std::string diff;
+  for (const auto& x : hg)
+    if (!gg.count(x)) diff += " '" + host.name + "' has " + x.substr(x.find(": ") + 2) + ";";
+  for (const auto& x : gg)
+    if (!hg.count(x)) diff += " '" + g.name + "' has " + x.substr(x.find(": ") + 2) + ";";
+  MLS_CHECK(diff.empty(), "compute_with: stage '", g.name, "' and its host '", host.name,
+            "' have different tails on the loops they share (down to '", host.leaves[gn.shared - 1].name(), "'):", diff,
+            " split both alike, or share fewer loops");
+  // A guest reads its host only at the element the host has just stored, sharing all its loops.
+  const Buffer& hb = info_.at(&host).actual;
+  std::string hkey;
+  for (const auto& i : hn.store_idx) hkey += detail::structural_key(i) + "|";
+  for_each_expr(gn.src, [&](const Expr& e) {
+    const auto* l = e.as<Load>();
+    if (!l || l->buffer != hb) return;
+    std::string key, text;
+    for (const auto& i : l->indices) {
+      key += detail::structural_key(i) + "|";
+      text += "[" + to_string(i) + "]";
+    }
+    MLS_CHECK(!hn.is_reduce && gn.shared == host.leaves.size() && key == hkey, "compute_with: stage '", g.name,
+              "' reads its host '", host.name, "' at ", hb->name, text, ", not an element the host has just computed "
+              "(a guest may read its host only at the element the host stores, sharing all of its loops, and not a "
+              "reduction's: its element is final only after its loops)");
+  });
+  for (std::size_t q = 0; q < gn.shared; ++q)
+    MLS_CHECK(gn.children[q].empty(), "compute_with: stage '", gn.children[q].front()->name,
+              "' is computed at loop '", g.leaves[q].name(), "' of '", g.name, "', a loop it shares with '", host.name,
+              "': compute it at the host's loop, or at one of '", g.name, "' inside the shared ones");
+  auto index = [&](const StageImpl* x) {
+    std::size_t i = 0;
+    while (i < s_.stages.size() && s_.stages[i].get() != x) ++i;
+    return i;
+  };
+  for_each_expr(g.body, [&](const Expr& e) {
+    const auto* l = e.as<Load>();
+    const StageImpl* p = l ? producer_of(s_, g, l->buffer.get()) : nullptr;
+    if (!p || p == &host || p->attach != g.attach || (p->attach && !p->attach_axis.same_as(g.attach_axis))) return;
+    const StageImpl* at = p->with ? p->with : p;  // where p's statements are
+    MLS_CHECK(index(at) < index(&host), "compute_with: stage '", g.name, "' reads '", p->name,
+              "', which is computed after its host '", host.name, "': the host must come after every stage the "
+              "guest reads at the same place");
+  });
+}
+
+/// The guest's statements inside its host's loop at its last shared leaf: its init when its first
+/// reduction loop is the first one it does not share, then its own loops.
+Stmt Lowerer::guest_part(Nest& g) {
+  std::vector<int> rest;
+  for (std::size_t i = g.shared; i < g.st->leaves.size(); ++i) rest.push_back(static_cast<int>(i));
+  std::vector<Stmt> body;
+  if (g.has_init && g.first_reduce == static_cast<int>(g.shared)) body.push_back(init_nest(g));
+  body.push_back(build(g, rest, 0, false));
+  return make_seq(body);
+}
+
+/// A stage's nest state: windows, values of its root axes, guards, its children's windows, its
+/// value with loads of local tiles redirected. A guest (host given) takes the host's variables for
+/// its first `shared` leaves.
+void Lowerer::prepare(const StageImpl& st, Nest& n, const Nest* host, std::size_t shared) {
   StageInfo& inf = info_[&st];
   if (!st.attach) {
     inf.actual = st.buffer;
@@ -177,17 +291,27 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     for (const auto& r : st.root) inf.extent.push_back(r.extent());
     inf.min.assign(st.root.size(), Expr(0));
   }
-  Nest n;
   n.st = &st;
+  n.shared = shared;
   const std::size_t nl = st.leaves.size();
   std::map<const IterVarNode*, std::int64_t> ext;
   std::map<const IterVarNode*, Expr> val;
   axis_values(st, inf, ext, val);
+  if (host) {  // the shared leaves are the host's loops
+    detail::VarMap to_host;
+    for (std::size_t q = 0; q < shared; ++q) {
+      MLS_CHECK(ext.at(st.leaves[q].get()) == host->ext[q], "compute_with: loop '", st.leaves[q].name(), "' of '",
+                st.name, "' has ", ext.at(st.leaves[q].get()), " iterations, the loop '", host->st->leaves[q].name(),
+                "' of '", host->st->name, "' it would share has ", host->ext[q]);
+      to_host[st.leaves[q].var().get()] = host->ext[q] == 1 ? Expr(0) : Expr(host->vars[q]);
+    }
+    for (auto& [axis, v] : val) v = simplify(detail::substitute(v, to_host));
+  }
   detail::Ranges ranges = scope_;
-  for (const auto& l : st.leaves) {
-    n.ext.push_back(ext.at(l.get()));
-    n.vars.push_back(l.var());
-    ranges[l.var().get()] = {0, n.ext.back() - 1};
+  for (std::size_t q = 0; q < nl; ++q) {
+    n.ext.push_back(ext.at(st.leaves[q].get()));
+    n.vars.push_back(q < shared ? host->vars[q] : st.leaves[q].var());
+    ranges[n.vars.back().get()] = {0, n.ext.back() - 1};
   }
   check_launch_rule(st, n.ext);
   // Guards: a leaf value past its axis's extent (a tail), a window past the tensor.
@@ -280,15 +404,6 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     return Tensor(pi.actual).load(idx);
   });
   if (st.intrinsic) check_tensorize(n);
-  std::vector<int> all(nl);
-  for (std::size_t i = 0; i < nl; ++i) all[i] = static_cast<int>(i);
-  Stmt body = build(n, all, 0, false);
-  if (n.has_init && n.first_reduce == 0) body = make_seq({init_nest(n), body});
-  std::vector<Expr> top;
-  for (const auto& g : n.guards)
-    if (g.level < 0) top.push_back(g.cond);
-  for (std::size_t i = 0; i < top.size(); ++i) body = make_if(top[top.size() - 1 - i], body);
-  return body;
 }
 
 void Lowerer::check_tensorize(Nest& n) const {
@@ -386,8 +501,33 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
     }
     any = true;
   });
-  MLS_CHECK(any, "compute_at: stage '", c.name, "' is computed at '", st.name, "', which does not read it");
   StageInfo& ci = info_[&c];
+  if (!any && c.with && info_.count(c.with)) {
+    // A guest its consumer here does not read (compute_with moved it to its host's place): in each
+    // dimension whose axis is a shared loop that is a root axis of the host, the host's window; the
+    // whole extent in the others.
+    const StageImpl& h = *c.with;
+    std::size_t shared = 0;
+    while (shared < h.leaves.size() && !h.leaves[shared].same_as(c.with_axis)) ++shared;
+    ++shared;
+    const StageInfo& hi = info_.at(&h);
+    ci.min.clear();
+    ci.extent.clear();
+    for (std::size_t d = 0; d < c.root.size(); ++d) {
+      std::size_t q = 0, dh = h.root.size();
+      while (q < c.leaves.size() && !c.leaves[q].same_as(c.root[d])) ++q;
+      if (q < shared && q < h.leaves.size())
+        for (std::size_t e = 0; e < h.root.size(); ++e)
+          if (h.root[e].same_as(h.leaves[q])) dh = e;
+      ci.min.push_back(dh < h.root.size() ? hi.min[dh] : Expr(0));
+      ci.extent.push_back(dh < h.root.size() ? hi.extent[dh] : c.root[d].extent());
+    }
+    ci.relative = stage_scope(c) != Scope::Global;
+    ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, stage_scope(c), nullptr})
+                            : c.buffer;
+    return;
+  }
+  MLS_CHECK(any, "compute_at: stage '", c.name, "' is computed at '", st.name, "', which does not read it");
   ci.min.clear();
   ci.extent.clear();
   for (std::size_t d = 0; d < nd; ++d) {
@@ -490,14 +630,22 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
   if (k == positions.size()) return innermost(n, init);
   const int q = positions[k];
   const IterVar& leaf = st.leaves[static_cast<std::size_t>(q)];
-  scope_[leaf.var().get()] = {0, n.ext[static_cast<std::size_t>(q)] - 1};
-  if (is_thread_index(bound_tag(st, leaf))) thread_scope_[leaf.var().get()] = scope_[leaf.var().get()];
+  const Var& var = n.vars[static_cast<std::size_t>(q)];  // the leaf's, or its host's (compute_with)
+  scope_[var.get()] = {0, n.ext[static_cast<std::size_t>(q)] - 1};
+  if (is_thread_index(bound_tag(st, leaf))) thread_scope_[var.get()] = scope_[var.get()];
   std::vector<Stmt> body;
   if (!init) {
-    for (const StageImpl* c : n.children[static_cast<std::size_t>(q)]) body.push_back(lower_stage(*c));
+    for (const StageImpl* c : n.children[static_cast<std::size_t>(q)])
+      if (!c->with) body.push_back(lower_stage(*c));  // a guest is lowered inside its host
     if (n.has_init && q + 1 == n.first_reduce) body.push_back(init_nest(n));
+    for (const auto& g : n.guests)  // a guest's init before its first reduction loop, a shared one
+      if (g->has_init && q + 1 == g->first_reduce && g->first_reduce < static_cast<int>(g->shared))
+        body.push_back(init_nest(*g));
   }
   body.push_back(build(n, positions, k + 1, init));
+  if (!init)
+    for (const auto& g : n.guests)  // after the host's statements in each iteration of the last shared loop
+      if (static_cast<int>(g->shared) == q + 1) body.push_back(guest_part(*g));
   Stmt s = make_seq(body);
   // Local tiles computed here live in this loop's body.
   if (!init)
@@ -507,12 +655,12 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
   for (const auto& g : n.guards)
     if (g.level == q && (!init || g.data)) cond = cond.defined() ? (cond && g.cond) : g.cond;
   if (cond.defined()) s = make_if(cond, s);
-  scope_.erase(leaf.var().get());
-  thread_scope_.erase(leaf.var().get());
+  scope_.erase(var.get());
+  thread_scope_.erase(var.get());
   if (n.ext[static_cast<std::size_t>(q)] == 1) return s;
   auto kind = st.kinds.find(leaf.get());
   const ThreadTag tag = bound_tag(st, leaf);
-  return make_for(leaf.var(), Expr(0), Expr(n.ext[static_cast<std::size_t>(q)]),
+  return make_for(var, Expr(0), Expr(n.ext[static_cast<std::size_t>(q)]),
                   kind == st.kinds.end() ? ForKind::Serial : kind->second, s, tag);
 }
 

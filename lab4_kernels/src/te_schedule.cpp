@@ -237,14 +237,67 @@ void Stage::compute_at(const Stage& consumer, const IterVar& axis) {
             "' is an output of the schedule: it must be computed whole, not only where '",
             consumer.name(), "' reads it");
   MLS_CHECK(read, "compute_at: stage '", consumer.name(), "' does not read '", st.name, "'");
+  // Its guests at the root (compute_with) go with it: they are not other readers.
+  auto moving = [&](const StageImpl& x) { return x.with == &st && !x.attach && !x.is_output; };
   for (const auto& other : s_->stages)
-    MLS_CHECK(other.get() == consumer.node_ || other.get() == node_ || !reads(*s_, *other, st) ||
+    MLS_CHECK(other.get() == consumer.node_ || other.get() == node_ || moving(*other) || !reads(*s_, *other, st) ||
                   computed_inside(*other, *consumer.node_, pos),
               "compute_at: '", st.name, "' is also read by stage '", other->name,
               "'; compute_at needs a single consumer (or the other readers computed inside loop '",
               axis.name(), "' of '", consumer.name(), "' first)");
+  for (const auto& g : s_->stages) {
+    if (!moving(*g)) continue;
+    for (const auto& other : s_->stages)
+      MLS_CHECK(other.get() == g.get() || other.get() == node_ || !reads(*s_, *other, *g) ||
+                    computed_inside(*other, *consumer.node_, pos),
+                "compute_at: '", g->name, "', computed with '", st.name, "', would go to loop '", axis.name(), "' of '",
+                consumer.name(), "' with it, but stage '", other->name, "' reads it outside that loop");
+    g->attach = consumer.node_;
+    g->attach_axis = axis;
+  }
   st.attach = consumer.node_;
   st.attach_axis = axis;
+}
+
+void Stage::compute_with(const Stage& host, const IterVar& axis) {
+  StageImpl& st = *node_;
+  const StageImpl& h = *host.node_;
+  MLS_CHECK(host.s_ == s_, "compute_with: stage '", host.name(), "' belongs to another schedule");
+  MLS_CHECK(host.node_ != node_, "compute_with: stage '", st.name, "' cannot share loops with itself");
+  const std::size_t pos = leaf_pos(h, "compute_with", axis);
+  MLS_CHECK(!h.with, "compute_with: host '", h.name, "' is itself computed with '", h.with ? h.with->name : "",
+            "': fuse '", st.name, "' with '", h.with ? h.with->name : "", "' instead");
+  for (const auto& x : s_->stages)
+    MLS_CHECK(x->with != &st, "compute_with: stage '", st.name, "' is the host of '", x->name,
+              "': a host cannot be fused into another stage");
+  MLS_CHECK(st.leaves.size() > pos, "compute_with: stage '", st.name, "' has ", st.leaves.size(),
+            " loops (", names_of(st.leaves), "), fewer than the ", pos + 1, " it would share with '", h.name,
+            "' down to axis '", axis.name(), "'");
+  const bool moves = !st.attach && h.attach && !st.is_output;  // a root guest goes to its host's place
+  MLS_CHECK(moves || (st.attach == h.attach && (!st.attach || st.attach_axis.same_as(h.attach_axis))),
+            "compute_with: stage '", st.name, "' is computed ",
+            st.attach ? "at loop '" + st.attach_axis.name() + "' of '" + st.attach->name + "'" : std::string("at the root"),
+            " and '", h.name, "' ",
+            h.attach ? "at loop '" + h.attach_axis.name() + "' of '" + h.attach->name + "'" : std::string("at the root"),
+            ": both must be computed at the same place (compute_at first; a guest at the root that is not an output "
+            "goes to its host's place)");
+  MLS_CHECK(!reads(*s_, h, st), "compute_with: stage '", h.name, "' reads '", st.name,
+            "': each shared iteration runs the host's statements, then the guest's, so the host cannot need the "
+            "guest's values");
+  if (moves) {  // every other reader must run inside the loop the guest goes to, as compute_at asks
+    const std::size_t at = index_of(h.attach->leaves, h.attach_axis);
+    for (const auto& other : s_->stages)
+      MLS_CHECK(other.get() == node_ || !reads(*s_, *other, st) || computed_inside(*other, *h.attach, at),
+                "compute_with: '", st.name, "' would be computed at loop '", h.attach_axis.name(), "' of '",
+                h.attach->name, "' with '", h.name, "', but stage '", other->name,
+                "' reads it outside that loop (compute_at it there first)");
+    st.attach = h.attach;
+    st.attach_axis = h.attach_axis;
+  }
+  MLS_CHECK(!st.intrinsic && !h.intrinsic, "compute_with: stage '", st.intrinsic ? st.name : h.name,
+            "' is tensorized: an intrinsic's tile cannot share its loops");
+  st.with = host.node_;
+  st.with_axis = axis;
 }
 
 void Stage::set_scope(Scope scope) {

@@ -35,6 +35,8 @@ struct StageImpl {
   std::shared_ptr<const Intrinsic> intrinsic;
   StageImpl* attach = nullptr;  // computed inside this stage's loop `attach_axis`
   IterVar attach_axis;
+  StageImpl* with = nullptr;    // compute_with: its loops down to `with_axis` of this stage are shared
+  IterVar with_axis;
   std::map<const BufferNode*, StageImpl*> redirect;  // loads of a buffer read this cache instead
   const BufferNode* cache_of = nullptr;  // cache_read: the buffer it copies
   std::vector<int> layout;     // cache_read: dimension d of the copy is dimension layout[d] of the tensor (empty: same order)

@@ -38,8 +38,12 @@ bool is_row_op(OpKind k) { return k == OpKind::Softmax || k == OpKind::LayerNorm
 }  // namespace
 
 // v2 of the row operators: the knob `prefetch` (records of v1 have none, and their times were taken
-// with the code generation of before: the tuning database no longer offers them).
-std::string op_template_id(OpKind kind) { return op_name(kind) + (is_row_op(kind) ? ".v2" : ".v1"); }
+// with the code generation of before: the tuning database no longer offers them); v3 of
+// layernorm_bwd: the knobs `onepass` and `colfuse`; v3 of softmax: the knob `expsum`.
+std::string op_template_id(OpKind kind) {
+  if (kind == OpKind::LayerNormBwd || kind == OpKind::Softmax) return op_name(kind) + ".v3";
+  return op_name(kind) + (is_row_op(kind) ? ".v2" : ".v1");
+}
 
 OpProblem row_problem(OpKind kind, long rows, long cols) {
   MLS_CHECK(is_row_op(kind), "row_problem: ", op_name(kind), " is not a row operator (softmax, layernorm_fwd, "
@@ -183,12 +187,17 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
     case OpKind::LayerNormFwd:
     case OpKind::LayerNormBwd:
       k.push_back({"acc", {0, 1, 2, 4}, true});
+      if (kind == OpKind::Softmax) k.push_back({"expsum", {0, 1}, false});
       k.push_back({"fuse", {0, 1}, false});
       k.push_back({"hold", {0, 1}, false});
       k.push_back({"unroll", {1, 2, 4}, true});
       k.push_back({"stream", {0, 1}, false});
       k.push_back({"prefetch", {0, 1, 2, 4}, true});
-      if (kind == OpKind::LayerNormBwd) k.push_back({"blocks", {1, 2, 4, 8, 16, 32, 64}, true});
+      if (kind == OpKind::LayerNormBwd) {
+        k.push_back({"blocks", {1, 2, 4, 8, 16, 32, 64}, true});
+        k.push_back({"onepass", {0, 1}, false});
+        k.push_back({"colfuse", {0, 1}, false});
+      }
       break;
     case OpKind::AddMulAdd:
       k.push_back({"block", {1024, 4096, 16384, 65536}, true});
@@ -212,12 +221,15 @@ OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
   const int stream = 4.0 * static_cast<double>(p.kind == OpKind::AddMulAdd ? p.n : p.rows * p.cols) >= 16.0 * (1 << 20);
   switch (p.kind) {
     case OpKind::Softmax:
+      return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},     {"hold", 1},
+              {"unroll", 1},    {"stream", stream}, {"prefetch", 2},   {"expsum", 1}};
     case OpKind::LayerNormFwd:
       return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},
               {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"prefetch", 2}};
     case OpKind::LayerNormBwd:
-      return {{"lanes", lanes}, {"parallel", par},   {"acc", 2},         {"fuse", 1},     {"hold", 1},
-              {"unroll", 1},    {"stream", stream}, {"prefetch", 2},    {"blocks", threads}};
+      return {{"lanes", lanes},   {"parallel", par}, {"acc", 2},      {"fuse", 1},       {"hold", 0},
+              {"unroll", 1},      {"stream", stream}, {"prefetch", 2}, {"blocks", threads}, {"onepass", 1},
+              {"colfuse", 1}};
     case OpKind::AddMulAdd:
       return {{"lanes", lanes}, {"parallel", par}, {"block", 16384}, {"unroll", 2}, {"stream", stream}};
     case OpKind::Conv2d: return {{"lanes", lanes}, {"parallel", par}, {"order", 1}, {"pad_copy", 1}, {"ob", 1}};
@@ -282,7 +294,16 @@ OpKnobs op_plan(const OpProblem& p, const OpKnobs& k) {
     if (w > 0 && p.cols / w == 0) q["acc"] = 0;        // a row shorter than the partials: scalar
     if (get("acc") == 0 || p.cols / w <= 1) q["unroll"] = 1;  // no loop over jo to unroll
     if (p.kind != OpKind::Softmax && get("fuse") == 0) q["hold"] = 0;  // the tiles serve the fused nest
-    if (p.kind == OpKind::LayerNormBwd && get("blocks") > p.rows) q["blocks"] = static_cast<int>(p.rows);
+    if (p.kind == OpKind::Softmax) {  // exp and sum in one pass: a held row, partials and no tail after them
+      const long wa = static_cast<long>(get("acc")) * get("lanes");
+      if (!get("hold") || get("acc") == 0 || p.cols % wa != 0) q["expsum"] = 0;
+    }
+    if (p.kind == OpKind::LayerNormBwd) {
+      if (get("blocks") > p.rows) q["blocks"] = static_cast<int>(p.rows);
+      if (get("acc") == 0) q["onepass"] = 0;  // no lane-wise partials to compute together
+      const long want = std::max(1, get("blocks")), rb = (p.rows + want - 1) / want;
+      if (p.rows % rb != 0) q["colfuse"] = 0;  // the output's row loop splits into the blocks only where rb divides it
+    }
   } else if (p.kind == OpKind::AddMulAdd) {
     if (get("block") > p.n) q["block"] = static_cast<int>(std::min<long>(p.n, 1L << 30));
   } else if (p.kind == OpKind::Conv2d) {
@@ -327,6 +348,7 @@ OpSpace OpSpace::small(const OpProblem& problem, int threads, int lanes) {
     else if (k.name == "block") k.values = {1024, 4096};
     else if (k.name == "stream") k.values = {1};
     else if (k.name == "prefetch") k.values = {2};
+    else if (k.name == "onepass") k.values = {1};
     else if (k.name == "parallel") k.values = {threads > 1 ? 1 : 0};
     else if (k.name == "ob") k.values = {1, 2};
   }

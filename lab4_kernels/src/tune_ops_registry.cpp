@@ -45,14 +45,7 @@ std::shared_ptr<const CompiledOp> row_kernel(const OpProblem& p, int threads) {
   if (auto it = s.kernels.find(key); it != s.kernels.end()) return it->second;
   if (!s.failed.count(key)) {
     try {
-      std::optional<OpKnobs> knobs;
-      try {
-        knobs = best_op_knobs(TuningDb().scan().records, p, threads, jit::cpu_key());
-      } catch (const std::exception&) {
-        // an unreadable database: the template's default knobs
-      }
-      if (!knobs) knobs = OpSpace::full(p, threads).default_knobs();
-      auto k = std::make_shared<const CompiledOp>(compile_op(p, *knobs, s.compile));
+      auto k = std::make_shared<const CompiledOp>(compile_op(p, tuned_rowops_knobs(p, threads), s.compile));
       ++s.compiled;
       s.kernels.emplace(key, k);
       return k;
@@ -89,6 +82,16 @@ void run_raw(const CompiledOp& op, const std::vector<float*>& arrays, int thread
 OpArray copy_of(const float* p, long n) { return OpArray(p, p + n); }
 
 }  // namespace
+
+OpKnobs tuned_rowops_knobs(const OpProblem& p, int threads) {
+  std::optional<OpKnobs> knobs;
+  try {
+    knobs = best_op_knobs(TuningDb().scan().records, p, threads, jit::cpu_key());
+  } catch (const std::exception&) {
+    // an unreadable database: the template's default knobs
+  }
+  return knobs ? *knobs : OpSpace::full(p, threads).default_knobs();
+}
 
 void softmax_tuned(float* out, const float* inp, long rows, long cols) {
   if (rows <= 0 || cols <= 0) return;

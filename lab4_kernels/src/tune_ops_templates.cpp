@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/tune_ops.hpp"
@@ -70,9 +71,10 @@ RowReduce row_reduce(const std::string& name, long rows, long cols, long width, 
 }
 
 /// The schedule of a row reduction's own stages (its total is placed by the caller): the partials a
-/// local tile computed at their sum's row, jo (split by `unroll`, the inner part unrolled) outside the
-/// vectorized lanes; the main part and the tail computed at the total's row.
-void schedule_row_reduce(te::Schedule& s, const RowReduce& r, int unroll) {
+/// local tile computed at their sum's row (unless `attach` is false: the caller places them), jo
+/// (split by `unroll`, the inner part unrolled) outside the vectorized lanes; the main part and the
+/// tail computed at the total's row.
+void schedule_row_reduce(te::Schedule& s, const RowReduce& r, int unroll, bool attach = true) {
   if (!r.partial.defined()) return;
   te::Stage p = s[r.partial];
   p.set_scope(te::Scope::Local);
@@ -85,10 +87,82 @@ void schedule_row_reduce(te::Schedule& s, const RowReduce& r, int unroll) {
     p.reorder({i, r.jo, l});
   }
   p.vectorize(l);
-  p.compute_at(s[r.part_sum], r.part_sum.axis(0));
+  if (attach) p.compute_at(s[r.part_sum], r.part_sum.axis(0));
   if (r.tail.defined()) {
     s[r.part_sum].compute_at(s[r.total], r.total.axis(0));
     s[r.tail].compute_at(s[r.total], r.total.axis(0));
+  }
+}
+
+/// Two row sums of one row in one pass (knob onepass): the lane-wise partials of both, PA and PB,
+/// are local tiles computed at the row of one stage of both results, `both`(i, w) = the sum of the
+/// partials of w (0: A, 1: B) plus its tail (the row's last cols % W values, in a scalar loop of its
+/// own), and PB shares every loop of PA (compute_with): each W-wide step of the row reads the row
+/// once and updates both.
+struct RowReduce2 {
+  Tensor pa, pb;          ///< (rows, W) the partials
+  Tensor tail_a, tail_b;  ///< (rows,) undefined when cols % W == 0
+  Tensor sum;             ///< (rows, 2) the sums of the partials
+  Tensor both;            ///< (rows, 2) the two results: sum, plus the tails when there are any
+  IterVar ja, jb;         ///< the partials' loops over the W-wide steps of the row
+  long steps = 0;
+};
+
+RowReduce2 row_reduce2(const std::string& name, long rows, long cols, long width, const ExprFn& fa,
+                       const ExprFn& fb) {
+  RowReduce2 r;
+  r.steps = cols / width;
+  const long rest = cols % width, start = r.steps * width;
+  r.ja = te::reduce_axis(r.steps, "jo");
+  r.jb = te::reduce_axis(r.steps, "jo");
+  r.pa = te::compute(
+      name + "_a_lanes", {rows, width},
+      [&](Var i, Var l) { return te::sum(fa(i, Expr(r.ja) * Expr(width) + l), {r.ja}); }, {"i", "l"});
+  r.pb = te::compute(
+      name + "_b_lanes", {rows, width},
+      [&](Var i, Var l) { return te::sum(fb(i, Expr(r.jb) * Expr(width) + l), {r.jb}); }, {"i", "l"});
+  if (rest) {
+    const IterVar ta = te::reduce_axis(rest, "t"), tb = te::reduce_axis(rest, "t");
+    r.tail_a = te::compute(
+        name + "_a_tail", {rows}, [&](Var i) { return te::sum(fa(i, Expr(ta) + Expr(start)), {ta}); }, {"i"});
+    r.tail_b = te::compute(
+        name + "_b_tail", {rows}, [&](Var i) { return te::sum(fb(i, Expr(tb) + Expr(start)), {tb}); }, {"i"});
+  }
+  const IterVar u = te::reduce_axis(width, "u");
+  r.both = r.sum = te::compute(
+      rest ? name + "_main" : name, {rows, 2},
+      [&](Var i, Var w) { return te::sum(te::select(te::eq(w, 0), r.pa(i, u), r.pb(i, u)), {u}); }, {"i", "w"});
+  if (rest)  // the tails added after the partials' sum
+    r.both = te::compute(
+        name, {rows, 2},
+        [&](Var i, Var w) { return r.sum(i, w) + te::select(te::eq(w, 0), r.tail_a(i), r.tail_b(i)); }, {"i", "w"});
+  return r;
+}
+
+/// The schedule of row_reduce2's stages (`both` placed by the caller): the partials local tiles at
+/// the row of the partials' sum, their loops as schedule_row_reduce's, PB computed with PA; the
+/// tails and the partials' sum at the row of `both`.
+void schedule_row_reduce2(te::Schedule& s, const RowReduce2& r, int unroll) {
+  const Tensor& sum = r.sum;
+  for (const Tensor& p : {r.pa, r.pb}) {
+    te::Stage st = s[p];
+    st.set_scope(te::Scope::Local);
+    const IterVar i = p.axis(0), l = p.axis(1), jo = st.leaf_axes()[2];
+    if (unroll > 1 && r.steps > 1) {
+      auto [outer, inner] = st.split(jo, unroll);
+      st.reorder({i, outer, inner, l});
+      st.unroll(inner);
+    } else {
+      st.reorder({i, jo, l});
+    }
+    st.vectorize(l);
+    st.compute_at(s[sum], sum.axis(0));
+  }
+  s[r.pb].compute_with(s[r.pa], r.pa.axis(1));
+  if (r.tail_a.defined()) {
+    s[sum].compute_at(s[r.both], r.both.axis(0));
+    s[r.tail_a].compute_at(s[r.both], r.both.axis(0));
+    s[r.tail_b].compute_at(s[r.both], r.both.axis(0));
   }
 }
 
@@ -140,8 +214,24 @@ te::Schedule softmax(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& 
   schedule_rows_out(s[Y], Y, kn.parallel);
   s[Rinv].compute_at(s[Y], Y.axis(0));
   s[S.total].compute_at(s[Rinv], Rinv.axis(0));
-  schedule_row_reduce(s, S, kn.unroll);
-  if (kn.hold) schedule_tile(s, E, Y);
+  // expsum: the sum's partials computed with the held row's exp (compute_with), which is split as
+  // they are: one pass writes exp(x - max) and adds it up (op_plan: hold, partials, no tail).
+  const bool expsum = k.at("expsum") && kn.hold && S.partial.defined() && !S.tail.defined();
+  schedule_row_reduce(s, S, kn.unroll, !expsum);
+  if (expsum) {  // the held row split as the partials are, they computed with it, then both at the row
+    te::Stage e = s[E];
+    auto [jo, l] = e.split(E.axis(1), kn.width, "jo", "l");
+    if (kn.unroll > 1 && S.steps > 1) {
+      auto [outer, inner] = e.split(jo, kn.unroll);
+      e.unroll(inner);
+    }
+    e.vectorize(l);
+    s[S.partial].compute_with(e, l);
+    e.compute_at(s[Y], Y.axis(0));
+    e.set_scope(te::Scope::Local);
+  } else if (kn.hold) {
+    schedule_tile(s, E, Y);
+  }
   if (kn.fuse)  // its readers are all computed inside the row loop by now
     s[M.total].compute_at(kn.hold ? s[E] : s[Y], kn.hold ? E.axis(0) : Y.axis(0));
   else
@@ -196,36 +286,53 @@ te::Schedule layernorm_fwd(const OpProblem& p, const OpKnobs& k, std::vector<Ten
 
 // ---- layernorm backward ------------------------------------------------------------------------
 
-/// dweight and dbias: partial column sums over blocks of rows (parallel), G(b, 0, j) of dout and
-/// G(b, 1, j) of dout * xhat in one pass over each block, then the sums over the blocks.
+/// The row blocks of the dweight/dbias partial sums: `blocks` blocks of rb rows (the last one
+/// shorter when rb does not divide the rows).
+struct RowBlocks {
+  long rb = 1, blocks = 1;
+};
+RowBlocks row_blocks(const OpProblem& p, int blocks) {
+  RowBlocks b;
+  const long want = std::min<long>(blocks, p.rows);
+  b.rb = (p.rows + want - 1) / want;
+  b.blocks = (p.rows + b.rb - 1) / b.rb;
+  return b;
+}
+
+/// dweight and dbias: partial column sums over blocks of rows, GW(b, j) of dout * xhat and GB(b, j)
+/// of dout (rows past the last are 0), each with its loops (b, rr, j), then the sums over the blocks.
 void layernorm_bwd_columns(const OpProblem& p, const OpKnobs& k, const std::vector<Tensor>& in, Tensor& dW,
                            Tensor& dB, std::vector<Tensor>& outs) {
   const long R = p.rows, C = p.cols;
   const Tensor &dw_in = in[1], &db_in = in[2], &dout = in[3], &X = in[4], &Mean = in[6], &Rstd = in[7];
-  const long want = std::min<long>(k.at("blocks"), R);
-  const long rb = (R + want - 1) / want, blocks = (R + rb - 1) / rb;
-  const IterVar rr = te::reduce_axis(rb, "rr");
-  const Tensor G = te::compute(
-      "col_part", {blocks, 2, C},
-      [&](Var b, Var which, Var j) {
-        const Expr r = Expr(b) * Expr(rb) + rr;
-        const Expr xhat = (X(r, j) - Mean(r)) * Rstd(r);
-        Expr v = te::select(te::eq(which, 0), dout(r, j), dout(r, j) * xhat);
-        if (blocks * rb != R) v = te::select(r < Expr(R), v, Expr(0.0f));
-        return te::sum(v, {rr});
-      },
-      {"b", "which", "j"});
+  const RowBlocks bl = row_blocks(p, k.at("blocks"));
+  const long rb = bl.rb, blocks = bl.blocks;
+  auto part = [&](const char* name, bool xhat) {
+    const IterVar rr = te::reduce_axis(rb, "rr");
+    return te::compute(
+        name, {blocks, C},
+        [&](Var b, Var j) {
+          const Expr r = Expr(b) * Expr(rb) + rr;
+          Expr v = xhat ? dout(r, j) * ((X(r, j) - Mean(r)) * Rstd(r)) : dout(r, j);
+          if (blocks * rb != R) v = te::select(r < Expr(R), v, Expr(0.0f));
+          return te::sum(v, {rr});
+        },
+        {"b", "j"});
+  };
+  const Tensor GW = part("dweight_part", true), GB = part("dbias_part", false);
   const IterVar b1 = te::reduce_axis(blocks, "b"), b0 = te::reduce_axis(blocks, "b");
-  const Tensor WS = te::compute("dweight_sum", {C}, [&](Var j) { return te::sum(G(b1, 1, j), {b1}); }, {"j"});
-  const Tensor BS = te::compute("dbias_sum", {C}, [&](Var j) { return te::sum(G(b0, 0, j), {b0}); }, {"j"});
+  const Tensor WS = te::compute("dweight_sum", {C}, [&](Var j) { return te::sum(GW(b1, j), {b1}); }, {"j"});
+  const Tensor BS = te::compute("dbias_sum", {C}, [&](Var j) { return te::sum(GB(b0, j), {b0}); }, {"j"});
   dW = te::compute("dweight", {C}, [&](Var j) { return dw_in(j) + WS(j); }, {"j"});
   dB = te::compute("dbias", {C}, [&](Var j) { return db_in(j) + BS(j); }, {"j"});
-  outs = {G, WS, BS};
+  outs = {GW, GB, WS, BS};
 }
 
 te::Schedule layernorm_bwd(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& args) {
   const Knobs kn = row_knobs(k);
   const bool hold = kn.hold && kn.fuse;
+  const bool onepass = k.at("onepass") && kn.width >= 2 && p.cols / kn.width >= 1;
+  const bool colfuse = k.at("colfuse");  // op_plan: only where the row blocks divide the rows
   const long R = p.rows, C = p.cols;
   const float inv = 1.0f / static_cast<float>(C);
   const std::vector<Tensor> in = {
@@ -240,43 +347,84 @@ te::Schedule layernorm_bwd(const OpProblem& p, const OpKnobs& k, std::vector<Ten
   }
   auto xh = [&](const Expr& i, const Expr& j) { return hold ? N(i, j) : (X(i, j) - Mean(i)) * Rstd(i); };
   auto dn = [&](const Expr& i, const Expr& j) { return hold ? G(i, j) : W(j) * dout(i, j); };
-  const RowReduce SA = row_reduce("sum_dnorm", R, C, kn.width, te::BinaryOp::Add, dn);
-  const RowReduce SB = row_reduce("sum_dnorm_xhat", R, C, kn.width, te::BinaryOp::Add,
-                                  [&](const Expr& i, const Expr& j) { return dn(i, j) * xh(i, j); });
-  const Tensor CA = te::compute("mean_dnorm", {R}, [&](Var i) { return SA.total(i) * inv; }, {"i"});
-  const Tensor CB = te::compute("mean_dnorm_xhat", {R}, [&](Var i) { return SB.total(i) * inv; }, {"i"});
+  auto dnxh = [&](const Expr& i, const Expr& j) { return dn(i, j) * xh(i, j); };
+  // The row means of dnorm and dnorm * xhat: two row reductions, or one of both (onepass).
+  RowReduce SA, SB;
+  RowReduce2 S2;
+  std::vector<Tensor> means;  // what the output reads per row: CA, CB or CM
+  Tensor CA, CB, CM;
+  if (onepass) {
+    S2 = row_reduce2("sums_dnorm", R, C, kn.width, dn, dnxh);
+    CM = te::compute("means_dnorm", {R, 2}, [&](Var i, Var w) { return S2.both(i, w) * inv; }, {"i", "w"});
+    means = {CM};
+  } else {
+    SA = row_reduce("sum_dnorm", R, C, kn.width, te::BinaryOp::Add, dn);
+    SB = row_reduce("sum_dnorm_xhat", R, C, kn.width, te::BinaryOp::Add, dnxh);
+    CA = te::compute("mean_dnorm", {R}, [&](Var i) { return SA.total(i) * inv; }, {"i"});
+    CB = te::compute("mean_dnorm_xhat", {R}, [&](Var i) { return SB.total(i) * inv; }, {"i"});
+    means = {CA, CB};
+  }
+  auto ca = [&](const Expr& i) { return onepass ? CM(i, 0) : CA(i); };
+  auto cb = [&](const Expr& i) { return onepass ? CM(i, 1) : CB(i); };
   const Tensor dX = te::compute(
       "dinp", {R, C},
-      [&](Var i, Var j) { return dinp_in(i, j) + Rstd(i) * (dn(i, j) - CA(i) - xh(i, j) * CB(i)); }, {"i", "j"});
+      [&](Var i, Var j) { return dinp_in(i, j) + Rstd(i) * (dn(i, j) - ca(i) - xh(i, j) * cb(i)); }, {"i", "j"});
   Tensor dW, dB;
   std::vector<Tensor> col;
   layernorm_bwd_columns(p, k, in, dW, dB, col);
+  const Tensor &GW = col[0], &GB = col[1];
   te::Schedule s({dX, dW, dB});
-  schedule_rows_out(s[dX], dX, kn.parallel);
-  for (const Tensor& c : {CA, CB}) {
+  // The output's rows: one loop (row), or blocks of the column partials' rows (colfuse: io, row).
+  te::Stage out = s[dX];
+  IterVar row = dX.axis(0);
+  if (colfuse) {
+    IterVar io;
+    std::tie(io, row) = out.split(dX.axis(0), row_blocks(p, k.at("blocks")).rb, "io", "i");
+    if (kn.parallel) out.parallel(io);
+  } else if (kn.parallel) {
+    out.parallel(row);
+  }
+  out.vectorize(dX.axis(1));
+  for (const Tensor& c : means) {
     if (kn.fuse)
-      s[c].compute_at(s[dX], dX.axis(0));
+      s[c].compute_at(out, row);
     else
       schedule_own_pass(s, c, kn.parallel);
   }
-  s[SA.total].compute_at(s[CA], CA.axis(0));
-  s[SB.total].compute_at(s[CB], CB.axis(0));
-  schedule_row_reduce(s, SA, kn.unroll);
-  schedule_row_reduce(s, SB, kn.unroll);
-  if (hold) {
-    schedule_tile(s, N, dX);
-    schedule_tile(s, G, dX);
+  if (onepass) {
+    s[S2.both].compute_at(s[CM], CM.axis(0));
+    schedule_row_reduce2(s, S2, kn.unroll);
+  } else {
+    s[SA.total].compute_at(s[CA], CA.axis(0));
+    s[SB.total].compute_at(s[CB], CB.axis(0));
+    schedule_row_reduce(s, SA, kn.unroll);
+    schedule_row_reduce(s, SB, kn.unroll);
   }
-  // The column partials: blocks of rows parallel, the columns vectorized inside each row.
-  const Tensor& part = col[0];
-  te::Stage g = s[part];
-  const IterVar rr = g.leaf_axes().back();
-  g.reorder({part.axis(0), rr, part.axis(1), part.axis(2)});
-  g.vectorize(part.axis(2));
-  if (kn.parallel) g.parallel(part.axis(0));
-  for (const auto& [out, sum] : {std::pair{dW, col[1]}, std::pair{dB, col[2]}}) {
-    s[out].vectorize(out.axis(0));
-    s[sum].compute_at(s[out], out.axis(0));
+  if (hold) {
+    for (const Tensor& t : {N, G}) {
+      s[t].compute_at(out, row);
+      s[t].set_scope(te::Scope::Local);
+      s[t].vectorize(t.axis(1));
+    }
+  }
+  // The column partials: rows of a block in order, the columns vectorized inside each row; inside
+  // the output's row loop (colfuse: the row read once for both), else a pass of their own (blocks
+  // parallel), dbias's computed with dweight's.
+  for (const Tensor& g : {GW, GB}) {
+    te::Stage st = s[g];
+    st.reorder({g.axis(0), st.leaf_axes().back(), g.axis(1)});
+    st.vectorize(g.axis(1));
+  }
+  if (colfuse) {
+    s[GW].compute_with(out, dX.axis(1));
+    s[GB].compute_with(out, dX.axis(1));
+  } else {
+    if (kn.parallel) s[GW].parallel(GW.axis(0));
+    s[GB].compute_with(s[GW], GW.axis(1));
+  }
+  for (const auto& [o, sum] : {std::pair{dW, col[2]}, std::pair{dB, col[3]}}) {
+    s[o].vectorize(o.axis(0));
+    s[sum].compute_at(s[o], o.axis(0));
   }
   args = in;
   args.insert(args.end(), {dX, dW, dB});

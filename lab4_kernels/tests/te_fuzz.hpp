@@ -206,4 +206,81 @@ inline Case random_case(mls::Rng& rng) {
   return {p, s, log.str()};
 }
 
+/// A random case of compute_with (loop nests fused), legal by construction, on sizes with 1 and
+/// primes: either two row reductions of one input (a sum and a sum of squares or a max), split
+/// alike (tails included) or not, the guest sharing the row loop, or the row and the column loops;
+/// or column sums over blocks of rows (G(b, j) = sum over the block's rows) inside an elementwise
+/// output's row loop split into the blocks, sharing its block loop, its row loop or its column
+/// loop; the host's loops parallel, vectorized or unrolled at random.
+inline Case random_with_case(mls::Rng& rng) {
+  static const std::int64_t kSizes[] = {1, 2, 3, 5, 7, 8, 11, 13, 16};
+  const std::int64_t R = kSizes[pick(rng, 9)], C = kSizes[pick(rng, 9)];
+  Problem p;
+  p.inputs = {placeholder("A", {R, C})};
+  const Tensor A = p.inputs[0];
+  std::ostringstream log;
+  if (pick(rng, 2) == 0) {
+    const IterVar ja = reduce_axis(C, "ja"), jb = reduce_axis(C, "jb");
+    const bool max = pick(rng, 2);
+    const Tensor SA = compute("SA", {R}, [&](Var i) { return sum(A(i, ja), {ja}); }, {"i"});
+    const Tensor SB = compute("SB", {R}, [&](Var i) {
+      return max ? max_reduce(A(i, jb), {jb}) : sum(A(i, jb) * A(i, jb), {jb});
+    }, {"i"});
+    p.outputs = {SA, SB};
+    p.reduce = C;
+    p.what = "row sum and row " + std::string(max ? "max" : "sum of squares") + " " + std::to_string(R) + "x" +
+             std::to_string(C);
+    Schedule s(p.outputs);
+    std::vector<IterVar> share = {SA.axis(0), ja};
+    if (pick(rng, 2)) {
+      const std::int64_t f = 1 + pick(rng, C + 1);
+      auto [ao, ai] = s[SA].split(ja, f);
+      auto [bo, bi] = s[SB].split(jb, f);
+      log << "SA, SB.split(j, " << f << ") ";
+      share = {SA.axis(0), ao, ai};
+      if (pick(rng, 2)) {
+        s[SA].unroll(ai);
+        log << "SA.unroll(jai) ";
+      }
+    }
+    if (pick(rng, 2)) {
+      s[SA].parallel(SA.axis(0));
+      log << "SA.parallel(i) ";
+    }
+    const IterVar at = share[static_cast<std::size_t>(pick(rng, static_cast<std::int64_t>(share.size())))];
+    log << "SB.compute_with(SA, " << at.name() << ")";
+    s[SB].compute_with(s[SA], at);
+    return {p, s, log.str()};
+  }
+  std::vector<std::int64_t> divisors;
+  for (std::int64_t d = 1; d <= R; ++d)
+    if (R % d == 0) divisors.push_back(d);
+  const std::int64_t rb = divisors[static_cast<std::size_t>(pick(rng, static_cast<std::int64_t>(divisors.size())))];
+  const Tensor Y = compute("Y", {R, C}, [&](Var i, Var j) { return A(i, j) * 2.0f + 1.0f; }, {"i", "j"});
+  const IterVar rr = reduce_axis(rb, "rr");
+  const Tensor G = compute("G", {R / rb, C}, [&](Var b, Var j) { return sum(A(Expr(b) * Expr(rb) + rr, j), {rr}); },
+                           {"b", "j"});
+  p.outputs = {Y, G};
+  p.reduce = rb;
+  p.what = "column sums of " + std::to_string(rb) + "-row blocks in the row loop, " + std::to_string(R) + "x" +
+           std::to_string(C);
+  Schedule s(p.outputs);
+  auto [io, ii] = s[Y].split(Y.axis(0), rb);
+  log << "Y.split(i, " << rb << ") ";
+  if (pick(rng, 2)) {
+    s[Y].parallel(io);
+    log << "Y.parallel(io) ";
+  }
+  if (pick(rng, 2)) {
+    s[Y].vectorize(Y.axis(1));
+    log << "Y.vectorize(j) ";
+  }
+  s[G].reorder({G.axis(0), rr, G.axis(1)});
+  const std::vector<IterVar> share = {io, ii, Y.axis(1)};
+  const IterVar at = share[static_cast<std::size_t>(pick(rng, 3))];
+  log << "G.compute_with(Y, " << at.name() << ")";
+  s[G].compute_with(s[Y], at);
+  return {p, s, log.str()};
+}
+
 }  // namespace kernels_test::fuzz

@@ -69,3 +69,32 @@ TEST_CASE("codegen fuzz: random legal schedules compile and equal the interprete
     }
   }
 }
+
+TEST_CASE("codegen fuzz: random compute_with schedules compile and equal the interpreter bit for bit", "[codegen][fuzz]") {
+  mls::Rng rng(2027, "codegen-fuzz-with");
+  constexpr int kCases = 40;
+  std::vector<kernels_test::fuzz::Case> cases;
+  std::vector<LoweredFunc> fs;
+  for (int iter = 0; iter < kCases; ++iter) {
+    cases.push_back(kernels_test::fuzz::random_with_case(rng));
+    fs.push_back(lower(cases.back().s, "with" + std::to_string(iter)));
+  }
+  const std::vector<JitKernel> kernels = compile_all(fs, {}, kernels_test::codegen_jit_options(true, "-O1"));
+  for (int iter = 0; iter < kCases; ++iter) {
+    const auto& c = cases[static_cast<std::size_t>(iter)];
+    const LoweredFunc& f = fs[static_cast<std::size_t>(iter)];
+    INFO("case " << iter << ": " << c.p.what << ": " << c.log);
+    INFO(to_string(f));
+    const auto in = kernels_test::random_inputs(c.p.inputs, static_cast<std::uint64_t>(iter));
+    MLS_ORACLE(const auto want = kernels_test::run_lowered(f, c.p.inputs, in, c.p.outputs);)
+    const double tol = kernels_test::reduction_tol(c.p.reduce) * static_cast<double>(c.p.reduce);
+    for (int threads : {1, 2}) {
+      const auto got = kernels_test::run_compiled(kernels[static_cast<std::size_t>(iter)], c.p.inputs, in, c.p.outputs, threads);
+      kernels_test::observe_outputs("compute_with case " + std::to_string(iter) + " (" + c.p.what + ") at " +
+                                        std::to_string(threads) + " threads",
+                                    c.p.outputs, got, tol);
+      MLS_ORACLE_CHECK(for (std::size_t o = 0; o < got.size(); ++o) kernels_test::require_identical(
+          got[o], want[o], c.p.outputs[o].name() + " at " + std::to_string(threads) + " threads"));
+    }
+  }
+}

@@ -46,3 +46,20 @@ TEST_CASE("te schedule: fuzz, random legal schedules equal the naive evaluation"
     }
   }
 }
+
+TEST_CASE("te schedule: fuzz, random compute_with schedules equal the naive evaluation", "[te][fuzz]") {
+  mls::Rng rng(2026, "te-fuzz-with");
+  for (int iter = 0; iter < 100; ++iter) {
+    kernels_test::fuzz::Case c = kernels_test::fuzz::random_with_case(rng);
+    const auto& p = c.p;
+    INFO("case " << iter << ": " << p.what << ": " << c.log);
+    const auto in = random_inputs(p.inputs, static_cast<std::uint64_t>(iter));
+    const LoweredFunc f = lower(c.s);
+    INFO(to_string(f));
+    const auto got = kernels_test::run_lowered(f, p.inputs, in, p.outputs);
+    const double tol = reduction_tol(p.reduce) * static_cast<double>(p.reduce);
+    kernels_test::observe_outputs("compute_with case " + std::to_string(iter) + " (" + p.what + ")", p.outputs, got, tol);
+    MLS_ORACLE(const auto want = run_naive(p.inputs, in, p.outputs);)
+    MLS_ORACLE_CHECK(for (std::size_t i = 0; i < got.size(); ++i) require_close(got[i], want[i], tol, p.outputs[i].name()));
+  }
+}

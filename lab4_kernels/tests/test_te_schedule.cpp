@@ -296,3 +296,170 @@ TEST_CASE("te schedule: compute_at, cache_read, cache_write and rfactor", "[te][
     check_schedule("cache_write at rows", s, {A}, 1);
   }
 }
+
+TEST_CASE("te schedule: compute_with fuses loop nests, one pass for several stages", "[te][schedule][primitives]") {
+  SECTION("two row reductions in one loop over the row") {
+    Tensor A = placeholder("A", {5, 13});
+    IterVar ja = reduce_axis(13, "ja"), jb = reduce_axis(13, "jb");
+    Tensor SA = compute("SA", {5}, [&](Var i) { return sum(A(i, ja), {ja}); }, {"i"});
+    Tensor SB = compute("SB", {5}, [&](Var i) { return sum(A(i, jb) * A(i, jb), {jb}); }, {"i"});
+    Schedule s({SA, SB});
+    s[SB].compute_with(s[SA], ja);
+    const std::string text = to_string(lower(s).body);
+    INFO(text);
+    REQUIRE(text ==
+            "for i in range(5):\n"
+            "    SA[i] = 0.0\n"
+            "    SB[i] = 0.0\n"
+            "    for ja in range(13):\n"
+            "        SA[i] += A[i][ja]\n"
+            "        SB[i] += A[i][ja] * A[i][ja]\n");
+    check_schedule("two row sums, one loop", s, {A}, 13);
+    // Split alike (a tail of 1): the shared loops keep the one guard.
+    Schedule s2({SA, SB});
+    auto [ao, ai] = s2[SA].split(ja, 4);
+    auto [bo, bi] = s2[SB].split(jb, 4);
+    s2[SB].compute_with(s2[SA], ai);
+    const std::string t2 = to_string(lower(s2).body);
+    INFO(t2);
+    REQUIRE(t2.find("            if jao*4 + jai < 13:\n                SA[i] += A[i][jao*4 + jai]\n"
+                    "                SB[i] += A[i][jao*4 + jai] * A[i][jao*4 + jai]") != std::string::npos);
+    check_schedule("two row sums, split alike, one loop", s2, {A}, 13);
+  }
+  SECTION("column sums over blocks of rows inside the row loop that writes each row") {
+    const std::int64_t rows = 6, cols = 5, rb = 3;
+    Tensor A = placeholder("A", {rows, cols});
+    Tensor Y = compute("Y", {rows, cols}, [&](Var i, Var j) { return A(i, j) * 2.0f; }, {"i", "j"});
+    IterVar rr = reduce_axis(rb, "rr");
+    Tensor G = compute("G", {rows / rb, cols}, [&](Var b, Var j) { return sum(A(Expr(b) * Expr(rb) + rr, j), {rr}); },
+                       {"b", "j"});
+    Schedule s({Y, G});
+    auto [io, ii] = s[Y].split(Y.axis(0), rb);
+    s[Y].parallel(io);
+    s[G].reorder({G.axis(0), rr, G.axis(1)});
+    s[G].compute_with(s[Y], Y.axis(1));
+    const std::string text = to_string(lower(s).body);
+    INFO(text);
+    REQUIRE(text ==
+            "for io in parallel(2):\n"
+            "    for j in range(5):\n"
+            "        G[io][j] = 0.0\n"
+            "    for ii in range(3):\n"
+            "        for j in range(5):\n"
+            "            Y[io*3 + ii][j] = A[io*3 + ii][j] * 2.0\n"
+            "            G[io][j] += A[io*3 + ii][j]\n");
+    check_schedule("column sums fused into the row loop", s, {A}, rb);
+  }
+  SECTION("two partial sums computed at one consumer's row, local, in one pass") {
+    Tensor A = placeholder("A", {4, 8});
+    IterVar ka = reduce_axis(4, "ka"), kb = reduce_axis(4, "kb"), u = reduce_axis(2, "u");
+    Tensor PA = compute("PA", {4, 2}, [&](Var i, Var l) { return sum(A(i, Expr(ka) * Expr(2) + l), {ka}); }, {"i", "l"});
+    Tensor PB = compute("PB", {4, 2}, [&](Var i, Var l) {
+      const Expr a = A(i, Expr(kb) * Expr(2) + l);
+      return sum(a * a, {kb});
+    }, {"i", "l"});
+    Tensor C = compute("C", {4}, [&](Var i) { return sum(PA(i, u) + PB(i, u), {u}); }, {"i"});
+    Schedule s({C});
+    for (const Tensor& p : {PA, PB}) {
+      s[p].compute_at(s[C], C.axis(0));
+      s[p].set_scope(Scope::Local);
+      s[p].reorder({p.axis(0), s[p].leaf_axes().back(), p.axis(1)});
+      s[p].vectorize(p.axis(1));
+    }
+    s[PB].compute_with(s[PA], PA.axis(1));
+    const std::string text = to_string(lower(s).body);
+    INFO(text);
+    REQUIRE(text.find("    for ka in range(4):\n        for l in vectorized(2):\n"
+                      "            PA[0][l] += A[i][ka*2 + l]\n"
+                      "            PB[0][l] += A[i][ka*2 + l] * A[i][ka*2 + l]\n") != std::string::npos);
+    check_schedule("two local partial sums, one pass", s, {A}, 8);
+  }
+  SECTION("a held row's exp summed as it is written: the guest goes with its host to the row") {
+    Tensor X = placeholder("X", {3, 8});
+    Tensor E = compute("E", {3, 8}, [&](Var i, Var j) { return exp(X(i, j)); }, {"i", "j"});
+    IterVar k = reduce_axis(4, "k"), u = reduce_axis(2, "u");
+    Tensor P = compute("P", {3, 2}, [&](Var i, Var l) { return sum(E(i, Expr(k) * Expr(2) + l), {k}); }, {"i", "l"});
+    Tensor S = compute("S", {3}, [&](Var i) { return sum(P(i, u), {u}); }, {"i"});
+    Tensor Y = compute("Y", {3, 8}, [&](Var i, Var j) { return E(i, j) / S(i); }, {"i", "j"});
+    Schedule s({Y});
+    s[S].compute_at(s[Y], Y.axis(0));
+    s[P].reorder({P.axis(0), k, P.axis(1)});
+    auto [jo, l] = s[E].split(E.axis(1), 2, "jo", "l");
+    s[P].compute_with(s[E], l);
+    s[E].compute_at(s[Y], Y.axis(0));  // P goes with it
+    s[E].set_scope(Scope::Local);
+    s[P].set_scope(Scope::Local);
+    const std::string text = to_string(lower(s).body);
+    INFO(text);
+    REQUIRE(text.find("            E[0][jo*2 + l] = exp(X[i][jo*2 + l])\n            P[0][l] += E[0][jo*2 + l]\n") !=
+            std::string::npos);
+    check_schedule("softmax rows, exp and its sum in one pass", s, {X}, 8);
+  }
+}
+
+TEST_CASE("te schedule: compute_with's illegal requests are named errors", "[te][schedule][errors][primitives]") {
+  Tensor A = placeholder("A", {5, 13}), B = placeholder("B", {5, 16});
+  IterVar ja = reduce_axis(13, "ja"), jb = reduce_axis(16, "jb"), jc = reduce_axis(13, "jc");
+  Tensor SA = compute("SA", {5}, [&](Var i) { return sum(A(i, ja), {ja}); }, {"i"});
+  Tensor SB = compute("SB", {5}, [&](Var i) { return sum(B(i, jb), {jb}); }, {"i"});
+  Tensor SC = compute("SC", {5}, [&](Var i) { return sum(A(i, jc) * SA(i), {jc}); }, {"i"});
+  Tensor E = compute("E", {5}, [&](Var i) { return SA(i) + SB(i) + SC(i); }, {"i"});
+  {
+    Schedule s({E});
+    LAB4_REQUIRE_ERROR(s[SA].compute_with(s[SA], ja), "compute_with: stage 'SA' cannot share loops with itself");
+    LAB4_REQUIRE_ERROR(s[SB].compute_with(s[SA], jb), "compute_with: axis 'jb' does not belong to stage 'SA'");
+    LAB4_REQUIRE_ERROR(s[E].compute_with(s[SA], ja),
+                       "compute_with: stage 'E' has 1 loops (i), fewer than the 2 it would share with 'SA' down to axis 'ja'");
+    LAB4_REQUIRE_ERROR(s[SA].compute_with(s[SC], jc), "compute_with: stage 'SC' reads 'SA': each shared iteration runs "
+                                                      "the host's statements, then the guest's");
+    s[SB].compute_at(s[E], E.axis(0));
+    LAB4_REQUIRE_ERROR(s[SB].compute_with(s[SA], SA.axis(0)),
+                       "compute_with: stage 'SB' is computed at loop 'i' of 'E' and 'SA' at the root: both must be "
+                       "computed at the same place");
+  }
+  {
+    Schedule s({E});
+    s[SB].compute_with(s[SA], ja);
+    LAB4_REQUIRE_ERROR(s[E].compute_with(s[SB], SB.axis(0)), "compute_with: host 'SB' is itself computed with 'SA'");
+    LAB4_REQUIRE_ERROR(s[SA].compute_with(s[E], E.axis(0)), "compute_with: stage 'SA' is the host of 'SB'");
+    // Checked when lowering: 16 iterations against 13.
+    LAB4_REQUIRE_ERROR(lower(s), "compute_with: loop 'jb' of 'SB' has 16 iterations, the loop 'ja' of 'SA' it would share has 13");
+  }
+  {
+    Schedule s({E});  // a guest reading a reduction it shares the loops of: SA[i] is not final yet
+    s[SC].compute_with(s[SA], ja);
+    LAB4_REQUIRE_ERROR(lower(s), "compute_with: stage 'SC' reads its host 'SA' at SA[i], not an element the host has "
+                                 "just computed");
+  }
+  {
+    Schedule s({E});  // split alike into 4 x 4, but only A's 13 columns have a tail
+    s[SA].split(ja, 4);
+    auto [bo, bi] = s[SB].split(jb, 4);
+    s[SB].compute_with(s[SA], s[SA].leaf_axes().back());
+    LAB4_REQUIRE_ERROR(lower(s), "compute_with: stage 'SB' and its host 'SA' have different tails on the loops they "
+                                 "share (down to 'jai'): 'SA' has jao*4 + jai < 13;");
+  }
+  {
+    Schedule s({E});  // a stage computed at a loop the guest shares
+    Tensor T = compute("T", {5, 16}, [&](Var i, Var j) { return B(i, j) * 2.0f; });
+    IterVar jt = reduce_axis(16, "jt");
+    Tensor ST = compute("ST", {5}, [&](Var i) { return sum(T(i, jt), {jt}); }, {"i"});
+    Tensor P = compute("P", {5}, [&](Var i) { return SA(i) + ST(i); }, {"i"});
+    Schedule s2({P});
+    s2[T].compute_at(s2[ST], ST.axis(0));
+    s2[ST].compute_with(s2[SA], SA.axis(0));
+    LAB4_REQUIRE_ERROR(lower(s2), "compute_with: stage 'T' is computed at loop 'i' of 'ST', a loop it shares with 'SA'");
+    // A guest reading a stage lowered after its host.
+    Tensor U = compute("U", {5}, [&](Var i) { return SB(i) * 2.0f; }, {"i"});
+    IterVar ju = reduce_axis(13, "ju");
+    Tensor SU = compute("SU", {5}, [&](Var i) { return sum(A(i, ju) * U(i), {ju}); }, {"i"});
+    Tensor Q = compute("Q", {5}, [&](Var i) { return SA(i) + SU(i); }, {"i"});
+    Schedule s3({Q});
+    s3[SU].compute_with(s3[SA], ja);
+    std::string order;
+    for (const Tensor& t : topo_order({Q})) order += t.name() + " ";
+    INFO(order);
+    if (order.find("SA") < order.find("U "))  // SA lowered before U, which SU reads
+      LAB4_REQUIRE_ERROR(lower(s3), "compute_with: stage 'SU' reads 'U', which is computed after its host 'SA'");
+  }
+}

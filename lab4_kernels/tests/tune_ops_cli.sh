@@ -19,8 +19,24 @@ echo "$out"
 grep -qF "ratio tuned_layernorm_bwd_vs_fused_9x37_t2 " <<<"$out" || { echo "FAIL: no layernorm_bwd ratio"; exit 1; }
 grep -q '"op":"add_mul_add"' "$tmp/db.jsonl" || { echo "FAIL: no add_mul_add record"; exit 1; }
 grep -q '"op":"layernorm_bwd"' "$tmp/db.jsonl" || { echo "FAIL: no layernorm_bwd record"; exit 1; }
+# --knobs measures one schedule (the others the default), --cpp prints its C++: the fused backward's
+# two row sums in one loop, dweight's partial updated in dinp's loop.
+out=$("$tune" layernorm --rows 8 --cols 40 --backward --threads 2 --knobs "blocks=2 onepass=1 colfuse=1" --cpp \
+      --db "$tmp/db.jsonl")
+for want in "blocks=2 colfuse=1" "error vs the hand-written kernel" "the C++ (te::generate_cpp)" \
+            "ratio tuned_layernorm_bwd_vs_copy_8x40_t2 " "dweight_part[io][j] += "; do
+  grep -qF -- "$want" <<<"$out" || { echo "FAIL: mls-tune layernorm --backward --knobs does not print '$want'"; echo "$out"; exit 1; }
+done
+if out=$("$tune" softmax --rows 4 --cols 8 --knobs "acc=3" --db "$tmp/db.jsonl" 2>&1); then
+  echo "FAIL: acc=3 was measured"; exit 1
+fi
+grep -qF "softmax knobs: acc 3 is not one of 0, 1, 2, 4" <<<"$out" || { echo "FAIL: $out"; exit 1; }
+if out=$("$tune" softmax --rows 4 --cols 8 --knobs "tile" --db "$tmp/db.jsonl" 2>&1); then
+  echo "FAIL: --knobs tile was measured"; exit 1
+fi
+grep -qF "mls-tune softmax: --knobs field 'tile' is not name=value" <<<"$out" || { echo "FAIL: $out"; exit 1; }
 if out=$("$tune" conv2d --h 3 --w 3 --kh 9 --pad 1 --trials 1 --db "$tmp/db.jsonl" 2>&1); then
   echo "FAIL: a 9x9 kernel on a 5x5 padded image was tuned"; exit 1
 fi
 grep -qF "tune conv2d: kernel 9x9 is larger than the padded image 5x5" <<<"$out" || { echo "FAIL: $out"; exit 1; }
-echo "OK: mls-tune fused and layernorm --backward tune, print both ratio lines and record by op name"
+echo "OK: mls-tune fused and layernorm --backward tune, print both ratio lines and record by op name; --knobs, --cpp"

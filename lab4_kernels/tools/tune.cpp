@@ -43,6 +43,9 @@
 //   build/release/bin/mls-tune layernorm --rows 4096 --cols 1024 [--backward] [...]
 //   build/release/bin/mls-tune fused --n 4194304 [...]                 E = D + (A + B) * C
 //   build/release/bin/mls-tune conv2d --n 1 --c 64 --h 56 --w 56 --k 64 --kh 3 --stride 1 --pad 1 [...]
+//   build/release/bin/mls-tune layernorm --backward --knobs "onepass=0 colfuse=0" --cpp
+// (--knobs: measure those knobs, the others the default, instead of searching; --cpp: print the
+// generated C++ of the kernel measured, to count its passes over memory and its exp evaluations)
 // tune an operator template (the same search; candidates checked against the hand-written kernel
 // of fused.hpp, conv2d against a direct loop) and print the best knobs, its loop nest, its GB/s and
 //   ratio tuned_<op>_vs_copy_<shape>_t<threads> <x>    (tuned / a streamed copy of the same bytes)
@@ -93,6 +96,7 @@ struct Args {
   std::string knobs;  // --knobs: measure these (or "packed": lab4_packed's own) instead of searching
   bool no_seeds = false;
   bool transformer = false;
+  bool cpp = false;   // the operator subcommands' --cpp: print the generated C++ of the kernel measured
   tune::SgemmShape shape() const { return {m, n, k, trans_a, trans_b, beta}; }
 };
 
@@ -402,11 +406,68 @@ tune::OpTuneResult run_op_strategy(const Args& a, tune::Strategy strategy) {
   return r;
 }
 
-/// `mls-tune softmax|layernorm|fused|conv2d`: the search, the best, its loop nest, the ratio lines.
+/// The knobs of `--knobs "acc=2 fuse=1 ..."`: the full space's default with the fields given
+/// replaced; mls::Error naming the field for one that is not name=value or not a knob of the template.
+tune::OpKnobs parse_op_knobs(const tune::OpProblem& p, int threads, const std::string& text) {
+  const std::string op = tune::op_name(p.kind);
+  tune::OpKnobs k = tune::OpSpace::full(p, threads).default_knobs();
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
+    std::size_t j = i;
+    while (j < text.size() && text[j] != ' ' && text[j] != ',') ++j;
+    if (j == i) break;
+    const std::string field = text.substr(i, j - i), name = field.substr(0, field.find('='));
+    const std::size_t eq = field.find('=');
+    MLS_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < field.size(), "mls-tune ", op, ": --knobs field '", field,
+              "' is not name=value (e.g. \"", tune::to_string(k), "\")");
+    MLS_CHECK(k.count(name), "mls-tune ", op, ": --knobs: '", name, "' is not a knob of ", tune::op_template_id(p.kind),
+              " (its knobs: ", tune::to_string(k), ")");
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(field.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    MLS_CHECK(used == field.size() - eq - 1, "mls-tune ", op, ": --knobs: the value of '", name, "' must be an integer, got '",
+              field.substr(eq + 1), "'");
+    k[name] = v;
+    i = j;
+  }
+  tune::check_op_knobs(p, k);
+  return k;
+}
+
+/// `mls-tune softmax|layernorm|fused|conv2d`: the search (or --knobs), the best, its loop nest (and
+/// with --cpp its C++), the ratio lines.
 int run_op(const Args& a) {
   const tune::OpProblem& p = a.op;
   tune::check_problem(p);
   const std::string op = tune::op_name(p.kind);
+  if (!a.knobs.empty()) {
+    MLS_CHECK(a.svg.empty() && a.strategy != "all", "mls-tune ", op, ": --knobs measures one schedule; it takes no --svg "
+              "or --strategy all");
+    const tune::OpKnobs k = parse_op_knobs(p, a.threads, a.knobs);
+    const tune::CompiledOp compiled = tune::compile_op(p, k);
+    tune::OpArrays got = tune::make_op_arrays(p, a.seed), want = got;
+    compiled.run(got, a.threads);
+    tune::run_hand_written(p, want);
+    const double err = tune::op_error(p, got, want);
+    std::printf("mls-tune %s %s, %d thread%s: %s\nerror vs the hand-written kernel %.3g of the tolerance (<= 1: right)\n",
+                op.c_str(), tune::to_string(p).c_str(), a.threads, a.threads == 1 ? "" : "s", tune::to_string(k).c_str(),
+                err);
+    MLS_CHECK(err <= 1, "mls-tune ", op, ": the kernel of ", tune::to_string(k), " differs from the hand-written one (",
+              err, " of the tolerance)");
+    std::printf("loop nest:\n%s\n", te::to_string(compiled.kernel().func()).c_str());
+    if (a.cpp) std::printf("==== the C++ (te::generate_cpp)\n%s\n", compiled.kernel().source().c_str());
+    const char* peer = p.kind == tune::OpKind::Conv2d ? "direct loop" : "hand-written";
+    const tune::OpComparison c = tune::compare_op(compiled, a.threads, a.seed);
+    std::printf("tuned %.2f GB/s, streamed copy of the same bytes %.2f GB/s, %s %.2f GB/s (interleaved)\n", c.gbs,
+                c.copy_gbs, peer, c.hand_gbs);
+    std::fputs(tune::op_ratio_lines(p, a.threads, c).c_str(), stdout);
+    return 0;
+  }
   std::printf("mls-tune %s %s, %d thread%s, %d trials per strategy%s; %.1f MB moved per run; database %s\n", op.c_str(),
               tune::to_string(p).c_str(), a.threads, a.threads == 1 ? "" : "s", a.trials,
               a.budget_s > 0 ? (", budget " + std::to_string(a.budget_s) + " s").c_str() : "", tune::op_bytes(p) * 1e-6,
@@ -435,6 +496,7 @@ int run_op(const Args& a) {
   std::printf("best: %s\n%.2f GB/s, %.2f GFLOP/s (%.4f ms)\n", tune::to_string(best.best).c_str(), best.best_gbs,
               tune::op_flops(p) / best.best_seconds * 1e-9, best.best_seconds * 1e3);
   std::printf("loop nest of the best:\n%s\n", te::to_string(compiled.kernel().func()).c_str());
+  if (a.cpp) std::printf("==== the C++ of the best (te::generate_cpp)\n%s\n", compiled.kernel().source().c_str());
   const tune::OpComparison c = tune::compare_op(compiled, a.threads, a.seed);
   std::printf("tuned %.2f GB/s, streamed copy of the same bytes %.2f GB/s, %s %.2f GB/s (interleaved)\n", c.gbs,
               c.copy_gbs, peer, c.hand_gbs);
@@ -561,6 +623,10 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.0, 1e9));
     c->add_option("--svg", a.svg, "write best-so-far GB/s against trial to this SVG file");
     c->add_option("--db", a.db, "tuning database (default: $MLS_TUNING_DB, else the user's cache folder)");
+    c->add_option("--knobs", a.knobs,
+                  "measure these knobs instead of searching (\"acc=2 fuse=1 ...\" as printed, knobs left out from the "
+                  "default), checked against the hand-written kernel");
+    c->add_flag("--cpp", a.cpp, "also print the generated C++ of the kernel (the best, or --knobs)");
   };
   long rows = 4096, cols = 1024;
   bool backward = false;
@@ -603,7 +669,7 @@ int main(int argc, char** argv) {
   try {
     if (nests->parsed()) return print_nests(nests_n);
     if (steps->parsed()) return print_steps(sm, sn, sk, steps_run, steps_cpp);
-    MLS_CHECK(a.knobs.empty() || (!a.transformer && a.strategy != "compare" && a.strategy != "all" && a.svg.empty()),
+    MLS_CHECK(!sgemm->parsed() || a.knobs.empty() || (!a.transformer && a.strategy != "compare" && a.strategy != "all" && a.svg.empty()),
               "mls-tune sgemm: --knobs measures one schedule of one shape; it takes no --transformer, --strategy ",
               "all|compare or --svg");
     if (a.transformer) {

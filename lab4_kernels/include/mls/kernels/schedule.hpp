@@ -80,6 +80,30 @@ class Stage {
   /// computed. An output may be computed at a loop when the regions of the loop's iterations cover
   /// it (a row computed per iteration of the row loop: checked by `lower`).
   void compute_at(const Stage& consumer, const IterVar& axis);
+  /// Fuses this stage's loop nest into `host`'s (Halide's compute_with): this stage's outermost
+  /// leaves, as many as `host` has loops down to and including its leaf `axis`, become those loops
+  /// of `host` (the shared loops: one loop each, with `host`'s variables and loop kinds), and the
+  /// rest of this stage's nest runs inside `host`'s loop `axis`, after `host`'s own statements there
+  /// (guests in the order of the stages). A reduction's init runs where it would in its own nest:
+  /// just before its first reduction loop (a shared one: in `host`'s loop around it). So two row
+  /// reductions read a row once, and a column sum over blocks of rows accumulates inside the row
+  /// loop that writes each row: one pass over memory instead of two.
+  ///     s[sum_b].compute_with(s[sum_a], l);   // both partial sums in one loop over the row
+  /// A guest at the root that is not an output goes to its host's place (compute_at the host's loop,
+  /// now, or when the host is computed at a loop later):
+  /// its window there is the host's in each dimension whose axis is a shared loop that is a root axis
+  /// of the host too, the whole extent in the others (softmax: the sum of a row's exp values, fused
+  /// with the loop that writes them into a held row). A guest may read the host only at the element
+  /// the host has just computed, sharing all of the host's loops (checked when lowering).
+  /// mls::Error "compute_with: ..." for another schedule, a stage fused with itself, a host that is
+  /// itself fused into another (fuse with that one), a stage already a host, a stage with fewer loops
+  /// than it would share, a stage and host computed at different places (both at the root, or
+  /// compute_at the same loop of the same stage, or a root guest that can move: a reader of it
+  /// outside the host's loop is named), a host reading its guest (the guest runs after the host in
+  /// each shared iteration), or a tensorized stage. Checked when lowering: the shared loops have the
+  /// same extents, the same tails (guards) in both, no stage is computed at a shared loop of the
+  /// guest, a guest reads its host only where the host has just stored.
+  void compute_with(const Stage& host, const IterVar& axis);
   /// Where the stage's values live (TVM's set_scope): Scope::Local makes a stage computed at a loop
   /// (compute_at) a local tile of the region one iteration computes, allocated inside that loop
   /// (a stack array in generated code), instead of a region of a whole buffer in main memory;

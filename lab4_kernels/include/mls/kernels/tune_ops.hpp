@@ -42,6 +42,15 @@
 ///             computed in cache (the code generation's reductions are CodegenOptions::fast_reduce)
 ///   blocks    layernorm_bwd: row blocks of the dweight/dbias partial sums (a space for T threads:
 ///             T to 4 T, each block a parallel iteration)
+///   expsum    softmax: 1 = exp(x - max) written into the held row (hold) and summed in the same loop
+///             (the sum's partials computed with it: te::Stage::compute_with); only where the partials
+///             leave no tail (cols a multiple of acc * lanes)
+///   onepass   layernorm_bwd: 1 = the two row sums (of dnorm and dnorm xhat) in one pass over the row:
+///             their lane-wise partials share their loops (te::Stage::compute_with); 0 = a pass each
+///   colfuse   layernorm_bwd: 1 = the dweight/dbias partial sums inside the output's loop over the
+///             row's columns (compute_with: dout and x read once for dinp, dweight and dbias, as the
+///             hand-written kernel does), the output's rows split into the blocks; 0 = a pass of their
+///             own over dout and x (the blocks parallel). Only where the blocks divide the rows.
 ///   block     add_mul_add: elements per chunk
 ///   order     conv2d: 1 = the output row (ox) innermost and vectorized, 0 = the reduction innermost
 ///   pad_copy  conv2d: 1 = a zero-padded copy of the input first (no bounds test in the product)
@@ -73,8 +82,9 @@ std::vector<OpKind> op_kinds();
 std::string op_name(OpKind kind);
 /// The operator of an op name; mls::Error "tune: unknown operator '<s>' (softmax, ...)".
 OpKind op_kind_from_string(std::string_view s);
-/// The template's schedule format, stored as "template" in its knob objects: "<op>.v2" for the row
-/// operators (v2 added the knob prefetch), "<op>.v1" for add_mul_add and conv2d.
+/// The template's schedule format, stored as "template" in its knob objects: "layernorm_fwd.v2" (v2
+/// added the knob prefetch), "layernorm_bwd.v3" (v3 added onepass and colfuse), "softmax.v3" (v3
+/// added expsum), "<op>.v1" for add_mul_add and conv2d.
 std::string op_template_id(OpKind kind);
 
 /// One problem of an operator. Only the fields of its kind count.
@@ -187,7 +197,8 @@ nlohmann::json op_knobs_to_json(OpKind kind, const OpKnobs& k);
 OpKnobs op_knobs_from_json(OpKind kind, const nlohmann::json& j);
 /// The knobs the template really uses on this problem (a knob that makes no difference there set to
 /// its first value, or a block size to the problem's: acc 0 when a row is shorter than the partials,
-/// unroll 1 without a loop to unroll, hold 0 without fuse (layernorm), block n past n, ob k past k,
+/// unroll 1 without a loop to unroll, hold 0 without fuse (layernorm), onepass 0 without partials
+/// (acc 0), colfuse 0 where the row blocks do not divide the rows, block n past n, ob k past k,
 /// pad_copy 0 without padding): knobs with the same plan compile to the same kernel.
 OpKnobs op_plan(const OpProblem& p, const OpKnobs& k);
 /// to_string(op_plan(p, k)): one key per distinct kernel.
@@ -396,6 +407,9 @@ void layernorm_forward_tuned(float* out, float* mean, float* rstd, const float* 
                              const float* bias, long rows, long cols, float eps);
 void layernorm_backward_tuned(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, const float* mean, const float* rstd, long rows, long cols);
+/// The knobs the tuned row operators compile `p` with at `threads` threads: the tuning database's best
+/// for the shape, thread count and this CPU (best_op_knobs), else OpSpace::full's default.
+OpKnobs tuned_rowops_knobs(const OpProblem& p, int threads);
 /// Registers "tuned" with common's row operator registry (mls::register_rowops). Called by lab 4's
 /// provider in every program linked with lab 4 (src/autoregister.cpp); safe to call more than once.
 void register_tuned_rowops();
