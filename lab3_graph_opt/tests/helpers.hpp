@@ -20,6 +20,16 @@ using namespace mls::graph_opt;
 
 using mls::testing::require_error;
 
+/// An int64 scalar constant in `v`'s program (a loop counter's bound or step).
+inline Var int_like(const Var& v, std::int64_t x) {
+  return autodiff::constant_like(v, Tensor::scalar(static_cast<double>(x), DType::Int64));
+}
+/// A float64 tensor of N(0, 0.3²) values, from `seed` on the named stream.
+inline Tensor randn64(const Shape& s, std::uint64_t seed, const char* stream) {
+  Rng rng(seed, stream);
+  return Tensor::randn(s, rng, 0.0, 0.3, DType::Float64);
+}
+
 /// Records a program's outputs: values within twice max_rel_error's tolerance (1024 units of
 /// roundoff of the dtype, relative and absolute), or exactly.
 inline void observe_outputs(const std::string& label, const std::vector<Tensor>& outs, bool exact = false) {

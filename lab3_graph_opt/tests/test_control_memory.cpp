@@ -8,13 +8,7 @@ using namespace graph_opt_test;
 using V = std::vector<Var>;
 
 namespace {
-Var int_like(const Var& v, std::int64_t x) {
-  return autodiff::constant_like(v, Tensor::scalar(static_cast<double>(x), DType::Int64));
-}
-Tensor randn64(const Shape& s, std::uint64_t seed) {
-  Rng rng(seed, "lab3-control");
-  return Tensor::randn(s, rng, 0.0, 0.3, DType::Float64);
-}
+Tensor randn64(const Shape& s, std::uint64_t seed) { return graph_opt_test::randn64(s, seed, "lab3-control"); }
 /// x <- tanh(x w + x) for `steps` iterations (w captured), in program p.
 V loop(Program& p, const Var& x, const Tensor& wv, std::int64_t steps) {
   const Var w = p.constant(wv, "w");

@@ -9,13 +9,7 @@ using namespace graph_opt_test;
 using V = std::vector<Var>;
 
 namespace {
-Var int_like(const Var& v, std::int64_t x) {
-  return autodiff::constant_like(v, Tensor::scalar(static_cast<double>(x), DType::Int64));
-}
-Tensor randn64(const Shape& s, std::uint64_t seed) {
-  Rng rng(seed, "lab3-subgraph-passes");
-  return Tensor::randn(s, rng, 0.0, 0.3, DType::Float64);
-}
+Tensor randn64(const Shape& s, std::uint64_t seed) { return graph_opt_test::randn64(s, seed, "lab3-subgraph-passes"); }
 /// Nodes of every sub-graph of the control node `n` (what the passes shrink).
 std::size_t sub_nodes(const Node& n) {
   std::size_t total = 0;

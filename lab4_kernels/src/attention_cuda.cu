@@ -48,6 +48,16 @@ __device__ __forceinline__ float att_warp_sum(float v) {
   return v;
 }
 
+/// The block's threads copy rows [t0, t0 + rows) of one head's (T, hs) slice, whose row t starts
+/// at src + t * stride, into shared memory `ld` floats per row, times `scale`; rows past T are 0.
+__device__ __forceinline__ void att_load_rows(float* dst, int ld, const float* src, long stride, int t0, int rows,
+                                              int T, int hs, float scale = 1.f) {
+  for (int i = threadIdx.x; i < rows * hs; i += blockDim.x) {
+    const int j = i / hs, d = i % hs, t = t0 + j;
+    dst[j * ld + d] = t < T ? src[t * stride + d] * scale : 0.f;
+  }
+}
+
 /// grid (ceil(T / kRows), B * H), block kWarps * 32 threads, dynamic shared memory
 /// (kRows * hs + 2 * kKeys * (hs + 1)) floats: the block's q rows (scaled), a K tile and a V
 /// tile (rows padded by one float: lane j reads row j, so consecutive lanes hit different banks).
@@ -62,10 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long C3 = 3L * C;
   const float* base = inp + static_cast<long>(b) * T * C3 + static_cast<long>(h) * hs;
-  for (int i = threadIdx.x; i < kRows * hs; i += blockDim.x) {
-    const int r = i / hs, d = i % hs, t = q0 + r;
-    q_s[i] = t < T ? base[t * C3 + d] * scale : 0.f;
-  }
+  att_load_rows(q_s, hs, base, C3, q0, kRows, T, hs, scale);
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][kDimsPerLane];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -77,11 +84,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int kend = causal ? min(T, q0 + kRows) : T;
   for (int k0 = 0; k0 < kend; k0 += kKeys) {
     __syncthreads();  // the previous tile is done with (and q_s written, the first time)
-    for (int i = threadIdx.x; i < kKeys * hs; i += blockDim.x) {
-      const int j = i / hs, d = i % hs, t2 = k0 + j;
-      k_s[j * (hs + 1) + d] = t2 < T ? base[t2 * C3 + C + d] : 0.f;
-      v_s[j * (hs + 1) + d] = t2 < T ? base[t2 * C3 + 2 * C + d] : 0.f;
-    }
+    att_load_rows(k_s, hs + 1, base + C, C3, k0, kKeys, T, hs);
+    att_load_rows(v_s, hs + 1, base + 2 * C, C3, k0, kKeys, T, hs);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -154,11 +158,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* base = inp + static_cast<long>(b) * T * C3 + static_cast<long>(h) * hs;
   const float* dob = dout + static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
   const float* ob = out + static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
-  for (int i = threadIdx.x; i < kKeyRows * hs; i += blockDim.x) {
-    const int j = i / hs, d = i % hs, t2 = k0 + j;
-    k_s[i] = t2 < T ? base[t2 * C3 + C + d] : 0.f;
-    v_s[i] = t2 < T ? base[t2 * C3 + 2 * C + d] : 0.f;
-  }
+  att_load_rows(k_s, hs, base + C, C3, k0, kKeyRows, T, hs);
+  att_load_rows(v_s, hs, base + 2 * C, C3, k0, kKeyRows, T, hs);
   float dk[kKeysPerWarp][kDimsPerLane], dv[kKeysPerWarp][kDimsPerLane];
 #pragma unroll
   for (int kk = 0; kk < kKeysPerWarp; ++kk)
@@ -168,11 +169,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int tstart = causal ? k0 / kQueries * kQueries : 0;
   for (int t0 = tstart; t0 < T; t0 += kQueries) {
     __syncthreads();  // the previous tile is done with (and k_s, v_s written, the first time)
-    for (int i = threadIdx.x; i < kQueries * hs; i += blockDim.x) {
-      const int j = i / hs, d = i % hs, t = t0 + j;
-      q_s[j * (hs + 1) + d] = t < T ? base[t * C3 + d] * scale : 0.f;
-      do_s[j * (hs + 1) + d] = t < T ? dob[t * C + d] : 0.f;
-    }
+    att_load_rows(q_s, hs + 1, base, C3, t0, kQueries, T, hs, scale);
+    att_load_rows(do_s, hs + 1, dob, C, t0, kQueries, T, hs);
     if (threadIdx.x < kQueries) {
       const int t = t0 + threadIdx.x;
       float acc = 0.f;
@@ -248,11 +246,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* base = inp + static_cast<long>(b) * T * C3 + static_cast<long>(h) * hs;
   const float* dob = dout + static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
   const float* ob = out + static_cast<long>(b) * T * C + static_cast<long>(h) * hs;
-  for (int i = threadIdx.x; i < kRows * hs; i += blockDim.x) {
-    const int r = i / hs, d = i % hs, t = q0 + r;
-    q_s[i] = t < T ? base[t * C3 + d] * scale : 0.f;
-    do_s[i] = t < T ? dob[t * C + d] : 0.f;
-  }
+  att_load_rows(q_s, hs, base, C3, q0, kRows, T, hs, scale);
+  att_load_rows(do_s, hs, dob, C, q0, kRows, T, hs);
   float lr[kRowsPerWarp], dr[kRowsPerWarp], dq[kRowsPerWarp][kDimsPerLane];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -268,11 +263,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int kend = causal ? min(T, q0 + kRows) : T;
   for (int k0 = 0; k0 < kend; k0 += kKeys) {
     __syncthreads();  // the previous tile is done with (and q_s, do_s written, the first time)
-    for (int i = threadIdx.x; i < kKeys * hs; i += blockDim.x) {
-      const int j = i / hs, d = i % hs, t2 = k0 + j;
-      k_s[j * (hs + 1) + d] = t2 < T ? base[t2 * C3 + C + d] : 0.f;
-      v_s[j * (hs + 1) + d] = t2 < T ? base[t2 * C3 + 2 * C + d] : 0.f;
-    }
+    att_load_rows(k_s, hs + 1, base + C, C3, k0, kKeys, T, hs);
+    att_load_rows(v_s, hs + 1, base + 2 * C, C3, k0, kKeys, T, hs);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {

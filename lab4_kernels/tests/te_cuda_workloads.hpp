@@ -22,16 +22,27 @@ struct CudaWorkload {
   std::int64_t reduction = 1;  // the longest reduction (for tolerances)
 };
 
-/// C (m x n) = A (m x k) * B (k x n): blocks of tile x tile outputs (blockIdx.y, blockIdx.x), a
-/// thread per output (threadIdx.y, threadIdx.x), k in slices of `tile` with the slices of A and B in
-/// shared memory (tails guarded on every axis). `unroll`: the slice's loop ki unrolled too.
-inline CudaWorkload cuda_matmul(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t tile = 16,
-                                bool unroll = false) {
+/// C(i, j) = sum(k, A(i, k) * B(k, j)): the tensor expression every CUDA matmul schedule below starts from.
+struct MatmulExpression {
+  te::Tensor A, B;
+  te::IterVar r;
+  te::Tensor C;
+};
+inline MatmulExpression matmul_expression(std::int64_t m, std::int64_t n, std::int64_t k) {
   te::Tensor A = te::placeholder("A", {m, k});
   te::Tensor B = te::placeholder("B", {k, n});
   te::IterVar r = te::reduce_axis(k, "k");
   te::Tensor C = te::compute("C", {m, n}, [&](te::Var i, te::Var j) { return te::sum(A(i, r) * B(r, j), {r}); },
                              {"i", "j"});
+  return {A, B, r, C};
+}
+
+/// C (m x n) = A (m x k) * B (k x n): blocks of tile x tile outputs (blockIdx.y, blockIdx.x), a
+/// thread per output (threadIdx.y, threadIdx.x), k in slices of `tile` with the slices of A and B in
+/// shared memory (tails guarded on every axis). `unroll`: the slice's loop ki unrolled too.
+inline CudaWorkload cuda_matmul(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t tile = 16,
+                                bool unroll = false) {
+  auto [A, B, r, C] = matmul_expression(m, n, k);
   te::Schedule s({C});
   auto [io, ii] = s[C].split(C.axis(0), tile);
   auto [jo, ji] = s[C].split(C.axis(1), tile);
@@ -51,11 +62,7 @@ inline CudaWorkload cuda_matmul(std::int64_t m, std::int64_t n, std::int64_t k, 
 /// thread's loop ji: the shared tiles are read by CL, inside C's bound loops (their window counts the
 /// thread loops of C, where CL is computed).
 inline CudaWorkload cuda_matmul_local(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t tile = 16) {
-  te::Tensor A = te::placeholder("A", {m, k});
-  te::Tensor B = te::placeholder("B", {k, n});
-  te::IterVar r = te::reduce_axis(k, "k");
-  te::Tensor C = te::compute("C", {m, n}, [&](te::Var i, te::Var j) { return te::sum(A(i, r) * B(r, j), {r}); },
-                             {"i", "j"});
+  auto [A, B, r, C] = matmul_expression(m, n, k);
   te::Schedule s({C});
   te::Tensor CL = s.cache_write(C);
   auto [io, ii] = s[C].split(C.axis(0), tile);
@@ -101,11 +108,7 @@ struct RegTile {
 ///     register copy by cache_read of a shared tile is not supported.
 /// Tails of every axis are guarded (any m, n, k).
 inline CudaWorkload cuda_matmul_regtile(std::int64_t m, std::int64_t n, std::int64_t k, const RegTile& t = {}) {
-  te::Tensor A = te::placeholder("A", {m, k});
-  te::Tensor B = te::placeholder("B", {k, n});
-  te::IterVar r = te::reduce_axis(k, "k");
-  te::Tensor C = te::compute("C", {m, n}, [&](te::Var i, te::Var j) { return te::sum(A(i, r) * B(r, j), {r}); },
-                             {"i", "j"});
+  auto [A, B, r, C] = matmul_expression(m, n, k);
   te::Schedule s({C});
   te::Tensor CL = s.cache_write(C);
   auto [by, yi] = s[C].split(C.axis(0), t.bm, "by", "yi");
