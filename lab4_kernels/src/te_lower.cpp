@@ -48,6 +48,38 @@ std::size_t source_dim(const StageImpl& st, std::size_t d) {
   return st.layout.empty() ? d : static_cast<std::size_t>(st.layout[d]);
 }
 
+/// A copy's indices (relative to its window, in the copy's order) where a copy stored in panels
+/// (cache_read's `panel`) keeps them: [i / panel][the others][i % panel] for its last index i. An
+/// affine i = panel * hi + lo with lo's terms and constant provably in [0, panel) under `ranges`
+/// gives hi and lo themselves (no division, so a tensorized tile reads affine indices); anything
+/// else the floor division and modulo. Other stages: the indices as they are.
+std::vector<Expr> panel_indices(const StageImpl& st, std::vector<Expr> idx, const detail::Ranges& ranges) {
+  if (st.panel == 0 || idx.empty()) return idx;
+  const std::int64_t p = st.panel;
+  const Expr last = idx.back();
+  const detail::Affine a = detail::to_affine(last);
+  detail::Affine hi, lo;
+  for (const auto& t : a.terms) {
+    if (t.coeff % p == 0) {
+      detail::Term q = t;
+      q.coeff = t.coeff / p;
+      hi.add(q, 1);
+    } else {
+      lo.add(t, 1);
+    }
+  }
+  hi.constant = detail::floordiv(a.constant, p);
+  lo.constant = a.constant - hi.constant * p;
+  const Expr lo_e = simplify(detail::from_affine(lo));
+  const auto b = detail::bound(lo_e, ranges);
+  const bool exact = b && b->lo >= 0 && b->hi < p;
+  std::vector<Expr> out;
+  out.push_back(exact ? simplify(detail::from_affine(hi)) : simplify(last / Expr(p)));
+  for (std::size_t d = 0; d + 1 < idx.size(); ++d) out.push_back(idx[d]);
+  out.push_back(exact ? lo_e : simplify(last % Expr(p)));
+  return out;
+}
+
 std::string names_of(const std::vector<IterVar>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i].name();
@@ -231,6 +263,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
       guard_lt(abs, st.root[i].extent(), true);
     }
   }
+  if (inf.relative) n.store_idx = panel_indices(st, std::move(n.store_idx), ranges);
   for (const auto& r : st.reduce) sub[r.var().get()] = val.at(r.get());
   // Each split's parent (a root axis or an inner part split again) stays below its extent.
   for (const auto& rel : st.relations) {
@@ -277,7 +310,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
     std::vector<Expr> idx;  // the copy's dimension d reads the tensor's dimension p->layout[d]
     for (std::size_t d = 0; d < l.indices.size(); ++d)
       idx.push_back(simplify(l.indices[source_dim(*p, d)] - pi.min[d]));
-    return Tensor(pi.actual).load(idx);
+    return Tensor(pi.actual).load(panel_indices(*p, std::move(idx), ranges));
   });
   if (st.intrinsic) check_tensorize(n);
   std::vector<int> all(nl);
@@ -400,7 +433,14 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
     }
   }
   ci.relative = stage_scope(c) != Scope::Global;
-  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, ci.extent, stage_scope(c), nullptr})
+  // A copy in panels (cache_read's `panel`): [ceil(last / panel)][the other extents][panel].
+  std::vector<std::int64_t> shape = ci.extent;
+  if (c.panel > 0 && !shape.empty()) {
+    const std::int64_t last = shape.back();
+    shape.back() = c.panel;
+    shape.insert(shape.begin(), (last + c.panel - 1) / c.panel);
+  }
+  ci.actual = ci.relative ? std::make_shared<const BufferNode>(BufferNode{c.name, shape, stage_scope(c), nullptr})
                           : c.buffer;
   if (c.is_output) check_cover(st, n, c, pos);
 }

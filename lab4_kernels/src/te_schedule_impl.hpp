@@ -38,6 +38,7 @@ struct StageImpl {
   std::map<const BufferNode*, StageImpl*> redirect;  // loads of a buffer read this cache instead
   const BufferNode* cache_of = nullptr;  // cache_read: the buffer it copies
   std::vector<int> layout;     // cache_read: dimension d of the copy is dimension layout[d] of the tensor (empty: same order)
+  std::int64_t panel = 0;      // cache_read: the copy's last dimension stored in panels of this width (0: none)
   bool is_output = false;
   Scope scope = Scope::Global;  // set_scope (a cache's scope is its buffer's)
 };

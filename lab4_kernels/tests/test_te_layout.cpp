@@ -192,3 +192,82 @@ TEST_CASE("te schedule: an exact split needs no guard even when its outer part i
   LAB4_REQUIRE_ERROR(lower(s2), "tensorize: stage 'C' has a tail inside the tile from axis 'yi'");
   (void)hp;
 }
+
+TEST_CASE("te: a cache_read in panels stores copy[r][c] at [c / w][r][c % w] and gives the naive result",
+          "[te][schedule][layout][panels][base]") {
+  // The copy's loops as cache_read makes them (no split): its stores and the consumer's loads divide.
+  for (const auto& [m, n, k] : std::vector<std::array<long, 3>>{{1, 1, 1}, {5, 7, 3}, {2, 13, 11}, {3, 4, 6}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const std::int64_t w : {1, 3, 4}) {
+          const StridedGemm g(m, n, k, ta, tb, (m + n) % 2 == 1, 2);
+          Schedule s({g.C});
+          // B's copy in rows of k (BL[k][x]) and A's in columns (AL[k][y]), each in panels of w.
+          const Tensor BL = s.cache_read(g.B, s[g.C], s[g.C].leaf_axes()[0], Scope::Local,
+                                         tb ? std::vector<int>{1, 0} : std::vector<int>{0, 1}, w, "BL");
+          const Tensor AL = s.cache_read(g.A, s[g.C], s[g.C].leaf_axes()[0], Scope::Local,
+                                         ta ? std::vector<int>{0, 1} : std::vector<int>{1, 0}, w, "AL");
+          CHECK(BL.shape() == std::vector<std::int64_t>{k, n});  // the logical copy
+          const LoweredFunc f = lower(s, "panels");
+          const std::string text = to_string(f);
+          INFO(g.what() << " panel " << w << "\n" << text);
+          // The window of one row y: all of B, [ceil(n / w)][k][w].
+          CHECK(text.find("BL = allocate((" + std::to_string((n + w - 1) / w) + ", " + std::to_string(k) + ", " +
+                          std::to_string(w) + "), local)") != std::string::npos);
+          const std::uint64_t seed = static_cast<std::uint64_t>(m * 7 + n + k + w);
+          const auto panels = run_gemm(g, seed, [&](Bindings& bind) { interpret(f, bind); });
+          mls::testing::observe("cache_read in panels of " + std::to_string(w) + " " + g.what(), panels);
+          const auto naive = run_gemm(g, seed, [&](Bindings& bind) { evaluate_naive({g.C}, bind); });
+          CHECK(kernels_test::identical(naive, panels));  // a copy changes no value
+        }
+  const Tensor X = placeholder("X", {3, 4});
+  const Tensor T = compute("T", {3, 4}, [&](Var i, Var j) { return X(i, j) * 2.0f; });
+  Schedule s({T});
+  LAB4_REQUIRE_ERROR(s.cache_read(X, s[T], s[T].leaf_axes()[0], Scope::Local, {}, -2, "XL"),
+                     "cache_read: panel width -2 for 'X' must be >= 0");
+  LAB4_REQUIRE_ERROR(s.cache_read(X, s[T], s[T].leaf_axes()[0], Scope::Shared, {}, 4, "XL"),
+                     "cache_read: panel width 4 for 'X' with Scope::Shared");
+}
+
+TEST_CASE("te: B packed in NR-wide panels [NC/NR][KC][NR] feeds a tensorized MR x NR x KC tile with affine indices",
+          "[te][schedule][layout][panels][split]") {
+  // The Goto/BLIS loop nest: x -> (xc, xr, xi) by NC and NR, y -> (yo, yi) by MR, k -> (ko, ki) by KC;
+  // B's KC x NC block copied at ko in panels of NR, panel by panel (its x split by NR, the panel loop
+  // first), the tile tensorized. Awkward extents: N not a multiple of NC (a short last block: a guard
+  // on xr, outside the tile), K in two blocks, B transposed or not, C accumulated or not.
+  struct Case {
+    long m, n, k, mr, nr, nc, kc;
+  };
+  for (const Case& c : std::vector<Case>{{6, 20, 10, 3, 4, 8, 5}, {4, 12, 7, 2, 6, 12, 7}, {1, 5, 3, 1, 5, 5, 1},
+                                         {9, 24, 12, 3, 8, 16, 4}})
+    for (const bool tb : {false, true}) {
+      const StridedGemm g(c.m, c.n, c.k, false, tb, c.n % 2 == 0, 1);
+      Schedule s({g.C});
+      Stage st = s[g.C];
+      auto [yo, yi] = st.split(g.C.axis(0), c.mr, "yo", "yi");
+      auto [xp, xi] = st.split(g.C.axis(1), c.nr, "xp", "xi");
+      auto [xc, xr] = st.split(xp, c.nc / c.nr, "xc", "xr");
+      auto [ko, ki] = st.split(g.kk, c.kc, "ko", "ki");
+      st.reorder({xc, ko, yo, xr, yi, xi, ki});
+      const Tensor BL = s.cache_read(g.B, st, ko, Scope::Local, tb ? std::vector<int>{1, 0} : std::vector<int>{0, 1},
+                                     c.nr, "BL");
+      auto [bp, bi] = s[BL].split(s[BL].leaf_axes().back(), c.nr, "bp", "bi");
+      s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});
+      st.tensorize(yi, gemm_intrinsic(c.mr, c.nr, c.kc));
+      const LoweredFunc f = lower(s, "goto_panels");
+      const std::string text = to_string(f);
+      INFO(g.what() << "\n" << text);
+      CHECK(text.find("BL = allocate((" + std::to_string(c.nc / c.nr) + ", " + std::to_string(c.kc) + ", " +
+                      std::to_string(c.nr) + "), local)") != std::string::npos);
+      // Panel xr of the block is BL[xr] (BL[0] when the block is one panel): no division left in the nest.
+      CHECK(text.find(c.nc > c.nr ? "BL[xr:xr + 1]" : "BL[0:1]") != std::string::npos);
+      CHECK(text.find("//") == std::string::npos);
+      CHECK(text.find(" % ") == std::string::npos);
+      const auto tiles = run_gemm(g, 41, [&](Bindings& bind) { interpret(f, bind); });
+      const double tol = kernels_test::reduction_tol(c.k + 1) * static_cast<double>(c.k + 1);
+      mls::testing::observe("panels " + g.what(), tiles, {tol, tol});
+      const auto naive = run_gemm(g, 41, [&](Bindings& bind) { evaluate_naive({g.C}, bind); });
+      MLS_ORACLE_CHECK(kernels_test::require_close(tiles, naive, tol, "C"));
+      (void)bi;
+    }
+}

@@ -133,6 +133,18 @@ class Schedule {
   /// not a permutation.
   Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope, std::vector<int> layout,
                     std::string name = "");
+  /// The same, the copy's last dimension stored in panels of `panel` (BLIS's packed micro-panels):
+  /// a window of R x W (after `layout`) is stored [ceil(W / panel)][R][panel], so copy[r][c] lives at
+  /// [c / panel][r][c % panel] and one panel (all its rows) is contiguous. `cache_read(B, s[C], ko,
+  /// Scope::Local, {0, 1}, NR, "BL")` packs B's KC x NC block as [NC / NR][KC][NR]: the micro-kernel
+  /// reads its KC x NR panel with a row stride of NR. The consumer's loads and the copy's stores
+  /// become [hi][...][lo] with hi = index / panel, lo = index % panel, written without division where
+  /// the index is affine and its remainder provably stays in [0, panel) (xr*NR + xi: [xr][...][xi]),
+  /// so a tensorized tile still sees affine indices. The copy's own loops are the schedule's: split its
+  /// last axis by `panel` and put the outer part first to write the panels in order. 0: no panels
+  /// (the overload above). mls::Error "cache_read: panel ..." for a width < 0, and for Scope::Shared.
+  Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope, std::vector<int> layout,
+                    std::int64_t panel, std::string name = "");
   /// Computes `t` into a local buffer `<t>L` (the slide's CL) and makes `t`'s own stage a copy of
   /// it; `t`'s data-parallel axes stay with that copy stage, its reduction axes move to the new
   /// stage. Call it before scheduling `t`'s reduction axes. Returns the local tensor.
