@@ -182,6 +182,7 @@ struct Lowerer::Nest {
   bool has_init = false;              // a reduction that starts from its init (not sum_into's output)
   int first_reduce = 0;               // position of the first reduction leaf (n if none)
   int tensorize_pos = -1;
+  bool reset_in_tile = false;         // ResetAt::Tile for a reduction whose first loop is outside the tile
 };
 
 Stmt Lowerer::run() {
@@ -316,7 +317,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
   std::vector<int> all(nl);
   for (std::size_t i = 0; i < nl; ++i) all[i] = static_cast<int>(i);
   Stmt body = build(n, all, 0, false);
-  if (n.has_init && n.first_reduce == 0) body = make_seq({init_nest(n), body});
+  if (n.has_init && n.first_reduce == 0 && !n.reset_in_tile) body = make_seq({init_nest(n), body});
   std::vector<Expr> top;
   for (const auto& g : n.guards)
     if (g.level < 0) top.push_back(g.cond);
@@ -342,6 +343,11 @@ void Lowerer::check_tensorize(Nest& n) const {
   MLS_CHECK(!n.has_init || n.first_reduce <= n.tensorize_pos || st.intrinsic->reset,
             "tensorize: the tile of stage '", st.name, "' from axis '", st.leaves[t].name(),
             "' holds the start of its reduction, and intrinsic '", st.intrinsic->name, "' has no reset");
+  if (st.reset_at == ResetAt::Tile && n.has_init) {  // sum_into: nothing to reset
+    MLS_CHECK(st.intrinsic->reset, "tensorize: ResetAt::Tile on stage '", st.name, "', and intrinsic '",
+              st.intrinsic->name, "' has no reset");
+    n.reset_in_tile = n.first_reduce < n.tensorize_pos;  // else the tile holds the start: reset before each call
+  }
 }
 
 void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& c, std::size_t pos) {
@@ -522,6 +528,17 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
       // The reduction starts inside the tile: its init is the intrinsic's reset.
       if (n.has_init && n.first_reduce > n.tensorize_pos)
         return make_seq({tensorized(n, CallPart::Reset), tensorized(n, CallPart::Update)});
+      if (n.reset_in_tile) {  // ResetAt::Tile: at the first iteration of the reduction loops outside the tile
+        Expr first;
+        for (int i = 0; i < n.tensorize_pos; ++i) {
+          const auto u = static_cast<std::size_t>(i);
+          if (st.leaves[u].kind() != IterKind::Reduce || n.ext[u] == 1) continue;  // a loop of one iteration is 0
+          const Expr c = eq(Expr(n.vars[u]), Expr(0));
+          first = first.defined() ? (first && c) : c;
+        }
+        const Stmt reset = tensorized(n, CallPart::Reset);
+        return make_seq({first.defined() ? make_if(first, reset) : reset, tensorized(n, CallPart::Update)});
+      }
       return tensorized(n, CallPart::Update);
     }
     if (st.intrinsic->reset) return tensorized(n, CallPart::Reset);
@@ -534,7 +551,7 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
   std::vector<Stmt> body;
   if (!init) {
     for (const StageImpl* c : n.children[static_cast<std::size_t>(q)]) body.push_back(lower_stage(*c));
-    if (n.has_init && q + 1 == n.first_reduce) body.push_back(init_nest(n));
+    if (n.has_init && q + 1 == n.first_reduce && !n.reset_in_tile) body.push_back(init_nest(n));
   }
   body.push_back(build(n, positions, k + 1, init));
   Stmt s = make_seq(body);

@@ -263,6 +263,12 @@ void Stage::tensorize(const IterVar& axis, const Intrinsic& intrinsic) {
             "' has no implementation (update)");
   node_->tensorize_axis = axis;
   node_->intrinsic = std::make_shared<const Intrinsic>(intrinsic);
+  node_->reset_at = ResetAt::Nest;
+}
+
+void Stage::tensorize(const IterVar& axis, const Intrinsic& intrinsic, ResetAt reset) {
+  tensorize(axis, intrinsic);
+  node_->reset_at = reset;
 }
 
 // ---- Schedule -----------------------------------------------------------------------------

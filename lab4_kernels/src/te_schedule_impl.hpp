@@ -33,6 +33,7 @@ struct StageImpl {
   std::map<const IterVarNode*, ThreadTag> tags;  // bind: valid where kinds says ThreadBinding
   IterVar tensorize_axis;
   std::shared_ptr<const Intrinsic> intrinsic;
+  ResetAt reset_at = ResetAt::Nest;  // tensorize: where a reduction starting outside the tile resets
   StageImpl* attach = nullptr;  // computed inside this stage's loop `attach_axis`
   IterVar attach_axis;
   std::map<const BufferNode*, StageImpl*> redirect;  // loads of a buffer read this cache instead

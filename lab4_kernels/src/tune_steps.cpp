@@ -131,11 +131,11 @@ std::vector<ScheduleStep> sgemm_steps(long m, long n, long k, const std::optiona
             code = "(step 4, then)\n" + pack;
           } else {
             st.reorder({xc, ko, yc, xr, yr, yi, xi, ki});
-            st.tensorize(yi, micro_kernel(mr, nr, p.kc, 1, p.lanes));
+            st.tensorize(yi, micro_kernel(mr, nr, p.kc, 1, p.lanes), te::ResetAt::Tile);
             title = "6. the MR x NR x KC tile as one call of a register-blocked micro-kernel: the template";
             code = "(step 3's and 4's splits, then)\n"
                    "s[C].reorder({xc, ko, yc, xr, yr, yi, xi, ki});\n" +
-                   pack + "\ns[C].tensorize(yi, micro_kernel(MR, NR, KC, 1));";
+                   pack + "\ns[C].tensorize(yi, micro_kernel(MR, NR, KC, 1), ResetAt::Tile);  // C zeroed tile by tile";
           }
         }
       }

@@ -94,7 +94,9 @@ PieceCompute piece_compute(const SgemmShape& sh) {
 ///      then pack_a: A's at the later of yc/ko ("AL"), in that order (where both copies sit at one
 ///      loop, the order of the calls is the order of the copies in the nest, and the tests compare
 ///      nests); A's copy's innermost loop vectorized (s[AL].leaf_axes().back());
-///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes);
+///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes),
+///      te::ResetAt::Tile (C = ...: each tile zeroed in cache right before its first k block, as
+///      lab4_packed's beta' = 0 for the first KC block, instead of a pass of its own over C);
 ///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing), and then
 ///      each copy that sits outside the parallel loop (its loop before yc for "m", before xc for "n";
 ///      every copy for "mr" and "nr", whose loops come after the block loops) parallel over its rows
@@ -148,7 +150,7 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
     s[AL].vectorize(s[AL].leaf_axes().back());
     if (outside('m', 'k')) copies_outside.push_back(AL);
   }
-  st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes));
+  st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes), te::ResetAt::Tile);
   if (knobs.parallel == "m") st.parallel(yc);
   if (knobs.parallel == "n") st.parallel(xc);
   if (knobs.parallel == "mr") st.parallel(yr);

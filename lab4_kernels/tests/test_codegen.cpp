@@ -466,8 +466,8 @@ TEST_CASE("codegen: a transposing copy (cache_read with a layout) goes in regist
   }
 }
 
-TEST_CASE("codegen: B packed in NR-wide panels (cache_read's panel) feeds the register-blocked micro-kernel; copies "
-          "transpose panel by panel; equals the interpreter", "[codegen][layout][kernels]") {
+TEST_CASE("codegen: B packed in NR-wide panels (cache_read's panel) feeds the register-blocked micro-kernel, copies "
+          "transpose panel by panel, and equal the interpreter", "[codegen][layout][kernels]") {
   // The SGEMM template's nest (tune.hpp) written out: B's KC x NC block at ko stored [NC/NR][KC][NR],
   // its copy panel by panel (bp, ax0, bi) with bi vectorized (a W x W register transpose per panel
   // when B is N x K), parallel over the panels half the time; the micro-kernel reads the panel with

@@ -253,10 +253,22 @@ TEST_CASE("te: B packed in NR-wide panels [NC/NR][KC][NR] feeds a tensorized MR 
                                      c.nr, "BL");
       auto [bp, bi] = s[BL].split(s[BL].leaf_axes().back(), c.nr, "bp", "bi");
       s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});
-      st.tensorize(yi, gemm_intrinsic(c.mr, c.nr, c.kc));
+      // With B transposed, C's tiles reset in the tile loops (ResetAt::Tile) instead of a nest of their own.
+      if (tb)  // (on C += ...: nothing to reset)
+        st.tensorize(yi, gemm_intrinsic(c.mr, c.nr, c.kc), ResetAt::Tile);
+      else
+        st.tensorize(yi, gemm_intrinsic(c.mr, c.nr, c.kc));
       const LoweredFunc f = lower(s, "goto_panels");
       const std::string text = to_string(f);
       INFO(g.what() << "\n" << text);
+      if (!g.accumulate) {
+        // One fill_zero call either way; in the tile loops, at ko == 0 when there is more than one k block.
+        const std::size_t fill = text.find("fill_zero"), call = text.find("gemm" + std::to_string(c.mr) + "x");
+        REQUIRE(fill != std::string::npos);
+        CHECK((fill < text.find("for ko")) == !tb);
+        if (tb) CHECK((text.find("if ko == 0:") != std::string::npos) == (c.k > c.kc));
+        if (tb) CHECK(call > fill);
+      }
       CHECK(text.find("BL = allocate((" + std::to_string(c.nc / c.nr) + ", " + std::to_string(c.kc) + ", " +
                       std::to_string(c.nr) + "), local)") != std::string::npos);
       // Panel xr of the block is BL[xr] (BL[0] when the block is one panel): no division left in the nest.
@@ -270,4 +282,47 @@ TEST_CASE("te: B packed in NR-wide panels [NC/NR][KC][NR] feeds a tensorized MR 
       MLS_ORACLE_CHECK(kernels_test::require_close(tiles, naive, tol, "C"));
       (void)bi;
     }
+}
+
+TEST_CASE("te: ResetAt::Tile resets each tile at the first k block, needs an intrinsic with a reset, and leaves "
+          "sum_into alone", "[te][schedule][errors][split]") {
+  // C += A·B (sum_into): nothing to reset, no fill_zero anywhere, the product added to C.
+  const StridedGemm acc(4, 4, 4, false, false, true, 0);
+  Schedule s({acc.C});
+  auto [ko, ki] = s[acc.C].split(acc.kk, 2, "ko", "ki");
+  s[acc.C].reorder({ko, acc.C.axis(0), acc.C.axis(1), ki});
+  s[acc.C].tensorize(acc.C.axis(0), gemm_intrinsic(4, 4, 2), ResetAt::Tile);
+  const LoweredFunc fa = lower(s, "accumulate");
+  CHECK(to_string(fa).find("fill_zero") == std::string::npos);
+  const auto added = run_gemm(acc, 6, [&](Bindings& bind) { interpret(fa, bind); });
+  const double tol_a = kernels_test::reduction_tol(5) * 5;
+  mls::testing::observe("ResetAt::Tile on sum_into", added, {tol_a, tol_a});
+  const auto naive_a = run_gemm(acc, 6, [&](Bindings& bind) { evaluate_naive({acc.C}, bind); });
+  MLS_ORACLE_CHECK(kernels_test::require_close(added, naive_a, tol_a, "C"));
+  const StridedGemm g(4, 4, 4, false, false, false, 0);
+  Schedule s2({g.C});
+  auto [ko2, ki2] = s2[g.C].split(g.kk, 2, "ko", "ki");
+  s2[g.C].reorder({ko2, g.C.axis(0), g.C.axis(1), ki2});
+  Intrinsic no_reset = gemm_intrinsic(4, 4, 2, "gemm_noreset");
+  no_reset.reset = nullptr;
+  no_reset.reset_name.clear();
+  s2[g.C].tensorize(g.C.axis(0), no_reset, ResetAt::Tile);
+  LAB4_REQUIRE_ERROR(lower(s2), "tensorize: ResetAt::Tile on stage 'C', and intrinsic 'gemm_noreset' has no reset");
+  // The same schedule with a reset: the init inside ko's first iteration, equal to the naive product.
+  Schedule s3({g.C});
+  auto [ko3, ki3] = s3[g.C].split(g.kk, 2, "ko", "ki");
+  s3[g.C].reorder({ko3, g.C.axis(0), g.C.axis(1), ki3});
+  s3[g.C].tensorize(g.C.axis(0), gemm_intrinsic(4, 4, 2), ResetAt::Tile);
+  const LoweredFunc f = lower(s3, "reset_in_tile");
+  const std::string text = to_string(f);
+  INFO(text);
+  CHECK(text.find("if ko == 0:") != std::string::npos);
+  const auto got = run_gemm(g, 5, [&](Bindings& bind) { interpret(f, bind); });
+  const double tol = kernels_test::reduction_tol(5) * 5;
+  mls::testing::observe("ResetAt::Tile, two k blocks", got, {tol, tol});
+  const auto naive = run_gemm(g, 5, [&](Bindings& bind) { evaluate_naive({g.C}, bind); });
+  MLS_ORACLE_CHECK(kernels_test::require_close(got, naive, tol, "C"));
+  (void)ki;
+  (void)ki2;
+  (void)ki3;
 }

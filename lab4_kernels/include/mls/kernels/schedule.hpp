@@ -27,6 +27,15 @@
 
 namespace mls::kernels::te {
 
+/// Where a tensorized reduction whose first loop lies outside the tile starts from its init (the
+/// intrinsic's reset): ResetAt::Nest, a nest of its own over the output before that loop (one more
+/// pass over the output); ResetAt::Tile, inside the tile's loops right before the call, guarded by
+/// every reduction loop outside the tile at its first iteration (`if ko == 0: fill_zero(...)`), so
+/// the tile is zeroed in cache just before the intrinsic reads it (BLAS's beta = 0 for the first
+/// KC block). For a fixed tile the reduction loops run in lexicographic order, so that iteration is
+/// its first.
+enum class ResetAt { Nest, Tile };
+
 class Schedule;
 struct ScheduleImpl;
 struct StageImpl;
@@ -91,6 +100,11 @@ class Stage {
   /// intrinsic's, the compute its pattern, every index affine in the tile's axes, no tail and
   /// no stage computed inside the tile.
   void tensorize(const IterVar& axis, const Intrinsic& intrinsic);
+  /// The same, the reduction's init where `reset` says (ResetAt above; the overload above is
+  /// ResetAt::Nest). A reduction without an init (sum_into: it adds to the output) has nothing to
+  /// reset either way. Checked when lowering: ResetAt::Tile on a reduction with an init needs an
+  /// intrinsic with a reset.
+  void tensorize(const IterVar& axis, const Intrinsic& intrinsic, ResetAt reset);
 
  private:
   friend class Schedule;
