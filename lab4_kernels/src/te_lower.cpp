@@ -14,6 +14,8 @@
 // loop, just before that loop. Tails are guards that interval bounds could not prove away. A loop
 // of one iteration is left out (its variable is 0).
 #include <algorithm>
+#include <cstdlib>
+#include <numeric>
 #include <set>
 
 #include "mls/common/error.hpp"
@@ -244,10 +246,42 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
       (e % s->factor == 0 ? implied : kept).insert(detail::structural_key(val.at(s->parent.get())) + " < " + std::to_string(e));
     }
   for (const auto& k : kept) implied.erase(k);
+  // e < limit with e = q + r, q's coefficients and constant multiples of g, r in [0, g) and g dividing
+  // limit: e < limit exactly when q < limit (q <= limit - g gives e < limit, q >= limit gives e >= limit).
+  // The innermost loops' terms go into r while that holds, so the guard reads outer loops only: a copy
+  // of whole panels is guarded panel by panel (xc*64 + bp*32 < 96), not lane by lane inside its vector
+  // loop (xc*64 + bp*32 + bi < 96).
+  auto coarse = [&](const Expr& e, std::int64_t limit) {
+    detail::Affine q = detail::to_affine(e);
+    std::int64_t rlo = 0, rhi = 0;  // r's range so far
+    while (q.terms.size() > 1) {
+      std::size_t inner = q.terms.size();
+      int deepest = -1;
+      for (std::size_t t = 0; t < q.terms.size(); ++t) {
+        const int lv = q.terms[t].var ? level_of(Expr(q.terms[t].atom)) : -1;
+        if (lv > deepest) deepest = lv, inner = t;
+      }
+      if (inner == q.terms.size()) break;  // no term of this stage's loops
+      const detail::Term& t = q.terms[inner];
+      const auto r = ranges.find(t.var);
+      if (r == ranges.end() || t.coeff <= 0) break;
+      std::int64_t g = std::abs(q.constant);
+      for (std::size_t u = 0; u < q.terms.size(); ++u)
+        if (u != inner) g = std::gcd(g, std::abs(q.terms[u].coeff));
+      const std::int64_t lo = rlo + t.coeff * r->second.lo, hi = rhi + t.coeff * r->second.hi;
+      if (g <= 1 || limit % g != 0 || lo < 0 || hi >= g) break;
+      rlo = lo;
+      rhi = hi;
+      q.terms.erase(q.terms.begin() + static_cast<std::ptrdiff_t>(inner));
+    }
+    return simplify(detail::from_affine(q));
+  };
   auto guard_lt = [&](const Expr& e, std::int64_t limit, bool data) {
     if (implied.count(detail::structural_key(e) + " < " + std::to_string(limit))) return;
     auto b = detail::bound(e, ranges);
-    if (!b || b->hi >= limit) n.guards.push_back({e < Expr(limit), level_of(e), data});
+    if (b && b->hi < limit) return;
+    const Expr c = coarse(e, limit);
+    n.guards.push_back({c < Expr(limit), level_of(c), data});
   };
   auto guard_ge0 = [&](const Expr& e) {
     auto b = detail::bound(e, ranges);

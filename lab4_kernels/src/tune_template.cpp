@@ -100,8 +100,8 @@ PieceCompute piece_compute(const SgemmShape& sh) {
 ///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing), and then
 ///      each copy that sits outside the parallel loop (its loop before yc for "m", before xc for "n";
 ///      every copy for "mr" and "nr", whose loops come after the block loops) parallel over its rows
-///      (its first leaf axis: B's panels, A's rows): the threads share the packing out, as sgemm_packed_mt does, instead
-///      of one copying while the others wait.
+///      (its first leaf axis: B's panels, A's rows): the threads share the packing out, as sgemm_packed_mt
+///      does, instead of one copying while the others wait.
 /// Hint: each of p.mc / knobs.mr and p.nc / knobs.nr is a whole number of panels.
 SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   const SgemmPiece& p = piece;

@@ -216,7 +216,8 @@ inline Case random_case(mls::Rng& rng) {
         log << "], panel " << panel;
       }
       log << ") ";
-      transform(s[s.cache_read(in, s[cons], at, Scope::Local, layout, panel)], rng, static_cast<int>(pick(rng, 3)), log);
+      const Tensor copy = s.cache_read(in, s[cons], at, Scope::Local, layout, panel);
+      transform(s[copy], rng, static_cast<int>(pick(rng, 3)), log);
     }
   }
   return {p, s, log.str()};

@@ -476,9 +476,9 @@ TEST_CASE("codegen: B packed in NR-wide panels (cache_read's panel) feeds the re
     std::vector<Job> jobs;
     const std::int64_t nr = 2 * lanes, mr = 3, kc = 2 * lanes + 3, nc = 2 * nr;
     for (const bool tb : {false, true}) {
-      // N in whole blocks: a short last block guards the copy's vector loop, and a guarded copy goes
-      // lane by lane instead of through the register transpose (still equal, only slower).
-      const std::int64_t m = 2 * mr, n = 4 * nr, k = 2 * kc;
+      // N = 3 panels in blocks of 2: the last block is short, its copy guarded panel by panel
+      // (xc*2NR + bp*NR < 3NR, outside the vector loop), so whole panels still transpose in registers.
+      const std::int64_t m = 2 * mr, n = 3 * nr, k = 2 * kc;
       Mm mm = matmul(m, n, k, false, tb);
       Schedule s({mm.C});
       Stage st = s[mm.C];
