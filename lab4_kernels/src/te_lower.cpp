@@ -14,6 +14,8 @@
 // loop, just before that loop. Tails are guards that interval bounds could not prove away. A loop
 // of one iteration is left out (its variable is 0).
 #include <algorithm>
+#include <cstdlib>
+#include <numeric>
 #include <set>
 
 #include "mls/common/error.hpp"
@@ -46,6 +48,38 @@ struct Guard {
 /// layout; d itself for every other stage).
 std::size_t source_dim(const StageImpl& st, std::size_t d) {
   return st.layout.empty() ? d : static_cast<std::size_t>(st.layout[d]);
+}
+
+/// A copy's indices (relative to its window, in the copy's order) where a copy stored in panels
+/// (cache_read's `panel`) keeps them: [i / panel][the others][i % panel] for its last index i. An
+/// affine i = panel * hi + lo with lo's terms and constant provably in [0, panel) under `ranges`
+/// gives hi and lo themselves (no division, so a tensorized tile reads affine indices); anything
+/// else the floor division and modulo. Other stages: the indices as they are.
+std::vector<Expr> panel_indices(const StageImpl& st, std::vector<Expr> idx, const detail::Ranges& ranges) {
+  if (st.panel == 0 || idx.empty()) return idx;
+  const std::int64_t p = st.panel;
+  const Expr last = idx.back();
+  const detail::Affine a = detail::to_affine(last);
+  detail::Affine hi, lo;
+  for (const auto& t : a.terms) {
+    if (t.coeff % p == 0) {
+      detail::Term q = t;
+      q.coeff = t.coeff / p;
+      hi.add(q, 1);
+    } else {
+      lo.add(t, 1);
+    }
+  }
+  hi.constant = detail::floordiv(a.constant, p);
+  lo.constant = a.constant - hi.constant * p;
+  const Expr lo_e = simplify(detail::from_affine(lo));
+  const auto b = detail::bound(lo_e, ranges);
+  const bool exact = b && b->lo >= 0 && b->hi < p;
+  std::vector<Expr> out;
+  out.push_back(exact ? simplify(detail::from_affine(hi)) : simplify(last / Expr(p)));
+  for (std::size_t d = 0; d + 1 < idx.size(); ++d) out.push_back(idx[d]);
+  out.push_back(exact ? lo_e : simplify(last % Expr(p)));
+  return out;
 }
 
 std::string names_of(const std::vector<IterVar>& v) {
@@ -155,6 +189,7 @@ struct Lowerer::Nest {
   int tensorize_pos = -1;
   std::size_t shared = 0;             // a guest (compute_with): its first `shared` leaves are its host's loops
   std::vector<std::shared_ptr<Nest>> guests;  // the stages computed with this one, in stage order
+  bool reset_in_tile = false;         // ResetAt::Tile for a reduction whose first loop is outside the tile
 };
 
 Stmt Lowerer::run() {
@@ -197,7 +232,7 @@ Stmt Lowerer::lower_stage(const StageImpl& st) {
   for (std::size_t i = 0; i < nl; ++i) all[i] = static_cast<int>(i);
   Stmt body = build(n, all, 0, false);
   std::vector<Stmt> pre;  // inits of reductions whose first loop is the outermost
-  if (n.has_init && n.first_reduce == 0) pre.push_back(init_nest(n));
+  if (n.has_init && n.first_reduce == 0 && !n.reset_in_tile) pre.push_back(init_nest(n));
   for (const auto& g : n.guests)
     if (g->has_init && g->first_reduce == 0) pre.push_back(init_nest(*g));
   if (!pre.empty()) {
@@ -335,10 +370,42 @@ void Lowerer::prepare(const StageImpl& st, Nest& n, const Nest* host, std::size_
       (e % s->factor == 0 ? implied : kept).insert(detail::structural_key(val.at(s->parent.get())) + " < " + std::to_string(e));
     }
   for (const auto& k : kept) implied.erase(k);
+  // e < limit with e = q + r, q's coefficients and constant multiples of g, r in [0, g) and g dividing
+  // limit: e < limit exactly when q < limit (q <= limit - g gives e < limit, q >= limit gives e >= limit).
+  // The innermost loops' terms go into r while that holds, so the guard reads outer loops only: a copy
+  // of whole panels is guarded panel by panel (xc*64 + bp*32 < 96), not lane by lane inside its vector
+  // loop (xc*64 + bp*32 + bi < 96).
+  auto coarse = [&](const Expr& e, std::int64_t limit) {
+    detail::Affine q = detail::to_affine(e);
+    std::int64_t rlo = 0, rhi = 0;  // r's range so far
+    while (q.terms.size() > 1) {
+      std::size_t inner = q.terms.size();
+      int deepest = -1;
+      for (std::size_t t = 0; t < q.terms.size(); ++t) {
+        const int lv = q.terms[t].var ? level_of(Expr(q.terms[t].atom)) : -1;
+        if (lv > deepest) deepest = lv, inner = t;
+      }
+      if (inner == q.terms.size()) break;  // no term of this stage's loops
+      const detail::Term& t = q.terms[inner];
+      const auto r = ranges.find(t.var);
+      if (r == ranges.end() || t.coeff <= 0) break;
+      std::int64_t g = std::abs(q.constant);
+      for (std::size_t u = 0; u < q.terms.size(); ++u)
+        if (u != inner) g = std::gcd(g, std::abs(q.terms[u].coeff));
+      const std::int64_t lo = rlo + t.coeff * r->second.lo, hi = rhi + t.coeff * r->second.hi;
+      if (g <= 1 || limit % g != 0 || lo < 0 || hi >= g) break;
+      rlo = lo;
+      rhi = hi;
+      q.terms.erase(q.terms.begin() + static_cast<std::ptrdiff_t>(inner));
+    }
+    return simplify(detail::from_affine(q));
+  };
   auto guard_lt = [&](const Expr& e, std::int64_t limit, bool data) {
     if (implied.count(detail::structural_key(e) + " < " + std::to_string(limit))) return;
     auto b = detail::bound(e, ranges);
-    if (!b || b->hi >= limit) n.guards.push_back({e < Expr(limit), level_of(e), data});
+    if (b && b->hi < limit) return;
+    const Expr c = coarse(e, limit);
+    n.guards.push_back({c < Expr(limit), level_of(c), data});
   };
   auto guard_ge0 = [&](const Expr& e) {
     auto b = detail::bound(e, ranges);
@@ -355,6 +422,7 @@ void Lowerer::prepare(const StageImpl& st, Nest& n, const Nest* host, std::size_
       guard_lt(abs, st.root[i].extent(), true);
     }
   }
+  if (inf.relative) n.store_idx = panel_indices(st, std::move(n.store_idx), ranges);
   for (const auto& r : st.reduce) sub[r.var().get()] = val.at(r.get());
   // Each split's parent (a root axis or an inner part split again) stays below its extent.
   for (const auto& rel : st.relations) {
@@ -401,7 +469,7 @@ void Lowerer::prepare(const StageImpl& st, Nest& n, const Nest* host, std::size_
     std::vector<Expr> idx;  // the copy's dimension d reads the tensor's dimension p->layout[d]
     for (std::size_t d = 0; d < l.indices.size(); ++d)
       idx.push_back(simplify(l.indices[source_dim(*p, d)] - pi.min[d]));
-    return Tensor(pi.actual).load(idx);
+    return Tensor(pi.actual).load(panel_indices(*p, std::move(idx), ranges));
   });
   if (st.intrinsic) check_tensorize(n);
 }
@@ -424,6 +492,11 @@ void Lowerer::check_tensorize(Nest& n) const {
   MLS_CHECK(!n.has_init || n.first_reduce <= n.tensorize_pos || st.intrinsic->reset,
             "tensorize: the tile of stage '", st.name, "' from axis '", st.leaves[t].name(),
             "' holds the start of its reduction, and intrinsic '", st.intrinsic->name, "' has no reset");
+  if (st.reset_at == ResetAt::Tile && n.has_init) {  // sum_into: nothing to reset
+    MLS_CHECK(st.intrinsic->reset, "tensorize: ResetAt::Tile on stage '", st.name, "', and intrinsic '",
+              st.intrinsic->name, "' has no reset");
+    n.reset_in_tile = n.first_reduce < n.tensorize_pos;  // else the tile holds the start: reset before each call
+  }
 }
 
 void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& c, std::size_t pos) {
@@ -540,8 +613,15 @@ void Lowerer::infer_region(const StageImpl& st, const Nest& n, const StageImpl& 
     }
   }
   ci.relative = stage_scope(c) != Scope::Global;
+  // A copy in panels (cache_read's `panel`): [ceil(last / panel)][the other extents][panel].
+  std::vector<std::int64_t> shape = ci.extent;
+  if (c.panel > 0 && !shape.empty()) {
+    const std::int64_t last = shape.back();
+    shape.back() = c.panel;
+    shape.insert(shape.begin(), (last + c.panel - 1) / c.panel);
+  }
   ci.actual = ci.relative ? std::make_shared<const BufferNode>(
-                                BufferNode{c.name, ci.extent, stage_scope(c), nullptr, {}, c.double_buffer})
+                                BufferNode{c.name, shape, stage_scope(c), nullptr, {}, c.double_buffer})
                           : c.buffer;
   if (c.is_output) check_cover(st, n, c, pos);
 }
@@ -623,6 +703,17 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
       // The reduction starts inside the tile: its init is the intrinsic's reset.
       if (n.has_init && n.first_reduce > n.tensorize_pos)
         return make_seq({tensorized(n, CallPart::Reset), tensorized(n, CallPart::Update)});
+      if (n.reset_in_tile) {  // ResetAt::Tile: at the first iteration of the reduction loops outside the tile
+        Expr first;
+        for (int i = 0; i < n.tensorize_pos; ++i) {
+          const auto u = static_cast<std::size_t>(i);
+          if (st.leaves[u].kind() != IterKind::Reduce || n.ext[u] == 1) continue;  // a loop of one iteration is 0
+          const Expr c = eq(Expr(n.vars[u]), Expr(0));
+          first = first.defined() ? (first && c) : c;
+        }
+        const Stmt reset = tensorized(n, CallPart::Reset);
+        return make_seq({first.defined() ? make_if(first, reset) : reset, tensorized(n, CallPart::Update)});
+      }
       return tensorized(n, CallPart::Update);
     }
     if (st.intrinsic->reset) return tensorized(n, CallPart::Reset);
@@ -637,7 +728,7 @@ Stmt Lowerer::build(Nest& n, const std::vector<int>& positions, std::size_t k, b
   if (!init) {
     for (const StageImpl* c : n.children[static_cast<std::size_t>(q)])
       if (!c->with) body.push_back(lower_stage(*c));  // a guest is lowered inside its host
-    if (n.has_init && q + 1 == n.first_reduce) body.push_back(init_nest(n));
+    if (n.has_init && q + 1 == n.first_reduce && !n.reset_in_tile) body.push_back(init_nest(n));
     for (const auto& g : n.guests)  // a guest's init before its first reduction loop, a shared one
       if (g->has_init && q + 1 == g->first_reduce && g->first_reduce < static_cast<int>(g->shared))
         body.push_back(init_nest(*g));

@@ -323,6 +323,12 @@ void Stage::tensorize(const IterVar& axis, const Intrinsic& intrinsic) {
             "' has no implementation (update)");
   node_->tensorize_axis = axis;
   node_->intrinsic = std::make_shared<const Intrinsic>(intrinsic);
+  node_->reset_at = ResetAt::Nest;
+}
+
+void Stage::tensorize(const IterVar& axis, const Intrinsic& intrinsic, ResetAt reset) {
+  tensorize(axis, intrinsic);
+  node_->reset_at = reset;
 }
 
 // ---- Schedule -----------------------------------------------------------------------------
@@ -367,7 +373,16 @@ Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVa
 
 Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope,
                             std::vector<int> layout, std::string name) {
+  return cache_read(t, consumer, axis, scope, std::move(layout), 0, std::move(name));
+}
+
+Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope,
+                            std::vector<int> layout, std::int64_t panel, std::string name) {
   MLS_CHECK(t.defined(), "cache_read: the tensor is undefined");
+  MLS_CHECK(panel >= 0, "cache_read: panel width ", panel, " for '", t.name(),
+            "' must be >= 0 (0: no panels; w: the copy's last dimension in panels of w)");
+  MLS_CHECK(panel == 0 || scope != Scope::Shared, "cache_read: panel width ", panel, " for '", t.name(),
+            "' with Scope::Shared: a shared tile is stored as its window (panels are for Scope::Local copies)");
   if (layout.empty())
     for (std::size_t d = 0; d < t.ndim(); ++d) layout.push_back(static_cast<int>(d));
   std::vector<int> sorted = layout;
@@ -404,6 +419,7 @@ Tensor Schedule::cache_read(const Tensor& t, const Stage& consumer, const IterVa
   }
   st->body = t.load(idx);
   st->layout = layout;
+  st->panel = panel;
   st->leaves = st->all = st->root;
   st->cache_of = t.buffer().get();
   st->attach = &c;

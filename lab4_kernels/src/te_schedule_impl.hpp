@@ -33,6 +33,7 @@ struct StageImpl {
   std::map<const IterVarNode*, ThreadTag> tags;  // bind: valid where kinds says ThreadBinding
   IterVar tensorize_axis;
   std::shared_ptr<const Intrinsic> intrinsic;
+  ResetAt reset_at = ResetAt::Nest;  // tensorize: where a reduction starting outside the tile resets
   StageImpl* attach = nullptr;  // computed inside this stage's loop `attach_axis`
   IterVar attach_axis;
   StageImpl* with = nullptr;    // compute_with: its loops down to `with_axis` of this stage are shared
@@ -40,6 +41,7 @@ struct StageImpl {
   std::map<const BufferNode*, StageImpl*> redirect;  // loads of a buffer read this cache instead
   const BufferNode* cache_of = nullptr;  // cache_read: the buffer it copies
   std::vector<int> layout;     // cache_read: dimension d of the copy is dimension layout[d] of the tensor (empty: same order)
+  std::int64_t panel = 0;      // cache_read: the copy's last dimension stored in panels of this width (0: none)
   bool is_output = false;
   Scope scope = Scope::Global;  // set_scope (a cache's scope is its buffer's)
   bool double_buffer = false;   // Stage::double_buffer (a shared copy)

@@ -192,11 +192,17 @@ std::optional<Point> Search::propose(const std::vector<SearchTrial>& done, Rng& 
 ///      Under 2 trials the model predicts their mean: the prior alone ranks the candidates;
 ///   3. a pool of fresh candidates (no key twice: space_.key_of): the neighbours
 ///      (space_.neighbours) of the up to 4 fastest Ok trials, fastest first, until the pool holds
-///      half of it, then space_.sample draws (at most 4 x the pool's size draws); the pool holds
-///      options_.proposals candidates, 4 x as many with a prior (scoring is cheap, measuring is not);
+///      half of it (with a prior: 2 x options_.proposals of them), then space_.sample draws (at most
+///      4 x the pool's size draws); the pool holds options_.proposals candidates, 16 x as many with a
+///      prior (scoring is cheap, measuring is not: the prior ranks a large random pool, so the first
+///      proposals are already the model's best of the whole space, not of a few dozen draws);
 ///   4. an empty pool: random_fresh; with probability options_.epsilon a random member of the
 ///      pool (exploration); else the member with the lowest predicted log time, prior_of + the
-///      model's prediction.
+///      model's prediction;
+///   5. with a prior, every other proposal (odd done.size(), once a trial is Ok) is local instead:
+///      the lowest predicted of the fresh neighbours of the fastest Ok trial (of the next fastest
+///      when it has none left), so the search refines what measured fast (lab4_packed's seed among
+///      them) between global picks where the prior may be wrong.
 std::optional<Point> Search::propose_guided(const std::vector<SearchTrial>& done, Rng& rng) {
   // BEGIN SOLUTION
   const bool has_prior = static_cast<bool>(space_.prior);
@@ -228,21 +234,32 @@ std::optional<Point> Search::propose_guided(const std::vector<SearchTrial>& done
     pool_keys.push_back(std::move(key));
     pool.push_back(p);
   };
-  const int size = options_.proposals * (has_prior ? 4 : 1);
-  const std::size_t half = static_cast<std::size_t>(size) / 2 + 1;
-  for (std::size_t i = 0; i < std::min<std::size_t>(4, ok.size()) && pool.size() < half; ++i)
+  auto predicted_best = [&]() {
+    std::size_t best = 0;
+    double best_pred = 1e300;
+    for (std::size_t i = 0; i < pool.size(); ++i) {
+      const double p = space_.prior_of(pool[i]) + model_.predict(space_.features_of(pool[i]));
+      if (p < best_pred) best_pred = p, best = i;
+    }
+    return pool[best];
+  };
+  // With a prior, every other proposal refines the fastest trial: the model's best of its fresh
+  // neighbours (of the next fastest when none is left). The global pool's pick follows the prior
+  // where it errs; a step from what was measured fast does not.
+  if (has_prior && !ok.empty() && done.size() % 2 == 1) {
+    for (std::size_t i = 0; i < ok.size() && pool.empty(); ++i)
+      for (const auto& n : space_.neighbours(ok[i]->point)) add(n);
+    if (!pool.empty()) return predicted_best();
+  }
+  const int size = options_.proposals * (has_prior ? 16 : 1);
+  const std::size_t near = static_cast<std::size_t>(has_prior ? 2 * options_.proposals : size / 2 + 1);
+  for (std::size_t i = 0; i < std::min<std::size_t>(4, ok.size()) && pool.size() < near; ++i)
     for (const auto& n : space_.neighbours(ok[i]->point)) add(n);
   for (int attempt = 0; attempt < 4 * size && static_cast<int>(pool.size()) < size; ++attempt) add(space_.sample(rng));
   if (pool.empty()) return random_fresh(rng);
   if (rng.uniform_double() < options_.epsilon)
     return pool[static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(pool.size())))];
-  std::size_t best = 0;
-  double best_pred = 1e300;
-  for (std::size_t i = 0; i < pool.size(); ++i) {
-    const double p = space_.prior_of(pool[i]) + model_.predict(space_.features_of(pool[i]));
-    if (p < best_pred) best_pred = p, best = i;
-  }
-  return pool[best];
+  return predicted_best();
   // END SOLUTION
 }
 

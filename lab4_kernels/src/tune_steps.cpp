@@ -112,25 +112,30 @@ std::vector<ScheduleStep> sgemm_steps(long m, long n, long k, const std::optiona
           title = "4. MC x KC x NC cache blocks in Goto's order (xc, ko, yc), then the tiles (xr, yr)";
           code = "(step 3's splits, then)\n" + blocks + "s[C].reorder({xc, ko, yc, xr, yr, ki, yi, xi});\ns[C].vectorize(xi);";
         } else {
-          const te::Tensor BL = s.cache_read(B, st, ko, "BL");
-          s[BL].vectorize(s[BL].leaf_axes().back());
+          const te::Tensor BL = s.cache_read(B, st, ko, te::Scope::Local, {}, nr, "BL");
+          auto [bp, bi] = s[BL].split(s[BL].leaf_axes().back(), nr, "bp", "bi");
+          s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});
+          s[BL].vectorize(bi);
           const te::Tensor AL = s.cache_read(A, st, yc, "AL");
           s[AL].vectorize(s[AL].leaf_axes().back());
           const std::string pack =
-              "Tensor BL = s.cache_read(B, s[C], ko, \"BL\");  // KC x NC, reused by every yc\n"
-              "s[BL].vectorize(s[BL].leaf_axes().back());\n"
+              "// KC x NC, reused by every yc, stored as NC/NR panels [NC/NR][KC][NR]\n"
+              "Tensor BL = s.cache_read(B, s[C], ko, Scope::Local, {}, NR, \"BL\");\n"
+              "auto [bp, bi] = s[BL].split(s[BL].leaf_axes().back(), NR, \"bp\", \"bi\");\n"
+              "s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});\n"
+              "s[BL].vectorize(bi);\n"
               "Tensor AL = s.cache_read(A, s[C], yc, \"AL\");  // MC x KC, reused by every xr\n"
               "s[AL].vectorize(s[AL].leaf_axes().back());";
           if (step == 5) {
-            title = "5. A's MC x KC and B's KC x NC blocks packed into local buffers (cache_read)";
+            title = "5. A's MC x KC and B's KC x NC blocks packed into local buffers (cache_read; B in NR-wide panels)";
             code = "(step 4, then)\n" + pack;
           } else {
             st.reorder({xc, ko, yc, xr, yr, yi, xi, ki});
-            st.tensorize(yi, micro_kernel(mr, nr, p.kc, 1, p.lanes));
+            st.tensorize(yi, micro_kernel(mr, nr, p.kc, 1, p.lanes), te::ResetAt::Tile);
             title = "6. the MR x NR x KC tile as one call of a register-blocked micro-kernel: the template";
             code = "(step 3's and 4's splits, then)\n"
                    "s[C].reorder({xc, ko, yc, xr, yr, yi, xi, ki});\n" +
-                   pack + "\ns[C].tensorize(yi, micro_kernel(MR, NR, KC, 1));";
+                   pack + "\ns[C].tensorize(yi, micro_kernel(MR, NR, KC, 1), ResetAt::Tile);  // C zeroed tile by tile";
           }
         }
       }

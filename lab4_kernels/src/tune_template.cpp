@@ -88,16 +88,20 @@ PieceCompute piece_compute(const SgemmShape& sh) {
 ///   2. the loops: the block loops {xc, ko, yc} in knobs.order (n = xc, k = ko, m = yc), then xr,
 ///      yr, yi, xi, ki (one reorder);
 ///   3. pack_b: B's block copied at the later (inner) of its loops xc/ko (cache_read of B at that
-///      axis, Scope::Local, in the layout `b_layout`: rows of k whatever B's own layout, named "BL"),
+///      axis, Scope::Local, in the layout `b_layout`: rows of k whatever B's own layout, in panels of
+///      knobs.nr columns, named "BL": stored [NC/NR][KC][NR]); the copy's loops (ax0 = k, ax1 = x):
+///      ax1 split by NR into (bp, bi), reordered {bp, ax0, bi} (panel by panel), bi vectorized;
 ///      then pack_a: A's at the later of yc/ko ("AL"), in that order (where both copies sit at one
 ///      loop, the order of the calls is the order of the copies in the nest, and the tests compare
-///      nests); each copy's innermost loop vectorized (s[BL].leaf_axes().back());
-///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes);
+///      nests); A's copy's innermost loop vectorized (s[AL].leaf_axes().back());
+///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes),
+///      te::ResetAt::Tile (C = ...: each tile zeroed in cache right before its first k block, as
+///      lab4_packed's beta' = 0 for the first KC block, instead of a pass of its own over C);
 ///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing), and then
 ///      each copy that sits outside the parallel loop (its loop before yc for "m", before xc for "n";
 ///      every copy for "mr" and "nr", whose loops come after the block loops) parallel over its rows
-///      (its first leaf axis): the threads share the packing out, as sgemm_packed_mt does, instead
-///      of one copying while the others wait.
+///      (its first leaf axis: B's panels, A's rows): the threads share the packing out, as sgemm_packed_mt
+///      does, instead of one copying while the others wait.
 /// Hint: each of p.mc / knobs.mr and p.nc / knobs.nr is a whole number of panels.
 SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   const SgemmPiece& p = piece;
@@ -106,7 +110,8 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   const PieceCompute pc = piece_compute(p.shape);
   const te::Tensor &A = pc.A, &B = pc.B, &C = pc.C;
   [[maybe_unused]] const te::IterVar& kk = pc.k;
-  // B's copy holds rows of k (BL[k][x]) whatever B's layout: the micro-kernel reads a row of B's block contiguous.
+  // B's copy holds rows of k (BL[k][x]) whatever B's layout, in panels of NR columns: the micro-kernel
+  // reads its KC x NR panel of B's block as one contiguous run (rows NR apart).
   const std::vector<int> b_layout = p.shape.trans_b ? std::vector<int>{1, 0} : std::vector<int>{0, 1};
   te::Schedule s({C});
   te::Stage st = s[C];
@@ -133,8 +138,11 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   auto outside = [&](char a, char b) { return std::max(knobs.order.find(a), knobs.order.find(b)) < par && par < 4; };
   std::vector<te::Tensor> copies_outside;
   if (knobs.pack_b) {
-    const te::Tensor BL = s.cache_read(B, st, later('n', 'k'), te::Scope::Local, b_layout, "BL");  // KC x NC, reused by the yc blocks
-    s[BL].vectorize(s[BL].leaf_axes().back());
+    // KC x NC, reused by the yc blocks, stored as NC/NR panels of KC x NR (one contiguous run per xr).
+    const te::Tensor BL = s.cache_read(B, st, later('n', 'k'), te::Scope::Local, b_layout, knobs.nr, "BL");
+    auto [bp, bi] = s[BL].split(s[BL].leaf_axes().back(), knobs.nr, "bp", "bi");
+    s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});
+    s[BL].vectorize(bi);
     if (outside('n', 'k')) copies_outside.push_back(BL);
   }
   if (knobs.pack_a) {
@@ -142,7 +150,7 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
     s[AL].vectorize(s[AL].leaf_axes().back());
     if (outside('m', 'k')) copies_outside.push_back(AL);
   }
-  st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes));
+  st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes), te::ResetAt::Tile);
   if (knobs.parallel == "m") st.parallel(yc);
   if (knobs.parallel == "n") st.parallel(xc);
   if (knobs.parallel == "mr") st.parallel(yr);

@@ -5,7 +5,9 @@
 // softmax rows, layernorm rows, 2-D convolution) on sizes with 1 and primes, and a random legal
 // sequence of primitives: cache_write or rfactor first, then split/reorder/fuse/unroll/vectorize/
 // parallel on every stage, then compute_at of a producer and cache_read of an input.
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -199,8 +201,23 @@ inline Case random_case(mls::Rng& rng) {
       if (const auto* l = e.as<Load>()) reads = reads || l->buffer == in.buffer();
     });
     if (reads) {
-      log << "cache_read(" << in.name() << ", " << cons.name() << ", " << at.name() << ") ";
-      transform(s[s.cache_read(in, s[cons], at)], rng, static_cast<int>(pick(rng, 3)), log);
+      // Half of them stored in panels (cache_read's panel: [last / w][...][w]), the copy's dimensions
+      // reversed half of those: drawn from a generator of their own (keyed by the case so far), so
+      // the cases the main stream draws stay those the coverage checks were written for.
+      mls::Rng side(rng.seed() + std::hash<std::string>{}(log.str()), "te_fuzz_panel");
+      const std::int64_t panel = pick(side, 2) ? 1 + pick(side, 5) : 0;
+      std::vector<int> layout;
+      for (std::size_t d = 0; d < in.ndim(); ++d) layout.push_back(static_cast<int>(d));
+      if (panel > 0 && pick(side, 2)) std::reverse(layout.begin(), layout.end());
+      log << "cache_read(" << in.name() << ", " << cons.name() << ", " << at.name();
+      if (panel > 0) {
+        log << ", layout [";
+        for (std::size_t d = 0; d < layout.size(); ++d) log << (d ? ", " : "") << layout[d];
+        log << "], panel " << panel;
+      }
+      log << ") ";
+      const Tensor copy = s.cache_read(in, s[cons], at, Scope::Local, layout, panel);
+      transform(s[copy], rng, static_cast<int>(pick(rng, 3)), log);
     }
   }
   return {p, s, log.str()};

@@ -466,6 +466,47 @@ TEST_CASE("codegen: a transposing copy (cache_read with a layout) goes in regist
   }
 }
 
+TEST_CASE("codegen: B packed in NR-wide panels (cache_read's panel) feeds the register-blocked micro-kernel, copies "
+          "transpose panel by panel, and equal the interpreter", "[codegen][layout][kernels]") {
+  // The SGEMM template's nest (tune.hpp) written out: B's KC x NC block at ko stored [NC/NR][KC][NR],
+  // its copy panel by panel (bp, ax0, bi) with bi vectorized (a W x W register transpose per panel
+  // when B is N x K), parallel over the panels half the time; the micro-kernel reads the panel with
+  // rows NR apart. K in blocks, at 4, 8 and 16 lanes.
+  for (int lanes : {4, 8, 16}) {
+    std::vector<Job> jobs;
+    const std::int64_t nr = 2 * lanes, mr = 3, kc = 2 * lanes + 3, nc = 2 * nr;
+    for (const bool tb : {false, true}) {
+      // N = 3 panels in blocks of 2: the last block is short, its copy guarded panel by panel
+      // (xc*2NR + bp*NR < 3NR, outside the vector loop), so whole panels still transpose in registers.
+      const std::int64_t m = 2 * mr, n = 3 * nr, k = 2 * kc;
+      Mm mm = matmul(m, n, k, false, tb);
+      Schedule s({mm.C});
+      Stage st = s[mm.C];
+      auto [yo, yi] = st.split(mm.C.axis(0), mr, "yo", "yi");
+      auto [xp, xi] = st.split(mm.C.axis(1), nr, "xp", "xi");
+      auto [xc, xr] = st.split(xp, nc / nr, "xc", "xr");
+      auto [ko, ki] = st.split(mm.k, kc, "ko", "ki");
+      st.reorder({xc, ko, yo, xr, yi, xi, ki});
+      const Tensor BL = s.cache_read(mm.B, st, ko, Scope::Local, tb ? std::vector<int>{1, 0} : std::vector<int>{0, 1},
+                                     nr, "BL");
+      auto [bp, bi] = s[BL].split(s[BL].leaf_axes().back(), nr, "bp", "bi");
+      s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});
+      s[BL].vectorize(bi);
+      if (tb) s[BL].parallel(bp);  // the panels shared out among the threads
+      st.tensorize(yi, gemm_regblock_intrinsic(mr, nr, kc, lanes));
+      jobs.push_back(job(s, std::string("panels_") + (tb ? "nt_" : "nn_") + std::to_string(lanes), {mm.A, mm.B}, k));
+    }
+    CodegenOptions o;
+    o.vector_lanes = lanes;
+    const std::string src = check_jobs(jobs, o);
+    INFO(src);
+    // The transposed copy goes through registers panel by panel: BL[bp][ax0][bi] = B[bp*NR + bi][...].
+    CHECK(has(src, "a transposing copy BL[ax0][bi] = B[bi][ax0] in " + std::to_string(lanes) + " x " +
+                       std::to_string(lanes) + " blocks"));
+    CHECK(has(src, "_regblock"));
+  }
+}
+
 TEST_CASE("codegen: a tensorized matmul with a register-blocked micro-kernel equals the naive product",
           "[codegen][tensorize][kernels]") {
   const int lanes = resolved_vector_lanes({});

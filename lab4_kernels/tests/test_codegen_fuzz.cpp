@@ -67,6 +67,10 @@ TEST_CASE("codegen fuzz: random legal schedules compile and equal the interprete
       INFO("functions with " << path << " ('" << text << "'): " << functions_with[path]);
       CHECK(functions_with[path] >= 1);
     }
+    int panels = 0;  // copies stored in panels (cache_read's panel)
+    for (const auto& c : cases) panels += c.log.find(", panel ") != std::string::npos;
+    INFO("cases with a copy in panels: " << panels);
+    CHECK(panels >= 1);
   }
 }
 

@@ -192,3 +192,137 @@ TEST_CASE("te schedule: an exact split needs no guard even when its outer part i
   LAB4_REQUIRE_ERROR(lower(s2), "tensorize: stage 'C' has a tail inside the tile from axis 'yi'");
   (void)hp;
 }
+
+TEST_CASE("te: a cache_read in panels stores copy[r][c] at [c / w][r][c % w] and gives the naive result",
+          "[te][schedule][layout][panels][base]") {
+  // The copy's loops as cache_read makes them (no split): its stores and the consumer's loads divide.
+  for (const auto& [m, n, k] : std::vector<std::array<long, 3>>{{1, 1, 1}, {5, 7, 3}, {2, 13, 11}, {3, 4, 6}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const std::int64_t w : {1, 3, 4}) {
+          const StridedGemm g(m, n, k, ta, tb, (m + n) % 2 == 1, 2);
+          Schedule s({g.C});
+          // B's copy in rows of k (BL[k][x]) and A's in columns (AL[k][y]), each in panels of w.
+          const Tensor BL = s.cache_read(g.B, s[g.C], s[g.C].leaf_axes()[0], Scope::Local,
+                                         tb ? std::vector<int>{1, 0} : std::vector<int>{0, 1}, w, "BL");
+          const Tensor AL = s.cache_read(g.A, s[g.C], s[g.C].leaf_axes()[0], Scope::Local,
+                                         ta ? std::vector<int>{0, 1} : std::vector<int>{1, 0}, w, "AL");
+          CHECK(BL.shape() == std::vector<std::int64_t>{k, n});  // the logical copy
+          const LoweredFunc f = lower(s, "panels");
+          const std::string text = to_string(f);
+          INFO(g.what() << " panel " << w << "\n" << text);
+          // The window of one row y: all of B, [ceil(n / w)][k][w].
+          CHECK(text.find("BL = allocate((" + std::to_string((n + w - 1) / w) + ", " + std::to_string(k) + ", " +
+                          std::to_string(w) + "), local)") != std::string::npos);
+          const std::uint64_t seed = static_cast<std::uint64_t>(m * 7 + n + k + w);
+          const auto panels = run_gemm(g, seed, [&](Bindings& bind) { interpret(f, bind); });
+          mls::testing::observe("cache_read in panels of " + std::to_string(w) + " " + g.what(), panels);
+          const auto naive = run_gemm(g, seed, [&](Bindings& bind) { evaluate_naive({g.C}, bind); });
+          CHECK(kernels_test::identical(naive, panels));  // a copy changes no value
+        }
+  const Tensor X = placeholder("X", {3, 4});
+  const Tensor T = compute("T", {3, 4}, [&](Var i, Var j) { return X(i, j) * 2.0f; });
+  Schedule s({T});
+  LAB4_REQUIRE_ERROR(s.cache_read(X, s[T], s[T].leaf_axes()[0], Scope::Local, {}, -2, "XL"),
+                     "cache_read: panel width -2 for 'X' must be >= 0");
+  LAB4_REQUIRE_ERROR(s.cache_read(X, s[T], s[T].leaf_axes()[0], Scope::Shared, {}, 4, "XL"),
+                     "cache_read: panel width 4 for 'X' with Scope::Shared");
+}
+
+TEST_CASE("te: B packed in NR-wide panels [NC/NR][KC][NR] feeds a tensorized MR x NR x KC tile with affine indices",
+          "[te][schedule][layout][panels][split]") {
+  // The Goto/BLIS loop nest: x -> (xc, xr, xi) by NC and NR, y -> (yo, yi) by MR, k -> (ko, ki) by KC;
+  // B's KC x NC block copied at ko in panels of NR, panel by panel (its x split by NR, the panel loop
+  // first), the tile tensorized. Awkward extents: N not a multiple of NC (a short last block: a guard
+  // on xr, outside the tile), K in two blocks, B transposed or not, C accumulated or not.
+  struct Case {
+    long m, n, k, mr, nr, nc, kc;
+  };
+  for (const Case& c : std::vector<Case>{{6, 20, 10, 3, 4, 8, 5}, {4, 12, 7, 2, 6, 12, 7}, {1, 5, 3, 1, 5, 5, 1},
+                                         {9, 24, 12, 3, 8, 16, 4}})
+    for (const bool tb : {false, true}) {
+      const StridedGemm g(c.m, c.n, c.k, false, tb, c.n % 2 == 0, 1);
+      Schedule s({g.C});
+      Stage st = s[g.C];
+      auto [yo, yi] = st.split(g.C.axis(0), c.mr, "yo", "yi");
+      auto [xp, xi] = st.split(g.C.axis(1), c.nr, "xp", "xi");
+      auto [xc, xr] = st.split(xp, c.nc / c.nr, "xc", "xr");
+      auto [ko, ki] = st.split(g.kk, c.kc, "ko", "ki");
+      st.reorder({xc, ko, yo, xr, yi, xi, ki});
+      const Tensor BL = s.cache_read(g.B, st, ko, Scope::Local, tb ? std::vector<int>{1, 0} : std::vector<int>{0, 1},
+                                     c.nr, "BL");
+      auto [bp, bi] = s[BL].split(s[BL].leaf_axes().back(), c.nr, "bp", "bi");
+      s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});
+      // With B transposed, C's tiles reset in the tile loops (ResetAt::Tile) instead of a nest of their own.
+      if (tb)  // (on C += ...: nothing to reset)
+        st.tensorize(yi, gemm_intrinsic(c.mr, c.nr, c.kc), ResetAt::Tile);
+      else
+        st.tensorize(yi, gemm_intrinsic(c.mr, c.nr, c.kc));
+      const LoweredFunc f = lower(s, "goto_panels");
+      const std::string text = to_string(f);
+      INFO(g.what() << "\n" << text);
+      if (!g.accumulate) {
+        // One fill_zero call either way; in the tile loops, at ko == 0 when there is more than one k block.
+        const std::size_t fill = text.find("fill_zero"), call = text.find("gemm" + std::to_string(c.mr) + "x");
+        REQUIRE(fill != std::string::npos);
+        CHECK((fill < text.find("for ko")) == !tb);
+        if (tb) CHECK((text.find("if ko == 0:") != std::string::npos) == (c.k > c.kc));
+        if (tb) CHECK(call > fill);
+      }
+      CHECK(text.find("BL = allocate((" + std::to_string(c.nc / c.nr) + ", " + std::to_string(c.kc) + ", " +
+                      std::to_string(c.nr) + "), local)") != std::string::npos);
+      // Panel xr of the block is BL[xr] (BL[0] when the block is one panel): no division left in the nest.
+      CHECK(text.find(c.nc > c.nr ? "BL[xr:xr + 1]" : "BL[0:1]") != std::string::npos);
+      CHECK(text.find("//") == std::string::npos);
+      CHECK(text.find(" % ") == std::string::npos);
+      const auto tiles = run_gemm(g, 41, [&](Bindings& bind) { interpret(f, bind); });
+      const double tol = kernels_test::reduction_tol(c.k + 1) * static_cast<double>(c.k + 1);
+      mls::testing::observe("panels " + g.what(), tiles, {tol, tol});
+      const auto naive = run_gemm(g, 41, [&](Bindings& bind) { evaluate_naive({g.C}, bind); });
+      MLS_ORACLE_CHECK(kernels_test::require_close(tiles, naive, tol, "C"));
+      (void)bi;
+    }
+}
+
+TEST_CASE("te: ResetAt::Tile resets each tile at the first k block, needs an intrinsic with a reset, and leaves "
+          "sum_into alone", "[te][schedule][errors][split]") {
+  // C += A·B (sum_into): nothing to reset, no fill_zero anywhere, the product added to C.
+  const StridedGemm acc(4, 4, 4, false, false, true, 0);
+  Schedule s({acc.C});
+  auto [ko, ki] = s[acc.C].split(acc.kk, 2, "ko", "ki");
+  s[acc.C].reorder({ko, acc.C.axis(0), acc.C.axis(1), ki});
+  s[acc.C].tensorize(acc.C.axis(0), gemm_intrinsic(4, 4, 2), ResetAt::Tile);
+  const LoweredFunc fa = lower(s, "accumulate");
+  CHECK(to_string(fa).find("fill_zero") == std::string::npos);
+  const auto added = run_gemm(acc, 6, [&](Bindings& bind) { interpret(fa, bind); });
+  const double tol_a = kernels_test::reduction_tol(5) * 5;
+  mls::testing::observe("ResetAt::Tile on sum_into", added, {tol_a, tol_a});
+  const auto naive_a = run_gemm(acc, 6, [&](Bindings& bind) { evaluate_naive({acc.C}, bind); });
+  MLS_ORACLE_CHECK(kernels_test::require_close(added, naive_a, tol_a, "C"));
+  const StridedGemm g(4, 4, 4, false, false, false, 0);
+  Schedule s2({g.C});
+  auto [ko2, ki2] = s2[g.C].split(g.kk, 2, "ko", "ki");
+  s2[g.C].reorder({ko2, g.C.axis(0), g.C.axis(1), ki2});
+  Intrinsic no_reset = gemm_intrinsic(4, 4, 2, "gemm_noreset");
+  no_reset.reset = nullptr;
+  no_reset.reset_name.clear();
+  s2[g.C].tensorize(g.C.axis(0), no_reset, ResetAt::Tile);
+  LAB4_REQUIRE_ERROR(lower(s2), "tensorize: ResetAt::Tile on stage 'C', and intrinsic 'gemm_noreset' has no reset");
+  // The same schedule with a reset: the init inside ko's first iteration, equal to the naive product.
+  Schedule s3({g.C});
+  auto [ko3, ki3] = s3[g.C].split(g.kk, 2, "ko", "ki");
+  s3[g.C].reorder({ko3, g.C.axis(0), g.C.axis(1), ki3});
+  s3[g.C].tensorize(g.C.axis(0), gemm_intrinsic(4, 4, 2), ResetAt::Tile);
+  const LoweredFunc f = lower(s3, "reset_in_tile");
+  const std::string text = to_string(f);
+  INFO(text);
+  CHECK(text.find("if ko == 0:") != std::string::npos);
+  const auto got = run_gemm(g, 5, [&](Bindings& bind) { interpret(f, bind); });
+  const double tol = kernels_test::reduction_tol(5) * 5;
+  mls::testing::observe("ResetAt::Tile, two k blocks", got, {tol, tol});
+  const auto naive = run_gemm(g, 5, [&](Bindings& bind) { evaluate_naive({g.C}, bind); });
+  MLS_ORACLE_CHECK(kernels_test::require_close(got, naive, tol, "C"));
+  (void)ki;
+  (void)ki2;
+  (void)ki3;
+}

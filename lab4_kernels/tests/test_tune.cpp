@@ -312,15 +312,18 @@ TEST_CASE("tune: the loop nest names the template's loops", "[lab4][tune][templa
   CHECK(text.find("for xc in range(2):") != std::string::npos);
   CHECK(text.find("for ko in range(2):") != std::string::npos);
   CHECK(text.find("for yc in parallel(2):") != std::string::npos);
-  CHECK(text.find("BL = allocate((8, " + std::to_string(2 * lanes()) + "), local)") != std::string::npos);
+  // B's 8 x 2W block in panels of NR = W columns: [2][8][W].
+  CHECK(text.find("BL = allocate((2, 8, " + std::to_string(lanes()) + "), local)") != std::string::npos);
   CHECK(text.find("AL = allocate((24, 8), local)") != std::string::npos);
   CHECK(text.find("gemm4x" + std::to_string(lanes()) + "x8_regblock(") != std::string::npos);
-  // The reduction's init is a pass of its own (ko is outside the tile), then the blocks in order.
-  CHECK(text.find("fill_zero4x" + std::to_string(lanes())) < text.find("for ko"));
+  // The reduction's init (ko is outside the tile) is in the tile loops, at ko's first iteration
+  // (ResetAt::Tile: no pass of its own over C).
+  CHECK(text.find("fill_zero4x" + std::to_string(lanes())) > text.find("for ko"));
+  CHECK(text.find("if ko == 0:") != std::string::npos);
   CHECK(text.find("for yc in parallel(2):", text.find("for ko")) != std::string::npos);
-  // B's copy (at ko, outside the parallel yc) is shared out over its rows; A's (inside yc) is not.
+  // B's copy (at ko, outside the parallel yc) is shared out over its panels; A's (inside yc) is not.
   const std::size_t bl = text.find("BL = allocate"), al = text.find("AL = allocate");
-  CHECK(text.find("for ax0 in parallel(8):", bl) < al);
+  CHECK(text.find("for bp in parallel(2):", bl) < al);
   CHECK(text.find("for ax0 in parallel(", al) == std::string::npos);
 }
 
@@ -442,7 +445,7 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
   INFO(text);
   CHECK(text.find("C: float32[6, " + std::to_string(2 * L) + "] strides [" + std::to_string(2 * L + 4) + ", 1]") !=
         std::string::npos);
-  CHECK(text.find("BL[ax0][ax1] = B[ax1][ax0]") != std::string::npos);  // the copy transposes
+  CHECK(text.find("BL[0][ax0][bi] = B[bi][ax0]") != std::string::npos);  // the copy transposes (one NR panel)
   CHECK(text.find("fill_zero") == std::string::npos);  // beta 1: no reset
 }
 

@@ -27,6 +27,15 @@
 
 namespace mls::kernels::te {
 
+/// Where a tensorized reduction whose first loop lies outside the tile starts from its init (the
+/// intrinsic's reset): ResetAt::Nest, a nest of its own over the output before that loop (one more
+/// pass over the output); ResetAt::Tile, inside the tile's loops right before the call, guarded by
+/// every reduction loop outside the tile at its first iteration (`if ko == 0: fill_zero(...)`), so
+/// the tile is zeroed in cache just before the intrinsic reads it (BLAS's beta = 0 for the first
+/// KC block). For a fixed tile the reduction loops run in lexicographic order, so that iteration is
+/// its first.
+enum class ResetAt { Nest, Tile };
+
 class Schedule;
 struct ScheduleImpl;
 struct StageImpl;
@@ -122,6 +131,11 @@ class Stage {
   /// The interpreter and the C++ generator ignore it. mls::Error "double_buffer: ..." for a stage
   /// that is not a shared-memory copy.
   void double_buffer();
+  /// The same, the reduction's init where `reset` says (ResetAt above; the overload above is
+  /// ResetAt::Nest). A reduction without an init (sum_into: it adds to the output) has nothing to
+  /// reset either way. Checked when lowering: ResetAt::Tile on a reduction with an init needs an
+  /// intrinsic with a reset.
+  void tensorize(const IterVar& axis, const Intrinsic& intrinsic, ResetAt reset);
 
  private:
   friend class Schedule;
@@ -164,6 +178,18 @@ class Schedule {
   /// not a permutation.
   Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope, std::vector<int> layout,
                     std::string name = "");
+  /// The same, the copy's last dimension stored in panels of `panel` (BLIS's packed micro-panels):
+  /// a window of R x W (after `layout`) is stored [ceil(W / panel)][R][panel], so copy[r][c] lives at
+  /// [c / panel][r][c % panel] and one panel (all its rows) is contiguous. `cache_read(B, s[C], ko,
+  /// Scope::Local, {0, 1}, NR, "BL")` packs B's KC x NC block as [NC / NR][KC][NR]: the micro-kernel
+  /// reads its KC x NR panel with a row stride of NR. The consumer's loads and the copy's stores
+  /// become [hi][...][lo] with hi = index / panel, lo = index % panel, written without division where
+  /// the index is affine and its remainder provably stays in [0, panel) (xr*NR + xi: [xr][...][xi]),
+  /// so a tensorized tile still sees affine indices. The copy's own loops are the schedule's: split its
+  /// last axis by `panel` and put the outer part first to write the panels in order. 0: no panels
+  /// (the overload above). mls::Error "cache_read: panel ..." for a width < 0, and for Scope::Shared.
+  Tensor cache_read(const Tensor& t, const Stage& consumer, const IterVar& axis, Scope scope, std::vector<int> layout,
+                    std::int64_t panel, std::string name = "");
   /// Computes `t` into a local buffer `<t>L` (the slide's CL) and makes `t`'s own stage a copy of
   /// it; `t`'s data-parallel axes stay with that copy stage, its reduction axes move to the new
   /// stage. Call it before scheduling `t`'s reduction axes. Returns the local tensor.
