@@ -14,6 +14,7 @@ import os
 import random
 import re
 import signal
+import shutil
 import subprocess
 import sys
 import threading
@@ -101,6 +102,18 @@ try:
     # ---- health, greedy = the sampler --------------------------------------------------------------
     r = requests.get(URL + "/health", timeout=10)
     check(r.status_code == 200 and r.json()["status"] == "ok", "health: %s %s" % (r.status_code, r.text))
+    # ---- the listen backlog: a burst of clients must not overflow it ----------------------------------
+    # (cpp-httplib listens with 5; each SYN dropped past it costs a client a 1 s retransmission: the
+    # server listens again with SOMAXCONN. `ss` shows a listener's backlog as its Send-Q.)
+    if shutil.which("ss"):
+        port = URL.rsplit(":", 1)[1]
+        out = subprocess.run(["ss", "-ltnH", "sport = :" + port], capture_output=True, text=True).stdout.split()
+        check(len(out) >= 3 and int(out[2]) >= 128,
+              "the server's listen backlog (ss Send-Q) is %s, expected >= 128: a burst of clients would wait "
+              "1 s for a SYN retransmission (ss said: %r)" % (out[2] if len(out) >= 3 else "?", out))
+        print("ok: the listen backlog is %s" % out[2], flush=True)
+    else:
+        print("ss not found: the listen backlog is not checked", flush=True)
     prompt = "ROMEO:"
     r = complete(URL, prompt=prompt, max_tokens=30, temperature=0)
     check(r.status_code == 200, "greedy completion: %s %s" % (r.status_code, r.text))

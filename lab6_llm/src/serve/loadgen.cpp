@@ -36,6 +36,7 @@ struct RunStats {
   double rate = 0, seconds = 0;
   std::int64_t ok = 0, errors = 0, rejected = 0, tokens = 0;
   std::vector<double> ttft, itl, e2e;
+  std::string first_error;  // why the first failed request failed (printed under the table)
 };
 
 /// One offered rate: `requests` arrivals, exponential gaps of mean 1/rate (rate 0: all at once),
@@ -100,8 +101,11 @@ RunStats run_rate(const LoadgenOptions& o, double rate, std::uint64_t seed) {
       };
       const auto res = cli.send(req);
       std::lock_guard<std::mutex> lk(mu);
+      const auto fail = [&](std::string why) {
+        if (st.errors++ == 0) st.first_error = "request " + std::to_string(i) + ": " + why;
+      };
       if (!res) {
-        ++st.errors;
+        fail("no response (" + httplib::to_string(res.error()) + ")");
         continue;
       }
       if (res->status == 503) {
@@ -109,7 +113,8 @@ RunStats run_rate(const LoadgenOptions& o, double rate, std::uint64_t seed) {
         continue;
       }
       if (res->status != 200 || !done) {
-        ++st.errors;
+        fail(res->status != 200 ? "HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200)
+                                : std::string("the stream ended without data: [DONE]"));
         continue;
       }
       ++st.ok;
@@ -152,6 +157,7 @@ int loadgen(const LoadgenOptions& o) {
                 (long long)s.ok, (long long)s.rejected, (long long)s.errors, static_cast<double>(s.tokens) / s.seconds,
                 static_cast<double>(s.ok) / s.seconds, pct(s.ttft, 0.5), pct(s.ttft, 0.9), pct(s.ttft, 0.99),
                 1e3 * pct(s.itl, 0.5), 1e3 * pct(s.itl, 0.9), 1e3 * pct(s.itl, 0.99));
+    if (s.errors > 0) std::printf("  %lld error(s) at this rate; the first: %s\n", (long long)s.errors, s.first_error.c_str());
     std::fflush(stdout);
     runs.push_back(std::move(s));
   }
