@@ -48,7 +48,7 @@ int main() try {
     const double f = n > 1 ? 2.0 * (n - 1) / n : 1.0;
     if (c.rank() == 0)
       std::printf("%12lld %12.2f %12.2f %12.3f %12.3f %8.3f\n", static_cast<long long>(bytes), tn * 1e6, to * 1e6,
-                  static_cast<double>(bytes) / tn / 1e9 * f, static_cast<double>(bytes) / to / 1e9 * f, to / tn);
+                  static_cast<double>(bytes) / tn / 1e9 * f, static_cast<double>(bytes) / to / 1e9 * f, tn / to);
     ratios.emplace_back(bytes, tn / to);
   }
   if (c.rank() == 0 && n == 1) {
