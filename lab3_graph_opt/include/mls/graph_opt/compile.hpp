@@ -101,7 +101,7 @@ std::string check_guards(const Signature& compiled, const std::vector<Capture>& 
 /// Options of compile().
 struct CompileOptions {
   std::string name = "fn";                    // in messages and logs
-  std::string passes = default_pipeline();    // lab 3's pass pipeline run on the traced graph
+  std::string passes = compile_pipeline();    // lab 3's pass pipeline run on the traced graph
   int max_versions = 8;                       // compiled versions kept; then new signatures run eagerly
   /// Cache hits per version that trace fn again and compare the graph with the compiled one (an
   /// `mls::Error` when it differs: the graph depends on something the guards do not see). -1: every

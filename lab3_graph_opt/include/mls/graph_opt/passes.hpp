@@ -57,6 +57,16 @@ int fuse_matmul_epilogue(Program& p);
 /// reshape(g, [B T, N]): the batch folded into the reduction, no [batch..., K, N] products
 /// materialised and summed. Returns how many rewrites.
 int fold_batch_reduction(Program& p);
+/// Shape specialisation for training graphs (what compile's static shapes allow):
+/// reshape_like(x, like) with both shapes known becomes reshape(x, like's shape), which the
+/// planners treat as a view (no buffer, no copy) where its input is compact. Returns how many.
+int specialize_reshape_like(Program& p);
+/// The gradient of a value sliced into pieces (attention's q|k|v, the layers of a stacked
+/// parameter) as one concat: a tree of adds (inner adds used once) whose leaves are single-use
+/// slice_backward(g_i, x, dim, start_i, stop_i, step 1) of one dim, shape and dtype with disjoint
+/// ranges becomes concat(pieces in order, zero constants in the gaps) along that dim. Exact (it
+/// only drops additions of zeros). Returns how many add-trees were rewritten.
+int concat_slice_gradients(Program& p);
 /// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
 /// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
 /// how many ops were absorbed (ops in fused groups minus the fused nodes made).
@@ -69,12 +79,15 @@ struct PassInfo {
   std::function<int(Program&)> run;
 };
 /// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
-/// fold-transpose, batch-reduce, epilogue, fuse-elementwise.
+/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices.
 const std::vector<PassInfo>& all_passes();
 /// The pass called `name`; throws `mls::Error` listing the known names otherwise.
 const PassInfo& find_pass(const std::string& name);
 /// The default inference pipeline, in order.
 std::string default_pipeline();
+/// compile()'s pipeline for a traced forward + backward graph: "reshape-like,concat-slices," then
+/// the default pipeline.
+std::string compile_pipeline();
 
 /// What one pass did.
 struct PassStat {
