@@ -1,0 +1,152 @@
+// compile's training-graph passes (issue 29): "concat-slices" (a sum of slice_backward pieces ->
+// one concat) and "reshape-like" (reshape_like -> reshape, a view), each on random graphs with
+// their gradients, against the graph before the pass; concat computed in its planned buffer.
+#include "helpers.hpp"
+
+#include "mls/common/rng.hpp"
+
+using namespace graph_opt_test;
+
+namespace {
+/// A random forward graph that slices x [.. n along `dim` ..] into disjoint pieces (some of it
+/// left out, the pieces used in a random order), maps each through an op and sums, with the
+/// gradients w.r.t. x and w appended (lab 2's autodiff::gradients): the backward adds one
+/// slice_backward per piece.
+Program sliced_graph(Rng& rng, DType dt, std::int64_t& dim, int& pieces) {
+  Program p;
+  const std::int64_t nd = rng.randint(1, 4);
+  Shape s;
+  for (std::int64_t d = 0; d < nd; ++d) s.push_back(rng.randint(1, 5));
+  dim = rng.randint(0, nd);
+  s[static_cast<std::size_t>(dim)] = rng.randint(3, 10);
+  const Var x = p.input("x", s, dt), w = p.input("w", s, dt);
+  const Var h = x * w;  // the sliced value is an intermediate, as attention's qkv is
+  // Cut points: pieces [c_k, c_{k+1}), each kept with probability 3/4 (at least two kept).
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  const std::int64_t n = s[static_cast<std::size_t>(dim)];
+  for (std::int64_t at = 0; at < n;) {
+    const std::int64_t len = std::min(n - at, rng.randint(1, 3));
+    if (rng.uniform_double() < 0.75 || ranges.size() < 2) ranges.emplace_back(at, at + len);
+    at += len;
+  }
+  for (std::size_t k = ranges.size(); k > 1; --k) std::swap(ranges[k - 1], ranges[static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(k)))]);
+  Var total;
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    // Negative bounds some of the time (lab 2's slice counts them from the end).
+    const std::int64_t start = rng.uniform_double() < 0.3 ? ranges[k].first - n : ranges[k].first;
+    const std::int64_t stop = rng.uniform_double() < 0.3 && ranges[k].second < n ? ranges[k].second - n : ranges[k].second;
+    Var piece = autodiff::slice(h, dim, start, stop);
+    piece = k % 3 == 0 ? autodiff::exp(piece * 0.5) : (k % 3 == 1 ? autodiff::tanh(piece) : piece * piece);
+    const Var term = autodiff::sum(piece);
+    total = total.defined() ? total + term : term;
+  }
+  pieces = static_cast<int>(ranges.size());
+  p.output(total);
+  for (const Var& g : autodiff::gradients(total, {x, w})) p.output(g);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("concat-slices turns the gradient of a sliced value into one concat, on random graphs", "[lab3][passes]") {
+  Rng rng(29, "concat-slices");
+  for (int trial = 0; trial < 16; ++trial) {
+    INFO("trial " << trial);
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    std::int64_t dim = 0;
+    int pieces = 0;
+    const Program p = sliced_graph(rng, dt, dim, pieces);
+    verify(p);  // the graph as lab 2 built it
+    const std::size_t before = count_op(p, Op::SliceBackward);
+    auto [q, n] = apply_checked(p, concat_slice_gradients);
+    MLS_OBSERVE(n);
+    MLS_OBSERVE(count_op(q, Op::SliceBackward));
+    MLS_OBSERVE(count_op(q, Op::Concat));
+    // Exact: the pass only drops additions of zeros (float64 and float32 alike).
+    const auto feeds = random_feeds(p, 5);
+    const std::vector<Tensor> got = run(q, feeds);
+    observe_outputs("concat-slices", got);
+    PlannedExecutor ex(q, plan_memory(q));
+    const std::vector<Tensor> planned = ex.run(feeds);
+    observe_outputs("concat-slices in planned buffers", planned);
+    MLS_ORACLE_CHECK(CHECK(before == static_cast<std::size_t>(pieces));
+                     CHECK(n == 1); CHECK(count_op(q, Op::SliceBackward) == 0); CHECK(count_op(q, Op::Concat) == 1);
+                     CHECK(max_rel_error(got, run(p, feeds)) == 0.0); CHECK(max_rel_error(planned, got) == 0.0));
+  }
+}
+
+TEST_CASE("concat-slices leaves overlapping, strided and shared slice gradients alone", "[lab3][passes]") {
+  Program p;
+  const Var x = p.input("x", {4, 6}), g1 = p.input("g1", {4, 3}), g2 = p.input("g2", {4, 3}), g3 = p.input("g3", {4, 3});
+  verify(p);
+  // Overlapping ranges [0, 3) and [2, 5): the overlap adds up, not a concat.
+  p.output(autodiff::slice_backward(g1, x, 1, 0, 3, 1) + autodiff::slice_backward(g2, x, 1, 2, 5, 1));
+  // A step of 2.
+  p.output(autodiff::slice_backward(g1, x, 1, 0, 6, 2) + autodiff::slice_backward(g3, x, 1, 1, 4, 1));
+  // A slice_backward that is also an output (two uses).
+  const Var shared = autodiff::slice_backward(g3, x, 1, 3, 6, 1);
+  p.output(autodiff::slice_backward(g2, x, 1, 0, 3, 1) + shared);
+  p.output(shared);
+  // Different dims.
+  const Var y = p.input("y", {6, 6}), h = p.input("h", {6, 2});
+  p.output(autodiff::slice_backward(h, y, 1, 0, 2, 1) + autodiff::slice_backward(autodiff::transpose(h, 0, 1), y, 0, 2, 4, 1));
+  auto [q, n] = apply_checked(p, concat_slice_gradients);
+  MLS_OBSERVE(n);
+  MLS_OBSERVE(count_op(q, Op::Concat));
+  MLS_ORACLE_CHECK(CHECK(n == 0); CHECK(count_op(q, Op::SliceBackward) == 8));
+}
+
+TEST_CASE("reshape-like makes reshape_like a reshape the planners see as a view, with equal gradients", "[lab3][passes]") {
+  Rng rng(29, "reshape-like");
+  for (int trial = 0; trial < 8; ++trial) {
+    INFO("trial " << trial);
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    Program p;
+    const std::int64_t a = rng.randint(1, 5), b = rng.randint(1, 5), c = rng.randint(1, 5);
+    const Var x = p.input("x", {a, b * c}, dt), w = p.input("w", {a, b, c}, dt);
+    // reshape's gradient is reshape_like(g, x); permute + reshape makes one that must copy.
+    Var y = autodiff::reshape(autodiff::tanh(x), {a, b, c}) * w;
+    if (trial % 3 == 0) y = autodiff::reshape(autodiff::permute(y, {2, 1, 0}), {c * b, a});
+    const Var loss = autodiff::sum(autodiff::exp(y * 0.5));
+    p.output(loss);
+    for (const Var& g : autodiff::gradients(loss, {x, w})) p.output(g);
+    verify(p);
+    const std::size_t before = count_op(p, Op::ReshapeLike);
+    auto [q, n] = apply_checked(p, specialize_reshape_like);
+    MLS_OBSERVE(n);
+    MLS_OBSERVE(count_op(q, Op::ReshapeLike));
+    const auto feeds = random_feeds(p, 9);
+    PlannedExecutor ex(q, plan_memory(q));
+    const std::vector<Tensor> planned = ex.run(feeds);
+    observe_outputs("reshape-like in planned buffers", planned);
+    MLS_ORACLE_CHECK(CHECK(before > 0); CHECK(n == static_cast<int>(before)); CHECK(count_op(q, Op::ReshapeLike) == 0);
+                     CHECK(max_rel_error(planned, run(p, feeds)) == 0.0));
+  }
+}
+
+TEST_CASE("compile's pipeline starts with the training-graph passes", "[lab3][manager]") {
+  const std::string pipeline = compile_pipeline();
+  MLS_OBSERVE(pipeline);
+  PassManager pm;
+  pm.add_pipeline(pipeline);  // every name is registered
+  MLS_ORACLE_CHECK(CHECK(pipeline == "reshape-like,concat-slices," + default_pipeline()); CHECK(pm.size() == 13));
+}
+
+TEST_CASE("layer_norm and concat computed in their planned buffers equal lab 2's executor, on random shapes", "[lab3][memory]") {
+  Rng rng(29, "layer-norm-into");
+  for (int trial = 0; trial < 8; ++trial) {
+    INFO("trial " << trial);
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    const std::int64_t a = rng.randint(1, 6), c = rng.randint(1, 70);
+    Program p;
+    const Var x = p.input("x", {a, 3, c}, dt), g = p.input("gamma", {c}, dt), b = p.input("beta", {c}, dt);
+    const Var xs = trial % 3 == 0 ? autodiff::permute(p.input("xt", {3, a, c}, dt), {1, 0, 2}) : x;  // a strided view
+    const Var y = autodiff::layer_norm(xs * 2.0, g, b, 1e-5);
+    p.output(autodiff::concat({autodiff::exp(y), y * 3.0}, 1));
+    verify(p);
+    const auto feeds = random_feeds(p, 40 + static_cast<std::uint64_t>(trial));
+    PlannedExecutor ex(p, plan_memory(p));
+    const std::vector<Tensor> planned = ex.run(feeds);
+    observe_outputs("layer_norm and concat in planned buffers", planned);
+    MLS_ORACLE_CHECK(CHECK(max_rel_error(planned, run(p, feeds)) <= 1.0));
+  }
+}
