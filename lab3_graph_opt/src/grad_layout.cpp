@@ -6,10 +6,8 @@
 //     attention's q|k|v, the layers of a stacked parameter) -> one concat of the pieces, with
 //     zeros only in the gaps; each slice_backward was a zero buffer of the full shape, a copy into
 //     its slice and an add.
-// Forward into a planned buffer for concat (each piece copied into its slice) and for layer_norm
-// (one pass per row: lab 1's composition makes eight tensors of x's size).
+// concat's forward into a planned buffer: each piece copied into its slice.
 #include <algorithm>
-#include <cmath>
 #include <unordered_set>
 
 #include "mls/graph_opt/passes.hpp"
@@ -149,38 +147,8 @@ bool concat_into(std::span<const Tensor> in, const autodiff::Attrs& a, Tensor& o
   }
   return true;
 }
-/// layer_norm over the last dim, one row at a time: mean and variance (two passes over the row,
-/// accumulated in double), then (x - mean) * rstd * gamma + beta.
-template <class T>
-void layer_norm_rows(const T* x, const T* gamma, const T* beta, T* y, std::int64_t rows, std::int64_t c, double eps) {
-  for (std::int64_t r = 0; r < rows; ++r, x += c, y += c) {
-    double s = 0;
-    for (std::int64_t j = 0; j < c; ++j) s += x[j];
-    const double mu = s / static_cast<double>(c);
-    double v = 0;
-    for (std::int64_t j = 0; j < c; ++j) v += (x[j] - mu) * (x[j] - mu);
-    const T rstd = static_cast<T>(1.0 / std::sqrt(v / static_cast<double>(c) + eps));
-    const T m = static_cast<T>(mu);
-    for (std::int64_t j = 0; j < c; ++j) y[j] = (x[j] - m) * rstd * gamma[j] + beta[j];
-  }
-}
-bool layer_norm_into(std::span<const Tensor> in, const autodiff::Attrs& a, Tensor& out) {
-  if (in.size() != 3 || out.ndim() < 1) return false;
-  const DType dt = out.dtype();
-  for (const Tensor& t : in)
-    if (t.dtype() != dt) return false;
-  if (dt != DType::Float32 && dt != DType::Float64) return false;
-  const std::int64_t c = out.shape().back(), rows = c > 0 ? out.numel() / c : 0;
-  const Tensor x = in[0].compact(), g = in[1].compact(), b = in[2].compact();
-  if (dt == DType::Float32)
-    layer_norm_rows(x.data<float>(), g.data<float>(), b.data<float>(), out.data<float>(), rows, c, a.f("eps"));
-  else
-    layer_norm_rows(x.data<double>(), g.data<double>(), b.data<double>(), out.data<double>(), rows, c, a.f("eps"));
-  return true;
-}
 [[maybe_unused]] const bool into_registered = [] {
   register_forward_into(Op::Concat, concat_into);
-  register_forward_into(Op::LayerNorm, layer_norm_into);
   return true;
 }();
 }  // namespace

@@ -25,6 +25,7 @@ const std::vector<PassInfo>& all_passes() {
       {"epilogue", "relu/gelu(matmul + bias) -> one gemm with an epilogue", fuse_matmul_epilogue},
       {"fuse-elementwise", "trees of elementwise ops -> one fused loop", fuse_elementwise},
       {"reshape-like", "reshape_like(x, like) with known shapes -> reshape(x, shape): a view", specialize_reshape_like},
+      {"fused-layernorm", "layer_norm -> fused_layer_norm (one pass per row; gradient: fused row kernels); before the backward", fuse_layer_norm},
       {"concat-slices", "a sum of slice_backward pieces of one value -> one concat", concat_slice_gradients},
   };
   return passes;
@@ -43,6 +44,7 @@ std::string default_pipeline() {
   return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,batch-reduce,epilogue,fuse-elementwise,dce";
 }
 
+std::string compile_pre_grad_pipeline() { return "fused-layernorm"; }
 std::string compile_pipeline() { return "reshape-like,concat-slices," + default_pipeline(); }
 
 PassManager& PassManager::add(PassInfo pass) {

@@ -67,6 +67,11 @@ int specialize_reshape_like(Program& p);
 /// ranges becomes concat(pieces in order, zero constants in the gaps) along that dim. Exact (it
 /// only drops additions of zeros). Returns how many add-trees were rewritten.
 int concat_slice_gradients(Program& p);
+/// layer_norm -> lab 3's fused_layer_norm (ir.hpp): the same values, computed in one pass per
+/// row, and a gradient of two fused row kernels where lab 2's rule recomputes the normalisation
+/// with Var ops. Run it BEFORE the backward is built (compile's pre-gradient pipeline): on a
+/// graph whose gradients exist it only changes the forward. Float inputs of one dtype. Returns how many.
+int fuse_layer_norm(Program& p);
 /// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
 /// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
 /// how many ops were absorbed (ops in fused groups minus the fused nodes made).
@@ -79,7 +84,7 @@ struct PassInfo {
   std::function<int(Program&)> run;
 };
 /// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
-/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices.
+/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices, fused-layernorm.
 const std::vector<PassInfo>& all_passes();
 /// The pass called `name`; throws `mls::Error` listing the known names otherwise.
 const PassInfo& find_pass(const std::string& name);
@@ -88,6 +93,9 @@ std::string default_pipeline();
 /// compile()'s pipeline for a traced forward + backward graph: "reshape-like,concat-slices," then
 /// the default pipeline.
 std::string compile_pipeline();
+/// compile()'s passes on the traced forward graph, before the backward is built from it:
+/// "fused-layernorm" (rewrites to ops whose gradient rules are fused kernels).
+std::string compile_pre_grad_pipeline();
 
 /// What one pass did.
 struct PassStat {

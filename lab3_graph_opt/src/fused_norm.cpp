@@ -1,0 +1,203 @@
+// Layer norm as fused row kernels (issue 29: compile's GPT step). Not a student file.
+//   fused_layer_norm: layer_norm's forward in one pass per row, with a gradient rule made of
+//     layer_norm_dx (dx in one pass per row) and layer_norm_dgamma (sum over rows of g xhat);
+//     lab 2's rule recomputes xhat with five Var ops and makes dx with six more.
+//   "fused-layernorm": layer_norm -> fused_layer_norm, run by compile() on the traced forward
+//     graph before it builds the backward (the backward then uses the fused rule).
+//   layer_norm itself (lab 2's op) is computed in its planned buffer by the same forward kernel.
+#include <cmath>
+#include <vector>
+
+#include "mls/graph_opt/passes.hpp"
+
+namespace mls::graph_opt {
+
+namespace {
+using Ins = std::span<const Tensor>;
+using InNodes = std::span<const Node* const>;
+
+/// Mean and 1/sqrt(var + eps) of one row of c values (two passes, in double).
+template <class T>
+void row_stats(const T* x, std::int64_t c, double eps, double& mu, double& rstd) {
+  double s = 0;
+  for (std::int64_t j = 0; j < c; ++j) s += x[j];
+  mu = s / static_cast<double>(c);
+  double v = 0;
+  for (std::int64_t j = 0; j < c; ++j) v += (x[j] - mu) * (x[j] - mu);
+  rstd = 1.0 / std::sqrt(v / static_cast<double>(c) + eps);
+}
+
+/// y = (x - mean) rstd gamma + beta over the last dim, row by row.
+template <class T>
+void ln_forward(const T* x, const T* gamma, const T* beta, T* y, std::int64_t rows, std::int64_t c, double eps) {
+  for (std::int64_t r = 0; r < rows; ++r, x += c, y += c) {
+    double mu, rstd;
+    row_stats(x, c, eps, mu, rstd);
+    const T m = static_cast<T>(mu), rs = static_cast<T>(rstd);
+    for (std::int64_t j = 0; j < c; ++j) y[j] = (x[j] - m) * rs * gamma[j] + beta[j];
+  }
+}
+/// dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g gamma, row by row.
+template <class T>
+void ln_dx(const T* x, const T* gamma, const T* g, T* dx, std::int64_t rows, std::int64_t c, double eps) {
+  for (std::int64_t r = 0; r < rows; ++r, x += c, g += c, dx += c) {
+    double mu, rstd;
+    row_stats(x, c, eps, mu, rstd);
+    double s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < c; ++j) {
+      const double d = static_cast<double>(g[j]) * gamma[j];
+      s1 += d;
+      s2 += d * (x[j] - mu) * rstd;
+    }
+    const T m = static_cast<T>(mu), rs = static_cast<T>(rstd), a = static_cast<T>(s1 / static_cast<double>(c)),
+            b = static_cast<T>(s2 / static_cast<double>(c));
+    for (std::int64_t j = 0; j < c; ++j) {
+      const T xhat = (x[j] - m) * rs;
+      dx[j] = rs * (g[j] * gamma[j] - a - xhat * b);
+    }
+  }
+}
+/// dgamma = sum over rows of g xhat.
+template <class T>
+void ln_dgamma(const T* x, const T* g, T* dgamma, std::int64_t rows, std::int64_t c, double eps) {
+  std::vector<double> acc(static_cast<std::size_t>(c), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r, x += c, g += c) {
+    double mu, rstd;
+    row_stats(x, c, eps, mu, rstd);
+    for (std::int64_t j = 0; j < c; ++j) acc[static_cast<std::size_t>(j)] += static_cast<double>(g[j]) * ((x[j] - mu) * rstd);
+  }
+  for (std::int64_t j = 0; j < c; ++j) dgamma[j] = static_cast<T>(acc[static_cast<std::size_t>(j)]);
+}
+
+/// The float dtype all of `in` and `out` share, or false.
+bool same_float(Ins in, const Tensor& out) {
+  if (out.dtype() != DType::Float32 && out.dtype() != DType::Float64) return false;
+  for (const Tensor& t : in)
+    if (t.dtype() != out.dtype()) return false;
+  return true;
+}
+bool ln_forward_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
+  if (in.size() != 3 || out.ndim() < 1 || !same_float(in, out)) return false;
+  const std::int64_t c = out.shape().back(), rows = c > 0 ? out.numel() / c : 0;
+  const Tensor x = in[0].compact(), g = in[1].compact(), b = in[2].compact();
+  if (out.dtype() == DType::Float32) ln_forward(x.data<float>(), g.data<float>(), b.data<float>(), out.data<float>(), rows, c, a.f("eps"));
+  else ln_forward(x.data<double>(), g.data<double>(), b.data<double>(), out.data<double>(), rows, c, a.f("eps"));
+  return true;
+}
+bool ln_dx_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
+  if (in.size() != 3 || out.ndim() < 1 || !same_float(in, out)) return false;
+  const std::int64_t c = out.shape().back(), rows = c > 0 ? out.numel() / c : 0;
+  const Tensor x = in[0].compact(), gm = in[1].compact(), g = in[2].compact();
+  if (out.dtype() == DType::Float32) ln_dx(x.data<float>(), gm.data<float>(), g.data<float>(), out.data<float>(), rows, c, a.f("eps"));
+  else ln_dx(x.data<double>(), gm.data<double>(), g.data<double>(), out.data<double>(), rows, c, a.f("eps"));
+  return true;
+}
+bool ln_dgamma_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
+  if (in.size() != 2 || out.ndim() != 1 || !same_float(in, out)) return false;
+  const std::int64_t c = out.shape()[0], rows = c > 0 ? in[0].numel() / c : 0;
+  const Tensor x = in[0].compact(), g = in[1].compact();
+  if (out.dtype() == DType::Float32) ln_dgamma(x.data<float>(), g.data<float>(), out.data<float>(), rows, c, a.f("eps"));
+  else ln_dgamma(x.data<double>(), g.data<double>(), out.data<double>(), rows, c, a.f("eps"));
+  return true;
+}
+/// The ordinary forward of an op with a forward into a buffer: a new tensor of the inferred shape.
+template <bool (*Into)(Ins, const autodiff::Attrs&, Tensor&)>
+Tensor forward_of(Ins in, const autodiff::Attrs& a, Shape shape, const char* op) {
+  Tensor out = Tensor::empty(std::move(shape), in[0].dtype());
+  MLS_CHECK(Into(in, a, out), op, ": expected float32 or float64 inputs of one dtype, got ", in[0].dtype());
+  return out;
+}
+
+/// x [..., C], gamma [C] (and beta [C] or g [..., C]): the checks every op here makes.
+void check_rows(InNodes in, const char* op, std::size_t vectors) {
+  const Shape& x = in[0]->shape;
+  MLS_CHECK(!x.empty(), op, ": x must have at least one dim, got ", shape_str(x));
+  for (std::size_t k = 1; k < in.size(); ++k) {
+    const bool vec = k <= vectors;
+    const Shape want = vec ? Shape{x.back()} : x;
+    MLS_CHECK(in[k]->shape == want, op, ": input ", k, " must be ", shape_str(want), " for x ", shape_str(x), ", got ",
+              shape_str(in[k]->shape));
+    MLS_CHECK(in[k]->dtype == in[0]->dtype, op, ": input ", k, " is ", in[k]->dtype, ", x is ", in[0]->dtype);
+  }
+  MLS_CHECK(is_floating(in[0]->dtype), op, ": x must be floating, got ", in[0]->dtype);
+}
+void fused_ln_infer(InNodes in, const autodiff::Attrs&, Shape& s, DType& d) {
+  check_rows(in, "fused_layer_norm", 2);
+  s = in[0]->shape;
+  d = in[0]->dtype;
+}
+void ln_dx_infer(InNodes in, const autodiff::Attrs&, Shape& s, DType& d) {
+  check_rows(in, "layer_norm_dx", 1);
+  s = in[0]->shape;
+  d = in[0]->dtype;
+}
+void ln_dgamma_infer(InNodes in, const autodiff::Attrs&, Shape& s, DType& d) {
+  check_rows(in, "layer_norm_dgamma", 0);
+  s = Shape{in[0]->shape.back()};
+  d = in[0]->dtype;
+}
+Tensor fused_ln_fwd(Ins in, const autodiff::Attrs& a) {
+  return forward_of<ln_forward_into>(in, a, in[0].shape(), "fused_layer_norm");
+}
+Tensor ln_dx_fwd(Ins in, const autodiff::Attrs& a) { return forward_of<ln_dx_into>(in, a, in[0].shape(), "layer_norm_dx"); }
+Tensor ln_dgamma_fwd(Ins in, const autodiff::Attrs& a) {
+  return forward_of<ln_dgamma_into>(in, a, Shape{in[0].shape().back()}, "layer_norm_dgamma");
+}
+std::vector<Var> fused_ln_bwd(const Var& out, const Var& g, const std::vector<bool>& needs);
+double ln_flops(const Node& n) { return 8.0 * autodiff::shape_numel(n.inputs[0]->shape); }
+}  // namespace
+
+const Op kLayerNormDx = [] {
+  const Op op = autodiff::register_op({.name = "layer_norm_dx", .arity = 3, .differentiable = false, .forward = ln_dx_fwd,
+                                       .infer = ln_dx_infer, .doc = "layer_norm's dx from x, gamma and g, one pass per row",
+                                       .flops = ln_flops});
+  register_forward_into(op, ln_dx_into);
+  return op;
+}();
+const Op kLayerNormDgamma = [] {
+  const Op op = autodiff::register_op({.name = "layer_norm_dgamma", .arity = 2, .differentiable = false,
+                                       .forward = ln_dgamma_fwd, .infer = ln_dgamma_infer,
+                                       .doc = "layer_norm's dgamma = sum over rows of g xhat", .flops = ln_flops});
+  register_forward_into(op, ln_dgamma_into);
+  return op;
+}();
+const Op kFusedLayerNorm = [] {
+  const Op op = autodiff::register_op({.name = "fused_layer_norm", .arity = 3, .forward = fused_ln_fwd,
+                                       .infer = fused_ln_infer, .backward = fused_ln_bwd,
+                                       .doc = "layer_norm in one pass per row; gradient: layer_norm_dx, layer_norm_dgamma",
+                                       .flops = ln_flops});
+  register_forward_into(op, ln_forward_into);
+  register_forward_into(Op::LayerNorm, ln_forward_into);
+  return op;
+}();
+
+namespace {
+std::vector<Var> fused_ln_bwd(const Var& out, const Var& g, const std::vector<bool>& needs) {
+  const Node& n = *out.node();
+  const Var x(n.inputs[0]), gamma(n.inputs[1]), beta(n.inputs[2]);
+  const autodiff::Attrs eps = autodiff::Attrs().set("eps", n.attrs.f("eps"));
+  return {needs[0] ? autodiff::apply(kLayerNormDx, {x, gamma, g}, eps) : Var(),
+          needs[1] ? autodiff::apply(kLayerNormDgamma, {x, g}, eps) : Var(),
+          needs[2] ? autodiff::sum_like(g, beta) : Var()};
+}
+}  // namespace
+
+int fuse_layer_norm(Program& p) {
+  int rewrites = 0;
+  std::unordered_map<const Node*, NodePtr> own;
+  for (const NodePtr& n : p.graph->nodes()) own[n.get()] = n;
+  for (Node* n : p.schedule()) {
+    if (n->op != Op::LayerNorm || (n->dtype != DType::Float32 && n->dtype != DType::Float64)) continue;
+    bool same = true;
+    for (const NodePtr& in : n->inputs) same = same && in->dtype == n->dtype;
+    if (!same) continue;
+    std::vector<Var> ins;
+    for (const NodePtr& in : n->inputs) ins.emplace_back(in);
+    p.replace(Var(own.at(n)), p.make(kFusedLayerNorm, ins, n->attrs));
+    ++rewrites;
+  }
+  prune(p);
+  return rewrites;
+}
+
+}  // namespace mls::graph_opt
