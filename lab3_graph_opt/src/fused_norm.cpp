@@ -100,26 +100,36 @@ bool ln_dgamma_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
   else ln_dgamma(x.data<double>(), g.data<double>(), out.data<double>(), rows, c, a.f("eps"));
   return true;
 }
-/// The ordinary forward of an op with a forward into a buffer: a new tensor of the inferred shape.
-template <bool (*Into)(Ins, const autodiff::Attrs&, Tensor&)>
-Tensor forward_of(Ins in, const autodiff::Attrs& a, Shape shape, const char* op) {
-  Tensor out = Tensor::empty(std::move(shape), in[0].dtype());
-  MLS_CHECK(Into(in, a, out), op, ": expected float32 or float64 inputs of one dtype, got ", in[0].dtype());
-  return out;
-}
 
-/// x [..., C], gamma [C] (and beta [C] or g [..., C]): the checks every op here makes.
-void check_rows(InNodes in, const char* op, std::size_t vectors) {
-  const Shape& x = in[0]->shape;
+/// x [..., C], then `vectors` inputs [C] (gamma, beta), then inputs of x's shape (g), all of x's
+/// floating dtype: the checks every op here makes, on nodes (infer) and on tensors (forward).
+void check_rows(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes, const char* op, std::size_t vectors) {
+  const Shape& x = shapes[0];
   MLS_CHECK(!x.empty(), op, ": x must have at least one dim, got ", shape_str(x));
-  for (std::size_t k = 1; k < in.size(); ++k) {
-    const bool vec = k <= vectors;
-    const Shape want = vec ? Shape{x.back()} : x;
-    MLS_CHECK(in[k]->shape == want, op, ": input ", k, " must be ", shape_str(want), " for x ", shape_str(x), ", got ",
-              shape_str(in[k]->shape));
-    MLS_CHECK(in[k]->dtype == in[0]->dtype, op, ": input ", k, " is ", in[k]->dtype, ", x is ", in[0]->dtype);
+  MLS_CHECK(is_floating(dtypes[0]), op, ": x must be floating, got ", dtypes[0]);
+  for (std::size_t k = 1; k < shapes.size(); ++k) {
+    const Shape want = k <= vectors ? Shape{x.back()} : x;
+    MLS_CHECK(shapes[k] == want, op, ": input ", k, " must be ", shape_str(want), " for x ", shape_str(x), ", got ",
+              shape_str(shapes[k]));
+    MLS_CHECK(dtypes[k] == dtypes[0], op, ": input ", k, " is ", dtypes[k], ", x is ", dtypes[0]);
   }
-  MLS_CHECK(is_floating(in[0]->dtype), op, ": x must be floating, got ", in[0]->dtype);
+}
+void check_rows(InNodes in, const char* op, std::size_t vectors) {
+  std::vector<Shape> s;
+  std::vector<DType> d;
+  for (const Node* n : in) s.push_back(n->shape), d.push_back(n->dtype);
+  check_rows(s, d, op, vectors);
+}
+/// The ordinary forward of an op with a forward into a buffer: checks, then a new tensor.
+template <bool (*Into)(Ins, const autodiff::Attrs&, Tensor&)>
+Tensor forward_of(Ins in, const autodiff::Attrs& a, const char* op, std::size_t vectors) {
+  std::vector<Shape> s;
+  std::vector<DType> d;
+  for (const Tensor& t : in) s.push_back(t.shape()), d.push_back(t.dtype());
+  check_rows(s, d, op, vectors);
+  Tensor out = Tensor::empty(vectors == 0 ? Shape{in[0].shape().back()} : in[0].shape(), in[0].dtype());
+  MLS_CHECK(Into(in, a, out), op, ": expected float32 or float64, got ", in[0].dtype());
+  return out;
 }
 void fused_ln_infer(InNodes in, const autodiff::Attrs&, Shape& s, DType& d) {
   check_rows(in, "fused_layer_norm", 2);
@@ -136,13 +146,9 @@ void ln_dgamma_infer(InNodes in, const autodiff::Attrs&, Shape& s, DType& d) {
   s = Shape{in[0]->shape.back()};
   d = in[0]->dtype;
 }
-Tensor fused_ln_fwd(Ins in, const autodiff::Attrs& a) {
-  return forward_of<ln_forward_into>(in, a, in[0].shape(), "fused_layer_norm");
-}
-Tensor ln_dx_fwd(Ins in, const autodiff::Attrs& a) { return forward_of<ln_dx_into>(in, a, in[0].shape(), "layer_norm_dx"); }
-Tensor ln_dgamma_fwd(Ins in, const autodiff::Attrs& a) {
-  return forward_of<ln_dgamma_into>(in, a, Shape{in[0].shape().back()}, "layer_norm_dgamma");
-}
+Tensor fused_ln_fwd(Ins in, const autodiff::Attrs& a) { return forward_of<ln_forward_into>(in, a, "fused_layer_norm", 2); }
+Tensor ln_dx_fwd(Ins in, const autodiff::Attrs& a) { return forward_of<ln_dx_into>(in, a, "layer_norm_dx", 1); }
+Tensor ln_dgamma_fwd(Ins in, const autodiff::Attrs& a) { return forward_of<ln_dgamma_into>(in, a, "layer_norm_dgamma", 0); }
 std::vector<Var> fused_ln_bwd(const Var& out, const Var& g, const std::vector<bool>& needs);
 double ln_flops(const Node& n) { return 8.0 * autodiff::shape_numel(n.inputs[0]->shape); }
 }  // namespace

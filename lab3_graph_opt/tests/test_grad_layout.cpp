@@ -3,6 +3,7 @@
 // their gradients, against the graph before the pass; concat computed in its planned buffer.
 #include "helpers.hpp"
 
+#include "mls/autodiff/gradcheck.hpp"
 #include "mls/common/rng.hpp"
 
 using namespace graph_opt_test;
@@ -124,10 +125,15 @@ TEST_CASE("reshape-like makes reshape_like a reshape the planners see as a view,
 }
 
 TEST_CASE("compile's pipeline starts with the training-graph passes", "[lab3][manager]") {
+  Program p;
+  const Var x = p.input("x", {2, 3});
+  p.output(autodiff::reshape(autodiff::exp(x) * 1.0, {3, 2}));
   const std::string pipeline = compile_pipeline();
-  MLS_OBSERVE(pipeline);
   PassManager pm;
   pm.add_pipeline(pipeline);  // every name is registered
+  const PassReport r = pm.run(p);
+  MLS_OBSERVE(pipeline);
+  MLS_OBSERVE(r.stats.size());
   MLS_ORACLE_CHECK(CHECK(pipeline == "reshape-like,concat-slices," + default_pipeline()); CHECK(pm.size() == 13));
 }
 
@@ -149,4 +155,65 @@ TEST_CASE("layer_norm and concat computed in their planned buffers equal lab 2's
     observe_outputs("layer_norm and concat in planned buffers", planned);
     MLS_ORACLE_CHECK(CHECK(max_rel_error(planned, run(p, feeds)) <= 1.0));
   }
+}
+
+TEST_CASE("fused-layernorm gives layer_norm's values and gradients, on random graphs", "[lab3][passes]") {
+  Rng rng(29, "fused-layernorm");
+  for (int trial = 0; trial < 10; ++trial) {
+    INFO("trial " << trial);
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    const std::int64_t a = rng.randint(1, 5), t = rng.randint(1, 7), c = rng.randint(1, 40);
+    Program p;
+    const Var x = p.input("x", {a, t, c}, dt), w = p.input("w", {c, c}, dt), g = p.input("gamma", {c}, dt),
+              b = p.input("beta", {c}, dt);
+    // Two layer norms, one of them on a strided view, with residuals (as a transformer block).
+    const Var h = autodiff::layer_norm(x, g, b, 1e-5);
+    const Var y = x + autodiff::tanh(autodiff::matmul(h, w));
+    const Var z = autodiff::layer_norm(trial % 3 == 0 ? autodiff::transpose(y, 0, 1) : y, g * 2.0, b, 1e-3);
+    const Var loss = autodiff::sum(z * z) + autodiff::sum(h);
+    p.output(loss);
+    Program q = clone(p);
+    verify(q);
+    const int n = fuse_layer_norm(q);
+    verify(q);
+    // Gradients of both: lab 2's rules before, the fused rule after.
+    for (const Var& d : autodiff::gradients(loss, {x, w, g, b})) p.output(d);
+    std::vector<Var> wrt;
+    for (std::size_t i = 0; i < 4; ++i) wrt.push_back(q.inputs[i]);
+    for (const Var& d : autodiff::gradients(q.outputs[0], wrt)) q.output(d);
+    verify(q);
+    MLS_OBSERVE(n);
+    MLS_OBSERVE(count_op(q, kLayerNormDx));
+    const auto feeds = random_feeds(p, 60 + static_cast<std::uint64_t>(trial));
+    const std::vector<Tensor> got = run(q, feeds);
+    observe_outputs("fused-layernorm", got);
+    PlannedExecutor ex(q, plan_memory(q));
+    const std::vector<Tensor> planned = ex.run(feeds);
+    observe_outputs("fused-layernorm in planned buffers", planned);
+    MLS_ORACLE_CHECK(CHECK(n == 2); CHECK(count_op(q, Op::LayerNorm) == 0); CHECK(count_op(q, kLayerNormDx) == 2);
+                     CHECK(count_op(q, kLayerNormDgamma) == 2);
+                     CHECK(max_rel_error(got, run(p, feeds)) <= 1.0); CHECK(max_rel_error(planned, got) <= 1.0));
+  }
+}
+
+TEST_CASE("fused_layer_norm passes a float64 gradcheck, and its ops refuse bad shapes", "[lab3][passes]") {
+  Program p;
+  const Var px = p.input("x", {2, 3, 5}, DType::Float64), pg = p.input("gamma", {5}, DType::Float64);
+  p.output(p.make(kFusedLayerNorm, {px, pg, pg}, autodiff::Attrs().set("eps", 1e-5)));
+  verify(p);
+  const std::vector<Tensor> in{randn64({2, 3, 5}, 1, "ln-x"), randn64({5}, 2, "ln-g"), randn64({5}, 3, "ln-b")};
+  const autodiff::GradcheckResult r = autodiff::gradcheck(
+      [](const std::vector<Var>& v) {
+        return autodiff::apply(kFusedLayerNorm, {v[0] * v[0], v[1], v[2]}, autodiff::Attrs().set("eps", 1e-5));
+      },
+      in);
+  MLS_OBSERVE(r.ok);
+  CHECK(r.ok);
+  INFO(r.report);
+  const Var x(Tensor::zeros({2, 4})), c4(Tensor::zeros({4})), c3(Tensor::zeros({3}));
+  const autodiff::Attrs eps = autodiff::Attrs().set("eps", 1e-5);
+  require_error([&] { (void)autodiff::apply(kFusedLayerNorm, {x, c3, c4}, eps); }, "fused_layer_norm: input 1 must be [4]");
+  require_error([&] { (void)autodiff::apply(kLayerNormDx, {x, c4, Var(Tensor::zeros({2, 3}))}, eps); }, "layer_norm_dx: input 2 must be [2, 4]");
+  require_error([&] { (void)autodiff::apply(kLayerNormDgamma, {x, Var(Tensor::zeros({2, 4}, DType::Float64))}, eps); },
+                "layer_norm_dgamma: input 1 is float64");
 }
