@@ -26,6 +26,7 @@ const std::vector<PassInfo>& all_passes() {
       {"fuse-elementwise", "trees of elementwise ops -> one fused loop", fuse_elementwise},
       {"reshape-like", "reshape_like(x, like) with known shapes -> reshape(x, shape): a view", specialize_reshape_like},
       {"fused-layernorm", "layer_norm -> fused_layer_norm (one pass per row; gradient: fused row kernels); before the backward", fuse_layer_norm},
+      {"fuse-attention", "matmul(softmax(q k^T * s + mask), v) -> fused_attention (gradient: one fused kernel); before the backward", fuse_attention},
       {"concat-slices", "a sum of slice_backward pieces of one value -> one concat", concat_slice_gradients},
   };
   return passes;

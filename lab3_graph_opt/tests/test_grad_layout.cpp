@@ -6,6 +6,9 @@
 #include "mls/autodiff/gradcheck.hpp"
 #include "mls/common/rng.hpp"
 
+#include <cmath>
+#include <limits>
+
 using namespace graph_opt_test;
 
 namespace {
@@ -216,4 +219,82 @@ TEST_CASE("fused_layer_norm passes a float64 gradcheck, and its ops refuse bad s
   require_error([&] { (void)autodiff::apply(kLayerNormDx, {x, c4, Var(Tensor::zeros({2, 3}))}, eps); }, "layer_norm_dx: input 2 must be [2, 4]");
   require_error([&] { (void)autodiff::apply(kLayerNormDgamma, {x, Var(Tensor::zeros({2, 4}, DType::Float64))}, eps); },
                 "layer_norm_dgamma: input 1 is float64");
+}
+
+namespace {
+/// softmax(scale q k^T + mask) v as lab 2's ops (GPT's causal_self_attention), q, k, v [B, H, T, D].
+Var attention_ops(const Var& q, const Var& k, const Var& v, const Var& mask, double scale) {
+  return autodiff::matmul(autodiff::softmax(autodiff::matmul(q, autodiff::transpose(k, -2, -1)) * scale + mask, -1), v);
+}
+Tensor causal_mask(std::int64_t T, DType dt) {
+  std::vector<double> m(static_cast<std::size_t>(T * T), 0.0);
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t u = t + 1; u < T; ++u) m[static_cast<std::size_t>(t * T + u)] = -std::numeric_limits<double>::infinity();
+  return Tensor::from_vector(m, {T, T}).to(dt);
+}
+}  // namespace
+
+TEST_CASE("fuse-attention gives attention's values and gradients, on random graphs", "[lab3][passes]") {
+  Rng rng(29, "fuse-attention");
+  for (int trial = 0; trial < 10; ++trial) {
+    INFO("trial " << trial);
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    const std::int64_t B = rng.randint(1, 4), H = rng.randint(1, 4), T = rng.randint(1, 12), D = rng.randint(1, 20);
+    Program p;
+    const Var x = p.input("x", {B, T, 3 * H * D}, dt);
+    auto heads = [&](std::int64_t which) {  // as lab 6's GPT: slices of x, permuted to [B, H, T, D]
+      return autodiff::permute(autodiff::reshape(autodiff::slice(x, 2, which * H * D, (which + 1) * H * D), {B, T, H, D}), {0, 2, 1, 3});
+    };
+    // A causal mask, or a random finite one.
+    const Tensor mask = trial % 3 == 2 ? Tensor::randn({T, T}, rng, 0.0, 1.0, dt) : causal_mask(T, dt);
+    const Var y = attention_ops(heads(0), heads(1), heads(2), autodiff::constant_like(x, mask), 1.0 / std::sqrt(static_cast<double>(D)));
+    const Var loss = autodiff::sum(autodiff::tanh(y) * y);
+    p.output(loss);
+    verify(p);
+    Program q = clone(p);
+    const int n = fuse_attention(q);
+    verify(q);
+    for (const Var& d : autodiff::gradients(loss, {x})) p.output(d);
+    for (const Var& d : autodiff::gradients(q.outputs[0], {q.inputs[0]})) q.output(d);
+    MLS_OBSERVE(n);
+    MLS_OBSERVE(count_op(q, kAttentionBackward));
+    const auto feeds = random_feeds(p, 80 + static_cast<std::uint64_t>(trial));
+    const std::vector<Tensor> got = run(q, feeds);
+    observe_outputs("fuse-attention", got);
+    PlannedExecutor ex(q, plan_memory(q));
+    const std::vector<Tensor> planned = ex.run(feeds);
+    observe_outputs("fuse-attention in planned buffers", planned);
+    MLS_ORACLE_CHECK(CHECK(n == 1); CHECK(count_op(q, Op::Softmax) == 0); CHECK(count_op(q, kAttentionBackward) == 1);
+                     CHECK(max_rel_error(got, run(p, feeds)) <= 1.0); CHECK(max_rel_error(planned, got) <= 1.0));
+  }
+}
+
+TEST_CASE("fuse-attention leaves other shapes alone; fused_attention passes a float64 gradcheck and refuses bad shapes", "[lab3][passes]") {
+  Program p;
+  const Var q = p.input("q", {2, 5, 4}), k = p.input("k", {2, 5, 4}), v = p.input("v", {2, 5, 4}), m = p.input("m", {5, 5});
+  const Var mc = autodiff::constant_like(q, causal_mask(5, DType::Float32));
+  verify(p);
+  p.output(attention_ops(q, k, v, m, 0.5));                                          // the mask is not a constant
+  p.output(attention_ops(q, k, autodiff::slice(v, 2, 0, 3), mc, 0.5));               // v of another shape
+  p.output(autodiff::matmul(autodiff::softmax(autodiff::matmul(q, autodiff::transpose(k, -2, -1)) * 0.5 + mc, 1), v));  // not the last dim
+  const Var s = autodiff::matmul(q, autodiff::transpose(k, -2, -1));
+  p.output(autodiff::matmul(autodiff::softmax(s * 0.5 + mc, -1), v));
+  p.output(s);  // the scores used twice
+  auto [r, n] = apply_checked(p, fuse_attention);
+  MLS_OBSERVE(n);
+  MLS_ORACLE_CHECK(CHECK(n == 0); CHECK(count_op(r, kFusedAttention) == 0));
+  const autodiff::GradcheckResult g = autodiff::gradcheck(
+      [](const std::vector<Var>& x) {
+        return autodiff::apply(kFusedAttention, {x[0], x[1], x[2], autodiff::constant_like(x[0], causal_mask(3, DType::Float64))},
+                               autodiff::Attrs().set("scale", 0.7));
+      },
+      {randn64({2, 3, 4}, 4, "att-q"), randn64({2, 3, 4}, 5, "att-k"), randn64({2, 3, 4}, 6, "att-v")});
+  MLS_OBSERVE(g.ok);
+  INFO(g.report);
+  CHECK(g.ok);
+  const Var a(Tensor::zeros({2, 3, 4})), b(Tensor::zeros({2, 3, 5})), m3(Tensor::zeros({3, 3})), m4(Tensor::zeros({4, 4}));
+  const autodiff::Attrs sc = autodiff::Attrs().set("scale", 1.0);
+  require_error([&] { (void)autodiff::apply(kFusedAttention, {a, b, a, m3}, sc); }, "fused_attention: input 1 must be [2, 3, 4]");
+  require_error([&] { (void)autodiff::apply(kFusedAttention, {a, a, a, m4}, sc); }, "fused_attention: input 3 must be [3, 3]");
+  require_error([&] { (void)autodiff::apply(kAttentionBackward, {a, a, a, m3, b}, sc); }, "attention_backward: input 4 must be [2, 3, 4]");
 }

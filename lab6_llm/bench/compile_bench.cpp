@@ -6,6 +6,8 @@
 //   mls-compile-bench --config small --batch 4 --threads 2
 //   mls-compile-bench --check-only             (the equality check alone: what its CTest runs)
 //   mls-compile-bench --profile 20             (after the check: where the time goes, see below)
+//   mls-compile-bench --pre-grad-passes "" --passes simplify,cse,dce   (compile with other passes:
+//                                              what each rewrite is worth; an unknown name is an error)
 //
 // A step: zero the gradients, the loss (gpt_loss on Vars: ids, targets, mask and the loss scale
 // are inputs, the 16 parameters captured leaves), backward, an SGD update of the leaves. Eager
@@ -176,6 +178,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   bool check_only = false;
   int profile = 0;
+  std::string pre_grad = graph_opt::compile_pre_grad_pipeline(), passes = graph_opt::compile_pipeline();
   app.add_option("--config", config, "model size: nano or small")->capture_default_str();
   app.add_option("--batch", batch, "sequences per step (>= 1)")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--context", context, "tokens per sequence (0: the block size)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
@@ -185,6 +188,9 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile, "after the check, run this many compiled steps with per-node timing and print "
                  "the time per op (forward, backward, and the traced graph before the passes as eager's proxy)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--pre-grad-passes", pre_grad, "compile's passes on the traced forward before the backward is built "
+                 "(\"\" for none: lab 2's gradient rules)")->capture_default_str();
+  app.add_option("--passes", passes, "compile's pass pipeline on the joint forward + backward graph")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     llm::GPTConfig cfg = llm::config_by_name(config);
@@ -197,7 +203,7 @@ int main(int argc, char** argv) {
     std::vector<Var> leaves = llm::tape::to_leaves(params);
     autodiff::nn::SGD opt(leaves, 1e-3);
     auto loss_of = [&](const std::vector<Var>& in) { return std::vector<Var>{llm::tape::gpt_loss(cfg, leaves, in[0], in[1], in[2], in[3])}; };
-    graph_opt::CompiledFunction compiled(loss_of, {.name = "gpt_step"});
+    graph_opt::CompiledFunction compiled(loss_of, {.name = "gpt_step", .pre_grad_passes = pre_grad, .passes = passes});
     auto step = [&](bool use_compiled, const std::vector<Var>& in, bool update) {
       opt.zero_grad();
       const Var loss = (use_compiled ? compiled(in) : loss_of(in)).at(0);

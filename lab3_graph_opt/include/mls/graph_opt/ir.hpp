@@ -66,6 +66,13 @@ extern const Op kConvBias;
 extern const Op kFusedLayerNorm;
 extern const Op kLayerNormDx;
 extern const Op kLayerNormDgamma;
+/// Attention as one node (compile's "fuse-attention" pass makes it): fused_attention (q, k, v
+/// [..., T, D], one shape; mask [T, T], a constant; attribute scale) is softmax(scale q k^T +
+/// mask) v computed one row of scores at a time (the [..., T, T] scores are never stored); its
+/// gradient rule emits attention_backward (q, k, v, mask, dy -> [3, ..., T, D]: dq, dk, dv
+/// packed, each row's probabilities recomputed), which has no gradient. Float32 and float64.
+extern const Op kFusedAttention;
+extern const Op kAttentionBackward;
 /// An op's forward writing into memory the caller gives: `out` is compact, of the node's shape and
 /// dtype, and may be the memory of an input of the same shape when the op is elementwise (a
 /// memory plan's in-place update). Returns false when it does not handle this case (the caller

@@ -72,6 +72,11 @@ int concat_slice_gradients(Program& p);
 /// with Var ops. Run it BEFORE the backward is built (compile's pre-gradient pipeline): on a
 /// graph whose gradients exist it only changes the forward. Float inputs of one dtype. Returns how many.
 int fuse_layer_norm(Program& p);
+/// matmul(softmax(matmul(q, transpose(k)) * s + mask, last dim), v) with a scalar constant s, a
+/// constant mask [T, T], q, k, v of one shape [..., T, D] and one float dtype, and single-use
+/// intermediates -> lab 3's fused_attention (ir.hpp), whose gradient is one fused kernel. Run it
+/// BEFORE the backward is built (compile's pre-gradient pipeline). Returns how many.
+int fuse_attention(Program& p);
 /// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
 /// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
 /// how many ops were absorbed (ops in fused groups minus the fused nodes made).
@@ -84,7 +89,7 @@ struct PassInfo {
   std::function<int(Program&)> run;
 };
 /// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
-/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices, fused-layernorm.
+/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices, fused-layernorm, fuse-attention.
 const std::vector<PassInfo>& all_passes();
 /// The pass called `name`; throws `mls::Error` listing the known names otherwise.
 const PassInfo& find_pass(const std::string& name);
@@ -94,7 +99,10 @@ std::string default_pipeline();
 /// the default pipeline.
 std::string compile_pipeline();
 /// compile()'s passes on the traced forward graph, before the backward is built from it:
-/// "fused-layernorm" (rewrites to ops whose gradient rules are fused kernels).
+/// "fused-layernorm" (rewrites to ops whose gradient rules are fused kernels). "fuse-attention"
+/// is not in it: at lab 6's nano shapes its row-at-a-time kernels did not beat the batched
+/// matmuls and softmax they replace (busy-machine measurement; `mls-compile-bench
+/// --pre-grad-passes fused-layernorm,fuse-attention` to try it).
 std::string compile_pre_grad_pipeline();
 
 /// What one pass did.
