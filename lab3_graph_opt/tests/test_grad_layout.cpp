@@ -269,7 +269,7 @@ TEST_CASE("fuse-attention gives attention's values and gradients, on random grap
   }
 }
 
-TEST_CASE("fuse-attention leaves other shapes alone; fused_attention passes a float64 gradcheck and refuses bad shapes", "[lab3][passes]") {
+TEST_CASE("fuse-attention leaves other shapes alone, and fused_attention passes a float64 gradcheck and refuses bad shapes", "[lab3][passes]") {
   Program p;
   const Var q = p.input("q", {2, 5, 4}), k = p.input("k", {2, 5, 4}), v = p.input("v", {2, 5, 4}), m = p.input("m", {5, 5});
   const Var mc = autodiff::constant_like(q, causal_mask(5, DType::Float32));
