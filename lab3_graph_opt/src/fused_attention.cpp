@@ -20,6 +20,16 @@ namespace {
 using Ins = std::span<const Tensor>;
 using InNodes = std::span<const Node* const>;
 
+/// A [..., T, D] operand read where it lies (a permuted view of qkv needs no copy): slice b of the
+/// leading dims starts at p + off[b], row t at + t * row; the last dim has stride 1.
+template <class T>
+struct Operand {
+  const T* p;
+  const std::int64_t* off;
+  std::int64_t row;
+  const T* at(std::int64_t b, std::int64_t t) const { return p + off[b] + t * row; }
+};
+
 /// Row t of the probabilities: p[j] = softmax_j(scale q_t . k_j + m_t[j]), kt = K^T [D, S].
 template <class T>
 inline void prob_row(const T* __restrict q, const T* __restrict kt, const T* __restrict m, T* __restrict p, std::int64_t S, std::int64_t D, T scale) {
@@ -40,35 +50,32 @@ inline void prob_row(const T* __restrict q, const T* __restrict kt, const T* __r
   const T inv = T(1) / sum;
   for (std::int64_t j = 0; j < S; ++j) p[j] *= inv;
 }
-template <class T>
-inline void transpose_into(const T* a, T* at, std::int64_t rows, std::int64_t cols) {
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < cols; ++j) at[j * rows + i] = a[i * cols + j];
-}
-/// y = softmax(scale q k^T + m) v over `batch` slices of [T, D].
-template <class T>
-inline void attention_fwd(const T* __restrict q, const T* __restrict k, const T* __restrict v, const T* __restrict m, T* __restrict y, std::int64_t batch, std::int64_t Tn,
-                   std::int64_t D, T scale) {
+/// y = softmax(scale q k^T + m) v over `batch` slices of [T, D] (y compact).
+template <class T, int DC>
+inline void attention_fwd(Operand<T> q, Operand<T> k, Operand<T> v, const T* __restrict m, T* __restrict y, std::int64_t batch,
+                          std::int64_t Tn, std::int64_t Din, T scale) {
+  const std::int64_t D = DC > 0 ? DC : Din;  // a compile-time head size: each row loop one vector op
   std::vector<T> kt(static_cast<std::size_t>(D * Tn)), p(static_cast<std::size_t>(Tn));
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t o = b * Tn * D;
-    transpose_into(k + o, kt.data(), Tn, D);
+    for (std::int64_t j = 0; j < Tn; ++j)
+      for (std::int64_t d = 0; d < D; ++d) kt[static_cast<std::size_t>(d * Tn + j)] = k.at(b, j)[d];
     for (std::int64_t t = 0; t < Tn; ++t) {
-      prob_row(q + o + t * D, kt.data(), m + t * Tn, p.data(), Tn, D, scale);
-      T* yt = y + o + t * D;
+      prob_row(q.at(b, t), kt.data(), m + t * Tn, p.data(), Tn, D, scale);
+      T* __restrict yt = y + (b * Tn + t) * D;
       for (std::int64_t d = 0; d < D; ++d) yt[d] = 0;
       for (std::int64_t j = 0; j < Tn; ++j) {
         const T pj = p[static_cast<std::size_t>(j)];
-        const T* vj = v + o + j * D;
+        const T* __restrict vj = v.at(b, j);
         for (std::int64_t d = 0; d < D; ++d) yt[d] += pj * vj[d];
       }
     }
   }
 }
-/// dq, dk, dv (each [batch, T, D], packed one after the other in `out`) from dy.
-template <class T>
-inline void attention_bwd(const T* __restrict q, const T* __restrict k, const T* __restrict v, const T* __restrict m, const T* __restrict dy, T* __restrict out, std::int64_t batch,
-                   std::int64_t Tn, std::int64_t D, T scale) {
+/// dq, dk, dv (each [batch, T, D], packed one after the other in `out`, compact) from dy.
+template <class T, int DC>
+inline void attention_bwd(Operand<T> q, Operand<T> k, Operand<T> v, const T* __restrict m, Operand<T> dy, T* __restrict out,
+                          std::int64_t batch, std::int64_t Tn, std::int64_t Din, T scale) {
+  const std::int64_t D = DC > 0 ? DC : Din;
   const std::int64_t n = batch * Tn * D;
   T* __restrict dq = out;
   T* __restrict dk = out + n;
@@ -77,33 +84,37 @@ inline void attention_bwd(const T* __restrict q, const T* __restrict k, const T*
   std::vector<T> kt(static_cast<std::size_t>(D * Tn)), vt(kt.size()), p(static_cast<std::size_t>(Tn)), dp(p.size());
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t o = b * Tn * D;
-    transpose_into(k + o, kt.data(), Tn, D);
-    transpose_into(v + o, vt.data(), Tn, D);
+    for (std::int64_t j = 0; j < Tn; ++j)
+      for (std::int64_t d = 0; d < D; ++d) {
+        kt[static_cast<std::size_t>(d * Tn + j)] = k.at(b, j)[d];
+        vt[static_cast<std::size_t>(d * Tn + j)] = v.at(b, j)[d];
+      }
     for (std::int64_t t = 0; t < Tn; ++t) {
-      prob_row(q + o + t * D, kt.data(), m + t * Tn, p.data(), Tn, D, scale);
-      const T* g = dy + o + t * D;
+      const T* __restrict qt = q.at(b, t);
+      prob_row(qt, kt.data(), m + t * Tn, p.data(), Tn, D, scale);
+      const T* __restrict g = dy.at(b, t);
       // dv_j += p_j g; dp_j = g . v_j
       for (std::int64_t j = 0; j < Tn; ++j) {
         const T pj = p[static_cast<std::size_t>(j)];
-        T* dvj = dv + o + j * D;
+        T* __restrict dvj = dv + o + j * D;
         for (std::int64_t d = 0; d < D; ++d) dvj[d] += pj * g[d];
         dp[static_cast<std::size_t>(j)] = 0;
       }
       for (std::int64_t d = 0; d < D; ++d) {
         const T gd = g[d];
-        const T* vd = vt.data() + d * Tn;
-        for (std::int64_t j = 0; j < Tn; ++j) dp[static_cast<std::size_t>(j)] += gd * vd[j];
+        const T* __restrict vd = vt.data() + d * Tn;
+        T* __restrict dpp = dp.data();
+        for (std::int64_t j = 0; j < Tn; ++j) dpp[j] += gd * vd[j];
       }
       // ds_j = p_j (dp_j - sum_i p_i dp_i), times scale; dq_t += ds_j k_j; dk_j += ds_j q_t
       T dot = 0;
       for (std::int64_t j = 0; j < Tn; ++j) dot += p[static_cast<std::size_t>(j)] * dp[static_cast<std::size_t>(j)];
-      const T* qt = q + o + t * D;
-      T* dqt = dq + o + t * D;
+      T* __restrict dqt = dq + o + t * D;
       for (std::int64_t j = 0; j < Tn; ++j) {
         const T ds = p[static_cast<std::size_t>(j)] * (dp[static_cast<std::size_t>(j)] - dot) * scale;
         if (ds == T(0)) continue;  // masked (p = 0) positions add nothing
-        const T* kj = k + o + j * D;
-        T* dkj = dk + o + j * D;
+        const T* __restrict kj = k.at(b, j);
+        T* __restrict dkj = dk + o + j * D;
         for (std::int64_t d = 0; d < D; ++d) {
           dqt[d] += ds * kj[d];
           dkj[d] += ds * qt[d];
@@ -115,48 +126,57 @@ inline void attention_bwd(const T* __restrict q, const T* __restrict k, const T*
 
 /// The kernels built for AVX-512, AVX2 + FMA and the baseline (simd.hpp's pick_isa).
 template <class T>
-using FwdFn = void (*)(const T*, const T*, const T*, const T*, T*, std::int64_t, std::int64_t, std::int64_t, T);
+using FwdFn = void (*)(Operand<T>, Operand<T>, Operand<T>, const T*, T*, std::int64_t, std::int64_t, std::int64_t, T);
 template <class T>
-using BwdFn = void (*)(const T*, const T*, const T*, const T*, const T*, T*, std::int64_t, std::int64_t, std::int64_t, T);
+using BwdFn = void (*)(Operand<T>, Operand<T>, Operand<T>, const T*, Operand<T>, T*, std::int64_t, std::int64_t, std::int64_t, T);
 #ifdef MLS_SIMD_DISPATCH
-template <class T>
-__attribute__((target("avx512f"), flatten)) void attention_fwd_avx512(const T* q, const T* k, const T* v, const T* m, T* y,
+template <class T, int DC>
+__attribute__((target("avx512f"), flatten)) void attention_fwd_avx512(Operand<T> q, Operand<T> k, Operand<T> v, const T* m, T* y,
                                                                       std::int64_t b, std::int64_t t, std::int64_t d, T s) {
-  attention_fwd(q, k, v, m, y, b, t, d, s);
+  attention_fwd<T, DC>(q, k, v, m, y, b, t, d, s);
 }
-template <class T>
-__attribute__((target("avx2,fma"), flatten)) void attention_fwd_avx2(const T* q, const T* k, const T* v, const T* m, T* y,
+template <class T, int DC>
+__attribute__((target("avx2,fma"), flatten)) void attention_fwd_avx2(Operand<T> q, Operand<T> k, Operand<T> v, const T* m, T* y,
                                                                      std::int64_t b, std::int64_t t, std::int64_t d, T s) {
-  attention_fwd(q, k, v, m, y, b, t, d, s);
+  attention_fwd<T, DC>(q, k, v, m, y, b, t, d, s);
 }
-template <class T>
-__attribute__((target("avx512f"), flatten)) void attention_bwd_avx512(const T* q, const T* k, const T* v, const T* m, const T* dy,
+template <class T, int DC>
+__attribute__((target("avx512f"), flatten)) void attention_bwd_avx512(Operand<T> q, Operand<T> k, Operand<T> v, const T* m, Operand<T> dy,
                                                                       T* o, std::int64_t b, std::int64_t t, std::int64_t d, T s) {
-  attention_bwd(q, k, v, m, dy, o, b, t, d, s);
+  attention_bwd<T, DC>(q, k, v, m, dy, o, b, t, d, s);
 }
-template <class T>
-__attribute__((target("avx2,fma"), flatten)) void attention_bwd_avx2(const T* q, const T* k, const T* v, const T* m, const T* dy,
+template <class T, int DC>
+__attribute__((target("avx2,fma"), flatten)) void attention_bwd_avx2(Operand<T> q, Operand<T> k, Operand<T> v, const T* m, Operand<T> dy,
                                                                      T* o, std::int64_t b, std::int64_t t, std::int64_t d, T s) {
-  attention_bwd(q, k, v, m, dy, o, b, t, d, s);
+  attention_bwd<T, DC>(q, k, v, m, dy, o, b, t, d, s);
 }
 #endif
-template <class T>
-FwdFn<T> pick_fwd() {
+template <class T, int DC>
+FwdFn<T> pick_fwd_dc() {
 #ifdef MLS_SIMD_DISPATCH
-  static const FwdFn<T> fn = simd::pick_isa<FwdFn<T>>(attention_fwd_avx512<T>, attention_fwd_avx2<T>, attention_fwd<T>);
+  static const FwdFn<T> fn = simd::pick_isa<FwdFn<T>>(attention_fwd_avx512<T, DC>, attention_fwd_avx2<T, DC>, attention_fwd<T, DC>);
   return fn;
 #else
-  return attention_fwd<T>;
+  return attention_fwd<T, DC>;
 #endif
 }
-template <class T>
-BwdFn<T> pick_bwd() {
+template <class T, int DC>
+BwdFn<T> pick_bwd_dc() {
 #ifdef MLS_SIMD_DISPATCH
-  static const BwdFn<T> fn = simd::pick_isa<BwdFn<T>>(attention_bwd_avx512<T>, attention_bwd_avx2<T>, attention_bwd<T>);
+  static const BwdFn<T> fn = simd::pick_isa<BwdFn<T>>(attention_bwd_avx512<T, DC>, attention_bwd_avx2<T, DC>, attention_bwd<T, DC>);
   return fn;
 #else
-  return attention_bwd<T>;
+  return attention_bwd<T, DC>;
 #endif
+}
+/// The kernel for head size D: built for D = 16, 32 and 64, else for any D.
+template <class T>
+FwdFn<T> pick_fwd(std::int64_t D) {
+  return D == 16 ? pick_fwd_dc<T, 16>() : D == 32 ? pick_fwd_dc<T, 32>() : D == 64 ? pick_fwd_dc<T, 64>() : pick_fwd_dc<T, 0>();
+}
+template <class T>
+BwdFn<T> pick_bwd(std::int64_t D) {
+  return D == 16 ? pick_bwd_dc<T, 16>() : D == 32 ? pick_bwd_dc<T, 32>() : D == 64 ? pick_bwd_dc<T, 64>() : pick_bwd_dc<T, 0>();
 }
 
 /// q, k, v of one shape [..., T, D] (T, D >= 1), mask [T, T], dy (backward) of q's shape; one float dtype.
@@ -191,15 +211,35 @@ bool attention_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
     if (t.dtype() != out.dtype()) return false;
   std::int64_t batch, T, D;
   dims(in[0].shape(), batch, T, D);
-  std::vector<Tensor> c;
-  for (const Tensor& t : in) c.push_back(t.compact());
+  // Each operand where it lies when its last dim has stride 1 (else a compact copy); the batch
+  // offsets of its leading dims.
+  std::vector<Tensor> c(in.size());
+  std::vector<std::vector<std::int64_t>> off(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    c[i] = in[i].strides().back() == 1 || in[i].shape().back() == 1 ? in[i] : in[i].compact();
+    if (i == 3) c[i] = c[i].compact();  // the mask: [T, T] rows
+    if (i == 3) continue;
+    const Shape& sh = c[i].shape();
+    const Strides& st = c[i].strides();
+    off[i].assign(static_cast<std::size_t>(batch), 0);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      std::int64_t rest = b, o = 0;
+      for (std::size_t d = sh.size() - 2; d-- > 0;) {
+        o += (rest % sh[d]) * st[d];
+        rest /= sh[d];
+      }
+      off[i][static_cast<std::size_t>(b)] = o;
+    }
+  }
   const double scale = a.f("scale");
   auto go = [&]<class F>(F) {
+    auto op = [&](std::size_t i) {
+      return Operand<F>{c[i].data<F>(), off[i].data(), c[i].strides()[c[i].ndim() - 2]};
+    };
     if constexpr (Backward)
-      pick_bwd<F>()(c[0].data<F>(), c[1].data<F>(), c[2].data<F>(), c[3].data<F>(), c[4].data<F>(), out.data<F>(), batch, T, D,
-                    static_cast<F>(scale));
+      pick_bwd<F>(D)(op(0), op(1), op(2), c[3].data<F>(), op(4), out.data<F>(), batch, T, D, static_cast<F>(scale));
     else
-      pick_fwd<F>()(c[0].data<F>(), c[1].data<F>(), c[2].data<F>(), c[3].data<F>(), out.data<F>(), batch, T, D, static_cast<F>(scale));
+      pick_fwd<F>(D)(op(0), op(1), op(2), c[3].data<F>(), out.data<F>(), batch, T, D, static_cast<F>(scale));
   };
   if (out.dtype() == DType::Float32) go(float{});
   else go(double{});
