@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mls/graph_opt/passes.hpp"
+#include "simd.hpp"
 
 namespace mls::graph_opt {
 
@@ -16,14 +17,29 @@ namespace {
 using Ins = std::span<const Tensor>;
 using InNodes = std::span<const Node* const>;
 
-/// Mean and 1/sqrt(var + eps) of one row of c values (two passes, in double).
-template <class T>
-void row_stats(const T* x, std::int64_t c, double eps, double& mu, double& rstd) {
+/// sum_j f(j) over j < c in double, in 16 independent lanes (so the loop vectorizes and the
+/// order of the additions is fixed), then the lanes and the remainder.
+template <class F>
+inline double row_sum(std::int64_t c, F f) {
+  constexpr int L = 16;
+  double acc[L] = {};
+  std::int64_t j = 0;
+  for (; j + L <= c; j += L)
+    for (int l = 0; l < L; ++l) acc[l] += f(j + l);
   double s = 0;
-  for (std::int64_t j = 0; j < c; ++j) s += x[j];
-  mu = s / static_cast<double>(c);
-  double v = 0;
-  for (std::int64_t j = 0; j < c; ++j) v += (x[j] - mu) * (x[j] - mu);
+  for (; j < c; ++j) s += f(j);
+  for (int l = 0; l < L; ++l) s += acc[l];
+  return s;
+}
+/// Mean and 1/sqrt(var + eps) of one row of c values (two passes).
+template <class T>
+inline void row_stats(const T* __restrict x, std::int64_t c, double eps, double& mu, double& rstd) {
+  mu = row_sum(c, [&](std::int64_t j) { return static_cast<double>(x[j]); }) / static_cast<double>(c);
+  const double m = mu;
+  const double v = row_sum(c, [&](std::int64_t j) {
+    const double d = static_cast<double>(x[j]) - m;
+    return d * d;
+  });
   rstd = 1.0 / std::sqrt(v / static_cast<double>(c) + eps);
 }
 
@@ -34,7 +50,9 @@ void ln_forward(const T* x, const T* gamma, const T* beta, T* y, std::int64_t ro
     double mu, rstd;
     row_stats(x, c, eps, mu, rstd);
     const T m = static_cast<T>(mu), rs = static_cast<T>(rstd);
-    for (std::int64_t j = 0; j < c; ++j) y[j] = (x[j] - m) * rs * gamma[j] + beta[j];
+    const T* __restrict xr = x;
+    T* __restrict yr = y;
+    for (std::int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
   }
 }
 /// dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g gamma, row by row.
@@ -43,30 +61,29 @@ void ln_dx(const T* x, const T* gamma, const T* g, T* dx, std::int64_t rows, std
   for (std::int64_t r = 0; r < rows; ++r, x += c, g += c, dx += c) {
     double mu, rstd;
     row_stats(x, c, eps, mu, rstd);
-    double s1 = 0, s2 = 0;
-    for (std::int64_t j = 0; j < c; ++j) {
-      const double d = static_cast<double>(g[j]) * gamma[j];
-      s1 += d;
-      s2 += d * (x[j] - mu) * rstd;
-    }
+    const T* __restrict xr = x;
+    const T* __restrict gr = g;
+    const double s1 = row_sum(c, [&](std::int64_t j) { return static_cast<double>(gr[j]) * gamma[j]; });
+    const double s2 = row_sum(c, [&](std::int64_t j) { return static_cast<double>(gr[j]) * gamma[j] * ((xr[j] - mu) * rstd); });
     const T m = static_cast<T>(mu), rs = static_cast<T>(rstd), a = static_cast<T>(s1 / static_cast<double>(c)),
             b = static_cast<T>(s2 / static_cast<double>(c));
-    for (std::int64_t j = 0; j < c; ++j) {
-      const T xhat = (x[j] - m) * rs;
-      dx[j] = rs * (g[j] * gamma[j] - a - xhat * b);
-    }
+    T* __restrict d = dx;
+    for (std::int64_t j = 0; j < c; ++j) d[j] = rs * (gr[j] * gamma[j] - a - (xr[j] - m) * rs * b);
   }
 }
 /// dgamma = sum over rows of g xhat.
 template <class T>
 void ln_dgamma(const T* x, const T* g, T* dgamma, std::int64_t rows, std::int64_t c, double eps) {
   std::vector<double> acc(static_cast<std::size_t>(c), 0.0);
+  double* __restrict a = acc.data();
   for (std::int64_t r = 0; r < rows; ++r, x += c, g += c) {
     double mu, rstd;
     row_stats(x, c, eps, mu, rstd);
-    for (std::int64_t j = 0; j < c; ++j) acc[static_cast<std::size_t>(j)] += static_cast<double>(g[j]) * ((x[j] - mu) * rstd);
+    const T* __restrict xr = x;
+    const T* __restrict gr = g;
+    for (std::int64_t j = 0; j < c; ++j) a[j] += static_cast<double>(gr[j]) * ((xr[j] - mu) * rstd);
   }
-  for (std::int64_t j = 0; j < c; ++j) dgamma[j] = static_cast<T>(acc[static_cast<std::size_t>(j)]);
+  for (std::int64_t j = 0; j < c; ++j) dgamma[j] = static_cast<T>(a[j]);
 }
 
 /// The float dtype all of `in` and `out` share, or false.
@@ -80,24 +97,30 @@ bool ln_forward_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
   if (in.size() != 3 || out.ndim() < 1 || !same_float(in, out)) return false;
   const std::int64_t c = out.shape().back(), rows = c > 0 ? out.numel() / c : 0;
   const Tensor x = in[0].compact(), g = in[1].compact(), b = in[2].compact();
-  if (out.dtype() == DType::Float32) ln_forward(x.data<float>(), g.data<float>(), b.data<float>(), out.data<float>(), rows, c, a.f("eps"));
-  else ln_forward(x.data<double>(), g.data<double>(), b.data<double>(), out.data<double>(), rows, c, a.f("eps"));
+  if (out.dtype() == DType::Float32)
+    simd::Isa<ln_forward<float>>::run(x.data<float>(), g.data<float>(), b.data<float>(), out.data<float>(), rows, c, a.f("eps"));
+  else
+    simd::Isa<ln_forward<double>>::run(x.data<double>(), g.data<double>(), b.data<double>(), out.data<double>(), rows, c, a.f("eps"));
   return true;
 }
 bool ln_dx_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
   if (in.size() != 3 || out.ndim() < 1 || !same_float(in, out)) return false;
   const std::int64_t c = out.shape().back(), rows = c > 0 ? out.numel() / c : 0;
   const Tensor x = in[0].compact(), gm = in[1].compact(), g = in[2].compact();
-  if (out.dtype() == DType::Float32) ln_dx(x.data<float>(), gm.data<float>(), g.data<float>(), out.data<float>(), rows, c, a.f("eps"));
-  else ln_dx(x.data<double>(), gm.data<double>(), g.data<double>(), out.data<double>(), rows, c, a.f("eps"));
+  if (out.dtype() == DType::Float32)
+    simd::Isa<ln_dx<float>>::run(x.data<float>(), gm.data<float>(), g.data<float>(), out.data<float>(), rows, c, a.f("eps"));
+  else
+    simd::Isa<ln_dx<double>>::run(x.data<double>(), gm.data<double>(), g.data<double>(), out.data<double>(), rows, c, a.f("eps"));
   return true;
 }
 bool ln_dgamma_into(Ins in, const autodiff::Attrs& a, Tensor& out) {
   if (in.size() != 2 || out.ndim() != 1 || !same_float(in, out)) return false;
   const std::int64_t c = out.shape()[0], rows = c > 0 ? in[0].numel() / c : 0;
   const Tensor x = in[0].compact(), g = in[1].compact();
-  if (out.dtype() == DType::Float32) ln_dgamma(x.data<float>(), g.data<float>(), out.data<float>(), rows, c, a.f("eps"));
-  else ln_dgamma(x.data<double>(), g.data<double>(), out.data<double>(), rows, c, a.f("eps"));
+  if (out.dtype() == DType::Float32)
+    simd::Isa<ln_dgamma<float>>::run(x.data<float>(), g.data<float>(), out.data<float>(), rows, c, a.f("eps"));
+  else
+    simd::Isa<ln_dgamma<double>>::run(x.data<double>(), g.data<double>(), out.data<double>(), rows, c, a.f("eps"));
   return true;
 }
 
