@@ -119,7 +119,9 @@ std::string compile_report(const std::string& name, const std::string& svg_dir) 
      << v.captures.size() << " captured tensors (" << params << " parameters fed as inputs, " << v.captures.size() - params
      << " frozen constants)\n";
   os << "guards:\n" << cf.guards(0);
-  os << "passes on the joint forward + backward graph:\n" << v.report.table();
+  os << "passes (" << (cf.options().pre_grad_passes.empty() ? std::string("none") : cf.options().pre_grad_passes)
+     << " on the traced forward before the backward is built, the others on the joint forward + backward graph):\n"
+     << v.report.table();
   os << "after the passes: " << v.optimised_nodes << " nodes; forward program " << v.forward.size() << " nodes, backward program "
      << v.backward.size() << " nodes\n";
   std::size_t saved_bytes = 0;

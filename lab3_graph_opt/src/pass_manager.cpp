@@ -24,6 +24,10 @@ const std::vector<PassInfo>& all_passes() {
       {"batch-reduce", "sum_like to its own shape -> x; sum over the batch of a^T g -> one gemm over B T", fold_batch_reduction},
       {"epilogue", "relu/gelu(matmul + bias) -> one gemm with an epilogue", fuse_matmul_epilogue},
       {"fuse-elementwise", "trees of elementwise ops -> one fused loop", fuse_elementwise},
+      {"reshape-like", "reshape_like(x, like) with known shapes -> reshape(x, shape): a view", specialize_reshape_like},
+      {"fused-layernorm", "layer_norm -> fused_layer_norm (one pass per row; gradient: fused row kernels); before the backward", fuse_layer_norm},
+      {"fuse-attention", "matmul(softmax(q k^T * s + mask), v) -> fused_attention (gradient: one fused kernel); before the backward", fuse_attention},
+      {"concat-slices", "a sum of slice_backward pieces of one value -> one concat", concat_slice_gradients},
   };
   return passes;
 }
@@ -40,6 +44,9 @@ const PassInfo& find_pass(const std::string& name) {
 std::string default_pipeline() {
   return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,batch-reduce,epilogue,fuse-elementwise,dce";
 }
+
+std::string compile_pre_grad_pipeline() { return "fused-layernorm"; }
+std::string compile_pipeline() { return "reshape-like,concat-slices," + default_pipeline(); }
 
 PassManager& PassManager::add(PassInfo pass) {
   MLS_CHECK(pass.run != nullptr, "pass manager: pass '", pass.name, "' has no function");

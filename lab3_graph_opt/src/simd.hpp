@@ -37,6 +37,27 @@ Fn pick_isa(Fn avx512, Fn avx2, Fn baseline) {
   return has512 ? avx512 : has2 ? avx2 : baseline;
 }
 
+/// `Isa<kernel>::run(args...)`: the kernel (a function returning void) built for AVX-512 and for
+/// AVX2 + FMA (it is inlined into a wrapper compiled for each, `flatten`), the best one for this
+/// CPU picked once; the baseline build where MLS_SIMD_DISPATCH is not defined.
+template <auto K>
+struct Isa;
+template <class... A, void (*K)(A...)>
+struct Isa<K> {
+#ifdef MLS_SIMD_DISPATCH
+  __attribute__((target("avx512f"), flatten)) static void avx512(A... a) { K(a...); }
+  __attribute__((target("avx2,fma"), flatten)) static void avx2(A... a) { K(a...); }
+#endif
+  static void run(A... a) {
+#ifdef MLS_SIMD_DISPATCH
+    static const auto fn = pick_isa<void (*)(A...)>(avx512, avx2, K);
+    fn(a...);
+#else
+    K(a...);
+#endif
+  }
+};
+
 /// The name of what `pick_isa(avx512, avx2, baseline)` returned as `fn`: "avx512", "avx2" or "baseline".
 template <class Fn>
 const char* isa_name(Fn fn, Fn avx512, Fn avx2) {

@@ -6,6 +6,8 @@
 //   mls-compile-bench --config small --batch 4 --threads 2
 //   mls-compile-bench --check-only             (the equality check alone: what its CTest runs)
 //   mls-compile-bench --profile 20             (after the check: where the time goes, see below)
+//   mls-compile-bench --pre-grad-passes "" --passes simplify,cse,dce   (compile with other passes:
+//                                              what each rewrite is worth; an unknown name is an error)
 //
 // A step: zero the gradients, the loss (gpt_loss on Vars: ids, targets, mask and the loss scale
 // are inputs, the 16 parameters captured leaves), backward, an SGD update of the leaves. Eager
@@ -21,7 +23,8 @@
 // The figures are only meaningful on a quiet machine. MLS_BENCH_REPEAT sets the rounds.
 // --profile N: N compiled steps with per-node timing (PlannedExecutor::set_profiling): the
 // compiled forward's and backward's time per op (compute, copies into buffers) and their slowest
-// nodes, the traced joint graph before the passes (eager's ops) likewise, then the thread's CPU
+// nodes, the traced joint graph before the passes (eager's ops) likewise, a table of both by op
+// (eager's time minus the compiled programs': what compile removed, fused or added), then the thread's CPU
 // time of an eager step, a compiled step, the compiled forward alone, the traced graph in lab 2's
 // executor and eager's forward alone (CPU time: less disturbed by a busy machine than wall time).
 #include <CLI/CLI.hpp>
@@ -76,8 +79,12 @@ double rel_diff(const Tensor& a, const Tensor& b) {
   return scale > 0 ? diff / scale : diff;
 }
 
-/// Per-op time of a profiled executor's steps, summed over the runs, largest first.
-void print_ops(const char* title, const graph_opt::PlannedExecutor& ex, int runs) {
+/// Per op: nodes and ms per run (compute + copies).
+using OpTimes = std::map<std::string, std::array<double, 2>>;
+
+/// Per-op time of a profiled executor's steps, summed over the runs, largest first; adds each
+/// op's nodes and ms per run to *acc (when given).
+void print_ops(const char* title, const graph_opt::PlannedExecutor& ex, int runs, OpTimes* acc = nullptr) {
   std::map<std::string, std::array<double, 3>> by_op;  // eval s, copy s, count
   const auto& s = ex.plan().schedule;
   double total = 0, copies = 0;
@@ -95,6 +102,11 @@ void print_ops(const char* title, const graph_opt::PlannedExecutor& ex, int runs
     total += ex.step_seconds()[i];
     copies += ex.copy_seconds()[i];
   }
+  if (acc)
+    for (const auto& [k, e] : by_op) {
+      (*acc)[k][0] += e[2];
+      (*acc)[k][1] += 1e3 * (e[0] + e[1]) / runs;
+    }
   std::vector<std::pair<std::string, std::array<double, 3>>> rows(by_op.begin(), by_op.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second[0] + a.second[1] > b.second[0] + b.second[1]; });
   std::printf("%s: %zu steps, compute %.3f ms, copies into buffers %.3f ms per run\n", title, s.size(), 1e3 * total / runs,
@@ -129,8 +141,9 @@ void print_profile(graph_opt::CompiledFunction& compiled, const std::vector<Var>
   for (int r = 0; r < runs; ++r) step(in, true);
   const double step_ms = t.millis() / runs;
   std::printf("profile over %d compiled steps: %.3f ms per step\n", runs, step_ms);
-  print_ops("compiled forward", *v.forward_exec, runs);
-  print_ops("compiled backward", *v.backward_exec, runs);
+  OpTimes compiled_ops, eager_ops;
+  print_ops("compiled forward", *v.forward_exec, runs, &compiled_ops);
+  print_ops("compiled backward", *v.backward_exec, runs, &compiled_ops);
   v.forward_exec->set_profiling(false);
   v.backward_exec->set_profiling(false);
   // The traced graph: feeds are the call's inputs, the parameters, then the loss's adjoint (1).
@@ -142,7 +155,21 @@ void print_profile(graph_opt::CompiledFunction& compiled, const std::vector<Var>
   graph_opt::PlannedExecutor traced(v.traced, graph_opt::plan_memory(v.traced));
   traced.set_profiling(true);
   for (int r = 0; r < runs; ++r) (void)traced.run(feeds);
-  print_ops("traced joint graph before the passes (eager's ops)", traced, runs);
+  print_ops("traced joint graph before the passes (eager's ops)", traced, runs, &eager_ops);
+  // What compile removed or added, op by op: eager's (the traced graph's) time minus the compiled
+  // programs', largest saving first (negative: ops compile made, e.g. gemm, fused loops).
+  std::vector<std::pair<std::string, std::array<double, 4>>> diff;
+  for (const auto& [k, e] : eager_ops) diff.push_back({k, {e[0], e[1], 0, 0}});
+  for (const auto& [k, c] : compiled_ops) {
+    auto it = std::find_if(diff.begin(), diff.end(), [&](const auto& d) { return d.first == k; });
+    if (it == diff.end()) diff.push_back({k, {0, 0, c[0], c[1]}});
+    else it->second[2] = c[0], it->second[3] = c[1];
+  }
+  std::sort(diff.begin(), diff.end(), [](const auto& a, const auto& b) { return a.second[1] - a.second[3] > b.second[1] - b.second[3]; });
+  std::printf("by op, eager's graph vs the compiled programs (ms per run; saved = eager - compiled):\n  %-28s %6s %9s %6s %9s %9s\n",
+              "op", "eager", "ms", "comp.", "ms", "saved");
+  for (const auto& [k, e] : diff)
+    std::printf("  %-28s %6.0f %9.3f %6.0f %9.3f %9.3f\n", k.c_str(), e[0], e[1], e[2], e[3], e[1] - e[3]);
   // Where the time goes, in this thread's CPU time (less noisy than wall time on a shared
   // machine; 1 thread): the best of 5 rounds of 10 runs each.
   auto cpu_ms = [](auto&& f) {
@@ -176,6 +203,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   bool check_only = false;
   int profile = 0;
+  std::string pre_grad = graph_opt::compile_pre_grad_pipeline(), passes = graph_opt::compile_pipeline();
   app.add_option("--config", config, "model size: nano or small")->capture_default_str();
   app.add_option("--batch", batch, "sequences per step (>= 1)")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--context", context, "tokens per sequence (0: the block size)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
@@ -185,6 +213,9 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile, "after the check, run this many compiled steps with per-node timing and print "
                  "the time per op (forward, backward, and the traced graph before the passes as eager's proxy)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--pre-grad-passes", pre_grad, "compile's passes on the traced forward before the backward is built "
+                 "(\"\" for none: lab 2's gradient rules)")->capture_default_str();
+  app.add_option("--passes", passes, "compile's pass pipeline on the joint forward + backward graph")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     llm::GPTConfig cfg = llm::config_by_name(config);
@@ -197,7 +228,7 @@ int main(int argc, char** argv) {
     std::vector<Var> leaves = llm::tape::to_leaves(params);
     autodiff::nn::SGD opt(leaves, 1e-3);
     auto loss_of = [&](const std::vector<Var>& in) { return std::vector<Var>{llm::tape::gpt_loss(cfg, leaves, in[0], in[1], in[2], in[3])}; };
-    graph_opt::CompiledFunction compiled(loss_of, {.name = "gpt_step"});
+    graph_opt::CompiledFunction compiled(loss_of, {.name = "gpt_step", .pre_grad_passes = pre_grad, .passes = passes});
     auto step = [&](bool use_compiled, const std::vector<Var>& in, bool update) {
       opt.zero_grad();
       const Var loss = (use_compiled ? compiled(in) : loss_of(in)).at(0);

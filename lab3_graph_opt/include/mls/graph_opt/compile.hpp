@@ -101,7 +101,10 @@ std::string check_guards(const Signature& compiled, const std::vector<Capture>& 
 /// Options of compile().
 struct CompileOptions {
   std::string name = "fn";                    // in messages and logs
-  std::string passes = default_pipeline();    // lab 3's pass pipeline run on the traced graph
+  /// Passes on the traced forward graph before the backward is built from it (rewrites to ops
+  /// whose gradient rules are fused kernels); "" for none.
+  std::string pre_grad_passes = compile_pre_grad_pipeline();
+  std::string passes = compile_pipeline();    // lab 3's pass pipeline run on the joint graph
   int max_versions = 8;                       // compiled versions kept; then new signatures run eagerly
   /// Cache hits per version that trace fn again and compare the graph with the compiled one (an
   /// `mls::Error` when it differs: the graph depends on something the guards do not see). -1: every
@@ -130,7 +133,7 @@ struct CompiledVersion {
   std::vector<Capture> captures;
   std::vector<std::string> structure;  // one line per traced node: what the retrace check compares
   Program traced;                      // as traced (forward, and backward when compiled), before passes
-  PassReport report;                   // the pass pipeline on the joint graph
+  PassReport report;                   // the pre-gradient passes on the forward, then the pipeline on the joint graph
   std::size_t optimised_nodes = 0;     // nodes of the joint graph after the passes
   Program forward;                     // inputs: the call's, then input captures; outputs: fn's, then saved
   Program backward;                    // inputs: see `backward_sources`; outputs: one gradient per grad input

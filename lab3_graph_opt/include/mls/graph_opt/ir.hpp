@@ -57,6 +57,22 @@ extern const Op kGemm;
 /// the same conv kernel. `mls::set_conv2d_kernel("im2col")` (or MLS_CONV2D=im2col) gives lab 2's
 /// conv2d its own im2col + matmul path back.
 extern const Op kConvBias;
+/// Layer norm as fused row kernels (compile's "fused-layernorm" pass makes them): fused_layer_norm
+/// (x [..., C], gamma [C], beta [C]; attribute eps) is lab 2's layer_norm computed in one pass
+/// per row, and its gradient rule emits layer_norm_dx (x, gamma, g -> dx: rstd (dxhat -
+/// mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g gamma, one pass per row), layer_norm_dgamma
+/// (x, g -> [C]: the sum over rows of g xhat) and lab 2's sum_like(g, beta); the two have no
+/// gradient. Float32 and float64; all inputs of one dtype. Registered by lab 3.
+extern const Op kFusedLayerNorm;
+extern const Op kLayerNormDx;
+extern const Op kLayerNormDgamma;
+/// Attention as one node (compile's "fuse-attention" pass makes it): fused_attention (q, k, v
+/// [..., T, D], one shape; mask [T, T], a constant; attribute scale) is softmax(scale q k^T +
+/// mask) v computed one row of scores at a time (the [..., T, T] scores are never stored); its
+/// gradient rule emits attention_backward (q, k, v, mask, dy -> [3, ..., T, D]: dq, dk, dv
+/// packed, each row's probabilities recomputed), which has no gradient. Float32 and float64.
+extern const Op kFusedAttention;
+extern const Op kAttentionBackward;
 /// An op's forward writing into memory the caller gives: `out` is compact, of the node's shape and
 /// dtype, and may be the memory of an input of the same shape when the op is elementwise (a
 /// memory plan's in-place update). Returns false when it does not handle this case (the caller

@@ -57,6 +57,26 @@ int fuse_matmul_epilogue(Program& p);
 /// reshape(g, [B T, N]): the batch folded into the reduction, no [batch..., K, N] products
 /// materialised and summed. Returns how many rewrites.
 int fold_batch_reduction(Program& p);
+/// Shape specialisation for training graphs (what compile's static shapes allow):
+/// reshape_like(x, like) with both shapes known becomes reshape(x, like's shape), which the
+/// planners treat as a view (no buffer, no copy) where its input is compact. Returns how many.
+int specialize_reshape_like(Program& p);
+/// The gradient of a value sliced into pieces (attention's q|k|v, the layers of a stacked
+/// parameter) as one concat: a tree of adds (inner adds used once) whose leaves are single-use
+/// slice_backward(g_i, x, dim, start_i, stop_i, step 1) of one dim, shape and dtype with disjoint
+/// ranges becomes concat(pieces in order, zero constants in the gaps) along that dim. Exact (it
+/// only drops additions of zeros). Returns how many add-trees were rewritten.
+int concat_slice_gradients(Program& p);
+/// layer_norm -> lab 3's fused_layer_norm (ir.hpp): the same values, computed in one pass per
+/// row, and a gradient of two fused row kernels where lab 2's rule recomputes the normalisation
+/// with Var ops. Run it BEFORE the backward is built (compile's pre-gradient pipeline): on a
+/// graph whose gradients exist it only changes the forward. Float inputs of one dtype. Returns how many.
+int fuse_layer_norm(Program& p);
+/// matmul(softmax(matmul(q, transpose(k)) * s + mask, last dim), v) with a scalar constant s, a
+/// constant mask [T, T], q, k, v of one shape [..., T, D] and one float dtype, and single-use
+/// intermediates -> lab 3's fused_attention (ir.hpp), whose gradient is one fused kernel. Run it
+/// BEFORE the backward is built (compile's pre-gradient pipeline). Returns how many.
+int fuse_attention(Program& p);
 /// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
 /// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
 /// how many ops were absorbed (ops in fused groups minus the fused nodes made).
@@ -69,12 +89,21 @@ struct PassInfo {
   std::function<int(Program&)> run;
 };
 /// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
-/// fold-transpose, batch-reduce, epilogue, fuse-elementwise.
+/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices, fused-layernorm, fuse-attention.
 const std::vector<PassInfo>& all_passes();
 /// The pass called `name`; throws `mls::Error` listing the known names otherwise.
 const PassInfo& find_pass(const std::string& name);
 /// The default inference pipeline, in order.
 std::string default_pipeline();
+/// compile()'s pipeline for a traced forward + backward graph: "reshape-like,concat-slices," then
+/// the default pipeline.
+std::string compile_pipeline();
+/// compile()'s passes on the traced forward graph, before the backward is built from it:
+/// "fused-layernorm" (rewrites to ops whose gradient rules are fused kernels). "fuse-attention"
+/// is not in it: at lab 6's nano shapes its row-at-a-time kernels did not beat the batched
+/// matmuls and softmax they replace (busy-machine measurement; `mls-compile-bench
+/// --pre-grad-passes fused-layernorm,fuse-attention` to try it).
+std::string compile_pre_grad_pipeline();
 
 /// What one pass did.
 struct PassStat {
