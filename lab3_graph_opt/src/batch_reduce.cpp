@@ -1,15 +1,12 @@
 // The "batch-reduce" pass: what a training graph's backward reduces over the batch, done by the
 // GEMM itself (issue 29: compile's GPT step). Not a student file.
 #include "mls/graph_opt/passes.hpp"
+#include "pass_util.hpp"
 
 namespace mls::graph_opt {
 
 namespace {
-bool known(const Shape& s) {
-  for (std::int64_t d : s)
-    if (d < 0) return false;
-  return true;
-}
+using detail::known;
 /// A plain a^T g product: gemm with trans_a only (no bias, no activation) or a matmul of a
 /// swapped-last-two permute; sets `a` and `g` to the stored operands.
 bool transposed_product(const Node& n, Var& a, Var& g) {

@@ -11,15 +11,12 @@
 #include <unordered_set>
 
 #include "mls/graph_opt/passes.hpp"
+#include "pass_util.hpp"
 
 namespace mls::graph_opt {
 
 namespace {
-bool known(const Shape& s) {
-  for (std::int64_t d : s)
-    if (d < 0) return false;
-  return true;
-}
+using detail::known;
 
 /// One piece of a sum of slice_backward nodes: its gradient and where it lies along the dim.
 struct Piece {
