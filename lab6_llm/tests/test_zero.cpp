@@ -786,8 +786,8 @@ TEST_CASE("zero overlap: asynchronous reductions (stages 0-3) and ZeRO-3 prefetc
   }, "ZeRO: prefetch = 9, expected 0..8");
 }
 
-TEST_CASE("zero overlap: ZeRO-3 starts the next step's first gathers under the optimizer step; per-step traffic, "
-          "masks and gathers between steps as blocking", "[lab6][zero_overlap]") {
+TEST_CASE("zero overlap: ZeRO-3 starts the next step's first gathers under the optimizer step: per-step traffic "
+          "with masks and gathers between steps as blocking", "[lab6][zero_overlap]") {
   // student code first: overlapped ZeRO-3 steps (prefetch_ahead, reduce_and_update, add_shard_gradient)
   const GPTConfig cfg = nano();
   const std::int64_t B = 2, T = 8;
@@ -819,13 +819,13 @@ TEST_CASE("zero overlap: ZeRO-3 starts the next step's first gathers under the o
           me.losses.push_back(st.loss);
           me.prefetched.push_back(tr.prefetched());
           if (s == 1) {
-            me.head_in_optimizer = 0;
+            me.grads1 = tr.gather_grads().vec();  // a collective between steps (waits for the head, drops it)
+            me.head_in_optimizer = 0;             // (a collective's span is logged when it is done)
             for (const ZeroPhase& p : tr.phases())
               if (p.kind == ZeroPhase::Optimizer)
                 for (const auto& sp : c.spans())
                   if (sp.op == "allgather" && sp.issued >= p.start && sp.issued <= p.end) ++me.head_in_optimizer;
             c.set_span_recording(false);
-            me.grads1 = tr.gather_grads().vec();  // a collective between steps (drops the head)
           }
           if (s == 2) (void)tr.gather_params();  // another
         }
