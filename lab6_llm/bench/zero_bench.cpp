@@ -175,11 +175,19 @@ StepTimeline step_timeline(parallel::Communicator& c, const ZeroRunOptions& o, i
   const auto n = static_cast<std::size_t>(o.batch * o.context);
   std::vector<std::int32_t> in(n), tg(n);
   zero_batch(o.cfg, o.batch, o.context, o.seed, 0, c.rank(), in.data(), tg.data());
-  for (int s = 0; s < warm; ++s) tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+  // The recorded step follows the last warm one with nothing between them, as in a run: the
+  // first all-gathers the overlapped stage 3 starts for it under the warm step's optimizer step
+  // are still in flight when it starts (a barrier between them would wait for them: issue order)
+  // and are drawn from the step's start. The barrier comes before the last warm step.
+  for (int s = 0; s <= warm; ++s) {
+    if (s == std::max(warm - 1, 0)) {
+      c.barrier();
+      c.set_span_recording(false);
+      c.set_span_recording(true);
+    }
+    if (s < warm) tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
+  }
   tr.record_phases(true);
-  c.set_span_recording(false);
-  c.set_span_recording(true);
-  c.barrier();
   const double t0 = parallel::Communicator::wall_now();
   tr.step(in.data(), tg.data(), o.batch, o.context, o.lr);
   const double t1 = parallel::Communicator::wall_now();
@@ -193,10 +201,10 @@ StepTimeline step_timeline(parallel::Communicator& c, const ZeroRunOptions& o, i
   // to when it started — the communication thread waking up and getting the core
   double delay = 0, prev_end = t0;
   for (const auto& sp : c.spans()) {
-    if (sp.start < t0 || sp.start > t1) continue;  // the step's own, not the barriers' around it
+    if (sp.end < t0 || sp.start > t1) continue;  // the step's own (and the head still in flight at its start)
     const int kind = sp.op == "allgather" ? kAllgather : sp.op == "reduce_scatter" ? kReduceScatter : kAllreduce;
-    tl.push_back({1, kind, sp.start - t0, sp.end - t0});
-    delay += std::max(0.0, sp.start - std::max(sp.issued, prev_end));
+    tl.push_back({1, kind, std::max(sp.start, t0) - t0, sp.end - t0});
+    if (sp.start >= t0) delay += std::max(0.0, sp.start - std::max(sp.issued, prev_end));
     prev_end = sp.end;
   }
   c.set_span_recording(false);
