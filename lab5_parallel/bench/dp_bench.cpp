@@ -12,6 +12,10 @@
 //   ratio dp_overlap_step_over_max  t_overlapped / max(t_compute, t_comm)   (goal: <= 1.15)
 //   ratio dp_overlap_speedup        t_blocking / t_overlapped
 //   ratio dp_overlap_efficiency_ceiling  the most this model can reach (below)
+//   ratio dp_overlap_step_over_max_floor the least t_overlapped / max(t_compute, t_comm) that
+//                                   ceiling allows: the efficiency's formula solved for t_step,
+//                                   (t_compute + t_comm − ceiling·min) / max; at t_comm = t_compute
+//                                   it is 2 − ceiling, so step/max <= 1.15 needs a ceiling >= 0.85
 // The optimizer: by default each bucket's SGD step runs as soon as its allreduce is waited
 // (DataParallel::allreduce_gradients' on_bucket, one SGD per bucket: bit-identical), next to the
 // later buckets' allreduces still in flight; --no-optimizer-per-bucket: one step after all of them.
@@ -348,13 +352,18 @@ void run(Communicator& comm, const Flags& f) {
   std::printf("dp_bench ranks %d batch %lld width %lld seconds_per_step %.6f\n", comm.size(),
               static_cast<long long>(f.batch), static_cast<long long>(f.width), f.overlap ? to : tb);
   const double hideable = std::max(0.0, std::min(tc - fixed_compute, t_comm - comm_only.last_bucket));
+  const double ceiling = std::min(1.0, hideable / std::min(tc, t_comm));
+  // the least t_step / max the ceiling allows: the efficiency's formula solved for t_step
+  const double step_floor = tc > 0 && t_comm > 0 ? step_over_max_floor(tc, t_comm, ceiling) : 1.0;
   std::printf("ratio dp_overlap_efficiency %.3f%s\n", (tc + t_comm - to) / std::min(tc, t_comm), tag);
   std::printf("ratio dp_overlap_efficiency_ceiling %.3f%s (min(t_compute - forward - %s - backward before "
               "the first launch, t_comm - last bucket) / min(t_compute, t_comm); at t_comm = t_compute at most "
-              "backward's share of t_compute, %.2f here: the goal 0.7 needs backward >= 70%% of the step)\n",
-              std::min(1.0, hideable / std::min(tc, t_comm)), tag,
-              f.opt_per_bucket ? "the last bucket's optimizer step" : "optimizer", t_bwd / tc);
+              "backward's share of t_compute, %.2f here: the goal 0.7 needs backward >= 70%% of the step); "
+              "so t_step / max(t_compute, t_comm) >= %.3f ((t_compute + t_comm - ceiling * min) / max: "
+              "2 - ceiling at t_comm = t_compute, the goal 1.15 needs a ceiling >= 0.85)\n",
+              ceiling, tag, f.opt_per_bucket ? "the last bucket's optimizer step" : "optimizer", t_bwd / tc, step_floor);
   std::printf("ratio dp_overlap_step_over_max %.3f%s\n", to / std::max(tc, t_comm), tag);
+  std::printf("ratio dp_overlap_step_over_max_floor %.3f%s (the ceiling's bound on the line above)\n", step_floor, tag);
   std::printf("ratio dp_overlap_speedup %.3f%s\n", tb / to, tag);
   if (!f.svg.empty()) {
     const std::string title = "data-parallel step, " + std::to_string(comm.size()) + " ranks (" + comm.backend() +

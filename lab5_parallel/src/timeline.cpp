@@ -2,12 +2,21 @@
 #include "mls/parallel/timeline.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "mls/common/error.hpp"
 #include "mls/common/svg.hpp"
 
 namespace mls::parallel {
+
+double step_over_max_floor(double t_compute, double t_comm, double efficiency) {
+  MLS_CHECK(std::isfinite(t_compute) && t_compute > 0 && std::isfinite(t_comm) && t_comm > 0,
+            "step_over_max_floor: t_compute = ", t_compute, " s, t_comm = ", t_comm, " s, expected both > 0");
+  MLS_CHECK(efficiency >= 0 && efficiency <= 1, "step_over_max_floor: efficiency = ", efficiency,
+            ", expected 0 <= efficiency <= 1");
+  return (t_compute + t_comm - efficiency * std::min(t_compute, t_comm)) / std::max(t_compute, t_comm);
+}
 
 std::vector<RankTimeline> gather_timeline(Communicator& comm, const RankTimeline& mine) {
   Tensor count = Tensor::scalar(static_cast<double>(mine.size()), DType::Float64);

@@ -12,9 +12,13 @@ out=$("$tool" --ranks 2 --layers 4 --width 32 --batch 16 --bucket-bytes 20000 --
 echo "$out"
 grep -q "layers 4 buckets 4 bucket_bytes 20000 first_bucket_bytes 1000" <<< "$out" ||
   { echo "FAIL: no 'layers 4 buckets 4' line (4 layers of 32 -> 64 -> 64 -> 64 -> 10: {b4} in the 1000-byte first bucket, {W4 b3 W3 b2}, {W2 b1}, {W1})"; exit 1; }
-for r in dp_overlap_efficiency dp_overlap_efficiency_ceiling dp_overlap_step_over_max dp_overlap_speedup; do
+for r in dp_overlap_efficiency dp_overlap_efficiency_ceiling dp_overlap_step_over_max dp_overlap_speedup \
+         dp_overlap_step_over_max_floor; do
   grep -q "^ratio $r [-0-9.]*" <<< "$out" || { echo "FAIL: no 'ratio $r' line"; exit 1; }
 done
+# the ceiling line says the step/max bound it implies (2 - ceiling at t_comm = t_compute)
+grep -q "^ratio dp_overlap_efficiency_ceiling .* so t_step / max(t_compute, t_comm) >= [0-9.]* ((t_compute + t_comm - ceiling \* min) / max: 2 - ceiling at t_comm = t_compute" <<< "$out" ||
+  { echo "FAIL: the ceiling line does not print its step/max bound"; exit 1; }
 grep -q "^compute: forward .* backward .* optimizer .* (per bucket, as each allreduce is waited, the last bucket's .* comm CPU .* comm thread scheduling: " <<< "$out" ||
   { echo "FAIL: no phases line (with the optimizer per bucket, the default)"; exit 1; }
 out=$("$tool" --ranks 2 --layers 2 --width 32 --batch 16 --steps 1 --warmup 0 --no-optimizer-per-bucket)

@@ -10,6 +10,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/parallel/comm.hpp"
 #include "mls/parallel/sim.hpp"
+#include "mls/parallel/timeline.hpp"
 #include "mls/testing.hpp"
 
 using namespace mls;
@@ -285,6 +286,28 @@ TEST_CASE("not implemented passes through run_simulated as NotImplemented", "[la
   }
   mls::testing::observe("the NotImplemented that reached the caller", what);
   CHECK(caught);
+}
+
+TEST_CASE("step_over_max_floor: the overlap efficiency's formula solved for the step", "[lab5][plumbing]") {
+  // independent reference: t_step = t_compute + t_comm - e * min, over max
+  Rng rng(2030, "step_over_max_floor");
+  for (int k = 0; k < 50; ++k) {
+    const double tc = rng.uniform(1e-3, 1.0), tm = rng.uniform(1e-3, 1.0), e = rng.uniform(0.0, 1.0);
+    const double t_step = tc + tm - e * std::min(tc, tm);
+    CHECK(step_over_max_floor(tc, tm, e) == Approx(t_step / std::max(tc, tm)).epsilon(1e-12));
+    // the efficiency of that step is e again
+    CHECK((tc + tm - t_step) / std::min(tc, tm) == Approx(e).margin(1e-9));
+  }
+  // the issue's arithmetic: at t_comm = t_compute it is 2 - e; 1.15 needs e >= 0.85
+  CHECK(step_over_max_floor(0.5, 0.5, 0.6) == Approx(1.4));
+  CHECK(step_over_max_floor(2.0, 2.0, 0.85) == Approx(1.15));
+  CHECK(step_over_max_floor(1.0, 1.0, 1.0) == Approx(1.0));
+  CHECK(step_over_max_floor(2.0, 1.0, 1.0) == Approx(1.0));  // all of the shorter hidden: the longer alone
+  CHECK(step_over_max_floor(2.0, 1.0, 0.0) == Approx(1.5));  // nothing hidden: the sum
+  mls::testing::require_error([] { step_over_max_floor(0.0, 1.0, 0.5); }, "step_over_max_floor: t_compute = 0 s");
+  mls::testing::require_error([] { step_over_max_floor(1.0, -1.0, 0.5); }, "t_comm = -1 s, expected both > 0");
+  mls::testing::require_error([] { step_over_max_floor(1.0, 1.0, 1.5); }, "efficiency = 1.5, expected 0 <= efficiency <= 1");
+  mls::testing::require_error([] { step_over_max_floor(1.0, 1.0, -0.1); }, "efficiency = -0.1");
 }
 
 // ---- determinism and shared state ------------------------------------------------------------

@@ -76,6 +76,15 @@ struct ZeroTrainer::Impl {
   std::vector<int> order, log;                 // the gather order learned last step, this step's
   bool in_step = false;
   std::int64_t prefetched = 0;
+  // the next step's head (overlap, stage 3): units updated by this step's optimizer, and how many
+  // of the learned order's first positions were started (unit_updated)
+  std::vector<bool> updated;
+  std::size_t head = 0;
+  // the step's traffic with the head in flight across steps: the last step ended its count at a
+  // point where nothing was in flight (mark) and then issued the head; the next step counts from
+  // there (head_pending), so each step counts its own collectives, the head's included
+  bool head_pending = false;
+  std::int64_t mark = 0;
   bool record = false;              // record_phases
   std::vector<ZeroPhase> phases;    // the last step's, when recording
 };
@@ -188,9 +197,18 @@ ZeroTrainer::ZeroTrainer(parallel::Communicator& comm, const GPTConfig& cfg, con
   I.gathered.assign(units_.size(), false);
   I.prefetch_buf.resize(units_.size());
   I.prefetch_req.resize(units_.size());
+  I.updated.assign(units_.size(), false);
 }
 
-ZeroTrainer::~ZeroTrainer() = default;
+ZeroTrainer::~ZeroTrainer() {
+  // overlap, stage 3: the next step's first all-gathers are in flight after every step
+  // (unit_updated); every rank waits for them here, so no request is dropped unwaited
+  if (!impl_) return;
+  try {
+    drop_prefetches();
+  } catch (...) {  // a destructor never throws: the error was the collective's to report
+  }
+}
 
 std::int64_t ZeroTrainer::largest_unit() const {
   std::int64_t m = 0;
@@ -367,8 +385,24 @@ ZeroStepStats ZeroTrainer::step(const MicroBatch& whole, double lr) {
   // N) after the reduction, so each rank divides its losses by G / N. Without a mask G = N·B·T
   // is known locally (no collective: G / N = B·T); with one, G is one allreduce, not counted in
   // the step's traffic (as the loss's allreduce below).
-  const double norm = whole.mask ? global_mask_sum(whole) / I.N : static_cast<double>(B * T);
-  const std::int64_t before = comm_->traffic().total.bytes_sent;
+  // (with the head in flight, issued by the last step: see Impl::mark; a mask's allreduce would
+  // wait for it anyway — collectives complete in issue order — so it is waited for first, and the
+  // mask's bytes alone are left out)
+  std::int64_t before = 0;
+  double norm = static_cast<double>(B * T);
+  if (I.head_pending) {
+    if (whole.mask) {
+      wait_prefetches();
+      const std::int64_t m0 = comm_->traffic().total.bytes_sent;
+      norm = global_mask_sum(whole) / I.N;
+      I.mark += comm_->traffic().total.bytes_sent - m0;
+    }
+    before = I.mark;
+    I.head_pending = false;
+  } else {
+    if (whole.mask) norm = global_mask_sum(whole) / I.N;
+    before = comm_->traffic().total.bytes_sent;
+  }
   const double comm_before = I.comm_s;
   Access acc(*this);
   I.log.clear();
@@ -377,27 +411,38 @@ ZeroStepStats ZeroTrainer::step(const MicroBatch& whole, double lr) {
   if (I.stage <= 1 && !opts_.overlap)  // stages 0-1: the full gradients, reduced unit by unit
     for (std::size_t u = 0; u < units_.size(); ++u) reduce_full_unit(static_cast<int>(u));
   finish_reductions();  // overlap: the reductions issued during backward, in issue order
-  for (std::size_t u = 0; u < units_.size(); ++u)  // a prefetch the step never used (cannot happen with a
-    if (in_flight(static_cast<int>(u))) {         // fixed plan): wait for it, drop it
-      I.prefetch_req[u].wait();
-      I.prefetch_buf[u] = Tensor();
-    }
+  drop_prefetches();    // a prefetch the step never used (cannot happen with a fixed plan)
   I.order = I.log;  // the next step gathers in this order (the same plan and shapes)
+  ZeroStepStats st;
+  auto reduce_loss = [&] {  // not counted in the step's traffic (as the mask's sum)
+    mem::TagScope ts(mem::Tag::Communication, I.rank);
+    Tensor l1 = Tensor::full({1}, norm > 0 ? loss_sum / norm : 0.0, DType::Float64);
+    CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
+    comm_->allreduce(l1, parallel::ReduceOp::Sum);
+    st.loss = l1.data<double>()[0] / I.N;
+  };
+  // overlap, stage 3: the optimizer step starts the next step's first all-gathers (unit_updated),
+  // so the step's count ends here, where nothing is in flight, and the loss is reduced before
+  // them (after them it would wait for them: issue order)
+  const bool head_path = I.stage == 3 && opts_.overlap;
+  if (head_path) {
+    st.bytes_sent = comm_->traffic().total.bytes_sent - before;
+    reduce_loss();
+    I.mark = comm_->traffic().total.bytes_sent;
+  }
+  I.updated.assign(units_.size(), false);
+  I.head = 0;
   {
     double optimizer_s = 0;
     CommTimer ct(optimizer_s, I.record ? &I.phases : nullptr, ZeroPhase::Optimizer);
     reduce_and_update(lr);
+    // every unit is updated now: the next step's head, where reduce_and_update did not start it
+    for (std::size_t u = 0; u < units_.size(); ++u) unit_updated(static_cast<int>(u));
   }
-  ZeroStepStats st;
-  st.bytes_sent = comm_->traffic().total.bytes_sent - before;
+  if (!head_path) st.bytes_sent = comm_->traffic().total.bytes_sent - before;
   st.elements_sent = st.bytes_sent / 4;  // fp32 on the wire
   st.comm_wall_s = I.comm_s - comm_before;
-  {
-    mem::TagScope ts(mem::Tag::Communication, I.rank);
-    Tensor l1 = Tensor::full({1}, norm > 0 ? loss_sum / norm : 0.0, DType::Float64);
-    comm_->allreduce(l1, parallel::ReduceOp::Sum);
-    st.loss = l1.data<double>()[0] / I.N;
-  }
+  if (!head_path) reduce_loss();
   return st;
 }
 
@@ -548,7 +593,43 @@ void ZeroTrainer::finish_reductions() {
   }
 }
 
-bool ZeroTrainer::in_flight(int unit) const { return impl_->prefetch_req[static_cast<std::size_t>(unit)].valid(); }
+void ZeroTrainer::unit_updated(int unit) {
+  Impl& I = *impl_;
+  MLS_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "ZeroTrainer::unit_updated: unit ", unit,
+            ", expected 0..", units_.size() - 1);
+  if (I.stage != 3 || !opts_.overlap || opts_.prefetch == 0) return;
+  I.updated[static_cast<std::size_t>(unit)] = true;
+  // the next forward's first prefetch + 1 gathers: the unit it starts with (position 0, needed
+  // first) and the prefetch units after it, as prefetch_ahead(0) would keep them; started in
+  // order (collectives complete in issue order), each as soon as its unit is updated
+  const std::vector<int>& order = ordered();
+  const std::size_t depth = std::min(order.size(), static_cast<std::size_t>(opts_.prefetch) + 1);
+  while (I.head < depth && I.updated[static_cast<std::size_t>(order[I.head])]) {
+    const int u = order[I.head++];
+    if (!I.gathered[static_cast<std::size_t>(u)] && !in_flight(u)) {
+      start_prefetch(u);
+      I.head_pending = true;
+    }
+  }
+}
+
+bool ZeroTrainer::in_flight(int unit) const { return impl_->prefetch_buf[static_cast<std::size_t>(unit)].defined(); }
+
+void ZeroTrainer::wait_prefetches() {
+  Impl& I = *impl_;
+  CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
+  for (parallel::Request& r : I.prefetch_req)
+    if (r.valid()) r.wait();  // the buffer stays: the unit's gather takes it (in_flight)
+}
+
+void ZeroTrainer::drop_prefetches() {
+  Impl& I = *impl_;
+  for (std::size_t u = 0; u < I.prefetch_req.size(); ++u) {
+    if (I.prefetch_req[u].valid()) I.prefetch_req[u].wait();
+    I.prefetch_buf[u] = Tensor();
+  }
+  I.head_pending = false;
+}
 
 const std::vector<int>& ZeroTrainer::ordered() const { return impl_->order; }
 
@@ -583,7 +664,7 @@ void ZeroTrainer::all_gather_unit(int unit, Tensor& t) {
   const auto u = static_cast<std::size_t>(unit);
   CommTimer ct(I.comm_s, I.record ? &I.phases : nullptr);
   if (in_flight(unit)) {
-    I.prefetch_req[u].wait();
+    if (I.prefetch_req[u].valid()) I.prefetch_req[u].wait();
     t = I.prefetch_buf[u];
     I.prefetch_buf[u] = Tensor();
     return;
@@ -635,6 +716,7 @@ void ZeroTrainer::reduce_and_update(double lr) {
         j = e;
       }
     });
+    unit_updated(static_cast<int>(k));  // overlap, stage 3: the next step's first gathers may start
   }
   // Stages 1-2: every rank updated only its chunk; all-gather the parameters.
   if (I.stage == 1 || I.stage == 2) {
@@ -664,6 +746,7 @@ void ZeroTrainer::reduce_and_update(double lr) {
 GPTParams ZeroTrainer::gather_params() {
   Impl& I = *impl_;
   mem::RankScope rs(I.rank);
+  drop_prefetches();  // the next step's first gathers, started by the last step: that step gathers anew
   std::vector<float> u(static_cast<std::size_t>(psi_));
   for (std::size_t k = 0; k < units_.size(); ++k) {
     const ZeroUnit& U = units_[k];
@@ -685,6 +768,7 @@ GPTParams ZeroTrainer::gather_params() {
 GPTGrads ZeroTrainer::gather_grads() {
   Impl& I = *impl_;
   mem::RankScope rs(I.rank);
+  drop_prefetches();  // the next step's first gathers, started by the last step: that step gathers anew
   mem::UntrackedScope untracked;  // a copy for inspection, not part of the trainer's memory
   std::vector<float> u(static_cast<std::size_t>(psi_));
   for (std::size_t k = 0; k < units_.size(); ++k) {

@@ -786,6 +786,76 @@ TEST_CASE("zero overlap: asynchronous reductions (stages 0-3) and ZeRO-3 prefetc
   }, "ZeRO: prefetch = 9, expected 0..8");
 }
 
+TEST_CASE("zero overlap: ZeRO-3 starts the next step's first gathers under the optimizer step: per-step traffic "
+          "with masks and gathers between steps as blocking", "[lab6][zero_overlap]") {
+  // student code first: overlapped ZeRO-3 steps (prefetch_ahead, reduce_and_update, add_shard_gradient)
+  const GPTConfig cfg = nano();
+  const std::int64_t B = 2, T = 8;
+  constexpr int N = 3, S = 4;
+  struct Rank {
+    std::vector<std::int64_t> sent;  // per step
+    std::vector<double> losses;
+    std::vector<std::int64_t> prefetched;
+    std::vector<float> grads1, params;     // gather_grads after step 1, gather_params at the end
+    std::int64_t head_in_optimizer = -1;   // step 1's all-gathers issued inside its optimizer step
+  };
+  for (int prefetch : {1, 2}) {
+    auto run = [&](bool overlap) {
+      std::vector<Rank> out(N);
+      ZeroOptions zo;
+      zo.stage = 3;
+      zo.overlap = overlap;
+      zo.prefetch = prefetch;
+      parallel::run_simulated(N, [&](parallel::Communicator& c) {
+        Rank& me = out[static_cast<std::size_t>(c.rank())];
+        Rng rng(40 + static_cast<std::uint64_t>(c.rank()), "zero-head");
+        ZeroTrainer tr(c, cfg, init_params(cfg, 9), zo);
+        for (int s = 0; s < S; ++s) {
+          const Batch b = llm_test::random_batch(cfg, B, T, rng);  // about 30% masked: one allreduce first
+          tr.record_phases(s == 1);
+          c.set_span_recording(s == 1);
+          const ZeroStepStats st = tr.step(b, 1e-3);
+          me.sent.push_back(st.elements_sent);
+          me.losses.push_back(st.loss);
+          me.prefetched.push_back(tr.prefetched());
+          if (s == 1) {
+            me.grads1 = tr.gather_grads().vec();  // a collective between steps (waits for the head, drops it)
+            me.head_in_optimizer = 0;             // (a collective's span is logged when it is done)
+            for (const ZeroPhase& p : tr.phases())
+              if (p.kind == ZeroPhase::Optimizer)
+                for (const auto& sp : c.spans())
+                  if (sp.op == "allgather" && sp.issued >= p.start && sp.issued <= p.end) ++me.head_in_optimizer;
+            c.set_span_recording(false);
+          }
+          if (s == 2) (void)tr.gather_params();  // another
+        }
+        me.params = tr.gather_params().vec();
+      });
+      return out;
+    };
+    const std::vector<Rank> o = run(true), b = run(false);
+    INFO("prefetch " << prefetch);
+    observe("overlapped per-step elements sent, rank 0", o[0].sent);
+    observe("overlapped losses", o[0].losses, {1e-6, 0});
+    observe("overlapped prefetches per step, rank 0", o[0].prefetched);
+    observe("step 1's all-gathers issued in its optimizer step", o[0].head_in_optimizer);
+    for (int r = 0; r < N; ++r) {
+      const auto& x = o[static_cast<std::size_t>(r)];
+      const auto& y = b[static_cast<std::size_t>(r)];
+      INFO("rank " << r);
+      CHECK(x.sent == y.sent);  // every step counts its own collectives, the head the last one started included
+      CHECK(x.losses == y.losses);
+      REQUIRE(x.params.size() == y.params.size());
+      CHECK(std::memcmp(x.params.data(), y.params.data(), sizeof(float) * y.params.size()) == 0);
+      CHECK(std::memcmp(x.grads1.data(), y.grads1.data(), sizeof(float) * y.grads1.size()) == 0);
+      // step 0 learns the order (nothing ahead during it) and ends by starting the head: positions 0..prefetch
+      CHECK(x.prefetched[0] == prefetch + 1);
+      CHECK(x.head_in_optimizer == prefetch + 1);  // ... under the optimizer step, each once its unit is updated
+      CHECK(y.head_in_optimizer == 0);
+    }
+  }
+}
+
 TEST_CASE("zero overlap: a step's phases for the timeline (record_phases) and the per-step times", "[lab6][zero_overlap]") {
   // student code first: an overlapped ZeRO-3 run with prefetch
   ZeroRunOptions o = run_opts(3, Precision::FP32, 3);

@@ -29,6 +29,11 @@ for s in 0 1 2 3; do
   awk -v v="$v" 'BEGIN { exit !(v <= 1.0) }' || { echo "FAIL: stage $s efficiency $v > 1"; exit 1; }
   grep -Eq "^ratio zero${s}_overlap_efficiency_ceiling_sim [0-9]+\.[0-9]+ \(collectives that cannot overlap" <<< "$out" ||
     { echo "FAIL: no 'ratio zero${s}_overlap_efficiency_ceiling_sim' line"; exit 1; }
+  # the ceiling's bound on step/max: (t_compute + t_comm - ceiling * min) / max, at least 1
+  line=$(grep -E "^ratio zero${s}_overlap_step_over_max_floor_sim [0-9]+\.[0-9]+" <<< "$out" || true)
+  [ -n "$line" ] || { echo "FAIL: no 'ratio zero${s}_overlap_step_over_max_floor_sim' line"; exit 1; }
+  v=$(printf '%s\n' "$line" | awk '{print $3}')
+  awk -v v="$v" 'BEGIN { exit !(v >= 0.999 && v <= 2.0) }' || { echo "FAIL: stage $s step/max floor $v outside [1, 2]"; exit 1; }
 done
 # --svg: stage 3's blocking and overlapped step drawn (sim); only with --overlap
 svg=$(mktemp --suffix=.svg)

@@ -25,6 +25,14 @@ std::vector<RankTimeline> gather_timeline(Communicator& comm, const RankTimeline
 /// spans of kind `kind`, times made relative to `t0`.
 RankTimeline comm_spans(const Communicator& comm, double since, double t0, int kind);
 
+/// The least t_step / max(t_compute, t_comm) an overlap efficiency `efficiency` allows: the
+/// efficiency's formula, (t_compute + t_comm − t_step) / min(t_compute, t_comm), solved for t_step,
+/// over max(t_compute, t_comm): (t_compute + t_comm − efficiency·min) / max. At t_comm = t_compute
+/// it is 2 − efficiency, so a step within 1.15 × max needs an efficiency (and a ceiling) >= 0.85.
+/// mls-dp-bench and mls-zero-bench print it for their efficiency ceilings. Errors: a time <= 0 or
+/// not finite, an efficiency outside [0, 1].
+double step_over_max_floor(double t_compute, double t_comm, double efficiency);
+
 /// One SVG: a column per panel ({title, per-rank timelines}), in each a compute and a
 /// communication lane per rank, one time axis (milliseconds) shared by the panels; `kinds`
 /// names each span kind (with its colour, in order from a fixed palette); `note` is printed

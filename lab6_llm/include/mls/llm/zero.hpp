@@ -141,8 +141,10 @@ struct ZeroOptions {
   /// reduce-scatter (ireduce_scatter) as the unit's backward finishes and add the results into the
   /// shard, in issue order, before the optimizer step; stage 3 also prefetches: when it gathers a
   /// unit it starts the all-gathers of the next `prefetch` units (iallgather_inplace) in the
-  /// order the previous step gathered them, so they arrive while this unit computes. Each unit
-  /// prefetched costs one more gathered unit of memory. Stages 0-1 (plain data parallel) issue
+  /// order the previous step gathered them, so they arrive while this unit computes; the next
+  /// step's first prefetch + 1 gathers start during this step's optimizer step, each as soon as
+  /// its unit is updated (unit_updated), so the next forward does not start by waiting for two
+  /// gathers in a row. Each unit prefetched costs one more gathered unit of memory. Stages 0-1 (plain data parallel) issue
   /// each unit's full-gradient reduction (stage 0: iallreduce, stage 1: ireduce_scatter) as the
   /// unit's backward of the step's last micro-batch finishes, and store the means before the
   /// optimizer step. Parameters are bit-identical with and without (the same collectives on the
@@ -177,7 +179,8 @@ struct ZeroPhase {
 /// What a ZeRO step measured on one rank.
 struct ZeroStepStats {
   double loss = 0;                 // mean loss over every rank's batch (the same on all ranks)
-  std::int64_t elements_sent = 0;  // by this rank in this step (counted by the communicator)
+  std::int64_t elements_sent = 0;  // by this rank in this step (counted by the communicator; overlap at
+                                   // stage 3: with the first gathers the last step started for it)
   std::int64_t bytes_sent = 0;
   double comm_wall_s = 0;          // wall seconds this rank spent inside collectives
 };
@@ -277,8 +280,18 @@ class ZeroTrainer {
   /// updating the fp32 master (bf16) or the parameters (fp32) and the bf16 copy. Stages 1-2
   /// finally all-gather every unit's parameters (allgather_inplace). Hint: index the optimizer
   /// state by the shard position for stages >= 1, the gradient for stages >= 2, the parameters
-  /// for stage 3; the ring with the same chunks makes every stage's sums bit-identical.
+  /// for stage 3; the ring with the same chunks makes every stage's sums bit-identical. Call
+  /// unit_updated(k) once unit k's elements are updated (overlap: the next step's first
+  /// all-gathers start under the rest of the optimizer step; left out, they start after it).
   void reduce_and_update(double lr);
+  /// Given (overlap, stage 3; otherwise nothing): unit `unit`'s part is updated. Starts, in the
+  /// learned gather order, the next step's first prefetch + 1 all-gathers (position 0, the unit
+  /// forward needs first, and the prefetch after it) whose units are all updated by now, so they
+  /// run under the rest of the optimizer step instead of in front of the next forward. The step
+  /// calls it for every unit after reduce_and_update too (idempotent). The step's loss is then
+  /// reduced before the optimizer step (after them it would wait for them: issue order), and the
+  /// step's traffic (ZeroStepStats) counts the head the last step issued, not the one it issues.
+  void unit_updated(int unit);
   /// Student (overlap, stage 3): the prefetch. Called right after the step's gather number
   /// `done` (0-based) of impl's learned gather order; starts the all-gathers of the next
   /// options().prefetch entries of that order (positions done+1 .. done+prefetch) whose unit is
@@ -314,6 +327,10 @@ class ZeroTrainer {
   /// Given: the learned gather order (units, in the order the last step gathered them).
   const std::vector<int>& ordered() const;
   bool in_flight(int unit) const;
+  /// Given: waits for every prefetched all-gather in flight, keeping its buffer for its gather.
+  void wait_prefetches();
+  /// Given: waits for every prefetched all-gather and drops it (its unit is gathered anew).
+  void drop_prefetches();
   ZeroStepStats step(const MicroBatch& whole, double lr);
   /// The sum of the mask over every rank's batch (one allreduce).
   double global_mask_sum(const MicroBatch& whole);
