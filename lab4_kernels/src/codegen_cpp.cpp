@@ -666,6 +666,10 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
   MLS_CHECK(!fs.empty(), "generate_cpp: no function to generate");
   MLS_CHECK(options.max_unroll >= 1, "generate_cpp: max_unroll ", options.max_unroll, " must be >= 1");
   MLS_CHECK(options.max_stack_bytes >= 0, "generate_cpp: max_stack_bytes ", options.max_stack_bytes, " must be >= 0");
+  MLS_CHECK(options.reduce_chains >= 1, "generate_cpp: reduce_chains ", options.reduce_chains,
+            " must be >= 1 (independent accumulators of a fast_reduce loop)");
+  MLS_CHECK(!options.fast_exp2 || options.fast_exp,
+            "generate_cpp: CodegenOptions::fast_exp2 chooses fast_exp's polynomial, but fast_exp is off");
   codegen_detail::Module m;
   m.options = options;
   m.lanes = resolved_vector_lanes(options);
@@ -696,7 +700,7 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
           (m.lanes == 1 ? " (no SIMD)" : "") + ". Exported: ";
   for (std::size_t i = 0; i < fs.size(); ++i) head += (i ? ", " : "") + c_identifier(fs[i].name);
   head += ".\n";
-  return head + codegen_detail::kPrelude + (options.fast_exp ? codegen_detail::fast_exp_prelude() : "") +
+  return head + codegen_detail::kPrelude + (options.fast_exp ? codegen_detail::fast_exp_prelude(options.fast_exp2) : std::string()) +
          (options.stream_stores.empty() ? "" : codegen_detail::stream_prelude()) +
          (options.fast_reduce || !options.prefetch.empty() ? codegen_detail::fast_reduce_prelude() : "") +
          m.intrinsic_text + functions;

@@ -4,9 +4,11 @@
 // (CodegenOptions::stream_stores), reassociated reductions (CodegenOptions::fast_reduce) and software
 // prefetches (CodegenOptions::prefetch).
 #include <algorithm>
+#include <string>
 #include <string_view>
 
 #include "codegen_internal.hpp"
+#include "mls/common/fastmath.hpp"
 
 namespace mls::kernels::te::codegen_detail {
 
@@ -19,13 +21,11 @@ const Dialect& cpp_fast_exp_dialect() {
   return d;
 }
 
-const char* fast_exp_prelude() {
-  return R"(// ---- exp as a polynomial (CodegenOptions::fast_exp) -----------------------------------------
-// mls::fast_expf's algorithm: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (Cody-Waite:
-// ln2 in two parts, the first exact in n * hi), Cephes' polynomial for exp(r) (in Horner form),
-// then the result scaled by 2^n. Within 2 ulp of expf over the normal range; +inf above log(FLT_MAX), 0 (AVX-512:
-// a denormal, then 0) below log(FLT_MIN), NaN kept. Plain float arithmetic on vectors, so it stays in SIMD registers; with
-// AVX-512 the 16-lane version scales with vscalefps (overflow and underflow for free).
+const std::string& fast_exp_prelude(bool exp2) {
+  // The polynomials' texts; exp2's coefficients are mls::kExp2Poly's (the hand-written kernels').
+  static const std::string head = R"(// ---- exp as a polynomial (CodegenOptions::fast_exp) -----------------------------------------
+// Plain float arithmetic on vectors, so it stays in SIMD registers; with AVX-512 the 16-lane
+// version scales with vscalefps (overflow and underflow for free).
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #if defined(__GNUC__) && !defined(__clang__)
@@ -44,6 +44,12 @@ template <>
 struct mls_int_vec<mls_f32x8> { typedef mls_i32x8 type; };
 template <>
 struct mls_int_vec<mls_f32x16> { typedef mls_i32x16 type; };
+)";
+  static const std::string cephes = R"(// mls::fast_expf's algorithm: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (Cody-Waite:
+// ln2 in two parts, the first exact in n * hi), Cephes' polynomial for exp(r) (in Horner form),
+// then the result scaled by 2^n. Within 2 ulp of expf over the normal range; +inf above log(FLT_MAX), 0 (AVX-512:
+// a denormal, then 0) below log(FLT_MIN), NaN kept. Plain float arithmetic on vectors, so it stays in SIMD registers; with
+// AVX-512 the 16-lane version scales with vscalefps (overflow and underflow for free).
 // exp(r) for |r| <= ln2 / 2: Cephes' coefficients, evaluated as one degree-7 polynomial in Horner
 // form (seven multiply-adds; the last two add r and 1).
 template <class V>
@@ -93,10 +99,64 @@ template <>
     return (mls_f32x16)_mm512_mask_scalef_ps((__m512)x, number, (__m512)mls_exp_reduced((mls_f32x16)r), n);
 }
 #endif
-// The same on one float (scalar code, a vectorized loop's tail).
+)";
+  static const std::string tail = R"(// The same on one float (scalar code, a vectorized loop's tail).
 [[maybe_unused]] static inline float mls_expf(float x) { return mls_vexp_fast(mls_splat<mls_f32x4>(x))[0]; }
 
 )";
+  static const std::string with_cephes = head + cephes + tail;
+  static const std::string with_exp2 = [] {
+    std::string t = R"(// exp(x) = 2^t, t = x log2e = n + f with n = round(t) and |f| <= 1/2 (CodegenOptions::fast_exp2):
+// 2^f by lab 4's hand-written exp2_16's degree-5 polynomial (mls::kExp2Poly, Horner: five
+// multiply-adds), times 2^n. Relative error within 2.5e-7 + 1e-7 |x| (t's rounding); +inf above
+// log(FLT_MAX), 0 (AVX-512: a denormal, then 0) below log(FLT_MIN), NaN kept.
+template <class V>
+static inline V mls_exp2_reduced(V f) {
+    V p = mls_splat<V>(@C0@);
+    p = p * f + @C1@;
+    p = p * f + @C2@;
+    p = p * f + @C3@;
+    p = p * f + @C4@;
+    return p * f + @C5@;
+}
+template <class V>
+[[maybe_unused]] static inline V mls_vexp_fast(V x) {
+    typedef typename mls_int_vec<V>::type I;
+    const V hi = mls_splat<V>(88.7228394f), lo = mls_splat<V>(-87.3365479f);
+    const V t = x * 1.44269504088896341f;
+    const V s = t + 12582912.0f;  // n = round(t) by the 1.5 * 2^23 trick: the sum's low mantissa bits hold n
+    const V n = s - 12582912.0f;
+    V out = (V)((I)mls_exp2_reduced(t - n) + ((I)s << 23));
+    out = x > hi ? mls_splat<V>(__builtin_inff()) : out;  // out of range (the lanes there are garbage)
+    out = x < lo ? mls_splat<V>(0.0f) : out;
+    return x != x ? x : out;
+}
+#if defined(__AVX512F__)
+template <>
+[[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
+    // x clamped to [-104, 104] as the Cephes version does (vscalefps then gives the denormal, 0 or
+    // +inf past the float range), NaN lanes kept through the final masked vscalefps.
+#if defined(__AVX512DQ__)
+    const __m512 xc = _mm512_range_ps((__m512)x, _mm512_set1_ps(104.0f), 2);
+    const __mmask16 number = _mm512_cmp_ps_mask((__m512)x, (__m512)x, _CMP_ORD_Q);
+#else
+    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(104.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    const __mmask16 number = 0xffff;
+#endif
+    const __m512 t = _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    return (mls_f32x16)_mm512_mask_scalef_ps((__m512)x, number, (__m512)mls_exp2_reduced((mls_f32x16)f), n);
+}
+#endif
+)";
+    for (int k = 0; k < 6; ++k) {
+      const std::string key = "@C" + std::to_string(k) + "@";
+      t.replace(t.find(key), key.size(), c_float_literal(mls::kExp2Poly[k]));
+    }
+    return head + t + tail;
+  }();
+  return exp2 ? with_exp2 : with_cephes;
 }
 
 const char* stream_prelude() {
@@ -285,31 +345,65 @@ bool Emitter::reduce_loop(const For& f, int depth, const std::string& v) {
   while (w > 4 && w > ex->value) w /= 2;
   if (!ok || ex->value < w) return false;
   const std::int64_t lo = mn->value, e = ex->value, chunked = e - e % w;
+  // K independent accumulators (CodegenOptions::reduce_chains), at most one per whole chunk: a step
+  // of the blocked loop updates each once, so K updates are in flight, not one chain of dependent
+  // adds (3-4 cycles each); the chunks past the last whole block go to the first accumulator.
+  const std::int64_t chains = std::clamp<std::int64_t>(m_.options.reduce_chains, 1, chunked / w);
+  const std::int64_t blocked = chains > 1 ? chunked - chunked % (chains * w) : 0;
   const std::string vt = "mls_f32x" + std::to_string(w);
-  const std::string acc = fresh("mls_acc"), r = fresh("mls_r");
+  std::vector<std::string> acc;
+  for (std::int64_t k = 0; k < chains; ++k) acc.push_back(fresh("mls_acc"));
+  const std::string r = fresh("mls_r");
   const char* ident = b->op == BinaryOp::Add ? "0.0f" : b->op == BinaryOp::Max ? "-__builtin_inff()" : "__builtin_inff()";
-  line(depth, "{  // " + v + " in range(" + std::to_string(e) + "): a reduction in " + std::to_string(w) +
-                  " lanes, then a tree over the lanes (CodegenOptions::fast_reduce)");
-  line(depth + 1, vt + " " + acc + " = mls_splat<" + vt + ">(" + ident + ");");
-  line(depth + 1, "for (std::int64_t " + v + " = " + c_int_literal(lo) + "; " + v + " < " + c_int_literal(lo + chunked) +
-                      "; " + v + " += " + std::to_string(w) + ") {");
+  line(depth, "{  // " + v + " in range(" + std::to_string(e) + "): a reduction in " + std::to_string(w) + " lanes" +
+                  (chains > 1 ? " x " + std::to_string(chains) + " accumulators" : std::string()) +
+                  ", then a tree over the lanes (CodegenOptions::fast_reduce)");
+  for (const auto& a : acc) line(depth + 1, vt + " " + a + " = mls_splat<" + vt + ">(" + ident + ");");
   vec_var_ = u;
   vec_loop_var_ = f.var;
   vec_lanes_ = w;
   pre_.clear();
   bool vec = false;
   const CText rhs = vexpr(b->b, vec);
-  for (const auto& p : pre_) line(depth + 2, p);
+  const std::vector<std::string> pre = pre_;
   pre_.clear();
   const CText value{splat(rhs, vec), vec ? rhs.prec : 16};  // a select keeps its low precedence
   vec_var_ = nullptr;
-  if (b->op == BinaryOp::Add)
-    line(depth + 2, acc + " = " + acc + " + " + wrap(value, 13) + ";");
-  else
-    line(depth + 2, acc + " = " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + acc + ", " + value.s + ");");
-  line(depth + 1, "}");
+  auto update = [&](const std::string& a, int d) {  // a = a op value(v)
+    for (const auto& p : pre) line(d, p);
+    if (b->op == BinaryOp::Add)
+      line(d, a + " = " + a + " + " + wrap(value, 13) + ";");
+    else
+      line(d, a + " = " + (b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + a + ", " + value.s + ");");
+  };
+  if (chains > 1) {  // each accumulator's chunk in a block of its own, v bound there to the chunk's start
+    const std::string base = fresh("mls_b");
+    line(depth + 1, "for (std::int64_t " + base + " = " + c_int_literal(lo) + "; " + base + " < " +
+                        c_int_literal(lo + blocked) + "; " + base + " += " + std::to_string(chains * w) + ") {");
+    for (std::int64_t k = 0; k < chains; ++k) {
+      line(depth + 2, "{");
+      line(depth + 3, "const std::int64_t " + v + " = " + base + (k ? " + " + std::to_string(k * w) : std::string()) + ";");
+      update(acc[static_cast<std::size_t>(k)], depth + 3);
+      line(depth + 2, "}");
+    }
+    line(depth + 1, "}");
+  }
+  if (blocked < chunked) {
+    line(depth + 1, "for (std::int64_t " + v + " = " + c_int_literal(lo + blocked) + "; " + v + " < " +
+                        c_int_literal(lo + chunked) + "; " + v + " += " + std::to_string(w) + ") {");
+    update(acc[0], depth + 2);
+    line(depth + 1, "}");
+  }
+  // The accumulators combined in a tree: (a0 + a1) + (a2 + a3), ...
+  auto vcombine = [&](const std::string& x, const std::string& y) {
+    return b->op == BinaryOp::Add ? x + " + " + y
+                                  : std::string(b->op == BinaryOp::Max ? "mls_vmax_acc(" : "mls_vmin_acc(") + x + ", " + y + ")";
+  };
+  for (std::size_t step = 1; step < acc.size(); step *= 2)
+    for (std::size_t k = 0; k + step < acc.size(); k += 2 * step)
+      line(depth + 1, acc[k] + " = " + vcombine(acc[k], acc[k + step]) + ";");
   const char* h = b->op == BinaryOp::Add ? "mls_hsum(" : b->op == BinaryOp::Max ? "mls_hmax(" : "mls_hmin(";
-  line(depth + 1, "float " + r + " = " + h + acc + ");");
+  line(depth + 1, "float " + r + " = " + h + acc[0] + ");");
   auto combine = [&](const std::string& a, const std::string& x) {
     return b->op == BinaryOp::Add ? a + " + " + x : std::string(b->op == BinaryOp::Max ? "mls_fmaxf(" : "mls_fminf(") + a + ", " + x + ")";
   };

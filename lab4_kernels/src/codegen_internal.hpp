@@ -63,8 +63,9 @@ const Dialect& cpp_dialect();
 /// The C++ dialect with exp as the generated unit's polynomial `mls_expf` (CodegenOptions::fast_exp).
 const Dialect& cpp_fast_exp_dialect();
 /// The helpers of CodegenOptions::fast_exp (`mls_expf`, `mls_vexp_fast`), after the prelude
-/// (src/codegen_fastmath.cpp).
-const char* fast_exp_prelude();
+/// (src/codegen_fastmath.cpp): Cephes' exp, or with `exp2` (CodegenOptions::fast_exp2) 2^(x log2e)
+/// by mls::kExp2Poly.
+const std::string& fast_exp_prelude(bool exp2);
 /// The helpers of CodegenOptions::stream_stores (`mls_stream`, `mls_stream_fence`), after the prelude.
 const char* stream_prelude();
 /// The helpers of CodegenOptions::fast_reduce and ::prefetch (`mls_vmax_acc`, `mls_hsum`, ...,

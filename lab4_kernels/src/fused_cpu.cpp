@@ -166,6 +166,8 @@ constexpr float kGeluClamp = 10.0f;
 /// The zero lanes are masked off before the scaling, not left to underflow: a result that
 /// underflows costs a microcode assist on many Intel cores. kZeroBelow = false skips the mask
 /// (GELU: its clamp keeps t >= -126), 5% faster there.
+/// The polynomial's coefficients are mls::kExp2Poly (mls/common/fastmath.hpp), highest degree
+/// first: the generated code's exp (CodegenOptions::fast_exp2) evaluates the same ones.
 /// Hint: _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) is round(t);
 /// _mm512_maskz_scalef_ps(k, p, n) is p 2^n in the lanes of k, 0 elsewhere.
 template <bool kZeroBelow = true>
@@ -173,13 +175,9 @@ MLS_AVX512 static inline __m512 exp2_16(__m512 t) {
   // BEGIN SOLUTION
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
-  // minimax fit of 2^f on [-1/2, 1/2] (relative error), Horner
-  __m512 p = _mm512_set1_ps(1.3264727e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6715130e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507336e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022242e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314700e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  // minimax fit of 2^f on [-1/2, 1/2] (relative error), Horner: mls::kExp2Poly
+  __m512 p = _mm512_set1_ps(mls::kExp2Poly[0]);
+  for (int k = 1; k < 6; ++k) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(mls::kExp2Poly[k]));
   if constexpr (!kZeroBelow) return _mm512_scalef_ps(p, n);
   // lanes with n > -127, or NaN
   const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-127.0f), _CMP_NLE_UQ);

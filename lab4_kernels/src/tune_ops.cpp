@@ -39,9 +39,11 @@ bool is_row_op(OpKind k) { return k == OpKind::Softmax || k == OpKind::LayerNorm
 
 // v2 of the row operators: the knob `prefetch` (records of v1 have none, and their times were taken
 // with the code generation of before: the tuning database no longer offers them); v3 of
-// layernorm_bwd: the knobs `onepass` and `colfuse`; v3 of softmax: the knob `expsum`.
+// layernorm_bwd: the knobs `onepass` and `colfuse`; v3 of softmax: the knob `expsum`; v4 of
+// softmax: the knob `exp2`; v3 of layernorm_fwd: the knob `sqsum`.
 std::string op_template_id(OpKind kind) {
-  if (kind == OpKind::LayerNormBwd || kind == OpKind::Softmax) return op_name(kind) + ".v3";
+  if (kind == OpKind::Softmax) return op_name(kind) + ".v4";
+  if (kind == OpKind::LayerNormBwd || kind == OpKind::LayerNormFwd) return op_name(kind) + ".v3";
   return op_name(kind) + (is_row_op(kind) ? ".v2" : ".v1");
 }
 
@@ -187,12 +189,16 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
     case OpKind::LayerNormFwd:
     case OpKind::LayerNormBwd:
       k.push_back({"acc", {0, 1, 2, 4}, true});
-      if (kind == OpKind::Softmax) k.push_back({"expsum", {0, 1}, false});
+      if (kind == OpKind::Softmax) {
+        k.push_back({"expsum", {0, 1}, false});
+        k.push_back({"exp2", {0, 1}, false});
+      }
       k.push_back({"fuse", {0, 1}, false});
       k.push_back({"hold", {0, 1}, false});
       k.push_back({"unroll", {1, 2, 4}, true});
       k.push_back({"stream", {0, 1}, false});
       k.push_back({"prefetch", {0, 1, 2, 4}, true});
+      if (kind == OpKind::LayerNormFwd) k.push_back({"sqsum", {0, 1}, false});
       if (kind == OpKind::LayerNormBwd) {
         k.push_back({"blocks", {1, 2, 4, 8, 16, 32, 64}, true});
         k.push_back({"onepass", {0, 1}, false});
@@ -214,7 +220,9 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
 }
 
 /// The hand-picked schedule of each template at `threads` threads: the value wanted for each knob
-/// (the space's nearest is taken). Outputs of 16 MiB or more are streamed, as the hand-written
+/// (the space's nearest is taken). Prefetch distances as measured on a Zen 5 (4096 x 1024, one
+/// thread): 2 rows for softmax and layernorm forward (one row stream), 1 for layernorm backward
+/// (three row streams: 2 rows ahead of each overflow L1 with the rows in use). Outputs of 16 MiB or more are streamed, as the hand-written
 /// kernels stream them (fused.hpp).
 OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
   const int par = threads > 1 ? 1 : 0;
@@ -222,13 +230,15 @@ OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
   switch (p.kind) {
     case OpKind::Softmax:
       return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},     {"hold", 1},
-              {"unroll", 1},    {"stream", stream}, {"prefetch", 2},   {"expsum", 1}};
+              {"unroll", 1},    {"stream", stream}, {"prefetch", 2},   {"expsum", 1},
+              {"exp2", 1}};
     case OpKind::LayerNormFwd:
       return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},
-              {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"prefetch", 2}};
+              {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"prefetch", 2},
+              {"sqsum", 1}};
     case OpKind::LayerNormBwd:
       return {{"lanes", lanes},   {"parallel", par}, {"acc", 2},      {"fuse", 1},       {"hold", 0},
-              {"unroll", 1},      {"stream", stream}, {"prefetch", 2}, {"blocks", threads}, {"onepass", 1},
+              {"unroll", 1},      {"stream", stream}, {"prefetch", 1}, {"blocks", threads}, {"onepass", 1},
               {"colfuse", 1}};
     case OpKind::AddMulAdd:
       return {{"lanes", lanes}, {"parallel", par}, {"block", 16384}, {"unroll", 2}, {"stream", stream}};
@@ -298,6 +308,10 @@ OpKnobs op_plan(const OpProblem& p, const OpKnobs& k) {
       const long wa = static_cast<long>(get("acc")) * get("lanes");
       if (!get("hold") || get("acc") == 0 || p.cols % wa != 0) q["expsum"] = 0;
     }
+    if (p.kind == OpKind::LayerNormFwd) {  // x - mean and its squares' sum in one pass: as expsum
+      const long wa = static_cast<long>(get("acc")) * get("lanes");
+      if (!get("hold") || get("acc") == 0 || p.cols % wa != 0) q["sqsum"] = 0;
+    }
     if (p.kind == OpKind::LayerNormBwd) {
       if (get("blocks") > p.rows) q["blocks"] = static_cast<int>(p.rows);
       if (get("acc") == 0) q["onepass"] = 0;  // no lane-wise partials to compute together
@@ -349,6 +363,7 @@ OpSpace OpSpace::small(const OpProblem& problem, int threads, int lanes) {
     else if (k.name == "stream") k.values = {1};
     else if (k.name == "prefetch") k.values = {2};
     else if (k.name == "onepass") k.values = {1};
+    else if (k.name == "exp2" || k.name == "sqsum") k.values = {1};
     else if (k.name == "parallel") k.values = {threads > 1 ? 1 : 0};
     else if (k.name == "ob") k.values = {1, 2};
   }

@@ -194,6 +194,22 @@ Knobs row_knobs(const OpKnobs& k) {
   return o;
 }
 
+/// A held row tile and a row reduction of it in one pass (softmax's expsum, layernorm_fwd's sqsum):
+/// the tile split as the reduction's partials are (jo, l; jo's inner part unrolled as theirs), the
+/// partials computed with it (compute_with at l), the tile local, computed at the output's row.
+void schedule_split_tile(te::Schedule& s, const Tensor& tile, const RowReduce& r, const Tensor& out, const Knobs& kn) {
+  te::Stage e = s[tile];
+  auto [jo, l] = e.split(tile.axis(1), kn.width, "jo", "l");
+  if (kn.unroll > 1 && r.steps > 1) {
+    auto [outer, inner] = e.split(jo, kn.unroll);
+    e.unroll(inner);
+  }
+  e.vectorize(l);
+  s[r.partial].compute_with(e, l);
+  e.compute_at(s[out], out.axis(0));
+  e.set_scope(te::Scope::Local);
+}
+
 // ---- softmax -------------------------------------------------------------------------------------
 
 te::Schedule softmax(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& args) {
@@ -218,17 +234,8 @@ te::Schedule softmax(const OpProblem& p, const OpKnobs& k, std::vector<Tensor>& 
   // they are: one pass writes exp(x - max) and adds it up (op_plan: hold, partials, no tail).
   const bool expsum = k.at("expsum") && kn.hold && S.partial.defined() && !S.tail.defined();
   schedule_row_reduce(s, S, kn.unroll, !expsum);
-  if (expsum) {  // the held row split as the partials are, they computed with it, then both at the row
-    te::Stage e = s[E];
-    auto [jo, l] = e.split(E.axis(1), kn.width, "jo", "l");
-    if (kn.unroll > 1 && S.steps > 1) {
-      auto [outer, inner] = e.split(jo, kn.unroll);
-      e.unroll(inner);
-    }
-    e.vectorize(l);
-    s[S.partial].compute_with(e, l);
-    e.compute_at(s[Y], Y.axis(0));
-    e.set_scope(te::Scope::Local);
+  if (expsum) {
+    schedule_split_tile(s, E, S, Y, kn);
   } else if (kn.hold) {
     schedule_tile(s, E, Y);
   }
@@ -268,8 +275,15 @@ te::Schedule layernorm_fwd(const OpProblem& p, const OpKnobs& k, std::vector<Ten
   if (kn.fuse) {
     s[Rstd].compute_at(s[Y], Y.axis(0));
     s[SS.total].compute_at(s[Rstd], Rstd.axis(0));
-    schedule_row_reduce(s, SS, kn.unroll);
-    if (hold) schedule_tile(s, D, Y);
+    // sqsum: the squares' partials computed with the held row x - mean (compute_with), which is
+    // split as they are: one pass writes the centered row and adds up its squares (op_plan: hold,
+    // partials, no tail), as softmax's expsum.
+    const bool sqsum = k.at("sqsum") && hold && SS.partial.defined() && !SS.tail.defined();
+    schedule_row_reduce(s, SS, kn.unroll, !sqsum);
+    if (sqsum)
+      schedule_split_tile(s, D, SS, Y, kn);
+    else if (hold)
+      schedule_tile(s, D, Y);
     // An output: every row's mean is computed at its row, inside its one reader there.
     s[Mean].compute_at(hold ? s[D] : s[Y], hold ? D.axis(0) : Y.axis(0));
   } else {
@@ -529,7 +543,9 @@ OpInstance instantiate_op(const OpProblem& p, const OpKnobs& k, std::string name
   te::CodegenOptions cg;
   cg.vector_lanes = k.at("lanes");
   cg.fast_exp = true;
+  cg.fast_exp2 = plan.count("exp2") && plan.at("exp2");  // softmax: the hand-written kernels' exp2 polynomial
   cg.fast_reduce = true;  // the partials' sums in lanes and trees, max in one vmaxps (codegen.hpp)
+  cg.reduce_chains = 4;   // acc 0's row loop (and the partials' sum): 4 accumulators, not one chain
   if (plan.count("prefetch") && plan.at("prefetch") > 0)  // the rows `prefetch` rows ahead, into L1
     for (const auto& a : op_args(p))
       if (!a.output && a.shape.size() == 2)

@@ -18,7 +18,9 @@
 #include <tuple>
 #include <vector>
 
+#include "codegen_internal.hpp"
 #include "jit_test_util.hpp"
+#include "mls/common/fastmath.hpp"
 #include "mls/common/rng.hpp"
 #include "mls/common/kernels.hpp"
 #include "mls/kernels/codegen.hpp"
@@ -209,9 +211,9 @@ TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "
   }
   const OpProblem p = tune::row_problem(OpKind::Softmax, 8, 100);
   const OpKnobs k = OpSpace::full(p, 1, 16).default_knobs();
-  CHECK(tune::to_string(k) == "acc=2 expsum=1 fuse=1 hold=1 lanes=16 parallel=0 prefetch=2 stream=0 unroll=1");
+  CHECK(tune::to_string(k) == "acc=2 exp2=1 expsum=1 fuse=1 hold=1 lanes=16 parallel=0 prefetch=2 stream=0 unroll=1");
   const nlohmann::json j = tune::op_knobs_to_json(OpKind::Softmax, k);
-  CHECK(j.at("template") == "softmax.v3");
+  CHECK(j.at("template") == "softmax.v4");
   CHECK(tune::op_schedule_json(OpKind::Softmax, k, true).at("measure") == "confirmed");
   OpKnobs bad = k;
   bad["tile"] = 4;
@@ -224,7 +226,7 @@ TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "
   REQUIRE_THROWS_WITH(tune::check_op_knobs(p, bad, 16), Catch::Contains("softmax knobs: acc 3 is not one of 0, 1, 2, 4"));
   REQUIRE_THROWS_WITH(tune::check_op_knobs(p, k, 8), Catch::Contains("softmax knobs: lanes 16 is more than the 8 lanes"));
   REQUIRE_THROWS_WITH(tune::op_knobs_from_json(OpKind::LayerNormFwd, j),
-                      Catch::Contains("layernorm_fwd knobs: template \"softmax.v3\" is not 'layernorm_fwd.v2'"));
+                      Catch::Contains("layernorm_fwd knobs: template \"softmax.v4\" is not 'layernorm_fwd.v3'"));
   nlohmann::json jb = j;
   jb["acc"] = "two";
   REQUIRE_THROWS_WITH(tune::op_knobs_from_json(OpKind::Softmax, jb), Catch::Contains("knob 'acc' must be an integer"));
@@ -264,7 +266,7 @@ TEST_CASE("tune ops: every knob combination, interpreted, equals naive loops on 
 TEST_CASE("tune ops: a small space of each template, compiled, at 1 and 2 threads", "[tune_ops][compiled]") {
   OpsEnv env;
   for (const OpProblem& p : {tune::row_problem(OpKind::Softmax, 5, 67), tune::row_problem(OpKind::Softmax, 4, 64),
-                             tune::row_problem(OpKind::LayerNormFwd, 5, 67),
+                             tune::row_problem(OpKind::LayerNormFwd, 5, 67), tune::row_problem(OpKind::LayerNormFwd, 4, 64),
                              tune::row_problem(OpKind::LayerNormBwd, 7, 41), tune::elementwise_problem(5003),
                              tune::conv2d_problem(2, 3, 7, 5, 5, 3, 2, 1)}) {
     const tune::OpArrays in = tune::make_op_arrays(p, 9);
@@ -286,6 +288,21 @@ TEST_CASE("tune ops: a small space of each template, compiled, at 1 and 2 thread
     tune::run_hand_written(p, hand);
     require_matches(p, hand, want, tune::op_name(p.kind) + " hand-written");
     CHECK(tune::op_error(p, hand, hand) == 0.0);
+  }
+  // The knobs the small space fixes at 1, both ways: softmax's exp2 (0: Cephes' exp) and layernorm
+  // forward's sqsum (rows of 64: the partials leave no tail, so the one-pass loop is taken).
+  for (const OpProblem& p : {tune::row_problem(OpKind::Softmax, 4, 64), tune::row_problem(OpKind::LayerNormFwd, 4, 64)}) {
+    const tune::OpArrays in = tune::make_op_arrays(p, 11);
+    const Want want = naive(p, in);
+    for (int v : {0, 1}) {
+      OpKnobs k = OpSpace::small(p, 1).default_knobs();
+      const char* knob = p.kind == OpKind::Softmax ? "exp2" : "sqsum";
+      k[knob] = v;
+      CHECK(tune::op_plan(p, k).at(knob) == v);
+      tune::OpArrays got = in;
+      tune::compile_op(p, k, quick_jit()).run(got, 1);
+      require_matches(p, got, want, tune::op_name(p.kind) + " compiled, " + tune::to_string(k));
+    }
   }
   // Arrays of the wrong size or missing are named.
   const OpProblem p = tune::row_problem(OpKind::Softmax, 2, 3);
@@ -341,12 +358,73 @@ TEST_CASE("tune ops: the generated code's exp (fast_exp) is within 2 ulp of std:
   CHECK(te::generate_cpp(f).find("mls_vexp(") != std::string::npos);
 }
 
+TEST_CASE("tune ops: the generated code's exp2 (fast_exp2) is the hand-written polynomial, within 2.5e-7 + 1e-7 |x|",
+          "[tune_ops][exp]") {
+  OpsEnv env;
+  std::vector<float> x;
+  mls::Rng rng(4, "exp2");
+  for (int i = 0; i < 3000; ++i) x.push_back(static_cast<float>(rng.uniform(-87.3, 88.7)));
+  for (int i = 0; i < 3000; ++i) x.push_back(static_cast<float>(rng.uniform(-4.0, 0.0)));  // softmax's x - max
+  for (float v : {0.0f, -0.0f, 1.0f, -1.0f, 1e-8f, 88.0f, 88.72f, -87.0f, -87.33f, 0.5f * 0.6931472f, 20.5f})
+    x.push_back(v);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {inf, -inf, std::numeric_limits<float>::quiet_NaN(), 89.0f, 1000.0f, -104.0f, -1000.0f};
+  x.insert(x.end(), edges.begin(), edges.end());
+  x.push_back(-3.0f);  // a tail of 1 after chunks of 4, 8 or 16 lanes
+  const auto n = static_cast<std::int64_t>(x.size());
+  te::Tensor X = te::placeholder("X", {n});
+  te::Tensor Y = te::compute("Y", {n}, [&](te::Var i) { return te::exp(X(i)); });
+  te::Schedule s({Y});
+  s[Y].vectorize(Y.axis(0));
+  const te::LoweredFunc f = te::lower(s, "fast_exp2_check");
+  te::CodegenOptions cg;
+  cg.fast_exp2 = true;
+  REQUIRE_THROWS_WITH(te::generate_cpp(f, cg), Catch::Contains("generate_cpp: CodegenOptions::fast_exp2 chooses "
+                                                               "fast_exp's polynomial, but fast_exp is off"));
+  cg.fast_exp = true;
+  std::vector<float> poly(6);
+  for (int k = 0; k < 6; ++k) poly[static_cast<std::size_t>(k)] = mls::kExp2Poly[k];
+  for (int lanes : {4, 8, 16}) {
+    if (lanes > te::resolved_vector_lanes({})) continue;
+    cg.vector_lanes = lanes;
+    const std::string src = te::generate_cpp(f, cg);
+    CHECK(src.find("mls_exp2_reduced(") != std::string::npos);
+    CHECK(src.find("mls_exp_reduced(") == std::string::npos);  // not Cephes' polynomial
+    // The coefficients are mls::kExp2Poly's, as lab 4's exp2_16 evaluates them.
+    for (float c : poly) CHECK(src.find(te::codegen_detail::c_float_literal(c)) != std::string::npos);
+    std::vector<float> y(x.size());
+    const std::vector<std::span<float>> args = {x, y};
+    te::compile(f, cg, quick_jit()).run(args, 1);
+    std::vector<float> rel;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      INFO("lanes " << lanes << ": exp(" << x[i] << ") = " << y[i] << ", std::exp " << std::exp(x[i]));
+      const double want = std::exp(static_cast<double>(x[i]));
+      if (std::isnan(x[i])) {
+        CHECK(std::isnan(y[i]));
+      } else if (x[i] > 88.7228394f) {
+        CHECK(y[i] == inf);
+      } else if (x[i] < -87.3365479f) {
+        CHECK(y[i] >= 0.0f);
+        CHECK(y[i] < 1.2e-38f);
+      } else {
+        const double err = std::fabs(static_cast<double>(y[i]) - want) / want;
+        CHECK(err <= 2.5e-7 + 1e-7 * std::fabs(x[i]));  // t = x log2e rounds: ~6.5e-8 |x| seen
+        if (x[i] >= -4.0f && x[i] <= 0.0f) CHECK(err <= 4e-7);  // softmax's range
+      }
+    }
+  }
+}
+
 TEST_CASE("tune ops: reductions in lanes (fast_reduce) and prefetches equal the interpreter", "[tune_ops][fast_reduce]") {
   OpsEnv env;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // reduce_chains: 1 accumulator, or K of them (3: blocks of 3 chunks and chunks left over), at the
+  // CPU's lanes, on rows of 1, a prime, a tail after whole blocks, exact blocks.
+  for (int chains : {1, 3, 4})
   for (int lanes : {4, 8, 16}) {
     if (lanes > te::resolved_vector_lanes({})) continue;
-    for (std::int64_t C : {1, 3, 4, 17, 64, 100}) {
+    if (chains > 1 && lanes != te::resolved_vector_lanes({})) continue;
+    for (std::int64_t C : {1, 3, 4, 17, 64, 100, 131}) {
       const std::int64_t R = 3;
       // Row sums, maxima and minima, each a serial loop over the row (the pattern fast_reduce takes).
       te::Tensor X = te::placeholder("X", {R, C});
@@ -365,15 +443,23 @@ TEST_CASE("tune ops: reductions in lanes (fast_reduce) and prefetches equal the 
       cg.vector_lanes = lanes;
       cg.fast_reduce = true;
       cg.prefetch = {{"X", 2 * C}};
+      cg.reduce_chains = chains;
       const std::string src = te::generate_cpp(f, cg);
-      INFO("lanes " << lanes << ", C " << C << "\n" << src);
+      INFO("lanes " << lanes << ", chains " << chains << ", C " << C << "\n" << src);
       const bool chunks = C >= 4;  // a loop of at least 4 lanes runs in lanes
+      int w = lanes;  // the reduction's chunk (fewer lanes on a short row)
+      while (w > 4 && w > C) w /= 2;
+      const std::int64_t k = std::min<std::int64_t>(chains, C / w);
+      CHECK((src.find("x " + std::to_string(k) + " accumulators") != std::string::npos) == (chunks && k > 1));
       CHECK((src.find("mls_hsum(mls_acc") != std::string::npos) == chunks);
       CHECK((src.find("mls_hmax(mls_acc") != std::string::npos) == chunks);
       CHECK((src.find("mls_hmin(mls_acc") != std::string::npos) == chunks);
       CHECK((src.find("mls_vmax_acc(mls_load") != std::string::npos) == chunks);
       CHECK((src.find("mls_prefetch(&X[") != std::string::npos) == chunks);
       CHECK(te::generate_cpp(f).find("mls_hsum") == std::string::npos);  // off by default
+      cg.reduce_chains = 0;
+      REQUIRE_THROWS_WITH(te::generate_cpp(f, cg), Catch::Contains("generate_cpp: reduce_chains 0 must be >= 1"));
+      cg.reduce_chains = chains;
       // Random rows; row 1 has a NaN (max and min skip it) and an infinity, row 2 a -inf.
       std::vector<float> x(static_cast<std::size_t>(R * C));
       mls::Rng rng(static_cast<std::uint64_t>(C), "fast_reduce");

@@ -15,6 +15,15 @@ namespace mls {
 inline constexpr double kGeluK = 0.7978845608028654;
 inline constexpr double kGeluC = 0.044715;
 
+/// 2^f for |f| <= 1/2 as a degree-5 polynomial (a minimax fit, relative error below 2e-7), its
+/// coefficients from the highest degree down, for Horner's form: p = kExp2Poly[0], then
+/// p = p f + kExp2Poly[k] for k = 1..5. exp(x) is 2^(x log2e) = 2^n 2^f with n = round(x log2e):
+/// 5 multiply-adds, a rounding and a scaling, the cheapest exp of this project. The one spelling of
+/// these coefficients: lab 4's hand-written exp2_16 (fused_cpu.cpp) and the generated code's
+/// exp (CodegenOptions::fast_exp2, codegen_fastmath.cpp) both evaluate them.
+inline constexpr float kExp2Poly[6] = {1.3264727e-3f, 9.6715130e-3f, 5.5507336e-2f,
+                                       2.4022242e-1f, 6.9314700e-1f, 1.0f};
+
 #if !defined(__CUDACC__)
 
 /// fast_expf's argument range: exp(kExpMaxF) is FLT_MAX, exp(kExpMinF) is FLT_MIN.

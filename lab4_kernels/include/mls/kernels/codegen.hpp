@@ -72,6 +72,14 @@ struct CodegenOptions {
   /// scale by vscalefps) instead of `__builtin_expf`, a libm call per lane that the compiler does not
   /// vectorize without -ffast-math. Off: the interpreter's expf, so results can match it bit for bit.
   bool fast_exp = false;
+  /// With fast_exp: exp(x) as 2^t, t = x log2e = n + f (n = round(t), |f| <= 1/2), 2^f by the
+  /// degree-5 polynomial of lab 4's hand-written exp2_16 (mls::kExp2Poly, the same coefficients),
+  /// scaled by 2^n: 9 vector operations per chunk where fast_exp's Cephes exp takes 14 (5
+  /// multiply-adds, not 10). Relative error within 2.5e-7 + 1e-7 |x| (t's own rounding grows with
+  /// |x|: 4e-7 for |x| <= 4, as softmax's exp(x - max) mostly sees; 9e-6 at |x| = 88), where
+  /// fast_exp alone is within 2 ulp (1.2e-7) everywhere; the same +inf, 0 and NaN at the edges.
+  /// mls::Error from generate_cpp when set without fast_exp.
+  bool fast_exp2 = false;
   /// Buffers (function arguments, by name) whose plain stores in a vectorized loop are non-temporal
   /// (`mls_stream`: _mm512_stream_ps / _mm256_stream_ps where the chunk's address is aligned to its
   /// width, else an ordinary store), for results written once and read much later: the store skips
@@ -91,6 +99,14 @@ struct CodegenOptions {
   ///     accumulator, started at the combiner's identity, is never NaN, so the result is the
   ///     interpreter's (an accumulator that is NaN would stay NaN, where mls_vmax takes e).
   bool fast_reduce = false;
+  /// fast_reduce's loops keep this many independent vector accumulators (>= 1; at most one per
+  /// whole chunk of the loop), in the manner of rfactor: chunk c of the loop goes to accumulator
+  /// c % K (the chunks after the last whole block of K to the first), and the accumulators are
+  /// combined in a tree after the loop, before the tree over the lanes. One accumulator is a chain
+  /// of dependent vaddps (vmaxps), one per 3-4 cycles; K of them keep K updates in flight. The sum
+  /// then differs from the single accumulator's by rounding only (another order of the same adds:
+  /// within (n + 8) eps of the exact sum's magnitude sum |e|); max and min are exact.
+  int reduce_chains = 1;
   /// Software prefetch: {buffer (a function argument, by name), distance in elements}. In a
   /// vectorized chunk every load of that buffer contiguous in the loop's variable also prefetches
   /// (into L1, `__builtin_prefetch`) the element `distance` elements further on, once per chunk:

@@ -45,6 +45,11 @@
 ///   expsum    softmax: 1 = exp(x - max) written into the held row (hold) and summed in the same loop
 ///             (the sum's partials computed with it: te::Stage::compute_with); only where the partials
 ///             leave no tail (cols a multiple of acc * lanes)
+///   exp2      softmax: 1 = exp as 2^(x log2e) with the hand-written kernels' degree-5 polynomial
+///             (CodegenOptions::fast_exp2: 9 vector operations per chunk, relative error within
+///             4e-7 on softmax's x - max), 0 = Cephes' exp (fast_exp alone: 14 operations, 2 ulp)
+///   sqsum     layernorm_fwd: 1 = x - mean written into the held row (hold) and its squares summed
+///             in the same loop (compute_with, as expsum); only where the partials leave no tail
 ///   onepass   layernorm_bwd: 1 = the two row sums (of dnorm and dnorm xhat) in one pass over the row:
 ///             their lane-wise partials share their loops (te::Stage::compute_with); 0 = a pass each
 ///   colfuse   layernorm_bwd: 1 = the dweight/dbias partial sums inside the output's loop over the
@@ -82,9 +87,9 @@ std::vector<OpKind> op_kinds();
 std::string op_name(OpKind kind);
 /// The operator of an op name; mls::Error "tune: unknown operator '<s>' (softmax, ...)".
 OpKind op_kind_from_string(std::string_view s);
-/// The template's schedule format, stored as "template" in its knob objects: "layernorm_fwd.v2" (v2
-/// added the knob prefetch), "layernorm_bwd.v3" (v3 added onepass and colfuse), "softmax.v3" (v3
-/// added expsum), "<op>.v1" for add_mul_add and conv2d.
+/// The template's schedule format, stored as "template" in its knob objects: "layernorm_fwd.v3" (v2
+/// added the knob prefetch, v3 sqsum), "layernorm_bwd.v3" (v3 added onepass and colfuse), "softmax.v4" (v3
+/// added expsum, v4 exp2), "<op>.v1" for add_mul_add and conv2d.
 std::string op_template_id(OpKind kind);
 
 /// One problem of an operator. Only the fields of its kind count.
@@ -164,8 +169,8 @@ struct OpSpace {
   /// to the CPU's, or `lanes` when not 0).
   static OpSpace full(const OpProblem& problem, int threads, int lanes = 0);
   /// A small space for tests and demonstrations: lanes 8 (or the CPU's, when fewer), acc 0 and 2,
-  /// unroll 1 and 2, fuse and hold both ways, streamed stores, the rows parallel at more than one
-  /// thread; add_mul_add blocks 1024 and 4096, conv2d ob 1 and 2.
+  /// unroll 1 and 2, fuse and hold both ways, streamed stores, softmax's exp2 and layernorm_fwd's sqsum,
+  /// the rows parallel at more than one thread; add_mul_add blocks 1024 and 4096, conv2d ob 1 and 2.
   static OpSpace small(const OpProblem& problem, int threads, int lanes = 0);
 
   /// Points of the cross product (all valid: every point is a schedule the template can build).
@@ -197,7 +202,8 @@ nlohmann::json op_knobs_to_json(OpKind kind, const OpKnobs& k);
 OpKnobs op_knobs_from_json(OpKind kind, const nlohmann::json& j);
 /// The knobs the template really uses on this problem (a knob that makes no difference there set to
 /// its first value, or a block size to the problem's: acc 0 when a row is shorter than the partials,
-/// unroll 1 without a loop to unroll, hold 0 without fuse (layernorm), onepass 0 without partials
+/// unroll 1 without a loop to unroll, hold 0 without fuse (layernorm), expsum and sqsum 0 without a
+/// held row or with a tail after the partials, onepass 0 without partials
 /// (acc 0), colfuse 0 where the row blocks do not divide the rows, block n past n, ob k past k,
 /// pad_copy 0 without padding): knobs with the same plan compile to the same kernel.
 OpKnobs op_plan(const OpProblem& p, const OpKnobs& k);
