@@ -149,13 +149,13 @@ bool PagedKVCache::append(SeqId seq, std::int64_t n) {
   if (blocks_needed(seq, n) > alloc_.num_free()) return false;
   if (n > 0 && s.len % bt_ != 0 && alloc_.ref_count(s.table.back()) > 1) {
     // copy-on-write: the last block is shared and partly filled; this sequence's next positions
-    // go into it, so it gets its own copy of the filled part first
+    // go into it, so it gets its own copy first (the whole block: its keys are channel-major)
     const std::int32_t old = s.table.back(), fresh = take_block();
-    const std::int64_t filled = s.len % bt_, C = cfg_.n_embd;
+    const std::int64_t C = cfg_.n_embd;
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
-      const std::int64_t from = offset({old, 0}, l), to = offset({fresh, 0}, l);
-      std::memcpy(k_.data() + to, k_.data() + from, sizeof(float) * static_cast<std::size_t>(filled * C));
-      std::memcpy(v_.data() + to, v_.data() + from, sizeof(float) * static_cast<std::size_t>(filled * C));
+      const std::int64_t from = offset({old, 0}, l, false), to = offset({fresh, 0}, l, false);
+      std::memcpy(k_.data() + to, k_.data() + from, sizeof(float) * static_cast<std::size_t>(bt_ * C));
+      std::memcpy(v_.data() + to, v_.data() + from, sizeof(float) * static_cast<std::size_t>(bt_ * C));
     }
     alloc_.release(old);
     s.table.back() = fresh;
@@ -183,24 +183,26 @@ KVSlot PagedKVCache::slot(SeqId seq, std::int64_t pos) const {
   return block_table_lookup(s.table, bt_, pos);
 }
 
-std::int64_t PagedKVCache::offset(const KVSlot& s, std::int64_t l) const {
+std::int64_t PagedKVCache::offset(const KVSlot& s, std::int64_t l, bool key) const {
   MLS_CHECK(s.block >= 0 && s.block < num_blocks() && s.offset >= 0 && s.offset < bt_,
             "PagedKVCache: slot (block ", s.block, ", offset ", s.offset, ") outside the pool of ",
             num_blocks(), " blocks of ", bt_);
-  return ((static_cast<std::int64_t>(s.block) * cfg_.n_layer + l) * bt_ + s.offset) * cfg_.n_embd;
+  // layer l of a block: bt * C floats, keys (C, bt), values (bt, C)
+  const std::int64_t base = (static_cast<std::int64_t>(s.block) * cfg_.n_layer + l) * bt_ * cfg_.n_embd;
+  return base + (key ? s.offset : s.offset * cfg_.n_embd);
 }
 
 float* PagedKVCache::key(SeqId seq, std::int64_t l, std::int64_t pos) {
-  return k_.data() + offset(slot(seq, pos), l);
+  return k_.data() + offset(slot(seq, pos), l, true);
 }
 float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) {
-  return v_.data() + offset(slot(seq, pos), l);
+  return v_.data() + offset(slot(seq, pos), l, false);
 }
 const float* PagedKVCache::key(SeqId seq, std::int64_t l, std::int64_t pos) const {
-  return k_.data() + offset(slot(seq, pos), l);
+  return k_.data() + offset(slot(seq, pos), l, true);
 }
 const float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) const {
-  return v_.data() + offset(slot(seq, pos), l);
+  return v_.data() + offset(slot(seq, pos), l, false);
 }
 
 // ---- the batched forward pass ---------------------------------------------------------------------
@@ -234,27 +236,103 @@ template <int K>
   for (int k = 0; k < K; ++k) std::memcpy(o + c0 + 16 * k, &acc[k], sizeof(v16));
 }
 
-/// One attention row of every head: query q (C = H heads of hs) against n cached positions
-/// (position t2's keys and values, all heads side by side, at kp[t2] / vp[t2]), into o (C).
-/// att: scratch (H, n). Per (head, position) the very operations of forward_cached, in the same
-/// order: the same dot loop over j, the scale, the softmax of the row, then per output lane
-/// o += a * v position after position (compiled for the same instruction set: MLS_LAB6_CLONES on
-/// both), so the same bits. The scores go position by position over all heads (each position's C
-/// keys read once, front to back); the weighted sum keeps up to 128 lanes of o in registers
-/// while the positions stream past (attend_out) where hs is a multiple of 16.
-MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp,
-                                std::int64_t n, std::int64_t H, std::int64_t hs, float scale, float* att) {
-  for (std::int64_t t2 = 0; t2 < n; ++t2) {
-    const float* krow = kp[t2];
-    for (std::int64_t h = 0; h < H; ++h) {
-      const float* qh = q + h * hs;
-      const float* kk = krow + h * hs;
-      float dot = 0.f;
-      for (std::int64_t j = 0; j < hs; ++j) dot += qh[j] * kk[j];
-      att[h * n + t2] = dot * scale;
+/// 16 positions of a block (a chunk): their keys, channel-major, at k (channel c at k[c * bt]);
+/// their scores go to att[h * n + t .. + m) for head h (lanes past m are not stored).
+struct ScoreChunk {
+  const float* k;
+  std::int64_t t, m;
+};
+
+/// The scores of U heads (from h0) over M chunks, U * M independent vectors of 16 positions:
+/// each lane its own position's dot product, acc += q[j] * k[j] for j in order from 0 (each
+/// product rounded, then added: this file is compiled without contraction, as forward_cached's),
+/// then times scale: forward_cached's `dot += q[j] * kk[j]` and `dot * scale`, lane by lane, so
+/// the same bits. Lanes past a chunk's m read other positions of its block and are not stored.
+template <int U, int M>
+[[gnu::always_inline]] inline void score_heads(float* att, const float* q, const ScoreChunk* ch, std::int64_t h0,
+                                               std::int64_t n, std::int64_t hs, std::int64_t bt, float scale) {
+  v16 acc[M][U];
+  for (int c = 0; c < M; ++c)
+    for (int i = 0; i < U; ++i) acc[c][i] = v16{};
+  const float* qh = q + h0 * hs;
+  const float* kh[M];
+  for (int c = 0; c < M; ++c) kh[c] = ch[c].k + h0 * hs * bt;
+  for (std::int64_t j = 0; j < hs; ++j)
+    for (int i = 0; i < U; ++i) {
+      const float qv = qh[i * hs + j];
+      for (int c = 0; c < M; ++c) {
+        v16 kv;
+        std::memcpy(&kv, kh[c] + (i * hs + j) * bt, sizeof(v16));
+        acc[c][i] += qv * kv;
+      }
+    }
+  for (int c = 0; c < M; ++c)
+    for (int i = 0; i < U; ++i) {
+      const v16 sc = acc[c][i] * scale;
+      std::memcpy(att + (h0 + i) * n + ch[c].t, &sc, sizeof(float) * static_cast<std::size_t>(ch[c].m));
+    }
+}
+
+/// Every head's scores over M chunks: heads U at a time, U * M <= 8 vectors of multiply-adds in
+/// flight (a chain's adds wait on each other, independent chains fill the FP pipes).
+template <int M>
+[[gnu::always_inline]] inline void score_chunks(float* att, const float* q, const ScoreChunk* ch, std::int64_t n,
+                                                std::int64_t H, std::int64_t hs, std::int64_t bt, float scale) {
+  constexpr int kMax = 8 / M;
+  std::int64_t h = 0;
+  for (; h + kMax <= H; h += kMax) score_heads<kMax, M>(att, q, ch, h, n, hs, bt, scale);
+  switch (H - h) {
+    case 1: return score_heads<1, M>(att, q, ch, h, n, hs, bt, scale);
+    case 2: return score_heads<2, M>(att, q, ch, h, n, hs, bt, scale);
+    case 3: return score_heads<3, M>(att, q, ch, h, n, hs, bt, scale);
+    case 4: if constexpr (kMax > 4) return score_heads<4, M>(att, q, ch, h, n, hs, bt, scale); break;
+    case 5: if constexpr (kMax > 5) return score_heads<5, M>(att, q, ch, h, n, hs, bt, scale); break;
+    case 6: if constexpr (kMax > 6) return score_heads<6, M>(att, q, ch, h, n, hs, bt, scale); break;
+    case 7: if constexpr (kMax > 7) return score_heads<7, M>(att, q, ch, h, n, hs, bt, scale); break;
+    default: break;
+  }
+}
+
+/// One attention row of every head: query q (C = H heads of hs) against n cached positions in
+/// blocks of bt (block b's keys, channel-major (C, bt), at kb[b]; position t2's values, all heads
+/// side by side, at vp[t2]), into o (C). att: scratch (H, n). Per (head, position) the very
+/// operations of forward_cached, in the same order: the same dot loop over j, the scale, the
+/// softmax of the row, then per output lane o += a * v position after position, so the same bits.
+/// The scores run over 16 positions of a block in the vector lanes, two such chunks and up to
+/// four heads at a time (the last positions of a block of bt % 16 != 0, one at a time); the
+/// weighted sum keeps up to 128 lanes of o in registers while the positions stream past
+/// (attend_out) where hs is a multiple of 16.
+MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kb, const float* const* vp,
+                                std::int64_t n, std::int64_t bt, std::int64_t H, std::int64_t hs, float scale,
+                                float* att) {
+  ScoreChunk pair[2];
+  int np = 0;
+  for (std::int64_t t0 = 0, b = 0; t0 < n; t0 += bt, ++b) {
+    const std::int64_t cnt = std::min(bt, n - t0);
+    for (std::int64_t i0 = 0; i0 < cnt; i0 += 16) {
+      const std::int64_t m = std::min<std::int64_t>(16, cnt - i0);
+      if (i0 + 16 <= bt) {  // 16 positions of the block in the lanes
+        pair[np++] = ScoreChunk{kb[b] + i0, t0 + i0, m};
+        if (np == 2) {
+          score_chunks<2>(att, q, pair, n, H, hs, bt, scale);
+          np = 0;
+        }
+        continue;
+      }
+      for (std::int64_t i = i0; i < i0 + m; ++i)  // the block's last positions, one at a time
+        for (std::int64_t h = 0; h < H; ++h) {
+          const float* qh = q + h * hs;
+          const float* kk = kb[b] + h * hs * bt + i;
+          float dot = 0.f;
+          for (std::int64_t j = 0; j < hs; ++j) dot += qh[j] * kk[j * bt];
+          att[h * n + t0 + i] = dot * scale;
+        }
     }
   }
-  for (std::int64_t h = 0; h < H; ++h) kernels::softmax_forward(att + h * n, att + h * n, 1, n);
+  if (np == 1) score_chunks<1>(att, q, pair, n, H, hs, bt, scale);
+  // every head's softmax in one call: (H, n) rows, each the bits of forward_cached's (1, n) call
+  // (lab 4's row softmax does not depend on a row's neighbours nor on its address)
+  kernels::softmax_forward(att, att, H, n);
   const std::int64_t C = H * hs;
   std::int64_t c0 = 0;
   if (hs % 16 == 0) {
@@ -320,7 +398,7 @@ namespace {
 /// forward_paged's buffers for rows [r0, r1) of a step: slices of DecodeScratch's (N, ...) arrays,
 /// and of the logits rows (lastx, logits: the want_logits rows among them).
 struct RowBuffers {
-  float *x, *ln, *qkv, *y, *proj, *fch, *fchg, *mean, *rstd, *lastx, *logits;
+  float *x, *ln, *qkv, *y, *fch, *fchg, *mean, *rstd, *lastx, *logits;
 };
 
 /// Rows [r0, r1) of a step through every layer and the head (forward_paged's body). Their
@@ -351,15 +429,15 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
   }
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   const auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-  float *x = b.x, *ln = b.ln, *qkv = b.qkv, *y = b.y, *proj = b.proj, *fch = b.fch, *fchg = b.fchg,
-        *mean = b.mean, *rstd = b.rstd;
+  float *x = b.x, *ln = b.ln, *qkv = b.qkv, *y = b.y, *fch = b.fch, *fchg = b.fchg, *mean = b.mean,
+        *rstd = b.rstd;
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
     encoder_forward(x + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
   }
   lap(&DecodeProfile::embed);
   // Every row computes exactly what one token at a time does: layernorm normalises row by row,
-  // GELU runs row by row (its vector tails), the GEMMs sum over c in order (rowgemm.hpp).
+  // GELU is elementwise, the GEMMs sum over c in order (rowgemm.hpp).
   const auto ln_rows = [&](const float* w, const float* bias) {
     kernels::layernorm_forward(ln, mean, rstd, x, w, bias, N, C, 1e-5f);  // row by row inside
     lap(&DecodeProfile::layernorm);
@@ -377,15 +455,16 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
     lap(&DecodeProfile::qkv);
     for (std::int64_t r = 0; r < N; ++r) {  // every row's k, v into the cache first
       const float* src = qkv + r * 3 * C;
-      std::memcpy(cache.key_at(row_slot[r], l), src + C, sizeof(float) * sz(C));
+      float* kd = cache.key_at(row_slot[r], l);  // channel-major: channel c at kd[c * bt]
+      for (std::int64_t c = 0; c < C; ++c) kd[c * bt] = src[C + c];
       std::memcpy(cache.value_at(row_slot[r], l), src + 2 * C, sizeof(float) * sz(C));
     }
     lap(&DecodeProfile::kv_write);
     // then each (row, head) attends over its sequence's positions 0..pos, through the block table
     parallel_for(0, N, attention_grain, [&](std::int64_t a0, std::int64_t a1) {
-      thread_local std::vector<const float*> kp, vp;
+      thread_local std::vector<const float*> kb, vp;
       thread_local std::vector<float> att;
-      kp.resize(sz(maxpos + 1));
+      kb.resize(sz(maxpos / bt + 1));
       vp.resize(sz(maxpos + 1));
       att.resize(sz(H * (maxpos + 1)));
       const PagedKVCache& cc = cache;
@@ -394,29 +473,28 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
         const std::vector<std::int32_t>& table = *row_table[r];
         for (std::int64_t t0 = 0; t0 <= row.pos; t0 += bt) {  // a block at a time
           const KVSlot s{table[sz(t0 / bt)], 0};
-          const float* kb = cc.key_at(s, l);
+          kb[sz(t0 / bt)] = cc.key_at(s, l);
           const float* vb = cc.value_at(s, l);
-          for (std::int64_t t2 = t0; t2 <= std::min(row.pos, t0 + bt - 1); ++t2) {
-            kp[sz(t2)] = kb + (t2 - t0) * C;
-            vp[sz(t2)] = vb + (t2 - t0) * C;
-          }
+          for (std::int64_t t2 = t0; t2 <= std::min(row.pos, t0 + bt - 1); ++t2) vp[sz(t2)] = vb + (t2 - t0) * C;
         }
-        attend_row(y + r * C, qkv + r * 3 * C, kp.data(), vp.data(), row.pos + 1, H, hs, scale, att.data());
+        attend_row(y + r * C, qkv + r * 3 * C, kb.data(), vp.data(), row.pos + 1, bt, H, hs, scale, att.data());
       }
     });
     lap(&DecodeProfile::attention);
-    matmul_packed_forward(proj, y, model.attprojw(l), p.attprojb + l * C, N, &model.fcw(l));
+    // x += y W^T + b: the residual add in the GEMM's epilogue (forward_cached's proj, then
+    // residual_forward(x, x, proj): the same two additions per element)
+    matmul_packed_forward(x, y, model.attprojw(l), p.attprojb + l * C, N, &model.fcw(l), RowGemmOut::AddTo);
     lap(&DecodeProfile::attproj);
-    residual_forward(x, x, proj, N * C);
-    lap(&DecodeProfile::residual);
     ln_rows(p.ln2w + l * C, p.ln2b + l * C);
-    matmul_packed_forward(fch, ln, model.fcw(l), p.fcb + l * 4 * C, N, &model.fcprojw(l));
-    for (std::int64_t r = 0; r < N; ++r) kernels::gelu_forward(fchg + r * 4 * C, fch + r * 4 * C, 4 * C);
-    matmul_packed_forward(proj, fchg, model.fcprojw(l), p.fcprojb + l * C, N,
-                          l + 1 < L ? &model.qkvw(l + 1) : &model.wte());
+    // fc without its bias, then lab 4's bias + GELU in one pass over all rows (gelu(acc + b):
+    // forward_cached's fc output acc + b, then its GELU)
+    matmul_packed_forward(fch, ln, model.fcw(l), nullptr, N, &model.fcprojw(l));
     lap(&DecodeProfile::mlp);
-    residual_forward(x, x, proj, N * C);
-    lap(&DecodeProfile::residual);
+    kernels::bias_gelu_forward(fchg, fch, p.fcb + l * 4 * C, N, 4 * C);
+    lap(&DecodeProfile::gelu);
+    matmul_packed_forward(x, fchg, model.fcprojw(l), p.fcprojb + l * C, N,
+                          l + 1 < L ? &model.qkvw(l + 1) : &model.wte(), RowGemmOut::AddTo);
+    lap(&DecodeProfile::mlp);
   }
   // the head, only for the rows that want logits
   std::int64_t k = 0;
@@ -503,9 +581,9 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
     return v.data();
   };
-  const RowBuffers all{fit(scratch.x, N * C),    fit(scratch.ln, N * C),       fit(scratch.qkv, N * 3 * C),
-                       fit(scratch.y, N * C),    fit(scratch.proj, N * C),     fit(scratch.fch, N * 4 * C),
-                       fit(scratch.fchg, N * 4 * C), fit(scratch.mean, N), fit(scratch.rstd, N),
+  const RowBuffers all{fit(scratch.x, N * C),        fit(scratch.ln, N * C),   fit(scratch.qkv, N * 3 * C),
+                       fit(scratch.y, N * C),        fit(scratch.fch, N * 4 * C), fit(scratch.fchg, N * 4 * C),
+                       fit(scratch.mean, N),         fit(scratch.rstd, N),
                        fit(scratch.last, std::max<std::int64_t>(1, nlog) * C), logits};
   // The batch's sequences in groups, one per thread, each group's rows through the whole model
   // on its own (one wake-up of the pool per step, not one per GEMM and attention: a small
@@ -522,9 +600,9 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
   }
   const auto buffers = [&](std::int64_t g) {
     const std::int64_t r0 = cut[static_cast<std::size_t>(g)], k0 = first_logit[static_cast<std::size_t>(g)];
-    return RowBuffers{all.x + r0 * C,        all.ln + r0 * C,   all.qkv + r0 * 3 * C, all.y + r0 * C,
-                      all.proj + r0 * C,     all.fch + r0 * 4 * C, all.fchg + r0 * 4 * C, all.mean + r0,
-                      all.rstd + r0,         all.lastx + k0 * C, logits ? logits + k0 * V : nullptr};
+    return RowBuffers{all.x + r0 * C,        all.ln + r0 * C,      all.qkv + r0 * 3 * C,  all.y + r0 * C,
+                      all.fch + r0 * 4 * C,  all.fchg + r0 * 4 * C, all.mean + r0,        all.rstd + r0,
+                      all.lastx + k0 * C,    logits ? logits + k0 * V : nullptr};
   };
   const std::vector<const std::vector<std::int32_t>*>& row_tables = tables;  // this thread's, for the workers
   const std::vector<KVSlot>& row_slots = slots;
@@ -543,12 +621,13 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
       for (const auto& pp : part)
         for (double DecodeProfile::*f : {&DecodeProfile::embed, &DecodeProfile::layernorm, &DecodeProfile::qkv,
                                          &DecodeProfile::kv_write, &DecodeProfile::attention, &DecodeProfile::attproj,
-                                         &DecodeProfile::mlp, &DecodeProfile::residual, &DecodeProfile::head})
+                                         &DecodeProfile::mlp, &DecodeProfile::gelu, &DecodeProfile::head})
           profile->*f += pp.*f;
   }
   if (profile) {
     ++profile->steps;
     profile->rows += N;
+    profile->logit_rows += nlog;
     profile->group_steps += G > 1 ? 1 : 0;
   }
 }
