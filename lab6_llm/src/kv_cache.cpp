@@ -236,6 +236,53 @@ template <int K>
   for (int k = 0; k < K; ++k) std::memcpy(o + c0 + 16 * k, &acc[k], sizeof(v16));
 }
 
+/// The weighted sum of G heads of VH vectors each (hs = 16 VH), from head h0: o[h][lanes] = sum
+/// over t2 of a(h, t2) * v[t2][h][lanes], in t2 order from 0 (o = 0; o += a * v, each product
+/// rounded then added: forward_cached's loop lane by lane), G * VH <= 8 vectors in registers over
+/// all positions. One broadcast of a(h, t2) per head and position, the heads' weights rows at a
+/// fixed stride n.
+template <int G, int VH>
+[[gnu::always_inline]] inline void attend_heads(float* o, const float* att, const float* const* vp,
+                                                std::int64_t n, std::int64_t h0) {
+  constexpr std::int64_t hs = 16 * VH;
+  v16 acc[G][VH];
+  for (int h = 0; h < G; ++h)
+    for (int k = 0; k < VH; ++k) acc[h][k] = v16{};
+  const float* a = att + h0 * n;
+  for (std::int64_t t2 = 0; t2 < n; ++t2) {
+    const float* v = vp[t2] + h0 * hs;
+    for (int h = 0; h < G; ++h) {
+      const float w = a[h * n + t2];
+      for (int k = 0; k < VH; ++k) {
+        v16 vv;
+        std::memcpy(&vv, v + h * hs + 16 * k, sizeof(v16));
+        acc[h][k] += w * vv;
+      }
+    }
+  }
+  for (int h = 0; h < G; ++h)
+    for (int k = 0; k < VH; ++k) std::memcpy(o + (h0 + h) * hs + 16 * k, &acc[h][k], sizeof(v16));
+}
+
+/// Every head's weighted sum for hs = 16 VH: heads 8 / VH at a time.
+template <int VH>
+[[gnu::always_inline]] inline void attend_all_heads(float* o, const float* att, const float* const* vp,
+                                                    std::int64_t n, std::int64_t H) {
+  constexpr int kG = 8 / VH;
+  std::int64_t h = 0;
+  for (; h + kG <= H; h += kG) attend_heads<kG, VH>(o, att, vp, n, h);
+  switch (H - h) {
+    case 1: if constexpr (kG > 1) attend_heads<1, VH>(o, att, vp, n, h); break;
+    case 2: if constexpr (kG > 2) attend_heads<2, VH>(o, att, vp, n, h); break;
+    case 3: if constexpr (kG > 3) attend_heads<3, VH>(o, att, vp, n, h); break;
+    case 4: if constexpr (kG > 4) attend_heads<4, VH>(o, att, vp, n, h); break;
+    case 5: if constexpr (kG > 5) attend_heads<5, VH>(o, att, vp, n, h); break;
+    case 6: if constexpr (kG > 6) attend_heads<6, VH>(o, att, vp, n, h); break;
+    case 7: if constexpr (kG > 7) attend_heads<7, VH>(o, att, vp, n, h); break;
+    default: break;
+  }
+}
+
 /// 16 positions of a block (a chunk): their keys, channel-major, at k (channel c at k[c * bt]);
 /// their scores go to att[h * n + t .. + m) for head h (lanes past m are not stored).
 struct ScoreChunk {
@@ -335,6 +382,13 @@ MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kb
   kernels::softmax_forward(att, att, H, n);
   const std::int64_t C = H * hs;
   std::int64_t c0 = 0;
+  switch (hs) {  // the common head sizes: whole heads in registers, one broadcast per head
+    case 16: return attend_all_heads<1>(o, att, vp, n, H);
+    case 32: return attend_all_heads<2>(o, att, vp, n, H);
+    case 64: return attend_all_heads<4>(o, att, vp, n, H);
+    case 128: return attend_all_heads<8>(o, att, vp, n, H);
+    default: break;
+  }
   if (hs % 16 == 0) {
     for (; c0 + 128 <= C; c0 += 128) attend_out<8>(o, att, vp, n, hs, c0);
     for (; c0 + 64 <= C; c0 += 64) attend_out<4>(o, att, vp, n, hs, c0);
@@ -513,13 +567,15 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
 /// first row of each group and N at the end. One group (no split) when a sequence's rows are not
 /// contiguous, when the step is too small to share, or when one group would keep most of the
 /// work anyway (a long prompt chunk: its GEMMs then split over the pool instead).
-std::vector<std::int64_t> split_sequences(std::span<const PagedRow> rows, const GPTConfig& cfg, int groups) {
+/// cut: the result; runs, cost: scratch (all kept by the caller from step to step).
+void split_sequences(std::span<const PagedRow> rows, const GPTConfig& cfg, int groups, std::vector<std::int64_t>& cut,
+                     std::vector<PagedKVCache::SeqId>& runs, std::vector<double>& cost) {
   const auto N = static_cast<std::int64_t>(rows.size());
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd;
-  std::vector<std::int64_t> one{0, N};
-  if (groups < 2 || N < 2) return one;
-  std::vector<PagedKVCache::SeqId> runs;  // the sequence of each run of rows
-  std::vector<double> cost(static_cast<std::size_t>(N));
+  const auto one = [&] { cut.assign({0, N}); };
+  if (groups < 2 || N < 2) return one();
+  runs.clear();  // the sequence of each run of rows
+  cost.resize(static_cast<std::size_t>(N));
   double total = 0;
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
@@ -528,11 +584,11 @@ std::vector<std::int64_t> split_sequences(std::span<const PagedRow> rows, const 
         static_cast<double>(12 * L * C * C) + 2.0 * static_cast<double>(L * C * (row.pos + 1));
     total += cost[static_cast<std::size_t>(r)];
   }
-  if (runs.size() < 2 || total < static_cast<double>(std::int64_t{1} << 20)) return one;
+  if (runs.size() < 2 || total < static_cast<double>(std::int64_t{1} << 20)) return one();
   std::sort(runs.begin(), runs.end());
-  if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return one;  // a sequence's rows apart
+  if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return one();  // a sequence's rows apart
   groups = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(groups), runs.size()));
-  std::vector<std::int64_t> cut{0};
+  cut.assign({0});
   double acc = 0, biggest = 0, group_start = 0;
   for (std::int64_t r = 0; r < N; ++r) {
     acc += cost[static_cast<std::size_t>(r)];
@@ -546,8 +602,7 @@ std::vector<std::int64_t> split_sequences(std::span<const PagedRow> rows, const 
   }
   biggest = std::max(biggest, total - group_start);
   cut.push_back(N);
-  if (cut.size() < 3 || biggest > 0.75 * total) return one;
-  return cut;
+  if (cut.size() < 3 || biggest > 0.75 * total) return one();
 }
 
 }  // namespace
@@ -561,8 +616,8 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
   if (N == 0) return;
   std::int64_t nlog = 0;
   // each row's block table and the slot its keys and values go to (looked up once per step)
-  thread_local std::vector<const std::vector<std::int32_t>*> tables;
-  thread_local std::vector<KVSlot> slots;
+  std::vector<const std::vector<std::int32_t>*>& tables = scratch.tables;
+  std::vector<KVSlot>& slots = scratch.slots;
   tables.resize(static_cast<std::size_t>(N));
   slots.resize(static_cast<std::size_t>(N));
   for (std::int64_t r = 0; r < N; ++r) {
@@ -589,9 +644,11 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
   // on its own (one wake-up of the pool per step, not one per GEMM and attention: a small
   // model's GEMMs at batch 32 are too short to split well); one group: the GEMMs and attention
   // split over the pool themselves. Every row's numbers are the same either way.
-  const std::vector<std::int64_t> cut = split_sequences(rows, cfg, intra_op_threads());
+  std::vector<std::int64_t>& cut = scratch.cut;
+  split_sequences(rows, cfg, intra_op_threads(), cut, scratch.runs, scratch.cost);
   const auto G = static_cast<std::int64_t>(cut.size()) - 1;
-  std::vector<std::int64_t> first_logit(static_cast<std::size_t>(G), 0);  // want_logits rows before each group
+  std::vector<std::int64_t>& first_logit = scratch.first_logit;  // want_logits rows before each group
+  first_logit.assign(static_cast<std::size_t>(G), 0);
   for (std::int64_t g = 1; g < G; ++g) {
     std::int64_t n = 0;
     for (std::int64_t r = cut[static_cast<std::size_t>(g - 1)]; r < cut[static_cast<std::size_t>(g)]; ++r)
@@ -604,13 +661,14 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
                       all.fch + r0 * 4 * C,  all.fchg + r0 * 4 * C, all.mean + r0,        all.rstd + r0,
                       all.lastx + k0 * C,    logits ? logits + k0 * V : nullptr};
   };
-  const std::vector<const std::vector<std::int32_t>*>& row_tables = tables;  // this thread's, for the workers
+  const std::vector<const std::vector<std::int32_t>*>& row_tables = tables;
   const std::vector<KVSlot>& row_slots = slots;
   if (G == 1) {
     forward_rows(model, cache, rows, 0, N, row_tables.data(), row_slots.data(), all, profile);
   } else {
     // each group's stage times apart, added up after (thread time: the groups run side by side)
-    std::vector<DecodeProfile> part(static_cast<std::size_t>(G));
+    std::vector<DecodeProfile>& part = scratch.part;
+    part.assign(static_cast<std::size_t>(G), DecodeProfile{});
     for (auto& pp : part) pp.cpu_time = profile && profile->cpu_time;
     parallel_for(0, G, 1, [&](std::int64_t g0, std::int64_t g1) {
       for (std::int64_t g = g0; g < g1; ++g)

@@ -209,6 +209,12 @@ class DecodeModel {
 /// GEMMs' epilogue: RowGemmOut::AddTo.)
 struct DecodeScratch {
   std::vector<float> x, ln, qkv, y, fch, fchg, mean, rstd, last;
+  // the step's bookkeeping: each row's block table and slot, the groups of sequences (threads > 1)
+  std::vector<const std::vector<std::int32_t>*> tables;
+  std::vector<KVSlot> slots;
+  std::vector<std::int64_t> cut, first_logit, runs;
+  std::vector<double> cost;
+  std::vector<DecodeProfile> part;
 };
 
 /// One forward pass over rows of several sequences (decode tokens and prefill chunks together):
