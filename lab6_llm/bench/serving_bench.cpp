@@ -56,6 +56,39 @@ struct Clock {
   double seconds() const { return now() - t0; }
 };
 
+/// Multiply-adds per second one core does at best: 12 independent vector chains of acc = acc * m
+/// + c (FMAs where the CPU has them; compiled for AVX-512, AVX2/FMA and x86-64 as the decode GEMM
+/// is), the best of 3 runs of `iters` steps, timed with this thread's CPU clock whatever --clock
+/// says (a busy machine's waits are not the core's speed). The yardstick of --profile's GFLOP/s.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+double fma_peak(std::int64_t iters) {
+  struct ThreadClock {
+    double seconds() const {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    }
+  } clock;
+  using v16 = float __attribute__((vector_size(64)));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    v16 a[12];
+    for (int k = 0; k < 12; ++k) a[k] = v16{} + static_cast<float>(k);
+    const v16 m = v16{} + 0.999999f, c = v16{} + 1e-6f;
+    const double t0 = clock.seconds();
+    for (std::int64_t i = 0; i < iters; ++i)
+      for (int k = 0; k < 12; ++k) a[k] = a[k] * m + c;
+    const double t = clock.seconds() - t0;
+    float sink = 0;
+    for (int k = 0; k < 12; ++k) sink += a[k][k];
+    if (sink == 12345.f) std::printf(" ");  // keeps the chains
+    best = std::max(best, 12.0 * 16.0 * static_cast<double>(iters) / t);
+  }
+  return best;
+}
+
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -236,20 +269,51 @@ int main(int argc, char** argv) {
     std::printf("decode: %.1f us per token at batch 1, %.1f us per token at batch %lld\n", t1 * 1e6, tb * 1e6,
                 (long long)batch);
     if (profile) {
-      std::printf("decode step by stage, us per token (batch 1 | batch %lld):\n", (long long)batch);
-      const std::pair<const char*, double DecodeProfile::*> stages[] = {
-          {"embedding", &DecodeProfile::embed},    {"layernorms", &DecodeProfile::layernorm},
-          {"qkv GEMM", &DecodeProfile::qkv},       {"k/v into the cache", &DecodeProfile::kv_write},
-          {"attention (paged)", &DecodeProfile::attention}, {"attention projection", &DecodeProfile::attproj},
-          {"MLP (fc, GELU, fcproj)", &DecodeProfile::mlp}, {"residual adds", &DecodeProfile::residual},
-          {"LM head", &DecodeProfile::head},      {"scheduler", &DecodeProfile::schedule},
-          {"sampling, finishing", &DecodeProfile::sample}, {"other bookkeeping", &DecodeProfile::other}};
+      std::printf("decode step by stage, us per token (batch 1 | batch %lld); the GEMMs also in GFLOP/s "
+                  "(2 x multiply-adds a row x rows / time):\n", (long long)batch);
+      const double C = static_cast<double>(cfg.n_embd), V = static_cast<double>(cfg.vocab_size),
+                   L = static_cast<double>(cfg.n_layer);
+      struct Stage {
+        const char* name;
+        double DecodeProfile::*field;
+        double macs;  // multiply-adds a row (0: not a GEMM); the LM head's per row with logits
+      };
+      const Stage stages[] = {
+          {"embedding", &DecodeProfile::embed, 0},          {"layernorms", &DecodeProfile::layernorm, 0},
+          {"qkv GEMM", &DecodeProfile::qkv, 3 * C * C * L}, {"k/v into the cache", &DecodeProfile::kv_write, 0},
+          {"attention (paged)", &DecodeProfile::attention, 0},
+          {"attn proj GEMM (+res)", &DecodeProfile::attproj, C * C * L},
+          {"fc, fcproj GEMMs (+res)", &DecodeProfile::mlp, 8 * C * C * L},
+          {"bias + GELU", &DecodeProfile::gelu, 0},         {"LM head GEMM", &DecodeProfile::head, V * C},
+          {"scheduler", &DecodeProfile::schedule, 0},       {"sampling, finishing", &DecodeProfile::sample, 0},
+          {"other bookkeeping", &DecodeProfile::other, 0}};
       const auto per = [](const DecodeProfile& d, double v) {
         return d.rows > 0 ? v * 1e6 / static_cast<double>(d.rows) : 0.0;
       };
-      for (const auto& [name, field] : stages)
-        std::printf("  %-24s %8.2f | %8.2f\n", name, per(prof1, prof1.*field), per(profb, profb.*field));
+      const auto gflops = [&](const DecodeProfile& d, const Stage& st) {
+        const double rows = static_cast<double>(st.field == &DecodeProfile::head ? d.logit_rows : d.rows);
+        return d.*st.field > 0 ? 2.0 * st.macs * rows / (d.*st.field) * 1e-9 : 0.0;
+      };
+      double gemm_macs[2] = {0, 0}, gemm_s[2] = {0, 0};
+      for (const Stage& st : stages) {
+        if (st.macs == 0) {
+          std::printf("  %-24s %8.2f | %8.2f\n", st.name, per(prof1, prof1.*st.field), per(profb, profb.*st.field));
+          continue;
+        }
+        std::printf("  %-24s %8.2f | %8.2f   %6.1f | %6.1f GFLOP/s\n", st.name, per(prof1, prof1.*st.field),
+                    per(profb, profb.*st.field), gflops(prof1, st), gflops(profb, st));
+        for (int i = 0; i < 2; ++i) {
+          const DecodeProfile& d = i == 0 ? prof1 : profb;
+          gemm_macs[i] += st.macs * static_cast<double>(st.field == &DecodeProfile::head ? d.logit_rows : d.rows);
+          gemm_s[i] += d.*st.field;
+        }
+      }
       std::printf("  %-24s %8.2f | %8.2f\n", "total", per(prof1, prof1.total()), per(profb, profb.total()));
+      const double peak = 2.0 * fma_peak(2000000) * 1e-9;
+      const auto frac = [&](int i) { return gemm_s[i] > 0 ? 2.0 * gemm_macs[i] / gemm_s[i] * 1e-9 : 0.0; };
+      std::printf("  all GEMMs: %.1f | %.1f GFLOP/s = %.0f%% | %.0f%% of one core's FMA peak, %.1f GFLOP/s (12 "
+                  "independent vector FMA chains, measured here)%s\n", frac(0), frac(1), 100 * frac(0) / peak,
+                  100 * frac(1) / peak, peak, profb.group_steps > 0 ? " (groups: per thread)" : "");
       std::printf("  steps whose sequences ran in groups side by side (threads > 1): %lld of %lld | %lld of %lld%s\n",
                   (long long)prof1.group_steps, (long long)prof1.steps, (long long)profb.group_steps,
                   (long long)profb.steps, profb.group_steps > 0 ? " (their stages: every thread's time, summed)" : "");

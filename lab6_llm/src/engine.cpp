@@ -193,8 +193,10 @@ std::vector<EngineEvent> Engine::step() {
   const Plan plan = schedule();
   const double scheduled = prof ? prof->now() - t0 : 0;
   const GPTConfig& cfg = params_.config();
-  std::vector<PagedRow> rows;
-  std::vector<std::int64_t> sampled;  // ids whose last pending token runs in this step
+  std::vector<PagedRow>& rows = rows_;
+  std::vector<std::int64_t>& sampled = sampled_;  // ids whose last pending token runs in this step
+  rows.clear();
+  sampled.clear();
   for (const auto& c : plan.chunks) {
     Seq& s = seq(c.id);
     MLS_CHECK(c.n >= 1 && c.n <= s.pending() && s.kv, "engine: plan of ", c.n, " tokens for request ", c.id,
@@ -208,7 +210,9 @@ std::vector<EngineEvent> Engine::step() {
       if (last) sampled.push_back(c.id);
     }
   }
-  std::vector<float> logits(sampled.size() * static_cast<std::size_t>(cfg.vocab_size));
+  std::vector<float>& logits = logits_;
+  if (logits.size() < sampled.size() * static_cast<std::size_t>(cfg.vocab_size))
+    logits.resize(sampled.size() * static_cast<std::size_t>(cfg.vocab_size));
   const double before = prof ? prof->now() - t0 : 0;
   forward_paged(*model_, scratch_, cache_, rows, logits.data(), prof);
   if (prof) forward_time = prof->now() - t0 - before;

@@ -149,13 +149,13 @@ bool PagedKVCache::append(SeqId seq, std::int64_t n) {
   if (blocks_needed(seq, n) > alloc_.num_free()) return false;
   if (n > 0 && s.len % bt_ != 0 && alloc_.ref_count(s.table.back()) > 1) {
     // copy-on-write: the last block is shared and partly filled; this sequence's next positions
-    // go into it, so it gets its own copy of the filled part first
+    // go into it, so it gets its own copy first (the whole block: its keys are channel-major)
     const std::int32_t old = s.table.back(), fresh = take_block();
-    const std::int64_t filled = s.len % bt_, C = cfg_.n_embd;
+    const std::int64_t C = cfg_.n_embd;
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
-      const std::int64_t from = offset({old, 0}, l), to = offset({fresh, 0}, l);
-      std::memcpy(k_.data() + to, k_.data() + from, sizeof(float) * static_cast<std::size_t>(filled * C));
-      std::memcpy(v_.data() + to, v_.data() + from, sizeof(float) * static_cast<std::size_t>(filled * C));
+      const std::int64_t from = offset({old, 0}, l, false), to = offset({fresh, 0}, l, false);
+      std::memcpy(k_.data() + to, k_.data() + from, sizeof(float) * static_cast<std::size_t>(bt_ * C));
+      std::memcpy(v_.data() + to, v_.data() + from, sizeof(float) * static_cast<std::size_t>(bt_ * C));
     }
     alloc_.release(old);
     s.table.back() = fresh;
@@ -183,24 +183,26 @@ KVSlot PagedKVCache::slot(SeqId seq, std::int64_t pos) const {
   return block_table_lookup(s.table, bt_, pos);
 }
 
-std::int64_t PagedKVCache::offset(const KVSlot& s, std::int64_t l) const {
+std::int64_t PagedKVCache::offset(const KVSlot& s, std::int64_t l, bool key) const {
   MLS_CHECK(s.block >= 0 && s.block < num_blocks() && s.offset >= 0 && s.offset < bt_,
             "PagedKVCache: slot (block ", s.block, ", offset ", s.offset, ") outside the pool of ",
             num_blocks(), " blocks of ", bt_);
-  return ((static_cast<std::int64_t>(s.block) * cfg_.n_layer + l) * bt_ + s.offset) * cfg_.n_embd;
+  // layer l of a block: bt * C floats, keys (C, bt), values (bt, C)
+  const std::int64_t base = (static_cast<std::int64_t>(s.block) * cfg_.n_layer + l) * bt_ * cfg_.n_embd;
+  return base + (key ? s.offset : s.offset * cfg_.n_embd);
 }
 
 float* PagedKVCache::key(SeqId seq, std::int64_t l, std::int64_t pos) {
-  return k_.data() + offset(slot(seq, pos), l);
+  return k_.data() + offset(slot(seq, pos), l, true);
 }
 float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) {
-  return v_.data() + offset(slot(seq, pos), l);
+  return v_.data() + offset(slot(seq, pos), l, false);
 }
 const float* PagedKVCache::key(SeqId seq, std::int64_t l, std::int64_t pos) const {
-  return k_.data() + offset(slot(seq, pos), l);
+  return k_.data() + offset(slot(seq, pos), l, true);
 }
 const float* PagedKVCache::value(SeqId seq, std::int64_t l, std::int64_t pos) const {
-  return v_.data() + offset(slot(seq, pos), l);
+  return v_.data() + offset(slot(seq, pos), l, false);
 }
 
 // ---- the batched forward pass ---------------------------------------------------------------------
@@ -234,29 +236,159 @@ template <int K>
   for (int k = 0; k < K; ++k) std::memcpy(o + c0 + 16 * k, &acc[k], sizeof(v16));
 }
 
-/// One attention row of every head: query q (C = H heads of hs) against n cached positions
-/// (position t2's keys and values, all heads side by side, at kp[t2] / vp[t2]), into o (C).
-/// att: scratch (H, n). Per (head, position) the very operations of forward_cached, in the same
-/// order: the same dot loop over j, the scale, the softmax of the row, then per output lane
-/// o += a * v position after position (compiled for the same instruction set: MLS_LAB6_CLONES on
-/// both), so the same bits. The scores go position by position over all heads (each position's C
-/// keys read once, front to back); the weighted sum keeps up to 128 lanes of o in registers
-/// while the positions stream past (attend_out) where hs is a multiple of 16.
-MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kp, const float* const* vp,
-                                std::int64_t n, std::int64_t H, std::int64_t hs, float scale, float* att) {
+/// The weighted sum of G heads of VH vectors each (hs = 16 VH), from head h0: o[h][lanes] = sum
+/// over t2 of a(h, t2) * v[t2][h][lanes], in t2 order from 0 (o = 0; o += a * v, each product
+/// rounded then added: forward_cached's loop lane by lane), G * VH <= 8 vectors in registers over
+/// all positions. One broadcast of a(h, t2) per head and position, the heads' weights rows at a
+/// fixed stride n.
+template <int G, int VH>
+[[gnu::always_inline]] inline void attend_heads(float* o, const float* att, const float* const* vp,
+                                                std::int64_t n, std::int64_t h0) {
+  constexpr std::int64_t hs = 16 * VH;
+  v16 acc[G][VH];
+  for (int h = 0; h < G; ++h)
+    for (int k = 0; k < VH; ++k) acc[h][k] = v16{};
+  const float* a = att + h0 * n;
   for (std::int64_t t2 = 0; t2 < n; ++t2) {
-    const float* krow = kp[t2];
-    for (std::int64_t h = 0; h < H; ++h) {
-      const float* qh = q + h * hs;
-      const float* kk = krow + h * hs;
-      float dot = 0.f;
-      for (std::int64_t j = 0; j < hs; ++j) dot += qh[j] * kk[j];
-      att[h * n + t2] = dot * scale;
+    const float* v = vp[t2] + h0 * hs;
+    for (int h = 0; h < G; ++h) {
+      const float w = a[h * n + t2];
+      for (int k = 0; k < VH; ++k) {
+        v16 vv;
+        std::memcpy(&vv, v + h * hs + 16 * k, sizeof(v16));
+        acc[h][k] += w * vv;
+      }
     }
   }
-  for (std::int64_t h = 0; h < H; ++h) kernels::softmax_forward(att + h * n, att + h * n, 1, n);
+  for (int h = 0; h < G; ++h)
+    for (int k = 0; k < VH; ++k) std::memcpy(o + (h0 + h) * hs + 16 * k, &acc[h][k], sizeof(v16));
+}
+
+/// Every head's weighted sum for hs = 16 VH: heads 8 / VH at a time.
+template <int VH>
+[[gnu::always_inline]] inline void attend_all_heads(float* o, const float* att, const float* const* vp,
+                                                    std::int64_t n, std::int64_t H) {
+  constexpr int kG = 8 / VH;
+  std::int64_t h = 0;
+  for (; h + kG <= H; h += kG) attend_heads<kG, VH>(o, att, vp, n, h);
+  switch (H - h) {
+    case 1: if constexpr (kG > 1) attend_heads<1, VH>(o, att, vp, n, h); break;
+    case 2: if constexpr (kG > 2) attend_heads<2, VH>(o, att, vp, n, h); break;
+    case 3: if constexpr (kG > 3) attend_heads<3, VH>(o, att, vp, n, h); break;
+    case 4: if constexpr (kG > 4) attend_heads<4, VH>(o, att, vp, n, h); break;
+    case 5: if constexpr (kG > 5) attend_heads<5, VH>(o, att, vp, n, h); break;
+    case 6: if constexpr (kG > 6) attend_heads<6, VH>(o, att, vp, n, h); break;
+    case 7: if constexpr (kG > 7) attend_heads<7, VH>(o, att, vp, n, h); break;
+    default: break;
+  }
+}
+
+/// 16 positions of a block (a chunk): their keys, channel-major, at k (channel c at k[c * bt]);
+/// their scores go to att[h * n + t .. + m) for head h (lanes past m are not stored).
+struct ScoreChunk {
+  const float* k;
+  std::int64_t t, m;
+};
+
+/// The scores of U heads (from h0) over M chunks, U * M independent vectors of 16 positions:
+/// each lane its own position's dot product, acc += q[j] * k[j] for j in order from 0 (each
+/// product rounded, then added: this file is compiled without contraction, as forward_cached's),
+/// then times scale: forward_cached's `dot += q[j] * kk[j]` and `dot * scale`, lane by lane, so
+/// the same bits. Lanes past a chunk's m read other positions of its block and are not stored.
+template <int U, int M>
+[[gnu::always_inline]] inline void score_heads(float* att, const float* q, const ScoreChunk* ch, std::int64_t h0,
+                                               std::int64_t n, std::int64_t hs, std::int64_t bt, float scale) {
+  v16 acc[M][U];
+  for (int c = 0; c < M; ++c)
+    for (int i = 0; i < U; ++i) acc[c][i] = v16{};
+  const float* qh = q + h0 * hs;
+  const float* kh[M];
+  for (int c = 0; c < M; ++c) kh[c] = ch[c].k + h0 * hs * bt;
+  for (std::int64_t j = 0; j < hs; ++j)
+    for (int i = 0; i < U; ++i) {
+      const float qv = qh[i * hs + j];
+      for (int c = 0; c < M; ++c) {
+        v16 kv;
+        std::memcpy(&kv, kh[c] + (i * hs + j) * bt, sizeof(v16));
+        acc[c][i] += qv * kv;
+      }
+    }
+  for (int c = 0; c < M; ++c)
+    for (int i = 0; i < U; ++i) {
+      const v16 sc = acc[c][i] * scale;
+      std::memcpy(att + (h0 + i) * n + ch[c].t, &sc, sizeof(float) * static_cast<std::size_t>(ch[c].m));
+    }
+}
+
+/// Every head's scores over M chunks: heads U at a time, U * M <= 8 vectors of multiply-adds in
+/// flight (a chain's adds wait on each other, independent chains fill the FP pipes).
+template <int M>
+[[gnu::always_inline]] inline void score_chunks(float* att, const float* q, const ScoreChunk* ch, std::int64_t n,
+                                                std::int64_t H, std::int64_t hs, std::int64_t bt, float scale) {
+  constexpr int kMax = 8 / M;
+  std::int64_t h = 0;
+  for (; h + kMax <= H; h += kMax) score_heads<kMax, M>(att, q, ch, h, n, hs, bt, scale);
+  switch (H - h) {
+    case 1: return score_heads<1, M>(att, q, ch, h, n, hs, bt, scale);
+    case 2: return score_heads<2, M>(att, q, ch, h, n, hs, bt, scale);
+    case 3: return score_heads<3, M>(att, q, ch, h, n, hs, bt, scale);
+    case 4: if constexpr (kMax > 4) return score_heads<4, M>(att, q, ch, h, n, hs, bt, scale); break;
+    case 5: if constexpr (kMax > 5) return score_heads<5, M>(att, q, ch, h, n, hs, bt, scale); break;
+    case 6: if constexpr (kMax > 6) return score_heads<6, M>(att, q, ch, h, n, hs, bt, scale); break;
+    case 7: if constexpr (kMax > 7) return score_heads<7, M>(att, q, ch, h, n, hs, bt, scale); break;
+    default: break;
+  }
+}
+
+/// One attention row of every head: query q (C = H heads of hs) against n cached positions in
+/// blocks of bt (block b's keys, channel-major (C, bt), at kb[b]; position t2's values, all heads
+/// side by side, at vp[t2]), into o (C). att: scratch (H, n). Per (head, position) the very
+/// operations of forward_cached, in the same order: the same dot loop over j, the scale, the
+/// softmax of the row, then per output lane o += a * v position after position, so the same bits.
+/// The scores run over 16 positions of a block in the vector lanes, two such chunks and up to
+/// four heads at a time (the last positions of a block of bt % 16 != 0, one at a time); the
+/// weighted sum keeps up to 128 lanes of o in registers while the positions stream past
+/// (attend_out) where hs is a multiple of 16.
+MLS_LAB6_CLONES void attend_row(float* o, const float* q, const float* const* kb, const float* const* vp,
+                                std::int64_t n, std::int64_t bt, std::int64_t H, std::int64_t hs, float scale,
+                                float* att) {
+  ScoreChunk pair[2];
+  int np = 0;
+  for (std::int64_t t0 = 0, b = 0; t0 < n; t0 += bt, ++b) {
+    const std::int64_t cnt = std::min(bt, n - t0);
+    for (std::int64_t i0 = 0; i0 < cnt; i0 += 16) {
+      const std::int64_t m = std::min<std::int64_t>(16, cnt - i0);
+      if (i0 + 16 <= bt) {  // 16 positions of the block in the lanes
+        pair[np++] = ScoreChunk{kb[b] + i0, t0 + i0, m};
+        if (np == 2) {
+          score_chunks<2>(att, q, pair, n, H, hs, bt, scale);
+          np = 0;
+        }
+        continue;
+      }
+      for (std::int64_t i = i0; i < i0 + m; ++i)  // the block's last positions, one at a time
+        for (std::int64_t h = 0; h < H; ++h) {
+          const float* qh = q + h * hs;
+          const float* kk = kb[b] + h * hs * bt + i;
+          float dot = 0.f;
+          for (std::int64_t j = 0; j < hs; ++j) dot += qh[j] * kk[j * bt];
+          att[h * n + t0 + i] = dot * scale;
+        }
+    }
+  }
+  if (np == 1) score_chunks<1>(att, q, pair, n, H, hs, bt, scale);
+  // every head's softmax in one call: (H, n) rows, each the bits of forward_cached's (1, n) call
+  // (lab 4's row softmax does not depend on a row's neighbours nor on its address)
+  kernels::softmax_forward(att, att, H, n);
   const std::int64_t C = H * hs;
   std::int64_t c0 = 0;
+  switch (hs) {  // the common head sizes: whole heads in registers, one broadcast per head
+    case 16: return attend_all_heads<1>(o, att, vp, n, H);
+    case 32: return attend_all_heads<2>(o, att, vp, n, H);
+    case 64: return attend_all_heads<4>(o, att, vp, n, H);
+    case 128: return attend_all_heads<8>(o, att, vp, n, H);
+    default: break;
+  }
   if (hs % 16 == 0) {
     for (; c0 + 128 <= C; c0 += 128) attend_out<8>(o, att, vp, n, hs, c0);
     for (; c0 + 64 <= C; c0 += 64) attend_out<4>(o, att, vp, n, hs, c0);
@@ -320,7 +452,7 @@ namespace {
 /// forward_paged's buffers for rows [r0, r1) of a step: slices of DecodeScratch's (N, ...) arrays,
 /// and of the logits rows (lastx, logits: the want_logits rows among them).
 struct RowBuffers {
-  float *x, *ln, *qkv, *y, *proj, *fch, *fchg, *mean, *rstd, *lastx, *logits;
+  float *x, *ln, *qkv, *y, *fch, *fchg, *mean, *rstd, *lastx, *logits;
 };
 
 /// Rows [r0, r1) of a step through every layer and the head (forward_paged's body). Their
@@ -351,15 +483,15 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
   }
   const ParamPtrs p = param_views(const_cast<float*>(params.data()), cfg);
   const auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-  float *x = b.x, *ln = b.ln, *qkv = b.qkv, *y = b.y, *proj = b.proj, *fch = b.fch, *fchg = b.fchg,
-        *mean = b.mean, *rstd = b.rstd;
+  float *x = b.x, *ln = b.ln, *qkv = b.qkv, *y = b.y, *fch = b.fch, *fchg = b.fchg, *mean = b.mean,
+        *rstd = b.rstd;
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
     encoder_forward(x + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
   }
   lap(&DecodeProfile::embed);
   // Every row computes exactly what one token at a time does: layernorm normalises row by row,
-  // GELU runs row by row (its vector tails), the GEMMs sum over c in order (rowgemm.hpp).
+  // GELU is elementwise, the GEMMs sum over c in order (rowgemm.hpp).
   const auto ln_rows = [&](const float* w, const float* bias) {
     kernels::layernorm_forward(ln, mean, rstd, x, w, bias, N, C, 1e-5f);  // row by row inside
     lap(&DecodeProfile::layernorm);
@@ -377,15 +509,16 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
     lap(&DecodeProfile::qkv);
     for (std::int64_t r = 0; r < N; ++r) {  // every row's k, v into the cache first
       const float* src = qkv + r * 3 * C;
-      std::memcpy(cache.key_at(row_slot[r], l), src + C, sizeof(float) * sz(C));
+      float* kd = cache.key_at(row_slot[r], l);  // channel-major: channel c at kd[c * bt]
+      for (std::int64_t c = 0; c < C; ++c) kd[c * bt] = src[C + c];
       std::memcpy(cache.value_at(row_slot[r], l), src + 2 * C, sizeof(float) * sz(C));
     }
     lap(&DecodeProfile::kv_write);
     // then each (row, head) attends over its sequence's positions 0..pos, through the block table
     parallel_for(0, N, attention_grain, [&](std::int64_t a0, std::int64_t a1) {
-      thread_local std::vector<const float*> kp, vp;
+      thread_local std::vector<const float*> kb, vp;
       thread_local std::vector<float> att;
-      kp.resize(sz(maxpos + 1));
+      kb.resize(sz(maxpos / bt + 1));
       vp.resize(sz(maxpos + 1));
       att.resize(sz(H * (maxpos + 1)));
       const PagedKVCache& cc = cache;
@@ -394,29 +527,28 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
         const std::vector<std::int32_t>& table = *row_table[r];
         for (std::int64_t t0 = 0; t0 <= row.pos; t0 += bt) {  // a block at a time
           const KVSlot s{table[sz(t0 / bt)], 0};
-          const float* kb = cc.key_at(s, l);
+          kb[sz(t0 / bt)] = cc.key_at(s, l);
           const float* vb = cc.value_at(s, l);
-          for (std::int64_t t2 = t0; t2 <= std::min(row.pos, t0 + bt - 1); ++t2) {
-            kp[sz(t2)] = kb + (t2 - t0) * C;
-            vp[sz(t2)] = vb + (t2 - t0) * C;
-          }
+          for (std::int64_t t2 = t0; t2 <= std::min(row.pos, t0 + bt - 1); ++t2) vp[sz(t2)] = vb + (t2 - t0) * C;
         }
-        attend_row(y + r * C, qkv + r * 3 * C, kp.data(), vp.data(), row.pos + 1, H, hs, scale, att.data());
+        attend_row(y + r * C, qkv + r * 3 * C, kb.data(), vp.data(), row.pos + 1, bt, H, hs, scale, att.data());
       }
     });
     lap(&DecodeProfile::attention);
-    matmul_packed_forward(proj, y, model.attprojw(l), p.attprojb + l * C, N, &model.fcw(l));
+    // x += y W^T + b: the residual add in the GEMM's epilogue (forward_cached's proj, then
+    // residual_forward(x, x, proj): the same two additions per element)
+    matmul_packed_forward(x, y, model.attprojw(l), p.attprojb + l * C, N, &model.fcw(l), RowGemmOut::AddTo);
     lap(&DecodeProfile::attproj);
-    residual_forward(x, x, proj, N * C);
-    lap(&DecodeProfile::residual);
     ln_rows(p.ln2w + l * C, p.ln2b + l * C);
-    matmul_packed_forward(fch, ln, model.fcw(l), p.fcb + l * 4 * C, N, &model.fcprojw(l));
-    for (std::int64_t r = 0; r < N; ++r) kernels::gelu_forward(fchg + r * 4 * C, fch + r * 4 * C, 4 * C);
-    matmul_packed_forward(proj, fchg, model.fcprojw(l), p.fcprojb + l * C, N,
-                          l + 1 < L ? &model.qkvw(l + 1) : &model.wte());
+    // fc without its bias, then lab 4's bias + GELU in one pass over all rows (gelu(acc + b):
+    // forward_cached's fc output acc + b, then its GELU)
+    matmul_packed_forward(fch, ln, model.fcw(l), nullptr, N, &model.fcprojw(l));
     lap(&DecodeProfile::mlp);
-    residual_forward(x, x, proj, N * C);
-    lap(&DecodeProfile::residual);
+    kernels::bias_gelu_forward(fchg, fch, p.fcb + l * 4 * C, N, 4 * C);
+    lap(&DecodeProfile::gelu);
+    matmul_packed_forward(x, fchg, model.fcprojw(l), p.fcprojb + l * C, N,
+                          l + 1 < L ? &model.qkvw(l + 1) : &model.wte(), RowGemmOut::AddTo);
+    lap(&DecodeProfile::mlp);
   }
   // the head, only for the rows that want logits
   std::int64_t k = 0;
@@ -435,13 +567,15 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
 /// first row of each group and N at the end. One group (no split) when a sequence's rows are not
 /// contiguous, when the step is too small to share, or when one group would keep most of the
 /// work anyway (a long prompt chunk: its GEMMs then split over the pool instead).
-std::vector<std::int64_t> split_sequences(std::span<const PagedRow> rows, const GPTConfig& cfg, int groups) {
+/// cut: the result; runs, cost: scratch (all kept by the caller from step to step).
+void split_sequences(std::span<const PagedRow> rows, const GPTConfig& cfg, int groups, std::vector<std::int64_t>& cut,
+                     std::vector<PagedKVCache::SeqId>& runs, std::vector<double>& cost) {
   const auto N = static_cast<std::int64_t>(rows.size());
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd;
-  std::vector<std::int64_t> one{0, N};
-  if (groups < 2 || N < 2) return one;
-  std::vector<PagedKVCache::SeqId> runs;  // the sequence of each run of rows
-  std::vector<double> cost(static_cast<std::size_t>(N));
+  const auto one = [&] { cut.assign({0, N}); };
+  if (groups < 2 || N < 2) return one();
+  runs.clear();  // the sequence of each run of rows
+  cost.resize(static_cast<std::size_t>(N));
   double total = 0;
   for (std::int64_t r = 0; r < N; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
@@ -450,11 +584,11 @@ std::vector<std::int64_t> split_sequences(std::span<const PagedRow> rows, const 
         static_cast<double>(12 * L * C * C) + 2.0 * static_cast<double>(L * C * (row.pos + 1));
     total += cost[static_cast<std::size_t>(r)];
   }
-  if (runs.size() < 2 || total < static_cast<double>(std::int64_t{1} << 20)) return one;
+  if (runs.size() < 2 || total < static_cast<double>(std::int64_t{1} << 20)) return one();
   std::sort(runs.begin(), runs.end());
-  if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return one;  // a sequence's rows apart
+  if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return one();  // a sequence's rows apart
   groups = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(groups), runs.size()));
-  std::vector<std::int64_t> cut{0};
+  cut.assign({0});
   double acc = 0, biggest = 0, group_start = 0;
   for (std::int64_t r = 0; r < N; ++r) {
     acc += cost[static_cast<std::size_t>(r)];
@@ -468,8 +602,7 @@ std::vector<std::int64_t> split_sequences(std::span<const PagedRow> rows, const 
   }
   biggest = std::max(biggest, total - group_start);
   cut.push_back(N);
-  if (cut.size() < 3 || biggest > 0.75 * total) return one;
-  return cut;
+  if (cut.size() < 3 || biggest > 0.75 * total) return one();
 }
 
 }  // namespace
@@ -483,8 +616,8 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
   if (N == 0) return;
   std::int64_t nlog = 0;
   // each row's block table and the slot its keys and values go to (looked up once per step)
-  thread_local std::vector<const std::vector<std::int32_t>*> tables;
-  thread_local std::vector<KVSlot> slots;
+  std::vector<const std::vector<std::int32_t>*>& tables = scratch.tables;
+  std::vector<KVSlot>& slots = scratch.slots;
   tables.resize(static_cast<std::size_t>(N));
   slots.resize(static_cast<std::size_t>(N));
   for (std::int64_t r = 0; r < N; ++r) {
@@ -503,17 +636,19 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
     if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
     return v.data();
   };
-  const RowBuffers all{fit(scratch.x, N * C),    fit(scratch.ln, N * C),       fit(scratch.qkv, N * 3 * C),
-                       fit(scratch.y, N * C),    fit(scratch.proj, N * C),     fit(scratch.fch, N * 4 * C),
-                       fit(scratch.fchg, N * 4 * C), fit(scratch.mean, N), fit(scratch.rstd, N),
+  const RowBuffers all{fit(scratch.x, N * C),        fit(scratch.ln, N * C),   fit(scratch.qkv, N * 3 * C),
+                       fit(scratch.y, N * C),        fit(scratch.fch, N * 4 * C), fit(scratch.fchg, N * 4 * C),
+                       fit(scratch.mean, N),         fit(scratch.rstd, N),
                        fit(scratch.last, std::max<std::int64_t>(1, nlog) * C), logits};
   // The batch's sequences in groups, one per thread, each group's rows through the whole model
   // on its own (one wake-up of the pool per step, not one per GEMM and attention: a small
   // model's GEMMs at batch 32 are too short to split well); one group: the GEMMs and attention
   // split over the pool themselves. Every row's numbers are the same either way.
-  const std::vector<std::int64_t> cut = split_sequences(rows, cfg, intra_op_threads());
+  std::vector<std::int64_t>& cut = scratch.cut;
+  split_sequences(rows, cfg, intra_op_threads(), cut, scratch.runs, scratch.cost);
   const auto G = static_cast<std::int64_t>(cut.size()) - 1;
-  std::vector<std::int64_t> first_logit(static_cast<std::size_t>(G), 0);  // want_logits rows before each group
+  std::vector<std::int64_t>& first_logit = scratch.first_logit;  // want_logits rows before each group
+  first_logit.assign(static_cast<std::size_t>(G), 0);
   for (std::int64_t g = 1; g < G; ++g) {
     std::int64_t n = 0;
     for (std::int64_t r = cut[static_cast<std::size_t>(g - 1)]; r < cut[static_cast<std::size_t>(g)]; ++r)
@@ -522,17 +657,18 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
   }
   const auto buffers = [&](std::int64_t g) {
     const std::int64_t r0 = cut[static_cast<std::size_t>(g)], k0 = first_logit[static_cast<std::size_t>(g)];
-    return RowBuffers{all.x + r0 * C,        all.ln + r0 * C,   all.qkv + r0 * 3 * C, all.y + r0 * C,
-                      all.proj + r0 * C,     all.fch + r0 * 4 * C, all.fchg + r0 * 4 * C, all.mean + r0,
-                      all.rstd + r0,         all.lastx + k0 * C, logits ? logits + k0 * V : nullptr};
+    return RowBuffers{all.x + r0 * C,        all.ln + r0 * C,      all.qkv + r0 * 3 * C,  all.y + r0 * C,
+                      all.fch + r0 * 4 * C,  all.fchg + r0 * 4 * C, all.mean + r0,        all.rstd + r0,
+                      all.lastx + k0 * C,    logits ? logits + k0 * V : nullptr};
   };
-  const std::vector<const std::vector<std::int32_t>*>& row_tables = tables;  // this thread's, for the workers
+  const std::vector<const std::vector<std::int32_t>*>& row_tables = tables;
   const std::vector<KVSlot>& row_slots = slots;
   if (G == 1) {
     forward_rows(model, cache, rows, 0, N, row_tables.data(), row_slots.data(), all, profile);
   } else {
     // each group's stage times apart, added up after (thread time: the groups run side by side)
-    std::vector<DecodeProfile> part(static_cast<std::size_t>(G));
+    std::vector<DecodeProfile>& part = scratch.part;
+    part.assign(static_cast<std::size_t>(G), DecodeProfile{});
     for (auto& pp : part) pp.cpu_time = profile && profile->cpu_time;
     parallel_for(0, G, 1, [&](std::int64_t g0, std::int64_t g1) {
       for (std::int64_t g = g0; g < g1; ++g)
@@ -543,12 +679,13 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
       for (const auto& pp : part)
         for (double DecodeProfile::*f : {&DecodeProfile::embed, &DecodeProfile::layernorm, &DecodeProfile::qkv,
                                          &DecodeProfile::kv_write, &DecodeProfile::attention, &DecodeProfile::attproj,
-                                         &DecodeProfile::mlp, &DecodeProfile::residual, &DecodeProfile::head})
+                                         &DecodeProfile::mlp, &DecodeProfile::gelu, &DecodeProfile::head})
           profile->*f += pp.*f;
   }
   if (profile) {
     ++profile->steps;
     profile->rows += N;
+    profile->logit_rows += nlog;
     profile->group_steps += G > 1 ? 1 : 0;
   }
 }

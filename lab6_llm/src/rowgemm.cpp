@@ -25,7 +25,7 @@ template <int R, int P>
 [[gnu::always_inline]] inline void tile(float* out, std::int64_t ldo, const float* x, std::int64_t ldx,
                                         const float* w, std::int64_t ws, std::int64_t C,
                                         const float* bias, std::int64_t o0, std::int64_t OC,
-                                        const char* pf, std::int64_t pf_bytes) {
+                                        const char* pf, std::int64_t pf_bytes, bool add_to) {
   v16 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = v16{};
@@ -39,15 +39,32 @@ template <int R, int P>
       for (int p = 0; p < P; ++p) acc[r][p] += xv * wv[p];
     }
   }
+  // the epilogue: y = acc + bias, then out = y or out = out + y (whole vectors where the panel
+  // is full; the same additions lane by lane either way)
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) {
       const std::int64_t ob = o0 + p * kP, m = std::min<std::int64_t>(kP, OC - ob);
       if (m <= 0) continue;
+      float* o = out + r * ldo + ob;
+      if (m == kP) {
+        v16 y = acc[r][p], v;
+        if (bias) {
+          std::memcpy(&v, bias + ob, sizeof(v16));
+          y += v;
+        }
+        if (add_to) {
+          std::memcpy(&v, o, sizeof(v16));
+          y = v + y;
+        }
+        std::memcpy(o, &y, sizeof(v16));
+        continue;
+      }
       float a[kP];
       std::memcpy(a, &acc[r][p], sizeof(v16));
-      float* o = out + r * ldo + ob;
       if (bias)
-        for (std::int64_t j = 0; j < m; ++j) o[j] = a[j] + bias[ob + j];
+        for (std::int64_t j = 0; j < m; ++j) a[j] += bias[ob + j];
+      if (add_to)
+        for (std::int64_t j = 0; j < m; ++j) o[j] = o[j] + a[j];
       else
         for (std::int64_t j = 0; j < m; ++j) o[j] = a[j];
     }
@@ -57,14 +74,14 @@ template <int R>
 [[gnu::always_inline]] inline void tile_p(int P, float* out, std::int64_t ldo, const float* x,
                                           std::int64_t ldx, const float* w, std::int64_t ws,
                                           std::int64_t C, const float* bias, std::int64_t o0,
-                                          std::int64_t OC, const char* pf, std::int64_t pf_bytes) {
+                                          std::int64_t OC, const char* pf, std::int64_t pf_bytes, bool add_to) {
   switch (P) {
-    case 8: if constexpr (R == 1) { tile<R, 8>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes); return; } break;
-    case 4: if constexpr (R <= 2) { tile<R, 4>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes); return; } break;
-    case 2: tile<R, 2>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes); return;
+    case 8: if constexpr (R == 1) { tile<R, 8>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes, add_to); return; } break;
+    case 4: if constexpr (R <= 2) { tile<R, 4>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes, add_to); return; } break;
+    case 2: tile<R, 2>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes, add_to); return;
     default: break;
   }
-  tile<R, 1>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes);
+  tile<R, 1>(out, ldo, x, ldx, w, ws, C, bias, o0, OC, pf, pf_bytes, add_to);
 }
 
 /// Panels [p0, p0 + np) of the product for rows 0..N-1; w points at panel p0 (panel stride
@@ -72,7 +89,7 @@ template <int R>
 /// max_rows (8 with AVX-512's 32 registers, else 4) x 2.
 MLS_LAB6_CLONES void panels_forward(float* out, const float* x, std::int64_t N, std::int64_t C,
                                        std::int64_t OC, const float* w, std::int64_t p0,
-                                       std::int64_t np, const float* bias, int max_rows,
+                                       std::int64_t np, const float* bias, int max_rows, bool add_to,
                                        const char* then_pf = nullptr, std::int64_t then_bytes = 0) {
   const std::int64_t ws = C * kP;
   const int most = N == 1 ? 8 : N == 2 ? 4 : 2;
@@ -93,14 +110,14 @@ MLS_LAB6_CLONES void panels_forward(float* out, const float* x, std::int64_t N, 
       float* o = out + n * OC;
       const float* xr = x + n * C;
       switch (R) {
-        case 1: tile_p<1>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
-        case 2: tile_p<2>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
-        case 3: tile_p<3>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
-        case 4: tile_p<4>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
-        case 5: tile_p<5>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
-        case 6: tile_p<6>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
-        case 7: tile_p<7>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
-        default: tile_p<8>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes); break;
+        case 1: tile_p<1>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
+        case 2: tile_p<2>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
+        case 3: tile_p<3>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
+        case 4: tile_p<4>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
+        case 5: tile_p<5>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
+        case 6: tile_p<6>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
+        case 7: tile_p<7>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
+        default: tile_p<8>(P, o, OC, xr, C, wp, ws, C, bias, o0, OC, pf, pf_bytes, add_to); break;
       }
       n += R;
     }
@@ -176,7 +193,7 @@ PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C) {
 }
 
 void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
-                           std::int64_t N, const PackedMatrix* then) {
+                           std::int64_t N, const PackedMatrix* then, RowGemmOut mode) {
   if (N <= 0) return;
   const int rows = max_tile_rows();
   // the task that ends the matrix prefetches the first two panels of `then`
@@ -186,7 +203,7 @@ void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, 
   split_tasks(N, w.panels(), w.C, [&](std::int64_t n0, std::int64_t n1, std::int64_t q0, std::int64_t q1) {
     const bool last = q1 == w.panels();
     panels_forward(out + n0 * w.OC, inp + n0 * w.C, n1 - n0, w.C, w.OC, w.data.data() + q0 * w.C * kP, q0,
-                   q1 - q0, bias, rows, last ? then_pf : nullptr, last ? then_bytes : 0);
+                   q1 - q0, bias, rows, mode == RowGemmOut::AddTo, last ? then_pf : nullptr, last ? then_bytes : 0);
   });
 }
 
@@ -218,7 +235,7 @@ void matmul_rows_forward(float* out, const float* inp, const float* weight, cons
     thread_local std::vector<float> buf;
     buf.resize(static_cast<std::size_t>((p1 - p0) * C * kP));
     pack_panels(buf.data(), weight, OC, C, p0, p1);
-    panels_forward(out, inp, N, C, OC, buf.data(), p0, p1 - p0, bias, rows);
+    panels_forward(out, inp, N, C, OC, buf.data(), p0, p1 - p0, bias, rows, false);
   });
 }
 

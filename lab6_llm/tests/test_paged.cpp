@@ -142,12 +142,14 @@ namespace {
 /// Several sequences of random tokens through the paged cache in random chunks, all in one batch
 /// per step, against forward_cached token by token: every logit equal, bit for bit.
 /// Returns the steps that ran their sequences in groups on several threads.
-std::int64_t check_paged_equals_cached(const GPTConfig& cfg, Rng& rng, const std::string& what) {
+/// bt: positions per block (0: 1 to 5 at random).
+std::int64_t check_paged_equals_cached(const GPTConfig& cfg, Rng& rng, const std::string& what, std::int64_t bt = 0) {
   const GPTParams p = random_params(cfg, rng);
   const DecodeModel model(p);
   DecodeScratch scratch;
   DecodeProfile profile;
-  const std::int64_t V = cfg.vocab_size, bt = rng.randint(1, 6);
+  const std::int64_t V = cfg.vocab_size;
+  if (bt == 0) bt = rng.randint(1, 6);
   PagedKVCache cache(cfg, 200, bt);
   const int S = static_cast<int>(rng.randint(2, 6));
   std::vector<std::vector<std::int32_t>> toks(static_cast<std::size_t>(S));
@@ -226,6 +228,27 @@ TEST_CASE("paged KV cache: head sizes of whole vectors (16, 32, 48) and 1-3 thre
     }
   }
   CHECK(grouped > 0);
+}
+
+TEST_CASE("paged KV cache: blocks of 16 to 40 positions (scores of 16 positions in the vector lanes, a block's "
+          "last few one at a time) give forward_cached's logits bit for bit", "[lab6][paged][forward]") {
+  Rng rng(17, "paged-forward-blocks");
+  // bt 16 and 32: whole vectors of positions (a sequence's last block partly filled); 24, 40, 17: a
+  // vector and a tail of 8 / 8 / 1 positions one at a time; head sizes of whole vectors and not
+  for (const std::int64_t bt : {16, 32, 24, 40, 17}) {
+    for (int threads : {1, 2}) {
+      ThreadCountGuard guard(threads);
+      GPTConfig cfg = paged_config(rng);
+      cfg.n_head = rng.randint(1, 9);
+      cfg.n_embd = cfg.n_head * (rng.randint(0, 2) == 0 ? 16 * rng.randint(1, 3) : rng.randint(2, 13));
+      cfg.n_layer = 2;
+      cfg.block_size = rng.randint(bt + 1, 2 * bt + 20);
+      (void)check_paged_equals_cached(cfg, rng,
+                                      "bt=" + std::to_string(bt) + " H=" + std::to_string(cfg.n_head) + " C=" +
+                                          std::to_string(cfg.n_embd) + " " + std::to_string(threads) + " thread(s)",
+                                      bt);
+    }
+  }
 }
 
 TEST_CASE("paged KV cache: forks share the prefix's blocks, copy on write when they diverge",

@@ -31,8 +31,8 @@ bool same_bits(const float* a, const float* b, std::int64_t n) {
 
 }  // namespace
 
-TEST_CASE("decode GEMM: packed and on-the-fly agree bit for bit, equal a float64 reference, and each "
-          "row's bits do not depend on the batch or the threads",
+TEST_CASE("decode GEMM: packed and on-the-fly agree bit for bit, equal a float64 reference, each "
+          "row's bits do not depend on the batch or the threads, AddTo adds the result",
           "[lab6][plumbing][rowgemm]") {
   Rng rng(31, "rowgemm");
   for (int trial = 0; trial < 24; ++trial) {
@@ -54,6 +54,14 @@ TEST_CASE("decode GEMM: packed and on-the-fly agree bit for bit, equal a float64
                           packed);
     CHECK(same_bits(packed.data(), fly.data(), N * OC));
     CHECK(same_bits(packed.data(), serial.data(), N * OC));
+    // the AddTo epilogue (the residual add): out + the Store result, element by element
+    {
+      const auto base = randn(rng, N * OC);
+      std::vector<float> added = base, want(base.size());
+      matmul_packed_forward(added.data(), x.data(), pk, bias, N, nullptr, RowGemmOut::AddTo);
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = base[i] + packed[i];
+      CHECK(same_bits(added.data(), want.data(), N * OC));
+    }
     // float64 reference: |error| <= C * eps * sum |x w| (+ the bias's rounding)
     double worst = 0;
     for (std::int64_t n = 0; n < N; ++n)

@@ -146,6 +146,9 @@ class Engine {
   const GPTParams& params_;
   std::shared_ptr<const DecodeModel> model_;  // the weights packed for forward_paged
   DecodeScratch scratch_;                     // its buffers, reused from step to step
+  std::vector<PagedRow> rows_;                // a step's rows, its sampled ids and their logits:
+  std::vector<std::int64_t> sampled_;         // kept from step to step (no allocation per step
+  std::vector<float> logits_;                 // once the largest batch was seen)
   DecodeProfile* profile_ = nullptr;
   EngineOptions opt_;
   std::function<std::string(std::int32_t)> detok_;

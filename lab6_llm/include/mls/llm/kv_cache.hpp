@@ -8,10 +8,15 @@
 /// ceil(length / block_tokens) blocks, at most block_tokens - 1 positions wasted, and a block goes
 /// back to the pool the moment its last sequence is done.
 ///
-///   pool:  k, v  (num_blocks, L, block_tokens, C)   one allocation each
+///   pool:  v  (num_blocks, L, block_tokens, C)   a position's values side by side
+///          k  (num_blocks, L, C, block_tokens)   keys transposed inside a block: channel c of
+///                                                the block's positions side by side
 ///   table: block_table(seq)[i] = the pool block holding positions i*bt .. i*bt + bt - 1
 ///
-/// Position p of a sequence lives in block table[p / bt] at offset p % bt (slot()).
+/// Position p of a sequence lives in block table[p / bt] at offset p % bt (slot()). The keys are
+/// stored channel-major so that decode attention's scores run over 16 positions of a block in the
+/// vector lanes (each lane its own dot product over the head's channels, in order), where a
+/// position-major block would leave one scalar dot product per position and head.
 #include <cstdint>
 #include <map>
 #include <span>
@@ -107,16 +112,18 @@ class PagedKVCache {
 
   /// Position pos (< length) of the sequence: block_table_lookup on its table.
   KVSlot slot(SeqId seq, std::int64_t pos) const;
-  /// Keys (C floats, heads side by side) of position pos of layer l: through slot().
+  /// Keys of position pos of layer l (through slot()): channel c at key(...)[c * block_tokens()]
+  /// (keys are channel-major in a block); values: C floats side by side.
   float* key(SeqId seq, std::int64_t l, std::int64_t pos);
   float* value(SeqId seq, std::int64_t l, std::int64_t pos);
   const float* key(SeqId seq, std::int64_t l, std::int64_t pos) const;
   const float* value(SeqId seq, std::int64_t l, std::int64_t pos) const;
-  /// Keys / values of layer l at a slot (from block_table_lookup on block_table(seq)).
-  const float* key_at(const KVSlot& s, std::int64_t l) const { return k_.data() + offset(s, l); }
-  const float* value_at(const KVSlot& s, std::int64_t l) const { return v_.data() + offset(s, l); }
-  float* key_at(const KVSlot& s, std::int64_t l) { return k_.data() + offset(s, l); }
-  float* value_at(const KVSlot& s, std::int64_t l) { return v_.data() + offset(s, l); }
+  /// Keys / values of layer l at a slot (from block_table_lookup on block_table(seq)); the keys'
+  /// channel stride is block_tokens(), the values' 1.
+  const float* key_at(const KVSlot& s, std::int64_t l) const { return k_.data() + offset(s, l, true); }
+  const float* value_at(const KVSlot& s, std::int64_t l) const { return v_.data() + offset(s, l, false); }
+  float* key_at(const KVSlot& s, std::int64_t l) { return k_.data() + offset(s, l, true); }
+  float* value_at(const KVSlot& s, std::int64_t l) { return v_.data() + offset(s, l, false); }
 
  private:
   struct Seq {
@@ -125,13 +132,13 @@ class PagedKVCache {
   };
   Seq& seq_ref(SeqId seq, const char* op);
   const Seq& seq_ref(SeqId seq, const char* op) const;
-  std::int64_t offset(const KVSlot& s, std::int64_t l) const;  // float offset in k_/v_
+  std::int64_t offset(const KVSlot& s, std::int64_t l, bool key) const;  // float offset in k_ / v_
   std::int32_t take_block();
 
   GPTConfig cfg_;
   std::int64_t bt_;
   BlockAllocator alloc_;
-  std::vector<float> k_, v_;     // (num_blocks, L, bt, C)
+  std::vector<float> k_, v_;     // (num_blocks, L, C, bt), (num_blocks, L, bt, C)
   std::vector<std::uint64_t> gen_;  // (num_blocks) times handed out
   std::map<SeqId, Seq> seqs_;
   SeqId next_id_ = 0;
@@ -153,20 +160,21 @@ struct DecodeProfile {
   double qkv = 0;        // the q|k|v GEMM of every layer
   double kv_write = 0;   // keys and values into the paged cache
   double attention = 0;  // every row's attention over its sequence's cached positions
-  double attproj = 0;    // the attention projection GEMM
-  double mlp = 0;        // fc GEMM, GELU, fcproj GEMM
-  double residual = 0;   // the two residual adds of every layer
+  double attproj = 0;    // the attention projection GEMM (and the residual add, its epilogue)
+  double mlp = 0;        // fc GEMM, fcproj GEMM (and the residual add, its epilogue)
+  double gelu = 0;       // fc's bias and GELU (lab 4's bias_gelu_forward)
   double head = 0;       // the LM head GEMM (rows that want logits)
   double schedule = 0;   // Engine::schedule (admission, preemption, block allocation)
   double sample = 0;     // sample_token for every finished row, stop strings, finishing
   double other = 0;      // the rest of Engine::step (building rows, prefix index, events)
   std::int64_t steps = 0, rows = 0;
+  std::int64_t logit_rows = 0;   // rows that went through the LM head (want_logits)
   std::int64_t group_steps = 0;  // steps whose sequences ran in groups side by side (threads > 1)
   bool cpu_time = false;  // time with the process's CPU clock (a busy machine, one thread), else wall
   /// Seconds on the chosen clock (from an arbitrary origin).
   double now() const;
   double total() const {
-    return embed + layernorm + qkv + kv_write + attention + attproj + mlp + residual + head + schedule + sample +
+    return embed + layernorm + qkv + kv_write + attention + attproj + mlp + gelu + head + schedule + sample +
            other;
   }
 };
@@ -196,10 +204,17 @@ class DecodeModel {
 
 /// The buffers of forward_paged, kept from step to step (no allocation per token once the
 /// largest batch was seen): (N, C) residual stream and its layernorm, (N, 3C) q|k|v, (N, C)
-/// attention output and projection, (N, 4C) MLP hidden before and after GELU, (N) layernorm
-/// statistics, (rows with logits, C) the final layernorm.
+/// attention output, (N, 4C) MLP hidden before and after GELU, (N) layernorm statistics, (rows
+/// with logits, C) the final layernorm. (The projections add into the residual stream in their
+/// GEMMs' epilogue: RowGemmOut::AddTo.)
 struct DecodeScratch {
-  std::vector<float> x, ln, qkv, y, proj, fch, fchg, mean, rstd, last;
+  std::vector<float> x, ln, qkv, y, fch, fchg, mean, rstd, last;
+  // the step's bookkeeping: each row's block table and slot, the groups of sequences (threads > 1)
+  std::vector<const std::vector<std::int32_t>*> tables;
+  std::vector<KVSlot> slots;
+  std::vector<std::int64_t> cut, first_logit, runs;
+  std::vector<double> cost;
+  std::vector<DecodeProfile> part;
 };
 
 /// One forward pass over rows of several sequences (decode tokens and prefill chunks together):

@@ -31,13 +31,20 @@ struct PackedMatrix {
 /// Packs W (OC, C). C, OC >= 1 (an mls::Error otherwise).
 PackedMatrix pack_matrix(const float* weight, std::int64_t OC, std::int64_t C);
 
-/// out (N, OC) = inp (N, C) · W^T + bias (may be null), W packed by pack_matrix. The numbers of
-/// matmul_rows_forward (model.hpp) on the unpacked W, bit for bit. Threaded over panels. While it
-/// computes, each panel group's first tile prefetches the next group toward L2, and the last
-/// group prefetches the first panels of `then` (the matrix the caller multiplies next; may be
-/// null): a model's weights stream in while the FMAs run.
+/// What the decode GEMM does with an output element y = acc + bias (acc its sum over c) while it
+/// is still in a register: Store writes it (out = y); AddTo adds it to what out holds
+/// (out = out + y: a residual add fused into the GEMM, the bits of residual_forward(x, x, y), one
+/// pass over the (N, OC) output fewer).
+enum class RowGemmOut { Store, AddTo };
+
+/// out (N, OC) = inp (N, C) · W^T + bias (may be null), W packed by pack_matrix (`mode` AddTo:
+/// out += that). The numbers of matmul_rows_forward (model.hpp) on the unpacked W, bit for bit.
+/// Threaded over panels. While it computes, each panel group's first tile prefetches the next
+/// group toward L2, and the last group prefetches the first panels of `then` (the matrix the
+/// caller multiplies next; may be null): a model's weights stream in while the FMAs run.
 void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
-                           std::int64_t N, const PackedMatrix* then = nullptr);
+                           std::int64_t N, const PackedMatrix* then = nullptr,
+                           RowGemmOut mode = RowGemmOut::Store);
 
 /// While alive, matmul_rows_forward on this thread finds these matrices by their source pointer
 /// and shape and runs on them instead of packing W again: the same bits, only faster (the
