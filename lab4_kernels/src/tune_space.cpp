@@ -52,13 +52,13 @@ std::string to_string(const SgemmKnobs& k) {
   return "mc=" + std::to_string(k.mc) + " kc=" + std::to_string(k.kc) + " nc=" + std::to_string(k.nc) +
          " mr=" + std::to_string(k.mr) + " nr=" + std::to_string(k.nr) + " order=" + k.order +
          " parallel=" + k.parallel + " pack_a=" + (k.pack_a ? "1" : "0") + " pack_b=" + (k.pack_b ? "1" : "0") +
-         " unroll=" + std::to_string(k.unroll);
+         " unroll=" + std::to_string(k.unroll) + " a_panels=" + (k.a_panels ? "1" : "0");
 }
 
 nlohmann::json to_json(const SgemmKnobs& k) {
   return {{"template", kSgemmTemplate}, {"mc", k.mc}, {"kc", k.kc}, {"nc", k.nc}, {"mr", k.mr},
           {"nr", k.nr}, {"order", k.order}, {"parallel", k.parallel}, {"pack_a", k.pack_a},
-          {"pack_b", k.pack_b}, {"unroll", k.unroll}};
+          {"pack_b", k.pack_b}, {"unroll", k.unroll}, {"a_panels", k.a_panels}};
 }
 
 SgemmKnobs knobs_from_json(const nlohmann::json& j) {
@@ -98,6 +98,7 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j) {
   k.pack_a = flag("pack_a");
   k.pack_b = flag("pack_b");
   k.unroll = integer("unroll");
+  if (j.contains("a_panels")) k.a_panels = flag("a_panels");  // a record from before the knob: rows of KC
   check_knobs(k);
   return k;
 }
@@ -123,9 +124,9 @@ SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
     const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     MLS_CHECK(ec == std::errc() && ptr == value.data() + value.size(), "sgemm knobs: field '", name, "' value '",
               value, "' is not an integer");
-    if (name == "pack_a" || name == "pack_b") {
+    if (name == "pack_a" || name == "pack_b" || name == "a_panels") {
       MLS_CHECK(v == 0 || v == 1, "sgemm knobs: field '", name, "' must be 0 or 1, got ", value);
-      (name == "pack_a" ? k.pack_a : k.pack_b) = v == 1;
+      (name == "pack_a" ? k.pack_a : name == "pack_b" ? k.pack_b : k.a_panels) = v == 1;
       continue;
     }
     int SgemmKnobs::*const fields[] = {&SgemmKnobs::mc, &SgemmKnobs::kc, &SgemmKnobs::nc, &SgemmKnobs::mr,
@@ -133,7 +134,7 @@ SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
     const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll"};
     const auto at = std::find(std::begin(names), std::end(names), name);
     MLS_CHECK(at != std::end(names), "sgemm knobs: unknown field '", name,
-              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll)");
+              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll, a_panels)");
     k.*fields[at - std::begin(names)] = v;
   }
   check_knobs(k, lanes);
@@ -177,6 +178,7 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   s.pack_a = {true, false};
   s.pack_b = {true, false};
   s.unroll = {1, 2, 4, 8};
+  s.a_panels = {false, true};
   // lab4_packed's blocks (packed_knobs) are points of the space.
   const PackedBlocking b = packed_blocking(packed_isa_of(s.lanes));
   auto hold = [](std::vector<int>& list, long v) {
@@ -204,12 +206,13 @@ KnobSpace KnobSpace::small(int threads, int lanes) {
   s.pack_a = {true, false};
   s.pack_b = {true, false};
   s.unroll = {1, 4};
+  s.a_panels = {false, true};
   return s;
 }
 
 std::size_t KnobSpace::cross_size() const {
   return mc.size() * kc.size() * nc.size() * mr.size() * nr.size() * order.size() * parallel.size() *
-         pack_a.size() * pack_b.size() * unroll.size();
+         pack_a.size() * pack_b.size() * unroll.size() * a_panels.size();
 }
 
 SgemmKnobs KnobSpace::at(std::size_t index) const {
@@ -220,6 +223,7 @@ SgemmKnobs KnobSpace::at(std::size_t index) const {
     index /= radix;
     return d;
   };
+  k.a_panels = a_panels[digit(a_panels.size())];
   k.unroll = unroll[digit(unroll.size())];
   k.nc = nc[digit(nc.size())];
   k.kc = kc[digit(kc.size())];
@@ -236,8 +240,10 @@ SgemmKnobs KnobSpace::at(std::size_t index) const {
 bool KnobSpace::valid(const SgemmKnobs& k) const {
   auto in = [](const auto& list, const auto& x) { return std::find(list.begin(), list.end(), x) != list.end(); };
   if (!(in(mc, k.mc) && in(kc, k.kc) && in(nc, k.nc) && in(mr, k.mr) && in(nr, k.nr) && in(order, k.order) &&
-        in(parallel, k.parallel) && in(pack_a, k.pack_a) && in(pack_b, k.pack_b) && in(unroll, k.unroll)))
+        in(parallel, k.parallel) && in(pack_a, k.pack_a) && in(pack_b, k.pack_b) && in(unroll, k.unroll) &&
+        in(a_panels, k.a_panels)))
     return false;
+  if (k.a_panels && !k.pack_a) return false;  // no copy of A to lay out
   const int nv = k.nr / lanes;
   return k.nr % lanes == 0 && k.mr * nv + nv + 1 <= vector_registers;
 }
@@ -266,6 +272,7 @@ SgemmKnobs KnobSpace::sample(Rng& rng) const {
     k.pack_a = pick(pack_a);
     k.pack_b = pick(pack_b);
     k.unroll = pick(unroll);
+    k.a_panels = pick(a_panels);
     if (valid(k)) return k;
   }
   fail("KnobSpace::sample: no valid point found in 10000 draws (mr x nr never fits ", vector_registers,
@@ -314,6 +321,11 @@ std::vector<SgemmKnobs> KnobSpace::neighbours(const SgemmKnobs& k) const {
     n.pack_b = b;
     add(n);
   }
+  for (bool a : a_panels) {
+    SgemmKnobs n = k;
+    n.a_panels = a;
+    add(n);
+  }
   return out;
 }
 
@@ -331,6 +343,8 @@ std::optional<SgemmKnobs> KnobSpace::packed_knobs(const SgemmShape& shape) const
   k.pack_b = true;
   k.pack_a = !packed_reads_a_in_place(shape.n, shape.k);
   k.unroll = k.pack_a ? b.unroll_packed : b.unroll_in_place;
+  // lab4_packed packs A in MR-row panels (its pack_a), where the space has that layout.
+  k.a_panels = k.pack_a && std::find(a_panels.begin(), a_panels.end(), true) != a_panels.end();
   if (!valid(k)) return std::nullopt;
   return k;
 }
@@ -348,6 +362,7 @@ SgemmKnobs KnobSpace::default_knobs() const {
   k.pack_a = pack_a.front();
   k.pack_b = pack_b.front();
   k.unroll = nearest(unroll, 1);
+  k.a_panels = k.pack_a && a_panels.front();
   if (valid(k)) return k;
   // Too many accumulators for the registers: the largest mr below that fits, else any valid point.
   std::vector<int> rows = mr;
@@ -374,6 +389,7 @@ void KnobSpace::check() const {
   nonempty(pack_a, "pack_a");
   nonempty(pack_b, "pack_b");
   nonempty(unroll, "unroll");
+  nonempty(a_panels, "a_panels");
   MLS_CHECK(lanes == 4 || lanes == 8 || lanes == 16, "KnobSpace: lanes ", lanes, " is not 4, 8 or 16");
   SgemmKnobs k;
   for (int x : mc) k.mc = x, check_knobs(k, lanes);
@@ -557,6 +573,7 @@ std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape,
   for (const auto& n : parallel_names()) f.push_back(k.parallel == n ? 1.0 : 0.0);
   f.push_back(k.pack_a ? 1.0 : 0.0);
   f.push_back(k.pack_b ? 1.0 : 0.0);
+  f.push_back(k.a_panels ? 1.0 : 0.0);
   const double nv = static_cast<double>(k.nr) / p.lanes;
   f.push_back(k.mr * nv + nv + 1);                                      // registers
   f.push_back(1.0 / k.mr + 1.0 / nv);                                   // loads per FMA
@@ -595,6 +612,9 @@ double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int 
     // Operands read in place: strided rows (worse at a multiple of 4 KiB: every row in one cache set).
     if (!q.knobs.pack_b) slow *= (4 * s.b_ld()) % 4096 == 0 ? 1.4 : 1.15 + 0.05 * over(4.0 * q.kc * s.b_ld(), L2);
     if (!q.knobs.pack_a) slow *= (4 * s.a_ld()) % 4096 == 0 && s.k > 256 ? 1.2 : 1.02;
+    // A's copy in rows of KC: the tile's MR rows are MR streams KC apart (the same few L1 sets when
+    // 4 KC is a multiple of 1 KiB); in panels one contiguous run.
+    if (q.knobs.pack_a && !q.knobs.a_panels) slow *= (4 * q.kc) % 1024 == 0 ? 1.05 : 1.02;
     compute += cycles * slow;
   }
   // Copies: elements per copy, times the outer block loops that repeat it (not its own dimensions).

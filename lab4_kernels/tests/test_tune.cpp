@@ -28,7 +28,8 @@ int lanes() { return te::resolved_vector_lanes({}); }
 /// How many knobs differ between a and b.
 int differing(const SgemmKnobs& a, const SgemmKnobs& b) {
   return (a.mc != b.mc) + (a.kc != b.kc) + (a.nc != b.nc) + (a.mr != b.mr) + (a.nr != b.nr) + (a.order != b.order) +
-         (a.parallel != b.parallel) + (a.pack_a != b.pack_a) + (a.pack_b != b.pack_b) + (a.unroll != b.unroll);
+         (a.parallel != b.parallel) + (a.pack_a != b.pack_a) + (a.pack_b != b.pack_b) + (a.unroll != b.unroll) +
+         (a.a_panels != b.a_panels);
 }
 
 /// Shapes with 1, primes and extents no block divides.
@@ -52,7 +53,7 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   CHECK(j["order"] == "kmn");
   CHECK(tune::knobs_from_json(j) == k);
   CHECK(tune::to_string(k) == "mc=96 kc=256 nc=512 mr=8 nr=" + std::to_string(2 * lanes()) +
-                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4");
+                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4 a_panels=0");
   nlohmann::json bad = j;
   bad.erase("kc");
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: field 'kc' is missing");
@@ -62,6 +63,17 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   bad = j;
   bad["pack_a"] = 1;
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "field 'pack_a' must be true or false");
+  bad = j;
+  bad["a_panels"] = 1;
+  LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "field 'a_panels' must be true or false");
+  // A's copy in MR-row panels round-trips; a record from before the knob reads as rows of KC.
+  SgemmKnobs panels = k;
+  panels.pack_a = panels.a_panels = true;
+  CHECK(tune::to_json(panels)["a_panels"] == true);
+  CHECK(tune::knobs_from_json(tune::to_json(panels)) == panels);
+  nlohmann::json old = tune::to_json(panels);
+  old.erase("a_panels");
+  CHECK_FALSE(tune::knobs_from_json(old).a_panels);
   bad = j;
   bad["template"] = "conv.v1";
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: template \"conv.v1\" is not 'sgemm.v1'");
@@ -139,12 +151,20 @@ TEST_CASE("tune: the knob space enumerates, samples and steps to valid points on
   CHECK_FALSE(s.valid(k));
   k.mr = 14;
   CHECK(s.valid(k));  // 28 + 2 + 1 <= 32
+  k.pack_a = false;
+  k.a_panels = true;
+  CHECK_FALSE(s.valid(k));  // no copy of A to lay out in panels
+  k.pack_a = true;
+  CHECK(s.valid(k));
   k.kc = 100;
   CHECK_FALSE(s.valid(k));  // not one of the space's values
   LAB4_REQUIRE_ERROR(s.at(s.cross_size()), "KnobSpace::at: index " + std::to_string(s.cross_size()) + " is past");
   KnobSpace empty = s;
   empty.unroll.clear();
   LAB4_REQUIRE_ERROR(empty.check(), "KnobSpace: knob 'unroll' has no values");
+  empty = s;
+  empty.a_panels.clear();
+  LAB4_REQUIRE_ERROR(empty.check(), "KnobSpace: knob 'a_panels' has no values");
   KnobSpace no_fit = s;
   no_fit.mr = {31};
   LAB4_REQUIRE_ERROR(no_fit.check(), "KnobSpace: no valid point: mr 31 x nr 16 needs more than 32 vector registers");
@@ -177,6 +197,7 @@ TEST_CASE("tune: the space holds lab4_packed's own configuration, and knobs read
         CHECK(k->pack_b);
         const bool in_place = packed_reads_a_in_place(shape.n, shape.k);
         CHECK(k->pack_a == !in_place);
+        CHECK(k->a_panels == k->pack_a);  // lab4_packed's pack_a: MR-row panels
         CHECK(k->unroll == (in_place ? b.unroll_in_place : b.unroll_packed));
         CHECK(k->parallel == (threads == 1 ? "none" : shape.m >= shape.n ? "m" : "n"));
       }
@@ -195,6 +216,8 @@ TEST_CASE("tune: the space holds lab4_packed's own configuration, and knobs read
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("mq=4", {}, 16), "sgemm knobs: unknown field 'mq'");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("mc=1x", {}, 16), "sgemm knobs: field 'mc' value '1x' is not an integer");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("pack_b=2", {}, 16), "sgemm knobs: field 'pack_b' must be 0 or 1, got 2");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("a_panels=2", {}, 16), "sgemm knobs: field 'a_panels' must be 0 or 1, got 2");
+  CHECK(tune::knobs_from_string("a_panels=1", {}, 16).a_panels);
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("order=nnk", {}, 16), "sgemm knobs: order 'nnk' is not a permutation");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("nr=20", {}, 16), "sgemm knobs: nr 20 must be a multiple of the 16 vector lanes");
 }
@@ -299,6 +322,53 @@ TEST_CASE("tune: every knob combination of a small space equals the naive produc
     const SgemmShape s{17, 19, 23, ta, tb, beta, pad ? (ta ? 17 : 23) + 2 : 0, pad ? (tb ? 23 : 19) + 1 : 0, pad ? 22 : 0};
     SgemmKnobs k{8, 8, 2 * lanes(), 4, lanes(), flags % 3 ? "nkm" : "kmn", "none", flags % 2 == 0, flags % 4 < 2, 1};
     kernels_test::check_interpreted(k, s, 200 + flags);
+    k.pack_a = k.a_panels = true;  // and A's copy in MR-row panels (4-row panels, a 1-row edge piece)
+    kernels_test::check_interpreted(k, s, 300 + flags);
+  }
+}
+
+TEST_CASE("tune: A's copy in MR-row panels: its layout, its loops, and random knobs on random shapes (interpreter)",
+          "[lab4][tune][template]") {
+  const int L = lanes();
+  // 48 rows in blocks of 24 = 4 panels of MR 6, k 16 in blocks of 8: AL is [4][8][6], the tile reads
+  // its panel (AL[yr]) with rows MR apart.
+  const SgemmKnobs k{24, 8, 2 * L, 6, L, "nkm", "m", true, true, 1, true};
+  for (bool ta : {false, true}) {
+    const SgemmShape shape{48, 2 * L, 16, ta};
+    const std::string text = te::to_string(tune::instantiate(k, shape).func);
+    INFO(text);
+    mls::testing::observe("the loops of " + tune::to_string(k) + " on " + tune::to_string(shape),
+                          kernels_test::loop_structure(tune::instantiate(k, shape).func.body));
+    CHECK(text.find("AL = allocate((4, 8, 6), local)") != std::string::npos);
+    CHECK(text.find("gemm6x" + std::to_string(L) + "x8_regblock(") != std::string::npos);
+    CHECK(text.find("AL[yr:yr + 1][0:8][0:6]") != std::string::npos);  // one panel per tile
+    if (!ta) {  // each row of the panel read along k, as lab4_packed's pack_a
+      CHECK(text.find("for ai in range(6):\n                    for ax0 in range(8):") != std::string::npos);
+      CHECK(text.find("AL[ap][ax0][ai] = A[yc*24 + ap*6 + ai][ko*8 + ax0]") != std::string::npos);
+    } else {  // A^T: rows of A along y, copied a vector at a time
+      CHECK(text.find("for ai in vectorized(6):") != std::string::npos);
+      CHECK(text.find("AL[ap][ax0][ai] = A[ko*8 + ax0][yc*24 + ap*6 + ai]") != std::string::npos);
+    }
+  }
+  // Random knobs with A in panels (small blocks) on random shapes with primes and 1, every flag.
+  mls::Rng rng(29, "a_panels");
+  KnobSpace space = KnobSpace::sgemm(2, L);
+  space.mc = {4, 12, 24};
+  space.kc = {3, 8, 16};
+  space.nc = {L, 2 * L, 3 * L};
+  space.mr = {1, 2, 3, 5, 6};
+  space.nr = {L, 2 * L};
+  space.pack_a = space.a_panels = {true};
+  space.parallel = {"m", "n", "mr", "nr"};
+  auto extent = [&rng](long hi) { return rng.randint(0, 3) == 0 ? 1L : static_cast<long>(rng.randint(1, hi)); };
+  for (int trial = 0; trial < 24; ++trial) {
+    const SgemmKnobs r = space.sample(rng);
+    const bool ta = rng.randint(0, 2), tb = rng.randint(0, 2);
+    const int beta = static_cast<int>(rng.randint(0, 2));
+    const long m = extent(41), n = extent(3 * L + 7), kk = extent(37);
+    const bool pad = rng.randint(0, 2);
+    const SgemmShape s{m, n, kk, ta, tb, beta, pad ? (ta ? m : kk) + 3 : 0, pad ? (tb ? kk : n) + 2 : 0, pad ? n + 1 : 0};
+    kernels_test::check_interpreted(r, s, 400 + static_cast<std::uint64_t>(trial));
   }
 }
 
@@ -406,6 +476,7 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
   const int L = lanes();
   const SgemmKnobs packed{8, 8, 2 * L, 3, 2 * L, "nkm", "none", true, true, 1};
   const SgemmKnobs direct{8, 8, 2 * L, 3, 2 * L, "knm", "none", false, false, 2};  // A read in place (B: packed when transposed)
+  const SgemmKnobs panels{8, 8, 2 * L, 3, 2 * L, "nkm", "m", true, true, 1, true};  // A in MR-row panels
   // Every kind of edge: 8 rows = 2 panels of 3 and 2; 3L + 5 columns = a panel of 2L, one vector
   // and 5 narrow; k 17 = 3 blocks of 5 and 2 more (pieces that add to C): 12 pieces.
   const std::vector<SgemmShape> shapes = {{1, 1, 1}, {8, 3 * L + 5, 17}};
@@ -418,6 +489,7 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
       const SgemmShape p{s.m, s.n, s.k, ta, tb, beta, pad ? (ta ? s.m : s.k) + pad : 0, pad ? (tb ? s.k : s.n) + pad : 0,
                          pad ? s.n + pad : 0};
       jobs.emplace_back(packed, p);
+      jobs.emplace_back(panels, p);
       if (pad && s.m > 1) jobs.emplace_back(direct, p);
     }
   }

@@ -78,10 +78,13 @@ struct SgemmKnobs {
   bool pack_a = true;  ///< copy A's MC x KC block into a local buffer (else read A in place)
   bool pack_b = true;  ///< copy B's KC x NC block into a local buffer (else read B in place)
   int unroll = 1;      ///< `#pragma GCC unroll` of the micro-kernel's k loop (1: none)
+  /// With pack_a: A's copy stored as MR-row panels [MC/MR][KC][MR] (BLIS's packed A, as lab4_packed
+  /// packs it: the micro-kernel reads one contiguous run per tile) instead of MC rows of KC.
+  bool a_panels = false;
   friend bool operator==(const SgemmKnobs&, const SgemmKnobs&) = default;
 };
 
-/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1".
+/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0".
 std::string to_string(const SgemmKnobs& k);
 /// The knobs of to_string's text: "name=value" fields separated by spaces, in any order, a field
 /// left out keeping its value in `base` (mls-tune sgemm --knobs). mls::Error "sgemm knobs: ..."
@@ -89,6 +92,7 @@ std::string to_string(const SgemmKnobs& k);
 /// flag (0/1), or knobs check_knobs refuses.
 SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs base = {}, int lanes = 0);
 /// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
+/// A record without "a_panels" (written before the knob existed) reads as a_panels false.
 nlohmann::json to_json(const SgemmKnobs& k);
 /// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
 /// or mistyped field, another template, or a value the template cannot take (check_knobs).
@@ -107,6 +111,7 @@ struct KnobSpace {
   std::vector<std::string> order, parallel;
   std::vector<bool> pack_a, pack_b;
   std::vector<int> unroll;
+  std::vector<bool> a_panels;  ///< a point with pack_a false takes a_panels false only (nothing to lay out)
   int lanes = 16;           ///< vector lanes of the CPU (nr values are multiples of it)
   int vector_registers = 32;  ///< accumulators + b vectors + 1 must fit: MR * NR/lanes + NR/lanes + 1 <= this
 
