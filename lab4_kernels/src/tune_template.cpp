@@ -97,10 +97,9 @@ PieceCompute piece_compute(const SgemmShape& sh) {
 ///      (s[AL].leaf_axes().back()). In panels (a_panels): the layout `a_layout` (columns of y, AL[k][y],
 ///      whatever A's layout) in panels of knobs.mr rows, stored [MC/MR][KC][MR] (lab4_packed's pack_a:
 ///      the micro-kernel reads its MR x KC panel as one contiguous run, MR apart per k); the copy's
-///      loops (ax0 = k, ax1 = y): ax1 split by MR into (ap, ai); reordered {ap, ai, ax0} when A is
-///      not transposed (each of the panel's rows read along k, as lab4_packed: a plain loop, its
-///      stores MR apart), {ap, ax0, ai} with trans_a (rows of A along y, ai vectorized: contiguous
-///      on both sides);
+///      loops (ax0 = k, ax1 = y): ax1 split by MR into (ap, ai), reordered {ap, ax0, ai} (panel by
+///      panel), ai vectorized (one store of MR floats per k: with trans_a its loads are contiguous
+///      too; without, its lanes are gathered from the MR rows, each row read along k);
 ///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes),
 ///      te::ResetAt::Tile (C = ...: each tile zeroed in cache right before its first k block, as
 ///      lab4_packed's beta' = 0 for the first KC block, instead of a pass of its own over C);
@@ -165,12 +164,8 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
     const te::Tensor AL = s.cache_read(A, st, later('m', 'k'), te::Scope::Local, a_layout, knobs.mr, "AL");
     const te::IterVar ak = s[AL].leaf_axes().front();
     auto [ap, ai] = s[AL].split(s[AL].leaf_axes().back(), knobs.mr, "ap", "ai");
-    if (p.shape.trans_a) {
-      s[AL].reorder({ap, ak, ai});
-      s[AL].vectorize(ai);
-    } else {
-      s[AL].reorder({ap, ai, ak});
-    }
+    s[AL].reorder({ap, ak, ai});
+    s[AL].vectorize(ai);
     if (outside('m', 'k')) copies_outside.push_back(AL);
   }
   st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes), te::ResetAt::Tile);

@@ -342,13 +342,11 @@ TEST_CASE("tune: A's copy in MR-row panels: its layout, its loops, and random kn
     CHECK(text.find("AL = allocate((4, 8, 6), local)") != std::string::npos);
     CHECK(text.find("gemm6x" + std::to_string(L) + "x8_regblock(") != std::string::npos);
     CHECK(text.find("AL[yr:yr + 1][0:8][0:6]") != std::string::npos);  // one panel per tile
-    if (!ta) {  // each row of the panel read along k, as lab4_packed's pack_a
-      CHECK(text.find("for ai in range(6):\n                    for ax0 in range(8):") != std::string::npos);
-      CHECK(text.find("AL[ap][ax0][ai] = A[yc*24 + ap*6 + ai][ko*8 + ax0]") != std::string::npos);
-    } else {  // A^T: rows of A along y, copied a vector at a time
-      CHECK(text.find("for ai in vectorized(6):") != std::string::npos);
-      CHECK(text.find("AL[ap][ax0][ai] = A[ko*8 + ax0][yc*24 + ap*6 + ai]") != std::string::npos);
-    }
+    // Panel by panel, one vector of MR floats stored per k (A^T: read along y; else gathered from MR rows).
+    CHECK(text.find("for ap in range(4):\n                for ax0 in range(8):\n                    for ai in vectorized(6):") !=
+          std::string::npos);
+    CHECK(text.find(ta ? "AL[ap][ax0][ai] = A[ko*8 + ax0][yc*24 + ap*6 + ai]"
+                       : "AL[ap][ax0][ai] = A[yc*24 + ap*6 + ai][ko*8 + ax0]") != std::string::npos);
   }
   // Random knobs with A in panels (small blocks) on random shapes with primes and 1, every flag.
   mls::Rng rng(29, "a_panels");
