@@ -124,6 +124,7 @@ SgemmKnobs sgemm_knobs_at(const KnobSpace& s, const Point& p) {
   k.nc = value_at(s.nc, p[8], "nc");
   k.unroll = value_at(s.unroll, p[9], "unroll");
   k.a_panels = value_at(s.a_panels, p[10], "a_panels");
+  k.balance = s.threads;
   return k;
 }
 

@@ -52,13 +52,13 @@ std::string to_string(const SgemmKnobs& k) {
   return "mc=" + std::to_string(k.mc) + " kc=" + std::to_string(k.kc) + " nc=" + std::to_string(k.nc) +
          " mr=" + std::to_string(k.mr) + " nr=" + std::to_string(k.nr) + " order=" + k.order +
          " parallel=" + k.parallel + " pack_a=" + (k.pack_a ? "1" : "0") + " pack_b=" + (k.pack_b ? "1" : "0") +
-         " unroll=" + std::to_string(k.unroll) + " a_panels=" + (k.a_panels ? "1" : "0");
+         " unroll=" + std::to_string(k.unroll) + " a_panels=" + (k.a_panels ? "1" : "0") + " balance=" + std::to_string(k.balance);
 }
 
 nlohmann::json to_json(const SgemmKnobs& k) {
   return {{"template", kSgemmTemplate}, {"mc", k.mc}, {"kc", k.kc}, {"nc", k.nc}, {"mr", k.mr},
           {"nr", k.nr}, {"order", k.order}, {"parallel", k.parallel}, {"pack_a", k.pack_a},
-          {"pack_b", k.pack_b}, {"unroll", k.unroll}, {"a_panels", k.a_panels}};
+          {"pack_b", k.pack_b}, {"unroll", k.unroll}, {"a_panels", k.a_panels}, {"balance", k.balance}};
 }
 
 SgemmKnobs knobs_from_json(const nlohmann::json& j) {
@@ -99,6 +99,7 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j) {
   k.pack_b = flag("pack_b");
   k.unroll = integer("unroll");
   if (j.contains("a_panels")) k.a_panels = flag("a_panels");  // a record from before the knob: rows of KC
+  if (j.contains("balance")) k.balance = integer("balance");    // a record from before the knob: 1
   check_knobs(k);
   return k;
 }
@@ -130,11 +131,11 @@ SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
       continue;
     }
     int SgemmKnobs::*const fields[] = {&SgemmKnobs::mc, &SgemmKnobs::kc, &SgemmKnobs::nc, &SgemmKnobs::mr,
-                                       &SgemmKnobs::nr, &SgemmKnobs::unroll};
-    const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll"};
+                                       &SgemmKnobs::nr, &SgemmKnobs::unroll, &SgemmKnobs::balance};
+    const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll", "balance"};
     const auto at = std::find(std::begin(names), std::end(names), name);
     MLS_CHECK(at != std::end(names), "sgemm knobs: unknown field '", name,
-              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll, a_panels)");
+              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll, a_panels, balance)");
     k.*fields[at - std::begin(names)] = v;
   }
   check_knobs(k, lanes);
@@ -154,6 +155,8 @@ void check_knobs(const SgemmKnobs& k, int lanes) {
   MLS_CHECK(index_of(parallel_names(), k.parallel) < parallel_names().size(), "sgemm knobs: parallel '", k.parallel,
             "' is not one of none, m, n, mr, nr");
   MLS_CHECK(k.unroll >= 1 && k.unroll <= 64, "sgemm knobs: unroll ", k.unroll, " must be in 1..64");
+  MLS_CHECK(k.balance >= 1 && k.balance <= 1024, "sgemm knobs: balance ", k.balance,
+            " must be in 1..1024 (the threads the parallel loop's blocks are balanced for)");
 }
 
 // ---- the space ----------------------------------------------------------------------------------
@@ -179,6 +182,7 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   s.pack_b = {true, false};
   s.unroll = {1, 2, 4, 8};
   s.a_panels = {false, true};
+  s.threads = threads;
   // lab4_packed's blocks (packed_knobs) are points of the space.
   const PackedBlocking b = packed_blocking(packed_isa_of(s.lanes));
   auto hold = [](std::vector<int>& list, long v) {
@@ -207,6 +211,7 @@ KnobSpace KnobSpace::small(int threads, int lanes) {
   s.pack_b = {true, false};
   s.unroll = {1, 4};
   s.a_panels = {false, true};
+  s.threads = threads;
   return s;
 }
 
@@ -234,6 +239,7 @@ SgemmKnobs KnobSpace::at(std::size_t index) const {
   k.pack_a = pack_a[digit(pack_a.size())];
   k.parallel = parallel[digit(parallel.size())];
   k.order = order[digit(order.size())];
+  k.balance = threads;
   return k;
 }
 
@@ -273,6 +279,7 @@ SgemmKnobs KnobSpace::sample(Rng& rng) const {
     k.pack_b = pick(pack_b);
     k.unroll = pick(unroll);
     k.a_panels = pick(a_panels);
+    k.balance = threads;
     if (valid(k)) return k;
   }
   fail("KnobSpace::sample: no valid point found in 10000 draws (mr x nr never fits ", vector_registers,
@@ -345,6 +352,7 @@ std::optional<SgemmKnobs> KnobSpace::packed_knobs(const SgemmShape& shape) const
   k.unroll = k.pack_a ? b.unroll_packed : b.unroll_in_place;
   // lab4_packed packs A in MR-row panels (its pack_a), where the space has that layout.
   k.a_panels = k.pack_a && std::find(a_panels.begin(), a_panels.end(), true) != a_panels.end();
+  k.balance = threads;
   if (!valid(k)) return std::nullopt;
   return k;
 }
@@ -363,6 +371,7 @@ SgemmKnobs KnobSpace::default_knobs() const {
   k.pack_b = pack_b.front();
   k.unroll = nearest(unroll, 1);
   k.a_panels = k.pack_a && a_panels.front();
+  k.balance = threads;
   if (valid(k)) return k;
   // Too many accumulators for the registers: the largest mr below that fits, else any valid point.
   std::vector<int> rows = mr;
@@ -391,6 +400,7 @@ void KnobSpace::check() const {
   nonempty(unroll, "unroll");
   nonempty(a_panels, "a_panels");
   MLS_CHECK(lanes == 4 || lanes == 8 || lanes == 16, "KnobSpace: lanes ", lanes, " is not 4, 8 or 16");
+  MLS_CHECK(threads >= 1 && threads <= 1024, "KnobSpace: threads ", threads, " must be in 1..1024");
   SgemmKnobs k;
   for (int x : mc) k.mc = x, check_knobs(k, lanes);
   for (int x : kc) k.kc = x, check_knobs(k, lanes);
@@ -472,11 +482,25 @@ namespace {
 /// Panels of `unit` covering `extent` (a whole number of them), grouped in balanced blocks of about
 /// `target`: the block size, a multiple of unit (the last block may hold fewer panels: the lowering
 /// guards it on the panel loop, outside the micro-kernel's tile).
-long balanced_block(long extent, long unit, long target) {
+/// With `threads` > 1 the dimension is the parallel loop's: its blocks (`inner` false: the block
+/// loop yc/xc is parallel, parallel_for giving each thread ceil(blocks / threads) blocks in a row)
+/// or the panels of each block (`inner`: yr/xr) shared out; from the blocks of about `target` up
+/// to 2 threads more, the count whose busiest thread gets the fewest panels (the fewest blocks
+/// among equals: the nearest to `target`).
+long balanced_block(long extent, long unit, long target, long threads = 1, bool inner = false) {
   const long panels = ceil_div(extent, unit);
   const long per_target = std::max(1L, target / unit);
   const long blocks = ceil_div(panels, per_target);
-  return ceil_div(panels, blocks) * unit;
+  auto busiest = [&](long b) {  // panels on the busiest thread with b blocks
+    const long size = ceil_div(panels, b), real = ceil_div(panels, size), last = panels - (real - 1) * size;
+    if (inner) return (real - 1) * ceil_div(size, threads) + ceil_div(last, threads);
+    return std::min(panels, ceil_div(real, threads) * size);
+  };
+  long best = blocks;
+  if (threads > 1)
+    for (long b = blocks + 1; b <= std::min(panels, blocks + 2 * threads); ++b)
+      if (busiest(b) < busiest(best)) best = b;
+  return ceil_div(panels, best) * unit;
 }
 
 void check_problem(const SgemmShape& s) {
@@ -514,6 +538,10 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
   // k: ceil(K / KC) blocks of floor(K / blocks), then the rest (fewer than `blocks`) in one block.
   const long kblocks = ceil_div(K, knobs.kc), kc = K / kblocks, km = kblocks * kc;
   ks.push_back({0, km, kc});
+  // The dimension the parallel loop shares out, its blocks balanced for knobs.balance threads.
+  const bool par_rows = knobs.parallel == "m" || knobs.parallel == "mr";
+  const bool par_cols = knobs.parallel == "n" || knobs.parallel == "nr";
+  const bool inner = knobs.parallel == "mr" || knobs.parallel == "nr";
   if (K > km) ks.push_back({km, K - km, K - km});
   for (std::size_t q = 0; q < ks.size(); ++q) {
     for (const Range& r : rows) {
@@ -534,8 +562,8 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
         piece.knobs.mr = static_cast<int>(r.unit);
         piece.knobs.nr = static_cast<int>(c.unit);
         if (shape.trans_b) piece.knobs.pack_b = true;  // the micro-kernel reads B's rows of k: the copy transposes
-        piece.mc = balanced_block(r.extent, r.unit, knobs.mc);
-        piece.nc = balanced_block(c.extent, c.unit, knobs.nc);
+        piece.mc = balanced_block(r.extent, r.unit, knobs.mc, par_rows ? knobs.balance : 1, inner);
+        piece.nc = balanced_block(c.extent, c.unit, knobs.nc, par_cols ? knobs.balance : 1, inner);
         piece.kc = ks[q].unit;
         piece.lanes = lanes;
         p.pieces.push_back(piece);

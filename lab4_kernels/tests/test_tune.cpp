@@ -53,7 +53,7 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   CHECK(j["order"] == "kmn");
   CHECK(tune::knobs_from_json(j) == k);
   CHECK(tune::to_string(k) == "mc=96 kc=256 nc=512 mr=8 nr=" + std::to_string(2 * lanes()) +
-                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4 a_panels=0");
+                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4 a_panels=0 balance=1");
   nlohmann::json bad = j;
   bad.erase("kc");
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: field 'kc' is missing");
@@ -74,6 +74,13 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   nlohmann::json old = tune::to_json(panels);
   old.erase("a_panels");
   CHECK_FALSE(tune::knobs_from_json(old).a_panels);
+  old.erase("balance");
+  CHECK(tune::knobs_from_json(old).balance == 1);
+  panels.balance = 2;
+  CHECK(tune::knobs_from_json(tune::to_json(panels)) == panels);
+  bad = j;
+  bad["balance"] = 0;
+  LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: balance 0 must be in 1..1024");
   bad = j;
   bad["template"] = "conv.v1";
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: template \"conv.v1\" is not 'sgemm.v1'");
@@ -218,8 +225,72 @@ TEST_CASE("tune: the space holds lab4_packed's own configuration, and knobs read
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("pack_b=2", {}, 16), "sgemm knobs: field 'pack_b' must be 0 or 1, got 2");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("a_panels=2", {}, 16), "sgemm knobs: field 'a_panels' must be 0 or 1, got 2");
   CHECK(tune::knobs_from_string("a_panels=1", {}, 16).a_panels);
+  CHECK(tune::knobs_from_string("balance=3", {}, 16).balance == 3);
+  CHECK(KnobSpace::sgemm(2, 16).default_knobs().balance == 2);  // the space's threads
+  CHECK(KnobSpace::sgemm(2, 16).packed_knobs({768, 128, 384})->balance == 2);
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("order=nnk", {}, 16), "sgemm knobs: order 'nnk' is not a permutation");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("nr=20", {}, 16), "sgemm knobs: nr 20 must be a multiple of the 16 vector lanes");
+}
+
+namespace {
+/// Panels on the busiest of `threads` threads for a piece of `panels` panels in blocks of `block`
+/// panels (the last shorter), the parallel loop over the blocks (parallel_for: ceil(n / chunks)
+/// trips a chunk, chunks = min(n, threads)) or, `inner`, over each block's panels.
+long busiest_thread(long panels, long block, long threads, bool inner) {
+  const long blocks = (panels + block - 1) / block;
+  auto chunk = [threads](long n) { return (n + std::min(n, threads) - 1) / std::min(n, threads); };
+  if (inner) {
+    long sum = 0;
+    for (long b = 0; b < blocks; ++b) sum += chunk(std::min(block, panels - b * block));
+    return sum;
+  }
+  return std::min(panels, chunk(blocks) * block);
+}
+}  // namespace
+
+TEST_CASE("tune: the blocks of the parallel loop's dimension are balanced for the knobs' threads",
+          "[lab4][tune][plan][base]") {
+  // dx of the qkv layer (768 x 128 x 384), lab4_packed's blocks at 2 threads, A read in place.
+  SgemmKnobs k{144, 512, 2048, 12, 32, "nkm", "m", false, true, 2};
+  const SgemmShape dx{768, 128, 384, false, false, 1};
+  CHECK(tune::plan_sgemm(k, dx, 16).mc == 132);  // balance 1: 6 blocks of 11 panels, 3 a thread: 33 and 31 panels
+  k.balance = 2;
+  CHECK(tune::plan_sgemm(k, dx, 16).mc == 96);  // 8 blocks of 8 panels: 32 each (lab4_packed_mt: 384 rows each)
+  // "n" on 128 columns with NC 2048: one block of 4 panels would leave a thread idle; 2 blocks of 2.
+  k.parallel = "n";
+  CHECK(tune::plan_sgemm(k, dx, 16).nc == 64);
+  k.balance = 1;
+  CHECK(tune::plan_sgemm(k, dx, 16).nc == 128);
+  // Random problems, block targets, threads and parallel loops: never a busier thread than the
+  // plain blocks, never larger blocks than the target allows, one thread unchanged.
+  mls::Rng rng(31, "balance");
+  std::size_t worse = 0, larger = 0, changed = 0, better = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    SgemmKnobs r{static_cast<int>(rng.randint(1, 300)), 64, static_cast<int>(rng.randint(16, 700)), static_cast<int>(rng.randint(1, 13)),
+                 16, "nkm", std::vector<std::string>{"m", "n", "mr", "nr"}[static_cast<std::size_t>(rng.randint(0, 4))],
+                 true, true, 1};
+    r.nr = 16 * static_cast<int>(rng.randint(1, 3));
+    const SgemmShape shape{rng.randint(1, 900), rng.randint(1, 900), 64};
+    const tune::SgemmPiece plain = tune::plan_sgemm(r, shape, 16).pieces.front();
+    for (int threads : {1, 2, 3, 4, 8}) {
+      r.balance = threads;
+      const tune::SgemmPiece q = tune::plan_sgemm(r, shape, 16).pieces.front();
+      const bool rows = r.parallel == "m" || r.parallel == "mr", inner = r.parallel.size() == 2;
+      const long unit = rows ? q.knobs.mr : q.knobs.nr, extent = rows ? q.shape.m : q.shape.n;
+      const long panels = (extent + unit - 1) / unit, mine = (rows ? q.mc : q.nc) / unit, theirs = (rows ? plain.mc : plain.nc) / unit;
+      const long b = busiest_thread(panels, mine, threads, inner), b0 = busiest_thread(panels, theirs, threads, inner);
+      worse += b > b0;
+      better += b < b0;
+      larger += mine > theirs;
+      changed += threads == 1 && (q.mc != plain.mc || q.nc != plain.nc);
+      changed += (rows ? q.nc != plain.nc : q.mc != plain.mc);  // the other dimension: as before
+    }
+  }
+  CHECK(worse == 0);
+  CHECK(larger == 0);
+  CHECK(changed == 0);
+  CHECK(better > 0);
+  mls::testing::observe("random plans whose busiest thread balance relieves", static_cast<std::int64_t>(better));
 }
 
 TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly, and balance the blocks",

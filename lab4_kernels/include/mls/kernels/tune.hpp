@@ -81,10 +81,17 @@ struct SgemmKnobs {
   /// With pack_a: A's copy stored as MR-row panels [MC/MR][KC][MR] (BLIS's packed A, as lab4_packed
   /// packs it: the micro-kernel reads one contiguous run per tile) instead of MC rows of KC.
   bool a_panels = false;
+  /// The thread count the parallel loop's blocks are balanced for (plan_sgemm): with more than 1,
+  /// the blocks of the dimension the parallel knob splits are cut so that the busiest thread gets
+  /// as few panels as the threads allow (768 rows of 12-row panels, MC 144, 2 threads: 8 blocks of
+  /// 96 rows, 4 a thread, rather than 6 of 132: 3 and 3, 396 rows against 372), and never fewer
+  /// blocks than threads where there are as many panels. Not searched: KnobSpace::sgemm(threads)
+  /// gives every point its thread count. 1: blocks of about MC / NC only.
+  int balance = 1;
   friend bool operator==(const SgemmKnobs&, const SgemmKnobs&) = default;
 };
 
-/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0".
+/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0 balance=1".
 std::string to_string(const SgemmKnobs& k);
 /// The knobs of to_string's text: "name=value" fields separated by spaces, in any order, a field
 /// left out keeping its value in `base` (mls-tune sgemm --knobs). mls::Error "sgemm knobs: ..."
@@ -92,7 +99,8 @@ std::string to_string(const SgemmKnobs& k);
 /// flag (0/1), or knobs check_knobs refuses.
 SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs base = {}, int lanes = 0);
 /// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
-/// A record without "a_panels" (written before the knob existed) reads as a_panels false.
+/// A record without "a_panels" or "balance" (written before those existed) reads as a_panels false,
+/// balance 1.
 nlohmann::json to_json(const SgemmKnobs& k);
 /// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
 /// or mistyped field, another template, or a value the template cannot take (check_knobs).
@@ -112,6 +120,7 @@ struct KnobSpace {
   std::vector<bool> pack_a, pack_b;
   std::vector<int> unroll;
   std::vector<bool> a_panels;  ///< a point with pack_a false takes a_panels false only (nothing to lay out)
+  int threads = 1;  ///< every point's `balance` (at, sample, default_knobs, packed_knobs set it)
   int lanes = 16;           ///< vector lanes of the CPU (nr values are multiples of it)
   int vector_registers = 32;  ///< accumulators + b vectors + 1 must fit: MR * NR/lanes + NR/lanes + 1 <= this
 
