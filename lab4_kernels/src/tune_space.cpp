@@ -171,7 +171,9 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   KnobSpace s;
   s.lanes = cpu_lanes(lanes);
   s.vector_registers = cpu_registers(s.lanes);
-  s.mc = {32, 64, 96, 128, 192, 256};
+  // MC up to 768 rows (OpenBLAS's P on Haswell-like cores: an A block of 1.2 MB at KC 384, in L2
+  // and L3), for large problems whose B block is reused by many A blocks.
+  s.mc = {32, 64, 96, 128, 192, 256, 384, 512, 768};
   s.kc = {64, 128, 192, 256, 384, 512};
   s.nc = {128, 256, 512, 1024, 2048};
   s.mr = {1, 2, 4, 6, 8, 12, 14, 16};

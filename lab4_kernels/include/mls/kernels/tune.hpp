@@ -18,8 +18,10 @@
 ///   loops: the three block loops {xc, ko, yc} in `order`, then xr, yr, and the MR x NR x KC tile
 ///   as one call of a register-blocked micro-kernel (te::gemm_regblock_intrinsic, its k loop
 ///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
-///   later of its loops xc/ko when `pack_b`, A's MC x KC block at the later of yc/ko when `pack_a`,
-///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), and a copy outside that loop
+///   later of its loops xc/ko when `pack_b` (in NR-wide panels [NC/NR][KC][NR]), A's MC x KC block
+///   at the later of yc/ko when `pack_a` (in MR-row panels [MC/MR][KC][MR] when `a_panels`, as
+///   lab4_packed packs it), both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), its
+///   dimension's blocks balanced for `balance` threads (plan_sgemm), and a copy outside that loop
 ///   parallel over its rows (the threads share the packing out).
 /// The operands are read and written where they lie, never copied whole: the tensor expression
 /// indexes A(k, y) when trans_a and B(x, k) when trans_b on strided placeholders (te::
