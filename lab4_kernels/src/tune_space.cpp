@@ -646,6 +646,9 @@ double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int 
     // 4 KC is a multiple of 1 KiB); in panels one contiguous run.
     if (q.knobs.pack_a && !q.knobs.a_panels) slow *= (4 * q.kc) % 1024 == 0 ? 1.05 : 1.02;
     compute += cycles * slow;
+    // A k range after the first (K = 2048 in 6 blocks of 341, then 2 more) is a pass of its own over
+    // its C: every element read and written once more (about 8 bytes a cycle from L3 or memory).
+    if (q.k0 > 0) compute += static_cast<double>(q.shape.m) * q.shape.n;
   }
   // Copies: elements per copy, times the outer block loops that repeat it (not its own dimensions).
   const std::string& o = k.order;

@@ -262,6 +262,9 @@ TEST_CASE("tune: the cost model and its linear algebra", "[lab4][tune][model][ba
   k.pack_b = false;  // B's rows 4 KiB apart, read in place
   CHECK(prior(k) > prior(good));
   k = good;
+  k.a_panels = true;  // A's copy in MR-row panels: one contiguous run per tile, not MR rows KC apart
+  CHECK(prior(k) < prior(good));
+  k = good;
   k.order = "mkn";  // B's block copied again for every block of rows
   CHECK(prior(k) > prior(good));
   k = good;
