@@ -537,8 +537,9 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
   if (nm > 0) cols.push_back({0, nm, nr});
   if (nv > 0) cols.push_back({nm, nv, nv});
   if (N > nm + nv) cols.push_back({nm + nv, N - nm - nv, N - nm - nv});
-  // k: ceil(K / KC) blocks of floor(K / blocks), then the rest (fewer than `blocks`) in one block.
-  const long kblocks = ceil_div(K, knobs.kc), kc = K / kblocks, km = kblocks * kc;
+  // k: ceil(K / KC) blocks of ceil(K / blocks), as many whole ones as K holds, then the rest (a
+  // shorter block, not a sliver: every k range is a pass over C).
+  const long kblocks = ceil_div(K, knobs.kc), kc = ceil_div(K, kblocks), km = K / kc * kc;
   ks.push_back({0, km, kc});
   // The dimension the parallel loop shares out, its blocks balanced for knobs.balance threads.
   const bool par_rows = knobs.parallel == "m" || knobs.parallel == "mr";
@@ -646,9 +647,6 @@ double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int 
     // 4 KC is a multiple of 1 KiB); in panels one contiguous run.
     if (q.knobs.pack_a && !q.knobs.a_panels) slow *= (4 * q.kc) % 1024 == 0 ? 1.05 : 1.02;
     compute += cycles * slow;
-    // A k range after the first (K = 2048 in 6 blocks of 341, then 2 more) is a pass of its own over
-    // its C: every element read and written once more (about 8 bytes a cycle from L3 or memory).
-    if (q.k0 > 0) compute += static_cast<double>(q.shape.m) * q.shape.n;
   }
   // Copies: elements per copy, times the outer block loops that repeat it (not its own dimensions).
   const std::string& o = k.order;

@@ -318,9 +318,15 @@ TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly,
   p = tune::plan_sgemm(k, {24, 700, 1000}, 16);
   CHECK(all(p) == "0+24 0+672 0+1000 b0 mr12 nr32 mc24 nc352 kc250 | 0+24 672+16 0+1000 b0 mr12 nr16 mc24 nc16 kc250 | "
                   "0+24 688+12 0+1000 b0 mr12 nr12 mc24 nc12 kc250");
-  // A prime K: 4 blocks of 255, then k 1020..1021 as pieces that add to C (beta 1).
+  // A prime K: 4 blocks of 256, the last shorter: 3 in the main piece, then k 768..1021 as pieces
+  // that add to C (beta 1): 4 k ranges, 4 passes over C, as 4 blocks make.
   p = tune::plan_sgemm(k, {12, 32, 1021}, 16);
-  CHECK(all(p) == "0+12 0+32 0+1020 b0 mr12 nr32 mc12 nc32 kc255 | 0+12 0+32 1020+1 b1 mr12 nr32 mc12 nc32 kc1");
+  CHECK(all(p) == "0+12 0+32 0+768 b0 mr12 nr32 mc12 nc32 kc256 | 0+12 0+32 768+253 b1 mr12 nr32 mc12 nc32 kc253");
+  // K = 2048 at KC 384: 6 blocks of 342 (5 whole, then 338), not 6 of 341 and a seventh range of 2.
+  SgemmKnobs k384 = k;
+  k384.kc = 384;
+  p = tune::plan_sgemm(k384, {12, 32, 2048}, 16);
+  CHECK(all(p) == "0+12 0+32 0+1710 b0 mr12 nr32 mc12 nc32 kc342 | 0+12 0+32 1710+338 b1 mr12 nr32 mc12 nc32 kc338");
   // No edges: one piece. 13 panels in blocks of 8 -> 2 blocks of 7 panels (the last one shorter, no padding).
   p = tune::plan_sgemm(k, {156, 32, 256}, 16);
   CHECK_FALSE(p.edges());
@@ -547,7 +553,7 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
   const SgemmKnobs direct{8, 8, 2 * L, 3, 2 * L, "knm", "none", false, false, 2};  // A read in place (B: packed when transposed)
   const SgemmKnobs panels{8, 8, 2 * L, 3, 2 * L, "nkm", "m", true, true, 1, true};  // A in MR-row panels
   // Every kind of edge: 8 rows = 2 panels of 3 and 2; 3L + 5 columns = a panel of 2L, one vector
-  // and 5 narrow; k 17 = 3 blocks of 5 and 2 more (pieces that add to C): 12 pieces.
+  // and 5 narrow; k 17 = 2 blocks of 6 and 5 more (pieces that add to C): 12 pieces.
   const std::vector<SgemmShape> shapes = {{1, 1, 1}, {8, 3 * L + 5, 17}};
   REQUIRE(tune::plan_sgemm(packed, shapes[1]).pieces.size() == 12);
   std::vector<std::pair<SgemmKnobs, SgemmShape>> jobs;

@@ -34,7 +34,7 @@
 /// blocks of panels balanced, the last shorter: a guard outside the tile), then, where the problem
 /// has edges, pieces for the last M % MR rows (a micro-kernel of that many rows), the last N % NR
 /// columns (a micro-kernel of their whole vectors, then plain loops for the last N % lanes), and the
-/// last K % blocks of k (pieces that add to C). Each piece is a kernel of its own on the operands'
+/// last, shorter block of k (pieces that add to C). Each piece is a kernel of its own on the operands'
 /// corner (CompiledSgemm::run offsets the pointers); no operand is copied.
 /// CompiledSgemm stages (copies into its layout) only a call it was not compiled for: another
 /// transpose or leading dimension, alpha != 1, or beta != 0 on a beta-0 plan (a beta-1 plan takes
@@ -223,8 +223,10 @@ std::string to_string(const SgemmPiece& p);
 /// panels, k a whole number of equal KC blocks) is first; where the problem has an edge, the pieces
 /// after it cover it: the last M % mr rows (mr = that remainder), the last N % nr columns (nr = their
 /// whole vectors, then a narrow piece of the last N % lanes), and where K is not a whole number of
-/// equal blocks (ceil(K / KC) blocks of floor(K / blocks)), the last K % blocks of k as pieces of their
-/// own that add to C (beta 1). Blocks: b = ceil(P / (MC/mr)) blocks of ceil(P / b) panels (P: the
+/// blocks of kc = ceil(K / ceil(K / KC)) (lab4_packed's kc_step, unrounded), the last, shorter block
+/// of k as pieces of their own that add to C (beta 1): as many k ranges as blocks, so C is passed
+/// over once a block (K = 2048 at KC 384: 5 blocks of 342, then 338; not 6 of 341 and a pass of
+/// its own for the last 2). Blocks: b = ceil(P / (MC/mr)) blocks of ceil(P / b) panels (P: the
 /// panels), the last block shorter (a guard on the panel loop, outside the tile).
 struct SgemmPlan {
   SgemmKnobs knobs;
