@@ -52,13 +52,13 @@ std::string to_string(const SgemmKnobs& k) {
   return "mc=" + std::to_string(k.mc) + " kc=" + std::to_string(k.kc) + " nc=" + std::to_string(k.nc) +
          " mr=" + std::to_string(k.mr) + " nr=" + std::to_string(k.nr) + " order=" + k.order +
          " parallel=" + k.parallel + " pack_a=" + (k.pack_a ? "1" : "0") + " pack_b=" + (k.pack_b ? "1" : "0") +
-         " unroll=" + std::to_string(k.unroll);
+         " unroll=" + std::to_string(k.unroll) + " a_panels=" + (k.a_panels ? "1" : "0") + " balance=" + std::to_string(k.balance);
 }
 
 nlohmann::json to_json(const SgemmKnobs& k) {
   return {{"template", kSgemmTemplate}, {"mc", k.mc}, {"kc", k.kc}, {"nc", k.nc}, {"mr", k.mr},
           {"nr", k.nr}, {"order", k.order}, {"parallel", k.parallel}, {"pack_a", k.pack_a},
-          {"pack_b", k.pack_b}, {"unroll", k.unroll}};
+          {"pack_b", k.pack_b}, {"unroll", k.unroll}, {"a_panels", k.a_panels}, {"balance", k.balance}};
 }
 
 SgemmKnobs knobs_from_json(const nlohmann::json& j) {
@@ -98,6 +98,8 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j) {
   k.pack_a = flag("pack_a");
   k.pack_b = flag("pack_b");
   k.unroll = integer("unroll");
+  if (j.contains("a_panels")) k.a_panels = flag("a_panels");  // a record from before the knob: rows of KC
+  if (j.contains("balance")) k.balance = integer("balance");    // a record from before the knob: 1
   check_knobs(k);
   return k;
 }
@@ -123,17 +125,17 @@ SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
     const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     MLS_CHECK(ec == std::errc() && ptr == value.data() + value.size(), "sgemm knobs: field '", name, "' value '",
               value, "' is not an integer");
-    if (name == "pack_a" || name == "pack_b") {
+    if (name == "pack_a" || name == "pack_b" || name == "a_panels") {
       MLS_CHECK(v == 0 || v == 1, "sgemm knobs: field '", name, "' must be 0 or 1, got ", value);
-      (name == "pack_a" ? k.pack_a : k.pack_b) = v == 1;
+      (name == "pack_a" ? k.pack_a : name == "pack_b" ? k.pack_b : k.a_panels) = v == 1;
       continue;
     }
     int SgemmKnobs::*const fields[] = {&SgemmKnobs::mc, &SgemmKnobs::kc, &SgemmKnobs::nc, &SgemmKnobs::mr,
-                                       &SgemmKnobs::nr, &SgemmKnobs::unroll};
-    const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll"};
+                                       &SgemmKnobs::nr, &SgemmKnobs::unroll, &SgemmKnobs::balance};
+    const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll", "balance"};
     const auto at = std::find(std::begin(names), std::end(names), name);
     MLS_CHECK(at != std::end(names), "sgemm knobs: unknown field '", name,
-              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll)");
+              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll, a_panels, balance)");
     k.*fields[at - std::begin(names)] = v;
   }
   check_knobs(k, lanes);
@@ -153,6 +155,8 @@ void check_knobs(const SgemmKnobs& k, int lanes) {
   MLS_CHECK(index_of(parallel_names(), k.parallel) < parallel_names().size(), "sgemm knobs: parallel '", k.parallel,
             "' is not one of none, m, n, mr, nr");
   MLS_CHECK(k.unroll >= 1 && k.unroll <= 64, "sgemm knobs: unroll ", k.unroll, " must be in 1..64");
+  MLS_CHECK(k.balance >= 1 && k.balance <= 1024, "sgemm knobs: balance ", k.balance,
+            " must be in 1..1024 (the threads the parallel loop's blocks are balanced for)");
 }
 
 // ---- the space ----------------------------------------------------------------------------------
@@ -167,7 +171,9 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   KnobSpace s;
   s.lanes = cpu_lanes(lanes);
   s.vector_registers = cpu_registers(s.lanes);
-  s.mc = {32, 64, 96, 128, 192, 256};
+  // MC up to 768 rows (OpenBLAS's P on Haswell-like cores: an A block of 1.2 MB at KC 384, in L2
+  // and L3), for large problems whose B block is reused by many A blocks.
+  s.mc = {32, 64, 96, 128, 192, 256, 384, 512, 768};
   s.kc = {64, 128, 192, 256, 384, 512};
   s.nc = {128, 256, 512, 1024, 2048};
   s.mr = {1, 2, 4, 6, 8, 12, 14, 16};
@@ -177,6 +183,8 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   s.pack_a = {true, false};
   s.pack_b = {true, false};
   s.unroll = {1, 2, 4, 8};
+  s.a_panels = {false, true};
+  s.threads = threads;
   // lab4_packed's blocks (packed_knobs) are points of the space.
   const PackedBlocking b = packed_blocking(packed_isa_of(s.lanes));
   auto hold = [](std::vector<int>& list, long v) {
@@ -204,12 +212,14 @@ KnobSpace KnobSpace::small(int threads, int lanes) {
   s.pack_a = {true, false};
   s.pack_b = {true, false};
   s.unroll = {1, 4};
+  s.a_panels = {false, true};
+  s.threads = threads;
   return s;
 }
 
 std::size_t KnobSpace::cross_size() const {
   return mc.size() * kc.size() * nc.size() * mr.size() * nr.size() * order.size() * parallel.size() *
-         pack_a.size() * pack_b.size() * unroll.size();
+         pack_a.size() * pack_b.size() * unroll.size() * a_panels.size();
 }
 
 SgemmKnobs KnobSpace::at(std::size_t index) const {
@@ -220,6 +230,7 @@ SgemmKnobs KnobSpace::at(std::size_t index) const {
     index /= radix;
     return d;
   };
+  k.a_panels = a_panels[digit(a_panels.size())];
   k.unroll = unroll[digit(unroll.size())];
   k.nc = nc[digit(nc.size())];
   k.kc = kc[digit(kc.size())];
@@ -230,14 +241,17 @@ SgemmKnobs KnobSpace::at(std::size_t index) const {
   k.pack_a = pack_a[digit(pack_a.size())];
   k.parallel = parallel[digit(parallel.size())];
   k.order = order[digit(order.size())];
+  k.balance = threads;
   return k;
 }
 
 bool KnobSpace::valid(const SgemmKnobs& k) const {
   auto in = [](const auto& list, const auto& x) { return std::find(list.begin(), list.end(), x) != list.end(); };
   if (!(in(mc, k.mc) && in(kc, k.kc) && in(nc, k.nc) && in(mr, k.mr) && in(nr, k.nr) && in(order, k.order) &&
-        in(parallel, k.parallel) && in(pack_a, k.pack_a) && in(pack_b, k.pack_b) && in(unroll, k.unroll)))
+        in(parallel, k.parallel) && in(pack_a, k.pack_a) && in(pack_b, k.pack_b) && in(unroll, k.unroll) &&
+        in(a_panels, k.a_panels)))
     return false;
+  if (k.a_panels && !k.pack_a) return false;  // no copy of A to lay out
   const int nv = k.nr / lanes;
   return k.nr % lanes == 0 && k.mr * nv + nv + 1 <= vector_registers;
 }
@@ -266,6 +280,8 @@ SgemmKnobs KnobSpace::sample(Rng& rng) const {
     k.pack_a = pick(pack_a);
     k.pack_b = pick(pack_b);
     k.unroll = pick(unroll);
+    k.a_panels = pick(a_panels);
+    k.balance = threads;
     if (valid(k)) return k;
   }
   fail("KnobSpace::sample: no valid point found in 10000 draws (mr x nr never fits ", vector_registers,
@@ -314,6 +330,11 @@ std::vector<SgemmKnobs> KnobSpace::neighbours(const SgemmKnobs& k) const {
     n.pack_b = b;
     add(n);
   }
+  for (bool a : a_panels) {
+    SgemmKnobs n = k;
+    n.a_panels = a;
+    add(n);
+  }
   return out;
 }
 
@@ -331,6 +352,9 @@ std::optional<SgemmKnobs> KnobSpace::packed_knobs(const SgemmShape& shape) const
   k.pack_b = true;
   k.pack_a = !packed_reads_a_in_place(shape.n, shape.k);
   k.unroll = k.pack_a ? b.unroll_packed : b.unroll_in_place;
+  // lab4_packed packs A in MR-row panels (its pack_a), where the space has that layout.
+  k.a_panels = k.pack_a && std::find(a_panels.begin(), a_panels.end(), true) != a_panels.end();
+  k.balance = threads;
   if (!valid(k)) return std::nullopt;
   return k;
 }
@@ -348,6 +372,8 @@ SgemmKnobs KnobSpace::default_knobs() const {
   k.pack_a = pack_a.front();
   k.pack_b = pack_b.front();
   k.unroll = nearest(unroll, 1);
+  k.a_panels = k.pack_a && a_panels.front();
+  k.balance = threads;
   if (valid(k)) return k;
   // Too many accumulators for the registers: the largest mr below that fits, else any valid point.
   std::vector<int> rows = mr;
@@ -374,7 +400,9 @@ void KnobSpace::check() const {
   nonempty(pack_a, "pack_a");
   nonempty(pack_b, "pack_b");
   nonempty(unroll, "unroll");
+  nonempty(a_panels, "a_panels");
   MLS_CHECK(lanes == 4 || lanes == 8 || lanes == 16, "KnobSpace: lanes ", lanes, " is not 4, 8 or 16");
+  MLS_CHECK(threads >= 1 && threads <= 1024, "KnobSpace: threads ", threads, " must be in 1..1024");
   SgemmKnobs k;
   for (int x : mc) k.mc = x, check_knobs(k, lanes);
   for (int x : kc) k.kc = x, check_knobs(k, lanes);
@@ -456,11 +484,25 @@ namespace {
 /// Panels of `unit` covering `extent` (a whole number of them), grouped in balanced blocks of about
 /// `target`: the block size, a multiple of unit (the last block may hold fewer panels: the lowering
 /// guards it on the panel loop, outside the micro-kernel's tile).
-long balanced_block(long extent, long unit, long target) {
+/// With `threads` > 1 the dimension is the parallel loop's: its blocks (`inner` false: the block
+/// loop yc/xc is parallel, parallel_for giving each thread ceil(blocks / threads) blocks in a row)
+/// or the panels of each block (`inner`: yr/xr) shared out; from the blocks of about `target` up
+/// to 2 threads more, the count whose busiest thread gets the fewest panels (the fewest blocks
+/// among equals: the nearest to `target`).
+long balanced_block(long extent, long unit, long target, long threads = 1, bool inner = false) {
   const long panels = ceil_div(extent, unit);
   const long per_target = std::max(1L, target / unit);
   const long blocks = ceil_div(panels, per_target);
-  return ceil_div(panels, blocks) * unit;
+  auto busiest = [&](long b) {  // panels on the busiest thread with b blocks
+    const long size = ceil_div(panels, b), real = ceil_div(panels, size), last = panels - (real - 1) * size;
+    if (inner) return (real - 1) * ceil_div(size, threads) + ceil_div(last, threads);
+    return std::min(panels, ceil_div(real, threads) * size);
+  };
+  long best = blocks;
+  if (threads > 1)
+    for (long b = blocks + 1; b <= std::min(panels, blocks + 2 * threads); ++b)
+      if (busiest(b) < busiest(best)) best = b;
+  return ceil_div(panels, best) * unit;
 }
 
 void check_problem(const SgemmShape& s) {
@@ -495,9 +537,14 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
   if (nm > 0) cols.push_back({0, nm, nr});
   if (nv > 0) cols.push_back({nm, nv, nv});
   if (N > nm + nv) cols.push_back({nm + nv, N - nm - nv, N - nm - nv});
-  // k: ceil(K / KC) blocks of floor(K / blocks), then the rest (fewer than `blocks`) in one block.
-  const long kblocks = ceil_div(K, knobs.kc), kc = K / kblocks, km = kblocks * kc;
+  // k: ceil(K / KC) blocks of ceil(K / blocks), as many whole ones as K holds, then the rest (a
+  // shorter block, not a sliver: every k range is a pass over C).
+  const long kblocks = ceil_div(K, knobs.kc), kc = ceil_div(K, kblocks), km = K / kc * kc;
   ks.push_back({0, km, kc});
+  // The dimension the parallel loop shares out, its blocks balanced for knobs.balance threads.
+  const bool par_rows = knobs.parallel == "m" || knobs.parallel == "mr";
+  const bool par_cols = knobs.parallel == "n" || knobs.parallel == "nr";
+  const bool inner = knobs.parallel == "mr" || knobs.parallel == "nr";
   if (K > km) ks.push_back({km, K - km, K - km});
   for (std::size_t q = 0; q < ks.size(); ++q) {
     for (const Range& r : rows) {
@@ -518,8 +565,8 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
         piece.knobs.mr = static_cast<int>(r.unit);
         piece.knobs.nr = static_cast<int>(c.unit);
         if (shape.trans_b) piece.knobs.pack_b = true;  // the micro-kernel reads B's rows of k: the copy transposes
-        piece.mc = balanced_block(r.extent, r.unit, knobs.mc);
-        piece.nc = balanced_block(c.extent, c.unit, knobs.nc);
+        piece.mc = balanced_block(r.extent, r.unit, knobs.mc, par_rows ? knobs.balance : 1, inner);
+        piece.nc = balanced_block(c.extent, c.unit, knobs.nc, par_cols ? knobs.balance : 1, inner);
         piece.kc = ks[q].unit;
         piece.lanes = lanes;
         p.pieces.push_back(piece);
@@ -557,6 +604,7 @@ std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape,
   for (const auto& n : parallel_names()) f.push_back(k.parallel == n ? 1.0 : 0.0);
   f.push_back(k.pack_a ? 1.0 : 0.0);
   f.push_back(k.pack_b ? 1.0 : 0.0);
+  f.push_back(k.a_panels ? 1.0 : 0.0);
   const double nv = static_cast<double>(k.nr) / p.lanes;
   f.push_back(k.mr * nv + nv + 1);                                      // registers
   f.push_back(1.0 / k.mr + 1.0 / nv);                                   // loads per FMA
@@ -595,6 +643,9 @@ double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int 
     // Operands read in place: strided rows (worse at a multiple of 4 KiB: every row in one cache set).
     if (!q.knobs.pack_b) slow *= (4 * s.b_ld()) % 4096 == 0 ? 1.4 : 1.15 + 0.05 * over(4.0 * q.kc * s.b_ld(), L2);
     if (!q.knobs.pack_a) slow *= (4 * s.a_ld()) % 4096 == 0 && s.k > 256 ? 1.2 : 1.02;
+    // A's copy in rows of KC: the tile's MR rows are MR streams KC apart (the same few L1 sets when
+    // 4 KC is a multiple of 1 KiB); in panels one contiguous run.
+    if (q.knobs.pack_a && !q.knobs.a_panels) slow *= (4 * q.kc) % 1024 == 0 ? 1.05 : 1.02;
     compute += cycles * slow;
   }
   // Copies: elements per copy, times the outer block loops that repeat it (not its own dimensions).

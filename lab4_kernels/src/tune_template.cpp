@@ -45,7 +45,7 @@ std::string default_name(const SgemmPiece& p) {
   if (c.ldb) flags += "_ldb" + std::to_string(c.ldb);
   if (c.ldc) flags += "_ldc" + std::to_string(c.ldc);
   return "sgemm_" + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + "_" + flags + "_" +
-         k.order + "_" + k.parallel + "_" + (k.pack_a ? "pa" : "na") + (k.pack_b ? "pb" : "nb") + "_mc" +
+         k.order + "_" + k.parallel + "_" + (k.pack_a ? "pa" : "na") + (k.pack_b ? "pb" : "nb") + (k.pack_a && k.a_panels ? "_ap" : "") + "_mc" +
          std::to_string(p.mc) + "_kc" + std::to_string(p.kc) + "_nc" + std::to_string(p.nc) + "_mr" +
          std::to_string(k.mr) + "_nr" + std::to_string(k.nr) + "_u" + std::to_string(k.unroll);
 }
@@ -93,7 +93,13 @@ PieceCompute piece_compute(const SgemmShape& sh) {
 ///      ax1 split by NR into (bp, bi), reordered {bp, ax0, bi} (panel by panel), bi vectorized;
 ///      then pack_a: A's at the later of yc/ko ("AL"), in that order (where both copies sit at one
 ///      loop, the order of the calls is the order of the copies in the nest, and the tests compare
-///      nests); A's copy's innermost loop vectorized (s[AL].leaf_axes().back());
+///      nests). Rows of KC (a_panels off): A's copy's innermost loop vectorized
+///      (s[AL].leaf_axes().back()). In panels (a_panels): the layout `a_layout` (columns of y, AL[k][y],
+///      whatever A's layout) in panels of knobs.mr rows, stored [MC/MR][KC][MR] (lab4_packed's pack_a:
+///      the micro-kernel reads its MR x KC panel as one contiguous run, MR apart per k); the copy's
+///      loops (ax0 = k, ax1 = y): ax1 split by MR into (ap, ai), reordered {ap, ax0, ai} (panel by
+///      panel), ai vectorized (one store of MR floats per k: with trans_a its loads are contiguous
+///      too; without, its lanes are gathered from the MR rows, each row read along k);
 ///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes),
 ///      te::ResetAt::Tile (C = ...: each tile zeroed in cache right before its first k block, as
 ///      lab4_packed's beta' = 0 for the first KC block, instead of a pass of its own over C);
@@ -113,6 +119,9 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
   // B's copy holds rows of k (BL[k][x]) whatever B's layout, in panels of NR columns: the micro-kernel
   // reads its KC x NR panel of B's block as one contiguous run (rows NR apart).
   const std::vector<int> b_layout = p.shape.trans_b ? std::vector<int>{1, 0} : std::vector<int>{0, 1};
+  // A's copy in panels holds columns of y (AL[k][y]) whatever A's layout, in panels of MR rows.
+  [[maybe_unused]] const std::vector<int> a_layout =
+      p.shape.trans_a ? std::vector<int>{0, 1} : std::vector<int>{1, 0};
   te::Schedule s({C});
   te::Stage st = s[C];
   // BEGIN SOLUTION
@@ -145,9 +154,18 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
     s[BL].vectorize(bi);
     if (outside('n', 'k')) copies_outside.push_back(BL);
   }
-  if (knobs.pack_a) {
+  if (knobs.pack_a && !knobs.a_panels) {
     const te::Tensor AL = s.cache_read(A, st, later('m', 'k'), "AL");  // MC x KC, reused by the xr panels
     s[AL].vectorize(s[AL].leaf_axes().back());
+    if (outside('m', 'k')) copies_outside.push_back(AL);
+  }
+  if (knobs.pack_a && knobs.a_panels) {
+    // MC x KC stored as MC/MR panels of KC x MR (one contiguous run per yr).
+    const te::Tensor AL = s.cache_read(A, st, later('m', 'k'), te::Scope::Local, a_layout, knobs.mr, "AL");
+    const te::IterVar ak = s[AL].leaf_axes().front();
+    auto [ap, ai] = s[AL].split(s[AL].leaf_axes().back(), knobs.mr, "ap", "ai");
+    s[AL].reorder({ap, ak, ai});
+    s[AL].vectorize(ai);
     if (outside('m', 'k')) copies_outside.push_back(AL);
   }
   st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes), te::ResetAt::Tile);

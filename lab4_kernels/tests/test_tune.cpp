@@ -28,7 +28,8 @@ int lanes() { return te::resolved_vector_lanes({}); }
 /// How many knobs differ between a and b.
 int differing(const SgemmKnobs& a, const SgemmKnobs& b) {
   return (a.mc != b.mc) + (a.kc != b.kc) + (a.nc != b.nc) + (a.mr != b.mr) + (a.nr != b.nr) + (a.order != b.order) +
-         (a.parallel != b.parallel) + (a.pack_a != b.pack_a) + (a.pack_b != b.pack_b) + (a.unroll != b.unroll);
+         (a.parallel != b.parallel) + (a.pack_a != b.pack_a) + (a.pack_b != b.pack_b) + (a.unroll != b.unroll) +
+         (a.a_panels != b.a_panels);
 }
 
 /// Shapes with 1, primes and extents no block divides.
@@ -52,7 +53,7 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   CHECK(j["order"] == "kmn");
   CHECK(tune::knobs_from_json(j) == k);
   CHECK(tune::to_string(k) == "mc=96 kc=256 nc=512 mr=8 nr=" + std::to_string(2 * lanes()) +
-                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4");
+                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4 a_panels=0 balance=1");
   nlohmann::json bad = j;
   bad.erase("kc");
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: field 'kc' is missing");
@@ -62,6 +63,24 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   bad = j;
   bad["pack_a"] = 1;
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "field 'pack_a' must be true or false");
+  bad = j;
+  bad["a_panels"] = 1;
+  LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "field 'a_panels' must be true or false");
+  // A's copy in MR-row panels round-trips; a record from before the knob reads as rows of KC.
+  SgemmKnobs panels = k;
+  panels.pack_a = panels.a_panels = true;
+  CHECK(tune::to_json(panels)["a_panels"] == true);
+  CHECK(tune::knobs_from_json(tune::to_json(panels)) == panels);
+  nlohmann::json old = tune::to_json(panels);
+  old.erase("a_panels");
+  CHECK_FALSE(tune::knobs_from_json(old).a_panels);
+  old.erase("balance");
+  CHECK(tune::knobs_from_json(old).balance == 1);
+  panels.balance = 2;
+  CHECK(tune::knobs_from_json(tune::to_json(panels)) == panels);
+  bad = j;
+  bad["balance"] = 0;
+  LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: balance 0 must be in 1..1024");
   bad = j;
   bad["template"] = "conv.v1";
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: template \"conv.v1\" is not 'sgemm.v1'");
@@ -139,12 +158,20 @@ TEST_CASE("tune: the knob space enumerates, samples and steps to valid points on
   CHECK_FALSE(s.valid(k));
   k.mr = 14;
   CHECK(s.valid(k));  // 28 + 2 + 1 <= 32
+  k.pack_a = false;
+  k.a_panels = true;
+  CHECK_FALSE(s.valid(k));  // no copy of A to lay out in panels
+  k.pack_a = true;
+  CHECK(s.valid(k));
   k.kc = 100;
   CHECK_FALSE(s.valid(k));  // not one of the space's values
   LAB4_REQUIRE_ERROR(s.at(s.cross_size()), "KnobSpace::at: index " + std::to_string(s.cross_size()) + " is past");
   KnobSpace empty = s;
   empty.unroll.clear();
   LAB4_REQUIRE_ERROR(empty.check(), "KnobSpace: knob 'unroll' has no values");
+  empty = s;
+  empty.a_panels.clear();
+  LAB4_REQUIRE_ERROR(empty.check(), "KnobSpace: knob 'a_panels' has no values");
   KnobSpace no_fit = s;
   no_fit.mr = {31};
   LAB4_REQUIRE_ERROR(no_fit.check(), "KnobSpace: no valid point: mr 31 x nr 16 needs more than 32 vector registers");
@@ -177,6 +204,7 @@ TEST_CASE("tune: the space holds lab4_packed's own configuration, and knobs read
         CHECK(k->pack_b);
         const bool in_place = packed_reads_a_in_place(shape.n, shape.k);
         CHECK(k->pack_a == !in_place);
+        CHECK(k->a_panels == k->pack_a);  // lab4_packed's pack_a: MR-row panels
         CHECK(k->unroll == (in_place ? b.unroll_in_place : b.unroll_packed));
         CHECK(k->parallel == (threads == 1 ? "none" : shape.m >= shape.n ? "m" : "n"));
       }
@@ -195,8 +223,74 @@ TEST_CASE("tune: the space holds lab4_packed's own configuration, and knobs read
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("mq=4", {}, 16), "sgemm knobs: unknown field 'mq'");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("mc=1x", {}, 16), "sgemm knobs: field 'mc' value '1x' is not an integer");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("pack_b=2", {}, 16), "sgemm knobs: field 'pack_b' must be 0 or 1, got 2");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("a_panels=2", {}, 16), "sgemm knobs: field 'a_panels' must be 0 or 1, got 2");
+  CHECK(tune::knobs_from_string("a_panels=1", {}, 16).a_panels);
+  CHECK(tune::knobs_from_string("balance=3", {}, 16).balance == 3);
+  CHECK(KnobSpace::sgemm(2, 16).default_knobs().balance == 2);  // the space's threads
+  CHECK(KnobSpace::sgemm(2, 16).packed_knobs({768, 128, 384})->balance == 2);
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("order=nnk", {}, 16), "sgemm knobs: order 'nnk' is not a permutation");
   LAB4_REQUIRE_ERROR(tune::knobs_from_string("nr=20", {}, 16), "sgemm knobs: nr 20 must be a multiple of the 16 vector lanes");
+}
+
+namespace {
+/// Panels on the busiest of `threads` threads for a piece of `panels` panels in blocks of `block`
+/// panels (the last shorter), the parallel loop over the blocks (parallel_for: ceil(n / chunks)
+/// trips a chunk, chunks = min(n, threads)) or, `inner`, over each block's panels.
+long busiest_thread(long panels, long block, long threads, bool inner) {
+  const long blocks = (panels + block - 1) / block;
+  auto chunk = [threads](long n) { return (n + std::min(n, threads) - 1) / std::min(n, threads); };
+  if (inner) {
+    long sum = 0;
+    for (long b = 0; b < blocks; ++b) sum += chunk(std::min(block, panels - b * block));
+    return sum;
+  }
+  return std::min(panels, chunk(blocks) * block);
+}
+}  // namespace
+
+TEST_CASE("tune: the blocks of the parallel loop's dimension are balanced for the knobs' threads",
+          "[lab4][tune][plan][base]") {
+  // dx of the qkv layer (768 x 128 x 384), lab4_packed's blocks at 2 threads, A read in place.
+  SgemmKnobs k{144, 512, 2048, 12, 32, "nkm", "m", false, true, 2};
+  const SgemmShape dx{768, 128, 384, false, false, 1};
+  CHECK(tune::plan_sgemm(k, dx, 16).mc == 132);  // balance 1: 6 blocks of 11 panels, 3 a thread: 33 and 31 panels
+  k.balance = 2;
+  CHECK(tune::plan_sgemm(k, dx, 16).mc == 96);  // 8 blocks of 8 panels: 32 each (lab4_packed_mt: 384 rows each)
+  // "n" on 128 columns with NC 2048: one block of 4 panels would leave a thread idle; 2 blocks of 2.
+  k.parallel = "n";
+  CHECK(tune::plan_sgemm(k, dx, 16).nc == 64);
+  k.balance = 1;
+  CHECK(tune::plan_sgemm(k, dx, 16).nc == 128);
+  // Random problems, block targets, threads and parallel loops: never a busier thread than the
+  // plain blocks, never larger blocks than the target allows, one thread unchanged.
+  mls::Rng rng(31, "balance");
+  std::size_t worse = 0, larger = 0, changed = 0, better = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    SgemmKnobs r{static_cast<int>(rng.randint(1, 300)), 64, static_cast<int>(rng.randint(16, 700)), static_cast<int>(rng.randint(1, 13)),
+                 16, "nkm", std::vector<std::string>{"m", "n", "mr", "nr"}[static_cast<std::size_t>(rng.randint(0, 4))],
+                 true, true, 1};
+    r.nr = 16 * static_cast<int>(rng.randint(1, 3));
+    const SgemmShape shape{rng.randint(1, 900), rng.randint(1, 900), 64};
+    const tune::SgemmPiece plain = tune::plan_sgemm(r, shape, 16).pieces.front();
+    for (int threads : {1, 2, 3, 4, 8}) {
+      r.balance = threads;
+      const tune::SgemmPiece q = tune::plan_sgemm(r, shape, 16).pieces.front();
+      const bool rows = r.parallel == "m" || r.parallel == "mr", inner = r.parallel.size() == 2;
+      const long unit = rows ? q.knobs.mr : q.knobs.nr, extent = rows ? q.shape.m : q.shape.n;
+      const long panels = (extent + unit - 1) / unit, mine = (rows ? q.mc : q.nc) / unit, theirs = (rows ? plain.mc : plain.nc) / unit;
+      const long b = busiest_thread(panels, mine, threads, inner), b0 = busiest_thread(panels, theirs, threads, inner);
+      worse += b > b0;
+      better += b < b0;
+      larger += mine > theirs;
+      changed += threads == 1 && (q.mc != plain.mc || q.nc != plain.nc);
+      changed += (rows ? q.nc != plain.nc : q.mc != plain.mc);  // the other dimension: as before
+    }
+  }
+  CHECK(worse == 0);
+  CHECK(larger == 0);
+  CHECK(changed == 0);
+  CHECK(better > 0);
+  mls::testing::observe("random plans whose busiest thread balance relieves", static_cast<std::int64_t>(better));
 }
 
 TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly, and balance the blocks",
@@ -224,9 +318,15 @@ TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly,
   p = tune::plan_sgemm(k, {24, 700, 1000}, 16);
   CHECK(all(p) == "0+24 0+672 0+1000 b0 mr12 nr32 mc24 nc352 kc250 | 0+24 672+16 0+1000 b0 mr12 nr16 mc24 nc16 kc250 | "
                   "0+24 688+12 0+1000 b0 mr12 nr12 mc24 nc12 kc250");
-  // A prime K: 4 blocks of 255, then k 1020..1021 as pieces that add to C (beta 1).
+  // A prime K: 4 blocks of 256, the last shorter: 3 in the main piece, then k 768..1021 as pieces
+  // that add to C (beta 1): 4 k ranges, 4 passes over C, as 4 blocks make.
   p = tune::plan_sgemm(k, {12, 32, 1021}, 16);
-  CHECK(all(p) == "0+12 0+32 0+1020 b0 mr12 nr32 mc12 nc32 kc255 | 0+12 0+32 1020+1 b1 mr12 nr32 mc12 nc32 kc1");
+  CHECK(all(p) == "0+12 0+32 0+768 b0 mr12 nr32 mc12 nc32 kc256 | 0+12 0+32 768+253 b1 mr12 nr32 mc12 nc32 kc253");
+  // K = 2048 at KC 384: 6 blocks of 342 (5 whole, then 338), not 6 of 341 and a seventh range of 2.
+  SgemmKnobs k384 = k;
+  k384.kc = 384;
+  p = tune::plan_sgemm(k384, {12, 32, 2048}, 16);
+  CHECK(all(p) == "0+12 0+32 0+1710 b0 mr12 nr32 mc12 nc32 kc342 | 0+12 0+32 1710+338 b1 mr12 nr32 mc12 nc32 kc338");
   // No edges: one piece. 13 panels in blocks of 8 -> 2 blocks of 7 panels (the last one shorter, no padding).
   p = tune::plan_sgemm(k, {156, 32, 256}, 16);
   CHECK_FALSE(p.edges());
@@ -299,6 +399,51 @@ TEST_CASE("tune: every knob combination of a small space equals the naive produc
     const SgemmShape s{17, 19, 23, ta, tb, beta, pad ? (ta ? 17 : 23) + 2 : 0, pad ? (tb ? 23 : 19) + 1 : 0, pad ? 22 : 0};
     SgemmKnobs k{8, 8, 2 * lanes(), 4, lanes(), flags % 3 ? "nkm" : "kmn", "none", flags % 2 == 0, flags % 4 < 2, 1};
     kernels_test::check_interpreted(k, s, 200 + flags);
+    k.pack_a = k.a_panels = true;  // and A's copy in MR-row panels (4-row panels, a 1-row edge piece)
+    kernels_test::check_interpreted(k, s, 300 + flags);
+  }
+}
+
+TEST_CASE("tune: A's copy in MR-row panels: its layout, its loops, and random knobs on random shapes (interpreter)",
+          "[lab4][tune][template]") {
+  const int L = lanes();
+  // 48 rows in blocks of 24 = 4 panels of MR 6, k 16 in blocks of 8: AL is [4][8][6], the tile reads
+  // its panel (AL[yr]) with rows MR apart.
+  const SgemmKnobs k{24, 8, 2 * L, 6, L, "nkm", "m", true, true, 1, true};
+  for (bool ta : {false, true}) {
+    const SgemmShape shape{48, 2 * L, 16, ta};
+    const std::string text = te::to_string(tune::instantiate(k, shape).func);
+    INFO(text);
+    mls::testing::observe("the loops of " + tune::to_string(k) + " on " + tune::to_string(shape),
+                          kernels_test::loop_structure(tune::instantiate(k, shape).func.body));
+    CHECK(text.find("AL = allocate((4, 8, 6), local)") != std::string::npos);
+    CHECK(text.find("gemm6x" + std::to_string(L) + "x8_regblock(") != std::string::npos);
+    CHECK(text.find("AL[yr:yr + 1][0:8][0:6]") != std::string::npos);  // one panel per tile
+    // Panel by panel, one vector of MR floats stored per k (A^T: read along y; else gathered from MR rows).
+    CHECK(text.find("for ap in range(4):\n                for ax0 in range(8):\n                    for ai in vectorized(6):") !=
+          std::string::npos);
+    CHECK(text.find(ta ? "AL[ap][ax0][ai] = A[ko*8 + ax0][yc*24 + ap*6 + ai]"
+                       : "AL[ap][ax0][ai] = A[yc*24 + ap*6 + ai][ko*8 + ax0]") != std::string::npos);
+  }
+  // Random knobs with A in panels (small blocks) on random shapes with primes and 1, every flag.
+  mls::Rng rng(29, "a_panels");
+  KnobSpace space = KnobSpace::sgemm(2, L);
+  space.mc = {4, 12, 24};
+  space.kc = {3, 8, 16};
+  space.nc = {L, 2 * L, 3 * L};
+  space.mr = {1, 2, 3, 5, 6};
+  space.nr = {L, 2 * L};
+  space.pack_a = space.a_panels = {true};
+  space.parallel = {"m", "n", "mr", "nr"};
+  auto extent = [&rng](long hi) { return rng.randint(0, 3) == 0 ? 1L : static_cast<long>(rng.randint(1, hi)); };
+  for (int trial = 0; trial < 24; ++trial) {
+    const SgemmKnobs r = space.sample(rng);
+    const bool ta = rng.randint(0, 2), tb = rng.randint(0, 2);
+    const int beta = static_cast<int>(rng.randint(0, 2));
+    const long m = extent(41), n = extent(3 * L + 7), kk = extent(37);
+    const bool pad = rng.randint(0, 2);
+    const SgemmShape s{m, n, kk, ta, tb, beta, pad ? (ta ? m : kk) + 3 : 0, pad ? (tb ? kk : n) + 2 : 0, pad ? n + 1 : 0};
+    kernels_test::check_interpreted(r, s, 400 + static_cast<std::uint64_t>(trial));
   }
 }
 
@@ -406,8 +551,9 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
   const int L = lanes();
   const SgemmKnobs packed{8, 8, 2 * L, 3, 2 * L, "nkm", "none", true, true, 1};
   const SgemmKnobs direct{8, 8, 2 * L, 3, 2 * L, "knm", "none", false, false, 2};  // A read in place (B: packed when transposed)
+  const SgemmKnobs panels{8, 8, 2 * L, 3, 2 * L, "nkm", "m", true, true, 1, true};  // A in MR-row panels
   // Every kind of edge: 8 rows = 2 panels of 3 and 2; 3L + 5 columns = a panel of 2L, one vector
-  // and 5 narrow; k 17 = 3 blocks of 5 and 2 more (pieces that add to C): 12 pieces.
+  // and 5 narrow; k 17 = 2 blocks of 6 and 5 more (pieces that add to C): 12 pieces.
   const std::vector<SgemmShape> shapes = {{1, 1, 1}, {8, 3 * L + 5, 17}};
   REQUIRE(tune::plan_sgemm(packed, shapes[1]).pieces.size() == 12);
   std::vector<std::pair<SgemmKnobs, SgemmShape>> jobs;
@@ -418,6 +564,7 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
       const SgemmShape p{s.m, s.n, s.k, ta, tb, beta, pad ? (ta ? s.m : s.k) + pad : 0, pad ? (tb ? s.k : s.n) + pad : 0,
                          pad ? s.n + pad : 0};
       jobs.emplace_back(packed, p);
+      jobs.emplace_back(panels, p);
       if (pad && s.m > 1) jobs.emplace_back(direct, p);
     }
   }

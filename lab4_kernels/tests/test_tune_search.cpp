@@ -148,6 +148,7 @@ TEST_CASE("tune: candidates that fail to compile, crash, hang or are wrong are r
   space.pack_a = {true};
   space.pack_b = {true};
   space.unroll = {1};
+  space.a_panels = {false};
   const tune::CandidateBuilder builder = [shape](const SgemmKnobs& k, const SgemmShape&) -> tune::CandidateFn {
     switch (k.mc) {
       case 1: mls::fail("jit: compile error in 'sgemm_test' (a test's failing compiler)\nline 2");
@@ -260,6 +261,9 @@ TEST_CASE("tune: the cost model and its linear algebra", "[lab4][tune][model][ba
   k = good;
   k.pack_b = false;  // B's rows 4 KiB apart, read in place
   CHECK(prior(k) > prior(good));
+  k = good;
+  k.a_panels = true;  // A's copy in MR-row panels: one contiguous run per tile, not MR rows KC apart
+  CHECK(prior(k) < prior(good));
   k = good;
   k.order = "mkn";  // B's block copied again for every block of rows
   CHECK(prior(k) > prior(good));

@@ -18,8 +18,10 @@
 ///   loops: the three block loops {xc, ko, yc} in `order`, then xr, yr, and the MR x NR x KC tile
 ///   as one call of a register-blocked micro-kernel (te::gemm_regblock_intrinsic, its k loop
 ///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
-///   later of its loops xc/ko when `pack_b`, A's MC x KC block at the later of yc/ko when `pack_a`,
-///   both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), and a copy outside that loop
+///   later of its loops xc/ko when `pack_b` (in NR-wide panels [NC/NR][KC][NR]), A's MC x KC block
+///   at the later of yc/ko when `pack_a` (in MR-row panels [MC/MR][KC][MR] when `a_panels`, as
+///   lab4_packed packs it), both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), its
+///   dimension's blocks balanced for `balance` threads (plan_sgemm), and a copy outside that loop
 ///   parallel over its rows (the threads share the packing out).
 /// The operands are read and written where they lie, never copied whole: the tensor expression
 /// indexes A(k, y) when trans_a and B(x, k) when trans_b on strided placeholders (te::
@@ -32,7 +34,7 @@
 /// blocks of panels balanced, the last shorter: a guard outside the tile), then, where the problem
 /// has edges, pieces for the last M % MR rows (a micro-kernel of that many rows), the last N % NR
 /// columns (a micro-kernel of their whole vectors, then plain loops for the last N % lanes), and the
-/// last K % blocks of k (pieces that add to C). Each piece is a kernel of its own on the operands'
+/// last, shorter block of k (pieces that add to C). Each piece is a kernel of its own on the operands'
 /// corner (CompiledSgemm::run offsets the pointers); no operand is copied.
 /// CompiledSgemm stages (copies into its layout) only a call it was not compiled for: another
 /// transpose or leading dimension, alpha != 1, or beta != 0 on a beta-0 plan (a beta-1 plan takes
@@ -78,10 +80,20 @@ struct SgemmKnobs {
   bool pack_a = true;  ///< copy A's MC x KC block into a local buffer (else read A in place)
   bool pack_b = true;  ///< copy B's KC x NC block into a local buffer (else read B in place)
   int unroll = 1;      ///< `#pragma GCC unroll` of the micro-kernel's k loop (1: none)
+  /// With pack_a: A's copy stored as MR-row panels [MC/MR][KC][MR] (BLIS's packed A, as lab4_packed
+  /// packs it: the micro-kernel reads one contiguous run per tile) instead of MC rows of KC.
+  bool a_panels = false;
+  /// The thread count the parallel loop's blocks are balanced for (plan_sgemm): with more than 1,
+  /// the blocks of the dimension the parallel knob splits are cut so that the busiest thread gets
+  /// as few panels as the threads allow (768 rows of 12-row panels, MC 144, 2 threads: 8 blocks of
+  /// 96 rows, 4 a thread, rather than 6 of 132: 3 and 3, 396 rows against 372), and never fewer
+  /// blocks than threads where there are as many panels. Not searched: KnobSpace::sgemm(threads)
+  /// gives every point its thread count. 1: blocks of about MC / NC only.
+  int balance = 1;
   friend bool operator==(const SgemmKnobs&, const SgemmKnobs&) = default;
 };
 
-/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1".
+/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0 balance=1".
 std::string to_string(const SgemmKnobs& k);
 /// The knobs of to_string's text: "name=value" fields separated by spaces, in any order, a field
 /// left out keeping its value in `base` (mls-tune sgemm --knobs). mls::Error "sgemm knobs: ..."
@@ -89,6 +101,8 @@ std::string to_string(const SgemmKnobs& k);
 /// flag (0/1), or knobs check_knobs refuses.
 SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs base = {}, int lanes = 0);
 /// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
+/// A record without "a_panels" or "balance" (written before those existed) reads as a_panels false,
+/// balance 1.
 nlohmann::json to_json(const SgemmKnobs& k);
 /// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
 /// or mistyped field, another template, or a value the template cannot take (check_knobs).
@@ -107,6 +121,8 @@ struct KnobSpace {
   std::vector<std::string> order, parallel;
   std::vector<bool> pack_a, pack_b;
   std::vector<int> unroll;
+  std::vector<bool> a_panels;  ///< a point with pack_a false takes a_panels false only (nothing to lay out)
+  int threads = 1;  ///< every point's `balance` (at, sample, default_knobs, packed_knobs set it)
   int lanes = 16;           ///< vector lanes of the CPU (nr values are multiples of it)
   int vector_registers = 32;  ///< accumulators + b vectors + 1 must fit: MR * NR/lanes + NR/lanes + 1 <= this
 
@@ -207,8 +223,10 @@ std::string to_string(const SgemmPiece& p);
 /// panels, k a whole number of equal KC blocks) is first; where the problem has an edge, the pieces
 /// after it cover it: the last M % mr rows (mr = that remainder), the last N % nr columns (nr = their
 /// whole vectors, then a narrow piece of the last N % lanes), and where K is not a whole number of
-/// equal blocks (ceil(K / KC) blocks of floor(K / blocks)), the last K % blocks of k as pieces of their
-/// own that add to C (beta 1). Blocks: b = ceil(P / (MC/mr)) blocks of ceil(P / b) panels (P: the
+/// blocks of kc = ceil(K / ceil(K / KC)) (lab4_packed's kc_step, unrounded), the last, shorter block
+/// of k as pieces of their own that add to C (beta 1): as many k ranges as blocks, so C is passed
+/// over once a block (K = 2048 at KC 384: 5 blocks of 342, then 338; not 6 of 341 and a pass of
+/// its own for the last 2). Blocks: b = ceil(P / (MC/mr)) blocks of ceil(P / b) panels (P: the
 /// panels), the last block shorter (a guard on the panel loop, outside the tile).
 struct SgemmPlan {
   SgemmKnobs knobs;
