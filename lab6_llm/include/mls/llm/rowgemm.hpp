@@ -46,6 +46,16 @@ void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, 
                            std::int64_t N, const PackedMatrix* then = nullptr,
                            RowGemmOut mode = RowGemmOut::Store);
 
+/// Part `part` of `parts` of that product, on the calling thread alone (no pool): output columns
+/// of panels [P * part / parts, P * (part + 1) / parts) (P = w.panels()) for all N rows, the same
+/// bits as matmul_packed_forward gives them. For a team of threads that splits one GEMM's output
+/// columns (forward_paged at threads > 1): each streams only its share of the weights. `then`: the
+/// matrix the caller multiplies next; the end of this part prefetches the first panels of the
+/// same part of it. 0 <= part < parts (an mls::Error otherwise).
+void matmul_packed_part(float* out, const float* inp, const PackedMatrix& w, const float* bias, std::int64_t N,
+                        int part, int parts, const PackedMatrix* then = nullptr,
+                        RowGemmOut mode = RowGemmOut::Store);
+
 /// While alive, matmul_rows_forward on this thread finds these matrices by their source pointer
 /// and shape and runs on them instead of packing W again: the same bits, only faster (the
 /// single-sequence sampler, generate, packs its model once this way). The matrices must outlive
