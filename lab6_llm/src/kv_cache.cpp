@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -458,33 +459,48 @@ struct RowBuffers {
 };
 
 /// The barrier of a step's team (forward_paged at threads > 1): its threads wait for each other
-/// between stages, spinning (a pause a turn, then yielding the CPU at each turn, as the pool's
-/// threads wait for work: a stage lasts microseconds; a sleep and a wake-up would cost tens). A member that fails
-/// breaks it: the others throw instead of waiting for ever.
+/// between stages, spinning (a stage lasts microseconds; a sleep and a wake-up would cost tens):
+/// pause-spins first, then yielding the CPU at each turn, then, after 2 ms (a member descheduled
+/// on a busy machine), sleeping on a futex, as the pool's threads wait for work. A member that
+/// fails breaks it: the others throw instead of waiting for ever.
 class TeamBarrier {
  public:
   explicit TeamBarrier(int members) : members_(members) {}
   void wait() {
     const unsigned gen = gen_.load(std::memory_order_acquire);
+    check();
     if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
       count_.store(0, std::memory_order_relaxed);
       gen_.fetch_add(1, std::memory_order_acq_rel);
+      gen_.notify_all();
       return;
     }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
     for (int i = 0; gen_.load(std::memory_order_acquire) == gen; ++i) {
-      MLS_CHECK(!broken_.load(std::memory_order_acquire), "forward_paged: another thread of the step failed");
-      if (i < 4096) {  // ~10 us of pause-spins (a barrier's partner is usually that close), then yields
+      if (i < 4096) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
-      } else {
-        std::this_thread::yield();
+        continue;
       }
+      if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) {
+        gen_.wait(gen, std::memory_order_acquire);  // returns once gen_ has changed
+        continue;
+      }
+      std::this_thread::yield();
     }
+    check();
   }
-  void breaks() { broken_.store(true, std::memory_order_release); }
+  void breaks() {
+    broken_.store(true, std::memory_order_release);
+    gen_.fetch_add(1, std::memory_order_acq_rel);
+    gen_.notify_all();
+  }
 
  private:
+  void check() const {
+    MLS_CHECK(!broken_.load(std::memory_order_acquire), "forward_paged: another thread of the step failed");
+  }
   const int members_;
   std::atomic<int> count_{0};
   std::atomic<unsigned> gen_{0};
@@ -573,13 +589,16 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
   for (std::int64_t l = 0; l < L; ++l) {
     ln_rows(p.ln1w + l * C, p.ln1b + l * C);
     gemm(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, &model.attprojw(l), RowGemmOut::Store);
-    team.sync();
     lap(&DecodeProfile::qkv);
-    for (std::int64_t r = m0; r < m1; ++r) {  // every row's k, v into the cache first
+    // every row's k, v into the cache first (a team member: the channels of its own columns)
+    const auto [o0, o1] = part_columns(model.qkvw(l), team.t, team.T);
+    const std::int64_t k0 = std::clamp(o0 - C, std::int64_t{0}, C), k1 = std::clamp(o1 - C, std::int64_t{0}, C),
+                       v0 = std::clamp(o0 - 2 * C, std::int64_t{0}, C), v1 = std::clamp(o1 - 2 * C, std::int64_t{0}, C);
+    for (std::int64_t r = 0; r < N; ++r) {
       const float* src = qkv + r * 3 * C;
       float* kd = cache.key_at(row_slot[r], l);  // channel-major: channel c at kd[c * bt]
-      for (std::int64_t c = 0; c < C; ++c) kd[c * bt] = src[C + c];
-      std::memcpy(cache.value_at(row_slot[r], l), src + 2 * C, sizeof(float) * sz(C));
+      for (std::int64_t c = k0; c < k1; ++c) kd[c * bt] = src[C + c];
+      if (v0 < v1) std::memcpy(cache.value_at(row_slot[r], l) + v0, src + 2 * C + v0, sizeof(float) * sz(v1 - v0));
     }
     team.sync();
     lap(&DecodeProfile::kv_write);
@@ -615,7 +634,8 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
     // fc without its bias, then lab 4's bias + GELU in one pass over the rows (gelu(acc + b):
     // forward_cached's fc output acc + b, then its GELU)
     gemm(fch, ln, model.fcw(l), nullptr, &model.fcprojw(l), RowGemmOut::Store);
-    team.sync();
+    team.sync();  // (GELU on a member's own columns, row by row, would save this barrier: measured
+                  // slower, a call a row)
     lap(&DecodeProfile::mlp);
     kernels::bias_gelu_forward(fchg + m0 * 4 * C, fch + m0 * 4 * C, p.fcb + l * 4 * C, m1 - m0, 4 * C);
     team.sync();

@@ -212,7 +212,7 @@ void matmul_packed_part(float* out, const float* inp, const PackedMatrix& w, con
   MLS_CHECK(parts >= 1 && part >= 0 && part < parts, "matmul_packed_part: part ", part, " of ", parts,
             ", expected 0 <= part < parts");
   if (N <= 0) return;
-  const std::int64_t P = w.panels(), q0 = P * part / parts, q1 = P * (part + 1) / parts;
+  const std::int64_t P = w.panels(), q0 = P * part / parts, q1 = P * (part + 1) / parts;  // part_columns
   if (q0 >= q1) return;
   const char* then_pf = nullptr;
   std::int64_t then_bytes = 0;

@@ -224,9 +224,9 @@ struct DecodeScratch {
 /// order: the decode GEMM's sums run over c in order for every row), whatever the other rows are.
 /// Threads: with more than one (intra_op_threads()), a step of more than one row with enough work
 /// runs as a team, one parallel region a step: each thread computes a T-th of every GEMM's output
-/// columns (matmul_packed_part: it streams a T-th of the weights) and a T-th of the rows of the
-/// row-wise stages (embedding, layernorms, k/v writes, attention balanced by positions, GELU),
-/// with a barrier between the stages; otherwise (one token alone) one thread, whose GEMMs and
+/// columns (matmul_packed_part: it streams a T-th of the weights; the k/v writes of its own q|k|v
+/// columns follow in the same stage) and a T-th of the rows of the row-wise stages (embedding,
+/// layernorms, attention balanced by positions, GELU), with a barrier between the stages; otherwise (one token alone) one thread, whose GEMMs and
 /// attention split over the pool themselves where they have the work. Either way every row's
 /// numbers are the same.
 /// profile: non-null, the stage times are added to it (a team: its first thread's wall-clock
