@@ -128,7 +128,7 @@ TEST_CASE("decode model: MoE models and a packed model of other parameters are e
 }
 
 TEST_CASE("decode GEMM in parts (a team's share of the output columns): the parts together give "
-          "matmul_packed_forward's bits, Store and AddTo; a part outside 0..parts-1 is an error",
+          "matmul_packed_forward's bits, Store and AddTo, and a part outside 0..parts-1 is an error",
           "[lab6][plumbing][rowgemm]") {
   Rng rng(33, "rowgemm-parts");
   for (int trial = 0; trial < 16; ++trial) {
