@@ -222,13 +222,13 @@ struct DecodeScratch {
 /// increasing positions. logits: (rows with want_logits, V), in row order. Each row's numbers are
 /// exactly forward_cached's for the same sequence, token by token (the same operations in the same
 /// order: the decode GEMM's sums run over c in order for every row), whatever the other rows are.
-/// Threads: with more than one (intra_op_threads()), a step of more than one row with enough work
-/// runs as a team, one parallel region a step: each thread computes a T-th of every GEMM's output
-/// columns (matmul_packed_part: it streams a T-th of the weights; the k/v writes of its own q|k|v
-/// columns follow in the same stage) and a T-th of the rows of the row-wise stages (embedding,
-/// layernorms, attention balanced by positions, GELU), with a barrier between the stages; otherwise (one token alone) one thread, whose GEMMs and
-/// attention split over the pool themselves where they have the work. Either way every row's
-/// numbers are the same.
+/// Threads: with more than one (intra_op_threads()), a step with enough work (2^19 multiply-adds:
+/// one token of `small` already) runs as a team, one parallel region a step: each thread computes
+/// a T-th of every GEMM's output columns (matmul_packed_part: it streams a T-th of the weights;
+/// the k/v writes of its own q|k|v columns follow in the same stage) and a T-th of the rows of the
+/// row-wise stages (embedding, layernorms, attention balanced by positions, GELU), with a barrier
+/// between the stages; otherwise one thread, whose GEMMs and attention split over the pool
+/// themselves where they have the work. Either way every row's numbers are the same.
 /// profile: non-null, the stage times are added to it (a team: its first thread's wall-clock
 /// times, barrier waits included, so the stages add up to the step's time).
 void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
