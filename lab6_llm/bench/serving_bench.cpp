@@ -313,10 +313,11 @@ int main(int argc, char** argv) {
       const auto frac = [&](int i) { return gemm_s[i] > 0 ? 2.0 * gemm_macs[i] / gemm_s[i] * 1e-9 : 0.0; };
       std::printf("  all GEMMs: %.1f | %.1f GFLOP/s = %.0f%% | %.0f%% of one core's FMA peak, %.1f GFLOP/s (12 "
                   "independent vector FMA chains, measured here)%s\n", frac(0), frac(1), 100 * frac(0) / peak,
-                  100 * frac(1) / peak, peak, profb.group_steps > 0 ? " (groups: per thread)" : "");
-      std::printf("  steps whose sequences ran in groups side by side (threads > 1): %lld of %lld | %lld of %lld%s\n",
-                  (long long)prof1.group_steps, (long long)prof1.steps, (long long)profb.group_steps,
-                  (long long)profb.steps, profb.group_steps > 0 ? " (their stages: every thread's time, summed)" : "");
+                  100 * frac(1) / peak, peak, profb.team_steps > 0 ? " (a team: all its threads)" : "");
+      std::printf("  steps the threads shared as a team (threads > 1): %lld of %lld | %lld of %lld%s\n",
+                  (long long)prof1.team_steps, (long long)prof1.steps, (long long)profb.team_steps,
+                  (long long)profb.steps, profb.team_steps > 0 ? " (their stages: the first thread's wall time, "
+                  "barrier waits included)" : "");
     }
     std::printf("ratio decode_token_time_batch%lld_vs_batch1 %.3f\n", (long long)batch, tb / t1);
     // Amdahl: one at a time runs each prompt as one prefill step (a GEMM of its rows) and each

@@ -3,9 +3,12 @@
 #include "mls/llm/kv_cache.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "mls/common/error.hpp"
 #include "mls/common/parallel.hpp"
@@ -455,20 +458,77 @@ struct RowBuffers {
   float *x, *ln, *qkv, *y, *fch, *fchg, *mean, *rstd, *lastx, *logits;
 };
 
-/// Rows [r0, r1) of a step through every layer and the head (forward_paged's body). Their
-/// sequences' rows are all among them (attention reads the keys the same layer wrote), so groups
-/// of whole sequences can run this side by side. Called on one group, its GEMMs and attention use
-/// the pool (nested inside a group's task, they run on its thread).
-void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const PagedRow> all_rows,
-                  std::int64_t r0, std::int64_t r1, const std::vector<std::int32_t>* const* all_tables,
-                  const KVSlot* all_slots, const RowBuffers& b, DecodeProfile* prof) {
+/// The barrier of a step's team (forward_paged at threads > 1): its threads wait for each other
+/// between stages, spinning (a stage lasts microseconds; a sleep and a wake-up would cost tens):
+/// pause-spins first, then yielding the CPU at each turn, then, after 2 ms (a member descheduled
+/// on a busy machine), sleeping on a futex, as the pool's threads wait for work. A member that
+/// fails breaks it: the others throw instead of waiting for ever.
+class TeamBarrier {
+ public:
+  explicit TeamBarrier(int members) : members_(members) {}
+  void wait() {
+    const unsigned gen = gen_.load(std::memory_order_acquire);
+    check();
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_acq_rel);
+      gen_.notify_all();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    for (int i = 0; gen_.load(std::memory_order_acquire) == gen; ++i) {
+      if (i < 4096) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) {
+        gen_.wait(gen, std::memory_order_acquire);  // returns once gen_ has changed
+        continue;
+      }
+      std::this_thread::yield();
+    }
+    check();
+  }
+  void breaks() {
+    broken_.store(true, std::memory_order_release);
+    gen_.fetch_add(1, std::memory_order_acq_rel);
+    gen_.notify_all();
+  }
+
+ private:
+  void check() const {
+    MLS_CHECK(!broken_.load(std::memory_order_acquire), "forward_paged: another thread of the step failed");
+  }
+  const int members_;
+  std::atomic<int> count_{0};
+  std::atomic<unsigned> gen_{0};
+  std::atomic<bool> broken_{false};
+};
+
+/// Who runs forward_rows: member t of a team of T threads that share every stage of one set of
+/// rows (T > 1: each GEMM's output columns split T ways, matmul_packed_part, so each thread streams
+/// a T-th of the weights; the row-wise stages split by rows; a barrier between the stages), or one
+/// thread (T = 1: the GEMMs and the attention split over the pool themselves).
+struct Team {
+  int t = 0, T = 1;
+  TeamBarrier* barrier = nullptr;
+  void sync() const {
+    if (T > 1) barrier->wait();
+  }
+};
+
+/// A step's rows through every layer and the head (forward_paged's body): on one thread (its
+/// GEMMs and attention split over the pool), or called by every member of a team, each doing its
+/// share of every stage (Team).
+void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const PagedRow> rows,
+                  const std::vector<std::int32_t>* const* row_table, const KVSlot* row_slot, const RowBuffers& b,
+                  DecodeProfile* prof, const Team& team = {}) {
   const GPTParams& params = model.params();
   const GPTConfig& cfg = params.config();
-  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, hs = C / H, N = r1 - r0,
-                     bt = cache.block_tokens();
-  const std::span<const PagedRow> rows = all_rows.subspan(static_cast<std::size_t>(r0), static_cast<std::size_t>(N));
-  const std::vector<std::int32_t>* const* row_table = all_tables + r0;
-  const KVSlot* row_slot = all_slots + r0;
+  const std::int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, hs = C / H,
+                     N = static_cast<std::int64_t>(rows.size()), bt = cache.block_tokens();
   double last = prof ? prof->now() : 0;
   const auto lap = [&](double DecodeProfile::*stage) {
     if (!prof) return;
@@ -485,7 +545,28 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
   const auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
   float *x = b.x, *ln = b.ln, *qkv = b.qkv, *y = b.y, *fch = b.fch, *fchg = b.fchg, *mean = b.mean,
         *rstd = b.rstd;
-  for (std::int64_t r = 0; r < N; ++r) {
+  // this thread's rows of the row-wise stages: [m0, m1) (all of them but in a team); its rows of
+  // the attention: [a0, a1), of about equal work (positions attended, plus a row's fixed cost)
+  const std::int64_t m0 = N * team.t / team.T, m1 = N * (team.t + 1) / team.T;
+  std::int64_t a0 = m0, a1 = m1;
+  if (team.T > 1) {
+    std::int64_t total = 0, acc = 0;
+    for (const PagedRow& row : rows) total += row.pos + 1 + 16;
+    a0 = a1 = N;
+    for (std::int64_t r = 0; r < N; ++r) {
+      if (a0 == N && acc * team.T >= total * team.t) a0 = r;
+      if (a1 == N && acc * team.T >= total * (team.t + 1)) a1 = r;
+      acc += rows[static_cast<std::size_t>(r)].pos + 1 + 16;
+    }
+    if (team.t + 1 == team.T) a1 = N;
+  }
+  // a GEMM over all N rows: on the pool, or this member's part of its output columns
+  const auto gemm = [&](float* out, const float* in, const PackedMatrix& w, const float* bias,
+                        const PackedMatrix* then, RowGemmOut mode) {
+    if (team.T == 1) return matmul_packed_forward(out, in, w, bias, N, then, mode);
+    matmul_packed_part(out, in, w, bias, N, team.t, team.T, then, mode);
+  };
+  for (std::int64_t r = m0; r < m1; ++r) {
     const PagedRow& row = rows[static_cast<std::size_t>(r)];
     encoder_forward(x + r * C, &row.token, p.wte, p.wpe + row.pos * C, 1, 1, C);
   }
@@ -493,7 +574,9 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
   // Every row computes exactly what one token at a time does: layernorm normalises row by row,
   // GELU is elementwise, the GEMMs sum over c in order (rowgemm.hpp).
   const auto ln_rows = [&](const float* w, const float* bias) {
-    kernels::layernorm_forward(ln, mean, rstd, x, w, bias, N, C, 1e-5f);  // row by row inside
+    kernels::layernorm_forward(ln + m0 * C, mean + m0, rstd + m0, x + m0 * C, w, bias, m1 - m0, C,
+                               1e-5f);  // row by row inside
+    team.sync();
     lap(&DecodeProfile::layernorm);
   };
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
@@ -505,17 +588,23 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
       std::max<std::int64_t>(1, (std::int64_t{1} << 18) * N / std::max<std::int64_t>(1, cached));
   for (std::int64_t l = 0; l < L; ++l) {
     ln_rows(p.ln1w + l * C, p.ln1b + l * C);
-    matmul_packed_forward(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, N, &model.attprojw(l));
+    gemm(qkv, ln, model.qkvw(l), p.qkvb + l * 3 * C, &model.attprojw(l), RowGemmOut::Store);
     lap(&DecodeProfile::qkv);
-    for (std::int64_t r = 0; r < N; ++r) {  // every row's k, v into the cache first
+    // every row's k, v into the cache first (a team member: the channels of its own columns)
+    const auto [o0, o1] = part_columns(model.qkvw(l), team.t, team.T);
+    const std::int64_t k0 = std::clamp(o0 - C, std::int64_t{0}, C), k1 = std::clamp(o1 - C, std::int64_t{0}, C),
+                       v0 = std::clamp(o0 - 2 * C, std::int64_t{0}, C), v1 = std::clamp(o1 - 2 * C, std::int64_t{0}, C);
+    for (std::int64_t r = 0; r < N; ++r) {
       const float* src = qkv + r * 3 * C;
       float* kd = cache.key_at(row_slot[r], l);  // channel-major: channel c at kd[c * bt]
-      for (std::int64_t c = 0; c < C; ++c) kd[c * bt] = src[C + c];
-      std::memcpy(cache.value_at(row_slot[r], l), src + 2 * C, sizeof(float) * sz(C));
+      for (std::int64_t c = k0; c < k1; ++c) kd[c * bt] = src[C + c];
+      if (v0 < v1) std::memcpy(cache.value_at(row_slot[r], l) + v0, src + 2 * C + v0, sizeof(float) * sz(v1 - v0));
     }
+    team.sync();
     lap(&DecodeProfile::kv_write);
     // then each (row, head) attends over its sequence's positions 0..pos, through the block table
-    parallel_for(0, N, attention_grain, [&](std::int64_t a0, std::int64_t a1) {
+    // (in a team, nested in its parallel region: this member's rows on its own thread)
+    parallel_for(a0, a1, attention_grain, [&](std::int64_t a0, std::int64_t a1) {
       thread_local std::vector<const float*> kb, vp;
       thread_local std::vector<float> att;
       kb.resize(sz(maxpos / bt + 1));
@@ -534,75 +623,57 @@ void forward_rows(const DecodeModel& model, PagedKVCache& cache, std::span<const
         attend_row(y + r * C, qkv + r * 3 * C, kb.data(), vp.data(), row.pos + 1, bt, H, hs, scale, att.data());
       }
     });
+    team.sync();
     lap(&DecodeProfile::attention);
     // x += y W^T + b: the residual add in the GEMM's epilogue (forward_cached's proj, then
     // residual_forward(x, x, proj): the same two additions per element)
-    matmul_packed_forward(x, y, model.attprojw(l), p.attprojb + l * C, N, &model.fcw(l), RowGemmOut::AddTo);
+    gemm(x, y, model.attprojw(l), p.attprojb + l * C, &model.fcw(l), RowGemmOut::AddTo);
+    team.sync();
     lap(&DecodeProfile::attproj);
     ln_rows(p.ln2w + l * C, p.ln2b + l * C);
-    // fc without its bias, then lab 4's bias + GELU in one pass over all rows (gelu(acc + b):
+    // fc without its bias, then lab 4's bias + GELU in one pass over the rows (gelu(acc + b):
     // forward_cached's fc output acc + b, then its GELU)
-    matmul_packed_forward(fch, ln, model.fcw(l), nullptr, N, &model.fcprojw(l));
+    gemm(fch, ln, model.fcw(l), nullptr, &model.fcprojw(l), RowGemmOut::Store);
+    team.sync();  // (GELU on a member's own columns, row by row, would save this barrier: measured
+                  // slower, a call a row)
     lap(&DecodeProfile::mlp);
-    kernels::bias_gelu_forward(fchg, fch, p.fcb + l * 4 * C, N, 4 * C);
+    kernels::bias_gelu_forward(fchg + m0 * 4 * C, fch + m0 * 4 * C, p.fcb + l * 4 * C, m1 - m0, 4 * C);
+    team.sync();
     lap(&DecodeProfile::gelu);
-    matmul_packed_forward(x, fchg, model.fcprojw(l), p.fcprojb + l * C, N,
-                          l + 1 < L ? &model.qkvw(l + 1) : &model.wte(), RowGemmOut::AddTo);
+    gemm(x, fchg, model.fcprojw(l), p.fcprojb + l * C, l + 1 < L ? &model.qkvw(l + 1) : &model.wte(),
+         RowGemmOut::AddTo);
+    team.sync();
     lap(&DecodeProfile::mlp);
   }
-  // the head, only for the rows that want logits
+  // the head, only for the rows that want logits (this member's rows; k: their index among them)
   std::int64_t k = 0;
-  for (std::int64_t r = 0; r < N; ++r) {
+  for (std::int64_t r = 0; r < m0; ++r) k += rows[static_cast<std::size_t>(r)].want_logits ? 1 : 0;
+  for (std::int64_t r = m0; r < m1; ++r) {
     if (!rows[static_cast<std::size_t>(r)].want_logits) continue;
-    kernels::layernorm_forward(b.lastx + k * C, mean, rstd, x + r * C, p.lnfw, p.lnfb, 1, C, 1e-5f);
+    kernels::layernorm_forward(b.lastx + k * C, mean + r, rstd + r, x + r * C, p.lnfw, p.lnfb, 1, C, 1e-5f);
     ++k;
   }
+  team.sync();
   lap(&DecodeProfile::layernorm);
-  if (nlog > 0) matmul_packed_forward(b.logits, b.lastx, model.wte(), nullptr, nlog);
+  if (nlog > 0) {
+    if (team.T == 1) matmul_packed_forward(b.logits, b.lastx, model.wte(), nullptr, nlog);
+    else matmul_packed_part(b.logits, b.lastx, model.wte(), nullptr, nlog, team.t, team.T);
+  }
   lap(&DecodeProfile::head);
 }
 
-/// Splits a step's rows into at most `groups` contiguous groups of whole sequences, of about
-/// equal work (a row's GEMMs, 12·L·C² multiply-adds, plus its attention, 2·L·C·(pos + 1)): the
-/// first row of each group and N at the end. One group (no split) when a sequence's rows are not
-/// contiguous, when the step is too small to share, or when one group would keep most of the
-/// work anyway (a long prompt chunk: its GEMMs then split over the pool instead).
-/// cut: the result; runs, cost: scratch (all kept by the caller from step to step).
-void split_sequences(std::span<const PagedRow> rows, const GPTConfig& cfg, int groups, std::vector<std::int64_t>& cut,
-                     std::vector<PagedKVCache::SeqId>& runs, std::vector<double>& cost) {
-  const auto N = static_cast<std::int64_t>(rows.size());
+/// Whether a step has the work to share the threads (a team): more than one thread, and 2^19
+/// multiply-adds at least (a row's GEMMs, 12·L·C², plus its attention, 2·L·C·(pos + 1)). One
+/// token alone qualifies where its model is big enough (`small`: 0.79 M): its GEMVs stream the
+/// weights, and half the weights each is worth the barriers (one at a time's decode tokens ran
+/// about 1.35x faster at 2 threads as a team than on one thread, busy machine, 2026-11-28).
+bool share_threads(std::span<const PagedRow> rows, const GPTConfig& cfg, int threads) {
+  if (threads < 2) return false;
   const std::int64_t L = cfg.n_layer, C = cfg.n_embd;
-  const auto one = [&] { cut.assign({0, N}); };
-  if (groups < 2 || N < 2) return one();
-  runs.clear();  // the sequence of each run of rows
-  cost.resize(static_cast<std::size_t>(N));
   double total = 0;
-  for (std::int64_t r = 0; r < N; ++r) {
-    const PagedRow& row = rows[static_cast<std::size_t>(r)];
-    if (r == 0 || rows[static_cast<std::size_t>(r - 1)].seq != row.seq) runs.push_back(row.seq);
-    cost[static_cast<std::size_t>(r)] =
-        static_cast<double>(12 * L * C * C) + 2.0 * static_cast<double>(L * C * (row.pos + 1));
-    total += cost[static_cast<std::size_t>(r)];
-  }
-  if (runs.size() < 2 || total < static_cast<double>(std::int64_t{1} << 20)) return one();
-  std::sort(runs.begin(), runs.end());
-  if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return one();  // a sequence's rows apart
-  groups = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(groups), runs.size()));
-  cut.assign({0});
-  double acc = 0, biggest = 0, group_start = 0;
-  for (std::int64_t r = 0; r < N; ++r) {
-    acc += cost[static_cast<std::size_t>(r)];
-    const bool boundary = r + 1 < N && rows[static_cast<std::size_t>(r + 1)].seq != rows[static_cast<std::size_t>(r)].seq;
-    const auto g = static_cast<double>(cut.size());
-    if (boundary && static_cast<int>(cut.size()) < groups && acc >= total * g / groups) {
-      biggest = std::max(biggest, acc - group_start);
-      group_start = acc;
-      cut.push_back(r + 1);
-    }
-  }
-  biggest = std::max(biggest, total - group_start);
-  cut.push_back(N);
-  if (cut.size() < 3 || biggest > 0.75 * total) return one();
+  for (const PagedRow& row : rows)
+    total += static_cast<double>(12 * L * C * C) + 2.0 * static_cast<double>(L * C * (row.pos + 1));
+  return total >= static_cast<double>(std::int64_t{1} << 19);
 }
 
 }  // namespace
@@ -640,53 +711,34 @@ void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCach
                        fit(scratch.y, N * C),        fit(scratch.fch, N * 4 * C), fit(scratch.fchg, N * 4 * C),
                        fit(scratch.mean, N),         fit(scratch.rstd, N),
                        fit(scratch.last, std::max<std::int64_t>(1, nlog) * C), logits};
-  // The batch's sequences in groups, one per thread, each group's rows through the whole model
-  // on its own (one wake-up of the pool per step, not one per GEMM and attention: a small
-  // model's GEMMs at batch 32 are too short to split well); one group: the GEMMs and attention
-  // split over the pool themselves. Every row's numbers are the same either way.
-  std::vector<std::int64_t>& cut = scratch.cut;
-  split_sequences(rows, cfg, intra_op_threads(), cut, scratch.runs, scratch.cost);
-  const auto G = static_cast<std::int64_t>(cut.size()) - 1;
-  std::vector<std::int64_t>& first_logit = scratch.first_logit;  // want_logits rows before each group
-  first_logit.assign(static_cast<std::size_t>(G), 0);
-  for (std::int64_t g = 1; g < G; ++g) {
-    std::int64_t n = 0;
-    for (std::int64_t r = cut[static_cast<std::size_t>(g - 1)]; r < cut[static_cast<std::size_t>(g)]; ++r)
-      n += rows[static_cast<std::size_t>(r)].want_logits ? 1 : 0;
-    first_logit[static_cast<std::size_t>(g)] = first_logit[static_cast<std::size_t>(g - 1)] + n;
-  }
-  const auto buffers = [&](std::int64_t g) {
-    const std::int64_t r0 = cut[static_cast<std::size_t>(g)], k0 = first_logit[static_cast<std::size_t>(g)];
-    return RowBuffers{all.x + r0 * C,        all.ln + r0 * C,      all.qkv + r0 * 3 * C,  all.y + r0 * C,
-                      all.fch + r0 * 4 * C,  all.fchg + r0 * 4 * C, all.mean + r0,        all.rstd + r0,
-                      all.lastx + k0 * C,    logits ? logits + k0 * V : nullptr};
-  };
-  const std::vector<const std::vector<std::int32_t>*>& row_tables = tables;
-  const std::vector<KVSlot>& row_slots = slots;
-  if (G == 1) {
-    forward_rows(model, cache, rows, 0, N, row_tables.data(), row_slots.data(), all, profile);
-  } else {
-    // each group's stage times apart, added up after (thread time: the groups run side by side)
-    std::vector<DecodeProfile>& part = scratch.part;
-    part.assign(static_cast<std::size_t>(G), DecodeProfile{});
-    for (auto& pp : part) pp.cpu_time = profile && profile->cpu_time;
-    parallel_for(0, G, 1, [&](std::int64_t g0, std::int64_t g1) {
-      for (std::int64_t g = g0; g < g1; ++g)
-        forward_rows(model, cache, rows, cut[static_cast<std::size_t>(g)], cut[static_cast<std::size_t>(g + 1)],
-                     row_tables.data(), row_slots.data(), buffers(g), profile ? &part[static_cast<std::size_t>(g)] : nullptr);
+  // With several threads, a team: one parallel region a step, each thread computing a share of
+  // every stage (a T-th of each GEMM's output columns, streaming only that share of the weights;
+  // a T-th of the rows of the row-wise stages), a barrier between the stages. Otherwise one
+  // thread, whose GEMMs and attention split over the pool themselves where they have the work.
+  // Every row's numbers are the same either way.
+  const int threads = intra_op_threads();
+  const bool team = share_threads(rows, cfg, threads);
+  if (team) {
+    TeamBarrier barrier(threads);
+    parallel_for(0, threads, 1, [&](std::int64_t t0, std::int64_t t1) {
+      if (t1 - t0 != 1)  // nested in another parallel region: every member's share on this thread
+        return forward_rows(model, cache, rows, tables.data(), slots.data(), all, profile);
+      try {
+        forward_rows(model, cache, rows, tables.data(), slots.data(), all, t0 == 0 ? profile : nullptr,
+                     Team{static_cast<int>(t0), threads, &barrier});
+      } catch (...) {
+        barrier.breaks();
+        throw;
+      }
     });
-    if (profile)
-      for (const auto& pp : part)
-        for (double DecodeProfile::*f : {&DecodeProfile::embed, &DecodeProfile::layernorm, &DecodeProfile::qkv,
-                                         &DecodeProfile::kv_write, &DecodeProfile::attention, &DecodeProfile::attproj,
-                                         &DecodeProfile::mlp, &DecodeProfile::gelu, &DecodeProfile::head})
-          profile->*f += pp.*f;
+  } else {
+    forward_rows(model, cache, rows, tables.data(), slots.data(), all, profile);
   }
   if (profile) {
     ++profile->steps;
     profile->rows += N;
     profile->logit_rows += nlog;
-    profile->group_steps += G > 1 ? 1 : 0;
+    profile->team_steps += team ? 1 : 0;
   }
 }
 

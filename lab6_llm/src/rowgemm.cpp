@@ -207,6 +207,24 @@ void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, 
   });
 }
 
+void matmul_packed_part(float* out, const float* inp, const PackedMatrix& w, const float* bias, std::int64_t N,
+                        int part, int parts, const PackedMatrix* then, RowGemmOut mode) {
+  MLS_CHECK(parts >= 1 && part >= 0 && part < parts, "matmul_packed_part: part ", part, " of ", parts,
+            ", expected 0 <= part < parts");
+  if (N <= 0) return;
+  const std::int64_t P = w.panels(), q0 = P * part / parts, q1 = P * (part + 1) / parts;  // part_columns
+  if (q0 >= q1) return;
+  const char* then_pf = nullptr;
+  std::int64_t then_bytes = 0;
+  if (then) {  // the first panels of this part of `then`
+    const std::int64_t t0 = then->panels() * part / parts, t1 = then->panels() * (part + 1) / parts;
+    then_pf = reinterpret_cast<const char*>(then->data.data() + t0 * then->C * kP);
+    then_bytes = static_cast<std::int64_t>(sizeof(float)) * std::min<std::int64_t>(2, t1 - t0) * then->C * kP;
+  }
+  panels_forward(out, inp, N, w.C, w.OC, w.data.data() + q0 * w.C * kP, q0, q1 - q0, bias, max_tile_rows(),
+                 mode == RowGemmOut::AddTo, then_pf, then_bytes);
+}
+
 namespace {
 thread_local PackedScope* t_scope = nullptr;  // this thread's innermost PackedScope
 }  // namespace

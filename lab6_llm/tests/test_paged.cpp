@@ -141,7 +141,7 @@ namespace {
 
 /// Several sequences of random tokens through the paged cache in random chunks, all in one batch
 /// per step, against forward_cached token by token: every logit equal, bit for bit.
-/// Returns the steps that ran their sequences in groups on several threads.
+/// Returns the steps whose stages several threads shared as a team.
 /// bt: positions per block (0: 1 to 5 at random).
 std::int64_t check_paged_equals_cached(const GPTConfig& cfg, Rng& rng, const std::string& what, std::int64_t bt = 0) {
   const GPTParams p = random_params(cfg, rng);
@@ -193,7 +193,7 @@ std::int64_t check_paged_equals_cached(const GPTConfig& cfg, Rng& rng, const std
   }
   for (auto id : ids) cache.free_sequence(id);
   CHECK(cache.free_blocks() == 200);
-  return profile.group_steps;
+  return profile.team_steps;
 }
 
 }  // namespace
@@ -211,8 +211,8 @@ TEST_CASE("paged KV cache: head sizes of whole vectors (16, 32, 48) and 1-3 thre
     std::int64_t H, hs;
   };
   // C = 128 and 256 (groups of 8 vectors), 192 (8 + 4), 48 and 80 (one vector at a time), 160 (8 + 2);
-  // at 2 and 3 threads the wider ones have the work to run their sequences in groups side by side
-  std::int64_t grouped = 0;
+  // at 2 and 3 threads the wider ones have the work to share each step as a team
+  std::int64_t teamed = 0;
   for (const Shape sh : {Shape{4, 32}, {8, 32}, {4, 48}, {3, 16}, {5, 16}, {5, 32}}) {
     for (int threads : {1, 2, 3}) {
       ThreadCountGuard guard(threads);
@@ -224,10 +224,10 @@ TEST_CASE("paged KV cache: head sizes of whole vectors (16, 32, 48) and 1-3 thre
       const std::int64_t g = check_paged_equals_cached(
           cfg, rng, "H=" + std::to_string(sh.H) + " hs=" + std::to_string(sh.hs) + " " + std::to_string(threads) + " thread(s)");
       if (threads == 1) CHECK(g == 0);
-      grouped += g;
+      teamed += g;
     }
   }
-  CHECK(grouped > 0);
+  CHECK(teamed > 0);
 }
 
 TEST_CASE("paged KV cache: blocks of 16 to 40 positions (scores of 16 positions in the vector lanes, a block's "

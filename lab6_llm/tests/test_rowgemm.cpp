@@ -2,6 +2,7 @@
 // float64 reference, and every row's bits independent of the batch and of the threads.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -124,4 +125,41 @@ TEST_CASE("decode model: MoE models and a packed model of other parameters are e
   cfg.moe_experts = 2;
   const GPTParams m = random_params(cfg, rng);
   require_error([&] { DecodeModel d(m); }, "DecodeModel: a model with MoE blocks");
+}
+
+TEST_CASE("decode GEMM in parts (a team's share of the output columns): the parts together give "
+          "matmul_packed_forward's bits, Store and AddTo, and a part outside 0..parts-1 is an error",
+          "[lab6][plumbing][rowgemm]") {
+  Rng rng(33, "rowgemm-parts");
+  for (int trial = 0; trial < 16; ++trial) {
+    const std::int64_t N = rng.randint(1, 40), C = rng.randint(1, 70), OC = rng.randint(1, 200);
+    const int parts = static_cast<int>(rng.randint(1, 5));
+    const auto x = randn(rng, N * C), w = randn(rng, OC * C), b = randn(rng, OC), base = randn(rng, N * OC);
+    const PackedMatrix pk = pack_matrix(w.data(), OC, C), next = pack_matrix(w.data(), OC, C);
+    for (const RowGemmOut mode : {RowGemmOut::Store, RowGemmOut::AddTo}) {
+      std::vector<float> whole = base, split = base;
+      matmul_packed_forward(whole.data(), x.data(), pk, b.data(), N, nullptr, mode);
+      std::int64_t covered = 0;
+      for (int part = 0; part < parts; ++part) {
+        matmul_packed_part(split.data(), x.data(), pk, b.data(), N, part, parts, &next, mode);
+        const auto [o0, o1] = part_columns(pk, part, parts);
+        CHECK(o0 == covered);  // the parts tile the columns in order
+        covered = std::max(covered, o1);
+      }
+      CHECK(covered == OC);
+      mls::testing::observe("decode GEMM in " + std::to_string(parts) + " parts (" + std::to_string(N) + ", " +
+                                std::to_string(C) + ") x (" + std::to_string(C) + ", " + std::to_string(OC) + ")",
+                            split);
+      CHECK(same_bits(whole.data(), split.data(), N * OC));
+    }
+  }
+  const auto w = randn(rng, 8 * 4), x = randn(rng, 4);
+  const PackedMatrix pk = pack_matrix(w.data(), 8, 4);
+  std::vector<float> out(8);
+  require_error([&] { matmul_packed_part(out.data(), x.data(), pk, nullptr, 1, 2, 2); },
+                "matmul_packed_part: part 2 of 2, expected 0 <= part < parts");
+  require_error([&] { matmul_packed_part(out.data(), x.data(), pk, nullptr, 1, -1, 3); },
+                "matmul_packed_part: part -1 of 3");
+  require_error([&] { matmul_packed_part(out.data(), x.data(), pk, nullptr, 1, 0, 0); },
+                "matmul_packed_part: part 0 of 0");
 }

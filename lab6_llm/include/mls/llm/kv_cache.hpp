@@ -169,7 +169,7 @@ struct DecodeProfile {
   double other = 0;      // the rest of Engine::step (building rows, prefix index, events)
   std::int64_t steps = 0, rows = 0;
   std::int64_t logit_rows = 0;   // rows that went through the LM head (want_logits)
-  std::int64_t group_steps = 0;  // steps whose sequences ran in groups side by side (threads > 1)
+  std::int64_t team_steps = 0;  // steps whose stages the threads shared as a team (threads > 1)
   bool cpu_time = false;  // time with the process's CPU clock (a busy machine, one thread), else wall
   /// Seconds on the chosen clock (from an arbitrary origin).
   double now() const;
@@ -209,12 +209,9 @@ class DecodeModel {
 /// GEMMs' epilogue: RowGemmOut::AddTo.)
 struct DecodeScratch {
   std::vector<float> x, ln, qkv, y, fch, fchg, mean, rstd, last;
-  // the step's bookkeeping: each row's block table and slot, the groups of sequences (threads > 1)
+  // the step's bookkeeping: each row's block table and slot
   std::vector<const std::vector<std::int32_t>*> tables;
   std::vector<KVSlot> slots;
-  std::vector<std::int64_t> cut, first_logit, runs;
-  std::vector<double> cost;
-  std::vector<DecodeProfile> part;
 };
 
 /// One forward pass over rows of several sequences (decode tokens and prefill chunks together):
@@ -225,11 +222,15 @@ struct DecodeScratch {
 /// increasing positions. logits: (rows with want_logits, V), in row order. Each row's numbers are
 /// exactly forward_cached's for the same sequence, token by token (the same operations in the same
 /// order: the decode GEMM's sums run over c in order for every row), whatever the other rows are.
-/// Threads: with more than one (intra_op_threads()), a step of several sequences with enough work
-/// runs them in groups of whole sequences side by side, each group's rows through the whole model
-/// on one thread (one wake-up of the pool per step); otherwise the GEMMs and the attention split
-/// over the pool themselves. Either way every row's numbers are the same.
-/// profile: non-null, the stage times are added to it (summed over the groups' threads).
+/// Threads: with more than one (intra_op_threads()), a step with enough work (2^19 multiply-adds:
+/// one token of `small` already) runs as a team, one parallel region a step: each thread computes
+/// a T-th of every GEMM's output columns (matmul_packed_part: it streams a T-th of the weights;
+/// the k/v writes of its own q|k|v columns follow in the same stage) and a T-th of the rows of the
+/// row-wise stages (embedding, layernorms, attention balanced by positions, GELU), with a barrier
+/// between the stages; otherwise one thread, whose GEMMs and attention split over the pool
+/// themselves where they have the work. Either way every row's numbers are the same.
+/// profile: non-null, the stage times are added to it (a team: its first thread's wall-clock
+/// times, barrier waits included, so the stages add up to the step's time).
 void forward_paged(const DecodeModel& model, DecodeScratch& scratch, PagedKVCache& cache,
                    std::span<const PagedRow> rows, float* logits, DecodeProfile* profile = nullptr);
 /// The same, packing the weights for this one call (tests, one-off passes).

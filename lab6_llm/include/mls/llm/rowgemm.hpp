@@ -11,7 +11,9 @@
 /// bits. The weights are packed once into panels of 16 output columns, (C, 16) each, contiguous:
 /// one token (a GEMV) streams them front to back, and a batch reads each panel once per step for
 /// all its rows (register tiles of up to 4 rows x 32 columns: each weight load feeds 4 FMAs).
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace mls::llm {
@@ -45,6 +47,23 @@ enum class RowGemmOut { Store, AddTo };
 void matmul_packed_forward(float* out, const float* inp, const PackedMatrix& w, const float* bias,
                            std::int64_t N, const PackedMatrix* then = nullptr,
                            RowGemmOut mode = RowGemmOut::Store);
+
+/// The output columns [first, second) of part `part` of `parts` of a product with w: those of panels
+/// [P * part / parts, P * (part + 1) / parts) (P = w.panels()), at most OC (first == second: none).
+inline std::pair<std::int64_t, std::int64_t> part_columns(const PackedMatrix& w, int part, int parts) {
+  const std::int64_t P = w.panels(), q0 = P * part / parts, q1 = P * (part + 1) / parts;
+  return {std::min(w.OC, q0 * kRowGemmPanel), std::min(w.OC, q1 * kRowGemmPanel)};
+}
+
+/// Part `part` of `parts` of that product, on the calling thread alone (no pool): output columns
+/// of panels [P * part / parts, P * (part + 1) / parts) (P = w.panels()) for all N rows, the same
+/// bits as matmul_packed_forward gives them. For a team of threads that splits one GEMM's output
+/// columns (forward_paged at threads > 1): each streams only its share of the weights. `then`: the
+/// matrix the caller multiplies next; the end of this part prefetches the first panels of the
+/// same part of it. 0 <= part < parts (an mls::Error otherwise).
+void matmul_packed_part(float* out, const float* inp, const PackedMatrix& w, const float* bias, std::int64_t N,
+                        int part, int parts, const PackedMatrix* then = nullptr,
+                        RowGemmOut mode = RowGemmOut::Store);
 
 /// While alive, matmul_rows_forward on this thread finds these matrices by their source pointer
 /// and shape and runs on them instead of packing W again: the same bits, only faster (the
