@@ -44,6 +44,22 @@ template <>
 struct mls_int_vec<mls_f32x8> { typedef mls_i32x8 type; };
 template <>
 struct mls_int_vec<mls_f32x16> { typedef mls_i32x16 type; };
+#if defined(__AVX512F__)
+// Both exps' 16-lane versions: x clamped to [-104, 104], then vscalefps: 2^n past the float range
+// gives a denormal, 0 or +inf by itself (the clamp keeps +-inf finite and n * ln2's split exact).
+// With AVX512DQ one vrangeps (imm 2: the operand of smaller magnitude with its own sign; it returns
+// 104 for a NaN, so the final masked vscalefps keeps x in the NaN lanes, *number); else vmaxps and
+// vminps (they return their second operand for a NaN: x's lane, which stays NaN through the arithmetic).
+[[maybe_unused]] static inline __m512 mls_exp_clamp(mls_f32x16 x, __mmask16* number) {
+#if defined(__AVX512DQ__)
+    *number = _mm512_cmp_ps_mask((__m512)x, (__m512)x, _CMP_ORD_Q);
+    return _mm512_range_ps((__m512)x, _mm512_set1_ps(104.0f), 2);
+#else
+    *number = 0xffff;
+    return _mm512_min_ps(_mm512_set1_ps(104.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+#endif
+}
+#endif
 )";
   static const std::string cephes = R"(// mls::fast_expf's algorithm: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (Cody-Waite:
 // ln2 in two parts, the first exact in n * hi), Cephes' polynomial for exp(r) (in Horner form),
@@ -80,18 +96,8 @@ template <class V>
 #if defined(__AVX512F__)
 template <>
 [[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
-    // x clamped to [-104, 104], then vscalefps: 2^n past the float range gives a denormal, 0 or +inf
-    // by itself (the clamp keeps +-inf finite and n * ln2's split exact). With AVX512DQ one vrangeps
-    // (imm 2: the operand of smaller magnitude with its own sign; it returns 104 for a NaN, so the
-    // final vscalefps keeps x in the NaN lanes); else vmaxps and vminps (they return their second
-    // operand for a NaN: x's lane, which stays NaN through the arithmetic).
-#if defined(__AVX512DQ__)
-    const __m512 xc = _mm512_range_ps((__m512)x, _mm512_set1_ps(104.0f), 2);
-    const __mmask16 number = _mm512_cmp_ps_mask((__m512)x, (__m512)x, _CMP_ORD_Q);
-#else
-    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(104.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
-    const __mmask16 number = 0xffff;
-#endif
+    __mmask16 number;
+    const __m512 xc = mls_exp_clamp(x, &number);
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
@@ -134,15 +140,8 @@ template <class V>
 #if defined(__AVX512F__)
 template <>
 [[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
-    // x clamped to [-104, 104] as the Cephes version does (vscalefps then gives the denormal, 0 or
-    // +inf past the float range), NaN lanes kept through the final masked vscalefps.
-#if defined(__AVX512DQ__)
-    const __m512 xc = _mm512_range_ps((__m512)x, _mm512_set1_ps(104.0f), 2);
-    const __mmask16 number = _mm512_cmp_ps_mask((__m512)x, (__m512)x, _CMP_ORD_Q);
-#else
-    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(104.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
-    const __mmask16 number = 0xffff;
-#endif
+    __mmask16 number;
+    const __m512 xc = mls_exp_clamp(x, &number);
     const __m512 t = _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f));
     const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(t, n);
