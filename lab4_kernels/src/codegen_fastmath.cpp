@@ -44,6 +44,14 @@ template <>
 struct mls_int_vec<mls_f32x8> { typedef mls_i32x8 type; };
 template <>
 struct mls_int_vec<mls_f32x16> { typedef mls_i32x16 type; };
+// Both exps' generic versions: +inf above log(FLT_MAX), 0 below log(FLT_MIN) (the lanes there
+// hold garbage), NaN kept.
+template <class V>
+static inline V mls_exp_range(V x, V out) {
+    out = x > mls_splat<V>(88.7228394f) ? mls_splat<V>(__builtin_inff()) : out;
+    out = x < mls_splat<V>(-87.3365479f) ? mls_splat<V>(0.0f) : out;
+    return x != x ? x : out;
+}
 #if defined(__AVX512F__)
 // Both exps' 16-lane versions: x clamped to [-104, 104], then vscalefps: 2^n past the float range
 // gives a denormal, 0 or +inf by itself (the clamp keeps +-inf finite and n * ln2's split exact).
@@ -82,16 +90,13 @@ static inline V mls_exp_reduced(V r) {
 template <class V>
 [[maybe_unused]] static inline V mls_vexp_fast(V x) {
     typedef typename mls_int_vec<V>::type I;
-    const V hi = mls_splat<V>(88.7228394f), lo = mls_splat<V>(-87.3365479f);
     // n = round(x / ln2) by the 1.5 * 2^23 trick: the sum's low mantissa bits hold n.
     const V s = x * 1.44269504088896341f + 12582912.0f;
     const V n = s - 12582912.0f;
     V r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     V out = (V)((I)mls_exp_reduced(r) + ((I)s << 23));
-    out = x > hi ? mls_splat<V>(__builtin_inff()) : out;  // out of range (the lanes there are garbage)
-    out = x < lo ? mls_splat<V>(0.0f) : out;
-    return x != x ? x : out;
+    return mls_exp_range(x, out);
 }
 #if defined(__AVX512F__)
 template <>
@@ -128,14 +133,11 @@ static inline V mls_exp2_reduced(V f) {
 template <class V>
 [[maybe_unused]] static inline V mls_vexp_fast(V x) {
     typedef typename mls_int_vec<V>::type I;
-    const V hi = mls_splat<V>(88.7228394f), lo = mls_splat<V>(-87.3365479f);
     const V t = x * 1.44269504088896341f;
     const V s = t + 12582912.0f;  // n = round(t) by the 1.5 * 2^23 trick: the sum's low mantissa bits hold n
     const V n = s - 12582912.0f;
     V out = (V)((I)mls_exp2_reduced(t - n) + ((I)s << 23));
-    out = x > hi ? mls_splat<V>(__builtin_inff()) : out;  // out of range (the lanes there are garbage)
-    out = x < lo ? mls_splat<V>(0.0f) : out;
-    return x != x ? x : out;
+    return mls_exp_range(x, out);
 }
 #if defined(__AVX512F__)
 template <>
