@@ -12,6 +12,19 @@
 using namespace graph_opt_test;
 
 namespace {
+
+/// q run by lab 2's executor and by the planned executor in its memory plan, each output observed
+/// under `label` (and "`label` in planned buffers").
+std::pair<std::vector<Tensor>, std::vector<Tensor>> run_plain_and_planned(const Program& q, const std::vector<Tensor>& feeds,
+                                                                          const std::string& label) {
+  std::vector<Tensor> got = run(q, feeds);
+  observe_outputs(label, got);
+  PlannedExecutor ex(q, plan_memory(q));
+  std::vector<Tensor> planned = ex.run(feeds);
+  observe_outputs(label + " in planned buffers", planned);
+  return {std::move(got), std::move(planned)};
+}
+
 /// A random forward graph that slices x [.. n along `dim` ..] into disjoint pieces (some of it
 /// left out, the pieces used in a random order), maps each through an op and sums, with the
 /// gradients w.r.t. x and w appended (lab 2's autodiff::gradients): the backward adds one
@@ -67,11 +80,7 @@ TEST_CASE("concat-slices turns the gradient of a sliced value into one concat, o
     MLS_OBSERVE(count_op(q, Op::Concat));
     // Exact: the pass only drops additions of zeros (float64 and float32 alike).
     const auto feeds = random_feeds(p, 5);
-    const std::vector<Tensor> got = run(q, feeds);
-    observe_outputs("concat-slices", got);
-    PlannedExecutor ex(q, plan_memory(q));
-    const std::vector<Tensor> planned = ex.run(feeds);
-    observe_outputs("concat-slices in planned buffers", planned);
+    const auto [got, planned] = run_plain_and_planned(q, feeds, "concat-slices");
     MLS_ORACLE_CHECK(CHECK(before == static_cast<std::size_t>(pieces));
                      CHECK(n == 1); CHECK(count_op(q, Op::SliceBackward) == 0); CHECK(count_op(q, Op::Concat) == 1);
                      CHECK(max_rel_error(got, run(p, feeds)) == 0.0); CHECK(max_rel_error(planned, got) == 0.0));
@@ -188,11 +197,7 @@ TEST_CASE("fused-layernorm gives layer_norm's values and gradients, on random gr
     MLS_OBSERVE(n);
     MLS_OBSERVE(count_op(q, kLayerNormDx));
     const auto feeds = random_feeds(p, 60 + static_cast<std::uint64_t>(trial));
-    const std::vector<Tensor> got = run(q, feeds);
-    observe_outputs("fused-layernorm", got);
-    PlannedExecutor ex(q, plan_memory(q));
-    const std::vector<Tensor> planned = ex.run(feeds);
-    observe_outputs("fused-layernorm in planned buffers", planned);
+    const auto [got, planned] = run_plain_and_planned(q, feeds, "fused-layernorm");
     MLS_ORACLE_CHECK(CHECK(n == 2); CHECK(count_op(q, Op::LayerNorm) == 0); CHECK(count_op(q, kLayerNormDx) == 2);
                      CHECK(count_op(q, kLayerNormDgamma) == 2);
                      CHECK(max_rel_error(got, run(p, feeds)) <= 1.0); CHECK(max_rel_error(planned, got) <= 1.0));
@@ -261,11 +266,7 @@ TEST_CASE("fuse-attention gives attention's values and gradients, on random grap
     MLS_OBSERVE(n);
     MLS_OBSERVE(count_op(q, kAttentionBackward));
     const auto feeds = random_feeds(p, 80 + static_cast<std::uint64_t>(trial));
-    const std::vector<Tensor> got = run(q, feeds);
-    observe_outputs("fuse-attention", got);
-    PlannedExecutor ex(q, plan_memory(q));
-    const std::vector<Tensor> planned = ex.run(feeds);
-    observe_outputs("fuse-attention in planned buffers", planned);
+    const auto [got, planned] = run_plain_and_planned(q, feeds, "fuse-attention");
     MLS_ORACLE_CHECK(CHECK(n == 1); CHECK(count_op(q, Op::Softmax) == 0); CHECK(count_op(q, kAttentionBackward) == 1);
                      CHECK(max_rel_error(got, run(p, feeds)) <= 1.0); CHECK(max_rel_error(planned, got) <= 1.0));
   }
