@@ -220,6 +220,45 @@ IntraOpBudget::IntraOpBudget(int threads) : saved_(t_budget) {
 }
 IntraOpBudget::~IntraOpBudget() { t_budget = saved_; }
 
+TeamBarrier::TeamBarrier(int members) : members_(members) {
+  MLS_CHECK(members >= 1, "TeamBarrier: got ", members, " members, expected a count >= 1");
+}
+
+bool TeamBarrier::wait() {
+  const unsigned gen = gen_.load(std::memory_order_acquire);
+  if (broken_.load(std::memory_order_acquire)) return false;
+  if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
+    count_.store(0, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_acq_rel);
+    gen_.notify_all();
+  } else {
+    // A stage lasts microseconds, less than a yield's round trip through the scheduler: pause-spin
+    // first, then yield at each turn as the pool's waits do, then sleep once the spin budget
+    // (MLS_SPIN_US) has run out (a member descheduled on a busy machine).
+    const auto deadline = std::chrono::steady_clock::now() + spin_budget();
+    for (int i = 0; gen_.load(std::memory_order_acquire) == gen; ++i) {
+      if (i < 4096) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) {
+        gen_.wait(gen, std::memory_order_acquire);  // returns once gen_ has changed
+        continue;
+      }
+      std::this_thread::yield();
+    }
+  }
+  return !broken_.load(std::memory_order_acquire);
+}
+
+void TeamBarrier::breaks() {
+  broken_.store(true, std::memory_order_release);
+  gen_.fetch_add(1, std::memory_order_acq_rel);
+  gen_.notify_all();
+}
+
 void set_num_threads(int n) {
   MLS_CHECK(n >= 1, "set_num_threads: got ", n, ", expected a count >= 1");
   MLS_CHECK(!t_in_pooled_task, "set_num_threads: called from a task of run_dag (", n,

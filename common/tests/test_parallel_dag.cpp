@@ -246,3 +246,39 @@ TEST_CASE("IntraOpBudget caps parallel_for and leaves num_threads alone", "[comm
   }
   CHECK(mls::intra_op_threads() == 4);
 }
+
+TEST_CASE("parallel: TeamBarrier holds every member until all arrive, stage after stage, and breaks", "[common][parallel]") {
+  // Catch2 is not thread-safe: the members count what they saw, the test thread checks it.
+  for (int members : {1, 2, 3, 4}) {
+    mls::TeamBarrier barrier(members);
+    std::atomic<int> arrived{0}, early{0}, refused{0};
+    const int stages = 200;
+    std::vector<std::thread> team;
+    for (int m = 0; m < members; ++m)
+      team.emplace_back([&] {
+        for (int s = 0; s < stages; ++s) {
+          arrived.fetch_add(1);
+          if (!barrier.wait()) refused.fetch_add(1);
+          // every member of stage s has arrived; none of stage s + 1 can have passed the next wait
+          const int seen = arrived.load();
+          if (seen < (s + 1) * members || seen > (s + 2) * members) early.fetch_add(1);
+          if (!barrier.wait()) refused.fetch_add(1);
+        }
+      });
+    for (auto& t : team) t.join();
+    INFO(members << " members");
+    CHECK(arrived.load() == stages * members);
+    CHECK(early.load() == 0);
+    CHECK(refused.load() == 0);
+  }
+  // A member that fails breaks the barrier: the one waiting for it, and every later wait, get false.
+  mls::TeamBarrier barrier(2);
+  std::atomic<int> result{-1};
+  std::thread waiter([&] { result.store(barrier.wait() ? 1 : 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  barrier.breaks();
+  waiter.join();
+  CHECK(result.load() == 0);
+  CHECK_FALSE(barrier.wait());
+  CHECK_THROWS_WITH(mls::TeamBarrier(0), Catch::Contains("TeamBarrier: got 0 members, expected a count >= 1"));
+}

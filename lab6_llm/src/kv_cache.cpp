@@ -458,64 +458,15 @@ struct RowBuffers {
   float *x, *ln, *qkv, *y, *fch, *fchg, *mean, *rstd, *lastx, *logits;
 };
 
-/// The barrier of a step's team (forward_paged at threads > 1): its threads wait for each other
-/// between stages, spinning (a stage lasts microseconds; a sleep and a wake-up would cost tens):
-/// pause-spins first, then yielding the CPU at each turn, then, after 2 ms (a member descheduled
-/// on a busy machine), sleeping on a futex, as the pool's threads wait for work. A member that
-/// fails breaks it: the others throw instead of waiting for ever.
-class TeamBarrier {
- public:
-  explicit TeamBarrier(int members) : members_(members) {}
-  void wait() {
-    const unsigned gen = gen_.load(std::memory_order_acquire);
-    check();
-    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
-      count_.store(0, std::memory_order_relaxed);
-      gen_.fetch_add(1, std::memory_order_acq_rel);
-      gen_.notify_all();
-      return;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-    for (int i = 0; gen_.load(std::memory_order_acquire) == gen; ++i) {
-      if (i < 4096) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-        continue;
-      }
-      if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) {
-        gen_.wait(gen, std::memory_order_acquire);  // returns once gen_ has changed
-        continue;
-      }
-      std::this_thread::yield();
-    }
-    check();
-  }
-  void breaks() {
-    broken_.store(true, std::memory_order_release);
-    gen_.fetch_add(1, std::memory_order_acq_rel);
-    gen_.notify_all();
-  }
-
- private:
-  void check() const {
-    MLS_CHECK(!broken_.load(std::memory_order_acquire), "forward_paged: another thread of the step failed");
-  }
-  const int members_;
-  std::atomic<int> count_{0};
-  std::atomic<unsigned> gen_{0};
-  std::atomic<bool> broken_{false};
-};
-
 /// Who runs forward_rows: member t of a team of T threads that share every stage of one set of
 /// rows (T > 1: each GEMM's output columns split T ways, matmul_packed_part, so each thread streams
 /// a T-th of the weights; the row-wise stages split by rows; a barrier between the stages), or one
 /// thread (T = 1: the GEMMs and the attention split over the pool themselves).
 struct Team {
   int t = 0, T = 1;
-  TeamBarrier* barrier = nullptr;
+  TeamBarrier* barrier = nullptr;  // common's: a member that failed breaks it
   void sync() const {
-    if (T > 1) barrier->wait();
+    if (T > 1) MLS_CHECK(barrier->wait(), "forward_paged: another thread of the step failed");
   }
 };
 

@@ -9,6 +9,7 @@
 /// Two levels of parallelism: `run_dag` runs independent tasks (a graph's ready nodes) on the
 /// pool's threads at once, and gives each task an intra-op budget (`intra_op_threads()`) that its
 /// own `parallel_for` calls honour, so tasks times budgets never exceed the threads.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -25,6 +26,28 @@ void set_num_threads(int n);
 /// An exception thrown by any chunk is rethrown here (the first one).
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& body);
+
+/// A barrier for a team of `members` threads that meet between the stages of one job (lab 6's
+/// decode step, one member per chunk of a `parallel_for`): each `wait()` returns once every member
+/// has called it. A stage lasts microseconds, so a waiting member pause-spins first, then yields
+/// at each turn, and sleeps on a futex once the pool's spin budget (`MLS_SPIN_US`) has run out.
+/// A member that fails calls `breaks()`; every
+/// wait, then and after, returns false instead of waiting for it. Reusable: the next wait is the
+/// next stage's. `members` < 1 is an `mls::Error`.
+class TeamBarrier {
+ public:
+  explicit TeamBarrier(int members);
+  /// True once all members have arrived; false when the barrier is broken.
+  [[nodiscard]] bool wait();
+  /// Releases every waiting member, and every later wait, with false.
+  void breaks();
+
+ private:
+  const int members_;
+  std::atomic<int> count_{0};
+  std::atomic<unsigned> gen_{0};
+  std::atomic<bool> broken_{false};
+};
 
 /// Threads the calling thread's `parallel_for` may use: `num_threads()`, or fewer inside a task
 /// of `run_dag` (its intra-op budget) or under an `IntraOpBudget`. `num_threads()` itself never
