@@ -668,6 +668,8 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
   MLS_CHECK(options.max_stack_bytes >= 0, "generate_cpp: max_stack_bytes ", options.max_stack_bytes, " must be >= 0");
   MLS_CHECK(options.reduce_chains >= 1, "generate_cpp: reduce_chains ", options.reduce_chains,
             " must be >= 1 (independent accumulators of a fast_reduce loop)");
+  MLS_CHECK(options.prefetch_pass_step >= 0, "generate_cpp: prefetch_pass_step ", options.prefetch_pass_step,
+            " must be >= 0 (elements further per pass over a prefetched buffer)");
   MLS_CHECK(!options.fast_exp2 || options.fast_exp,
             "generate_cpp: CodegenOptions::fast_exp2 chooses fast_exp's polynomial, but fast_exp is off");
   codegen_detail::Module m;

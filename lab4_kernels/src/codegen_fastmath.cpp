@@ -286,7 +286,10 @@ void Emitter::prefetches(const Store& st, int depth) {
     const auto b = bufs_.find(l->buffer.get());
     if (it == m_.options.prefetch.end() || b == bufs_.end() || !b->second.is_arg) return;
     const std::string at = element(l->buffer.get(), l->indices, "load");
-    const std::string text = "mls_prefetch(&" + at + ", " + c_int_literal(it->second) + ");";
+    auto& passes = prefetch_passes_[l->buffer->name];  // this loop's pass over the buffer (prefetch_pass_step)
+    const std::int64_t pass = passes.emplace(vec_var_, static_cast<std::int64_t>(passes.size())).first->second;
+    const std::int64_t distance = it->second + pass * m_.options.prefetch_pass_step;
+    const std::string text = "mls_prefetch(&" + at + ", " + c_int_literal(distance) + ");";
     if (done.insert(at).second && !in_this_block(depth, text)) line(depth, text);
   });
 }
