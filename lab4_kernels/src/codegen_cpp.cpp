@@ -670,6 +670,8 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
             " must be >= 1 (independent accumulators of a fast_reduce loop)");
   MLS_CHECK(options.prefetch_pass_step >= 0, "generate_cpp: prefetch_pass_step ", options.prefetch_pass_step,
             " must be >= 0 (elements further per pass over a prefetched buffer)");
+  MLS_CHECK(options.prefetch_level == 1 || options.prefetch_level == 2, "generate_cpp: prefetch_level ",
+            options.prefetch_level, " is not 1 (L1) or 2 (L2)");
   MLS_CHECK(!options.fast_exp2 || options.fast_exp,
             "generate_cpp: CodegenOptions::fast_exp2 chooses fast_exp's polynomial, but fast_exp is off");
   codegen_detail::Module m;

@@ -260,6 +260,10 @@ template <class V>
 [[maybe_unused]] static inline void mls_prefetch(const float* p, std::int64_t d) {
     __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(d) * 4u));
 }
+// The same into L2 (CodegenOptions::prefetch_level 2: prefetcht1).
+[[maybe_unused]] static inline void mls_prefetch_l2(const float* p, std::int64_t d) {
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(d) * 4u), 0, 2);
+}
 
 )";
 }
@@ -294,7 +298,8 @@ void Emitter::prefetches(const Store& st, int depth) {
     auto& passes = prefetch_passes_[l->buffer->name];  // this loop's pass over the buffer (prefetch_pass_step)
     const std::int64_t pass = passes.emplace(vec_var_, static_cast<std::int64_t>(passes.size())).first->second;
     const std::int64_t distance = it->second + pass * m_.options.prefetch_pass_step;
-    const std::string text = "mls_prefetch(&" + at + ", " + c_int_literal(distance) + ");";
+    const std::string text = std::string(m_.options.prefetch_level == 2 ? "mls_prefetch_l2(&" : "mls_prefetch(&") + at +
+                             ", " + c_int_literal(distance) + ");";
     if (done.insert(at).second && !in_this_block(depth, text)) line(depth, text);
   });
 }

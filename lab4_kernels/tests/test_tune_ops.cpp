@@ -212,7 +212,7 @@ TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "
   const OpProblem p = tune::row_problem(OpKind::Softmax, 8, 100);
   const OpKnobs k = OpSpace::full(p, 1, 16).default_knobs();
   CHECK(tune::to_string(k) ==
-        "acc=2 exp2=1 expsum=1 fuse=1 hold=1 lanes=16 parallel=0 prefetch=2 spread=1 stream=0 unroll=1");
+        "acc=2 exp2=1 expsum=1 fuse=1 hold=1 lanes=16 parallel=0 pcache=2 prefetch=2 spread=1 stream=0 unroll=1");
   const nlohmann::json j = tune::op_knobs_to_json(OpKind::Softmax, k);
   CHECK(j.at("template") == "softmax.v5");
   CHECK(tune::op_schedule_json(OpKind::Softmax, k, true).at("measure") == "confirmed");
@@ -500,7 +500,7 @@ TEST_CASE("tune ops: reductions in lanes (fast_reduce) and prefetches equal the 
   }
 }
 
-TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass_step), equal the interpreter",
+TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass_step), into L1 or L2, equal the interpreter",
           "[tune_ops][prefetch]") {
   OpsEnv env;
   const int lanes = te::resolved_vector_lanes({});
@@ -534,6 +534,14 @@ TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass
     cg.prefetch_pass_step = -1;
     REQUIRE_THROWS_WITH(te::generate_cpp(f, cg), Catch::Contains("generate_cpp: prefetch_pass_step -1 must be >= 0"));
     cg.prefetch_pass_step = step;
+    cg.prefetch_level = 3;
+    REQUIRE_THROWS_WITH(te::generate_cpp(f, cg), Catch::Contains("generate_cpp: prefetch_level 3 is not 1 (L1) or 2 (L2)"));
+    cg.prefetch_level = 2;  // into L2: the same distances, mls_prefetch_l2
+    const std::string l2 = te::generate_cpp(f, cg);
+    CHECK((l2.find("mls_prefetch_l2(&X[") != std::string::npos) == chunks);
+    CHECK(l2.find("    mls_prefetch(&X[") == std::string::npos);
+    CHECK(has(l2, D + step) == chunks);
+    CHECK(src.find("mls_prefetch_l2(&X[") == std::string::npos);
     std::vector<float> x(static_cast<std::size_t>(R * C)), wy(x.size()), wz(x.size()), gy(x.size()), gz(x.size());
     mls::Rng rng(static_cast<std::uint64_t>(C), "prefetch_passes");
     for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
@@ -541,13 +549,18 @@ TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass
     b.bind(X, x).bind(Y, wy).bind(Z, wz);
     te::interpret(f, b);
     const std::vector<std::span<float>> args = {x, gy, gz};
-    te::compile(f, cg, quick_jit()).run(args, 1);
-    CHECK(std::memcmp(gy.data(), wy.data(), 4 * x.size()) == 0);  // no reduction: the same bits
-    CHECK(std::memcmp(gz.data(), wz.data(), 4 * x.size()) == 0);
+    for (int level : {1, 2}) {
+      cg.prefetch_level = level;
+      std::fill(gy.begin(), gy.end(), 0.0f);
+      std::fill(gz.begin(), gz.end(), 0.0f);
+      te::compile(f, cg, quick_jit()).run(args, 1);
+      CHECK(std::memcmp(gy.data(), wy.data(), 4 * x.size()) == 0);  // no reduction: the same bits
+      CHECK(std::memcmp(gz.data(), wz.data(), 4 * x.size()) == 0);
+    }
   }
-  // The templates' knob spread: a row's later passes prefetch `spread` rows further; compiled with
-  // spread 0, 1, 2 on rows with a tail after the partials (67, 41) and without (64), at 1 and 2
-  // threads, each equals the naive loops; spread is 0 in the plan without a prefetch.
+  // The templates' knobs spread and pcache: a row's later passes prefetch `spread` rows further,
+  // into L1 or L2; compiled with spread 0, 1, 2 on rows with a tail after the partials (67, 41) and without (64), at 1 and 2
+  // threads, each equals the naive loops; spread is 0 and pcache 1 in the plan without a prefetch.
   for (const OpProblem& p : {tune::row_problem(OpKind::Softmax, 5, 67), tune::row_problem(OpKind::Softmax, 4, 64),
                              tune::row_problem(OpKind::LayerNormFwd, 5, 67), tune::row_problem(OpKind::LayerNormFwd, 4, 64),
                              tune::row_problem(OpKind::LayerNormBwd, 7, 41), tune::row_problem(OpKind::LayerNormBwd, 4, 64)}) {
@@ -557,11 +570,13 @@ TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass
       OpKnobs k = OpSpace::full(p, 2).default_knobs();
       k["prefetch"] = 1;
       k["spread"] = spread;
+      k["pcache"] = 1 + spread % 2;  // L1 and L2 both
       const std::string what = tune::op_name(p.kind) + " " + tune::to_string(p) + " " + tune::to_string(k);
       INFO(what);
       CHECK(tune::op_plan(p, k).at("spread") == spread);
       const tune::OpInstance inst = tune::instantiate_op(p, k);
       CHECK(inst.codegen.prefetch_pass_step == spread * p.cols);
+      CHECK(inst.codegen.prefetch_level == 1 + spread % 2);
       const std::string src = te::generate_cpp(inst.func, inst.codegen);
       const bool two_passes = src.find("], " + std::to_string((1 + spread) * p.cols) + ");") != std::string::npos;
       CHECK((spread == 0 || two_passes));  // every default reads a row in two passes at least
@@ -573,6 +588,7 @@ TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass
       }
       k["prefetch"] = 0;
       CHECK(tune::op_plan(p, k).at("spread") == 0);
+      CHECK(tune::op_plan(p, k).at("pcache") == 1);
     }
   }
 }

@@ -122,6 +122,10 @@ struct CodegenOptions {
   /// again), never twice in the same row's passes (the second of two prefetches of one line a few
   /// cycles apart only takes a load slot). A knob of the row operator templates (tune_ops.hpp).
   std::int64_t prefetch_pass_step = 0;
+  /// The cache `prefetch` fills: 1 = L1 (`prefetcht0`, `mls_prefetch`), 2 = L2 (`prefetcht1`,
+  /// `mls_prefetch_l2`: the line comes to L1 when the pass loads it, and the rows ahead do not take
+  /// L1's ways from the rows in use). mls::Error from generate_cpp for another value.
+  int prefetch_level = 1;
 };
 
 /// The lanes `options` asks for on this CPU (resolves vector_lanes = 0); mls::Error for a value
