@@ -584,6 +584,10 @@ TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass
       CHECK(inst.codegen.prefetch_pass_step == spread * p.cols);
       CHECK(inst.codegen.prefetch_level == 1 + spread % 2);
       const std::string src = te::generate_cpp(inst.func, inst.codegen);
+      // The rows a parallel loop (a lambda run on the pool's threads): its buffers __restrict
+      // pointers of its own, not references through the closure.
+      CHECK(k.at("parallel") == 1);
+      CHECK(src.find("float* const __restrict x_ = x;") != std::string::npos);
       const bool two_passes = src.find("], " + std::to_string((1 + spread) * p.cols) + ");") != std::string::npos;
       if (p.cols >= 64) CHECK((spread == 0 || two_passes));  // every default reads such a row in two vectorized passes
       const tune::CompiledOp op = tune::compile_op(p, k, quick_jit());
