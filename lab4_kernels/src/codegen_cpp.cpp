@@ -476,11 +476,33 @@ void Emitter::parallel_loop(const For& f, int depth, const std::string& v) {
   const std::string off = mn && mn->value == 0 ? "" : wrap(expr(f.min), 13) + " + ";
   line(depth, "// " + v + " in parallel(" + ext + "): ranges of iterations on the host's threads");
   line(depth, "auto " + body + " = [&](std::int64_t " + b + ", std::int64_t " + e + ") {");
+  // The buffers the body uses, as __restrict pointers of the lambda's own: captured by reference,
+  // they would be read through the closure after every store (a store may alias them) and lose
+  // the function's __restrict, so the loops would reload every pointer and every row statistic
+  // per chunk.
+  std::set<const BufferNode*> used;
+  for_each_stmt(f.body, [&](const Stmt& st) {
+    if (const auto* x = st.as<Store>()) used.insert(x->buffer.get());
+    if (const auto* c = st.as<Call>())
+      for (const auto& a : c->args) used.insert(a.buffer.get());
+  });
+  for_each_expr(f.body, [&](const Expr& x) {
+    if (const auto* l = x.as<Load>()) used.insert(l->buffer.get());
+  });
+  std::vector<std::pair<BufVar*, std::string>> outer;  // each buffer's identifier outside the lambda
+  for (auto& [node, bv] : bufs_)
+    if (bv.live && used.count(node)) outer.emplace_back(&bv, bv.ident);
+  std::sort(outer.begin(), outer.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+  for (auto& [bv, ident] : outer) {  // in name order: the same source every time
+    bv->ident = fresh(ident + "_");
+    line(depth + 1, "float* const __restrict " + bv->ident + " = " + ident + ";");
+  }
   line(depth + 1, "for (std::int64_t " + v + " = " + off + b + "; " + v + " < " + off + e + "; ++" + v + ") {");
   stmt(f.body, depth + 2, true);
   line(depth + 1, "}");
   if (streams_in(f.body)) line(depth + 1, "mls_stream_fence();  // this thread's non-temporal stores, done");
   line(depth, "};");
+  for (auto& [bv, ident] : outer) bv->ident = ident;
   line(depth, "mls_parallel(parallel_for, host, " + ext + ", " + body + ");");
 }
 
@@ -668,6 +690,10 @@ std::string generate_cpp(std::span<const LoweredFunc> fs, const CodegenOptions& 
   MLS_CHECK(options.max_stack_bytes >= 0, "generate_cpp: max_stack_bytes ", options.max_stack_bytes, " must be >= 0");
   MLS_CHECK(options.reduce_chains >= 1, "generate_cpp: reduce_chains ", options.reduce_chains,
             " must be >= 1 (independent accumulators of a fast_reduce loop)");
+  MLS_CHECK(options.prefetch_pass_step >= 0, "generate_cpp: prefetch_pass_step ", options.prefetch_pass_step,
+            " must be >= 0 (elements further per pass over a prefetched buffer)");
+  MLS_CHECK(options.prefetch_level == 1 || options.prefetch_level == 2, "generate_cpp: prefetch_level ",
+            options.prefetch_level, " is not 1 (L1) or 2 (L2)");
   MLS_CHECK(!options.fast_exp2 || options.fast_exp,
             "generate_cpp: CodegenOptions::fast_exp2 chooses fast_exp's polynomial, but fast_exp is off");
   codegen_detail::Module m;

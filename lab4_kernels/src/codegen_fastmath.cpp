@@ -236,12 +236,17 @@ template <class V>
 [[maybe_unused]] static inline V mls_vmax_acc(V a, V e) { return e > a ? e : a; }
 template <class V>
 [[maybe_unused]] static inline V mls_vmin_acc(V a, V e) { return e < a ? e : a; }
-// The lanes of a vector added up (max, min) in a tree: halves, then quarters, ...
-template <class H, class V>
-static inline void mls_halves(V v, H& lo, H& hi) {
-    __builtin_memcpy(&lo, &v, sizeof(H));
-    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof(H), sizeof(H));
+// The lanes of a vector added up (max, min) in a tree of register shuffles: halves, then
+// quarters, ... (not through memory: a row's statistic is on the path to its next pass).
+[[maybe_unused]] static inline void mls_halves(mls_f32x16 v, mls_f32x8& lo, mls_f32x8& hi) {
+    lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
 }
+[[maybe_unused]] static inline void mls_halves(mls_f32x8 v, mls_f32x4& lo, mls_f32x4& hi) {
+    lo = __builtin_shufflevector(v, v, 0, 1, 2, 3);
+    hi = __builtin_shufflevector(v, v, 4, 5, 6, 7);
+}
+// The last four lanes as scalars (their branches predict well: measured faster than masked compares).
 [[maybe_unused]] static inline float mls_hsum(mls_f32x4 v) { return (v[0] + v[2]) + (v[1] + v[3]); }
 [[maybe_unused]] static inline float mls_hsum(mls_f32x8 v) { mls_f32x4 a, b; mls_halves(v, a, b); return mls_hsum(a + b); }
 [[maybe_unused]] static inline float mls_hsum(mls_f32x16 v) { mls_f32x8 a, b; mls_halves(v, a, b); return mls_hsum(a + b); }
@@ -254,6 +259,10 @@ static inline void mls_halves(V v, H& lo, H& hi) {
 // Prefetches (into L1) the float `d` elements past p; never faults.
 [[maybe_unused]] static inline void mls_prefetch(const float* p, std::int64_t d) {
     __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(d) * 4u));
+}
+// The same into L2 (CodegenOptions::prefetch_level 2: prefetcht1).
+[[maybe_unused]] static inline void mls_prefetch_l2(const float* p, std::int64_t d) {
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(d) * 4u), 0, 2);
 }
 
 )";
@@ -286,7 +295,11 @@ void Emitter::prefetches(const Store& st, int depth) {
     const auto b = bufs_.find(l->buffer.get());
     if (it == m_.options.prefetch.end() || b == bufs_.end() || !b->second.is_arg) return;
     const std::string at = element(l->buffer.get(), l->indices, "load");
-    const std::string text = "mls_prefetch(&" + at + ", " + c_int_literal(it->second) + ");";
+    auto& passes = prefetch_passes_[l->buffer->name];  // this loop's pass over the buffer (prefetch_pass_step)
+    const std::int64_t pass = passes.emplace(vec_var_, static_cast<std::int64_t>(passes.size())).first->second;
+    const std::int64_t distance = it->second + pass * m_.options.prefetch_pass_step;
+    const std::string text = std::string(m_.options.prefetch_level == 2 ? "mls_prefetch_l2(&" : "mls_prefetch(&") + at +
+                             ", " + c_int_literal(distance) + ");";
     if (done.insert(at).second && !in_this_block(depth, text)) line(depth, text);
   });
 }

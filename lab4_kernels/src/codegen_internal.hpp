@@ -180,6 +180,9 @@ class Emitter {
   int vec_lanes_ = 1;
   std::vector<std::string> pre_;  // statements before the current vector statement
   int temps_ = 0;
+  // CodegenOptions::prefetch_pass_step: per prefetched buffer, the pass number of each vectorized
+  // loop (its variable) that prefetched it, in the order they were written.
+  std::map<std::string, std::map<const VarNode*, std::int64_t>> prefetch_passes_;
 };
 
 }  // namespace mls::kernels::te::codegen_detail

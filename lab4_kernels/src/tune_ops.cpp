@@ -40,10 +40,11 @@ bool is_row_op(OpKind k) { return k == OpKind::Softmax || k == OpKind::LayerNorm
 // v2 of the row operators: the knob `prefetch` (records of v1 have none, and their times were taken
 // with the code generation of before: the tuning database no longer offers them); v3 of
 // layernorm_bwd: the knobs `onepass` and `colfuse`; v3 of softmax: the knob `expsum`; v4 of
-// softmax: the knob `exp2`; v3 of layernorm_fwd: the knob `sqsum`.
+// softmax: the knob `exp2`; v3 of layernorm_fwd: the knob `sqsum`; v5 of softmax, v4 of both
+// layernorms: the knobs `spread` and `pcache`.
 std::string op_template_id(OpKind kind) {
-  if (kind == OpKind::Softmax) return op_name(kind) + ".v4";
-  if (kind == OpKind::LayerNormBwd || kind == OpKind::LayerNormFwd) return op_name(kind) + ".v3";
+  if (kind == OpKind::Softmax) return op_name(kind) + ".v5";
+  if (kind == OpKind::LayerNormBwd || kind == OpKind::LayerNormFwd) return op_name(kind) + ".v4";
   return op_name(kind) + (is_row_op(kind) ? ".v2" : ".v1");
 }
 
@@ -198,6 +199,8 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
       k.push_back({"unroll", {1, 2, 4}, true});
       k.push_back({"stream", {0, 1}, false});
       k.push_back({"prefetch", {0, 1, 2, 4}, true});
+      k.push_back({"spread", {0, 1, 2}, true});
+      k.push_back({"pcache", {1, 2}, false});
       if (kind == OpKind::LayerNormFwd) k.push_back({"sqsum", {0, 1}, false});
       if (kind == OpKind::LayerNormBwd) {
         k.push_back({"blocks", {1, 2, 4, 8, 16, 32, 64}, true});
@@ -223,7 +226,9 @@ std::vector<OpKnob> template_knobs(OpKind kind, int lanes) {
 /// (the space's nearest is taken). Prefetch distances as measured on a Zen 5 (4096 x 1024, one
 /// thread): 2 rows for softmax and layernorm forward (one row stream), 1 for layernorm backward
 /// (three row streams: 2 rows ahead of each overflow L1 with the rows in use). Outputs of 16 MiB or more are streamed, as the hand-written
-/// kernels stream them (fused.hpp).
+/// kernels stream them (fused.hpp). Spread 1: a row's second pass prefetches one row further than
+/// its first (measured on the same Zen 5, one thread: 5-20% over spread 0 for all three). Softmax
+/// prefetches into L2 (pcache 2: 2-6% over L1 there), the layernorms into L1 (L2: 8-13% slower).
 OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
   const int par = threads > 1 ? 1 : 0;
   const int stream = 4.0 * static_cast<double>(p.kind == OpKind::AddMulAdd ? p.n : p.rows * p.cols) >= 16.0 * (1 << 20);
@@ -231,15 +236,15 @@ OpKnobs template_default(const OpProblem& p, int lanes, int threads) {
     case OpKind::Softmax:
       return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},     {"hold", 1},
               {"unroll", 1},    {"stream", stream}, {"prefetch", 2},   {"expsum", 1},
-              {"exp2", 1}};
+              {"exp2", 1},      {"spread", 1},    {"pcache", 2}};
     case OpKind::LayerNormFwd:
       return {{"lanes", lanes}, {"parallel", par}, {"acc", 2},         {"fuse", 1},
               {"hold", 1},      {"unroll", 1},     {"stream", stream}, {"prefetch", 2},
-              {"sqsum", 1}};
+              {"sqsum", 1},     {"spread", 1},     {"pcache", 1}};
     case OpKind::LayerNormBwd:
       return {{"lanes", lanes},   {"parallel", par}, {"acc", 2},      {"fuse", 1},       {"hold", 0},
               {"unroll", 1},      {"stream", stream}, {"prefetch", 1}, {"blocks", threads}, {"onepass", 1},
-              {"colfuse", 1}};
+              {"colfuse", 1},     {"spread", 1},     {"pcache", 1}};
     case OpKind::AddMulAdd:
       return {{"lanes", lanes}, {"parallel", par}, {"block", 16384}, {"unroll", 2}, {"stream", stream}};
     case OpKind::Conv2d: return {{"lanes", lanes}, {"parallel", par}, {"order", 1}, {"pad_copy", 1}, {"ob", 1}};
@@ -304,6 +309,10 @@ OpKnobs op_plan(const OpProblem& p, const OpKnobs& k) {
     if (w > 0 && p.cols / w == 0) q["acc"] = 0;        // a row shorter than the partials: scalar
     if (get("acc") == 0 || p.cols / w <= 1) q["unroll"] = 1;  // no loop over jo to unroll
     if (p.kind != OpKind::Softmax && get("fuse") == 0) q["hold"] = 0;  // the tiles serve the fused nest
+    if (get("prefetch") == 0) {  // no prefetch to spread or place
+      q["spread"] = 0;
+      q["pcache"] = 1;
+    }
     if (p.kind == OpKind::Softmax) {  // exp and sum in one pass: a held row, partials and no tail after them
       const long wa = static_cast<long>(get("acc")) * get("lanes");
       if (!get("hold") || get("acc") == 0 || p.cols % wa != 0) q["expsum"] = 0;
@@ -362,6 +371,8 @@ OpSpace OpSpace::small(const OpProblem& problem, int threads, int lanes) {
     else if (k.name == "block") k.values = {1024, 4096};
     else if (k.name == "stream") k.values = {1};
     else if (k.name == "prefetch") k.values = {2};
+    else if (k.name == "spread") k.values = {1};
+    else if (k.name == "pcache") k.values = {1};
     else if (k.name == "onepass") k.values = {1};
     else if (k.name == "exp2" || k.name == "sqsum") k.values = {1};
     else if (k.name == "parallel") k.values = {threads > 1 ? 1 : 0};

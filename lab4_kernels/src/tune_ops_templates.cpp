@@ -550,6 +550,9 @@ OpInstance instantiate_op(const OpProblem& p, const OpKnobs& k, std::string name
     for (const auto& a : op_args(p))
       if (!a.output && a.shape.size() == 2)
         cg.prefetch.emplace_back(a.name, static_cast<std::int64_t>(plan.at("prefetch")) * p.cols);
+  if (plan.count("spread"))  // each later pass over a row prefetches `spread` rows further
+    cg.prefetch_pass_step = static_cast<std::int64_t>(plan.at("spread")) * p.cols;
+  if (plan.count("pcache")) cg.prefetch_level = plan.at("pcache");  // into L1 or L2
   if (plan.count("stream") && plan.at("stream"))  // the big output (y, out, dinp, e): written once
     for (const auto& a : op_args(p))
       if (a.output) {

@@ -500,8 +500,9 @@ TEST_CASE("codegen: B packed in NR-wide panels (cache_read's panel) feeds the re
     o.vector_lanes = lanes;
     const std::string src = check_jobs(jobs, o);
     INFO(src);
-    // The transposed copy goes through registers panel by panel: BL[bp][ax0][bi] = B[bp*NR + bi][...].
-    CHECK(has(src, "a transposing copy BL[ax0][bi] = B[bi][ax0] in " + std::to_string(lanes) + " x " +
+    // The transposed copy goes through registers panel by panel: BL[bp][ax0][bi] = B[bp*NR + bi][...]
+    // (inside the parallel loop's lambda, whose __restrict pointers are BL_ and B_).
+    CHECK(has(src, "a transposing copy BL_[ax0][bi] = B_[bi][ax0] in " + std::to_string(lanes) + " x " +
                        std::to_string(lanes) + " blocks"));
     CHECK(has(src, "_regblock"));
   }

@@ -211,9 +211,10 @@ TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "
   }
   const OpProblem p = tune::row_problem(OpKind::Softmax, 8, 100);
   const OpKnobs k = OpSpace::full(p, 1, 16).default_knobs();
-  CHECK(tune::to_string(k) == "acc=2 exp2=1 expsum=1 fuse=1 hold=1 lanes=16 parallel=0 prefetch=2 stream=0 unroll=1");
+  CHECK(tune::to_string(k) ==
+        "acc=2 exp2=1 expsum=1 fuse=1 hold=1 lanes=16 parallel=0 pcache=2 prefetch=2 spread=1 stream=0 unroll=1");
   const nlohmann::json j = tune::op_knobs_to_json(OpKind::Softmax, k);
-  CHECK(j.at("template") == "softmax.v4");
+  CHECK(j.at("template") == "softmax.v5");
   CHECK(tune::op_schedule_json(OpKind::Softmax, k, true).at("measure") == "confirmed");
   OpKnobs bad = k;
   bad["tile"] = 4;
@@ -226,7 +227,7 @@ TEST_CASE("tune ops: knobs, their JSON and spaces, bad knobs as named errors", "
   REQUIRE_THROWS_WITH(tune::check_op_knobs(p, bad, 16), Catch::Contains("softmax knobs: acc 3 is not one of 0, 1, 2, 4"));
   REQUIRE_THROWS_WITH(tune::check_op_knobs(p, k, 8), Catch::Contains("softmax knobs: lanes 16 is more than the 8 lanes"));
   REQUIRE_THROWS_WITH(tune::op_knobs_from_json(OpKind::LayerNormFwd, j),
-                      Catch::Contains("layernorm_fwd knobs: template \"softmax.v4\" is not 'layernorm_fwd.v3'"));
+                      Catch::Contains("layernorm_fwd knobs: template \"softmax.v5\" is not 'layernorm_fwd.v4'"));
   nlohmann::json jb = j;
   jb["acc"] = "two";
   REQUIRE_THROWS_WITH(tune::op_knobs_from_json(OpKind::Softmax, jb), Catch::Contains("knob 'acc' must be an integer"));
@@ -495,6 +496,109 @@ TEST_CASE("tune ops: reductions in lanes (fast_reduce) and prefetches equal the 
         }
       }
       for (std::int64_t j = 0; j < C; ++j) CHECK(std::memcmp(&gy[j], &wy[j], 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("tune ops: the passes over a row prefetch further apart (prefetch_pass_step), into L1 or L2, equal the interpreter",
+          "[tune_ops][prefetch]") {
+  OpsEnv env;
+  const int lanes = te::resolved_vector_lanes({});
+  // Two nests over X's rows, each a vectorized loop reading X (the second twice in one chunk): the
+  // first prefetches at the distance, the second one step further, a chunk's tail at its loop's.
+  for (std::int64_t C : {3, 16, 67}) {
+    const std::int64_t R = 5, D = 2 * C, step = C;
+    te::Tensor X = te::placeholder("X", {R, C});
+    te::Tensor Y = te::compute("Y", {R, C}, [&](te::Var i, te::Var j) { return X(i, j) * 2.0f; });
+    te::Tensor Z = te::compute("Z", {R, C}, [&](te::Var i, te::Var j) { return X(i, j) * X(i, j) + 1.0f; });
+    te::Schedule s({Y, Z});
+    s[Y].vectorize(Y.axis(1));
+    s[Z].vectorize(Z.axis(1));
+    const te::LoweredFunc f = te::lower(s, "prefetch_passes");
+    te::CodegenOptions cg;
+    cg.vector_lanes = lanes;
+    cg.prefetch = {{"X", D}};
+    const std::string plain = te::generate_cpp(f, cg);
+    cg.prefetch_pass_step = step;
+    const std::string src = te::generate_cpp(f, cg);
+    INFO("C " << C << "\n" << src);
+    auto has = [&](const std::string& text, std::int64_t d) {
+      return text.find("], " + std::to_string(d) + ");") != std::string::npos;
+    };
+    const bool chunks = C >= 4;  // a loop shorter than 4 lanes stays scalar: no prefetch
+    CHECK(has(plain, D) == chunks);
+    CHECK_FALSE(has(plain, D + step));
+    CHECK(has(src, D) == chunks);
+    CHECK(has(src, D + step) == chunks);
+    CHECK_FALSE(has(src, D + 2 * step));  // Z's two loads of X: one pass, one prefetch
+    cg.prefetch_pass_step = -1;
+    REQUIRE_THROWS_WITH(te::generate_cpp(f, cg), Catch::Contains("generate_cpp: prefetch_pass_step -1 must be >= 0"));
+    cg.prefetch_pass_step = step;
+    cg.prefetch_level = 3;
+    REQUIRE_THROWS_WITH(te::generate_cpp(f, cg), Catch::Contains("generate_cpp: prefetch_level 3 is not 1 (L1) or 2 (L2)"));
+    cg.prefetch_level = 2;  // into L2: the same distances, mls_prefetch_l2
+    const std::string l2 = te::generate_cpp(f, cg);
+    CHECK((l2.find("mls_prefetch_l2(&X[") != std::string::npos) == chunks);
+    CHECK(l2.find("    mls_prefetch(&X[") == std::string::npos);
+    CHECK(has(l2, D + step) == chunks);
+    CHECK(src.find("mls_prefetch_l2(&X[") == std::string::npos);
+    std::vector<float> x(static_cast<std::size_t>(R * C)), wy(x.size()), wz(x.size()), gy(x.size()), gz(x.size());
+    mls::Rng rng(static_cast<std::uint64_t>(C), "prefetch_passes");
+    for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
+    te::Bindings b;
+    b.bind(X, x).bind(Y, wy).bind(Z, wz);
+    te::interpret(f, b);
+    const std::vector<std::span<float>> args = {x, gy, gz};
+    for (int level : {1, 2}) {
+      cg.prefetch_level = level;
+      std::fill(gy.begin(), gy.end(), 0.0f);
+      std::fill(gz.begin(), gz.end(), 0.0f);
+      te::compile(f, cg, quick_jit()).run(args, 1);
+      CHECK(std::memcmp(gy.data(), wy.data(), 4 * x.size()) == 0);  // no reduction: the same bits
+      CHECK(std::memcmp(gz.data(), wz.data(), 4 * x.size()) == 0);
+    }
+  }
+  // The templates' knobs spread and pcache: a row's later passes prefetch `spread` rows further,
+  // into L1 or L2; compiled with spread 0, 1, 2 on rows with a tail after the partials (67, 41) and without (64), at 1 and 2
+  // threads, each equals the naive loops; spread is 0 and pcache 1 in the plan without a prefetch.
+  // Plus one random shape per operator (rows 1-9, cols 1-200: rows shorter than the partials, whole
+  // partials with or without a tail). Tolerance: require_matches's 8 (L + 8) eps of the largest output.
+  std::vector<OpProblem> ps = {tune::row_problem(OpKind::Softmax, 5, 67), tune::row_problem(OpKind::Softmax, 4, 64),
+                               tune::row_problem(OpKind::LayerNormFwd, 5, 67), tune::row_problem(OpKind::LayerNormFwd, 4, 64),
+                               tune::row_problem(OpKind::LayerNormBwd, 7, 41), tune::row_problem(OpKind::LayerNormBwd, 4, 64)};
+  mls::Rng shapes(28, "prefetch_spread_shapes");
+  for (OpKind kind : {OpKind::Softmax, OpKind::LayerNormFwd, OpKind::LayerNormBwd})
+    ps.push_back(tune::row_problem(kind, static_cast<long>(shapes.uniform(1, 10)), static_cast<long>(shapes.uniform(1, 201))));
+  for (const OpProblem& p : ps) {
+    const tune::OpArrays in = tune::make_op_arrays(p, 13);
+    const Want want = naive(p, in);
+    for (int spread : {0, 1, 2}) {
+      OpKnobs k = OpSpace::full(p, 2).default_knobs();
+      k["prefetch"] = 1;
+      k["spread"] = spread;
+      k["pcache"] = 1 + spread % 2;  // L1 and L2 both
+      const std::string what = tune::op_name(p.kind) + " " + tune::to_string(p) + " " + tune::to_string(k);
+      INFO(what);
+      CHECK(tune::op_plan(p, k).at("spread") == spread);
+      const tune::OpInstance inst = tune::instantiate_op(p, k);
+      CHECK(inst.codegen.prefetch_pass_step == spread * p.cols);
+      CHECK(inst.codegen.prefetch_level == 1 + spread % 2);
+      const std::string src = te::generate_cpp(inst.func, inst.codegen);
+      // The rows a parallel loop (a lambda run on the pool's threads): its buffers __restrict
+      // pointers of its own, not references through the closure.
+      CHECK(k.at("parallel") == 1);
+      CHECK(src.find("float* const __restrict x_ = x;") != std::string::npos);
+      const bool two_passes = src.find("], " + std::to_string((1 + spread) * p.cols) + ");") != std::string::npos;
+      if (p.cols >= 64) CHECK((spread == 0 || two_passes));  // every default reads such a row in two vectorized passes
+      const tune::CompiledOp op = tune::compile_op(p, k, quick_jit());
+      for (int threads : {1, 2}) {
+        tune::OpArrays got = in;
+        op.run(got, threads);
+        require_matches(p, got, want, what + ", threads " + std::to_string(threads));
+      }
+      k["prefetch"] = 0;
+      CHECK(tune::op_plan(p, k).at("spread") == 0);
+      CHECK(tune::op_plan(p, k).at("pcache") == 1);
     }
   }
 }

@@ -114,6 +114,18 @@ struct CodegenOptions {
   /// in cache, so the core's arithmetic and the memory's transfers overlap. A prefetch never
   /// faults (past the array's end it is dropped).
   std::vector<std::pair<std::string, std::int64_t>> prefetch{};
+  /// The passes of a row spread apart (>= 0; 0: every pass at `prefetch`'s distance): the vectorized
+  /// loops of the function that prefetch a buffer, numbered k = 0, 1, ... in the order they are
+  /// written, prefetch k x prefetch_pass_step elements further than `prefetch` says. With the step
+  /// one row, the second pass over a row prefetches the row after the first pass's: each line is
+  /// asked for twice, a row apart (a prefetch dropped or not yet in flight the first time is issued
+  /// again), never twice in the same row's passes (the second of two prefetches of one line a few
+  /// cycles apart only takes a load slot). A knob of the row operator templates (tune_ops.hpp).
+  std::int64_t prefetch_pass_step = 0;
+  /// The cache `prefetch` fills: 1 = L1 (`prefetcht0`, `mls_prefetch`), 2 = L2 (`prefetcht1`,
+  /// `mls_prefetch_l2`: the line comes to L1 when the pass loads it, and the rows ahead do not take
+  /// L1's ways from the rows in use). mls::Error from generate_cpp for another value.
+  int prefetch_level = 1;
 };
 
 /// The lanes `options` asks for on this CPU (resolves vector_lanes = 0); mls::Error for a value

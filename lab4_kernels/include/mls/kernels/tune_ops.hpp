@@ -40,6 +40,12 @@
 ///   prefetch  row ops: the rows of the (rows, cols) inputs prefetched this many rows ahead (0: none;
 ///             CodegenOptions::prefetch), so that the next rows come from memory while this one is
 ///             computed in cache (the code generation's reductions are CodegenOptions::fast_reduce)
+///   spread    row ops: each later pass over a row prefetches this many rows further than the one
+///             before (CodegenOptions::prefetch_pass_step: with prefetch 2 and spread 1, softmax's
+///             max pass prefetches row i + 2 and its exp pass row i + 3); 0 = every pass at
+///             `prefetch` rows (the same lines asked for again a pass later); only with prefetch > 0
+///   pcache    row ops: the cache the prefetches fill, 1 = L1, 2 = L2 (CodegenOptions::prefetch_level:
+///             the rows ahead then take no L1 ways from the rows in use); only with prefetch > 0
 ///   blocks    layernorm_bwd: row blocks of the dweight/dbias partial sums (a space for T threads:
 ///             T to 4 T, each block a parallel iteration)
 ///   expsum    softmax: 1 = exp(x - max) written into the held row (hold) and summed in the same loop
@@ -87,9 +93,9 @@ std::vector<OpKind> op_kinds();
 std::string op_name(OpKind kind);
 /// The operator of an op name; mls::Error "tune: unknown operator '<s>' (softmax, ...)".
 OpKind op_kind_from_string(std::string_view s);
-/// The template's schedule format, stored as "template" in its knob objects: "layernorm_fwd.v3" (v2
-/// added the knob prefetch, v3 sqsum), "layernorm_bwd.v3" (v3 added onepass and colfuse), "softmax.v4" (v3
-/// added expsum, v4 exp2), "<op>.v1" for add_mul_add and conv2d.
+/// The template's schedule format, stored as "template" in its knob objects: "layernorm_fwd.v4" (v2
+/// added the knob prefetch, v3 sqsum, v4 spread and pcache), "layernorm_bwd.v4" (v3 added onepass and
+/// colfuse, v4 spread and pcache), "softmax.v5" (v3 added expsum, v4 exp2, v5 spread and pcache), "<op>.v1" for add_mul_add and conv2d.
 std::string op_template_id(OpKind kind);
 
 /// One problem of an operator. Only the fields of its kind count.
@@ -202,7 +208,7 @@ nlohmann::json op_knobs_to_json(OpKind kind, const OpKnobs& k);
 OpKnobs op_knobs_from_json(OpKind kind, const nlohmann::json& j);
 /// The knobs the template really uses on this problem (a knob that makes no difference there set to
 /// its first value, or a block size to the problem's: acc 0 when a row is shorter than the partials,
-/// unroll 1 without a loop to unroll, hold 0 without fuse (layernorm), expsum and sqsum 0 without a
+/// unroll 1 without a loop to unroll, hold 0 without fuse (layernorm), spread 0 and pcache 1 without prefetch, expsum and sqsum 0 without a
 /// held row or with a tail after the partials, onepass 0 without partials
 /// (acc 0), colfuse 0 where the row blocks do not divide the rows, block n past n, ob k past k,
 /// pad_copy 0 without padding): knobs with the same plan compile to the same kernel.
