@@ -427,6 +427,7 @@ PlannedExecutor::PlannedExecutor(const Program& p, MemoryPlan plan) : p_(&p), pl
   args_.resize(s.size());
   into_.resize(s.size(), nullptr);
   views_.resize(s.size());
+  lent_.resize(plan_.buffer_bytes.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
     for (const NodePtr& in : s[i]->inputs) args_[i].push_back(step_of(in.get()));
     if (!s[i]->is_leaf()) into_[i] = forward_into(s[i]->op);
@@ -473,7 +474,13 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     Tensor& buf = buffers_[static_cast<std::size_t>(b)];
     if (!buf.defined()) {
       const std::size_t bytes = plan_.buffer_bytes[static_cast<std::size_t>(b)];
-      buf = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool);  // 1-byte items: raw bytes
+      // A buffer handed out with an output that its caller has let go of since (we hold the only
+      // reference: the backward consumed the saved activation) is taken back, not allocated anew
+      // (no fresh pages to fault in at every step); one the caller still holds stays theirs.
+      Tensor& lent = lent_[static_cast<std::size_t>(b)];
+      if (lent.defined() && lent.storage().use_count() == 1) buf = std::move(lent);
+      else buf = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool);  // 1-byte items: raw bytes
+      lent = Tensor();
       if (!ever_allocated_[static_cast<std::size_t>(b)]) allocated_ += bytes;
       ever_allocated_[static_cast<std::size_t>(b)] = true;
     }
@@ -520,7 +527,7 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     }
   }
   for (std::size_t k = 0; k < buffers_.size(); ++k)
-    if (given[k]) buffers_[k] = Tensor();  // allocated again by the next run (counted once in the peak)
+    if (given[k]) lent_[k] = std::move(buffers_[k]), buffers_[k] = Tensor();  // reallocated or taken back by the next run
   for (std::size_t i = 0; i < s.size(); ++i)  // the caller's alone: no view of ours keeps it
     if (plan_.buffer[i] >= 0 && given[static_cast<std::size_t>(plan_.buffer[i])]) views_[i] = Tensor();
   return out;

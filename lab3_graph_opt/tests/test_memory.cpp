@@ -172,3 +172,34 @@ TEST_CASE("embedding and embedding_backward computed in their planned buffers eq
     require_error([&] { (void)ex.run(feeds); }, "embedding: index " + std::to_string(V) + " is out of range for " + std::to_string(V) + " rows");
   }
 }
+
+TEST_CASE("the planned executor takes an output's buffer back once its caller lets go of it, never while the caller holds it",
+          "[lab3][memory]") {
+  Program p;
+  const Var x = p.input("x", {4, 6});
+  const Var h = autodiff::tanh(autodiff::matmul(x, autodiff::transpose(x)));  // [4, 4]
+  p.output(h * 2.0);
+  p.output(autodiff::exp(h));
+  PlannedExecutor ex(p, plan_memory(p));
+  const auto feeds1 = random_feeds(p, 401), feeds2 = random_feeds(p, 402), feeds3 = random_feeds(p, 403);
+  std::vector<const void*> first;
+  {
+    const std::vector<Tensor> out = ex.run(feeds1);
+    observe_outputs("first run", out);
+    for (const Tensor& t : out) first.push_back(t.data_ptr());
+  }  // let go: the next run takes the buffers back
+  const std::vector<Tensor> kept = ex.run(feeds2);
+  observe_outputs("second run", kept);
+  std::vector<Tensor> kept_copy;
+  for (const Tensor& t : kept) kept_copy.push_back(t.clone());
+  const std::vector<Tensor> third = ex.run(feeds3);  // kept is still held: new buffers
+  observe_outputs("third run", third);
+  const bool reused = kept[0].data_ptr() == first[0] && kept[1].data_ptr() == first[1];
+  const bool fresh = third[0].data_ptr() != kept[0].data_ptr() && third[1].data_ptr() != kept[1].data_ptr();
+  MLS_OBSERVE(reused);
+  MLS_OBSERVE(fresh);
+  CHECK(reused);
+  CHECK(fresh);
+  CHECK(max_rel_error(kept, kept_copy) == 0.0);  // the third run wrote nothing the caller holds
+  MLS_ORACLE_CHECK(CHECK(max_rel_error(kept, run(p, feeds2)) <= 1.0); CHECK(max_rel_error(third, run(p, feeds3)) <= 1.0));
+}

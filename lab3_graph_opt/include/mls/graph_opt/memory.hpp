@@ -105,7 +105,9 @@ Program subgraph_program(const autodiff::SubGraph& sg);
 /// computes each node in its buffer (ops with a `forward_into`: lab 3's gemm and fused loops,
 /// matmul) or computes it and copies it there (the others), hands values of views through. The
 /// buffers holding the outputs at the end are handed out with them (no copy) and allocated again
-/// by the next run; an output that is an input, a constant or a view of one is copied.
+/// by the next run, or taken back by it when the caller has let go of the output since (no other
+/// reference to the buffer: a saved activation the backward has consumed); an output that is an
+/// input, a constant or a view of one is copied.
 class PlannedExecutor {
  public:
   PlannedExecutor(const Program& p, MemoryPlan plan);
@@ -132,6 +134,7 @@ class PlannedExecutor {
   std::vector<std::vector<int>> args_;         // per step: the steps of its inputs
   std::vector<ForwardIntoFn> into_;            // per step: its op's forward into a buffer, or null
   std::vector<Tensor> views_;                  // per step: its buffer with its shape (remade when reallocated)
+  std::vector<Tensor> lent_;                   // per buffer: handed out with an output, taken back once its caller lets go
 };
 
 }  // namespace mls::graph_opt
