@@ -6,6 +6,7 @@
 //   "fuse-gelu": gelu(x + b) (the add used once) -> bias_gelu(x, b), any other gelu(x) ->
 //     bias_gelu(x), run by compile() on the traced forward graph before it builds the backward.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "mls/graph_opt/passes.hpp"

@@ -266,6 +266,10 @@ TEST_CASE("fuse-gelu gives gelu's values and gradients, with and without a bias,
 }
 
 TEST_CASE("bias_gelu passes a float64 gradcheck with and without a bias, and its ops refuse bad inputs", "[lab3][passes]") {
+  Program p;
+  const Var px = p.input("x", {2, 3, 5}, DType::Float64), pb = p.input("b", {5}, DType::Float64);
+  p.output(p.make(kBiasGelu, {px, pb}));
+  verify(p);
   const std::vector<Tensor> in{randn64({2, 3, 5}, 7, "gelu-x"), randn64({5}, 8, "gelu-b")};
   const autodiff::GradcheckResult r = autodiff::gradcheck(
       [](const std::vector<Var>& v) { return autodiff::apply(kBiasGelu, {v[0] * 2.0, v[1]}) + autodiff::apply(kBiasGelu, {v[0]}); },
