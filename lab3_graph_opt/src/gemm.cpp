@@ -9,6 +9,7 @@
 #include "mls/common/parallel.hpp"
 #include "mls/graph_opt/ir.hpp"
 #include "mls/tensor/scalar.hpp"
+#include "pass_util.hpp"
 
 namespace mls::graph_opt {
 
@@ -229,6 +230,7 @@ const Op kGemm = [] {
        .doc = "matmul(op_a(A), op_b(B)) [+ bias] [then relu/gelu] in one pass", .flops = gemm_flops});
   register_forward_into(op, gemm_into);
   register_forward_into(Op::Matmul, matmul_into);
+  detail::register_embedding_into();
   return op;
 }();
 

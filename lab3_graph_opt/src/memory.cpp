@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "mls/common/timer.hpp"
+#include "mls/tensor/index.hpp"
 
 namespace mls::graph_opt {
 
@@ -18,25 +19,55 @@ bool is_view_op(Op op) {
 }
 
 namespace {
-/// A slice that leaves a compact input compact: step 1 along a dim whose outer dims all have size
-/// 1 (e.g. layer l of a stacked [L, ...] parameter, sliced along dim 0).
-bool keeps_compact(const Node& slice) {
-  const Shape& x = slice.inputs[0]->shape;
-  const std::int64_t d = slice.attrs.i("dim");
-  if (slice.attrs.i("step") != 1 || d < 0 || d >= static_cast<std::int64_t>(x.size())) return false;
-  for (std::int64_t i = 0; i < d; ++i)
-    if (x[static_cast<std::size_t>(i)] != 1) return false;
-  return true;
+/// The strides node `n`'s value has in the planned executors when every value its chain of views
+/// starts from (a computed value in its buffer, a leaf) is compact: a permute reorders them, a
+/// slice multiplies one by its step, a reshape, squeeze or unsqueeze re-splits them where lab 1's
+/// reshape can without a copy (`view_strides`). False when that reshape would copy, for an expand
+/// and for unknown shapes.
+bool planned_strides(const Node& n, Strides& st) {
+  if (!is_view_op(n.op)) {
+    for (std::int64_t d : n.shape)
+      if (d < 0) return false;
+    st.assign(n.shape.size(), 0);
+    std::int64_t acc = 1;
+    for (std::size_t d = n.shape.size(); d-- > 0;) st[d] = acc, acc *= n.shape[d];
+    return true;
+  }
+  Strides in;
+  if (n.op == Op::Expand || !planned_strides(*n.inputs[0], in)) return false;
+  const Shape& is = n.inputs[0]->shape;
+  if (n.op == Op::Permute) {
+    const auto& dims = n.attrs.ints("dims");
+    if (dims.size() != in.size()) return false;
+    st.assign(dims.size(), 0);
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      const std::int64_t d = dims[i] < 0 ? dims[i] + static_cast<std::int64_t>(in.size()) : dims[i];
+      if (d < 0 || d >= static_cast<std::int64_t>(in.size())) return false;
+      st[i] = in[static_cast<std::size_t>(d)];
+    }
+    return true;
+  }
+  if (n.op == Op::Slice) {
+    const std::int64_t d = n.attrs.i("dim"), step = n.attrs.i("step");
+    if (d < 0 || d >= static_cast<std::int64_t>(in.size()) || step < 1) return false;
+    st = in;
+    st[static_cast<std::size_t>(d)] *= step;
+    return true;
+  }
+  for (std::int64_t d : n.shape)
+    if (d < 0) return false;
+  return view_strides(is, in, n.shape, st);  // reshape, squeeze, unsqueeze
 }
 }  // namespace
 
 bool yields_view(const Node& n) {
   if (!is_view_op(n.op)) return false;
-  if (n.op == Op::Reshape) {
-    for (const Node* in = n.inputs[0].get(); is_view_op(in->op); in = in->inputs[0].get())
-      if (in->op == Op::Permute || in->op == Op::Expand || (in->op == Op::Slice && !keeps_compact(*in))) return false;
-  }
-  return true;
+  if (n.op != Op::Reshape) return true;
+  // A reshape is a view where lab 1's reshape makes one of its input as planned (a compact
+  // value, or a compact value permuted or sliced so that the new shape re-splits its strides:
+  // the heads [B, T, H, D] of attention's q|k|v slice); else it copies into a buffer of its own.
+  Strides st;
+  return planned_strides(n, st);
 }
 std::size_t value_bytes(const Node& n) {
   std::size_t b = itemsize(n.dtype);
@@ -395,6 +426,8 @@ PlannedExecutor::PlannedExecutor(const Program& p, MemoryPlan plan) : p_(&p), pl
   for (const Var& o : p.outputs) output_step_.push_back(step_of(o.get()));
   args_.resize(s.size());
   into_.resize(s.size(), nullptr);
+  views_.resize(s.size());
+  lent_.resize(plan_.buffer_bytes.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
     for (const NodePtr& in : s[i]->inputs) args_[i].push_back(step_of(in.get()));
     if (!s[i]->is_leaf()) into_[i] = forward_into(s[i]->op);
@@ -441,17 +474,27 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     Tensor& buf = buffers_[static_cast<std::size_t>(b)];
     if (!buf.defined()) {
       const std::size_t bytes = plan_.buffer_bytes[static_cast<std::size_t>(b)];
-      buf = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool);  // 1-byte items: raw bytes
+      // A buffer handed out with an output that its caller has let go of since (we hold the only
+      // reference: the backward consumed the saved activation) is taken back, not allocated anew
+      // (no fresh pages to fault in at every step); one the caller still holds stays theirs.
+      Tensor& lent = lent_[static_cast<std::size_t>(b)];
+      if (lent.defined() && lent.storage().use_count() == 1) buf = std::move(lent);
+      else buf = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool);  // 1-byte items: raw bytes
+      lent = Tensor();
       if (!ever_allocated_[static_cast<std::size_t>(b)]) allocated_ += bytes;
       ever_allocated_[static_cast<std::size_t>(b)] = true;
     }
-    Strides st(n.shape.size());
-    std::int64_t acc = 1;
-    for (std::size_t d = n.shape.size(); d-- > 0;) {
-      st[d] = acc;
-      acc *= n.shape[d];
+    // The buffer viewed with the node's shape: made once per allocation of the buffer, not per run.
+    Tensor& dst = views_[i];
+    if (!dst.defined() || dst.storage() != buf.storage()) {
+      Strides st(n.shape.size());
+      std::int64_t acc = 1;
+      for (std::size_t d = n.shape.size(); d-- > 0;) {
+        st[d] = acc;
+        acc *= n.shape[d];
+      }
+      dst = Tensor(buf.storage(), 0, n.shape, st, n.dtype);
     }
-    Tensor dst(buf.storage(), 0, n.shape, st, n.dtype);
     // Computed in its buffer where the op can (lab 3's gemm and fused loops, matmul, the float
     // add/sub/mul/div), else computed and copied there.
     const ForwardIntoFn into = into_[i];
@@ -484,7 +527,9 @@ std::vector<Tensor> PlannedExecutor::run(const std::vector<Tensor>& feeds) {
     }
   }
   for (std::size_t k = 0; k < buffers_.size(); ++k)
-    if (given[k]) buffers_[k] = Tensor();  // allocated again by the next run (counted once in the peak)
+    if (given[k]) lent_[k] = std::move(buffers_[k]), buffers_[k] = Tensor();  // reallocated or taken back by the next run
+  for (std::size_t i = 0; i < s.size(); ++i)  // the caller's alone: no view of ours keeps it
+    if (plan_.buffer[i] >= 0 && given[static_cast<std::size_t>(plan_.buffer[i])]) views_[i] = Tensor();
   return out;
 }
 

@@ -13,4 +13,9 @@ inline bool known(const Shape& s) {
   return std::none_of(s.begin(), s.end(), [](std::int64_t d) { return d < 0; });
 }
 
+/// Registers the forwards into a buffer of lab 2's embedding and embedding_backward
+/// (embedding_into.cpp); called where gemm's is registered (gemm.cpp), so that every program
+/// linked with lab 3 has them.
+void register_embedding_into();
+
 }  // namespace mls::graph_opt::detail

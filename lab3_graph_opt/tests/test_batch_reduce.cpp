@@ -73,6 +73,43 @@ TEST_CASE("gemm folds a shared weight's batch into M and reads transposes where 
   }
 }
 
+TEST_CASE("gemm's batched products of attention's heads (strided views of one qkv value, T up to 65) equal lab 1's matmul", "[lab3][passes]") {
+  Rng rng(29, "gemm-heads");
+  for (int trial = 0; trial < 8; ++trial) {
+    INFO("trial " << trial);
+    // q, k, v heads as lab 6 makes them: slices of one [B, T, 3 H D] value, viewed [B, H, T, D].
+    const std::int64_t B = rng.randint(1, 3), H = rng.randint(1, 4), T = trial < 6 ? rng.randint(1, 65) : 65,
+                       D = trial % 2 ? 64 : rng.randint(1, 33);
+    Program p;
+    const Var x = p.input("x", {B, T, 3 * H * D});
+    auto head = [&](std::int64_t which) {
+      return autodiff::permute(autodiff::reshape(autodiff::slice(x * 1.0, 2, which * H * D, (which + 1) * H * D), {B, T, H, D}),
+                               {0, 2, 1, 3});
+    };
+    const Var s = autodiff::matmul(head(0), autodiff::transpose(head(1)));        // [B, H, T, T]: k transposed where it lies
+    const Var y = autodiff::matmul(autodiff::tanh(s), head(2));                  // [B, H, T, D]
+    const Var d = autodiff::matmul(autodiff::transpose(head(0)), autodiff::tanh(y));  // [B, H, D, D]: A^T
+    p.output(s);
+    p.output(y);
+    p.output(d);
+    const Program ref = clone(p);
+    PassManager().add_pipeline("fold-transpose").run(p);
+    const auto feeds = random_feeds(ref, 500 + static_cast<std::uint64_t>(trial));
+    PlannedExecutor ex(p, plan_memory(p));
+    const std::vector<Tensor> planned = ex.run(feeds);
+    observe_outputs("batched gemm in planned buffers", planned);
+    MLS_OBSERVE(count_op(p, kGemm));
+    // Reference: lab 1's ops on the fed tensor (its own matmul kernel, the heads as views).
+    const Tensor xs = feeds[0] * 1.0;
+    auto h = [&](std::int64_t which) {
+      return xs.slice(2, which * H * D, (which + 1) * H * D).reshape({B, T, H, D}).permute(std::vector<std::int64_t>{0, 2, 1, 3});
+    };
+    const Tensor ws = mls::matmul(h(0), h(1).transpose(-2, -1)), wy = mls::matmul(mls::tanh(ws), h(2)),
+                 wd = mls::matmul(h(0).transpose(-2, -1), mls::tanh(wy));
+    MLS_ORACLE_CHECK(CHECK(max_rel_error(planned, {ws, wy, wd}) <= 1.0));
+  }
+}
+
 TEST_CASE("the planned executor computes in its buffers and hands out outputs later runs do not overwrite", "[lab3][memory]") {
   Program p;
   const Var x = p.input("x", {16, 24}), w = p.input("w", {24, 8});

@@ -226,6 +226,75 @@ TEST_CASE("fused_layer_norm passes a float64 gradcheck, and its ops refuse bad s
                 "layer_norm_dgamma: input 1 is float64");
 }
 
+TEST_CASE("fuse-gelu gives gelu's values and gradients, with and without a bias, on random graphs", "[lab3][passes]") {
+  Rng rng(29, "fuse-gelu");
+  for (int trial = 0; trial < 12; ++trial) {
+    INFO("trial " << trial);
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    const std::int64_t a = rng.randint(1, 5), t = rng.randint(1, 7), c = rng.randint(1, 30), n = rng.randint(1, 40);
+    Program p;
+    const Var x = p.input("x", {a, t, c}, dt), w = p.input("w", {c, n}, dt),
+              b = p.input("b", trial % 3 == 1 ? Shape{1, 1, n} : Shape{n}, dt);
+    // As a transformer's MLP: gelu(x W + b), the bias on either side of the add; a gelu with no
+    // bias; and (every fourth trial) a pre-activation read twice, whose bias stays an add.
+    const Var h = autodiff::matmul(x, w);
+    const Var pre = trial % 2 ? h + b : b + h;
+    const Var y = autodiff::gelu(pre);
+    Var loss = autodiff::sum(y * y) + autodiff::sum(autodiff::gelu(x * 3.0));
+    if (trial % 4 == 3) loss = loss + autodiff::sum(pre);
+    p.output(loss);
+    Program q = clone(p);
+    verify(q);
+    const int rewritten = fuse_gelu(q);
+    verify(q);
+    for (const Var& d : autodiff::gradients(loss, {x, w, b})) p.output(d);
+    std::vector<Var> wrt;
+    for (std::size_t i = 0; i < 3; ++i) wrt.push_back(q.inputs[i]);
+    for (const Var& d : autodiff::gradients(q.outputs[0], wrt)) q.output(d);
+    verify(q);
+    MLS_OBSERVE(rewritten);
+    MLS_OBSERVE(count_op(q, kBiasGeluBackward));
+    MLS_OBSERVE(count_op(q, Op::Add));
+    const auto feeds = random_feeds(p, 90 + static_cast<std::uint64_t>(trial));
+    const auto [got, planned] = run_plain_and_planned(q, feeds, "fuse-gelu");
+    std::size_t with_bias = 0;
+    for (const NodePtr& m : q.graph->nodes()) with_bias += m->op == kBiasGelu && m->inputs.size() == 2;
+    MLS_ORACLE_CHECK(CHECK(rewritten == 2); CHECK(count_op(q, Op::Gelu) == 0); CHECK(count_op(q, kBiasGeluBackward) == 2);
+                     CHECK(with_bias == (trial % 4 == 3 ? 0u : 1u));
+                     CHECK(max_rel_error(got, run(p, feeds)) <= 1.0); CHECK(max_rel_error(planned, got) <= 1.0));
+  }
+}
+
+TEST_CASE("bias_gelu passes a float64 gradcheck with and without a bias, and its ops refuse bad inputs", "[lab3][passes]") {
+  Program p;
+  const Var px = p.input("x", {2, 3, 5}, DType::Float64), pb = p.input("b", {5}, DType::Float64);
+  p.output(p.make(kBiasGelu, {px, pb}));
+  verify(p);
+  const std::vector<Tensor> in{randn64({2, 3, 5}, 7, "gelu-x"), randn64({5}, 8, "gelu-b")};
+  const autodiff::GradcheckResult r = autodiff::gradcheck(
+      [](const std::vector<Var>& v) { return autodiff::apply(kBiasGelu, {v[0] * 2.0, v[1]}) + autodiff::apply(kBiasGelu, {v[0]}); },
+      in);
+  MLS_OBSERVE(r.ok);
+  INFO(r.report);
+  CHECK(r.ok);
+  // Its value is lab 1's gelu of x + b, bit for bit (one add and the same gelu per element).
+  Rng rng(29, "bias_gelu value");
+  const Tensor x = Tensor::randn({4, 7}, rng, 0.0, 2.0), bias = Tensor::randn({7}, rng, 0.0, 2.0);
+  const Tensor fused = autodiff::apply(kBiasGelu, {Var(x), Var(bias)}).value();
+  MLS_OBSERVE_VALUES(fused);
+  MLS_ORACLE_CHECK(CHECK(max_rel_error({fused}, {autodiff::gelu(Var(x) + Var(bias)).value()}) == 0.0));
+  const Var x24(Tensor::zeros({2, 4})), c4(Tensor::zeros({4})), c3(Tensor::zeros({3}));
+  require_error([&] { (void)autodiff::apply(kBiasGelu, {x24, c3}); }, "bias_gelu: input 1 must be [4] for x [2, 4], got [3]");
+  require_error([&] { (void)autodiff::apply(kBiasGelu, {x24, Var(Tensor::zeros({4}, DType::Float64))}); },
+                "bias_gelu: input 1 is float64, x is float32");
+  require_error([&] { (void)autodiff::apply(kBiasGelu, {x24, c4, c4}); }, "bias_gelu: expected 1 or 2 inputs");
+  require_error([&] { (void)autodiff::apply(kBiasGelu, {Var(Tensor::zeros({2, 4}, DType::Int64))}); },
+                "bias_gelu: x must be float32 or float64, got int64");
+  require_error([&] { (void)autodiff::apply(kBiasGeluBackward, {x24, c4, Var(Tensor::zeros({2, 3}))}); },
+                "bias_gelu_backward: input 2 must be [2, 4] for x [2, 4], got [2, 3]");
+  require_error([&] { (void)autodiff::apply(kBiasGeluBackward, {x24}); }, "bias_gelu_backward: expected 2 or 3 inputs");
+}
+
 namespace {
 /// softmax(scale q k^T + mask) v as lab 2's ops (GPT's causal_self_attention), q, k, v [B, H, T, D].
 Var attention_ops(const Var& q, const Var& k, const Var& v, const Var& mask, double scale) {

@@ -6,6 +6,8 @@
 //   mls-compile-bench --config small --batch 4 --threads 2
 //   mls-compile-bench --check-only             (the equality check alone: what its CTest runs)
 //   mls-compile-bench --profile 20             (after the check: where the time goes, see below)
+//   mls-compile-bench --clock cpu              (the steps timed on the process's CPU clock: a busy
+//                                              machine; 1 thread)
 //   mls-compile-bench --pre-grad-passes "" --passes simplify,cse,dce   (compile with other passes:
 //                                              what each rewrite is worth; an unknown name is an error)
 //
@@ -203,6 +205,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   bool check_only = false;
   int profile = 0;
+  std::string clock_name = "wall";
   std::string pre_grad = graph_opt::compile_pre_grad_pipeline(), passes = graph_opt::compile_pipeline();
   app.add_option("--config", config, "model size: nano or small")->capture_default_str();
   app.add_option("--batch", batch, "sequences per step (>= 1)")->capture_default_str()->check(CLI::Range(1, 4096));
@@ -213,6 +216,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile, "after the check, run this many compiled steps with per-node timing and print "
                  "the time per op (forward, backward, and the traced graph before the passes as eager's proxy)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--clock", clock_name, "wall, or cpu: the process's CPU time (a busy machine; needs --threads 1)")
+      ->capture_default_str()->check(CLI::IsMember({"wall", "cpu"}));
   app.add_option("--pre-grad-passes", pre_grad, "compile's passes on the traced forward before the backward is built "
                  "(\"\" for none: lab 2's gradient rules)")->capture_default_str();
   app.add_option("--passes", passes, "compile's pass pipeline on the joint forward + backward graph")->capture_default_str();
@@ -224,6 +229,9 @@ int main(int argc, char** argv) {
     MLS_CHECK(context <= cfg.block_size, "mls-compile-bench: --context ", context, " exceeds the block size ",
               cfg.block_size, " of config ", config);
     ThreadCountGuard guard(threads);
+    MLS_CHECK(clock_name == "wall" || threads == 1, "mls-compile-bench: --clock cpu with ", threads,
+              " threads: the process's CPU time adds up the threads' times; use --threads 1");
+    if (clock_name == "cpu") bench::timing_clock() = bench::TimingClock::ProcessCpu;
     const llm::GPTParams params = llm::init_params(cfg, 1);
     std::vector<Var> leaves = llm::tape::to_leaves(params);
     autodiff::nn::SGD opt(leaves, 1e-3);
@@ -279,8 +287,9 @@ int main(int argc, char** argv) {
     std::printf("ratio compile_vs_eager_gpt_step_t%d %.3f\n", threads, r);
     std::printf("compile_ms gpt_step %.3f   eager_step_ms %.3f   amortised_ratio_100_steps %.3f\n", compile_ms, eager_ms,
                 (compile_ms + 100 * r * eager_ms) / (100 * eager_ms));
-    std::printf("(config %s, vocab %lld, batch %lld, context %lld, %d thread%s)\n", config.c_str(), static_cast<long long>(vocab),
-                static_cast<long long>(batch), static_cast<long long>(context), threads, threads == 1 ? "" : "s");
+    std::printf("(config %s, vocab %lld, batch %lld, context %lld, %d thread%s, %s clock)\n", config.c_str(),
+                static_cast<long long>(vocab), static_cast<long long>(batch), static_cast<long long>(context), threads,
+                threads == 1 ? "" : "s", clock_name == "cpu" ? "process CPU" : "wall");
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "mls-compile-bench: %s\n", e.what());

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <vector>
 
 namespace mls::bench {
@@ -14,13 +15,31 @@ namespace mls::bench {
 /// A compiler barrier: every store before it is done (what benchmark::ClobberMemory does).
 inline void clobber_memory() { asm volatile("" : : : "memory"); }
 
-/// Seconds one call of `fn` takes.
+/// The clock `seconds_of` (and so `interleaved_ratio`) reads: the wall clock (steady_clock, the
+/// default), or the process's CPU time (CLOCK_PROCESS_CPUTIME_ID: on a busy machine, the time the
+/// program itself ran, less disturbed by other programs; meaningful for work on one thread, as
+/// a waiting thread pool's spinning is CPU time too). A program sets it once, before timing.
+enum class TimingClock { Wall, ProcessCpu };
+inline TimingClock& timing_clock() {
+  static TimingClock clock = TimingClock::Wall;
+  return clock;
+}
+/// Now, in seconds, on `timing_clock()`.
+inline double clock_seconds() {
+  if (timing_clock() == TimingClock::ProcessCpu) {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+/// Seconds one call of `fn` takes (on `timing_clock()`).
 template <class F>
 double seconds_of(F&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = clock_seconds();
   fn();
   clobber_memory();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return clock_seconds() - t0;
 }
 
 /// The ratio time(run_b) / time(run_a) of two programs doing the same work, measured so that a

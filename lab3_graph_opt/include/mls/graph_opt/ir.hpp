@@ -73,6 +73,13 @@ extern const Op kLayerNormDgamma;
 /// packed, each row's probabilities recomputed), which has no gradient. Float32 and float64.
 extern const Op kFusedAttention;
 extern const Op kAttentionBackward;
+/// Bias + GELU as one node (compile's "fuse-gelu" pass makes it): bias_gelu (x [..., N] and
+/// optionally bias [N]) is gelu(x + bias) (lab 1's tanh-form GELU) in one pass; its gradient rule
+/// emits bias_gelu_backward (x, [bias,] g -> g gelu'(x + bias), x's shape, one pass: the
+/// pre-activation recomputed, the tanh never stored) and, with a bias, lab 2's sum_like of it to
+/// the bias; bias_gelu_backward has no gradient. Float32 and float64; all inputs of one dtype.
+extern const Op kBiasGelu;
+extern const Op kBiasGeluBackward;
 /// An op's forward writing into memory the caller gives: `out` is compact, of the node's shape and
 /// dtype, and may be the memory of an input of the same shape when the op is elementwise (a
 /// memory plan's in-place update). Returns false when it does not handle this case (the caller

@@ -19,9 +19,12 @@ namespace mls::graph_opt {
 /// unsqueeze): they get no buffer of their own and keep their input's buffer alive.
 bool is_view_op(Op op);
 /// True when node `n` yields a view of its input 0, as the planners and executors decide: a view
-/// op, except a reshape of a permuted, expanded or sliced view (that reshape copies), unless the
-/// slice keeps its input compact (step 1 along a dim whose outer dims have size 1: layer l of a
-/// stacked parameter).
+/// op, except a reshape that lab 1's reshape could not make a view of its input (`view_strides`),
+/// the values its chain of views starts from taken as compact (as the planned buffers are): a
+/// reshape of a compact value, or of a permuted or sliced one whose strides the new shape re-splits
+/// (attention's heads: reshape(slice(qkv)) to [B, T, H, D]; layer l of a stacked parameter), is a
+/// view; a reshape that flattens a transposed value, or any reshape of an expand, copies. Where a
+/// value fed at run time is not compact, lab 1's reshape copies instead: still correct.
 bool yields_view(const Node& n);
 /// Bytes of node `n`'s value (unknown dims, -1, count as 0).
 std::size_t value_bytes(const Node& n);
@@ -102,7 +105,9 @@ Program subgraph_program(const autodiff::SubGraph& sg);
 /// computes each node in its buffer (ops with a `forward_into`: lab 3's gemm and fused loops,
 /// matmul) or computes it and copies it there (the others), hands values of views through. The
 /// buffers holding the outputs at the end are handed out with them (no copy) and allocated again
-/// by the next run; an output that is an input, a constant or a view of one is copied.
+/// by the next run, or taken back by it when the caller has let go of the output since (no other
+/// reference to the buffer: a saved activation the backward has consumed); an output that is an
+/// input, a constant or a view of one is copied.
 class PlannedExecutor {
  public:
   PlannedExecutor(const Program& p, MemoryPlan plan);
@@ -128,6 +133,8 @@ class PlannedExecutor {
   std::vector<int> input_step_, output_step_;  // per program input / output: its step (-1: not scheduled)
   std::vector<std::vector<int>> args_;         // per step: the steps of its inputs
   std::vector<ForwardIntoFn> into_;            // per step: its op's forward into a buffer, or null
+  std::vector<Tensor> views_;                  // per step: its buffer with its shape (remade when reallocated)
+  std::vector<Tensor> lent_;                   // per buffer: handed out with an output, taken back once its caller lets go
 };
 
 }  // namespace mls::graph_opt

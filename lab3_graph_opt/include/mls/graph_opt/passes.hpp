@@ -77,6 +77,11 @@ int fuse_layer_norm(Program& p);
 /// intermediates -> lab 3's fused_attention (ir.hpp), whose gradient is one fused kernel. Run it
 /// BEFORE the backward is built (compile's pre-gradient pipeline). Returns how many.
 int fuse_attention(Program& p);
+/// gelu(x + b) with b [N] (or [1, ..., N]) along the last dim of x and the add used once ->
+/// lab 3's bias_gelu(x, b) (ir.hpp); any other float gelu(x) -> bias_gelu(x). Its gradient is one
+/// fused kernel (lab 2's rule: a tanh node and seven Var ops). Run it BEFORE the backward is built
+/// (compile's pre-gradient pipeline). Returns how many.
+int fuse_gelu(Program& p);
 /// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
 /// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
 /// how many ops were absorbed (ops in fused groups minus the fused nodes made).
@@ -89,7 +94,8 @@ struct PassInfo {
   std::function<int(Program&)> run;
 };
 /// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
-/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices, fused-layernorm, fuse-attention.
+/// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices, fused-layernorm, fuse-gelu,
+/// fuse-attention.
 const std::vector<PassInfo>& all_passes();
 /// The pass called `name`; throws `mls::Error` listing the known names otherwise.
 const PassInfo& find_pass(const std::string& name);
@@ -99,10 +105,11 @@ std::string default_pipeline();
 /// the default pipeline.
 std::string compile_pipeline();
 /// compile()'s passes on the traced forward graph, before the backward is built from it:
-/// "fused-layernorm" (rewrites to ops whose gradient rules are fused kernels). "fuse-attention"
-/// is not in it: at lab 6's nano shapes its row-at-a-time kernels did not beat the batched
-/// matmuls and softmax they replace (busy-machine measurement; `mls-compile-bench
-/// --pre-grad-passes fused-layernorm,fuse-attention` to try it).
+/// "fused-layernorm,fuse-gelu" (rewrites to ops whose gradient rules are fused kernels).
+/// "fuse-attention" is not in it: at lab 6's nano and small shapes (T 32 and 64, the block sizes)
+/// its row-at-a-time kernels did not beat the batched matmuls and softmax they replace (CPU time
+/// of a step, busy machine: 25% slower at T 32, 10% at T 64; `mls-compile-bench --pre-grad-passes
+/// fused-layernorm,fuse-gelu,fuse-attention` to try it).
 std::string compile_pre_grad_pipeline();
 
 /// What one pass did.
