@@ -19,16 +19,6 @@ namespace {
 using Ins = std::span<const Tensor>;
 using InNodes = std::span<const Node* const>;
 
-/// GELU's tanh form's derivative: 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2),
-/// t = tanh(k (x + c x^3)) (lab 2's gelu rule, the same formula).
-template <class T>
-inline T gelu_grad(T x) {
-  const T k = static_cast<T>(kGeluK), c = static_cast<T>(kGeluC);
-  const T x2 = x * x;
-  const T t = scalar::unary<UnaryOp::Tanh>(k * (x + c * x2 * x));  // float32: fast_tanhf, vectorizes
-  return T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t * t) * (T(1) + T(3) * c * x2);
-}
-
 /// y = gelu(x + b) row by row (b null: no bias); y may be x.
 template <class T>
 void bias_gelu_rows(const T* x, const T* b, T* y, std::int64_t rows, std::int64_t n) {
@@ -44,9 +34,9 @@ template <class T>
 void bias_gelu_grad_rows(const T* x, const T* b, const T* g, T* dx, std::int64_t rows, std::int64_t n) {
   for (std::int64_t r = 0; r < rows; ++r, x += n, g += n, dx += n) {
     if (b)
-      for (std::int64_t j = 0; j < n; ++j) dx[j] = g[j] * gelu_grad(x[j] + b[j]);
+      for (std::int64_t j = 0; j < n; ++j) dx[j] = g[j] * scalar::gelu_grad(x[j] + b[j]);
     else
-      for (std::int64_t j = 0; j < n; ++j) dx[j] = g[j] * gelu_grad(x[j]);
+      for (std::int64_t j = 0; j < n; ++j) dx[j] = g[j] * scalar::gelu_grad(x[j]);
   }
 }
 

@@ -68,6 +68,15 @@ inline T unary(T x) {
   else if constexpr (OP == UnaryOp::Relu) return scalar::relu(x);
   else return scalar::gelu(x);
 }
+/// GELU's derivative (the tanh form): 0.5 (1 + t) + 0.5 k x (1 - t^2) (1 + 3 c x^2),
+/// t = tanh(k (x + c x^3)); float32 through fast_tanhf, so loops over it vectorize.
+template <class T>
+inline T gelu_grad(T x) {
+  const T k = static_cast<T>(kGeluK), c = static_cast<T>(kGeluC);
+  const T x2 = x * x;
+  const T t = unary<UnaryOp::Tanh>(k * (x + c * x2 * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t * t) * (T(1) + T(3) * c * x2);
+}
 
 /// One binary op on two values of the compute type T; comparisons return bool.
 template <BinaryOp OP, class T>
