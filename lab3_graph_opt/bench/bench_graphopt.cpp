@@ -83,10 +83,7 @@ BENCHMARK_CAPTURE(memory_plan, mlp, std::string("mlp"), false);
 BENCHMARK_CAPTURE(memory_plan, attention_optimised, std::string("attention"), true);
 BENCHMARK_CAPTURE(memory_plan, mlp_optimised, std::string("mlp"), true);
 // Operator parallelism: graphs with independent branches, sequential executor vs parallel executor.
-Program parallel_model(const std::string& name) {
-  if (name == "inception") return inception_block(4, 32, 16, 16);
-  return multihead_attention(128, 256, 8);
-}
+Program parallel_model(const std::string& name) { return parallel_bench_model(name); }
 void parallel_exec(benchmark::State& state, const std::string& model, int workers) {
   ThreadCountGuard guard(2);
   const Program p = parallel_model(model);

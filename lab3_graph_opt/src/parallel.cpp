@@ -141,6 +141,16 @@ struct RunState {
     }
   }
 };
+/// A dense row-major view of `shape` at the start of `buf` (a planned buffer).
+Tensor dense_in(const Tensor& buf, const Node& node) {
+  Strides strides(node.shape.size());
+  std::int64_t acc = 1;
+  for (std::size_t d = node.shape.size(); d-- > 0;) {
+    strides[d] = acc;
+    acc *= node.shape[d];
+  }
+  return Tensor(buf.storage(), 0, node.shape, strides, node.dtype);
+}
 }  // namespace
 
 // ---- the executor -----------------------------------------------------------------------------------
@@ -160,14 +170,65 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
   tasks_ = parallel_tasks(p);
   deps_ = task_deps(tasks_);
   rank_ = bottom_levels(tasks_, deps_);
+  level_ = task_levels(deps_);
   trace_.workers = workers_;
+  // Everything a run needs that does not depend on the feeds, resolved once: where each input of
+  // each task comes from, who owns the memory each value lives in, which values the outputs keep.
+  const std::size_t n = tasks_.size();
+  std::unordered_map<const Node*, int> task_of, input_of;
+  for (std::size_t i = 0; i < n; ++i) task_of[tasks_[i]] = static_cast<int>(i);
+  for (std::size_t i = 0; i < p.inputs.size(); ++i) input_of.emplace(p.inputs[i].get(), static_cast<int>(i));
+  auto source = [&](const Node* v) {
+    Source s;
+    if (auto it = task_of.find(v); it != task_of.end()) s.task = it->second;
+    else if (auto in = input_of.find(v); in != input_of.end()) s.input = in->second;
+    else s.leaf = v;  // a constant or variable: its value is read at run time (a variable may change)
+    return s;
+  };
+  args_.resize(n);
+  root_.resize(n);
+  readers_.assign(n, 0);
+  root_reads_.assign(n, 0);
+  keep_.assign(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Node& t = *tasks_[i];
+    for (const NodePtr& in : t.inputs) args_[i].push_back(source(in.get()));
+    if (!yields_view(t)) root_[i] = static_cast<int>(i);
+    else {
+      const int src = args_[i].empty() ? -1 : args_[i][0].task;
+      root_[i] = src < 0 ? -1 : root_[static_cast<std::size_t>(src)];
+    }
+    for (int d : deps_[i]) {
+      ++readers_[static_cast<std::size_t>(d)];
+      const int r = root_[static_cast<std::size_t>(d)];
+      if (r >= 0) ++root_reads_[static_cast<std::size_t>(r)];
+    }
+  }
+  for (const Var& o : p.outputs) {
+    const Source s = source(o.get());
+    outputs_.push_back(s);
+    if (s.task < 0) continue;
+    keep_[static_cast<std::size_t>(s.task)] = true;
+    if (root_[static_cast<std::size_t>(s.task)] >= 0) keep_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] = true;
+  }
   if (options_.planned) {
     plan_ = plan_memory_concurrent(p);
     std::unordered_map<const Node*, int> buffer_of;
     for (std::size_t i = 0; i < plan_.schedule.size(); ++i) buffer_of[plan_.schedule[i]] = plan_.buffer[i];
-    for (const Node* t : tasks_) task_buffer_.push_back(buffer_of.at(t));
+    for (const Node* t : tasks_) {
+      task_buffer_.push_back(buffer_of.at(t));
+      into_.push_back(forward_into(t->op));
+    }
     for (std::size_t bytes : plan_.buffer_bytes)  // 1-byte items: raw bytes
       buffers_.push_back(Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool));
+    // Buffers that hold an output at the end are handed out with it (no copy) and allocated
+    // again at the start of the next run, as PlannedExecutor does.
+    out_buffer_.assign(buffers_.size(), false);
+    for (const Source& s : outputs_)
+      if (s.task >= 0 && root_[static_cast<std::size_t>(s.task)] >= 0) {
+        const int b = task_buffer_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])];
+        if (b >= 0) out_buffer_[static_cast<std::size_t>(b)] = true;
+      }
   }
 }
 
@@ -175,46 +236,23 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
   const Program& p = *p_;
   MLS_CHECK(feeds.size() == p.inputs.size(), "ParallelExecutor::run: the program has ", p.inputs.size(), " inputs, ",
             feeds.size(), " fed");
-  std::unordered_map<const Node*, Tensor> leaf;  // placeholders (fed), constants and variables
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     const Node& n = *p.inputs[i].get();
     MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && autodiff::shape_matches(n.shape, feeds[i].shape()),
               "ParallelExecutor::run: input ", i, " '", n.name, "' expects ", n.dtype, " ", shape_str(n.shape), ", fed ",
               feeds[i].defined() ? std::string(dtype_name(feeds[i].dtype())) + " " + shape_str(feeds[i].shape())
                                  : std::string("nothing"));
-    leaf[&n] = feeds[i];
   }
   const std::size_t n = tasks_.size();
-  std::unordered_map<const Node*, int> task_of;
-  for (std::size_t i = 0; i < n; ++i) task_of[tasks_[i]] = static_cast<int>(i);
-  for (const Node* t : tasks_)
-    for (const NodePtr& in : t->inputs)
-      if (in->op == Op::Constant || in->op == Op::Variable) leaf[in.get()] = in->value;
-  // Who owns the memory each task's value lives in (itself, or the task it views; -1: a leaf).
-  std::vector<int> root(n), src_count(n, 0);
-  std::vector<bool> keep(n, false);  // memory an output needs until the end
   RunState st(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const Node& t = *tasks_[i];
-    if (!yields_view(t)) root[i] = static_cast<int>(i);
-    else {
-      auto it = task_of.find(t.inputs[0].get());
-      root[i] = it == task_of.end() ? -1 : root[static_cast<std::size_t>(it->second)];
-    }
-    for (int d : deps_[i]) {
-      ++src_count[static_cast<std::size_t>(d)];
-      const int r = root[static_cast<std::size_t>(d)];
-      if (r >= 0) ++st.root_uses[static_cast<std::size_t>(r)];
-    }
+    st.direct[i] = readers_[i];
+    st.root_uses[i] = root_reads_[i];
   }
-  for (std::size_t i = 0; i < n; ++i) st.direct[i] = src_count[i];
-  for (const Var& o : p.outputs) {
-    auto it = task_of.find(o.get());
-    if (it == task_of.end()) continue;
-    keep[static_cast<std::size_t>(it->second)] = true;
-    if (root[static_cast<std::size_t>(it->second)] >= 0) keep[static_cast<std::size_t>(root[static_cast<std::size_t>(it->second)])] = true;
-  }
-  const std::vector<int> level = task_levels(deps_);
+  if (options_.planned)  // the last run handed its output buffers out with the outputs
+    for (std::size_t b = 0; b < buffers_.size(); ++b)
+      if (out_buffer_[b] && buffers_[b].storage().use_count() > 1)
+        buffers_[b] = Tensor::empty({static_cast<std::int64_t>(plan_.buffer_bytes[b])}, DType::Bool);
   trace_ = ScheduleTrace{};
   trace_.workers = workers_;
   trace_.threads = num_threads();
@@ -222,61 +260,67 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto us_since = [&](clock::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
+  auto value = [&](const Source& s) -> const Tensor& {
+    return s.task >= 0 ? st.vals[static_cast<std::size_t>(s.task)] : s.input >= 0 ? feeds[static_cast<std::size_t>(s.input)] : s.leaf->value;
+  };
 
   ReadyQueue queue(deps_);
   LongestPathFirst ranked(queue, rank_);
   DagScheduler& sched = options_.longest_path_first ? static_cast<DagScheduler&>(ranked) : queue;
+  std::vector<std::vector<Tensor>> scratch(static_cast<std::size_t>(workers_));  // per worker: a task's inputs
   run_dag(sched, workers_, [&](const TaskContext& c) {
     const auto ti = static_cast<std::size_t>(c.task);
     const Node& node = *tasks_[ti];
-    std::vector<Tensor> in(node.inputs.size());
-    for (std::size_t k = 0; k < in.size(); ++k) {
-      auto it = task_of.find(node.inputs[k].get());
-      in[k] = it != task_of.end() ? st.vals[static_cast<std::size_t>(it->second)] : leaf.at(node.inputs[k].get());
-    }
+    std::vector<Tensor>& in = scratch[static_cast<std::size_t>(c.worker)];
+    in.clear();
+    for (const Source& s : args_[ti]) in.push_back(value(s));
     TraceEvent& ev = trace_.events[ti];
     ev.start_us = us_since(clock::now());
-    Tensor out = autodiff::op_def(node.op).forward(in, node.attrs);  // the sequential executor's code
-    if (options_.planned && task_buffer_[ti] >= 0) {  // into its buffer (a view stays a view of one)
-      Strides strides(node.shape.size());
-      std::int64_t acc = 1;
-      for (std::size_t d = node.shape.size(); d-- > 0;) {
-        strides[d] = acc;
-        acc *= node.shape[d];
-      }
-      Tensor dst(buffers_[static_cast<std::size_t>(task_buffer_[ti])].storage(), 0, node.shape, strides, node.dtype);
-      dst.copy_(out);
-      out = std::move(dst);
+    Tensor out;
+    if (options_.planned && task_buffer_[ti] >= 0) {
+      // Computed in its buffer where the op can (PlannedExecutor's forward_into: matmul, gemm,
+      // fused loops, concat, the float add/sub/mul/div), else computed and copied there.
+      out = dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ti])], node);
+      const ForwardIntoFn into = into_[ti];
+      if (!into || !into(in, node.attrs, out)) out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
+    } else {
+      out = autodiff::op_def(node.op).forward(in, node.attrs);  // the sequential executor's code
     }
     ev.end_us = us_since(clock::now());
     ev.node = &node;
     ev.task = c.task;
     ev.worker = c.worker;
     ev.intra_threads = c.intra_threads;
-    ev.level = level[ti];
+    ev.level = level_[ti];
     in.clear();
     st.vals[ti] = std::move(out);
-    if (root[ti] == c.task) st.add_live(bytes_of(node));
+    if (root_[ti] == c.task) st.add_live(bytes_of(node));
     // Readers done: drop values nobody reads any more, and give back memory nothing reads.
     for (int d : deps_[ti]) {
       const auto di = static_cast<std::size_t>(d);
-      if (st.direct[di].fetch_sub(1) == 1 && !keep[di]) st.vals[di] = Tensor();
-      const int r = root[di];
-      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep[static_cast<std::size_t>(r)])
+      if (st.direct[di].fetch_sub(1) == 1 && !keep_[di]) st.vals[di] = Tensor();
+      const int r = root_[di];
+      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep_[static_cast<std::size_t>(r)])
         st.live.fetch_sub(bytes_of(*tasks_[static_cast<std::size_t>(r)]));
     }
   });
   trace_.wall_us = us_since(clock::now());
   trace_.peak_bytes = options_.planned ? plan_.peak_bytes : st.peak.load();
-  for (std::size_t i = 0; i < n; ++i) trace_.events[i].wave = queue.ready_wave()[i];
+  for (std::size_t i = 0; i < n; ++i) {
+    TraceEvent& e = trace_.events[i];
+    e.wave = queue.ready_wave()[i];
+    e.ready_us = 0;  // when its last input finished (0: it reads only leaves)
+    for (int d : deps_[i]) e.ready_us = std::max(e.ready_us, trace_.events[static_cast<std::size_t>(d)].end_us);
+  }
 
   std::vector<Tensor> out;
   out.reserve(p.outputs.size());
-  for (const Var& o : p.outputs) {
-    auto it = task_of.find(o.get());
-    if (it == task_of.end()) out.push_back(o.get()->is_leaf() && o.get()->op != Op::Placeholder ? o.get()->value : leaf.at(o.get()));
-    else if (options_.planned) out.push_back(st.vals[static_cast<std::size_t>(it->second)].clone());  // the next run overwrites its buffer
-    else out.push_back(st.vals[static_cast<std::size_t>(it->second)]);
+  for (std::size_t k = 0; k < outputs_.size(); ++k) {
+    const Source& s = outputs_[k];
+    if (s.task < 0) out.push_back(value(s));
+    else if (options_.planned && (root_[static_cast<std::size_t>(s.task)] < 0 || task_buffer_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] < 0))
+      out.push_back(st.vals[static_cast<std::size_t>(s.task)].clone());  // a view of an input or constant
+    else out.push_back(st.vals[static_cast<std::size_t>(s.task)]);  // planned: its buffer is allocated again next run
   }
   return out;
 }
