@@ -387,7 +387,7 @@ class DagRun {
         std::unique_lock<std::mutex> lock(m_);
         for (;;) {
           if (stop_ || done_ == n_) return;
-          task = sched_.take();
+          task = sched_.take_for(w);
           if (task >= 0) break;
           if (running_ == 0) {  // nothing ready, nothing running that could make anything ready
             fail_locked(std::make_exception_ptr(Error(

@@ -87,37 +87,74 @@ std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::ve
   return rank;
 }
 
+int pick_ready(const std::vector<int>& ready, const std::vector<double>& rank, int worker,
+               const std::vector<std::vector<int>>& deps, const std::vector<int>& producer, const std::vector<int>& last_worker) {
+  const bool affine = worker >= 0 && !deps.empty();
+  auto local = [&](int t) {  // 2 per input edge `worker` computed in this run, 1 when it ran t last run
+    if (!affine) return 0;
+    int score = 0;
+    for (int d : deps.at(static_cast<std::size_t>(t))) score += 2 * (producer.at(static_cast<std::size_t>(d)) == worker);
+    return score + (last_worker.at(static_cast<std::size_t>(t)) == worker);
+  };
+  int best = -1;
+  for (std::size_t i = 0; i < ready.size(); ++i) {
+    const int t = ready[i];
+    MLS_CHECK(t >= 0 && static_cast<std::size_t>(t) < rank.size(), "pick_ready: ready task ", t, " has no rank (",
+              rank.size(), " ranks)");
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const int b = ready[static_cast<std::size_t>(best)];
+    const double rt = rank[static_cast<std::size_t>(t)], rb = rank[static_cast<std::size_t>(b)];
+    const int lt = rt == rb ? local(t) : 0, lb = rt == rb ? local(b) : 0;
+    if (rt != rb ? rt > rb : lt != lb ? lt > lb : t < b) best = static_cast<int>(i);
+  }
+  return best;
+}
+
 namespace {
 std::size_t bytes_of(const Node& n) { return value_bytes(n); }
 
-/// The ready queue's tasks, longest path first: every task the ReadyQueue releases moves to a
-/// heap ordered by rank (ties: the lower index); the queue keeps counting inputs and waves.
+/// The ready queue's tasks, longest path first: every task the ReadyQueue releases joins the
+/// ready list, and a worker takes the one of highest rank (ties: the lower index); the queue keeps
+/// counting inputs and waves. With `affinity`, a worker chooses among the tasks of the highest
+/// rank (equal ranks: independent branches of one shape, such as the heads of an attention) the
+/// one with the most inputs it computed itself in this run, then one it ran in the last run: so
+/// the same nodes run on the same worker from run to run, and their weights, buffers and inputs
+/// can stay in that core's caches (`pick_ready`).
 class LongestPathFirst final : public DagScheduler {
  public:
-  LongestPathFirst(ReadyQueue& q, const std::vector<double>& rank) : q_(q), rank_(rank) {}
+  /// The executor's record for affinity: per task, its worker in this run (-1 until it has run)
+  /// and in the last run (-1: none); null: no affinity.
+  struct Affinity {
+    const std::vector<std::vector<int>>* deps = nullptr;
+    const std::vector<int>* producer = nullptr;
+    const std::vector<int>* last_worker = nullptr;
+  };
+  LongestPathFirst(ReadyQueue& q, const std::vector<double>& rank, Affinity affinity) : q_(q), rank_(rank), aff_(affinity) {}
   int size() const override { return q_.size(); }
-  int take() override {
-    auto later = [this](int a, int b) {
-      const double ra = rank_[static_cast<std::size_t>(a)], rb = rank_[static_cast<std::size_t>(b)];
-      return ra != rb ? ra < rb : a > b;
-    };
-    for (int t; (t = q_.take()) >= 0;) {
-      heap_.push_back(t);
-      std::push_heap(heap_.begin(), heap_.end(), later);
-    }
-    if (heap_.empty()) return -1;
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const int t = heap_.back();
-    heap_.pop_back();
+  int take() override { return take_for(-1); }
+  int take_for(int worker) override {
+    for (int t; (t = q_.take()) >= 0;) ready_.push_back(t);
+    static const std::vector<std::vector<int>> no_deps;
+    static const std::vector<int> none;
+    const int at = aff_.deps ? pick_ready(ready_, rank_, worker, *aff_.deps, *aff_.producer, *aff_.last_worker)
+                             : pick_ready(ready_, rank_, worker, no_deps, none, none);
+    if (at < 0) return -1;
+    const int t = ready_[static_cast<std::size_t>(at)];
+    ready_[static_cast<std::size_t>(at)] = ready_.back();
+    ready_.pop_back();
     return t;
   }
   void finish(int task) override { q_.finish(task); }
-  int ready() const override { return q_.ready() + static_cast<int>(heap_.size()); }
+  int ready() const override { return q_.ready() + static_cast<int>(ready_.size()); }
 
  private:
   ReadyQueue& q_;
   const std::vector<double>& rank_;
-  std::vector<int> heap_;
+  Affinity aff_;
+  std::vector<int> ready_;
 };
 /// Level of each task: 0 when it reads only leaves, else 1 + the highest level among its inputs.
 std::vector<int> task_levels(const std::vector<std::vector<int>>& deps) {
@@ -265,7 +302,10 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
   };
 
   ReadyQueue queue(deps_);
-  LongestPathFirst ranked(queue, rank_);
+  std::vector<int> producer(n, -1);  // per task: the worker that ran it in this run
+  if (last_worker_.size() != n) last_worker_.assign(n, -1);
+  LongestPathFirst ranked(queue, rank_,
+                          options_.affinity ? LongestPathFirst::Affinity{&deps_, &producer, &last_worker_} : LongestPathFirst::Affinity{});
   DagScheduler& sched = options_.longest_path_first ? static_cast<DagScheduler&>(ranked) : queue;
   std::vector<std::vector<Tensor>> scratch(static_cast<std::size_t>(workers_));  // per worker: a task's inputs
   run_dag(sched, workers_, [&](const TaskContext& c) {
@@ -292,6 +332,7 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     ev.worker = c.worker;
     ev.intra_threads = c.intra_threads;
     ev.level = level_[ti];
+    producer[ti] = c.worker;  // read by take_for only once this task has finished (under run_dag's lock)
     in.clear();
     st.vals[ti] = std::move(out);
     if (root_[ti] == c.task) st.add_live(bytes_of(node));
@@ -309,6 +350,7 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
   for (std::size_t i = 0; i < n; ++i) {
     TraceEvent& e = trace_.events[i];
     e.wave = queue.ready_wave()[i];
+    last_worker_[i] = e.worker;
     e.ready_us = 0;  // when its last input finished (0: it reads only leaves)
     for (int d : deps_[i]) e.ready_us = std::max(e.ready_us, trace_.events[static_cast<std::size_t>(d)].end_us);
   }

@@ -525,3 +525,41 @@ TEST_CASE("schedule trace: ready times and the breakdown of a run's time add up"
   MLS_OBSERVE(got);
   CHECK(got == std::vector<double>{18, 2, 5, 3, 5, 17, 7, 15, 3});
 }
+
+TEST_CASE("parallel executor: among ready nodes of equal rank a worker takes the one whose inputs it computed (affinity)",
+          "[lab3][parallel]") {
+  // The 8 heads on 2 workers, with and without affinity: the same bits as the sequential run.
+  ThreadCountGuard threads(2);
+  const Program p = build_model("heads");
+  const auto feeds = random_feeds(p, 4);
+  const std::vector<Tensor> want = run(p, feeds);
+  for (bool affinity : {true, false}) {
+    ParallelExecutor ex(p, 2, {.affinity = affinity});
+    const std::vector<Tensor> got = ex.run(feeds);
+    observe_outputs(affinity ? "heads affinity" : "heads no affinity", got, true);
+    MLS_ORACLE_CHECK(CHECK(same_bits(got, want)));
+    MLS_ORACLE_CHECK(CHECK(same_bits(ex.run(feeds), want)));  // the second run follows the first's workers
+  }
+  // The choice itself. Tasks 0..5: 0 and 1 computed (0 by worker 0, 1 by worker 1); 2, 3, 4 ready
+  // with equal rank, 5 ready with a lower rank; 2 reads 1, 3 reads 0 twice, 4 reads 0 and 1.
+  const std::vector<std::vector<int>> deps{{}, {}, {1}, {0, 0}, {0, 1}, {}};
+  const std::vector<double> rank{5, 5, 3, 3, 3, 1};
+  const std::vector<int> producer{0, 1, -1, -1, -1, -1};
+  const std::vector<int> none(6, -1);
+  const std::vector<int> ready{5, 4, 2, 3};
+  auto task = [&](int at) { return at < 0 ? -1 : ready[static_cast<std::size_t>(at)]; };
+  const std::vector<int> picks{
+      task(pick_ready(ready, rank, 0, deps, producer, none)),   // worker 0: 3 (both inputs its own)
+      task(pick_ready(ready, rank, 1, deps, producer, none)),   // worker 1: 2 (one input, before 4's by index)
+      task(pick_ready(ready, rank, 1, {}, {}, {})),              // no affinity: rank, then the lowest index: 2
+      task(pick_ready(ready, rank, 1, deps, producer, std::vector<int>{-1, -1, -1, -1, 1, -1})),  // ran 4 last run: 4
+      task(pick_ready({}, rank, 0, deps, producer, none))};     // nothing ready
+  MLS_OBSERVE(picks);
+  CHECK(picks == std::vector<int>{3, 2, 2, 4, -1});
+  // A higher rank wins over any affinity.
+  const std::vector<double> rank5{5, 5, 3, 3, 3, 4};
+  const int top = task(pick_ready(ready, rank5, 0, deps, producer, none));
+  MLS_OBSERVE(top);
+  CHECK(top == 5);
+  require_error([&] { (void)pick_ready({7}, rank, 0, deps, producer, none); }, "pick_ready: ready task 7 has no rank (6 ranks)");
+}

@@ -236,9 +236,10 @@ int main(int argc, char** argv) {
   par->add_option("-w,--workers", workers, "workers running nodes at once (0: as many as threads)")->capture_default_str();
   par->add_option("--svg", svg, "write the schedule as an SVG picture (one lane per worker)");
   par->add_option("-r,--repeats", repeats, "timing repeats")->capture_default_str();
-  bool par_planned = false, par_fifo = false, par_bench = false;
+  bool par_planned = false, par_fifo = false, par_bench = false, par_no_affinity = false;
   par->add_flag("--planned", par_planned, "run in the buffers of the concurrent memory plan (plan_memory_concurrent)");
   par->add_flag("--bench", par_bench, "the benchmark's shapes (inception 4x32x16x16, heads 128 x 256 with 8 heads; mls_lab3_bench_graphopt)");
+  par->add_flag("--no-affinity", par_no_affinity, "among ready nodes of equal rank, no preference for the worker that computed their inputs or ran them last");
   par->add_flag("--fifo", par_fifo, "take ready nodes first in, first out (default: longest path to the end first)");
   std::string compile_model = "mlp", svg_dir;
   CLI::App* compile_cmd = app.add_subcommand("compile", "compile(fn) on an eager model: captured graph, guards, passes, memory, drawings");
@@ -254,9 +255,9 @@ int main(int argc, char** argv) {
       MLS_CHECK(!(par_bench && !load.empty()), "mls-opt parallel: --bench takes the benchmark's model '", par_model,
                 "', --load a graph file '", load, "': give one of them");
       if (!load.empty()) return parallel(load_json_file(load), std::filesystem::path(load).stem().string(), par_passes, threads, workers, svg, repeats,
-                                        {.longest_path_first = !par_fifo, .planned = par_planned});
+                                        {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned});
       return parallel(par_bench ? parallel_bench_model(par_model) : build_model(par_model), par_model, par_passes, threads, workers, svg, repeats,
-                      {.longest_path_first = !par_fifo, .planned = par_planned});
+                      {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned});
     }
     if (list) {
       for (const PassInfo& p : all_passes()) std::printf("%-18s %s\n", p.name.c_str(), p.help.c_str());

@@ -22,7 +22,11 @@
 /// the program (its own time and the costliest chain of its consumers, `estimated_seconds`), so
 /// the long branches start first and the short ones fill the gaps (list scheduling by "bottom
 /// level", as HEFT ranks tasks); `ParallelOptions::longest_path_first` = false takes them in the
-/// ready queue's order (first in, first out).
+/// ready queue's order (first in, first out). Among ready nodes of equal rank (branches of one
+/// shape, as attention heads), a worker takes the one with the most inputs it computed itself in
+/// this run, then the one it ran in the last run (`ParallelOptions::affinity`): a node whose
+/// weights and inputs sit in the other core's cache runs slower, and a stable assignment keeps
+/// them where they were.
 ///
 /// Memory: by default values are allocated as nodes compute them and freed when their last
 /// reader finishes; `peak_bytes()` reports the most bytes of intermediate values alive at once in
@@ -155,9 +159,21 @@ std::string trace_svg(const Program& p, const ScheduleTrace& t);
 /// in parallel with it. What the executor ranks ready tasks by.
 std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::vector<std::vector<int>>& deps);
 
+/// Which of the `ready` tasks worker `worker` takes (an index into `ready`; -1 when it is empty):
+/// the highest `rank`; among equal ranks, the most input edges (`deps`) that `worker` computed in
+/// this run (`producer`: per task, the worker that ran it, -1 not yet), then one that `worker` ran
+/// in the last run (`last_worker`), then the lowest task index. Empty `deps` (or `worker` < 0):
+/// rank, then index only. What the executor's longest-path-first scheduler with affinity does.
+/// Throws `mls::Error` for a ready task without a rank.
+int pick_ready(const std::vector<int>& ready, const std::vector<double>& rank, int worker,
+               const std::vector<std::vector<int>>& deps, const std::vector<int>& producer, const std::vector<int>& last_worker);
+
 /// How the parallel executor runs (see the top of this file).
 struct ParallelOptions {
   bool longest_path_first = true;  // false: the ready queue's order (first in, first out)
+  /// With longest_path_first: among ready nodes of equal rank, a worker takes the one whose
+  /// inputs it computed in this run, then one it ran in the last run (cache affinity).
+  bool affinity = true;
   bool planned = false;            // true: values live in the buffers of plan_memory_concurrent
 };
 
@@ -207,6 +223,7 @@ class ParallelExecutor {
   std::vector<ForwardIntoFn> into_;         // planned: per task, its op's forward into a buffer (or null)
   std::vector<Tensor> buffers_;             // planned: allocated in the constructor
   std::vector<bool> out_buffer_;            // planned: buffers handed out with the outputs (allocated again)
+  std::vector<int> last_worker_;            // per task: its worker in the last run (affinity)
   ScheduleTrace trace_;
 };
 
