@@ -450,9 +450,13 @@ class DagRun {
   /// because nothing else could run (the budget rule) gets the idle workers' threads at once,
   /// not only its pool's helpers, which may be asleep or waiting for a CPU (a wake-up costs tens
   /// of microseconds on a VM). Which thread runs a chunk never changes its result. After the
-  /// spin budget (MLS_SPIN_US) it sleeps on the version, as before.
+  /// spin budget (MLS_SPIN_US) it sleeps on the version, as before. MLS_DAG_HELP=0: wait only.
   void wait_or_help(int w, std::uint32_t seen) {
-    if (pools_.empty()) {
+    static const bool help_on = [] {
+      const char* env = std::getenv("MLS_DAG_HELP");
+      return env == nullptr || std::string(env) != "0";
+    }();
+    if (pools_.empty() || !help_on) {
       (void)wait_change(version_, seen);
       return;
     }
