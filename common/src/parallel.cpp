@@ -128,6 +128,14 @@ class Pool {
     if (error_) std::rethrow_exception(error_);
   }
 
+  /// Runs chunks of the region now running, if there is one, on the calling thread (which is not
+  /// one of this pool's workers: an idle worker of run_dag lending its thread to another worker's
+  /// task), with the same lock-free claims as the pool's own workers. Returns whether it ran any.
+  bool help() {
+    if (job_.load(std::memory_order_acquire) == nullptr) return false;
+    return work() > 0;
+  }
+
   ~Pool() {
     stop_.store(true);
     gen_.fetch_add(1, std::memory_order_release);
@@ -145,12 +153,12 @@ class Pool {
     }
   }
 
-  /// Claims and runs chunks of the current region until none is left.
-  void work() {
-    for (;;) {
+  /// Claims and runs chunks of the current region until none is left; returns how many it ran.
+  int work() {
+    for (int ran = 0;; ++ran) {
       const std::uint64_t t = ticket_.fetch_add(1, std::memory_order_acq_rel);
       const auto chunk = static_cast<std::uint32_t>(t), chunks = static_cast<std::uint32_t>(t >> 32);
-      if (chunk >= chunks) return;
+      if (chunk >= chunks) return ran;
       const auto* job = job_.load(std::memory_order_relaxed);
       try {
         (*job)(static_cast<int>(chunk));
@@ -363,19 +371,23 @@ class TaskScope {
 class DagRun {
  public:
   DagRun(DagScheduler& sched, int workers, int threads, const std::function<void(const TaskContext&)>& fn)
-      : sched_(sched), fn_(fn), n_(sched.size()), workers_(workers), threads_(threads), free_(threads) {}
+      : sched_(sched), fn_(fn), n_(sched.size()), workers_(workers), threads_(threads), free_(threads) {
+    if (workers > 1)  // the workers' pools (their tasks' parallel_for helpers), for idle workers to help
+      for (int w = 0; w < workers; ++w) pools_.push_back(&Pool::slot(w));
+  }
 
   /// Worker `w`: takes ready tasks until every task is done, or a task failed, or none can start.
   /// `pooled`: the worker is one of several (tasks get their budget and the worker's own pool);
   /// otherwise the caller runs every task itself, each under the caller's own budget.
   void work(int w, bool pooled) {
+    Pool* const pool = pooled ? pools_[static_cast<std::size_t>(w)] : nullptr;
     for (;;) {
       int task = -1, budget = 1;
       {
         std::unique_lock<std::mutex> lock(m_);
         for (;;) {
           if (stop_ || done_ == n_) return;
-          task = sched_.take();
+          task = sched_.take_for(w);
           if (task >= 0) break;
           if (running_ == 0) {  // nothing ready, nothing running that could make anything ready
             fail_locked(std::make_exception_ptr(Error(
@@ -385,7 +397,7 @@ class DagRun {
           }
           const std::uint32_t seen = version_.load(std::memory_order_acquire);
           lock.unlock();
-          (void)wait_change(version_, seen);
+          wait_or_help(w, seen);
           lock.lock();
         }
         if (task >= n_) {
@@ -401,7 +413,7 @@ class DagRun {
       std::exception_ptr error;
       try {
         if (pooled) {
-          TaskScope scope(budget, &Pool::slot(w));
+          TaskScope scope(budget, pool);
           fn_(TaskContext{task, w, budget});
         } else {
           fn_(TaskContext{task, w, budget});
@@ -433,6 +445,34 @@ class DagRun {
   }
 
  private:
+  /// An idle worker waits for the next change (a task finished, the run failed), and meanwhile
+  /// runs chunks of the running tasks' parallel_for regions: a task that got several threads
+  /// because nothing else could run (the budget rule) gets the idle workers' threads at once,
+  /// not only its pool's helpers, which may be asleep or waiting for a CPU (a wake-up costs tens
+  /// of microseconds on a VM). Which thread runs a chunk never changes its result. After the
+  /// spin budget (MLS_SPIN_US) it sleeps on the version, as before. MLS_DAG_HELP=0: wait only.
+  void wait_or_help(int w, std::uint32_t seen) {
+    static const bool help_on = [] {
+      const char* env = std::getenv("MLS_DAG_HELP");
+      return env == nullptr || std::string(env) != "0";
+    }();
+    if (pools_.empty() || !help_on) {
+      (void)wait_change(version_, seen);
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + spin_budget();
+    for (int i = 0;; ++i) {
+      if (version_.load(std::memory_order_acquire) != seen) return;
+      bool helped = false;
+      for (std::size_t v = 0; v < pools_.size(); ++v)
+        if (static_cast<int>(v) != w) helped |= pools_[v]->help();
+      if (helped) continue;
+      if ((i & 7) == 7 && std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::yield();
+    }
+    (void)wait_change(version_, seen);
+  }
+
   void fail_locked(std::exception_ptr e) {
     if (!error_) error_ = std::move(e);
     stop_ = true;
@@ -451,6 +491,7 @@ class DagRun {
   bool stop_ = false;
   std::exception_ptr error_;
   std::atomic<std::uint32_t> version_{0};
+  std::vector<Pool*> pools_;  // per worker: its pool (workers > 1)
 };
 
 }  // namespace

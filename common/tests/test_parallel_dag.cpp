@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <mutex>
 #include <stdexcept>
@@ -281,4 +283,54 @@ TEST_CASE("parallel: TeamBarrier holds every member until all arrive, stage afte
   CHECK(result.load() == 0);
   CHECK_FALSE(barrier.wait());
   CHECK_THROWS_WITH(mls::TeamBarrier(0), Catch::Contains("TeamBarrier: got 0 members, expected a count >= 1"));
+}
+
+TEST_CASE("run_dag: an idle worker runs chunks of the running task's parallel_for", "[common][parallel]") {
+  // Tasks 0 and 1 run together (they meet), one per worker; task 2 reads both, so it runs alone
+  // with the whole budget (2 threads) while the other worker has nothing to take. Its
+  // parallel_for's two chunks meet too, so two threads run them: its worker's pool helper or
+  // the idle worker, whichever claims the chunk first. Over many runs the idle worker's thread
+  // must have run some (it spins next to the chunk while the helper may sleep or wait for a CPU).
+  mls::ThreadCountGuard threads(2);
+  auto meet = [](std::atomic<int>& started, int n) {
+    ++started;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (started.load() < n && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    return started.load() >= n;
+  };
+  int helped = 0, met_all = 0, covered = 0;
+  constexpr int kRuns = 100;
+  for (int run = 0; run < kRuns; ++run) {
+    std::atomic<int> started{0}, met{0}, chunk_started{0}, chunks_met{0};
+    std::vector<std::thread::id> worker_thread(2);
+    std::vector<std::thread::id> chunk_thread(2);
+    int task2_worker = -1;
+    std::vector<int> hits(2, 0);
+    const std::vector<std::vector<int>> deps{{}, {}, {0, 1}};
+    mls::run_dag(deps, 2, [&](const mls::TaskContext& c) {
+      if (c.task < 2) {
+        worker_thread[static_cast<std::size_t>(c.worker)] = std::this_thread::get_id();
+        met += meet(started, 2);
+        return;
+      }
+      task2_worker = c.worker;
+      mls::parallel_for(0, 2, 1, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          ++hits[static_cast<std::size_t>(i)];
+          chunk_thread[static_cast<std::size_t>(i)] = std::this_thread::get_id();
+        }
+        chunks_met += meet(chunk_started, 2);
+      });
+    });
+    met_all += met.load() == 2 && chunks_met.load() == 2;
+    covered += hits == std::vector<int>{1, 1};
+    const std::thread::id idle = worker_thread[static_cast<std::size_t>(1 - task2_worker)];
+    helped += chunk_thread[0] == idle || chunk_thread[1] == idle;
+  }
+  INFO("the idle worker ran a chunk in " << helped << " of " << kRuns << " runs");
+  CHECK(met_all == kRuns);
+  CHECK(covered == kRuns);
+  const char* env = std::getenv("MLS_DAG_HELP");
+  if (env != nullptr && std::string(env) == "0") CHECK(helped == 0);  // turned off: idle workers only wait
+  else CHECK(helped >= 1);
 }

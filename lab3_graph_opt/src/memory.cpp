@@ -243,11 +243,13 @@ Dag dag_of(const Program& p, const std::vector<Node*>& s) {
   return d;
 }
 /// Whether step v may write into the memory of value u in every parallel order: u is no output,
-/// and u's producer and all its readers except v itself have finished before v starts.
-bool may_follow(const Dag& d, std::int64_t u, std::int64_t v) {
+/// and u's producer and all its readers have finished before v starts; v itself may be one of the
+/// readers only `in_place` (an elementwise op, which reads each item before it writes it: a
+/// matmul or a concat writing into its own input would overwrite what it has still to read).
+bool may_follow(const Dag& d, std::int64_t u, std::int64_t v, bool in_place) {
   if (d.pinned[static_cast<std::size_t>(u)] || !d.is_ancestor(u, v)) return false;
   for (std::int64_t r : d.readers[static_cast<std::size_t>(u)])
-    if (r != v && !d.is_ancestor(r, v)) return false;
+    if (r == v ? !in_place : !d.is_ancestor(r, v)) return false;
   return true;
 }
 }  // namespace
@@ -270,7 +272,7 @@ MemoryPlan plan_memory_concurrent(const Program& p) {
     if (autodiff::op_def(n.op).elementwise || n.op == kFusedElementwise)
       for (const NodePtr& in : n.inputs) {
         const std::int64_t k = d.step_of.at(in.get());
-        if (d.root[static_cast<std::size_t>(k)] == k && value_bytes(*in) == need && in->dtype == n.dtype && may_follow(d, k, si)) {
+        if (d.root[static_cast<std::size_t>(k)] == k && value_bytes(*in) == need && in->dtype == n.dtype && may_follow(d, k, si, true)) {
           b = plan.buffer[static_cast<std::size_t>(k)];
           plan.in_place[i] = true;
           break;
@@ -279,7 +281,7 @@ MemoryPlan plan_memory_concurrent(const Program& p) {
     if (b < 0)  // best fit among the buffers whose latest value is done with in every order
       for (std::size_t f = 0; f < last.size(); ++f)
         if (plan.buffer_bytes[f] >= need && (b < 0 || plan.buffer_bytes[f] < plan.buffer_bytes[static_cast<std::size_t>(b)]) &&
-            may_follow(d, last[f], si))
+            may_follow(d, last[f], si, false))
           b = static_cast<int>(f);
     if (b < 0) {
       b = static_cast<int>(plan.buffer_bytes.size());
@@ -345,8 +347,13 @@ std::string concurrent_plan_violation(const Program& p, const MemoryPlan& plan) 
                node_ref(p, u) + " " + autodiff::op_name(u->op) + ", which may not be computed yet: " + node_ref(p, u) +
                " is not an ancestor of " + node_ref(p, v);
       for (const Node* r : s) {
-        if (r == v || !std::any_of(r->inputs.begin(), r->inputs.end(), [&](const NodePtr& in) { return owner(in.get()) == u; }))
+        if (!std::any_of(r->inputs.begin(), r->inputs.end(), [&](const NodePtr& in) { return owner(in.get()) == u; }))
           continue;
+        if (r == v) {  // v reads the memory it writes: only an elementwise op in place may
+          if (plan.in_place[i]) continue;
+          return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is written into the buffer of " + node_ref(p, u) + " " +
+                 autodiff::op_name(u->op) + ", which it reads itself (only an elementwise op may write in place)";
+        }
         if (!ancestors(v).count(r))
           return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is written " +
                  (plan.in_place[i] ? "in place " : "") + "into the buffer of " + node_ref(p, u) + " " +

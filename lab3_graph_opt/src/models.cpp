@@ -144,4 +144,10 @@ Program build_model(const std::string& name) {
   fail("build_model: unknown model '", name, "' (known: resnet, attention, mlp, inception, heads)");
 }
 
+Program parallel_bench_model(const std::string& name) {
+  if (name == "inception") return inception_block(4, 32, 16, 16);
+  if (name == "heads") return multihead_attention(128, 256, 8);
+  fail("parallel_bench_model: unknown model '", name, "' (the benchmark's models: inception, heads)");
+}
+
 }  // namespace mls::graph_opt

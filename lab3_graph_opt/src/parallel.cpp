@@ -87,37 +87,74 @@ std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::ve
   return rank;
 }
 
+int pick_ready(const std::vector<int>& ready, const std::vector<double>& rank, int worker,
+               const std::vector<std::vector<int>>& deps, const std::vector<int>& producer, const std::vector<int>& last_worker) {
+  const bool affine = worker >= 0 && !deps.empty();
+  auto local = [&](int t) {  // 2 per input edge `worker` computed in this run, 1 when it ran t last run
+    if (!affine) return 0;
+    int score = 0;
+    for (int d : deps.at(static_cast<std::size_t>(t))) score += 2 * (producer.at(static_cast<std::size_t>(d)) == worker);
+    return score + (last_worker.at(static_cast<std::size_t>(t)) == worker);
+  };
+  int best = -1;
+  for (std::size_t i = 0; i < ready.size(); ++i) {
+    const int t = ready[i];
+    MLS_CHECK(t >= 0 && static_cast<std::size_t>(t) < rank.size(), "pick_ready: ready task ", t, " has no rank (",
+              rank.size(), " ranks)");
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const int b = ready[static_cast<std::size_t>(best)];
+    const double rt = rank[static_cast<std::size_t>(t)], rb = rank[static_cast<std::size_t>(b)];
+    const int lt = rt == rb ? local(t) : 0, lb = rt == rb ? local(b) : 0;
+    if (rt != rb ? rt > rb : lt != lb ? lt > lb : t < b) best = static_cast<int>(i);
+  }
+  return best;
+}
+
 namespace {
 std::size_t bytes_of(const Node& n) { return value_bytes(n); }
 
-/// The ready queue's tasks, longest path first: every task the ReadyQueue releases moves to a
-/// heap ordered by rank (ties: the lower index); the queue keeps counting inputs and waves.
+/// The ready queue's tasks, longest path first: every task the ReadyQueue releases joins the
+/// ready list, and a worker takes the one of highest rank (ties: the lower index); the queue keeps
+/// counting inputs and waves. With `affinity`, a worker chooses among the tasks of the highest
+/// rank (equal ranks: independent branches of one shape, such as the heads of an attention) the
+/// one with the most inputs it computed itself in this run, then one it ran in the last run: so
+/// the same nodes run on the same worker from run to run, and their weights, buffers and inputs
+/// can stay in that core's caches (`pick_ready`).
 class LongestPathFirst final : public DagScheduler {
  public:
-  LongestPathFirst(ReadyQueue& q, const std::vector<double>& rank) : q_(q), rank_(rank) {}
+  /// The executor's record for affinity: per task, its worker in this run (-1 until it has run)
+  /// and in the last run (-1: none); null: no affinity.
+  struct Affinity {
+    const std::vector<std::vector<int>>* deps = nullptr;
+    const std::vector<int>* producer = nullptr;
+    const std::vector<int>* last_worker = nullptr;
+  };
+  LongestPathFirst(ReadyQueue& q, const std::vector<double>& rank, Affinity affinity) : q_(q), rank_(rank), aff_(affinity) {}
   int size() const override { return q_.size(); }
-  int take() override {
-    auto later = [this](int a, int b) {
-      const double ra = rank_[static_cast<std::size_t>(a)], rb = rank_[static_cast<std::size_t>(b)];
-      return ra != rb ? ra < rb : a > b;
-    };
-    for (int t; (t = q_.take()) >= 0;) {
-      heap_.push_back(t);
-      std::push_heap(heap_.begin(), heap_.end(), later);
-    }
-    if (heap_.empty()) return -1;
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const int t = heap_.back();
-    heap_.pop_back();
+  int take() override { return take_for(-1); }
+  int take_for(int worker) override {
+    for (int t; (t = q_.take()) >= 0;) ready_.push_back(t);
+    static const std::vector<std::vector<int>> no_deps;
+    static const std::vector<int> none;
+    const int at = aff_.deps ? pick_ready(ready_, rank_, worker, *aff_.deps, *aff_.producer, *aff_.last_worker)
+                             : pick_ready(ready_, rank_, worker, no_deps, none, none);
+    if (at < 0) return -1;
+    const int t = ready_[static_cast<std::size_t>(at)];
+    ready_[static_cast<std::size_t>(at)] = ready_.back();
+    ready_.pop_back();
     return t;
   }
   void finish(int task) override { q_.finish(task); }
-  int ready() const override { return q_.ready() + static_cast<int>(heap_.size()); }
+  int ready() const override { return q_.ready() + static_cast<int>(ready_.size()); }
 
  private:
   ReadyQueue& q_;
   const std::vector<double>& rank_;
-  std::vector<int> heap_;
+  Affinity aff_;
+  std::vector<int> ready_;
 };
 /// Level of each task: 0 when it reads only leaves, else 1 + the highest level among its inputs.
 std::vector<int> task_levels(const std::vector<std::vector<int>>& deps) {
@@ -141,6 +178,16 @@ struct RunState {
     }
   }
 };
+/// A dense row-major view of `shape` at the start of `buf` (a planned buffer).
+Tensor dense_in(const Tensor& buf, const Node& node) {
+  Strides strides(node.shape.size());
+  std::int64_t acc = 1;
+  for (std::size_t d = node.shape.size(); d-- > 0;) {
+    strides[d] = acc;
+    acc *= node.shape[d];
+  }
+  return Tensor(buf.storage(), 0, node.shape, strides, node.dtype);
+}
 }  // namespace
 
 // ---- the executor -----------------------------------------------------------------------------------
@@ -160,14 +207,71 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
   tasks_ = parallel_tasks(p);
   deps_ = task_deps(tasks_);
   rank_ = bottom_levels(tasks_, deps_);
+  level_ = task_levels(deps_);
   trace_.workers = workers_;
+  // Everything a run needs that does not depend on the feeds, resolved once: where each input of
+  // each task comes from, who owns the memory each value lives in, which values the outputs keep.
+  const std::size_t n = tasks_.size();
+  std::unordered_map<const Node*, int> task_of, input_of;
+  for (std::size_t i = 0; i < n; ++i) task_of[tasks_[i]] = static_cast<int>(i);
+  for (std::size_t i = 0; i < p.inputs.size(); ++i) input_of.emplace(p.inputs[i].get(), static_cast<int>(i));
+  auto source = [&](const Node* v) {
+    Source s;
+    if (auto it = task_of.find(v); it != task_of.end()) s.task = it->second;
+    else if (auto in = input_of.find(v); in != input_of.end()) s.input = in->second;
+    else s.leaf = v;  // a constant or variable: its value is read at run time (a variable may change)
+    return s;
+  };
+  args_.resize(n);
+  root_.resize(n);
+  readers_.assign(n, 0);
+  root_reads_.assign(n, 0);
+  keep_.assign(n, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Node& t = *tasks_[i];
+    for (const NodePtr& in : t.inputs) args_[i].push_back(source(in.get()));
+    if (!yields_view(t)) root_[i] = static_cast<int>(i);
+    else {
+      const int src = args_[i].empty() ? -1 : args_[i][0].task;
+      root_[i] = src < 0 ? -1 : root_[static_cast<std::size_t>(src)];
+    }
+    for (int d : deps_[i]) {
+      ++readers_[static_cast<std::size_t>(d)];
+      const int r = root_[static_cast<std::size_t>(d)];
+      if (r >= 0) ++root_reads_[static_cast<std::size_t>(r)];
+    }
+  }
+  for (const Var& o : p.outputs) {
+    const Source s = source(o.get());
+    outputs_.push_back(s);
+    if (s.task < 0) continue;
+    keep_[static_cast<std::size_t>(s.task)] = true;
+    if (root_[static_cast<std::size_t>(s.task)] >= 0) keep_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] = true;
+  }
   if (options_.planned) {
     plan_ = plan_memory_concurrent(p);
     std::unordered_map<const Node*, int> buffer_of;
     for (std::size_t i = 0; i < plan_.schedule.size(); ++i) buffer_of[plan_.schedule[i]] = plan_.buffer[i];
-    for (const Node* t : tasks_) task_buffer_.push_back(buffer_of.at(t));
+    for (const Node* t : tasks_) {
+      task_buffer_.push_back(buffer_of.at(t));
+      // An elementwise op with a broadcast input (a bias over [C, 1, 1]) is computed by lab 1's
+      // kernel and copied: the fused loop's broadcast indexing is slower than the copy (15x on
+      // the Inception block's bias adds).
+      bool broadcast = false;
+      if (autodiff::op_def(t->op).elementwise)
+        for (const NodePtr& in : t->inputs) broadcast |= in->shape != t->shape;
+      into_.push_back(broadcast ? nullptr : forward_into(t->op));
+    }
     for (std::size_t bytes : plan_.buffer_bytes)  // 1-byte items: raw bytes
       buffers_.push_back(Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::Bool));
+    // Buffers that hold an output at the end are handed out with it (no copy) and allocated
+    // again at the start of the next run, as PlannedExecutor does.
+    out_buffer_.assign(buffers_.size(), false);
+    for (const Source& s : outputs_)
+      if (s.task >= 0 && root_[static_cast<std::size_t>(s.task)] >= 0) {
+        const int b = task_buffer_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])];
+        if (b >= 0) out_buffer_[static_cast<std::size_t>(b)] = true;
+      }
   }
 }
 
@@ -175,46 +279,23 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
   const Program& p = *p_;
   MLS_CHECK(feeds.size() == p.inputs.size(), "ParallelExecutor::run: the program has ", p.inputs.size(), " inputs, ",
             feeds.size(), " fed");
-  std::unordered_map<const Node*, Tensor> leaf;  // placeholders (fed), constants and variables
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     const Node& n = *p.inputs[i].get();
     MLS_CHECK(feeds[i].defined() && feeds[i].dtype() == n.dtype && autodiff::shape_matches(n.shape, feeds[i].shape()),
               "ParallelExecutor::run: input ", i, " '", n.name, "' expects ", n.dtype, " ", shape_str(n.shape), ", fed ",
               feeds[i].defined() ? std::string(dtype_name(feeds[i].dtype())) + " " + shape_str(feeds[i].shape())
                                  : std::string("nothing"));
-    leaf[&n] = feeds[i];
   }
   const std::size_t n = tasks_.size();
-  std::unordered_map<const Node*, int> task_of;
-  for (std::size_t i = 0; i < n; ++i) task_of[tasks_[i]] = static_cast<int>(i);
-  for (const Node* t : tasks_)
-    for (const NodePtr& in : t->inputs)
-      if (in->op == Op::Constant || in->op == Op::Variable) leaf[in.get()] = in->value;
-  // Who owns the memory each task's value lives in (itself, or the task it views; -1: a leaf).
-  std::vector<int> root(n), src_count(n, 0);
-  std::vector<bool> keep(n, false);  // memory an output needs until the end
   RunState st(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const Node& t = *tasks_[i];
-    if (!yields_view(t)) root[i] = static_cast<int>(i);
-    else {
-      auto it = task_of.find(t.inputs[0].get());
-      root[i] = it == task_of.end() ? -1 : root[static_cast<std::size_t>(it->second)];
-    }
-    for (int d : deps_[i]) {
-      ++src_count[static_cast<std::size_t>(d)];
-      const int r = root[static_cast<std::size_t>(d)];
-      if (r >= 0) ++st.root_uses[static_cast<std::size_t>(r)];
-    }
+    st.direct[i] = readers_[i];
+    st.root_uses[i] = root_reads_[i];
   }
-  for (std::size_t i = 0; i < n; ++i) st.direct[i] = src_count[i];
-  for (const Var& o : p.outputs) {
-    auto it = task_of.find(o.get());
-    if (it == task_of.end()) continue;
-    keep[static_cast<std::size_t>(it->second)] = true;
-    if (root[static_cast<std::size_t>(it->second)] >= 0) keep[static_cast<std::size_t>(root[static_cast<std::size_t>(it->second)])] = true;
-  }
-  const std::vector<int> level = task_levels(deps_);
+  if (options_.planned)  // the last run handed its output buffers out with the outputs
+    for (std::size_t b = 0; b < buffers_.size(); ++b)
+      if (out_buffer_[b] && buffers_[b].storage().use_count() > 1)
+        buffers_[b] = Tensor::empty({static_cast<std::int64_t>(plan_.buffer_bytes[b])}, DType::Bool);
   trace_ = ScheduleTrace{};
   trace_.workers = workers_;
   trace_.threads = num_threads();
@@ -222,61 +303,72 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto us_since = [&](clock::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
+  auto value = [&](const Source& s) -> const Tensor& {
+    return s.task >= 0 ? st.vals[static_cast<std::size_t>(s.task)] : s.input >= 0 ? feeds[static_cast<std::size_t>(s.input)] : s.leaf->value;
+  };
 
   ReadyQueue queue(deps_);
-  LongestPathFirst ranked(queue, rank_);
+  std::vector<int> producer(n, -1);  // per task: the worker that ran it in this run
+  if (last_worker_.size() != n) last_worker_.assign(n, -1);
+  LongestPathFirst ranked(queue, rank_,
+                          options_.affinity ? LongestPathFirst::Affinity{&deps_, &producer, &last_worker_} : LongestPathFirst::Affinity{});
   DagScheduler& sched = options_.longest_path_first ? static_cast<DagScheduler&>(ranked) : queue;
+  std::vector<std::vector<Tensor>> scratch(static_cast<std::size_t>(workers_));  // per worker: a task's inputs
   run_dag(sched, workers_, [&](const TaskContext& c) {
     const auto ti = static_cast<std::size_t>(c.task);
     const Node& node = *tasks_[ti];
-    std::vector<Tensor> in(node.inputs.size());
-    for (std::size_t k = 0; k < in.size(); ++k) {
-      auto it = task_of.find(node.inputs[k].get());
-      in[k] = it != task_of.end() ? st.vals[static_cast<std::size_t>(it->second)] : leaf.at(node.inputs[k].get());
-    }
+    std::vector<Tensor>& in = scratch[static_cast<std::size_t>(c.worker)];
+    in.clear();
+    for (const Source& s : args_[ti]) in.push_back(value(s));
     TraceEvent& ev = trace_.events[ti];
     ev.start_us = us_since(clock::now());
-    Tensor out = autodiff::op_def(node.op).forward(in, node.attrs);  // the sequential executor's code
-    if (options_.planned && task_buffer_[ti] >= 0) {  // into its buffer (a view stays a view of one)
-      Strides strides(node.shape.size());
-      std::int64_t acc = 1;
-      for (std::size_t d = node.shape.size(); d-- > 0;) {
-        strides[d] = acc;
-        acc *= node.shape[d];
-      }
-      Tensor dst(buffers_[static_cast<std::size_t>(task_buffer_[ti])].storage(), 0, node.shape, strides, node.dtype);
-      dst.copy_(out);
-      out = std::move(dst);
+    Tensor out;
+    if (options_.planned && task_buffer_[ti] >= 0) {
+      // Computed in its buffer where the op can (PlannedExecutor's forward_into: matmul, gemm,
+      // fused loops, concat, the float add/sub/mul/div), else computed and copied there.
+      out = dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ti])], node);
+      const ForwardIntoFn into = into_[ti];
+      if (!into || !into(in, node.attrs, out)) out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
+    } else {
+      out = autodiff::op_def(node.op).forward(in, node.attrs);  // the sequential executor's code
     }
     ev.end_us = us_since(clock::now());
     ev.node = &node;
     ev.task = c.task;
     ev.worker = c.worker;
     ev.intra_threads = c.intra_threads;
-    ev.level = level[ti];
+    ev.level = level_[ti];
+    producer[ti] = c.worker;  // read by take_for only once this task has finished (under run_dag's lock)
     in.clear();
     st.vals[ti] = std::move(out);
-    if (root[ti] == c.task) st.add_live(bytes_of(node));
+    if (root_[ti] == c.task) st.add_live(bytes_of(node));
     // Readers done: drop values nobody reads any more, and give back memory nothing reads.
     for (int d : deps_[ti]) {
       const auto di = static_cast<std::size_t>(d);
-      if (st.direct[di].fetch_sub(1) == 1 && !keep[di]) st.vals[di] = Tensor();
-      const int r = root[di];
-      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep[static_cast<std::size_t>(r)])
+      if (st.direct[di].fetch_sub(1) == 1 && !keep_[di]) st.vals[di] = Tensor();
+      const int r = root_[di];
+      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep_[static_cast<std::size_t>(r)])
         st.live.fetch_sub(bytes_of(*tasks_[static_cast<std::size_t>(r)]));
     }
   });
   trace_.wall_us = us_since(clock::now());
   trace_.peak_bytes = options_.planned ? plan_.peak_bytes : st.peak.load();
-  for (std::size_t i = 0; i < n; ++i) trace_.events[i].wave = queue.ready_wave()[i];
+  for (std::size_t i = 0; i < n; ++i) {
+    TraceEvent& e = trace_.events[i];
+    e.wave = queue.ready_wave()[i];
+    last_worker_[i] = e.worker;
+    e.ready_us = 0;  // when its last input finished (0: it reads only leaves)
+    for (int d : deps_[i]) e.ready_us = std::max(e.ready_us, trace_.events[static_cast<std::size_t>(d)].end_us);
+  }
 
   std::vector<Tensor> out;
   out.reserve(p.outputs.size());
-  for (const Var& o : p.outputs) {
-    auto it = task_of.find(o.get());
-    if (it == task_of.end()) out.push_back(o.get()->is_leaf() && o.get()->op != Op::Placeholder ? o.get()->value : leaf.at(o.get()));
-    else if (options_.planned) out.push_back(st.vals[static_cast<std::size_t>(it->second)].clone());  // the next run overwrites its buffer
-    else out.push_back(st.vals[static_cast<std::size_t>(it->second)]);
+  for (std::size_t k = 0; k < outputs_.size(); ++k) {
+    const Source& s = outputs_[k];
+    if (s.task < 0) out.push_back(value(s));
+    else if (options_.planned && (root_[static_cast<std::size_t>(s.task)] < 0 || task_buffer_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] < 0))
+      out.push_back(st.vals[static_cast<std::size_t>(s.task)].clone());  // a view of an input or constant
+    else out.push_back(st.vals[static_cast<std::size_t>(s.task)]);  // planned: its buffer is allocated again next run
   }
   return out;
 }

@@ -102,6 +102,47 @@ std::string levels_text(const Program& p) {
   return os.str();
 }
 
+double TraceBreakdown::dispatch_total_us() const {
+  double s = 0;
+  for (double d : dispatch_us) s += d;
+  return s;
+}
+
+TraceBreakdown trace_breakdown(const ScheduleTrace& t) {
+  const auto workers = static_cast<std::size_t>(std::max(1, t.workers));
+  TraceBreakdown b;
+  b.busy_us.assign(workers, 0.0);
+  b.dispatch_us.assign(workers, 0.0);
+  b.idle_us.assign(workers, 0.0);
+  std::vector<const TraceEvent*> order;
+  for (const TraceEvent& e : t.events)
+    if (e.worker >= 0 && static_cast<std::size_t>(e.worker) < workers) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const TraceEvent* a, const TraceEvent* c) { return a->start_us < c->start_us; });
+  std::vector<double> free_at(workers, 0.0);  // when each worker finished its previous node
+  for (const TraceEvent* e : order) {
+    const auto w = static_cast<std::size_t>(e->worker);
+    const double from = std::max(e->ready_us, free_at[w]);
+    b.dispatch_us[w] += std::max(0.0, e->start_us - from);
+    b.busy_us[w] += e->end_us - e->start_us;
+    free_at[w] = e->end_us;
+  }
+  for (std::size_t w = 0; w < workers; ++w) b.idle_us[w] = std::max(0.0, t.wall_us - b.busy_us[w] - b.dispatch_us[w]);
+  // How many nodes run at each moment: a sweep over the starts and ends.
+  std::vector<std::pair<double, int>> edges;
+  for (const TraceEvent* e : order) edges.push_back({e->start_us, +1}), edges.push_back({e->end_us, -1});
+  edges.push_back({t.wall_us, 0});
+  std::sort(edges.begin(), edges.end());
+  double at = 0;
+  int running = 0;
+  for (const auto& [time, step] : edges) {
+    const double span = std::max(0.0, time - at);
+    (running == 0 ? b.none_us : running == 1 ? b.one_us : b.several_us) += span;
+    at = std::max(at, time);
+    running += step;
+  }
+  return b;
+}
+
 std::string trace_summary(const Program& p, const ScheduleTrace& t) {
   const auto idx = index_of(p);
   const auto levels = schedule_levels(p);
@@ -136,6 +177,13 @@ std::string trace_summary(const Program& p, const ScheduleTrace& t) {
   for (std::size_t w = 0; w < busy.size(); ++w)
     os << (w ? ", " : "") << "worker " << w << ": " << time_str(busy[w]) << " in " << count[w] << " nodes";
   os << "), overlap " << fixed(t.wall_us > 0 ? total / t.wall_us : 0.0, 2) << " (busy / wall)\n";
+  const TraceBreakdown b = trace_breakdown(t);
+  double idle = 0;
+  for (double v : b.idle_us) idle += v;
+  os << "not busy: " << time_str(b.dispatch_total_us()) << " a ready node waited for its free worker (dispatch: "
+     << time_str(t.events.empty() ? 0.0 : b.dispatch_total_us() / static_cast<double>(t.events.size()))
+     << " a node), " << time_str(idle) << " a worker had nothing ready; nodes running at once: none "
+     << time_str(b.none_us) << ", one " << time_str(b.one_us) << ", several " << time_str(b.several_us) << "\n";
   os << "peak bytes of intermediate values: " << t.peak_bytes << "\n";
   return os.str();
 }

@@ -430,3 +430,136 @@ TEST_CASE("parallel executor: a free worker takes the ready node with the longes
     CHECK(rank[i] == Approx(estimated_seconds(node_cost(*ex.tasks()[i])) + most));
   }
 }
+
+TEST_CASE("concurrent memory plan: a matmul or concat never takes the buffer it reads, and planned runs compute in place",
+          "[lab3][parallel]") {
+  // y = concat(a, b) W, with concat's value the size of y: once the concat's only reader is the
+  // matmul, its buffer looks free, but the matmul (computed in its buffer) still reads it.
+  ThreadCountGuard threads(2);
+  Program p;
+  const Var a = p.input("a", {8, 4}), b = p.input("b", {8, 4});
+  const Var cat = autodiff::concat({autodiff::relu(a), autodiff::tanh(b)}, 1).set_name("cat");
+  Rng rng(11, "lab3-plan-self");
+  const Var w = p.constant(Tensor::randn({8, 8}, rng, 0.0, 0.5), "W");
+  p.output((autodiff::matmul(cat, w) + 1.0).set_name("y"));
+  const auto feeds = random_feeds(p, 5);
+  for (int workers : {1, 2}) {
+    ParallelExecutor ex(p, workers, {.planned = true});
+    const std::vector<Tensor> got = ex.run(feeds);
+    observe_outputs("concat matmul planned", got, true);
+    MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
+    MLS_ORACLE_CHECK(CHECK(same_bits(ex.run(feeds), got)));  // the output's buffer is handed out, then allocated again
+    const MemoryPlan& plan = ex.plan();
+    INFO(plan.summary());
+    int cat_buffer = -2, mm_buffer = -3;
+    for (std::size_t i = 0; i < plan.schedule.size(); ++i) {
+      if (plan.schedule[i]->name == "cat") cat_buffer = plan.buffer[i];
+      if (plan.schedule[i]->op == Op::Matmul) mm_buffer = plan.buffer[i];
+    }
+    MLS_OBSERVE(cat_buffer == mm_buffer);
+    CHECK(cat_buffer != mm_buffer);
+    CHECK(concurrent_plan_violation(p, plan).empty());
+    // The same plan with the matmul moved into the concat's buffer is named.
+    MemoryPlan bad = plan;
+    for (std::size_t i = 0; i < bad.schedule.size(); ++i)
+      if (bad.schedule[i]->op == Op::Matmul) bad.buffer[i] = cat_buffer;
+    const std::string why = concurrent_plan_violation(p, bad);
+    MLS_OBSERVE(why);
+    CHECK(why.find("which it reads itself") != std::string::npos);
+  }
+  // The benchmark's 8 heads: the planned parallel run equals the sequential executor bit for bit
+  // (the concurrent plan put the output projection into the concat's buffer before this fix).
+  const Program heads = parallel_bench_model("heads");
+  const auto hf = random_feeds(heads, 3);
+  ParallelExecutor hx(heads, 2, {.planned = true});
+  const std::vector<Tensor> hgot = hx.run(hf);
+  observe_outputs("heads bench planned", hgot, true);
+  MLS_ORACLE_CHECK(CHECK(same_bits(hgot, run(heads, hf))));
+  CHECK(concurrent_plan_violation(heads, hx.plan()).empty());
+}
+
+TEST_CASE("schedule trace: ready times and the breakdown of a run's time add up", "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  for (const char* name : {"heads", "inception"}) {
+    const Program p = build_model(name);
+    const auto feeds = random_feeds(p, 2);
+    ParallelExecutor ex(p, 2);
+    const std::vector<Tensor> got = ex.run(feeds);
+    observe_outputs(std::string(name) + " traced", got, true);
+    MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
+    const ScheduleTrace& t = ex.trace();
+    const auto deps = task_deps(ex.tasks());
+    // A node is ready when its last input finished (0: it reads only leaves), and starts after.
+    int ready_ok = 0;
+    for (std::size_t i = 0; i < t.events.size(); ++i) {
+      double want = 0;
+      for (int d : deps[i]) want = std::max(want, t.events[static_cast<std::size_t>(d)].end_us);
+      ready_ok += t.events[i].ready_us == want && t.events[i].ready_us <= t.events[i].start_us;
+    }
+    MLS_OBSERVE(ready_ok == static_cast<int>(t.events.size()));
+    CHECK(ready_ok == static_cast<int>(t.events.size()));
+    const TraceBreakdown b = trace_breakdown(t);
+    MLS_OBSERVE(b.busy_us.size());
+    REQUIRE(b.busy_us.size() == 2);
+    for (std::size_t w = 0; w < 2; ++w) {
+      CHECK(b.busy_us[w] + b.dispatch_us[w] + b.idle_us[w] == Approx(t.wall_us).epsilon(1e-9).margin(1e-6));
+      CHECK(b.dispatch_us[w] >= 0);
+    }
+    CHECK(b.none_us + b.one_us + b.several_us == Approx(t.wall_us).epsilon(1e-9).margin(1e-6));
+    // Busy time counted per worker equals the time counted by how many ran at once.
+    CHECK(b.busy_us[0] + b.busy_us[1] >= b.one_us + 2 * b.several_us - 1e-6);
+    const std::string summary = trace_summary(p, t);
+    CHECK(summary.find("a ready node waited for its free worker") != std::string::npos);
+  }
+  // A hand-made trace: worker 0 runs task 0 over [0, 10] and task 1 (ready at 10) over [12, 20];
+  // worker 1 runs task 2 (ready at 0) over [5, 8]. Wall 25.
+  ScheduleTrace t;
+  t.workers = 2;
+  t.wall_us = 25;
+  t.events = {TraceEvent{.task = 0, .worker = 0, .start_us = 0, .end_us = 10, .ready_us = 0},
+              TraceEvent{.task = 1, .worker = 0, .start_us = 12, .end_us = 20, .ready_us = 10},
+              TraceEvent{.task = 2, .worker = 1, .start_us = 5, .end_us = 8, .ready_us = 0}};
+  const TraceBreakdown b = trace_breakdown(t);
+  const std::vector<double> got{b.busy_us[0], b.dispatch_us[0], b.idle_us[0], b.busy_us[1], b.dispatch_us[1], b.idle_us[1],
+                                b.none_us,    b.one_us,         b.several_us};
+  MLS_OBSERVE(got);
+  CHECK(got == std::vector<double>{18, 2, 5, 3, 5, 17, 7, 15, 3});
+}
+
+TEST_CASE("parallel executor: among ready nodes of equal rank a worker takes the one whose inputs it computed (affinity)",
+          "[lab3][parallel]") {
+  // The 8 heads on 2 workers, with and without affinity: the same bits as the sequential run.
+  ThreadCountGuard threads(2);
+  const Program p = build_model("heads");
+  const auto feeds = random_feeds(p, 4);
+  const std::vector<Tensor> want = run(p, feeds);
+  for (bool affinity : {true, false}) {
+    ParallelExecutor ex(p, 2, {.affinity = affinity});
+    const std::vector<Tensor> got = ex.run(feeds);
+    observe_outputs(affinity ? "heads affinity" : "heads no affinity", got, true);
+    MLS_ORACLE_CHECK(CHECK(same_bits(got, want)));
+    MLS_ORACLE_CHECK(CHECK(same_bits(ex.run(feeds), want)));  // the second run follows the first's workers
+  }
+  // The choice itself. Tasks 0..5: 0 and 1 computed (0 by worker 0, 1 by worker 1); 2, 3, 4 ready
+  // with equal rank, 5 ready with a lower rank; 2 reads 1, 3 reads 0 twice, 4 reads 0 and 1.
+  const std::vector<std::vector<int>> deps{{}, {}, {1}, {0, 0}, {0, 1}, {}};
+  const std::vector<double> rank{5, 5, 3, 3, 3, 1};
+  const std::vector<int> producer{0, 1, -1, -1, -1, -1};
+  const std::vector<int> none(6, -1);
+  const std::vector<int> ready{5, 4, 2, 3};
+  auto task = [&](int at) { return at < 0 ? -1 : ready[static_cast<std::size_t>(at)]; };
+  const std::vector<int> picks{
+      task(pick_ready(ready, rank, 0, deps, producer, none)),   // worker 0: 3 (both inputs its own)
+      task(pick_ready(ready, rank, 1, deps, producer, none)),   // worker 1: 2 (one input, before 4's by index)
+      task(pick_ready(ready, rank, 1, {}, {}, {})),              // no affinity: rank, then the lowest index: 2
+      task(pick_ready(ready, rank, 1, deps, producer, std::vector<int>{-1, -1, -1, -1, 1, -1})),  // ran 4 last run: 4
+      task(pick_ready({}, rank, 0, deps, producer, none))};     // nothing ready
+  MLS_OBSERVE(picks);
+  CHECK(picks == std::vector<int>{3, 2, 2, 4, -1});
+  // A higher rank wins over any affinity.
+  const std::vector<double> rank5{5, 5, 3, 3, 3, 4};
+  const int top = task(pick_ready(ready, rank5, 0, deps, producer, none));
+  MLS_OBSERVE(top);
+  CHECK(top == 5);
+  require_error([&] { (void)pick_ready({7}, rank, 0, deps, producer, none); }, "pick_ready: ready task 7 has no rank (6 ranks)");
+}

@@ -88,6 +88,12 @@ class DagScheduler {
   /// Takes a task whose predecessors have all finished (it leaves the ready set), or returns -1
   /// when none is ready now.
   virtual int take() = 0;
+  /// The same for worker `worker` of the run (0..workers-1): what `run_dag` calls. A scheduler may
+  /// prefer the ready tasks whose data that worker's caches hold; by default, `take()`.
+  virtual int take_for(int worker) {
+    (void)worker;
+    return take();
+  }
   /// Records that `task` finished: the tasks waiting only on it become ready.
   virtual void finish(int task) = 0;
   /// Number of tasks ready and not yet taken.

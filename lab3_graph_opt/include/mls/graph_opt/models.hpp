@@ -34,5 +34,9 @@ Program multihead_attention(std::int64_t t = 32, std::int64_t d = 32, std::int64
 /// The model called "resnet", "attention", "mlp", "inception" or "heads" (the last two: the
 /// parallel executor's examples); throws `mls::Error` for another name.
 Program build_model(const std::string& name);
+/// The parallel executor's benchmark shapes (`mls_lab3_bench_graphopt`, `mls-opt parallel
+/// --bench`): "inception" is inception_block(4, 32, 16, 16), "heads" multihead_attention(128, 256,
+/// 8); throws `mls::Error` for another name.
+Program parallel_bench_model(const std::string& name);
 
 }  // namespace mls::graph_opt

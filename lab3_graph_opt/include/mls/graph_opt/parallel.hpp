@@ -22,14 +22,20 @@
 /// the program (its own time and the costliest chain of its consumers, `estimated_seconds`), so
 /// the long branches start first and the short ones fill the gaps (list scheduling by "bottom
 /// level", as HEFT ranks tasks); `ParallelOptions::longest_path_first` = false takes them in the
-/// ready queue's order (first in, first out).
+/// ready queue's order (first in, first out). Among ready nodes of equal rank (branches of one
+/// shape, as attention heads), a worker takes the one with the most inputs it computed itself in
+/// this run, then the one it ran in the last run (`ParallelOptions::affinity`): a node whose
+/// weights and inputs sit in the other core's cache runs slower, and a stable assignment keeps
+/// them where they were.
 ///
 /// Memory: by default values are allocated as nodes compute them and freed when their last
 /// reader finishes; `peak_bytes()` reports the most bytes of intermediate values alive at once in
 /// the last run. With `ParallelOptions::planned`, every value lives in a buffer of
 /// `plan_memory_concurrent` (a plan valid in every parallel order: a sequential plan is not),
-/// allocated once, and each node's result is copied into its buffer as in `PlannedExecutor`;
-/// `peak_bytes()` is then the plan's bytes.
+/// allocated once, and each node is computed in its buffer as in `PlannedExecutor` (ops with a
+/// `forward_into`: matmul, gemm, concat, fused loops, float add/sub/mul/div; the others are
+/// computed and copied there); the buffers holding the outputs are handed out with them and
+/// allocated again by the next run. `peak_bytes()` is then the plan's bytes.
 #include <cstddef>
 #include <deque>
 #include <string>
@@ -84,6 +90,7 @@ struct TraceEvent {
   int wave = 0;           // ReadyQueue::ready_wave: nodes with one wave were ready together
   int level = 0;          // schedule_levels' level
   double start_us = 0, end_us = 0;  // from the start of the run
+  double ready_us = 0;    // when its last input finished (0: it reads only leaves)
 };
 /// What one run of the parallel executor did.
 struct ScheduleTrace {
@@ -121,9 +128,24 @@ struct CriticalPath {
 /// The critical path of `p`'s scheduled nodes, each node's time from `estimated_seconds`.
 CriticalPath critical_path(const Program& p);
 
+/// Where a run's time went, from its trace (what `trace_summary` reports): per worker, the time
+/// it ran nodes, the time a node that was ready waited for it although it was free (dispatch:
+/// the executor's per-node overhead, the ready queue's lock, a sleeping worker's wake-up), and
+/// the rest (idle: nothing ready for it); and over the wall time, how long no node, exactly one,
+/// and two or more ran (a serial tail shows as one node at a time).
+struct TraceBreakdown {
+  std::vector<double> busy_us, dispatch_us, idle_us;  // per worker; each row adds up to wall_us
+  double none_us = 0, one_us = 0, several_us = 0;     // add up to wall_us
+  double dispatch_total_us() const;
+};
+/// The breakdown of a trace: a node's dispatch wait is its start minus the later of when it
+/// became ready (`TraceEvent::ready_us`) and when its worker finished its previous node.
+TraceBreakdown trace_breakdown(const ScheduleTrace& t);
+
 /// A text summary of a run: workers and threads; the levels (how many, the widest); the critical
 /// path in nodes and estimated time, the total work and the parallelism; the measured wall time,
-/// the busy time per worker and the overlap (busy time / wall time); the peak bytes.
+/// the busy time per worker and the overlap (busy time / wall time); `trace_breakdown`'s dispatch
+/// and idle times and how long one node ran alone; the peak bytes.
 std::string trace_summary(const Program& p, const ScheduleTrace& t);
 /// The levels as text, one line per level: "level 1: %5 add 'B', %6 add 'C'".
 std::string levels_text(const Program& p);
@@ -137,9 +159,21 @@ std::string trace_svg(const Program& p, const ScheduleTrace& t);
 /// in parallel with it. What the executor ranks ready tasks by.
 std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::vector<std::vector<int>>& deps);
 
+/// Which of the `ready` tasks worker `worker` takes (an index into `ready`; -1 when it is empty):
+/// the highest `rank`; among equal ranks, the most input edges (`deps`) that `worker` computed in
+/// this run (`producer`: per task, the worker that ran it, -1 not yet), then one that `worker` ran
+/// in the last run (`last_worker`), then the lowest task index. Empty `deps` (or `worker` < 0):
+/// rank, then index only. What the executor's longest-path-first scheduler with affinity does.
+/// Throws `mls::Error` for a ready task without a rank.
+int pick_ready(const std::vector<int>& ready, const std::vector<double>& rank, int worker,
+               const std::vector<std::vector<int>>& deps, const std::vector<int>& producer, const std::vector<int>& last_worker);
+
 /// How the parallel executor runs (see the top of this file).
 struct ParallelOptions {
   bool longest_path_first = true;  // false: the ready queue's order (first in, first out)
+  /// With longest_path_first: among ready nodes of equal rank, a worker takes the one whose
+  /// inputs it computed in this run, then one it ran in the last run (cache affinity).
+  bool affinity = true;
   bool planned = false;            // true: values live in the buffers of plan_memory_concurrent
 };
 
@@ -166,15 +200,30 @@ class ParallelExecutor {
   const MemoryPlan& plan() const { return plan_; }
 
  private:
+  /// Where a value comes from: a task's result, a program input (a feed), or a constant/variable.
+  struct Source {
+    int task = -1;
+    int input = -1;
+    const Node* leaf = nullptr;
+  };
   const Program* p_;
   int workers_;
   ParallelOptions options_;
   std::vector<Node*> tasks_;
   std::vector<std::vector<int>> deps_;
-  std::vector<double> rank_;        // bottom_levels of the tasks
-  MemoryPlan plan_;                 // planned: where each value lives
-  std::vector<int> task_buffer_;    // planned: per task, its buffer (-1: a view)
-  std::vector<Tensor> buffers_;     // planned: allocated in the constructor
+  std::vector<double> rank_;                // bottom_levels of the tasks
+  std::vector<int> level_;                  // schedule_levels' level of each task
+  std::vector<std::vector<Source>> args_;   // per task: where each of its inputs comes from
+  std::vector<int> root_;                   // per task: the task owning its memory (itself; a view's source; -1: a leaf)
+  std::vector<int> readers_, root_reads_;   // per task: input edges reading it; reads of the memory it owns
+  std::vector<bool> keep_;                  // per task: memory an output needs until the end
+  std::vector<Source> outputs_;             // per program output
+  MemoryPlan plan_;                         // planned: where each value lives
+  std::vector<int> task_buffer_;            // planned: per task, its buffer (-1: a view)
+  std::vector<ForwardIntoFn> into_;         // planned: per task, its op's forward into a buffer (or null)
+  std::vector<Tensor> buffers_;             // planned: allocated in the constructor
+  std::vector<bool> out_buffer_;            // planned: buffers handed out with the outputs (allocated again)
+  std::vector<int> last_worker_;            // per task: its worker in the last run (affinity)
   ScheduleTrace trace_;
 };
 
