@@ -29,7 +29,7 @@ int lanes() { return te::resolved_vector_lanes({}); }
 int differing(const SgemmKnobs& a, const SgemmKnobs& b) {
   return (a.mc != b.mc) + (a.kc != b.kc) + (a.nc != b.nc) + (a.mr != b.mr) + (a.nr != b.nr) + (a.order != b.order) +
          (a.parallel != b.parallel) + (a.pack_a != b.pack_a) + (a.pack_b != b.pack_b) + (a.unroll != b.unroll) +
-         (a.a_panels != b.a_panels);
+         (a.a_panels != b.a_panels) + (a.c_prefetch != b.c_prefetch);
 }
 
 /// Shapes with 1, primes and extents no block divides.
@@ -53,7 +53,7 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   CHECK(j["order"] == "kmn");
   CHECK(tune::knobs_from_json(j) == k);
   CHECK(tune::to_string(k) == "mc=96 kc=256 nc=512 mr=8 nr=" + std::to_string(2 * lanes()) +
-                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4 a_panels=0 balance=1");
+                                  " order=kmn parallel=nr pack_a=0 pack_b=1 unroll=4 a_panels=0 balance=1 c_prefetch=0");
   nlohmann::json bad = j;
   bad.erase("kc");
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: field 'kc' is missing");
@@ -78,6 +78,17 @@ TEST_CASE("tune: knobs to JSON and back, and their named errors", "[lab4][tune][
   CHECK(tune::knobs_from_json(old).balance == 1);
   panels.balance = 2;
   CHECK(tune::knobs_from_json(tune::to_json(panels)) == panels);
+  // The C-prefetching micro-kernel round-trips; a record from before the knob loads C first.
+  panels.c_prefetch = true;
+  CHECK(tune::to_json(panels)["c_prefetch"] == true);
+  CHECK(tune::knobs_from_json(tune::to_json(panels)) == panels);
+  CHECK(tune::knobs_from_string("c_prefetch=1", k).c_prefetch);
+  old.erase("c_prefetch");
+  CHECK_FALSE(tune::knobs_from_json(old).c_prefetch);
+  bad = j;
+  bad["c_prefetch"] = 1;
+  LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "field 'c_prefetch' must be true or false");
+  LAB4_REQUIRE_ERROR(tune::knobs_from_string("c_prefetch=2", k), "sgemm knobs: field 'c_prefetch' must be 0 or 1, got 2");
   bad = j;
   bad["balance"] = 0;
   LAB4_REQUIRE_ERROR(tune::knobs_from_json(bad), "sgemm knobs: balance 0 must be in 1..1024");
@@ -379,6 +390,11 @@ TEST_CASE("tune: the micro-kernel's k loop is unrolled as asked", "[lab4][tune][
   const te::Intrinsic u4 = tune::micro_kernel(4, lanes(), 16, 4);
   CHECK(u4.name == plain.name + "_u4");
   CHECK(u4.update_source.find("#pragma GCC unroll 4\n    for (std::int64_t k = 0; k < 16; ++k)") != std::string::npos);
+  // The C-prefetching kernel (knob c_prefetch) unrolls the same k loop.
+  const te::Intrinsic pc = tune::micro_kernel(4, lanes(), 16, 4, 0, true);
+  CHECK(pc.name == "gemm4x" + std::to_string(lanes()) + "x16_regblock_pc_u4");
+  CHECK(pc.update_source.find("#pragma GCC unroll 4\n    for (std::int64_t k = 0; k < 16; ++k)") != std::string::npos);
+  CHECK(pc.update_source.find("__builtin_prefetch(out + i * strides[0]") != std::string::npos);
   LAB4_REQUIRE_ERROR(tune::micro_kernel(4, lanes(), 16, 0), "micro_kernel: unroll 0 must be >= 1");
 }
 
@@ -552,6 +568,8 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
   const SgemmKnobs packed{8, 8, 2 * L, 3, 2 * L, "nkm", "none", true, true, 1};
   const SgemmKnobs direct{8, 8, 2 * L, 3, 2 * L, "knm", "none", false, false, 2};  // A read in place (B: packed when transposed)
   const SgemmKnobs panels{8, 8, 2 * L, 3, 2 * L, "nkm", "m", true, true, 1, true};  // A in MR-row panels
+  // C prefetched, accumulated from zero and added after the k loop (beta 1: C's own values added last).
+  const SgemmKnobs late_c{8, 8, 2 * L, 3, 2 * L, "nkm", "m", true, true, 2, true, 1, true};
   // Every kind of edge: 8 rows = 2 panels of 3 and 2; 3L + 5 columns = a panel of 2L, one vector
   // and 5 narrow; k 17 = 2 blocks of 6 and 5 more (pieces that add to C): 12 pieces.
   const std::vector<SgemmShape> shapes = {{1, 1, 1}, {8, 3 * L + 5, 17}};
@@ -565,6 +583,7 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
                          pad ? s.n + pad : 0};
       jobs.emplace_back(packed, p);
       jobs.emplace_back(panels, p);
+      jobs.emplace_back(late_c, p);
       if (pad && s.m > 1) jobs.emplace_back(direct, p);
     }
   }

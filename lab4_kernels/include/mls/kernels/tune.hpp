@@ -90,10 +90,16 @@ struct SgemmKnobs {
   /// blocks than threads where there are as many panels. Not searched: KnobSpace::sgemm(threads)
   /// gives every point its thread count. 1: blocks of about MC / NC only.
   int balance = 1;
+  /// The micro-kernel prefetches its tile of C before the k loop, starts its accumulators at zero
+  /// and adds them to C after it (te::gemm_regblock_intrinsic's prefetch_c; lab4_packed's and
+  /// OpenBLAS's order), instead of loading the tile first: where C is out of cache (a large N, each
+  /// tile revisited once per KC block) the first FMAs do not wait for it.
+  bool c_prefetch = false;
   friend bool operator==(const SgemmKnobs&, const SgemmKnobs&) = default;
 };
 
-/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0 balance=1".
+/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0 balance=1
+/// c_prefetch=0".
 std::string to_string(const SgemmKnobs& k);
 /// The knobs of to_string's text: "name=value" fields separated by spaces, in any order, a field
 /// left out keeping its value in `base` (mls-tune sgemm --knobs). mls::Error "sgemm knobs: ..."
@@ -101,8 +107,8 @@ std::string to_string(const SgemmKnobs& k);
 /// flag (0/1), or knobs check_knobs refuses.
 SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs base = {}, int lanes = 0);
 /// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
-/// A record without "a_panels" or "balance" (written before those existed) reads as a_panels false,
-/// balance 1.
+/// A record without "a_panels", "balance" or "c_prefetch" (written before those existed) reads as
+/// a_panels false, balance 1, c_prefetch false.
 nlohmann::json to_json(const SgemmKnobs& k);
 /// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
 /// or mistyped field, another template, or a value the template cannot take (check_knobs).
@@ -122,6 +128,7 @@ struct KnobSpace {
   std::vector<bool> pack_a, pack_b;
   std::vector<int> unroll;
   std::vector<bool> a_panels;  ///< a point with pack_a false takes a_panels false only (nothing to lay out)
+  std::vector<bool> c_prefetch;
   int threads = 1;  ///< every point's `balance` (at, sample, default_knobs, packed_knobs set it)
   int lanes = 16;           ///< vector lanes of the CPU (nr values are multiples of it)
   int vector_registers = 32;  ///< accumulators + b vectors + 1 must fit: MR * NR/lanes + NR/lanes + 1 <= this
@@ -248,7 +255,8 @@ SgemmShape padded_to_tiles(const SgemmKnobs& knobs, const SgemmShape& shape, int
 /// The micro-kernel of a piece: te::gemm_regblock_intrinsic(mr, nr, kc) with `#pragma GCC unroll
 /// <unroll>` before its k loop when unroll > 1 (name suffix "_u<unroll>"); te::gemm_intrinsic's plain
 /// loops when nr is not a multiple of the lanes (a narrow edge; unroll ignored).
-te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes = 0);
+/// `c_prefetch`: the register-blocked kernel's prefetch_c (SgemmKnobs::c_prefetch; name suffix "_pc").
+te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes = 0, bool c_prefetch = false);
 
 /// The template instantiated on one piece: the schedule of C (+)= op(A)·op(B) on the piece's
 /// operands, and its loop nest.
