@@ -37,7 +37,8 @@
 ///               an intrinsic call, a store not contiguous in the variable, an element read at
 ///               another index than the one written) stays a scalar loop, with a comment saying why.
 ///   Local buffers (cache_read/cache_write tiles) are stack arrays up to max_stack_bytes, heap
-///   arrays above; intermediates of Scope::Global are heap arrays. A tensor intrinsic's call is a
+///   arrays above; intermediates of Scope::Global are heap arrays. Both are 64-byte aligned (a
+///   vector of a packed tile never straddles two cache lines). A tensor intrinsic's call is a
 ///   call of a static inline function made from its `update_source` / `reset_source` (or the plain
 ///   loops of its pattern), with the strides and extents as constants.
 /// Without -ffp-contract=off in the compile flags the compiler may fuse a*b + c into one FMA, so

@@ -17,7 +17,8 @@
 ///   k -> ko (blocks of KC), ki (KC)
 ///   loops: the three block loops {xc, ko, yc} in `order`, then xr, yr, and the MR x NR x KC tile
 ///   as one call of a register-blocked micro-kernel (te::gemm_regblock_intrinsic, its k loop
-///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
+///   unrolled `unroll` times; with `c_prefetch` it prefetches its tile of C, sums from zero and adds
+///   the tile after the k loop); B's KC x NC block copied into a local buffer (cache_read) at the
 ///   later of its loops xc/ko when `pack_b` (in NR-wide panels [NC/NR][KC][NR]), A's MC x KC block
 ///   at the later of yc/ko when `pack_a` (in MR-row panels [MC/MR][KC][MR] when `a_panels`, as
 ///   lab4_packed packs it), both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), its
@@ -156,12 +157,14 @@ struct KnobSpace {
   std::vector<SgemmKnobs> neighbours(const SgemmKnobs& k) const;
   /// The template's default for this space: the values nearest to MC 64, KC 256, NC 512, MR 8,
   /// NR 2 vectors, "nkm", parallel "m" (or "none"), both packed, unroll 1 (bench_codegen's
-  /// hand-picked schedule), made valid.
+  /// hand-picked schedule), the first value of a_panels and c_prefetch (sgemm(): C prefetched),
+  /// made valid.
   SgemmKnobs default_knobs() const;
   /// lab4_packed's own configuration on `shape` (mls/kernels/sgemm.hpp: packed_blocking of the
   /// space's lanes, 16 "avx512", 8 "avx2", else "scalar"): its MR, NR, MC, KC, NC, Goto's order
   /// "nkm", B packed, A packed unless lab4_packed reads it in place (packed_reads_a_in_place), its
-  /// micro-kernel's k unroll, and, when the space's parallel knob has no "none", the longer side of
+  /// micro-kernel's k unroll, C prefetched and added after the k loop (c_prefetch, where the space
+  /// has it: lab4_packed's kernels do that), and, when the space's parallel knob has no "none", the longer side of
   /// C parallel as lab4_packed_mt splits it ("m" when M >= N, else "n"). None when a value is not in
   /// this space (KnobSpace::sgemm holds it). The guided search measures it right after the default
   /// (SearchSpace::seeds), so the tuned kernel is the hand-written one's equal up to timing noise.
