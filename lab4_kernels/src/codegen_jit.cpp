@@ -86,16 +86,19 @@ Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t
   const std::string L = std::to_string(lanes), MR = std::to_string(mr), NV = std::to_string(nr / lanes),
                     K = std::to_string(k);
   // The tile of C: read before the k loop (the accumulators start from it), or, with prefetch_c,
-  // prefetched before it (the accumulators start at zero: the k loop never waits for C) and added
-  // after it.
+  // prefetched before it with the tile mr rows below (the accumulators start at zero: the k loop
+  // never waits for C) and added after it. A prefetch never faults: past the output's end it is a
+  // no-op.
   const std::string row = "out + i * strides[0] + v * " + L;
   const std::string c_first =
-      prefetch_c ? "    // The tile of C is fetched while the k loop runs; the accumulators start at zero.\n"
+      prefetch_c ? "    // The tile of C, and the one " + MR + " rows below (the next call's where the row panels are\n"
+                   "    // the inner loop), are fetched while the k loop runs; the accumulators start at zero.\n"
                    "#pragma GCC unroll " + MR + "\n"
                    "    for (int i = 0; i < " + MR + "; ++i)\n"
                    "#pragma GCC unroll " + NV + "\n"
                    "        for (int v = 0; v < " + NV + "; ++v) {\n"
                    "            __builtin_prefetch(" + row + ", 1);\n"
+                   "            __builtin_prefetch(" + row + " + " + MR + " * strides[0], 1);\n"
                    "            acc[i][v] = vec{};\n"
                    "        }\n"
                  : "#pragma GCC unroll " + MR + "\n"

@@ -2,6 +2,8 @@
 // and the SGEMM space in that form (sgemm_search_space). The strategies themselves are in
 // tune_search.cpp; the operators' spaces in tune_ops_space.cpp.
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/tune.hpp"
@@ -165,8 +167,31 @@ SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, 
     return sgemm_prior(sgemm_knobs_at(space, p), shape, space.lanes, threads);
   };
   s.default_point = sgemm_point_of(space, space.default_knobs());
-  if (const auto packed = space.packed_knobs(shape)) s.seeds.push_back(sgemm_point_of(space, *packed));
+  if (const auto packed = space.packed_knobs(shape)) {
+    s.seeds.push_back(sgemm_point_of(space, *packed));
+    SgemmKnobs lean = *packed;
+    std::tie(lean.mr, lean.nr) = lean_tile(space);
+    if (!(lean == *packed) && space.valid(lean)) s.seeds.push_back(sgemm_point_of(space, lean));
+  }
   return s;
+}
+
+std::pair<int, int> lean_tile(const KnobSpace& space) {
+  space.check();
+  std::pair<int, int> best{0, 0};
+  int best_acc = 0;
+  double best_loads = 0;
+  for (int mr : space.mr)
+    for (int nr : space.nr) {
+      const int nv = nr / space.lanes;
+      if (nr % space.lanes != 0 || mr * nv + nv + 1 > space.vector_registers) continue;
+      const int acc = mr * nv;
+      const double loads = 1.0 / mr + 1.0 / nv;
+      const bool better = best_acc == 0 || loads < best_loads - 1e-12 ||
+                          (loads < best_loads + 1e-12 && (acc > best_acc || (acc == best_acc && mr > best.first)));
+      if (better) best = {mr, nr}, best_acc = acc, best_loads = loads;
+    }
+  return best;
 }
 
 }  // namespace mls::kernels::tune

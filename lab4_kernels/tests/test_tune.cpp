@@ -163,7 +163,8 @@ TEST_CASE("tune: the knob space enumerates, samples and steps to valid points on
   // The full space keeps the micro-kernels that fit the registers, and no other.
   const KnobSpace s = KnobSpace::sgemm(1, 16);
   SgemmKnobs k = s.default_knobs();
-  CHECK(k == SgemmKnobs{64, 256, 512, 8, 32, "nkm", "none", true, true, 1});
+  // (the C-prefetching micro-kernel first: c_prefetch's first value)
+  CHECK(k == SgemmKnobs{64, 256, 512, 8, 32, "nkm", "none", true, true, 1, false, 1, true});
   k.mr = 16;
   k.nr = 32;  // 32 accumulators + 2 + 1 > 32
   CHECK_FALSE(s.valid(k));
@@ -381,6 +382,28 @@ TEST_CASE("tune: problems print, compare and key the tuning database with their 
   LAB4_REQUIRE_ERROR(tune::shape_from_json({{"m", 1}, {"n", 1}, {"k", 1}, {"beta", 0.5}}),
                      "sgemm shape: field 'beta' must be 0 or 1, got 0.5");
   LAB4_REQUIRE_ERROR(tune::shape_from_json(nlohmann::json::array()), "sgemm shape: expected a JSON object");
+}
+
+TEST_CASE("tune: the leanest micro-kernel of a space: the fewest loads per FMA the registers hold", "[lab4][tune][space][base]") {
+  // AVX-512: 32 registers, 16 lanes; AVX2: 16 registers, 8 lanes; 4 lanes: 16 registers.
+  CHECK(tune::lean_tile(KnobSpace::sgemm(1, 16)) == std::pair{6, 64});
+  CHECK(tune::lean_tile(KnobSpace::sgemm(1, 8)) == std::pair{4, 24});
+  // Against every valid tile of the space: none has fewer loads per FMA.
+  for (int lanes : {4, 8, 16}) {
+    const KnobSpace space = KnobSpace::sgemm(1, lanes);
+    const auto [mr, nr] = tune::lean_tile(space);
+    const double lean = 1.0 / mr + static_cast<double>(lanes) / nr;
+    mls::testing::observe("lean tile at " + std::to_string(lanes) + " lanes", std::to_string(mr) + "x" + std::to_string(nr));
+    int fewer = 0;
+    for (int m : space.mr)
+      for (int n : space.nr)
+        if (m * (n / lanes) + n / lanes + 1 <= space.vector_registers && 1.0 / m + static_cast<double>(lanes) / n < lean - 1e-12)
+          ++fewer;
+    CHECK(fewer == 0);
+  }
+  KnobSpace none = KnobSpace::sgemm(1, 16);
+  none.mr = {};
+  LAB4_REQUIRE_ERROR(tune::lean_tile(none), "KnobSpace: knob 'mr' has no values");
 }
 
 TEST_CASE("tune: the micro-kernel's k loop is unrolled as asked", "[lab4][tune][plan][base]") {

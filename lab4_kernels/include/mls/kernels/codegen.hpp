@@ -153,10 +153,11 @@ std::string intrinsic_source(const Intrinsic& in, CallPart part);
 /// tile's j axis (a packed or row-major B: strides known when the call is compiled); any other
 /// layout runs the plain loops. The interpreter runs the reference gemm. mls::Error unless
 /// mr, k >= 1 and nr a positive multiple of `lanes` (0 = resolved_vector_lanes({})).
-/// `prefetch_c` (name suffix "_pc"): the tile of the output is prefetched before the k loop, the
-/// accumulators start at zero and the tile is added to them after it (OpenBLAS's and lab4_packed's
-/// order: the first FMAs never wait for a tile of C that is not in cache); else the accumulators
-/// are loaded from the output before the k loop.
+/// `prefetch_c` (name suffix "_pc"): the tile of the output, and the tile mr rows below it (the
+/// next call's where the loop over row panels is the inner one, as in the SGEMM template), are
+/// prefetched before the k loop, the accumulators start at zero and the tile is added to them after
+/// it (OpenBLAS's and lab4_packed's order: the first FMAs never wait for a tile of C that is not in
+/// cache); else the accumulators are loaded from the output before the k loop.
 Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t k, int lanes = 0,
                                   bool prefetch_c = false);
 

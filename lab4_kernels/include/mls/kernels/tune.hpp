@@ -711,9 +711,19 @@ class Tuner {
 /// The SGEMM space as the search sees it: the knobs slowest first as in KnobSpace::at (order,
 /// parallel, pack_a, pack_b, mr, nr, mc, kc, nc, unroll), KnobSpace's own validity, sampling and
 /// neighbours, sgemm_features, sgemm_prior at `threads` (0: 1 when the space's parallel knob has
-/// "none", else 2), plan_key (knobs with the same plan are one point), the default knobs, and
-/// lab4_packed's configuration as a seed.
+/// "none", else 2), plan_key (knobs with the same plan are one point), the default knobs, and as
+/// seeds lab4_packed's configuration, then the same with the space's leanest micro-kernel
+/// (lean_tile: where it is another tile).
 SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, int threads = 0);
+/// The space's micro-kernel MR x NR with the fewest loads per FMA (1/MR + lanes/NR: per k, one
+/// broadcast of A per row and one vector of B per column of vectors, for MR x NR/lanes FMAs) among
+/// those that fit the registers (KnobSpace::valid), ties to more accumulators, then the larger MR.
+/// It is the register budget's choice, not a measured one: 6 x 64 with AVX-512's 32 registers
+/// (24 accumulators, 0.42 loads per FMA, against 12 x 32's 0.58), 4 x 24 with AVX2's 16 (12
+/// accumulators, 0.58). mls::Error where no tile fits (KnobSpace::check). The guided search
+/// measures it as a seed after lab4_packed's configuration (at n = 2048 on Zen 5 the tiles of 24
+/// accumulators with fewer loads, 6 x 64 and 8 x 48, ran 3-6% faster than 12 x 32).
+std::pair<int, int> lean_tile(const KnobSpace& space);
 /// The knobs of a point of sgemm_search_space(space, ...), and back (mls::Error "KnobSpace: ..." for
 /// a value not in the space or an index out of range).
 SgemmKnobs sgemm_knobs_at(const KnobSpace& space, const Point& p);
