@@ -585,7 +585,9 @@ std::string Emitter::function() {
 
 namespace {
 /// The helpers every generated unit starts with (all prefixed mls_).
-const char* const kPrelude = R"(#include <cstdint>
+const char* const kPrelude = R"(#include <cstddef>
+#include <cstdint>
+#include <new>
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"  // vector arguments wider than the ISA's registers
@@ -624,11 +626,13 @@ static inline void mls_parallel(mls_parallel_for_fn parallel_for, void* host, st
 [[maybe_unused]] static inline std::int64_t mls_max(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
 [[maybe_unused]] static inline std::int64_t mls_abs(std::int64_t a) { return a < 0 ? -a : a; }
 
-// A heap array for the lifetime of a scope.
+// A heap array for the lifetime of a scope, 64-byte aligned: a vector of a packed tile never
+// straddles two cache lines (new float[] is only 16-byte aligned).
 struct mls_heap {
     float* p;
-    explicit mls_heap(std::int64_t n) : p(new float[n]) {}
-    ~mls_heap() { delete[] p; }
+    explicit mls_heap(std::int64_t n) : p(static_cast<float*>(::operator new[](
+        static_cast<std::size_t>(n) * sizeof(float), std::align_val_t{64}))) {}
+    ~mls_heap() { ::operator delete[](p, std::align_val_t{64}); }
     mls_heap(const mls_heap&) = delete;
     mls_heap& operator=(const mls_heap&) = delete;
 };

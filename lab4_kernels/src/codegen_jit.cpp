@@ -24,16 +24,17 @@ int resolved_vector_lanes(const CodegenOptions& options) {
 
 namespace {
 /// The plain loops of a pattern, in the order of te_ir.cpp's reference functions.
-std::string pattern_source(const Intrinsic& in, CallPart part) {
+/// `c_last`: the order of the prefetch_c kernel's reference (products summed from zero, then added).
+std::string pattern_source(const Intrinsic& in, CallPart part, bool c_last = false) {
   if (in.pattern == IntrinsicPattern::Gemm && part == CallPart::Update)
-    return "for (std::int64_t i = 0; i < extents[0]; ++i) {\n"
-           "    for (std::int64_t j = 0; j < extents[1]; ++j) {\n"
-           "        float* const out = ptrs[0] + i * strides[0] + j * strides[1];\n"
-           "        float acc = *out;\n"
+    return std::string("for (std::int64_t i = 0; i < extents[0]; ++i) {\n"
+                       "    for (std::int64_t j = 0; j < extents[1]; ++j) {\n"
+                       "        float* const out = ptrs[0] + i * strides[0] + j * strides[1];\n") +
+           (c_last ? "        float acc = 0.0f;\n" : "        float acc = *out;\n") +
            "        for (std::int64_t k = 0; k < extents[2]; ++k)\n"
            "            acc += ptrs[1][i * strides[3] + j * strides[4] + k * strides[5]] *\n"
-           "                   ptrs[2][i * strides[6] + j * strides[7] + k * strides[8]];\n"
-           "        *out = acc;\n"
+           "                   ptrs[2][i * strides[6] + j * strides[7] + k * strides[8]];\n" +
+           (c_last ? "        *out = *out + acc;\n" : "        *out = acc;\n") +
            "    }\n"
            "}\n";
   if (in.pattern == IntrinsicPattern::Gemm)
@@ -59,15 +60,55 @@ std::string intrinsic_source(const Intrinsic& in, CallPart part) {
   return own.empty() ? pattern_source(in, part) : own;
 }
 
-Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t k, int lanes) {
+namespace {
+/// The reference of the prefetch_c kernel, in its order: each output's products summed from zero
+/// over k, then added to the output (the interpreter's result equals the compiled one bit for bit).
+void gemm_update_c_last(float* const* p, const std::int64_t* s, const std::int64_t* e) {
+  for (std::int64_t i = 0; i < e[0]; ++i)
+    for (std::int64_t j = 0; j < e[1]; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t k = 0; k < e[2]; ++k)
+        acc += p[1][i * s[3] + j * s[4] + k * s[5]] * p[2][i * s[6] + j * s[7] + k * s[8]];
+      float& out = p[0][i * s[0] + j * s[1]];
+      out = out + acc;
+    }
+}
+}  // namespace
+
+Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t k, int lanes, bool prefetch_c) {
   if (lanes == 0) lanes = resolved_vector_lanes({});
   MLS_CHECK(lanes == 4 || lanes == 8 || lanes == 16, "gemm_regblock_intrinsic: lanes ", lanes, " is not 4, 8 or 16");
   MLS_CHECK(mr >= 1 && k >= 1 && nr >= lanes && nr % lanes == 0, "gemm_regblock_intrinsic: tile ", mr, "x", nr, "x",
             k, " needs mr, k >= 1 and nr a positive multiple of ", lanes, " lanes");
   Intrinsic in = gemm_intrinsic(mr, nr, k, "gemm" + std::to_string(mr) + "x" + std::to_string(nr) + "x" +
-                                               std::to_string(k) + "_regblock");
+                                               std::to_string(k) + "_regblock" + (prefetch_c ? "_pc" : ""));
+  if (prefetch_c) in.update = gemm_update_c_last;
   const std::string L = std::to_string(lanes), MR = std::to_string(mr), NV = std::to_string(nr / lanes),
                     K = std::to_string(k);
+  // The tile of C: read before the k loop (the accumulators start from it), or, with prefetch_c,
+  // prefetched before it with the tile mr rows below (the accumulators start at zero: the k loop
+  // never waits for C) and added after it. A prefetch never faults: past the output's end it is a
+  // no-op.
+  const std::string row = "out + i * strides[0] + v * " + L;
+  const std::string c_first =
+      prefetch_c ? "    // The tile of C, and the one " + MR + " rows below (the next call's where the row panels are\n"
+                   "    // the inner loop), are fetched while the k loop runs; the accumulators start at zero.\n"
+                   "#pragma GCC unroll " + MR + "\n"
+                   "    for (int i = 0; i < " + MR + "; ++i)\n"
+                   "#pragma GCC unroll " + NV + "\n"
+                   "        for (int v = 0; v < " + NV + "; ++v) {\n"
+                   "            __builtin_prefetch(" + row + ", 1);\n"
+                   "            __builtin_prefetch(" + row + " + " + MR + " * strides[0], 1);\n"
+                   "            acc[i][v] = vec{};\n"
+                   "        }\n"
+                 : "#pragma GCC unroll " + MR + "\n"
+                   "    for (int i = 0; i < " + MR + "; ++i)\n"
+                   "#pragma GCC unroll " + NV + "\n"
+                   "        for (int v = 0; v < " + NV + "; ++v) __builtin_memcpy(&acc[i][v], " + row + ", sizeof(vec));\n";
+  const std::string c_last = prefetch_c ? "            vec c;\n"
+                                          "            __builtin_memcpy(&c, " + row + ", sizeof(vec));\n"
+                                          "            acc[i][v] = c + acc[i][v];\n"
+                                        : "";
   in.update_source =
       "// An " + MR + " x " + std::to_string(nr) + " block of the output in " + MR + " x " + NV +
       " vector registers for the whole k loop; per k, " + NV + " loads of b's row (and prefetches 8 rows ahead) and " + MR +
@@ -77,12 +118,7 @@ Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t
       "    float* const out = ptrs[0];\n"
       "    const float* const a = ptrs[1];\n"
       "    const float* const b = ptrs[2];\n"
-      "    vec acc[" + MR + "][" + NV + "];\n"
-      "#pragma GCC unroll " + MR + "\n"
-      "    for (int i = 0; i < " + MR + "; ++i)\n"
-      "#pragma GCC unroll " + NV + "\n"
-      "        for (int v = 0; v < " + NV + "; ++v) __builtin_memcpy(&acc[i][v], out + i * strides[0] + v * " + L +
-      ", sizeof(vec));\n"
+      "    vec acc[" + MR + "][" + NV + "];\n" + c_first +
       "    for (std::int64_t k = 0; k < " + K + "; ++k) {\n"
       "        // b's row 8 ahead, as lab4_packed's micro-kernel: a row of a packed block is read once per call.\n"
       "#pragma GCC unroll " + NV + "\n"
@@ -101,12 +137,13 @@ Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t
       "#pragma GCC unroll " + MR + "\n"
       "    for (int i = 0; i < " + MR + "; ++i)\n"
       "#pragma GCC unroll " + NV + "\n"
-      "        for (int v = 0; v < " + NV + "; ++v) __builtin_memcpy(out + i * strides[0] + v * " + L +
-      ", &acc[i][v], sizeof(vec));\n"
+      "        for (int v = 0; v < " + NV + "; ++v) {\n" + c_last +
+      "            __builtin_memcpy(out + i * strides[0] + v * " + L + ", &acc[i][v], sizeof(vec));\n"
+      "        }\n"
       "    return;\n"
       "}\n"
       "// Any other layout: the plain loops.\n" +
-      pattern_source(in, CallPart::Update);
+      pattern_source(in, CallPart::Update, prefetch_c);
   return in;
 }
 

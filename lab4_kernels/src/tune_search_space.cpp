@@ -2,6 +2,8 @@
 // and the SGEMM space in that form (sgemm_search_space). The strategies themselves are in
 // tune_search.cpp; the operators' spaces in tune_ops_space.cpp.
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "mls/common/error.hpp"
 #include "mls/kernels/tune.hpp"
@@ -111,7 +113,7 @@ T value_at(const std::vector<T>& list, int i, const char* name) {
 }  // namespace
 
 SgemmKnobs sgemm_knobs_at(const KnobSpace& s, const Point& p) {
-  MLS_CHECK(p.size() == 11, "KnobSpace: a point of the SGEMM space has 11 indices, got ", p.size());
+  MLS_CHECK(p.size() == 12, "KnobSpace: a point of the SGEMM space has 12 indices, got ", p.size());
   SgemmKnobs k;
   k.order = value_at(s.order, p[0], "order");
   k.parallel = value_at(s.parallel, p[1], "parallel");
@@ -124,6 +126,7 @@ SgemmKnobs sgemm_knobs_at(const KnobSpace& s, const Point& p) {
   k.nc = value_at(s.nc, p[8], "nc");
   k.unroll = value_at(s.unroll, p[9], "unroll");
   k.a_panels = value_at(s.a_panels, p[10], "a_panels");
+  k.c_prefetch = value_at(s.c_prefetch, p[11], "c_prefetch");
   k.balance = s.threads;
   return k;
 }
@@ -134,7 +137,7 @@ Point sgemm_point_of(const KnobSpace& s, const SgemmKnobs& k) {
           index_in(s.mr, k.mr, "mr"),          index_in(s.nr, k.nr, "nr"),
           index_in(s.mc, k.mc, "mc"),          index_in(s.kc, k.kc, "kc"),
           index_in(s.nc, k.nc, "nc"),          index_in(s.unroll, k.unroll, "unroll"),
-          index_in(s.a_panels, k.a_panels, "a_panels")};
+          index_in(s.a_panels, k.a_panels, "a_panels"), index_in(s.c_prefetch, k.c_prefetch, "c_prefetch")};
 }
 
 SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, int threads) {
@@ -148,7 +151,7 @@ SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, 
             {"mr", size(space.mr), true},          {"nr", size(space.nr), true},
             {"mc", size(space.mc), true},          {"kc", size(space.kc), true},
             {"nc", size(space.nc), true},          {"unroll", size(space.unroll), true},
-            {"a_panels", size(space.a_panels), false}};
+            {"a_panels", size(space.a_panels), false}, {"c_prefetch", size(space.c_prefetch), false}};
   // KnobSpace's own validity, sampling and neighbours: the same points in the same order as before
   // the search served other templates (a seed proposes what it proposed then).
   s.valid = [space](const Point& p) { return space.valid(sgemm_knobs_at(space, p)); };
@@ -164,8 +167,31 @@ SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, 
     return sgemm_prior(sgemm_knobs_at(space, p), shape, space.lanes, threads);
   };
   s.default_point = sgemm_point_of(space, space.default_knobs());
-  if (const auto packed = space.packed_knobs(shape)) s.seeds.push_back(sgemm_point_of(space, *packed));
+  if (const auto packed = space.packed_knobs(shape)) {
+    s.seeds.push_back(sgemm_point_of(space, *packed));
+    SgemmKnobs lean = *packed;
+    std::tie(lean.mr, lean.nr) = lean_tile(space);
+    if (!(lean == *packed) && space.valid(lean)) s.seeds.push_back(sgemm_point_of(space, lean));
+  }
   return s;
+}
+
+std::pair<int, int> lean_tile(const KnobSpace& space) {
+  space.check();
+  std::pair<int, int> best{0, 0};
+  int best_acc = 0;
+  double best_loads = 0;
+  for (int mr : space.mr)
+    for (int nr : space.nr) {
+      const int nv = nr / space.lanes;
+      if (nr % space.lanes != 0 || mr * nv + nv + 1 > space.vector_registers) continue;
+      const int acc = mr * nv;
+      const double loads = 1.0 / mr + 1.0 / nv;
+      const bool better = best_acc == 0 || loads < best_loads - 1e-12 ||
+                          (loads < best_loads + 1e-12 && (acc > best_acc || (acc == best_acc && mr > best.first)));
+      if (better) best = {mr, nr}, best_acc = acc, best_loads = loads;
+    }
+  return best;
 }
 
 }  // namespace mls::kernels::tune

@@ -52,13 +52,15 @@ std::string to_string(const SgemmKnobs& k) {
   return "mc=" + std::to_string(k.mc) + " kc=" + std::to_string(k.kc) + " nc=" + std::to_string(k.nc) +
          " mr=" + std::to_string(k.mr) + " nr=" + std::to_string(k.nr) + " order=" + k.order +
          " parallel=" + k.parallel + " pack_a=" + (k.pack_a ? "1" : "0") + " pack_b=" + (k.pack_b ? "1" : "0") +
-         " unroll=" + std::to_string(k.unroll) + " a_panels=" + (k.a_panels ? "1" : "0") + " balance=" + std::to_string(k.balance);
+         " unroll=" + std::to_string(k.unroll) + " a_panels=" + (k.a_panels ? "1" : "0") + " balance=" + std::to_string(k.balance) +
+         " c_prefetch=" + (k.c_prefetch ? "1" : "0");
 }
 
 nlohmann::json to_json(const SgemmKnobs& k) {
   return {{"template", kSgemmTemplate}, {"mc", k.mc}, {"kc", k.kc}, {"nc", k.nc}, {"mr", k.mr},
           {"nr", k.nr}, {"order", k.order}, {"parallel", k.parallel}, {"pack_a", k.pack_a},
-          {"pack_b", k.pack_b}, {"unroll", k.unroll}, {"a_panels", k.a_panels}, {"balance", k.balance}};
+          {"pack_b", k.pack_b}, {"unroll", k.unroll}, {"a_panels", k.a_panels}, {"balance", k.balance},
+          {"c_prefetch", k.c_prefetch}};
 }
 
 SgemmKnobs knobs_from_json(const nlohmann::json& j) {
@@ -100,6 +102,7 @@ SgemmKnobs knobs_from_json(const nlohmann::json& j) {
   k.unroll = integer("unroll");
   if (j.contains("a_panels")) k.a_panels = flag("a_panels");  // a record from before the knob: rows of KC
   if (j.contains("balance")) k.balance = integer("balance");    // a record from before the knob: 1
+  if (j.contains("c_prefetch")) k.c_prefetch = flag("c_prefetch");  // before the knob: C loaded first
   check_knobs(k);
   return k;
 }
@@ -125,9 +128,9 @@ SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
     const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     MLS_CHECK(ec == std::errc() && ptr == value.data() + value.size(), "sgemm knobs: field '", name, "' value '",
               value, "' is not an integer");
-    if (name == "pack_a" || name == "pack_b" || name == "a_panels") {
+    if (name == "pack_a" || name == "pack_b" || name == "a_panels" || name == "c_prefetch") {
       MLS_CHECK(v == 0 || v == 1, "sgemm knobs: field '", name, "' must be 0 or 1, got ", value);
-      (name == "pack_a" ? k.pack_a : name == "pack_b" ? k.pack_b : k.a_panels) = v == 1;
+      (name == "pack_a" ? k.pack_a : name == "pack_b" ? k.pack_b : name == "a_panels" ? k.a_panels : k.c_prefetch) = v == 1;
       continue;
     }
     int SgemmKnobs::*const fields[] = {&SgemmKnobs::mc, &SgemmKnobs::kc, &SgemmKnobs::nc, &SgemmKnobs::mr,
@@ -135,7 +138,7 @@ SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs k, int lanes) {
     const char* const names[] = {"mc", "kc", "nc", "mr", "nr", "unroll", "balance"};
     const auto at = std::find(std::begin(names), std::end(names), name);
     MLS_CHECK(at != std::end(names), "sgemm knobs: unknown field '", name,
-              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll, a_panels, balance)");
+              "' (mc, kc, nc, mr, nr, order, parallel, pack_a, pack_b, unroll, a_panels, balance, c_prefetch)");
     k.*fields[at - std::begin(names)] = v;
   }
   check_knobs(k, lanes);
@@ -184,6 +187,9 @@ KnobSpace KnobSpace::sgemm(int threads, int lanes) {
   s.pack_b = {true, false};
   s.unroll = {1, 2, 4, 8};
   s.a_panels = {false, true};
+  // The C-prefetching micro-kernel first: the default's (it is lab4_packed's order, and it never
+  // measured slower at 2048 x 2048 x 2048 on Zen 5, where the tiles of C come from memory).
+  s.c_prefetch = {true, false};
   s.threads = threads;
   // lab4_packed's blocks (packed_knobs) are points of the space.
   const PackedBlocking b = packed_blocking(packed_isa_of(s.lanes));
@@ -213,13 +219,14 @@ KnobSpace KnobSpace::small(int threads, int lanes) {
   s.pack_b = {true, false};
   s.unroll = {1, 4};
   s.a_panels = {false, true};
+  s.c_prefetch = {true};  // one value (the full space's default): the tests' spaces keep their size
   s.threads = threads;
   return s;
 }
 
 std::size_t KnobSpace::cross_size() const {
   return mc.size() * kc.size() * nc.size() * mr.size() * nr.size() * order.size() * parallel.size() *
-         pack_a.size() * pack_b.size() * unroll.size() * a_panels.size();
+         pack_a.size() * pack_b.size() * unroll.size() * a_panels.size() * c_prefetch.size();
 }
 
 SgemmKnobs KnobSpace::at(std::size_t index) const {
@@ -230,6 +237,7 @@ SgemmKnobs KnobSpace::at(std::size_t index) const {
     index /= radix;
     return d;
   };
+  k.c_prefetch = c_prefetch[digit(c_prefetch.size())];
   k.a_panels = a_panels[digit(a_panels.size())];
   k.unroll = unroll[digit(unroll.size())];
   k.nc = nc[digit(nc.size())];
@@ -249,7 +257,7 @@ bool KnobSpace::valid(const SgemmKnobs& k) const {
   auto in = [](const auto& list, const auto& x) { return std::find(list.begin(), list.end(), x) != list.end(); };
   if (!(in(mc, k.mc) && in(kc, k.kc) && in(nc, k.nc) && in(mr, k.mr) && in(nr, k.nr) && in(order, k.order) &&
         in(parallel, k.parallel) && in(pack_a, k.pack_a) && in(pack_b, k.pack_b) && in(unroll, k.unroll) &&
-        in(a_panels, k.a_panels)))
+        in(a_panels, k.a_panels) && in(c_prefetch, k.c_prefetch)))
     return false;
   if (k.a_panels && !k.pack_a) return false;  // no copy of A to lay out
   const int nv = k.nr / lanes;
@@ -281,6 +289,7 @@ SgemmKnobs KnobSpace::sample(Rng& rng) const {
     k.pack_b = pick(pack_b);
     k.unroll = pick(unroll);
     k.a_panels = pick(a_panels);
+    k.c_prefetch = pick(c_prefetch);
     k.balance = threads;
     if (valid(k)) return k;
   }
@@ -335,6 +344,11 @@ std::vector<SgemmKnobs> KnobSpace::neighbours(const SgemmKnobs& k) const {
     n.a_panels = a;
     add(n);
   }
+  for (bool c : c_prefetch) {
+    SgemmKnobs n = k;
+    n.c_prefetch = c;
+    add(n);
+  }
   return out;
 }
 
@@ -354,6 +368,8 @@ std::optional<SgemmKnobs> KnobSpace::packed_knobs(const SgemmShape& shape) const
   k.unroll = k.pack_a ? b.unroll_packed : b.unroll_in_place;
   // lab4_packed packs A in MR-row panels (its pack_a), where the space has that layout.
   k.a_panels = k.pack_a && std::find(a_panels.begin(), a_panels.end(), true) != a_panels.end();
+  // Its micro-kernels prefetch the tile of C and add it after the k loop.
+  k.c_prefetch = std::find(c_prefetch.begin(), c_prefetch.end(), true) != c_prefetch.end();
   k.balance = threads;
   if (!valid(k)) return std::nullopt;
   return k;
@@ -373,6 +389,7 @@ SgemmKnobs KnobSpace::default_knobs() const {
   k.pack_b = pack_b.front();
   k.unroll = nearest(unroll, 1);
   k.a_panels = k.pack_a && a_panels.front();
+  k.c_prefetch = c_prefetch.front();
   k.balance = threads;
   if (valid(k)) return k;
   // Too many accumulators for the registers: the largest mr below that fits, else any valid point.
@@ -401,6 +418,7 @@ void KnobSpace::check() const {
   nonempty(pack_b, "pack_b");
   nonempty(unroll, "unroll");
   nonempty(a_panels, "a_panels");
+  nonempty(c_prefetch, "c_prefetch");
   MLS_CHECK(lanes == 4 || lanes == 8 || lanes == 16, "KnobSpace: lanes ", lanes, " is not 4, 8 or 16");
   MLS_CHECK(threads >= 1 && threads <= 1024, "KnobSpace: threads ", threads, " must be in 1..1024");
   SgemmKnobs k;
@@ -605,6 +623,7 @@ std::vector<double> sgemm_features(const SgemmKnobs& k, const SgemmShape& shape,
   f.push_back(k.pack_a ? 1.0 : 0.0);
   f.push_back(k.pack_b ? 1.0 : 0.0);
   f.push_back(k.a_panels ? 1.0 : 0.0);
+  f.push_back(k.c_prefetch ? 1.0 : 0.0);
   const double nv = static_cast<double>(k.nr) / p.lanes;
   f.push_back(k.mr * nv + nv + 1);                                      // registers
   f.push_back(1.0 / k.mr + 1.0 / nv);                                   // loads per FMA

@@ -17,12 +17,12 @@
 
 namespace mls::kernels::tune {
 
-te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes) {
+te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes, bool c_prefetch) {
   MLS_CHECK(unroll >= 1, "micro_kernel: unroll ", unroll, " must be >= 1");
   if (lanes == 0) lanes = te::resolved_vector_lanes({});
   // A narrow edge (fewer columns than a vector, or not whole vectors): the plain loops.
   if (nr % lanes != 0) return te::gemm_intrinsic(mr, nr, kc);
-  te::Intrinsic in = te::gemm_regblock_intrinsic(mr, nr, kc, lanes);
+  te::Intrinsic in = te::gemm_regblock_intrinsic(mr, nr, kc, lanes, c_prefetch);
   if (unroll == 1) return in;
   // The register-blocked kernel's k loop (codegen_jit.cpp) gets an unroll pragma.
   const std::string loop = "    for (std::int64_t k = 0; k < ";
@@ -47,7 +47,7 @@ std::string default_name(const SgemmPiece& p) {
   return "sgemm_" + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + "_" + flags + "_" +
          k.order + "_" + k.parallel + "_" + (k.pack_a ? "pa" : "na") + (k.pack_b ? "pb" : "nb") + (k.pack_a && k.a_panels ? "_ap" : "") + "_mc" +
          std::to_string(p.mc) + "_kc" + std::to_string(p.kc) + "_nc" + std::to_string(p.nc) + "_mr" +
-         std::to_string(k.mr) + "_nr" + std::to_string(k.nr) + "_u" + std::to_string(k.unroll);
+         std::to_string(k.mr) + "_nr" + std::to_string(k.nr) + "_u" + std::to_string(k.unroll) + (k.c_prefetch ? "_pc" : "");
 }
 
 /// A matrix operand where it lies: rows x cols with leading dimension ld (a plain placeholder when
@@ -100,7 +100,8 @@ PieceCompute piece_compute(const SgemmShape& sh) {
 ///      loops (ax0 = k, ax1 = y): ax1 split by MR into (ap, ai), reordered {ap, ax0, ai} (panel by
 ///      panel), ai vectorized (one store of MR floats per k: with trans_a its loads are contiguous
 ///      too; without, its lanes are gathered from the MR rows, each row read along k);
-///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes),
+///   4. the MR x NR x KC tile from yi tensorized with micro_kernel(mr, nr, piece kc, unroll, lanes,
+///      c_prefetch),
 ///      te::ResetAt::Tile (C = ...: each tile zeroed in cache right before its first k block, as
 ///      lab4_packed's beta' = 0 for the first KC block, instead of a pass of its own over C);
 ///   5. knobs.parallel: "m" yc, "n" xc, "mr" yr, "nr" xr made parallel ("none": nothing), and then
@@ -168,7 +169,7 @@ SgemmInstance instantiate(const SgemmPiece& piece, std::string name) {
     s[AL].vectorize(ai);
     if (outside('m', 'k')) copies_outside.push_back(AL);
   }
-  st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes), te::ResetAt::Tile);
+  st.tensorize(yi, micro_kernel(knobs.mr, knobs.nr, p.kc, knobs.unroll, p.lanes, knobs.c_prefetch), te::ResetAt::Tile);
   if (knobs.parallel == "m") st.parallel(yc);
   if (knobs.parallel == "n") st.parallel(xc);
   if (knobs.parallel == "mr") st.parallel(yr);

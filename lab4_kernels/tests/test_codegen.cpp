@@ -174,6 +174,11 @@ TEST_CASE("codegen: intrinsic sources", "[codegen][unit][tensorize][base]") {
   CHECK(r.name == "gemm4x32x16_regblock");
   CHECK(r.tile == std::vector<std::int64_t>{4, 32, 16});
   CHECK(has(r.update_source, "vec acc[4][2];"));
+  CHECK_FALSE(has(r.update_source, "__builtin_prefetch(out"));
+  const Intrinsic pc = gemm_regblock_intrinsic(4, 32, 16, 16, true);
+  CHECK(pc.name == "gemm4x32x16_regblock_pc");
+  CHECK(has(pc.update_source, "__builtin_prefetch(out + i * strides[0] + v * 16, 1);"));
+  CHECK(has(pc.update_source, "acc[i][v] = c + acc[i][v];"));
   LAB4_REQUIRE_ERROR(gemm_regblock_intrinsic(4, 24, 16, 16),
                       "gemm_regblock_intrinsic: tile 4x24x16 needs mr, k >= 1 and nr a positive multiple of 16 lanes");
   LAB4_REQUIRE_ERROR(gemm_regblock_intrinsic(4, 24, 16, 3), "gemm_regblock_intrinsic: lanes 3 is not 4, 8 or 16");
@@ -493,7 +498,8 @@ TEST_CASE("codegen: B packed in NR-wide panels (cache_read's panel) feeds the re
       s[BL].reorder({bp, s[BL].leaf_axes().front(), bi});
       s[BL].vectorize(bi);
       if (tb) s[BL].parallel(bp);  // the panels shared out among the threads
-      st.tensorize(yi, gemm_regblock_intrinsic(mr, nr, kc, lanes));
+      // The transposed one with the C-prefetching kernel (C fetched first, added after the k loop).
+      st.tensorize(yi, gemm_regblock_intrinsic(mr, nr, kc, lanes, /*prefetch_c=*/tb));
       jobs.push_back(job(s, std::string("panels_") + (tb ? "nt_" : "nn_") + std::to_string(lanes), {mm.A, mm.B}, k));
     }
     CodegenOptions o;

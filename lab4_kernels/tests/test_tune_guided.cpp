@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <set>
 #include <string>
 #include <vector>
@@ -121,6 +122,11 @@ TEST_CASE("tune guided: lab4_packed's configuration is measured right after the 
   int packed_trials = 0;  // measured once
   for (const auto& t : r.trials) packed_trials += t.knobs == *packed;
   CHECK(packed_trials == 1);
+  // Then the same with the leanest micro-kernel the registers hold (lean_tile).
+  SgemmKnobs lean = *packed;
+  std::tie(lean.mr, lean.nr) = tune::lean_tile(space);
+  mls::testing::observe("guided: the third proposal", tune::to_string(r.trials[2].knobs));
+  CHECK(r.trials[2].knobs == lean);
   // Off, and for random search (a baseline), it is an ordinary point of the space.
   tune::TuneOptions o;
   o.strategy = tune::Strategy::Guided;

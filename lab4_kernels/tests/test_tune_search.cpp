@@ -149,6 +149,7 @@ TEST_CASE("tune: candidates that fail to compile, crash, hang or are wrong are r
   space.pack_b = {true};
   space.unroll = {1};
   space.a_panels = {false};
+  space.c_prefetch = {false};
   const tune::CandidateBuilder builder = [shape](const SgemmKnobs& k, const SgemmShape&) -> tune::CandidateFn {
     switch (k.mc) {
       case 1: mls::fail("jit: compile error in 'sgemm_test' (a test's failing compiler)\nline 2");

@@ -37,7 +37,8 @@
 ///               an intrinsic call, a store not contiguous in the variable, an element read at
 ///               another index than the one written) stays a scalar loop, with a comment saying why.
 ///   Local buffers (cache_read/cache_write tiles) are stack arrays up to max_stack_bytes, heap
-///   arrays above; intermediates of Scope::Global are heap arrays. A tensor intrinsic's call is a
+///   arrays above; intermediates of Scope::Global are heap arrays. Both are 64-byte aligned (a
+///   vector of a packed tile never straddles two cache lines). A tensor intrinsic's call is a
 ///   call of a static inline function made from its `update_source` / `reset_source` (or the plain
 ///   loops of its pattern), with the strides and extents as constants.
 /// Without -ffp-contract=off in the compile flags the compiler may fuse a*b + c into one FMA, so
@@ -164,7 +165,13 @@ std::string intrinsic_source(const Intrinsic& in, CallPart part);
 /// tile's j axis (a packed or row-major B: strides known when the call is compiled); any other
 /// layout runs the plain loops. The interpreter runs the reference gemm. mls::Error unless
 /// mr, k >= 1 and nr a positive multiple of `lanes` (0 = resolved_vector_lanes({})).
-Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t k, int lanes = 0);
+/// `prefetch_c` (name suffix "_pc"): the tile of the output, and the tile mr rows below it (the
+/// next call's where the loop over row panels is the inner one, as in the SGEMM template), are
+/// prefetched before the k loop, the accumulators start at zero and the tile is added to them after
+/// it (OpenBLAS's and lab4_packed's order: the first FMAs never wait for a tile of C that is not in
+/// cache); else the accumulators are loaded from the output before the k loop.
+Intrinsic gemm_regblock_intrinsic(std::int64_t mr, std::int64_t nr, std::int64_t k, int lanes = 0,
+                                  bool prefetch_c = false);
 
 /// The generated function's types (the top of this file).
 using RangeBodyFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end);

@@ -17,7 +17,8 @@
 ///   k -> ko (blocks of KC), ki (KC)
 ///   loops: the three block loops {xc, ko, yc} in `order`, then xr, yr, and the MR x NR x KC tile
 ///   as one call of a register-blocked micro-kernel (te::gemm_regblock_intrinsic, its k loop
-///   unrolled `unroll` times); B's KC x NC block copied into a local buffer (cache_read) at the
+///   unrolled `unroll` times; with `c_prefetch` it prefetches its tile of C, sums from zero and adds
+///   the tile after the k loop); B's KC x NC block copied into a local buffer (cache_read) at the
 ///   later of its loops xc/ko when `pack_b` (in NR-wide panels [NC/NR][KC][NR]), A's MC x KC block
 ///   at the later of yc/ko when `pack_a` (in MR-row panels [MC/MR][KC][MR] when `a_panels`, as
 ///   lab4_packed packs it), both copies vectorized; one of yc/xc/yr/xr parallel (`parallel`), its
@@ -90,10 +91,16 @@ struct SgemmKnobs {
   /// blocks than threads where there are as many panels. Not searched: KnobSpace::sgemm(threads)
   /// gives every point its thread count. 1: blocks of about MC / NC only.
   int balance = 1;
+  /// The micro-kernel prefetches its tile of C before the k loop, starts its accumulators at zero
+  /// and adds them to C after it (te::gemm_regblock_intrinsic's prefetch_c; lab4_packed's and
+  /// OpenBLAS's order), instead of loading the tile first: where C is out of cache (a large N, each
+  /// tile revisited once per KC block) the first FMAs do not wait for it.
+  bool c_prefetch = false;
   friend bool operator==(const SgemmKnobs&, const SgemmKnobs&) = default;
 };
 
-/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0 balance=1".
+/// "mc=64 kc=256 nc=512 mr=8 nr=32 order=nkm parallel=none pack_a=1 pack_b=1 unroll=1 a_panels=0 balance=1
+/// c_prefetch=0".
 std::string to_string(const SgemmKnobs& k);
 /// The knobs of to_string's text: "name=value" fields separated by spaces, in any order, a field
 /// left out keeping its value in `base` (mls-tune sgemm --knobs). mls::Error "sgemm knobs: ..."
@@ -101,8 +108,8 @@ std::string to_string(const SgemmKnobs& k);
 /// flag (0/1), or knobs check_knobs refuses.
 SgemmKnobs knobs_from_string(std::string_view text, SgemmKnobs base = {}, int lanes = 0);
 /// The knobs as the tuning database's `schedule` object (every field, and "template": kSgemmTemplate).
-/// A record without "a_panels" or "balance" (written before those existed) reads as a_panels false,
-/// balance 1.
+/// A record without "a_panels", "balance" or "c_prefetch" (written before those existed) reads as
+/// a_panels false, balance 1, c_prefetch false.
 nlohmann::json to_json(const SgemmKnobs& k);
 /// The knobs of a `schedule` object; mls::Error "sgemm knobs: ..." naming the field for a missing
 /// or mistyped field, another template, or a value the template cannot take (check_knobs).
@@ -122,6 +129,7 @@ struct KnobSpace {
   std::vector<bool> pack_a, pack_b;
   std::vector<int> unroll;
   std::vector<bool> a_panels;  ///< a point with pack_a false takes a_panels false only (nothing to lay out)
+  std::vector<bool> c_prefetch;
   int threads = 1;  ///< every point's `balance` (at, sample, default_knobs, packed_knobs set it)
   int lanes = 16;           ///< vector lanes of the CPU (nr values are multiples of it)
   int vector_registers = 32;  ///< accumulators + b vectors + 1 must fit: MR * NR/lanes + NR/lanes + 1 <= this
@@ -149,12 +157,14 @@ struct KnobSpace {
   std::vector<SgemmKnobs> neighbours(const SgemmKnobs& k) const;
   /// The template's default for this space: the values nearest to MC 64, KC 256, NC 512, MR 8,
   /// NR 2 vectors, "nkm", parallel "m" (or "none"), both packed, unroll 1 (bench_codegen's
-  /// hand-picked schedule), made valid.
+  /// hand-picked schedule), the first value of a_panels and c_prefetch (sgemm(): C prefetched),
+  /// made valid.
   SgemmKnobs default_knobs() const;
   /// lab4_packed's own configuration on `shape` (mls/kernels/sgemm.hpp: packed_blocking of the
   /// space's lanes, 16 "avx512", 8 "avx2", else "scalar"): its MR, NR, MC, KC, NC, Goto's order
   /// "nkm", B packed, A packed unless lab4_packed reads it in place (packed_reads_a_in_place), its
-  /// micro-kernel's k unroll, and, when the space's parallel knob has no "none", the longer side of
+  /// micro-kernel's k unroll, C prefetched and added after the k loop (c_prefetch, where the space
+  /// has it: lab4_packed's kernels do that), and, when the space's parallel knob has no "none", the longer side of
   /// C parallel as lab4_packed_mt splits it ("m" when M >= N, else "n"). None when a value is not in
   /// this space (KnobSpace::sgemm holds it). The guided search measures it right after the default
   /// (SearchSpace::seeds), so the tuned kernel is the hand-written one's equal up to timing noise.
@@ -248,7 +258,8 @@ SgemmShape padded_to_tiles(const SgemmKnobs& knobs, const SgemmShape& shape, int
 /// The micro-kernel of a piece: te::gemm_regblock_intrinsic(mr, nr, kc) with `#pragma GCC unroll
 /// <unroll>` before its k loop when unroll > 1 (name suffix "_u<unroll>"); te::gemm_intrinsic's plain
 /// loops when nr is not a multiple of the lanes (a narrow edge; unroll ignored).
-te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes = 0);
+/// `c_prefetch`: the register-blocked kernel's prefetch_c (SgemmKnobs::c_prefetch; name suffix "_pc").
+te::Intrinsic micro_kernel(long mr, long nr, long kc, int unroll, int lanes = 0, bool c_prefetch = false);
 
 /// The template instantiated on one piece: the schedule of C (+)= op(A)·op(B) on the piece's
 /// operands, and its loop nest.
@@ -700,9 +711,19 @@ class Tuner {
 /// The SGEMM space as the search sees it: the knobs slowest first as in KnobSpace::at (order,
 /// parallel, pack_a, pack_b, mr, nr, mc, kc, nc, unroll), KnobSpace's own validity, sampling and
 /// neighbours, sgemm_features, sgemm_prior at `threads` (0: 1 when the space's parallel knob has
-/// "none", else 2), plan_key (knobs with the same plan are one point), the default knobs, and
-/// lab4_packed's configuration as a seed.
+/// "none", else 2), plan_key (knobs with the same plan are one point), the default knobs, and as
+/// seeds lab4_packed's configuration, then the same with the space's leanest micro-kernel
+/// (lean_tile: where it is another tile).
 SearchSpace sgemm_search_space(const KnobSpace& space, const SgemmShape& shape, int threads = 0);
+/// The space's micro-kernel MR x NR with the fewest loads per FMA (1/MR + lanes/NR: per k, one
+/// broadcast of A per row and one vector of B per column of vectors, for MR x NR/lanes FMAs) among
+/// those that fit the registers (KnobSpace::valid), ties to more accumulators, then the larger MR.
+/// It is the register budget's choice, not a measured one: 6 x 64 with AVX-512's 32 registers
+/// (24 accumulators, 0.42 loads per FMA, against 12 x 32's 0.58), 4 x 24 with AVX2's 16 (12
+/// accumulators, 0.58). mls::Error where no tile fits (KnobSpace::check). The guided search
+/// measures it as a seed after lab4_packed's configuration (at n = 2048 on Zen 5 the tiles of 24
+/// accumulators with fewer loads, 6 x 64 and 8 x 48, ran 3-6% faster than 12 x 32).
+std::pair<int, int> lean_tile(const KnobSpace& space);
 /// The knobs of a point of sgemm_search_space(space, ...), and back (mls::Error "KnobSpace: ..." for
 /// a value not in the space or an index out of range).
 SgemmKnobs sgemm_knobs_at(const KnobSpace& space, const Point& p);
