@@ -2,7 +2,9 @@
 // Neural-network ops (matmul, layer norm, batch norm, embedding, im2col/col2im, conv2d): forward,
 // shape inference and gradient rules (student functions: the `*_bwd` bodies).
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
@@ -143,18 +145,10 @@ Tensor embedding_fwd(Ins in, const Attrs&) {
   const Tensor& w = in[0];
   const Tensor& idx = in[1];
   MLS_CHECK(w.ndim() == 2, "embedding: weight must be [V, D], got ", shape_str(w.shape()));
-  MLS_CHECK(is_integral(idx.dtype()), "embedding: indices must be int32/int64, got ", idx.dtype());
-  const std::int64_t v = w.shape()[0], dim = w.shape()[1];
-  const auto ids = idx.to_vector<std::int64_t>();
-  std::vector<Tensor> rows;
   Shape s = idx.shape();
-  s.push_back(dim);
+  s.push_back(w.shape()[1]);
   Tensor out = Tensor::empty(s, w.dtype());
-  Tensor flat = out.view({static_cast<std::int64_t>(ids.size()), dim});
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    MLS_CHECK(ids[i] >= 0 && ids[i] < v, "embedding: index ", ids[i], " is out of range for ", v, " rows");
-    flat.select(0, static_cast<std::int64_t>(i)).copy_(w.select(0, ids[i]));
-  }
+  embedding_into(w, idx, out);
   return out;
 }
 void embedding_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
@@ -171,17 +165,8 @@ Grads embedding_bwd(const Var& out, const Var& g, const Needs& needs) {
   // END SOLUTION
 }
 Tensor embedding_backward_fwd(Ins in, const Attrs&) {
-  const Tensor& g = in[0];
-  const auto ids = in[1].to_vector<std::int64_t>();
-  const Shape& ws = in[2].shape();
-  Tensor out = Tensor::zeros(ws, g.dtype());
-  const Tensor flat = g.reshape({static_cast<std::int64_t>(ids.size()), ws[1]});
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    MLS_CHECK(ids[i] >= 0 && ids[i] < ws[0], "embedding_backward: index ", ids[i], " is out of range for ", ws[0],
-              " rows");
-    Tensor row = out.select(0, ids[i]);
-    row += flat.select(0, static_cast<std::int64_t>(i));
-  }
+  Tensor out = Tensor::empty(in[2].shape(), in[0].dtype());
+  embedding_backward_into(in[0], in[1], out);
   return out;
 }
 void embedding_backward_infer(InNodes in, const Attrs&, Shape& s, DType& d) {
@@ -398,3 +383,60 @@ void register_nn_ops(OpTable& t) {
 }
 
 }  // namespace mls::autodiff::ops
+
+namespace mls::autodiff {
+
+namespace {
+/// The indices as int64, each checked against [0, rows) in order (the first bad one named).
+std::vector<std::int64_t> checked_indices(const Tensor& idx, std::int64_t rows, const char* op) {
+  MLS_CHECK(is_integral(idx.dtype()), op, ": indices must be int32/int64, got ", idx.dtype());
+  auto ids = idx.to_vector<std::int64_t>();
+  for (std::int64_t i : ids) MLS_CHECK(i >= 0 && i < rows, op, ": index ", i, " is out of range for ", rows, " rows");
+  return ids;
+}
+template <class T>
+void add_rows(const T* g, const std::vector<std::int64_t>& ids, std::int64_t dim, T* out) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    T* __restrict o = out + ids[i] * dim;
+    const T* __restrict r = g + static_cast<std::int64_t>(i) * dim;
+    for (std::int64_t j = 0; j < dim; ++j) o[j] += r[j];
+  }
+}
+}  // namespace
+
+void embedding_into(const Tensor& w, const Tensor& idx, Tensor& out) {
+  MLS_CHECK(w.ndim() == 2, "embedding: weight must be [V, D], got ", shape_str(w.shape()));
+  const std::int64_t dim = w.shape()[1];
+  const auto ids = checked_indices(idx, w.shape()[0], "embedding");
+  MLS_CHECK(out.is_contiguous() && out.dtype() == w.dtype() && out.numel() == static_cast<std::int64_t>(ids.size()) * dim,
+            "embedding: the output must be a contiguous ", w.dtype(), " tensor of ", ids.size(), " x ", dim,
+            " elements, got ", shape_str(out.shape()), " ", out.dtype());
+  const Tensor wc = w.compact();
+  const std::size_t row = w.itemsize() * static_cast<std::size_t>(dim);
+  const auto* src = static_cast<const std::byte*>(wc.data_ptr());
+  auto* dst = static_cast<std::byte*>(out.data_ptr());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (row) std::memcpy(dst + i * row, src + static_cast<std::size_t>(ids[i]) * row, row);
+}
+
+void embedding_backward_into(const Tensor& g, const Tensor& idx, Tensor& out) {
+  MLS_CHECK(out.ndim() == 2, "embedding_backward: the weight's shape must be [V, D], got ", shape_str(out.shape()));
+  const std::int64_t dim = out.shape()[1];
+  const auto ids = checked_indices(idx, out.shape()[0], "embedding_backward");
+  MLS_CHECK(out.is_contiguous() && out.dtype() == g.dtype() && g.numel() == static_cast<std::int64_t>(ids.size()) * dim,
+            "embedding_backward: g ", shape_str(g.shape()), " ", g.dtype(), " must hold ", ids.size(), " rows of ", dim,
+            " and the output a contiguous ", g.dtype(), " tensor, got ", shape_str(out.shape()), " ", out.dtype());
+  const Tensor gc = g.compact();
+  MLS_CHECK(gc.storage() != out.storage(), "embedding_backward: the output must not share g's storage");
+  out.fill_(0.0);
+  // g's rows added in index order (the same additions in the same order for every dtype).
+  if (out.dtype() == DType::Float32) return add_rows(gc.data<float>(), ids, dim, out.data<float>());
+  if (out.dtype() == DType::Float64) return add_rows(gc.data<double>(), ids, dim, out.data<double>());
+  const Tensor flat = gc.reshape({static_cast<std::int64_t>(ids.size()), dim});
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    Tensor r = out.select(0, ids[i]);
+    r += flat.select(0, static_cast<std::int64_t>(i));
+  }
+}
+
+}  // namespace mls::autodiff

@@ -259,6 +259,13 @@ Var batch_norm(const Var& x, const Var& gamma, const Var& beta, const Var& runni
 Var embedding(const Var& weight, const Var& indices);
 /// Zeros of `like`'s shape [V, D] with the rows of `g` [..., D] added at `indices`.
 Var embedding_backward(const Var& g, const Var& indices, const Var& like);
+/// embedding's forward computed into `out` (contiguous, the weight's dtype, [..., D] or any shape
+/// of that many elements): one row copy per index; a bad index is an mls::Error naming it. Lab 2's
+/// op and lab 3's planned executor (in its buffer) both run this.
+void embedding_into(const Tensor& weight, const Tensor& indices, Tensor& out);
+/// embedding_backward's forward into `out` ([V, D], contiguous, g's dtype, not g's storage): zeros,
+/// then g's rows added at the indices in index order.
+void embedding_backward_into(const Tensor& g, const Tensor& indices, Tensor& out);
 /// Unfolds x [N, C, H, W] into columns [N, C*kh*kw, OH*OW] (zero padding `pad`).
 Var im2col(const Var& x, std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t pad);
 /// The adjoint of im2col: adds columns back into an image of `like`'s shape.
