@@ -23,8 +23,7 @@ bool transposed_product(const Node& n, Var& a, Var& g) {
 int fold_batch_reduction(Program& p) {
   int rewrites = 0;
   const auto uses = use_counts(p);
-  std::unordered_map<const Node*, NodePtr> own;
-  for (const NodePtr& n : p.graph->nodes()) own[n.get()] = n;
+  auto own = detail::owners(p);
   for (Node* n : p.schedule()) {
     if (n->op != Op::SumLike) continue;
     const Node& x = *n->inputs[0];

@@ -13,6 +13,7 @@
 #include "mls/graph_opt/passes.hpp"
 #include "mls/tensor/scalar.hpp"
 #include "simd.hpp"
+#include "pass_util.hpp"
 
 namespace mls::graph_opt {
 
@@ -312,8 +313,7 @@ bool is_scalar_constant(const Node& n) { return n.op == Op::Constant && n.value.
 int fuse_attention(Program& p) {
   int rewrites = 0;
   const auto uses = use_counts(p);
-  std::unordered_map<const Node*, NodePtr> own;
-  for (const NodePtr& n : p.graph->nodes()) own[n.get()] = n;
+  auto own = detail::owners(p);
   auto single = [&](const Node* n) { return uses.at(n) == 1; };
   for (Node* y : p.schedule()) {
     // y = matmul(att, v), att = softmax(add(mul(matmul(q, kT), s), mask)), kT = permute(k) swapping the last two dims.

@@ -12,6 +12,7 @@
 #include "mls/graph_opt/passes.hpp"
 #include "mls/tensor/scalar.hpp"
 #include "simd.hpp"
+#include "pass_util.hpp"
 
 namespace mls::graph_opt {
 
@@ -147,8 +148,7 @@ std::vector<Var> bias_gelu_bwd(const Var& out, const Var& g, const std::vector<b
 int fuse_gelu(Program& p) {
   int rewrites = 0;
   const auto uses = use_counts(p);
-  std::unordered_map<const Node*, NodePtr> own;
-  for (const NodePtr& n : p.graph->nodes()) own[n.get()] = n;
+  auto own = detail::owners(p);
   for (Node* n : p.schedule()) {
     if (n->op != Op::Gelu || (n->dtype != DType::Float32 && n->dtype != DType::Float64) || n->shape.empty()) continue;
     const Node* in = n->inputs[0].get();

@@ -10,6 +10,7 @@
 
 #include "mls/graph_opt/passes.hpp"
 #include "simd.hpp"
+#include "pass_util.hpp"
 
 namespace mls::graph_opt {
 
@@ -213,8 +214,7 @@ std::vector<Var> fused_ln_bwd(const Var& out, const Var& g, const std::vector<bo
 
 int fuse_layer_norm(Program& p) {
   int rewrites = 0;
-  std::unordered_map<const Node*, NodePtr> own;
-  for (const NodePtr& n : p.graph->nodes()) own[n.get()] = n;
+  auto own = detail::owners(p);
   for (Node* n : p.schedule()) {
     if (n->op != Op::LayerNorm || (n->dtype != DType::Float32 && n->dtype != DType::Float64)) continue;
     bool same = true;

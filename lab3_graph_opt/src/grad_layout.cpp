@@ -57,8 +57,7 @@ void add_leaves(const Node* root, const std::unordered_map<const Node*, int>& us
 
 int specialize_reshape_like(Program& p) {
   int rewrites = 0;
-  std::unordered_map<const Node*, NodePtr> own;
-  for (const NodePtr& n : p.graph->nodes()) own[n.get()] = n;
+  auto own = detail::owners(p);
   for (Node* n : p.schedule()) {
     if (n->op != Op::ReshapeLike || !known(n->inputs[1]->shape) || !known(n->inputs[0]->shape)) continue;
     p.replace(Var(own.at(n)), autodiff::reshape(Var(n->inputs[0]), n->inputs[1]->shape));
@@ -71,8 +70,7 @@ int specialize_reshape_like(Program& p) {
 int concat_slice_gradients(Program& p) {
   int rewrites = 0;
   const auto uses = use_counts(p);
-  std::unordered_map<const Node*, NodePtr> own;
-  for (const NodePtr& n : p.graph->nodes()) own[n.get()] = n;
+  auto own = detail::owners(p);
   std::unordered_set<const Node*> absorbed;  // adds already inside a rewritten tree
   const std::vector<Node*> order = p.schedule();
   // Roots first (a tree's root comes after its inner adds in the schedule).

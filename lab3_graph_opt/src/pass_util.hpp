@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 
 #include "mls/graph_opt/passes.hpp"
 
@@ -11,6 +12,13 @@ namespace mls::graph_opt::detail {
 /// True when no size of `s` is -1 (a shape known when the graph was traced).
 inline bool known(const Shape& s) {
   return std::none_of(s.begin(), s.end(), [](std::int64_t d) { return d < 0; });
+}
+
+/// The owning pointers of a program's nodes, by address (a schedule holds raw pointers).
+inline std::unordered_map<const Node*, NodePtr> owners(const Program& p) {
+  std::unordered_map<const Node*, NodePtr> m;
+  for (const NodePtr& n : p.graph->nodes()) m[n.get()] = n;
+  return m;
 }
 
 /// Registers the forwards into a buffer of lab 2's embedding and embedding_backward

@@ -7,17 +7,13 @@
 #include <cstring>
 #include <functional>
 #include <unordered_set>
+#include "pass_util.hpp"
 
 namespace mls::graph_opt {
 
 namespace {
 
-/// The owning pointers of a program's nodes, by address.
-[[maybe_unused]] std::unordered_map<const Node*, NodePtr> owners(const Program& p) {
-  std::unordered_map<const Node*, NodePtr> m;
-  for (const NodePtr& n : p.graph->nodes()) m[n.get()] = n;
-  return m;
-}
+using detail::owners;  // pass_util.hpp
 
 /// True when `n` is a constant whose every element equals `v`.
 [[maybe_unused]] bool constant_equal_to(const Node& n, double v) {
