@@ -75,7 +75,11 @@ DataParallel::DataParallel(Communicator& comm, std::vector<autodiff::nn::Paramet
   MLS_CHECK(!opts_.wait_in_forward || opts_.defer_buckets >= 1, "DataParallel: wait_in_forward with defer_buckets = ",
             opts_.defer_buckets, " leaves no bucket to the next forward; expected defer_buckets in 1..",
             buckets_.size());
-  order_ = bucket_issue_order(buckets_.size(), static_cast<std::size_t>(opts_.defer_buckets));
+  if (opts_.defer_buckets == 0) {  // backward order (no student code of the dp_defer group needed)
+    for (std::size_t b = 0; b < buckets_.size(); ++b) order_.push_back(b);
+  } else {
+    order_ = bucket_issue_order(buckets_.size(), static_cast<std::size_t>(opts_.defer_buckets));
+  }
   MLS_CHECK(order_.size() == buckets_.size(), "DataParallel: bucket_issue_order(", buckets_.size(), ", ",
             opts_.defer_buckets, ") returned ", order_.size(), " buckets, expected ", buckets_.size());
   bucket_of_.assign(params_.size(), 0);
