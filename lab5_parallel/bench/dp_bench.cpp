@@ -50,7 +50,33 @@
 // sleep, not spin (that would take the core its rank computes on) — and how the communication
 // thread is scheduled (SCHED_FIFO where permitted: it must run the moment it wakes; comm.hpp's
 // comm_thread_policy).
-// --svg FILE draws the fastest blocking and overlapped steps, per rank a compute and a communication lane.
+// Re-prioritised buckets (P3, ByteScheduler; DataParallelOptions::defer_buckets, wait_in_forward):
+// --defer-buckets K adds a third overlapped run whose last K buckets (the first layers) are launched
+// together in forward order at the end of backward; with --wait-in-forward they are waited by the
+// next forward's hooks (each deferred bucket's optimizer step just before its layer), so their
+// allreduces hide under the next forward. The ratio lines then report that run (t_compute and
+// t_comm keep their meaning); DDP's overlap of the same run follows as ratio dp_overlap_*_ddp. A
+// step with waits in forward cannot be timed alone (its waits are in the next step): the run's
+// DataParallel has a communicator of its own (the timing's barriers and maxima never wait for its
+// buckets in flight), and it runs --run-steps + 2 steps back to back; its step is the mean from
+// the start of the second step to the start of the last (the slowest rank's), the fastest run
+// reported. Its ceiling: the step is at least
+//   t_compute + the forward's wait  (after backward, the not-deferred communication that did not
+//       fit under backward after the first launch — the spill — then the deferred buckets in
+//       forward order, layer 1's first, against the not-deferred buckets' optimizer steps and
+//       forward up to each deferred bucket's first layer: max over the deferred buckets of
+//       spill + their allreduces so far − those optimizer steps − forward before that layer − the
+//       deferred optimizer steps before it; forward's time before a layer is estimated as forward
+//       × the parameters' share before it: a Linear layer's forward is one GEMM, ~ its weight)
+//   t_comm + the link's idle time  (from when its queue drains to the next step's first launch:
+//       the optimizer steps + forward + the backward before the first launch + that wait, less the
+//       spill and the deferred allreduces)
+// and the ceiling is (t_compute + t_comm − that step) / min(t_compute, t_comm). --defer-buckets
+// auto runs a short calibration (the compute-only step, the allreduces alone, DDP's overlapped
+// step) and takes the K whose bound is least (each part the slowest rank's, so every rank picks
+// the same K); it prints the modelled step / max for every K.
+// --svg FILE draws the fastest blocking and overlapped steps, per rank a compute and a communication
+// lane (with --defer-buckets a third panel: two consecutive steps of that run).
 // bench/dp_mpi_speedup.sh reads the seconds_per_step line (blocking; overlapped with --overlap).
 #include <CLI/CLI.hpp>
 
