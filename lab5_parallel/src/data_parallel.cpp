@@ -80,6 +80,13 @@ DataParallel::DataParallel(Communicator& comm, std::vector<autodiff::nn::Paramet
   } else {
     order_ = bucket_issue_order(buckets_.size(), static_cast<std::size_t>(opts_.defer_buckets));
   }
+  std::vector<bool> seen(buckets_.size(), false);  // a permutation of the buckets: each issued once
+  for (std::size_t b : order_) {
+    MLS_CHECK(order_.size() == buckets_.size() && b < buckets_.size() && !seen[b], "DataParallel: bucket_issue_order(",
+              buckets_.size(), ", ", opts_.defer_buckets, ") is not a permutation of 0..", buckets_.size() - 1,
+              " (", order_.size(), " entries, bucket ", b, ")");
+    seen[b] = true;
+  }
   MLS_CHECK(order_.size() == buckets_.size(), "DataParallel: bucket_issue_order(", buckets_.size(), ", ",
             opts_.defer_buckets, ") returned ", order_.size(), " buckets, expected ", buckets_.size());
   bucket_of_.assign(params_.size(), 0);
