@@ -433,7 +433,8 @@ Bound wait_in_forward_bound(const Parts& p, std::size_t defer) {
   Bound r;
   double t_d = 0, o_nd = 0, o = 0;
   for (std::size_t b = 0; b < nb; ++b) {
-    (b + defer >= nb ? t_d : o_nd) += b + defer >= nb ? p.comm[b] : p.opt[b];
+    if (b + defer >= nb) t_d += p.comm[b];  // deferred: its allreduce after backward
+    else o_nd += p.opt[b];                  // not deferred: its optimizer step at the step's end
     o += p.opt[b];
   }
   const double t_nd = std::max(0.0, p.t_comm - t_d);
