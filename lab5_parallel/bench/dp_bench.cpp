@@ -497,7 +497,7 @@ void run(Communicator& comm, const Flags& f) {
   std::unique_ptr<Trainer> deferred;
   if (sched) {
     if (f.defer == "auto") {  // a short calibration of the parts, then the K whose bound is least
-      for (int s = 0; s < 2 + std::max(3, f.steps / 4); ++s) {
+      for (int s = 0; s < 2 + std::max(5, f.steps / 2); ++s) {
         const bool timed = s >= 2;
         compute.step(timed), comm_only.step(timed), overlapped.step(timed);
       }
