@@ -367,6 +367,43 @@ TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly,
   CHECK(tune::sgemm_flops({2, 3, 4}) == 48.0);
 }
 
+TEST_CASE("tune: an edge reads the other operand in place and shares out the other dimension",
+          "[lab4][tune][plan][base]") {
+  // 100 x 1000: 8 panels of 12 rows and an edge of 4; 31 panels of 32 columns and a narrow edge of 8.
+  const SgemmKnobs k{48, 64, 512, 12, 32, "nkm", "m", true, true, 1, true, 2, true};
+  auto flags = [](const tune::SgemmPiece& q) {
+    return std::to_string(q.row0) + "," + std::to_string(q.col0) + " " + q.knobs.parallel + (q.knobs.pack_a ? " pa" : " na") +
+           (q.knobs.a_panels ? "p" : "") + (q.knobs.pack_b ? " pb" : " nb") + " nc" + std::to_string(q.nc);
+  };
+  auto all = [&](const tune::SgemmPlan& p) {
+    std::string out;
+    for (const auto& q : p.pieces) out += (out.empty() ? "" : " | ") + flags(q);
+    return out;
+  };
+  // The main piece as the knobs say; the rows' edge reads B in place and is parallel over columns
+  // (31 panels in 2 blocks of 16 for 2 threads); the columns' edge reads A in place (rows: "m");
+  // the corner both in place.
+  CHECK(all(tune::plan_sgemm(k, {100, 1000, 64}, 16)) ==
+        "0,0 m pap pb nc512 | 0,992 m na pb nc8 | 96,0 n pap nb nc512 | 96,992 m na nb nc8");
+  // "mr" becomes "nr" on the rows' edge; "n" becomes "m" on the columns' edge.
+  SgemmKnobs inner = k;
+  inner.parallel = "mr";
+  CHECK(tune::plan_sgemm(inner, {100, 1000, 64}, 16).pieces[2].knobs.parallel == "nr");
+  SgemmKnobs cols = k;
+  cols.parallel = "n";
+  CHECK(tune::plan_sgemm(cols, {100, 1000, 64}, 16).pieces[1].knobs.parallel == "m");
+  CHECK(tune::plan_sgemm(cols, {100, 1000, 64}, 16).pieces[2].knobs.parallel == "n");
+  // A transposed B is packed on the edge too (the micro-kernel reads rows of k).
+  const tune::SgemmPlan tb = tune::plan_sgemm(k, {100, 1000, 64, false, true, 0}, 16);
+  CHECK(tb.pieces[2].knobs.pack_b);
+  CHECK(tb.pieces[3].knobs.pack_b);
+  // The loop nest of the rows' edge: no copy of B, the column blocks parallel.
+  const std::string text = te::to_string(tune::instantiate(tune::plan_sgemm(k, {100, 1000, 64}, 16).pieces[2]).func);
+  INFO(text);
+  CHECK(text.find("BL") == std::string::npos);
+  CHECK(text.find("for xc in parallel(2)") != std::string::npos);
+}
+
 TEST_CASE("tune: problems print, compare and key the tuning database with their flags", "[lab4][tune][plan][base]") {
   CHECK(tune::to_string(SgemmShape{2, 3, 4}) == "2x3x4");
   const SgemmShape s{768, 384, 128, false, true, 1, 128, 0, 400};
@@ -641,6 +678,36 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
         std::string::npos);
   CHECK(text.find("BL[0][ax0][bi] = B[bi][ax0]") != std::string::npos);  // the copy transposes (one NR panel)
   CHECK(text.find("fill_zero") == std::string::npos);  // beta 1: no reset
+}
+
+TEST_CASE("tune: edges read the other operand in place at 2 threads, with every flag, and equal the naive product",
+          "[lab4][tune][template][jit][flags]") {
+  TuneEnv env;
+  const int L = lanes();
+  // Rows: 5 panels of 4 and an edge of 3; columns: 3 panels of 2L, then one vector and 5 narrow;
+  // each parallel loop, so the edges' switched loops (m <-> n, mr <-> nr) run on 2 threads.
+  std::vector<std::pair<SgemmKnobs, SgemmShape>> jobs;
+  for (const char* par : {"m", "n", "mr", "nr"})
+    for (int flags = 0; flags < 8; ++flags) {
+      const SgemmKnobs kn{8, 16, 2 * L, 4, 2 * L, flags & 4 ? "knm" : "nkm", par, true, true, 1, true, 2, true};
+      jobs.emplace_back(kn, SgemmShape{23, 7 * L + 5, 37, bool(flags & 1), bool(flags & 2), flags & 4 ? 1 : 0});
+    }
+  jit::CompileOptions quick = kernels_test::quick_jit();
+  quick.opt_level = "-O0";
+  const std::vector<tune::CompiledSgemm> compiled = tune::compile_sgemm_jobs(jobs, quick);
+  REQUIRE(compiled.size() == jobs.size());
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const auto& [knobs, s] = jobs[i];
+    const kernels_test::Operands in(s, 300 + i);
+    std::vector<float> c = kernels_test::starting_c(s, in);
+    compiled[i].run(in.a.data(), in.b.data(), c.data(), 2);
+    const std::string what = tune::to_string(s) + " " + tune::to_string(knobs) + " at 2 threads";
+    kernels_test::observe_product("edges " + what, c, s.c_ld(), s.m, s.n, s.k + 1);
+    MLS_ORACLE(const auto want = kernels_test::reference_of(s, in);)
+    MLS_ORACLE_CHECK(kernels_test::require_matches(c, s.c_ld(), want, s.m, s.n, what));
+    const auto& pieces = compiled[i].plan().pieces;
+    CHECK(std::any_of(pieces.begin(), pieces.end(), [](const tune::SgemmPiece& q) { return q.row0 > 0 && q.col0 == 0; }));
+  }
 }
 
 TEST_CASE("tune: every step of the worked schedule computes the product, the last is the template, the slide's nests",
