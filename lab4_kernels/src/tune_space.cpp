@@ -544,22 +544,31 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
   p.lanes = lanes;
   const long mr = knobs.mr, nr = knobs.nr, M = shape.m, N = shape.n, K = shape.k;
   // Rows: whole panels of mr, then the rest as one panel. Columns: whole panels of nr, then the
-  // rest's whole vectors as one panel, then the rest (narrow: plain loops).
+  // rest's whole vectors as one panel, then what is left in vectors of half and a quarter of the
+  // lanes (8 and 4 columns with 16 lanes: a register-blocked micro-kernel of narrower vectors),
+  // then the rest (narrow: plain loops).
   struct Range {
     long begin, extent, unit;
+    int lanes;
   };
   std::vector<Range> rows, cols, ks;
   const long mm = M / mr * mr, nm = N / nr * nr, nv = (N - nm) / lanes * lanes;
-  if (mm > 0) rows.push_back({0, mm, mr});
-  if (M > mm) rows.push_back({mm, M - mm, M - mm});
-  if (nm > 0) cols.push_back({0, nm, nr});
-  if (nv > 0) cols.push_back({nm, nv, nv});
-  if (N > nm + nv) cols.push_back({nm + nv, N - nm - nv, N - nm - nv});
+  if (mm > 0) rows.push_back({0, mm, mr, lanes});
+  if (M > mm) rows.push_back({mm, M - mm, M - mm, lanes});
+  if (nm > 0) cols.push_back({0, nm, nr, lanes});
+  if (nv > 0) cols.push_back({nm, nv, nv, lanes});
+  long at = nm + nv;
+  for (int w = lanes / 2; w >= 4; w /= 2)
+    if (N - at >= w) {
+      cols.push_back({at, w, w, w});
+      at += w;
+    }
+  if (N > at) cols.push_back({at, N - at, N - at, lanes});
   // k: ceil(K / KC) blocks of ceil(K / blocks), as many whole ones as K holds, then the rest (a
   // shorter block, not a sliver: every k range is a pass over C).
   const long kblocks = ceil_div(K, knobs.kc), kc = ceil_div(K, kblocks), km = K / kc * kc;
-  ks.push_back({0, km, kc});
-  if (K > km) ks.push_back({km, K - km, K - km});
+  ks.push_back({0, km, kc, lanes});
+  if (K > km) ks.push_back({km, K - km, K - km, lanes});
   for (std::size_t q = 0; q < ks.size(); ++q) {
     for (const Range& r : rows) {
       for (const Range& c : cols) {
@@ -597,7 +606,7 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
         piece.mc = balanced_block(r.extent, r.unit, knobs.mc, par_rows ? knobs.balance : 1, inner);
         piece.nc = balanced_block(c.extent, c.unit, knobs.nc, par_cols ? knobs.balance : 1, inner);
         piece.kc = ks[q].unit;
-        piece.lanes = lanes;
+        piece.lanes = c.lanes;
         p.pieces.push_back(piece);
       }
     }
