@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <unordered_map>
+#include <unordered_set>
 
 
 namespace mls::graph_opt {
@@ -249,9 +250,23 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
     if (root_[static_cast<std::size_t>(s.task)] >= 0) keep_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] = true;
   }
   if (options_.planned) {
-    plan_ = plan_memory_concurrent(p);
+    plan_ = plan_memory_concurrent(p, {.concat_in_place = options_.concat_in_place});
     std::unordered_map<const Node*, int> buffer_of;
     for (std::size_t i = 0; i < plan_.schedule.size(); ++i) buffer_of[plan_.schedule[i]] = plan_.buffer[i];
+    // Concat in place: a task computed in its slice of a concat's buffer (the concat copies nothing).
+    slice_.assign(n, Slice{});
+    for (std::size_t i = 0; i < plan_.slice_of.size(); ++i) {
+      if (plan_.slice_of[i] < 0) continue;
+      const Node* cat = plan_.schedule[static_cast<std::size_t>(plan_.slice_of[i])];
+      const std::int64_t nd = static_cast<std::int64_t>(cat->shape.size()), a = cat->attrs.i("axis");
+      Slice sl{task_of.at(cat), a < 0 ? a + nd : a, 0};
+      for (const NodePtr& in : cat->inputs) {
+        if (in.get() == plan_.schedule[i]) break;
+        sl.begin += in->shape[static_cast<std::size_t>(sl.axis)];
+      }
+      slice_[static_cast<std::size_t>(task_of.at(plan_.schedule[i]))] = sl;
+      sliced_concat_.insert(sl.concat);
+    }
     for (const Node* t : tasks_) {
       task_buffer_.push_back(buffer_of.at(t));
       // An elementwise op with a broadcast input (a bias over [C, 1, 1]) is computed by lab 1's
@@ -323,12 +338,23 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     TraceEvent& ev = trace_.events[ti];
     ev.start_us = us_since(clock::now());
     Tensor out;
-    if (options_.planned && task_buffer_[ti] >= 0) {
+    const Slice sl = options_.planned ? slice_[ti] : Slice{};
+    if (sl.concat >= 0) {
+      // Concat in place: computed in its slice of the concat's buffer (straight in where the slice
+      // is contiguous and the op has a forward_into, else computed and copied there).
+      const auto ci = static_cast<std::size_t>(sl.concat);
+      out = dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ci])], *tasks_[ci])
+                .slice(sl.axis, sl.begin, sl.begin + node.shape[static_cast<std::size_t>(sl.axis)]);
+      const ForwardIntoFn into = into_[ti];
+      if (!into || !out.is_contiguous() || !into(in, node.attrs, out)) out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
+    } else if (options_.planned && task_buffer_[ti] >= 0) {
       // Computed in its buffer where the op can (PlannedExecutor's forward_into: matmul, gemm,
-      // fused loops, concat, the float add/sub/mul/div), else computed and copied there.
+      // fused loops, concat, the float add/sub/mul/div), else computed and copied there; a concat
+      // whose inputs were computed in their slices of it has nothing left to do.
       out = dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ti])], node);
       const ForwardIntoFn into = into_[ti];
-      if (!into || !into(in, node.attrs, out)) out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
+      if (!sliced_concat_.count(c.task) && (!into || !into(in, node.attrs, out)))
+        out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
     } else {
       out = autodiff::op_def(node.op).forward(in, node.attrs);  // the sequential executor's code
     }

@@ -90,6 +90,20 @@ CriticalPath critical_path(const Program& p) {
   return cp;
 }
 
+std::string trace_events_text(const Program& p, const ScheduleTrace& t) {
+  const auto idx = index_of(p);
+  std::vector<const TraceEvent*> order;
+  for (const TraceEvent& e : t.events)
+    if (e.node) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->start_us < b->start_us; });
+  std::ostringstream os;
+  for (const TraceEvent* e : order)
+    os << "worker " << e->worker << "  " << fixed(e->start_us, 1) << " .. " << fixed(e->end_us, 1) << " us  ("
+       << fixed(e->end_us - e->start_us, 1) << " us, waited " << fixed(std::max(0.0, e->start_us - e->ready_us), 1)
+       << " us after ready)  budget " << e->intra_threads << "  " << describe(idx, *e->node) << "\n";
+  return os.str();
+}
+
 std::string levels_text(const Program& p) {
   const auto idx = index_of(p);
   std::ostringstream os;

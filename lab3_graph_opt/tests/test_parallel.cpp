@@ -574,3 +574,162 @@ TEST_CASE("parallel executor: among ready nodes of equal rank a worker takes the
   CHECK(top == 5);
   require_error([&] { (void)pick_ready({7}, rank, 0, deps, producer, none); }, "pick_ready: ready task 7 has no rank (6 ranks)");
 }
+
+namespace {
+/// A random program over [m, m] values (seeded) with concats: each concat joins 2 or 3 values
+/// along axis 0 or 1 and is brought back to [m, m] by a matmul with a constant; its inputs are
+/// fresh values read by the concat alone (the concat may compute them in place), or values read
+/// elsewhere too, inputs, views or repeats (it may not).
+Program random_concat_program(std::uint64_t seed, std::int64_t m, int nodes) {
+  Rng rng(seed, "lab3-parallel-concat");
+  Program p;
+  std::vector<Var> vals{p.input("x", {m, m}), p.input("y", {m, m})};
+  auto pick = [&] { return vals[static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(vals.size())))]; };
+  auto fresh = [&](const Var& a, const Var& b) -> Var {
+    switch (rng.randint(0, 5)) {
+      case 0: return a + b;
+      case 1: return autodiff::tanh(a);
+      case 2: return autodiff::matmul(a, b) * (1.0 / static_cast<double>(m));
+      case 3: return autodiff::softmax(a, -1);
+      default: return autodiff::relu(a - b);
+    }
+  };
+  for (int i = 0; i < nodes; ++i) {
+    const Var a = pick(), b = pick();
+    if (rng.randint(0, 3) != 0) {
+      vals.push_back(fresh(a, b));
+      continue;
+    }
+    const std::int64_t k = rng.randint(2, 4), axis = rng.randint(0, 2);
+    std::vector<Var> parts;
+    for (std::int64_t j = 0; j < k; ++j) {
+      switch (rng.randint(0, 6)) {
+        case 0: parts.push_back(pick()); break;                     // read elsewhere too (or an input)
+        case 1: parts.push_back(autodiff::transpose(pick())); break;  // a view
+        default: parts.push_back(fresh(pick(), pick())); break;     // read by the concat alone
+      }
+    }
+    const Var cat = autodiff::concat(parts, axis);
+    const Var w = p.constant(Tensor::randn(axis == 1 ? Shape{k * m, m} : Shape{m, k * m}, rng, 0.0, 0.5), "W");
+    vals.push_back(axis == 1 ? autodiff::matmul(cat, w) : autodiff::matmul(w, cat));
+  }
+  p.output(vals.back());
+  p.output(vals[vals.size() / 2 + 1]);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("planned concat in place: the inputs a concat alone reads are computed in its buffer, bit-identical, on random DAGs",
+          "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  std::vector<std::pair<std::string, Program>> programs;
+  for (std::uint64_t seed = 1; seed <= 10; ++seed)
+    for (std::int64_t m : {1, 5, 16}) programs.emplace_back("concat random " + std::to_string(seed) + " m " + std::to_string(m),
+                                                             random_concat_program(seed, m, 10 + static_cast<int>(seed) * 2));
+  programs.emplace_back("heads bench", parallel_bench_model("heads"));
+  programs.emplace_back("inception", build_model("inception"));
+  int sliced_programs = 0;
+  for (auto& [name, p] : programs) {
+    const auto feeds = random_feeds(p, 9);
+    const std::vector<Tensor> want = run(p, feeds);
+    // Which values the planner puts in their concat's buffer: exactly those concat_slices allows.
+    const MemoryPlan plan = plan_memory_concurrent(p, {.concat_in_place = true});
+    const std::vector<std::int64_t> allowed = concat_slices(p, plan.schedule);
+    const bool any = std::any_of(allowed.begin(), allowed.end(), [](std::int64_t c) { return c >= 0; });
+    sliced_programs += any;
+    CHECK(plan.slice_of == (any ? allowed : std::vector<std::int64_t>{}));
+    CHECK(plan_memory_concurrent(p).slice_of.empty());  // off by default
+    for (std::size_t i = 0; i < allowed.size(); ++i)
+      if (allowed[i] >= 0) {
+        INFO(name << ": step " << i);
+        CHECK(plan.buffer[i] == -1);
+        CHECK(plan.schedule[static_cast<std::size_t>(allowed[i])]->op == Op::Concat);
+        CHECK(plan.buffer[static_cast<std::size_t>(allowed[i])] >= 0);
+      }
+    const std::string why = concurrent_plan_violation(p, plan);
+    MLS_OBSERVE(why);
+    CHECK(why.empty());
+    for (int workers : {1, 2, 4})
+      for (bool in_place : {true, false}) {
+        INFO(name << ", " << workers << " workers, concat in place " << in_place << "\n" << print(p));
+        ParallelExecutor ex(p, workers, {.planned = true, .concat_in_place = in_place});
+        const std::vector<Tensor> got = ex.run(feeds);
+        observe_outputs(name + (in_place ? " concat in place" : " concat copies"), got, true);
+        MLS_ORACLE_CHECK(CHECK(same_bits(got, want)));
+        MLS_ORACLE_CHECK(CHECK(same_bits(ex.run(feeds), want)));  // the second run reuses the buffers
+        CHECK(ex.plan().slice_of.empty() == (!in_place || !any));
+        CHECK(concurrent_plan_violation(p, ex.plan()).empty());
+      }
+  }
+  MLS_OBSERVE(sliced_programs);
+  CHECK(sliced_programs >= 10);  // the generator makes qualifying concats in most programs
+}
+
+TEST_CASE("planned concat in place: attention's heads write their slices, which concats qualify, and a bad slice plan named",
+          "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  const Program heads = parallel_bench_model("heads");
+  ParallelExecutor ex(heads, 2, {.planned = true});
+  const auto feeds = random_feeds(heads, 2);
+  const std::vector<Tensor> got = ex.run(feeds);
+  observe_outputs("heads concat in place", got, true);
+  MLS_ORACLE_CHECK(CHECK(same_bits(got, run(heads, feeds))));
+  const MemoryPlan& plan = ex.plan();
+  std::int64_t cat = -1;
+  std::vector<std::string> sliced;
+  for (std::size_t i = 0; i < plan.schedule.size(); ++i) {
+    if (plan.schedule[i]->op == Op::Concat) cat = static_cast<std::int64_t>(i);
+    if (!plan.slice_of.empty() && plan.slice_of[i] >= 0) sliced.push_back(plan.schedule[i]->name);
+  }
+  std::string sliced_names;
+  for (const std::string& n : sliced) sliced_names += n + " ";
+  MLS_OBSERVE(sliced_names);
+  CHECK(sliced == std::vector<std::string>{"head0", "head1", "head2", "head3", "head4", "head5", "head6", "head7"});
+  // The concat's buffer taken by a value the heads still read (a head's softmax): named.
+  MemoryPlan bad = plan;
+  std::int64_t att = -1;
+  for (std::size_t i = 0; i < bad.schedule.size(); ++i)
+    if (bad.schedule[i]->op == Op::Softmax) att = static_cast<std::int64_t>(i);
+  REQUIRE(cat >= 0);
+  REQUIRE(att >= 0);
+  bad.buffer[static_cast<std::size_t>(cat)] = bad.buffer[static_cast<std::size_t>(att)];
+  const std::string why = concurrent_plan_violation(heads, bad);
+  MLS_OBSERVE(why);
+  CHECK(why.find("writing its slice of " + node_ref(heads, bad.schedule[static_cast<std::size_t>(cat)])) != std::string::npos);
+  // A slice entry that is not an input of a concat, and one whose value is read elsewhere too.
+  MemoryPlan not_input = plan;
+  not_input.slice_of[0] = cat;
+  CHECK(concurrent_plan_violation(heads, not_input).find("which is not a concat with a buffer reading it") != std::string::npos);
+
+  // Which concats qualify: inputs read by the concat alone, not leaves, views, outputs or repeats.
+  Program p;
+  const Var a = p.input("a", {2, 3}), b = p.input("b", {2, 3});
+  const Var t = autodiff::tanh(a).set_name("t"), r = autodiff::relu(b).set_name("r"), u = (a * b).set_name("u");
+  const Var shared = (a + b).set_name("shared");
+  const Var c1 = autodiff::concat({t, r}, 0).set_name("c1");                         // qualifies
+  const Var c2 = autodiff::concat({u, shared}, 1).set_name("c2");                    // shared is read by c3 too
+  const Var c3 = autodiff::concat({shared, a}, 0).set_name("c3");                    // a leaf
+  const Var v = autodiff::exp(b).set_name("v");
+  const Var c4 = autodiff::concat({v, v}, 0).set_name("c4");                         // a repeat
+  const Var w = autodiff::sigmoid(b).set_name("w");
+  const Var c5 = autodiff::concat({autodiff::transpose(autodiff::transpose(w)), autodiff::tanh(b)}, 0).set_name("c5");  // a view
+  const Var o = autodiff::neg(a).set_name("o");
+  const Var c6 = autodiff::concat({o, autodiff::abs(a).set_name("abs")}, 0).set_name("c6");  // o is an output
+  for (const Var& x : {c1, c2, c3, c4, c5, c6}) p.output(autodiff::sum(x));
+  p.output(o);
+  const std::vector<Node*> s = p.schedule();
+  const std::vector<std::int64_t> slices = concat_slices(p, s);
+  std::vector<std::string> in_concat;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (slices[i] >= 0) in_concat.push_back(s[i]->name + "->" + s[static_cast<std::size_t>(slices[i])]->name);
+  std::string in_concat_names;
+  for (const std::string& n : in_concat) in_concat_names += n + " ";
+  MLS_OBSERVE(in_concat_names);
+  CHECK(in_concat == std::vector<std::string>{"t->c1", "r->c1"});
+  const auto pf = random_feeds(p, 3);
+  ParallelExecutor px(p, 2, {.planned = true});
+  const std::vector<Tensor> pgot = px.run(pf);
+  observe_outputs("which concats qualify", pgot, true);
+  MLS_ORACLE_CHECK(CHECK(same_bits(pgot, run(p, pf))));
+  CHECK(concurrent_plan_violation(p, px.plan()).empty());
+}

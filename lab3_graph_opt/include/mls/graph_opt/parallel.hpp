@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <deque>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "mls/common/parallel.hpp"
@@ -147,6 +148,10 @@ TraceBreakdown trace_breakdown(const ScheduleTrace& t);
 /// the busy time per worker and the overlap (busy time / wall time); `trace_breakdown`'s dispatch
 /// and idle times and how long one node ran alone; the peak bytes.
 std::string trace_summary(const Program& p, const ScheduleTrace& t);
+/// Every node of a run in the order they started, one line each: "worker 1  12.0 .. 30.5 us
+/// (18.5 us, waited 0.4 us after ready)  budget 1  %5 add 'B'" (what `mls-opt parallel --events`
+/// prints: where a lane idles, and how long each node took at its budget).
+std::string trace_events_text(const Program& p, const ScheduleTrace& t);
 /// The levels as text, one line per level: "level 1: %5 add 'B', %6 add 'C'".
 std::string levels_text(const Program& p);
 /// The schedule as an SVG picture (common's svg writer): one lane per worker, time to the right,
@@ -175,6 +180,11 @@ struct ParallelOptions {
   /// inputs it computed in this run, then one it ran in the last run (cache affinity).
   bool affinity = true;
   bool planned = false;            // true: values live in the buffers of plan_memory_concurrent
+  /// With `planned`: the inputs of a concat that only the concat reads are computed in their
+  /// slices of its buffer (`ConcurrentPlanOptions::concat_in_place`), so the concat copies
+  /// nothing and its reader starts as soon as the last input ends (attention's heads and the
+  /// output projection); the same bits.
+  bool concat_in_place = true;
 };
 
 /// Runs a program's ready nodes concurrently on W workers; outputs bit-identical to `run`.
@@ -223,6 +233,13 @@ class ParallelExecutor {
   std::vector<ForwardIntoFn> into_;         // planned: per task, its op's forward into a buffer (or null)
   std::vector<Tensor> buffers_;             // planned: allocated in the constructor
   std::vector<bool> out_buffer_;            // planned: buffers handed out with the outputs (allocated again)
+  /// Planned concat in place: the concat's task whose buffer a task is computed in, and where.
+  struct Slice {
+    int concat = -1;
+    std::int64_t axis = 0, begin = 0;
+  };
+  std::vector<Slice> slice_;                // planned: per task (concat -1: its own buffer)
+  std::unordered_set<int> sliced_concat_;   // planned: concat tasks whose inputs wrote their slices
   std::vector<int> last_worker_;            // per task: its worker in the last run (affinity)
   ScheduleTrace trace_;
 };
