@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -167,11 +168,23 @@ std::vector<int> task_levels(const std::vector<std::vector<int>>& deps) {
 
 /// What the tasks of one run share: values, reader counts, the memory account.
 struct RunState {
-  explicit RunState(std::size_t n) : vals(n), direct(n), root_uses(n) {}
+  explicit RunState(std::size_t n) : vals(n), direct(n), root_uses(n), concats(n) {}
   std::vector<Tensor> vals;                       // per task: its value, dropped after its last reader
   std::vector<std::atomic<int>> direct;           // per task: readers (edges) still to finish
   std::vector<std::atomic<int>> root_uses;        // per owning task: reads of its memory still to finish
   std::atomic<std::size_t> live{0}, peak{0};
+  std::vector<Tensor> concats;                    // per concat task in place (unplanned): its value
+  std::mutex concat_mutex;
+  /// The value of concat task `c` computed in place: allocated (and counted live) by the first of
+  /// its inputs to need it.
+  Tensor concat_value(std::size_t c, const Node& cat) {
+    std::lock_guard<std::mutex> lock(concat_mutex);
+    if (!concats[c].defined()) {
+      concats[c] = Tensor::empty(cat.shape, cat.dtype);
+      add_live(value_bytes(cat));
+    }
+    return concats[c];
+  }
   void add_live(std::size_t b) {
     const std::size_t now = live.fetch_add(b) + b;
     std::size_t seen = peak.load();
@@ -249,24 +262,29 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
     keep_[static_cast<std::size_t>(s.task)] = true;
     if (root_[static_cast<std::size_t>(s.task)] >= 0) keep_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] = true;
   }
+  // Concat in place: a task computed in its slice of a concat's value (the concat copies nothing);
+  // the planner makes the same choice (`concat_slices`) and holds the concat's buffer for it.
+  slice_.assign(n, Slice{});
+  if (options_.concat_in_place) {
+    const std::vector<Node*> schedule = p.schedule();
+    const std::vector<std::int64_t> slice_of = concat_slices(p, schedule);
+    for (std::size_t i = 0; i < slice_of.size(); ++i) {
+      if (slice_of[i] < 0) continue;
+      const Node* cat = schedule[static_cast<std::size_t>(slice_of[i])];
+      const std::int64_t nd = static_cast<std::int64_t>(cat->shape.size()), a = cat->attrs.i("axis");
+      Slice sl{task_of.at(cat), a < 0 ? a + nd : a, 0};
+      for (const NodePtr& in : cat->inputs) {
+        if (in.get() == schedule[i]) break;
+        sl.begin += in->shape[static_cast<std::size_t>(sl.axis)];
+      }
+      slice_[static_cast<std::size_t>(task_of.at(schedule[i]))] = sl;
+      sliced_concat_.insert(sl.concat);
+    }
+  }
   if (options_.planned) {
     plan_ = plan_memory_concurrent(p, {.concat_in_place = options_.concat_in_place});
     std::unordered_map<const Node*, int> buffer_of;
     for (std::size_t i = 0; i < plan_.schedule.size(); ++i) buffer_of[plan_.schedule[i]] = plan_.buffer[i];
-    // Concat in place: a task computed in its slice of a concat's buffer (the concat copies nothing).
-    slice_.assign(n, Slice{});
-    for (std::size_t i = 0; i < plan_.slice_of.size(); ++i) {
-      if (plan_.slice_of[i] < 0) continue;
-      const Node* cat = plan_.schedule[static_cast<std::size_t>(plan_.slice_of[i])];
-      const std::int64_t nd = static_cast<std::int64_t>(cat->shape.size()), a = cat->attrs.i("axis");
-      Slice sl{task_of.at(cat), a < 0 ? a + nd : a, 0};
-      for (const NodePtr& in : cat->inputs) {
-        if (in.get() == plan_.schedule[i]) break;
-        sl.begin += in->shape[static_cast<std::size_t>(sl.axis)];
-      }
-      slice_[static_cast<std::size_t>(task_of.at(plan_.schedule[i]))] = sl;
-      sliced_concat_.insert(sl.concat);
-    }
     for (const Node* t : tasks_) {
       task_buffer_.push_back(buffer_of.at(t));
       // An elementwise op with a broadcast input (a bias over [C, 1, 1]) is computed by lab 1's
@@ -338,23 +356,26 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     TraceEvent& ev = trace_.events[ti];
     ev.start_us = us_since(clock::now());
     Tensor out;
-    const Slice sl = options_.planned ? slice_[ti] : Slice{};
+    const Slice& sl = slice_[ti];
     if (sl.concat >= 0) {
-      // Concat in place: computed in its slice of the concat's buffer (straight in where the slice
-      // is contiguous and the op has a forward_into, else computed and copied there).
+      // Concat in place: computed in its slice of the concat's value (its planned buffer, or one
+      // allocated by the first of its inputs to finish): straight in where the slice is contiguous
+      // and the op has a forward_into, else computed and copied there.
       const auto ci = static_cast<std::size_t>(sl.concat);
-      out = dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ci])], *tasks_[ci])
-                .slice(sl.axis, sl.begin, sl.begin + node.shape[static_cast<std::size_t>(sl.axis)]);
-      const ForwardIntoFn into = into_[ti];
+      const Tensor whole = options_.planned ? dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ci])], *tasks_[ci])
+                                            : st.concat_value(ci, *tasks_[ci]);
+      out = whole.slice(sl.axis, sl.begin, sl.begin + node.shape[static_cast<std::size_t>(sl.axis)]);
+      const ForwardIntoFn into = options_.planned ? into_[ti] : nullptr;
       if (!into || !out.is_contiguous() || !into(in, node.attrs, out)) out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
+    } else if (sliced_concat_.count(c.task)) {
+      // A concat whose inputs were computed in their slices of it: nothing left to do.
+      out = options_.planned ? dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ti])], node) : st.concat_value(ti, node);
     } else if (options_.planned && task_buffer_[ti] >= 0) {
       // Computed in its buffer where the op can (PlannedExecutor's forward_into: matmul, gemm,
-      // fused loops, concat, the float add/sub/mul/div), else computed and copied there; a concat
-      // whose inputs were computed in their slices of it has nothing left to do.
+      // fused loops, concat, the float add/sub/mul/div), else computed and copied there.
       out = dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ti])], node);
       const ForwardIntoFn into = into_[ti];
-      if (!sliced_concat_.count(c.task) && (!into || !into(in, node.attrs, out)))
-        out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
+      if (!into || !into(in, node.attrs, out)) out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
     } else {
       out = autodiff::op_def(node.op).forward(in, node.attrs);  // the sequential executor's code
     }
@@ -367,13 +388,16 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     producer[ti] = c.worker;  // read by take_for only once this task has finished (under run_dag's lock)
     in.clear();
     st.vals[ti] = std::move(out);
-    if (root_[ti] == c.task) st.add_live(bytes_of(node));
+    // Memory it owns from now on (a concat in place was counted when its value was allocated; a
+    // value in its slice of one owns none).
+    if (root_[ti] == c.task && sl.concat < 0 && !sliced_concat_.count(c.task)) st.add_live(bytes_of(node));
     // Readers done: drop values nobody reads any more, and give back memory nothing reads.
     for (int d : deps_[ti]) {
       const auto di = static_cast<std::size_t>(d);
       if (st.direct[di].fetch_sub(1) == 1 && !keep_[di]) st.vals[di] = Tensor();
       const int r = root_[di];
-      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep_[static_cast<std::size_t>(r)])
+      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep_[static_cast<std::size_t>(r)] &&
+          slice_[static_cast<std::size_t>(r)].concat < 0)
         st.live.fetch_sub(bytes_of(*tasks_[static_cast<std::size_t>(r)]));
     }
   });

@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   par->add_flag("--planned", par_planned, "run in the buffers of the concurrent memory plan (plan_memory_concurrent)");
   par->add_flag("--bench", par_bench, "the benchmark's shapes (inception 4x32x16x16, heads 128 x 256 with 8 heads; mls_lab3_bench_graphopt)");
   par->add_flag("--no-affinity", par_no_affinity, "among ready nodes of equal rank, no preference for the worker that computed their inputs or ran them last");
-  par->add_flag("--no-concat-in-place", par_no_slices, "with --planned: concats copy their inputs (default: inputs read by a concat alone are computed in their slices of its buffer)");
+  par->add_flag("--no-concat-in-place", par_no_slices, "concats copy their inputs (default: inputs read by a concat alone are computed in their slices of its value)");
   par->add_flag("--events", par_events, "print every node of the traced run: worker, start, end, wait and budget");
   par->add_flag("--fifo", par_fifo, "take ready nodes first in, first out (default: longest path to the end first)");
   std::string compile_model = "mlp", svg_dir;

@@ -180,10 +180,12 @@ struct ParallelOptions {
   /// inputs it computed in this run, then one it ran in the last run (cache affinity).
   bool affinity = true;
   bool planned = false;            // true: values live in the buffers of plan_memory_concurrent
-  /// With `planned`: the inputs of a concat that only the concat reads are computed in their
-  /// slices of its buffer (`ConcurrentPlanOptions::concat_in_place`), so the concat copies
-  /// nothing and its reader starts as soon as the last input ends (attention's heads and the
-  /// output projection); the same bits.
+  /// The inputs of a concat that only the concat reads (`concat_slices`) are computed in their
+  /// slices of its value, so the concat copies nothing and its reader starts as soon as the last
+  /// input ends (attention's heads and the output projection: the copies run in the parallel
+  /// phase, not on the critical path); the same bits. With `planned` the value is the concat's
+  /// buffer, held from before its inputs run (`ConcurrentPlanOptions::concat_in_place`);
+  /// otherwise the first of its inputs to run allocates it.
   bool concat_in_place = true;
 };
 
@@ -233,13 +235,13 @@ class ParallelExecutor {
   std::vector<ForwardIntoFn> into_;         // planned: per task, its op's forward into a buffer (or null)
   std::vector<Tensor> buffers_;             // planned: allocated in the constructor
   std::vector<bool> out_buffer_;            // planned: buffers handed out with the outputs (allocated again)
-  /// Planned concat in place: the concat's task whose buffer a task is computed in, and where.
+  /// Concat in place: the concat's task whose value a task is computed in, and where.
   struct Slice {
     int concat = -1;
     std::int64_t axis = 0, begin = 0;
   };
-  std::vector<Slice> slice_;                // planned: per task (concat -1: its own buffer)
-  std::unordered_set<int> sliced_concat_;   // planned: concat tasks whose inputs wrote their slices
+  std::vector<Slice> slice_;                // per task (concat -1: its own value)
+  std::unordered_set<int> sliced_concat_;   // concat tasks whose inputs write their slices
   std::vector<int> last_worker_;            // per task: its worker in the last run (affinity)
   ScheduleTrace trace_;
 };
