@@ -347,6 +347,11 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
                           options_.affinity ? LongestPathFirst::Affinity{&deps_, &producer, &last_worker_} : LongestPathFirst::Affinity{});
   DagScheduler& sched = options_.longest_path_first ? static_cast<DagScheduler&>(ranked) : queue;
   std::vector<std::vector<Tensor>> scratch(static_cast<std::size_t>(workers_));  // per worker: a task's inputs
+  std::mutex help_mutex;
+  auto on_help = [&](const DagHelp& h) {  // chunks an idle worker ran for another's node: traced
+    std::lock_guard<std::mutex> lock(help_mutex);
+    trace_.helped.push_back(HelpEvent{h.worker, h.task, us_since(h.start), us_since(h.end)});
+  };
   run_dag(sched, workers_, [&](const TaskContext& c) {
     const auto ti = static_cast<std::size_t>(c.task);
     const Node& node = *tasks_[ti];
@@ -400,7 +405,7 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
           slice_[static_cast<std::size_t>(r)].concat < 0)
         st.live.fetch_sub(bytes_of(*tasks_[static_cast<std::size_t>(r)]));
     }
-  });
+  }, on_help);
   trace_.wall_us = us_since(clock::now());
   trace_.peak_bytes = options_.planned ? plan_.peak_bytes : st.peak.load();
   for (std::size_t i = 0; i < n; ++i) {

@@ -96,12 +96,26 @@ std::string trace_events_text(const Program& p, const ScheduleTrace& t) {
   for (const TraceEvent& e : t.events)
     if (e.node) order.push_back(&e);
   std::stable_sort(order.begin(), order.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->start_us < b->start_us; });
-  std::ostringstream os;
-  for (const TraceEvent* e : order)
+  // Each line with its start time, nodes and stretches of help merged in start order.
+  std::vector<std::pair<double, std::string>> lines;
+  for (const TraceEvent* e : order) {
+    std::ostringstream os;
     os << "worker " << e->worker << "  " << fixed(e->start_us, 1) << " .. " << fixed(e->end_us, 1) << " us  ("
        << fixed(e->end_us - e->start_us, 1) << " us, waited " << fixed(std::max(0.0, e->start_us - e->ready_us), 1)
        << " us after ready)  budget " << e->intra_threads << "  " << describe(idx, *e->node) << "\n";
-  return os.str();
+    lines.emplace_back(e->start_us, os.str());
+  }
+  for (const HelpEvent& h : t.helped) {
+    if (h.task < 0 || static_cast<std::size_t>(h.task) >= t.events.size() || !t.events[static_cast<std::size_t>(h.task)].node) continue;
+    std::ostringstream os;
+    os << "worker " << h.worker << "  " << fixed(h.start_us, 1) << " .. " << fixed(h.end_us, 1) << " us  ("
+       << fixed(h.end_us - h.start_us, 1) << " us)  helped  " << describe(idx, *t.events[static_cast<std::size_t>(h.task)].node) << "\n";
+    lines.emplace_back(h.start_us, os.str());
+  }
+  std::stable_sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  for (const auto& l : lines) out += l.second;
+  return out;
 }
 
 std::string levels_text(const Program& p) {
@@ -141,6 +155,10 @@ TraceBreakdown trace_breakdown(const ScheduleTrace& t) {
     free_at[w] = e->end_us;
   }
   for (std::size_t w = 0; w < workers; ++w) b.idle_us[w] = std::max(0.0, t.wall_us - b.busy_us[w] - b.dispatch_us[w]);
+  b.helped_us.assign(workers, 0.0);
+  for (const HelpEvent& h : t.helped)
+    if (h.worker >= 0 && static_cast<std::size_t>(h.worker) < workers)
+      b.helped_us[static_cast<std::size_t>(h.worker)] += std::max(0.0, h.end_us - h.start_us);
   // How many nodes run at each moment: a sweep over the starts and ends.
   std::vector<std::pair<double, int>> edges;
   for (const TraceEvent* e : order) edges.push_back({e->start_us, +1}), edges.push_back({e->end_us, -1});
@@ -198,6 +216,11 @@ std::string trace_summary(const Program& p, const ScheduleTrace& t) {
      << time_str(t.events.empty() ? 0.0 : b.dispatch_total_us() / static_cast<double>(t.events.size()))
      << " a node), " << time_str(idle) << " a worker had nothing ready; nodes running at once: none "
      << time_str(b.none_us) << ", one " << time_str(b.one_us) << ", several " << time_str(b.several_us) << "\n";
+  if (!t.helped.empty()) {
+    os << "helped: idle workers ran chunks of another's node for";
+    for (std::size_t w = 0; w < b.helped_us.size(); ++w) os << (w ? "," : "") << " worker " << w << " " << time_str(b.helped_us[w]);
+    os << " (" << t.helped.size() << " stretches)\n";
+  }
   os << "peak bytes of intermediate values: " << t.peak_bytes << "\n";
   return os.str();
 }
@@ -233,13 +256,28 @@ std::string trace_svg(const Program& p, const ScheduleTrace& t) {
     const auto fits = static_cast<std::size_t>((x1 - x0 - 4) / 6.5);
     if (fits >= 2) d.text(x0 + 2, y + lane_h / 2, label.substr(0, fits), {.size = 11});
   }
+  for (const HelpEvent& h : t.helped) {
+    if (h.worker < 0 || h.worker >= lanes || h.task < 0 || static_cast<std::size_t>(h.task) >= t.events.size()) continue;
+    const TraceEvent& e = t.events[static_cast<std::size_t>(h.task)];
+    if (e.node == nullptr) continue;
+    const double x0 = x(h.start_us / 1e3), x1 = x(std::max(h.end_us, h.start_us) / 1e3);
+    const double y = top + h.worker * lane_h + 4;
+    const std::string what = describe(idx, *e.node);
+    d.rect(x0, y, std::max(x1 - x0, 1.0), lane_h - 10,
+           {.fill = "#ffffff", .stroke = "#1c3d6e", .stroke_width = 0.8, .dash = "3,2",
+            .title = "chunks of " + what + " run by idle worker " + std::to_string(h.worker) + ": " + time_str(h.end_us - h.start_us)});
+    const std::string label = "+" + what.substr(0, what.find(' '));  // "+%99"
+    const auto fits = static_cast<std::size_t>((x1 - x0 - 4) / 6.5);
+    if (fits >= 2) d.text(x0 + 2, y + lane_h / 2, label.substr(0, fits), {.size = 11});
+  }
   const double axis_y = top + lanes * lane_h + 4;
   d.x_axis(x, axis_y, {.title = "time (ms)"});
   d.legend(left, axis_y + 52,
            {{"matmul / gemm", "#9ecae1", svg::LegendEntry::Box},
             {"conv", "#fdae6b", svg::LegendEntry::Box},
             {"elementwise", "#a1d99b", svg::LegendEntry::Box},
-            {"other", "#d9d9d9", svg::LegendEntry::Box}},
+            {"other", "#d9d9d9", svg::LegendEntry::Box},
+            {"helped (dashed)", "#ffffff", svg::LegendEntry::Box}},
            {.horizontal = true, .row = 120});
   return d.str();
 }

@@ -738,3 +738,39 @@ TEST_CASE("planned concat in place: attention's heads write their slices, which 
   MLS_ORACLE_CHECK(CHECK(same_bits(pgot, run(p, pf))));
   CHECK(concurrent_plan_violation(p, px.plan()).empty());
 }
+
+TEST_CASE("schedule trace: the chunks an idle worker ran for a lone node are traced, listed and drawn", "[lab3][parallel]") {
+  // The benchmark's heads end with the output projection alone on 2 threads: the other worker,
+  // idle, may run its second chunk (common's run_dag help). Whenever it did, the trace names the
+  // helper, the node helped (run by the other worker), and the listing and the SVG show it.
+  ThreadCountGuard threads(2);
+  const Program p = parallel_bench_model("heads");
+  const auto feeds = random_feeds(p, 6);
+  ParallelExecutor ex(p, 2);
+  const std::vector<Tensor> got = ex.run(feeds);
+  observe_outputs("heads traced", got, true);
+  MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
+  int runs_helped = 0;
+  for (int r = 0; r < 20; ++r) {
+    (void)ex.run(feeds);
+    const ScheduleTrace& t = ex.trace();
+    const TraceBreakdown b = trace_breakdown(t);
+    REQUIRE(b.helped_us.size() == 2);
+    for (const HelpEvent& h : t.helped) {
+      REQUIRE(h.task >= 0);
+      REQUIRE(static_cast<std::size_t>(h.task) < t.events.size());
+      CHECK((h.worker == 0 || h.worker == 1));
+      CHECK(h.worker != t.events[static_cast<std::size_t>(h.task)].worker);
+      CHECK(h.start_us <= h.end_us);
+    }
+    for (std::size_t w = 0; w < 2; ++w) CHECK(b.helped_us[w] >= 0.0);
+    const std::string text = trace_events_text(p, t), svg = trace_svg(p, t), summary = trace_summary(p, t);
+    CHECK((text.find(") helped ") != std::string::npos || text.find("helped  %") != std::string::npos) == !t.helped.empty());
+    CHECK((svg.find(">+%") != std::string::npos || svg.find("run by idle worker") != std::string::npos) == !t.helped.empty());
+    CHECK((summary.find("helped: idle workers ran chunks") != std::string::npos) == !t.helped.empty());
+    CHECK(std::count(text.begin(), text.end(), '\n') == static_cast<std::ptrdiff_t>(t.events.size() + t.helped.size()));
+    runs_helped += !t.helped.empty();
+  }
+  INFO("runs with help: " << runs_helped << " of 20");
+  SUCCEED();
+}

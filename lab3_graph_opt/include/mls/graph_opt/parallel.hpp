@@ -93,11 +93,19 @@ struct TraceEvent {
   double start_us = 0, end_us = 0;  // from the start of the run
   double ready_us = 0;    // when its last input finished (0: it reads only leaves)
 };
+/// A stretch of time an idle worker ran chunks of another worker's node (`run_dag`'s help: a
+/// node running alone gets the idle workers' threads for its own parallel_for).
+struct HelpEvent {
+  int worker = 0;                   // the idle worker that ran the chunks
+  int task = 0;                     // the node they belong to (index into the tasks)
+  double start_us = 0, end_us = 0;  // from the start of the run
+};
 /// What one run of the parallel executor did.
 struct ScheduleTrace {
   int workers = 1;
   int threads = 1;                  // num_threads() during the run
   std::vector<TraceEvent> events;   // one per task, in task order
+  std::vector<HelpEvent> helped;    // the chunks idle workers ran for others, in the order they ended
   double wall_us = 0;               // the whole run
   std::size_t peak_bytes = 0;       // most bytes of intermediate values alive at once
 };
@@ -136,6 +144,7 @@ CriticalPath critical_path(const Program& p);
 /// and two or more ran (a serial tail shows as one node at a time).
 struct TraceBreakdown {
   std::vector<double> busy_us, dispatch_us, idle_us;  // per worker; each row adds up to wall_us
+  std::vector<double> helped_us;  // per worker: of its idle time, the part it ran others' chunks (`ScheduleTrace::helped`)
   double none_us = 0, one_us = 0, several_us = 0;     // add up to wall_us
   double dispatch_total_us() const;
 };
@@ -149,14 +158,16 @@ TraceBreakdown trace_breakdown(const ScheduleTrace& t);
 /// and idle times and how long one node ran alone; the peak bytes.
 std::string trace_summary(const Program& p, const ScheduleTrace& t);
 /// Every node of a run in the order they started, one line each: "worker 1  12.0 .. 30.5 us
-/// (18.5 us, waited 0.4 us after ready)  budget 1  %5 add 'B'" (what `mls-opt parallel --events`
-/// prints: where a lane idles, and how long each node took at its budget).
+/// (18.5 us, waited 0.4 us after ready)  budget 1  %5 add 'B'", and each stretch of help: "worker 0
+/// 31.0 .. 40.2 us  (9.2 us)  helped  %9 matmul" (what `mls-opt parallel --events` prints: where a
+/// lane idles, and how long each node took at its budget).
 std::string trace_events_text(const Program& p, const ScheduleTrace& t);
 /// The levels as text, one line per level: "level 1: %5 add 'B', %6 add 'C'".
 std::string levels_text(const Program& p);
 /// The schedule as an SVG picture (common's svg writer): one lane per worker, time to the right,
 /// each node a box from its start to its end labelled with its node reference and op (a tooltip
-/// gives its name, shape, time, budget and wave).
+/// gives its name, shape, time, budget and wave); the chunks an idle worker ran for another's node
+/// a dashed box in the idle worker's lane, labelled "+" and that node's reference.
 std::string trace_svg(const Program& p, const ScheduleTrace& t);
 
 /// Per task (parallel_tasks order), its estimated time plus the costliest chain of its consumers
