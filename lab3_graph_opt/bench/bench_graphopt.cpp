@@ -17,6 +17,8 @@
 //     the first ratio is about the second divided by the first: at best 0.5 * s
 //   ratio parallel_planned_vs_sequential_<model>_t2 <v>   (ParallelOptions::planned: nodes computed in
 //     the buffers of the concurrent memory plan)
+//   ratio parallel_concat_in_place_vs_copies_<model>_t2 <v>   (ParallelOptions::concat_in_place, the
+//     default, against concats that copy their inputs: < 1 when computing them in place pays)
 // They are printed when the --benchmark_filter (default: all) matches BM_Chain / BM_Resnet /
 // BM_Parallel.
 // MLS_BENCH_REPEAT sets the repetitions (default 9).
@@ -162,6 +164,11 @@ void print_ratios(const std::string& filter) {
       const double rp = mls::bench::interleaved_ratio([&] { benchmark::DoNotOptimize(run(p, feeds)); },
                                                       [&] { benchmark::DoNotOptimize(planned.run(feeds)); });
       std::printf("ratio parallel_planned_vs_sequential_%s_t2 %.3f\n", model, rp);
+      // The concat in place (default) against concats that copy their inputs, same executor otherwise.
+      ParallelExecutor copies(p, 2, {.concat_in_place = false});
+      const double rc = mls::bench::interleaved_ratio([&] { benchmark::DoNotOptimize(copies.run(feeds)); },
+                                                      [&] { benchmark::DoNotOptimize(ex.run(feeds)); });
+      std::printf("ratio parallel_concat_in_place_vs_copies_%s_t2 %.3f\n", model, rc);
       std::fflush(stdout);
     }
   }
