@@ -262,25 +262,6 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
     keep_[static_cast<std::size_t>(s.task)] = true;
     if (root_[static_cast<std::size_t>(s.task)] >= 0) keep_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] = true;
   }
-  // Concat in place: a task computed in its slice of a concat's value (the concat copies nothing);
-  // the planner makes the same choice (`concat_slices`) and holds the concat's buffer for it.
-  slice_.assign(n, Slice{});
-  if (options_.concat_in_place) {
-    const std::vector<Node*> schedule = p.schedule();
-    const std::vector<std::int64_t> slice_of = concat_slices(p, schedule);
-    for (std::size_t i = 0; i < slice_of.size(); ++i) {
-      if (slice_of[i] < 0) continue;
-      const Node* cat = schedule[static_cast<std::size_t>(slice_of[i])];
-      const std::int64_t nd = static_cast<std::int64_t>(cat->shape.size()), a = cat->attrs.i("axis");
-      Slice sl{task_of.at(cat), a < 0 ? a + nd : a, 0};
-      for (const NodePtr& in : cat->inputs) {
-        if (in.get() == schedule[i]) break;
-        sl.begin += in->shape[static_cast<std::size_t>(sl.axis)];
-      }
-      slice_[static_cast<std::size_t>(task_of.at(schedule[i]))] = sl;
-      sliced_concat_.insert(sl.concat);
-    }
-  }
   if (options_.planned) {
     plan_ = plan_memory_concurrent(p, {.concat_in_place = options_.concat_in_place});
     std::unordered_map<const Node*, int> buffer_of;
@@ -305,6 +286,26 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
         const int b = task_buffer_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])];
         if (b >= 0) out_buffer_[static_cast<std::size_t>(b)] = true;
       }
+  }
+  // Concat in place: a task computed in its slice of a concat's value (the concat copies nothing).
+  // Planned, the plan's choice (`MemoryPlan::slice_of`: it holds the concat's buffer for them);
+  // otherwise the same choice, `concat_slices`.
+  slice_.assign(n, Slice{});
+  if (options_.concat_in_place) {
+    const std::vector<Node*> schedule = options_.planned ? plan_.schedule : p.schedule();
+    const std::vector<std::int64_t> slice_of = options_.planned ? plan_.slice_of : concat_slices(p, schedule);
+    for (std::size_t i = 0; i < slice_of.size(); ++i) {
+      if (slice_of[i] < 0) continue;
+      const Node* cat = schedule[static_cast<std::size_t>(slice_of[i])];
+      const std::int64_t nd = static_cast<std::int64_t>(cat->shape.size()), a = cat->attrs.i("axis");
+      Slice sl{task_of.at(cat), a < 0 ? a + nd : a, 0};
+      for (const NodePtr& in : cat->inputs) {
+        if (in.get() == schedule[i]) break;
+        sl.begin += in->shape[static_cast<std::size_t>(sl.axis)];
+      }
+      slice_[static_cast<std::size_t>(task_of.at(schedule[i]))] = sl;
+      sliced_concat_.insert(sl.concat);
+    }
   }
 }
 
@@ -364,7 +365,7 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     const Slice& sl = slice_[ti];
     if (sl.concat >= 0) {
       // Concat in place: computed in its slice of the concat's value (its planned buffer, or one
-      // allocated by the first of its inputs to finish): straight in where the slice is contiguous
+      // allocated by the first of its inputs to run): straight in where the slice is contiguous
       // and the op has a forward_into, else computed and copied there.
       const auto ci = static_cast<std::size_t>(sl.concat);
       const Tensor whole = options_.planned ? dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ci])], *tasks_[ci])
