@@ -1,11 +1,14 @@
 // The parallel executor's schedule: levels, the critical path, a text summary and an SVG picture
 // (one lane per worker) of a run.
 #include <algorithm>
+#include <cmath>
+#include <queue>
 #include <cstdio>
 #include <map>
 #include <sstream>
 #include <unordered_map>
 
+#include "mls/common/rng.hpp"
 #include "mls/common/svg.hpp"
 #include "mls/graph_opt/parallel.hpp"
 
@@ -116,6 +119,88 @@ std::string trace_events_text(const Program& p, const ScheduleTrace& t) {
   std::string out;
   for (const auto& l : lines) out += l.second;
   return out;
+}
+
+namespace {
+void check_schedule_input(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds, int workers,
+                          const char* fn) {
+  MLS_CHECK(workers >= 1, fn, ": workers is ", workers, ", expected a count >= 1");
+  MLS_CHECK(seconds.size() == deps.size(), fn, ": ", deps.size(), " tasks but ", seconds.size(), " durations");
+  for (std::size_t i = 0; i < deps.size(); ++i) {
+    MLS_CHECK(seconds[i] >= 0, fn, ": task ", i, " lasts ", seconds[i], " s, expected a duration >= 0");
+    for (int d : deps[i])
+      MLS_CHECK(d >= 0 && static_cast<std::size_t>(d) < i, fn, ": task ", i, " reads task ", d, ", expected an earlier task");
+  }
+}
+}  // namespace
+
+double simulate_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds,
+                         const std::vector<double>& priority, int workers) {
+  check_schedule_input(deps, seconds, workers, "simulate_schedule");
+  MLS_CHECK(priority.size() == deps.size(), "simulate_schedule: ", deps.size(), " tasks but ", priority.size(), " priorities");
+  const std::size_t n = deps.size();
+  std::vector<std::vector<int>> consumers(n);
+  std::vector<int> waiting(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int d : deps[i]) consumers[static_cast<std::size_t>(d)].push_back(static_cast<int>(i)), ++waiting[i];
+  auto higher = [&](int a, int b) {  // a before b: higher priority, then lower index
+    const double pa = priority[static_cast<std::size_t>(a)], pb = priority[static_cast<std::size_t>(b)];
+    return pa != pb ? pa > pb : a < b;
+  };
+  auto cmp = [&](int a, int b) { return higher(b, a); };
+  std::priority_queue<int, std::vector<int>, decltype(cmp)> ready(cmp);
+  for (std::size_t i = 0; i < n; ++i)
+    if (waiting[i] == 0) ready.push(static_cast<int>(i));
+  using Running = std::pair<double, int>;  // (end time, task)
+  std::priority_queue<Running, std::vector<Running>, std::greater<Running>> running;
+  double now = 0, makespan = 0;
+  int free = workers;
+  std::size_t done = 0;
+  while (done < n) {
+    while (free > 0 && !ready.empty()) {
+      const int t = ready.top();
+      ready.pop();
+      running.push({now + seconds[static_cast<std::size_t>(t)], t});
+      --free;
+    }
+    MLS_CHECK(!running.empty(), "simulate_schedule: ", n - done, " tasks can never start");
+    const auto [end, t] = running.top();
+    running.pop();
+    now = end;
+    makespan = std::max(makespan, end);
+    ++free;
+    ++done;
+    for (int c : consumers[static_cast<std::size_t>(t)])
+      if (--waiting[static_cast<std::size_t>(c)] == 0) ready.push(c);
+  }
+  return makespan;
+}
+
+ScheduleSearch search_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds, int workers,
+                               int trials, std::uint64_t seed) {
+  check_schedule_input(deps, seconds, workers, "search_schedule");
+  MLS_CHECK(trials >= 0, "search_schedule: trials is ", trials, ", expected a count >= 0");
+  const std::size_t n = deps.size();
+  std::vector<double> bottom(seconds);  // each task's time plus its costliest chain of consumers
+  for (std::size_t i = n; i-- > 0;)
+    for (int d : deps[i]) bottom[static_cast<std::size_t>(d)] = std::max(bottom[static_cast<std::size_t>(d)], seconds[static_cast<std::size_t>(d)] + bottom[i]);
+  ScheduleSearch s;
+  s.priority = bottom;
+  s.base_makespan = s.best_makespan = simulate_schedule(deps, seconds, bottom, workers);
+  s.trials = trials;
+  Rng rng(seed, "lab3-schedule-search");
+  std::vector<double> p(n);
+  for (int k = 0; k < trials; ++k) {
+    if (k % 4 == 3) {
+      for (double& v : p) v = rng.uniform_double();  // any order at all
+    } else {
+      const double spread = 0.1 + 0.3 * (k % 4);       // bottom levels scaled by up to e^(+-spread)
+      for (std::size_t i = 0; i < n; ++i) p[i] = bottom[i] * std::exp(rng.uniform(-spread, spread));
+    }
+    const double m = simulate_schedule(deps, seconds, p, workers);
+    if (m < s.best_makespan) s.best_makespan = m, s.priority = p;
+  }
+  return s;
 }
 
 std::string levels_text(const Program& p) {

@@ -774,3 +774,87 @@ TEST_CASE("schedule trace: the chunks an idle worker ran for a lone node are tra
   INFO("runs with help: " << runs_helped << " of 20");
   SUCCEED();
 }
+
+TEST_CASE("schedule search: the simulator against its bounds on random DAGs, a case greedy bottom levels lose, and bad input",
+          "[lab3][parallel]") {
+  // simulate_schedule on random DAGs: 1 worker takes the sum of the times; as many workers as
+  // tasks, the critical path (each task starts when its inputs are done); in between, at least
+  // both sum / workers and the critical path, and at most the sum.
+  Rng rng(21, "lab3-schedule-sim");
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = static_cast<int>(rng.randint(1, 30));
+    std::vector<std::vector<int>> deps(static_cast<std::size_t>(n));
+    std::vector<double> sec(static_cast<std::size_t>(n)), prio(static_cast<std::size_t>(n));
+    double sum = 0;
+    std::vector<double> finish(static_cast<std::size_t>(n), 0.0);  // earliest finish, unlimited workers
+    double path = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto ui = static_cast<std::size_t>(i);
+      for (int k = 0; k < 3 && i > 0; ++k)
+        if (rng.randint(0, 2) == 0) deps[ui].push_back(static_cast<int>(rng.randint(0, i)));
+      sec[ui] = rng.uniform(0.0, 10.0);
+      prio[ui] = rng.uniform(0.0, 1.0);
+      sum += sec[ui];
+      double start = 0;
+      for (int d : deps[ui]) start = std::max(start, finish[static_cast<std::size_t>(d)]);
+      finish[ui] = start + sec[ui];
+      path = std::max(path, finish[ui]);
+    }
+    INFO("trial " << trial << ", " << n << " tasks");
+    CHECK(std::abs(simulate_schedule(deps, sec, prio, 1) - sum) <= 1e-9 * sum);
+    CHECK(std::abs(simulate_schedule(deps, sec, prio, n) - path) <= 1e-9 * path);
+    const double m2 = simulate_schedule(deps, sec, prio, 2);
+    CHECK(m2 >= std::max(sum / 2, path) - 1e-9);
+    CHECK(m2 <= sum + 1e-9);
+    const ScheduleSearch s = search_schedule(deps, sec, 2, 50, static_cast<std::uint64_t>(trial));
+    CHECK(s.best_makespan <= s.base_makespan);
+    CHECK(s.best_makespan == simulate_schedule(deps, sec, s.priority, 2));
+  }
+  // Four branches as in the Inception block: A (150); B1 (40) -> B2 (150); C1 (25) -> C2 (105);
+  // D (50). By bottom level two workers start B1 and A, and C1, which feeds the long C2, waits
+  // until A is done: 280. Starting C1 first balances the lanes: 265 (the bound is 520 / 2 = 260).
+  const std::vector<std::vector<int>> deps{{}, {}, {1}, {}, {3}, {}};
+  const std::vector<double> sec{150, 40, 150, 25, 105, 50};
+  const ScheduleSearch none = search_schedule(deps, sec, 2, 0);
+  const ScheduleSearch found = search_schedule(deps, sec, 2, 200);
+  MLS_OBSERVE(none.base_makespan);
+  MLS_OBSERVE(found.best_makespan);
+  CHECK(none.base_makespan == 280.0);
+  CHECK(none.best_makespan == 280.0);
+  CHECK(none.priority == std::vector<double>{150, 190, 150, 130, 105, 50});  // the bottom levels
+  CHECK(found.best_makespan <= 265.0);
+  CHECK(found.trials == 200);
+  CHECK(simulate_schedule(deps, sec, {4, 3, 2, 5, 1, 0}, 2) == 265.0);  // C1, B1, B2, D on one lane; A, C2 on the other
+  require_error([&] { (void)simulate_schedule(deps, {1.0}, {1.0}, 2); }, "simulate_schedule: 6 tasks but 1 durations");
+  require_error([&] { (void)simulate_schedule(deps, sec, {1.0}, 2); }, "simulate_schedule: 6 tasks but 1 priorities");
+  require_error([&] { (void)simulate_schedule({{}, {1}}, {1, 1}, {1, 1}, 2); }, "simulate_schedule: task 1 reads task 1, expected an earlier task");
+  require_error([&] { (void)simulate_schedule({{}}, {-1.0}, {1}, 2); }, "simulate_schedule: task 0 lasts -1 s, expected a duration >= 0");
+  require_error([&] { (void)simulate_schedule(deps, sec, sec, 0); }, "simulate_schedule: workers is 0, expected a count >= 1");
+  require_error([&] { (void)search_schedule(deps, sec, 2, -1); }, "search_schedule: trials is -1, expected a count >= 0");
+  require_error([&] { (void)search_schedule(deps, sec, 0, 5); }, "search_schedule: workers is 0, expected a count >= 1");
+}
+
+TEST_CASE("parallel executor with a searched schedule: bit-identical, the search runs after 3 profiled runs", "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  std::vector<std::pair<std::string, Program>> programs;
+  programs.emplace_back("inception bench", parallel_bench_model("inception"));
+  programs.emplace_back("heads", build_model("heads"));
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) programs.emplace_back("random " + std::to_string(seed), random_program(seed, 7 + static_cast<std::int64_t>(seed), 12 + static_cast<int>(seed) * 3));
+  for (auto& [name, p] : programs) {
+    const auto feeds = random_feeds(p, 4);
+    const std::vector<Tensor> want = run(p, feeds);
+    for (bool planned : {false, true}) {
+      INFO(name << ", planned " << planned);
+      ParallelExecutor ex(p, 2, {.planned = planned, .search_trials = 100});
+      for (int r = 0; r < 5; ++r) {
+        CHECK(ex.schedule_search().trials == (r < 3 ? 0 : 100));  // searched once the third run is done
+        const std::vector<Tensor> got = ex.run(feeds);
+        if (r == 4) observe_outputs(name + (planned ? " planned" : "") + " searched", got, true);
+        MLS_ORACLE_CHECK(CHECK(same_bits(got, want)));
+      }
+      const ScheduleSearch& s = ex.schedule_search();
+      CHECK(s.best_makespan <= s.base_makespan);
+      CHECK(s.priority.size() == ex.tasks().size());
+    }
+  }
+}

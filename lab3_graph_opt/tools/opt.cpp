@@ -150,7 +150,13 @@ int parallel(Program p, const std::string& name, const std::string& passes, int 
   ParallelExecutor ex(p, workers, options);
   const auto feeds = random_feeds(p, 1);
   const std::vector<Tensor> want = run(p, feeds);
-  (void)ex.run(feeds);  // warm up
+  (void)ex.run(feeds);  // warm up (with --search: 3 runs, whose node times the search uses)
+  if (options.search_trials > 0) {
+    (void)ex.run(feeds);
+    (void)ex.run(feeds);
+    std::printf("schedule search (%d trials on the warm-up runs' node times): simulated makespan %.1f us with bottom levels, %.1f us searched\n",
+                ex.schedule_search().trials, ex.schedule_search().base_makespan * 1e6, ex.schedule_search().best_makespan * 1e6);
+  }
   const std::vector<Tensor> got = ex.run(feeds);
   bool same = got.size() == want.size();
   for (std::size_t i = 0; same && i < got.size(); ++i) {
@@ -244,6 +250,10 @@ int main(int argc, char** argv) {
   par->add_option("-w,--workers", workers, "workers running nodes at once (0: as many as threads)")->capture_default_str();
   par->add_option("--svg", svg, "write the schedule as an SVG picture (one lane per worker)");
   par->add_option("-r,--repeats", repeats, "timing repeats")->capture_default_str();
+  int par_search = 0;
+  par->add_option("--search", par_search, "search node priorities on a simulator with the first 3 runs' node times, this many trials (0: bottom levels)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   bool par_planned = false, par_fifo = false, par_bench = false, par_no_affinity = false, par_events = false, par_no_slices = false;
   par->add_flag("--planned", par_planned, "run in the buffers of the concurrent memory plan (plan_memory_concurrent)");
   par->add_flag("--bench", par_bench, "the benchmark's shapes (inception 4x32x16x16, heads 128 x 256 with 8 heads; mls_lab3_bench_graphopt)");
@@ -265,9 +275,9 @@ int main(int argc, char** argv) {
       MLS_CHECK(!(par_bench && !load.empty()), "mls-opt parallel: --bench takes the benchmark's model '", par_model,
                 "', --load a graph file '", load, "': give one of them");
       if (!load.empty()) return parallel(load_json_file(load), std::filesystem::path(load).stem().string(), par_passes, threads, workers, svg, repeats,
-                                        {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned, .concat_in_place = !par_no_slices}, par_events);
+                                        {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned, .concat_in_place = !par_no_slices, .search_trials = par_search}, par_events);
       return parallel(par_bench ? parallel_bench_model(par_model) : build_model(par_model), par_model, par_passes, threads, workers, svg, repeats,
-                      {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned, .concat_in_place = !par_no_slices}, par_events);
+                      {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned, .concat_in_place = !par_no_slices, .search_trials = par_search}, par_events);
     }
     if (list) {
       for (const PassInfo& p : all_passes()) std::printf("%-18s %s\n", p.name.c_str(), p.help.c_str());

@@ -37,6 +37,7 @@
 /// computed and copied there); the buffers holding the outputs are handed out with them and
 /// allocated again by the next run. `peak_bytes()` is then the plan's bytes.
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <unordered_set>
@@ -184,6 +185,29 @@ std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::ve
 int pick_ready(const std::vector<int>& ready, const std::vector<double>& rank, int worker,
                const std::vector<std::vector<int>>& deps, const std::vector<int>& producer, const std::vector<int>& last_worker);
 
+/// The makespan of list scheduling on a simulated machine: tasks (deps as in `ReadyQueue`, each
+/// pointing to earlier tasks) of known durations `seconds` run on `workers` workers, a free worker
+/// taking the ready task of the highest `priority` (ties: the lower index), no overheads. Throws
+/// `mls::Error` for sizes that differ, a dependency that is not an earlier task, a negative
+/// duration, or `workers` < 1.
+double simulate_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds,
+                         const std::vector<double>& priority, int workers);
+/// What `search_schedule` found.
+struct ScheduleSearch {
+  std::vector<double> priority;  // per task: the best priorities found (the bottom levels if none beat them)
+  double base_makespan = 0;      // simulated, with the bottom levels of `seconds` as priorities
+  double best_makespan = 0;      // simulated, with `priority`
+  int trials = 0;
+};
+/// Greedy list scheduling by bottom level is not optimal: on the Inception block it starts the
+/// two longest branches and leaves the third's short first conv, which feeds a long one, waiting.
+/// This searches priorities on the simulator (`simulate_schedule` with the measured `seconds`):
+/// the bottom levels, then `trials` random variants (each bottom level scaled by a random factor,
+/// or a random order), seeded; the best makespan wins (ties: the earlier trial). Throws
+/// `mls::Error` as `simulate_schedule`, and for `trials` < 0.
+ScheduleSearch search_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds, int workers,
+                               int trials, std::uint64_t seed = 1);
+
 /// How the parallel executor runs (see the top of this file).
 struct ParallelOptions {
   bool longest_path_first = true;  // false: the ready queue's order (first in, first out)
@@ -198,6 +222,11 @@ struct ParallelOptions {
   /// buffer, held from before its inputs run (`ConcurrentPlanOptions::concat_in_place`);
   /// otherwise the first of its inputs to run allocates it.
   bool concat_in_place = true;
+  /// With longest_path_first, > 0: after the first 3 runs, rank the ready nodes by priorities that
+  /// `search_schedule` finds with this many trials on each node's fastest time in those runs (a
+  /// profile-guided schedule; `schedule_search()` reports what it found); 0: bottom levels of the
+  /// estimated times. The order never changes a result.
+  int search_trials = 0;
 };
 
 /// Runs a program's ready nodes concurrently on W workers; outputs bit-identical to `run`.
@@ -221,6 +250,8 @@ class ParallelExecutor {
   const ParallelOptions& options() const { return options_; }
   /// The buffers' plan (`options().planned`; empty otherwise).
   const MemoryPlan& plan() const { return plan_; }
+  /// What the schedule search found (`options().search_trials` > 0, after the first 3 runs; trials 0 before).
+  const ScheduleSearch& schedule_search() const { return search_; }
 
  private:
   /// Where a value comes from: a task's result, a program input (a feed), or a constant/variable.
@@ -254,6 +285,9 @@ class ParallelExecutor {
   std::vector<Slice> slice_;                // per task (concat -1: its own value)
   std::unordered_set<int> sliced_concat_;   // concat tasks whose inputs write their slices
   std::vector<int> last_worker_;            // per task: its worker in the last run (affinity)
+  ScheduleSearch search_;                   // search_trials: the priorities found after the profiled runs
+  std::vector<double> profile_;             // search_trials: per task, its fastest time so far (seconds)
+  int profiled_runs_ = 0;
   ScheduleTrace trace_;
 };
 
