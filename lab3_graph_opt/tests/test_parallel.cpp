@@ -750,33 +750,39 @@ TEST_CASE("schedule trace: the chunks an idle worker ran for a lone node are tra
   const std::vector<Tensor> got = ex.run(feeds);
   observe_outputs("heads traced", got, true);
   MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
-  int runs_helped = 0;
-  for (int r = 0; r < 20; ++r) {
+  // Whether help happens depends on the threads' timing: each run is checked as a whole, so the
+  // test records the same observations whatever happened.
+  int runs_helped = 0, consistent = 0;
+  constexpr int kRuns = 20;
+  for (int r = 0; r < kRuns; ++r) {
     (void)ex.run(feeds);
     const ScheduleTrace& t = ex.trace();
     const TraceBreakdown b = trace_breakdown(t);
-    REQUIRE(b.helped_us.size() == 2);
-    for (const HelpEvent& h : t.helped) {
-      REQUIRE(h.task >= 0);
-      REQUIRE(static_cast<std::size_t>(h.task) < t.events.size());
-      CHECK((h.worker == 0 || h.worker == 1));
-      CHECK(h.worker != t.events[static_cast<std::size_t>(h.task)].worker);
-      CHECK(h.start_us <= h.end_us);
-    }
-    for (std::size_t w = 0; w < 2; ++w) CHECK(b.helped_us[w] >= 0.0);
+    bool ok = b.helped_us.size() == 2 && b.helped_us[0] >= 0.0 && b.helped_us[1] >= 0.0;
+    for (const HelpEvent& h : t.helped)
+      ok = ok && h.task >= 0 && static_cast<std::size_t>(h.task) < t.events.size() && (h.worker == 0 || h.worker == 1) &&
+           h.worker != t.events[static_cast<std::size_t>(h.task)].worker && h.start_us <= h.end_us;
     const std::string text = trace_events_text(p, t), svg = trace_svg(p, t), summary = trace_summary(p, t);
-    CHECK((text.find(") helped ") != std::string::npos || text.find("helped  %") != std::string::npos) == !t.helped.empty());
-    CHECK((svg.find(">+%") != std::string::npos || svg.find("run by idle worker") != std::string::npos) == !t.helped.empty());
-    CHECK((summary.find("helped: idle workers ran chunks") != std::string::npos) == !t.helped.empty());
-    CHECK(std::count(text.begin(), text.end(), '\n') == static_cast<std::ptrdiff_t>(t.events.size() + t.helped.size()));
+    ok = ok && (text.find("helped  %") != std::string::npos) == !t.helped.empty() &&
+         (svg.find("run by idle worker") != std::string::npos) == !t.helped.empty() &&
+         (summary.find("helped: idle workers ran chunks") != std::string::npos) == !t.helped.empty() &&
+         std::count(text.begin(), text.end(), '\n') == static_cast<std::ptrdiff_t>(t.events.size() + t.helped.size());
+    consistent += ok;
     runs_helped += !t.helped.empty();
   }
-  INFO("runs with help: " << runs_helped << " of 20");
-  SUCCEED();
+  INFO("runs with help: " << runs_helped << " of " << kRuns);
+  CHECK(consistent == kRuns);
 }
 
 TEST_CASE("schedule search: the simulator against its bounds on random DAGs, a case greedy bottom levels lose, and bad input",
           "[lab3][parallel]") {
+  // The simulator starts the tasks the ready queue hands out first: those with no inputs.
+  const std::vector<std::vector<int>> branches{{}, {}, {1}, {}, {3}, {}};
+  ReadyQueue q(branches);
+  std::vector<int> first;
+  for (int t; (t = q.take()) >= 0;) first.push_back(t);
+  MLS_OBSERVE(first);
+  CHECK(first == std::vector<int>{0, 1, 3, 5});
   // simulate_schedule on random DAGs: 1 worker takes the sum of the times; as many workers as
   // tasks, the critical path (each task starts when its inputs are done); in between, at least
   // both sum / workers and the critical path, and at most the sum.
@@ -813,7 +819,7 @@ TEST_CASE("schedule search: the simulator against its bounds on random DAGs, a c
   // Four branches as in the Inception block: A (150); B1 (40) -> B2 (150); C1 (25) -> C2 (105);
   // D (50). By bottom level two workers start B1 and A, and C1, which feeds the long C2, waits
   // until A is done: 280. Starting C1 first balances the lanes: 265 (the bound is 520 / 2 = 260).
-  const std::vector<std::vector<int>> deps{{}, {}, {1}, {}, {3}, {}};
+  const std::vector<std::vector<int>>& deps = branches;
   const std::vector<double> sec{150, 40, 150, 25, 105, 50};
   const ScheduleSearch none = search_schedule(deps, sec, 2, 0);
   const ScheduleSearch found = search_schedule(deps, sec, 2, 200);
