@@ -397,7 +397,10 @@ struct OpComparison {
   double hand_gbs = 0;
 };
 /// Times `op` against a streamed copy (mls::stream_copy of op_bytes / 8 floats, split over the
-/// threads) and against run_hand_written, each with mls::bench::interleaved_ratio.
+/// threads) and against run_hand_written, each interleaved with it (mls::bench::interleaved_best, 15
+/// rounds of about 20 ms batches): every figure is of the best batch of its program (the copy's
+/// bandwidth, the kernel's and the hand-written kernel's times), so the ratios move less between
+/// runs on a shared machine than a median of per-round ratios.
 OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed = 1);
 /// "ratio tuned_<op>_vs_copy_<shape>_t<threads> <x>" and "ratio tuned_<op>_vs_fused_<shape>_t<threads>
 /// <x>" (conv2d: "_vs_direct_"), two lines with their newlines.
