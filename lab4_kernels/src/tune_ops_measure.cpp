@@ -387,8 +387,10 @@ std::optional<OpKnobs> best_op_knobs(const std::vector<TuningRecord>& records, c
 
 // ---- comparing with the peers ------------------------------------------------------------------------
 
-/// compare_op's rounds per peer (each a batch of about 20 ms of the kernel and one of the peer).
-constexpr int kCompareRounds = 15;
+/// compare_op's rounds per peer (each a batch of about 20 ms of the kernel and one of the peer): until
+/// neither best has improved by 1% in kCompareRounds rounds, at most kCompareMaxRounds.
+constexpr int kCompareRounds = 9;
+constexpr int kCompareMaxRounds = 40;
 
 OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed) {
   MLS_CHECK(static_cast<bool>(op), "compare_op: empty (nothing compiled)");
@@ -415,8 +417,8 @@ OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed) {
   // best batch's, the kernel's time its best batch's, the ratios those of the bests (a median of
   // per-round ratios moved by 10-30% between runs on a shared machine).
   OpComparison c;
-  const bench::BestPair vs_copy = bench::interleaved_best(tuned, copy, kCompareRounds, 20e-3);
-  const bench::BestPair vs_hand = bench::interleaved_best(tuned, peer, kCompareRounds, 20e-3);
+  const bench::BestPair vs_copy = bench::interleaved_best(tuned, copy, kCompareRounds, 20e-3, kCompareMaxRounds);
+  const bench::BestPair vs_hand = bench::interleaved_best(tuned, peer, kCompareRounds, 20e-3, kCompareMaxRounds);
   c.seconds = std::min(vs_copy.a, vs_hand.a);
   c.gbs = bytes / c.seconds * 1e-9;
   c.copy_gbs = 8.0 * static_cast<double>(floats) / vs_copy.b * 1e-9;  // the copy reads and writes `floats` floats

@@ -397,8 +397,9 @@ struct OpComparison {
   double hand_gbs = 0;
 };
 /// Times `op` against a streamed copy (mls::stream_copy of op_bytes / 8 floats, split over the
-/// threads) and against run_hand_written, each interleaved with it (mls::bench::interleaved_best, 15
-/// rounds of about 20 ms batches): every figure is of the best batch of its program (the copy's
+/// threads) and against run_hand_written, each interleaved with it (mls::bench::interleaved_best:
+/// rounds of about 20 ms batches until neither best has improved by 1% in 9 rounds, at most 40):
+/// every figure is of the best batch of its program (the copy's
 /// bandwidth, the kernel's and the hand-written kernel's times), so the ratios move less between
 /// runs on a shared machine than a median of per-round ratios.
 OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed = 1);
