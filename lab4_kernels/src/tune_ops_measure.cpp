@@ -253,9 +253,11 @@ double OpBench::time(const CompiledOp& op, int repeat, double batch_seconds) {
   OpArrays got = arrays_;
   const std::vector<std::span<float>> args = spans_for(op.kernel(), got);
   const te::JitKernel& k = op.kernel();
-  const double ratio =
-      bench::interleaved_ratio([&] { run_anchor(); }, [&] { k.run(args, 0); }, repeat, batch_seconds);
-  return ratio * anchor_seconds_;
+  // The ratio of the two programs' best batches (bench::interleaved_best, `repeat` rounds), not the
+  // median of per-round ratios: a search's re-timing of its best candidates moved by up to 30% that way.
+  const bench::BestPair best =
+      bench::interleaved_best([&] { run_anchor(); }, [&] { k.run(args, 0); }, repeat, batch_seconds, repeat);
+  return best.b / best.a * anchor_seconds_;
 }
 
 // ---- the tuner ---------------------------------------------------------------------------------------

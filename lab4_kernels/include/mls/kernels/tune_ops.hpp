@@ -322,7 +322,8 @@ class OpBench {
   /// Compiles, checks (a first run in a forked child, then one here at the bench's threads, both
   /// against the reference) and times a candidate; never throws for a bad candidate.
   OpTrial measure(const OpKnobs& k, const MeasureOptions& options, const jit::CompileOptions& jit = {});
-  /// Seconds per run of a compiled candidate, interleaved with the anchor.
+  /// Seconds per run of a compiled candidate, interleaved with the anchor: the ratio of the two
+  /// programs' best batches in `repeat` rounds (mls::bench::interleaved_best) times the anchor's seconds.
   double time(const CompiledOp& op, int repeat, double batch_seconds);
 
  private:
