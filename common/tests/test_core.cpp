@@ -16,6 +16,7 @@
 
 #include "mls/common/dtype.hpp"
 #include "mls/common/error.hpp"
+#include "mls/common/interleaved_timing.hpp"
 #include "mls/common/kernels.hpp"
 #include "mls/common/parallel.hpp"
 #include "mls/common/rng.hpp"
@@ -493,4 +494,40 @@ TEST_CASE("kernels: conv2d registry: register, unregister, choose by name, force
   CHECK_FALSE(has_conv("test_conv_low"));
   // Common alone registers no conv kernel: the default is the fallback again.
   if (mls::conv2d_kernels().empty()) CHECK(mls::conv2d_kernel().fn == nullptr);
+}
+
+TEST_CASE("interleaved timing: interleaved_best times both programs in alternating batches, keeps each one's best, stops when they settle",
+          "[common][timing]") {
+  // Counts, not times (no timing assertions): each program runs once to size the batches, then
+  // `repeat` batches of the same number of calls; the order alternates (a first in even rounds).
+  std::vector<char> order;
+  int a_calls = 0, b_calls = 0;
+  auto a = [&] {
+    ++a_calls;
+    order.push_back('a');
+  };
+  auto b = [&] {
+    ++b_calls;
+    order.push_back('b');
+  };
+  const mls::bench::BestPair best = mls::bench::interleaved_best(a, b, 4, 0.0, 4);  // batches of one call, 4 rounds
+  CHECK(a_calls == 5);
+  CHECK(b_calls == 5);
+  CHECK(best.rounds == 4);
+  CHECK(std::string(order.begin(), order.end()) == "ababbaabba");
+  // More rounds while a best still improves, never more than max_rounds nor fewer than repeat.
+  for (int max_rounds : {0, 2, 6, 13}) {
+    a_calls = b_calls = 0;
+    const mls::bench::BestPair r = mls::bench::interleaved_best(a, b, 3, 0.0, max_rounds);
+    const int most = max_rounds > 0 ? std::max(3, max_rounds) : 12;
+    INFO("max_rounds " << max_rounds << ": " << r.rounds << " rounds");
+    CHECK(r.rounds >= 3);
+    CHECK(r.rounds <= most);
+    CHECK(a_calls == r.rounds + 1);
+    CHECK(b_calls == r.rounds + 1);
+  }
+  CHECK(best.a >= 0);
+  CHECK(best.b >= 0);
+  CHECK(best.a < 1e300);
+  CHECK(best.b < 1e300);
 }

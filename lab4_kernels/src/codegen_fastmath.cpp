@@ -139,7 +139,20 @@ template <class V>
     V out = (V)((I)mls_exp2_reduced(t - n) + ((I)s << 23));
     return mls_exp_range(x, out);
 }
-#if defined(__AVX512F__)
+#if defined(__AVX512DQ__)
+// 16 lanes with AVX512DQ: f = t - round(t) in one vreduceps, beside n = round(t) (not after it), and
+// no clamp: vreduceps gives +0 for +-inf and for |t| >= 2^23 (already an integer), so p = 1 there and
+// vscalefps(1, n) is 0 or +inf; a NaN stays NaN through every step. 9 vector operations per 16
+// floats (the mul, vrndscaleps, vreduceps, five multiply-adds, vscalefps), 7 of them on the FMA
+// pipes, where the clamped version below takes 12; the same result in the float range (f is exact either way).
+template <>
+[[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
+    const __m512 t = _mm512_mul_ps((__m512)x, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return (mls_f32x16)_mm512_scalef_ps((__m512)mls_exp2_reduced((mls_f32x16)f), n);
+}
+#elif defined(__AVX512F__)
 template <>
 [[maybe_unused]] inline mls_f32x16 mls_vexp_fast(mls_f32x16 x) {
     __mmask16 number;

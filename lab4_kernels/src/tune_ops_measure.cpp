@@ -253,9 +253,11 @@ double OpBench::time(const CompiledOp& op, int repeat, double batch_seconds) {
   OpArrays got = arrays_;
   const std::vector<std::span<float>> args = spans_for(op.kernel(), got);
   const te::JitKernel& k = op.kernel();
-  const double ratio =
-      bench::interleaved_ratio([&] { run_anchor(); }, [&] { k.run(args, 0); }, repeat, batch_seconds);
-  return ratio * anchor_seconds_;
+  // The ratio of the two programs' best batches (bench::interleaved_best, `repeat` rounds), not the
+  // median of per-round ratios: a search's re-timing of its best candidates moved by up to 30% that way.
+  const bench::BestPair best =
+      bench::interleaved_best([&] { run_anchor(); }, [&] { k.run(args, 0); }, repeat, batch_seconds, repeat);
+  return best.b / best.a * anchor_seconds_;
 }
 
 // ---- the tuner ---------------------------------------------------------------------------------------
@@ -387,6 +389,11 @@ std::optional<OpKnobs> best_op_knobs(const std::vector<TuningRecord>& records, c
 
 // ---- comparing with the peers ------------------------------------------------------------------------
 
+/// compare_op's rounds per peer (each a batch of about 20 ms of the kernel and one of the peer): until
+/// neither best has improved by 1% in kCompareRounds rounds, at most kCompareMaxRounds.
+constexpr int kCompareRounds = 9;
+constexpr int kCompareMaxRounds = 40;
+
 OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed) {
   MLS_CHECK(static_cast<bool>(op), "compare_op: empty (nothing compiled)");
   MLS_CHECK(threads >= 1, "compare_op: threads ", threads, " must be >= 1");
@@ -408,22 +415,17 @@ OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed) {
   auto tuned = [&] { op.kernel().run(args, 0); };
   auto peer = [&] { hand_written(p, hand, false); };
   tuned();
+  // Best of many interleaved batches of each (bench::interleaved_best): the copy's bandwidth is its
+  // best batch's, the kernel's time its best batch's, the ratios those of the bests (a median of
+  // per-round ratios moved by 10-30% between runs on a shared machine).
   OpComparison c;
-  const double once = bench::seconds_of(tuned);
-  const int calls = static_cast<int>(std::clamp(10e-3 / std::max(once, 1e-9), 1.0, 10000.0));
-  std::vector<double> times;
-  for (int i = 0; i < 5; ++i)
-    times.push_back(bench::seconds_of([&] {
-                      for (int k = 0; k < calls; ++k) tuned();
-                    }) /
-                    calls);
-  std::sort(times.begin(), times.end());
-  c.seconds = times[2];
+  const bench::BestPair vs_copy = bench::interleaved_best(tuned, copy, kCompareRounds, 20e-3, kCompareMaxRounds);
+  const bench::BestPair vs_hand = bench::interleaved_best(tuned, peer, kCompareRounds, 20e-3, kCompareMaxRounds);
+  c.seconds = std::min(vs_copy.a, vs_hand.a);
   c.gbs = bytes / c.seconds * 1e-9;
-  // time(peer) / time(tuned): the tuned kernel's speed over the peer's (the copy moves 8 x floats bytes).
-  c.vs_copy = bench::interleaved_ratio(tuned, copy, 5, 20e-3) * bytes / (8.0 * static_cast<double>(floats));
-  c.copy_gbs = c.gbs / c.vs_copy;
-  c.vs_hand = bench::interleaved_ratio(tuned, peer, 5, 20e-3);
+  c.copy_gbs = 8.0 * static_cast<double>(floats) / vs_copy.b * 1e-9;  // the copy reads and writes `floats` floats
+  c.vs_copy = c.gbs / c.copy_gbs;
+  c.vs_hand = vs_hand.b / c.seconds;
   c.hand_gbs = c.gbs / c.vs_hand;
   return c;
 }

@@ -339,6 +339,45 @@ static bool check_exp_edge(float x, float y) {
   return true;
 }
 
+TEST_CASE("tune ops: softmax's and layernorm's default schedules, compiled, on rows of 1 to 4097 columns with -inf and "
+          "large inputs equal naive loops", "[tune_ops][rows]") {
+  OpsEnv env;
+  const float inf = std::numeric_limits<float>::infinity();
+  // Columns around every width of the partials (16 lanes x 1, 2, 4 accumulators) and a row's tail,
+  // up to 4097; rows with masked (-inf) entries, values far apart (exp(x - max) underflows to 0)
+  // and a row whose max is large (x - max down to -2e30).
+  for (long cols : {1L, 2L, 15L, 16L, 17L, 31L, 33L, 64L, 100L, 1023L, 1024L, 1025L, 4096L, 4097L})
+    for (OpKind kind : {OpKind::Softmax, OpKind::LayerNormFwd}) {
+      if (kind == OpKind::LayerNormFwd && cols > 100 && cols != 1025) continue;  // its exp-free paths: fewer shapes
+      const OpProblem p = tune::row_problem(kind, 4, cols);
+      tune::OpArrays in = tune::make_op_arrays(p, 9);
+      tune::OpArray& x = in.at("x");
+      mls::Rng rng(11, "rows");
+      for (long c = 0; c < cols; ++c) {
+        if (kind == OpKind::Softmax && c % 3 == 1) x[static_cast<std::size_t>(c)] = -inf;  // row 0: masked entries
+        x[static_cast<std::size_t>(cols + c)] = static_cast<float>(rng.uniform(-90.0, 90.0));  // row 1: far apart
+        if (c % 7 == 3) x[static_cast<std::size_t>(2 * cols + c)] = c % 2 ? 1e30f : -1e30f;  // row 2: huge
+      }
+      if (kind == OpKind::LayerNormFwd)  // huge values that cancel are float summation's limit, not the kernel's: row 2 x 1000
+        for (long c = 0; c < cols; ++c) x[static_cast<std::size_t>(2 * cols + c)] = 1000.0f * in.at("x")[static_cast<std::size_t>(3 * cols + c)];
+      const Want want = naive(p, in);
+      const OpKnobs k = OpSpace::full(p, 1).default_knobs();
+      const std::string what = tune::op_name(kind) + " " + tune::to_string(p) + " " + tune::to_string(k);
+      tune::OpArrays got = in;
+      tune::compile_op(p, k, quick_jit()).run(got, 1);
+      require_matches(p, got, want, what);
+      if (kind == OpKind::Softmax) {  // each row adds up to 1 (the masked row's -inf entries are 0)
+        for (long r = 0; r < 4; ++r) {
+          double sum = 0;
+          for (long c = 0; c < cols; ++c) sum += got.at("y")[static_cast<std::size_t>(r * cols + c)];
+          INFO(what << ": row " << r);
+          CHECK(sum == Approx(1.0).epsilon(1e-5));
+        }
+        for (long c = 1; c < cols; c += 3) CHECK(got.at("y")[static_cast<std::size_t>(c)] == 0.0f);
+      }
+    }
+}
+
 TEST_CASE("tune ops: the generated code's exp (fast_exp) is within 2 ulp of std::exp and vectorizes", "[tune_ops][exp]") {
   OpsEnv env;
   std::vector<float> x;
@@ -794,6 +833,9 @@ TEST_CASE("tune ops: each strategy tunes a tiny problem end to end, failures are
   CHECK(c.gbs > 0);
   CHECK(c.vs_copy > 0);
   CHECK(c.vs_hand > 0);
+  // Each figure is of its program's best batch: the speeds and the ratios agree.
+  CHECK(c.copy_gbs * c.vs_copy == Approx(c.gbs).epsilon(1e-9));
+  CHECK(c.hand_gbs * c.vs_hand == Approx(c.gbs).epsilon(1e-9));
   const std::string lines = tune::op_ratio_lines(p, 1, c);
   CHECK(lines.find("ratio tuned_softmax_vs_copy_33x70_t1 ") == 0);
   CHECK(lines.find("\nratio tuned_softmax_vs_fused_33x70_t1 ") != std::string::npos);

@@ -87,4 +87,55 @@ double interleaved_ratio(A&& run_a, B&& run_b, int repeat = 9, double batch_seco
   return ratios.size() % 2 ? ratios[m] : 0.5 * (ratios[m - 1] + ratios[m]);
 }
 
+/// The best (smallest) seconds per call of each of two programs, timed interleaved as
+/// interleaved_ratio does (one run of each to size the batches, then rounds of a batch of each back
+/// to back, alternating which goes first; a batch lasts about `batch_seconds`). The minimum, not the
+/// median: on a machine where other programs come and go, a program's best batch is the one least
+/// disturbed, and of a streamed copy, the one nearest the memory's bandwidth, so the ratio of two
+/// bests moves less between runs than the median of per-round ratios (mls-tune's vs_copy lines).
+/// Rounds go on until neither best has improved by more than 1% in the last `repeat` rounds, or
+/// `max_rounds` rounds have run (0: 4 x repeat; at least repeat): a burst of load that spoils one
+/// program's batches is outlasted, as far as max_rounds goes. `MLS_BENCH_REPEAT` overrides `repeat`
+/// (a slow pair, over 0.1 s a run, gets at most 3 rounds in all).
+struct BestPair {
+  double a = 0;    ///< run_a's best seconds per call
+  double b = 0;    ///< run_b's best seconds per call
+  int rounds = 0;  ///< rounds run
+};
+template <class A, class B>
+BestPair interleaved_best(A&& run_a, B&& run_b, int repeat = 9, double batch_seconds = 2e-3, int max_rounds = 0) {
+  if (const char* env = std::getenv("MLS_BENCH_REPEAT"); env && *env) repeat = std::max(1, std::atoi(env));
+  max_rounds = std::max(repeat, max_rounds > 0 ? max_rounds : 4 * repeat);
+  const double once_a = seconds_of(run_a), once_b = seconds_of(run_b);  // in this order: a, then b
+  const double once = std::max(once_a, once_b);
+  if (once > 0.1) repeat = max_rounds = std::min(repeat, 3);
+  const int calls = static_cast<int>(std::clamp(batch_seconds / std::max(once, 1e-9), 1.0, 1e6));
+  auto batch = [&](auto& f) {
+    return seconds_of([&] {
+             for (int i = 0; i < calls; ++i) f();
+           }) /
+           calls;
+  };
+  BestPair best{1e300, 1e300, 0};
+  int since = 0;  // rounds since either best last improved by more than 1%
+  while (best.rounds < max_rounds && (best.rounds < repeat || since < repeat)) {
+    double ta = 0, tb = 0;
+    if (best.rounds % 2 == 0) {
+      ta = batch(run_a);
+      tb = batch(run_b);
+    } else {
+      tb = batch(run_b);
+      ta = batch(run_a);
+    }
+    ++since;
+    if (ta < 0.99 * best.a || tb < 0.99 * best.b) since = 0;
+    best.a = std::min(best.a, ta);
+    best.b = std::min(best.b, tb);
+    if (std::getenv("MLS_BENCH_DEBUG"))
+      std::fprintf(stderr, "  round %d: a %.1f us  b %.1f us\n", best.rounds, ta * 1e6, tb * 1e6);
+    ++best.rounds;
+  }
+  return best;
+}
+
 }  // namespace mls::bench

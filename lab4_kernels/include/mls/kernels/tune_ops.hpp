@@ -322,7 +322,8 @@ class OpBench {
   /// Compiles, checks (a first run in a forked child, then one here at the bench's threads, both
   /// against the reference) and times a candidate; never throws for a bad candidate.
   OpTrial measure(const OpKnobs& k, const MeasureOptions& options, const jit::CompileOptions& jit = {});
-  /// Seconds per run of a compiled candidate, interleaved with the anchor.
+  /// Seconds per run of a compiled candidate, interleaved with the anchor: the ratio of the two
+  /// programs' best batches in `repeat` rounds (mls::bench::interleaved_best) times the anchor's seconds.
   double time(const CompiledOp& op, int repeat, double batch_seconds);
 
  private:
@@ -397,7 +398,11 @@ struct OpComparison {
   double hand_gbs = 0;
 };
 /// Times `op` against a streamed copy (mls::stream_copy of op_bytes / 8 floats, split over the
-/// threads) and against run_hand_written, each with mls::bench::interleaved_ratio.
+/// threads) and against run_hand_written, each interleaved with it (mls::bench::interleaved_best:
+/// rounds of about 20 ms batches until neither best has improved by 1% in 9 rounds, at most 40):
+/// every figure is of the best batch of its program (the copy's
+/// bandwidth, the kernel's and the hand-written kernel's times), so the ratios move less between
+/// runs on a shared machine than a median of per-round ratios.
 OpComparison compare_op(const CompiledOp& op, int threads, std::uint64_t seed = 1);
 /// "ratio tuned_<op>_vs_copy_<shape>_t<threads> <x>" and "ratio tuned_<op>_vs_fused_<shape>_t<threads>
 /// <x>" (conv2d: "_vs_direct_"), two lines with their newlines.
