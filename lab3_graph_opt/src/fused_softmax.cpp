@@ -23,25 +23,54 @@ namespace {
 using Ins = std::span<const Tensor>;
 using InNodes = std::span<const Node* const>;
 
+/// Row reductions in 64-byte lanes (one vector of partial results, then the lanes in order), so
+/// that they vectorize: a loop carrying one scalar sum or max does not (no reassociation).
+template <class T>
+inline T lanes_max(const T* x, std::int64_t n) {
+  constexpr int L = 64 / sizeof(T);
+  T acc[L];
+  for (int l = 0; l < L; ++l) acc[l] = -std::numeric_limits<T>::infinity();
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L)
+    for (int l = 0; l < L; ++l) acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
+  T m = -std::numeric_limits<T>::infinity();
+  for (int l = 0; l < L; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+/// sum_j x_j y_j (y null: sum_j x_j), in lanes as lanes_max.
+template <class T>
+inline T lanes_dot(const T* x, const T* y, std::int64_t n) {
+  constexpr int L = 64 / sizeof(T);
+  T acc[L] = {};
+  std::int64_t j = 0;
+  if (y)
+    for (; j + L <= n; j += L)
+      for (int l = 0; l < L; ++l) acc[l] += x[j + l] * y[j + l];
+  else
+    for (; j + L <= n; j += L)
+      for (int l = 0; l < L; ++l) acc[l] += x[j + l];
+  T s = 0;
+  for (int l = 0; l < L; ++l) s += acc[l];
+  for (; j < n; ++j) s += y ? x[j] * y[j] : x[j];
+  return s;
+}
+
 /// y = softmax(s x + m) row by row; m (null: none) has `mrows` rows that repeat over x's rows.
 template <class T>
 void softmax_rows(const T* x, const T* m, T* y, std::int64_t rows, std::int64_t n, std::int64_t mrows, double scale) {
   const T s = static_cast<T>(scale);
   for (std::int64_t r = 0; r < rows; ++r, x += n, y += n) {
-    // Separate loops: the affine map, the exp and the normalisation vectorize; the max and the
-    // sum (reductions in order, as lab 1's softmax) are short loops.
+    // Separate loops, each vectorized: the affine map, the max, the exp, the sum, the normalisation.
     if (m) {
       const T* mr = m + (r % mrows) * n;
       for (std::int64_t j = 0; j < n; ++j) y[j] = x[j] * s + mr[j];
     } else {
       for (std::int64_t j = 0; j < n; ++j) y[j] = x[j] * s;
     }
-    T mx = -std::numeric_limits<T>::infinity();
-    for (std::int64_t j = 0; j < n; ++j) mx = y[j] > mx ? y[j] : mx;
+    const T mx = lanes_max(y, n);
     for (std::int64_t j = 0; j < n; ++j) y[j] = scalar::exp(y[j] - mx);
-    T sum = 0;
-    for (std::int64_t j = 0; j < n; ++j) sum += y[j];
-    const T inv = T(1) / sum;
+    const T inv = T(1) / lanes_dot<T>(y, nullptr, n);
     for (std::int64_t j = 0; j < n; ++j) y[j] *= inv;
   }
 }
@@ -50,8 +79,7 @@ template <class T>
 void softmax_grad_rows(const T* y, const T* g, T* dx, std::int64_t rows, std::int64_t n, double scale) {
   const T s = static_cast<T>(scale);
   for (std::int64_t r = 0; r < rows; ++r, y += n, g += n, dx += n) {
-    T dot = 0;
-    for (std::int64_t j = 0; j < n; ++j) dot += g[j] * y[j];
+    const T dot = lanes_dot(g, y, n);
     for (std::int64_t j = 0; j < n; ++j) dx[j] = s * (y[j] * (g[j] - dot));
   }
 }
