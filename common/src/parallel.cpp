@@ -132,9 +132,11 @@ class Pool {
   /// one of this pool's workers: an idle worker of run_dag lending its thread to another worker's
   /// task), with the same lock-free claims as the pool's own workers. Returns whether it ran any.
   bool help() {
-    if (job_.load(std::memory_order_acquire) == nullptr) return false;
+    if (!busy()) return false;
     return work() > 0;
   }
+  /// Whether a region is running (its chunks may all be claimed already).
+  bool busy() const { return job_.load(std::memory_order_acquire) != nullptr; }
 
   ~Pool() {
     stop_.store(true);
@@ -370,10 +372,13 @@ class TaskScope {
 /// One run: the scheduler behind a lock, the running count and the free threads of the budget.
 class DagRun {
  public:
-  DagRun(DagScheduler& sched, int workers, int threads, const std::function<void(const TaskContext&)>& fn)
-      : sched_(sched), fn_(fn), n_(sched.size()), workers_(workers), threads_(threads), free_(threads) {
+  DagRun(DagScheduler& sched, int workers, int threads, const std::function<void(const TaskContext&)>& fn,
+         const std::function<void(const DagHelp&)>* on_help)
+      : sched_(sched), fn_(fn), on_help_(on_help), n_(sched.size()), workers_(workers), threads_(threads), free_(threads),
+        current_(static_cast<std::size_t>(workers)) {
     if (workers > 1)  // the workers' pools (their tasks' parallel_for helpers), for idle workers to help
       for (int w = 0; w < workers; ++w) pools_.push_back(&Pool::slot(w));
+    for (auto& c : current_) c.store(-1, std::memory_order_relaxed);
   }
 
   /// Worker `w`: takes ready tasks until every task is done, or a task failed, or none can start.
@@ -411,6 +416,7 @@ class DagRun {
         free_ -= budget;
       }
       std::exception_ptr error;
+      current_[static_cast<std::size_t>(w)].store(task, std::memory_order_relaxed);
       try {
         if (pooled) {
           TaskScope scope(budget, pool);
@@ -421,6 +427,7 @@ class DagRun {
       } catch (...) {
         error = std::current_exception();
       }
+      current_[static_cast<std::size_t>(w)].store(-1, std::memory_order_relaxed);
       {
         std::lock_guard<std::mutex> lock(m_);
         --running_;
@@ -464,8 +471,26 @@ class DagRun {
     for (int i = 0;; ++i) {
       if (version_.load(std::memory_order_acquire) != seen) return;
       bool helped = false;
-      for (std::size_t v = 0; v < pools_.size(); ++v)
-        if (static_cast<int>(v) != w) helped |= pools_[v]->help();
+      for (std::size_t v = 0; v < pools_.size(); ++v) {
+        if (static_cast<int>(v) == w || !pools_[v]->busy()) continue;
+        if (!on_help_) {
+          helped |= pools_[v]->help();
+          continue;
+        }
+        // Observed: the stretch timed and reported as help to the task worker v runs (whose
+        // region this is: a region ends before its task does).
+        const int task = current_[v].load(std::memory_order_relaxed);
+        const auto start = std::chrono::steady_clock::now();
+        if (!pools_[v]->help()) continue;
+        helped = true;
+        if (task < 0) continue;
+        try {
+          (*on_help_)(DagHelp{w, task, start, std::chrono::steady_clock::now()});
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(m_);
+          fail_locked(std::current_exception());
+        }
+      }
       if (helped) continue;
       if ((i & 7) == 7 && std::chrono::steady_clock::now() >= deadline) break;
       std::this_thread::yield();
@@ -485,6 +510,7 @@ class DagRun {
 
   DagScheduler& sched_;
   const std::function<void(const TaskContext&)>& fn_;
+  const std::function<void(const DagHelp&)>* on_help_;  // null: help unobserved
   const int n_, workers_, threads_;
   std::mutex m_;
   int running_ = 0, done_ = 0, free_;
@@ -492,17 +518,20 @@ class DagRun {
   std::exception_ptr error_;
   std::atomic<std::uint32_t> version_{0};
   std::vector<Pool*> pools_;  // per worker: its pool (workers > 1)
+  std::vector<std::atomic<int>> current_;  // per worker: the task it runs (-1: none)
 };
 
 }  // namespace
 
-void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn) {
+namespace {
+void run_dag_impl(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn,
+                  const std::function<void(const DagHelp&)>* on_help) {
   MLS_CHECK(workers >= 1, "run_dag: workers is ", workers, ", expected a count >= 1");
   const int n = sched.size();
   if (n <= 0) return;
   const bool nested = t_in_parallel || t_in_dag;
   workers = nested ? 1 : std::min(workers, n);
-  DagRun run(sched, workers, intra_op_threads(), fn);
+  DagRun run(sched, workers, intra_op_threads(), fn, on_help);
   if (workers == 1) {
     struct InDag {
       bool saved = t_in_dag;
@@ -518,6 +547,15 @@ void run_dag(DagScheduler& sched, int workers, const std::function<void(const Ta
     Pool::instance().run(workers, [&](int w) { run.work(w, true); });
   }
   run.rethrow();
+}
+}  // namespace
+
+void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn) {
+  run_dag_impl(sched, workers, fn, nullptr);
+}
+void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn,
+             const std::function<void(const DagHelp&)>& on_help) {
+  run_dag_impl(sched, workers, fn, on_help ? &on_help : nullptr);
 }
 
 void run_dag(const std::vector<std::vector<int>>& deps, int workers, const std::function<void(const TaskContext&)>& fn) {

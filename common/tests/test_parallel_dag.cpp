@@ -334,3 +334,80 @@ TEST_CASE("run_dag: an idle worker runs chunks of the running task's parallel_fo
   if (env != nullptr && std::string(env) == "0") CHECK(helped == 0);  // turned off: idle workers only wait
   else CHECK(helped >= 1);
 }
+
+namespace {
+/// Tasks 0 and 1 ready at once, task 2 after both (a scheduler of its own, for run_dag's
+/// scheduler overload).
+class TwoThenOne final : public mls::DagScheduler {
+ public:
+  int size() const override { return 3; }
+  int take() override {
+    if (next_ < 2) return next_++;
+    if (next_ == 2 && done_ == 2) return next_++;
+    return -1;
+  }
+  void finish(int) override { ++done_; }
+  int ready() const override { return next_ < 2 ? 2 - next_ : next_ == 2 && done_ == 2 ? 1 : 0; }
+
+ private:
+  int next_ = 0, done_ = 0;
+};
+}  // namespace
+
+TEST_CASE("run_dag: each stretch an idle worker helps is reported once, with its worker and the task helped", "[common][parallel]") {
+  // The test above's DAG: task 2 runs alone with 2 threads; when the idle worker's thread runs one
+  // of its chunks, on_help reports it (worker, task 2, start <= end), else nothing is reported.
+  // An on_help that throws fails the run like a task: it throws exactly when help happened.
+  mls::ThreadCountGuard threads(2);
+  auto meet = [](std::atomic<int>& started, int n) {
+    ++started;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (started.load() < n && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  };
+  int helped_runs = 0, consistent = 0;
+  constexpr int kRuns = 60;
+  for (int run = 0; run < kRuns; ++run) {
+    const bool throwing = run % 2 == 1;
+    std::atomic<int> started{0}, chunk_started{0};
+    std::vector<std::thread::id> worker_thread(2), chunk_thread(2);
+    int task2_worker = -1;
+    std::vector<mls::DagHelp> reports;
+    std::mutex m;
+    TwoThenOne sched;
+    bool threw = false;
+    try {
+      mls::run_dag(
+          sched, 2,
+          [&](const mls::TaskContext& c) {
+            if (c.task < 2) {
+              worker_thread[static_cast<std::size_t>(c.worker)] = std::this_thread::get_id();
+              meet(started, 2);
+              return;
+            }
+            task2_worker = c.worker;
+            mls::parallel_for(0, 2, 1, [&](std::int64_t b, std::int64_t) {
+              chunk_thread[static_cast<std::size_t>(b)] = std::this_thread::get_id();
+              meet(chunk_started, 2);
+            });
+          },
+          [&](const mls::DagHelp& h) {
+            {
+              std::lock_guard<std::mutex> lock(m);
+              reports.push_back(h);
+            }
+            if (throwing) throw mls::Error("on_help: refused");
+          });
+    } catch (const mls::Error& e) {
+      threw = std::string(e.what()).find("on_help: refused") != std::string::npos;
+    }
+    const int idle = 1 - task2_worker;
+    const bool helped = task2_worker >= 0 && (chunk_thread[0] == worker_thread[static_cast<std::size_t>(idle)] ||
+                                              chunk_thread[1] == worker_thread[static_cast<std::size_t>(idle)]);
+    helped_runs += helped;
+    bool ok = reports.size() == (helped ? 1u : 0u) && threw == (throwing && helped);
+    for (const mls::DagHelp& h : reports) ok = ok && h.worker == idle && h.task == 2 && h.start <= h.end;
+    consistent += ok;
+  }
+  INFO("the idle worker helped in " << helped_runs << " of " << kRuns << " runs");
+  CHECK(consistent == kRuns);
+}

@@ -17,6 +17,10 @@
 //     the first ratio is about the second divided by the first: at best 0.5 * s
 //   ratio parallel_planned_vs_sequential_<model>_t2 <v>   (ParallelOptions::planned: nodes computed in
 //     the buffers of the concurrent memory plan)
+//   ratio parallel_concat_in_place_vs_copies_<model>_t2 <v>   (ParallelOptions::concat_in_place, the
+//     default, against concats that copy their inputs: < 1 when computing them in place pays)
+//   ratio parallel_searched_vs_bottom_levels_<model>_t2 <v>   (ParallelOptions::search_trials 2000:
+//     priorities searched on a simulator with the first 3 runs' node times, against bottom levels)
 // They are printed when the --benchmark_filter (default: all) matches BM_Chain / BM_Resnet /
 // BM_Parallel.
 // MLS_BENCH_REPEAT sets the repetitions (default 9).
@@ -162,6 +166,19 @@ void print_ratios(const std::string& filter) {
       const double rp = mls::bench::interleaved_ratio([&] { benchmark::DoNotOptimize(run(p, feeds)); },
                                                       [&] { benchmark::DoNotOptimize(planned.run(feeds)); });
       std::printf("ratio parallel_planned_vs_sequential_%s_t2 %.3f\n", model, rp);
+      // The concat in place (default) against concats that copy their inputs, same executor otherwise.
+      ParallelExecutor copies(p, 2, {.concat_in_place = false});
+      const double rc = mls::bench::interleaved_ratio([&] { benchmark::DoNotOptimize(copies.run(feeds)); },
+                                                      [&] { benchmark::DoNotOptimize(ex.run(feeds)); });
+      std::printf("ratio parallel_concat_in_place_vs_copies_%s_t2 %.3f\n", model, rc);
+      // Priorities searched on a simulator with the first run's node times (search_trials).
+      ParallelExecutor searched(p, 2, {.search_trials = 2000});
+      for (int r = 0; r < 3; ++r) (void)searched.run(feeds);  // the profiled runs
+      const double rs = mls::bench::interleaved_ratio([&] { benchmark::DoNotOptimize(ex.run(feeds)); },
+                                                      [&] { benchmark::DoNotOptimize(searched.run(feeds)); });
+      std::printf("ratio parallel_searched_vs_bottom_levels_%s_t2 %.3f\n", model, rs);
+      std::printf("simulated makespan %s: %.1f us bottom levels, %.1f us searched\n", model,
+                  searched.schedule_search().base_makespan * 1e6, searched.schedule_search().best_makespan * 1e6);
       std::fflush(stdout);
     }
   }

@@ -254,13 +254,49 @@ bool may_follow(const Dag& d, std::int64_t u, std::int64_t v, bool in_place) {
 }
 }  // namespace
 
-MemoryPlan plan_memory_concurrent(const Program& p) {
+std::vector<std::int64_t> concat_slices(const Program& p, const std::vector<Node*>& s) {
+  std::vector<std::int64_t> slice(s.size(), -1);
+  std::unordered_map<const Node*, std::int64_t> step_of;
+  std::unordered_map<const Node*, int> uses;  // input edges reading each value
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    step_of[s[i]] = static_cast<std::int64_t>(i);
+    for (const NodePtr& in : s[i]->inputs) ++uses[in.get()];
+  }
+  std::unordered_set<const Node*> outputs;
+  for (const Var& o : p.outputs) outputs.insert(o.get());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const Node& c = *s[i];
+    if (c.op != Op::Concat || c.inputs.empty() || !ops_known(c.shape)) continue;
+    bool ok = true;
+    for (const NodePtr& in : c.inputs)  // a concat input is no slice itself: its own inputs may be
+      ok = ok && !in->is_leaf() && in->op != Op::Concat && !yields_view(*in) && in->dtype == c.dtype &&
+           ops_known(in->shape) && uses[in.get()] == 1 && !outputs.count(in.get()) && step_of.count(in.get());
+    if (ok)
+      for (const NodePtr& in : c.inputs) slice[static_cast<std::size_t>(step_of.at(in.get()))] = static_cast<std::int64_t>(i);
+  }
+  return slice;
+}
+
+MemoryPlan plan_memory_concurrent(const Program& p, ConcurrentPlanOptions options) {
   MemoryPlan plan = unassigned_plan(p);
   const auto& s = plan.schedule;
   for (const Node* n : s)
     MLS_CHECK(ops_known(n->shape), "plan_memory_concurrent: node ", node_ref(p, n), " (", autodiff::op_name(n->op),
               ") has shape ", shape_str(n->shape), "; give the program concrete input shapes");
   const Dag d = dag_of(p, s);
+  if (options.concat_in_place) {
+    plan.slice_of = concat_slices(p, s);
+    if (std::none_of(plan.slice_of.begin(), plan.slice_of.end(), [](std::int64_t c) { return c >= 0; })) plan.slice_of.clear();
+  }
+  // Per step: the steps that write its memory (itself; a concat in place: its slices).
+  std::vector<std::vector<std::int64_t>> writers(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) writers[i].push_back(static_cast<std::int64_t>(i));
+  for (std::size_t k = 0; k < plan.slice_of.size(); ++k)
+    if (const std::int64_t c = plan.slice_of[k]; c >= 0) {
+      auto& w = writers[static_cast<std::size_t>(c)];
+      if (w.size() == 1 && w[0] == c) w.clear();
+      w.push_back(static_cast<std::int64_t>(k));
+    }
   std::vector<std::int64_t> last;  // per buffer: the step of the value it holds last
   for (std::size_t i = 0; i < s.size(); ++i) {
     const Node& n = *s[i];
@@ -268,6 +304,11 @@ MemoryPlan plan_memory_concurrent(const Program& p) {
     if (d.root[i] != si) continue;  // leaves and views own no memory
     const std::size_t need = value_bytes(n);
     plan.naive_bytes += need;
+    if (!plan.slice_of.empty() && plan.slice_of[i] >= 0) continue;  // computed in its concat's buffer
+    const std::vector<std::int64_t>& w = writers[i];
+    auto free_for_all = [&](std::int64_t u) {
+      return std::all_of(w.begin(), w.end(), [&](std::int64_t v) { return may_follow(d, u, v, false); });
+    };
     int b = -1;
     if (autodiff::op_def(n.op).elementwise || n.op == kFusedElementwise)
       for (const NodePtr& in : n.inputs) {
@@ -281,7 +322,7 @@ MemoryPlan plan_memory_concurrent(const Program& p) {
     if (b < 0)  // best fit among the buffers whose latest value is done with in every order
       for (std::size_t f = 0; f < last.size(); ++f)
         if (plan.buffer_bytes[f] >= need && (b < 0 || plan.buffer_bytes[f] < plan.buffer_bytes[static_cast<std::size_t>(b)]) &&
-            may_follow(d, last[f], si, false))
+            free_for_all(last[f]))
           b = static_cast<int>(f);
     if (b < 0) {
       b = static_cast<int>(plan.buffer_bytes.size());
@@ -325,9 +366,37 @@ std::string concurrent_plan_violation(const Program& p, const MemoryPlan& plan) 
     }
     return anc.emplace(n, std::move(a)).first->second;
   };
-  // The memory each node reads: the value it views, followed through views.
-  auto owner = [](const Node* n) {
+  // Concats in place: each slice an input of its concat, read by it alone, owning no buffer.
+  std::unordered_map<const Node*, const Node*> concat_of;  // slice -> the concat it is written in
+  std::unordered_map<const Node*, std::vector<const Node*>> slices;
+  MLS_CHECK(plan.slice_of.empty() || plan.slice_of.size() == s.size(), "concurrent_plan_violation: the plan has ",
+            plan.slice_of.size(), " slice entries for a schedule of ", s.size(), " nodes");
+  for (std::size_t k = 0; k < plan.slice_of.size(); ++k) {
+    const std::int64_t c = plan.slice_of[k];
+    if (c < 0) continue;
+    const Node* v = s[k];
+    const Node* cat = c < static_cast<std::int64_t>(s.size()) ? s[static_cast<std::size_t>(c)] : nullptr;
+    if (!cat || cat->op != Op::Concat || plan.buffer[static_cast<std::size_t>(c)] < 0 ||
+        std::none_of(cat->inputs.begin(), cat->inputs.end(), [&](const NodePtr& in) { return in.get() == v; }))
+      return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is planned as a slice of step " + std::to_string(c) +
+             ", which is not a concat with a buffer reading it";
+    if (plan.buffer[k] >= 0)
+      return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is planned both in buffer " + std::to_string(plan.buffer[k]) +
+             " and as a slice of " + node_ref(p, cat);
+    int uses = 0;
+    for (const Node* r : s)
+      for (const NodePtr& in : r->inputs) uses += in.get() == v;
+    for (const Var& o : p.outputs) uses += o.get() == v ? 2 : 0;
+    if (uses != 1)
+      return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is planned as a slice of " + node_ref(p, cat) +
+             " but is read elsewhere too (or is an output): the concat's buffer would not hold it for them";
+    concat_of[v] = cat;
+    slices[cat].push_back(v);
+  }
+  // The memory each node reads: the value it views, followed through views (a slice: its concat's).
+  auto owner = [&](const Node* n) {
     while (yields_view(*n)) n = n->inputs[0].get();
+    if (auto it = concat_of.find(n); it != concat_of.end()) n = it->second;
     return n;
   };
   std::unordered_set<const Node*> outputs;
@@ -342,23 +411,29 @@ std::string concurrent_plan_violation(const Program& p, const MemoryPlan& plan) 
       if (outputs.count(u))
         return node_ref(p, v) + " " + autodiff::op_name(v->op) + " takes buffer " + std::to_string(b) + " of " +
                node_ref(p, u) + " " + autodiff::op_name(u->op) + ", an output of the program";
-      if (!ancestors(v).count(u))
-        return node_ref(p, v) + " " + autodiff::op_name(v->op) + " takes buffer " + std::to_string(b) + " of " +
-               node_ref(p, u) + " " + autodiff::op_name(u->op) + ", which may not be computed yet: " + node_ref(p, u) +
-               " is not an ancestor of " + node_ref(p, v);
-      for (const Node* r : s) {
-        if (!std::any_of(r->inputs.begin(), r->inputs.end(), [&](const NodePtr& in) { return owner(in.get()) == u; }))
-          continue;
-        if (r == v) {  // v reads the memory it writes: only an elementwise op in place may
-          if (plan.in_place[i]) continue;
-          return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is written into the buffer of " + node_ref(p, u) + " " +
-                 autodiff::op_name(u->op) + ", which it reads itself (only an elementwise op may write in place)";
+      // Who writes v's memory: v, or (a concat in place) each of its slices, before v runs.
+      std::vector<const Node*> writers{v};
+      if (auto sl = slices.find(v); sl != slices.end()) writers = sl->second;
+      for (const Node* w : writers) {
+        const std::string as = w == v ? "" : " (writing its slice of " + node_ref(p, v) + ")";
+        if (!ancestors(w).count(u))
+          return node_ref(p, w) + " " + autodiff::op_name(w->op) + as + " takes buffer " + std::to_string(b) + " of " +
+                 node_ref(p, u) + " " + autodiff::op_name(u->op) + ", which may not be computed yet: " + node_ref(p, u) +
+                 " is not an ancestor of " + node_ref(p, w);
+        for (const Node* r : s) {
+          if (!std::any_of(r->inputs.begin(), r->inputs.end(), [&](const NodePtr& in) { return owner(in.get()) == u; }))
+            continue;
+          if (r == w) {  // w reads the memory it writes: only an elementwise op in place may
+            if (w == v && plan.in_place[i]) continue;
+            return node_ref(p, w) + " " + autodiff::op_name(w->op) + as + " is written into the buffer of " + node_ref(p, u) +
+                   " " + autodiff::op_name(u->op) + ", which it reads itself (only an elementwise op may write in place)";
+          }
+          if (!ancestors(w).count(r))
+            return node_ref(p, w) + " " + autodiff::op_name(w->op) + as + " is written " +
+                   (plan.in_place[i] ? "in place " : "") + "into the buffer of " + node_ref(p, u) + " " +
+                   autodiff::op_name(u->op) + ", which " + node_ref(p, r) + " " + autodiff::op_name(r->op) +
+                   " may still read: " + node_ref(p, r) + " is not an ancestor of " + node_ref(p, w);
         }
-        if (!ancestors(v).count(r))
-          return node_ref(p, v) + " " + autodiff::op_name(v->op) + " is written " +
-                 (plan.in_place[i] ? "in place " : "") + "into the buffer of " + node_ref(p, u) + " " +
-                 autodiff::op_name(u->op) + ", which " + node_ref(p, r) + " " + autodiff::op_name(r->op) +
-                 " may still read: " + node_ref(p, r) + " is not an ancestor of " + node_ref(p, v);
       }
     }
     holder[b] = v;

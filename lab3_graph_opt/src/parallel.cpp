@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 
 namespace mls::graph_opt {
@@ -166,11 +168,23 @@ std::vector<int> task_levels(const std::vector<std::vector<int>>& deps) {
 
 /// What the tasks of one run share: values, reader counts, the memory account.
 struct RunState {
-  explicit RunState(std::size_t n) : vals(n), direct(n), root_uses(n) {}
+  explicit RunState(std::size_t n) : vals(n), direct(n), root_uses(n), concats(n) {}
   std::vector<Tensor> vals;                       // per task: its value, dropped after its last reader
   std::vector<std::atomic<int>> direct;           // per task: readers (edges) still to finish
   std::vector<std::atomic<int>> root_uses;        // per owning task: reads of its memory still to finish
   std::atomic<std::size_t> live{0}, peak{0};
+  std::vector<Tensor> concats;                    // per concat task in place (unplanned): its value
+  std::mutex concat_mutex;
+  /// The value of concat task `c` computed in place: allocated (and counted live) by the first of
+  /// its inputs to need it.
+  Tensor concat_value(std::size_t c, const Node& cat) {
+    std::lock_guard<std::mutex> lock(concat_mutex);
+    if (!concats[c].defined()) {
+      concats[c] = Tensor::empty(cat.shape, cat.dtype);
+      add_live(value_bytes(cat));
+    }
+    return concats[c];
+  }
   void add_live(std::size_t b) {
     const std::size_t now = live.fetch_add(b) + b;
     std::size_t seen = peak.load();
@@ -249,7 +263,7 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
     if (root_[static_cast<std::size_t>(s.task)] >= 0) keep_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])] = true;
   }
   if (options_.planned) {
-    plan_ = plan_memory_concurrent(p);
+    plan_ = plan_memory_concurrent(p, {.concat_in_place = options_.concat_in_place});
     std::unordered_map<const Node*, int> buffer_of;
     for (std::size_t i = 0; i < plan_.schedule.size(); ++i) buffer_of[plan_.schedule[i]] = plan_.buffer[i];
     for (const Node* t : tasks_) {
@@ -272,6 +286,26 @@ ParallelExecutor::ParallelExecutor(const Program& p, int workers, ParallelOption
         const int b = task_buffer_[static_cast<std::size_t>(root_[static_cast<std::size_t>(s.task)])];
         if (b >= 0) out_buffer_[static_cast<std::size_t>(b)] = true;
       }
+  }
+  // Concat in place: a task computed in its slice of a concat's value (the concat copies nothing).
+  // Planned, the plan's choice (`MemoryPlan::slice_of`: it holds the concat's buffer for them);
+  // otherwise the same choice, `concat_slices`.
+  slice_.assign(n, Slice{});
+  if (options_.concat_in_place) {
+    const std::vector<Node*> schedule = options_.planned ? plan_.schedule : p.schedule();
+    const std::vector<std::int64_t> slice_of = options_.planned ? plan_.slice_of : concat_slices(p, schedule);
+    for (std::size_t i = 0; i < slice_of.size(); ++i) {
+      if (slice_of[i] < 0) continue;
+      const Node* cat = schedule[static_cast<std::size_t>(slice_of[i])];
+      const std::int64_t nd = static_cast<std::int64_t>(cat->shape.size()), a = cat->attrs.i("axis");
+      Slice sl{task_of.at(cat), a < 0 ? a + nd : a, 0};
+      for (const NodePtr& in : cat->inputs) {
+        if (in.get() == schedule[i]) break;
+        sl.begin += in->shape[static_cast<std::size_t>(sl.axis)];
+      }
+      slice_[static_cast<std::size_t>(task_of.at(schedule[i]))] = sl;
+      sliced_concat_.insert(sl.concat);
+    }
   }
 }
 
@@ -314,6 +348,11 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
                           options_.affinity ? LongestPathFirst::Affinity{&deps_, &producer, &last_worker_} : LongestPathFirst::Affinity{});
   DagScheduler& sched = options_.longest_path_first ? static_cast<DagScheduler&>(ranked) : queue;
   std::vector<std::vector<Tensor>> scratch(static_cast<std::size_t>(workers_));  // per worker: a task's inputs
+  std::mutex help_mutex;
+  auto on_help = [&](const DagHelp& h) {  // chunks an idle worker ran for another's node: traced
+    std::lock_guard<std::mutex> lock(help_mutex);
+    trace_.helped.push_back(HelpEvent{h.worker, h.task, us_since(h.start), us_since(h.end)});
+  };
   run_dag(sched, workers_, [&](const TaskContext& c) {
     const auto ti = static_cast<std::size_t>(c.task);
     const Node& node = *tasks_[ti];
@@ -323,7 +362,21 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     TraceEvent& ev = trace_.events[ti];
     ev.start_us = us_since(clock::now());
     Tensor out;
-    if (options_.planned && task_buffer_[ti] >= 0) {
+    const Slice& sl = slice_[ti];
+    if (sl.concat >= 0) {
+      // Concat in place: computed in its slice of the concat's value (its planned buffer, or one
+      // allocated by the first of its inputs to run): straight in where the slice is contiguous
+      // and the op has a forward_into, else computed and copied there.
+      const auto ci = static_cast<std::size_t>(sl.concat);
+      const Tensor whole = options_.planned ? dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ci])], *tasks_[ci])
+                                            : st.concat_value(ci, *tasks_[ci]);
+      out = whole.slice(sl.axis, sl.begin, sl.begin + node.shape[static_cast<std::size_t>(sl.axis)]);
+      const ForwardIntoFn into = options_.planned ? into_[ti] : nullptr;
+      if (!into || !out.is_contiguous() || !into(in, node.attrs, out)) out.copy_(autodiff::op_def(node.op).forward(in, node.attrs));
+    } else if (sliced_concat_.count(c.task)) {
+      // A concat whose inputs were computed in their slices of it: nothing left to do.
+      out = options_.planned ? dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ti])], node) : st.concat_value(ti, node);
+    } else if (options_.planned && task_buffer_[ti] >= 0) {
       // Computed in its buffer where the op can (PlannedExecutor's forward_into: matmul, gemm,
       // fused loops, concat, the float add/sub/mul/div), else computed and copied there.
       out = dense_in(buffers_[static_cast<std::size_t>(task_buffer_[ti])], node);
@@ -341,18 +394,33 @@ std::vector<Tensor> ParallelExecutor::run(const std::vector<Tensor>& feeds) {
     producer[ti] = c.worker;  // read by take_for only once this task has finished (under run_dag's lock)
     in.clear();
     st.vals[ti] = std::move(out);
-    if (root_[ti] == c.task) st.add_live(bytes_of(node));
+    // Memory it owns from now on (a concat in place was counted when its value was allocated; a
+    // value in its slice of one owns none).
+    if (root_[ti] == c.task && sl.concat < 0 && !sliced_concat_.count(c.task)) st.add_live(bytes_of(node));
     // Readers done: drop values nobody reads any more, and give back memory nothing reads.
     for (int d : deps_[ti]) {
       const auto di = static_cast<std::size_t>(d);
       if (st.direct[di].fetch_sub(1) == 1 && !keep_[di]) st.vals[di] = Tensor();
       const int r = root_[di];
-      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep_[static_cast<std::size_t>(r)])
+      if (r >= 0 && st.root_uses[static_cast<std::size_t>(r)].fetch_sub(1) == 1 && !keep_[static_cast<std::size_t>(r)] &&
+          slice_[static_cast<std::size_t>(r)].concat < 0)
         st.live.fetch_sub(bytes_of(*tasks_[static_cast<std::size_t>(r)]));
     }
-  });
+  }, on_help);
   trace_.wall_us = us_since(clock::now());
   trace_.peak_bytes = options_.planned ? plan_.peak_bytes : st.peak.load();
+  if (options_.search_trials > 0 && search_.trials == 0) {
+    // A profile-guided schedule: each node's fastest time over the first runs (the first alone is
+    // cold and noisy), then priorities searched on the simulator with them.
+    constexpr int kProfileRuns = 3;
+    if (profile_.size() != n) profile_.assign(n, 1e300);
+    for (std::size_t i = 0; i < n; ++i)
+      profile_[i] = std::min(profile_[i], std::max(0.0, trace_.events[i].end_us - trace_.events[i].start_us) * 1e-6);
+    if (++profiled_runs_ >= kProfileRuns) {
+      search_ = search_schedule(deps_, profile_, workers_, options_.search_trials);
+      rank_ = search_.priority;
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) {
     TraceEvent& e = trace_.events[i];
     e.wave = queue.ready_wave()[i];

@@ -1,11 +1,14 @@
 // The parallel executor's schedule: levels, the critical path, a text summary and an SVG picture
 // (one lane per worker) of a run.
 #include <algorithm>
+#include <cmath>
+#include <queue>
 #include <cstdio>
 #include <map>
 #include <sstream>
 #include <unordered_map>
 
+#include "mls/common/rng.hpp"
 #include "mls/common/svg.hpp"
 #include "mls/graph_opt/parallel.hpp"
 
@@ -90,6 +93,116 @@ CriticalPath critical_path(const Program& p) {
   return cp;
 }
 
+std::string trace_events_text(const Program& p, const ScheduleTrace& t) {
+  const auto idx = index_of(p);
+  std::vector<const TraceEvent*> order;
+  for (const TraceEvent& e : t.events)
+    if (e.node) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->start_us < b->start_us; });
+  // Each line with its start time, nodes and stretches of help merged in start order.
+  std::vector<std::pair<double, std::string>> lines;
+  for (const TraceEvent* e : order) {
+    std::ostringstream os;
+    os << "worker " << e->worker << "  " << fixed(e->start_us, 1) << " .. " << fixed(e->end_us, 1) << " us  ("
+       << fixed(e->end_us - e->start_us, 1) << " us, waited " << fixed(std::max(0.0, e->start_us - e->ready_us), 1)
+       << " us after ready)  budget " << e->intra_threads << "  " << describe(idx, *e->node) << "\n";
+    lines.emplace_back(e->start_us, os.str());
+  }
+  for (const HelpEvent& h : t.helped) {
+    if (h.task < 0 || static_cast<std::size_t>(h.task) >= t.events.size() || !t.events[static_cast<std::size_t>(h.task)].node) continue;
+    std::ostringstream os;
+    os << "worker " << h.worker << "  " << fixed(h.start_us, 1) << " .. " << fixed(h.end_us, 1) << " us  ("
+       << fixed(h.end_us - h.start_us, 1) << " us)  helped  " << describe(idx, *t.events[static_cast<std::size_t>(h.task)].node) << "\n";
+    lines.emplace_back(h.start_us, os.str());
+  }
+  std::stable_sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  for (const auto& l : lines) out += l.second;
+  return out;
+}
+
+namespace {
+void check_schedule_input(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds, int workers,
+                          const char* fn) {
+  MLS_CHECK(workers >= 1, fn, ": workers is ", workers, ", expected a count >= 1");
+  MLS_CHECK(seconds.size() == deps.size(), fn, ": ", deps.size(), " tasks but ", seconds.size(), " durations");
+  for (std::size_t i = 0; i < deps.size(); ++i) {
+    MLS_CHECK(seconds[i] >= 0, fn, ": task ", i, " lasts ", seconds[i], " s, expected a duration >= 0");
+    for (int d : deps[i])
+      MLS_CHECK(d >= 0 && static_cast<std::size_t>(d) < i, fn, ": task ", i, " reads task ", d, ", expected an earlier task");
+  }
+}
+}  // namespace
+
+double simulate_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds,
+                         const std::vector<double>& priority, int workers) {
+  check_schedule_input(deps, seconds, workers, "simulate_schedule");
+  MLS_CHECK(priority.size() == deps.size(), "simulate_schedule: ", deps.size(), " tasks but ", priority.size(), " priorities");
+  const std::size_t n = deps.size();
+  std::vector<std::vector<int>> consumers(n);
+  std::vector<int> waiting(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int d : deps[i]) consumers[static_cast<std::size_t>(d)].push_back(static_cast<int>(i)), ++waiting[i];
+  auto higher = [&](int a, int b) {  // a before b: higher priority, then lower index
+    const double pa = priority[static_cast<std::size_t>(a)], pb = priority[static_cast<std::size_t>(b)];
+    return pa != pb ? pa > pb : a < b;
+  };
+  auto cmp = [&](int a, int b) { return higher(b, a); };
+  std::priority_queue<int, std::vector<int>, decltype(cmp)> ready(cmp);
+  for (std::size_t i = 0; i < n; ++i)
+    if (waiting[i] == 0) ready.push(static_cast<int>(i));
+  using Running = std::pair<double, int>;  // (end time, task)
+  std::priority_queue<Running, std::vector<Running>, std::greater<Running>> running;
+  double now = 0, makespan = 0;
+  int free = workers;
+  std::size_t done = 0;
+  while (done < n) {
+    while (free > 0 && !ready.empty()) {
+      const int t = ready.top();
+      ready.pop();
+      running.push({now + seconds[static_cast<std::size_t>(t)], t});
+      --free;
+    }
+    MLS_CHECK(!running.empty(), "simulate_schedule: ", n - done, " tasks can never start");
+    const auto [end, t] = running.top();
+    running.pop();
+    now = end;
+    makespan = std::max(makespan, end);
+    ++free;
+    ++done;
+    for (int c : consumers[static_cast<std::size_t>(t)])
+      if (--waiting[static_cast<std::size_t>(c)] == 0) ready.push(c);
+  }
+  return makespan;
+}
+
+ScheduleSearch search_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds, int workers,
+                               int trials, std::uint64_t seed) {
+  check_schedule_input(deps, seconds, workers, "search_schedule");
+  MLS_CHECK(trials >= 0, "search_schedule: trials is ", trials, ", expected a count >= 0");
+  const std::size_t n = deps.size();
+  std::vector<double> bottom(seconds);  // each task's time plus its costliest chain of consumers
+  for (std::size_t i = n; i-- > 0;)
+    for (int d : deps[i]) bottom[static_cast<std::size_t>(d)] = std::max(bottom[static_cast<std::size_t>(d)], seconds[static_cast<std::size_t>(d)] + bottom[i]);
+  ScheduleSearch s;
+  s.priority = bottom;
+  s.base_makespan = s.best_makespan = simulate_schedule(deps, seconds, bottom, workers);
+  s.trials = trials;
+  Rng rng(seed, "lab3-schedule-search");
+  std::vector<double> p(n);
+  for (int k = 0; k < trials; ++k) {
+    if (k % 4 == 3) {
+      for (double& v : p) v = rng.uniform_double();  // any order at all
+    } else {
+      const double spread = 0.1 + 0.3 * (k % 4);       // bottom levels scaled by up to e^(+-spread)
+      for (std::size_t i = 0; i < n; ++i) p[i] = bottom[i] * std::exp(rng.uniform(-spread, spread));
+    }
+    const double m = simulate_schedule(deps, seconds, p, workers);
+    if (m < s.best_makespan) s.best_makespan = m, s.priority = p;
+  }
+  return s;
+}
+
 std::string levels_text(const Program& p) {
   const auto idx = index_of(p);
   std::ostringstream os;
@@ -127,6 +240,10 @@ TraceBreakdown trace_breakdown(const ScheduleTrace& t) {
     free_at[w] = e->end_us;
   }
   for (std::size_t w = 0; w < workers; ++w) b.idle_us[w] = std::max(0.0, t.wall_us - b.busy_us[w] - b.dispatch_us[w]);
+  b.helped_us.assign(workers, 0.0);
+  for (const HelpEvent& h : t.helped)
+    if (h.worker >= 0 && static_cast<std::size_t>(h.worker) < workers)
+      b.helped_us[static_cast<std::size_t>(h.worker)] += std::max(0.0, h.end_us - h.start_us);
   // How many nodes run at each moment: a sweep over the starts and ends.
   std::vector<std::pair<double, int>> edges;
   for (const TraceEvent* e : order) edges.push_back({e->start_us, +1}), edges.push_back({e->end_us, -1});
@@ -184,6 +301,11 @@ std::string trace_summary(const Program& p, const ScheduleTrace& t) {
      << time_str(t.events.empty() ? 0.0 : b.dispatch_total_us() / static_cast<double>(t.events.size()))
      << " a node), " << time_str(idle) << " a worker had nothing ready; nodes running at once: none "
      << time_str(b.none_us) << ", one " << time_str(b.one_us) << ", several " << time_str(b.several_us) << "\n";
+  if (!t.helped.empty()) {
+    os << "helped: idle workers ran chunks of another's node for";
+    for (std::size_t w = 0; w < b.helped_us.size(); ++w) os << (w ? "," : "") << " worker " << w << " " << time_str(b.helped_us[w]);
+    os << " (" << t.helped.size() << " stretches)\n";
+  }
   os << "peak bytes of intermediate values: " << t.peak_bytes << "\n";
   return os.str();
 }
@@ -219,13 +341,28 @@ std::string trace_svg(const Program& p, const ScheduleTrace& t) {
     const auto fits = static_cast<std::size_t>((x1 - x0 - 4) / 6.5);
     if (fits >= 2) d.text(x0 + 2, y + lane_h / 2, label.substr(0, fits), {.size = 11});
   }
+  for (const HelpEvent& h : t.helped) {
+    if (h.worker < 0 || h.worker >= lanes || h.task < 0 || static_cast<std::size_t>(h.task) >= t.events.size()) continue;
+    const TraceEvent& e = t.events[static_cast<std::size_t>(h.task)];
+    if (e.node == nullptr) continue;
+    const double x0 = x(h.start_us / 1e3), x1 = x(std::max(h.end_us, h.start_us) / 1e3);
+    const double y = top + h.worker * lane_h + 4;
+    const std::string what = describe(idx, *e.node);
+    d.rect(x0, y, std::max(x1 - x0, 1.0), lane_h - 10,
+           {.fill = "#ffffff", .stroke = "#1c3d6e", .stroke_width = 0.8, .dash = "3,2",
+            .title = "chunks of " + what + " run by idle worker " + std::to_string(h.worker) + ": " + time_str(h.end_us - h.start_us)});
+    const std::string label = "+" + what.substr(0, what.find(' '));  // "+%99"
+    const auto fits = static_cast<std::size_t>((x1 - x0 - 4) / 6.5);
+    if (fits >= 2) d.text(x0 + 2, y + lane_h / 2, label.substr(0, fits), {.size = 11});
+  }
   const double axis_y = top + lanes * lane_h + 4;
   d.x_axis(x, axis_y, {.title = "time (ms)"});
   d.legend(left, axis_y + 52,
            {{"matmul / gemm", "#9ecae1", svg::LegendEntry::Box},
             {"conv", "#fdae6b", svg::LegendEntry::Box},
             {"elementwise", "#a1d99b", svg::LegendEntry::Box},
-            {"other", "#d9d9d9", svg::LegendEntry::Box}},
+            {"other", "#d9d9d9", svg::LegendEntry::Box},
+            {"helped (dashed)", "#ffffff", svg::LegendEntry::Box}},
            {.horizontal = true, .row = 120});
   return d.str();
 }

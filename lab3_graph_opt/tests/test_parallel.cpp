@@ -574,3 +574,293 @@ TEST_CASE("parallel executor: among ready nodes of equal rank a worker takes the
   CHECK(top == 5);
   require_error([&] { (void)pick_ready({7}, rank, 0, deps, producer, none); }, "pick_ready: ready task 7 has no rank (6 ranks)");
 }
+
+namespace {
+/// A random program over [m, m] values (seeded) with concats: each concat joins 2 or 3 values
+/// along axis 0 or 1 and is brought back to [m, m] by a matmul with a constant; its inputs are
+/// fresh values read by the concat alone (the concat may compute them in place), or values read
+/// elsewhere too, inputs, views or repeats (it may not).
+Program random_concat_program(std::uint64_t seed, std::int64_t m, int nodes) {
+  Rng rng(seed, "lab3-parallel-concat");
+  Program p;
+  std::vector<Var> vals{p.input("x", {m, m}), p.input("y", {m, m})};
+  auto pick = [&] { return vals[static_cast<std::size_t>(rng.randint(0, static_cast<std::int64_t>(vals.size())))]; };
+  auto fresh = [&](const Var& a, const Var& b) -> Var {
+    switch (rng.randint(0, 5)) {
+      case 0: return a + b;
+      case 1: return autodiff::tanh(a);
+      case 2: return autodiff::matmul(a, b) * (1.0 / static_cast<double>(m));
+      case 3: return autodiff::softmax(a, -1);
+      default: return autodiff::relu(a - b);
+    }
+  };
+  for (int i = 0; i < nodes; ++i) {
+    const Var a = pick(), b = pick();
+    if (rng.randint(0, 3) != 0) {
+      vals.push_back(fresh(a, b));
+      continue;
+    }
+    const std::int64_t k = rng.randint(2, 4), axis = rng.randint(0, 2);
+    std::vector<Var> parts;
+    for (std::int64_t j = 0; j < k; ++j) {
+      switch (rng.randint(0, 6)) {
+        case 0: parts.push_back(pick()); break;                     // read elsewhere too (or an input)
+        case 1: parts.push_back(autodiff::transpose(pick())); break;  // a view
+        default: parts.push_back(fresh(pick(), pick())); break;     // read by the concat alone
+      }
+    }
+    const Var cat = autodiff::concat(parts, axis);
+    const Var w = p.constant(Tensor::randn(axis == 1 ? Shape{k * m, m} : Shape{m, k * m}, rng, 0.0, 0.5), "W");
+    vals.push_back(axis == 1 ? autodiff::matmul(cat, w) : autodiff::matmul(w, cat));
+  }
+  p.output(vals.back());
+  p.output(vals[vals.size() / 2 + 1]);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("concat in place: the inputs a concat alone reads are computed in its value, bit-identical, planned or not, on random DAGs",
+          "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  std::vector<std::pair<std::string, Program>> programs;
+  for (std::uint64_t seed = 1; seed <= 10; ++seed)
+    for (std::int64_t m : {1, 5, 16}) programs.emplace_back("concat random " + std::to_string(seed) + " m " + std::to_string(m),
+                                                             random_concat_program(seed, m, 10 + static_cast<int>(seed) * 2));
+  programs.emplace_back("heads bench", parallel_bench_model("heads"));
+  programs.emplace_back("inception", build_model("inception"));
+  int sliced_programs = 0;
+  for (auto& [name, p] : programs) {
+    const auto feeds = random_feeds(p, 9);
+    const std::vector<Tensor> want = run(p, feeds);
+    // Which values the planner puts in their concat's buffer: exactly those concat_slices allows.
+    const MemoryPlan plan = plan_memory_concurrent(p, {.concat_in_place = true});
+    const std::vector<std::int64_t> allowed = concat_slices(p, plan.schedule);
+    const bool any = std::any_of(allowed.begin(), allowed.end(), [](std::int64_t c) { return c >= 0; });
+    sliced_programs += any;
+    CHECK(plan.slice_of == (any ? allowed : std::vector<std::int64_t>{}));
+    CHECK(plan_memory_concurrent(p).slice_of.empty());  // off by default
+    for (std::size_t i = 0; i < allowed.size(); ++i)
+      if (allowed[i] >= 0) {
+        INFO(name << ": step " << i);
+        CHECK(plan.buffer[i] == -1);
+        CHECK(plan.schedule[static_cast<std::size_t>(allowed[i])]->op == Op::Concat);
+        CHECK(plan.buffer[static_cast<std::size_t>(allowed[i])] >= 0);
+      }
+    const std::string why = concurrent_plan_violation(p, plan);
+    MLS_OBSERVE(why);
+    CHECK(why.empty());
+    for (int workers : {1, 2, 4})
+      for (bool planned : {true, false})
+        for (bool in_place : {true, false}) {
+          INFO(name << ", " << workers << " workers, planned " << planned << ", concat in place " << in_place << "\n" << print(p));
+          ParallelExecutor ex(p, workers, {.planned = planned, .concat_in_place = in_place});
+          const std::vector<Tensor> got = ex.run(feeds);
+          observe_outputs(name + (planned ? " planned" : "") + (in_place ? " concat in place" : " concat copies"), got, true);
+          MLS_ORACLE_CHECK(CHECK(same_bits(got, want)));
+          MLS_ORACLE_CHECK(CHECK(same_bits(ex.run(feeds), want)));  // the second run reuses the buffers
+          if (planned) {
+            CHECK(ex.plan().slice_of.empty() == (!in_place || !any));
+            CHECK(concurrent_plan_violation(p, ex.plan()).empty());
+          } else {
+            CHECK(ex.peak_bytes() > 0);
+          }
+        }
+  }
+  MLS_OBSERVE(sliced_programs);
+  CHECK(sliced_programs >= 10);  // the generator makes qualifying concats in most programs
+}
+
+TEST_CASE("planned concat in place: attention's heads write their slices, which concats qualify, and a bad slice plan named",
+          "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  const Program heads = parallel_bench_model("heads");
+  ParallelExecutor ex(heads, 2, {.planned = true});
+  const auto feeds = random_feeds(heads, 2);
+  const std::vector<Tensor> got = ex.run(feeds);
+  observe_outputs("heads concat in place", got, true);
+  MLS_ORACLE_CHECK(CHECK(same_bits(got, run(heads, feeds))));
+  const MemoryPlan& plan = ex.plan();
+  std::int64_t cat = -1;
+  std::vector<std::string> sliced;
+  for (std::size_t i = 0; i < plan.schedule.size(); ++i) {
+    if (plan.schedule[i]->op == Op::Concat) cat = static_cast<std::int64_t>(i);
+    if (!plan.slice_of.empty() && plan.slice_of[i] >= 0) sliced.push_back(plan.schedule[i]->name);
+  }
+  std::string sliced_names;
+  for (const std::string& n : sliced) sliced_names += n + " ";
+  MLS_OBSERVE(sliced_names);
+  CHECK(sliced == std::vector<std::string>{"head0", "head1", "head2", "head3", "head4", "head5", "head6", "head7"});
+  // The concat's buffer taken by a value the heads still read (a head's softmax): named.
+  MemoryPlan bad = plan;
+  std::int64_t att = -1;
+  for (std::size_t i = 0; i < bad.schedule.size(); ++i)
+    if (bad.schedule[i]->op == Op::Softmax) att = static_cast<std::int64_t>(i);
+  REQUIRE(cat >= 0);
+  REQUIRE(att >= 0);
+  bad.buffer[static_cast<std::size_t>(cat)] = bad.buffer[static_cast<std::size_t>(att)];
+  const std::string why = concurrent_plan_violation(heads, bad);
+  MLS_OBSERVE(why);
+  CHECK(why.find("writing its slice of " + node_ref(heads, bad.schedule[static_cast<std::size_t>(cat)])) != std::string::npos);
+  // A slice entry that is not an input of a concat, and one whose value is read elsewhere too.
+  MemoryPlan not_input = plan;
+  not_input.slice_of[0] = cat;
+  CHECK(concurrent_plan_violation(heads, not_input).find("which is not a concat with a buffer reading it") != std::string::npos);
+
+  // Which concats qualify: inputs read by the concat alone, not leaves, views, outputs or repeats.
+  Program p;
+  const Var a = p.input("a", {2, 3}), b = p.input("b", {2, 3});
+  const Var t = autodiff::tanh(a).set_name("t"), r = autodiff::relu(b).set_name("r"), u = (a * b).set_name("u");
+  const Var shared = (a + b).set_name("shared");
+  const Var c1 = autodiff::concat({t, r}, 0).set_name("c1");                         // qualifies
+  const Var c2 = autodiff::concat({u, shared}, 1).set_name("c2");                    // shared is read by c3 too
+  const Var c3 = autodiff::concat({shared, a}, 0).set_name("c3");                    // a leaf
+  const Var v = autodiff::exp(b).set_name("v");
+  const Var c4 = autodiff::concat({v, v}, 0).set_name("c4");                         // a repeat
+  const Var w = autodiff::sigmoid(b).set_name("w");
+  const Var c5 = autodiff::concat({autodiff::transpose(autodiff::transpose(w)), autodiff::tanh(b)}, 0).set_name("c5");  // a view
+  const Var o = autodiff::neg(a).set_name("o");
+  const Var c6 = autodiff::concat({o, autodiff::abs(a).set_name("abs")}, 0).set_name("c6");  // o is an output
+  for (const Var& x : {c1, c2, c3, c4, c5, c6}) p.output(autodiff::sum(x));
+  p.output(o);
+  const std::vector<Node*> s = p.schedule();
+  const std::vector<std::int64_t> slices = concat_slices(p, s);
+  std::vector<std::string> in_concat;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (slices[i] >= 0) in_concat.push_back(s[i]->name + "->" + s[static_cast<std::size_t>(slices[i])]->name);
+  std::string in_concat_names;
+  for (const std::string& n : in_concat) in_concat_names += n + " ";
+  MLS_OBSERVE(in_concat_names);
+  CHECK(in_concat == std::vector<std::string>{"t->c1", "r->c1"});
+  const auto pf = random_feeds(p, 3);
+  ParallelExecutor px(p, 2, {.planned = true});
+  const std::vector<Tensor> pgot = px.run(pf);
+  observe_outputs("which concats qualify", pgot, true);
+  MLS_ORACLE_CHECK(CHECK(same_bits(pgot, run(p, pf))));
+  CHECK(concurrent_plan_violation(p, px.plan()).empty());
+}
+
+TEST_CASE("schedule trace: the chunks an idle worker ran for a lone node are traced, listed and drawn", "[lab3][parallel]") {
+  // The benchmark's heads end with the output projection alone on 2 threads: the other worker,
+  // idle, may run its second chunk (common's run_dag help). Whenever it did, the trace names the
+  // helper, the node helped (run by the other worker), and the listing and the SVG show it.
+  ThreadCountGuard threads(2);
+  const Program p = parallel_bench_model("heads");
+  const auto feeds = random_feeds(p, 6);
+  ParallelExecutor ex(p, 2);
+  const std::vector<Tensor> got = ex.run(feeds);
+  observe_outputs("heads traced", got, true);
+  MLS_ORACLE_CHECK(CHECK(same_bits(got, run(p, feeds))));
+  // Whether help happens depends on the threads' timing: each run is checked as a whole, so the
+  // test records the same observations whatever happened.
+  int runs_helped = 0, consistent = 0;
+  constexpr int kRuns = 20;
+  for (int r = 0; r < kRuns; ++r) {
+    (void)ex.run(feeds);
+    const ScheduleTrace& t = ex.trace();
+    const TraceBreakdown b = trace_breakdown(t);
+    bool ok = b.helped_us.size() == 2 && b.helped_us[0] >= 0.0 && b.helped_us[1] >= 0.0;
+    for (const HelpEvent& h : t.helped)
+      ok = ok && h.task >= 0 && static_cast<std::size_t>(h.task) < t.events.size() && (h.worker == 0 || h.worker == 1) &&
+           h.worker != t.events[static_cast<std::size_t>(h.task)].worker && h.start_us <= h.end_us;
+    const std::string text = trace_events_text(p, t), svg = trace_svg(p, t), summary = trace_summary(p, t);
+    ok = ok && (text.find("helped  %") != std::string::npos) == !t.helped.empty() &&
+         (svg.find("run by idle worker") != std::string::npos) == !t.helped.empty() &&
+         (summary.find("helped: idle workers ran chunks") != std::string::npos) == !t.helped.empty() &&
+         std::count(text.begin(), text.end(), '\n') == static_cast<std::ptrdiff_t>(t.events.size() + t.helped.size());
+    consistent += ok;
+    runs_helped += !t.helped.empty();
+  }
+  INFO("runs with help: " << runs_helped << " of " << kRuns);
+  CHECK(consistent == kRuns);
+}
+
+TEST_CASE("schedule search: the simulator against its bounds on random DAGs, a case greedy bottom levels lose, and bad input",
+          "[lab3][parallel]") {
+  // The simulator starts the tasks the ready queue hands out first: those with no inputs.
+  const std::vector<std::vector<int>> branches{{}, {}, {1}, {}, {3}, {}};
+  ReadyQueue q(branches);
+  std::vector<int> first;
+  for (int t; (t = q.take()) >= 0;) first.push_back(t);
+  MLS_OBSERVE(first);
+  CHECK(first == std::vector<int>{0, 1, 3, 5});
+  // simulate_schedule on random DAGs: 1 worker takes the sum of the times; as many workers as
+  // tasks, the critical path (each task starts when its inputs are done); in between, at least
+  // both sum / workers and the critical path, and at most the sum.
+  Rng rng(21, "lab3-schedule-sim");
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = static_cast<int>(rng.randint(1, 30));
+    std::vector<std::vector<int>> deps(static_cast<std::size_t>(n));
+    std::vector<double> sec(static_cast<std::size_t>(n)), prio(static_cast<std::size_t>(n));
+    double sum = 0;
+    std::vector<double> finish(static_cast<std::size_t>(n), 0.0);  // earliest finish, unlimited workers
+    double path = 0;
+    for (int i = 0; i < n; ++i) {
+      const auto ui = static_cast<std::size_t>(i);
+      for (int k = 0; k < 3 && i > 0; ++k)
+        if (rng.randint(0, 2) == 0) deps[ui].push_back(static_cast<int>(rng.randint(0, i)));
+      sec[ui] = rng.uniform(0.0, 10.0);
+      prio[ui] = rng.uniform(0.0, 1.0);
+      sum += sec[ui];
+      double start = 0;
+      for (int d : deps[ui]) start = std::max(start, finish[static_cast<std::size_t>(d)]);
+      finish[ui] = start + sec[ui];
+      path = std::max(path, finish[ui]);
+    }
+    INFO("trial " << trial << ", " << n << " tasks");
+    CHECK(std::abs(simulate_schedule(deps, sec, prio, 1) - sum) <= 1e-9 * sum);
+    CHECK(std::abs(simulate_schedule(deps, sec, prio, n) - path) <= 1e-9 * path);
+    const double m2 = simulate_schedule(deps, sec, prio, 2);
+    CHECK(m2 >= std::max(sum / 2, path) - 1e-9);
+    CHECK(m2 <= sum + 1e-9);
+    const ScheduleSearch s = search_schedule(deps, sec, 2, 50, static_cast<std::uint64_t>(trial));
+    CHECK(s.best_makespan <= s.base_makespan);
+    CHECK(s.best_makespan == simulate_schedule(deps, sec, s.priority, 2));
+  }
+  // Four branches as in the Inception block: A (150); B1 (40) -> B2 (150); C1 (25) -> C2 (105);
+  // D (50). By bottom level two workers start B1 and A, and C1, which feeds the long C2, waits
+  // until A is done: 280. Starting C1 first balances the lanes: 265 (the bound is 520 / 2 = 260).
+  const std::vector<std::vector<int>>& deps = branches;
+  const std::vector<double> sec{150, 40, 150, 25, 105, 50};
+  const ScheduleSearch none = search_schedule(deps, sec, 2, 0);
+  const ScheduleSearch found = search_schedule(deps, sec, 2, 200);
+  MLS_OBSERVE(none.base_makespan);
+  MLS_OBSERVE(found.best_makespan);
+  CHECK(none.base_makespan == 280.0);
+  CHECK(none.best_makespan == 280.0);
+  CHECK(none.priority == std::vector<double>{150, 190, 150, 130, 105, 50});  // the bottom levels
+  CHECK(found.best_makespan <= 265.0);
+  CHECK(found.trials == 200);
+  CHECK(simulate_schedule(deps, sec, {4, 3, 2, 5, 1, 0}, 2) == 265.0);  // C1, B1, B2, D on one lane; A, C2 on the other
+  require_error([&] { (void)simulate_schedule(deps, {1.0}, {1.0}, 2); }, "simulate_schedule: 6 tasks but 1 durations");
+  require_error([&] { (void)simulate_schedule(deps, sec, {1.0}, 2); }, "simulate_schedule: 6 tasks but 1 priorities");
+  require_error([&] { (void)simulate_schedule({{}, {1}}, {1, 1}, {1, 1}, 2); }, "simulate_schedule: task 1 reads task 1, expected an earlier task");
+  require_error([&] { (void)simulate_schedule({{}}, {-1.0}, {1}, 2); }, "simulate_schedule: task 0 lasts -1 s, expected a duration >= 0");
+  require_error([&] { (void)simulate_schedule(deps, sec, sec, 0); }, "simulate_schedule: workers is 0, expected a count >= 1");
+  require_error([&] { (void)search_schedule(deps, sec, 2, -1); }, "search_schedule: trials is -1, expected a count >= 0");
+  require_error([&] { (void)search_schedule(deps, sec, 0, 5); }, "search_schedule: workers is 0, expected a count >= 1");
+}
+
+TEST_CASE("parallel executor with a searched schedule: bit-identical, the search runs after 3 profiled runs", "[lab3][parallel]") {
+  ThreadCountGuard threads(2);
+  std::vector<std::pair<std::string, Program>> programs;
+  programs.emplace_back("inception bench", parallel_bench_model("inception"));
+  programs.emplace_back("heads", build_model("heads"));
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) programs.emplace_back("random " + std::to_string(seed), random_program(seed, 7 + static_cast<std::int64_t>(seed), 12 + static_cast<int>(seed) * 3));
+  for (auto& [name, p] : programs) {
+    const auto feeds = random_feeds(p, 4);
+    const std::vector<Tensor> want = run(p, feeds);
+    for (bool planned : {false, true}) {
+      INFO(name << ", planned " << planned);
+      ParallelExecutor ex(p, 2, {.planned = planned, .search_trials = 100});
+      for (int r = 0; r < 5; ++r) {
+        CHECK(ex.schedule_search().trials == (r < 3 ? 0 : 100));  // searched once the third run is done
+        const std::vector<Tensor> got = ex.run(feeds);
+        if (r == 4) observe_outputs(name + (planned ? " planned" : "") + " searched", got, true);
+        MLS_ORACLE_CHECK(CHECK(same_bits(got, want)));
+      }
+      const ScheduleSearch& s = ex.schedule_search();
+      CHECK(s.best_makespan <= s.base_makespan);
+      CHECK(s.priority.size() == ex.tasks().size());
+    }
+  }
+}

@@ -6,6 +6,7 @@
 //   mls-opt --load g.json --save g_opt.json
 //   mls-opt --discover [--max-ops 3] [--show-rules 20]   # TASO-style rule discovery and search
 //   mls-opt parallel --model inception --threads 2 --svg trace.svg   # operator-parallel schedule
+//   mls-opt parallel --model heads --bench --planned --events        # every node: lane, times, budget
 //   mls-opt compile --model mlp|attention|slides [--svg-dir D]   # compile(fn) on an eager model
 #include <CLI/CLI.hpp>
 
@@ -141,7 +142,7 @@ int discover(int max_ops, int show_rules) {
 /// `mls-opt parallel`: the levels, one traced run of the parallel executor (checked bit for bit
 /// against the sequential one), its summary and SVG, and both executors' times.
 int parallel(Program p, const std::string& name, const std::string& passes, int threads, int workers, const std::string& svg_path,
-             int repeats, ParallelOptions options) {
+             int repeats, ParallelOptions options, bool events) {
   MLS_CHECK(threads >= 1, "mls-opt parallel: --threads is ", threads, ", expected a count >= 1");
   ThreadCountGuard guard(threads);
   if (!passes.empty() && passes != "none") PassManager().add_pipeline(passes).run(p);
@@ -149,7 +150,13 @@ int parallel(Program p, const std::string& name, const std::string& passes, int 
   ParallelExecutor ex(p, workers, options);
   const auto feeds = random_feeds(p, 1);
   const std::vector<Tensor> want = run(p, feeds);
-  (void)ex.run(feeds);  // warm up
+  (void)ex.run(feeds);  // warm up (with --search: 3 runs, whose node times the search uses)
+  if (options.search_trials > 0) {
+    (void)ex.run(feeds);
+    (void)ex.run(feeds);
+    std::printf("schedule search (%d trials on the warm-up runs' node times): simulated makespan %.1f us with bottom levels, %.1f us searched\n",
+                ex.schedule_search().trials, ex.schedule_search().base_makespan * 1e6, ex.schedule_search().best_makespan * 1e6);
+  }
   const std::vector<Tensor> got = ex.run(feeds);
   bool same = got.size() == want.size();
   for (std::size_t i = 0; same && i < got.size(); ++i) {
@@ -166,8 +173,9 @@ int parallel(Program p, const std::string& name, const std::string& passes, int 
     if (ex.trace().wall_us < best.wall_us) best = ex.trace();
   }
   std::printf("trace: the fastest of %d runs\n%s", std::max(1, repeats), trace_summary(p, best).c_str());
+  if (events) std::printf("%s", trace_events_text(p, best).c_str());
   try {  // the memory plans, for comparison: the sequential one is not valid when nodes run at once
-    const MemoryPlan plan = plan_memory(p), conc = plan_memory_concurrent(p);
+    const MemoryPlan plan = plan_memory(p), conc = options.planned ? ex.plan() : plan_memory_concurrent(p);
     const std::string race = concurrent_plan_violation(p, plan);
     std::printf("sequential memory plan: %zu bytes in buffers, %zu live at most; under concurrency: %s\n"
                 "concurrent memory plan: %zu bytes in buffers (%s)\n", plan.peak_bytes, plan.live_bytes_max,
@@ -242,10 +250,16 @@ int main(int argc, char** argv) {
   par->add_option("-w,--workers", workers, "workers running nodes at once (0: as many as threads)")->capture_default_str();
   par->add_option("--svg", svg, "write the schedule as an SVG picture (one lane per worker)");
   par->add_option("-r,--repeats", repeats, "timing repeats")->capture_default_str();
-  bool par_planned = false, par_fifo = false, par_bench = false, par_no_affinity = false;
+  int par_search = 0;
+  par->add_option("--search", par_search, "search node priorities on a simulator with the first 3 runs' node times, this many trials (0: bottom levels)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  bool par_planned = false, par_fifo = false, par_bench = false, par_no_affinity = false, par_events = false, par_no_slices = false;
   par->add_flag("--planned", par_planned, "run in the buffers of the concurrent memory plan (plan_memory_concurrent)");
   par->add_flag("--bench", par_bench, "the benchmark's shapes (inception 4x32x16x16, heads 128 x 256 with 8 heads; mls_lab3_bench_graphopt)");
   par->add_flag("--no-affinity", par_no_affinity, "among ready nodes of equal rank, no preference for the worker that computed their inputs or ran them last");
+  par->add_flag("--no-concat-in-place", par_no_slices, "concats copy their inputs (default: inputs read by a concat alone are computed in their slices of its value)");
+  par->add_flag("--events", par_events, "print every node of the traced run: worker, start, end, wait and budget");
   par->add_flag("--fifo", par_fifo, "take ready nodes first in, first out (default: longest path to the end first)");
   std::string compile_model = "mlp", svg_dir;
   CLI::App* compile_cmd = app.add_subcommand("compile", "compile(fn) on an eager model: captured graph, guards, passes, memory, drawings");
@@ -261,9 +275,9 @@ int main(int argc, char** argv) {
       MLS_CHECK(!(par_bench && !load.empty()), "mls-opt parallel: --bench takes the benchmark's model '", par_model,
                 "', --load a graph file '", load, "': give one of them");
       if (!load.empty()) return parallel(load_json_file(load), std::filesystem::path(load).stem().string(), par_passes, threads, workers, svg, repeats,
-                                        {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned});
+                                        {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned, .concat_in_place = !par_no_slices, .search_trials = par_search}, par_events);
       return parallel(par_bench ? parallel_bench_model(par_model) : build_model(par_model), par_model, par_passes, threads, workers, svg, repeats,
-                      {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned});
+                      {.longest_path_first = !par_fifo, .affinity = !par_no_affinity, .planned = par_planned, .concat_in_place = !par_no_slices, .search_trials = par_search}, par_events);
     }
     if (list) {
       for (const PassInfo& p : all_passes()) std::printf("%-18s %s\n", p.name.c_str(), p.help.c_str());

@@ -27,9 +27,31 @@ namespace {
 /// `c_last`: the order of the prefetch_c kernel's reference (products summed from zero, then added).
 std::string pattern_source(const Intrinsic& in, CallPart part, bool c_last = false) {
   if (in.pattern == IntrinsicPattern::Gemm && part == CallPart::Update)
-    return std::string("for (std::int64_t i = 0; i < extents[0]; ++i) {\n"
-                       "    for (std::int64_t j = 0; j < extents[1]; ++j) {\n"
-                       "        float* const out = ptrs[0] + i * strides[0] + j * strides[1];\n") +
+    // A tile of few outputs (a narrow edge's): one accumulator per output and k outside, so the
+    // outputs' FMAs overlap instead of each waiting for the one before it (one FMA's latency per
+    // k); the same sums in the same order as the loops after it.
+    return std::string("if (extents[0] * extents[1] <= 48) {\n"
+                       "    float acc[48];\n"
+                       "    for (std::int64_t i = 0; i < extents[0]; ++i)\n"
+                       "        for (std::int64_t j = 0; j < extents[1]; ++j)\n") +
+           (c_last ? "            acc[i * extents[1] + j] = 0.0f;\n"
+                   : "            acc[i * extents[1] + j] = ptrs[0][i * strides[0] + j * strides[1]];\n") +
+           "    for (std::int64_t k = 0; k < extents[2]; ++k)\n"
+           "#pragma GCC unroll 48\n"
+           "        for (std::int64_t i = 0; i < extents[0]; ++i)\n"
+           "#pragma GCC unroll 48\n"
+           "            for (std::int64_t j = 0; j < extents[1]; ++j)\n"
+           "                acc[i * extents[1] + j] += ptrs[1][i * strides[3] + j * strides[4] + k * strides[5]] *\n"
+           "                                           ptrs[2][i * strides[6] + j * strides[7] + k * strides[8]];\n"
+           "    for (std::int64_t i = 0; i < extents[0]; ++i)\n"
+           "        for (std::int64_t j = 0; j < extents[1]; ++j)\n" +
+           (c_last ? "            ptrs[0][i * strides[0] + j * strides[1]] = ptrs[0][i * strides[0] + j * strides[1]] + acc[i * extents[1] + j];\n"
+                   : "            ptrs[0][i * strides[0] + j * strides[1]] = acc[i * extents[1] + j];\n") +
+           "    return;\n"
+           "}\n"
+           "for (std::int64_t i = 0; i < extents[0]; ++i) {\n"
+           "    for (std::int64_t j = 0; j < extents[1]; ++j) {\n"
+           "        float* const out = ptrs[0] + i * strides[0] + j * strides[1];\n" +
            (c_last ? "        float acc = 0.0f;\n" : "        float acc = *out;\n") +
            "        for (std::int64_t k = 0; k < extents[2]; ++k)\n"
            "            acc += ptrs[1][i * strides[3] + j * strides[4] + k * strides[5]] *\n"

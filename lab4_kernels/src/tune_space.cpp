@@ -544,29 +544,46 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
   p.lanes = lanes;
   const long mr = knobs.mr, nr = knobs.nr, M = shape.m, N = shape.n, K = shape.k;
   // Rows: whole panels of mr, then the rest as one panel. Columns: whole panels of nr, then the
-  // rest's whole vectors as one panel, then the rest (narrow: plain loops).
+  // rest's whole vectors as one panel, then what is left in vectors of half and a quarter of the
+  // lanes (8 and 4 columns with 16 lanes: a register-blocked micro-kernel of narrower vectors),
+  // then the rest (narrow: plain loops).
   struct Range {
     long begin, extent, unit;
+    int lanes;
   };
   std::vector<Range> rows, cols, ks;
   const long mm = M / mr * mr, nm = N / nr * nr, nv = (N - nm) / lanes * lanes;
-  if (mm > 0) rows.push_back({0, mm, mr});
-  if (M > mm) rows.push_back({mm, M - mm, M - mm});
-  if (nm > 0) cols.push_back({0, nm, nr});
-  if (nv > 0) cols.push_back({nm, nv, nv});
-  if (N > nm + nv) cols.push_back({nm + nv, N - nm - nv, N - nm - nv});
+  if (mm > 0) rows.push_back({0, mm, mr, lanes});
+  if (M > mm) rows.push_back({mm, M - mm, M - mm, lanes});
+  if (nm > 0) cols.push_back({0, nm, nr, lanes});
+  if (nv > 0) cols.push_back({nm, nv, nv, lanes});
+  long at = nm + nv;
+  for (int w = lanes / 2; w >= 4; w /= 2)
+    if (N - at >= w) {
+      cols.push_back({at, w, w, w});
+      at += w;
+    }
+  if (N > at) cols.push_back({at, N - at, N - at, lanes});
   // k: ceil(K / KC) blocks of ceil(K / blocks), as many whole ones as K holds, then the rest (a
   // shorter block, not a sliver: every k range is a pass over C).
   const long kblocks = ceil_div(K, knobs.kc), kc = ceil_div(K, kblocks), km = K / kc * kc;
-  ks.push_back({0, km, kc});
-  // The dimension the parallel loop shares out, its blocks balanced for knobs.balance threads.
-  const bool par_rows = knobs.parallel == "m" || knobs.parallel == "mr";
-  const bool par_cols = knobs.parallel == "n" || knobs.parallel == "nr";
-  const bool inner = knobs.parallel == "mr" || knobs.parallel == "nr";
-  if (K > km) ks.push_back({km, K - km, K - km});
+  ks.push_back({0, km, kc, lanes});
+  if (K > km) ks.push_back({km, K - km, K - km, lanes});
   for (std::size_t q = 0; q < ks.size(); ++q) {
     for (const Range& r : rows) {
       for (const Range& c : cols) {
+        // An edge (the last rows or columns: one panel) reads each element of the other operand's
+        // block once, so it reads that operand in place instead of copying it (a copy would be a
+        // second pass over all of B, or A, for a sliver of the flops), and its parallel loop shares
+        // out the other dimension (its own has one panel: one thread would do it all).
+        const bool row_edge = r.begin > 0, col_edge = c.begin > 0;
+        std::string parallel = knobs.parallel;
+        if (row_edge && !col_edge && (parallel == "m" || parallel == "mr")) parallel = parallel == "m" ? "n" : "nr";
+        if (col_edge && !row_edge && (parallel == "n" || parallel == "nr")) parallel = parallel == "n" ? "m" : "mr";
+        // The dimension the parallel loop shares out, its blocks balanced for knobs.balance threads.
+        const bool par_rows = parallel == "m" || parallel == "mr";
+        const bool par_cols = parallel == "n" || parallel == "nr";
+        const bool inner = parallel == "mr" || parallel == "nr";
         SgemmPiece piece;
         piece.row0 = r.begin;
         piece.col0 = c.begin;
@@ -582,11 +599,14 @@ SgemmPlan plan_sgemm(const SgemmKnobs& knobs, const SgemmShape& shape, int lanes
         piece.knobs = knobs;
         piece.knobs.mr = static_cast<int>(r.unit);
         piece.knobs.nr = static_cast<int>(c.unit);
+        piece.knobs.parallel = parallel;
+        if (row_edge) piece.knobs.pack_b = false;
+        if (col_edge) piece.knobs.pack_a = piece.knobs.a_panels = false;
         if (shape.trans_b) piece.knobs.pack_b = true;  // the micro-kernel reads B's rows of k: the copy transposes
         piece.mc = balanced_block(r.extent, r.unit, knobs.mc, par_rows ? knobs.balance : 1, inner);
         piece.nc = balanced_block(c.extent, c.unit, knobs.nc, par_cols ? knobs.balance : 1, inner);
         piece.kc = ks[q].unit;
-        piece.lanes = lanes;
+        piece.lanes = c.lanes;
         p.pieces.push_back(piece);
       }
     }
@@ -659,9 +679,10 @@ double sgemm_prior(const SgemmKnobs& k, const SgemmShape& shape, int lanes, int 
     double cycles = flops / (2 * mr * nr) * per_k + calls * (2 * fma + 20);  // + C tile in and out per call
     // Blocks that overflow their cache level.
     double slow = 1 + 0.08 * over(4.0 * q.kc * nr, L1) + 0.1 * over(4.0 * q.mc * q.kc, L2) + 0.05 * over(4.0 * q.kc * q.nc, L3);
-    // Operands read in place: strided rows (worse at a multiple of 4 KiB: every row in one cache set).
-    if (!q.knobs.pack_b) slow *= (4 * s.b_ld()) % 4096 == 0 ? 1.4 : 1.15 + 0.05 * over(4.0 * q.kc * s.b_ld(), L2);
-    if (!q.knobs.pack_a) slow *= (4 * s.a_ld()) % 4096 == 0 && s.k > 256 ? 1.2 : 1.02;
+    // Operands read in place and reused (an edge, one panel, reads them once): strided rows (worse
+    // at a multiple of 4 KiB: every row in one cache set).
+    if (!q.knobs.pack_b && q.shape.m > mr) slow *= (4 * s.b_ld()) % 4096 == 0 ? 1.4 : 1.15 + 0.05 * over(4.0 * q.kc * s.b_ld(), L2);
+    if (!q.knobs.pack_a && q.shape.n > nr) slow *= (4 * s.a_ld()) % 4096 == 0 && s.k > 256 ? 1.2 : 1.02;
     // A's copy in rows of KC: the tile's MR rows are MR streams KC apart (the same few L1 sets when
     // 4 KC is a multiple of 1 KiB); in panels one contiguous run.
     if (q.knobs.pack_a && !q.knobs.a_panels) slow *= (4 * q.kc) % 1024 == 0 ? 1.05 : 1.02;

@@ -331,10 +331,14 @@ TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly,
   CHECK(p.edges());
   CHECK((p.mc == 96 && p.nc == 512 && p.kc == 256));
   // K = 1000 in 4 blocks of 250; N = 700: 21 panels of 32 (2 blocks of 11), then 16 (one vector)
-  // and 12 more (narrow: plain loops). 24 rows: 2 panels, one block.
+  // and 12 more: 8 in vectors of 8 lanes, then 4 in vectors of 4. 24 rows: 2 panels, one block.
   p = tune::plan_sgemm(k, {24, 700, 1000}, 16);
   CHECK(all(p) == "0+24 0+672 0+1000 b0 mr12 nr32 mc24 nc352 kc250 | 0+24 672+16 0+1000 b0 mr12 nr16 mc24 nc16 kc250 | "
-                  "0+24 688+12 0+1000 b0 mr12 nr12 mc24 nc12 kc250");
+                  "0+24 688+8 0+1000 b0 mr12 nr8 mc24 nc8 kc250 | 0+24 696+4 0+1000 b0 mr12 nr4 mc24 nc4 kc250");
+  CHECK((p.pieces[1].lanes == 16 && p.pieces[2].lanes == 8 && p.pieces[3].lanes == 4));
+  // The last 1-3 columns: plain loops (nr below the piece's lanes).
+  p = tune::plan_sgemm(k, {24, 691, 1000}, 16);
+  CHECK((p.pieces.size() == 3 && p.pieces[2].knobs.nr == 3 && p.pieces[2].lanes == 16));
   // A prime K: 4 blocks of 256, the last shorter: 3 in the main piece, then k 768..1021 as pieces
   // that add to C (beta 1): 4 k ranges, 4 passes over C, as 4 blocks make.
   p = tune::plan_sgemm(k, {12, 32, 1021}, 16);
@@ -356,8 +360,9 @@ TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly,
   const SgemmShape tb{96, 32, 8, false, true, 1};
   CHECK(tune::plan_sgemm(small, tb, 16).pieces.front().knobs.pack_b);
   CHECK_FALSE(tune::plan_sgemm(small, {96, 32, 8}, 16).pieces.front().knobs.pack_b);
-  // Fewer rows than a panel, fewer columns than a vector: one piece of the whole.
-  CHECK(all(tune::plan_sgemm(k, {5, 7, 3}, 16)) == "0+5 0+7 0+3 b0 mr5 nr7 mc5 nc7 kc3");
+  // Fewer rows than a panel, fewer columns than a vector: 4 columns in vectors of 4 lanes, then 3 in
+  // plain loops.
+  CHECK(all(tune::plan_sgemm(k, {5, 7, 3}, 16)) == "0+5 0+4 0+3 b0 mr5 nr4 mc5 nc4 kc3 | 0+5 4+3 0+3 b0 mr5 nr3 mc5 nc3 kc3");
   // The worked steps' problem: whole tiles, equal K blocks.
   CHECK(tune::padded_to_tiles(k, {1024, 700, 1021}, 16) == SgemmShape{1032, 704, 1024});
   LAB4_REQUIRE_ERROR(tune::plan_sgemm(k, {0, 32, 8}, 16), "plan_sgemm: shape 0x32x8 must have every extent >= 1");
@@ -365,6 +370,38 @@ TEST_CASE("tune: plans cut a problem into pieces the micro-kernel tiles exactly,
   LAB4_REQUIRE_ERROR(tune::plan_sgemm(k, {2, 3, 4, true, false, 0, 1}, 16),
                      "plan_sgemm: leading dimensions lda 1, ldb 0, ldc 0 of 2x3x4 trans_a lda=1 must be 0 (compact) or at least 2, 3, 3");
   CHECK(tune::sgemm_flops({2, 3, 4}) == 48.0);
+}
+
+TEST_CASE("tune: an edge reads the other operand in place and shares out the other dimension",
+          "[lab4][tune][plan][base]") {
+  // 100 x 1000: 8 panels of 12 rows and an edge of 4; 31 panels of 32 columns and a narrow edge of 8.
+  const SgemmKnobs k{48, 64, 512, 12, 32, "nkm", "m", true, true, 1, true, 2, true};
+  auto flags = [](const tune::SgemmPiece& q) {
+    return std::to_string(q.row0) + "," + std::to_string(q.col0) + " " + q.knobs.parallel + (q.knobs.pack_a ? " pa" : " na") +
+           (q.knobs.a_panels ? "p" : "") + (q.knobs.pack_b ? " pb" : " nb") + " nc" + std::to_string(q.nc);
+  };
+  auto all = [&](const tune::SgemmPlan& p) {
+    std::string out;
+    for (const auto& q : p.pieces) out += (out.empty() ? "" : " | ") + flags(q);
+    return out;
+  };
+  // The main piece as the knobs say; the rows' edge reads B in place and is parallel over columns
+  // (31 panels in 2 blocks of 16 for 2 threads); the columns' edge reads A in place (rows: "m");
+  // the corner both in place.
+  CHECK(all(tune::plan_sgemm(k, {100, 1000, 64}, 16)) ==
+        "0,0 m pap pb nc512 | 0,992 m na pb nc8 | 96,0 n pap nb nc512 | 96,992 m na nb nc8");
+  // "mr" becomes "nr" on the rows' edge; "n" becomes "m" on the columns' edge.
+  SgemmKnobs inner = k;
+  inner.parallel = "mr";
+  CHECK(tune::plan_sgemm(inner, {100, 1000, 64}, 16).pieces[2].knobs.parallel == "nr");
+  SgemmKnobs cols = k;
+  cols.parallel = "n";
+  CHECK(tune::plan_sgemm(cols, {100, 1000, 64}, 16).pieces[1].knobs.parallel == "m");
+  CHECK(tune::plan_sgemm(cols, {100, 1000, 64}, 16).pieces[2].knobs.parallel == "n");
+  // A transposed B is packed on the edge too (the micro-kernel reads rows of k).
+  const tune::SgemmPlan tb = tune::plan_sgemm(k, {100, 1000, 64, false, true, 0}, 16);
+  CHECK(tb.pieces[2].knobs.pack_b);
+  CHECK(tb.pieces[3].knobs.pack_b);
 }
 
 TEST_CASE("tune: problems print, compare and key the tuning database with their flags", "[lab4][tune][plan][base]") {
@@ -598,10 +635,11 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
   const SgemmKnobs panels{8, 8, 2 * L, 3, 2 * L, "nkm", "m", true, true, 1, true};  // A in MR-row panels
   // C prefetched, accumulated from zero and added after the k loop (beta 1: C's own values added last).
   const SgemmKnobs late_c{8, 8, 2 * L, 3, 2 * L, "nkm", "m", true, true, 2, true, 1, true};
-  // Every kind of edge: 8 rows = 2 panels of 3 and 2; 3L + 5 columns = a panel of 2L, one vector
-  // and 5 narrow; k 17 = 2 blocks of 6 and 5 more (pieces that add to C): 12 pieces.
+  // Every kind of edge: 8 rows = 2 panels of 3 and 2; 3L + 5 columns = a panel of 2L, one vector,
+  // 4 in vectors of 4 lanes (where L >= 8) and 1 narrow; k 17 = 2 blocks of 6 and 5 more (pieces
+  // that add to C): 16 pieces (12 with L = 4).
   const std::vector<SgemmShape> shapes = {{1, 1, 1}, {8, 3 * L + 5, 17}};
-  REQUIRE(tune::plan_sgemm(packed, shapes[1]).pieces.size() == 12);
+  REQUIRE(tune::plan_sgemm(packed, shapes[1]).pieces.size() == (L >= 8 ? 16u : 12u));
   std::vector<std::pair<SgemmKnobs, SgemmShape>> jobs;
   for (int flags = 0; flags < 16; ++flags) {
     const bool ta = flags & 1, tb = flags & 2, beta = flags & 4;
@@ -641,6 +679,45 @@ TEST_CASE("tune: every transpose, beta and leading dimension runs in place and e
         std::string::npos);
   CHECK(text.find("BL[0][ax0][bi] = B[bi][ax0]") != std::string::npos);  // the copy transposes (one NR panel)
   CHECK(text.find("fill_zero") == std::string::npos);  // beta 1: no reset
+}
+
+TEST_CASE("tune: edges read the other operand in place at 2 threads, with every flag, and equal the naive product",
+          "[lab4][tune][template][jit][flags]") {
+  TuneEnv env;
+  const int L = lanes();
+  // Rows: 5 panels of 4 and an edge of 3; columns: 3 panels of 2L, then one vector, 4 and 1;
+  // each parallel loop, so the edges' switched loops (m <-> n, mr <-> nr) run on 2 threads.
+  std::vector<std::pair<SgemmKnobs, SgemmShape>> jobs;
+  for (const char* par : {"m", "n", "mr", "nr"})
+    for (int flags = 0; flags < 8; ++flags) {
+      const SgemmKnobs kn{8, 16, 2 * L, 4, 2 * L, flags & 4 ? "knm" : "nkm", par, true, true, 1, true, 2, true};
+      jobs.emplace_back(kn, SgemmShape{23, 7 * L + 5, 37, bool(flags & 1), bool(flags & 2), flags & 4 ? 1 : 0});
+    }
+  jit::CompileOptions quick = kernels_test::quick_jit();
+  quick.opt_level = "-O0";
+  const std::vector<tune::CompiledSgemm> compiled = tune::compile_sgemm_jobs(jobs, quick);
+  REQUIRE(compiled.size() == jobs.size());
+  // The loop nest of the rows' edge: no copy of B, the column blocks parallel.
+  const auto& first = compiled[0].plan().pieces;
+  const auto edge = std::find_if(first.begin(), first.end(), [](const tune::SgemmPiece& q) { return q.row0 > 0 && q.col0 == 0; });
+  REQUIRE(edge != first.end());
+  CHECK(edge->row0 == 20);
+  const std::string text = te::to_string(tune::instantiate(*edge).func);
+  INFO(text);
+  CHECK(text.find("BL") == std::string::npos);
+  CHECK(text.find("for xc in parallel(") != std::string::npos);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const auto& [knobs, s] = jobs[i];
+    const kernels_test::Operands in(s, 300 + i);
+    std::vector<float> c = kernels_test::starting_c(s, in);
+    compiled[i].run(in.a.data(), in.b.data(), c.data(), 2);
+    const std::string what = tune::to_string(s) + " " + tune::to_string(knobs) + " at 2 threads";
+    kernels_test::observe_product("edges " + what, c, s.c_ld(), s.m, s.n, s.k + 1);
+    MLS_ORACLE(const auto want = kernels_test::reference_of(s, in);)
+    MLS_ORACLE_CHECK(kernels_test::require_matches(c, s.c_ld(), want, s.m, s.n, what));
+    const auto& pieces = compiled[i].plan().pieces;
+    CHECK(std::any_of(pieces.begin(), pieces.end(), [](const tune::SgemmPiece& q) { return q.row0 > 0 && q.col0 == 0; }));
+  }
 }
 
 TEST_CASE("tune: every step of the worked schedule computes the product, the last is the template, the slide's nests",

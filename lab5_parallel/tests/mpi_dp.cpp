@@ -141,3 +141,51 @@ TEST_CASE("mpi mesh: overlap (buckets launched inside the last micro-batch's bac
   CHECK(with.losses == without.losses);
   CHECK(with.overlapped_buckets >= 2 * c.steps);
 }
+
+TEST_CASE("mpi dp: deferred buckets waited in the next forward are bit-identical to the blocking run on processes",
+          "[lab5][mpi][mpi_train][mpi_dp]") {
+  MLS_MPI_TEST(2);
+  Communicator comm = mpi_world();
+  const int n = comm.size();
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    std::vector<std::vector<double>> plain;  // the blocking run's parameters
+    // 1-byte buckets: one per parameter (4); (defer, wait_in_forward): blocking, then 2 and 4 deferred
+    for (const auto& [defer, wait] : std::vector<std::pair<int, bool>>{{0, false}, {2, false}, {2, true}, {4, true}}) {
+      auto make = [&](const char* name, std::int64_t i, std::int64_t o) {
+        Rng rng(5, name);
+        nn::Linear l(i, o, rng, nn::Init::Xavier, true, dt);
+        l.bias = nn::parameter(Tensor::randn({o}, rng, 0.0, 0.2, dt));
+        return l;
+      };
+      nn::Linear a1 = make("l1", 6, 8), a2 = make("l2", 8, 3);
+      std::vector<nn::Parameter> ps = {a1.weight, a1.bias, a2.weight, a2.bias};
+      DataParallelOptions o{1, defer > 0};
+      o.defer_buckets = defer, o.wait_in_forward = wait;
+      DataParallel dp(comm, ps, o);
+      dp.broadcast_parameters(0);
+      nn::SGD all(ps, 0.1, 0.9);  // zero_grad only
+      std::vector<nn::SGD> bucket_opts;
+      for (std::size_t b = 0; b < dp.buckets().size(); ++b) bucket_opts.emplace_back(dp.bucket_parameters(b), 0.1, 0.9);
+      for (int s = 0; s < 10; ++s) {
+        Rng rng(17, "mpi-dp-batch-" + std::to_string(s));
+        const Tensor x = Tensor::randn({12, 6}, rng, 0.0, 1.0, dt), y = Tensor::randn({12, 3}, rng, 0.0, 1.0, dt);
+        all.zero_grad();
+        const Var xs(shard_batch(x, comm.rank(), n)), ys(shard_batch(y, comm.rank(), n));
+        const Var out = defer > 0 ? autodiff::matmul(autodiff::tanh(autodiff::matmul(xs, dp.hook(0)) + dp.hook(1)), dp.hook(2)) + dp.hook(3)
+                                  : a2.forward(autodiff::tanh(a1.forward(xs)));
+        autodiff::mse_loss(out, ys).backward();
+        dp.allreduce_gradients([&bucket_opts](std::size_t b) { bucket_opts[b].step(); });
+      }
+      MLS_OBSERVE(dp.unflushed());
+      dp.flush();
+      INFO(dtype_name(dt) << " defer " << defer << " wait_in_forward " << wait << " rank " << comm.rank() << " of " << n);
+      std::vector<std::vector<double>> mine;
+      for (const auto& prm : ps) mine.push_back(prm.value().to_vector<double>());
+      if (defer == 0) plain = mine;
+      else CHECK(mine == plain);  // bit-identical to the blocking run
+      const double tol = dt == DType::Float64 ? 1e-12 : 1e-6;
+      for (const auto& prm : ps) mls::testing::observe_values("parameter", prm.value(), {2 * tol, 2 * tol});
+      MLS_ORACLE_CHECK(CHECK(dp.unflushed() == 0));
+    }
+  }
+}

@@ -10,6 +10,7 @@
 /// pool's threads at once, and gives each task an intra-op budget (`intra_op_threads()`) that its
 /// own `parallel_for` calls honour, so tasks times budgets never exceed the threads.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -119,6 +120,19 @@ class DagScheduler {
 /// tasks already running have finished (no new task starts after it). Throws `mls::Error` for
 /// `workers` < 1 and when tasks remain that can never become ready (a cycle): nothing hangs.
 void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn);
+
+/// A stretch of time an idle worker of `run_dag` spent running chunks of a running task's
+/// `parallel_for` (see `run_dag`'s help): which worker helped, whose task, from when to when.
+struct DagHelp {
+  int worker = 0;  // the idle worker that ran the chunks
+  int task = 0;    // the task whose parallel_for region they belong to
+  std::chrono::steady_clock::time_point start, end;
+};
+/// `run_dag` that reports each stretch of help to `on_help` (called on the helping thread, at
+/// most once per stretch; not for the helpers of a worker's own pool): what a schedule trace needs
+/// to draw the chunks an idle worker ran. An exception from `on_help` fails the run like a task's.
+void run_dag(DagScheduler& sched, int workers, const std::function<void(const TaskContext&)>& fn,
+             const std::function<void(const DagHelp&)>& on_help);
 
 /// `run_dag` over a list of dependencies: deps[i] lists the tasks that must finish before task i
 /// starts (indices in [0, deps.size()), duplicates allowed); tasks start in index order among

@@ -54,6 +54,12 @@ struct MemoryPlan {
   /// run one at a time, so the largest, not the sum). Not in peak_bytes; the states a loop saves for
   /// its gradient (T + 1 states, T known only at run time) are not either: see `control_memory`.
   std::size_t subgraph_bytes = 0;
+  /// Concat in place (`ConcurrentPlanOptions::concat_in_place`): per step, the step of the concat
+  /// whose buffer this value is computed in (its slice along the concat's axis: the concat then
+  /// copies nothing), -1 otherwise; empty when the planner made no such choice. Such a value has
+  /// buffer -1 (it owns no memory: an executor that ignores this computes it on its own, still
+  /// correct); its concat's buffer is held from before the first of its slices is written.
+  std::vector<std::int64_t> slice_of;
   /// "plan: 5 buffers, 1.2 MB (naive 3.4 MB, 35%), 2 in place".
   std::string summary() const;
 };
@@ -74,12 +80,29 @@ MemoryPlan plan_memory(const Program& p);
 /// C = A + 2; D = B * C) it computes C in place in A's buffer, while B, which may run at the
 /// same time, still reads A. Best fit among the free buffers, else a new one; `live_bytes_max`
 /// is the schedule order's (a lower bound of this plan too). Throws `mls::Error` for unknown shapes.
-MemoryPlan plan_memory_concurrent(const Program& p);
+///
+/// With `concat_in_place`, each concat that `concat_slices` allows gets its buffer before its
+/// inputs run and its inputs are computed in their slices of it (`MemoryPlan::slice_of`): the
+/// buffer is one whose latest value and its readers are ancestors of EVERY input of the concat
+/// (done before the first slice may be written, in any order), and the concat's copy is gone (the
+/// heads of an attention write their slices of the concat the output projection reads).
+struct ConcurrentPlanOptions {
+  bool concat_in_place = false;
+};
+MemoryPlan plan_memory_concurrent(const Program& p, ConcurrentPlanOptions options = {});
+/// Per step of `schedule` (the program's), the step of the concat this value can be computed in
+/// place in (its slice), -1 otherwise. A concat qualifies when every input is a distinct non-leaf
+/// value owning its memory (not a view), of the concat's dtype and known shape, read by the
+/// concat alone (one input edge in the whole program) and not an output: then nothing else ever
+/// sees that value, and writing it straight into the concat's buffer changes no bit.
+std::vector<std::int64_t> concat_slices(const Program& p, const std::vector<Node*>& schedule);
 /// Why `plan` is not valid when `p`'s nodes run concurrently, "" when it is: the first pair of
 /// values sharing a buffer whose lives may overlap in some parallel order ("%7 add 'C' is written
 /// in place into the buffer of %2 mul 'A', which %5 add 'B' may still read: %5 is not an ancestor
 /// of %7"), or an output's buffer taken by a later value. Checks each buffer's values in schedule
-/// order against ancestor sets computed by depth-first search.
+/// order against ancestor sets computed by depth-first search. A concat computed in place
+/// (`MemoryPlan::slice_of`) is written by its slices: each must be an input read by it alone, and
+/// the buffer's previous value and its readers ancestors of every slice.
 std::string concurrent_plan_violation(const Program& p, const MemoryPlan& plan);
 
 /// Memory of one control node (lab 2's control.hpp): its sub-graph planned once, plus the states a

@@ -37,8 +37,10 @@
 /// computed and copied there); the buffers holding the outputs are handed out with them and
 /// allocated again by the next run. `peak_bytes()` is then the plan's bytes.
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "mls/common/parallel.hpp"
@@ -92,11 +94,19 @@ struct TraceEvent {
   double start_us = 0, end_us = 0;  // from the start of the run
   double ready_us = 0;    // when its last input finished (0: it reads only leaves)
 };
+/// A stretch of time an idle worker ran chunks of another worker's node (`run_dag`'s help: a
+/// node running alone gets the idle workers' threads for its own parallel_for).
+struct HelpEvent {
+  int worker = 0;                   // the idle worker that ran the chunks
+  int task = 0;                     // the node they belong to (index into the tasks)
+  double start_us = 0, end_us = 0;  // from the start of the run
+};
 /// What one run of the parallel executor did.
 struct ScheduleTrace {
   int workers = 1;
   int threads = 1;                  // num_threads() during the run
   std::vector<TraceEvent> events;   // one per task, in task order
+  std::vector<HelpEvent> helped;    // the chunks idle workers ran for others, in the order they ended
   double wall_us = 0;               // the whole run
   std::size_t peak_bytes = 0;       // most bytes of intermediate values alive at once
 };
@@ -135,6 +145,7 @@ CriticalPath critical_path(const Program& p);
 /// and two or more ran (a serial tail shows as one node at a time).
 struct TraceBreakdown {
   std::vector<double> busy_us, dispatch_us, idle_us;  // per worker; each row adds up to wall_us
+  std::vector<double> helped_us;  // per worker: of its idle time, the part it ran others' chunks (`ScheduleTrace::helped`)
   double none_us = 0, one_us = 0, several_us = 0;     // add up to wall_us
   double dispatch_total_us() const;
 };
@@ -147,11 +158,17 @@ TraceBreakdown trace_breakdown(const ScheduleTrace& t);
 /// the busy time per worker and the overlap (busy time / wall time); `trace_breakdown`'s dispatch
 /// and idle times and how long one node ran alone; the peak bytes.
 std::string trace_summary(const Program& p, const ScheduleTrace& t);
+/// Every node of a run in the order they started, one line each: "worker 1  12.0 .. 30.5 us
+/// (18.5 us, waited 0.4 us after ready)  budget 1  %5 add 'B'", and each stretch of help: "worker 0
+/// 31.0 .. 40.2 us  (9.2 us)  helped  %9 matmul" (what `mls-opt parallel --events` prints: where a
+/// lane idles, and how long each node took at its budget).
+std::string trace_events_text(const Program& p, const ScheduleTrace& t);
 /// The levels as text, one line per level: "level 1: %5 add 'B', %6 add 'C'".
 std::string levels_text(const Program& p);
 /// The schedule as an SVG picture (common's svg writer): one lane per worker, time to the right,
 /// each node a box from its start to its end labelled with its node reference and op (a tooltip
-/// gives its name, shape, time, budget and wave).
+/// gives its name, shape, time, budget and wave); the chunks an idle worker ran for another's node
+/// a dashed box in the idle worker's lane, labelled "+" and that node's reference.
 std::string trace_svg(const Program& p, const ScheduleTrace& t);
 
 /// Per task (parallel_tasks order), its estimated time plus the costliest chain of its consumers
@@ -168,6 +185,29 @@ std::vector<double> bottom_levels(const std::vector<Node*>& tasks, const std::ve
 int pick_ready(const std::vector<int>& ready, const std::vector<double>& rank, int worker,
                const std::vector<std::vector<int>>& deps, const std::vector<int>& producer, const std::vector<int>& last_worker);
 
+/// The makespan of list scheduling on a simulated machine: tasks (deps as in `ReadyQueue`, each
+/// pointing to earlier tasks) of known durations `seconds` run on `workers` workers, a free worker
+/// taking the ready task of the highest `priority` (ties: the lower index), no overheads. Throws
+/// `mls::Error` for sizes that differ, a dependency that is not an earlier task, a negative
+/// duration, or `workers` < 1.
+double simulate_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds,
+                         const std::vector<double>& priority, int workers);
+/// What `search_schedule` found.
+struct ScheduleSearch {
+  std::vector<double> priority;  // per task: the best priorities found (the bottom levels if none beat them)
+  double base_makespan = 0;      // simulated, with the bottom levels of `seconds` as priorities
+  double best_makespan = 0;      // simulated, with `priority`
+  int trials = 0;
+};
+/// Greedy list scheduling by bottom level is not optimal: on the Inception block it starts the
+/// two longest branches and leaves the third's short first conv, which feeds a long one, waiting.
+/// This searches priorities on the simulator (`simulate_schedule` with the measured `seconds`):
+/// the bottom levels, then `trials` random variants (each bottom level scaled by a random factor,
+/// or a random order), seeded; the best makespan wins (ties: the earlier trial). Throws
+/// `mls::Error` as `simulate_schedule`, and for `trials` < 0.
+ScheduleSearch search_schedule(const std::vector<std::vector<int>>& deps, const std::vector<double>& seconds, int workers,
+                               int trials, std::uint64_t seed = 1);
+
 /// How the parallel executor runs (see the top of this file).
 struct ParallelOptions {
   bool longest_path_first = true;  // false: the ready queue's order (first in, first out)
@@ -175,6 +215,18 @@ struct ParallelOptions {
   /// inputs it computed in this run, then one it ran in the last run (cache affinity).
   bool affinity = true;
   bool planned = false;            // true: values live in the buffers of plan_memory_concurrent
+  /// The inputs of a concat that only the concat reads (`concat_slices`) are computed in their
+  /// slices of its value, so the concat copies nothing and its reader starts as soon as the last
+  /// input ends (attention's heads and the output projection: the copies run in the parallel
+  /// phase, not on the critical path); the same bits. With `planned` the value is the concat's
+  /// buffer, held from before its inputs run (`ConcurrentPlanOptions::concat_in_place`);
+  /// otherwise the first of its inputs to run allocates it.
+  bool concat_in_place = true;
+  /// With longest_path_first, > 0: after the first 3 runs, rank the ready nodes by priorities that
+  /// `search_schedule` finds with this many trials on each node's fastest time in those runs (a
+  /// profile-guided schedule; `schedule_search()` reports what it found); 0: bottom levels of the
+  /// estimated times. The order never changes a result.
+  int search_trials = 0;
 };
 
 /// Runs a program's ready nodes concurrently on W workers; outputs bit-identical to `run`.
@@ -198,6 +250,8 @@ class ParallelExecutor {
   const ParallelOptions& options() const { return options_; }
   /// The buffers' plan (`options().planned`; empty otherwise).
   const MemoryPlan& plan() const { return plan_; }
+  /// What the schedule search found (`options().search_trials` > 0, after the first 3 runs; trials 0 before).
+  const ScheduleSearch& schedule_search() const { return search_; }
 
  private:
   /// Where a value comes from: a task's result, a program input (a feed), or a constant/variable.
@@ -223,7 +277,17 @@ class ParallelExecutor {
   std::vector<ForwardIntoFn> into_;         // planned: per task, its op's forward into a buffer (or null)
   std::vector<Tensor> buffers_;             // planned: allocated in the constructor
   std::vector<bool> out_buffer_;            // planned: buffers handed out with the outputs (allocated again)
+  /// Concat in place: the concat's task whose value a task is computed in, and where.
+  struct Slice {
+    int concat = -1;
+    std::int64_t axis = 0, begin = 0;
+  };
+  std::vector<Slice> slice_;                // per task (concat -1: its own value)
+  std::unordered_set<int> sliced_concat_;   // concat tasks whose inputs write their slices
   std::vector<int> last_worker_;            // per task: its worker in the last run (affinity)
+  ScheduleSearch search_;                   // search_trials: the priorities found after the profiled runs
+  std::vector<double> profile_;             // search_trials: per task, its fastest time so far (seconds)
+  int profiled_runs_ = 0;
   ScheduleTrace trace_;
 };
 

@@ -155,7 +155,9 @@ inline std::string print_cpp(const LoweredFunc& f, const CodegenOptions& options
 
 /// The C++ statements of an intrinsic's update (or reset) body: its own source when it has one,
 /// else the plain loops of its pattern (which compute exactly what gemm_intrinsic's and
-/// copy_intrinsic's reference functions compute, in the same order).
+/// copy_intrinsic's reference functions compute, in the same order; a gemm tile of at most 48
+/// outputs keeps one accumulator per output with k outside, so their FMAs overlap: each output's
+/// sum still in k order).
 std::string intrinsic_source(const Intrinsic& in, CallPart part);
 
 /// A register-blocked gemm micro-kernel intrinsic `gemm<mr>x<nr>x<k>_regblock`: the tile {mr, nr,

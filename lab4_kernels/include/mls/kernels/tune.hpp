@@ -34,9 +34,11 @@
 /// the tile divides: the main piece (whole MR panels, whole NR panels, K in equal KC blocks; its
 /// blocks of panels balanced, the last shorter: a guard outside the tile), then, where the problem
 /// has edges, pieces for the last M % MR rows (a micro-kernel of that many rows), the last N % NR
-/// columns (a micro-kernel of their whole vectors, then plain loops for the last N % lanes), and the
+/// columns (a micro-kernel of their whole vectors, then of vectors of half and a quarter of the
+/// lanes, then plain loops for the last 1-3 columns, their outputs summed side by side), and the
 /// last, shorter block of k (pieces that add to C). Each piece is a kernel of its own on the operands'
-/// corner (CompiledSgemm::run offsets the pointers); no operand is copied.
+/// corner (CompiledSgemm::run offsets the pointers); no operand is copied. An edge of rows reads B
+/// in place and an edge of columns A (SgemmPiece::knobs): each element once, no second packing pass.
 /// CompiledSgemm stages (copies into its layout) only a call it was not compiled for: another
 /// transpose or leading dimension, alpha != 1, or beta != 0 on a beta-0 plan (a beta-1 plan takes
 /// any beta: C scaled in place first); tuned_staged_calls() counts those. The `tuned` kernel
@@ -220,9 +222,15 @@ struct SgemmPiece {
   /// a k range after the first (it adds to what the first range wrote).
   SgemmShape shape;
   /// The plan's knobs as this piece uses them: mr, nr the edge's extent on an edge piece (nr below
-  /// the vector lanes: a narrow edge, plain loops), pack_b on whenever B is transposed.
+  /// the vector lanes: a narrow edge, plain loops); on the edge of the last rows (one panel) B read
+  /// in place (pack_b off) and the parallel loop over columns ("m" -> "n", "mr" -> "nr"), on the
+  /// edge of the last columns A read in place (pack_a, a_panels off) and the loop over rows ("n" ->
+  /// "m", "nr" -> "mr"): an edge uses each element of the other operand once, so a copy would be a
+  /// second pass over it, and its own dimension has one panel; pack_b on whenever B is transposed.
   SgemmKnobs knobs;
   long mc = 0, nc = 0, kc = 0;  ///< MC (a multiple of mr), NC (of nr), KC (divides the piece's k)
+  /// The micro-kernel's vector lanes: the plan's, or half or a quarter of them on an edge of that
+  /// many columns (8 or 4 with 16 lanes: 8 leftover columns take one 8-lane vector, not plain loops).
   int lanes = 16;
 };
 /// "rows 0:96 cols 0:512 k 0:256 beta=0 mr=8 nr=32 mc=96 nc=512 kc=256".
@@ -232,7 +240,10 @@ std::string to_string(const SgemmPiece& p);
 /// exactly, none copying an operand. The main piece (rows a whole number of mr panels, columns of nr
 /// panels, k a whole number of equal KC blocks) is first; where the problem has an edge, the pieces
 /// after it cover it: the last M % mr rows (mr = that remainder), the last N % nr columns (nr = their
-/// whole vectors, then a narrow piece of the last N % lanes), and where K is not a whole number of
+/// whole vectors, then a piece of lanes/2 and one of lanes/4 columns where as many are left (a
+/// micro-kernel of narrower vectors: SgemmPiece::lanes), then a narrow piece of the rest (plain
+/// loops)), each reading the other operand in
+/// place and parallel over the other dimension (SgemmPiece::knobs), and where K is not a whole number of
 /// blocks of kc = ceil(K / ceil(K / KC)) (lab4_packed's kc_step, unrounded), the last, shorter block
 /// of k as pieces of their own that add to C (beta 1): as many k ranges as blocks, so C is passed
 /// over once a block (K = 2048 at KC 384: 5 blocks of 342, then 338; not 6 of 341 and a pass of
