@@ -182,6 +182,10 @@ void split(const Program& p, std::size_t num_inputs, CompiledVersion& v) {
   for (Node* n : autodiff::topo_sort(std::vector<Var>(p.outputs.begin(), p.outputs.begin() + static_cast<std::ptrdiff_t>(v.num_outputs))))
     forward_needed.insert(n);
   // The backward's boundary: forward values it reads and inputs (call inputs, captures, adjoints).
+  // A view (a reshape or slice the planners make no copy of: a layer's slice of a stacked
+  // parameter, a weight's [B T, K] view of an activation) is not saved but made again in the
+  // backward from what it views: saving it would hand the forward's caller a copy of it at every
+  // call (an input's memory, or a buffer already handed out with another saved value).
   std::vector<Node*> boundary;
   std::unordered_set<const Node*> seen;
   std::vector<Node*> stack(grads.rbegin(), grads.rend());
@@ -189,7 +193,8 @@ void split(const Program& p, std::size_t num_inputs, CompiledVersion& v) {
     Node* n = stack.back();
     stack.pop_back();
     if (!seen.insert(n).second) continue;
-    if (n->op == Op::Placeholder || (forward_needed.count(n) && !n->is_leaf())) {
+    const bool view = is_view_op(n->op) && yields_view(*n);
+    if (n->op == Op::Placeholder || (forward_needed.count(n) && !n->is_leaf() && !view)) {
       boundary.push_back(n);
       continue;
     }

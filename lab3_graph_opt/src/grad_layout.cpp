@@ -142,7 +142,20 @@ bool concat_into(std::span<const Tensor> in, const autodiff::Attrs& a, Tensor& o
   }
   return true;
 }
+/// A reshape the planners give a buffer (its input's layout cannot be re-split without a copy:
+/// a transposed value flattened, attention's heads merged back) copied straight into it: `out`
+/// viewed with the input's shape takes the input's elements in one strided copy (lab 2's forward
+/// compacts into a new tensor, which the executor then copies into the buffer).
+bool reshape_into(std::span<const Tensor> in, const autodiff::Attrs&, Tensor& out) {
+  if (in.size() != 1 || in[0].dtype() != out.dtype() || in[0].numel() != out.numel() || !out.is_contiguous() ||
+      in[0].shares_storage(out))
+    return false;
+  Tensor dst = out.reshape(in[0].shape());  // out is compact: a view of it
+  dst.copy_(in[0]);
+  return true;
+}
 [[maybe_unused]] const bool into_registered = [] {
+  register_forward_into(Op::Reshape, reshape_into);
   register_forward_into(Op::Concat, concat_into);
   return true;
 }();

@@ -27,6 +27,7 @@ const std::vector<PassInfo>& all_passes() {
       {"reshape-like", "reshape_like(x, like) with known shapes -> reshape(x, shape): a view", specialize_reshape_like},
       {"fused-layernorm", "layer_norm -> fused_layer_norm (one pass per row; gradient: fused row kernels); before the backward", fuse_layer_norm},
       {"fuse-gelu", "gelu(x + b) -> bias_gelu (one pass; gradient: one fused kernel); before the backward", fuse_gelu},
+      {"fuse-softmax", "softmax(x * s + mask) -> scaled_softmax (one pass per row; gradient: one row kernel); before the backward", fuse_softmax},
       {"fuse-attention", "matmul(softmax(q k^T * s + mask), v) -> fused_attention (gradient: one fused kernel); before the backward", fuse_attention},
       {"concat-slices", "a sum of slice_backward pieces of one value -> one concat", concat_slice_gradients},
   };
@@ -46,7 +47,7 @@ std::string default_pipeline() {
   return "simplify,cse,fold,conv-bn,merge-convs,merge-matmuls,fold-transpose,batch-reduce,epilogue,fuse-elementwise,dce";
 }
 
-std::string compile_pre_grad_pipeline() { return "fused-layernorm,fuse-gelu"; }
+std::string compile_pre_grad_pipeline() { return "fused-layernorm,fuse-gelu,fuse-softmax"; }
 std::string compile_pipeline() { return "reshape-like,concat-slices," + default_pipeline(); }
 
 PassManager& PassManager::add(PassInfo pass) {

@@ -301,3 +301,34 @@ TEST_CASE("compile: a compiled function called inside a traced one is traced inl
   CHECK(inner.stats().compiles == 0);
   CHECK(outer.stats().compiles == 1);
 }
+
+TEST_CASE("compile: views of parameters and activations are made again in the backward, not saved", "[lab3][compile]") {
+  // As lab 6's GPT: a stacked parameter [L, n, n] whose layers are reshape(slice(W, 0, l, l + 1)),
+  // an activation [b, t, n] read as [b t, n]. The forward saves what the views view (the
+  // parameter is an input: nothing to save), never a view: a saved view was copied at every call.
+  Rng rng(29, "compile-views");
+  const std::int64_t L = 3, b = 2, t = 5, n = 6;
+  Var W(Tensor::randn({L, n, n}, rng, 0.0, 0.4), true), g(Tensor::randn({L, n}, rng), true);
+  auto fn = [W, g, L, n, b, t](const std::vector<Var>& in) -> std::vector<Var> {
+    Var x = in[0];  // [b, t, n]
+    for (std::int64_t l = 0; l < L; ++l) {
+      const Var w = autodiff::reshape(autodiff::slice(W, 0, l, l + 1), {n, n});
+      const Var gl = autodiff::reshape(autodiff::slice(g, 0, l, l + 1), {n});
+      const Var h = autodiff::reshape(autodiff::tanh(x), {b * t, n});
+      x = x + autodiff::reshape(autodiff::matmul(h, w), {b, t, n}) * gl;
+    }
+    return {autodiff::sum(x * x)};
+  };
+  Var x(Tensor::randn({b, t, n}, rng), true);
+  check_against_eager("stacked layers", fn, {x}, {x, W, g});
+  CompiledFunction cf(fn, {.name = "stacked layers"});
+  (void)cf({x});
+  const CompiledVersion& v = cf.version(0);
+  std::size_t saved_views = 0;
+  for (std::size_t k = v.num_outputs; k < v.forward.outputs.size(); ++k)
+    saved_views += is_view_op(v.forward.outputs[k].get()->op) && yields_view(*v.forward.outputs[k].get());
+  MLS_OBSERVE(saved_views);
+  MLS_OBSERVE(v.forward.outputs.size() - v.num_outputs);
+  CHECK(saved_views == 0);
+  CHECK(v.forward.outputs.size() > v.num_outputs);  // the tanh values are saved
+}

@@ -370,3 +370,30 @@ TEST_CASE("fuse-attention leaves other shapes alone, and fused_attention passes 
   require_error([&] { (void)autodiff::apply(kFusedAttention, {a, a, a, m4}, sc); }, "fused_attention: input 3 must be [3, 3]");
   require_error([&] { (void)autodiff::apply(kAttentionBackward, {a, a, a, m3, b}, sc); }, "attention_backward: input 4 must be [2, 3, 4]");
 }
+
+TEST_CASE("a reshape that copies (a permuted value flattened) is copied straight into its planned buffer", "[lab3][passes]") {
+  Rng rng(29, "reshape into");
+  for (int trial = 0; trial < 8; ++trial) {
+    INFO("trial " << trial);
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    const std::int64_t a = rng.randint(1, 4), h = rng.randint(1, 5), t = rng.randint(1, 7), d = rng.randint(1, 9);
+    Program p;
+    const Var x = p.input("x", {a, h, t, d}, dt);
+    // attention's heads merged back: [a, h, t, d] -> [a, t, h, d] -> [a, t, h d] (a copy), then an op.
+    const Var y = autodiff::reshape(autodiff::permute(autodiff::tanh(x), {0, 2, 1, 3}), {a, t, h * d});
+    p.output(y * 2.0);
+    p.output(y);
+    verify(p);
+    const MemoryPlan plan = plan_memory(p);
+    std::size_t copying = 0;
+    for (std::size_t i = 0; i < plan.schedule.size(); ++i) copying += plan.schedule[i]->op == Op::Reshape && plan.buffer[i] >= 0;
+    MLS_OBSERVE(copying);
+    const auto feeds = random_feeds(p, 40 + static_cast<std::uint64_t>(trial));
+    PlannedExecutor ex(p, plan);
+    std::vector<Tensor> got;
+    for (int r = 0; r < 2; ++r) got = ex.run(feeds);  // the second run in the buffers the first allocated
+    observe_outputs("reshape into its buffer", got, /*exact=*/true);
+    MLS_ORACLE_CHECK(CHECK(forward_into(Op::Reshape) != nullptr); CHECK(copying == (h > 1 && t > 1 && d > 1 ? 1u : 0u));
+                     CHECK(max_rel_error(got, run(p, feeds)) == 0.0));
+  }
+}

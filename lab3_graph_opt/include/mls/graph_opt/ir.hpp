@@ -80,6 +80,14 @@ extern const Op kAttentionBackward;
 /// the bias; bias_gelu_backward has no gradient. Float32 and float64; all inputs of one dtype.
 extern const Op kBiasGelu;
 extern const Op kBiasGeluBackward;
+/// Scale + mask + softmax as one node (compile's "fuse-softmax" pass makes it): scaled_softmax
+/// (x [..., N] and optionally a mask whose shape is x's trailing dims, e.g. [T, T] for attention's
+/// scores [B, H, T, T]; attribute scale) is softmax(scale x + mask) along the last dim, one pass
+/// per row computed in its planned buffer; its gradient rule emits scaled_softmax_backward (y, g
+/// -> scale y (g - sum(g y)), one pass per row; attribute scale) and, for the mask, lab 2's
+/// sum_like of the same with scale 1; scaled_softmax_backward has no gradient. Float32 and float64.
+extern const Op kScaledSoftmax;
+extern const Op kScaledSoftmaxBackward;
 /// An op's forward writing into memory the caller gives: `out` is compact, of the node's shape and
 /// dtype, and may be the memory of an input of the same shape when the op is elementwise (a
 /// memory plan's in-place update). Returns false when it does not handle this case (the caller

@@ -82,6 +82,14 @@ int fuse_attention(Program& p);
 /// fused kernel (lab 2's rule: a tanh node and seven Var ops). Run it BEFORE the backward is built
 /// (compile's pre-gradient pipeline). Returns how many.
 int fuse_gelu(Program& p);
+/// softmax(x * s + mask) along the last dim, with s a one-element constant (either operand of the
+/// mul), mask a constant whose shape is x's trailing dims (either operand of the add), the mul
+/// and the add used once (either may be missing) -> lab 3's scaled_softmax(x [, mask]; scale)
+/// (ir.hpp); any other float softmax along the last dim -> scaled_softmax(x; scale 1). One pass
+/// per row in its planned buffer, and a gradient of one row kernel (lab 2's rule: a mul, a sum
+/// and a loop over three broadcast inputs). Run it BEFORE the backward is built (compile's
+/// pre-gradient pipeline). Returns how many.
+int fuse_softmax(Program& p);
 /// Elementwise fusion (slides 002): each maximal tree of float elementwise ops whose inner
 /// values have a single use becomes one fused_elementwise node evaluated in one loop. Returns
 /// how many ops were absorbed (ops in fused groups minus the fused nodes made).
@@ -95,7 +103,7 @@ struct PassInfo {
 };
 /// Every pass by name: dce, cse, fold, simplify, conv-bn, merge-convs, merge-matmuls,
 /// fold-transpose, batch-reduce, epilogue, fuse-elementwise, reshape-like, concat-slices, fused-layernorm, fuse-gelu,
-/// fuse-attention.
+/// fuse-softmax, fuse-attention.
 const std::vector<PassInfo>& all_passes();
 /// The pass called `name`; throws `mls::Error` listing the known names otherwise.
 const PassInfo& find_pass(const std::string& name);
@@ -105,11 +113,12 @@ std::string default_pipeline();
 /// the default pipeline.
 std::string compile_pipeline();
 /// compile()'s passes on the traced forward graph, before the backward is built from it:
-/// "fused-layernorm,fuse-gelu" (rewrites to ops whose gradient rules are fused kernels).
+/// "fused-layernorm,fuse-gelu,fuse-softmax" (rewrites to ops whose gradient rules are fused kernels).
 /// "fuse-attention" is not in it: at lab 6's nano and small shapes (T 32 and 64, the block sizes)
 /// its row-at-a-time kernels did not beat the batched matmuls and softmax they replace (CPU time
 /// of a step, busy machine: 25% slower at T 32, 10% at T 64; `mls-compile-bench --pre-grad-passes
-/// fused-layernorm,fuse-gelu,fuse-attention` to try it).
+/// fused-layernorm,fuse-gelu,fuse-attention,fuse-softmax` to try it: fuse-attention before
+/// fuse-softmax, which would otherwise take the attention's softmax first).
 std::string compile_pre_grad_pipeline();
 
 /// What one pass did.
