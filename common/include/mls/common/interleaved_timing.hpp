@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mls::bench {
@@ -42,6 +44,52 @@ double seconds_of(F&& fn) {
   return clock_seconds() - t0;
 }
 
+namespace detail {
+/// `MLS_BENCH_REPEAT`, when set, in place of `repeat` (at least 1).
+inline int bench_repeat(int repeat) {
+  if (const char* env = std::getenv("MLS_BENCH_REPEAT"); env && *env) return std::max(1, std::atoi(env));
+  return repeat;
+}
+/// The rounds both interleaved timings are made of. Construction runs each program once (a, then
+/// b) to size the batches: a batch repeats a program until it lasts about `batch_seconds`, each
+/// preceded by `warm_seconds` of untimed runs when > 0. round(r) times a batch of each back to
+/// back, a first in even rounds, and returns their seconds per call (MLS_BENCH_DEBUG=1 prints them).
+template <class A, class B>
+struct InterleavedRounds {
+  A& run_a;
+  B& run_b;
+  double once = 0;  ///< the slower program's first run, seconds
+  int calls = 1, warm_calls = 0;
+  InterleavedRounds(A& a, B& b, double batch_seconds, double warm_seconds) : run_a(a), run_b(b) {
+    const double once_a = seconds_of(run_a), once_b = seconds_of(run_b);  // in this order: a, then b
+    once = std::max(once_a, once_b);
+    calls = calls_for(batch_seconds);
+    warm_calls = warm_seconds > 0 ? calls_for(warm_seconds) : 0;
+  }
+  int calls_for(double seconds) const { return static_cast<int>(std::clamp(seconds / std::max(once, 1e-9), 1.0, 1e6)); }
+  template <class F>
+  double batch(F& f) const {
+    for (int i = 0; i < warm_calls; ++i) f();
+    return seconds_of([&] {
+             for (int i = 0; i < calls; ++i) f();
+           }) /
+           calls;
+  }
+  std::pair<double, double> round(int r) const {
+    double ta = 0, tb = 0;
+    if (r % 2 == 0) {
+      ta = batch(run_a);
+      tb = batch(run_b);
+    } else {
+      tb = batch(run_b);
+      ta = batch(run_a);
+    }
+    if (std::getenv("MLS_BENCH_DEBUG")) std::fprintf(stderr, "  round %d: a %.1f us  b %.1f us\n", r, ta * 1e6, tb * 1e6);
+    return {ta, tb};
+  }
+};
+}  // namespace detail
+
 /// The ratio time(run_b) / time(run_a) of two programs doing the same work, measured so that a
 /// shared machine's noise falls on both alike: after a warm-up run of each, `repeat` rounds each
 /// time a batch of run_a and a batch of run_b back to back (alternating which goes first), and
@@ -55,32 +103,14 @@ double seconds_of(F&& fn) {
 template <class A, class B>
 double interleaved_ratio(A&& run_a, B&& run_b, int repeat = 9, double batch_seconds = 2e-3,
                          double warm_seconds = 0) {
-  if (const char* env = std::getenv("MLS_BENCH_REPEAT"); env && *env) repeat = std::max(1, std::atoi(env));
-  const double once = std::max(seconds_of(run_a), seconds_of(run_b));
-  if (once > 0.1) repeat = std::min(repeat, 3);
-  auto calls_for = [once](double seconds) {
-    return static_cast<int>(std::clamp(seconds / std::max(once, 1e-9), 1.0, 1e6));
-  };
-  const int calls = calls_for(batch_seconds), warm_calls = warm_seconds > 0 ? calls_for(warm_seconds) : 0;
-  auto batch = [&](auto& f) {
-    for (int i = 0; i < warm_calls; ++i) f();
-    return seconds_of([&] {
-      for (int i = 0; i < calls; ++i) f();
-    });
-  };
+  repeat = detail::bench_repeat(repeat);
+  const detail::InterleavedRounds<std::remove_reference_t<A>, std::remove_reference_t<B>> rounds(run_a, run_b, batch_seconds,
+                                                                                              warm_seconds);
+  if (rounds.once > 0.1) repeat = std::min(repeat, 3);
   std::vector<double> ratios;
   for (int r = 0; r < repeat; ++r) {
-    double ta = 0, tb = 0;
-    if (r % 2 == 0) {
-      ta = batch(run_a);
-      tb = batch(run_b);
-    } else {
-      tb = batch(run_b);
-      ta = batch(run_a);
-    }
+    const auto [ta, tb] = rounds.round(r);
     ratios.push_back(tb / ta);
-    if (std::getenv("MLS_BENCH_DEBUG"))
-      std::fprintf(stderr, "  round %d: a %.1f us  b %.1f us\n", r, ta / calls * 1e6, tb / calls * 1e6);
   }
   std::sort(ratios.begin(), ratios.end());
   const std::size_t m = ratios.size() / 2;
@@ -104,35 +134,18 @@ struct BestPair {
 };
 template <class A, class B>
 BestPair interleaved_best(A&& run_a, B&& run_b, int repeat = 9, double batch_seconds = 2e-3, int max_rounds = 0) {
-  if (const char* env = std::getenv("MLS_BENCH_REPEAT"); env && *env) repeat = std::max(1, std::atoi(env));
+  repeat = detail::bench_repeat(repeat);
   max_rounds = std::max(repeat, max_rounds > 0 ? max_rounds : 4 * repeat);
-  const double once_a = seconds_of(run_a), once_b = seconds_of(run_b);  // in this order: a, then b
-  const double once = std::max(once_a, once_b);
-  if (once > 0.1) repeat = max_rounds = std::min(repeat, 3);
-  const int calls = static_cast<int>(std::clamp(batch_seconds / std::max(once, 1e-9), 1.0, 1e6));
-  auto batch = [&](auto& f) {
-    return seconds_of([&] {
-             for (int i = 0; i < calls; ++i) f();
-           }) /
-           calls;
-  };
+  const detail::InterleavedRounds<std::remove_reference_t<A>, std::remove_reference_t<B>> rounds(run_a, run_b, batch_seconds, 0);
+  if (rounds.once > 0.1) repeat = max_rounds = std::min(repeat, 3);
   BestPair best{1e300, 1e300, 0};
   int since = 0;  // rounds since either best last improved by more than 1%
   while (best.rounds < max_rounds && (best.rounds < repeat || since < repeat)) {
-    double ta = 0, tb = 0;
-    if (best.rounds % 2 == 0) {
-      ta = batch(run_a);
-      tb = batch(run_b);
-    } else {
-      tb = batch(run_b);
-      ta = batch(run_a);
-    }
+    const auto [ta, tb] = rounds.round(best.rounds);
     ++since;
     if (ta < 0.99 * best.a || tb < 0.99 * best.b) since = 0;
     best.a = std::min(best.a, ta);
     best.b = std::min(best.b, tb);
-    if (std::getenv("MLS_BENCH_DEBUG"))
-      std::fprintf(stderr, "  round %d: a %.1f us  b %.1f us\n", best.rounds, ta * 1e6, tb * 1e6);
     ++best.rounds;
   }
   return best;
